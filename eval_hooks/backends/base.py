@@ -1,0 +1,91 @@
+"""The generation-backend interface shared by evaluation, pair mining and RL rollouts.
+
+Three implementations speak it: the in-process Hugging Face backend (``hf``), the HTTP client for a
+vLLM server (``vllm_server``) and, through that client, the loopback reference server used in CPU
+tests. Callers build :class:`GenerationRequest` objects and never branch on the backend kind.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Sequence
+
+
+@dataclass
+class GenerationRequest:
+    """One prompt to complete ``n`` times.
+
+    Exactly one of ``prompt`` (raw text, sent as is) and ``messages`` (chat turns, rendered with the
+    tokenizer's chat template plus the generation prompt) is set. ``temperature == 0`` means greedy.
+    ``adapter`` names a LoRA adapter known to the backend (server backends); ``None`` = current weights.
+    """
+
+    prompt: str | None = None
+    messages: list[dict] | None = None
+    n: int = 1
+    max_new_tokens: int = 64
+    temperature: float = 0.0
+    top_p: float = 1.0
+    stop: list[str] = field(default_factory=list)
+    seed: int | None = None
+    adapter: str | None = None
+
+    def __post_init__(self) -> None:
+        if (self.prompt is None) == (self.messages is None):
+            raise ValueError("GenerationRequest needs exactly one of prompt= or messages=")
+        if self.n < 1:
+            raise ValueError(f"GenerationRequest.n must be >= 1, got {self.n}")
+
+
+@dataclass
+class Sample:
+    """One completion. ``logprobs[t]`` is log p(token_ids[t]) under the sampling distribution's
+    logits at temperature 1 (the policy's own log-prob, what RL importance ratios need)."""
+
+    text: str
+    token_ids: list[int]
+    logprobs: list[float]
+    finish_reason: str  # "stop" (EOS or stop string) | "length"
+
+
+@dataclass
+class GenerationResult:
+    request: GenerationRequest
+    samples: list[Sample]
+    prompt_token_ids: list[int] = field(default_factory=list)
+
+
+class GenerationBackend(ABC):
+    """Generate completions and score candidate labels. Implementations must return exactly
+    ``request.n`` samples per request, in request order, or raise."""
+
+    name: str = "base"
+
+    @abstractmethod
+    def generate(self, requests: Sequence[GenerationRequest], *, progress: bool = False,
+                 desc: str = "generate") -> list[GenerationResult]:
+        ...
+
+    @abstractmethod
+    def score_labels(self, prompts: Sequence[str | list[dict]], labels: Sequence[str]) -> list[dict[str, float]]:
+        """For each prompt, the probability of each label, normalised over ``labels``: the summed
+        token log-probs of the label text as a continuation of the (chat-rendered) prompt,
+        soft-maxed across labels."""
+
+    def load_adapter(self, path: str, version: str) -> None:  # pragma: no cover - server backends
+        raise NotImplementedError(f"backend {self.name!r} does not load adapters")
+
+    def close(self) -> None:
+        """Release resources (server connections, processes)."""
+
+
+def truncate_at_stop(text: str, stop: Sequence[str]) -> tuple[str, bool]:
+    """Cut ``text`` at the earliest stop string (the stop string itself is removed)."""
+    cut = len(text)
+    for s in stop:
+        if s:
+            i = text.find(s)
+            if i != -1:
+                cut = min(cut, i)
+    return text[:cut], cut < len(text)
