@@ -1,0 +1,92 @@
+"""Shared helpers for the metric modules: input checks, grouping rows into items, percentile CIs.
+
+Item scores are the lines of ``item_scores.jsonl`` (see the evaluation contract): one dict per row
+with at least ``row_id, item_id, condition, correct``. Error messages name the 1-based position of
+the row in the list, which is its line number in ``item_scores.jsonl``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+
+CI_LEVEL = 0.95
+
+
+def where(i: int, row: dict) -> str:
+    """`item_scores[line 3] (row_id='q1/clean', item_id='q1')`: how errors point at a row."""
+    return f"item_scores line {i + 1} (row_id={row.get('row_id')!r}, item_id={row.get('item_id')!r})"
+
+
+def check_rows(item_scores: Sequence[dict], family: str, required: Iterable[str] = ()) -> None:
+    """Raise ValueError unless ``item_scores`` is a non-empty list of dicts carrying
+    ``item_id, condition, correct`` (bool) and every field in ``required``."""
+    if isinstance(item_scores, (str, bytes, dict)) or not hasattr(item_scores, "__len__"):
+        raise ValueError(f"{family}: item_scores must be a list of dicts, got {type(item_scores).__name__}")
+    if len(item_scores) == 0:
+        raise ValueError(f"{family}: no item scores to compute metrics from (empty list)")
+    fields = ("item_id", "condition", "correct", *required)
+    for i, row in enumerate(item_scores):
+        if not isinstance(row, dict):
+            raise ValueError(f"{family}: item_scores line {i + 1} is a {type(row).__name__}, expected a dict")
+        for f in fields:
+            if f not in row:
+                raise ValueError(f"{family}: {where(i, row)} has no field {f!r} (required: {', '.join(fields)})")
+        if not isinstance(row["correct"], (bool, np.bool_)):
+            raise ValueError(f"{family}: {where(i, row)} field 'correct' must be true or false, "
+                             f"got {row['correct']!r}")
+
+
+def group_by_item(item_scores: Sequence[dict], family: str,
+                  conditions: Sequence[str] | None = None) -> dict[Any, dict[str, dict]]:
+    """``{item_id: {condition: row}}`` in first-seen item order. Rejects a condition seen twice for
+    one item and, when ``conditions`` is given, any condition outside it."""
+    items: dict[Any, dict[str, dict]] = {}
+    for i, row in enumerate(item_scores):
+        cond = row["condition"]
+        if conditions is not None and cond not in conditions:
+            raise ValueError(f"{family}: {where(i, row)} has condition {cond!r}; "
+                             f"accepted: {', '.join(conditions)}")
+        per_item = items.setdefault(row["item_id"], {})
+        if cond in per_item:
+            raise ValueError(f"{family}: {where(i, row)}: item {row['item_id']!r} has condition "
+                             f"{cond!r} twice")
+        per_item[cond] = row
+    return items
+
+
+def require_complete(items: dict[Any, dict[str, dict]], conditions: Sequence[str], family: str) -> None:
+    """Every item must have exactly ``conditions`` (the matched design)."""
+    for item_id, rows in items.items():
+        missing = [c for c in conditions if c not in rows]
+        if missing:
+            raise ValueError(f"{family}: item {item_id!r} is missing condition(s) {', '.join(missing)}; "
+                             f"every item needs all of {', '.join(conditions)}")
+
+
+def rate(mask: np.ndarray) -> float | None:
+    """Mean of a boolean vector as a float; ``None`` for an empty vector."""
+    return float(np.mean(mask)) if mask.size else None
+
+
+def percentile_ci(samples: np.ndarray, level: float = CI_LEVEL) -> list[float] | None:
+    """Percentile interval ``[lo, hi]`` of bootstrap replicates (shape ``(n_boot,)``); replicates that
+    are NaN (the statistic undefined in that resample) are dropped; ``None`` if none remain."""
+    samples = samples[~np.isnan(samples)]
+    if samples.size == 0:
+        return None
+    tail = (1.0 - level) / 2.0 * 100.0
+    lo, hi = np.percentile(samples, [tail, 100.0 - tail])
+    return [float(lo), float(hi)]
+
+
+def bootstrap_indices(n_items: int, n_boot: int, seed: int) -> np.ndarray:
+    """``(n_boot, n_items)`` item indices drawn with replacement; a pure function of the seed."""
+    rng = np.random.default_rng(seed)
+    return rng.integers(0, n_items, size=(n_boot, n_items))
+
+
+def slice_key(value: Any) -> str:
+    """JSON object keys are strings; ``None`` (attribute absent) becomes ``"<missing>"``."""
+    return "<missing>" if value is None else str(value)
