@@ -1,0 +1,382 @@
+"""HTTP client backend for a vLLM OpenAI-compatible server (``generation=vllm_server``).
+
+The same client talks to the loopback reference server (``reference_server.py``) in CPU tests.
+Only the Python standard library is used for HTTP, so no dependency is added.
+
+API
+---
+    backend = VLLMServerBackend("http://127.0.0.1:8000", "Qwen/Qwen2.5-0.5B-Instruct", tokenizer,
+                                timeout_s=300, max_retries=3, backoff_s=0.5)
+    results = backend.generate([GenerationRequest(messages=..., n=8, max_new_tokens=256,
+                                                  temperature=1.0, top_p=1.0, stop=[], seed=None)])
+    backend.load_adapter("/run/adapters/adapter-s10", version="s10")   # later requests use it
+    lp = backend.prompt_logprobs(token_ids)     # log p(x_t | x_<t), t = 1..L-1, current adapter
+    probs = backend.score_labels(prompts, ["yes", "no"])
+
+Protocol (vLLM ``/v1/completions``; the reference server implements the same subset):
+
+- Requests that share sampling settings and adapter are sent together (``prompt`` is a list, ``n``
+  samples each); ``choices[k]`` with ``index = prompt_idx * n + sample_idx``.
+- With a tokenizer, prompts are rendered with its chat template and tokenized *client side* and sent
+  as token ids, so the server sees exactly the ids the trainer trains on (sending text would let the
+  server re-tokenize and add a BOS). Without a tokenizer, rendered text is sent with
+  ``add_special_tokens=false``.
+- ``logprobs=1`` + ``return_tokens_as_token_ids`` gives the sampled ids (``"token_id:<id>"``) and
+  their log-probs. vLLM must run with ``--logprobs-mode raw_logprobs`` (the launcher passes it) so
+  those are temperature-1 log-probs, as :class:`~eval_hooks.backends.base.Sample` documents.
+- ``top_k=-1, min_p=0, repetition_penalty=1`` are always sent, so a model's
+  ``generation_config.json`` cannot silently change the sampling distribution.
+- Prompt log-probs (probe, label scoring) use vLLM's ``prompt_logprobs`` extension: ``choices[0].
+  prompt_logprobs`` is ``[None, {"<id>": {"logprob": ...}, ...}, ...]``.
+- Adapters: ``POST /v1/load_lora_adapter {lora_name, lora_path}`` (server needs ``--enable-lora``
+  and ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True``), requests name the adapter in ``model``, old ones
+  go through ``POST /v1/unload_lora_adapter``. Each version gets a new name (with a per-client nonce),
+  because a server may cache an adapter by name and keep serving stale weights under a reused one.
+
+Errors: :class:`ServerUnreachableError` (names the URL), :class:`ServerResponseError` (malformed
+JSON, wrong number of samples, 4xx; names the request), :class:`AdapterLoadError` (never a silent
+fallback to the base model). Connection resets/refusals, timeouts and 5xx are retried
+``max_retries`` times with exponential backoff. ``error_context`` (e.g. the launcher's
+``last_log_lines``) is appended to every error so a dead server's last words reach the user.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import logging
+import secrets
+import socket
+import time
+import urllib.error
+import urllib.request
+from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
+from typing import Callable, Sequence
+
+from .base import GenerationBackend, GenerationRequest, GenerationResult, Sample
+
+log = logging.getLogger(__name__)
+
+
+class ServerError(RuntimeError):
+    """Base class of the errors raised by :class:`VLLMServerBackend`."""
+
+
+class ServerUnreachableError(ServerError):
+    """The server did not answer (refused, reset, timed out) after all retries."""
+
+
+class ServerResponseError(ServerError):
+    """The server answered, but not with what was asked (HTTP 4xx, malformed JSON, missing samples)."""
+
+
+class AdapterLoadError(ServerError):
+    """The server did not load an adapter. Never fall back to the base model on this error."""
+
+
+class _Transient(Exception):
+    """Internal: an attempt failed in a way worth retrying."""
+
+
+def _parse_token_id(tok, where: str) -> int:
+    if isinstance(tok, int):
+        return tok
+    if isinstance(tok, str) and tok.startswith("token_id:"):
+        return int(tok.split(":", 1)[1])
+    raise ValueError(f"{where}: expected 'token_id:<int>' (return_tokens_as_token_ids), got {tok!r}")
+
+
+class VLLMServerBackend(GenerationBackend):
+    """Generation backend over a vLLM (or reference) server's OpenAI-compatible HTTP API.
+
+    ``model_name`` is the served base model name (vLLM ``--served-model-name``, default the model
+    path). ``tokenizer`` is the trainer's tokenizer (needed for chat messages, label scoring and token
+    id prompts). ``error_context`` returns extra text (server log tail) appended to errors.
+    """
+
+    name = "vllm_server"
+
+    def __init__(self, base_url: str, model_name: str, tokenizer=None, *, timeout_s: float = 300.0,
+                 max_retries: int = 3, backoff_s: float = 0.5, use_chat_template: bool = True,
+                 max_prompts_per_call: int = 64, concurrency: int = 4, adapter_prefix: str = "policy",
+                 error_context: Callable[[], str] | None = None):
+        if max_retries < 0 or timeout_s <= 0 or backoff_s < 0:
+            raise ValueError("VLLMServerBackend: need max_retries >= 0, timeout_s > 0, backoff_s >= 0")
+        self.base_url = base_url.rstrip("/")
+        self.model_name = model_name
+        self.tokenizer = tokenizer
+        self.timeout_s = float(timeout_s)
+        self.max_retries = int(max_retries)
+        self.backoff_s = float(backoff_s)
+        self.use_chat_template = use_chat_template and getattr(tokenizer, "chat_template", None) is not None
+        self.max_prompts_per_call = int(max_prompts_per_call)
+        self.concurrency = max(1, int(concurrency))
+        self.adapter_prefix = adapter_prefix
+        self.error_context = error_context
+        self._nonce = secrets.token_hex(3)
+        self._adapters: list[str] = []  # loaded by this client, oldest first; last = current
+        self.current_version: str | None = None
+
+    # -- HTTP ---------------------------------------------------------------------------------
+    def _context(self) -> str:
+        if self.error_context is None:
+            return ""
+        try:
+            extra = self.error_context()
+        except Exception as e:  # the context hook must never hide the real error
+            extra = f"(could not read server log: {e})"
+        return f"\n--- server log (last lines) ---\n{extra}" if extra else ""
+
+    def _request(self, method: str, path: str, payload: dict | None, what: str, *,
+                 timeout_s: float | None = None, parse_json: bool = True, retries: int | None = None):
+        """One HTTP call with bounded retries. Returns parsed JSON (or raw text if not parse_json)."""
+        url = f"{self.base_url}{path}"
+        data = json.dumps(payload).encode() if payload is not None else None
+        retries = self.max_retries if retries is None else retries
+        last: BaseException | None = None
+        for attempt in range(retries + 1):
+            if attempt:
+                time.sleep(self.backoff_s * 2 ** (attempt - 1))
+            req = urllib.request.Request(url, data=data, method=method,
+                                         headers={"Content-Type": "application/json"} if data else {})
+            try:
+                with urllib.request.urlopen(req, timeout=timeout_s or self.timeout_s) as resp:
+                    body = resp.read()
+            except urllib.error.HTTPError as e:
+                detail = e.read().decode("utf-8", "replace")[:2000]
+                if e.code >= 500:
+                    last = ServerResponseError(f"HTTP {e.code} from {url} for {what}: {detail}")
+                    log.warning("vllm_server: HTTP %s from %s (attempt %d/%d), retrying", e.code, url,
+                                attempt + 1, retries + 1)
+                    continue
+                raise ServerResponseError(f"HTTP {e.code} from {url} for {what}: {detail}{self._context()}") from e
+            except (urllib.error.URLError, http.client.HTTPException, ConnectionError, socket.timeout,
+                    TimeoutError, OSError) as e:
+                last = e
+                log.warning("vllm_server: %s on %s (attempt %d/%d)", e, url, attempt + 1, retries + 1)
+                continue
+            if not parse_json:
+                return body.decode("utf-8", "replace")
+            try:
+                return json.loads(body)
+            except json.JSONDecodeError as e:
+                raise ServerResponseError(
+                    f"malformed JSON from {url} for {what}: {e}; body starts {body[:200]!r}{self._context()}"
+                ) from e
+        if isinstance(last, ServerResponseError):
+            raise ServerResponseError(f"{last} (after {retries + 1} attempts){self._context()}") from last
+        raise ServerUnreachableError(
+            f"vLLM server at {self.base_url} is unreachable ({type(last).__name__}: {last}) for {what}, "
+            f"after {retries + 1} attempts. Is it running (launch/vllm_server.sh) and is the URL right?"
+            f"{self._context()}") from last
+
+    def health(self, timeout_s: float = 5.0) -> bool:
+        """True if ``GET /health`` answers 200 (one attempt, no retries)."""
+        try:
+            self._request("GET", "/health", None, "GET /health", timeout_s=timeout_s, parse_json=False,
+                          retries=0)
+            return True
+        except ServerError:
+            return False
+
+    def list_models(self) -> list[str]:
+        out = self._request("GET", "/v1/models", None, "GET /v1/models")
+        try:
+            return [m["id"] for m in out["data"]]
+        except (KeyError, TypeError) as e:
+            raise ServerResponseError(f"GET {self.base_url}/v1/models: unexpected body {str(out)[:200]}") from e
+
+    # -- prompts --------------------------------------------------------------------------------
+    def render(self, prompt: str | None = None, messages: list[dict] | None = None) -> str:
+        if messages is None:
+            return prompt
+        if self.tokenizer is None:
+            raise ValueError("VLLMServerBackend: chat messages need a tokenizer (pass tokenizer=) so the "
+                             "chat template is applied client side, as in training")
+        if not self.use_chat_template:
+            return "\n".join(m["content"] for m in messages) + "\n"
+        return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+
+    def _encode(self, text: str) -> list[int]:
+        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def _prompt_payload(self, text: str):
+        """What goes into the ``prompt`` field: token ids when we have a tokenizer, else text."""
+        return self._encode(text) if self.tokenizer is not None else text
+
+    def _model_for(self, adapter: str | None) -> str:
+        if adapter is not None:
+            return adapter
+        return self._adapters[-1] if self._adapters else self.model_name
+
+    @property
+    def current_adapter(self) -> str | None:
+        """Served name of the adapter that requests without ``adapter=`` go to (None = base)."""
+        return self._adapters[-1] if self._adapters else None
+
+    # -- generation -----------------------------------------------------------------------------
+    def generate(self, requests: Sequence[GenerationRequest], *, progress: bool = False,
+                 desc: str = "generate") -> list[GenerationResult]:
+        from tqdm.auto import tqdm
+
+        payloads = [self._prompt_payload(self.render(r.prompt, r.messages)) for r in requests]
+        groups: dict[tuple, list[int]] = defaultdict(list)
+        for i, r in enumerate(requests):
+            key = (self._model_for(r.adapter), r.n, r.max_new_tokens, float(r.temperature), float(r.top_p),
+                   tuple(r.stop), r.seed)
+            groups[key].append(i)
+        calls = [(key, idx[s:s + self.max_prompts_per_call]) for key, idx in groups.items()
+                 for s in range(0, len(idx), self.max_prompts_per_call)]
+        results: dict[int, GenerationResult] = {}
+        bar = tqdm(total=len(requests), desc=desc, disable=not progress, unit="prompt")
+
+        def run(call):
+            key, idx = call
+            return idx, self._complete(key, [payloads[i] for i in idx], [requests[i] for i in idx])
+
+        try:
+            with ThreadPoolExecutor(max_workers=min(self.concurrency, len(calls) or 1)) as pool:
+                for idx, out in pool.map(run, calls):
+                    for i, res in zip(idx, out):
+                        results[i] = res
+                    bar.update(len(idx))
+        finally:
+            bar.close()
+        return [results[i] for i in range(len(requests))]
+
+    def _complete(self, key: tuple, prompts: list, reqs: list[GenerationRequest]) -> list[GenerationResult]:
+        model, n, max_tokens, temperature, top_p, stop, seed = key
+        body = {"model": model, "prompt": prompts, "n": n, "max_tokens": max_tokens,
+                "temperature": temperature, "top_p": top_p, "top_k": -1, "min_p": 0.0,
+                "repetition_penalty": 1.0, "stop": list(stop), "logprobs": 1,
+                "return_tokens_as_token_ids": True, "add_special_tokens": False,
+                "skip_special_tokens": True}
+        if seed is not None:
+            body["seed"] = seed
+        first = reqs[0].prompt if reqs[0].prompt is not None else json.dumps(reqs[0].messages)
+        what = (f"POST /v1/completions (model={model!r}, {len(prompts)} prompt(s) x n={n}, "
+                f"max_tokens={max_tokens}, first prompt {first[:60]!r})")
+        out = self._request("POST", "/v1/completions", body, what)
+        choices = out.get("choices") if isinstance(out, dict) else None
+        if not isinstance(choices, list):
+            raise ServerResponseError(f"{what}: response has no 'choices' list: {str(out)[:300]}{self._context()}")
+        want = len(prompts) * n
+        if len(choices) != want:
+            raise ServerResponseError(f"{what}: asked for {want} samples ({len(prompts)} prompts x n={n}), "
+                                      f"server returned {len(choices)}{self._context()}")
+        by_index: dict[int, dict] = {}
+        for k, ch in enumerate(choices):
+            idx = ch.get("index", k) if isinstance(ch, dict) else None
+            if idx is None or idx in by_index or not 0 <= idx < want:
+                raise ServerResponseError(f"{what}: bad or duplicate choice index {idx!r}{self._context()}")
+            by_index[idx] = ch
+        results = []
+        for p, (prompt, req) in enumerate(zip(prompts, reqs)):
+            samples = []
+            for j in range(n):
+                ch = by_index[p * n + j]
+                try:
+                    lp = ch["logprobs"]
+                    ids = ch.get("token_ids") or [_parse_token_id(t, what) for t in lp["tokens"]]
+                    logprobs = [float(x) for x in lp["token_logprobs"]]
+                    if len(ids) != len(logprobs):
+                        raise ValueError(f"{len(ids)} tokens but {len(logprobs)} log-probs")
+                    samples.append(Sample(text=ch["text"], token_ids=[int(t) for t in ids], logprobs=logprobs,
+                                          finish_reason="length" if ch.get("finish_reason") == "length" else "stop"))
+                except (KeyError, TypeError, ValueError) as e:
+                    raise ServerResponseError(f"{what}: choice {p * n + j} is malformed ({type(e).__name__}: {e})"
+                                              f"{self._context()}") from e
+            pids = prompt if isinstance(prompt, list) else []
+            results.append(GenerationResult(request=req, samples=samples, prompt_token_ids=pids))
+        return results
+
+    # -- prompt log-probs: sync probe and label scoring ----------------------------------------
+    def prompt_logprobs(self, prompt: str | list[int], adapter: str | None = None) -> list[float]:
+        """``[log p(x_t | x_<t) for t in 1..L-1]`` of a token id list (or text, tokenized client side
+        when a tokenizer is set) under ``adapter`` (default: the current adapter; pass
+        ``backend.model_name`` for the base model)."""
+        return self.prompt_logprobs_batch([prompt], adapter=adapter)[0]
+
+    def prompt_logprobs_batch(self, prompts: Sequence[str | list[int]], adapter: str | None = None) -> list[list[float]]:
+        sent = [self._prompt_payload(p) if isinstance(p, str) else list(p) for p in prompts]
+        if not isinstance(sent[0], list):
+            raise ValueError("prompt_logprobs of text needs a tokenizer; pass token ids instead")
+        model = self._model_for(adapter)
+        out_all: list[list[float]] = []
+        for s in range(0, len(sent), self.max_prompts_per_call):
+            chunk = sent[s:s + self.max_prompts_per_call]
+            what = f"POST /v1/completions prompt_logprobs (model={model!r}, {len(chunk)} sequence(s))"
+            body = {"model": model, "prompt": chunk, "n": 1, "max_tokens": 1, "temperature": 0.0,
+                    "prompt_logprobs": 1, "add_special_tokens": False}
+            out = self._request("POST", "/v1/completions", body, what)
+            choices = out.get("choices") if isinstance(out, dict) else None
+            if not isinstance(choices, list) or len(choices) != len(chunk):
+                raise ServerResponseError(f"{what}: expected {len(chunk)} choices, got "
+                                          f"{len(choices) if isinstance(choices, list) else str(out)[:200]}{self._context()}")
+            for k, ch in enumerate(sorted(choices, key=lambda c: c.get("index", 0))):
+                ids = chunk[k]
+                try:
+                    plp = ch["prompt_logprobs"]
+                    if len(plp) != len(ids):
+                        raise ValueError(f"{len(plp)} prompt log-prob entries for {len(ids)} prompt tokens")
+                    out_all.append([float(plp[t][str(ids[t])]["logprob"]) for t in range(1, len(ids))])
+                except (KeyError, TypeError, ValueError) as e:
+                    raise ServerResponseError(f"{what}: sequence {k} has malformed prompt_logprobs "
+                                              f"({type(e).__name__}: {e}){self._context()}") from e
+        return out_all
+
+    def score_labels(self, prompts: Sequence[str | list[dict]], labels: Sequence[str]) -> list[dict[str, float]]:
+        """Same definition as :meth:`HFBackend.score_labels`, from server prompt log-probs of
+        ``prompt_ids + label_ids`` (summed over the label tokens, soft-maxed across labels)."""
+        import math
+
+        if self.tokenizer is None:
+            raise ValueError("VLLMServerBackend.score_labels needs a tokenizer (label token boundaries)")
+        label_ids = [self._encode(l) for l in labels]
+        seqs, spans = [], []
+        for p in prompts:
+            pids = self._encode(self.render(messages=p) if isinstance(p, list) else self.render(prompt=p))
+            for lid in label_ids:
+                seqs.append(pids + lid)
+                spans.append(len(lid))
+        lps = self.prompt_logprobs_batch(seqs)
+        scores = [sum(lp[len(lp) - k:]) for lp, k in zip(lps, spans)]
+        out, k = [], len(labels)
+        for i in range(len(prompts)):
+            row = scores[i * k:(i + 1) * k]
+            m = max(row)
+            z = sum(math.exp(s - m) for s in row)
+            out.append({lab: math.exp(s - m) / z for lab, s in zip(labels, row)})
+        return out
+
+    # -- adapters -------------------------------------------------------------------------------
+    def adapter_name(self, version: str) -> str:
+        return f"{self.adapter_prefix}-{self._nonce}-{version}"
+
+    def load_adapter(self, path: str, version: str) -> None:
+        """Load the adapter at ``path`` under a new name, route later requests to it, unload older
+        versions loaded by this client. Raises :class:`AdapterLoadError` if the server refuses;
+        requests keep going to the previous adapter only if the caller catches that and continues."""
+        name = self.adapter_name(str(version))
+        what = f"POST /v1/load_lora_adapter (lora_name={name!r}, lora_path={path!r})"
+        try:
+            self._request("POST", "/v1/load_lora_adapter", {"lora_name": name, "lora_path": str(path)}, what,
+                          parse_json=False)
+        except ServerResponseError as e:
+            raise AdapterLoadError(f"server at {self.base_url} failed to load adapter version {version!r} from "
+                                   f"{path}: {e}. Refusing to continue with the previous or base weights.") from e
+        if name not in self.list_models():
+            raise AdapterLoadError(f"server at {self.base_url} acknowledged loading {name!r} but does not list it "
+                                   f"in /v1/models{self._context()}")
+        old, self._adapters = self._adapters, [name]
+        self.current_version = str(version)
+        for stale in old:
+            try:
+                self._request("POST", "/v1/unload_lora_adapter", {"lora_name": stale},
+                              f"POST /v1/unload_lora_adapter (lora_name={stale!r})", parse_json=False)
+            except ServerError as e:  # a leaked old adapter costs memory, not correctness
+                log.warning("vllm_server: could not unload old adapter %s: %s", stale, e)
+
+    def close(self) -> None:
+        pass

@@ -1,0 +1,172 @@
+"""VLLMServerBackend against the loopback reference server: protocol, parity with HFBackend, faults."""
+
+from __future__ import annotations
+
+import math
+import socket
+
+import pytest
+
+from eval_hooks.backends.base import GenerationRequest
+from eval_hooks.backends.vllm_server import (ServerResponseError, ServerUnreachableError, VLLMServerBackend,
+                                             _parse_token_id)
+
+
+@pytest.fixture(scope="module")
+def server(tiny_model_dir, tiny_tokenizer):
+    from eval_hooks.backends.reference_server import ReferenceServer
+    from eval_hooks.models import load_model
+
+    srv = ReferenceServer(load_model(str(tiny_model_dir)), tiny_tokenizer, model_name="tiny").start()
+    yield srv
+    srv.shutdown()
+
+
+@pytest.fixture()
+def backend(server, tiny_tokenizer):
+    server.faults.__init__()  # no fault leaks between tests
+    return VLLMServerBackend(server.url, "tiny", tiny_tokenizer, timeout_s=30, max_retries=2, backoff_s=0.01)
+
+
+@pytest.fixture(scope="module")
+def hf(tiny_model_dir, tiny_tokenizer):
+    from eval_hooks.backends.hf import HFBackend
+    from eval_hooks.models import load_model
+
+    return HFBackend(load_model(str(tiny_model_dir)), tiny_tokenizer)
+
+
+REQS = [
+    GenerationRequest(messages=[{"role": "user", "content": "What is 2+2?"}], n=3, max_new_tokens=12),
+    GenerationRequest(prompt="Once upon a time", n=2, max_new_tokens=9),
+    GenerationRequest(messages=[{"role": "system", "content": "Be brief."},
+                                {"role": "user", "content": "Name a colour."}], n=1, max_new_tokens=7),
+]
+
+
+def test_greedy_completions_through_http_match_hf_backend(backend, hf, server):
+    served_before = server.requests_served
+    got = backend.generate(REQS)
+    want = hf.generate(REQS)
+    # Requests with different n/max_tokens go out as separate HTTP calls; each returns all its samples.
+    assert server.requests_served - served_before == 3
+    for g, w, r in zip(got, want, REQS):
+        assert len(g.samples) == r.n
+        assert g.prompt_token_ids == w.prompt_token_ids
+        for s in g.samples:  # greedy: every one of the n samples equals HF's greedy sample
+            ws = w.samples[0]
+            assert s.token_ids == ws.token_ids and s.text == ws.text and s.finish_reason == ws.finish_reason
+            assert s.logprobs == pytest.approx(ws.logprobs, abs=1e-5)
+            assert all(lp <= 0 for lp in s.logprobs)
+
+
+def test_sampled_completions_are_seeded_and_have_n_distinct_draws(backend):
+    req = GenerationRequest(prompt="abc", n=4, max_new_tokens=10, temperature=1.0, top_p=1.0, seed=7)
+    a = backend.generate([req])[0]
+    b = backend.generate([req])[0]
+    assert [s.token_ids for s in a.samples] == [s.token_ids for s in b.samples]
+    assert len({tuple(s.token_ids) for s in a.samples}) > 1  # a random tiny model: 4 draws of 10 tokens differ
+    assert all(len(s.token_ids) == len(s.logprobs) for s in a.samples)
+
+
+def test_stop_strings_and_max_tokens(backend, hf):
+    base = GenerationRequest(prompt="Hello", n=1, max_new_tokens=20)
+    full = hf.generate([base])[0].samples[0].text
+    assert len(full) > 3
+    stop = full[2:4]  # a stop string that greedy decoding is guaranteed to produce
+    got = backend.generate([GenerationRequest(prompt="Hello", n=1, max_new_tokens=20, stop=[stop])])[0].samples[0]
+    assert got.text == full[:full.find(stop)]
+    assert got.finish_reason == "stop"
+    short = backend.generate([GenerationRequest(prompt="Hello", n=1, max_new_tokens=3)])[0].samples[0]
+    assert len(short.token_ids) <= 3
+
+
+def test_prompt_logprobs_match_trainer_forward(backend, tiny_model_dir, tiny_tokenizer):
+    from eval_hooks.models import load_model
+    from trainer.weight_sync import trainer_prompt_logprobs
+
+    ids = tiny_tokenizer("probe sequence 123", add_special_tokens=False)["input_ids"]
+    got = backend.prompt_logprobs(ids)
+    assert len(got) == len(ids) - 1
+    assert got == pytest.approx(trainer_prompt_logprobs(load_model(str(tiny_model_dir)), ids), abs=1e-5)
+
+
+def test_score_labels_matches_hf_backend(backend, hf):
+    prompts = ["The answer is", [{"role": "user", "content": "Yes or no?"}]]
+    labels = [" yes", " no", " maybe"]
+    got = backend.score_labels(prompts, labels)
+    want = hf.score_labels(prompts, labels)
+    for g, w in zip(got, want):
+        assert math.isclose(sum(g.values()), 1.0, rel_tol=1e-9)
+        for lab in labels:
+            assert g[lab] == pytest.approx(w[lab], abs=1e-5)
+
+
+def test_retries_after_dropped_connection(backend, server):
+    server.faults.drop_connections = 2  # two dropped attempts, the third (max_retries=2) succeeds
+    before = server.requests_received
+    out = backend.generate([GenerationRequest(prompt="hi", n=2, max_new_tokens=4)])
+    assert len(out[0].samples) == 2
+    assert server.faults.drop_connections == 0 and server.requests_received == before + 3
+
+
+def test_retries_on_5xx_then_gives_up_naming_the_request(backend, server):
+    server.faults.server_errors = 1
+    assert len(backend.generate([GenerationRequest(prompt="hi", max_new_tokens=2)])[0].samples) == 1
+    server.faults.server_errors = 5
+    with pytest.raises(ServerResponseError, match=r"HTTP 503.*/v1/completions.*after 3 attempts"):
+        backend.generate([GenerationRequest(prompt="hi", max_new_tokens=2)])
+
+
+def test_too_many_dropped_connections_is_an_unreachable_error(backend, server):
+    server.faults.drop_connections = 3
+    with pytest.raises(ServerUnreachableError, match=server.url):
+        backend.generate([GenerationRequest(prompt="hi", max_new_tokens=2)])
+
+
+def test_unreachable_server_error_names_the_url(tiny_tokenizer):
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    url = f"http://127.0.0.1:{port}"
+    b = VLLMServerBackend(url, "tiny", tiny_tokenizer, timeout_s=2, max_retries=1, backoff_s=0.01,
+                          error_context=lambda: "engine died: CUDA out of memory")
+    assert b.health() is False
+    with pytest.raises(ServerUnreachableError) as e:
+        b.generate([GenerationRequest(prompt="hi")])
+    msg = str(e.value)
+    assert url in msg and "after 2 attempts" in msg and "engine died: CUDA out of memory" in msg
+
+
+def test_malformed_json_names_the_request(backend, server):
+    server.faults.malformed_json = 1
+    with pytest.raises(ServerResponseError, match=r"malformed JSON .*POST /v1/completions \(model='tiny', 1 prompt"):
+        backend.generate([GenerationRequest(prompt="a distinctive prompt", n=2, max_new_tokens=3)])
+
+
+def test_fewer_samples_than_asked_names_the_request(backend, server):
+    server.faults.fewer_samples = 1
+    with pytest.raises(ServerResponseError, match=r"asked for 6 samples \(2 prompts x n=3\), server returned 5") as e:
+        backend.generate([GenerationRequest(prompt="first prompt", n=3, max_new_tokens=3),
+                          GenerationRequest(prompt="second", n=3, max_new_tokens=3)])
+    assert "'first prompt'" in str(e.value)
+
+
+def test_unknown_model_is_a_4xx_error_not_a_retry(backend, server):
+    before = server.requests_received
+    with pytest.raises(ServerResponseError, match="HTTP 404.*does not exist"):
+        backend.generate([GenerationRequest(prompt="x", adapter="no-such-adapter")])
+    assert server.requests_received == before + 1  # a client error is not retried
+
+
+def test_parse_token_id():
+    assert _parse_token_id("token_id:17", "w") == 17
+    with pytest.raises(ValueError, match="token_id"):
+        _parse_token_id("hello", "w")
+
+
+def test_reference_server_refuses_non_loopback(tiny_model_dir, tiny_tokenizer):
+    from eval_hooks.backends.reference_server import ReferenceServer
+
+    with pytest.raises(ValueError, match="loopback"):
+        ReferenceServer(object(), tiny_tokenizer, host="0.0.0.0")
