@@ -1,0 +1,157 @@
+"""LoRA hot-sync through the reference server and the stale-weights probe."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+
+from _vllm_helpers import make_lora_policy, perturb_lora
+from eval_hooks.backends.base import GenerationRequest
+from eval_hooks.backends.vllm_server import AdapterLoadError, VLLMServerBackend
+from trainer.weight_sync import (CHECKSUM_FILE, AdapterSync, StaleWeightsError, adapter_checksum,
+                                 save_adapter_atomically, sync_probe, trainer_prompt_logprobs)
+
+
+@pytest.fixture()
+def server(tiny_model_dir, tiny_tokenizer):
+    from eval_hooks.backends.reference_server import ReferenceServer
+    from eval_hooks.models import load_model
+
+    srv = ReferenceServer(load_model(str(tiny_model_dir)), tiny_tokenizer, model_name="tiny").start()
+    yield srv
+    srv.shutdown()
+
+
+@pytest.fixture()
+def backend(server, tiny_tokenizer):
+    return VLLMServerBackend(server.url, "tiny", tiny_tokenizer, timeout_s=30, max_retries=1, backoff_s=0.01)
+
+
+PROBE = "Check the evidence: 2 + 2 = 4."
+
+
+def test_save_adapter_atomically_writes_safetensors_and_checksum(tmp_path, tiny_model_dir):
+    policy = make_lora_policy(tiny_model_dir, seed=1)
+    path, digest = save_adapter_atomically(policy, tmp_path / "adapters", "s3")
+    p = Path(path)
+    assert p == tmp_path / "adapters" / "adapter-s3"
+    assert (p / "adapter_model.safetensors").is_file() and (p / "adapter_config.json").is_file()
+    assert (p / CHECKSUM_FILE).read_text().strip() == digest
+    # The checksum is the documented hash: name, NUL, bytes for each file in sorted order.
+    h = hashlib.sha256()
+    for f in sorted(x for x in p.iterdir() if x.name != CHECKSUM_FILE):
+        h.update(f.name.encode() + b"\0" + f.read_bytes())
+    assert digest == h.hexdigest() == adapter_checksum(p)
+    assert not [x for x in (tmp_path / "adapters").iterdir() if x.name.startswith(".")]  # no temp dirs left
+    # Re-saving the same version with new weights replaces the directory and changes the checksum.
+    perturb_lora(policy, seed=2)
+    path2, digest2 = save_adapter_atomically(policy, tmp_path / "adapters", "s3")
+    assert path2 == path and digest2 != digest and adapter_checksum(path2) == digest2
+    assert sorted(x.name for x in (tmp_path / "adapters").iterdir()) == ["adapter-s3"]
+
+
+def test_save_adapter_atomically_leaves_nothing_on_failure(tmp_path):
+    class NotPeft:
+        def save_pretrained(self, d, safe_serialization=True):
+            (Path(d) / "pytorch_model.bin").write_bytes(b"x")
+
+    with pytest.raises(RuntimeError, match="adapter_model.safetensors"):
+        save_adapter_atomically(NotPeft(), tmp_path, "s1")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_hot_sync_server_serves_new_weights_and_probe_passes(tmp_path, backend, server, tiny_model_dir,
+                                                             tiny_tokenizer):
+    from eval_hooks.backends.hf import HFBackend
+
+    policy = make_lora_policy(tiny_model_dir, seed=1)
+    req = GenerationRequest(prompt="Once upon", n=2, max_new_tokens=8)
+    base_out = backend.generate([req])[0].samples[0]
+
+    sync = AdapterSync(backend, tmp_path / "adapters", every_k_steps=2, keep_last=2, tokenizer=tiny_tokenizer,
+                       probe_text=PROBE, probe_threshold=1e-3)
+    assert sync.maybe_sync(policy, 1) == {}  # not a sync step
+    m0 = sync.maybe_sync(policy, 2)
+    assert m0["adapter_version"] == "s2" and m0["adapter_checksum"] == adapter_checksum(m0["adapter_path"])
+    assert m0["probe_mean_abs_dlogp"] < 1e-4 and m0["probe_tokens"] == len(PROBE) - 1  # byte tokenizer
+    first_name = backend.current_adapter
+    assert first_name.endswith("-s2") and first_name in backend.list_models()
+
+    # The server now generates with the adapter: same as the trainer's policy, different from the base.
+    want = HFBackend(policy, tiny_tokenizer).generate([req])[0].samples[0]
+    got = backend.generate([req])[0].samples[0]
+    assert got.token_ids == want.token_ids and got.logprobs == pytest.approx(want.logprobs, abs=1e-5)
+    assert got.logprobs != pytest.approx(base_out.logprobs, abs=1e-3)
+
+    # "Train" (perturb), sync again: new name, old one unloaded, probe still passes on the new weights.
+    perturb_lora(policy, seed=5)
+    m1 = sync.maybe_sync(policy, 4)
+    assert m1["adapter_version"] == "s4" and m1["adapter_checksum"] != m0["adapter_checksum"]
+    assert m1["probe_mean_abs_dlogp"] < 1e-4 and m1["probe_trainer_shift"] > 0.01
+    assert backend.current_adapter.endswith("-s4") and first_name not in backend.list_models()
+    got = backend.generate([req])[0].samples[0]
+    want = HFBackend(policy, tiny_tokenizer).generate([req])[0].samples[0]
+    assert got.token_ids == want.token_ids and got.logprobs == pytest.approx(want.logprobs, abs=1e-5)
+    # The base model stays reachable by its own name.
+    assert backend.generate([GenerationRequest(prompt="Once upon", max_new_tokens=8, adapter="tiny")])[0] \
+        .samples[0].token_ids == base_out.token_ids
+
+    # keep_last=2 directories on disk
+    sync.maybe_sync(policy, 6)
+    assert sorted(p.name for p in (tmp_path / "adapters").iterdir()) == ["adapter-s4", "adapter-s6"]
+    assert sync.current()["adapter_version"] == "s6"
+
+
+def test_probe_catches_a_stale_adapter(tmp_path, backend, server, tiny_model_dir, tiny_tokenizer):
+    policy = make_lora_policy(tiny_model_dir, seed=1)
+    sync = AdapterSync(backend, tmp_path, tokenizer=tiny_tokenizer, probe_text=PROBE, probe_threshold=0.01)
+    ok = sync.maybe_sync(policy, 1)
+    assert ok["probe_mean_abs_dlogp"] < 1e-4
+
+    perturb_lora(policy, seed=9)
+    server.faults.stale_adapter_loads = 1  # server says "loaded" but keeps serving the step-1 weights
+    with pytest.raises(StaleWeightsError, match="stale or wrong weights") as e:
+        sync.maybe_sync(policy, 2)
+    m = e.value.metrics
+    # The logged difference is the real one: server (old weights) vs trainer (new weights).
+    ids = tiny_tokenizer(PROBE, add_special_tokens=False)["input_ids"]
+    old = backend.prompt_logprobs(ids)
+    new = trainer_prompt_logprobs(policy, ids)
+    expect = sum(abs(a - b) for a, b in zip(old, new)) / len(new)
+    assert m["probe_mean_abs_dlogp"] == pytest.approx(expect, rel=1e-6) and expect > 0.01
+    assert m["adapter_version"] == "s2"
+
+
+def test_sync_probe_returns_difference_and_catches_base_weights(backend, tiny_model_dir, tiny_tokenizer):
+    policy = make_lora_policy(tiny_model_dir, seed=3)
+    # The server has no adapter: it serves the base model; the trainer has a LoRA policy.
+    with pytest.raises(StaleWeightsError) as e:
+        sync_probe(backend, policy, tiny_tokenizer, PROBE, adapter=None, threshold=0.01)
+    assert e.value.metrics["probe_mean_abs_dlogp"] > 0.01
+    with policy.disable_adapter():  # trainer without adapter == server base: passes, difference returned
+        m = sync_probe(backend, policy, tiny_tokenizer, PROBE, adapter="tiny", threshold=0.01)
+    assert m["probe_mean_abs_dlogp"] < 1e-4 and m["probe_max_abs_dlogp"] >= m["probe_mean_abs_dlogp"]
+
+
+def test_adapter_load_failure_is_an_error_not_a_fallback(tmp_path, backend, server, tiny_model_dir,
+                                                         tiny_tokenizer):
+    policy = make_lora_policy(tiny_model_dir, seed=1)
+    path, _ = save_adapter_atomically(policy, tmp_path, "s1")
+    server.faults.fail_adapter_loads = 1
+    with pytest.raises(AdapterLoadError, match=r"failed to load adapter version 's1'.*Refusing to continue"):
+        backend.load_adapter(path, "s1")
+    assert backend.current_adapter is None
+    with pytest.raises(AdapterLoadError, match="adapter_config.json"):
+        backend.load_adapter(str(tmp_path / "missing"), "s2")
+    backend.load_adapter(path, "s1")  # a later good load works
+    assert backend.current_adapter.endswith("-s1")
+
+
+def test_adapter_sync_validates_arguments(backend, tiny_tokenizer, tmp_path):
+    with pytest.raises(ValueError, match="every_k_steps"):
+        AdapterSync(backend, tmp_path, every_k_steps=0, tokenizer=tiny_tokenizer)
+    with pytest.raises(ValueError, match="tokenizer"):
+        AdapterSync(backend, tmp_path)
