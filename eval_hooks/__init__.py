@@ -1,0 +1,13 @@
+"""selectrust evaluation: matched-condition benchmarks (MIST, Box2, Taste, MedCounterfact), answer
+parsers, metrics and reports, and the generation backends they run on.
+
+``import eval_hooks`` stays light (no torch/transformers): backends, metrics and plotting load on use.
+"""
+
+from .evaluate import (PROMPT_DEFENSE, build_requests, load_rows, read_responses, run_matched_eval, score_responses,
+                       score_rows)
+from .families import FAMILIES
+from .io import DataError
+
+__all__ = ["FAMILIES", "DataError", "PROMPT_DEFENSE", "load_rows", "read_responses", "score_rows",
+           "score_responses", "build_requests", "run_matched_eval"]

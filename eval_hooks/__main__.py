@@ -1,0 +1,107 @@
+"""Command line for bring-your-own generations and matched-set building.
+
+    python -m eval_hooks expand --family F --data ITEMS --out rows.jsonl
+    python -m eval_hooks score  --family F --rows rows.jsonl --responses responses.jsonl --out DIR
+    python -m eval_hooks build-gsm8k --data gsm8k_test.jsonl --out mist_gsm8k.jsonl [--seed 0] [--limit N]
+
+F is one of mist, box2, taste, med. Bad input prints one ``error: <file>, line <n>, field '<f>': ...``
+message and exits with status 2, leaving no output behind.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections import Counter
+from pathlib import Path
+
+from .io import DataError, write_jsonl_atomic
+
+
+def _cmd_expand(args) -> int:
+    from .evaluate import load_rows
+
+    rows = load_rows(args.family, args.data)
+    write_jsonl_atomic(args.out, rows)
+    n_items = len({r["item_id"] for r in rows})
+    conds = Counter(r["condition"] for r in rows)
+    print(f"wrote {len(rows)} rows ({n_items} items, {len(conds)} conditions) to {args.out}")
+    return 0
+
+
+def _cmd_score(args) -> int:
+    from .evaluate import _check_responses, load_rows, read_responses, score_responses
+
+    rows = load_rows(args.family, args.rows)
+    responses = read_responses(args.responses, rows)
+    _check_responses(rows, responses, str(args.responses))
+    metrics = score_responses(args.family, rows, responses, args.out, step=args.step, n_boot=args.n_boot,
+                              seed=args.seed, title=args.title)
+    headline = {k: v for k, v in metrics.items() if k not in ("ci", "slices", "per_cell", "eval_settings")}
+    print(json.dumps(headline, indent=1, default=str)[:4000])
+    print(f"wrote {Path(args.out) / 'metrics.json'}, item_scores.jsonl and report.md")
+    return 0
+
+
+def _cmd_build_gsm8k(args) -> int:
+    from .builders.gsm8k import build_file
+
+    stats = build_file(args.data, args.out, seed=args.seed, limit=args.limit, shuffle=args.shuffle,
+                       source=args.source, question_field=args.question_field, answer_field=args.answer_field,
+                       id_field=args.id_field, topic=args.topic,
+                       channels=args.channels.split(",") if args.channels else None)
+    print(json.dumps(stats))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from .families import FAMILIES
+
+    p = argparse.ArgumentParser(prog="python -m eval_hooks", description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="cmd", required=True)
+
+    e = sub.add_parser("expand", help="validate an items file and write the evaluation rows (JSONL)")
+    e.add_argument("--family", required=True, choices=sorted(FAMILIES))
+    e.add_argument("--data", required=True, help="items file (.jsonl or .parquet); formats: eval_hooks/FORMATS.md")
+    e.add_argument("--out", required=True, help="rows file to write (.jsonl)")
+    e.set_defaults(func=_cmd_expand)
+
+    s = sub.add_parser("score", help="score {row_id, response} lines against rows; write metrics and report")
+    s.add_argument("--family", required=True, choices=sorted(FAMILIES))
+    s.add_argument("--rows", required=True, help="rows file written by `expand` (or the items file itself)")
+    s.add_argument("--responses", required=True, help='JSONL with {"row_id": ..., "response": ...} per line')
+    s.add_argument("--out", required=True, help="output directory (metrics.json, item_scores.jsonl, report.md)")
+    s.add_argument("--step", type=int, default=None, help="training step to record in metrics.json")
+    s.add_argument("--n-boot", type=int, default=1000, help="bootstrap resamples for the confidence intervals")
+    s.add_argument("--seed", type=int, default=0, help="bootstrap seed")
+    s.add_argument("--title", default=None, help="report title")
+    s.set_defaults(func=_cmd_score)
+
+    b = sub.add_parser("build-gsm8k", help="build MIST quartets from a QA JSONL with numeric answers")
+    b.add_argument("--data", required=True, help="QA file, e.g. gsm8k_test.jsonl (gold from '#### N')")
+    b.add_argument("--out", required=True, help="MIST rows file to write (.jsonl)")
+    b.add_argument("--seed", type=int, default=0)
+    b.add_argument("--limit", type=int, default=None, help="keep the first N items (after --shuffle)")
+    b.add_argument("--shuffle", action="store_true", help="seeded shuffle of the items before --limit")
+    b.add_argument("--source", default="gsm8k", help="source name recorded on rows and used in item ids")
+    b.add_argument("--question-field", default="question")
+    b.add_argument("--answer-field", default="answer")
+    b.add_argument("--id-field", default=None, help="field holding a stable source id (default: 0-based line)")
+    b.add_argument("--topic", default="math")
+    b.add_argument("--channels", default=None, help="comma-separated subset of the signal channels")
+    b.set_defaults(func=_cmd_build_gsm8k)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except DataError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,488 @@
+"""The synthetic ``toy`` task family: a memorised key -> digit lookup for the embedded CPU demo.
+
+A tiny byte-level Llama learns it in about a minute on a laptop CPU, and it has every ingredient of
+the selective-trust problem: the model *knows* some answers (memorised keys), a hint in the prompt
+can be right or wrong, and only the model's own knowledge can tell which, because right and wrong
+hints are written in exactly one format (only the digit differs).
+
+Task
+----
+``make_toy_task(seed)`` draws ``n_keys`` distinct keys (``key_len`` lowercase letters, e.g. ``kqz``;
+no digits, so a key never looks like an answer; every character is one token of the byte tokenizer)
+and maps each to a digit 0-9 (the gold) plus a different digit (the wrong value used by every
+misleading hint, Box2 bad step and rejected response of that key). The keys are split into
+
+- ``train``:   known in SFT; the base's outputs on them are mined for DPO pairs and the Box2
+  counterfactual SFT / GRPO data are built on them;
+- ``heldout``: known in SFT, never used by any later training stage; evaluation of SCOPE and Box2;
+- ``unseen``:  never appear in any SFT file (nor in any training file); only a hint can answer them,
+  so the ``correct`` condition on them measures context use.
+
+Prompts (the user message; the completion is the digit alone, then EOS)::
+
+    clean       key kqz?
+    misleading  note: kqz=7. key kqz?       (wrong digit)
+    correct     note: kqz=4. key kqz?       (gold digit, the same format)
+    irrelevant  note: owls hoot. key kqz?   (a filler sentence from a small pool, no digits)
+
+SFT mix (``write_sft_mix``)
+---------------------------
+Chat examples ``{"messages": [{"role": "user", ...}, {"role": "assistant", "content": "4"}]}``
+where every hint and every workflow is right. Parts (fractions are keyword arguments):
+
+- clean and filler prompts over ``train`` + ``heldout`` keys: memorisation;
+- correct hints over known keys: hints agree with memory;
+- correct hints over *nonce* keys: fresh random keys (never any task key) with a random digit each
+  time, so the only way to get them right is to copy the hint. This is what makes the base a hint
+  follower. We use nonce keys rather than the ``unseen`` keys so that ``unseen`` stays truly unseen
+  (a hinted example also teaches its key's digit) and clean accuracy on it stays at chance;
+- good Box2 workflows (full or a prefix) over known and nonce keys, so that the base also follows
+  workflows and the Box2 stage has a bad-workflow effect to remove.
+
+Box2 toy workflows (``write_box2_items``)
+-----------------------------------------
+``task`` = the clean prompt; ``good_steps`` = ``["step: kqz is 4", "step: check 4",
+"step: answer 4"]``; the bad workflow states the wrong digit in the same words; change points
+k in {0, 1, 2}: ``bad_continuations[k]`` = the bad steps k+1..3, so ``mixed_k`` = k good steps then
+the wrong digit. A prompt is rendered by :func:`render_box2_prompt` (the Box2 loader's renderer when
+it exists, so the SFT mix, the counterfactual SFT data, the GRPO prompts and the evaluation rows are
+rendered identically).
+
+Deviation from Box2's no-leakage rule: in Box2 a workflow is a plan and must not state the answer.
+The toy task has no inner trajectory besides the lookup itself, so a good step that does not state
+the digit ("step: recall kqz") carries no information: S_G would equal S_0 by construction and a
+bad workflow that does not state a digit could not mislead. Toy good workflows therefore state the
+gold, and bad ones state a wrong digit; what we do keep is that a bad step never contains the gold
+digit, so only a good prefix (partial_k, mixed_k with k >= 1) can leak it.
+
+Pair file format (``write_toy_pairs``; the pair-mining recipe writes the same format)
+-------------------------------------------------------------------------------------
+One JSON object per line::
+
+    {"pair_id": "toy-kqz", "item_id": "toy-kqz", "condition": "misleading",
+     "prompt": "note: kqz=7. key kqz?", "chosen": "4", "rejected": "7", "source": "synthetic"}
+
+- ``pair_id`` names one (chosen, rejected) pair; SCOPE places it under all four conditions, so the
+  4 lines of a quartet share ``pair_id``, ``item_id``, ``chosen`` and ``rejected`` and differ in
+  ``condition`` (clean|misleading|correct|irrelevant) and ``prompt``. ``(pair_id, condition)`` is
+  unique in a file. A misleading-only (Standard-DPO) file keeps just the ``misleading`` lines.
+- ``prompt`` is the user message (the recipe applies the chat template); ``chosen`` / ``rejected``
+  are assistant completions without EOS.
+- ``source``: ``synthetic`` here (chosen = gold, rejected = the misleading wrong digit; nothing is
+  mined); the mining recipe writes ``mined`` (and may add fields such as ``chosen_origin``).
+
+CLI: ``python -m eval_hooks.builders.toy --out DIR --seed S`` writes every file of
+:data:`OUTPUT_FILES` plus ``task.json``. Same seed -> byte-identical files.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import random
+import string
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Sequence
+
+SPLITS = ("train", "heldout", "unseen")
+CONDITIONS = ("clean", "misleading", "correct", "irrelevant")
+CHANNEL = "note"
+SOURCE = "toy"
+BOX2_CHANGE_POINTS = (0, 1, 2)
+
+# Irrelevant context: short, no digits, no '=' (nothing that looks like an answer), no key.
+FILLERS = (
+    "owls hoot", "sky is blue", "tea is hot", "rain is wet", "cats nap", "snow is cold",
+    "fish swim", "bees buzz", "moss is soft", "wind blows", "ice melts", "frogs leap",
+)
+
+OUTPUT_FILES = {
+    "sft_mix": "sft_mix.jsonl",
+    "mist_train": "mist_train.jsonl",
+    "mist_heldout": "mist_heldout.jsonl",
+    "mist_unseen": "mist_unseen.jsonl",
+    "box2_heldout": "box2_heldout.jsonl",
+    "box2_sft": "box2_sft.jsonl",
+    "grpo_prompts": "grpo_prompts.jsonl",
+    "toy_pairs": "toy_pairs.jsonl",
+}
+
+
+# -- the task -----------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ToyTask:
+    """A drawn toy task. ``gold[key]`` / ``wrong[key]``: digits (ints, never equal);
+    ``splits[name]``: the keys of split ``train|heldout|unseen`` (disjoint, in draw order)."""
+
+    seed: int
+    key_len: int
+    gold: dict[str, int]
+    wrong: dict[str, int]
+    splits: dict[str, tuple[str, ...]]
+
+    def keys(self, split: str) -> tuple[str, ...]:
+        if split not in self.splits:
+            raise ValueError(f"unknown toy split {split!r}; accepted: {', '.join(SPLITS)}")
+        return self.splits[split]
+
+    @property
+    def known_keys(self) -> tuple[str, ...]:
+        """Keys the SFT mix teaches (train + heldout)."""
+        return self.splits["train"] + self.splits["heldout"]
+
+    def to_json(self) -> dict:
+        return {
+            "family": "toy",
+            "seed": self.seed,
+            "key_len": self.key_len,
+            "counts": {s: len(self.splits[s]) for s in SPLITS},
+            "splits": {s: list(self.splits[s]) for s in SPLITS},
+            "gold": {k: self.gold[k] for s in SPLITS for k in self.splits[s]},
+            "wrong": {k: self.wrong[k] for s in SPLITS for k in self.splits[s]},
+            "templates": {c: _template_example(c) for c in CONDITIONS},
+            "fillers": list(FILLERS),
+        }
+
+
+def _rng(seed: int, *parts: object) -> random.Random:
+    """An RNG that depends only on (seed, parts): stable across processes (no ``hash()``)."""
+    blob = json.dumps([seed, *[str(p) for p in parts]]).encode()
+    return random.Random(int.from_bytes(hashlib.sha256(blob).digest()[:8], "big"))
+
+
+def _random_key(rng: random.Random, key_len: int) -> str:
+    return "".join(rng.choice(string.ascii_lowercase) for _ in range(key_len))
+
+
+def make_toy_task(seed: int, *, n_keys: int = 600, n_heldout: int = 100, n_unseen: int = 100,
+                  key_len: int = 3) -> ToyTask:
+    """Draw ``n_keys`` distinct keys of ``key_len`` lowercase letters, their gold and wrong digits,
+    and split them into ``train`` (n_keys - n_heldout - n_unseen), ``heldout`` and ``unseen``."""
+    if not isinstance(seed, int) or isinstance(seed, bool):
+        raise ValueError(f"seed must be an int, got {seed!r}")
+    if key_len < 2:
+        raise ValueError(f"key_len must be >= 2, got {key_len}")
+    n_train = n_keys - n_heldout - n_unseen
+    if min(n_heldout, n_unseen) < 1 or n_train < 1:
+        raise ValueError(f"need n_keys > n_heldout + n_unseen with both >= 1; got n_keys={n_keys}, "
+                         f"n_heldout={n_heldout}, n_unseen={n_unseen}")
+    # Leave most of the key space free for the nonce keys of the SFT mix.
+    if n_keys * 4 > 26 ** key_len:
+        raise ValueError(f"n_keys={n_keys} is too many for key_len={key_len}; at most {26 ** key_len // 4}")
+    rng = _rng(seed, "keys")
+    keys: list[str] = []
+    seen: set[str] = set()
+    while len(keys) < n_keys:
+        k = _random_key(rng, key_len)
+        if k not in seen:
+            seen.add(k)
+            keys.append(k)
+    gold, wrong = {}, {}
+    for k in keys:
+        g = rng.randrange(10)
+        gold[k] = g
+        wrong[k] = rng.choice([d for d in range(10) if d != g])
+    splits = {
+        "train": tuple(keys[:n_train]),
+        "heldout": tuple(keys[n_train:n_train + n_heldout]),
+        "unseen": tuple(keys[n_train + n_heldout:]),
+    }
+    return ToyTask(seed=seed, key_len=key_len, gold=gold, wrong=wrong, splits=splits)
+
+
+# -- prompts ------------------------------------------------------------------------------------
+
+def clean_prompt(key: str) -> str:
+    return f"key {key}?"
+
+
+def hint_prompt(key: str, digit: int) -> str:
+    """The one hint format, for right and wrong hints alike."""
+    return f"{CHANNEL}: {key}={digit}. {clean_prompt(key)}"
+
+
+def filler_prompt(key: str, filler: str) -> str:
+    return f"{CHANNEL}: {filler}. {clean_prompt(key)}"
+
+
+def _filler_for(task: ToyTask, key: str) -> str:
+    return _rng(task.seed, "filler", key).choice(FILLERS)
+
+
+def mist_prompt(task: ToyTask, key: str, condition: str) -> str:
+    if condition == "clean":
+        return clean_prompt(key)
+    if condition == "misleading":
+        return hint_prompt(key, task.wrong[key])
+    if condition == "correct":
+        return hint_prompt(key, task.gold[key])
+    if condition == "irrelevant":
+        return filler_prompt(key, _filler_for(task, key))
+    raise ValueError(f"unknown MIST condition {condition!r}; accepted: {', '.join(CONDITIONS)}")
+
+
+def _template_example(condition: str) -> str:
+    key = "kqz"
+    return {"clean": clean_prompt(key), "misleading": hint_prompt(key, 7),
+            "correct": hint_prompt(key, 4), "irrelevant": filler_prompt(key, FILLERS[0])}[condition]
+
+
+def good_steps(key: str, digit: int) -> list[str]:
+    return [f"{key} is {digit}", f"check {digit}", f"answer {digit}"]
+
+
+def bad_steps(key: str, wrong_digit: int) -> list[str]:
+    """The bad workflow: the good one's words with the wrong digit (never the gold)."""
+    return good_steps(key, wrong_digit)
+
+
+def render_box2_prompt(task: str, steps: Sequence[str]) -> str:
+    """The user message of a toy Box2 prompt (``steps`` empty: condition none).
+
+    This is the Box2 family loader's own renderer (``eval_hooks.families.box2``), so the SFT mix, the
+    counterfactual SFT data, the GRPO prompts and the evaluation rows are rendered identically."""
+    from eval_hooks.families.box2 import render_box2_prompt as loader_render
+
+    return loader_render(task, list(steps) or None, "numeric")
+
+
+# -- writers ------------------------------------------------------------------------------------
+
+def _write_jsonl(path: str | os.PathLike, records: Iterable[dict]) -> Path:
+    """Write atomically (temp file beside ``path``, then rename); UTF-8, one object per line."""
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", dir=p.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
+            for rec in records:
+                fh.write(json.dumps(rec, ensure_ascii=True) + "\n")
+        os.chmod(tmp, 0o644)  # mkstemp makes 0600; these are ordinary data files
+        os.replace(tmp, p)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return p
+
+
+def _chat(prompt: str, answer: int) -> dict:
+    return {"messages": [{"role": "user", "content": prompt}, {"role": "assistant", "content": str(answer)}]}
+
+
+def write_sft_mix(task: ToyTask, path: str | os.PathLike, *, n_examples: int = 24000,
+                  hint_fraction: float = 0.5, copy_fraction: float = 0.5,
+                  workflow_fraction: float = 0.1, filler_fraction: float = 0.2) -> Path:
+    """The SFT mix where every hint is right (see the module docstring). Per example, independently:
+
+    - format: with probability ``workflow_fraction`` the Box2 rendering (:func:`render_box2_prompt`),
+      otherwise the MIST prompts;
+    - with probability ``hint_fraction`` the context states the answer (MIST: a right hint; Box2: a
+      random prefix of 1-3 good steps); such an example is about a nonce key with a random digit with
+      probability ``copy_fraction`` (copying is the only way to answer), else about a known key;
+    - otherwise a known key with no answer-bearing context: the clean prompt, or with probability
+      ``filler_fraction`` its filler prompt (MIST format; Box2 format: condition none).
+    Known keys are drawn uniformly from train + heldout; unseen keys never occur.
+    """
+    for name, v in (("hint_fraction", hint_fraction), ("copy_fraction", copy_fraction),
+                    ("workflow_fraction", workflow_fraction), ("filler_fraction", filler_fraction)):
+        if not 0.0 <= v <= 1.0:
+            raise ValueError(f"{name} must be in [0, 1], got {v}")
+    if n_examples < 1:
+        raise ValueError(f"n_examples must be >= 1, got {n_examples}")
+    rng = _rng(task.seed, "sft", n_examples, hint_fraction, copy_fraction, workflow_fraction, filler_fraction)
+    known = task.known_keys
+    taken = set(task.gold)
+
+    def nonce() -> str:
+        while True:
+            k = _random_key(rng, task.key_len)
+            if k not in taken:
+                return k
+
+    def gen():
+        for _ in range(n_examples):
+            box2 = rng.random() < workflow_fraction
+            if rng.random() < hint_fraction:
+                if rng.random() < copy_fraction:
+                    key, digit = nonce(), rng.randrange(10)
+                else:
+                    key = rng.choice(known)
+                    digit = task.gold[key]
+                if box2:
+                    steps = good_steps(key, digit)[:rng.randint(1, len(good_steps(key, digit)))]
+                    yield _chat(render_box2_prompt(clean_prompt(key), steps), digit)
+                else:
+                    yield _chat(hint_prompt(key, digit), digit)
+            else:
+                key = rng.choice(known)
+                if box2:
+                    yield _chat(render_box2_prompt(clean_prompt(key), []), task.gold[key])
+                elif rng.random() < filler_fraction:
+                    yield _chat(filler_prompt(key, rng.choice(FILLERS)), task.gold[key])
+                else:
+                    yield _chat(clean_prompt(key), task.gold[key])
+
+    return _write_jsonl(path, gen())
+
+
+def mist_item_id(key: str) -> str:
+    return f"toy-{key}"
+
+
+def box2_item_id(key: str) -> str:
+    return f"toywf-{key}"
+
+
+def mist_rows(task: ToyTask, split: str) -> list[dict]:
+    rows = []
+    for key in task.keys(split):
+        for cond in CONDITIONS:
+            rows.append({
+                "item_id": mist_item_id(key),
+                "condition": cond,
+                "prompt": mist_prompt(task, key, cond),
+                "answer_type": "numeric",
+                "gold": task.gold[key],
+                "wrong_value": task.wrong[key],
+                "source": SOURCE,
+                "source_id": key,
+                "channel": CHANNEL if cond in ("misleading", "correct") else ("filler" if cond == "irrelevant" else "none"),
+                "split": split,
+            })
+    return rows
+
+
+def write_mist_items(task: ToyTask, path: str | os.PathLike, *, split: str = "heldout") -> Path:
+    """MIST rows (4 per key of ``split``): ``item_id, condition, prompt, answer_type="numeric", gold,
+    wrong_value, source, source_id, channel, split``."""
+    return _write_jsonl(path, mist_rows(task, split))
+
+
+def box2_items(task: ToyTask, split: str) -> list[dict]:
+    items = []
+    for key in task.keys(split):
+        bad = bad_steps(key, task.wrong[key])
+        items.append({
+            "item_id": box2_item_id(key),
+            "task": clean_prompt(key),
+            "answer_type": "numeric",
+            "gold": task.gold[key],
+            "good_steps": good_steps(key, task.gold[key]),
+            "bad_continuations": {str(k): bad[k:] for k in BOX2_CHANGE_POINTS},
+            "wrong_value": task.wrong[key],
+            "source": SOURCE,
+            "source_id": key,
+            "split": split,
+        })
+    return items
+
+
+def write_box2_items(task: ToyTask, path: str | os.PathLike, *, split: str = "heldout") -> Path:
+    """Box2 items (one per key of ``split``): ``item_id, task, answer_type, gold, good_steps,
+    bad_continuations`` (k -> steps after the first k good ones), plus ``wrong_value, source,
+    source_id, split``."""
+    return _write_jsonl(path, box2_items(task, split))
+
+
+def write_box2_sft(task: ToyTask, path: str | os.PathLike, *, split: str = "train") -> Path:
+    """Counterfactual SFT (Box2 §Training 1): prompt = task + bad workflow, target = the gold digit."""
+    def gen():
+        for key in task.keys(split):
+            bad = bad_steps(key, task.wrong[key])
+            yield _chat(render_box2_prompt(clean_prompt(key), bad), task.gold[key])
+    return _write_jsonl(path, gen())
+
+
+def write_grpo_prompts(task: ToyTask, path: str | os.PathLike, *, split: str = "train") -> Path:
+    """RL prompts with the bad workflow: ``{item_id, prompt, gold, answer_type}`` per key."""
+    def gen():
+        for key in task.keys(split):
+            yield {
+                "item_id": box2_item_id(key),
+                "prompt": render_box2_prompt(clean_prompt(key), bad_steps(key, task.wrong[key])),
+                "gold": task.gold[key],
+                "answer_type": "numeric",
+            }
+    return _write_jsonl(path, gen())
+
+
+def toy_pairs(task: ToyTask, split: str = "train") -> list[dict]:
+    rows = []
+    for key in task.keys(split):
+        item_id = mist_item_id(key)
+        for cond in CONDITIONS:
+            rows.append({
+                "pair_id": item_id,
+                "item_id": item_id,
+                "condition": cond,
+                "prompt": mist_prompt(task, key, cond),
+                "chosen": str(task.gold[key]),
+                "rejected": str(task.wrong[key]),
+                "source": "synthetic",
+            })
+    return rows
+
+
+def write_toy_pairs(task: ToyTask, path: str | os.PathLike, *, split: str = "train") -> Path:
+    """Ready-made SCOPE quartets (chosen = gold, rejected = the misleading wrong digit), in the pair
+    file format of the module docstring."""
+    return _write_jsonl(path, toy_pairs(task, split))
+
+
+def write_all(out_dir: str | os.PathLike, *, seed: int, n_sft: int = 24000, **task_kwargs) -> dict[str, Path]:
+    """Every file of :data:`OUTPUT_FILES` plus ``task.json`` into ``out_dir``; returns name -> path."""
+    out = Path(out_dir)
+    task = make_toy_task(seed, **task_kwargs)
+    paths = {
+        "sft_mix": write_sft_mix(task, out / OUTPUT_FILES["sft_mix"], n_examples=n_sft),
+        "mist_train": write_mist_items(task, out / OUTPUT_FILES["mist_train"], split="train"),
+        "mist_heldout": write_mist_items(task, out / OUTPUT_FILES["mist_heldout"], split="heldout"),
+        "mist_unseen": write_mist_items(task, out / OUTPUT_FILES["mist_unseen"], split="unseen"),
+        "box2_heldout": write_box2_items(task, out / OUTPUT_FILES["box2_heldout"], split="heldout"),
+        "box2_sft": write_box2_sft(task, out / OUTPUT_FILES["box2_sft"], split="train"),
+        "grpo_prompts": write_grpo_prompts(task, out / OUTPUT_FILES["grpo_prompts"], split="train"),
+        "toy_pairs": write_toy_pairs(task, out / OUTPUT_FILES["toy_pairs"], split="train"),
+    }
+    meta = task.to_json()
+    meta["files"] = dict(OUTPUT_FILES)
+    meta["n_sft"] = n_sft
+    task_path = out / "task.json"
+    fd, tmp = tempfile.mkstemp(prefix=".task.json.", dir=out)
+    with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
+        fh.write(json.dumps(meta, indent=1, ensure_ascii=True) + "\n")
+    os.chmod(tmp, 0o644)
+    os.replace(tmp, task_path)
+    paths["task"] = task_path
+    return paths
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m eval_hooks.builders.toy",
+                                 description="Write the synthetic toy task files (deterministic from --seed).")
+    ap.add_argument("--out", required=True, help="output directory")
+    ap.add_argument("--seed", type=int, default=0, help="task seed (default 0)")
+    ap.add_argument("--n-keys", type=int, default=600, help="keys in all splits (default 600)")
+    ap.add_argument("--n-heldout", type=int, default=100, help="SFT-known keys held out for evaluation")
+    ap.add_argument("--n-unseen", type=int, default=100, help="keys never seen in SFT")
+    ap.add_argument("--n-sft", type=int, default=24000, help="examples in sft_mix.jsonl")
+    args = ap.parse_args(argv)
+    try:
+        paths = write_all(args.out, seed=args.seed, n_sft=args.n_sft, n_keys=args.n_keys,
+                          n_heldout=args.n_heldout, n_unseen=args.n_unseen)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    for name, p in paths.items():
+        print(f"{name}: {p}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

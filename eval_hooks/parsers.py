@@ -1,0 +1,443 @@
+"""Type-aware final-answer parsers. Deterministic exact match after parsing, never fuzzy prose matching.
+
+Every parser takes a free-text response and returns the canonical string form of its final answer,
+or ``None`` when there is none (an unparsable response counts as wrong, and is counted separately).
+No input string can make a parser raise.
+
+Rule shared by all parsers: **the last final answer wins**. A *final-answer marker* is one of
+``\\boxed{...}``, ``#### X``, ``... answer is X``, ``Answer: X`` / ``Final answer: X`` /
+``ANSWER: X`` (any case, Markdown bold allowed). Markers are tried from the last to the first; the
+first one whose text parses gives the answer. Only when no marker parses does a parser fall back to
+a type-specific guess (the last number; a bare letter, option text or label as the whole response or
+its last line; a leading yes/no).
+
+Canonical forms:
+- numeric: an integer (``"18"``), an exact decimal (``"0.25"``) or a reduced fraction (``"1/3"``),
+  with a trailing ``%`` if the answer was written as a percent;
+- multiple_choice: the option letter (``"B"``); boolean: ``"true"`` / ``"false"``;
+- fork (Taste): ``"A"`` / ``"B"``; label (Med): ``Higher | Lower | No Difference | Uncertain``.
+"""
+
+from __future__ import annotations
+
+import re
+from decimal import Decimal, localcontext
+from fractions import Fraction
+from typing import Any, Iterator, Sequence
+
+ANSWER_TYPES = ("multiple_choice", "numeric", "boolean", "choice", "label")
+MED_LABELS = ("Higher", "Lower", "No Difference", "Uncertain")
+FORK_LETTERS = ("A", "B")
+MAX_DIGITS = 60  # longer digit runs are not answers (and would hit int() limits)
+
+# -- final-answer markers -----------------------------------------------------------------------------
+
+_MARKER = re.compile(
+    r"(?P<boxed>\\(?:boxed|fbox)\s*\{)"
+    r"|(?P<hash>####)"
+    r"|(?i:(?:answer|option|choice)\s+(?:is|would\s+be|should\s+be)\b)"
+    r"|(?i:answer)[\s*_]*[:：]"
+)
+
+
+def _brace_content(text: str, start: int, limit: int = 2000) -> str:
+    """Content of a ``{...}`` group whose opening brace ends at ``start`` (nesting respected)."""
+    depth, i, end = 1, start, min(len(text), start + limit)
+    while i < end:
+        c = text[i]
+        if c == "{":
+            depth += 1
+        elif c == "}":
+            depth -= 1
+            if depth == 0:
+                return text[start:i]
+        i += 1
+    return text[start:end]
+
+
+def _rest_of_line(text: str, start: int) -> str:
+    nl = text.find("\n", start)
+    span = text[start:] if nl == -1 else text[start:nl]
+    if span.strip(" \t*_:：") or nl == -1:
+        return span
+    # "The answer is\n\n18": take the next non-empty line
+    for line in text[nl + 1:].split("\n", 8)[:8]:
+        if line.strip():
+            return line
+    return span
+
+
+def final_answer_spans(text: str) -> list[str]:
+    """Texts following each final-answer marker, in order of appearance."""
+    spans = []
+    for m in _MARKER.finditer(text):
+        if m.group("boxed"):
+            spans.append(_brace_content(text, m.end()))
+        else:
+            spans.append(_rest_of_line(text, m.end()))
+    return spans
+
+
+def _last_parse(text: str, parse_span) -> str | None:
+    for span in reversed(final_answer_spans(text)):
+        v = parse_span(span)
+        if v is not None:
+            return v
+    return None
+
+
+def _last_line(text: str) -> str:
+    for line in reversed(text.strip().split("\n")):
+        if line.strip():
+            return line
+    return ""
+
+
+def _clean(span: str) -> str:
+    return span.strip().strip("*_`\"'“”‘’ \t").strip()
+
+
+# -- numbers ------------------------------------------------------------------------------------------
+
+_LATEX_FRAC = re.compile(r"\\[dt]?frac\s*\{([^{}]{0,80})\}\s*\{([^{}]{0,80})\}")
+_LATEX_WRAP = re.compile(r"\\(?:text|textbf|mathrm|mathbf|mbox)\s*\{([^{}]{0,200})\}")
+_INT = r"(?:\d{1,3}(?:,\d{3})+(?!\d)|\d+)"
+_NUMBER = re.compile(
+    r"(?<![\w.])(?P<sign>[-+](?=\$?\.?\d))?\$?"
+    r"(?P<num>" + _INT + r"(?:\.\d+)?|\.\d+)(?![\d])"
+    r"(?:\s?/\s?(?P<den>" + _INT + r"(?:\.\d+)?)(?![\d.]))?"
+    r"(?P<pct>\s?(?:%|percent\b|per\s?cent\b))?"
+)
+
+
+class Number:
+    """A parsed number: exact value plus whether it was written as a percent."""
+
+    __slots__ = ("value", "percent")
+
+    def __init__(self, value: Fraction, percent: bool = False):
+        self.value = value
+        self.percent = percent
+
+    def canonical(self) -> str:
+        return format_fraction(self.value) + ("%" if self.percent else "")
+
+    def __repr__(self) -> str:  # pragma: no cover - debugging aid
+        return f"Number({self.canonical()})"
+
+
+def format_fraction(v: Fraction) -> str:
+    """``18`` / ``-0.25`` / ``1/3``: integers and terminating decimals exactly, else a reduced fraction."""
+    if v.denominator == 1:
+        return str(v.numerator)
+    d = v.denominator
+    while d % 2 == 0:
+        d //= 2
+    while d % 5 == 0:
+        d //= 5
+    if d != 1:
+        return f"{v.numerator}/{v.denominator}"
+    with localcontext() as ctx:
+        ctx.prec = MAX_DIGITS * 3
+        s = format(Decimal(v.numerator) / Decimal(v.denominator), "f")
+    return s.rstrip("0").rstrip(".") if "." in s else s
+
+
+def _to_fraction(s: str) -> Fraction | None:
+    s = s.replace(",", "")
+    if sum(c.isdigit() for c in s) > MAX_DIGITS:
+        return None
+    try:
+        return Fraction(s)
+    except (ValueError, ZeroDivisionError):
+        return None
+
+
+def _normalise_math(span: str) -> str:
+    span = _LATEX_FRAC.sub(r"\1/\2", span)
+    span = _LATEX_WRAP.sub(r" \1", span)
+    for a, b in (("{,}", ","), ("\\%", "%"), ("\\$", "$"), ("\\,", ""), ("\\!", ""), ("\\ ", " "),
+                 ("\u2009", ""), ("\u202f", ""), ("−", "-")):
+        span = span.replace(a, b)
+    return span
+
+
+def iter_numbers(text: str) -> Iterator[Number]:
+    """Numbers in ``text`` in order: signs, ``$``, thousands separators, decimals, ``a/b`` and
+    ``\\frac{a}{b}`` fractions, percents; trailing units are ignored."""
+    for m in _NUMBER.finditer(_normalise_math(text)):
+        v = _to_fraction(m.group("num"))
+        if v is None:
+            continue
+        if m.group("den"):
+            den = _to_fraction(m.group("den"))
+            if den:  # a zero denominator leaves the numerator alone
+                v = v / den
+        if m.group("sign") and m.group("sign") != "+":
+            v = -v
+        yield Number(v, percent=bool(m.group("pct")))
+
+
+def _first_number(span: str) -> Number | None:
+    return next(iter_numbers(span), None)
+
+
+def parse_number(value: Any) -> Number | None:
+    """A gold/wrong value (``18``, ``"18.0"``, ``"1,000"``, ``"3/4"``, ``"25%"``) as a :class:`Number`."""
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, int):
+        return Number(Fraction(value))
+    if isinstance(value, float):
+        if value != value or value in (float("inf"), float("-inf")):
+            return None
+        return Number(Fraction(str(value)))
+    if not isinstance(value, str):
+        return None
+    nums = list(iter_numbers(value))
+    return nums[0] if len(nums) == 1 else None
+
+
+def parse_numeric(text: str) -> str | None:
+    """Final numeric answer: the last marker that holds a number, else the last number in the text."""
+    text = _as_text(text)
+    for span in reversed(final_answer_spans(text)):
+        n = _first_number(span)
+        if n is not None:
+            return n.canonical()
+    last = None
+    for last in iter_numbers(text):
+        pass
+    return None if last is None else last.canonical()
+
+
+def numbers_equal(a: Number, b: Number, *, rel_tol: Fraction = Fraction(1, 10 ** 6)) -> bool:
+    """Equal up to formatting (``18.0 == 18``) and a 1e-6 relative tolerance. A percent equals its
+    number (``25% == 25``) and, when only one side is a percent, its fraction too (``25% == 0.25``)."""
+    def close(x: Fraction, y: Fraction) -> bool:
+        return abs(x - y) <= rel_tol * max(Fraction(1), abs(y))
+
+    if close(a.value, b.value):
+        return True
+    if a.percent and not b.percent:
+        return close(a.value / 100, b.value)
+    if b.percent and not a.percent:
+        return close(a.value, b.value / 100)
+    return False
+
+
+# -- multiple choice ------------------------------------------------------------------------------------
+
+_LETTER_SPAN = re.compile(r"^(?:(?i:option|choice|candidate)\s+)?[(\[]?\s*([A-Z])\s*[)\]]?(?![A-Za-z0-9])")
+_LEADING_LABEL = re.compile(r"^\s*[(\[]?[A-Za-z][)\].:]\s+")
+_WS = re.compile(r"\s+")
+
+
+def choice_letters(choices: Any) -> list[str]:
+    if isinstance(choices, dict):
+        return [str(k).strip().upper() for k in choices]
+    if isinstance(choices, (list, tuple)):
+        return [chr(ord("A") + i) for i in range(min(len(choices), 26))]
+    return ["A", "B", "C", "D", "E", "F"]  # when the options are not given
+
+
+def choice_texts(choices: Any) -> dict[str, str]:
+    """letter -> normalised option text (a leading ``"B) "`` label inside the text is dropped)."""
+    if isinstance(choices, dict):
+        items = [(str(k).strip().upper(), v) for k, v in choices.items()]
+    elif isinstance(choices, (list, tuple)):
+        items = list(zip(choice_letters(choices), choices))
+    else:
+        return {}
+    return {k: _norm_text(_LEADING_LABEL.sub("", str(v))) for k, v in items if str(v).strip()}
+
+
+def _norm_text(s: str) -> str:
+    return _WS.sub(" ", s.lower()).strip().strip(".,;:!?*_`\"'()[] ")
+
+
+def _mc_span(span: str, letters: Sequence[str], texts: dict[str, str]) -> str | None:
+    s = _clean(span)
+    m = _LETTER_SPAN.match(s)
+    if m and m.group(1) in letters:
+        return m.group(1)
+    if len(s.strip(".):(")) == 1 and s.strip(".):(").upper() in letters:  # a lone lowercase letter
+        return s.strip(".):(").upper()
+    norm = _norm_text(s)
+    best = None
+    for letter, t in texts.items():
+        if t and (norm == t or norm.startswith(t + " ") or norm.startswith(t + ",")
+                  or norm.startswith(t + ".")) and (best is None or len(t) > len(texts[best])):
+            best = letter
+    return best
+
+
+def parse_multiple_choice(text: str, choices: Any = None) -> str | None:
+    """Final option letter. ``choices``: list of option texts (lettered A, B, ...) or {letter: text}."""
+    text = _as_text(text)
+    letters, texts = choice_letters(choices), choice_texts(choices)
+    v = _last_parse(text, lambda s: _mc_span(s, letters, texts))
+    if v is not None:
+        return v
+    for cand in (text, _last_line(text)):  # a bare "B", "(B) Paris" or option text
+        c = _clean(cand)
+        if len(c) <= 200:
+            v = _mc_span(c, letters, texts)
+            if v is not None:
+                return v
+    return None
+
+
+def normalize_choice_gold(gold: Any, choices: Any = None) -> str | None:
+    if not isinstance(gold, str):
+        return None
+    letters, texts = choice_letters(choices), choice_texts(choices)
+    g = gold.strip().strip("()[].")
+    if g.upper() in letters and len(g) == 1:
+        return g.upper()
+    t = _norm_text(gold)
+    for letter, txt in texts.items():
+        if t == txt:
+            return letter
+    return None
+
+
+# -- boolean --------------------------------------------------------------------------------------------
+
+_BOOL = {"yes": "true", "true": "true", "no": "false", "false": "false"}
+_BOOL_START = re.compile(r"^[\W_]*(yes|no|true|false)\b", re.IGNORECASE)
+_BOOL_ANY = re.compile(r"\b(yes|no|true|false)\b", re.IGNORECASE)
+
+
+def _bool_span(span: str) -> str | None:
+    m = _BOOL_START.match(span)
+    return _BOOL[m.group(1).lower()] if m else None
+
+
+def parse_boolean(text: str) -> str | None:
+    """Final yes/no/true/false as ``"true"``/``"false"``: last marker, else the last such word on the
+    last line, else a leading yes/no."""
+    text = _as_text(text)
+    v = _last_parse(text, _bool_span)
+    if v is not None:
+        return v
+    words = _BOOL_ANY.findall(_last_line(text))
+    if words:
+        return _BOOL[words[-1].lower()]
+    return _bool_span(text)
+
+
+def normalize_boolean_gold(gold: Any) -> str | None:
+    if isinstance(gold, bool):
+        return "true" if gold else "false"
+    if isinstance(gold, str):
+        return _BOOL.get(gold.strip().lower())
+    return None
+
+
+# -- Taste forks: ANSWER: X -----------------------------------------------------------------------------
+
+_FORK = re.compile(r"(?i:answer)[\s*_]*[:：][\s*_]*[(\[]?(?:(?i:candidate|option)\s+[(\[]?)?([AB])(?![A-Za-z0-9])")
+
+
+def parse_fork_answer(text: str) -> str | None:
+    """The letter of the last ``ANSWER: X`` line (X in A|B; ``Answer:``, bold and ``(B)`` allowed)."""
+    text = _as_text(text)
+    last = None
+    for m in _FORK.finditer(text):
+        last = m.group(1)
+    return last
+
+
+# -- Med labels -----------------------------------------------------------------------------------------
+
+_LABEL_WORDS = [  # longest first so "no significant difference" is not read as something shorter
+    ("no statistically significant difference", "No Difference"),
+    ("no significant difference", "No Difference"),
+    ("no difference", "No Difference"),
+    ("no-difference", "No Difference"),
+    ("the same", "No Difference"),
+    ("uncertain effect", "Uncertain"),
+    ("insufficient data", "Uncertain"),
+    ("insufficient evidence", "Uncertain"),
+    ("uncertain", "Uncertain"),
+    ("higher", "Higher"),
+    ("lower", "Lower"),
+]
+_LABEL_START = re.compile(r"^[\W_]*(" + "|".join(re.escape(w) for w, _ in _LABEL_WORDS) + r")\b", re.IGNORECASE)
+_LABEL_ANY = re.compile(r"\b(" + "|".join(re.escape(w) for w, _ in _LABEL_WORDS) + r")\b", re.IGNORECASE)
+_LABEL_MAP = {w: l for w, l in _LABEL_WORDS}
+
+
+def _label_span(span: str) -> str | None:
+    m = _LABEL_START.match(span)
+    return _LABEL_MAP[m.group(1).lower()] if m else None
+
+
+def parse_label(text: str) -> str | None:
+    """Final Higher / Lower / No Difference / Uncertain: last marker (``ANSWER: No Difference``), else a
+    last line naming exactly one label."""
+    text = _as_text(text)
+    v = _last_parse(text, _label_span)
+    if v is not None:
+        return v
+    found = {_LABEL_MAP[w.lower()] for w in _LABEL_ANY.findall(_last_line(text))}
+    return found.pop() if len(found) == 1 else None
+
+
+def normalize_label(value: Any, labels: Sequence[str] = MED_LABELS) -> str | None:
+    if not isinstance(value, str):
+        return None
+    v = _WS.sub(" ", value.strip()).lower()
+    for lab in labels:
+        if v == lab.lower():
+            return lab
+    return None
+
+
+# -- dispatch ------------------------------------------------------------------------------------------
+
+def _as_text(text: Any) -> str:
+    return text if isinstance(text, str) else ("" if text is None else str(text))
+
+
+def parse_answer(text: str, answer_type: str, *, choices: Any = None) -> str | None:
+    """Canonical final answer of ``text`` for ``answer_type`` (see module docstring), or ``None``."""
+    if answer_type == "numeric":
+        return parse_numeric(text)
+    if answer_type == "multiple_choice":
+        return parse_multiple_choice(text, choices)
+    if answer_type == "boolean":
+        return parse_boolean(text)
+    if answer_type == "choice":
+        return parse_fork_answer(text)
+    if answer_type == "label":
+        return parse_label(text)
+    raise ValueError(f"unknown answer_type {answer_type!r}; accepted: {', '.join(ANSWER_TYPES)}")
+
+
+def normalize_gold(gold: Any, answer_type: str, *, choices: Any = None) -> str | None:
+    """Canonical form of a gold (or wrong) value, or ``None`` if it is not valid for ``answer_type``."""
+    if answer_type == "numeric":
+        n = parse_number(gold)
+        return None if n is None else n.canonical()
+    if answer_type == "multiple_choice":
+        return normalize_choice_gold(gold, choices)
+    if answer_type == "boolean":
+        return normalize_boolean_gold(gold)
+    if answer_type == "choice":
+        return gold.strip().upper() if isinstance(gold, str) and gold.strip().upper() in FORK_LETTERS else None
+    if answer_type == "label":
+        return normalize_label(gold)
+    raise ValueError(f"unknown answer_type {answer_type!r}; accepted: {', '.join(ANSWER_TYPES)}")
+
+
+def answers_match(parsed: str | None, gold: Any, answer_type: str, *, choices: Any = None) -> bool:
+    """Whether a parsed answer (canonical string) equals ``gold``; ``None`` never matches."""
+    if parsed is None:
+        return False
+    if answer_type == "numeric":
+        a, b = parse_number(parsed), parse_number(gold)
+        return a is not None and b is not None and numbers_equal(a, b)
+    g = normalize_gold(gold, answer_type, choices=choices)
+    return g is not None and parsed == g
