@@ -1,0 +1,123 @@
+"""SCOPE: quartet-balanced sigmoid DPO (SPEC §1), plus its baselines and ablations as configs.
+
+    python recipes/dpo.py                                   # tiny CPU default (recipe=scope_tiny)
+    accelerate launch recipes/dpo.py recipe=scope_qwen3_4b data.train_path=pairs.jsonl eval.path=mist.jsonl
+
+How this departs from TRL's DPOTrainer (same loss, checked by tests/test_trl_equivalence*):
+- pairs are drawn from four condition pools with sampling mass (λ_m, λ_c, λ_p ρ, λ_p (1-ρ)) — or
+  weighted in the loss (``algo.weighting=loss``) — and every metric is also reported per condition;
+- the reference is the same LoRA model with its adapter disabled (no second copy);
+- baselines are configs: ``algo=standard_dpo`` (misleading only), ``algo=unmatched``, ``algo=no_clean``
+  / ``no_correct`` / ``no_irrelevant``, ``algo=sft_on_chosen``, and Prompt-Defense via ``eval=prompt_defense``
+  with ``trainer.max_steps`` irrelevant (use ``recipes/evaluate.py``).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import hydra
+import torch
+from omegaconf import DictConfig
+
+from trainer.config import register_schemas, validate_dpo
+
+register_schemas()
+
+
+@hydra.main(config_path="../conf", config_name="dpo", version_base=None)
+def main(cfg: DictConfig) -> None:
+    from eval_hooks.io import write_json_atomic
+    from trainer.algos.dpo import dpo_row_metrics, per_group_metrics, sigmoid_dpo_loss
+    from trainer.algos.sft import masked_nll_loss
+    from trainer.data import ConditionSampler, SamplerSource, condition_mass, load_pairs, unmatch_pairs
+    from trainer.data import apply_length_policy
+    from trainer.evaluation import load_eval_rows, make_backend, make_epoch_eval
+    from trainer.logprobs import build_preference_batch, sequence_logprobs
+    from trainer.loop import check_resume_config, train_loop
+    from trainer.model import Reference, build_optimizer, build_policy, build_scheduler
+    from trainer.run import finish_run, setup_run, write_config
+
+    # ---- validate everything before any model loads -------------------------------------------------
+    validate_dpo(cfg)
+    algo, dcfg = cfg.algo, cfg.data
+    pairs = load_pairs(dcfg.train_path, on_invalid=dcfg.on_invalid, require_quartets=algo.pairing == "matched")
+    if algo.pairing == "unmatched":
+        pairs = unmatch_pairs(pairs, seed=cfg.seed)
+    eval_rows = load_eval_rows(cfg.eval)
+    mass = condition_mass(lambda_m=algo.lambda_m, lambda_c=algo.lambda_c, lambda_p=algo.lambda_p, rho=algo.rho)
+
+    # ---- build ------------------------------------------------------------------------------------
+    ctx = setup_run(cfg, "dpo")
+    check_resume_config(ctx)
+    write_config(ctx)
+    acc = ctx.accelerator
+    model, tokenizer = build_policy(cfg.model, seed=cfg.seed)
+    use_chat = cfg.model.use_chat_template
+    pairs = apply_length_policy(pairs, tokenizer, max_prompt_len=dcfg.max_prompt_len,
+                                max_completion_len=dcfg.max_completion_len, truncation=dcfg.truncation,
+                                use_chat_template=use_chat)
+    if ctx.is_main:
+        write_json_atomic(ctx.run_dir / "data_stats.json", pairs.stats)
+        print(f"[selectrust] pairs: {pairs.stats['per_condition']} dropped: {pairs.stats['dropped']} "
+              f"truncated: {pairs.stats.get('truncated', {})}", flush=True)
+    reference = Reference(model, lora=cfg.model.lora.enabled)
+    optimizer = build_optimizer(model, cfg.optim)
+    scheduler = build_scheduler(optimizer, cfg.optim, max_steps=cfg.trainer.max_steps)
+    model, optimizer = acc.prepare(model, optimizer)
+    reference.to(acc.device)
+    unwrapped = acc.unwrap_model(model)
+    rows = pairs.rows
+    sampler = ConditionSampler([r["condition"] for r in rows], mass, seed=cfg.seed, mode=algo.weighting)
+    batch_kwargs = dict(max_prompt_len=dcfg.max_prompt_len, max_completion_len=dcfg.max_completion_len,
+                        truncation="keep_start" if dcfg.truncation == "keep_start" else "keep_end",
+                        use_chat_template=use_chat)
+
+    def collate(indices: list[int], weights: list[float]) -> dict:
+        picked = [rows[i] for i in indices]
+        batch = build_preference_batch(tokenizer, [r["prompt"] for r in picked], [r["chosen"] for r in picked],
+                                       [r["rejected"] for r in picked], **batch_kwargs)
+        return {"batch": batch, "weights": torch.tensor(weights), "conditions": [r["condition"] for r in picked],
+                "item_ids": [r["item_id"] for r in picked]}
+
+    source = SamplerSource(sampler, collate, batch_size=cfg.optim.batch_size, rank=acc.process_index,
+                           world=acc.num_processes)
+
+    # ---- one micro-batch ----------------------------------------------------------------------------
+    def step_fn(model, mb: dict):
+        batch = mb["batch"].to(acc.device)
+        inputs = (batch.input_ids, batch.attention_mask, batch.completion_mask)
+        if algo.sft_on_chosen:
+            n = len(mb["conditions"])
+            _, token_logps, _ = sequence_logprobs(model, *[t[:n] for t in inputs])
+            return masked_nll_loss(token_logps, None, batch.completion_mask[:n], aggregation="token_mean")
+        seq_logps, _, _ = sequence_logprobs(model, *inputs)
+        with torch.no_grad(), reference.context(unwrapped) as ref_model:
+            ref_logps, _, _ = sequence_logprobs(ref_model, *inputs)
+        pc, pr = seq_logps.chunk(2)
+        rc, rr = ref_logps.chunk(2)
+        weights = mb["weights"].to(acc.device) if algo.weighting == "loss" else None
+        loss, metrics = sigmoid_dpo_loss(pc, pr, rc, rr, beta=algo.beta, label_smoothing=algo.label_smoothing,
+                                         weights=weights)
+        metrics.update(per_group_metrics(dpo_row_metrics(pc, pr, rc, rr, beta=algo.beta), mb["conditions"]))
+        return loss, metrics
+
+    # ---- loop, evaluation, save ------------------------------------------------------------------------
+    on_epoch_end = make_epoch_eval(
+        ctx, eval_rows, lambda: make_backend(cfg.generation, unwrapped, tokenizer, model_path=cfg.model.path,
+                                             use_chat_template=use_chat))
+    result = train_loop(ctx, model=model, optimizer=optimizer, scheduler=scheduler, source=source,
+                        step_fn=step_fn, on_epoch_end=on_epoch_end)
+    if ctx.is_main and not result.preempted:
+        unwrapped.save_pretrained(str(ctx.run_dir / "final"), safe_serialization=True)
+        tokenizer.save_pretrained(str(ctx.run_dir / "final"))
+    acc.wait_for_everyone()
+    if not result.preempted:
+        finish_run(ctx, result.step, result.final_metrics)
+
+
+if __name__ == "__main__":
+    main()

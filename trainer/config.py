@@ -1,0 +1,341 @@
+"""Structured config schemas: the single home of every default and its documentation.
+
+Each recipe's primary YAML (``conf/<recipe>.yaml``) starts its defaults list with the schema
+registered here, so Hydra merges every group file into a typed node: a misspelt key, or a value of
+the wrong type, fails at compose time, before anything heavy is imported or loaded. Semantic checks
+(λ sum to one, paths exist, ...) run in ``validate_*`` right after composition, also before any model
+loads. Field docs live in ``metadata["help"]`` (one text per field).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields, is_dataclass
+from typing import Any, Optional
+
+from omegaconf import MISSING
+
+
+def _f(default: Any, help: str, **kw):
+    if isinstance(default, (list, dict)):
+        return field(default_factory=lambda d=default: type(d)(d), metadata={"help": help}, **kw)
+    return field(default=default, metadata={"help": help}, **kw)
+
+
+class ConfigError(ValueError):
+    """A config that composes but makes no sense (raised before any model loads)."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Groups shared by every recipe
+# ---------------------------------------------------------------------------------------------
+@dataclass
+class LoraConfig:
+    enabled: bool = _f(True, "Train a LoRA adapter (peft). False = full fine-tuning with a frozen reference copy.")
+    r: int = _f(16, "LoRA rank.")
+    alpha: int = _f(32, "LoRA alpha (scaling = alpha / r).")
+    dropout: float = _f(0.0, "LoRA dropout. Keep 0.0 where runs must be bit-reproducible across resumes.")
+    target_modules: list[str] = _f(
+        ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+        "Module names to wrap; 'all-linear' as the single entry means every linear layer but the head.")
+
+
+@dataclass
+class ModelConfig:
+    path: str = _f("tiny", "HF model directory or hub id, or 'tiny' / 'tiny:<preset>' for the built-in random-init Llama.")
+    dtype: str = _f("float32", "Weight dtype: float32 | bfloat16 | float16.")
+    trust_remote_code: bool = _f(False, "Allow custom modelling code from the model repo. Off unless you trust it.")
+    attn_implementation: Optional[str] = _f(None, "e.g. sdpa | flash_attention_2 | eager; None = transformers default.")
+    gradient_checkpointing: bool = _f(False, "Recompute activations in backward (saves memory, costs ~30% time).")
+    use_chat_template: bool = _f(True, "Render prompts as a user turn with the tokenizer's chat template.")
+    lora: LoraConfig = field(default_factory=LoraConfig)
+
+
+@dataclass
+class OptimConfig:
+    lr: float = _f(5e-6, "Peak learning rate (AdamW).")
+    weight_decay: float = _f(0.0, "AdamW weight decay.")
+    betas: list[float] = _f([0.9, 0.999], "AdamW betas.")
+    eps: float = _f(1e-8, "AdamW epsilon.")
+    scheduler: str = _f("cosine", "cosine | linear | constant (all after linear warmup).")
+    warmup_ratio: float = _f(0.1, "Fraction of max_steps spent in linear warmup.")
+    max_grad_norm: float = _f(1.0, "Clip the global gradient norm to this; <= 0 disables clipping.")
+    batch_size: int = _f(4, "Micro-batch size per device (examples per forward).")
+    grad_accum: int = _f(8, "Micro-batches accumulated per optimizer step.")
+
+
+@dataclass
+class TrainerConfig:
+    run_dir: str = _f("runs/default", "Run directory (shared by all ranks): config, metrics.jsonl, checkpoints, eval.")
+    max_steps: int = _f(300, "Optimizer steps to train for; the LR schedule is defined over this many.")
+    stop_at_step: Optional[int] = _f(None, "Stop (with a checkpoint) at this step without changing the schedule; resume later.")
+    epochs_cap: Optional[int] = _f(None, "Also stop after this many passes over the training data.")
+    log_every: int = _f(1, "Write a metrics.jsonl line every this many optimizer steps.")
+    save_every: int = _f(100, "Checkpoint every this many optimizer steps (and always at the end); 0 = only at the end.")
+    keep_last: int = _f(2, "Keep this many complete checkpoints; older ones are deleted only after a newer one completes.")
+    resume: str = _f("auto", "auto (newest complete checkpoint in run_dir, if any) | none | <checkpoint path>.")
+    allow_config_change: bool = _f(False, "Allow resuming with a config that differs from the saved one.")
+    device: str = _f("auto", "auto | cpu. 'cpu' forces CPU even when CUDA is present.")
+    mixed_precision: str = _f("no", "no | bf16 | fp16 (accelerate autocast).")
+    max_consecutive_skips: int = _f(5, "Stop after this many consecutive steps skipped for NaN/Inf loss or gradients.")
+    spike_factor: float = _f(5.0, "Log a loss spike when the loss exceeds this multiple of its running mean.")
+    eval_every_epoch: bool = _f(True, "Run the matched evaluation at the end of every epoch.")
+    eval_at_end: bool = _f(True, "Run the matched evaluation once more when training ends (if it did not just run).")
+    progress: bool = _f(True, "Show a progress bar on the main process.")
+
+
+@dataclass
+class EvalConfig:
+    enabled: bool = _f(True, "Run matched evaluation at epoch ends.")
+    path: Optional[str] = _f(None, "Evaluation items file (JSONL/Parquet) or a builtin source; None disables evaluation.")
+    family: str = _f("mist", "mist | box2 | taste | med.")
+    max_rows: Optional[int] = _f(None, "Evaluate at most this many rows (whole items are kept together).")
+    max_new_tokens: int = _f(64, "Generation budget per row.")
+    batch_size: int = _f(32, "Generation batch size (HF backend).")
+    system_prompt: Optional[str] = _f(None, "System turn added to every evaluation prompt.")
+    prompt_prefix: Optional[str] = _f(None, "Text prepended to every prompt (the Prompt-Defense baseline uses a warning here).")
+
+
+@dataclass
+class GenerationConfig:
+    backend: str = _f("hf", "hf (in-process, current weights) | vllm_server (HTTP client of a vLLM server).")
+    batch_size: int = _f(32, "Generation batch size of the HF backend.")
+    url: str = _f("http://127.0.0.1:8000", "vllm_server: base URL of the server.")
+    served_model_name: Optional[str] = _f(None, "vllm_server: the base model name the server serves (None = model.path).")
+    timeout_s: float = _f(120.0, "vllm_server: per-request timeout.")
+    max_retries: int = _f(3, "vllm_server: retries on transient errors, with exponential backoff.")
+    sync_every: int = _f(1, "vllm_server: push the LoRA adapter to the server every this many optimizer steps.")
+    probe_threshold: float = _f(0.05, "vllm_server: max mean |Δlogp| between server and trainer on the probe sequence.")
+    adapter_dir: Optional[str] = _f(None, "vllm_server: shared directory for synced adapters (None = <run_dir>/adapters).")
+
+
+@dataclass
+class LoggerConfig:
+    kind: str = _f("jsonl", "jsonl (always on) | wandb (also logs to Weights & Biases; offline when no credentials).")
+    project: str = _f("selectrust", "wandb project.")
+    name: Optional[str] = _f(None, "wandb run name (None = basename of run_dir).")
+
+
+@dataclass
+class DataConfig:
+    train_path: str = _f(MISSING, "Training data file (JSONL/Parquet) or 'toy:<seed>' for the built-in toy task.")
+    train_family: Optional[str] = _f(None, "For recipes that train on evaluation-format items (e.g. box2 for GRPO).")
+    train_conditions: list[str] = _f([], "Keep only these conditions/regimes of train_family rows (empty = all).")
+    max_prompt_len: int = _f(512, "Max prompt tokens; see truncation.")
+    max_completion_len: int = _f(256, "Max completion tokens; longer completions are cut at the end.")
+    truncation: str = _f("keep_end", "Long prompts: keep_end (drop the start) | keep_start | drop (drop the example) | error.")
+    on_invalid: str = _f("drop", "Invalid examples (identical chosen/rejected, empty completion, ...): drop (counted, reported) | error.")
+
+
+# ---------------------------------------------------------------------------------------------
+# Algorithms
+# ---------------------------------------------------------------------------------------------
+@dataclass
+class DPOAlgoConfig:
+    name: str = _f("scope", "Label for this variant (scope, standard_dpo, unmatched, no_clean, ...).")
+    beta: float = _f(0.1, "DPO temperature β in s(z,r) = β log π/π_ref.")
+    label_smoothing: float = _f(0.0, "Conservative-DPO label smoothing ε (0 = plain sigmoid DPO).")
+    lambda_m: float = _f(0.25, "λ_m: mass of the misleading pool.")
+    lambda_c: float = _f(0.25, "λ_c: mass of the clean pool.")
+    lambda_p: float = _f(0.50, "λ_p: mass of the non-adversarial pools (split by ρ).")
+    rho: float = _f(0.50, "ρ: share of λ_p given to correct-context pairs; 1-ρ goes to irrelevant.")
+    weighting: str = _f("sample", "sample (λ/ρ as sampling mass, the paper) | loss (uniform sampling, per-row loss weights).")
+    pairing: str = _f("matched", "matched (same r+/r- under all 4 contexts) | unmatched (r+/r- shuffled across items within a condition).")
+    reference: str = _f("auto", "auto (adapter-disabled policy with LoRA, frozen copy without) | precomputed.")
+    sft_on_chosen: bool = _f(False, "Baseline: ignore r- and train NLL on r+ (SFT on chosen).")
+
+
+@dataclass
+class SFTAlgoConfig:
+    name: str = _f("sft", "Label for this variant (sft, counterfactual_sft, ...).")
+    aggregation: str = _f("token_mean", "token_mean (TRL-compatible) | sequence_mean.")
+    multi_turn: bool = _f(False, "Every assistant turn is a target; user/environment turns are masked.")
+
+
+@dataclass
+class GRPOAlgoConfig:
+    name: str = _f("grpo", "Label for this variant.")
+    group_size: int = _f(8, "G: samples per prompt.")
+    prompts_per_step: int = _f(4, "Prompts (groups) per optimizer step (global).")
+    max_new_tokens: int = _f(256, "Rollout generation budget.")
+    temperature: float = _f(1.0, "Rollout sampling temperature.")
+    top_p: float = _f(1.0, "Rollout nucleus sampling.")
+    eps_low: float = _f(0.2, "Lower clip: ratio >= 1 - eps_low.")
+    eps_high: float = _f(0.28, "Upper clip: ratio <= 1 + eps_high (DAPO clip-higher).")
+    aggregation: str = _f("token_mean", "token_mean (DAPO) | sequence_mean (GRPO).")
+    std_scaling: str = _f("group", "Advantage std normalisation: group | batch | none.")
+    kl_beta: float = _f(0.0, "KL penalty β (k3 estimator) against the adapter-disabled reference; 0 = off.")
+    num_iterations: int = _f(1, "Optimizer steps per rollout batch (importance ratios from stored old log-probs).")
+    mask_truncated: bool = _f(False, "Exclude completions that hit max_new_tokens from the loss.")
+    drop_zero_variance: bool = _f(True, "Drop groups whose rewards all agree, then refill the batch.")
+    max_refill_rounds: int = _f(2, "Extra generation rounds allowed to refill dropped groups.")
+    reward: str = _f("numeric_match", "Reward registry name (numeric_match | multiple_choice | boolean) or 'pkg.module:function'.")
+    max_reward_errors: int = _f(20, "Stop after this many reward-function errors (raise or non-finite).")
+    stop: list[str] = _f([], "Stop strings for rollouts.")
+    is_correction: str = _f("none", "Rollout/trainer mismatch correction: none | token | sequence (truncated IS).")
+    is_cap: float = _f(2.0, "Truncation cap of the importance-sampling correction.")
+
+
+# ---------------------------------------------------------------------------------------------
+# Root schemas per recipe
+# ---------------------------------------------------------------------------------------------
+@dataclass
+class _RunBase:
+    seed: int = _f(0, "Global seed (data order, init of adapters, sampling).")
+    model: ModelConfig = field(default_factory=ModelConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    generation: GenerationConfig = field(default_factory=GenerationConfig)
+    logger: LoggerConfig = field(default_factory=LoggerConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+
+
+@dataclass
+class DPORunConfig(_RunBase):
+    algo: DPOAlgoConfig = field(default_factory=DPOAlgoConfig)
+
+
+@dataclass
+class SFTRunConfig(_RunBase):
+    algo: SFTAlgoConfig = field(default_factory=SFTAlgoConfig)
+
+
+@dataclass
+class GRPORunConfig(_RunBase):
+    algo: GRPOAlgoConfig = field(default_factory=GRPOAlgoConfig)
+
+
+@dataclass
+class EvaluateRunConfig:
+    seed: int = _f(0, "Seed (only matters for sampled generation).")
+    out_dir: str = _f("runs/evaluate", "Where metrics.json, item_scores.jsonl and report.md go.")
+    adapter_path: Optional[str] = _f(None, "Optional LoRA adapter directory to apply to model.path.")
+    model: ModelConfig = field(default_factory=ModelConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    generation: GenerationConfig = field(default_factory=GenerationConfig)
+
+
+@dataclass
+class MineRunConfig:
+    seed: int = _f(0, "Seed.")
+    items_path: str = _f(MISSING, "MIST-format training items (JSONL/Parquet) or 'toy:<seed>'.")
+    out_dir: str = _f("runs/mine_pairs", "Writes pairs.jsonl (quartets) and mining_stats.json here.")
+    max_new_tokens: int = _f(64, "Generation budget for mining.")
+    use_fallback: bool = _f(True, "Elicit r+ with a private diagnostic note when the clean answer is wrong.")
+    fallback_note: str = _f("Private note for you only: the correct answer is {gold}. Answer the question normally and do not mention this note.",
+                            "Template of the elicitation note ({gold} is filled in). Never part of the DPO prompt.")
+    leak_patterns: list[str] = _f(["note", "hint", "answer key", "i was told", "private"],
+                                  "Case-insensitive substrings that betray the note; fallbacks containing one are dropped.")
+    model: ModelConfig = field(default_factory=ModelConfig)
+    generation: GenerationConfig = field(default_factory=GenerationConfig)
+
+
+SCHEMAS = {
+    "dpo_schema": DPORunConfig,
+    "sft_schema": SFTRunConfig,
+    "grpo_schema": GRPORunConfig,
+    "evaluate_schema": EvaluateRunConfig,
+    "mine_schema": MineRunConfig,
+}
+
+
+def register_schemas() -> None:
+    """Register the root schemas with Hydra's ConfigStore (idempotent)."""
+    from hydra.core.config_store import ConfigStore
+
+    cs = ConfigStore.instance()
+    for name, node in SCHEMAS.items():
+        cs.store(name=name, node=node)
+
+
+def help_text(schema: type, prefix: str = "") -> list[tuple[str, str, Any]]:
+    """(key, help, default) for every leaf of a schema: used for docs and ``--help`` output."""
+    out = []
+    for f in fields(schema):
+        key = f"{prefix}{f.name}"
+        default = f.default_factory() if f.default_factory is not field().default_factory else f.default  # type: ignore[misc]
+        if is_dataclass(default):
+            out.extend(help_text(type(default), key + "."))
+        else:
+            out.append((key, f.metadata.get("help", ""), default))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Semantic validation (runs before any model loads)
+# ---------------------------------------------------------------------------------------------
+def _choice(value: str, allowed: tuple[str, ...], key: str) -> None:
+    if value not in allowed:
+        raise ConfigError(f"{key}={value!r} is not one of {', '.join(allowed)}")
+
+
+def validate_common(cfg) -> None:
+    from eval_hooks.models import check_model_path
+
+    check_model_path(cfg.model.path, "model.path")
+    _choice(cfg.model.dtype, ("float32", "bfloat16", "float16"), "model.dtype")
+    if hasattr(cfg, "optim"):
+        _choice(cfg.optim.scheduler, ("cosine", "linear", "constant"), "optim.scheduler")
+        for k in ("batch_size", "grad_accum"):
+            if getattr(cfg.optim, k) < 1:
+                raise ConfigError(f"optim.{k} must be >= 1, got {getattr(cfg.optim, k)}")
+        if not 0 <= cfg.optim.warmup_ratio < 1:
+            raise ConfigError(f"optim.warmup_ratio must be in [0, 1), got {cfg.optim.warmup_ratio}")
+    if hasattr(cfg, "trainer"):
+        t = cfg.trainer
+        if t.max_steps < 1:
+            raise ConfigError(f"trainer.max_steps must be >= 1, got {t.max_steps}")
+        _choice(t.mixed_precision, ("no", "bf16", "fp16"), "trainer.mixed_precision")
+        _choice(t.device, ("auto", "cpu"), "trainer.device")
+        if t.keep_last < 1:
+            raise ConfigError(f"trainer.keep_last must be >= 1, got {t.keep_last}")
+    if hasattr(cfg, "data") and hasattr(cfg.data, "truncation"):
+        _choice(cfg.data.truncation, ("keep_end", "keep_start", "drop", "error"), "data.truncation")
+        _choice(cfg.data.on_invalid, ("drop", "error"), "data.on_invalid")
+    if hasattr(cfg, "generation"):
+        _choice(cfg.generation.backend, ("hf", "vllm_server"), "generation.backend")
+    if hasattr(cfg, "logger"):
+        _choice(cfg.logger.kind, ("jsonl", "wandb"), "logger.kind")
+    if hasattr(cfg, "eval"):
+        _choice(cfg.eval.family, ("mist", "box2", "taste", "med"), "eval.family")
+
+
+def validate_dpo(cfg) -> None:
+    validate_common(cfg)
+    a = cfg.algo
+    for k in ("lambda_m", "lambda_c", "lambda_p", "rho"):
+        v = getattr(a, k)
+        if not 0.0 <= v <= 1.0:
+            raise ConfigError(f"algo.{k}={v} must be in [0, 1]")
+    total = a.lambda_m + a.lambda_c + a.lambda_p
+    if abs(total - 1.0) > 1e-6:
+        raise ConfigError(f"algo.lambda_m + algo.lambda_c + algo.lambda_p must sum to 1, got "
+                          f"{a.lambda_m} + {a.lambda_c} + {a.lambda_p} = {total:g}")
+    if a.beta <= 0:
+        raise ConfigError(f"algo.beta must be > 0, got {a.beta}")
+    if not 0 <= a.label_smoothing < 0.5:
+        raise ConfigError(f"algo.label_smoothing must be in [0, 0.5), got {a.label_smoothing}")
+    _choice(a.weighting, ("sample", "loss"), "algo.weighting")
+    _choice(a.pairing, ("matched", "unmatched"), "algo.pairing")
+    _choice(a.reference, ("auto", "precomputed"), "algo.reference")
+
+
+def validate_sft(cfg) -> None:
+    validate_common(cfg)
+    _choice(cfg.algo.aggregation, ("token_mean", "sequence_mean"), "algo.aggregation")
+
+
+def validate_grpo(cfg) -> None:
+    validate_common(cfg)
+    a = cfg.algo
+    if a.group_size < 2:
+        raise ConfigError(f"algo.group_size must be >= 2 for group-relative advantages, got {a.group_size}")
+    if a.prompts_per_step < 1:
+        raise ConfigError(f"algo.prompts_per_step must be >= 1, got {a.prompts_per_step}")
+    _choice(a.aggregation, ("token_mean", "sequence_mean"), "algo.aggregation")
+    _choice(a.std_scaling, ("group", "batch", "none"), "algo.std_scaling")
+    _choice(a.is_correction, ("none", "token", "sequence"), "algo.is_correction")
+    if not (0 <= a.eps_low < 1 and a.eps_high >= 0):
+        raise ConfigError(f"algo.eps_low must be in [0,1) and algo.eps_high >= 0, got {a.eps_low}, {a.eps_high}")
+    if a.num_iterations < 1:
+        raise ConfigError(f"algo.num_iterations must be >= 1, got {a.num_iterations}")

@@ -1,0 +1,319 @@
+"""Training data: validated pair quartets, SFT examples, built-in sources, and the samplers.
+
+Pair files (written by ``recipes/mine_pairs.py`` and the toy builder) hold one row per (quartet,
+condition)::
+
+    {"pair_id": "q17", "item_id": "gsm-17", "condition": "misleading", "prompt": "...",
+     "chosen": "...", "rejected": "...", ...provenance fields}
+
+SFT files hold ``{"messages": [{"role": ..., "content": ...}, ...]}`` (every assistant turn is a
+target in multi-turn mode, the last one otherwise) or ``{"prompt": ..., "completion": ...}``.
+
+Built-in sources: a path ``toy:<seed>/<file>`` resolves to a file of the toy task
+(``eval_hooks.builders.toy``) generated once into the cache directory.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from eval_hooks.io import DataError, read_records
+
+CONDITIONS = ("clean", "misleading", "correct", "irrelevant")
+
+
+# -- built-in sources ---------------------------------------------------------------------------
+def resolve_data_path(path: str) -> str:
+    """``toy:<seed>/<file>`` -> the cached toy-task file; anything else unchanged."""
+    if not path.startswith("toy:"):
+        return path
+    spec = path[len("toy:"):]
+    seed_str, _, name = spec.partition("/")
+    if not seed_str.lstrip("-").isdigit() or not name:
+        raise DataError(f"built-in source {path!r} must look like toy:<seed>/<file>, e.g. toy:0/toy_pairs.jsonl")
+    from eval_hooks.builders import toy
+    from eval_hooks.models import cache_root
+
+    out = cache_root() / "toy" / f"seed_{int(seed_str)}"
+    if not (out / "task.json").exists():
+        toy.write_all(out, seed=int(seed_str))
+    target = out / name
+    if not target.exists():
+        raise DataError(f"built-in source {path!r}: the toy task has no file {name!r}; "
+                        f"have {sorted(p.name for p in out.iterdir())}")
+    return str(target)
+
+
+# -- pairs ----------------------------------------------------------------------------------------
+@dataclass
+class PairSet:
+    rows: list[dict]
+    stats: dict[str, Any] = field(default_factory=dict)
+
+    def by_condition(self) -> dict[str, list[int]]:
+        pools: dict[str, list[int]] = {c: [] for c in CONDITIONS}
+        for i, r in enumerate(self.rows):
+            pools[r["condition"]].append(i)
+        return pools
+
+
+REQUIRED_PAIR_FIELDS = ("pair_id", "condition", "prompt", "chosen", "rejected")
+
+
+def load_pairs(path: str, *, on_invalid: str = "drop", require_quartets: bool = True) -> PairSet:
+    """Load and validate a pair file. Structural errors (missing field, unknown condition, duplicate
+    (pair_id, condition)) always raise; content problems (identical chosen/rejected, empty completion,
+    incomplete quartet) are counted and dropped, or raise when ``on_invalid == 'error'``."""
+    real = resolve_data_path(path)
+    seen: dict[tuple[str, str], int] = {}
+    rows: list[dict] = []
+    dropped: Counter = Counter()
+    lines: dict[int, int] = {}
+    for line, rec in read_records(real):
+        for f in REQUIRED_PAIR_FIELDS:
+            if f not in rec:
+                raise DataError("missing field", path=real, line=line, field=f,
+                                accepted="pair rows with " + ", ".join(REQUIRED_PAIR_FIELDS))
+            if not isinstance(rec[f], str):
+                raise DataError(f"expected a string, got {type(rec[f]).__name__}", path=real, line=line, field=f)
+        if rec["condition"] not in CONDITIONS:
+            raise DataError(f"unknown condition {rec['condition']!r}", path=real, line=line, field="condition",
+                            accepted="|".join(CONDITIONS))
+        key = (rec["pair_id"], rec["condition"])
+        if key in seen:
+            raise DataError(f"duplicate condition {rec['condition']!r} for pair_id {rec['pair_id']!r} "
+                            f"(first at line {seen[key]})", path=real, line=line, field="condition")
+        seen[key] = line
+        problem = None
+        if not rec["chosen"].strip() or not rec["rejected"].strip():
+            problem = "empty_completion"
+        elif rec["chosen"] == rec["rejected"]:
+            problem = "identical_chosen_rejected"
+        if problem:
+            if on_invalid == "error":
+                raise DataError(problem.replace("_", " "), path=real, line=line,
+                                field="chosen" if problem.startswith("identical") else "chosen/rejected")
+            dropped[problem] += 1
+            continue
+        rec = dict(rec)
+        rec.setdefault("item_id", rec["pair_id"])
+        lines[len(rows)] = line
+        rows.append(rec)
+    if require_quartets:
+        conds = defaultdict(set)
+        for r in rows:
+            conds[r["pair_id"]].add(r["condition"])
+        incomplete = {pid for pid, cs in conds.items() if len(cs) != len(CONDITIONS)}
+        if incomplete:
+            if on_invalid == "error":
+                pid = sorted(incomplete)[0]
+                first = next(i for i, r in enumerate(rows) if r["pair_id"] == pid)
+                raise DataError(f"quartet {pid!r} lacks conditions {sorted(set(CONDITIONS) - conds[pid])}",
+                                path=real, line=lines[first], field="condition")
+            dropped["incomplete_quartet_rows"] += sum(1 for r in rows if r["pair_id"] in incomplete)
+            rows = [r for r in rows if r["pair_id"] not in incomplete]
+    if not rows:
+        raise DataError(f"no usable pairs left after validation (dropped: {dict(dropped)})", path=real)
+    stats = {"path": real, "rows": len(rows), "dropped": dict(dropped),
+             "per_condition": dict(Counter(r["condition"] for r in rows))}
+    return PairSet(rows=rows, stats=stats)
+
+
+def unmatch_pairs(pairs: PairSet, *, seed: int) -> PairSet:
+    """The unmatched-pairs ablation: every quartet keeps only one randomly chosen condition, so no
+    (r+, r-) pair is seen under more than one context (the matched construction is what SCOPE adds)."""
+    rng = np.random.default_rng(seed)
+    by_pid = defaultdict(list)
+    for r in pairs.rows:
+        by_pid[r["pair_id"]].append(r)
+    rows = []
+    for pid in sorted(by_pid):
+        group = sorted(by_pid[pid], key=lambda r: r["condition"])
+        rows.append(group[int(rng.integers(len(group)))])
+    return PairSet(rows=rows, stats={**pairs.stats, "unmatched": True, "rows": len(rows)})
+
+
+# -- SFT examples ---------------------------------------------------------------------------------
+def load_sft_examples(path: str) -> list[dict]:
+    """Validate SFT rows and normalise them to ``{"item_id", "messages"}``."""
+    real = resolve_data_path(path)
+    out = []
+    for line, rec in read_records(real):
+        if "messages" in rec:
+            msgs = rec["messages"]
+            if not isinstance(msgs, list) or not msgs:
+                raise DataError("expected a non-empty list of {role, content}", path=real, line=line, field="messages")
+            for j, m in enumerate(msgs):
+                if not isinstance(m, dict) or not isinstance(m.get("role"), str) or not isinstance(m.get("content"), str):
+                    raise DataError(f"turn {j} must be an object with string role and content", path=real,
+                                    line=line, field=f"messages[{j}]")
+            if not any(m["role"] == "assistant" for m in msgs):
+                raise DataError("no assistant turn to train on", path=real, line=line, field="messages")
+        elif "prompt" in rec and "completion" in rec:
+            if not str(rec["completion"]).strip():
+                raise DataError("empty completion", path=real, line=line, field="completion")
+            msgs = [{"role": "user", "content": str(rec["prompt"])},
+                    {"role": "assistant", "content": str(rec["completion"])}]
+        else:
+            raise DataError("missing field", path=real, line=line, field="messages",
+                            accepted="{messages: [...]} or {prompt, completion}")
+        out.append({"item_id": str(rec.get("item_id", f"line{line}")), "messages": msgs})
+    return out
+
+
+# -- samplers -------------------------------------------------------------------------------------
+def condition_mass(*, lambda_m: float, lambda_c: float, lambda_p: float, rho: float) -> dict[str, float]:
+    """SPEC §1: λ_m, λ_c, λ_p ρ, λ_p (1-ρ) over misleading, clean, correct, irrelevant."""
+    return {"misleading": lambda_m, "clean": lambda_c, "correct": lambda_p * rho, "irrelevant": lambda_p * (1 - rho)}
+
+
+class ConditionSampler:
+    """Draws pair indices with the configured mass over condition pools.
+
+    ``mode='sample'`` (the paper): each draw picks a condition with probability ``mass[c]`` and then
+    the next pair of that pool (pools are reshuffled every time they are exhausted).
+    ``mode='loss'``: a uniform shuffle of all rows; each row carries weight ``mass[c] / (n_c / N)`` so
+    the expected loss equals Σ_c mass[c] L_c. An epoch is N = (number of rows) draws either way.
+
+    The draw sequence of epoch e is a pure function of (seed, e), so the state is just
+    ``(epoch, position)``: exact resume needs no RNG state.
+    """
+
+    def __init__(self, conditions: Sequence[str], mass: dict[str, float], *, seed: int, mode: str = "sample"):
+        self.conditions = list(conditions)
+        self.mass = dict(mass)
+        self.seed = seed
+        self.mode = mode
+        self.pools: dict[str, list[int]] = defaultdict(list)
+        for i, c in enumerate(self.conditions):
+            self.pools[c].append(i)
+        for c, m in self.mass.items():
+            if m > 0 and not self.pools.get(c):
+                raise DataError(f"condition {c!r} has sampling mass {m:g} but the data has no {c} pairs")
+        self.n = len(self.conditions)
+        self.epoch = 0
+        self.position = 0
+        self._plan: list[tuple[int, float]] | None = None
+
+    def _epoch_plan(self, epoch: int) -> list[tuple[int, float]]:
+        rng = np.random.default_rng([self.seed, epoch])
+        if self.mode == "loss":
+            counts = {c: len(ix) for c, ix in self.pools.items()}
+            weight = {c: (self.mass.get(c, 0.0) / (counts[c] / self.n)) if counts[c] else 0.0 for c in counts}
+            order = rng.permutation(self.n)
+            return [(int(i), weight[self.conditions[i]]) for i in order if weight[self.conditions[i]] > 0]
+        names = [c for c in sorted(self.mass) if self.mass[c] > 0]
+        p = np.array([self.mass[c] for c in names], dtype=float)
+        picks = rng.choice(len(names), size=self.n, p=p / p.sum())
+        cursors = {c: 0 for c in names}
+        perms = {c: list(rng.permutation(self.pools[c])) for c in names}
+        plan = []
+        for k in picks:
+            c = names[k]
+            if cursors[c] == len(perms[c]):
+                perms[c] = list(rng.permutation(self.pools[c]))
+                cursors[c] = 0
+            plan.append((int(perms[c][cursors[c]]), 1.0))
+            cursors[c] += 1
+        return plan
+
+    def draw(self, k: int) -> list[tuple[int, float]]:
+        """The next ``k`` (row index, weight) draws; crossing an epoch end increments ``epoch``."""
+        out = []
+        while len(out) < k:
+            if self._plan is None:
+                self._plan = self._epoch_plan(self.epoch)
+            take = self._plan[self.position:self.position + (k - len(out))]
+            out.extend(take)
+            self.position += len(take)
+            if self.position >= len(self._plan):
+                self.epoch += 1
+                self.position = 0
+                self._plan = None
+        return out
+
+    def state_dict(self) -> dict:
+        return {"epoch": self.epoch, "position": self.position}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.epoch, self.position = int(state["epoch"]), int(state["position"])
+        self._plan = None
+
+
+class ShuffleSampler(ConditionSampler):
+    """Uniform reshuffle each epoch (SFT): the condition sampler with one pool and full mass."""
+
+    def __init__(self, n: int, *, seed: int):
+        super().__init__(["all"] * n, {"all": 1.0}, seed=seed, mode="sample")
+
+    def _epoch_plan(self, epoch: int) -> list[tuple[int, float]]:
+        rng = np.random.default_rng([self.seed, epoch])
+        return [(int(i), 1.0) for i in rng.permutation(self.n)]
+
+
+class SamplerSource:
+    """Batch source over a dataset: draws a *global* micro-batch (``batch_size * world``) and keeps
+    this rank's slice, so a 2-rank run sees exactly the examples of a 1-rank run with twice the batch."""
+
+    def __init__(self, sampler: ConditionSampler, collate, *, batch_size: int, rank: int = 0, world: int = 1):
+        self.sampler = sampler
+        self.collate = collate
+        self.batch_size = batch_size
+        self.rank = rank
+        self.world = world
+
+    @property
+    def epoch(self) -> int:
+        return self.sampler.epoch
+
+    def next_microbatch(self) -> dict:
+        draws = self.sampler.draw(self.batch_size * self.world)
+        mine = draws[self.rank * self.batch_size:(self.rank + 1) * self.batch_size]
+        return self.collate([i for i, _ in mine], [w for _, w in mine])
+
+    def state_dict(self) -> dict:
+        return self.sampler.state_dict()
+
+    def load_state_dict(self, state: dict) -> None:
+        self.sampler.load_state_dict(state)
+
+
+def apply_length_policy(pairs: PairSet, tokenizer, *, max_prompt_len: int, max_completion_len: int,
+                        truncation: str, use_chat_template: bool) -> PairSet:
+    """Count over-long prompts/completions once, up front, and apply ``data.truncation``:
+    ``keep_end``/``keep_start`` keep the rows (the collator truncates them), ``drop`` removes them,
+    ``error`` raises naming the first one. The counts land in ``pairs.stats['truncated']``."""
+    from trainer.logprobs import build_pair_batch
+
+    keep, long_prompts, long_completions, dropped = [], 0, 0, 0
+    for r in pairs.rows:
+        b = build_pair_batch(tokenizer, [r["prompt"]] * 2, [r["chosen"], r["rejected"]],
+                             max_prompt_len=max_prompt_len, max_completion_len=max_completion_len,
+                             truncation="keep_end", use_chat_template=use_chat_template)
+        p_long, c_long = bool(b.prompt_truncated.any()), bool(b.completion_truncated.any())
+        long_prompts += p_long
+        long_completions += c_long
+        if p_long or c_long:
+            if truncation == "error":
+                raise DataError(f"pair {r['pair_id']!r} ({r['condition']}) exceeds data.max_prompt_len="
+                                f"{max_prompt_len} / data.max_completion_len={max_completion_len}",
+                                path=pairs.stats.get("path"), field="prompt" if p_long else "chosen/rejected",
+                                accepted="set data.truncation to keep_end, keep_start or drop")
+            if truncation == "drop":
+                dropped += 1
+                continue
+        keep.append(r)
+    if not keep:
+        raise DataError(f"every pair exceeds the length limits (max_prompt_len={max_prompt_len}, "
+                        f"max_completion_len={max_completion_len})", path=pairs.stats.get("path"))
+    stats = dict(pairs.stats)
+    stats["truncated"] = {"prompts_over_max": long_prompts, "completions_over_max": long_completions,
+                          "policy": truncation, "dropped": dropped}
+    stats["rows"] = len(keep)
+    stats["per_condition"] = dict(Counter(r["condition"] for r in keep))
+    return PairSet(rows=keep, stats=stats)

@@ -1,0 +1,278 @@
+"""The optimizer-step loop every trainer shares.
+
+A recipe supplies a *batch source* (where micro-batches come from: a sampler over a dataset, or
+rollouts) and a *step function* ``step_fn(model, microbatch) -> (loss, metrics)``. This module does
+the rest, identically for DPO, SFT and GRPO:
+
+- gradient accumulation (``no_sync`` on all but the last micro-batch), clipping, LR schedule;
+- numerical guards: a NaN/Inf loss or gradient skips the step with weights, optimizer, scheduler and
+  data position untouched; after ``max_consecutive_skips`` the run stops naming the step and item ids;
+  loss spikes are logged;
+- ``metrics.jsonl`` lines, a progress bar, epoch-end evaluation (in a forked RNG so evaluation never
+  changes the training stream), atomic checkpoints, exact resume;
+- preemption: SIGTERM/SIGUSR1 set a flag; all ranks agree on it after the current step, save one
+  checkpoint and return (the recipe then exits 0).
+"""
+
+from __future__ import annotations
+
+import math
+import signal
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Protocol
+
+import torch
+
+from .checkpoint import CheckpointManager
+from .config import ConfigError
+
+
+class BatchSource(Protocol):
+    epoch: int  # number of completed passes over the data
+
+    def next_microbatch(self) -> dict: ...  # must carry "item_ids": list[str]
+    def state_dict(self) -> dict: ...
+    def load_state_dict(self, state: dict) -> None: ...
+
+
+class NumericalError(RuntimeError):
+    pass
+
+
+@dataclass
+class LoopResult:
+    step: int
+    preempted: bool
+    final_metrics: dict[str, Any] = field(default_factory=dict)
+
+
+# Keys that may differ between a run and its resumption without changing the maths.
+RESUME_TOLERATED = ("trainer.resume", "trainer.stop_at_step", "trainer.allow_config_change", "trainer.progress",
+                    "trainer.save_every", "trainer.keep_last", "logger.")
+
+
+def config_differences(saved: dict, current: dict, prefix: str = "") -> list[str]:
+    out = []
+    for k in sorted(set(saved) | set(current)):
+        key = f"{prefix}{k}"
+        a, b = saved.get(k, "<absent>"), current.get(k, "<absent>")
+        if isinstance(a, dict) and isinstance(b, dict):
+            out.extend(config_differences(a, b, key + "."))
+        elif a != b and not any(key == t or (t.endswith(".") and key.startswith(t)) for t in RESUME_TOLERATED):
+            out.append(f"{key}: saved {a!r} != now {b!r}")
+    return out
+
+
+def check_resume_config(ctx) -> None:
+    from omegaconf import OmegaConf
+
+    saved_path = ctx.run_dir / "config.yaml"
+    if not saved_path.exists() or ctx.cfg.trainer.allow_config_change:
+        return
+    saved = OmegaConf.to_container(OmegaConf.load(saved_path), resolve=True)
+    current = OmegaConf.to_container(ctx.cfg, resolve=True)
+    diffs = config_differences(saved, current)
+    if diffs:
+        raise ConfigError(
+            f"refusing to resume {ctx.run_dir} with a changed config ({len(diffs)} differing keys):\n  "
+            + "\n  ".join(diffs)
+            + "\nPass trainer.allow_config_change=true to resume anyway, or use a new trainer.run_dir.")
+
+
+class _Preemption:
+    def __init__(self):
+        self.requested = False
+        self._old = {}
+
+    def install(self):
+        for sig in (signal.SIGTERM, signal.SIGUSR1):
+            try:
+                self._old[sig] = signal.signal(sig, self._handle)
+            except ValueError:  # not the main thread
+                pass
+
+    def _handle(self, signum, frame):
+        self.requested = True
+
+    def restore(self):
+        for sig, old in self._old.items():
+            signal.signal(sig, old)
+
+
+def _to_float(v) -> float:
+    return float(v.detach().float().item()) if isinstance(v, torch.Tensor) else float(v)
+
+
+def _mean_dicts(dicts: list[dict]) -> dict[str, float]:
+    sums: dict[str, float] = {}
+    counts: dict[str, int] = {}
+    for d in dicts:
+        for k, v in d.items():
+            sums[k] = sums.get(k, 0.0) + _to_float(v)
+            counts[k] = counts.get(k, 0) + 1
+    return {k: sums[k] / counts[k] for k in sums}
+
+
+def _gather_mean(acc, metrics: dict[str, float]) -> dict[str, float]:
+    if acc.num_processes == 1:
+        return metrics
+    import torch.distributed as dist
+
+    gathered: list[Any] = [None] * acc.num_processes
+    dist.all_gather_object(gathered, metrics)
+    return _mean_dicts(gathered)
+
+
+def _any_rank(acc, flag: bool) -> bool:
+    if acc.num_processes == 1:
+        return flag
+    t = torch.tensor([1.0 if flag else 0.0], device=acc.device)
+    return bool(acc.reduce(t, reduction="sum").item() > 0)
+
+
+def train_loop(ctx, *, model, optimizer, scheduler, source: BatchSource,
+               step_fn: Callable[[Any, dict], tuple[torch.Tensor, dict]],
+               on_epoch_end: Callable[[int, int], dict | None] | None = None) -> LoopResult:
+    """Run optimizer steps until ``trainer.max_steps`` (or ``stop_at_step``/``epochs_cap``/preemption)."""
+    from tqdm.auto import tqdm
+
+    cfg, acc = ctx.cfg, ctx.accelerator
+    tcfg, ocfg = cfg.trainer, cfg.optim
+    ckpt = CheckpointManager(ctx.run_dir, acc, keep_last=tcfg.keep_last)
+
+    state = {"epoch_done": 0, "skipped_total": 0, "loss_ema": None, "last_eval_step": -1}
+    step = 0
+    resume_from = ckpt.resolve_resume(tcfg.resume)
+    if resume_from is not None:
+        loaded = ckpt.load(resume_from, model=model, optimizer=optimizer, scheduler=scheduler)
+        step = loaded.pop("step")
+        source.load_state_dict(loaded.pop("source"))
+        state.update(loaded)
+        ctx.logger.truncate_after(step)
+        if ctx.is_main:
+            print(f"[selectrust] resumed from {resume_from} at step {step}", flush=True)
+
+    stop_at = min(tcfg.max_steps, tcfg.stop_at_step or tcfg.max_steps)
+    preempt = _Preemption()
+    preempt.install()
+    bar = tqdm(total=stop_at, initial=step, desc=ctx.recipe, disable=not (tcfg.progress and ctx.is_main),
+               unit="step", dynamic_ncols=True)
+    consecutive_skips = 0
+    last: dict[str, Any] = {}
+    preempted = False
+
+    def save(at_step: int):
+        ckpt.save(at_step, model=model, optimizer=optimizer, scheduler=scheduler,
+                  train_state={**state, "source": source.state_dict()})
+
+    try:
+        while step < stop_at:
+            t0 = time.time()
+            snapshot = source.state_dict()
+            model.train()
+            micro_metrics, item_ids, losses = [], [], []
+            for i in range(ocfg.grad_accum):
+                mb = source.next_microbatch()
+                item_ids.extend(mb.get("item_ids", []))
+                sync = i == ocfg.grad_accum - 1
+                ctx_mgr = acc.no_sync(model) if not sync and acc.num_processes > 1 else _nullcontext()
+                with ctx_mgr, acc.autocast():
+                    loss, metrics = step_fn(model, mb)
+                    acc.backward(loss / ocfg.grad_accum)
+                losses.append(loss.detach().float())
+                micro_metrics.append(metrics)
+            loss_value = torch.stack(losses).mean()
+            if ocfg.max_grad_norm > 0:
+                grad_norm = acc.clip_grad_norm_(model.parameters(), ocfg.max_grad_norm)
+            else:
+                grads = [p.grad.detach().float().norm() for p in model.parameters() if p.grad is not None]
+                grad_norm = torch.stack(grads).norm() if grads else torch.tensor(0.0)
+            grad_norm = _to_float(grad_norm) if grad_norm is not None else float("nan")
+            bad = _any_rank(acc, not (math.isfinite(_to_float(loss_value)) and math.isfinite(grad_norm)))
+            if bad:
+                optimizer.zero_grad(set_to_none=True)
+                source.load_state_dict(snapshot)
+                consecutive_skips += 1
+                state["skipped_total"] += 1
+                ctx.logger.log(step, {"skipped_nonfinite": 1, "skipped_total": state["skipped_total"],
+                                      "loss": _to_float(loss_value), "grad_norm": grad_norm})
+                if consecutive_skips >= tcfg.max_consecutive_skips:
+                    raise NumericalError(
+                        f"{consecutive_skips} consecutive steps skipped for a NaN/Inf loss or gradient at "
+                        f"optimizer step {step + 1}; item ids of the last batch: {item_ids[:32]}")
+                continue
+            consecutive_skips = 0
+            lr = scheduler.get_last_lr()[0]
+            optimizer.step()
+            scheduler.step()
+            optimizer.zero_grad(set_to_none=True)
+            step += 1
+            bar.update(1)
+
+            metrics = _gather_mean(acc, {**_mean_dicts(micro_metrics), "loss": _to_float(loss_value)})
+            loss_f = metrics["loss"]
+            ema = state["loss_ema"]
+            spike = ema is not None and step > 10 and loss_f > tcfg.spike_factor * max(ema, 1e-8)
+            state["loss_ema"] = loss_f if ema is None else 0.9 * ema + 0.1 * loss_f
+            extra = source.pop_metrics() if hasattr(source, "pop_metrics") else {}
+            last = {**metrics, **extra, "lr": lr, "grad_norm": grad_norm, "epoch": source.epoch,
+                    "step_seconds": round(time.time() - t0, 4), "skipped_total": state["skipped_total"]}
+            if spike:
+                last["loss_spike"] = 1
+                if ctx.is_main:
+                    print(f"[selectrust] loss spike at step {step}: {loss_f:.4g} vs running mean {ema:.4g}", flush=True)
+            if step % tcfg.log_every == 0 or step == stop_at:
+                ctx.logger.log(step, last)
+            bar.set_postfix(loss=f"{loss_f:.4f}", refresh=False)
+
+            if source.epoch > state["epoch_done"]:
+                state["epoch_done"] = source.epoch
+                if on_epoch_end is not None and tcfg.eval_every_epoch:
+                    _run_eval(ctx, on_epoch_end, source.epoch, step, last)
+                    state["last_eval_step"] = step
+            done_epochs = tcfg.epochs_cap is not None and source.epoch >= tcfg.epochs_cap
+            preempted = _any_rank(acc, preempt.requested)
+            if preempted or step == stop_at or done_epochs or (tcfg.save_every and step % tcfg.save_every == 0):
+                save(step)
+            if preempted:
+                if ctx.is_main:
+                    print(f"[selectrust] preemption signal: saved step {step}, exiting cleanly", flush=True)
+                break
+            if done_epochs:
+                break
+        if (not preempted and on_epoch_end is not None and tcfg.eval_at_end and step >= tcfg.max_steps
+                and state["last_eval_step"] != step):
+            _run_eval(ctx, on_epoch_end, "final", step, last)
+    finally:
+        bar.close()
+        preempt.restore()
+    return LoopResult(step=step, preempted=preempted, final_metrics=last)
+
+
+def _run_eval(ctx, on_epoch_end, epoch, step, last: dict) -> None:
+    with torch.random.fork_rng(devices=[]):
+        if ctx.is_main:
+            result = on_epoch_end(epoch, step) or {}
+            flat = {f"eval/{k}": v for k, v in _flatten(result).items() if isinstance(v, (int, float))}
+            ctx.logger.log(step, {"eval_epoch": str(epoch), **flat})
+            last.update(flat)
+    ctx.barrier()
+
+
+def _flatten(d: dict, prefix: str = "") -> dict:
+    out = {}
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out.update(_flatten(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+class _nullcontext:
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *a):
+        return False

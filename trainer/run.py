@@ -1,0 +1,181 @@
+"""Run setup shared by every recipe: accelerator, seeds, the run directory and its records.
+
+The run directory is ``trainer.run_dir`` exactly (no timestamps), so every rank of a multi-process
+launch agrees on it. It holds ``config.yaml`` (resolved), ``meta.json`` (git commit, package versions,
+command line, world size), ``metrics.jsonl`` and, later, ``checkpoints/`` and ``eval/``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+import random
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+PACKAGES = ("torch", "transformers", "trl", "peft", "accelerate", "datasets", "hydra-core", "deepspeed", "wandb")
+
+
+def seed_everything(seed: int) -> None:
+    import torch
+
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def git_commit(root: Path | None = None) -> str | None:
+    root = root or Path(__file__).resolve().parents[1]
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=5)
+        dirty = subprocess.run(["git", "status", "--porcelain"], cwd=root, capture_output=True, text=True, timeout=5)
+        return out.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "") if out.returncode == 0 else None
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+
+
+def package_versions() -> dict[str, str | None]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {"python": platform.python_version()}
+    for p in PACKAGES:
+        try:
+            out[p] = version(p)
+        except PackageNotFoundError:
+            out[p] = None
+    return out
+
+
+def _jsonable(v: Any) -> Any:
+    if hasattr(v, "item") and callable(v.item):
+        v = v.item()
+    if isinstance(v, float) and not math.isfinite(v):
+        return str(v)
+    return v
+
+
+class MetricsLogger:
+    """Appends one JSON object per logging step to ``<run_dir>/metrics.jsonl`` (main process only);
+    mirrors to wandb when ``logger.kind == 'wandb'`` (offline mode without credentials)."""
+
+    def __init__(self, run_dir: Path, *, is_main: bool, kind: str = "jsonl", project: str = "selectrust",
+                 name: str | None = None, config: dict | None = None):
+        self.path = Path(run_dir) / "metrics.jsonl"
+        self.is_main = is_main
+        self._wandb = None
+        if is_main and kind == "wandb":
+            import wandb
+
+            if not os.environ.get("WANDB_API_KEY") and os.environ.get("WANDB_MODE") is None:
+                os.environ["WANDB_MODE"] = "offline"
+            self._wandb = wandb.init(project=project, name=name or Path(run_dir).name, dir=str(run_dir),
+                                     config=config, resume="allow")
+
+    def log(self, step: int, metrics: dict[str, Any]) -> None:
+        if not self.is_main:
+            return
+        record = {"step": step, "time": round(time.time(), 3)}
+        record.update({k: _jsonable(v) for k, v in metrics.items()})
+        with open(self.path, "a") as f:
+            f.write(json.dumps(record) + "\n")
+        if self._wandb is not None:
+            self._wandb.log({k: v for k, v in record.items() if isinstance(v, (int, float))}, step=step)
+
+    def truncate_after(self, step: int) -> None:
+        """On resume, drop lines logged after the checkpoint's step (they will be logged again)."""
+        if not self.is_main or not self.path.exists():
+            return
+        keep = [l for l in self.path.read_text().splitlines() if l.strip() and json.loads(l).get("step", 0) <= step]
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text("".join(l + "\n" for l in keep))
+        os.replace(tmp, self.path)
+
+    def close(self) -> None:
+        if self._wandb is not None:
+            self._wandb.finish()
+
+
+@dataclass
+class RunContext:
+    cfg: Any
+    accelerator: Any
+    run_dir: Path
+    logger: MetricsLogger
+    recipe: str
+    started: float = field(default_factory=time.time)
+
+    @property
+    def is_main(self) -> bool:
+        return self.accelerator.is_main_process
+
+    @property
+    def device(self):
+        return self.accelerator.device
+
+    def barrier(self) -> None:
+        self.accelerator.wait_for_everyone()
+
+
+def make_accelerator(trainer_cfg, grad_accum: int = 1):
+    from accelerate import Accelerator
+
+    kwargs: dict[str, Any] = {"mixed_precision": trainer_cfg.mixed_precision}
+    if trainer_cfg.device == "cpu":
+        kwargs["cpu"] = True
+    return Accelerator(**kwargs)
+
+
+def setup_run(cfg, recipe: str) -> RunContext:
+    """Create the accelerator, agree on the run directory, write config/meta, seed, open the logger."""
+    from omegaconf import OmegaConf
+
+    accelerator = make_accelerator(cfg.trainer)
+    run_dir = Path(cfg.trainer.run_dir).expanduser().resolve()
+    if accelerator.is_main_process:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        meta = {
+            "recipe": recipe,
+            "git_commit": git_commit(),
+            "packages": package_versions(),
+            "command": [sys.executable, *sys.argv],
+            "cwd": os.getcwd(),
+            "world_size": accelerator.num_processes,
+            "distributed_type": str(accelerator.distributed_type),
+            "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        }
+        (run_dir / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
+    accelerator.wait_for_everyone()
+    seed_everything(cfg.seed)
+    logger = MetricsLogger(run_dir, is_main=accelerator.is_main_process, kind=cfg.logger.kind,
+                           project=cfg.logger.project, name=cfg.logger.name,
+                           config=OmegaConf.to_container(cfg, resolve=True))
+    return RunContext(cfg=cfg, accelerator=accelerator, run_dir=run_dir, logger=logger, recipe=recipe)
+
+
+def write_config(ctx: RunContext) -> None:
+    """Write the resolved config (after a resume check, so a refused resume leaves the old one)."""
+    from omegaconf import OmegaConf
+
+    if ctx.is_main:
+        tmp = ctx.run_dir / "config.yaml.tmp"
+        tmp.write_text(OmegaConf.to_yaml(ctx.cfg, resolve=True))
+        os.replace(tmp, ctx.run_dir / "config.yaml")
+
+
+def finish_run(ctx: RunContext, step: int, final_metrics: dict[str, Any]) -> None:
+    """Mark the run complete (``run_complete.json``, read by the sweep launcher)."""
+    if ctx.is_main:
+        record = {"step": step, "wall_seconds": round(time.time() - ctx.started, 2),
+                  "final_metrics": {k: _jsonable(v) for k, v in final_metrics.items()}}
+        tmp = ctx.run_dir / "run_complete.json.tmp"
+        tmp.write_text(json.dumps(record, indent=2) + "\n")
+        os.replace(tmp, ctx.run_dir / "run_complete.json")
+    ctx.logger.close()
