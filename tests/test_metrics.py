@@ -342,3 +342,13 @@ def test_every_family_is_json_safe():
         assert json.loads(json.dumps(m, allow_nan=False)) == m
         assert m["family"] == family
         assert all(v is None or isinstance(v, (int, float)) for v in headline(family, m).values())
+
+
+def test_default_slices_skip_free_text_attributes_but_explicit_ones_are_kept():
+    attrs = {i: {"provenance": f"note {i}", "plausibility": "high" if i % 2 else "low"} for i in range(25)}
+    rows = mist_rows(HAND * 5, attrs)
+    m = compute_metrics("mist", rows, n_boot=0)
+    assert "provenance" not in m["slices"]  # 25 distinct values > MAX_DEFAULT_SLICES
+    assert sorted(m["slices"]["plausibility"]) == ["high", "low"]
+    from eval_hooks.metrics import mist_metrics
+    assert len(mist_metrics(rows, n_boot=0, slice_by=["provenance"])["slices"]["provenance"]) == 25

@@ -26,6 +26,7 @@ MIST_CONDITIONS = ("clean", "misleading", "correct", "irrelevant")
 CLEAN, MIS = 0, 1
 # Row attributes that compute_metrics slices by when rows carry them (any other: slice_metrics).
 DEFAULT_SLICE_KEYS = ("answer_type", "source", "topic", "channel", "plausibility", "provenance")
+MAX_DEFAULT_SLICES = 20
 
 
 # -- the matrix -----------------------------------------------------------------------------
@@ -200,7 +201,9 @@ def mist_metrics(item_scores: Sequence[dict], *, n_boot: int = 1000, seed: int =
     ``n_clean_correct``, ``ci`` (same nesting, ``[lo, hi]`` 95% paired-bootstrap intervals; absent
     when ``n_boot == 0``), ``bootstrap`` (settings), ``unparsed.<condition>`` (counts) and
     ``slices.<attribute>.<value>`` (same keys per slice, no CIs). ``slice_by`` defaults to those of
-    :data:`DEFAULT_SLICE_KEYS` that at least one row carries.
+    :data:`DEFAULT_SLICE_KEYS` that at least one row carries with at most
+    :data:`MAX_DEFAULT_SLICES` distinct values (item-level free text such as a provenance note
+    would give one slice per item); an explicit ``slice_by`` is used as given.
     """
     items = mist_items(item_scores)
     a = correctness_matrix(items)
@@ -208,7 +211,12 @@ def mist_metrics(item_scores: Sequence[dict], *, n_boot: int = 1000, seed: int =
     if n_boot > 0:
         out["bootstrap"] = {"n_boot": n_boot, "seed": seed, "level": CI_LEVEL, "method": "paired item percentile"}
     out["unparsed"] = unparsed_counts(item_scores)
+    slices = {by: slice_metrics(item_scores, by) for by in (slice_by or [])}
     if slice_by is None:
-        slice_by = [k for k in DEFAULT_SLICE_KEYS if any(row.get(k) is not None for row in item_scores)]
-    out["slices"] = {by: slice_metrics(item_scores, by) for by in slice_by}
+        for by in DEFAULT_SLICE_KEYS:
+            if any(row.get(by) is not None for row in item_scores):
+                s = slice_metrics(item_scores, by)
+                if len(s) <= MAX_DEFAULT_SLICES:  # free-text attributes (one value per item) say nothing
+                    slices[by] = s
+    out["slices"] = slices
     return out
