@@ -399,8 +399,9 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:  # vLLM flags the launcher may pass (--enable-lora, ...) are meaningless here
         print(f"reference_server: ignoring vLLM arguments {unknown}", flush=True)
 
-    from eval_hooks.models import load_model, load_tokenizer
+    from eval_hooks.models import check_model_path, load_model, load_tokenizer
 
+    check_model_path(args.model, "--model")  # fail before the slow torch import
     model = load_model(args.model, dtype=args.dtype)
     tok = load_tokenizer(args.model)
     server = ReferenceServer(model, tok, model_name=args.served_model_name or args.model, host=args.host,
