@@ -45,7 +45,8 @@ def read_records(path: str | os.PathLike) -> list[tuple[int, dict]]:
     """All records of a JSONL or Parquet file as ``(line, record)`` pairs.
 
     JSONL: one JSON object per line; blank lines are skipped (their numbers still count). Parquet
-    (by suffix ``.parquet``/``.pq``): ``line`` is the 1-based row number. An empty file is an error.
+    (by suffix ``.parquet``/``.pq``): ``line`` is the 1-based row number, and null cells are dropped
+    (a column present on some rows only). An empty file is an error.
     """
     p = Path(path)
     if not p.exists():
@@ -85,7 +86,9 @@ def _read_parquet(p: Path) -> list[tuple[int, dict]]:
         table = pq.read_table(p)
     except Exception as e:  # pyarrow raises several types for corrupt files
         raise DataError(f"cannot read as Parquet ({type(e).__name__}: {e})", path=p) from None
-    return [(i, _from_arrow(rec)) for i, rec in enumerate(table.to_pylist(), start=1)]
+    # A table has every column on every row; a null there means "absent" (Arrow cannot tell them apart).
+    return [(i, {k: _from_arrow(v) for k, v in rec.items() if v is not None})
+            for i, rec in enumerate(table.to_pylist(), start=1)]
 
 
 def _from_arrow(value: Any) -> Any:

@@ -1,0 +1,156 @@
+"""Answer parsers: formats each type must read, the last-answer-wins rule, and no crash on any input."""
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from eval_hooks.parsers import (answers_match, final_answer_spans, normalize_gold, parse_answer, parse_boolean,
+                                parse_fork_answer, parse_label, parse_multiple_choice, parse_number,
+                                parse_numeric)
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("She makes 9 * 2 = $18 every day.", "18"),                 # no marker: last number
+    ("The answer is 18.", "18"),                                 # sentence period is not a decimal point
+    ("The answer is $1,000.", "1000"),                           # currency + thousands separator
+    ("#### 70000", "70000"),
+    ("step...\n#### 1,234,567", "1234567"),
+    ("Final answer: -5 degrees", "-5"),                          # sign + trailing unit
+    ("ANSWER: 18.0", "18"),                                      # canonical integer
+    ("ANSWER: 0.50", "0.5"),
+    ("ANSWER: 3/4 cup", "0.75"),                                 # fraction, exact decimal
+    ("ANSWER: 1/3", "1/3"),                                      # non-terminating stays a fraction
+    (r"so $\boxed{\frac{1}{2}}$", "0.5"),
+    (r"\boxed{\dfrac{-3}{4}}", "-0.75"),
+    (r"\boxed{18\text{ dollars}}", "18"),
+    (r"\boxed{1{,}000}", "1000"),
+    ("The answer is 25%.", "25%"),
+    ("The answer is 25 percent", "25%"),
+    ("Answer: 12 km/h", "12"),                                   # unit with a slash is not a fraction
+    ("**Answer:** 42", "42"),                                    # Markdown bold around the marker
+    ("The answer is\n\n42 apples", "42"),                        # value on the next line
+    ("The answer is 5 - 3 = 2", "5"),                            # first number after the marker
+    ("Range 5-10 items", "10"),                                  # hyphen between numbers is not a sign
+    ("ANSWER: 7\n...on reflection...\nANSWER: 9", "9"),         # the last final answer wins
+    (r"\boxed{4} but then the answer is 5", "5"),
+    ("The answer is 7. Some 8 9 numbers after.", "7"),          # a marker beats later bare numbers
+    ("answer: none found, but x = 3", "3"),                     # marker without a number: fall back
+    ("no numbers at all", None),
+    ("", None),
+])
+def test_parse_numeric(text, expected):
+    assert parse_numeric(text) == expected
+
+
+@pytest.mark.parametrize("parsed, gold, ok", [
+    ("18", "18.0", True), ("1000", "1,000", True), ("18", 18, True), ("0.5", "1/2", True),
+    ("25%", "25", True), ("25%", "0.25", True), ("25", "0.25", False), ("17", "18", False),
+    ("0.3333333", "1/3", True),  # within the 1e-6 relative tolerance
+    ("0.33", "1/3", False), (None, "18", False), ("-5", "5", False),
+])
+def test_numeric_equality(parsed, gold, ok):
+    assert answers_match(parsed, gold, "numeric") is ok
+
+
+@pytest.mark.parametrize("text, choices, expected", [
+    ("ANSWER: B", None, "B"),
+    ("The answer is (C).", None, "C"),
+    ("The correct option is D", ["a", "b", "c", "d"], "D"),
+    ("Answer: Mars", ["Venus", "Mars", "Jupiter"], "B"),           # option text
+    ("Answer: mars.", {"A": "Venus", "B": "Mars"}, "B"),
+    ("B", None, "B"),                                               # bare letter response
+    ("reasoning...\n(A) Venus", ["Venus", "Mars"], "A"),            # last line "(A) ..."
+    ("ANSWER: A ... wait. ANSWER: C", None, "C"),
+    ("Answer: E", ["w", "x", "y", "z"], None),                     # letter outside the choices
+    ("I have no idea", ["Venus", "Mars"], None),
+    ("answer: b", None, "B"),                                       # a lone lowercase letter
+])
+def test_parse_multiple_choice(text, choices, expected):
+    assert parse_multiple_choice(text, choices) == expected
+
+
+def test_choice_gold_by_text_and_letter():
+    ch = ["Venus", "Mars"]
+    assert normalize_gold("Mars", "multiple_choice", choices=ch) == "B"
+    assert normalize_gold("b", "multiple_choice", choices=ch) == "B"
+    assert normalize_gold("C", "multiple_choice", choices=ch) is None
+    assert answers_match("B", "Mars", "multiple_choice", choices=ch)
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("Yes, 91 = 7 x 13.", "true"), ("ANSWER: no", "false"), ("Answer: True", "true"),
+    ("Let me think.\nSo the statement is false.", "false"), ("ANSWER: yes\nANSWER: no", "false"),
+    ("Not sure at all", None), ("nothing", None),
+])
+def test_parse_boolean(text, expected):
+    assert parse_boolean(text) == expected
+
+
+def test_boolean_gold_forms():
+    assert [normalize_gold(g, "boolean") for g in (True, False, "Yes", "no", "TRUE", "maybe")] == \
+        ["true", "false", "true", "false", "true", None]
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("I prefer the second.\nANSWER: B", "B"), ("ANSWER: A\n...\n**ANSWER: B**", "B"),
+    ("Answer: Candidate (A)", "A"), ("ANSWER: [B]", "B"), ("ANSWER: C", None), ("ANSWER: Both", None),
+    ("answer: a reasonable choice", None),  # lowercase letters are words, not answers
+    ("B is better", None),                  # no ANSWER line: unparsable by design
+])
+def test_parse_fork_answer(text, expected):
+    assert parse_fork_answer(text) == expected
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("The trial shows higher rates...\nANSWER: No Difference", "No Difference"),
+    ("ANSWER: lower", "Lower"), ("Answer: **Uncertain**", "Uncertain"), ("Higher", "Higher"),
+    ("Final answer: no significant difference", "No Difference"),
+    ("ANSWER: Higher\nANSWER: Uncertain", "Uncertain"),
+    ("The evidence is mixed.\nIt could be higher or lower.", None),   # last line names two labels
+    ("Rationale only, no label", None),
+])
+def test_parse_label(text, expected):
+    assert parse_label(text) == expected
+
+
+def test_dispatch_rejects_unknown_type():
+    with pytest.raises(ValueError, match="accepted"):
+        parse_answer("1", "essay")
+
+
+def test_parse_number_needs_exactly_one_number():
+    assert parse_number("1,000").canonical() == "1000"
+    assert parse_number("3 or 4") is None
+    assert parse_number(True) is None and parse_number(float("nan")) is None
+
+
+def test_huge_and_pathological_inputs_are_fast_and_safe():
+    assert parse_numeric("9" * 10000) is None                    # beyond int() digit limits: not an answer
+    assert parse_numeric("answer:" + " " * 50000 + "x") is None  # no quadratic backtracking
+    assert parse_fork_answer("answer:" + " " * 50000 + "C") is None
+    assert final_answer_spans(r"\boxed{" * 3000) != []
+
+
+_alphabet = st.sampled_from(list("0123456789.,/%$-+ \n{}()[]*#:ABCDabxyz") +
+                            ["answer", "ANSWER:", "The answer is", "\\boxed{", "\\frac{", "####", "yes", "no",
+                             "Higher", "No Difference", "percent", "−", "1,000", "\u2009"])
+_texts = st.one_of(st.text(max_size=300), st.lists(_alphabet, max_size=60).map("".join))
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_texts, st.sampled_from(["numeric", "multiple_choice", "boolean", "choice", "label"]),
+       st.sampled_from([None, ["x", "y", "z"], {"A": "p", "B": "q"}]))
+def test_no_input_crashes_a_parser(text, answer_type, choices):
+    out = parse_answer(text, answer_type, choices=choices)
+    assert out is None or isinstance(out, str)
+    # whatever is parsed must compare without error, and equal itself as a gold
+    if out is not None:
+        assert answers_match(out, out, answer_type, choices=choices) or answer_type == "multiple_choice"
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(min_value=-10**12, max_value=10**12), st.text(max_size=40))
+def test_numeric_roundtrip_with_marker(n, noise):
+    """A formatted integer after a final marker parses back to itself whatever text precedes it."""
+    text = f"{noise}\nThe answer is {n:,}."
+    assert answers_match(parse_numeric(text), n, "numeric")
