@@ -1,0 +1,138 @@
+"""Sigmoid DPO with hand-worked values (torchtune style), a plain-loop check and per-condition metrics.
+
+Two pairs used throughout, beta = 0.5 (log-probs are summed completion log-probs):
+
+    pair 1: pi_c=-4, pi_r=-6, ref_c=-5, ref_r=-5 -> logratios (+1, -1), Delta = 2, beta*Delta = 1
+            loss = -log sigma(1) = log(1 + e^-1) = 0.3132617
+            rewards: chosen 0.5, rejected -0.5, margin 1.0, correct
+    pair 2: pi_c=-3, pi_r=-2, ref_c=-3, ref_r=-3 -> logratios (0, +1), Delta = -1, beta*Delta = -0.5
+            loss = log(1 + e^0.5) = 0.9740770
+            rewards: chosen 0.0, rejected 0.5, margin -0.5, wrong
+    mean = (0.3132617 + 0.9740770) / 2 = 0.6436693
+
+Label smoothing: since log(1+e^x) - log(1+e^-x) = x, the cDPO loss is l(beta*Delta) + eps*beta*Delta:
+    eps = 0.1: pair 1: 0.3132617 + 0.1*1 = 0.4132617; pair 2: 0.9740770 - 0.05 = 0.9240770.
+"""
+
+import math
+
+import pytest
+import torch
+from torch.testing import assert_close
+
+from trainer.algos.dpo import dpo_row_metrics, per_group_metrics, sigmoid_dpo_loss
+
+# Hand values are written to 7 significant digits; check at that precision, not the default atol 1e-5.
+TIGHT = {"rtol": 1e-6, "atol": 1e-7}
+
+PC = torch.tensor([-4.0, -3.0])
+PR = torch.tensor([-6.0, -2.0])
+RC = torch.tensor([-5.0, -3.0])
+RR = torch.tensor([-5.0, -3.0])
+
+
+def test_hand_values_loss_and_metrics():
+    loss, m = sigmoid_dpo_loss(PC, PR, RC, RR, beta=0.5)
+    assert_close(loss, torch.tensor(0.6436693), **TIGHT)
+    assert_close(m["rewards/chosen"], torch.tensor(0.25))  # (0.5 + 0.0) / 2
+    assert_close(m["rewards/rejected"], torch.tensor(0.0))  # (-0.5 + 0.5) / 2
+    assert_close(m["rewards/margins"], torch.tensor(0.25))  # (1.0 - 0.5) / 2
+    assert_close(m["rewards/accuracies"], torch.tensor(0.5))
+
+
+def test_hand_values_label_smoothing():
+    loss, _ = sigmoid_dpo_loss(PC, PR, RC, RR, beta=0.5, label_smoothing=0.1)
+    assert_close(loss, torch.tensor((0.4132617 + 0.9240770) / 2), **TIGHT)
+
+
+def test_hand_values_weights_are_normalised_by_their_sum():
+    # w = (3, 1): (3 * 0.3132617 + 1 * 0.9740770) / 4 = 0.4784655
+    loss, _ = sigmoid_dpo_loss(PC, PR, RC, RR, beta=0.5, weights=torch.tensor([3.0, 1.0]))
+    assert_close(loss, torch.tensor(0.4784655), **TIGHT)
+    # scaling all weights does not change the loss
+    loss2, _ = sigmoid_dpo_loss(PC, PR, RC, RR, beta=0.5, weights=torch.tensor([0.3, 0.1]))
+    assert_close(loss, loss2)
+
+
+def test_hand_gradient():
+    """d loss / d pi_c_i = -beta * sigma(-beta*Delta_i) / B; pair 1: -0.5 * sigma(-1) / 2 = -0.0672354,
+    pair 2: -0.5 * sigma(0.5) / 2 = -0.1556148; d/d pi_r is the negative."""
+    pc = PC.clone().requires_grad_(True)
+    pr = PR.clone().requires_grad_(True)
+    loss, _ = sigmoid_dpo_loss(pc, pr, RC, RR, beta=0.5)
+    loss.backward()
+    assert_close(pc.grad, torch.tensor([-0.0672354, -0.1556148]), **TIGHT)
+    assert_close(pr.grad, -pc.grad)
+
+
+def _loop_reference(pc, pr, rc, rr, beta, eps, w):
+    num = den = 0.0
+    for i in range(len(pc)):
+        d = beta * ((pc[i] - rc[i]) - (pr[i] - rr[i]))
+        li = -(1 - eps) * math.log(1 / (1 + math.exp(-d))) - eps * math.log(1 / (1 + math.exp(d)))
+        num += w[i] * li
+        den += w[i]
+    return num / den
+
+
+@pytest.mark.parametrize("eps", [0.0, 0.25])
+def test_vectorised_matches_plain_loop(eps):
+    g = torch.Generator().manual_seed(0)
+    pc, pr, rc, rr = (torch.randn(16, generator=g, dtype=torch.float64) * 3 - 10 for _ in range(4))
+    w = torch.rand(16, generator=g, dtype=torch.float64)
+    loss, _ = sigmoid_dpo_loss(pc, pr, rc, rr, beta=0.3, label_smoothing=eps, weights=w)
+    expected = _loop_reference(pc.tolist(), pr.tolist(), rc.tolist(), rr.tolist(), 0.3, eps, w.tolist())
+    assert loss.item() == pytest.approx(expected, rel=1e-12)
+
+
+def test_scope_condition_weighting_recipe_from_docstring():
+    """w_i = lambda_b / n_b reproduces sum_b lambda_b * mean_{i in b} l_i inside one batch."""
+    g = torch.Generator().manual_seed(1)
+    pc, pr, rc, rr = (torch.randn(6, generator=g) for _ in range(4))
+    cond = ["mis", "mis", "mis", "clean", "cor", "irr"]
+    lam = {"mis": 0.25, "clean": 0.25, "cor": 0.25, "irr": 0.25}
+    n = {c: cond.count(c) for c in lam}
+    w = torch.tensor([lam[c] / n[c] for c in cond])
+    loss, _ = sigmoid_dpo_loss(pc, pr, rc, rr, beta=0.1, weights=w)
+    expected = sum(lam[c] * sigmoid_dpo_loss(pc[idx], pr[idx], rc[idx], rr[idx], beta=0.1)[0]
+                   for c in lam for idx in [torch.tensor([i for i, x in enumerate(cond) if x == c])])
+    assert_close(loss, expected)
+
+
+def test_per_group_metrics_hand_values():
+    rows = dpo_row_metrics(PC, PR, RC, RR, beta=0.5)
+    assert_close(rows["margins"], torch.tensor([1.0, -0.5]))
+    out = per_group_metrics(rows, ["misleading", "clean"])
+    assert out["rewards/accuracies/misleading"] == 1.0 and out["rewards/accuracies/clean"] == 0.0
+    assert out["rewards/margins/misleading"] == pytest.approx(1.0)
+    assert out["rewards/margins/clean"] == pytest.approx(-0.5)
+    both = per_group_metrics(rows, ["misleading", "misleading"])
+    assert both["rewards/margins/misleading"] == pytest.approx(0.25)
+    assert "rewards/margins/clean" not in both  # absent groups are absent, not zero
+
+
+def test_tie_counts_as_wrong_and_loss_is_log2_at_start():
+    x = torch.tensor([-3.0, -7.0])
+    loss, m = sigmoid_dpo_loss(x, x, x, x, beta=0.1)
+    assert_close(loss, torch.tensor(math.log(2.0)))
+    assert m["rewards/accuracies"].item() == 0.0
+
+
+def test_bad_inputs_are_rejected_with_clear_messages():
+    with pytest.raises(ValueError, match="label_smoothing"):
+        sigmoid_dpo_loss(PC, PR, RC, RR, beta=0.1, label_smoothing=0.5)
+    with pytest.raises(ValueError, match="same length"):
+        sigmoid_dpo_loss(PC, PR[:1], RC, RR, beta=0.1)
+    with pytest.raises(ValueError, match=">= 0"):
+        sigmoid_dpo_loss(PC, PR, RC, RR, beta=0.1, weights=torch.tensor([1.0, -1.0]))
+    with pytest.raises(ValueError, match="one per pair"):
+        sigmoid_dpo_loss(PC, PR, RC, RR, beta=0.1, weights=torch.tensor([1.0]))
+    with pytest.raises(ValueError, match="group names"):
+        per_group_metrics(dpo_row_metrics(PC, PR, RC, RR, beta=0.1), ["a"])
+
+
+def test_all_zero_weights_give_zero_loss_still_in_graph():
+    pc = PC.clone().requires_grad_(True)
+    loss, _ = sigmoid_dpo_loss(pc, PR, RC, RR, beta=0.1, weights=torch.zeros(2))
+    loss.backward()
+    assert loss.item() == 0.0 and torch.equal(pc.grad, torch.zeros(2))
