@@ -124,6 +124,16 @@ def test_too_many_dropped_connections_is_an_unreachable_error(backend, server):
         backend.generate([GenerationRequest(prompt="hi", max_new_tokens=2)])
 
 
+def test_timeouts_are_retried_then_reported(server, tiny_tokenizer):
+    server.faults.__init__()
+    b = VLLMServerBackend(server.url, "tiny", tiny_tokenizer, timeout_s=0.3, max_retries=1, backoff_s=0.01)
+    server.faults.delay_s, server.faults.slow_requests = 1.0, 1  # first attempt times out, the retry answers
+    assert len(b.generate([GenerationRequest(prompt="hi", max_new_tokens=2)])[0].samples) == 1
+    server.faults.slow_requests = 2
+    with pytest.raises(ServerUnreachableError, match=r"(?i)timed out.*after 2 attempts"):
+        b.generate([GenerationRequest(prompt="hi", max_new_tokens=2)])
+
+
 def test_unreachable_server_error_names_the_url(tiny_tokenizer):
     with socket.socket() as s:  # a port nobody listens on
         s.bind(("127.0.0.1", 0))

@@ -54,6 +54,7 @@ class Faults:
     - ``stale_adapter_loads``: acknowledge the next N loads but keep serving the previously loaded
       weights (or the base model) under the new name: the silent stale-weights failure.
     - ``server_errors``: answer the next N completions with HTTP 503.
+    - ``slow_requests`` / ``delay_s``: sleep ``delay_s`` before answering the next N requests (timeouts).
     """
 
     drop_connections: int = 0
@@ -62,6 +63,8 @@ class Faults:
     fail_adapter_loads: int = 0
     stale_adapter_loads: int = 0
     server_errors: int = 0
+    slow_requests: int = 0
+    delay_s: float = 0.0
 
     def take(self, name: str) -> bool:
         n = getattr(self, name)
@@ -154,6 +157,8 @@ class ReferenceServer:
         try:
             length = int(h.headers.get("Content-Length") or 0)
             raw = h.rfile.read(length) if length else b""
+            if path != "/health" and self.faults.take("slow_requests"):
+                time.sleep(self.faults.delay_s)
             if path != "/health" and self.faults.take("drop_connections"):
                 h.close_connection = True
                 with contextlib.suppress(OSError):
