@@ -23,6 +23,11 @@ __all__ = ["topk_forward_kl", "choice_kl", "choice_ce"]
 SUPPORTS = ("teacher", "student", "union")
 
 
+def _upcast(x: torch.Tensor) -> torch.Tensor:
+    """Half-precision logits are upcast to float32; float32/float64 are kept."""
+    return x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
+
+
 def _log1mexp(log_x: torch.Tensor) -> torch.Tensor:
     """log(1 - exp(log_x)) for log_x < 0, accurate on both sides of -log 2 (Maechler 2012)."""
     # Each branch sees an input clamped to its own side, so the branch torch.where discards cannot
@@ -79,8 +84,8 @@ def topk_forward_kl(
 
     vocab = teacher_logits.shape[-1]
     k = min(k, vocab)
-    t = teacher_logits.detach().float() / temperature
-    s = student_logits.float() / temperature
+    t = _upcast(teacher_logits.detach()) / temperature
+    s = _upcast(student_logits) / temperature
     lse_t = torch.logsumexp(t, dim=-1, keepdim=True)
     lse_s = torch.logsumexp(s, dim=-1, keepdim=True)
 
@@ -145,8 +150,8 @@ def choice_kl(
                          f"{tuple(student_logits_AB.shape)}")
     if temperature <= 0:
         raise ValueError(f"temperature must be > 0; got {temperature}")
-    log_q = F.log_softmax(teacher_logits_AB.detach().float() / temperature, dim=-1)
-    log_p = F.log_softmax(student_logits_AB.float() / temperature, dim=-1)
+    log_q = F.log_softmax(_upcast(teacher_logits_AB.detach()) / temperature, dim=-1)
+    log_p = F.log_softmax(_upcast(student_logits_AB) / temperature, dim=-1)
     kl_rows = (log_q.exp() * (log_q - log_p)).sum(dim=-1)
     loss = kl_rows.mean()
     metrics = {
@@ -176,7 +181,7 @@ def choice_ce(
     num_choices = student_logits_AB.shape[1]
     if bool(((labels < 0) | (labels >= num_choices)).any()):
         raise ValueError(f"labels must be in [0, {num_choices}); got {labels.tolist()}")
-    log_p = F.log_softmax(student_logits_AB.float() / temperature, dim=-1)
+    log_p = F.log_softmax(_upcast(student_logits_AB) / temperature, dim=-1)
     nll = -log_p.gather(-1, labels.long().unsqueeze(-1)).squeeze(-1)
     loss = nll.mean()
     metrics = {
