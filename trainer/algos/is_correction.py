@@ -51,8 +51,9 @@ def truncated_is_weights(
                          f"and mask {tuple(mask.shape)} must all be (B, T)")
 
     with torch.no_grad():
-        m = mask.to(torch.float32)
-        diff = (trainer_logps.detach().float() - rollout_logps.detach().float())
+        dtype = torch.float64 if trainer_logps.dtype == torch.float64 else torch.float32
+        m = mask.to(dtype)
+        diff = trainer_logps.detach().to(dtype) - rollout_logps.detach().to(dtype)
         diff = torch.nan_to_num(diff, nan=0.0) * m
         counted = mask.bool() & ~torch.isnan(rollout_logps)
         n_tok = counted.sum().clamp_min(1)
