@@ -3,6 +3,7 @@
     python -m eval_hooks expand --family F --data ITEMS --out rows.jsonl
     python -m eval_hooks score  --family F --rows rows.jsonl --responses responses.jsonl --out DIR
     python -m eval_hooks build-gsm8k --data gsm8k_test.jsonl --out mist_gsm8k.jsonl [--seed 0] [--limit N]
+    python -m eval_hooks build-medcounterfact --data medevidence_abstract.jsonl --out med_items.jsonl
 
 F is one of mist, box2, taste, med. Bad input prints one ``error: <file>, line <n>, field '<f>': ...``
 message and exits with status 2, leaving no output behind.
@@ -55,6 +56,15 @@ def _cmd_build_gsm8k(args) -> int:
     return 0
 
 
+def _cmd_build_med(args) -> int:
+    from .builders.medcounterfact import CATEGORIES, build_file
+
+    stats = build_file(args.data, args.out, seed=args.seed,
+                       categories=args.categories.split(",") if args.categories else CATEGORIES)
+    print(json.dumps(stats))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     from .families import FAMILIES
 
@@ -91,6 +101,14 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--topic", default="math")
     b.add_argument("--channels", default=None, help="comma-separated subset of the signal channels")
     b.set_defaults(func=_cmd_build_gsm8k)
+
+    m = sub.add_parser("build-medcounterfact", help="build MedCounterfact items from MedEvidence")
+    m.add_argument("--data", required=True, help="medevidence_abstract.jsonl")
+    m.add_argument("--out", required=True, help="Med items file to write (.jsonl)")
+    m.add_argument("--seed", type=int, default=0)
+    m.add_argument("--categories", default=None,
+                   help="comma-separated subset of original,nonce,medical,non_medical,toxic (default: all)")
+    m.set_defaults(func=_cmd_build_med)
     return p
 
 

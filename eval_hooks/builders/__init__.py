@@ -1,4 +1,5 @@
 """Matched-set builders: turn plain source data into family item files.
 
 - ``gsm8k``: MIST quartets from any QA JSONL with numeric answers (``python -m eval_hooks build-gsm8k``).
+- ``medcounterfact``: MedCounterfact items from MedEvidence (``python -m eval_hooks build-medcounterfact``).
 """
