@@ -173,6 +173,9 @@ class GRPOAlgoConfig:
     stop: list[str] = _f([], "Stop strings for rollouts.")
     is_correction: str = _f("none", "Rollout/trainer mismatch correction: none | token | sequence (truncated IS).")
     is_cap: float = _f(2.0, "Truncation cap of the importance-sampling correction.")
+    env: Optional[str] = _f(None, "Multi-turn environment (trainer.envs): toy_lookup | webshop (template) | 'pkg.module:Class'; "
+                                  "None = single-turn prompts scored by algo.reward.")
+    env_max_turns: int = _f(4, "Maximum assistant turns per environment episode (reward 0 when exceeded).")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -339,3 +342,9 @@ def validate_grpo(cfg) -> None:
         raise ConfigError(f"algo.eps_low must be in [0,1) and algo.eps_high >= 0, got {a.eps_low}, {a.eps_high}")
     if a.num_iterations < 1:
         raise ConfigError(f"algo.num_iterations must be >= 1, got {a.num_iterations}")
+    if a.max_new_tokens < 1 or a.max_refill_rounds < 0 or a.env_max_turns < 1:
+        raise ConfigError(f"algo.max_new_tokens and algo.env_max_turns must be >= 1 and algo.max_refill_rounds >= 0; "
+                          f"got {a.max_new_tokens}, {a.env_max_turns}, {a.max_refill_rounds}")
+    if a.env is not None and a.is_correction != "none":
+        raise ConfigError("algo.is_correction needs per-token rollout log-probs, which environment rollouts "
+                          "(algo.env) do not keep; use algo.is_correction=none")
