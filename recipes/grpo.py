@@ -1,0 +1,165 @@
+"""Box2 outcome RL: group-relative policy optimisation on bad-workflow inputs (SPEC §2, Training 2).
+
+    python recipes/grpo.py                                     # tiny CPU default (recipe=grpo_tiny)
+    python recipes/grpo.py recipe=grpo_env_tiny                # multi-turn toy environment
+    accelerate launch --config_file launch/ddp.yaml --num_processes 8 recipes/grpo.py recipe=aime_qwen3_4b \
+        data.train_path=prompts.jsonl model.path=<sft-merged-or-base>
+
+Per optimizer step: P = algo.prompts_per_step prompts, G = algo.group_size samples each, through the
+generation backend (``generation=hf`` in-process, ``generation=vllm_server`` a vLLM server with the
+LoRA adapter synced before each rollout); outcome rewards (``algo.reward``, guarded) or environment
+returns (``algo.env``); group advantages; the clipped token loss of ``trainer.algos.grpo``.
+
+How this departs from TRL's GRPOTrainer (same loss on the same inputs, tests/test_trl_equivalence_grpo.py):
+- groups whose rewards all agree are dropped and the batch refilled (``algo.max_refill_rounds``);
+- ``optim.batch_size * optim.grad_accum * world == algo.prompts_per_step * algo.group_size``: one
+  rollout batch per optimizer step, replayed ``algo.num_iterations`` times with stored old log-probs;
+- rollouts are seeded per (seed, rollout batch, round), so a resumed run regenerates them exactly;
+- the reference for the KL term is the LoRA adapter disabled (no second model copy).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import hydra
+import torch
+from omegaconf import DictConfig
+
+from trainer.config import ConfigError, register_schemas, validate_grpo
+
+register_schemas()
+
+
+def check_geometry(cfg, world: int) -> int:
+    """Groups per rank; raises when the rollout batch does not split into the configured micro-batches."""
+    a, o = cfg.algo, cfg.optim
+    samples = a.prompts_per_step * a.group_size
+    if a.prompts_per_step % world or o.batch_size * o.grad_accum * world != samples:
+        raise ConfigError(
+            f"algo.prompts_per_step * algo.group_size = {a.prompts_per_step} * {a.group_size} = {samples} samples per "
+            f"step must equal optim.batch_size * optim.grad_accum * world = {o.batch_size} * {o.grad_accum} * {world} "
+            f"(and prompts_per_step must divide by world); e.g. optim.batch_size={samples // (o.grad_accum * world) or 1}")
+    return a.prompts_per_step // world
+
+
+@hydra.main(config_path="../conf", config_name="grpo", version_base=None)
+def main(cfg: DictConfig) -> None:
+    from trainer.algos.grpo import clipped_policy_loss
+    from trainer.algos.is_correction import truncated_is_weights
+    from trainer.data import ShuffleSampler
+    from trainer.envs import resolve_env
+    from trainer.evaluation import load_eval_rows, make_backend, make_epoch_eval
+    from trainer.logprobs import sequence_logprobs
+    from trainer.loop import check_resume_config, train_loop
+    from trainer.model import Reference, build_optimizer, build_policy, build_scheduler
+    from trainer.rewards import GuardedReward, resolve_reward
+    from trainer.rollout import RolloutSettings, RolloutSource, check_prompt_lengths, load_rl_prompts
+    from trainer.run import finish_run, setup_run, write_config
+
+    # ---- validate everything before any model loads (and long before any generation) -------------------
+    validate_grpo(cfg)
+    algo, dcfg = cfg.algo, cfg.data
+    num_groups = check_geometry(cfg, int(os.environ.get("WORLD_SIZE", "1")))
+    env_factory = resolve_env(algo.env, max_turns=algo.env_max_turns) if algo.env else None
+    reward = None if env_factory else GuardedReward(resolve_reward(algo.reward), max_errors=algo.max_reward_errors)
+    rows = load_rl_prompts(dcfg.train_path, family=dcfg.train_family, conditions=list(dcfg.train_conditions))
+    eval_rows = load_eval_rows(cfg.eval)
+
+    # ---- build -------------------------------------------------------------------------------------------
+    ctx = setup_run(cfg, "grpo")
+    check_resume_config(ctx)
+    write_config(ctx)
+    acc = ctx.accelerator
+    model, tokenizer = build_policy(cfg.model, seed=cfg.seed)
+    use_chat = cfg.model.use_chat_template
+    check_prompt_lengths(rows, tokenizer, max_prompt_len=dcfg.max_prompt_len, use_chat_template=use_chat)
+    reference = Reference(model, lora=cfg.model.lora.enabled) if algo.kl_beta > 0 else None
+    optimizer = build_optimizer(model, cfg.optim)
+    scheduler = build_scheduler(optimizer, cfg.optim, max_steps=cfg.trainer.max_steps)
+    model, optimizer = acc.prepare(model, optimizer)
+    if reference is not None:
+        reference.to(acc.device)
+    unwrapped = acc.unwrap_model(model)
+
+    def backend_factory():
+        return make_backend(cfg.generation, unwrapped, tokenizer, model_path=cfg.model.path, use_chat_template=use_chat)
+
+    # ---- hook point: adapter sync to a generation server -----------------------------------------------
+    # With generation=vllm_server the server must sample from *this* step's adapter: save it atomically,
+    # load it on the server and probe it (trainer.weight_sync) before every rollout batch.
+    pre_generate = None
+    if cfg.generation.backend == "vllm_server":
+        from trainer.weight_sync import AdapterSync
+
+        sync_holder: dict = {}
+
+        def pre_generate(step: int) -> dict:
+            if "sync" not in sync_holder:
+                sync_holder["sync"] = AdapterSync(
+                    source.backend, cfg.generation.adapter_dir or ctx.run_dir / "adapters",
+                    every_k_steps=cfg.generation.sync_every, tokenizer=tokenizer,
+                    probe_threshold=cfg.generation.probe_threshold)
+            sync = sync_holder["sync"]
+            return {**sync.maybe_sync(unwrapped, step), **sync.current()}
+
+    def old_logps_fn(ids, att, cm):
+        with torch.no_grad():
+            return sequence_logprobs(unwrapped, ids.to(acc.device), att.to(acc.device), cm.to(acc.device))[1].cpu()
+
+    settings = RolloutSettings.from_config(algo, num_groups=num_groups, grad_accum=cfg.optim.grad_accum,
+                                           use_chat_template=use_chat, seed=cfg.seed)
+
+    def reduce_max(n: int) -> int:
+        if acc.num_processes == 1:
+            return n
+        return int(acc.gather(torch.tensor([n], device=acc.device)).max().item())
+
+    source = RolloutSource(rows, ShuffleSampler(len(rows), seed=cfg.seed), settings=settings, tokenizer=tokenizer,
+                           backend_factory=backend_factory, reward=reward, env_factory=env_factory,
+                           old_logps_fn=old_logps_fn if algo.num_iterations > 1 else None,
+                           pre_generate=pre_generate, rank=acc.process_index, world=acc.num_processes,
+                           reduce_max=reduce_max)
+
+    # ---- one micro-batch -----------------------------------------------------------------------------
+    def step_fn(model, mb: dict):
+        dev = acc.device
+        ids, att, cm = mb["input_ids"].to(dev), mb["attention_mask"].to(dev), mb["completion_mask"].to(dev)
+        _, logps, entropy = sequence_logprobs(model, ids, att, cm, return_entropy=True)
+        old = mb["old_logps"].to(dev) if mb["old_logps"] is not None else logps.detach()
+        ref = None
+        if reference is not None:
+            with torch.no_grad(), reference.context(unwrapped) as ref_model:
+                ref = sequence_logprobs(ref_model, ids, att, cm)[1]
+        is_w, is_metrics = None, {}
+        if algo.is_correction != "none" and mb["rollout_logps"] is not None:
+            is_w, is_metrics = truncated_is_weights(logps.detach(), mb["rollout_logps"].to(dev), cm,
+                                                    level=algo.is_correction, cap=algo.is_cap)
+        loss, metrics = clipped_policy_loss(
+            logps, old, mb["advantages"].to(dev), cm, eps_low=algo.eps_low, eps_high=algo.eps_high,
+            aggregation=algo.aggregation, ref_logps=ref, kl_beta=algo.kl_beta, is_weights=is_w,
+            num_tokens=mb["num_tokens"] if algo.aggregation == "token_mean" else None)
+        n_tok = cm.sum().clamp_min(1)
+        metrics.update({f"is_{k}": v for k, v in is_metrics.items()})
+        metrics["entropy"] = (entropy * cm).sum() / n_tok
+        metrics["advantage_abs_mean"] = mb["advantages"].abs().mean()
+        return loss, metrics
+
+    # ---- loop, evaluation, save ------------------------------------------------------------------------
+    on_epoch_end = make_epoch_eval(ctx, eval_rows, backend_factory)
+    result = train_loop(ctx, model=model, optimizer=optimizer, scheduler=scheduler, source=source,
+                        step_fn=step_fn, on_epoch_end=on_epoch_end)
+    if ctx.is_main and not result.preempted:
+        unwrapped.save_pretrained(str(ctx.run_dir / "final"), safe_serialization=True)
+        tokenizer.save_pretrained(str(ctx.run_dir / "final"))
+    acc.wait_for_everyone()
+    if not result.preempted:
+        finish_run(ctx, result.step, result.final_metrics)
+
+
+if __name__ == "__main__":
+    main()

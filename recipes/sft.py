@@ -1,0 +1,100 @@
+"""Box2 counterfactual SFT (SPEC §2, Training 1), single- and multi-turn; also plain SFT on a chat mix.
+
+    python recipes/sft.py                                          # tiny CPU default (recipe=box2_sft_tiny)
+    python recipes/sft.py algo=counterfactual_sft_multiturn data.train_path=episodes.jsonl
+    accelerate launch --config_file launch/ddp.yaml recipes/sft.py recipe=<yours> data.train_path=cf_sft.jsonl
+
+Data: ``{"messages": [...]}`` or ``{"prompt", "completion"}`` rows (``trainer.data.load_sft_examples``).
+Counterfactual rows put the task *and the bad workflow* in the user turn and a verified-correct
+trajectory in the assistant turn (``trainer.workflows`` builds and freezes the workflows; the good
+workflow is never trained on). Loss: NLL of the target tokens only, ``L = -log pi(tau+ | x, W_B)``.
+
+How this departs from TRL's SFTTrainer (same token-mean loss: tests/test_sft_recipe.py):
+- prompt and completion are tokenised separately (what the model sees when it generates the
+  completion), not as one string;
+- multi-turn (``algo.multi_turn``): every assistant turn is a target through the chat template's
+  ``{% generation %}`` mask (or per-turn rendering when the template lacks the tags); over-long
+  conversations keep their start;
+- ``algo.aggregation=sequence_mean`` gives every example equal weight (not in TRL).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import hydra
+from omegaconf import DictConfig
+
+from trainer.config import register_schemas, validate_sft
+
+register_schemas()
+
+
+@hydra.main(config_path="../conf", config_name="sft", version_base=None)
+def main(cfg: DictConfig) -> None:
+    from eval_hooks.io import write_json_atomic
+    from trainer.algos.sft import masked_nll_loss
+    from trainer.data import SamplerSource, ShuffleSampler, load_sft_examples, resolve_data_path
+    from trainer.evaluation import load_eval_rows, make_backend, make_epoch_eval
+    from trainer.logprobs import sequence_logprobs
+    from trainer.loop import check_resume_config, train_loop
+    from trainer.model import build_optimizer, build_policy, build_scheduler
+    from trainer.run import finish_run, setup_run, write_config
+    from trainer.sft_data import WindowSource, apply_sft_length_policy, collate_sft
+
+    # ---- validate everything before any model loads -------------------------------------------------
+    validate_sft(cfg)
+    algo, dcfg = cfg.algo, cfg.data
+    examples = load_sft_examples(dcfg.train_path)
+    eval_rows = load_eval_rows(cfg.eval)
+
+    # ---- build ------------------------------------------------------------------------------------
+    ctx = setup_run(cfg, "sft")
+    check_resume_config(ctx)
+    write_config(ctx)
+    acc = ctx.accelerator
+    model, tokenizer = build_policy(cfg.model, seed=cfg.seed)
+    use_chat = cfg.model.use_chat_template
+    lengths = dict(multi_turn=algo.multi_turn, max_prompt_len=dcfg.max_prompt_len,
+                   max_completion_len=dcfg.max_completion_len, truncation=dcfg.truncation, use_chat_template=use_chat)
+    examples, stats = apply_sft_length_policy(examples, tokenizer, path=resolve_data_path(dcfg.train_path), **lengths)
+    if ctx.is_main:
+        write_json_atomic(ctx.run_dir / "data_stats.json", stats)
+        print(f"[selectrust] sft examples: {stats}", flush=True)
+    optimizer = build_optimizer(model, cfg.optim)
+    scheduler = build_scheduler(optimizer, cfg.optim, max_steps=cfg.trainer.max_steps)
+    model, optimizer = acc.prepare(model, optimizer)
+    unwrapped = acc.unwrap_model(model)
+
+    def collate(indices: list[int], weights: list[float]) -> dict:
+        return collate_sft(tokenizer, [examples[i] for i in indices], **lengths)
+
+    source = WindowSource(SamplerSource(ShuffleSampler(len(examples), seed=cfg.seed), collate,
+                                        batch_size=cfg.optim.batch_size, rank=acc.process_index,
+                                        world=acc.num_processes), grad_accum=cfg.optim.grad_accum)
+
+    # ---- one micro-batch ----------------------------------------------------------------------------
+    def step_fn(model, mb: dict):
+        ids, att, cm = (mb[k].to(acc.device) for k in ("input_ids", "attention_mask", "completion_mask"))
+        _, token_logps, _ = sequence_logprobs(model, ids, att, cm)
+        return masked_nll_loss(token_logps, None, cm, aggregation=algo.aggregation, num_items=mb["num_items"])
+
+    # ---- loop, evaluation, save ------------------------------------------------------------------------
+    on_epoch_end = make_epoch_eval(
+        ctx, eval_rows, lambda: make_backend(cfg.generation, unwrapped, tokenizer, model_path=cfg.model.path,
+                                             use_chat_template=use_chat))
+    result = train_loop(ctx, model=model, optimizer=optimizer, scheduler=scheduler, source=source,
+                        step_fn=step_fn, on_epoch_end=on_epoch_end)
+    if ctx.is_main and not result.preempted:
+        unwrapped.save_pretrained(str(ctx.run_dir / "final"), safe_serialization=True)
+        tokenizer.save_pretrained(str(ctx.run_dir / "final"))
+    acc.wait_for_everyone()
+    if not result.preempted:
+        finish_run(ctx, result.step, result.final_metrics)
+
+
+if __name__ == "__main__":
+    main()

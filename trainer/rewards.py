@@ -1,0 +1,132 @@
+"""Outcome rewards for group-relative RL: a small registry, import-path callables, and a guard.
+
+A reward function has the signature ``fn(completion: str, row: dict) -> float`` where ``row`` is the
+training prompt row (``item_id``, ``prompt``, ``gold``, ``answer_type``, optional ``choices``; for
+environment rollouts the episode's return is used instead and no function is called).
+
+Registry (SPEC §2: the reward is the task outcome only; nothing rewards agreeing with the workflow):
+
+- ``numeric_match``   1.0 iff the parsed final number equals ``gold`` (``eval_hooks.parsers``), else 0.0
+- ``multiple_choice`` 1.0 iff the parsed option letter equals ``gold`` (letters or option text)
+- ``boolean``         1.0 iff the parsed yes/no equals ``gold``
+- ``answer_match``    dispatch on ``row["answer_type"]`` (any of the three above)
+
+Any other name must be an import path ``pkg.module:function``. :func:`resolve_reward` checks the
+name before anything is generated. :class:`GuardedReward` turns a raising or non-finite reward into
+an *error sample* (reward 0.0, counted, logged) and stops the run after ``max_errors`` with a message
+that names the function and shows an example input.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+from typing import Any, Callable
+
+from eval_hooks.parsers import answers_match, parse_answer
+
+RewardFn = Callable[[str, dict], float]
+
+
+class RewardError(RuntimeError):
+    """Too many reward-function failures: the run stops (message names the function and an input)."""
+
+
+def _match(answer_type: str) -> RewardFn:
+    def reward(completion: str, row: dict) -> float:
+        parsed = parse_answer(completion, answer_type, choices=row.get("choices"))
+        return 1.0 if answers_match(parsed, row["gold"], answer_type, choices=row.get("choices")) else 0.0
+
+    reward.__name__ = f"{answer_type}_match"
+    return reward
+
+
+def answer_match(completion: str, row: dict) -> float:
+    """1.0 iff the final answer parsed by the row's ``answer_type`` equals the row's ``gold``."""
+    return _match(row["answer_type"])(completion, row)
+
+
+REGISTRY: dict[str, RewardFn] = {
+    "numeric_match": _match("numeric"),
+    "multiple_choice": _match("multiple_choice"),
+    "boolean": _match("boolean"),
+    "answer_match": answer_match,
+}
+
+
+def resolve_reward(name: str) -> RewardFn:
+    """Registry name or ``pkg.module:function`` -> the callable. Raises ``ValueError`` (a
+    ``ConfigError``) naming ``algo.reward`` and what is accepted; imports happen here, before any
+    model loads or any rollout is generated."""
+    from trainer.config import ConfigError
+
+    accepted = f"one of {', '.join(sorted(REGISTRY))}, or an import path 'pkg.module:function'"
+    if name in REGISTRY:
+        return REGISTRY[name]
+    if ":" not in name:
+        raise ConfigError(f"algo.reward={name!r} is not a registered reward ({accepted})")
+    module_name, _, attr = name.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as e:
+        raise ConfigError(f"algo.reward={name!r}: cannot import module {module_name!r} ({e}); accepted: {accepted}") from e
+    fn = getattr(module, attr, None)
+    if fn is None or not callable(fn):
+        raise ConfigError(f"algo.reward={name!r}: module {module_name!r} has no callable {attr!r}; accepted: {accepted}")
+    return fn
+
+
+def reward_name(fn: Callable) -> str:
+    return f"{getattr(fn, '__module__', '?')}:{getattr(fn, '__qualname__', getattr(fn, '__name__', repr(fn)))}"
+
+
+class GuardedReward:
+    """Calls a reward function so that one bad sample cannot crash (or silently poison) the run.
+
+    ``__call__(completion, row) -> (reward, ok)``: a function that raises, or returns something that is
+    not a finite number, scores the sample 0.0 with ``ok=False``. Errors are counted (``errors_total``
+    across the run, restored on resume; ``pop_errors()`` per logging step). When ``errors_total``
+    reaches ``max_errors`` a :class:`RewardError` is raised naming the function, the error and an
+    example input (the first failing completion and row gold/answer type).
+    """
+
+    def __init__(self, fn: RewardFn, *, name: str | None = None, max_errors: int = 20):
+        self.fn = fn
+        self.name = name or reward_name(fn)
+        self.max_errors = max_errors
+        self.errors_total = 0
+        self._errors_since_pop = 0
+        self.example: dict[str, Any] | None = None
+
+    def __call__(self, completion: str, row: dict) -> tuple[float, bool]:
+        try:
+            value = self.fn(completion, row)
+            value = float(value)
+            problem = None if math.isfinite(value) else f"non-finite reward {value!r}"
+        except Exception as e:  # noqa: BLE001 - any failure of user code is an error sample
+            problem = f"{type(e).__name__}: {e}"
+        if problem is None:
+            return value, True
+        self.errors_total += 1
+        self._errors_since_pop += 1
+        if self.example is None:
+            self.example = {"problem": problem, "completion": completion[:300], "item_id": row.get("item_id"),
+                            "gold": row.get("gold"), "answer_type": row.get("answer_type")}
+        if self.max_errors > 0 and self.errors_total >= self.max_errors:
+            raise RewardError(
+                f"reward function {self.name} failed {self.errors_total} times (algo.max_reward_errors="
+                f"{self.max_errors}); first failure: {self.example['problem']} on input "
+                f"completion={self.example['completion']!r}, row item_id={self.example['item_id']!r} "
+                f"gold={self.example['gold']!r} answer_type={self.example['answer_type']!r}")
+        return 0.0, False
+
+    def pop_errors(self) -> int:
+        n, self._errors_since_pop = self._errors_since_pop, 0
+        return n
+
+    def state_dict(self) -> dict:
+        return {"errors_total": self.errors_total}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.errors_total = int(state.get("errors_total", 0))
+        self._errors_since_pop = 0

@@ -1,0 +1,163 @@
+"""Tokenised SFT batches (single-turn and multi-turn) and the accumulation-window source.
+
+- Single turn: the prompt is every message before the *last* assistant turn (rendered with the chat
+  template and the generation prompt), the target is that turn's content + EOS
+  (``trainer.logprobs.build_pair_batch``). Counterfactual SFT (SPEC §2): prompt = task + bad
+  workflow, target = the verified-correct trajectory.
+- Multi turn: the whole conversation; every assistant turn is a target, user/environment turns are
+  masked. The mask comes from the chat template's ``{% generation %}`` tags
+  (``return_assistant_tokens_mask``); templates without them fall back to per-turn rendering
+  (tokens between the rendering of ``messages[:i]`` + generation prompt and of ``messages[:i+1]``),
+  which requires the template to render prefixes consistently (checked; raises otherwise).
+
+Loss normalisation: TRL's SFTTrainer divides the summed target NLL by the number of target tokens
+of the whole gradient-accumulation window. :class:`WindowSource` draws a step's micro-batches
+together and stamps each with ``num_items = window_tokens / grad_accum`` (the loop divides each
+micro-batch loss by ``grad_accum``), which reproduces that exactly.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from eval_hooks.io import DataError
+
+
+def split_last_turn(messages: list[dict]) -> tuple[list[dict], str]:
+    """(messages before the last assistant turn, that turn's content)."""
+    last = max(i for i, m in enumerate(messages) if m["role"] == "assistant")
+    return messages[:last], messages[last]["content"]
+
+
+def tokenize_multiturn(tokenizer, messages: list[dict]) -> tuple[list[int], list[int]]:
+    """``(input_ids, target_mask)`` of a whole conversation; 1 on assistant-turn tokens (incl. their
+    end-of-turn token)."""
+    enc = tokenizer.apply_chat_template(messages, tokenize=True, return_dict=True, return_assistant_tokens_mask=True)
+    ids = list(enc["input_ids"])
+    mask = list(enc.get("assistant_masks") or [])
+    if len(mask) == len(ids) and any(mask):
+        return ids, mask
+    # Fallback: the template has no {% generation %} tags; mark each assistant turn by rendering prefixes.
+    mask = [0] * len(ids)
+    for i, m in enumerate(messages):
+        if m["role"] != "assistant":
+            continue
+        start = tokenizer.apply_chat_template(messages[:i], tokenize=True, add_generation_prompt=True)
+        end = tokenizer.apply_chat_template(messages[:i + 1], tokenize=True)
+        start = list(start["input_ids"] if isinstance(start, dict) else start)
+        end = list(end["input_ids"] if isinstance(end, dict) else end)
+        if ids[:len(start)] != start or ids[:len(end)] != end:
+            raise ValueError("multi-turn SFT: the chat template renders conversation prefixes inconsistently and "
+                             "has no {% generation %} tags; add generation tags to the template")
+        for t in range(len(start), len(end)):
+            mask[t] = 1
+    return ids, mask
+
+
+def example_lengths(tokenizer, ex: dict, *, multi_turn: bool, use_chat_template: bool) -> tuple[int, int]:
+    """(prompt tokens, target tokens) of one example; for multi-turn (total - target, target)."""
+    from trainer.logprobs import build_pair_batch
+
+    if multi_turn:
+        ids, mask = tokenize_multiturn(tokenizer, ex["messages"])
+        return len(ids) - sum(mask), sum(mask)
+    prompt, completion = split_last_turn(ex["messages"])
+    b = build_pair_batch(tokenizer, [prompt if use_chat_template else "\n".join(m["content"] for m in prompt)],
+                         [completion], max_prompt_len=10 ** 9, max_completion_len=10 ** 9,
+                         use_chat_template=use_chat_template)
+    return b.prompt_lengths[0], b.completion_lengths[0]
+
+
+def apply_sft_length_policy(examples: list[dict], tokenizer, *, multi_turn: bool, max_prompt_len: int,
+                            max_completion_len: int, truncation: str, use_chat_template: bool,
+                            path: str | None = None) -> tuple[list[dict], dict]:
+    """Count over-long examples once and apply ``data.truncation`` (keep_end / keep_start keep them and
+    the collator cuts; drop removes them; error raises naming the first). Multi-turn conversations
+    are limited to ``max_prompt_len + max_completion_len`` tokens in total."""
+    keep, over, dropped = [], 0, 0
+    for ex in examples:
+        p, c = example_lengths(tokenizer, ex, multi_turn=multi_turn, use_chat_template=use_chat_template)
+        long = (p + c > max_prompt_len + max_completion_len) if multi_turn else (p > max_prompt_len or c > max_completion_len)
+        if long:
+            over += 1
+            if truncation == "error":
+                raise DataError(f"example {ex['item_id']!r} has {p} prompt and {c} target tokens (data.max_prompt_len="
+                                f"{max_prompt_len}, data.max_completion_len={max_completion_len})", path=path,
+                                field="messages", accepted="set data.truncation to keep_end, keep_start or drop")
+            if truncation == "drop":
+                dropped += 1
+                continue
+        keep.append(ex)
+    if not keep:
+        raise DataError("every SFT example exceeds the length limits", path=path, field="messages")
+    return keep, {"examples": len(keep), "over_max_length": over, "dropped": dropped, "policy": truncation}
+
+
+def collate_sft(tokenizer, examples: Sequence[dict], *, multi_turn: bool, max_prompt_len: int, max_completion_len: int,
+                truncation: str, use_chat_template: bool) -> dict:
+    """Right-padded ``input_ids, attention_mask, completion_mask`` (long tensors) and ``item_ids``."""
+    import torch
+
+    from trainer.logprobs import build_pair_batch
+
+    if not multi_turn:
+        prompts, completions = zip(*(split_last_turn(ex["messages"]) for ex in examples))
+        if not use_chat_template:
+            prompts = ["\n".join(m["content"] for m in p) for p in prompts]
+        b = build_pair_batch(tokenizer, list(prompts), list(completions), max_prompt_len=max_prompt_len,
+                             max_completion_len=max_completion_len,
+                             truncation="keep_start" if truncation == "keep_start" else "keep_end",
+                             use_chat_template=use_chat_template)
+        return {"input_ids": b.input_ids, "attention_mask": b.attention_mask, "completion_mask": b.completion_mask,
+                "item_ids": [ex["item_id"] for ex in examples]}
+    limit = max_prompt_len + max_completion_len
+    rows = []
+    for ex in examples:
+        ids, mask = tokenize_multiturn(tokenizer, ex["messages"])
+        if len(ids) > limit:  # keep the start: the task, the workflow and the first actions
+            ids, mask = ids[:limit], mask[:limit]
+        mask[0] = 0
+        rows.append((ids, mask))
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    width = max(len(r) for r, _ in rows)
+    input_ids = torch.full((len(rows), width), pad, dtype=torch.long)
+    attention = torch.zeros((len(rows), width), dtype=torch.long)
+    target = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, (r, m) in enumerate(rows):
+        input_ids[i, :len(r)] = torch.tensor(r)
+        attention[i, :len(r)] = 1
+        target[i, :len(m)] = torch.tensor(m)
+    return {"input_ids": input_ids, "attention_mask": attention, "completion_mask": target,
+            "item_ids": [ex["item_id"] for ex in examples]}
+
+
+class WindowSource:
+    """Wraps a batch source: on the first micro-batch of an optimizer step it draws all ``grad_accum``
+    micro-batches and stamps each with ``num_items`` = target tokens of the window / ``grad_accum``
+    (TRL's ``num_items_in_batch`` normalisation under the loop's ``loss / grad_accum``). The state is
+    the inner source's, taken between steps (the queue is then empty)."""
+
+    def __init__(self, inner, *, grad_accum: int):
+        self.inner = inner
+        self.grad_accum = grad_accum
+        self._queue: list[dict] = []
+
+    @property
+    def epoch(self) -> int:
+        return self.inner.epoch
+
+    def next_microbatch(self) -> dict:
+        if not self._queue:
+            window = [self.inner.next_microbatch() for _ in range(self.grad_accum)]
+            total = sum(int(mb["completion_mask"].sum()) for mb in window)
+            for mb in window:
+                mb["num_items"] = total / self.grad_accum
+            self._queue = window
+        return self._queue.pop(0)
+
+    def state_dict(self) -> dict:
+        return self.inner.state_dict()
+
+    def load_state_dict(self, state: dict) -> None:
+        self._queue = []
+        self.inner.load_state_dict(state)
