@@ -150,6 +150,23 @@ def test_adapter_load_failure_is_an_error_not_a_fallback(tmp_path, backend, serv
     assert backend.current_adapter.endswith("-s1")
 
 
+def test_resyncing_the_same_version_serves_the_new_weights(tmp_path, backend, tiny_model_dir, tiny_tokenizer):
+    policy = make_lora_policy(tiny_model_dir, seed=1)
+    sync = AdapterSync(backend, tmp_path, tokenizer=tiny_tokenizer, probe_text=PROBE, probe_threshold=1e-3)
+    sync.sync(policy, 5)
+    perturb_lora(policy, seed=4)
+    m = sync.sync(policy, 5)  # e.g. a resumed run re-saving step 5: the probe must see the new weights
+    assert m["probe_mean_abs_dlogp"] < 1e-4 and m["probe_trainer_shift"] > 0.01
+    assert [n for n in backend.list_models() if n != "tiny"] == [backend.current_adapter]
+
+
+def test_adapter_load_whose_reply_was_lost_is_confirmed_not_duplicated(tmp_path, backend, server, tiny_model_dir):
+    path, _ = save_adapter_atomically(make_lora_policy(tiny_model_dir, seed=1), tmp_path, "s1")
+    server.faults.lose_replies = 1  # loaded, but the reply never arrives; the retry hears "already loaded"
+    backend.load_adapter(path, "s1")
+    assert backend.current_adapter.endswith("-s1") and backend.current_adapter in backend.list_models()
+
+
 def test_adapter_sync_validates_arguments(backend, tiny_tokenizer, tmp_path):
     with pytest.raises(ValueError, match="every_k_steps"):
         AdapterSync(backend, tmp_path, every_k_steps=0, tokenizer=tiny_tokenizer)

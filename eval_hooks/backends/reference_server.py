@@ -54,6 +54,7 @@ class Faults:
     - ``stale_adapter_loads``: acknowledge the next N loads but keep serving the previously loaded
       weights (or the base model) under the new name: the silent stale-weights failure.
     - ``server_errors``: answer the next N completions with HTTP 503.
+    - ``lose_replies``: process the next N requests, then close the connection without the reply.
     - ``slow_requests`` / ``delay_s``: sleep ``delay_s`` before answering the next N requests (timeouts).
     """
 
@@ -63,6 +64,7 @@ class Faults:
     fail_adapter_loads: int = 0
     stale_adapter_loads: int = 0
     server_errors: int = 0
+    lose_replies: int = 0
     slow_requests: int = 0
     delay_s: float = 0.0
 
@@ -181,6 +183,11 @@ class ReferenceServer:
                 raise _HTTPError(404, f"no route {method} {path}")
             result = route(body)
             self.requests_served += 1
+            if path != "/health" and self.faults.take("lose_replies"):
+                h.close_connection = True
+                with contextlib.suppress(OSError):
+                    h.connection.shutdown(socket.SHUT_RDWR)
+                return
             if isinstance(result, bytes):  # pre-encoded (fault injection)
                 self._send(h, 200, result, "application/json")
             elif isinstance(result, str):

@@ -359,13 +359,21 @@ class VLLMServerBackend(GenerationBackend):
         versions loaded by this client. Raises :class:`AdapterLoadError` if the server refuses;
         requests keep going to the previous adapter only if the caller catches that and continues."""
         name = self.adapter_name(str(version))
+        if name in self._adapters:  # the same version saved again (new weights): never reuse the old copy
+            self._request("POST", "/v1/unload_lora_adapter", {"lora_name": name},
+                          f"POST /v1/unload_lora_adapter (lora_name={name!r})", parse_json=False)
+            self._adapters.remove(name)
         what = f"POST /v1/load_lora_adapter (lora_name={name!r}, lora_path={path!r})"
         try:
             self._request("POST", "/v1/load_lora_adapter", {"lora_name": name, "lora_path": str(path)}, what,
                           parse_json=False)
         except ServerResponseError as e:
-            raise AdapterLoadError(f"server at {self.base_url} failed to load adapter version {version!r} from "
-                                   f"{path}: {e}. Refusing to continue with the previous or base weights.") from e
+            # Names are unique per client, so "already loaded" means an earlier attempt of this very call
+            # succeeded before its reply was lost (then retried); /v1/models below confirms it.
+            if "already" not in str(e) or "load" not in str(e):
+                raise AdapterLoadError(
+                    f"server at {self.base_url} failed to load adapter version {version!r} from "
+                    f"{path}: {e}. Refusing to continue with the previous or base weights.") from e
         if name not in self.list_models():
             raise AdapterLoadError(f"server at {self.base_url} acknowledged loading {name!r} but does not list it "
                                    f"in /v1/models{self._context()}")
