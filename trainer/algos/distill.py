@@ -63,8 +63,8 @@ def topk_forward_kl(
     Both distributions are the full softmax of ``logits / temperature``; the bucket keeps KL_S a proper
     KL between two (|S|+1)-way distributions, so ``0 <= KL_S <= KL`` (data processing inequality) and
     ``KL_S = KL`` when ``k >= V``. Memory: gathers ``(..., |S|)`` values plus a log-sum-exp per row;
-    no full ``log_softmax`` is materialised. Differs from TRL's GKD/distillation trainers, which use
-    the full vocabulary (or the student's top-k without a remainder bucket).
+    no full ``log_softmax`` is materialised. Differs from TRL 1.16's ``DistillationTrainer`` (generalized
+    JSD with ``beta=0`` = forward KL), which always uses the full vocabulary; with ``k >= V`` the two agree.
 
     Metrics (detached): ``kl`` (= loss), ``teacher_mass`` / ``student_mass`` (mean probability mass the
     support covers), ``num_positions``.
