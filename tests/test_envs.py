@@ -1,0 +1,93 @@
+"""Multi-turn environments: the toy env, the episode runner, the env-rollout path, the WebShop template."""
+
+import pytest
+import torch
+
+from tests.box2_fakes import ScriptedBackend
+from trainer.config import ConfigError
+from trainer.data import ShuffleSampler
+from trainer.envs import ToyLookupEnv, WebShopEnv, resolve_env, run_episodes
+from trainer.rollout import RolloutSettings, RolloutSource
+
+ITEM = {"item_id": "a", "prompt": "key abc?", "gold": 7, "answer_type": "numeric"}
+
+
+def test_toy_env_is_deterministic_and_rewards_the_outcome():
+    env = ToyLookupEnv(max_turns=3)
+    obs = env.reset(ITEM, seed=0)
+    assert obs.startswith("key abc?") and "look" in obs
+    r = env.step("let me look")
+    assert (r.observation, r.done) == ("notebook: 7", False)
+    assert env.step("look again").observation == "notebook: empty"
+    assert env.step("hmm").observation == ToyLookupEnv.RULES
+    end = env.step("answer 7")
+    assert end.done and end.reward == 1.0
+    env.reset(ITEM, seed=0)
+    assert env.step("answer 3").reward == 0.0
+    env.reset(ITEM, seed=0)  # reset clears the notebook state
+    assert env.step("look").observation == "notebook: 7"
+
+
+def test_run_episodes_plays_groups_in_lockstep(tiny_tokenizer):
+    calls = []
+
+    def policy(request, j, seed):
+        calls.append(seed)
+        last = request.messages[-1]["content"]
+        return f"answer {last.split(': ')[1]}" if last.startswith("notebook: ") else "look"
+
+    backend = ScriptedBackend(tiny_tokenizer, policy)
+    eps = run_episodes(backend, lambda: ToyLookupEnv(max_turns=3), [ITEM], group_size=2, max_new_tokens=16,
+                       temperature=1.0, top_p=1.0, stop=[], seed=10)
+    assert len(eps) == 2 and all(e.reward == 1.0 and e.turns == 2 and not e.truncated for e in eps)
+    assert [m["role"] for m in eps[0].messages] == ["user", "assistant", "user", "assistant"]
+    assert calls == [10, 10, 11, 11]  # one generate per turn, seeded seed + turn
+    stuck = run_episodes(ScriptedBackend(tiny_tokenizer, lambda r, j, s: "hmm"), lambda: ToyLookupEnv(max_turns=2),
+                         [ITEM], group_size=1, max_new_tokens=16, temperature=1.0, top_p=1.0, stop=[], seed=0)
+    assert stuck[0].truncated and stuck[0].reward == 0.0 and stuck[0].turns == 2
+
+
+def test_env_rollouts_train_on_assistant_turns_only(tiny_tokenizer):
+    class EvenSolves(ScriptedBackend):
+        """Within each generate call, even-numbered requests (sample 0 of each group) copy the notebook."""
+
+        def generate(self, requests, **kw):
+            out = []
+            for i, r in enumerate(requests):
+                last = r.messages[-1]["content"]
+                text = ("answer " + last.split(": ")[1] if i % 2 == 0 else "answer 1") \
+                    if last.startswith("notebook: ") else "look"
+                self.script = lambda *a, t=text: t
+                out.extend(super().generate([r]))
+            return out
+
+    rows = [dict(ITEM, item_id=f"i{k}", gold=k + 2) for k in range(3)]
+    s = RolloutSettings(group_size=2, num_groups=2, grad_accum=1, max_new_tokens=16, seed=0)
+    src = RolloutSource(rows, ShuffleSampler(3, seed=0), settings=s, tokenizer=tiny_tokenizer,
+                        backend_factory=lambda: EvenSolves(tiny_tokenizer, None),
+                        env_factory=resolve_env("toy_lookup", max_turns=3))
+    mb = src.next_microbatch()
+    assert mb["input_ids"].shape[0] == 4
+    # rewards per group [1, 0] -> advantages +-0.5/(std 0.7071+1e-4)
+    a = 0.5 / (2 ** -0.5 + 1e-4)
+    torch.testing.assert_close(mb["advantages"], torch.tensor([a, -a, a, -a]))
+    # targets are exactly the assistant turns ("look<|end|>", "answer d<|end|>"): 5 + 9 tokens
+    assert mb["completion_mask"].sum(dim=1).tolist() == [14, 14, 14, 14]
+    ids, cm = mb["input_ids"][0], mb["completion_mask"][0].bool()
+    assert tiny_tokenizer.decode(ids[cm]) .replace("<|end|>", "|") == "look|answer " + mb_gold(rows, mb) + "|"
+
+
+def mb_gold(rows, mb):
+    return str(next(r["gold"] for r in rows if r["item_id"] == mb["item_ids"][0]))
+
+
+def test_webshop_template_and_unknown_envs_fail_before_training():
+    with pytest.raises(NotImplementedError, match="What you must supply"):
+        resolve_env("webshop")
+    with pytest.raises(NotImplementedError, match="search\\[<query>\\]"):
+        WebShopEnv()
+    with pytest.raises(ConfigError, match="algo.env='shop' is not a known environment"):
+        resolve_env("shop")
+    with pytest.raises(ConfigError, match="cannot be loaded"):
+        resolve_env("trainer.envs:Nope")
+    assert resolve_env("trainer.envs:ToyLookupEnv", max_turns=5)().max_turns == 5
