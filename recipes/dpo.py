@@ -28,8 +28,8 @@ from trainer.config import register_schemas, validate_dpo
 register_schemas()
 
 
-@hydra.main(config_path="../conf", config_name="dpo", version_base=None)
-def main(cfg: DictConfig) -> None:
+def run(cfg: DictConfig):
+    """Train; returns the loop's ``LoopResult`` (step, preempted, final metrics)."""
     from eval_hooks.io import write_json_atomic
     from trainer.algos.dpo import dpo_row_metrics, per_group_metrics, sigmoid_dpo_loss
     from trainer.algos.sft import masked_nll_loss
@@ -117,6 +117,12 @@ def main(cfg: DictConfig) -> None:
     acc.wait_for_everyone()
     if not result.preempted:
         finish_run(ctx, result.step, result.final_metrics)
+    return result
+
+
+@hydra.main(config_path="../conf", config_name="dpo", version_base=None)
+def main(cfg: DictConfig) -> None:
+    run(cfg)
 
 
 if __name__ == "__main__":

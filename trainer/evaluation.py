@@ -54,7 +54,7 @@ def make_epoch_eval(ctx, rows: list[dict] | None, backend_factory: Callable[[], 
     ecfg = ctx.cfg.eval
 
     def on_epoch_end(epoch, step: int) -> dict:
-        out = Path(ctx.run_dir) / "eval" / f"epoch_{epoch}"
+        out = Path(ctx.run_dir) / "eval" / (f"epoch_{epoch}" if isinstance(epoch, int) else str(epoch))
         return run_matched_eval(backend_factory(), rows, ecfg.family, out, step=step,
                                 max_new_tokens=ecfg.max_new_tokens, system_prompt=ecfg.system_prompt,
                                 prompt_prefix=ecfg.prompt_prefix,

@@ -1,0 +1,72 @@
+"""Matched-condition evaluation of one model: model + dataset + family -> generate -> score.
+
+    python recipes/evaluate.py                                     # tiny model on the toy MIST set
+    python recipes/evaluate.py model.path=Qwen/Qwen3-4B eval=mist eval.path=mist.jsonl out_dir=runs/eval_qwen
+    python recipes/evaluate.py eval=prompt_defense eval.path=...   # the Prompt-Defense baseline
+    python recipes/evaluate.py adapter_path=runs/scope/final ...   # a trained LoRA adapter
+
+Writes ``<out_dir>/metrics.json``, ``item_scores.jsonl`` and ``report.md`` with plots, through the same
+``eval_hooks.run_matched_eval`` that trainers call at epoch ends. Generations made elsewhere are scored
+with ``python -m eval_hooks score`` instead.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import hydra
+from omegaconf import DictConfig
+
+from trainer.config import ConfigError, register_schemas, validate_common
+
+register_schemas()
+
+
+def run(cfg: DictConfig) -> dict:
+    """Evaluate; returns the metrics written to ``<out_dir>/metrics.json``."""
+    from eval_hooks import run_matched_eval
+    from eval_hooks.models import load_model, load_tokenizer
+    from trainer.evaluation import load_eval_rows, make_backend
+    from trainer.run import seed_everything
+
+    validate_common(cfg)
+    if not cfg.eval.path:
+        raise ConfigError("eval.path is not set: point it at an items file of family eval.family")
+    if cfg.adapter_path and not Path(cfg.adapter_path).exists():
+        raise ConfigError(f"adapter_path={cfg.adapter_path!r} does not exist")
+    rows = load_eval_rows(cfg.eval)  # validated before the model loads
+    seed_everything(cfg.seed)
+    tokenizer = load_tokenizer(cfg.model.path, trust_remote_code=cfg.model.trust_remote_code)
+    model = None
+    if cfg.generation.backend == "hf":
+        import torch
+
+        model = load_model(cfg.model.path, dtype=cfg.model.dtype, trust_remote_code=cfg.model.trust_remote_code,
+                           attn_implementation=cfg.model.attn_implementation,
+                           device="cuda" if torch.cuda.is_available() else "cpu")
+        if cfg.adapter_path:
+            from peft import PeftModel
+
+            model = PeftModel.from_pretrained(model, cfg.adapter_path)
+    backend = make_backend(cfg.generation, model, tokenizer, model_path=cfg.model.path,
+                           use_chat_template=cfg.model.use_chat_template)
+    if cfg.adapter_path and cfg.generation.backend != "hf":
+        backend.load_adapter(str(Path(cfg.adapter_path).resolve()), "eval")
+    metrics = run_matched_eval(backend, rows, cfg.eval.family, cfg.out_dir, max_new_tokens=cfg.eval.max_new_tokens,
+                               system_prompt=cfg.eval.system_prompt, prompt_prefix=cfg.eval.prompt_prefix,
+                               use_chat_template=cfg.model.use_chat_template)
+    headline = {k: v for k, v in metrics.items() if isinstance(v, (int, float))}
+    print(f"[selectrust] wrote {cfg.out_dir}/metrics.json: {headline}")
+    return metrics
+
+
+@hydra.main(config_path="../conf", config_name="evaluate", version_base=None)
+def main(cfg: DictConfig) -> None:
+    run(cfg)
+
+
+if __name__ == "__main__":
+    main()

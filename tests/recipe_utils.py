@@ -1,0 +1,48 @@
+"""Compose the real Hydra configs and run recipes in-process (tests only)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+CONF = ROOT / "conf"
+
+
+def compose(config_name: str, overrides: list[str] | None = None):
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    from trainer.config import register_schemas
+
+    register_schemas()
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(CONF), version_base=None):
+        return hydra_compose(config_name=config_name, overrides=list(overrides or []))
+
+
+def load_recipe(name: str):
+    spec = importlib.util.spec_from_file_location(f"recipe_{name}", ROOT / "recipes" / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def reset_accelerate() -> None:
+    from accelerate.state import AcceleratorState, GradientState, PartialState
+
+    AcceleratorState._reset_state(True)
+    GradientState._reset_state()
+    PartialState._reset_state()
+
+
+def run_recipe(name: str, config_name: str, overrides: list[str]):
+    reset_accelerate()
+    cfg = compose(config_name, overrides)
+    return load_recipe(name).run(cfg)
+
+
+def read_metrics(run_dir) -> list[dict]:
+    return [json.loads(l) for l in (Path(run_dir) / "metrics.jsonl").read_text().splitlines() if l.strip()]

@@ -1,0 +1,118 @@
+"""Every config under conf/ composes against its schema and validates; bad keys/values fail early."""
+
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+from recipe_utils import CONF, compose
+from trainer.config import (ConfigError, validate_common, validate_dpo, validate_grpo, validate_sft)
+
+PRIMARIES = {"dpo": validate_dpo, "sft": validate_sft, "grpo": validate_grpo,
+             "evaluate": validate_common, "mine_pairs": validate_common}
+# Recipe files belong to the trainer whose algo group they configure.
+RECIPE_OWNER = {"aime_qwen3_4b": "grpo", "grpo_tiny": "grpo", "box2_sft_tiny": "sft"}
+
+
+def _recipes():
+    return sorted(p.stem for p in (CONF / "recipe").glob("*.yaml"))
+
+
+def _owner(recipe: str) -> str:
+    for prefix, owner in RECIPE_OWNER.items():
+        if recipe.startswith(prefix):
+            return owner
+    text = (CONF / "recipe" / f"{recipe}.yaml").read_text()
+    for owner in ("grpo", "sft"):
+        if f"/{owner}.yaml" in text or f"recipes/{owner}.py" in text:
+            return owner
+    return "dpo"
+
+
+@pytest.mark.parametrize("primary", sorted(PRIMARIES))
+def test_primary_composes_and_validates(primary):
+    cfg = compose(primary)
+    OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
+    PRIMARIES[primary](cfg)
+
+
+@pytest.mark.parametrize("recipe", _recipes())
+def test_every_recipe_file_composes(recipe):
+    owner = _owner(recipe)
+    cfg = compose(owner, [f"recipe={recipe}", "data.train_path=/data/x.jsonl"])
+    OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
+    PRIMARIES[owner](cfg)
+
+
+@pytest.mark.parametrize("group", sorted(p.name for p in CONF.iterdir() if p.is_dir() and p.name != "recipe"))
+def test_every_group_option_composes_somewhere(group):
+    """Each option of each group composes into at least one primary config."""
+    for option in sorted(p.stem for p in (CONF / group).glob("*.yaml")):
+        errors = []
+        for primary in PRIMARIES:
+            try:
+                cfg = compose(primary, [f"{group}={option}"])
+                OmegaConf.to_container(cfg, resolve=True)
+                break
+            except Exception as e:  # noqa: BLE001 - collect and report
+                errors.append(f"{primary}: {type(e).__name__}: {str(e).splitlines()[0]}")
+        else:
+            pytest.fail(f"{group}/{option}.yaml composes into no primary config:\n" + "\n".join(errors))
+
+
+def test_scope_paper_defaults():
+    cfg = compose("dpo", ["recipe=scope_qwen3_4b", "data.train_path=/x.jsonl"])
+    assert cfg.algo.beta == 0.1 and cfg.optim.lr == 5e-6 and cfg.optim.scheduler == "cosine"
+    assert cfg.optim.warmup_ratio == 0.1 and cfg.trainer.max_steps == 300
+    assert cfg.optim.batch_size == 4 and cfg.optim.grad_accum == 8
+    assert cfg.model.lora.r == 64 and cfg.model.lora.alpha == 128
+    assert cfg.trainer.mixed_precision == "bf16" and cfg.seed == 0
+    assert cfg.data.max_prompt_len + cfg.data.max_completion_len == 4096
+    assert (cfg.algo.lambda_m, cfg.algo.lambda_c, cfg.algo.lambda_p, cfg.algo.rho) == (0.25, 0.25, 0.5, 0.5)
+
+
+def test_misspelt_key_fails_at_compose():
+    with pytest.raises(Exception, match="lamda_m"):
+        compose("dpo", ["algo.lamda_m=0.3"])
+
+
+def test_wrong_type_fails_at_compose():
+    with pytest.raises(Exception, match="beta"):
+        compose("dpo", ["algo.beta=high"])
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["algo.lambda_m=0.5"], "must sum to 1"),
+    (["algo.rho=1.5"], r"algo.rho=1.5 must be in \[0, 1\]"),
+    (["algo.weighting=both"], "algo.weighting"),
+    (["optim.scheduler=step"], "optim.scheduler"),
+    (["model.path=/no/such/model"], "model.path"),
+])
+def test_semantic_errors_before_model_load(overrides, message):
+    cfg = compose("dpo", overrides)
+    with pytest.raises((ConfigError, FileNotFoundError), match=message):
+        validate_dpo(cfg)
+
+
+def test_missing_mandatory_value_is_reported():
+    cfg = compose("dpo", ["recipe=scope_qwen3_4b"])
+    with pytest.raises(Exception, match="train_path"):
+        OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
+
+
+def test_every_schema_field_has_help():
+    from dataclasses import fields, is_dataclass
+
+    from trainer.config import SCHEMAS
+
+    def walk(cls, prefix=""):
+        for f in fields(cls):
+            t = f.default_factory() if callable(getattr(f, "default_factory", None)) and \
+                f.default_factory.__name__ != "_HAS_DEFAULT_FACTORY_CLASS" else None
+            if t is not None and is_dataclass(t):
+                yield from walk(type(t), prefix + f.name + ".")
+            else:
+                yield prefix + f.name, f.metadata.get("help")
+
+    missing = [k for cls in SCHEMAS.values() for k, h in walk(cls) if not h]
+    assert not missing, f"schema fields without help text: {missing}"

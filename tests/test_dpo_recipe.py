@@ -1,0 +1,109 @@
+"""recipes/dpo.py end to end on the tiny model: metrics per condition, checkpoints, epoch-end eval."""
+
+import json
+
+import pytest
+
+from recipe_utils import read_metrics, run_recipe
+
+CONDS = ("clean", "misleading", "correct", "irrelevant")
+
+
+def _pairs(tmp_path, n=12):
+    rows = []
+    for i in range(n):
+        g, w = i % 10, (i + 3) % 10
+        prompts = {"clean": f"key k{i}?", "misleading": f"note: k{i}={w}. key k{i}?",
+                   "correct": f"note: k{i}={g}. key k{i}?", "irrelevant": f"note: sky is blue. key k{i}?"}
+        rows += [{"pair_id": f"p{i}", "item_id": f"i{i}", "condition": c, "prompt": p, "chosen": str(g),
+                  "rejected": str(w)} for c, p in prompts.items()]
+    path = tmp_path / "pairs.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def _mist(tmp_path, n=3):
+    rows = []
+    for i in range(n):
+        g, w = i % 10, (i + 3) % 10
+        for c, p in {"clean": f"key k{i}?", "misleading": f"note: k{i}={w}. key k{i}?",
+                     "correct": f"note: k{i}={g}. key k{i}?", "irrelevant": f"note: sky. key k{i}?"}.items():
+            rows.append({"item_id": f"i{i}", "condition": c, "prompt": p, "answer_type": "numeric",
+                         "gold": str(g), "wrong_value": str(w)})
+    path = tmp_path / "mist.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_dpo_tiny_run_logs_per_condition_and_evaluates_each_epoch(tmp_path):
+    run_dir = tmp_path / "run"
+    # 48 rows, 8 per step -> one epoch every 6 steps; 7 steps = one epoch-end eval + the final one.
+    res = run_recipe("dpo", "dpo", [f"data.train_path={_pairs(tmp_path)}", f"eval.path={_mist(tmp_path)}",
+                                    f"trainer.run_dir={run_dir}", "trainer.max_steps=7", "trainer.progress=false",
+                                    "eval.max_new_tokens=2"])
+    assert res.step == 7
+    lines = [l for l in read_metrics(run_dir) if "loss" in l]
+    assert [l["step"] for l in lines] == list(range(1, 8))
+    for key in ("loss", "rewards/margins", "rewards/chosen", "rewards/rejected", "rewards/accuracies", "lr"):
+        assert all(key in l for l in lines), key
+    per_condition = {k for l in lines for k in l if k.startswith("rewards/accuracies/")}
+    assert per_condition == {f"rewards/accuracies/{c}" for c in CONDS}
+    assert lines[0]["loss"] == pytest.approx(0.6931, abs=1e-3)  # policy == reference at step 1: -log σ(0)
+    assert lines[-1]["loss"] < lines[0]["loss"]
+    for sub in ("epoch_1", "final"):
+        d = run_dir / "eval" / sub
+        metrics = json.loads((d / "metrics.json").read_text())
+        assert set(metrics["accuracy"]) == set(CONDS) and "sc2w" in metrics
+        assert (d / "item_scores.jsonl").exists() and (d / "report.md").exists()
+    ck = run_dir / "checkpoints" / "step_7"
+    assert (ck / "COMPLETE").exists() and (ck / "adapter" / "adapter_model.safetensors").exists()
+    assert {p.name for p in ck.iterdir()} >= {"optimizer.pt", "scheduler.json", "rng_rank0.json", "trainer_state.json"}
+    assert "sampler" in json.dumps(json.loads((ck / "trainer_state.json").read_text())["source"]) or \
+        set(json.loads((ck / "trainer_state.json").read_text())["source"]) == {"epoch", "position"}
+    assert (run_dir / "run_complete.json").exists() and (run_dir / "meta.json").exists()
+    meta = json.loads((run_dir / "meta.json").read_text())
+    assert meta["packages"]["torch"] and meta["command"]
+
+
+def test_standard_dpo_samples_only_misleading_pairs(tmp_path):
+    run_dir = tmp_path / "run"
+    run_recipe("dpo", "dpo", [f"data.train_path={_pairs(tmp_path)}", "eval=none", "algo=standard_dpo",
+                              f"trainer.run_dir={run_dir}", "trainer.max_steps=2", "trainer.progress=false"])
+    keys = {k for l in read_metrics(run_dir) for k in l if k.startswith("rewards/accuracies/")}
+    assert keys == {"rewards/accuracies/misleading"}
+
+
+def test_sft_on_chosen_baseline_trains_nll(tmp_path):
+    run_dir = tmp_path / "run"
+    run_recipe("dpo", "dpo", [f"data.train_path={_pairs(tmp_path)}", "eval=none", "algo=sft_on_chosen",
+                              f"trainer.run_dir={run_dir}", "trainer.max_steps=3", "trainer.progress=false"])
+    lines = read_metrics(run_dir)
+    assert lines[0]["loss"] > 1.0 and lines[-1]["loss"] < lines[0]["loss"]
+
+
+def test_bad_pairs_fail_before_model_load(tmp_path, monkeypatch):
+    import trainer.model as tm
+
+    def boom(*a, **k):
+        raise AssertionError("the model must not load before data validation")
+
+    monkeypatch.setattr(tm, "build_policy", boom)
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"pair_id": "a", "condition": "clean", "prompt": "q", "chosen": "1"}\n')
+    from eval_hooks.io import DataError
+
+    with pytest.raises(DataError, match=r"bad.jsonl, line 1, field 'rejected'"):
+        run_recipe("dpo", "dpo", [f"data.train_path={bad}", "eval=none", f"trainer.run_dir={tmp_path / 'r'}"])
+
+
+def test_overlong_prompts_dropped_and_reported(tmp_path):
+    run_dir = tmp_path / "run"
+    run_recipe("dpo", "dpo", [f"data.train_path={_pairs(tmp_path)}", "eval=none", "data.max_prompt_len=32",
+                              "data.truncation=drop", f"trainer.run_dir={run_dir}", "trainer.max_steps=1",
+                              "trainer.progress=false"])
+    stats = json.loads((run_dir / "data_stats.json").read_text())
+    assert stats["truncated"]["dropped"] > 0 and stats["truncated"]["policy"] == "drop"
+    assert stats["rows"] == 48 - stats["truncated"]["dropped"]
+    with pytest.raises(Exception, match="exceeds data.max_prompt_len=32"):
+        run_recipe("dpo", "dpo", [f"data.train_path={_pairs(tmp_path)}", "eval=none", "data.max_prompt_len=32",
+                                  "data.truncation=error", f"trainer.run_dir={tmp_path / 'r2'}"])
