@@ -73,12 +73,11 @@ def test_hot_sync_server_serves_new_weights_and_probe_passes(tmp_path, backend, 
 
     sync = AdapterSync(backend, tmp_path / "adapters", every_k_steps=2, keep_last=2, tokenizer=tiny_tokenizer,
                        probe_text=PROBE, probe_threshold=1e-3)
-    assert sync.maybe_sync(policy, 1) == {}  # not a sync step
     m0 = sync.maybe_sync(policy, 2)
     assert m0["adapter_version"] == "s2" and m0["adapter_checksum"] == adapter_checksum(m0["adapter_path"])
     assert m0["probe_mean_abs_dlogp"] < 1e-4 and m0["probe_tokens"] == len(PROBE) - 1  # byte tokenizer
     first_name = backend.current_adapter
-    assert first_name.endswith("-s2") and first_name in backend.list_models()
+    assert first_name == f"policy-s2-{m0['adapter_checksum'][:12]}" and first_name in backend.list_models()
 
     # The server now generates with the adapter: same as the trainer's policy, different from the base.
     want = HFBackend(policy, tiny_tokenizer).generate([req])[0].samples[0]
@@ -91,7 +90,7 @@ def test_hot_sync_server_serves_new_weights_and_probe_passes(tmp_path, backend, 
     m1 = sync.maybe_sync(policy, 4)
     assert m1["adapter_version"] == "s4" and m1["adapter_checksum"] != m0["adapter_checksum"]
     assert m1["probe_mean_abs_dlogp"] < 1e-4 and m1["probe_trainer_shift"] > 0.01
-    assert backend.current_adapter.endswith("-s4") and first_name not in backend.list_models()
+    assert backend.current_version == "s4" and first_name not in backend.list_models()
     got = backend.generate([req])[0].samples[0]
     want = HFBackend(policy, tiny_tokenizer).generate([req])[0].samples[0]
     assert got.token_ids == want.token_ids and got.logprobs == pytest.approx(want.logprobs, abs=1e-5)
@@ -99,6 +98,7 @@ def test_hot_sync_server_serves_new_weights_and_probe_passes(tmp_path, backend, 
     assert backend.generate([GenerationRequest(prompt="Once upon", max_new_tokens=8, adapter="tiny")])[0] \
         .samples[0].token_ids == base_out.token_ids
 
+    assert sync.maybe_sync(policy, 5) == {}  # not a sync step (every_k_steps=2)
     # keep_last=2 directories on disk
     sync.maybe_sync(policy, 6)
     assert sorted(p.name for p in (tmp_path / "adapters").iterdir()) == ["adapter-s4", "adapter-s6"]
@@ -147,7 +147,7 @@ def test_adapter_load_failure_is_an_error_not_a_fallback(tmp_path, backend, serv
     with pytest.raises(AdapterLoadError, match="adapter_config.json"):
         backend.load_adapter(str(tmp_path / "missing"), "s2")
     backend.load_adapter(path, "s1")  # a later good load works
-    assert backend.current_adapter.endswith("-s1")
+    assert backend.current_version == "s1" and "-s1-" in backend.current_adapter
 
 
 def test_resyncing_the_same_version_serves_the_new_weights(tmp_path, backend, tiny_model_dir, tiny_tokenizer):
@@ -164,7 +164,31 @@ def test_adapter_load_whose_reply_was_lost_is_confirmed_not_duplicated(tmp_path,
     path, _ = save_adapter_atomically(make_lora_policy(tiny_model_dir, seed=1), tmp_path, "s1")
     server.faults.lose_replies = 1  # loaded, but the reply never arrives; the retry hears "already loaded"
     backend.load_adapter(path, "s1")
-    assert backend.current_adapter.endswith("-s1") and backend.current_adapter in backend.list_models()
+    assert backend.current_version == "s1" and backend.current_adapter in backend.list_models()
+
+
+def test_first_maybe_sync_always_syncs(tmp_path, backend, tiny_model_dir, tiny_tokenizer):
+    policy = make_lora_policy(tiny_model_dir, seed=1)  # e.g. resumed at step 3 with a trained adapter
+    sync = AdapterSync(backend, tmp_path, every_k_steps=4, tokenizer=tiny_tokenizer, probe_text=PROBE)
+    assert sync.maybe_sync(policy, 3)["adapter_version"] == "s3"
+    assert sync.maybe_sync(policy, 5) == {} and sync.maybe_sync(policy, 8)["adapter_version"] == "s8"
+
+
+def test_two_processes_share_one_sync(tmp_path, server, tiny_model_dir, tiny_tokenizer):
+    """Main process saves+loads+probes; the other waits at the barrier, then routes to the same adapter."""
+    policy = make_lora_policy(tiny_model_dir, seed=1)
+    main_b, other_b = (VLLMServerBackend(server.url, "tiny", tiny_tokenizer, max_retries=0) for _ in range(2))
+    main = AdapterSync(main_b, tmp_path, tokenizer=tiny_tokenizer, probe_text=PROBE)
+    other = AdapterSync(other_b, tmp_path, tokenizer=tiny_tokenizer, probe_text=PROBE, main_process=False)
+    calls = []
+    m = main.maybe_sync(policy, 1, barrier=lambda: calls.append("main"))
+    o = other.maybe_sync(policy, 1, barrier=lambda: calls.append("other"))  # (sequential stand-in for a barrier)
+    assert calls == ["main", "other"]
+    assert o["adapter_checksum"] == m["adapter_checksum"] and other_b.current_adapter == main_b.current_adapter
+    req = GenerationRequest(prompt="abc", max_new_tokens=5)
+    assert other_b.generate([req])[0].samples[0].token_ids == main_b.generate([req])[0].samples[0].token_ids
+    with pytest.raises(ValueError, match="barrier"):
+        other.sync(policy, 2)
 
 
 def test_adapter_sync_validates_arguments(backend, tiny_tokenizer, tmp_path):

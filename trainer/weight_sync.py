@@ -10,12 +10,16 @@ API (call from the trainer loop; see the bottom of this docstring)
 
 Trainer loop::
 
-    sync = AdapterSync(backend, run_dir / "adapters", every_k_steps=cfg.k, tokenizer=tok)
-    log(sync.sync(model, step=0))                 # before the first rollout: the server serves *our* adapter
-    for step in range(1, max_steps + 1):
-        rollouts = backend.generate(requests)     # goes to the current adapter
+    sync = AdapterSync(backend, run_dir / "adapters", every_k_steps=cfg.k, tokenizer=tok,
+                       main_process=acc.is_main_process)
+    for step in range(start_step, max_steps):
+        m = sync.maybe_sync(unwrapped_peft_model, step, barrier=acc.wait_for_everyone)  # before rollouts:
+        rollouts = backend.generate(requests)    # first call always syncs; then every k steps
         ... optimizer step ...
-        log({**train_metrics, **sync.maybe_sync(model, step)})   # every k steps; raises StaleWeightsError
+        log({**train_metrics, **m, **sync.current()})   # version + checksum on every metrics line
+
+``maybe_sync`` raises :class:`StaleWeightsError` (metrics on ``.metrics``) and the backend raises
+``AdapterLoadError`` / ``ServerUnreachableError``: checkpoint and stop on any of them.
 
 Why the probe: across TRL, verl and OpenRLHF the most reported RL failure is a rollout engine that
 silently generates with stale or base weights. After every sync we ask the server for the prompt
@@ -34,12 +38,13 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from eval_hooks.backends.vllm_server import CHECKSUM_FILE  # stdlib-only module: cheap to import
+
 DEFAULT_PROBE_TEXT = (
     "The quick brown fox jumps over the lazy dog. Question: what is 12 + 30? Answer: 42.\n"
     "Evidence can be wrong; check it before you trust it."
 )
 
-CHECKSUM_FILE = "CHECKSUM.sha256"
 
 
 class StaleWeightsError(RuntimeError):
@@ -166,7 +171,8 @@ class AdapterSync:
     version, run the probe. Keeps the newest ``keep_last`` adapter directories on disk."""
 
     def __init__(self, backend, root: str | Path, every_k_steps: int = 1, keep_last: int = 2, *, tokenizer=None,
-                 probe_text: str = DEFAULT_PROBE_TEXT, probe_threshold: float = 0.1, probe: bool = True):
+                 probe_text: str = DEFAULT_PROBE_TEXT, probe_threshold: float = 0.1, probe: bool = True,
+                 main_process: bool = True):
         if every_k_steps < 1:
             raise ValueError(f"AdapterSync.every_k_steps must be >= 1, got {every_k_steps}")
         if keep_last < 1:
@@ -182,19 +188,40 @@ class AdapterSync:
         self.probe_text = probe_text
         self.probe_threshold = probe_threshold
         self.probe = probe
+        self.main_process = main_process
         self.version: str | None = None
         self.checksum: str | None = None
         self._saved: list[Path] = []
         self._last_probe: list[float] | None = None
 
-    def maybe_sync(self, model, step: int) -> dict:
-        """Sync if ``step % every_k_steps == 0``; returns the sync metrics, or ``{}`` otherwise."""
-        if step % self.every_k_steps != 0:
+    def maybe_sync(self, model, step: int, *, barrier=None) -> dict:
+        """Sync if nothing was synced yet (so the first rollout never uses base or old weights, e.g. after
+        resume) or ``step % every_k_steps == 0``; returns the sync metrics, or ``{}`` otherwise."""
+        if self.version is not None and step % self.every_k_steps != 0:
             return {}
-        return self.sync(model, step)
+        return self.sync(model, step, barrier=barrier)
 
-    def sync(self, model, step: int) -> dict:
+    def sync(self, model, step: int, *, barrier=None) -> dict:
+        """Save, load on the server, probe. Several processes: pass ``barrier`` (e.g.
+        ``accelerator.wait_for_everyone``) and ``main_process=`` at construction; the main process syncs,
+        the others wait for it and then route their requests to the adapter it loaded."""
         version = f"s{step}"
+        if not self.main_process:
+            if barrier is None:
+                raise ValueError("AdapterSync(main_process=False).sync needs barrier= (wait for the main process)")
+            barrier()
+            path = str(self.root / f"adapter-{version}")
+            self.backend.use_adapter(path, version)
+            self.version = version
+            self.checksum = (Path(path) / CHECKSUM_FILE).read_text().strip()
+            return {"adapter_version": version, "adapter_checksum": self.checksum, "adapter_path": path}
+        try:
+            return self._sync_main(model, step, version)
+        finally:
+            if barrier is not None:
+                barrier()
+
+    def _sync_main(self, model, step: int, version: str) -> dict:
         path, checksum = save_adapter_atomically(model, self.root, version)
         self.backend.load_adapter(path, version)
         self.version, self.checksum = version, checksum

@@ -30,8 +30,10 @@ Protocol (vLLM ``/v1/completions``; the reference server implements the same sub
   prompt_logprobs`` is ``[None, {"<id>": {"logprob": ...}, ...}, ...]``.
 - Adapters: ``POST /v1/load_lora_adapter {lora_name, lora_path}`` (server needs ``--enable-lora``
   and ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True``), requests name the adapter in ``model``, old ones
-  go through ``POST /v1/unload_lora_adapter``. Each version gets a new name (with a per-client nonce),
-  because a server may cache an adapter by name and keep serving stale weights under a reused one.
+  go through ``POST /v1/unload_lora_adapter``. Each version gets a new name
+  (``<prefix>-<version>-<sha256[:12]>`` from the adapter's ``CHECKSUM.sha256``, else a per-client
+  nonce), because a server may cache an adapter by name and keep serving stale weights under a reused
+  one. ``use_adapter(path, version)`` routes a non-main rank to an adapter the main rank loaded.
 
 Errors: :class:`ServerUnreachableError` (names the URL), :class:`ServerResponseError` (malformed
 JSON, wrong number of samples, 4xx; names the request), :class:`AdapterLoadError` (never a silent
@@ -52,11 +54,15 @@ import urllib.error
 import urllib.request
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Callable, Sequence
 
 from .base import GenerationBackend, GenerationRequest, GenerationResult, Sample
 
 log = logging.getLogger(__name__)
+
+# Written by trainer.weight_sync.save_adapter_atomically inside each adapter directory.
+CHECKSUM_FILE = "CHECKSUM.sha256"
 
 
 class ServerError(RuntimeError):
@@ -351,15 +357,35 @@ class VLLMServerBackend(GenerationBackend):
         return out
 
     # -- adapters -------------------------------------------------------------------------------
-    def adapter_name(self, version: str) -> str:
+    def adapter_name(self, version: str, checksum: str | None = None) -> str:
+        """Served name of an adapter version. With the weights' checksum the name is the same on every
+        rank (and changes whenever the weights do); without, a per-client nonce keeps it unique."""
+        if checksum:
+            return f"{self.adapter_prefix}-{version}-{checksum[:12]}"
         return f"{self.adapter_prefix}-{self._nonce}-{version}"
+
+    @staticmethod
+    def _read_checksum(path: str) -> str | None:
+        try:
+            return (Path(path) / CHECKSUM_FILE).read_text().strip() or None
+        except OSError:
+            return None
+
+    def use_adapter(self, path: str, version: str) -> None:
+        """Route later requests to an adapter another process already loaded (non-main ranks).
+        Raises :class:`AdapterLoadError` if the server does not list it."""
+        name = self.adapter_name(str(version), self._read_checksum(path))
+        if name not in self.list_models():
+            raise AdapterLoadError(f"adapter {name!r} (version {version!r}, {path}) is not loaded on "
+                                   f"{self.base_url}; did the main process's sync fail?{self._context()}")
+        self._adapters, self.current_version = [name], str(version)
 
     def load_adapter(self, path: str, version: str) -> None:
         """Load the adapter at ``path`` under a new name, route later requests to it, unload older
         versions loaded by this client. Raises :class:`AdapterLoadError` if the server refuses;
         requests keep going to the previous adapter only if the caller catches that and continues."""
-        name = self.adapter_name(str(version))
-        if name in self._adapters:  # the same version saved again (new weights): never reuse the old copy
+        name = self.adapter_name(str(version), self._read_checksum(path))
+        if name in self._adapters:  # the same version saved again: never reuse the old copy
             self._request("POST", "/v1/unload_lora_adapter", {"lora_name": name},
                           f"POST /v1/unload_lora_adapter (lora_name={name!r})", parse_json=False)
             self._adapters.remove(name)
@@ -368,8 +394,8 @@ class VLLMServerBackend(GenerationBackend):
             self._request("POST", "/v1/load_lora_adapter", {"lora_name": name, "lora_path": str(path)}, what,
                           parse_json=False)
         except ServerResponseError as e:
-            # Names are unique per client, so "already loaded" means an earlier attempt of this very call
-            # succeeded before its reply was lost (then retried); /v1/models below confirms it.
+            # Names are unique (checksum or nonce), so "already loaded" means an earlier attempt of this
+            # very call succeeded before its reply was lost, or another rank loaded the same weights.
             if "already" not in str(e) or "load" not in str(e):
                 raise AdapterLoadError(
                     f"server at {self.base_url} failed to load adapter version {version!r} from "
