@@ -1,0 +1,225 @@
+"""The synthetic toy task family (eval_hooks/builders/toy.py): determinism, splits, matched formats,
+and that every file loads through the eval_hooks family loaders."""
+
+import hashlib
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from eval_hooks.builders import toy
+
+SMALL = dict(n_keys=60, n_heldout=15, n_unseen=10)
+
+
+def _digest(d: Path) -> dict[str, str]:
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(d.iterdir())}
+
+
+def _jsonl(p: Path) -> list[dict]:
+    return [json.loads(line) for line in p.read_text().splitlines()]
+
+
+def _stated(prompt: str) -> str:
+    """What a prompt states, without the Box2 renderer's step numbers and answer instruction."""
+    return re.sub(r"(?m)^\d+\. ", "", prompt.split("Solve the task")[0])
+
+
+@pytest.fixture(scope="module")
+def task():
+    return toy.make_toy_task(3, **SMALL)
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    out = tmp_path_factory.mktemp("toy")
+    toy.write_all(out, seed=3, n_sft=500, **SMALL)
+    return out
+
+
+def test_same_seed_same_bytes_other_seed_differs(tmp_path):
+    a, b, c = tmp_path / "a", tmp_path / "b", tmp_path / "c"
+    toy.write_all(a, seed=5, n_sft=300, **SMALL)
+    toy.write_all(b, seed=5, n_sft=300, **SMALL)
+    toy.write_all(c, seed=6, n_sft=300, **SMALL)
+    da, db, dc = _digest(a), _digest(b), _digest(c)
+    assert set(da) == set(toy.OUTPUT_FILES.values()) | {"task.json"}
+    assert da == db
+    # A different seed draws different keys, so every file differs.
+    assert all(da[name] != dc[name] for name in da)
+
+
+def test_cli_writes_the_fixed_file_names(tmp_path):
+    rc = toy.main(["--out", str(tmp_path), "--seed", "1", "--n-keys", "40", "--n-heldout", "10",
+                   "--n-unseen", "10", "--n-sft", "50"])
+    assert rc == 0
+    assert {p.name for p in tmp_path.iterdir()} == set(toy.OUTPUT_FILES.values()) | {"task.json"}
+    meta = json.loads((tmp_path / "task.json").read_text())
+    assert meta["seed"] == 1 and meta["counts"] == {"train": 20, "heldout": 10, "unseen": 10}
+
+
+def test_cli_rejects_impossible_split_sizes(tmp_path, capsys):
+    assert toy.main(["--out", str(tmp_path), "--n-keys", "10", "--n-heldout", "5", "--n-unseen", "5"]) == 2
+    assert "n_keys" in capsys.readouterr().err
+
+
+def test_splits_are_disjoint_and_sized(task):
+    tr, ho, un = (set(task.keys(s)) for s in toy.SPLITS)
+    assert (len(tr), len(ho), len(un)) == (35, 15, 10)
+    assert not (tr & ho) and not (tr & un) and not (ho & un)
+    assert set(task.gold) == tr | ho | un
+    for k in task.gold:
+        assert re.fullmatch(r"[a-z]{3}", k)
+        assert 0 <= task.gold[k] <= 9 and 0 <= task.wrong[k] <= 9 and task.wrong[k] != task.gold[k]
+    with pytest.raises(ValueError, match="unknown toy split"):
+        task.keys("test")
+
+
+def test_hints_share_one_format_only_the_digit_differs(task):
+    for k in task.gold:
+        mis = toy.mist_prompt(task, k, "misleading")
+        cor = toy.mist_prompt(task, k, "correct")
+        # Position-by-position the two strings differ in exactly one character: the digit.
+        assert len(mis) == len(cor)
+        diff = [i for i, (a, b) in enumerate(zip(mis, cor)) if a != b]
+        assert len(diff) == 1
+        assert mis[diff[0]] == str(task.wrong[k]) and cor[diff[0]] == str(task.gold[k])
+        assert mis.replace(str(task.wrong[k]), "#") == cor.replace(str(task.gold[k]), "#")
+        clean = toy.mist_prompt(task, k, "clean")
+        irr = toy.mist_prompt(task, k, "irrelevant")
+        assert mis.endswith(clean) and irr.endswith(clean)
+        assert not re.search(r"\d", clean + irr)  # no answer-bearing digit outside the hints
+
+
+def test_mist_files_have_four_matched_conditions(task, files):
+    for split in toy.SPLITS:
+        rows = _jsonl(files / f"mist_{split}.jsonl")
+        by_item: dict[str, dict] = {}
+        for r in rows:
+            by_item.setdefault(r["item_id"], {})[r["condition"]] = r
+        assert len(by_item) == len(task.keys(split))
+        for item_id, conds in by_item.items():
+            assert sorted(conds) == sorted(toy.CONDITIONS)
+            key = conds["clean"]["source_id"]
+            assert item_id == toy.mist_item_id(key)
+            for r in conds.values():
+                assert r["answer_type"] == "numeric" and r["split"] == split
+                assert r["gold"] == task.gold[key] and r["wrong_value"] == task.wrong[key]
+            assert conds["misleading"]["prompt"] == f"note: {key}={task.wrong[key]}. key {key}?"
+            assert conds["correct"]["prompt"] == f"note: {key}={task.gold[key]}. key {key}?"
+            assert conds["clean"]["prompt"] == f"key {key}?"
+
+
+def test_prompts_are_short(task):
+    for k in task.gold:
+        for c in toy.CONDITIONS:
+            assert len(toy.mist_prompt(task, k, c)) <= 40
+
+
+def test_box2_items_are_valid_and_bad_steps_never_state_the_gold(task, files):
+    items = _jsonl(files / "box2_heldout.jsonl")
+    assert [it["source_id"] for it in items] == list(task.keys("heldout"))
+    for it in items:
+        key, g, w = it["source_id"], it["gold"], it["wrong_value"]
+        assert it["task"] == f"key {key}?" and it["answer_type"] == "numeric" and g == task.gold[key]
+        assert it["good_steps"] == [f"{key} is {g}", f"check {g}", f"answer {g}"]
+        assert sorted(it["bad_continuations"]) == ["0", "1", "2"]
+        for k, steps in it["bad_continuations"].items():
+            # bad_continuations[k] follows the first k good steps; together they make a 3-step workflow.
+            assert len(it["good_steps"][: int(k)] + steps) == 3
+            assert all(str(g) not in s and str(w) in s for s in steps)
+        assert it["bad_continuations"]["0"] == [f"{key} is {w}", f"check {w}", f"answer {w}"]
+
+
+def test_box2_sft_and_grpo_use_the_bad_workflow_and_the_gold_target(task, files):
+    sft = _jsonl(files / "box2_sft.jsonl")
+    grpo = _jsonl(files / "grpo_prompts.jsonl")
+    keys = task.keys("train")
+    assert len(sft) == len(grpo) == len(keys)
+    for ex, g, key in zip(sft, grpo, keys):
+        bad = toy.bad_steps(key, task.wrong[key])
+        prompt = toy.render_box2_prompt(f"key {key}?", bad)
+        assert ex["messages"] == [{"role": "user", "content": prompt},
+                                  {"role": "assistant", "content": str(task.gold[key])}]
+        assert g == {"item_id": toy.box2_item_id(key), "prompt": prompt, "gold": task.gold[key],
+                     "answer_type": "numeric"}
+        assert all(s in prompt for s in bad) and str(task.gold[key]) not in _stated(prompt)
+
+
+def test_toy_pairs_are_quartets_sharing_chosen_and_rejected(task, files):
+    rows = _jsonl(files / "toy_pairs.jsonl")
+    assert len(rows) == 4 * len(task.keys("train"))
+    seen = set()
+    by_pair: dict[str, list[dict]] = {}
+    for r in rows:
+        assert set(r) == {"pair_id", "item_id", "condition", "prompt", "chosen", "rejected", "source"}
+        assert r["source"] == "synthetic"
+        assert (r["pair_id"], r["condition"]) not in seen
+        seen.add((r["pair_id"], r["condition"]))
+        by_pair.setdefault(r["pair_id"], []).append(r)
+    for quartet in by_pair.values():
+        assert sorted(r["condition"] for r in quartet) == sorted(toy.CONDITIONS)
+        key = quartet[0]["item_id"].removeprefix("toy-")
+        for r in quartet:
+            assert r["chosen"] == str(task.gold[key]) and r["rejected"] == str(task.wrong[key])
+            assert r["prompt"] == toy.mist_prompt(task, key, r["condition"])
+
+
+def test_sft_mix_hints_are_always_right_and_unseen_keys_never_occur(task, files):
+    exs = _jsonl(files / "sft_mix.jsonl")
+    assert len(exs) == 500
+    unseen = set(task.keys("unseen"))
+    known = set(task.known_keys)
+    kinds = {"clean": 0, "filler": 0, "hint_known": 0, "hint_nonce": 0, "box2": 0}
+    for ex in exs:
+        (u, a) = ex["messages"]
+        assert u["role"] == "user" and a["role"] == "assistant" and re.fullmatch(r"\d", a["content"])
+        text = u["content"]
+        keys = set(re.findall(r"key ([a-z]{3})\?", text))
+        assert len(keys) == 1
+        key = keys.pop()
+        assert key not in unseen
+        digits = set(re.findall(r"\d", _stated(text)))
+        # Every digit a prompt states (hint or workflow step) is the answer: hints are always right.
+        assert digits <= {a["content"]}
+        if key in known:
+            assert a["content"] == str(task.gold[key])
+        if text.startswith("Task:"):
+            kinds["box2"] += 1
+        elif text.startswith("note:") and "=" in text:
+            kinds["hint_known" if key in known else "hint_nonce"] += 1
+        elif text.startswith("note:"):
+            kinds["filler"] += 1
+        else:
+            assert key in known
+            kinds["clean"] += 1
+    assert all(n > 0 for n in kinds.values()), kinds
+
+
+def test_sft_mix_fractions_are_checked(task, tmp_path):
+    with pytest.raises(ValueError, match="hint_fraction"):
+        toy.write_sft_mix(task, tmp_path / "x.jsonl", n_examples=10, hint_fraction=1.5)
+
+
+def test_files_load_through_the_family_loaders(files):
+    try:
+        from eval_hooks.evaluate import load_rows
+    except ImportError as e:
+        pytest.skip(f"eval_hooks.evaluate.load_rows not available yet ({e})")
+    for split in toy.SPLITS:
+        rows = load_rows("mist", files / f"mist_{split}.jsonl")
+        assert len(rows) == 4 * len({r["item_id"] for r in rows})
+        assert {r["split"] for r in rows} == {split}
+    rows = load_rows("box2", files / "box2_heldout.jsonl")
+    conds = sorted({r["condition"] for r in rows})
+    assert conds == sorted(["none", "good", "bad", "partial_0", "partial_1", "partial_2",
+                            "mixed_0", "mixed_1", "mixed_2"])
+    # The counterfactual SFT / GRPO prompts are rendered exactly like the evaluation's bad rows.
+    items = {it["item_id"]: it for it in _jsonl(files / "box2_heldout.jsonl")}
+    for r in rows:
+        it = items[r["item_id"]]
+        if r["condition"] == "bad":
+            assert r["prompt"] == toy.render_box2_prompt(it["task"], it["bad_continuations"]["0"])
+        if r["condition"] == "none":
+            assert r["prompt"] == toy.render_box2_prompt(it["task"], [])
