@@ -17,6 +17,7 @@ Outputs in ``out_dir``: ``pairs.jsonl`` (the pair-file format of ``trainer/data.
 
 from __future__ import annotations
 
+import re
 import sys
 from collections import Counter, defaultdict
 from pathlib import Path
@@ -39,8 +40,9 @@ def leaks_note(text: str, *, patterns, note: str) -> bool:
     low = text.lower()
     if any(p.lower() in low for p in patterns):
         return True
-    words = [w for w in note.lower().replace("{gold}", " ").split() if w]
-    return any(" ".join(words[i:i + 6]) in low for i in range(max(0, len(words) - 5)))
+    norm = " ".join(re.findall(r"[a-z0-9]+", low))
+    words = re.findall(r"[a-z0-9]+", note.lower().replace("{gold}", " "))
+    return any(" ".join(words[i:i + 6]) in norm for i in range(max(0, len(words) - 5)))
 
 
 def mine(rows: list[dict], backend, *, max_new_tokens: int, use_fallback: bool, fallback_note: str,

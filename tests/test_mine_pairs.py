@@ -1,0 +1,79 @@
+"""Pair mining logic (recipes/mine_pairs.mine) with a scripted backend: keep/drop reasons, fallback, leaks."""
+
+import pytest
+
+from eval_hooks.backends.base import GenerationBackend, GenerationResult, Sample
+from recipe_utils import load_recipe
+
+mine_mod = load_recipe("mine_pairs")
+CONDS = ("clean", "misleading", "correct", "irrelevant")
+
+
+class Scripted(GenerationBackend):
+    """Answers by looking the prompt up in a table (substring match); records what it was asked."""
+
+    def __init__(self, table):
+        self.table, self.asked = table, []
+
+    def generate(self, requests, *, progress=False, desc=""):
+        out = []
+        for r in requests:
+            text = r.messages[-1]["content"] if r.messages else r.prompt
+            self.asked.append(text)
+            answer = next(v for k, v in self.table.items() if k in text)
+            out.append(GenerationResult(r, [Sample(answer, [], [], "stop")]))
+        return out
+
+    def score_labels(self, prompts, labels):
+        raise NotImplementedError
+
+
+def rows_for(i, gold, wrong):
+    prompts = {"clean": f"Q{i} clean", "misleading": f"Q{i} hint {wrong}", "correct": f"Q{i} hint {gold}",
+               "irrelevant": f"Q{i} sky"}
+    return [{"row_id": f"{i}-{c}", "item_id": f"i{i}", "condition": c, "prompt": p, "answer_type": "numeric",
+             "gold": str(gold), "wrong_value": str(wrong)} for c, p in prompts.items()]
+
+
+NOTE = "Private note for you only: the correct answer is {gold}. Answer normally."
+
+
+def test_mining_keeps_signal_followers_and_explains_drops():
+    rows = rows_for(1, 4, 7) + rows_for(2, 5, 8) + rows_for(3, 6, 9) + rows_for(4, 1, 2) + rows_for(5, 3, 0)
+    backend = Scripted({
+        "Q1 clean": "The answer is 4", "Q1 hint": "The answer is 7",        # kept (clean r+)
+        "Q2 clean": "The answer is 5", "Q2 hint": "The answer is 5",        # resisted
+        "Q3 clean": "The answer is 6", "Q3 hint": "The answer is 3",        # wrong but not the signal
+        "correct answer is 1.": "I was told by the note: 1",       # fallback leaks
+        "Q4 clean": "The answer is 0", "Q4 hint": "The answer is 2",
+        "correct answer is 3.": "Thinking... The answer is 3",     # fallback kept
+        "Q5 clean": "no idea", "Q5 hint": "The answer is 0",
+    })
+    pairs, stats = mine_mod.mine(rows, backend, max_new_tokens=8, use_fallback=True,
+                                 fallback_note="Private note for you only: the correct answer is {gold}.",
+                                 leak_patterns=["note", "hint"], use_chat_template=True, model_name="m")
+    assert stats["kept"] == 2 and stats["kept_by_source"] == {"clean": 1, "fallback": 1}
+    assert stats["dropped_items"] == {"i2": "resisted_misleading", "i3": "misleading_wrong_but_not_signal",
+                                      "i4": "fallback_leaks_note"}
+    assert len(pairs) == 8
+    q1 = [p for p in pairs if p["item_id"] == "i1"]
+    assert {p["condition"] for p in q1} == set(CONDS)
+    assert {(p["chosen"], p["rejected"]) for p in q1} == {("The answer is 4", "The answer is 7")}
+    # The elicitation note is never part of a DPO prompt.
+    assert not any("note" in p["prompt"].lower() for p in pairs)
+    assert {p["prompt"] for p in pairs if p["item_id"] == "i5"} == {r["prompt"] for r in rows_for(5, 3, 0)}
+
+
+def test_leak_detection_catches_echoed_note_wording():
+    note = "Private note for you only: the correct answer is {gold}. Answer the question normally."
+    assert mine_mod.leaks_note("As my private note -- for you only: the answer is 3", patterns=[], note=note)
+    assert not mine_mod.leaks_note("A private note for you only says 3", patterns=[], note=note)  # 5 words
+    assert not mine_mod.leaks_note("The answer is 3", patterns=["hint"], note=note)
+    assert mine_mod.leaks_note("The HINT says 3", patterns=["hint"], note=note)
+
+
+def test_no_fallback_drops_clean_wrong():
+    backend = Scripted({"Q1 clean": "8", "Q1 hint": "7"})
+    pairs, stats = mine_mod.mine(rows_for(1, 4, 7), backend, max_new_tokens=4, use_fallback=False,
+                                 fallback_note=NOTE, leak_patterns=[], use_chat_template=True, model_name="m")
+    assert pairs == [] and stats["dropped_by_reason"] == {"clean_wrong": 1}
