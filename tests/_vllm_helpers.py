@@ -5,7 +5,6 @@ from __future__ import annotations
 
 def make_lora_policy(model_dir, *, seed: int = 0, scale: float = 0.5):
     """A tiny Llama with a LoRA adapter whose B matrices are random (so the adapter changes outputs)."""
-    import torch
     from peft import LoraConfig, get_peft_model
 
     from eval_hooks.models import load_model

@@ -308,8 +308,6 @@ class ReferenceServer:
         return out
 
     def _completions(self, body: dict):
-        import torch
-
         from .hf import HFBackend
 
         if body.get("echo"):
