@@ -475,6 +475,8 @@ def slurm_script(jobs: Sequence[Job], sweep_dir: Path, sweep_name: str, opts: Sl
         'echo "===== [sweep] $(date "+%F %T") job $JOB (array ${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}, '
         'restart ${SLURM_RESTART_COUNT:-0}) on $(hostname)" >> "$RUN_DIR/' + LOG_FILE + '"',
         'echo "===== $CMD" >> "$RUN_DIR/' + LOG_FILE + '"',
+        "# On SIGTERM (preemption) torchrun passes SIGTERM to the ranks and kills them after this many seconds.",
+        f"export TORCH_ELASTIC_SHUTDOWN_TIMEOUT=${{TORCH_ELASTIC_SHUTDOWN_TIMEOUT:-{opts.signal_seconds}}}",
         "export MASTER_ADDR=$(scontrol show hostnames \"$SLURM_JOB_NODELIST\" | head -n 1)",
         "export MASTER_PORT=$((20000 + SLURM_ARRAY_TASK_ID % 20000))",
         "# Multi-node: CMD may use $SLURM_NNODES, $SLURM_NODEID, $MASTER_ADDR, $MASTER_PORT (expanded per node).",

@@ -9,7 +9,9 @@ import os
 import stat
 import subprocess
 import sys
+import signal
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -321,3 +323,40 @@ def test_slurm_dry_run_writes_nothing(tmp_path, fake_recipe, capsys):
     text = capsys.readouterr().out
     assert "#SBATCH --array=0-1" in text and "a=2" in text
     assert not out.exists()
+
+
+def test_sigterm_to_the_sweep_is_forwarded_and_stops_it(tmp_path):
+    """SIGTERM to the sweep -> SIGTERM to the running job (which 'checkpoints' and exits 0); no more jobs."""
+    rec = tmp_path / "sigrec.py"
+    rec.write_text(textwrap.dedent('''
+        import signal, sys, time
+        from pathlib import Path
+        rd = Path(dict(a.split("=", 1) for a in sys.argv[1:])["trainer.run_dir"])
+        rd.mkdir(parents=True, exist_ok=True)
+        got = []
+        signal.signal(signal.SIGTERM, lambda s, f: got.append(s))
+        (rd / "started").write_text("")
+        for _ in range(600):
+            time.sleep(0.05)
+            if got:
+                (rd / "checkpointed").write_text("SIGTERM")
+                sys.exit(0)
+        sys.exit(5)
+    '''))
+    out = tmp_path / "sweeps"
+    proc = subprocess.Popen([sys.executable, str(REPO / "launch" / "sweep.py"), "--recipe", str(rec),
+                             "--name", "sig", "--out", str(out), "a=1,2"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    started = out / "sig" / "a-1" / "started"
+    deadline = time.time() + 60
+    while not started.exists() and time.time() < deadline:
+        time.sleep(0.05)
+    assert started.exists()
+    proc.send_signal(signal.SIGTERM)
+    text, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 130, text
+    assert (out / "sig" / "a-1" / "checkpointed").read_text() == "SIGTERM"
+    assert not (out / "sig" / "a-2").exists()
+    rows = {r["job"]: r["status"] for r in csv.DictReader(open(out / "sig" / "summary.csv"))}
+    assert rows == {"a-1": "failed", "a-2": "missing"}
+    assert "got SIGTERM" in text and "1 not run" in text
