@@ -42,16 +42,18 @@ def tokenize_multiturn(tokenizer, messages: list[dict]) -> tuple[list[int], list
     for i, m in enumerate(messages):
         if m["role"] != "assistant":
             continue
-        start = tokenizer.apply_chat_template(messages[:i], tokenize=True, add_generation_prompt=True)
-        end = tokenizer.apply_chat_template(messages[:i + 1], tokenize=True)
-        start = list(start["input_ids"] if isinstance(start, dict) else start)
-        end = list(end["input_ids"] if isinstance(end, dict) else end)
+        start = _ids(tokenizer, tokenizer.apply_chat_template(messages[:i], tokenize=False, add_generation_prompt=True))
+        end = _ids(tokenizer, tokenizer.apply_chat_template(messages[:i + 1], tokenize=False))
         if ids[:len(start)] != start or ids[:len(end)] != end:
             raise ValueError("multi-turn SFT: the chat template renders conversation prefixes inconsistently and "
                              "has no {% generation %} tags; add generation tags to the template")
         for t in range(len(start), len(end)):
             mask[t] = 1
     return ids, mask
+
+
+def _ids(tokenizer, text: str) -> list[int]:
+    return list(tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
 def example_lengths(tokenizer, ex: dict, *, multi_turn: bool, use_chat_template: bool) -> tuple[int, int]:
