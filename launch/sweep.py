@@ -288,8 +288,11 @@ def _fmt(v: Any) -> str:
     return str(v)
 
 
-def write_summary(jobs: Sequence[Job], sweep_dir: Path, title: str = "") -> tuple[Path, Path]:
-    """Write ``summary.md`` and ``summary.csv`` in ``sweep_dir``; returns their paths."""
+def write_summary(jobs: Sequence[Job], sweep_dir: Path, title: str = "",
+                  metrics: Optional[Sequence[str]] = None) -> tuple[Path, Path]:
+    """Write ``summary.md`` and ``summary.csv`` in ``sweep_dir``; returns their paths.
+
+    ``metrics`` limits the metric columns of the Markdown table (the CSV always has all of them)."""
     columns, rows = summary_rows(jobs)
     sweep_dir.mkdir(parents=True, exist_ok=True)
     csv_path = sweep_dir / "summary.csv"
@@ -302,6 +305,10 @@ def write_summary(jobs: Sequence[Job], sweep_dir: Path, title: str = "") -> tupl
 
     counts = {s: sum(r["status"] == s for r in rows) for s in ("done", "failed", "missing")}
     md_cols = [c for c in columns if c != "run_dir"]
+    if metrics:
+        fixed_cols = {"job", "status", "step", "note", *(k for j in jobs for k in j.swept)}
+        md_cols = [c for c in md_cols if c in fixed_cols]
+        md_cols[-1:-1] = list(metrics)      # requested metrics before "note", in the order given
     esc = lambda s: s.replace("|", "\\|").replace("\n", " ")  # noqa: E731
     lines = [f"# Sweep {title or sweep_dir.name}", "",
              f"{len(rows)} jobs: {counts['done']} done, {counts['failed']} failed, {counts['missing']} missing. "
@@ -541,6 +548,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="environment variable for every job (repeatable), e.g. ACCELERATE_USE_CPU=true")
     p.add_argument("--dry-run", action="store_true", help="print the commands (and skips); run and write nothing")
     p.add_argument("--tee", action="store_true", help="local: also echo each job's output to this terminal")
+    p.add_argument("--metrics", default=None,
+                   help="comma-separated metrics for the summary.md table (default: all; summary.csv has all)")
     p.add_argument("--summarize-only", action="store_true",
                    help="run nothing; (re)write summary.md/csv from the run directories (e.g. after a SLURM sweep)")
     s = p.add_argument_group("slurm (--launcher slurm)")
@@ -588,10 +597,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"sweep: error: {e}", file=sys.stderr)
         return 2
     sweep_dir = Path(args.out).expanduser().resolve() / args.name
+    metrics = [m.strip() for m in args.metrics.split(",") if m.strip()] if args.metrics else None
     print(f"[sweep] {args.name}: {len(jobs)} job(s) under {sweep_dir}", flush=True)
 
     if args.summarize_only:
-        md, csv_path = write_summary(jobs, sweep_dir, args.name)
+        md, csv_path = write_summary(jobs, sweep_dir, args.name, metrics)
         print(md.read_text(), end="")
         print(f"[sweep] wrote {md} and {csv_path}")
         return 0
@@ -626,7 +636,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 0
 
     outcome = run_local(jobs, env=env, tee=args.tee)
-    md, csv_path = write_summary(jobs, sweep_dir, args.name)
+    md, csv_path = write_summary(jobs, sweep_dir, args.name, metrics)
     print(md.read_text(), end="")
     print(f"[sweep] wrote {md} and {csv_path}")
     failed = [j for j in jobs if outcome.get(j.name) == "failed"]

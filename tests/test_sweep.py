@@ -360,3 +360,14 @@ def test_sigterm_to_the_sweep_is_forwarded_and_stops_it(tmp_path):
     rows = {r["job"]: r["status"] for r in csv.DictReader(open(out / "sig" / "summary.csv"))}
     assert rows == {"a-1": "failed", "a-2": "missing"}
     assert "got SIGTERM" in text and "1 not run" in text
+
+
+def test_metrics_option_limits_the_markdown_table_only(tmp_path, fake_recipe):
+    out = tmp_path / "sweeps"
+    assert _main("--recipe", fake_recipe, "--name", "mm", "--out", out, "--metrics", "reward_margin",
+                 "algo.beta=1,2") == 0
+    md = (out / "mm" / "summary.md").read_text()
+    assert "| job | algo.beta | status | step | reward_margin | note |" in md
+    assert "| beta-2 | 2 | done | 2 | 2 |  |" in md
+    header = (out / "mm" / "summary.csv").read_text().splitlines()[0]
+    assert header == "job,algo.beta,status,step,loss,reward_margin,run_dir,note"
