@@ -1,0 +1,148 @@
+"""One GRPO optimizer step on the tiny model: selectrust's rollout source + loss vs TRL GRPOTrainer.
+
+    python bench/bench_grpo_step.py [--groups 4] [--group-size 4] [--max-new-tokens 16] [--steps 3]
+
+Same settings on both sides: CPU, fp32, LoRA r=8/alpha=16 on the same modules, G samples for P prompts
+per step (one rollout batch per step, no gradient accumulation), HF ``generate`` with temperature 1,
+the same outcome reward, beta=0 (no reference forward), no gradient checkpointing, a local tiny
+model directory and a tiny in-memory dataset. Each side runs ``--steps`` steps; the first is warm-up
+and the median of the rest is reported. Prints the ratio ours/TRL (target <= 1.1) and the fraction
+of our step spent generating. CPU timings on a shared machine are noisy: run it on an idle one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("WANDB_MODE", "disabled")
+
+
+def reward_fn(completion: str, row: dict) -> float:
+    return float(len(set(completion)) % 2)
+
+
+def prompts(n: int) -> list[dict]:
+    from trainer.rollout import load_rl_prompts
+
+    return load_rl_prompts("toy:0/grpo_prompts.jsonl")[:n]
+
+
+def ours(args, model_dir: str) -> tuple[list[float], list[float]]:
+    import torch
+    from omegaconf import OmegaConf
+
+    from eval_hooks.backends.hf import HFBackend
+    from trainer.algos.grpo import clipped_policy_loss
+    from trainer.config import ModelConfig, OptimConfig
+    from trainer.data import ShuffleSampler
+    from trainer.logprobs import sequence_logprobs
+    from trainer.model import build_optimizer, build_policy
+    from trainer.rewards import GuardedReward
+    from trainer.rollout import RolloutSettings, RolloutSource
+
+    torch.manual_seed(0)
+    mcfg = OmegaConf.structured(ModelConfig(path=model_dir))
+    mcfg.lora.r, mcfg.lora.alpha = 8, 16
+    model, tok = build_policy(mcfg, seed=0)
+    opt = build_optimizer(model, OmegaConf.structured(OptimConfig(lr=1e-3)))
+    rows = prompts(args.groups * args.steps)
+    s = RolloutSettings(group_size=args.group_size, num_groups=args.groups, grad_accum=1,
+                        max_new_tokens=args.max_new_tokens, temperature=1.0, drop_zero_variance=False)
+    src = RolloutSource(rows, ShuffleSampler(len(rows), seed=0), settings=s, tokenizer=tok,
+                        backend_factory=lambda: HFBackend(model, tok, batch_size=args.groups * args.group_size),
+                        reward=GuardedReward(reward_fn))
+    times, gen_fracs = [], []
+    for _ in range(args.steps):
+        t0 = time.perf_counter()
+        model.train()
+        mb = src.next_microbatch()
+        _, logps, _ = sequence_logprobs(model, mb["input_ids"], mb["attention_mask"], mb["completion_mask"])
+        loss, _ = clipped_policy_loss(logps, logps.detach(), mb["advantages"], mb["completion_mask"], eps_low=0.2,
+                                      eps_high=0.2, aggregation="token_mean", num_tokens=mb["num_tokens"])
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        dt = time.perf_counter() - t0
+        times.append(dt)
+        gen_fracs.append(src._gen_time / dt)
+        src.pop_metrics()
+    return times, gen_fracs
+
+
+def trl(args, model_dir: str, out_dir: str) -> list[float]:
+    from datasets import Dataset
+    from peft import LoraConfig
+    from transformers import AutoModelForCausalLM, TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    from eval_hooks.models import load_tokenizer
+
+    rows = prompts(args.groups * args.steps)
+    ds = Dataset.from_list([{"prompt": [{"role": "user", "content": r["prompt"]}], "gold": r["gold"]} for r in rows])
+
+    def trl_reward(completions, **kw):
+        return [reward_fn(c[0]["content"] if isinstance(c, list) else c, {}) for c in completions]
+
+    times: list[float] = []
+
+    class Timer(TrainerCallback):
+        def on_step_begin(self, a, state, control, **kw):
+            self.t0 = time.perf_counter()
+
+        def on_step_end(self, a, state, control, **kw):
+            times.append(time.perf_counter() - self.t0)
+
+    n = args.groups * args.group_size
+    cfg = GRPOConfig(output_dir=out_dir, per_device_train_batch_size=n, gradient_accumulation_steps=1,
+                     num_generations=args.group_size, max_completion_length=args.max_new_tokens, temperature=1.0,
+                     learning_rate=1e-3, max_steps=args.steps, use_cpu=True, bf16=False, report_to=[],
+                     gradient_checkpointing=False, logging_steps=1, save_strategy="no", beta=0.0,
+                     shuffle_dataset=False, seed=0, loss_type="dapo", disable_tqdm=True)
+    model = AutoModelForCausalLM.from_pretrained(model_dir)
+    lora = LoraConfig(r=8, lora_alpha=16, lora_dropout=0.0, task_type="CAUSAL_LM",
+                      target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])
+    trainer = GRPOTrainer(model=model, reward_funcs=trl_reward, args=cfg, train_dataset=ds,
+                          processing_class=load_tokenizer(model_dir), peft_config=lora, callbacks=[Timer()])
+    trainer.train()
+    return times
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--groups", type=int, default=4, help="prompts per step (P)")
+    ap.add_argument("--group-size", type=int, default=4, help="samples per prompt (G)")
+    ap.add_argument("--max-new-tokens", type=int, default=16)
+    ap.add_argument("--steps", type=int, default=3, help="steps per side (the first is warm-up)")
+    ap.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's choice)")
+    args = ap.parse_args()
+    import tempfile
+
+    import torch
+
+    from eval_hooks.models import ensure_tiny_model
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    model_dir = str(ensure_tiny_model("tiny"))
+    ours_t, fracs = ours(args, model_dir)
+    with tempfile.TemporaryDirectory() as d:
+        trl_t = trl(args, model_dir, d)
+    o, t = statistics.median(ours_t[1:] or ours_t), statistics.median(trl_t[1:] or trl_t)
+    print(f"P={args.groups} G={args.group_size} max_new_tokens={args.max_new_tokens} threads={torch.get_num_threads()}")
+    print(f"ours step  s: {[round(x, 3) for x in ours_t]}  median(after warm-up) {o:.3f}")
+    print(f"TRL  step  s: {[round(x, 3) for x in trl_t]}  median(after warm-up) {t:.3f}")
+    print(f"ratio ours/TRL = {o / t:.3f} (medians)  {min(ours_t[1:] or ours_t) / min(trl_t[1:] or trl_t):.3f} "
+          f"(fastest steps: least disturbed by other load)  (target <= 1.1)")
+    print(f"our generation fraction of the step = {statistics.median(fracs[1:] or fracs):.3f}")
+
+
+if __name__ == "__main__":
+    main()
