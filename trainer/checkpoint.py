@@ -12,7 +12,13 @@ A save writes into ``checkpoints/.tmp-step_<n>``, fsyncs every file, renames the
 then writes the marker; older checkpoints are deleted only after that. So a SIGKILL at any point
 leaves the previous complete checkpoint loadable, unlike HF Trainer (which picks the highest-numbered
 directory unchecked) and accelerate's retention (which deletes before writing).
-Under DeepSpeed the model/optimizer part goes through ``accelerator.save_state`` (sharded).
+Under DeepSpeed the model/optimizer part goes through ``accelerator.save_state`` (sharded); the LR
+scheduler (ours, not DeepSpeed's) is in ``scheduler.json`` either way.
+
+Test hook: ``SELECTRUST_TEST_SLEEP_IN_SAVE=<phase>:<step>`` makes the save of checkpoint ``<step>``
+print ``SELECTRUST_SAVE_PAUSE <phase> <step>`` and sleep at ``<phase>`` (``files``: some files written;
+``before_rename``: all written and synced; ``before_marker``: renamed, no marker yet), so
+``tests/test_kill_during_save.py`` can SIGKILL the process at a known point. Unset, it does nothing.
 """
 
 from __future__ import annotations
@@ -21,12 +27,22 @@ import json
 import os
 import random
 import shutil
+import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 MARKER = "COMPLETE"
+TEST_PAUSE_ENV = "SELECTRUST_TEST_SLEEP_IN_SAVE"
+
+
+def _test_pause(phase: str, step: int) -> None:
+    """The kill-during-save test hook (see the module docstring); a no-op unless the variable is set."""
+    want = os.environ.get(TEST_PAUSE_ENV)
+    if want and want == f"{phase}:{step}":
+        print(f"SELECTRUST_SAVE_PAUSE {phase} {step}", flush=True)
+        time.sleep(600)
 
 
 def _fsync_file(path: Path) -> None:
@@ -139,17 +155,20 @@ class CheckpointManager:
             acc.save_state(str(tmp / "accelerate_state"))
         elif acc.is_main_process:
             self._save_weights(acc.unwrap_model(model), tmp)
+            _test_pause("files", step)
             torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
-            (tmp / "scheduler.json").write_text(json.dumps(scheduler.state_dict()))
         if acc.is_main_process:
+            (tmp / "scheduler.json").write_text(json.dumps(scheduler.state_dict()))
             (tmp / "trainer_state.json").write_text(json.dumps({"step": step, **train_state}, indent=2))
         acc.wait_for_everyone()
         if acc.is_main_process:
             fsync_tree(tmp)
+            _test_pause("before_rename", step)
             if final.exists():  # an incomplete leftover of the same step
                 shutil.rmtree(final)
             os.replace(tmp, final)
             _fsync_file(self.root)
+            _test_pause("before_marker", step)
             (final / MARKER).write_text("ok\n")
             _fsync_file(final / MARKER)
             _fsync_file(final)
@@ -185,7 +204,7 @@ class CheckpointManager:
         else:
             self._load_weights(acc.unwrap_model(model), path)
             optimizer.load_state_dict(torch.load(path / "optimizer.pt", weights_only=True, map_location="cpu"))
-            scheduler.load_state_dict(json.loads((path / "scheduler.json").read_text()))
+        scheduler.load_state_dict(json.loads((path / "scheduler.json").read_text()))
         r = acc.process_index
         rng_json = path / f"rng_rank{r}.json"
         if rng_json.exists():  # absent when resuming on more ranks than saved: seeds stay as set

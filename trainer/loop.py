@@ -16,6 +16,7 @@ the rest, identically for DPO, SFT and GRPO:
 
 from __future__ import annotations
 
+import hashlib
 import math
 import signal
 import time
@@ -45,6 +46,7 @@ class LoopResult:
     step: int
     preempted: bool
     final_metrics: dict[str, Any] = field(default_factory=dict)
+    stopped_early: bool = False  # preempted, or stop_at_step before max_steps: the run is not finished
 
 
 # Keys that may differ between a run and its resumption without changing the maths.
@@ -131,6 +133,25 @@ def _any_rank(acc, flag: bool) -> bool:
     return bool(acc.reduce(t, reduction="sum").item() > 0)
 
 
+def _is_deepspeed(acc) -> bool:
+    return str(acc.distributed_type).endswith("DEEPSPEED")
+
+
+def _data_hash(acc, per_micro_ids: list[list[str]]) -> str:
+    """A hash of the step's item ids in the order one process with the global batch would draw them
+    (micro-batch by micro-batch, rank slices in rank order), so runs on 1 or N ranks, and a resumed
+    run, can be compared step by step for an identical data order."""
+    if acc.num_processes > 1:
+        import torch.distributed as dist
+
+        gathered: list[Any] = [None] * acc.num_processes
+        dist.all_gather_object(gathered, per_micro_ids)
+        order = [x for i in range(len(per_micro_ids)) for rank_ids in gathered for x in rank_ids[i]]
+    else:
+        order = [x for ids in per_micro_ids for x in ids]
+    return hashlib.sha1("\x1f".join(map(str, order)).encode()).hexdigest()[:16]
+
+
 def train_loop(ctx, *, model, optimizer, scheduler, source: BatchSource,
                step_fn: Callable[[Any, dict], tuple[torch.Tensor, dict]],
                on_epoch_end: Callable[[int, int], dict | None] | None = None) -> LoopResult:
@@ -161,6 +182,7 @@ def train_loop(ctx, *, model, optimizer, scheduler, source: BatchSource,
     consecutive_skips = 0
     last: dict[str, Any] = {}
     preempted = False
+    deepspeed = _is_deepspeed(acc)
 
     def save(at_step: int):
         ckpt.save(at_step, model=model, optimizer=optimizer, scheduler=scheduler,
@@ -171,25 +193,39 @@ def train_loop(ctx, *, model, optimizer, scheduler, source: BatchSource,
             t0 = time.time()
             snapshot = source.state_dict()
             model.train()
-            micro_metrics, item_ids, losses = [], [], []
+            micro_metrics, item_ids, per_micro_ids, losses = [], [], [], []
             for i in range(ocfg.grad_accum):
                 mb = source.next_microbatch()
-                item_ids.extend(mb.get("item_ids", []))
+                ids = list(mb.get("item_ids", []))
+                item_ids.extend(ids)
+                per_micro_ids.append(ids)
                 sync = i == ocfg.grad_accum - 1
-                ctx_mgr = acc.no_sync(model) if not sync and acc.num_processes > 1 else _nullcontext()
-                with ctx_mgr, acc.autocast():
-                    loss, metrics = step_fn(model, mb)
-                    acc.backward(loss / ocfg.grad_accum)
+                if deepspeed:
+                    # The engine owns accumulation, clipping and the update: engine.backward scales by
+                    # 1/gradient_accumulation_steps itself, and on the last micro-batch engine.step()
+                    # runs (its ZeRO optimizer skips the update when the gradients are not finite).
+                    with acc.autocast():
+                        loss, metrics = step_fn(model, mb)
+                        acc.deepspeed_engine_wrapped.backward(loss, sync_gradients=sync)
+                else:
+                    ctx_mgr = acc.no_sync(model) if not sync and acc.num_processes > 1 else _nullcontext()
+                    with ctx_mgr, acc.autocast():
+                        loss, metrics = step_fn(model, mb)
+                        acc.backward(loss / ocfg.grad_accum)
                 losses.append(loss.detach().float())
                 micro_metrics.append(metrics)
             loss_value = torch.stack(losses).mean()
-            if ocfg.max_grad_norm > 0:
+            if deepspeed:
+                grad_norm = model.get_global_grad_norm()  # pre-clipping norm of the step just taken (or inf)
+            elif ocfg.max_grad_norm > 0:
                 grad_norm = acc.clip_grad_norm_(model.parameters(), ocfg.max_grad_norm)
             else:
                 grads = [p.grad.detach().float().norm() for p in model.parameters() if p.grad is not None]
                 grad_norm = torch.stack(grads).norm() if grads else torch.tensor(0.0)
-            grad_norm = _to_float(grad_norm) if grad_norm is not None else float("nan")
-            bad = _any_rank(acc, not (math.isfinite(_to_float(loss_value)) and math.isfinite(grad_norm)))
+            # None = the backend did not report a norm (not a reason to skip the step)
+            grad_norm = _to_float(grad_norm) if grad_norm is not None else None
+            bad = _any_rank(acc, not (math.isfinite(_to_float(loss_value))
+                                      and (grad_norm is None or math.isfinite(grad_norm))))
             if bad:
                 optimizer.zero_grad(set_to_none=True)
                 source.load_state_dict(snapshot)
@@ -217,6 +253,7 @@ def train_loop(ctx, *, model, optimizer, scheduler, source: BatchSource,
             state["loss_ema"] = loss_f if ema is None else 0.9 * ema + 0.1 * loss_f
             extra = source.pop_metrics() if hasattr(source, "pop_metrics") else {}
             last = {**metrics, **extra, "lr": lr, "grad_norm": grad_norm, "epoch": source.epoch,
+                    "data_hash": _data_hash(acc, per_micro_ids),
                     "step_seconds": round(time.time() - t0, 4), "skipped_total": state["skipped_total"]}
             if spike:
                 last["loss_spike"] = 1
@@ -247,7 +284,9 @@ def train_loop(ctx, *, model, optimizer, scheduler, source: BatchSource,
     finally:
         bar.close()
         preempt.restore()
-    return LoopResult(step=step, preempted=preempted, final_metrics=last)
+    finished = step >= tcfg.max_steps or (tcfg.epochs_cap is not None and source.epoch >= tcfg.epochs_cap)
+    ctx.stopped_early = preempted or not finished  # finish_run then writes no run_complete.json
+    return LoopResult(step=step, preempted=preempted, final_metrics=last, stopped_early=ctx.stopped_early)
 
 
 def _run_eval(ctx, on_epoch_end, epoch, step, last: dict) -> None:

@@ -111,6 +111,7 @@ class RunContext:
     logger: MetricsLogger
     recipe: str
     started: float = field(default_factory=time.time)
+    stopped_early: bool = False  # set by train_loop: preempted or stop_at_step < max_steps
 
     @property
     def is_main(self) -> bool:
@@ -124,20 +125,49 @@ class RunContext:
         self.accelerator.wait_for_everyone()
 
 
-def make_accelerator(trainer_cfg, grad_accum: int = 1):
+def _deepspeed_launch() -> bool:
+    """``accelerate launch`` with a DeepSpeed config sets ACCELERATE_USE_DEEPSPEED=true in every rank."""
+    return os.environ.get("ACCELERATE_USE_DEEPSPEED", "false").lower() in ("1", "true", "yes")
+
+
+def make_accelerator(trainer_cfg, grad_accum: int = 1, *, micro_batch: int | None = None,
+                     max_grad_norm: float | None = None):
+    """The run's ``Accelerator``. Under DeepSpeed the config's "auto" values are filled from the recipe:
+    gradient accumulation (``grad_accum``), micro-batch size per rank (``micro_batch``; the recipes
+    prepare no dataloader for accelerate to read it from) and clipping (``max_grad_norm``; 0 = off).
+    Without CUDA (DeepSpeed on CPU) the process group must be gloo, or accelerate counts one process
+    while DeepSpeed counts all of them."""
     from accelerate import Accelerator
 
     kwargs: dict[str, Any] = {"mixed_precision": trainer_cfg.mixed_precision}
     if trainer_cfg.device == "cpu":
         kwargs["cpu"] = True
-    return Accelerator(**kwargs)
+    elif _deepspeed_launch():
+        import torch
+        from accelerate.utils import InitProcessGroupKwargs
+
+        if not torch.cuda.is_available():
+            kwargs["kwargs_handlers"] = [InitProcessGroupKwargs(backend="gloo")]
+        kwargs["gradient_accumulation_steps"] = grad_accum
+    acc = Accelerator(**kwargs)
+    plugin = getattr(acc.state, "deepspeed_plugin", None)
+    if plugin is not None:
+        ds = plugin.deepspeed_config
+        fills = {"gradient_accumulation_steps": grad_accum, "train_micro_batch_size_per_gpu": micro_batch,
+                 "gradient_clipping": None if max_grad_norm is None else max(0.0, float(max_grad_norm))}
+        for key, value in fills.items():
+            if value is not None and ds.get(key, "auto") == "auto":
+                ds[key] = value
+    return acc
 
 
 def setup_run(cfg, recipe: str) -> RunContext:
     """Create the accelerator, agree on the run directory, write config/meta, seed, open the logger."""
     from omegaconf import OmegaConf
 
-    accelerator = make_accelerator(cfg.trainer)
+    optim = cfg.get("optim") or {}
+    accelerator = make_accelerator(cfg.trainer, grad_accum=int(optim.get("grad_accum", 1) or 1),
+                                   micro_batch=optim.get("batch_size"), max_grad_norm=optim.get("max_grad_norm"))
     run_dir = Path(cfg.trainer.run_dir).expanduser().resolve()
     if accelerator.is_main_process:
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -171,8 +201,13 @@ def write_config(ctx: RunContext) -> None:
 
 
 def finish_run(ctx: RunContext, step: int, final_metrics: dict[str, Any]) -> None:
-    """Mark the run complete (``run_complete.json``, read by the sweep launcher)."""
-    if ctx.is_main:
+    """Mark the run complete (``run_complete.json``, read by the sweep launcher); not when the loop
+    stopped early (``trainer.stop_at_step`` before ``max_steps``, preemption): the run resumes later."""
+    if ctx.stopped_early:
+        if ctx.is_main:
+            print(f"[selectrust] stopped at step {step} before trainer.max_steps={ctx.cfg.trainer.max_steps}: "
+                  f"no run_complete.json; run the same command to continue", flush=True)
+    elif ctx.is_main:
         record = {"step": step, "wall_seconds": round(time.time() - ctx.started, 2),
                   "final_metrics": {k: _jsonable(v) for k, v in final_metrics.items()}}
         tmp = ctx.run_dir / "run_complete.json.tmp"
