@@ -169,10 +169,12 @@ def lora_config(rank: int):
 
 
 def linear_weight_count(base_model) -> int:
-    """N for 6NT: weights of every nn.Linear of the base model (block projections + LM head)."""
+    """N for 6NT: weights of every nn.Linear of the base model (block projections + LM head); LoRA factors, if the
+    model is already wrapped, are not counted."""
     import torch
 
-    return sum(m.weight.numel() for m in base_model.modules() if isinstance(m, torch.nn.Linear))
+    return sum(m.weight.numel() for name, m in base_model.named_modules()
+               if isinstance(m, torch.nn.Linear) and "lora_" not in name)
 
 
 def weight_bytes(base_model) -> int:
@@ -239,14 +241,18 @@ class OurStep:
 
 
 def build_our_policy(path: str, rank: int, seed: int = 0):
+    """``(counts, peft_model)``: the base model's parameter counts and weight bytes, and the LoRA policy."""
     import torch
     from peft import get_peft_model
 
     from eval_hooks.models import load_model
 
     base = load_model(path, dtype="float32")
+    # Counted before get_peft_model, which inserts the LoRA factors (themselves nn.Linear) into ``base`` in place.
+    counts = {"params_total": sum(p.numel() for p in base.parameters()), "n_linear": linear_weight_count(base),
+              "weight_bytes": weight_bytes(base), "layers": base.config.num_hidden_layers}
     torch.manual_seed(seed)
-    return base, get_peft_model(base, lora_config(rank))
+    return counts, get_peft_model(base, lora_config(rank))
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -346,7 +352,7 @@ class TrlStep:
         ds = Dataset.from_dict({"prompt": rendered, "chosen": list(chosen), "rejected": list(rejected)})
         cfg = DPOConfig(output_dir=workdir, use_cpu=True, bf16=False, fp16=False, beta=BETA, loss_type=["sigmoid"],
                         per_device_train_batch_size=pairs, gradient_accumulation_steps=1,
-                        gradient_checkpointing=gradient_checkpointing,
+                        activation_checkpointing=gradient_checkpointing,
                         padding_free=False,
                         precompute_ref_log_probs=False, max_length=seq_len, learning_rate=LR,
                         lr_scheduler_type="cosine", warmup_steps=0, weight_decay=0.0, max_grad_norm=1.0,
@@ -411,11 +417,9 @@ def run_main(args) -> dict:
     tok = load_tokenizer(path)
     prompts, chosen, rejected = synthetic_pairs(tok, pairs=args.pairs, seq_len=args.seq_len)
 
-    base, model = build_our_policy(path, args.rank)
-    n_linear = linear_weight_count(base)
-    n_total = sum(p.numel() for p in base.parameters())
+    counts, model = build_our_policy(path, args.rank)
+    n_linear, n_total, wbytes = counts["n_linear"], counts["params_total"], counts["weight_bytes"]
     n_lora = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    wbytes = weight_bytes(base)
     tokens = 2 * args.pairs * args.seq_len
     flops_per_step = 6.0 * n_linear * tokens
     ours = OurStep(model, tok, prompts, chosen, rejected, reference=Reference(model, lora=True), seq_len=args.seq_len)
@@ -453,7 +457,8 @@ def run_main(args) -> dict:
                 times[name] = time.perf_counter() - t0
             loss_diffs.append(abs(losses["ours"] - losses["trl"]))
             row = {"pair": i + 1, "first": order[0][0], "ours_s": times["ours"], "trl_s": times["trl"],
-                   "ratio": times["ours"] / times["trl"], "gemm_peak": peak,
+                   "ratio": times["ours"] / times["trl"], "gemm_peak": peak, "ours_loss": losses["ours"],
+                   "trl_loss": losses["trl"],
                    "ours_frac": flops_per_step / times["ours"] / peak, "trl_frac": flops_per_step / times["trl"] / peak}
             rows.append(row)
             print(f"[bench] pair {i + 1}/{args.steps} ({order[0][0]} first): ours {row['ours_s']:.3f}s  "
@@ -465,7 +470,7 @@ def run_main(args) -> dict:
     best_peak = max(r["gemm_peak"] for r in rows)
     summary = {
         "preset": args.preset, "threads": threads, "pairs": args.pairs, "seq_len": args.seq_len,
-        "tokens_per_step": tokens, "layers": base.config.num_hidden_layers, "params_total": n_total, "n_linear": n_linear, "lora_params": n_lora,
+        "tokens_per_step": tokens, "layers": counts["layers"], "params_total": n_total, "n_linear": n_linear, "lora_params": n_lora,
         "flops_per_step": flops_per_step, "steps": args.steps, "warmup": args.warmup,
         "ours_s_median": med([r["ours_s"] for r in rows]), "trl_s_median": med([r["trl_s"] for r in rows]),
         "ratio_median": med([r["ratio"] for r in rows]), "ratios": [r["ratio"] for r in rows],
