@@ -83,3 +83,17 @@ def write_pairs(path: Path, n_quartets: int) -> Path:
                   "rejected": str(w)} for c, p in prompts.items()]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return path
+
+
+def one_torch_thread():
+    """Generator for an autouse fixture: in-process recipe runs use one torch thread. On a busy 2-core
+    host, torch's default thread pool spins against the other processes: a tiny-model step takes ~3 s
+    instead of ~0.2 s. (The subprocesses get OMP_NUM_THREADS=1 from ``env``.)"""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)

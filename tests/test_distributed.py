@@ -17,6 +17,11 @@ import pytest
 import dist_helpers as dh
 from recipe_utils import run_recipe
 
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    yield from dh.one_torch_thread()
+
 pytestmark = pytest.mark.slow
 
 COMMON = ["eval=none", "trainer.progress=false", "trainer.log_every=1"]
