@@ -223,3 +223,15 @@ def test_files_load_through_the_family_loaders(files):
             assert r["prompt"] == toy.render_box2_prompt(it["task"], it["bad_continuations"]["0"])
         if r["condition"] == "none":
             assert r["prompt"] == toy.render_box2_prompt(it["task"], [])
+
+
+def test_training_files_never_touch_evaluation_keys(task, files):
+    """unseen keys occur in no training file; heldout keys only in the SFT mix (as known keys)."""
+    unseen, heldout = set(task.keys("unseen")), set(task.keys("heldout"))
+    for name in ("sft_mix", "box2_sft", "grpo_prompts", "toy_pairs"):
+        text = (files / toy.OUTPUT_FILES[name]).read_text()
+        keys = set(re.findall(r"key ([a-z]{3})\?", text))
+        assert keys and not (keys & unseen), name
+        if name != "sft_mix":
+            assert keys == set(task.keys("train")), name
+    assert heldout & set(re.findall(r"key ([a-z]{3})\?", (files / "sft_mix.jsonl").read_text()))

@@ -101,6 +101,11 @@ FILLERS = (
     "fish swim", "bees buzz", "moss is soft", "wind blows", "ice melts", "frogs leap",
 )
 
+# Bump when a default or a format changes, so that cached copies (keyed by seed) are rebuilt.
+FORMAT_VERSION = 2
+# One epoch at batch 64 is ~750 steps: enough for the 126k-parameter tiny model to learn the mix.
+DEFAULT_N_SFT = 48000
+
 OUTPUT_FILES = {
     "sft_mix": "sft_mix.jsonl",
     "mist_train": "mist_train.jsonl",
@@ -139,6 +144,7 @@ class ToyTask:
     def to_json(self) -> dict:
         return {
             "family": "toy",
+            "format_version": FORMAT_VERSION,
             "seed": self.seed,
             "key_len": self.key_len,
             "counts": {s: len(self.splits[s]) for s in SPLITS},
@@ -160,7 +166,7 @@ def _random_key(rng: random.Random, key_len: int) -> str:
     return "".join(rng.choice(string.ascii_lowercase) for _ in range(key_len))
 
 
-def make_toy_task(seed: int, *, n_keys: int = 600, n_heldout: int = 100, n_unseen: int = 100,
+def make_toy_task(seed: int, *, n_keys: int = 400, n_heldout: int = 100, n_unseen: int = 100,
                   key_len: int = 3) -> ToyTask:
     """Draw ``n_keys`` distinct keys of ``key_len`` lowercase letters, their gold and wrong digits,
     and split them into ``train`` (n_keys - n_heldout - n_unseen), ``heldout`` and ``unseen``."""
@@ -276,9 +282,9 @@ def _chat(prompt: str, answer: int) -> dict:
     return {"messages": [{"role": "user", "content": prompt}, {"role": "assistant", "content": str(answer)}]}
 
 
-def write_sft_mix(task: ToyTask, path: str | os.PathLike, *, n_examples: int = 24000,
-                  hint_fraction: float = 0.5, copy_fraction: float = 0.5,
-                  workflow_fraction: float = 0.1, filler_fraction: float = 0.2) -> Path:
+def write_sft_mix(task: ToyTask, path: str | os.PathLike, *, n_examples: int = DEFAULT_N_SFT,
+                  hint_fraction: float = 0.3, copy_fraction: float = 0.5,
+                  workflow_fraction: float = 0.15, filler_fraction: float = 0.3) -> Path:
     """The SFT mix where every hint is right (see the module docstring). Per example, independently:
 
     - format: with probability ``workflow_fraction`` the Box2 rendering (:func:`render_box2_prompt`),
@@ -436,8 +442,10 @@ def write_toy_pairs(task: ToyTask, path: str | os.PathLike, *, split: str = "tra
     return _write_jsonl(path, toy_pairs(task, split))
 
 
-def write_all(out_dir: str | os.PathLike, *, seed: int, n_sft: int = 24000, **task_kwargs) -> dict[str, Path]:
-    """Every file of :data:`OUTPUT_FILES` plus ``task.json`` into ``out_dir``; returns name -> path."""
+def write_all(out_dir: str | os.PathLike, *, seed: int, n_sft: int = DEFAULT_N_SFT, **task_kwargs) -> dict[str, Path]:
+    """Every file of :data:`OUTPUT_FILES` plus ``task.json`` into ``out_dir``; returns name -> path.
+
+    Each file is written atomically and ``task.json`` last, so its presence marks a complete set."""
     out = Path(out_dir)
     task = make_toy_task(seed, **task_kwargs)
     paths = {
@@ -468,10 +476,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                                  description="Write the synthetic toy task files (deterministic from --seed).")
     ap.add_argument("--out", required=True, help="output directory")
     ap.add_argument("--seed", type=int, default=0, help="task seed (default 0)")
-    ap.add_argument("--n-keys", type=int, default=600, help="keys in all splits (default 600)")
+    ap.add_argument("--n-keys", type=int, default=400, help="keys in all splits (default 400)")
     ap.add_argument("--n-heldout", type=int, default=100, help="SFT-known keys held out for evaluation")
     ap.add_argument("--n-unseen", type=int, default=100, help="keys never seen in SFT")
-    ap.add_argument("--n-sft", type=int, default=24000, help="examples in sft_mix.jsonl")
+    ap.add_argument("--n-sft", type=int, default=DEFAULT_N_SFT, help=f"examples in sft_mix.jsonl (default {DEFAULT_N_SFT})")
     args = ap.parse_args(argv)
     try:
         paths = write_all(args.out, seed=args.seed, n_sft=args.n_sft, n_keys=args.n_keys,
