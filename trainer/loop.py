@@ -170,9 +170,11 @@ def train_loop(ctx, *, model, optimizer, scheduler, source: BatchSource,
         step = loaded.pop("step")
         source.load_state_dict(loaded.pop("source"))
         state.update(loaded)
-        ctx.logger.truncate_after(step)
         if ctx.is_main:
             print(f"[selectrust] resumed from {resume_from} at step {step}", flush=True)
+    # Drop lines logged after the starting point (a killed run's steps past its last complete checkpoint,
+    # or all steps when no complete checkpoint exists): they are logged again, once.
+    ctx.logger.truncate_after(step)
 
     stop_at = min(tcfg.max_steps, tcfg.stop_at_step or tcfg.max_steps)
     preempt = _Preemption()
