@@ -39,8 +39,10 @@ Measured figures (printed side by side, in one run):
 3. **Memory the adapter-disabled reference saves.** Two fresh subprocesses (``--mode rss-copy`` /
    ``--mode rss-disabled``) each build the LoRA policy and run ``--rss-steps`` of our step, one with a
    separate frozen ``deepcopy`` of the base model as the reference, one with the adapter disabled; each
-   prints its peak RSS (``getrusage(RUSAGE_SELF).ru_maxrss``). The difference divided by the model's
-   weight bytes should be >= 0.9.
+   prints its peak RSS: ``VmHWM`` from ``/proc/self/status`` (``getrusage(RUSAGE_SELF).ru_maxrss`` is printed
+   too, but Linux carries the *parent's* high-water mark into it across fork + exec, so the main run spawns
+   both children first, while it is small). The difference divided by the model's weight bytes should be
+   >= 0.9. The children run with ``MALLOC_MMAP_THRESHOLD_=65536`` (see ``rss_subprocess``).
 
 Threads: ``--threads`` defaults to torch's default (one per core). On a shared, loaded 2-core machine
 two OpenMP threads can spend their time waiting for each other; ``--threads 1`` can then be much
@@ -288,9 +290,25 @@ def run_rss(args) -> None:
                    seq_len=args.seq_len, ref_model=frozen)
     for _ in range(args.rss_steps):
         step()
-    maxrss_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # Linux: kilobytes
-    print("RSS_RESULT " + json.dumps({"mode": args.mode, "maxrss_bytes": maxrss_kb * 1024, "weight_bytes": wbytes,
+    maxrss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports kilobytes
+    hwm = _vm_hwm_bytes()
+    print("RSS_RESULT " + json.dumps({"mode": args.mode, "peak_bytes": hwm if hwm is not None else maxrss,
+                                      "vm_hwm_bytes": hwm, "ru_maxrss_bytes": maxrss, "weight_bytes": wbytes,
                                       "threads": threads}), flush=True)
+
+
+def _vm_hwm_bytes() -> int | None:
+    """Peak RSS of this process's own address space (``VmHWM``), or None without /proc.
+
+    Preferred over ``ru_maxrss``: Linux carries the parent's RSS high-water mark into ``ru_maxrss`` across
+    fork + exec, so a child spawned by a 2.4 GB parent reports at least 2.4 GB whatever it does itself."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
 
 
 def rss_subprocess(args, mode: str) -> dict:
@@ -516,10 +534,10 @@ def print_summary(s: dict) -> None:
           f"{s['trl_frac_vs_best_peak']:.3f}")
     print(f"loss_check       : max |loss ours - loss TRL| over all steps = {s['max_loss_diff']:.2e}")
     if "rss_copy_bytes" in s:
-        print(f"rss_copy_mb      : {s['rss_copy_bytes'] / 2**20:.1f} (peak RSS, separate frozen reference copy)")
-        print(f"rss_disabled_mb  : {s['rss_disabled_bytes'] / 2**20:.1f} (peak RSS, adapter-disabled reference)")
-        print(f"rss_saved_mb     : {s['rss_saved_bytes'] / 2**20:.1f}; weight bytes "
-              f"{s['weight_bytes'] / 2**20:.1f} MB")
+        print(f"rss_copy_mib     : {s['rss_copy_bytes'] / 2**20:.1f} (peak RSS, separate frozen reference copy)")
+        print(f"rss_disabled_mib : {s['rss_disabled_bytes'] / 2**20:.1f} (peak RSS, adapter-disabled reference)")
+        print(f"rss_saved_mib    : {s['rss_saved_bytes'] / 2**20:.1f}; weight bytes "
+              f"{s['weight_bytes'] / 2**20:.1f} MiB ({s['weight_bytes'] / 1e6:.1f} MB)")
         print(f"rss_saved_ratio  : {s['rss_saved_ratio']:.3f} (saved / weight bytes; target >= 0.9) "
               f"{'PASS' if s['rss_saved_ratio'] >= 0.9 else 'MISS'}")
     print("=== end summary ===", flush=True)
@@ -530,15 +548,22 @@ def main(argv: list[str] | None = None) -> dict | None:
     if args.mode in ("rss-copy", "rss-disabled"):
         run_rss(args)
         return None
-    summary = run_main(args)
-    summary["rank"] = args.rank
-    if args.mode == "all":
+    rss = {}
+    if args.mode == "all":  # first, while this process is still small
         print("[bench] RSS: two fresh subprocesses ...", flush=True)
         copy_r = rss_subprocess(args, "rss-copy")
         dis_r = rss_subprocess(args, "rss-disabled")
-        saved = copy_r["maxrss_bytes"] - dis_r["maxrss_bytes"]
-        summary.update({"rss_copy_bytes": copy_r["maxrss_bytes"], "rss_disabled_bytes": dis_r["maxrss_bytes"],
-                        "rss_saved_bytes": saved, "rss_saved_ratio": saved / copy_r["weight_bytes"]})
+        saved = copy_r["peak_bytes"] - dis_r["peak_bytes"]
+        rss = {"rss_copy_bytes": copy_r["peak_bytes"], "rss_disabled_bytes": dis_r["peak_bytes"],
+               "rss_copy_ru_maxrss_bytes": copy_r["ru_maxrss_bytes"],
+               "rss_disabled_ru_maxrss_bytes": dis_r["ru_maxrss_bytes"],
+               "rss_saved_bytes": saved, "rss_saved_ratio": saved / copy_r["weight_bytes"]}
+        print(f"[bench] RSS peak (VmHWM): copy {copy_r['peak_bytes'] / 2**20:.1f} MiB, disabled "
+              f"{dis_r['peak_bytes'] / 2**20:.1f} MiB; ru_maxrss: copy {copy_r['ru_maxrss_bytes'] / 2**20:.1f} MiB, "
+              f"disabled {dis_r['ru_maxrss_bytes'] / 2**20:.1f} MiB", flush=True)
+    summary = run_main(args)
+    summary["rank"] = args.rank
+    summary.update(rss)
     print_summary(summary)
     if args.json:
         Path(args.json).write_text(json.dumps(summary, indent=2) + "\n")

@@ -79,4 +79,5 @@ def test_rss_mode_prints_peak_and_weight_bytes(bench, keep_threads, capsys):
 
     result = json.loads(line[0][len("RSS_RESULT "):])
     assert result["weight_bytes"] == 4 * 126144  # tiny preset parameter count, fp32
-    assert result["maxrss_bytes"] > result["weight_bytes"]
+    assert result["peak_bytes"] > result["weight_bytes"]
+    assert result["ru_maxrss_bytes"] >= result["peak_bytes"] * 0.99  # ru_maxrss also covers the parent's history
