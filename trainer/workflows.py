@@ -241,7 +241,8 @@ def expand_conditions(items: Sequence[dict], path: str | None = None) -> list[di
 def _bad_prompt(item: dict) -> str:
     from eval_hooks.families.box2 import render_box2_prompt
 
-    return render_box2_prompt(item["task"], item["bad_continuations"]["0"], item["answer_type"], item.get("choices"))
+    return render_box2_prompt(item["task"], item["bad_continuations"]["0"], item["answer_type"], item.get("choices"),
+                              style=item.get("prompt_style") or "full")
 
 
 def counterfactual_sft_rows(items: Sequence[dict], trajectories: dict[str, str]) -> list[dict]:

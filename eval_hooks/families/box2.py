@@ -18,10 +18,16 @@ from .base import (Ctx, Family, answer_instruction, check_choices, check_gold, c
 ANSWER_TYPES = ("multiple_choice", "numeric", "boolean")
 REGIMES = ("none", "good", "bad", "partial", "mixed")
 _COND = re.compile(r"^(none|good|bad|(partial|mixed)_(\d+))$")
-KNOWN = {"item_id", "task", "answer_type", "gold", "good_steps", "bad_continuations", "choices"}
+KNOWN = {"item_id", "task", "answer_type", "gold", "good_steps", "bad_continuations", "choices", "prompt_style"}
+# ``plain`` (opt-in per item): the task, then one step per line, nothing else. For tiny models (the toy
+# task of the CPU demo), where the full template would multiply sequence lengths several times.
+PROMPT_STYLES = ("full", "plain")
 
 
-def render_box2_prompt(task: str, workflow: list[str] | None, answer_type: str, choices: Any = None) -> str:
+def render_box2_prompt(task: str, workflow: list[str] | None, answer_type: str, choices: Any = None,
+                       *, style: str = "full") -> str:
+    if style == "plain":
+        return "\n".join([task.strip(), *(s.strip() for s in workflow or [])])
     parts = [f"Task:\n{task.strip()}"]
     if choices is not None:
         parts.append("Options:\n" + render_choices(choices))
@@ -57,6 +63,7 @@ class Box2Family(Family):
             check_gold(rec.get("gold"), at, ctx, choices=choices)
             good = req_str_list(rec, "good_steps", ctx)
             bad = _bad_continuations(rec, ctx, len(good))
+            style = req_choice(rec, "prompt_style", ctx, PROMPT_STYLES) if "prompt_style" in rec else "full"
 
             conditions: list[tuple[str, str, int | None, list[str] | None]] = [
                 ("none", "none", None, None), ("good", "good", None, good), ("bad", "bad", None, bad[0])]
@@ -66,7 +73,7 @@ class Box2Family(Family):
                 conditions.append((f"mixed_{k}", "mixed", k, good[:k] + bad[k]))
             for cond, regime, k, workflow in conditions:
                 row = {"row_id": f"{item_id}/{cond}", "item_id": item_id, "condition": cond, "regime": regime,
-                       "k": k, "task": task, "prompt": render_box2_prompt(task, workflow, at, choices),
+                       "k": k, "task": task, "prompt": render_box2_prompt(task, workflow, at, choices, style=style),
                        "gold": rec["gold"], "answer_type": at, "workflow": workflow or []}
                 if choices is not None:
                     row["choices"] = choices
