@@ -185,7 +185,8 @@ def test_sft_mix_hints_are_always_right_and_unseen_keys_never_occur(task, files)
         assert digits <= {a["content"]}
         if key in known:
             assert a["content"] == str(task.gold[key])
-        if text.startswith("Task:"):
+        if "\n" in text:  # Box2 plain rendering: the task, then good steps, one per line
+            assert text.startswith(f"key {key}?\n")
             kinds["box2"] += 1
         elif text.startswith("note:") and "=" in text:
             kinds["hint_known" if key in known else "hint_nonce"] += 1
@@ -222,7 +223,10 @@ def test_files_load_through_the_family_loaders(files):
         if r["condition"] == "bad":
             assert r["prompt"] == toy.render_box2_prompt(it["task"], it["bad_continuations"]["0"])
         if r["condition"] == "none":
-            assert r["prompt"] == toy.render_box2_prompt(it["task"], [])
+            assert r["prompt"] == toy.render_box2_prompt(it["task"], []) == it["task"]
+        if r["condition"] == "mixed_1":
+            g, w = it["gold"], it["wrong_value"]
+            assert r["prompt"] == f"{it['task']}\n{it['source_id']} is {g}\ncheck {w}\nanswer {w}"
 
 
 def test_training_files_never_touch_evaluation_keys(task, files):
@@ -235,3 +239,19 @@ def test_training_files_never_touch_evaluation_keys(task, files):
         if name != "sft_mix":
             assert keys == set(task.keys("train")), name
     assert heldout & set(re.findall(r"key ([a-z]{3})\?", (files / "sft_mix.jsonl").read_text()))
+
+
+def test_box2_loader_rejects_an_unknown_prompt_style(tmp_path):
+    from eval_hooks.evaluate import load_rows
+    from eval_hooks.io import DataError
+
+    item = {"item_id": "x", "task": "key abc?", "answer_type": "numeric", "gold": 4,
+            "good_steps": ["abc is 4"], "bad_continuations": {"0": ["abc is 7"]}, "prompt_style": "fancy"}
+    p = tmp_path / "b.jsonl"
+    p.write_text(json.dumps(item) + "\n")
+    with pytest.raises(DataError, match="prompt_style"):
+        load_rows("box2", p)
+    item["prompt_style"] = "full"
+    p.write_text(json.dumps(item) + "\n")
+    bad = next(r for r in load_rows("box2", p) if r["condition"] == "bad")
+    assert bad["prompt"].startswith("Task:\nkey abc?") and "1. abc is 7" in bad["prompt"]

@@ -44,9 +44,10 @@ Box2 toy workflows (``write_box2_items``)
 ``task`` = the clean prompt; ``good_steps`` = ``["step: kqz is 4", "step: check 4",
 "step: answer 4"]``; the bad workflow states the wrong digit in the same words; change points
 k in {0, 1, 2}: ``bad_continuations[k]`` = the bad steps k+1..3, so ``mixed_k`` = k good steps then
-the wrong digit. A prompt is rendered by :func:`render_box2_prompt` (the Box2 loader's renderer when
-it exists, so the SFT mix, the counterfactual SFT data, the GRPO prompts and the evaluation rows are
-rendered identically).
+the wrong digit. Items set ``prompt_style: "plain"``, so the Box2 loader renders a prompt as the task
+then one step per line (``key kqz?\nkqz is 7\ncheck 7\nanswer 7``; condition none is exactly the
+clean MIST prompt); :func:`render_box2_prompt` calls that same renderer, so the SFT mix, the
+counterfactual SFT data, the GRPO prompts and the evaluation rows are rendered identically.
 
 Deviation from Box2's no-leakage rule: in Box2 a workflow is a plan and must not state the answer.
 The toy task has no inner trajectory besides the lookup itself, so a good step that does not state
@@ -94,6 +95,10 @@ CONDITIONS = ("clean", "misleading", "correct", "irrelevant")
 CHANNEL = "note"
 SOURCE = "toy"
 BOX2_CHANGE_POINTS = (0, 1, 2)
+# The Box2 loader's compact rendering (task, then one step per line). Its full template (~110 extra
+# characters of instructions) made the tiny model ~3x slower per step and left condition none at
+# chance after 75 CPU-seconds of SFT; with ``plain``, none is the clean MIST prompt itself.
+BOX2_PROMPT_STYLE = "plain"
 
 # Irrelevant context: short, no digits, no '=' (nothing that looks like an answer), no key.
 FILLERS = (
@@ -102,7 +107,7 @@ FILLERS = (
 )
 
 # Bump when a default or a format changes, so that cached copies (keyed by seed) are rebuilt.
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 # One epoch at batch 64 is ~750 steps: enough for the 126k-parameter tiny model to learn the mix.
 DEFAULT_N_SFT = 48000
 
@@ -251,11 +256,12 @@ def bad_steps(key: str, wrong_digit: int) -> list[str]:
 def render_box2_prompt(task: str, steps: Sequence[str]) -> str:
     """The user message of a toy Box2 prompt (``steps`` empty: condition none).
 
-    This is the Box2 family loader's own renderer (``eval_hooks.families.box2``), so the SFT mix, the
-    counterfactual SFT data, the GRPO prompts and the evaluation rows are rendered identically."""
+    This is the Box2 family loader's own renderer (``eval_hooks.families.box2``) in the ``plain`` style
+    that every toy item asks for, so the SFT mix, the counterfactual SFT data, the GRPO prompts and the
+    evaluation rows are rendered identically."""
     from eval_hooks.families.box2 import render_box2_prompt as loader_render
 
-    return loader_render(task, list(steps) or None, "numeric")
+    return loader_render(task, list(steps) or None, "numeric", style=BOX2_PROMPT_STYLE)
 
 
 # -- writers ------------------------------------------------------------------------------------
@@ -382,6 +388,7 @@ def box2_items(task: ToyTask, split: str) -> list[dict]:
             "gold": task.gold[key],
             "good_steps": good_steps(key, task.gold[key]),
             "bad_continuations": {str(k): bad[k:] for k in BOX2_CHANGE_POINTS},
+            "prompt_style": BOX2_PROMPT_STYLE,
             "wrong_value": task.wrong[key],
             "source": SOURCE,
             "source_id": key,
