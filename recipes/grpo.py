@@ -47,8 +47,8 @@ def check_geometry(cfg, world: int) -> int:
     return a.prompts_per_step // world
 
 
-@hydra.main(config_path="../conf", config_name="grpo", version_base=None)
-def main(cfg: DictConfig) -> None:
+def run(cfg: DictConfig):
+    """Train; returns the loop's ``LoopResult`` (step, preempted, final metrics)."""
     from trainer.algos.grpo import clipped_policy_loss
     from trainer.algos.is_correction import truncated_is_weights
     from trainer.data import ShuffleSampler
@@ -159,6 +159,12 @@ def main(cfg: DictConfig) -> None:
     acc.wait_for_everyone()
     if not result.preempted:
         finish_run(ctx, result.step, result.final_metrics)
+    return result
+
+
+@hydra.main(config_path="../conf", config_name="grpo", version_base=None)
+def main(cfg: DictConfig) -> None:
+    run(cfg)
 
 
 if __name__ == "__main__":

@@ -33,8 +33,8 @@ from trainer.config import register_schemas, validate_sft
 register_schemas()
 
 
-@hydra.main(config_path="../conf", config_name="sft", version_base=None)
-def main(cfg: DictConfig) -> None:
+def run(cfg: DictConfig):
+    """Train; returns the loop's ``LoopResult`` (step, preempted, final metrics)."""
     from eval_hooks.io import write_json_atomic
     from trainer.algos.sft import masked_nll_loss
     from trainer.data import SamplerSource, ShuffleSampler, load_sft_examples, resolve_data_path
@@ -94,6 +94,12 @@ def main(cfg: DictConfig) -> None:
     acc.wait_for_everyone()
     if not result.preempted:
         finish_run(ctx, result.step, result.final_metrics)
+    return result
+
+
+@hydra.main(config_path="../conf", config_name="sft", version_base=None)
+def main(cfg: DictConfig) -> None:
+    run(cfg)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,175 @@
+"""The embedded demo: reproduce the SCOPE effect (and a Box2 stage) from scratch on a laptop CPU.
+
+    python recipes/demo.py                      # writes demo_out/report.md and demo_out/summary.json
+    python recipes/demo.py out=/tmp/d seed=3    # another toy task; the targets must still hold
+
+This file is orchestration only: every stage is a real recipe (``recipes/sft.py``, ``evaluate.py``,
+``mine_pairs.py``, ``dpo.py``, ``grpo.py``) run in-process on a config composed from ``conf/`` plus
+the per-stage overrides in ``conf/demo.yaml``; every number comes from ``eval_hooks``. (Recipes are
+imported here, and only here, to avoid paying Python/torch start-up per stage; DESIGN.md otherwise
+keeps ``recipes/`` unimported.)
+
+Stages: tiny model -> SFT on a toy key->digit mix whose hints are always right (a hint follower) ->
+matched evaluation -> pair mining from the base's own outputs -> SCOPE balanced DPO -> evaluation
+on held-out keys -> misleading-only DPO (Standard-DPO ablation) -> evaluation -> Box2: five-condition
+evaluation of the base, counterfactual SFT on bad workflows, a short GRPO run, evaluation again.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import hydra
+from omegaconf import DictConfig
+
+from trainer.config import register_schemas
+
+register_schemas()
+
+
+def _recipe(name: str):
+    spec = importlib.util.spec_from_file_location(f"selectrust_recipe_{name}", ROOT / "recipes" / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _compose(config_name: str, overrides: list[str]):
+    from hydra import compose
+
+    return compose(config_name=config_name, overrides=overrides)
+
+
+def _reset_accelerate() -> None:
+    from accelerate.state import AcceleratorState, GradientState, PartialState
+
+    AcceleratorState._reset_state(True)
+    GradientState._reset_state()
+    PartialState._reset_state()
+
+
+class Pipeline:
+    def __init__(self, cfg: DictConfig):
+        self.cfg = cfg
+        self.out = Path(cfg.out).expanduser().resolve()
+        self.stages = self.out / "stages"
+        self.seed = cfg.seed
+        self.toy = f"toy:{cfg.seed}"
+        self.timings: dict[str, float] = {}
+        self.recipes = {n: _recipe(n) for n in ("sft", "evaluate", "mine_pairs", "dpo", "grpo")}
+
+    def _log(self, msg: str) -> None:
+        print(f"[demo] {msg}", flush=True)
+
+    def train(self, recipe: str, config: str, name: str, overrides: list[str]) -> Path:
+        run_dir = self.stages / name
+        t0 = time.time()
+        self._log(f"{name}: training ({recipe}.py)")
+        _reset_accelerate()
+        cfg = _compose(config, [*overrides, f"seed={self.seed}", f"trainer.run_dir={run_dir}",
+                                "trainer.resume=none", "eval=none", "logger=jsonl"])
+        result = self.recipes[recipe].run(cfg)
+        self.timings[name] = round(time.time() - t0, 1)
+        if result is None or result.preempted:
+            raise SystemExit(f"[demo] stage {name} did not complete")
+        return run_dir / "final"
+
+    def evaluate(self, name: str, model_path: Path, items: str, family: str, adapter: Path | None = None) -> dict:
+        t0 = time.time()
+        over = [*self.cfg.stages.evaluate, f"model.path={model_path}", f"eval.path={self.toy}/{items}",
+                f"eval.family={family}", f"out_dir={self.stages / name}", f"seed={self.seed}", "eval.max_rows=null"]
+        if adapter is not None:
+            over.append(f"adapter_path={adapter}")
+        metrics = self.recipes["evaluate"].run(_compose("evaluate", over))
+        self.timings[name] = round(time.time() - t0, 1)
+        return metrics
+
+    def run(self) -> dict:
+        from eval_hooks.models import ensure_tiny_model
+
+        cfg, st = self.cfg, self.cfg.stages
+        t_start = time.time()
+        if self.stages.exists():
+            shutil.rmtree(self.stages)  # a demo run always starts from scratch (seeds make it repeatable)
+        self.stages.mkdir(parents=True)
+        summary: dict = {"seed": self.seed, "scope": {}, "scope_unseen": {}, "box2": {}}
+
+        # 1-2. tiny model, then SFT on the always-right-hints mix -> a hint-following base
+        init = ensure_tiny_model(st.model)
+        base = self.train("sft", "sft", "base_sft", [*st.base_sft, f"model.path={init}",
+                                                     f"data.train_path={self.toy}/sft_mix.jsonl"])
+        # 3. matched evaluation of the base (held-out keys; unseen keys measure context use)
+        summary["scope"]["base"] = self.evaluate("eval_base", base, "mist_heldout.jsonl", "mist")
+        summary["scope_unseen"]["base"] = self.evaluate("eval_base_unseen", base, "mist_unseen.jsonl", "mist")
+        # 4. pair mining from the base's own outputs
+        t0 = time.time()
+        mine_dir = self.stages / "mine"
+        stats = self.recipes["mine_pairs"].run(_compose("mine_pairs", [
+            *st.mine, f"model.path={base}", f"items_path={self.toy}/mist_train.jsonl", f"out_dir={mine_dir}",
+            f"seed={self.seed}"]))
+        self.timings["mine"] = round(time.time() - t0, 1)
+        summary["mining"] = {k: v for k, v in stats.items() if k != "dropped_items"}
+        if not stats["kept"]:
+            raise SystemExit("[demo] mining kept no pairs: the base never followed a misleading hint")
+        pairs = mine_dir / "pairs.jsonl"
+        # 5-6. SCOPE balanced DPO, evaluation on held-out and unseen keys
+        scope = self.train("dpo", "dpo", "scope", [*st.dpo, f"model.path={base}", f"data.train_path={pairs}",
+                                                   "algo=scope"])
+        summary["scope"]["trained"] = self.evaluate("eval_scope", base, "mist_heldout.jsonl", "mist", scope)
+        summary["scope_unseen"]["trained"] = self.evaluate("eval_scope_unseen", base, "mist_unseen.jsonl", "mist",
+                                                           scope)
+        # 7. the Standard-DPO ablation: the same pairs, misleading contexts only
+        if cfg.misleading_only:
+            mo = self.train("dpo", "dpo", "misleading_only", [*st.dpo, f"model.path={base}",
+                                                              f"data.train_path={pairs}", "algo=standard_dpo"])
+            summary["scope"]["misleading_only"] = self.evaluate("eval_misleading_only", base, "mist_heldout.jsonl",
+                                                                "mist", mo)
+            summary["scope_unseen"]["misleading_only"] = self.evaluate(
+                "eval_misleading_only_unseen", base, "mist_unseen.jsonl", "mist", mo)
+        # 8. Box2: base -> counterfactual SFT on bad workflows -> short GRPO
+        if cfg.box2:
+            summary["box2"]["base"] = self.evaluate("box2_eval_base", base, "box2_heldout.jsonl", "box2")
+            cf = self.train("sft", "sft", "box2_sft", [*st.box2_sft, f"model.path={base}",
+                                                       f"data.train_path={self.toy}/box2_sft.jsonl"])
+            summary["box2"]["sft"] = self.evaluate("box2_eval_sft", cf, "box2_heldout.jsonl", "box2")
+            rl = self.train("grpo", "grpo", "grpo", [*st.grpo, f"model.path={cf}",
+                                                     f"data.train_path={self.toy}/grpo_prompts.jsonl"])
+            summary["box2"]["grpo"] = self.evaluate("box2_eval_grpo", cf, "box2_heldout.jsonl", "box2", rl)
+        summary["stage_seconds"] = self.timings
+        summary["wall_seconds"] = round(time.time() - t_start, 1)
+        return summary
+
+
+def run(cfg: DictConfig) -> dict:
+    from eval_hooks.io import write_json_atomic
+    from trainer.demo_report import print_table, write_demo_report
+
+    if cfg.torch_threads:
+        import torch
+
+        torch.set_num_threads(cfg.torch_threads)
+    pipeline = Pipeline(cfg)
+    summary = pipeline.run()
+    write_json_atomic(pipeline.out / "summary.json", summary)
+    write_demo_report(summary, pipeline.out)
+    print_table(summary)
+    print(f"[demo] done in {summary['wall_seconds']:.0f} s: {pipeline.out / 'report.md'}, "
+          f"{pipeline.out / 'summary.json'}", flush=True)
+    return summary
+
+
+@hydra.main(config_path="../conf", config_name="demo", version_base=None)
+def main(cfg: DictConfig) -> None:
+    run(cfg)
+
+
+if __name__ == "__main__":
+    main()

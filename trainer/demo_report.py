@@ -1,0 +1,188 @@
+"""Report of the embedded demo (``recipes/demo.py``): before/after tables, plots, honest notes.
+
+Every number shown comes from the stages' ``metrics.json`` (written by ``eval_hooks``) and the SCOPE
+run's ``metrics.jsonl``; nothing is recomputed here except differences for display.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+CONDS = ("clean", "misleading", "correct", "irrelevant")
+TARGETS = {"base_sc2w_min": 0.80, "scope_sc2w_max": 0.15, "scope_clean_correct_min": 0.90}
+
+
+def _pct(v) -> str:
+    return "–" if v is None else f"{100 * v:.1f}%"
+
+
+def check_targets(summary: dict) -> dict[str, bool]:
+    """The issue's targets that one run can check (the 3-seed ablation target is checked by tests)."""
+    s = summary["scope"]
+    out = {
+        "base SC2W >= 80%": (s["base"].get("sc2w") or 0) >= TARGETS["base_sc2w_min"],
+        "SCOPE SC2W <= 15%": s["trained"].get("sc2w") is not None and s["trained"]["sc2w"] <= TARGETS["scope_sc2w_max"],
+        "SCOPE clean >= 90%": s["trained"]["accuracy"]["clean"] >= TARGETS["scope_clean_correct_min"],
+        "SCOPE correct-context >= 90%": s["trained"]["accuracy"]["correct"] >= TARGETS["scope_clean_correct_min"],
+        "pipeline <= 10 min": summary.get("wall_seconds", 0) <= 600,
+    }
+    b = summary.get("box2") or {}
+    if "base" in b and "sft" in b:
+        db, ds = b["base"]["delta"]["bad"], b["sft"]["delta"]["bad"]
+        out["Box2: |Δbad| after SFT < base"] = db is not None and ds is not None and abs(ds) < abs(db)
+    return out
+
+
+def print_table(summary: dict) -> None:
+    s = summary["scope"]
+    names = [n for n in ("base", "trained", "misleading_only") if n in s]
+    label = {"base": "base (SFT)", "trained": "SCOPE", "misleading_only": "misleading-only"}
+    print("\n[demo] matched evaluation on held-out keys")
+    print("  " + f"{'metric':<22}" + "".join(f"{label[n]:>17}" for n in names))
+    for c in CONDS:
+        print("  " + f"{'acc ' + c:<22}" + "".join(f"{_pct(s[n]['accuracy'][c]):>17}" for n in names))
+    for k in ("overall", "sc2w"):
+        print("  " + f"{k:<22}" + "".join(f"{_pct(s[n].get(k)):>17}" for n in names))
+    u = summary.get("scope_unseen", {})
+    if u:
+        print("  " + f"{'unseen keys: correct':<22}" + "".join(
+            f"{_pct(u[n]['accuracy']['correct']):>17}" for n in names if n in u))
+    b = summary.get("box2") or {}
+    if b:
+        print("\n[demo] Box2 effects (toy workflows)")
+        stages = [n for n in ("base", "sft", "grpo") if n in b]
+        print("  " + f"{'':<22}" + "".join(f"{n:>17}" for n in stages))
+        for k in ("use", "bad", "stop", "switch"):
+            vals = [b[n]["delta"][k] for n in stages]
+            print("  " + f"{'Δ' + k:<22}" + "".join(f"{'–' if v is None else f'{100 * v:+.1f} pp':>17}" for v in vals))
+    print("\n[demo] targets: " + ", ".join(f"{k}: {'ok' if v else 'MISSED'}" for k, v in check_targets(summary).items()))
+
+
+def _plots(summary: dict, out: Path) -> list[str]:
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    from matplotlib.figure import Figure
+
+    files = []
+    s = summary["scope"]
+    names = [n for n in ("base", "trained", "misleading_only") if n in s]
+    label = {"base": "base (SFT)", "trained": "SCOPE", "misleading_only": "misleading-only"}
+    fig = Figure(figsize=(9, 3.6))
+    ax, ax2 = fig.subplots(1, 2, gridspec_kw={"width_ratios": [3, 1]})
+    width = 0.8 / len(names)
+    for j, n in enumerate(names):
+        vals = [s[n]["accuracy"][c] for c in CONDS]
+        xs = [i + (j - (len(names) - 1) / 2) * width for i in range(len(CONDS))]
+        ax.bar(xs, vals, width, label=label[n])
+    ax.set_xticks(range(len(CONDS)), CONDS)
+    ax.set_ylim(0, 1.05)
+    ax.set_ylabel("accuracy (held-out keys)")
+    ax.legend(fontsize=8, loc="lower left")
+    ax2.bar([label[n] for n in names], [s[n].get("sc2w") or 0 for n in names], color="#C44E52")
+    ax2.set_ylim(0, 1.05)
+    ax2.set_title("SC2W (lower is better)", fontsize=9)
+    ax2.tick_params(axis="x", labelrotation=30, labelsize=7)
+    fig.tight_layout()
+    fig.savefig(out / "demo_conditions.png", dpi=110)
+    files.append("demo_conditions.png")
+
+    metrics_path = out / "stages" / "scope" / "metrics.jsonl"
+    if metrics_path.exists():
+        lines = [json.loads(l) for l in metrics_path.read_text().splitlines() if l.strip()]
+        fig = Figure(figsize=(9, 3.2))
+        ax, ax2 = fig.subplots(1, 2)
+        for c in CONDS:
+            pts = [(l["step"], l[f"rewards/margins/{c}"]) for l in lines if f"rewards/margins/{c}" in l]
+            if pts:
+                ax.plot(*zip(*pts), label=c, lw=1)
+        ax.set_xlabel("step")
+        ax.set_ylabel("reward margin")
+        ax.set_title("SCOPE training: margin per condition", fontsize=9)
+        ax.legend(fontsize=7)
+        pts = [(l["step"], l["loss"]) for l in lines if "loss" in l]
+        ax2.plot(*zip(*pts), lw=1)
+        ax2.set_xlabel("step")
+        ax2.set_ylabel("DPO loss")
+        fig.tight_layout()
+        fig.savefig(out / "demo_training.png", dpi=110)
+        files.append("demo_training.png")
+
+    b = summary.get("box2") or {}
+    if b:
+        stages = [n for n in ("base", "sft", "grpo") if n in b]
+        fig = Figure(figsize=(6.5, 3.2))
+        ax = fig.subplots()
+        keys = ("use", "bad", "stop", "switch")
+        width = 0.8 / len(stages)
+        for j, n in enumerate(stages):
+            xs = [i + (j - (len(stages) - 1) / 2) * width for i in range(len(keys))]
+            ax.bar(xs, [b[n]["delta"][k] or 0 for k in keys], width, label=n)
+        ax.axhline(0, color="black", lw=0.6)
+        ax.set_xticks(range(len(keys)), [f"Δ{k}" for k in keys])
+        ax.set_ylabel("effect (fraction)")
+        ax.legend(fontsize=8)
+        ax.set_title("Box2 effects on the toy workflows", fontsize=9)
+        fig.tight_layout()
+        fig.savefig(out / "demo_box2.png", dpi=110)
+        files.append("demo_box2.png")
+    return files
+
+
+def write_demo_report(summary: dict, out: Path) -> Path:
+    from eval_hooks.io import write_text_atomic
+    from eval_hooks.report import compare_table
+
+    out = Path(out)
+    plots = _plots(summary, out)
+    s, u, b = summary["scope"], summary.get("scope_unseen", {}), summary.get("box2") or {}
+    label = {"base": "base (SFT)", "trained": "SCOPE", "misleading_only": "misleading-only"}
+    lines = [f"# selectrust demo (seed {summary['seed']})", "",
+             f"Wall time: {summary['wall_seconds']:.0f} s. Stage times (s): "
+             + ", ".join(f"{k} {v}" for k, v in summary.get("stage_seconds", {}).items()), "",
+             "## SCOPE on held-out keys (matched 4-condition evaluation)", "",
+             compare_table({label[n]: s[n] for n in ("base", "trained") if n in s}, "mist"), ""]
+    if "misleading_only" in s:
+        lines += ["### SCOPE vs the misleading-only ablation", "",
+                  compare_table({"misleading-only": s["misleading_only"], "SCOPE": s["trained"]}, "mist"), ""]
+    lines += [f"![conditions]({plots[0]})", ""]
+    if "demo_training.png" in plots:
+        lines += ["![training curves](demo_training.png)", ""]
+    m = summary.get("mining", {})
+    if m:
+        lines += [f"Pair mining kept {m.get('kept')} of {m.get('items')} training items "
+                  f"({m.get('kept_by_source')}); dropped: {m.get('dropped_by_reason')}.", ""]
+    if b:
+        lines += ["## Box2 on toy workflows (five conditions)", "",
+                  compare_table({n: b[n] for n in ("base", "sft", "grpo") if n in b}, "box2"), "",
+                  "![box2](demo_box2.png)", ""]
+    lines += ["## Targets", ""] + [f"- {k}: {'met' if v else '**missed**'}" for k, v in check_targets(summary).items()]
+    lines += ["", "## What this shows, and what it does not", "",
+              "- It shows the SCOPE mechanism end to end on a model that starts as a pure hint follower: pairs "
+              "mined from the model's own signal-following answers, balanced over four matched contexts, "
+              "remove the switch-to-wrong behaviour (SC2W) on held-out keys while clean and correct-context "
+              "accuracy stay high; the misleading-only ablation is the paper's Standard-DPO comparison.",
+              "- It does not show anything about real language models, real misleading contexts, or the "
+              "paper's absolute numbers: the task is a memorised key->digit lookup with one hint format, "
+              "the model has under half a million parameters, and all hints look alike by construction, so "
+              "the only way to tell a right hint from a wrong one is the model's own memory.",
+              "- Box2 here uses workflows that state the answer (the toy has no inner trajectory), so Δuse "
+              "and Δbad measure copying a stated digit, not following a plan."]
+    if u:
+        names = [n for n in ("base", "trained", "misleading_only") if n in u]
+        lines += ["", "### Known limit: context use on keys the model never learned", "",
+                  "On keys never seen in SFT only a hint can give the answer. Correct-context accuracy there "
+                  "measures whether the model still *uses* reliable context when it has no memory to check "
+                  "it against:", "",
+                  "| model | clean (chance ≈ 10%) | correct hint | misleading hint |",
+                  "|---|---|---|---|"]
+        for n in names:
+            a = u[n]["accuracy"]
+            lines.append(f"| {label[n]} | {_pct(a['clean'])} | {_pct(a['correct'])} | {_pct(a['misleading'])} |")
+        lines += ["", "A drop in the correct-hint column after SCOPE means the tiny model learned "
+                      "\"ignore hints\" more than \"check hints against memory\" on keys it cannot check. "
+                      "We report it rather than tune it away."]
+    path = out / "report.md"
+    write_text_atomic(path, "\n".join(lines) + "\n")
+    return path
