@@ -56,6 +56,9 @@ TINY_PRESETS: dict[str, TinyModelSpec] = {
     # ~3M parameters: the size the evaluation benchmark uses.
     "tiny-3m": TinyModelSpec(hidden_size=256, num_hidden_layers=4, num_attention_heads=8,
                              num_key_value_heads=4, intermediate_size=688),
+    # ~0.44M parameters: the embedded demo's model (learns the toy key->digit task in about a minute).
+    "tiny-demo": TinyModelSpec(hidden_size=128, num_hidden_layers=2, num_attention_heads=4,
+                               num_key_value_heads=2, intermediate_size=344),
     # ~25M parameters: the size the DPO benchmark uses.
     "tiny-25m": TinyModelSpec(hidden_size=512, num_hidden_layers=8, num_attention_heads=8,
                               num_key_value_heads=8, intermediate_size=1376),

@@ -233,7 +233,32 @@ class MineRunConfig:
     generation: GenerationConfig = field(default_factory=GenerationConfig)
 
 
+@dataclass
+class DemoStages:
+    """Per-stage overrides (Hydra override strings) applied on top of each recipe's own config."""
+
+    model: str = _f("tiny-demo", "Tiny model preset built for the demo (eval_hooks.models.TINY_PRESETS).")
+    base_sft: list[str] = _f([], "Overrides for recipes/sft.py: SFT on the always-right-hints mix (full fine-tuning).")
+    evaluate: list[str] = _f([], "Overrides for every recipes/evaluate.py stage.")
+    mine: list[str] = _f([], "Overrides for recipes/mine_pairs.py.")
+    dpo: list[str] = _f([], "Overrides for both recipes/dpo.py stages (SCOPE and misleading-only).")
+    box2_sft: list[str] = _f([], "Overrides for recipes/sft.py: Box2 counterfactual SFT.")
+    grpo: list[str] = _f([], "Overrides for recipes/grpo.py: the short Box2 RL stage.")
+
+
+@dataclass
+class DemoRunConfig:
+    seed: int = _f(0, "Seed of the toy task and of every stage.")
+    out: str = _f("demo_out", "Output directory: report.md, summary.json, stages/ (each stage's run or eval dir).")
+    box2: bool = _f(True, "Run the Box2 stage (counterfactual SFT + GRPO).")
+    misleading_only: bool = _f(True, "Run the Standard-DPO (misleading-only pairs) ablation.")
+    torch_threads: Optional[int] = _f(None, "torch intra-op threads (None = torch's default). 1 is often much "
+                                            "faster for this tiny model on a busy machine.")
+    stages: DemoStages = field(default_factory=DemoStages)
+
+
 SCHEMAS = {
+    "demo_schema": DemoRunConfig,
     "dpo_schema": DPORunConfig,
     "sft_schema": SFTRunConfig,
     "grpo_schema": GRPORunConfig,
