@@ -1,0 +1,50 @@
+"""recipes/evaluate.py runs every family on the tiny model (CPU), through the same files as the CLI."""
+
+import json
+import time
+
+import pytest
+
+from recipe_utils import ROOT, compose, load_recipe
+
+FIXTURES = ROOT / "tests" / "data" / "eval"
+KEYS = {"mist": {"accuracy", "overall", "sc2w"}, "box2": {"score", "delta"},
+        "taste": {"seeded", "reversed", "strict", "mean", "average", "paired_outcomes", "per_cell"},
+        "med": {"ea_rate", "uncertain_rate"}}
+
+
+@pytest.mark.parametrize("family", sorted(KEYS))
+def test_evaluate_recipe_each_family(tmp_path, family):
+    t0 = time.time()
+    cfg = compose("evaluate", [f"eval.path={FIXTURES / f'{family}_small.jsonl'}", f"eval.family={family}",
+                               f"out_dir={tmp_path / family}", "eval.max_new_tokens=8", "eval.max_rows=null"])
+    metrics = load_recipe("evaluate").run(cfg)
+    assert KEYS[family] <= set(metrics)
+    out = tmp_path / family
+    assert json.loads((out / "metrics.json").read_text())["family"] == family
+    scores = [json.loads(l) for l in (out / "item_scores.jsonl").read_text().splitlines()]
+    assert scores and all({"row_id", "response", "parsed", "parse_ok", "correct"} <= set(s) for s in scores)
+    assert (out / "report.md").exists() and list(out.glob("*.png"))
+    assert time.time() - t0 < 120
+
+
+def test_evaluate_recipe_rejects_missing_eval_path(tmp_path):
+    from trainer.config import ConfigError
+
+    cfg = compose("evaluate", ["eval=mist", f"out_dir={tmp_path}"])
+    with pytest.raises(ConfigError, match="eval.path is not set"):
+        load_recipe("evaluate").run(cfg)
+
+
+def test_evaluate_recipe_bad_items_fail_before_model_load(tmp_path, monkeypatch):
+    import eval_hooks.models as em
+    from eval_hooks.io import DataError
+
+    monkeypatch.setattr(em, "load_model", lambda *a, **k: (_ for _ in ()).throw(AssertionError("model loaded")))
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"item_id": 1, "condition": "clean", "prompt": "q", "answer_type": "numeric", "gold": "1", '
+                   '"wrong_value": "2"}\n')
+    cfg = compose("evaluate", [f"eval.path={bad}", "eval.family=mist", f"out_dir={tmp_path / 'o'}"])
+    with pytest.raises(DataError, match="bad.jsonl"):
+        load_recipe("evaluate").run(cfg)
+    assert not (tmp_path / "o").exists()
