@@ -75,3 +75,25 @@ def test_dpo_resume_is_exact(tmp_path, capsys, case):
         assert epochs == [0, 0, 0, 1, 1, 1, 2, 2]                # 6 draws per step: 20 at step 4, 40 at step 7
     # Different epochs draw different orders (the data hash is not trivially constant).
     assert len({l["data_hash"] for l in rows}) == len(rows)
+
+
+def test_sft_resume_is_exact_across_an_accumulation_window(tmp_path, capsys):
+    """SFT (token-mean over the accumulation window): 16 examples, 2 x 3 = 6 per step, so step 3 straddles
+    the epoch boundary and the checkpoint at step 3 sits 2 draws into epoch 1."""
+    data = tmp_path / "sft.jsonl"
+    data.write_text("".join(json.dumps({"item_id": f"s{i}", "prompt": f"say {i}", "completion": "ab" * (1 + i % 5)})
+                            + "\n" for i in range(16)))
+    common = [f"data.train_path={data}", "eval=none", "trainer.progress=false", "trainer.save_every=0",
+              "trainer.max_steps=6", "optim.batch_size=2", "optim.grad_accum=3"]
+    full, part = tmp_path / "full", tmp_path / "part"
+    run_recipe("sft", "sft", [*common, f"trainer.run_dir={full}"])
+    run_recipe("sft", "sft", [*common, f"trainer.run_dir={part}", "trainer.stop_at_step=3"])
+    state = json.loads((part / "checkpoints" / "step_3" / "trainer_state.json").read_text())
+    assert state["source"] == {"epoch": 1, "position": 2}
+    capsys.readouterr()
+    run_recipe("sft", "sft", [*common, f"trainer.run_dir={part}"])
+    assert "resumed from" in capsys.readouterr().out
+    a, b = dh.step_rows(full), dh.step_rows(part)
+    assert [l["epoch"] for l in a] == [0, 0, 1, 1, 1, 2]
+    dh.assert_same_steps(a, b, tol=1e-6)
+    dh.safetensors_equal(full / "final" / "adapter_model.safetensors", part / "final" / "adapter_model.safetensors")
