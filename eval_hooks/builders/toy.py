@@ -1,6 +1,6 @@
 """The synthetic ``toy`` task family: a memorised key -> digit lookup for the embedded CPU demo.
 
-A tiny byte-level Llama learns it in about a minute on a laptop CPU, and it has every ingredient of
+A tiny byte-level Llama learns it in under a minute of one CPU core (figures below), and it has every ingredient of
 the selective-trust problem: the model *knows* some answers (memorised keys), a hint in the prompt
 can be right or wrong, and only the model's own knowledge can tell which, because right and wrong
 hints are written in exactly one format (only the digit differs).
@@ -36,13 +36,18 @@ where every hint and every workflow is right. Parts (fractions are keyword argum
   time, so the only way to get them right is to copy the hint. This is what makes the base a hint
   follower. We use nonce keys rather than the ``unseen`` keys so that ``unseen`` stays truly unseen
   (a hinted example also teaches its key's digit) and clean accuracy on it stays at chance;
-- good Box2 workflows (full or a prefix) over known and nonce keys, so that the base also follows
-  workflows and the Box2 stage has a bad-workflow effect to remove.
+- good Box2 workflows (all 3 steps or a prefix of 1-2) over known and nonce keys, so that the base
+  also follows workflows and the Box2 stage has a bad-workflow effect to remove (a Box2 example
+  without a hint renders as the clean prompt itself).
+
+Measured (tiny 126k-parameter preset, 1 CPU thread, AdamW lr 3e-3 with 50 warmup steps, batch 64,
+fp32, loss on the assistant tokens, default mix of 48,000 examples, seed 0): after 40 CPU-seconds
+(~1,100 steps) held-out keys clean 0.94, irrelevant 0.89, correct 1.00, misleading 0.00 (SC2W 1.00),
+unseen keys correct 1.00 and clean 0.11 (chance); after 60 CPU-seconds clean 0.99.
 
 Box2 toy workflows (``write_box2_items``)
 -----------------------------------------
-``task`` = the clean prompt; ``good_steps`` = ``["step: kqz is 4", "step: check 4",
-"step: answer 4"]``; the bad workflow states the wrong digit in the same words; change points
+``task`` = the clean prompt; ``good_steps`` = ``["kqz is 4", "check 4", "answer 4"]``; the bad workflow states the wrong digit in the same words; change points
 k in {0, 1, 2}: ``bad_continuations[k]`` = the bad steps k+1..3, so ``mixed_k`` = k good steps then
 the wrong digit. Items set ``prompt_style: "plain"``, so the Box2 loader renders a prompt as the task
 then one step per line (``key kqz?\nkqz is 7\ncheck 7\nanswer 7``; condition none is exactly the
@@ -51,7 +56,7 @@ counterfactual SFT data, the GRPO prompts and the evaluation rows are rendered i
 
 Deviation from Box2's no-leakage rule: in Box2 a workflow is a plan and must not state the answer.
 The toy task has no inner trajectory besides the lookup itself, so a good step that does not state
-the digit ("step: recall kqz") carries no information: S_G would equal S_0 by construction and a
+the digit ("recall kqz") carries no information: S_G would equal S_0 by construction and a
 bad workflow that does not state a digit could not mislead. Toy good workflows therefore state the
 gold, and bad ones state a wrong digit; what we do keep is that a bad step never contains the gold
 digit, so only a good prefix (partial_k, mixed_k with k >= 1) can leak it.
