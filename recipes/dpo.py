@@ -35,7 +35,7 @@ def run(cfg: DictConfig):
     from trainer.algos.sft import masked_nll_loss
     from trainer.data import ConditionSampler, SamplerSource, condition_mass, load_pairs, unmatch_pairs
     from trainer.data import apply_length_policy
-    from trainer.evaluation import load_eval_rows, make_backend, make_epoch_eval
+    from trainer.evaluation import load_eval_rows, make_backend, make_epoch_eval, server_errors
     from trainer.logprobs import build_preference_batch, sequence_logprobs
     from trainer.loop import check_resume_config, train_loop
     from trainer.model import Reference, build_optimizer, build_policy, build_scheduler
@@ -108,9 +108,9 @@ def run(cfg: DictConfig):
     # ---- loop, evaluation, save ------------------------------------------------------------------------
     on_epoch_end = make_epoch_eval(
         ctx, eval_rows, lambda: make_backend(cfg.generation, unwrapped, tokenizer, model_path=cfg.model.path,
-                                             use_chat_template=use_chat))
+                                             use_chat_template=use_chat), policy=unwrapped, tokenizer=tokenizer)
     result = train_loop(ctx, model=model, optimizer=optimizer, scheduler=scheduler, source=source,
-                        step_fn=step_fn, on_epoch_end=on_epoch_end)
+                        step_fn=step_fn, on_epoch_end=on_epoch_end, checkpoint_on=server_errors(cfg.generation))
     if ctx.is_main and not result.preempted:
         unwrapped.save_pretrained(str(ctx.run_dir / "final"), safe_serialization=True)
         tokenizer.save_pretrained(str(ctx.run_dir / "final"))

@@ -53,18 +53,26 @@ def run(cfg: DictConfig):
     from trainer.algos.is_correction import truncated_is_weights
     from trainer.data import ShuffleSampler
     from trainer.envs import resolve_env
-    from trainer.evaluation import load_eval_rows, make_backend, make_epoch_eval
+    from eval_hooks.backends.vllm_server import ServerError
+    from trainer.evaluation import adapter_root, load_eval_rows, make_backend, make_epoch_eval, server_errors
     from trainer.logprobs import sequence_logprobs
     from trainer.loop import check_resume_config, train_loop
     from trainer.model import Reference, build_optimizer, build_policy, build_scheduler
     from trainer.rewards import GuardedReward, resolve_reward
     from trainer.rollout import RolloutSettings, RolloutSource, check_prompt_lengths, load_rl_prompts
     from trainer.run import finish_run, setup_run, write_config
+    from trainer.weight_sync import StaleWeightsError
 
     # ---- validate everything before any model loads (and long before any generation) -------------------
     validate_grpo(cfg)
     algo, dcfg = cfg.algo, cfg.data
     num_groups = check_geometry(cfg, int(os.environ.get("WORLD_SIZE", "1")))
+    server = cfg.generation.backend == "vllm_server"
+    if server and not cfg.model.lora.enabled:
+        raise ConfigError("generation=vllm_server needs model.lora.enabled=true: only a LoRA adapter can be synced to "
+                          "the running server; with full fine-tuning it would keep sampling from its base weights")
+    if server and cfg.generation.sync_every < 1:
+        raise ConfigError(f"generation.sync_every must be >= 1, got {cfg.generation.sync_every}")
     env_factory = resolve_env(algo.env, max_turns=algo.env_max_turns) if algo.env else None
     reward = None if env_factory else GuardedReward(resolve_reward(algo.reward), max_errors=algo.max_reward_errors)
     rows = load_rl_prompts(dcfg.train_path, family=dcfg.train_family, conditions=list(dcfg.train_conditions))
@@ -89,11 +97,14 @@ def run(cfg: DictConfig):
     def backend_factory():
         return make_backend(cfg.generation, unwrapped, tokenizer, model_path=cfg.model.path, use_chat_template=use_chat)
 
-    # ---- hook point: adapter sync to a generation server -----------------------------------------------
-    # With generation=vllm_server the server must sample from *this* step's adapter: save it atomically,
-    # load it on the server and probe it (trainer.weight_sync) before every rollout batch.
+    # ---- adapter sync to a generation server ------------------------------------------------------------
+    # With generation=vllm_server the server must sample from *this* step's adapter: every
+    # generation.sync_every steps the main process saves it atomically, loads it on the server under a new
+    # name and probes it (trainer.weight_sync); the other ranks wait at the barrier, then route their
+    # requests to it. Every rank then agrees on success, so a failure on the main process (stale weights,
+    # refused load) stops all ranks together (and the loop checkpoints collectively).
     pre_generate = None
-    if cfg.generation.backend == "vllm_server":
+    if server:
         from trainer.weight_sync import AdapterSync
 
         sync_holder: dict = {}
@@ -101,11 +112,21 @@ def run(cfg: DictConfig):
         def pre_generate(step: int) -> dict:
             if "sync" not in sync_holder:
                 sync_holder["sync"] = AdapterSync(
-                    source.backend, cfg.generation.adapter_dir or ctx.run_dir / "adapters",
-                    every_k_steps=cfg.generation.sync_every, tokenizer=tokenizer,
-                    probe_threshold=cfg.generation.probe_threshold)
+                    source.backend, adapter_root(ctx), every_k_steps=cfg.generation.sync_every, tokenizer=tokenizer,
+                    probe_threshold=cfg.generation.probe_threshold, main_process=acc.is_main_process)
             sync = sync_holder["sync"]
-            return {**sync.maybe_sync(unwrapped, step), **sync.current()}
+            error, metrics = None, {}
+            try:
+                metrics = sync.maybe_sync(unwrapped, step, barrier=acc.wait_for_everyone)
+            except (ServerError, StaleWeightsError) as e:
+                error = e
+                if isinstance(e, StaleWeightsError) and ctx.is_main:  # the probe difference is logged every time
+                    ctx.logger.log(step + 1, {"sync_failed": 1, **{k: v for k, v in e.metrics.items()
+                                                                   if isinstance(v, (int, float, str))}})
+            if reduce_max(1 if error is not None else 0):
+                raise error if error is not None else ServerError(
+                    f"rank {acc.process_index}: the adapter sync failed on another rank (see its error); stopping")
+            return {**metrics, **sync.current(), "served_adapter": source.backend.current_adapter}
 
     def old_logps_fn(ids, att, cm):
         with torch.no_grad():
@@ -136,23 +157,29 @@ def run(cfg: DictConfig):
             with torch.no_grad(), reference.context(unwrapped) as ref_model:
                 ref = sequence_logprobs(ref_model, ids, att, cm)[1]
         is_w, is_metrics = None, {}
-        if algo.is_correction != "none" and mb["rollout_logps"] is not None:
-            is_w, is_metrics = truncated_is_weights(logps.detach(), mb["rollout_logps"].to(dev), cm,
+        if algo.is_correction != "none":
+            if mb["rollout_logps"] is None:
+                raise RuntimeError(f"algo.is_correction={algo.is_correction!r} needs the rollout log-probs of every "
+                                   f"sampled token, but the generation backend returned none (or a different number "
+                                   f"than tokens) for items {mb['item_ids'][:8]}")
+            # the behaviour policy as the trainer computes it (old log-probs) vs as the server sampled it
+            is_w, is_metrics = truncated_is_weights(old, mb["rollout_logps"].to(dev), cm,
                                                     level=algo.is_correction, cap=algo.is_cap)
         loss, metrics = clipped_policy_loss(
             logps, old, mb["advantages"].to(dev), cm, eps_low=algo.eps_low, eps_high=algo.eps_high,
             aggregation=algo.aggregation, ref_logps=ref, kl_beta=algo.kl_beta, is_weights=is_w,
             num_tokens=mb["num_tokens"] if algo.aggregation == "token_mean" else None)
         n_tok = cm.sum().clamp_min(1)
-        metrics.update({f"is_{k}": v for k, v in is_metrics.items()})
+        metrics.update({k if k.startswith("is_") else f"is_{k}": v for k, v in is_metrics.items()})
         metrics["entropy"] = (entropy * cm).sum() / n_tok
         metrics["advantage_abs_mean"] = mb["advantages"].abs().mean()
         return loss, metrics
 
     # ---- loop, evaluation, save ------------------------------------------------------------------------
-    on_epoch_end = make_epoch_eval(ctx, eval_rows, backend_factory)
+    on_epoch_end = make_epoch_eval(ctx, eval_rows, backend_factory, policy=unwrapped, tokenizer=tokenizer)
     result = train_loop(ctx, model=model, optimizer=optimizer, scheduler=scheduler, source=source,
-                        step_fn=step_fn, on_epoch_end=on_epoch_end)
+                        step_fn=step_fn, on_epoch_end=on_epoch_end,
+                        checkpoint_on=server_errors(cfg.generation))
     if ctx.is_main and not result.preempted:
         unwrapped.save_pretrained(str(ctx.run_dir / "final"), safe_serialization=True)
         tokenizer.save_pretrained(str(ctx.run_dir / "final"))

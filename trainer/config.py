@@ -106,6 +106,8 @@ class GenerationConfig:
     sync_every: int = _f(1, "vllm_server: push the LoRA adapter to the server every this many optimizer steps.")
     probe_threshold: float = _f(0.05, "vllm_server: max mean |Δlogp| between server and trainer on the probe sequence.")
     adapter_dir: Optional[str] = _f(None, "vllm_server: shared directory for synced adapters (None = <run_dir>/adapters).")
+    server_log: Optional[str] = _f(None, "vllm_server: log file of an externally started server (launch/vllm_server.py "
+                                         "--log-path); its last lines are appended to every server error, e.g. when it dies.")
 
 
 @dataclass

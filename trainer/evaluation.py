@@ -3,6 +3,14 @@
 ``load_eval_rows`` runs before any model loads, so a broken evaluation file fails the run at start-up
 rather than after the first epoch. ``make_backend`` builds the generation backend named by the
 ``generation`` config: in-process HF over the live policy, or the vLLM server client.
+
+With ``generation=vllm_server`` the epoch-end evaluation of every trainer goes through the server, on the
+*current* weights: before each evaluation the LoRA adapter is saved, loaded on the server under a new
+name and probed (``trainer.weight_sync.AdapterSync``, own client with adapter prefix ``eval`` and own
+directory ``<adapter root>/eval``, so a GRPO run's rollout adapters are never unloaded by it). The
+version, checksum and probe difference go to ``eval/<epoch>/adapter_sync.json`` and the logged eval
+metrics. A policy without a LoRA adapter cannot be pushed to the server and is refused at start-up,
+never evaluated on the server's base weights.
 """
 
 from __future__ import annotations
@@ -33,7 +41,8 @@ def load_eval_rows(eval_cfg) -> list[dict] | None:
     return rows
 
 
-def make_backend(gen_cfg, model, tokenizer, *, model_path: str, use_chat_template: bool = True):
+def make_backend(gen_cfg, model, tokenizer, *, model_path: str, use_chat_template: bool = True,
+                 adapter_prefix: str = "policy"):
     if gen_cfg.backend == "hf":
         from eval_hooks.backends.hf import HFBackend
 
@@ -42,22 +51,99 @@ def make_backend(gen_cfg, model, tokenizer, *, model_path: str, use_chat_templat
 
     return VLLMServerBackend(gen_cfg.url, gen_cfg.served_model_name or model_path, tokenizer=tokenizer,
                              timeout_s=gen_cfg.timeout_s, max_retries=gen_cfg.max_retries,
-                             use_chat_template=use_chat_template)
+                             use_chat_template=use_chat_template, adapter_prefix=adapter_prefix,
+                             error_context=server_log_context(gen_cfg))
 
 
-def make_epoch_eval(ctx, rows: list[dict] | None, backend_factory: Callable[[], Any]) -> Callable | None:
-    """The callable the loop runs at epoch ends: writes ``<run_dir>/eval/epoch_<e>/`` and returns metrics."""
+def server_log_context(gen_cfg) -> Callable[[], str] | None:
+    """``error_context`` for the server client: the last lines of ``generation.server_log`` (an external
+    server's log file), so a dead server's last words are part of the error. None when not set."""
+    path = gen_cfg.get("server_log") if hasattr(gen_cfg, "get") else getattr(gen_cfg, "server_log", None)
+    if not path:
+        return None
+
+    def context() -> str:
+        from launch.vllm_server import tail_file
+
+        tail = tail_file(path, 40)
+        return f"[{path}]\n{tail}" if tail else f"[{path}: missing or empty]"
+
+    return context
+
+
+def server_errors(gen_cfg) -> tuple[type[BaseException], ...]:
+    """Exceptions after which ``train_loop`` checkpoints before stopping (``checkpoint_on=``): the server's
+    errors (dead, malformed reply, refused adapter) and a failed sync probe; none for in-process HF."""
+    if gen_cfg.backend != "vllm_server":
+        return ()
+    from eval_hooks.backends.vllm_server import ServerError
+
+    from .weight_sync import StaleWeightsError
+
+    return (ServerError, StaleWeightsError)
+
+
+def adapter_root(ctx) -> Path:
+    """Shared directory the synced adapters are written to (``generation.adapter_dir`` or ``<run_dir>/adapters``)."""
+    return Path(ctx.cfg.generation.adapter_dir or Path(ctx.run_dir) / "adapters")
+
+
+def make_epoch_eval(ctx, rows: list[dict] | None, backend_factory: Callable[[], Any], *, policy=None,
+                    tokenizer=None) -> Callable | None:
+    """The callable the loop runs at epoch ends: writes ``<run_dir>/eval/epoch_<e>/`` and returns metrics.
+
+    ``backend_factory()`` gives the in-process backend (``generation=hf``). With
+    ``generation=vllm_server``, ``policy`` (the unwrapped peft model) and ``tokenizer`` are required: the
+    adapter is pushed to the server and probed before every evaluation (module docstring); a failed push
+    or probe raises (``AdapterLoadError`` / ``StaleWeightsError``), it never evaluates other weights.
+    """
     if rows is None:
         return None
     from eval_hooks import run_matched_eval
 
-    ecfg = ctx.cfg.eval
+    from .config import ConfigError
+
+    ecfg, gen = ctx.cfg.eval, ctx.cfg.generation
+    server = gen.backend == "vllm_server"
+    holder: dict = {}
+    if server:
+        if policy is None or tokenizer is None:
+            raise ConfigError("generation=vllm_server evaluation needs the policy and tokenizer (make_epoch_eval("
+                              "..., policy=, tokenizer=)) to push the current adapter to the server")
+        if not hasattr(policy, "peft_config"):
+            raise ConfigError("generation=vllm_server: epoch-end evaluation through the server needs a LoRA policy "
+                              "(model.lora.enabled=true), because only an adapter can be pushed to a running server; "
+                              "with full fine-tuning the server would evaluate its base weights. Use generation=hf.")
+
+    def server_sync():
+        if "sync" not in holder:
+            from .weight_sync import AdapterSync
+
+            backend = make_backend(gen, policy, tokenizer, model_path=ctx.cfg.model.path,
+                                   use_chat_template=ctx.cfg.model.use_chat_template, adapter_prefix="eval")
+            holder["sync"] = AdapterSync(backend, adapter_root(ctx) / "eval", every_k_steps=1, keep_last=1,
+                                         tokenizer=tokenizer, probe_threshold=gen.probe_threshold, main_process=True)
+        return holder["sync"]
 
     def on_epoch_end(epoch, step: int) -> dict:
         out = Path(ctx.run_dir) / "eval" / (f"epoch_{epoch}" if isinstance(epoch, int) else str(epoch))
-        return run_matched_eval(backend_factory(), rows, ecfg.family, out, step=step,
-                                max_new_tokens=ecfg.max_new_tokens, system_prompt=ecfg.system_prompt,
-                                prompt_prefix=ecfg.prompt_prefix,
-                                use_chat_template=ctx.cfg.model.use_chat_template, progress=ctx.cfg.trainer.progress)
+        sync_info = None
+        if server:
+            sync = server_sync()
+            sync_info = sync.sync(policy, step)  # save + load + probe, or raise: never stale or base weights
+            backend = sync.backend
+        else:
+            backend = backend_factory()
+        result = run_matched_eval(backend, rows, ecfg.family, out, step=step,
+                                  max_new_tokens=ecfg.max_new_tokens, system_prompt=ecfg.system_prompt,
+                                  prompt_prefix=ecfg.prompt_prefix,
+                                  use_chat_template=ctx.cfg.model.use_chat_template, progress=ctx.cfg.trainer.progress)
+        if sync_info is not None:
+            from eval_hooks.io import write_json_atomic
+
+            info = {**sync_info, "served_adapter": sync.backend.current_adapter, "step": step}
+            write_json_atomic(out / "adapter_sync.json", info)
+            result = {**result, "adapter_sync": {k: v for k, v in info.items() if isinstance(v, (int, float))}}
+        return result
 
     return on_epoch_end

@@ -51,7 +51,9 @@ class LoopResult:
 
 # Keys that may differ between a run and its resumption without changing the maths.
 RESUME_TOLERATED = ("trainer.resume", "trainer.stop_at_step", "trainer.allow_config_change", "trainer.progress",
-                    "trainer.save_every", "trainer.keep_last", "logger.")
+                    "trainer.save_every", "trainer.keep_last", "logger.",
+                    # where the generation server is and how patiently to talk to it (a restarted server)
+                    "generation.url", "generation.server_log", "generation.timeout_s", "generation.max_retries")
 
 
 def config_differences(saved: dict, current: dict, prefix: str = "") -> list[str]:
@@ -154,8 +156,14 @@ def _data_hash(acc, per_micro_ids: list[list[str]]) -> str:
 
 def train_loop(ctx, *, model, optimizer, scheduler, source: BatchSource,
                step_fn: Callable[[Any, dict], tuple[torch.Tensor, dict]],
-               on_epoch_end: Callable[[int, int], dict | None] | None = None) -> LoopResult:
-    """Run optimizer steps until ``trainer.max_steps`` (or ``stop_at_step``/``epochs_cap``/preemption)."""
+               on_epoch_end: Callable[[int, int], dict | None] | None = None,
+               checkpoint_on: tuple[type[BaseException], ...] = ()) -> LoopResult:
+    """Run optimizer steps until ``trainer.max_steps`` (or ``stop_at_step``/``epochs_cap``/preemption).
+
+    ``checkpoint_on``: exception types (e.g. a dead generation server) after which the last completed
+    step is checkpointed (data position rewound to that step) before the exception propagates, so the
+    run resumes from there. Every rank must raise it (the save is collective); recipes make sure of that.
+    """
     from tqdm.auto import tqdm
 
     cfg, acc = ctx.cfg, ctx.accelerator
@@ -190,6 +198,7 @@ def train_loop(ctx, *, model, optimizer, scheduler, source: BatchSource,
         ckpt.save(at_step, model=model, optimizer=optimizer, scheduler=scheduler,
                   train_state={**state, "source": source.state_dict()})
 
+    snapshot = None  # source state at the start of the step in progress (None between steps)
     try:
         while step < stop_at:
             t0 = time.time()
@@ -246,6 +255,7 @@ def train_loop(ctx, *, model, optimizer, scheduler, source: BatchSource,
             scheduler.step()
             optimizer.zero_grad(set_to_none=True)
             step += 1
+            snapshot = None
             bar.update(1)
 
             metrics = _gather_mean(acc, {**_mean_dicts(micro_metrics), "loss": _to_float(loss_value)})
@@ -283,6 +293,17 @@ def train_loop(ctx, *, model, optimizer, scheduler, source: BatchSource,
         if (not preempted and on_epoch_end is not None and tcfg.eval_at_end and step >= tcfg.max_steps
                 and state["last_eval_step"] != step):
             _run_eval(ctx, on_epoch_end, "final", step, last)
+    except checkpoint_on as e:
+        if snapshot is not None:
+            source.load_state_dict(snapshot)
+        latest = ckpt.latest()
+        if step > 0 and (latest is None or latest.name != f"step_{step}"):
+            save(step)
+        if ctx.is_main:
+            saved = f"checkpoint of step {step} in {ckpt.root} (resume with trainer.resume=auto)" if step else \
+                "no step completed, nothing to checkpoint"
+            print(f"[selectrust] {type(e).__name__} during step {step + 1}: {saved}; stopping", flush=True)
+        raise
     finally:
         bar.close()
         preempt.restore()

@@ -233,7 +233,10 @@ class RolloutSource:
     environment factory (multi-turn; then ``reward`` is unused). ``old_logps_fn(input_ids,
     attention_mask, completion_mask) -> (B, T)`` computes the policy's log-probs under no_grad (needed
     when ``num_iterations > 1``). ``pre_generate(step)`` runs before every rollout batch (adapter sync
-    to a generation server) and may return metrics and ``{"adapter_version": name}``.
+    to a generation server) and returns metrics (numbers and strings, logged with that step), plus
+    optionally ``"served_adapter"`` (the server-side name later requests are sent to) and
+    ``"adapter_version"`` / ``"adapter_checksum"``, which are repeated on every later metrics line until
+    the next sync (so every line names the weights its rollouts came from).
     """
 
     def __init__(self, rows: list[dict], sampler, *, settings: RolloutSettings, tokenizer,
@@ -257,6 +260,7 @@ class RolloutSource:
         self._batch: dict | None = None
         self._metrics: dict[str, float] = {}
         self._adapter: str | None = None
+        self._adapter_info: dict[str, str] = {}  # version + checksum of the weights in use
         self._step_started = time.time()
         self._gen_time = 0.0
 
@@ -304,6 +308,7 @@ class RolloutSource:
 
     def pop_metrics(self) -> dict:
         m, self._metrics = self._metrics, {}
+        m.update(self._adapter_info)
         # share of this optimizer step (first micro-batch request .. now) spent generating rollouts
         m["generation_fraction"] = round(self._gen_time / max(time.time() - self._step_started, 1e-9), 4)
         self._gen_time = 0.0
@@ -359,15 +364,15 @@ class RolloutSource:
             p_ids = list(res.prompt_token_ids) or render_prompt_ids(self.tokenizer, r["prompt"], s.use_chat_template)
             samples = []
             for smp in res.samples:
-                c_ids = list(smp.token_ids)
+                c_ids, lps = list(smp.token_ids), list(smp.logprobs)
                 if not c_ids:  # nothing generated: score the EOS so the sample still has one token
-                    c_ids = [self.tokenizer.eos_token_id]
+                    c_ids, lps = [self.tokenizer.eos_token_id], [float("nan")]  # NaN: no rollout log-prob (IS weight 1)
                 value, ok = self.reward(smp.text, r)
                 samples.append(Rollout(item_id=r["item_id"], input_ids=p_ids + c_ids,
                                        completion_mask=[0] * len(p_ids) + [1] * len(c_ids), reward=value,
                                        reward_ok=ok, truncated=smp.finish_reason == "length",
                                        completion_len=len(c_ids),
-                                       rollout_logps=list(smp.logprobs) if len(smp.logprobs) == len(c_ids) else None))
+                                       rollout_logps=lps if len(lps) == len(c_ids) else None))
             groups.append(Group(r["item_id"], samples))
         self._metrics["time_reward_s"] = self._metrics.get("time_reward_s", 0.0) + time.time() - t1
         return groups
@@ -401,8 +406,9 @@ class RolloutSource:
 
         s = self.s
         if self.pre_generate is not None:
-            extra = self.pre_generate(self.optimizer_steps) or {}
-            self._adapter = extra.get("adapter_version", self._adapter)
+            extra = dict(self.pre_generate(self.optimizer_steps) or {})
+            self._adapter = extra.pop("served_adapter", self._adapter)
+            self._adapter_info.update({k: extra[k] for k in ("adapter_version", "adapter_checksum") if k in extra})
             self._metrics.update({k: v for k, v in extra.items() if isinstance(v, (int, float, str))})
         first_round: list[float] = []
 
