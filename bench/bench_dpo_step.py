@@ -395,6 +395,15 @@ class TrlStep:
         if copied != sum("lora_" in n for n in ours):
             raise RuntimeError(f"copied {copied} LoRA tensors into TRL's model; ours has "
                                f"{sum('lora_' in n for n in ours)}")
+        if gradient_checkpointing:  # Trainer switches it on inside train(), which a step-level benchmark never calls
+            kwargs = dict(cfg.activation_checkpointing_kwargs or {})
+            enable = getattr(tr.model, "activation_checkpointing_enable", None)
+            if enable is not None:
+                enable(activation_checkpointing_kwargs=kwargs or None)
+            else:
+                tr.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs or None)
+            if not tr.model.is_activation_checkpointing:
+                raise RuntimeError("could not enable activation checkpointing on TRL's model")
         self.rows = [tr.train_dataset[i] for i in range(pairs)]
         tr.create_optimizer_and_scheduler(num_training_steps=1000)
         tr.current_gradient_accumulation_steps = 1
