@@ -275,3 +275,65 @@ def test_server_eval_refuses_a_policy_without_lora(tmp_path, server):
                                   "trainer.max_steps=1", "model.lora.enabled=false", "generation=vllm_server",
                                   f"generation.url={server.url}", "generation.served_model_name=tiny"])
     assert server.completions == []
+
+
+def test_a_server_that_stops_answering_fails_within_the_timeout(tmp_path, server):
+    from eval_hooks.backends.vllm_server import ServerUnreachableError
+
+    server.faults.slow_requests, server.faults.delay_s = 2, 30.0  # the adapter load and its retry hang
+    t0 = time.monotonic()
+    with pytest.raises(ServerUnreachableError, match=r"unreachable .*load_lora_adapter.* after 2 attempts"):
+        run_recipe("grpo", "grpo", _overrides(tmp_path / "run", server.url, "trainer.max_steps=1",
+                                              "generation.timeout_s=0.5", "generation.max_retries=1"))
+    assert time.monotonic() - t0 < 15
+
+
+@pytest.mark.slow
+def test_grpo_two_ranks_main_process_syncs_others_follow(tmp_path, server):
+    """2-rank CPU DDP against one server: only rank 0 loads adapters (one load per step); both ranks'
+    rollouts go to that step's adapter; every metrics line names it."""
+    import dist_helpers as dh
+
+    loads = []
+    inner = server._load_lora
+    server._load_lora = lambda body: (loads.append(body["lora_name"]), inner(body))[1]
+    run = tmp_path / "ddp"
+    over = [o for o in _overrides(run, server.url, "trainer.max_steps=2", "trainer.device=cpu",
+                                  "algo.reward=tests.box2_fakes:distinct_chars_parity", "algo.is_correction=token")
+            if not o.startswith("optim.batch_size")] + [f"optim.batch_size={G * P // 2}"]
+    dh.run(dh.command("grpo", over, accelerate_config="cpu_ddp.yaml"), timeout=400)
+    lines = dh.step_rows(run)
+    assert [l["adapter_version"] for l in lines] == ["s0", "s1"]
+    assert loads == [_served_name(l) for l in lines]
+    calls = _sampling(server)
+    assert sorted(c["model"] for c in calls) == sorted(_served_name(l) for l in lines for _ in range(2))
+    assert all(l["probe_mean_abs_dlogp"] < THRESHOLD and l["is_logp_abs_diff_mean"] < 1e-5 for l in lines)
+
+
+@pytest.mark.slow
+def test_grpo_two_ranks_stale_adapter_stops_both_ranks_with_one_checkpoint(tmp_path, server):
+    """Rank 0's probe fails at the step-1 sync; rank 1 (whose own adapter check passes) must stop too, and
+    both save the step-1 checkpoint together (a collective save) instead of hanging."""
+    import subprocess
+
+    import dist_helpers as dh
+    from trainer.checkpoint import complete_checkpoints
+
+    inner = server._load_lora
+
+    def load(body):
+        if body["lora_name"].startswith("policy-s1-"):
+            server.faults.stale_adapter_loads = 1
+        return inner(body)
+
+    server._load_lora = load
+    run = tmp_path / "ddp"
+    over = [o for o in _overrides(run, server.url, "trainer.max_steps=3", "trainer.device=cpu",
+                                  "algo.reward=tests.box2_fakes:distinct_chars_parity")
+            if not o.startswith("optim.batch_size")] + [f"optim.batch_size={G * P // 2}"]
+    cmd = dh.command("grpo", over, accelerate_config="cpu_ddp.yaml")
+    r = subprocess.run(cmd, env=dh.env(), cwd=dh.REPO, capture_output=True, text=True, timeout=400)
+    assert r.returncode != 0
+    assert "StaleWeightsError" in r.stderr and "the adapter sync failed on another rank" in r.stderr
+    assert [p.name for p in complete_checkpoints(run / "checkpoints")] == ["step_1"]
+    assert [l["step"] for l in dh.step_rows(run)] == [1]
