@@ -72,7 +72,9 @@ def run(cfg: DictConfig):
     def collate(indices: list[int], weights: list[float]) -> dict:
         return collate_sft(tokenizer, [examples[i] for i in indices], **lengths)
 
-    source = WindowSource(SamplerSource(ShuffleSampler(len(examples), seed=cfg.seed), collate,
+    sampler = ShuffleSampler(len(examples), seed=cfg.seed, block=cfg.optim.batch_size * acc.num_processes,
+                             lengths=[ex["num_tokens"] for ex in examples] if dcfg.group_by_length else None)
+    source = WindowSource(SamplerSource(sampler, collate,
                                         batch_size=cfg.optim.batch_size, rank=acc.process_index,
                                         world=acc.num_processes), grad_accum=cfg.optim.grad_accum)
 

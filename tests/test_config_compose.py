@@ -11,7 +11,7 @@ from trainer.config import (ConfigError, validate_common, validate_dpo, validate
 PRIMARIES = {"dpo": validate_dpo, "sft": validate_sft, "grpo": validate_grpo,
              "evaluate": validate_common, "mine_pairs": validate_common}
 # Recipe files belong to the trainer whose algo group they configure.
-RECIPE_OWNER = {"aime_qwen3_4b": "grpo", "grpo_tiny": "grpo", "box2_sft_tiny": "sft"}
+RECIPE_OWNER = {"aime_": "grpo", "grpo_": "grpo", "webshop_": "grpo", "box2_sft": "sft"}
 
 
 def _recipes():

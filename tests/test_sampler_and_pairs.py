@@ -141,3 +141,20 @@ def test_unmatched_keeps_one_condition_per_quartet(tmp_path):
     ps = unmatch_pairs(load_pairs(str(_write(tmp_path, rows))), seed=0)
     assert len(ps.rows) == 40 and len({r["pair_id"] for r in ps.rows}) == 40
     assert len({r["condition"] for r in ps.rows}) == 4  # all four contexts still appear overall
+
+
+def test_group_by_length_blocks_are_homogeneous_and_still_a_permutation():
+    rng = np.random.default_rng(0)
+    lengths = rng.integers(5, 200, size=1000)
+    s = ShuffleSampler(1000, seed=4, lengths=lengths, block=10, blocks_per_chunk=8)
+    draws = [i for i, _ in s.draw(1000)]
+    assert sorted(draws) == list(range(1000))
+    pad = lambda order: sum(max(lengths[order[i:i + 10]]) * 10 for i in range(0, 1000, 10))  # noqa: E731
+    plain = [i for i, _ in ShuffleSampler(1000, seed=4).draw(1000)]
+    assert pad(draws) < 0.75 * pad(plain)  # much less padding than a plain shuffle
+    # Blocks come in random order (not a global short-to-long curriculum).
+    block_max = [max(lengths[draws[i:i + 10]]) for i in range(0, 80, 10)]
+    assert block_max != sorted(block_max)
+    again = ShuffleSampler(1000, seed=4, lengths=lengths, block=10, blocks_per_chunk=8)
+    again.load_state_dict({"epoch": 0, "position": 500})
+    assert [i for i, _ in again.draw(500)] == draws[500:]

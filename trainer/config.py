@@ -125,6 +125,7 @@ class DataConfig:
     max_prompt_len: int = _f(512, "Max prompt tokens; see truncation.")
     max_completion_len: int = _f(256, "Max completion tokens; longer completions are cut at the end.")
     truncation: str = _f("keep_end", "Long prompts: keep_end (drop the start) | keep_start | drop (drop the example) | error.")
+    group_by_length: bool = _f(False, "SFT: batch examples of similar length together (shuffled blocks; less padding).")
     on_invalid: str = _f("drop", "Invalid examples (identical chosen/rejected, empty completion, ...): drop (counted, reported) | error.")
 
 

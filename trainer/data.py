@@ -246,14 +246,34 @@ class ConditionSampler:
 
 
 class ShuffleSampler(ConditionSampler):
-    """Uniform reshuffle each epoch (SFT): the condition sampler with one pool and full mass."""
+    """Uniform reshuffle each epoch (SFT): the condition sampler with one pool and full mass.
 
-    def __init__(self, n: int, *, seed: int):
+    With ``lengths`` (one per example) and ``block`` (the global micro-batch size), each epoch's
+    permutation is cut into chunks of ``block * blocks_per_chunk`` examples, each chunk is sorted by
+    length and split into blocks, and the blocks are shuffled: micro-batches hold examples of similar
+    length (little padding) while their order stays random. Still a pure function of (seed, epoch)."""
+
+    def __init__(self, n: int, *, seed: int, lengths: Sequence[int] | None = None, block: int = 1,
+                 blocks_per_chunk: int = 16):
         super().__init__(["all"] * n, {"all": 1.0}, seed=seed, mode="sample")
+        if lengths is not None and len(lengths) != n:
+            raise ValueError(f"lengths has {len(lengths)} entries for {n} examples")
+        self.lengths = None if lengths is None else np.asarray(lengths)
+        self.block = block
+        self.blocks_per_chunk = blocks_per_chunk
 
     def _epoch_plan(self, epoch: int) -> list[tuple[int, float]]:
         rng = np.random.default_rng([self.seed, epoch])
-        return [(int(i), 1.0) for i in rng.permutation(self.n)]
+        order = rng.permutation(self.n)
+        if self.lengths is not None and self.block > 1:
+            chunk = self.block * self.blocks_per_chunk
+            blocks = []
+            for start in range(0, self.n, chunk):
+                part = order[start:start + chunk]
+                part = part[np.argsort(self.lengths[part], kind="stable")]
+                blocks += [part[i:i + self.block] for i in range(0, len(part), self.block)]
+            order = np.concatenate([blocks[i] for i in rng.permutation(len(blocks))])
+        return [(int(i), 1.0) for i in order]
 
 
 class SamplerSource:

@@ -89,7 +89,7 @@ def apply_sft_length_policy(examples: list[dict], tokenizer, *, multi_turn: bool
             if truncation == "drop":
                 dropped += 1
                 continue
-        keep.append(ex)
+        keep.append({**ex, "num_tokens": p + c})
     if not keep:
         raise DataError("every SFT example exceeds the length limits", path=path, field="messages")
     return keep, {"examples": len(keep), "over_max_length": over, "dropped": dropped, "policy": truncation}
