@@ -81,7 +81,19 @@ def run(cfg: DictConfig):
         batch = build_preference_batch(tokenizer, [r["prompt"] for r in picked], [r["chosen"] for r in picked],
                                        [r["rejected"] for r in picked], **batch_kwargs)
         return {"batch": batch, "weights": torch.tensor(weights), "conditions": [r["condition"] for r in picked],
-                "item_ids": [r["item_id"] for r in picked]}
+                "item_ids": [r["item_id"] for r in picked], "indices": indices}
+
+    # algo.reference=precomputed: one no-grad pass of the adapter-disabled (or frozen) reference over every
+    # pair before training; each step then skips the reference forward (a third of a LoRA step's FLOPs).
+    ref_table = None
+    if algo.reference == "precomputed" and not algo.sft_on_chosen:
+        ref_table = torch.zeros(len(rows), 2)
+        with torch.no_grad(), reference.context(unwrapped) as ref_model:
+            for start in range(0, len(rows), cfg.optim.batch_size):
+                idx = list(range(start, min(start + cfg.optim.batch_size, len(rows))))
+                b = collate(idx, [1.0] * len(idx))["batch"].to(acc.device)
+                ref, _, _ = sequence_logprobs(ref_model, b.input_ids, b.attention_mask, b.completion_mask)
+                ref_table[idx] = torch.stack(ref.float().cpu().chunk(2), dim=1)
 
     source = SamplerSource(sampler, collate, batch_size=cfg.optim.batch_size, rank=acc.process_index,
                            world=acc.num_processes)
@@ -95,10 +107,13 @@ def run(cfg: DictConfig):
             _, token_logps, _ = sequence_logprobs(model, *[t[:n] for t in inputs])
             return masked_nll_loss(token_logps, None, batch.completion_mask[:n], aggregation="token_mean")
         seq_logps, _, _ = sequence_logprobs(model, *inputs)
-        with torch.no_grad(), reference.context(unwrapped) as ref_model:
-            ref_logps, _, _ = sequence_logprobs(ref_model, *inputs)
         pc, pr = seq_logps.chunk(2)
-        rc, rr = ref_logps.chunk(2)
+        if ref_table is not None:
+            rc, rr = ref_table[mb["indices"]].to(device=acc.device, dtype=seq_logps.dtype).unbind(1)
+        else:
+            with torch.no_grad(), reference.context(unwrapped) as ref_model:
+                ref_logps, _, _ = sequence_logprobs(ref_model, *inputs)
+            rc, rr = ref_logps.chunk(2)
         weights = mb["weights"].to(acc.device) if algo.weighting == "loss" else None
         loss, metrics = sigmoid_dpo_loss(pc, pr, rc, rr, beta=algo.beta, label_smoothing=algo.label_smoothing,
                                          weights=weights)

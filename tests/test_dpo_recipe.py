@@ -107,3 +107,15 @@ def test_overlong_prompts_dropped_and_reported(tmp_path):
     with pytest.raises(Exception, match="exceeds data.max_prompt_len=32"):
         run_recipe("dpo", "dpo", [f"data.train_path={_pairs(tmp_path)}", "eval=none", "data.max_prompt_len=32",
                                   "data.truncation=error", f"trainer.run_dir={tmp_path / 'r2'}"])
+
+
+def test_precomputed_reference_gives_the_same_run(tmp_path):
+    """Reference log-probs computed once up front equal those computed every step (dropout 0, fp32)."""
+    common = [f"data.train_path={_pairs(tmp_path)}", "eval=none", "trainer.max_steps=3", "trainer.progress=false"]
+    run_recipe("dpo", "dpo", [*common, f"trainer.run_dir={tmp_path / 'a'}"])
+    run_recipe("dpo", "dpo", [*common, f"trainer.run_dir={tmp_path / 'b'}", "algo.reference=precomputed"])
+    a, b = read_metrics(tmp_path / "a"), read_metrics(tmp_path / "b")
+    assert len(a) == len(b) == 3
+    for x, y in zip(a, b):
+        for k in ("loss", "rewards/margins", "grad_norm"):
+            assert abs(x[k] - y[k]) < 1e-5, (x["step"], k, x[k], y[k])

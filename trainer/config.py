@@ -143,7 +143,8 @@ class DPOAlgoConfig:
     rho: float = _f(0.50, "ρ: share of λ_p given to correct-context pairs; 1-ρ goes to irrelevant.")
     weighting: str = _f("sample", "sample (λ/ρ as sampling mass, the paper) | loss (uniform sampling, per-row loss weights).")
     pairing: str = _f("matched", "matched (same r+/r- under all 4 contexts) | unmatched (r+/r- shuffled across items within a condition).")
-    reference: str = _f("auto", "auto (adapter-disabled policy with LoRA, frozen copy without) | precomputed.")
+    reference: str = _f("auto", "auto (adapter-disabled policy with LoRA, frozen copy without; computed every step) | "
+                                "precomputed (the same reference, one pass over all pairs before training).")
     sft_on_chosen: bool = _f(False, "Baseline: ignore r- and train NLL on r+ (SFT on chosen).")
 
 
