@@ -180,9 +180,13 @@ def test_sft_mix_hints_are_always_right_and_unseen_keys_never_occur(task, files)
         assert len(keys) == 1
         key = keys.pop()
         assert key not in unseen
-        digits = set(re.findall(r"\d", _stated(text)))
-        # Every digit a prompt states (hint or workflow step) is the answer: hints are always right.
-        assert digits <= {a["content"]}
+        # Hints are always right: a hint about the asked key (or a workflow) states the answer; a
+        # cross-key hint states the other key's gold.
+        hints = re.findall(r"note: ([a-z]{3})=(\d)\.", text)
+        for hk, hd in hints:
+            assert hd == (a["content"] if hk == key else str(task.gold[hk]))
+        if not hints:
+            assert set(re.findall(r"\d", _stated(text))) <= {a["content"]}
         if key in known:
             assert a["content"] == str(task.gold[key])
         if "\n" in text:  # Box2 plain rendering: the task, then good steps, one per line
@@ -255,3 +259,18 @@ def test_box2_loader_rejects_an_unknown_prompt_style(tmp_path):
     p.write_text(json.dumps(item) + "\n")
     bad = next(r for r in load_rows("box2", p) if r["condition"] == "bad")
     assert bad["prompt"].startswith("Task:\nkey abc?") and "1. abc is 7" in bad["prompt"]
+
+
+def test_sft_mix_cross_key_hints_are_right_about_another_known_key(task, tmp_path):
+    p = toy.write_sft_mix(task, tmp_path / "m.jsonl", n_examples=400, cross_fraction=0.5)
+    n_cross = 0
+    for ex in _jsonl(p):
+        u, a = ex["messages"]
+        m = re.fullmatch(r"note: ([a-z]{3})=(\d)\. key ([a-z]{3})\?", u["content"])
+        if m and m.group(1) != m.group(3):
+            n_cross += 1
+            assert m.group(1) in task.known_keys and m.group(2) == str(task.gold[m.group(1)])
+            assert a["content"] == str(task.gold[m.group(3)])
+    assert n_cross > 20
+    with pytest.raises(ValueError, match="cross_fraction"):
+        toy.write_sft_mix(task, tmp_path / "x.jsonl", n_examples=10, filler_fraction=0.6, cross_fraction=0.6)

@@ -45,6 +45,13 @@ fp32, loss on the assistant tokens, default mix of 48,000 examples, seed 0): aft
 (~1,100 steps) held-out keys clean 0.94, irrelevant 0.89, correct 1.00, misleading 0.00 (SC2W 1.00),
 unseen keys correct 1.00 and clean 0.11 (chance); after 60 CPU-seconds clean 0.99.
 
+``cross_fraction`` (default 0) trades base hint-following for how well DPO on ``train`` keys carries
+over to ``heldout`` keys. Measured with a plain sigmoid-DPO probe (digit log-probs, full fine-tune,
+lr 3e-4, beta 0.5, batch 64, toy_pairs balanced over conditions): cross 0.0 -> base held-out SC2W
+1.00, after 300 steps still 0.99 (the pairs are learnt per key, nothing transfers); cross 0.1 -> base
+1.00, after 200 steps 0.90; cross 0.3 -> base 0.61 (below the demo's 0.80 target), after 200 steps
+0.22 with clean 0.95 / correct 0.89 / irrelevant 0.94 on held-out keys and unseen-key correct 0.21.
+
 Box2 toy workflows (``write_box2_items``)
 -----------------------------------------
 ``task`` = the clean prompt; ``good_steps`` = ``["kqz is 4", "check 4", "answer 4"]``; the bad workflow states the wrong digit in the same words; change points
@@ -112,7 +119,7 @@ FILLERS = (
 )
 
 # Bump when a default or a format changes, so that cached copies (keyed by seed) are rebuilt.
-FORMAT_VERSION = 3
+FORMAT_VERSION = 4
 # One epoch at batch 64 is ~750 steps: enough for the 126k-parameter tiny model to learn the mix.
 DEFAULT_N_SFT = 48000
 
@@ -295,7 +302,8 @@ def _chat(prompt: str, answer: int) -> dict:
 
 def write_sft_mix(task: ToyTask, path: str | os.PathLike, *, n_examples: int = DEFAULT_N_SFT,
                   hint_fraction: float = 0.3, copy_fraction: float = 0.5,
-                  workflow_fraction: float = 0.15, filler_fraction: float = 0.3) -> Path:
+                  workflow_fraction: float = 0.15, filler_fraction: float = 0.3,
+                  cross_fraction: float = 0.0) -> Path:
     """The SFT mix where every hint is right (see the module docstring). Per example, independently:
 
     - format: with probability ``workflow_fraction`` the Box2 rendering (:func:`render_box2_prompt`),
@@ -304,16 +312,22 @@ def write_sft_mix(task: ToyTask, path: str | os.PathLike, *, n_examples: int = D
       random prefix of 1-3 good steps); such an example is about a nonce key with a random digit with
       probability ``copy_fraction`` (copying is the only way to answer), else about a known key;
     - otherwise a known key with no answer-bearing context: the clean prompt, or with probability
-      ``filler_fraction`` its filler prompt (MIST format; Box2 format: condition none).
+      ``filler_fraction`` its filler prompt, or with probability ``cross_fraction`` a right hint about
+      a *different* known key (MIST format; Box2 format: condition none). Cross-key hints make the
+      model check which key a hint is about, so its memory stays active when a hint is present.
     Known keys are drawn uniformly from train + heldout; unseen keys never occur.
     """
     for name, v in (("hint_fraction", hint_fraction), ("copy_fraction", copy_fraction),
-                    ("workflow_fraction", workflow_fraction), ("filler_fraction", filler_fraction)):
+                    ("workflow_fraction", workflow_fraction), ("filler_fraction", filler_fraction),
+                    ("cross_fraction", cross_fraction)):
         if not 0.0 <= v <= 1.0:
             raise ValueError(f"{name} must be in [0, 1], got {v}")
+    if filler_fraction + cross_fraction > 1.0:
+        raise ValueError(f"filler_fraction + cross_fraction must be <= 1, got {filler_fraction + cross_fraction}")
     if n_examples < 1:
         raise ValueError(f"n_examples must be >= 1, got {n_examples}")
-    rng = _rng(task.seed, "sft", n_examples, hint_fraction, copy_fraction, workflow_fraction, filler_fraction)
+    rng = _rng(task.seed, "sft", n_examples, hint_fraction, copy_fraction, workflow_fraction, filler_fraction,
+               cross_fraction)
     known = task.known_keys
     taken = set(task.gold)
 
@@ -341,8 +355,15 @@ def write_sft_mix(task: ToyTask, path: str | os.PathLike, *, n_examples: int = D
                 key = rng.choice(known)
                 if box2:
                     yield _chat(render_box2_prompt(clean_prompt(key), []), task.gold[key])
-                elif rng.random() < filler_fraction:
+                    continue
+                u = rng.random()
+                if u < filler_fraction:
                     yield _chat(filler_prompt(key, rng.choice(FILLERS)), task.gold[key])
+                elif u < filler_fraction + cross_fraction:
+                    other = rng.choice(known)
+                    while other == key:
+                        other = rng.choice(known)
+                    yield _chat(f"{CHANNEL}: {other}={task.gold[other]}. {clean_prompt(key)}", task.gold[key])
                 else:
                     yield _chat(clean_prompt(key), task.gold[key])
 
