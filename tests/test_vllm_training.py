@@ -245,6 +245,19 @@ def test_dead_server_saves_checkpoint_and_fails_with_its_last_log_lines(tmp_path
     assert state["source"]["optimizer_steps"] == 2 and state["source"]["rollout_index"] == 2
     assert elapsed < 60, f"no hang: failed after {elapsed:.1f}s"
 
+    # a restarted server (new port: generation.url may change on resume) lets the run finish from step 2
+    from eval_hooks.backends.reference_server import ReferenceServer
+    from eval_hooks.models import load_model, load_tokenizer
+
+    _hooks().ON_REWARD = None
+    with ReferenceServer(load_model(str(tiny_model_dir)), load_tokenizer(str(tiny_model_dir)),
+                         model_name="tiny") as again:
+        result = run_recipe("grpo", "grpo", _overrides(run, again.url, "trainer.max_steps=4",
+                                                       "generation.max_retries=1", f"generation.server_log={log}"))
+    assert result.step == 4 and (run / "run_complete.json").exists()
+    lines = read_metrics(run)
+    assert [l["step"] for l in lines] == [1, 2, 3, 4] and [l["adapter_version"] for l in lines[2:]] == ["s2", "s3"]
+
 
 def test_dpo_epoch_end_eval_through_the_server_on_the_current_adapter(tmp_path, server, no_local_generation):
     run = tmp_path / "dpo"
