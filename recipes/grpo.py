@@ -10,8 +10,9 @@ generation backend (``generation=hf`` in-process, ``generation=vllm_server`` a v
 LoRA adapter synced and probed every ``generation.sync_every`` steps, its version and checksum on every
 metrics line; ``algo.is_correction=token|sequence`` weights the loss by the truncated ratio of the
 trainer's to the server's log-probs of the sampled tokens; a dead server, a malformed reply, a refused
-adapter or a failed probe checkpoints the last completed step and stops); outcome rewards (``algo.reward``, guarded) or environment
-returns (``algo.env``); group advantages; the clipped token loss of ``trainer.algos.grpo``.
+adapter or a failed probe checkpoints the last completed step and stops); outcome rewards
+(``algo.reward``, guarded) or environment returns (``algo.env``); group advantages; the clipped token
+loss of ``trainer.algos.grpo``.
 
 How this departs from TRL's GRPOTrainer (same loss on the same inputs, tests/test_trl_equivalence_grpo.py):
 - groups whose rewards all agree are dropped and the batch refilled (``algo.max_refill_rounds``);
