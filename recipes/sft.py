@@ -26,6 +26,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import hydra
+import torch
 from omegaconf import DictConfig
 
 from trainer.config import register_schemas, validate_sft
@@ -76,7 +77,9 @@ def run(cfg: DictConfig):
                              lengths=[ex["num_tokens"] for ex in examples] if dcfg.group_by_length else None)
     source = WindowSource(SamplerSource(sampler, collate,
                                         batch_size=cfg.optim.batch_size, rank=acc.process_index,
-                                        world=acc.num_processes), grad_accum=cfg.optim.grad_accum)
+                                        world=acc.num_processes), grad_accum=cfg.optim.grad_accum,
+                          world=acc.num_processes,
+                          reduce_sum=lambda x: float(acc.reduce(torch.tensor([float(x)], device=acc.device), "sum")))
 
     # ---- one micro-batch ----------------------------------------------------------------------------
     def step_fn(model, mb: dict):

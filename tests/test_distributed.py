@@ -92,14 +92,9 @@ def _sft_rows(path, n=16):
     return path
 
 
-# token_mean: trainer/sft_data.WindowSource divides each rank's summed NLL by *that rank's* target-token
-# count (num_items = own window tokens / grad_accum); DDP then averages the ranks' gradients, which is the
-# mean of per-rank token means, not the global token mean (TRL gathers num_items_in_batch across ranks).
-# Fix: num_items = (window tokens summed over ranks) / (grad_accum * world), one all-reduce per step.
-@pytest.mark.parametrize("aggregation", [
-    pytest.param("token_mean", marks=pytest.mark.xfail(
-        strict=True, reason="SFT token_mean normalises by each rank's own token count (WindowSource), see above")),
-    "sequence_mean"])
+# token_mean: trainer/sft_data.WindowSource normalises by the window's target tokens summed over ranks
+# (TRL gathers num_items_in_batch the same way), so DDP's gradient average equals the global token mean.
+@pytest.mark.parametrize("aggregation", ["token_mean", "sequence_mean"])
 def test_sft_ddp_two_ranks_equals_single_process(tmp_path, aggregation):
     data = _sft_rows(tmp_path / "pairs.jsonl")
     over = [f"data.train_path={data}", f"algo.aggregation={aggregation}", "trainer.max_steps=3",

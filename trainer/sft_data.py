@@ -135,13 +135,17 @@ def collate_sft(tokenizer, examples: Sequence[dict], *, multi_turn: bool, max_pr
 
 class WindowSource:
     """Wraps a batch source: on the first micro-batch of an optimizer step it draws all ``grad_accum``
-    micro-batches and stamps each with ``num_items`` = target tokens of the window / ``grad_accum``
-    (TRL's ``num_items_in_batch`` normalisation under the loop's ``loss / grad_accum``). The state is
-    the inner source's, taken between steps (the queue is then empty)."""
+    micro-batches and stamps each with ``num_items`` = target tokens of the window (summed over all
+    ranks) / (``grad_accum`` × ``world``): TRL's ``num_items_in_batch`` normalisation under the loop's
+    ``loss / grad_accum`` and DDP's gradient averaging over ranks, so a 2-rank run equals a 1-rank run
+    with the same global batch. ``reduce_sum`` sums a number over ranks (None on one process). The
+    state is the inner source's, taken between steps (the queue is then empty)."""
 
-    def __init__(self, inner, *, grad_accum: int):
+    def __init__(self, inner, *, grad_accum: int, world: int = 1, reduce_sum=None):
         self.inner = inner
         self.grad_accum = grad_accum
+        self.world = world
+        self.reduce_sum = reduce_sum
         self._queue: list[dict] = []
 
     @property
@@ -152,8 +156,10 @@ class WindowSource:
         if not self._queue:
             window = [self.inner.next_microbatch() for _ in range(self.grad_accum)]
             total = sum(int(mb["completion_mask"].sum()) for mb in window)
+            if self.world > 1 and self.reduce_sum is not None:
+                total = self.reduce_sum(total)
             for mb in window:
-                mb["num_items"] = total / self.grad_accum
+                mb["num_items"] = total / (self.grad_accum * self.world)
             self._queue = window
         return self._queue.pop(0)
 
