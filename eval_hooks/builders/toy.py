@@ -49,8 +49,9 @@ unseen keys correct 1.00 and clean 0.11 (chance); after 60 CPU-seconds clean 0.9
 over to ``heldout`` keys. Measured with a plain sigmoid-DPO probe (digit log-probs, full fine-tune,
 lr 3e-4, beta 0.5, batch 64, toy_pairs balanced over conditions): cross 0.0 -> base held-out SC2W
 1.00, after 300 steps still 0.99 (the pairs are learnt per key, nothing transfers); cross 0.1 -> base
-1.00, after 200 steps 0.90; cross 0.3 -> base 0.61 (below the demo's 0.80 target), after 200 steps
+1.00, after 200 steps 0.90; cross 0.2 -> base 1.00, after 300 steps 0.76 (clean down to 0.78); cross 0.3 -> base 0.61 (below the demo's 0.80 target), after 200 steps
 0.22 with clean 0.95 / correct 0.89 / irrelevant 0.94 on held-out keys and unseen-key correct 0.21.
+Misleading-only pairs (cross 0.2, 300 steps) drive held-out correct-hint accuracy to 0.02.
 
 Box2 toy workflows (``write_box2_items``)
 -----------------------------------------
