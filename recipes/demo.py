@@ -18,7 +18,6 @@ evaluation of the base, counterfactual SFT on bad workflows, a short GRPO run, e
 from __future__ import annotations
 
 import importlib.util
-import json
 import shutil
 import sys
 import time

@@ -35,11 +35,11 @@ def run(cfg: DictConfig):
     from trainer.algos.sft import masked_nll_loss
     from trainer.data import ConditionSampler, SamplerSource, condition_mass, load_pairs, unmatch_pairs
     from trainer.data import apply_length_policy
-    from trainer.evaluation import load_eval_rows, make_backend, make_epoch_eval, server_errors
+    from trainer.evaluation import load_eval_rows, make_backend
     from trainer.logprobs import build_preference_batch, sequence_logprobs
-    from trainer.loop import check_resume_config, train_loop
+    from trainer.loop import check_resume_config, train_and_save
     from trainer.model import Reference, build_optimizer, build_policy, build_scheduler
-    from trainer.run import finish_run, setup_run, write_config
+    from trainer.run import setup_run, write_config
 
     # ---- validate everything before any model loads -------------------------------------------------
     validate_dpo(cfg)
@@ -121,18 +121,10 @@ def run(cfg: DictConfig):
         return loss, metrics
 
     # ---- loop, evaluation, save ------------------------------------------------------------------------
-    on_epoch_end = make_epoch_eval(
-        ctx, eval_rows, lambda: make_backend(cfg.generation, unwrapped, tokenizer, model_path=cfg.model.path,
-                                             use_chat_template=use_chat), policy=unwrapped, tokenizer=tokenizer)
-    result = train_loop(ctx, model=model, optimizer=optimizer, scheduler=scheduler, source=source,
-                        step_fn=step_fn, on_epoch_end=on_epoch_end, checkpoint_on=server_errors(cfg.generation))
-    if ctx.is_main and not result.preempted:
-        unwrapped.save_pretrained(str(ctx.run_dir / "final"), safe_serialization=True)
-        tokenizer.save_pretrained(str(ctx.run_dir / "final"))
-    acc.wait_for_everyone()
-    if not result.preempted:
-        finish_run(ctx, result.step, result.final_metrics)
-    return result
+    return train_and_save(ctx, model=model, optimizer=optimizer, scheduler=scheduler, source=source,
+                          step_fn=step_fn, tokenizer=tokenizer, eval_rows=eval_rows,
+                          backend_factory=lambda: make_backend(cfg.generation, unwrapped, tokenizer,
+                                                               model_path=cfg.model.path, use_chat_template=use_chat))
 
 
 @hydra.main(config_path="../conf", config_name="dpo", version_base=None)

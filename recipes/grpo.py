@@ -58,13 +58,13 @@ def run(cfg: DictConfig):
     from trainer.data import ShuffleSampler
     from trainer.envs import resolve_env
     from eval_hooks.backends.vllm_server import ServerError
-    from trainer.evaluation import adapter_root, load_eval_rows, make_backend, make_epoch_eval, server_errors
+    from trainer.evaluation import adapter_root, load_eval_rows, make_backend
     from trainer.logprobs import sequence_logprobs
-    from trainer.loop import check_resume_config, train_loop
+    from trainer.loop import check_resume_config, train_and_save
     from trainer.model import Reference, build_optimizer, build_policy, build_scheduler
     from trainer.rewards import GuardedReward, resolve_reward
     from trainer.rollout import RolloutSettings, RolloutSource, check_prompt_lengths, load_rl_prompts
-    from trainer.run import finish_run, setup_run, write_config
+    from trainer.run import setup_run, write_config
     from trainer.weight_sync import StaleWeightsError
 
     # ---- validate everything before any model loads (and long before any generation) -------------------
@@ -113,7 +113,7 @@ def run(cfg: DictConfig):
 
         sync_holder: dict = {}
 
-        def pre_generate(step: int) -> dict:
+        def sync_before_rollouts(step: int) -> dict:
             if "sync" not in sync_holder:
                 sync_holder["sync"] = AdapterSync(
                     source.backend, adapter_root(ctx), every_k_steps=cfg.generation.sync_every, tokenizer=tokenizer,
@@ -131,6 +131,8 @@ def run(cfg: DictConfig):
                 raise error if error is not None else ServerError(
                     f"rank {acc.process_index}: the adapter sync failed on another rank (see its error); stopping")
             return {**metrics, **sync.current(), "served_adapter": source.backend.current_adapter}
+
+        pre_generate = sync_before_rollouts
 
     def old_logps_fn(ids, att, cm):
         with torch.no_grad():
@@ -180,17 +182,8 @@ def run(cfg: DictConfig):
         return loss, metrics
 
     # ---- loop, evaluation, save ------------------------------------------------------------------------
-    on_epoch_end = make_epoch_eval(ctx, eval_rows, backend_factory, policy=unwrapped, tokenizer=tokenizer)
-    result = train_loop(ctx, model=model, optimizer=optimizer, scheduler=scheduler, source=source,
-                        step_fn=step_fn, on_epoch_end=on_epoch_end,
-                        checkpoint_on=server_errors(cfg.generation))
-    if ctx.is_main and not result.preempted:
-        unwrapped.save_pretrained(str(ctx.run_dir / "final"), safe_serialization=True)
-        tokenizer.save_pretrained(str(ctx.run_dir / "final"))
-    acc.wait_for_everyone()
-    if not result.preempted:
-        finish_run(ctx, result.step, result.final_metrics)
-    return result
+    return train_and_save(ctx, model=model, optimizer=optimizer, scheduler=scheduler, source=source,
+                          step_fn=step_fn, tokenizer=tokenizer, eval_rows=eval_rows, backend_factory=backend_factory)
 
 
 @hydra.main(config_path="../conf", config_name="grpo", version_base=None)

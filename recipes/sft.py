@@ -39,11 +39,11 @@ def run(cfg: DictConfig):
     from eval_hooks.io import write_json_atomic
     from trainer.algos.sft import masked_nll_loss
     from trainer.data import SamplerSource, ShuffleSampler, load_sft_examples, resolve_data_path
-    from trainer.evaluation import load_eval_rows, make_backend, make_epoch_eval, server_errors
+    from trainer.evaluation import load_eval_rows, make_backend
     from trainer.logprobs import sequence_logprobs
-    from trainer.loop import check_resume_config, train_loop
+    from trainer.loop import check_resume_config, train_and_save
     from trainer.model import build_optimizer, build_policy, build_scheduler
-    from trainer.run import finish_run, setup_run, write_config
+    from trainer.run import setup_run, write_config
     from trainer.sft_data import WindowSource, apply_sft_length_policy, collate_sft
 
     # ---- validate everything before any model loads -------------------------------------------------
@@ -88,18 +88,10 @@ def run(cfg: DictConfig):
         return masked_nll_loss(token_logps, None, cm, aggregation=algo.aggregation, num_items=mb["num_items"])
 
     # ---- loop, evaluation, save ------------------------------------------------------------------------
-    on_epoch_end = make_epoch_eval(
-        ctx, eval_rows, lambda: make_backend(cfg.generation, unwrapped, tokenizer, model_path=cfg.model.path,
-                                             use_chat_template=use_chat), policy=unwrapped, tokenizer=tokenizer)
-    result = train_loop(ctx, model=model, optimizer=optimizer, scheduler=scheduler, source=source,
-                        step_fn=step_fn, on_epoch_end=on_epoch_end, checkpoint_on=server_errors(cfg.generation))
-    if ctx.is_main and not result.preempted:
-        unwrapped.save_pretrained(str(ctx.run_dir / "final"), safe_serialization=True)
-        tokenizer.save_pretrained(str(ctx.run_dir / "final"))
-    acc.wait_for_everyone()
-    if not result.preempted:
-        finish_run(ctx, result.step, result.final_metrics)
-    return result
+    return train_and_save(ctx, model=model, optimizer=optimizer, scheduler=scheduler, source=source,
+                          step_fn=step_fn, tokenizer=tokenizer, eval_rows=eval_rows,
+                          backend_factory=lambda: make_backend(cfg.generation, unwrapped, tokenizer,
+                                                               model_path=cfg.model.path, use_chat_template=use_chat))
 
 
 @hydra.main(config_path="../conf", config_name="sft", version_base=None)

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
@@ -39,7 +38,7 @@ def resolve_data_path(path: str) -> str:
     from eval_hooks.builders import toy
     from eval_hooks.models import cache_root
 
-    out = cache_root() / "toy" / f"seed_{int(seed_str)}"
+    out = cache_root() / "toy" / f"v{toy.FORMAT_VERSION}" / f"seed_{int(seed_str)}"  # a format change regenerates
     if not (out / "task.json").exists():
         toy.write_all(out, seed=int(seed_str))
     target = out / name

@@ -338,3 +338,24 @@ class _nullcontext:
 
     def __exit__(self, *a):
         return False
+
+
+def train_and_save(ctx, *, model, optimizer, scheduler, source: BatchSource, step_fn, tokenizer,
+                   eval_rows: list[dict] | None, backend_factory: Callable[[], Any]) -> LoopResult:
+    """The tail every trainer shares: epoch-end evaluation hook, :func:`train_loop` (checkpointing on
+    generation-server errors), then — only for a run that reached ``max_steps`` — the trained
+    weights/adapter in ``<run_dir>/final`` and ``run_complete.json``."""
+    from .evaluation import make_epoch_eval, server_errors
+    from .run import finish_run
+
+    unwrapped = ctx.accelerator.unwrap_model(model)
+    on_epoch_end = make_epoch_eval(ctx, eval_rows, backend_factory, policy=unwrapped, tokenizer=tokenizer)
+    result = train_loop(ctx, model=model, optimizer=optimizer, scheduler=scheduler, source=source,
+                        step_fn=step_fn, on_epoch_end=on_epoch_end, checkpoint_on=server_errors(ctx.cfg.generation))
+    if ctx.is_main and not result.stopped_early:
+        unwrapped.save_pretrained(str(ctx.run_dir / "final"), safe_serialization=True)
+        tokenizer.save_pretrained(str(ctx.run_dir / "final"))
+    ctx.accelerator.wait_for_everyone()
+    if not result.preempted:
+        finish_run(ctx, result.step, result.final_metrics)
+    return result
