@@ -45,7 +45,7 @@ fp32, loss on the assistant tokens, default mix of 48,000 examples, seed 0): aft
 (~1,100 steps) held-out keys clean 0.94, irrelevant 0.89, correct 1.00, misleading 0.00 (SC2W 1.00),
 unseen keys correct 1.00 and clean 0.11 (chance); after 60 CPU-seconds clean 0.99.
 
-``cross_fraction`` (default 0) trades base hint-following for how well DPO on ``train`` keys carries
+``cross_fraction`` (default 0.3, the demo's setting) trades base hint-following for how well DPO on ``train`` keys carries
 over to ``heldout`` keys. Measured with a plain sigmoid-DPO probe (digit log-probs, full fine-tune,
 lr 3e-4, beta 0.5, batch 64, toy_pairs balanced over conditions): cross 0.0 -> base held-out SC2W
 1.00, after 300 steps still 0.99 (the pairs are learnt per key, nothing transfers); cross 0.1 -> base
@@ -120,7 +120,7 @@ FILLERS = (
 )
 
 # Bump when a default or a format changes, so that cached copies (keyed by seed) are rebuilt.
-FORMAT_VERSION = 4
+FORMAT_VERSION = 5
 # One epoch at batch 64 is ~750 steps: enough for the 126k-parameter tiny model to learn the mix.
 DEFAULT_N_SFT = 48000
 
@@ -304,7 +304,7 @@ def _chat(prompt: str, answer: int) -> dict:
 def write_sft_mix(task: ToyTask, path: str | os.PathLike, *, n_examples: int = DEFAULT_N_SFT,
                   hint_fraction: float = 0.3, copy_fraction: float = 0.5,
                   workflow_fraction: float = 0.15, filler_fraction: float = 0.3,
-                  cross_fraction: float = 0.0) -> Path:
+                  cross_fraction: float = 0.3) -> Path:
     """The SFT mix where every hint is right (see the module docstring). Per example, independently:
 
     - format: with probability ``workflow_fraction`` the Box2 rendering (:func:`render_box2_prompt`),
