@@ -9,13 +9,20 @@ from recipe_utils import ROOT, load_recipe, reset_accelerate
 
 # The default stages, shortened where the direction already shows (DPO, Box2 SFT, GRPO); the base SFT
 # keeps its default length because mining needs a base that memorised the keys.
+def _stage(name: str, *overrides: str) -> str:
+    """A Hydra override setting one stage's override list (each element quoted: it contains '=')."""
+    return f"stages.{name}=[" + ",".join(f"'{o}'" for o in overrides) + "]"
+
+
 REDUCED = [
-    "stages.dpo=[model.lora.r=16,model.lora.alpha=32,optim.lr=3.0e-4,optim.batch_size=32,optim.grad_accum=1,"
-    "trainer.max_steps=150,trainer.save_every=0,algo.beta=0.5,data.max_prompt_len=96,data.max_completion_len=4]",
-    "stages.box2_sft=[algo=counterfactual_sft,model.lora.enabled=false,optim.lr=1.0e-3,optim.batch_size=32,"
-    "optim.grad_accum=1,trainer.max_steps=10,trainer.save_every=0,data.max_completion_len=4,data.group_by_length=true]",
-    "stages.grpo=[algo.group_size=4,algo.prompts_per_step=8,algo.max_new_tokens=2,optim.lr=1.0e-3,optim.batch_size=32,"
-    "optim.grad_accum=1,trainer.max_steps=2,trainer.save_every=0]",
+    _stage("dpo", "model.lora.r=16", "model.lora.alpha=32", "optim.lr=3.0e-4", "optim.batch_size=32",
+           "optim.grad_accum=1", "trainer.max_steps=150", "trainer.save_every=0", "algo.beta=0.5",
+           "data.max_prompt_len=96", "data.max_completion_len=4"),
+    _stage("box2_sft", "algo=counterfactual_sft", "model.lora.enabled=false", "optim.lr=1.0e-3",
+           "optim.batch_size=32", "optim.grad_accum=1", "trainer.max_steps=10", "trainer.save_every=0",
+           "data.max_completion_len=4", "data.group_by_length=true"),
+    _stage("grpo", "algo.group_size=4", "algo.prompts_per_step=8", "algo.max_new_tokens=2", "optim.lr=1.0e-3",
+           "optim.batch_size=32", "optim.grad_accum=1", "trainer.max_steps=2", "trainer.save_every=0"),
 ]
 
 

@@ -105,4 +105,7 @@ def test_sft_recipe_end_to_end(tmp_path):
         assert k in lines[0], k
     assert lines[-1]["loss"] < lines[0]["loss"] - 0.05  # the target NLL goes down
     assert (run / "final" / "adapter_model.safetensors").exists() and (run / "run_complete.json").exists()
-    assert json.loads((run / "data_stats.json").read_text())["examples"] == 400
+    from trainer.data import resolve_data_path
+
+    n_rows = sum(1 for line in open(resolve_data_path("toy:0/box2_sft.jsonl")) if line.strip())
+    assert json.loads((run / "data_stats.json").read_text())["examples"] == n_rows
