@@ -52,7 +52,6 @@ class HFBackend(GenerationBackend):
     # -- generation ---------------------------------------------------------------------------
     def generate(self, requests: Sequence[GenerationRequest], *, progress: bool = False,
                  desc: str = "generate") -> list[GenerationResult]:
-        import torch
         from tqdm.auto import tqdm
 
         # Expand to one job per sample; group by sampling settings; sort by length within a group.

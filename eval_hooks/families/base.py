@@ -45,6 +45,19 @@ def req_item_id(rec: dict, ctx: Ctx) -> str:
     return str(v)
 
 
+def items_once(records, path):
+    """Yield ``(ctx, record, item_id)`` for item-per-line families, rejecting a repeated ``item_id``."""
+    seen: dict[str, int] = {}
+    for line, rec in records:
+        ctx = Ctx(path, line)
+        item_id = req_item_id(rec, ctx)
+        if item_id in seen:
+            raise ctx.error(f"duplicate item_id {item_id!r} (first on line {seen[item_id]})", "item_id",
+                            "each item_id once per file")
+        seen[item_id] = line
+        yield ctx, rec, item_id
+
+
 def req_choice(rec: dict, field: str, ctx: Ctx, allowed: Sequence[str]) -> str:
     accepted = " | ".join(allowed)
     v = require(rec, field, ctx, accepted=accepted)
@@ -110,7 +123,7 @@ def copy_extras(rec: dict, row: dict, known: set[str], ctx: Ctx) -> None:
         if k in known:
             continue
         if k in row:
-            raise ctx.error(f"extra field collides with a generated row field of the same name", k,
+            raise ctx.error("extra field collides with a generated row field of the same name", k,
                             "any other field name (generated: " + ", ".join(sorted(row)) + ")")
         row[k] = v
 

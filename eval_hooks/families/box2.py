@@ -12,8 +12,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from .base import (Ctx, Family, answer_instruction, check_choices, check_gold, copy_extras, render_choices,
-                   req_choice, req_item_id, req_str, req_str_list)
+from .base import (Ctx, Family, items_once, answer_instruction, check_choices, check_gold, copy_extras, render_choices,
+                   req_choice, req_str, req_str_list)
 
 ANSWER_TYPES = ("multiple_choice", "numeric", "boolean")
 REGIMES = ("none", "good", "bad", "partial", "mixed")
@@ -49,14 +49,7 @@ class Box2Family(Family):
 
     def expand_records(self, records: list[tuple[int, dict]], path) -> list[dict]:
         rows: list[dict] = []
-        seen: dict[str, int] = {}
-        for line, rec in records:
-            ctx = Ctx(path, line)
-            item_id = req_item_id(rec, ctx)
-            if item_id in seen:
-                raise ctx.error(f"duplicate item_id {item_id!r} (first on line {seen[item_id]})", "item_id",
-                                "each item_id once per file")
-            seen[item_id] = line
+        for ctx, rec, item_id in items_once(records, path):
             task = req_str(rec, "task", ctx)
             at = req_choice(rec, "answer_type", ctx, ANSWER_TYPES)
             choices = check_choices(rec, ctx)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..parsers import MED_LABELS, normalize_label
-from .base import Ctx, Family, copy_extras, req_choice, req_item_id, req_str, req_str_list
+from .base import Family, items_once, copy_extras, req_choice, req_str, req_str_list
 
 CATEGORIES = ("original", "nonce", "medical", "non_medical", "toxic")
 VARIANTS = ("no_evd", "evd", "skept_evd", "expert_evd")
@@ -66,14 +66,7 @@ class MedFamily(Family):
 
     def expand_records(self, records: list[tuple[int, dict]], path) -> list[dict]:
         rows: list[dict] = []
-        seen: dict[str, int] = {}
-        for line, rec in records:
-            ctx = Ctx(path, line)
-            item_id = req_item_id(rec, ctx)
-            if item_id in seen:
-                raise ctx.error(f"duplicate item_id {item_id!r} (first on line {seen[item_id]})", "item_id",
-                                "each item_id once per file")
-            seen[item_id] = line
+        for ctx, rec, item_id in items_once(records, path):
             question = req_str(rec, "question", ctx)
             evidence = req_str_list(rec, "evidence", ctx)
             label = normalize_label(rec.get("label"), GOLD_LABELS)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .base import Ctx, Family, copy_extras, req_choice, req_item_id, req_str
+from .base import Family, items_once, copy_extras, req_choice, req_str
 
 CONDITIONS = ("seeded", "reversed")
 CONSTRUCTIONS = ("parallel", "detour")
@@ -39,14 +39,7 @@ class TasteFamily(Family):
 
     def expand_records(self, records: list[tuple[int, dict]], path) -> list[dict]:
         rows: list[dict] = []
-        seen: dict[str, int] = {}
-        for line, rec in records:
-            ctx = Ctx(path, line)
-            item_id = req_item_id(rec, ctx)
-            if item_id in seen:
-                raise ctx.error(f"duplicate item_id {item_id!r} (first on line {seen[item_id]})", "item_id",
-                                "each item_id once per file")
-            seen[item_id] = line
+        for ctx, rec, item_id in items_once(records, path):
             task = req_str(rec, "task", ctx)
             prefix = rec.get("prefix")
             if not (isinstance(prefix, str) or (isinstance(prefix, list) and all(isinstance(s, str) for s in prefix))):
