@@ -37,9 +37,9 @@ def run(cfg: DictConfig):
     from trainer.data import apply_length_policy
     from trainer.evaluation import load_eval_rows, make_backend
     from trainer.logprobs import build_preference_batch, sequence_logprobs
-    from trainer.loop import check_resume_config, train_and_save
+    from trainer.loop import train_and_save
     from trainer.model import Reference, build_optimizer, build_policy, build_scheduler
-    from trainer.run import setup_run, write_config
+    from trainer.run import setup_run
 
     # ---- validate everything before any model loads -------------------------------------------------
     validate_dpo(cfg)
@@ -52,8 +52,6 @@ def run(cfg: DictConfig):
 
     # ---- build ------------------------------------------------------------------------------------
     ctx = setup_run(cfg, "dpo")
-    check_resume_config(ctx)
-    write_config(ctx)
     acc = ctx.accelerator
     model, tokenizer = build_policy(cfg.model, seed=cfg.seed)
     use_chat = cfg.model.use_chat_template

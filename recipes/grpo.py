@@ -60,11 +60,11 @@ def run(cfg: DictConfig):
     from eval_hooks.backends.vllm_server import ServerError
     from trainer.evaluation import adapter_root, load_eval_rows, make_backend
     from trainer.logprobs import sequence_logprobs
-    from trainer.loop import check_resume_config, train_and_save
+    from trainer.loop import train_and_save
     from trainer.model import Reference, build_optimizer, build_policy, build_scheduler
     from trainer.rewards import GuardedReward, resolve_reward
     from trainer.rollout import RolloutSettings, RolloutSource, check_prompt_lengths, load_rl_prompts
-    from trainer.run import setup_run, write_config
+    from trainer.run import setup_run
     from trainer.weight_sync import StaleWeightsError
 
     # ---- validate everything before any model loads (and long before any generation) -------------------
@@ -84,8 +84,6 @@ def run(cfg: DictConfig):
 
     # ---- build -------------------------------------------------------------------------------------------
     ctx = setup_run(cfg, "grpo")
-    check_resume_config(ctx)
-    write_config(ctx)
     acc = ctx.accelerator
     model, tokenizer = build_policy(cfg.model, seed=cfg.seed)
     use_chat = cfg.model.use_chat_template

@@ -41,9 +41,9 @@ def run(cfg: DictConfig):
     from trainer.data import SamplerSource, ShuffleSampler, load_sft_examples, resolve_data_path
     from trainer.evaluation import load_eval_rows, make_backend
     from trainer.logprobs import sequence_logprobs
-    from trainer.loop import check_resume_config, train_and_save
+    from trainer.loop import train_and_save
     from trainer.model import build_optimizer, build_policy, build_scheduler
-    from trainer.run import setup_run, write_config
+    from trainer.run import setup_run
     from trainer.sft_data import WindowSource, apply_sft_length_policy, collate_sft
 
     # ---- validate everything before any model loads -------------------------------------------------
@@ -54,8 +54,6 @@ def run(cfg: DictConfig):
 
     # ---- build ------------------------------------------------------------------------------------
     ctx = setup_run(cfg, "sft")
-    check_resume_config(ctx)
-    write_config(ctx)
     acc = ctx.accelerator
     model, tokenizer = build_policy(cfg.model, seed=cfg.seed)
     use_chat = cfg.model.use_chat_template

@@ -162,12 +162,14 @@ def make_accelerator(trainer_cfg, grad_accum: int = 1, *, micro_batch: int | Non
 
 
 def setup_run(cfg, recipe: str) -> RunContext:
-    """Create the accelerator, agree on the run directory, write config/meta, seed, open the logger."""
+    """Create the accelerator, agree on the run directory, refuse a resume with a changed config, write
+    config/meta, seed, open the logger."""
     from omegaconf import OmegaConf
 
-    optim = cfg.get("optim") or {}
-    accelerator = make_accelerator(cfg.trainer, grad_accum=int(optim.get("grad_accum", 1) or 1),
-                                   micro_batch=optim.get("batch_size"), max_grad_norm=optim.get("max_grad_norm"))
+    from .loop import check_resume_config
+
+    accelerator = make_accelerator(cfg.trainer, grad_accum=cfg.optim.grad_accum, micro_batch=cfg.optim.batch_size,
+                                   max_grad_norm=cfg.optim.max_grad_norm)
     run_dir = Path(cfg.trainer.run_dir).expanduser().resolve()
     if accelerator.is_main_process:
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -187,7 +189,10 @@ def setup_run(cfg, recipe: str) -> RunContext:
     logger = MetricsLogger(run_dir, is_main=accelerator.is_main_process, kind=cfg.logger.kind,
                            project=cfg.logger.project, name=cfg.logger.name,
                            config=OmegaConf.to_container(cfg, resolve=True))
-    return RunContext(cfg=cfg, accelerator=accelerator, run_dir=run_dir, logger=logger, recipe=recipe)
+    ctx = RunContext(cfg=cfg, accelerator=accelerator, run_dir=run_dir, logger=logger, recipe=recipe)
+    check_resume_config(ctx)
+    write_config(ctx)
+    return ctx
 
 
 def write_config(ctx: RunContext) -> None:
