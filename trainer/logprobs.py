@@ -33,6 +33,7 @@ __all__ = [
     "PairBatch",
     "build_pair_batch",
     "build_preference_batch",
+    "right_pad",
     "TRUNCATION_MODES",
 ]
 
@@ -203,6 +204,22 @@ def _render_prompt(tokenizer, prompt, use_chat_template: bool) -> list[int]:
     return list(tokenizer(prompt)["input_ids"])
 
 
+def right_pad(rows: Sequence[Sequence[int]], masks: Sequence[Sequence[int]], pad_id: int):
+    """Right-pad token rows and their target masks: ``(input_ids, attention_mask, target_mask)``, each
+    ``(N, max_len)`` long. The one padding routine of SFT, DPO and rollout batches."""
+    import torch
+
+    width = max(len(r) for r in rows)
+    input_ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    attention_mask = torch.zeros((len(rows), width), dtype=torch.long)
+    target_mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, (r, m) in enumerate(zip(rows, masks)):
+        input_ids[i, :len(r)] = torch.tensor(r, dtype=torch.long)
+        attention_mask[i, :len(r)] = 1
+        target_mask[i, :len(m)] = torch.tensor(m, dtype=torch.long)
+    return input_ids, attention_mask, target_mask
+
+
 def build_pair_batch(
     tokenizer,
     prompts: Sequence[str | list[dict[str, str]]],
@@ -276,14 +293,7 @@ def build_pair_batch(
         p_lens.append(len(p_ids))
         c_lens.append(len(c_ids))
 
-    width = max(len(r) for r in rows)
-    input_ids = torch.full((len(rows), width), pad, dtype=torch.long)
-    attention_mask = torch.zeros((len(rows), width), dtype=torch.long)
-    completion_mask = torch.zeros((len(rows), width), dtype=torch.long)
-    for i, (r, m) in enumerate(zip(rows, masks)):
-        input_ids[i, :len(r)] = torch.tensor(r, dtype=torch.long)
-        attention_mask[i, :len(r)] = 1
-        completion_mask[i, :len(m)] = torch.tensor(m, dtype=torch.long)
+    input_ids, attention_mask, completion_mask = right_pad(rows, masks, pad)
     return PairBatch(input_ids, attention_mask, completion_mask,
                      torch.tensor(p_trunc, dtype=torch.bool), torch.tensor(c_trunc, dtype=torch.bool), p_lens, c_lens)
 

@@ -487,18 +487,10 @@ class RolloutSource:
 
 
 def _pad(rows: list[list[int]], masks: list[list[int]], tokenizer):
-    import torch
+    from trainer.logprobs import right_pad
 
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    T = max(len(r) for r in rows)
-    ids = torch.full((len(rows), T), pad, dtype=torch.long)
-    att = torch.zeros((len(rows), T), dtype=torch.long)
-    cm = torch.zeros((len(rows), T), dtype=torch.long)
-    for i, (r, m) in enumerate(zip(rows, masks)):
-        ids[i, :len(r)] = torch.tensor(r, dtype=torch.long)
-        att[i, :len(r)] = 1
-        cm[i, :len(m)] = torch.tensor(m, dtype=torch.long)
-    return ids, att, cm
+    return right_pad(rows, masks, tokenizer.pad_token_id if tokenizer.pad_token_id is not None
+                     else tokenizer.eos_token_id)
 
 
 def _batch_to_json(batch: dict | None) -> dict | None:

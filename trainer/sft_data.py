@@ -98,9 +98,7 @@ def apply_sft_length_policy(examples: list[dict], tokenizer, *, multi_turn: bool
 def collate_sft(tokenizer, examples: Sequence[dict], *, multi_turn: bool, max_prompt_len: int, max_completion_len: int,
                 truncation: str, use_chat_template: bool) -> dict:
     """Right-padded ``input_ids, attention_mask, completion_mask`` (long tensors) and ``item_ids``."""
-    import torch
-
-    from trainer.logprobs import build_pair_batch
+    from trainer.logprobs import build_pair_batch, right_pad
 
     if not multi_turn:
         prompts, completions = zip(*(split_last_turn(ex["messages"]) for ex in examples))
@@ -121,14 +119,7 @@ def collate_sft(tokenizer, examples: Sequence[dict], *, multi_turn: bool, max_pr
         mask[0] = 0
         rows.append((ids, mask))
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    width = max(len(r) for r, _ in rows)
-    input_ids = torch.full((len(rows), width), pad, dtype=torch.long)
-    attention = torch.zeros((len(rows), width), dtype=torch.long)
-    target = torch.zeros((len(rows), width), dtype=torch.long)
-    for i, (r, m) in enumerate(rows):
-        input_ids[i, :len(r)] = torch.tensor(r)
-        attention[i, :len(r)] = 1
-        target[i, :len(m)] = torch.tensor(m)
+    input_ids, attention, target = right_pad([r for r, _ in rows], [m for _, m in rows], pad)
     return {"input_ids": input_ids, "attention_mask": attention, "completion_mask": target,
             "item_ids": [ex["item_id"] for ex in examples]}
 
