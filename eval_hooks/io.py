@@ -130,6 +130,7 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
             fh.write(text)
             fh.flush()
             os.fsync(fh.fileno())
+        os.chmod(tmp, 0o644)  # mkstemp creates 0600; outputs are ordinary, shareable files
         os.replace(tmp, p)
     except BaseException:
         if os.path.exists(tmp):

@@ -98,10 +98,11 @@ import os
 import random
 import string
 import sys
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Sequence
+
+from eval_hooks.io import write_jsonl_atomic, write_text_atomic
 
 SPLITS = ("train", "heldout", "unseen")
 CONDITIONS = ("clean", "misleading", "correct", "irrelevant")
@@ -279,24 +280,6 @@ def render_box2_prompt(task: str, steps: Sequence[str]) -> str:
 
 # -- writers ------------------------------------------------------------------------------------
 
-def _write_jsonl(path: str | os.PathLike, records: Iterable[dict]) -> Path:
-    """Write atomically (temp file beside ``path``, then rename); UTF-8, one object per line."""
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", dir=p.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
-            for rec in records:
-                fh.write(json.dumps(rec, ensure_ascii=True) + "\n")
-        os.chmod(tmp, 0o644)  # mkstemp makes 0600; these are ordinary data files
-        os.replace(tmp, p)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    return p
-
-
 def _chat(prompt: str, answer: int) -> dict:
     return {"messages": [{"role": "user", "content": prompt}, {"role": "assistant", "content": str(answer)}]}
 
@@ -368,7 +351,7 @@ def write_sft_mix(task: ToyTask, path: str | os.PathLike, *, n_examples: int = D
                 else:
                     yield _chat(clean_prompt(key), task.gold[key])
 
-    return _write_jsonl(path, gen())
+    return write_jsonl_atomic(path, gen())
 
 
 def mist_item_id(key: str) -> str:
@@ -401,7 +384,7 @@ def mist_rows(task: ToyTask, split: str) -> list[dict]:
 def write_mist_items(task: ToyTask, path: str | os.PathLike, *, split: str = "heldout") -> Path:
     """MIST rows (4 per key of ``split``): ``item_id, condition, prompt, answer_type="numeric", gold,
     wrong_value, source, source_id, channel, split``."""
-    return _write_jsonl(path, mist_rows(task, split))
+    return write_jsonl_atomic(path, mist_rows(task, split))
 
 
 def box2_items(task: ToyTask, split: str) -> list[dict]:
@@ -428,7 +411,7 @@ def write_box2_items(task: ToyTask, path: str | os.PathLike, *, split: str = "he
     """Box2 items (one per key of ``split``): ``item_id, task, answer_type, gold, good_steps,
     bad_continuations`` (k -> steps after the first k good ones), plus ``wrong_value, source,
     source_id, split``."""
-    return _write_jsonl(path, box2_items(task, split))
+    return write_jsonl_atomic(path, box2_items(task, split))
 
 
 def write_box2_sft(task: ToyTask, path: str | os.PathLike, *, split: str = "train") -> Path:
@@ -437,7 +420,7 @@ def write_box2_sft(task: ToyTask, path: str | os.PathLike, *, split: str = "trai
         for key in task.keys(split):
             bad = bad_steps(key, task.wrong[key])
             yield _chat(render_box2_prompt(clean_prompt(key), bad), task.gold[key])
-    return _write_jsonl(path, gen())
+    return write_jsonl_atomic(path, gen())
 
 
 def write_grpo_prompts(task: ToyTask, path: str | os.PathLike, *, split: str = "train") -> Path:
@@ -450,7 +433,7 @@ def write_grpo_prompts(task: ToyTask, path: str | os.PathLike, *, split: str = "
                 "gold": task.gold[key],
                 "answer_type": "numeric",
             }
-    return _write_jsonl(path, gen())
+    return write_jsonl_atomic(path, gen())
 
 
 def toy_pairs(task: ToyTask, split: str = "train") -> list[dict]:
@@ -473,7 +456,7 @@ def toy_pairs(task: ToyTask, split: str = "train") -> list[dict]:
 def write_toy_pairs(task: ToyTask, path: str | os.PathLike, *, split: str = "train") -> Path:
     """Ready-made SCOPE quartets (chosen = gold, rejected = the misleading wrong digit), in the pair
     file format of the module docstring."""
-    return _write_jsonl(path, toy_pairs(task, split))
+    return write_jsonl_atomic(path, toy_pairs(task, split))
 
 
 def write_all(out_dir: str | os.PathLike, *, seed: int, n_sft: int = DEFAULT_N_SFT, **task_kwargs) -> dict[str, Path]:
@@ -496,11 +479,7 @@ def write_all(out_dir: str | os.PathLike, *, seed: int, n_sft: int = DEFAULT_N_S
     meta["files"] = dict(OUTPUT_FILES)
     meta["n_sft"] = n_sft
     task_path = out / "task.json"
-    fd, tmp = tempfile.mkstemp(prefix=".task.json.", dir=out)
-    with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
-        fh.write(json.dumps(meta, indent=1, ensure_ascii=True) + "\n")
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, task_path)
+    write_text_atomic(task_path, json.dumps(meta, indent=1, ensure_ascii=True) + "\n")
     paths["task"] = task_path
     return paths
 
