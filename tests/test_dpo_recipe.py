@@ -4,22 +4,14 @@ import json
 
 import pytest
 
+import dist_helpers as dh
 from recipe_utils import read_metrics, run_recipe
 
 CONDS = ("clean", "misleading", "correct", "irrelevant")
 
 
 def _pairs(tmp_path, n=12):
-    rows = []
-    for i in range(n):
-        g, w = i % 10, (i + 3) % 10
-        prompts = {"clean": f"key k{i}?", "misleading": f"note: k{i}={w}. key k{i}?",
-                   "correct": f"note: k{i}={g}. key k{i}?", "irrelevant": f"note: sky is blue. key k{i}?"}
-        rows += [{"pair_id": f"p{i}", "item_id": f"i{i}", "condition": c, "prompt": p, "chosen": str(g),
-                  "rejected": str(w)} for c, p in prompts.items()]
-    path = tmp_path / "pairs.jsonl"
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return path
+    return dh.write_pairs(tmp_path / "pairs.jsonl", n)
 
 
 def _mist(tmp_path, n=3):
