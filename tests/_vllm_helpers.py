@@ -23,3 +23,11 @@ def perturb_lora(model, *, seed: int, scale: float = 0.5) -> None:
         for name, p in model.named_parameters():
             if "lora_" in name:
                 p.copy_(torch.randn(p.shape, generator=g) * scale)
+
+
+def reference_server(model_dir, tokenizer, *, model_name: str = "tiny"):
+    """A started in-process ``ReferenceServer`` on the tiny model (call ``.shutdown()`` when done)."""
+    from eval_hooks.backends.reference_server import ReferenceServer
+    from eval_hooks.models import load_model
+
+    return ReferenceServer(load_model(str(model_dir)), tokenizer, model_name=model_name).start()

@@ -7,6 +7,7 @@ import socket
 
 import pytest
 
+from _vllm_helpers import reference_server
 from eval_hooks.backends.base import GenerationRequest
 from eval_hooks.backends.vllm_server import (ServerResponseError, ServerUnreachableError, VLLMServerBackend,
                                              _parse_token_id)
@@ -14,10 +15,7 @@ from eval_hooks.backends.vllm_server import (ServerResponseError, ServerUnreacha
 
 @pytest.fixture(scope="module")
 def server(tiny_model_dir, tiny_tokenizer):
-    from eval_hooks.backends.reference_server import ReferenceServer
-    from eval_hooks.models import load_model
-
-    srv = ReferenceServer(load_model(str(tiny_model_dir)), tiny_tokenizer, model_name="tiny").start()
+    srv = reference_server(tiny_model_dir, tiny_tokenizer)
     yield srv
     srv.shutdown()
 

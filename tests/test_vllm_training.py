@@ -64,10 +64,9 @@ def _one_thread():
 @pytest.fixture()
 def server(tiny_model_dir, tiny_tokenizer):
     """Reference server on the tiny base model; records the body of every /v1/completions request."""
-    from eval_hooks.backends.reference_server import ReferenceServer
-    from eval_hooks.models import load_model
+    from _vllm_helpers import reference_server
 
-    srv = ReferenceServer(load_model(str(tiny_model_dir)), tiny_tokenizer, model_name="tiny").start()
+    srv = reference_server(tiny_model_dir, tiny_tokenizer)
     srv.completions = []
     inner = srv._completions
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from _vllm_helpers import make_lora_policy, perturb_lora
+from _vllm_helpers import make_lora_policy, perturb_lora, reference_server
 from eval_hooks.backends.base import GenerationRequest
 from eval_hooks.backends.vllm_server import AdapterLoadError, VLLMServerBackend
 from trainer.weight_sync import (CHECKSUM_FILE, AdapterSync, StaleWeightsError, adapter_checksum,
@@ -16,10 +16,7 @@ from trainer.weight_sync import (CHECKSUM_FILE, AdapterSync, StaleWeightsError, 
 
 @pytest.fixture()
 def server(tiny_model_dir, tiny_tokenizer):
-    from eval_hooks.backends.reference_server import ReferenceServer
-    from eval_hooks.models import load_model
-
-    srv = ReferenceServer(load_model(str(tiny_model_dir)), tiny_tokenizer, model_name="tiny").start()
+    srv = reference_server(tiny_model_dir, tiny_tokenizer)
     yield srv
     srv.shutdown()
 
