@@ -28,8 +28,7 @@ register_schemas()
 def run(cfg: DictConfig) -> dict:
     """Evaluate; returns the metrics written to ``<out_dir>/metrics.json``."""
     from eval_hooks import run_matched_eval
-    from eval_hooks.models import load_model, load_tokenizer
-    from trainer.evaluation import load_eval_rows, make_backend
+    from trainer.evaluation import build_inference_backend, load_eval_rows
     from trainer.run import seed_everything
 
     validate_common(cfg)
@@ -39,22 +38,7 @@ def run(cfg: DictConfig) -> dict:
         raise ConfigError(f"adapter_path={cfg.adapter_path!r} does not exist")
     rows = load_eval_rows(cfg.eval)  # validated before the model loads
     seed_everything(cfg.seed)
-    tokenizer = load_tokenizer(cfg.model.path, trust_remote_code=cfg.model.trust_remote_code)
-    model = None
-    if cfg.generation.backend == "hf":
-        import torch
-
-        model = load_model(cfg.model.path, dtype=cfg.model.dtype, trust_remote_code=cfg.model.trust_remote_code,
-                           attn_implementation=cfg.model.attn_implementation,
-                           device="cuda" if torch.cuda.is_available() else "cpu")
-        if cfg.adapter_path:
-            from peft import PeftModel
-
-            model = PeftModel.from_pretrained(model, cfg.adapter_path)
-    backend = make_backend(cfg.generation, model, tokenizer, model_path=cfg.model.path,
-                           use_chat_template=cfg.model.use_chat_template)
-    if cfg.adapter_path and cfg.generation.backend != "hf":
-        backend.load_adapter(str(Path(cfg.adapter_path).resolve()), "eval")
+    backend = build_inference_backend(cfg.model, cfg.generation, adapter_path=cfg.adapter_path)
     metrics = run_matched_eval(backend, rows, cfg.eval.family, cfg.out_dir, max_new_tokens=cfg.eval.max_new_tokens,
                                system_prompt=cfg.eval.system_prompt, prompt_prefix=cfg.eval.prompt_prefix,
                                use_chat_template=cfg.model.use_chat_template)

@@ -118,20 +118,14 @@ def run(cfg: DictConfig) -> dict:
     """Mine; returns the statistics written to ``<out_dir>/mining_stats.json``."""
     from eval_hooks import load_rows
     from eval_hooks.io import write_json_atomic, write_jsonl_atomic
-    from eval_hooks.models import load_model, load_tokenizer
     from trainer.data import resolve_data_path
-    from trainer.evaluation import make_backend
+    from trainer.evaluation import build_inference_backend
     from trainer.run import seed_everything
 
     validate_common(cfg)
     rows = load_rows("mist", resolve_data_path(cfg.items_path))  # validated before the model loads
     seed_everything(cfg.seed)
-    tokenizer = load_tokenizer(cfg.model.path, trust_remote_code=cfg.model.trust_remote_code)
-    model = None
-    if cfg.generation.backend == "hf":
-        model = load_model(cfg.model.path, dtype=cfg.model.dtype, trust_remote_code=cfg.model.trust_remote_code)
-    backend = make_backend(cfg.generation, model, tokenizer, model_path=cfg.model.path,
-                           use_chat_template=cfg.model.use_chat_template)
+    backend = build_inference_backend(cfg.model, cfg.generation)
     pairs, stats = mine(rows, backend, max_new_tokens=cfg.max_new_tokens, use_fallback=cfg.use_fallback,
                         fallback_note=cfg.fallback_note, leak_patterns=list(cfg.leak_patterns),
                         use_chat_template=cfg.model.use_chat_template, model_name=cfg.model.path)

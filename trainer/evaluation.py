@@ -88,6 +88,30 @@ def adapter_root(ctx) -> Path:
     return Path(ctx.cfg.generation.adapter_dir or Path(ctx.run_dir) / "adapters")
 
 
+def build_inference_backend(model_cfg, gen_cfg, *, adapter_path: str | None = None):
+    """Backend for a stand-alone (non-training) recipe: the model of ``model_cfg`` (on CUDA when
+    present), optionally with a LoRA adapter, in-process or behind a vLLM server."""
+    from eval_hooks.models import load_model, load_tokenizer
+
+    tokenizer = load_tokenizer(model_cfg.path, trust_remote_code=model_cfg.trust_remote_code)
+    model = None
+    if gen_cfg.backend == "hf":
+        import torch
+
+        model = load_model(model_cfg.path, dtype=model_cfg.dtype, trust_remote_code=model_cfg.trust_remote_code,
+                           attn_implementation=model_cfg.attn_implementation,
+                           device="cuda" if torch.cuda.is_available() else "cpu")
+        if adapter_path:
+            from peft import PeftModel
+
+            model = PeftModel.from_pretrained(model, adapter_path)
+    backend = make_backend(gen_cfg, model, tokenizer, model_path=model_cfg.path,
+                           use_chat_template=model_cfg.use_chat_template)
+    if adapter_path and gen_cfg.backend != "hf":
+        backend.load_adapter(str(Path(adapter_path).resolve()), "eval")
+    return backend
+
+
 def make_epoch_eval(ctx, rows: list[dict] | None, backend_factory: Callable[[], Any], *, policy=None,
                     tokenizer=None) -> Callable | None:
     """The callable the loop runs at epoch ends: writes ``<run_dir>/eval/epoch_<e>/`` and returns metrics.
