@@ -7,9 +7,16 @@ tests. Callers build :class:`GenerationRequest` objects and never branch on the 
 
 from __future__ import annotations
 
+import hashlib
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Sequence
+
+
+def derive_seed(*parts: int | str) -> int:
+    """A 31-bit seed that is a stable hash of ``parts`` (same value in every process and Python run)."""
+    blob = "/".join(str(p) for p in parts).encode()
+    return int.from_bytes(hashlib.sha256(blob).digest()[:4], "big") & 0x7FFFFFFF
 
 
 @dataclass
@@ -19,6 +26,13 @@ class GenerationRequest:
     Exactly one of ``prompt`` (raw text, sent as is) and ``messages`` (chat turns, rendered with the
     tokenizer's chat template plus the generation prompt) is set. ``temperature == 0`` means greedy.
     ``adapter`` names a LoRA adapter known to the backend (server backends); ``None`` = current weights.
+
+    ``seed`` (sampling only; ignored when greedy): the request's own random stream. The in-process HF
+    backend and the reference server draw sample ``j`` from a generator seeded with
+    ``derive_seed(seed, j)``, so a sample depends on (weights, prompt, seed, j) and not on which other
+    requests share its batch; vLLM seeds the request with it. Requests with the same prompt and seed
+    therefore get the same samples: give every independent draw its own seed. ``None``: the backend's
+    global RNG (HF: ``torch``'s, batch-dependent).
     """
 
     prompt: str | None = None

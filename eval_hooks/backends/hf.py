@@ -3,6 +3,12 @@
 Trainers hand it their live (possibly LoRA-wrapped) policy, so evaluation and rollouts use the
 current weights with no copy. Requests are grouped by (sampling settings) and sorted by prompt length
 so that each batch wastes little padding.
+
+Seeded sampling (``temperature > 0`` and ``request.seed`` set) is per row: sample ``j`` of a request
+draws its tokens from its own generator seeded with ``derive_seed(seed, j)`` (inverse-CDF sampling of
+the temperature/top-p distribution, see :func:`_make_row_sampler`), so requests with different seeds still
+share one batch and a sample does not depend on its batch. Greedy requests and unseeded sampling
+(``torch``'s global RNG) go through ``generate`` as before.
 """
 
 from __future__ import annotations
@@ -10,7 +16,45 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Sequence
 
-from .base import GenerationBackend, GenerationRequest, GenerationResult, Sample, truncate_at_stop
+from .base import GenerationBackend, GenerationRequest, GenerationResult, Sample, derive_seed, truncate_at_stop
+
+PER_ROW = "per-row"  # group key of seeded sampling: every row carries its own seed, batch freely
+
+
+def _make_row_sampler(seeds: Sequence[int], max_new_tokens: int, temperature: float, top_p: float, device):
+    """A ``LogitsProcessor`` that turns greedy decoding into per-row seeded sampling.
+
+    Each call (one decoding step) applies temperature and top-p (transformers' own warpers, as
+    ``do_sample=True`` would), then picks one token per row by inverse-CDF sampling with that row's next
+    uniform number, and returns scores that are 0 at the picked token and -inf elsewhere (so the argmax
+    of greedy decoding is the sample). Row ``b``'s uniforms are ``torch.rand(max_new_tokens, float64)``
+    from a generator seeded with ``seeds[b]``, drawn once: token ``t`` of a row uses its ``t``-th number
+    whatever the other rows are.
+    """
+    import torch
+    from transformers import LogitsProcessor, TemperatureLogitsWarper, TopPLogitsWarper
+
+    uniforms = torch.stack([torch.rand(max_new_tokens, dtype=torch.float64,
+                                       generator=torch.Generator().manual_seed(int(s))) for s in seeds]).to(device)
+    warpers = [TemperatureLogitsWarper(temperature)] + ([TopPLogitsWarper(top_p)] if top_p < 1.0 else [])
+
+    class RowSampler(LogitsProcessor):
+        def __init__(self):
+            self.step = 0
+
+        def __call__(self, input_ids, scores):
+            if self.step >= uniforms.shape[1]:
+                raise RuntimeError(f"RowSampler: decoding step {self.step} beyond max_new_tokens={uniforms.shape[1]}")
+            scores = scores.float()
+            for w in warpers:
+                scores = w(input_ids, scores)
+            cdf = torch.softmax(scores, dim=-1).to(torch.float64).cumsum(dim=-1)
+            u = uniforms[:, self.step:self.step + 1] * cdf[:, -1:]
+            pick = torch.searchsorted(cdf, u, right=True).clamp_max(scores.shape[-1] - 1)
+            self.step += 1
+            return torch.full_like(scores, float("-inf")).scatter_(1, pick, 0.0)
+
+    return RowSampler()
 
 
 class HFBackend(GenerationBackend):
@@ -58,7 +102,8 @@ class HFBackend(GenerationBackend):
         prompts = [self._encode(self.render(r.prompt, r.messages)) for r in requests]
         groups: dict[tuple, list[tuple[int, int]]] = defaultdict(list)
         for i, r in enumerate(requests):
-            key = (r.max_new_tokens, float(r.temperature), float(r.top_p), tuple(r.stop), r.seed)
+            per_row = r.seed is not None and r.temperature > 0
+            key = (r.max_new_tokens, float(r.temperature), float(r.top_p), tuple(r.stop), PER_ROW if per_row else r.seed)
             groups[key].extend((i, j) for j in range(r.n))
         samples: dict[tuple[int, int], Sample] = {}
         total = sum(len(v) for v in groups.values())
@@ -70,7 +115,11 @@ class HFBackend(GenerationBackend):
                 jobs.sort(key=lambda ij: len(prompts[ij[0]]))
                 for start in range(0, len(jobs), self.batch_size):
                     batch = jobs[start:start + self.batch_size]
-                    out = self._generate_batch([prompts[i] for i, _ in batch], *key)
+                    if key[-1] == PER_ROW:
+                        out = self._generate_batch([prompts[i] for i, _ in batch], *key[:-1], None,
+                                                   row_seeds=[derive_seed(requests[i].seed, j) for i, j in batch])
+                    else:
+                        out = self._generate_batch([prompts[i] for i, _ in batch], *key)
                     for job, s in zip(batch, out):
                         samples[job] = s
                     bar.update(len(batch))
@@ -82,7 +131,10 @@ class HFBackend(GenerationBackend):
                                  prompt_token_ids=prompts[i]) for i, r in enumerate(requests)]
 
     def _generate_batch(self, prompt_ids: list[list[int]], max_new_tokens: int, temperature: float,
-                        top_p: float, stop: tuple[str, ...], seed: int | None) -> list[Sample]:
+                        top_p: float, stop: tuple[str, ...], seed: int | None, *,
+                        row_seeds: Sequence[int] | None = None) -> list[Sample]:
+        """Generate one sample per prompt. ``seed``: ``torch.manual_seed`` before sampling (global RNG);
+        ``row_seeds`` (sampling only, one per prompt): per-row seeded sampling instead."""
         import torch
 
         pad = self.tokenizer.pad_token_id
@@ -94,7 +146,15 @@ class HFBackend(GenerationBackend):
             attention[row, width - len(p):] = 1
         kwargs = dict(max_new_tokens=max_new_tokens, pad_token_id=pad, return_dict_in_generate=True,
                       output_logits=True)
-        if temperature > 0:
+        if temperature > 0 and row_seeds is not None:
+            if len(row_seeds) != len(prompt_ids):
+                raise ValueError(f"{len(row_seeds)} row seeds for {len(prompt_ids)} prompts")
+            from transformers import LogitsProcessorList
+
+            sampler = _make_row_sampler(row_seeds, max_new_tokens, temperature, top_p, self.device)
+            kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None,
+                          logits_processor=LogitsProcessorList([sampler]))
+        elif temperature > 0:
             kwargs.update(do_sample=True, temperature=temperature, top_p=top_p, top_k=0)
         else:
             kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)

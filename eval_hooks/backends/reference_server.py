@@ -23,8 +23,10 @@ of str, token ids or list of token ids; ``n``, ``max_tokens``, ``temperature``, 
 ``top_k``/``min_p``/``repetition_penalty`` accepted only at their neutral values),
 ``POST /v1/load_lora_adapter`` and ``POST /v1/unload_lora_adapter`` (peft named adapters).
 Departures from vLLM: ``top_logprobs`` holds only the chosen token; ``echo`` is refused (use
-``prompt_logprobs``); one prompt's ``n`` samples are generated as one batch after
-``torch.manual_seed(seed)``, so seeded samples are reproducible here but not equal to vLLM's.
+``prompt_logprobs``); one prompt's ``n`` samples are generated as one batch; with ``seed`` (and
+``temperature > 0``) sample ``j`` is drawn from its own generator seeded with ``derive_seed(seed, j)``,
+exactly as the in-process HF backend draws it, so seeded samples are reproducible here (and equal to
+``HFBackend``'s) but not equal to vLLM's.
 Binds to loopback addresses only.
 """
 
@@ -308,6 +310,7 @@ class ReferenceServer:
         return out
 
     def _completions(self, body: dict):
+        from .base import derive_seed
         from .hf import HFBackend
 
         if body.get("echo"):
@@ -341,7 +344,10 @@ class ReferenceServer:
             model.eval()
             try:
                 for i, ids in enumerate(prompts):
-                    samples = hf._generate_batch([ids] * n, max_tokens, temperature, top_p, tuple(stop), seed)
+                    row_seeds = [derive_seed(seed, j) for j in range(n)] \
+                        if seed is not None and temperature > 0 else None
+                    samples = hf._generate_batch([ids] * n, max_tokens, temperature, top_p, tuple(stop), None,
+                                                 row_seeds=row_seeds)
                     plp = self._prompt_logprobs(model, ids, int(prompt_logprobs)) \
                         if prompt_logprobs is not None else None
                     for j, s in enumerate(samples):

@@ -15,8 +15,12 @@ API
 
 Protocol (vLLM ``/v1/completions``; the reference server implements the same subset):
 
-- Requests that share sampling settings and adapter are sent together (``prompt`` is a list, ``n``
-  samples each); ``choices[k]`` with ``index = prompt_idx * n + sample_idx``.
+- Requests that share sampling settings, seed and adapter are sent together (``prompt`` is a list, ``n``
+  samples each); ``choices[k]`` with ``index = prompt_idx * n + sample_idx``. The API takes one
+  ``seed`` per call, so requests with seeds of their own (GRPO rollouts: one per prompt, which makes
+  the samples independent of the batch and of the rank layout) go one call per prompt; calls run
+  concurrently with at most ``concurrency * max_prompts_per_call`` prompts in flight, so the server
+  still batches as many prompts as with shared-seed calls.
 - With a tokenizer, prompts are rendered with its chat template and tokenized *client side* and sent
   as token ids, so the server sees exactly the ids the trainer trains on (sending text would let the
   server re-tokenize and add a BOS). Without a tokenizer, rendered text is sent with
@@ -242,7 +246,9 @@ class VLLMServerBackend(GenerationBackend):
             return idx, self._complete(key, [payloads[i] for i in idx], [requests[i] for i in idx])
 
         try:
-            with ThreadPoolExecutor(max_workers=min(self.concurrency, len(calls) or 1)) as pool:
+            largest = max((len(idx) for _, idx in calls), default=1)
+            workers = min(len(calls) or 1, self.concurrency * max(1, self.max_prompts_per_call // largest))
+            with ThreadPoolExecutor(max_workers=workers) as pool:
                 for idx, out in pool.map(run, calls):
                     for i, res in zip(idx, out):
                         results[i] = res
