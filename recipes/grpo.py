@@ -18,7 +18,10 @@ How this departs from TRL's GRPOTrainer (same loss on the same inputs, tests/tes
 - groups whose rewards all agree are dropped and the batch refilled (``algo.max_refill_rounds``);
 - ``optim.batch_size * optim.grad_accum * world == algo.prompts_per_step * algo.group_size``: one
   rollout batch per optimizer step, replayed ``algo.num_iterations`` times with stored old log-probs;
-- rollouts are seeded per (seed, rollout batch, round), so a resumed run regenerates them exactly;
+- rollouts are seeded per (seed, rollout batch, round, global prompt index), so a resumed run regenerates
+  them exactly and N ranks generate what one process would; the ranks exchange their groups and take
+  the drop/refill, advantage (``std_scaling=batch``) and ``token_mean`` normalisation decisions on the
+  global batch, so an N-rank run equals a 1-rank run with the same global batch (trainer/rollout.py);
 - the reference for the KL term is the LoRA adapter disabled (no second model copy).
 """
 
@@ -40,7 +43,8 @@ register_schemas()
 
 
 def check_geometry(cfg, world: int) -> int:
-    """Groups per rank; raises when the rollout batch does not split into the configured micro-batches."""
+    """Groups per rank (each rank generates about that many; the batch is assembled globally); raises when
+    the rollout batch does not split into the configured micro-batches."""
     a, o = cfg.algo, cfg.optim
     samples = a.prompts_per_step * a.group_size
     if a.prompts_per_step % world or o.batch_size * o.grad_accum * world != samples:
@@ -70,7 +74,7 @@ def run(cfg: DictConfig):
     # ---- validate everything before any model loads (and long before any generation) -------------------
     validate_grpo(cfg)
     algo, dcfg = cfg.algo, cfg.data
-    num_groups = check_geometry(cfg, int(os.environ.get("WORLD_SIZE", "1")))
+    check_geometry(cfg, int(os.environ.get("WORLD_SIZE", "1")))
     server = cfg.generation.backend == "vllm_server"
     if server and not cfg.model.lora.enabled:
         raise ConfigError("generation=vllm_server needs model.lora.enabled=true: only a LoRA adapter can be synced to "
@@ -136,7 +140,7 @@ def run(cfg: DictConfig):
         with torch.no_grad():
             return sequence_logprobs(unwrapped, ids.to(acc.device), att.to(acc.device), cm.to(acc.device))[1].cpu()
 
-    settings = RolloutSettings.from_config(algo, num_groups=num_groups, grad_accum=cfg.optim.grad_accum,
+    settings = RolloutSettings.from_config(algo, num_groups=algo.prompts_per_step, grad_accum=cfg.optim.grad_accum,
                                            use_chat_template=use_chat, seed=cfg.seed)
 
     def reduce_max(n: int) -> int:
@@ -144,11 +148,20 @@ def run(cfg: DictConfig):
             return n
         return int(acc.gather(torch.tensor([n], device=acc.device)).max().item())
 
+    def all_gather(obj) -> list:
+        if acc.num_processes == 1:
+            return [obj]
+        import torch.distributed as dist
+
+        out: list = [None] * acc.num_processes
+        dist.all_gather_object(out, obj)
+        return out
+
     source = RolloutSource(rows, ShuffleSampler(len(rows), seed=cfg.seed), settings=settings, tokenizer=tokenizer,
                            backend_factory=backend_factory, reward=reward, env_factory=env_factory,
                            old_logps_fn=old_logps_fn if algo.num_iterations > 1 else None,
                            pre_generate=pre_generate, rank=acc.process_index, world=acc.num_processes,
-                           reduce_max=reduce_max)
+                           all_gather=all_gather)
 
     # ---- one micro-batch -----------------------------------------------------------------------------
     def step_fn(model, mb: dict):
@@ -173,9 +186,10 @@ def run(cfg: DictConfig):
             logps, old, mb["advantages"].to(dev), cm, eps_low=algo.eps_low, eps_high=algo.eps_high,
             aggregation=algo.aggregation, ref_logps=ref, kl_beta=algo.kl_beta, is_weights=is_w,
             num_tokens=mb["num_tokens"] if algo.aggregation == "token_mean" else None)
-        n_tok = cm.sum().clamp_min(1)
         metrics.update({k if k.startswith("is_") else f"is_{k}": v for k, v in is_metrics.items()})
-        metrics["entropy"] = (entropy * cm).sum() / n_tok
+        # over the global step's token count (per micro-batch and rank: global tokens / (grad_accum * world)),
+        # so the loop's mean over micro-batches and ranks is the token mean of the whole step on any world size
+        metrics["entropy"] = (entropy * cm).sum() / max(float(mb["num_tokens"]), 1e-9)
         metrics["advantage_abs_mean"] = mb["advantages"].abs().mean()
         return loss, metrics
 

@@ -85,6 +85,15 @@ def write_pairs(path: Path, n_quartets: int) -> Path:
     return path
 
 
+def hash_reward(completion: str, row: dict) -> float:
+    """A GRPO reward for the untrained tiny model (``algo.reward=tests.dist_helpers:hash_reward``): 1 for
+    about a fifth of the completions, by a hash of the text, so that many groups of 4 are all-zero
+    (dropped and refilled) and the others carry a signal."""
+    import hashlib
+
+    return float(int(hashlib.sha1(completion.encode()).hexdigest(), 16) % 5 == 0)
+
+
 def one_torch_thread():
     """Generator for an autouse fixture: in-process recipe runs use one torch thread. On a busy 2-core
     host, torch's default thread pool spins against the other processes: a tiny-model step takes ~3 s

@@ -108,18 +108,32 @@ def test_sft_ddp_two_ranks_equals_single_process(tmp_path, aggregation):
     assert len(dh.step_rows(ddp_dir)) == 3
 
 
-def test_grpo_ddp_two_ranks_smoke(tmp_path):
-    """GRPO on 2 ranks runs, shards the prompts and agrees on one run directory. It is *not* compared
-    with a single-process run: by design (trainer/rollout.py) each rank samples its slice with its own
-    generation seed round_seed(seed, batch, round, rank), refills zero-variance groups per rank and
-    normalises token counts per rank, so the sampled completions differ from one process generating
-    the global batch. The prompts are sharded like SamplerSource (global draw, rank slice)."""
+# GRPO: every rank draws the same global prompts, generates its share with per-prompt seeds (rank-independent
+# samples), the groups are gathered, and drop/refill, advantages (std_scaling=batch over the global batch) and
+# the token_mean normaliser (global tokens / (grad_accum * world)) are decided on the global batch; each rank
+# trains on its slice of every global micro-batch (trainer/rollout.py). The reward makes ~40% of the groups
+# zero-variance, so rounds drop and refill; the test checks that they did, identically.
+@pytest.mark.parametrize("aggregation,std_scaling,num_iterations", [("token_mean", "batch", 1),
+                                                                    ("sequence_mean", "group", 2)])
+def test_grpo_ddp_two_ranks_equals_single_process(tmp_path, aggregation, std_scaling, num_iterations):
+    over = ["trainer.max_steps=3", "optim.grad_accum=2", "trainer.save_every=0", "algo.max_new_tokens=6",
+            "algo.max_refill_rounds=2", "algo.reward=tests.dist_helpers:hash_reward",
+            f"algo.aggregation={aggregation}", f"algo.std_scaling={std_scaling}", f"algo.num_iterations={num_iterations}"]
     ddp_dir = tmp_path / "ddp"
-    dh.run(dh.command("grpo", [*COMMON, f"trainer.run_dir={ddp_dir}", "trainer.device=cpu", "trainer.max_steps=2",
-                               "optim.batch_size=8", "trainer.save_every=0"], accelerate_config="cpu_ddp.yaml"))
-    (tmp_path / "single").mkdir()
+    dh.run(dh.command("grpo", [*COMMON, f"trainer.run_dir={ddp_dir}", "trainer.device=cpu", "optim.batch_size=4",
+                               *over], accelerate_config="cpu_ddp.yaml"))
+    single = _single(tmp_path, "grpo", "grpo", ["optim.batch_size=8", *over])
     _check_one_run_dir(tmp_path, ddp_dir, 2, "DistributedType.MULTI_CPU")
-    rows = dh.step_rows(ddp_dir)
-    assert [l["step"] for l in rows] == [1, 2]
-    assert all(l["loss"] == l["loss"] and "reward_mean" in l for l in rows)
-    assert json.loads((ddp_dir / "run_complete.json").read_text())["step"] == 2
+    a, b = dh.step_rows(ddp_dir), dh.step_rows(single)
+    assert [l["step"] for l in a] == [1, 2, 3]
+    dh.assert_same_steps(a, b, tol=1e-5, keys=("loss", "grad_norm", "lr", "policy_loss", "entropy",
+                                               "advantage_abs_mean"))
+    counts = ("groups_generated", "groups_dropped", "groups_refilled", "refill_rounds", "groups_padded_zero_variance",
+              "reward_mean", "reward_mean_trained", "completion_len_mean", "rollout_index")
+    for x, y in zip(a, b):  # logged on the steps that generated a rollout batch (every num_iterations-th)
+        assert {k: x.get(k) for k in counts} == {k: y.get(k) for k in counts}, f"step {x['step']}"
+    assert sum("groups_generated" in l for l in b) == -(-3 // num_iterations)
+    assert sum(l.get("groups_dropped", 0) for l in b) > 0 and sum(l.get("groups_refilled", 0) for l in b) > 0
+    assert all(l["grad_norm"] > 0 for l in b)
+    print("max |loss ddp - single| =", max(abs(x["loss"] - y["loss"]) for x, y in zip(a, b)),
+          "max |grad_norm ddp - single| =", max(abs(x["grad_norm"] - y["grad_norm"]) for x, y in zip(a, b)))

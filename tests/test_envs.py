@@ -6,7 +6,7 @@ import torch
 from tests.box2_fakes import ScriptedBackend
 from trainer.config import ConfigError
 from trainer.data import ShuffleSampler
-from trainer.envs import ToyLookupEnv, WebShopEnv, resolve_env, run_episodes
+from trainer.envs import ToyLookupEnv, WebShopEnv, episode_seed, resolve_env, run_episodes
 from trainer.rollout import RolloutSettings, RolloutSource
 
 ITEM = {"item_id": "a", "prompt": "key abc?", "gold": 7, "answer_type": "numeric"}
@@ -38,12 +38,14 @@ def test_run_episodes_plays_groups_in_lockstep(tiny_tokenizer):
 
     backend = ScriptedBackend(tiny_tokenizer, policy)
     eps = run_episodes(backend, lambda: ToyLookupEnv(max_turns=3), [ITEM], group_size=2, max_new_tokens=16,
-                       temperature=1.0, top_p=1.0, stop=[], seed=10)
+                       temperature=1.0, top_p=1.0, stop=[], seeds=[10])
     assert len(eps) == 2 and all(e.reward == 1.0 and e.turns == 2 and not e.truncated for e in eps)
     assert [m["role"] for m in eps[0].messages] == ["user", "assistant", "user", "assistant"]
-    assert calls == [10, 10, 11, 11]  # one generate per turn, seeded seed + turn
+    # one generate per turn; every episode has its own seed per turn (equal seeds would give equal samples)
+    assert calls == [episode_seed(10, 0, 0), episode_seed(10, 1, 0), episode_seed(10, 0, 1), episode_seed(10, 1, 1)]
+    assert len(set(calls)) == 4
     stuck = run_episodes(ScriptedBackend(tiny_tokenizer, lambda r, j, s: "hmm"), lambda: ToyLookupEnv(max_turns=2),
-                         [ITEM], group_size=1, max_new_tokens=16, temperature=1.0, top_p=1.0, stop=[], seed=0)
+                         [ITEM], group_size=1, max_new_tokens=16, temperature=1.0, top_p=1.0, stop=[], seeds=[0])
     assert stuck[0].truncated and stuck[0].reward == 0.0 and stuck[0].turns == 2
 
 

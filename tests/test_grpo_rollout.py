@@ -1,6 +1,10 @@
-"""GRPO rollout source: drop/refill rule, advantages, micro-batches, resume state, bad input (fake backend)."""
+"""GRPO rollout source: drop/refill rule, advantages, micro-batches, resume state, bad input (fake backend);
+rank-independent seeds and the global batch of several ranks (simulated with threads); per-row seeded
+sampling of the HF backend."""
 
 import json
+import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import torch
@@ -9,8 +13,9 @@ from eval_hooks.io import DataError
 from tests.box2_fakes import ScriptedBackend
 from trainer.data import ShuffleSampler
 from trainer.rewards import GuardedReward, resolve_reward
+from eval_hooks.backends.base import derive_seed
 from trainer.rollout import (Group, Rollout, RolloutSettings, RolloutSource, check_prompt_lengths, fill_batch,
-                             load_rl_prompts, round_seed)
+                             load_rl_prompts, prompt_seed, rank_rows, share)
 
 
 def _groups(reward_lists):
@@ -82,8 +87,9 @@ def test_rollout_batch_advantages_and_microbatches(tiny_tokenizer):
     # completion tokens: "d"+EOS (2) for sample 0, "x"+EOS (2) for the others -> 8 per micro-batch, 16 total
     assert all(int(mb["completion_mask"].sum()) == 8 for mb in mbs)
     assert mbs[0]["num_tokens"] == 16 / 2
-    # every request of round 0 carries the round seed
-    assert backend.requests[0].seed == round_seed(0, 0, 0, 0) and backend.requests[0].n == 4
+    # every request carries its prompt's seed (rollout 0, round 0, position in the round's draw)
+    assert [r.seed for r in backend.requests[:2]] == [prompt_seed(0, 0, 0, 0), prompt_seed(0, 0, 0, 1)]
+    assert backend.requests[0].n == 4
     for key in ("reward_mean", "reward_std", "zero_variance_frac", "completion_len_mean", "time_generation_s",
                 "generation_fraction", "reward_errors"):
         assert key in m
@@ -121,7 +127,7 @@ def test_resume_mid_batch_reproduces_microbatches(tiny_tokenizer):
     assert torch.equal(rest_a[0]["input_ids"], first[1]["input_ids"])
     torch.testing.assert_close(first[0]["old_logps"], old(first[0]["input_ids"], None, first[0]["completion_mask"]))
     # b regenerated only the next batch (1 generation round for it), with the seed of rollout 1
-    assert backend_b.requests[0].seed == round_seed(0, 1, 0, 0)
+    assert backend_b.requests[0].seed == prompt_seed(0, 1, 0, 0)
 
 
 def test_resume_at_batch_boundary_regenerates_identically(tiny_tokenizer):
@@ -156,3 +162,194 @@ def test_toy_prompts_and_box2_rows_load():
     assert rows and {"item_id", "prompt", "gold", "answer_type"} <= set(rows[0])
     bad = load_rl_prompts("toy:0/box2_heldout.jsonl", family="box2", conditions=["bad"])
     assert bad and all(r["condition"] == "bad" for r in bad)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Several ranks: rank-independent seeds, one global batch (ranks simulated with threads)
+# ---------------------------------------------------------------------------------------------------
+def test_seeds_shares_and_rank_rows():
+    seeds = {prompt_seed(0, n, r, k) for n in range(3) for r in range(3) for k in range(8)}
+    assert len(seeds) == 72 and all(0 <= x < 2 ** 31 for x in seeds)  # distinct per (batch, round, prompt)
+    assert prompt_seed(0, 1, 2, 3) == prompt_seed(0, 1, 2, 3) != prompt_seed(1, 1, 2, 3)
+    assert derive_seed(5, 0) != derive_seed(5, 1)
+    assert [share(5, r, 2) for r in range(2)] == [(0, 2), (2, 5)] and share(1, 0, 2) == (0, 0)
+    # 2 micro-batches of 2 ranks x 2 samples: rank r gets its slice of each global micro-batch
+    assert rank_rows(8, 0, 2, 2) == [0, 1, 4, 5] and rank_rows(8, 1, 2, 2) == [2, 3, 6, 7]
+    assert rank_rows(6, 0, 1, 2) == list(range(6))
+    with pytest.raises(ValueError, match="do not split"):
+        rank_rows(6, 0, 2, 2)
+
+
+class _FakeWorld:
+    """``all_gather`` for ranks that are threads of one process (a barrier-synchronised exchange)."""
+
+    def __init__(self, world):
+        self.barrier, self.slots = threading.Barrier(world, timeout=30), [None] * world
+
+    def all_gather(self, rank):
+        def gather(obj):
+            self.slots[rank] = obj
+            self.barrier.wait()
+            out = list(self.slots)
+            self.barrier.wait()
+            return out
+        return gather
+
+
+DIST_ROWS = [{"item_id": f"d{k}", "prompt": f"key k{k}?", "gold": int(str(k)[0]), "answer_type": "numeric"}
+             for k in range(40)]
+
+
+def _seeded_script(request, j, seed):
+    """Stands in for sampling: the answer is a function of the request's seed and j only; about a third
+    of the groups are all wrong or all right (zero variance), so rounds drop and refill."""
+    gold = request.messages[-1]["content"][5]
+    h = derive_seed(seed, j) % 7
+    right = seed % 4 != 0 and (j == 0 or h % 2 == 0)  # a quarter all wrong; the rest mixed or all right
+    return gold if right else "x" * (1 + h % 3)  # different lengths: ranks hold different token counts
+
+
+def _dist_source(tokenizer, rank, world, gather, *, grad_accum, std_scaling, num_iterations):
+    s = RolloutSettings(group_size=4, num_groups=4, grad_accum=grad_accum, num_iterations=num_iterations,
+                        max_new_tokens=6, std_scaling=std_scaling, max_refill_rounds=3, seed=3)
+    backend = ScriptedBackend(tokenizer, _seeded_script)
+    old = (lambda ids, att, cm: (ids.float() * -0.01) * cm) if num_iterations > 1 else None
+    src = RolloutSource(DIST_ROWS, ShuffleSampler(len(DIST_ROWS), seed=3), settings=s, tokenizer=tokenizer,
+                        backend_factory=lambda: backend, reward=GuardedReward(resolve_reward("numeric_match")),
+                        old_logps_fn=old, rank=rank, world=world, all_gather=gather)
+    return src, backend
+
+
+def _unpadded(mb):
+    L = mb["attention_mask"].sum(dim=1).tolist()
+    return [(mb["input_ids"][i, :n].tolist(), mb["completion_mask"][i, :n].tolist()) for i, n in enumerate(L)]
+
+
+def _run_ranks(tokenizer, world, *, grad_accum, steps, std_scaling, num_iterations=1):
+    """``steps`` optimizer steps on each of ``world`` simulated ranks: per rank, its micro-batches and metrics."""
+    fake = _FakeWorld(world)
+
+    def rank_fn(rank):
+        src, backend = _dist_source(tokenizer, rank, world, fake.all_gather(rank), grad_accum=grad_accum,
+                                    std_scaling=std_scaling, num_iterations=num_iterations)
+        out = []
+        for _ in range(steps):
+            mbs = [src.next_microbatch() for _ in range(grad_accum)]
+            out.append((mbs, src.pop_metrics()))
+        return out, len(backend.requests), src
+
+    with ThreadPoolExecutor(world) as pool:
+        return list(pool.map(rank_fn, range(world)))
+
+
+@pytest.mark.parametrize("std_scaling,num_iterations", [("batch", 1), ("group", 2)])
+def test_two_ranks_build_exactly_the_single_process_batch(tiny_tokenizer, std_scaling, num_iterations):
+    """Simulated 2 ranks (micro-batch 4 each, grad_accum 2) vs 1 process (micro-batch 8): every global
+    micro-batch is the concatenation of the ranks' micro-batches (same samples, same advantages, same
+    old log-probs), the drop/refill counts are the global ones, and the token_mean normaliser is the
+    global count / (grad_accum * world)."""
+    steps = 3 * num_iterations
+    (single, _, _), = _run_ranks(tiny_tokenizer, 1, grad_accum=2, steps=steps, std_scaling=std_scaling,
+                                 num_iterations=num_iterations)
+    ranks = _run_ranks(tiny_tokenizer, 2, grad_accum=2, steps=steps, std_scaling=std_scaling,
+                       num_iterations=num_iterations)
+    dropped = refilled = 0
+    for step in range(steps):
+        s_mbs, s_m = single[step]
+        for i in range(2):
+            parts = [ranks[r][0][step][0][i] for r in range(2)]
+            assert [len(p["item_ids"]) for p in parts] == [4, 4]
+            assert _unpadded(s_mbs[i]) == _unpadded(parts[0]) + _unpadded(parts[1])
+            assert s_mbs[i]["item_ids"] == parts[0]["item_ids"] + parts[1]["item_ids"]
+            torch.testing.assert_close(s_mbs[i]["advantages"], torch.cat([p["advantages"] for p in parts]),
+                                       rtol=0, atol=0)
+            assert all(p["num_tokens"] * 2 == s_mbs[i]["num_tokens"] for p in parts)
+            if num_iterations > 1:
+                for p, lo in zip(parts, (0, 4)):
+                    n = p["old_logps"].shape[1]
+                    torch.testing.assert_close(p["old_logps"], s_mbs[i]["old_logps"][lo:lo + 4, :n], rtol=0, atol=0)
+        for r in range(2):
+            m = ranks[r][0][step][1]
+            for k in ("groups_generated", "groups_dropped", "groups_refilled", "refill_rounds",
+                      "groups_padded_zero_variance", "reward_mean", "reward_std", "reward_mean_trained"):
+                if k in s_m:
+                    assert m[k] == s_m[k], (step, r, k)
+        dropped += s_m.get("groups_dropped", 0)
+        refilled += s_m.get("groups_refilled", 0)
+    assert dropped > 0 and refilled > 0  # the test exercises drop + refill
+    # the two ranks generated disjoint shares: together as many requests as the single process
+    assert ranks[0][1] + ranks[1][1] == single_requests(tiny_tokenizer, steps, std_scaling, num_iterations)
+
+
+def single_requests(tokenizer, steps, std_scaling, num_iterations):
+    (_, n, _), = _run_ranks(tokenizer, 1, grad_accum=2, steps=steps, std_scaling=std_scaling,
+                            num_iterations=num_iterations)
+    return n
+
+
+def test_a_rank_resumes_mid_batch_from_the_main_process_state(tiny_tokenizer):
+    """Only the main process writes the source state; the stored batch is the global one, so rank 1
+    resumed from rank 0's state serves its own remaining micro-batches."""
+    fake = _FakeWorld(2)
+    srcs = [_dist_source(tiny_tokenizer, r, 2, fake.all_gather(r), grad_accum=2, std_scaling="group",
+                         num_iterations=2)[0] for r in range(2)]
+    with ThreadPoolExecutor(2) as pool:
+        list(pool.map(lambda s: [s.next_microbatch() for _ in range(3)], srcs))
+    state = json.loads(json.dumps(srcs[0].state_dict()))
+    assert state["batch"] is not None
+    rest = [srcs[1].next_microbatch()]
+    resumed = _dist_source(tiny_tokenizer, 1, 2, lambda obj: pytest.fail("no collective expected"), grad_accum=2,
+                           std_scaling="group", num_iterations=2)[0]
+    resumed.load_state_dict(state)
+    got = resumed.next_microbatch()
+    for k in ("input_ids", "completion_mask", "advantages", "old_logps"):
+        assert torch.equal(got[k], rest[0][k]), k
+
+
+# ---------------------------------------------------------------------------------------------------
+# HF backend: per-row seeded sampling
+# ---------------------------------------------------------------------------------------------------
+def test_hf_seeded_samples_do_not_depend_on_the_batch(tiny_model, tiny_tokenizer):
+    from eval_hooks.backends.base import GenerationRequest
+    from eval_hooks.backends.hf import HFBackend
+
+    torch.manual_seed(0)
+    backend = HFBackend(tiny_model, tiny_tokenizer, batch_size=32)
+    reqs = [GenerationRequest(prompt=f"key k{i}{'?' * i}\n", n=3, max_new_tokens=8, temperature=1.0, seed=100 + i)
+            for i in range(5)]
+    ids = lambda res: [s.token_ids for s in res.samples]  # noqa: E731
+    everything = [ids(r) for r in backend.generate(reqs)]
+    # other batch mates, another order, a smaller batch size, another global RNG state: same samples
+    torch.manual_seed(123)
+    assert [ids(r) for r in backend.generate([reqs[4], reqs[1]])] == [everything[4], everything[1]]
+    small = HFBackend(tiny_model, tiny_tokenizer, batch_size=2)
+    assert [ids(r) for r in small.generate(reqs[2:])] == everything[2:]
+    # the n samples of a request and requests with different seeds are different draws
+    assert len({tuple(t) for row in everything for t in row}) == 15
+    # a different seed changes the draws; the seed is per request (derive_seed(seed, j) per sample)
+    other = backend.generate([GenerationRequest(prompt=reqs[0].prompt, n=3, max_new_tokens=8, temperature=1.0,
+                                                seed=999)])
+    assert ids(other[0]) != everything[0]
+
+
+def test_hf_seeded_sampling_draws_from_the_temperature_top_p_distribution(tiny_model, tiny_tokenizer):
+    """First-token frequencies over 3000 seeded rows match softmax(logits / T) restricted to the top-p
+    nucleus (renormalised); tokens outside the nucleus never appear."""
+    from transformers import TopPLogitsWarper
+
+    from eval_hooks.backends.hf import HFBackend
+
+    backend = HFBackend(tiny_model, tiny_tokenizer)
+    prompt = tiny_tokenizer("key k3 is\n", add_special_tokens=False)["input_ids"]
+    with torch.no_grad():
+        logits = tiny_model(input_ids=torch.tensor([prompt])).logits[0, -1].float()
+    T, top_p, n = 0.1, 0.5, 3000  # the tiny model is near-uniform: sharpen it (19 tokens in the nucleus)
+    scores = TopPLogitsWarper(top_p)(None, (logits / T).unsqueeze(0))[0]
+    p = torch.softmax(scores, dim=-1)
+    out = backend._generate_batch([prompt] * n, 1, T, top_p, (), None, row_seeds=list(range(n)))
+    counts = torch.bincount(torch.tensor([s.token_ids[0] for s in out]), minlength=p.numel()).double()
+    assert counts[p == 0].sum() == 0
+    # every token's count within 4.5 binomial standard deviations (plus 1) of n * p
+    sd = (n * p * (1 - p)).double().sqrt()
+    assert bool(((counts - n * p.double()).abs() <= 4.5 * sd + 1).all())
+    assert (p > 0).sum() > 5 and int((counts > 0).sum()) > 5  # a real distribution, not a near-argmax

@@ -116,10 +116,11 @@ def test_grpo_rollouts_and_adapter_sync_every_step_through_http(tmp_path, server
     assert lines[0]["adapter_checksum"] != lines[1]["adapter_checksum"]
     assert lines[1]["probe_trainer_shift"] > 10 * THRESHOLD  # the weights moved: the probe was informative
 
-    # rollouts went through HTTP, one call per step (P prompts x n=G), each to that step's adapter
+    # rollouts went through HTTP, one call per prompt (its own seed; n=G), each to that step's adapter
     calls = _sampling(server)
-    assert [c["model"] for c in calls] == [_served_name(l) for l in lines]
-    assert all(c["n"] == G and len(c["prompt"]) == P and c["max_tokens"] == 3 for c in calls)
+    assert [c["model"] for c in calls] == [_served_name(l) for l in lines for _ in range(P)]
+    assert all(c["n"] == G and len(c["prompt"]) == 1 and c["max_tokens"] == 3 for c in calls)
+    assert len({c["seed"] for c in calls}) == len(calls)
     # the old version was unloaded; only the newest adapter is still served
     assert set(server._paths) == {_served_name(lines[1])}
 
@@ -134,7 +135,7 @@ def test_sync_every_k_steps_and_is_correction_of_stale_rollouts(tmp_path, server
     assert [l["adapter_version"] for l in lines] == ["s0", "s0", "s2"]  # every line names its weights
     assert "probe_mean_abs_dlogp" in lines[0] and "probe_mean_abs_dlogp" not in lines[1]
     assert lines[2]["probe_mean_abs_dlogp"] < THRESHOLD
-    assert [c["model"] for c in _sampling(server)] == [_served_name(l) for l in lines]
+    assert [c["model"] for c in _sampling(server)] == [_served_name(l) for l in lines for _ in range(P)]
     fresh, stale = lines[0], lines[1]
     assert fresh["is_logp_abs_diff_mean"] < 1e-5 and lines[2]["is_logp_abs_diff_mean"] < 1e-5
     assert stale["is_logp_abs_diff_mean"] > 1e-3
@@ -162,7 +163,7 @@ def test_probe_catches_a_stale_adapter_and_checkpoints(tmp_path, server):
     assert [l["step"] for l in lines] == [1, 2] and lines[1]["sync_failed"] == 1
     assert lines[1]["probe_mean_abs_dlogp"] == pytest.approx(e.value.metrics["probe_mean_abs_dlogp"])
     assert [p.name for p in complete_checkpoints(run / "checkpoints")] == ["step_1"]
-    assert len(_sampling(server)) == 1  # nothing was generated with the stale weights
+    assert len(_sampling(server)) == P  # step 1's calls (one per prompt); nothing with the stale weights
 
 
 def test_retries_after_dropped_connections_lost_replies_and_503(tmp_path, server):
@@ -179,9 +180,9 @@ def test_retries_after_dropped_connections_lost_replies_and_503(tmp_path, server
 
 @pytest.mark.parametrize("fault, match", [
     ("malformed_json", r"malformed JSON from .*/v1/completions for POST /v1/completions \(model='policy-s0-\w+', "
-                       rf"{P} prompt\(s\) x n={G}, max_tokens=3, first prompt"),
-    ("fewer_samples", rf"POST /v1/completions \(model='policy-s0-\w+', {P} prompt\(s\) x n={G}.*: asked for "
-                      rf"{P * G} samples \({P} prompts x n={G}\), server returned {P * G - 1}"),
+                       rf"1 prompt\(s\) x n={G}, max_tokens=3, first prompt"),
+    ("fewer_samples", rf"POST /v1/completions \(model='policy-s0-\w+', 1 prompt\(s\) x n={G}.*: asked for "
+                      rf"{G} samples \(1 prompts x n={G}\), server returned {G - 1}"),
 ])
 def test_bad_rollout_replies_are_errors_naming_the_request(tmp_path, server, fault, match):
     from eval_hooks.backends.vllm_server import ServerResponseError
@@ -197,7 +198,9 @@ def test_bad_rollout_replies_are_errors_naming_the_request(tmp_path, server, fau
         run_recipe("grpo", "grpo", _overrides(run, server.url, "trainer.max_steps=2", "generation.sync_every=2"))
     assert [l["step"] for l in read_metrics(run)] == [1]
     assert [p.name for p in complete_checkpoints(run / "checkpoints")] == ["step_1"]
-    assert len(_sampling(server)) == 2  # malformed replies are not retried
+    # step 1: P calls (one per prompt); step 2: the faulty call and at most its P - 1 concurrent siblings,
+    # the faulty one not retried (a retry would make it 2 P + 1)
+    assert P < len(_sampling(server)) <= 2 * P
 
 
 def test_adapter_load_failure_stops_never_falls_back_to_base(tmp_path, server):

@@ -158,30 +158,44 @@ class Episode:
     hit_length: bool = False  # some assistant turn stopped at max_new_tokens
 
 
+def episode_seed(item_seed: int, episode: int, turn: int) -> int:
+    """Request seed of one episode's turn: a stable hash of (the item's seed, episode index, turn)."""
+    from eval_hooks.backends.base import derive_seed
+
+    return derive_seed("episode", item_seed, episode, turn)
+
+
 def run_episodes(backend, factory: Callable[[], Environment], items: Sequence[dict], *, group_size: int,
-                 max_new_tokens: int, temperature: float, top_p: float, stop: Sequence[str], seed: int) -> list[Episode]:
+                 max_new_tokens: int, temperature: float, top_p: float, stop: Sequence[str],
+                 seeds: Sequence[int]) -> list[Episode]:
     """Play ``group_size`` episodes per item (item-major: the episodes of item i are contiguous).
 
-    Every turn sends one request per live episode in a single ``backend.generate`` call, seeded with
-    ``seed + turn`` (the HF backend batches requests that share a seed), so the rollouts are a
-    function of (weights, items, seed). Environments are reset with ``seed`` too.
+    Every turn sends one request per live episode in a single ``backend.generate`` call; episode ``k``
+    of item ``i`` is seeded with ``episode_seed(seeds[i], k, turn)`` (every episode its own stream, as
+    backends give equal samples to equal prompts with equal seeds) and its environment is reset with
+    ``seeds[i]``. So an item's episodes are a function of (weights, item, its seed) alone, whatever
+    other items share the call.
     """
     from eval_hooks.backends.base import GenerationRequest
 
-    episodes, envs = [], []
-    for item in items:
-        for _ in range(group_size):
+    if len(seeds) != len(items):
+        raise ValueError(f"run_episodes: {len(seeds)} seeds for {len(items)} items (one per item)")
+    episodes, envs, keys = [], [], []
+    for item, item_seed in zip(items, seeds):
+        for k in range(group_size):
             env = factory()
-            obs = env.reset(item, seed=seed)
+            obs = env.reset(item, seed=item_seed)
             episodes.append(Episode(item=item, messages=[{"role": "user", "content": obs}]))
             envs.append(env)
+            keys.append((item_seed, k))
     turn = 0
     while True:
         live = [i for i, e in enumerate(episodes) if not e.done]
         if not live:
             break
         reqs = [GenerationRequest(messages=list(episodes[i].messages), n=1, max_new_tokens=max_new_tokens,
-                                  temperature=temperature, top_p=top_p, stop=list(stop), seed=seed + turn)
+                                  temperature=temperature, top_p=top_p, stop=list(stop),
+                                  seed=episode_seed(*keys[i], turn))
                 for i in live]
         results = backend.generate(reqs)
         for i, res in zip(live, results):

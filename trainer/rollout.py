@@ -10,22 +10,36 @@ One *rollout batch* per ``num_iterations`` optimizer steps:
 or, with ``algo.env`` set, G multi-turn episodes per prompt through ``trainer.envs.run_episodes``
 (reward = the episode's return; every assistant turn is a target).
 
-Exact resume: generation round ``r`` of rollout batch ``n`` is seeded with ``round_seed(seed, n, r,
-rank)``, so the state is just (sampler position, rollout index, cursor into the batch, reward error
+Seeds: prompt ``k`` of generation round ``r`` of rollout batch ``n`` is sampled with its own seed
+``prompt_seed(seed, n, r, k)`` (``k`` = its position in the round's *global* draw), and the backend
+draws each of its G samples from a stream of its own (``eval_hooks.backends.base.GenerationRequest``).
+So the completions depend on (weights, prompt, seed, n, r, k) only: not on the number of ranks, on
+which rank generates the prompt, or on its batch.
+
+Several ranks (``world > 1``) build one *global* batch, exactly the batch one process would build:
+every rank draws the same global prompts of a round, generates its contiguous share, and the groups
+are exchanged (``all_gather``, an ``all_gather_object``) so that every rank holds all of them. The
+drop/refill decision (:func:`fill_batch`), the advantages (``std_scaling=batch`` over the global
+batch) and the token count of ``token_mean`` (the global step's, divided by ``grad_accum * world``:
+the loop divides by ``grad_accum`` and DDP averages over ranks) are then computed identically on every
+rank. Rank ``r`` trains on its slice of every global micro-batch: global micro-batch ``i`` is samples
+``[i*W*b, (i+1)*W*b)`` (``W`` ranks, ``b`` samples per rank micro-batch) and rank ``r`` gets
+``[(i*W + r)*b, (i*W + r + 1)*b)``, the order in which the loop's ``data_hash`` lists them; so a
+W-rank run equals a 1-rank run with the same global batch (tests/test_distributed.py).
+
+Exact resume: the state is just (sampler position, rollout index, cursor into the batch, reward error
 count) plus, only when a checkpoint falls inside the ``num_iterations`` replays of one batch, the
-batch itself (token ids, advantages, old log-probs: the policy that generated it no longer exists).
-A resumed run regenerates identical rollouts from identical weights.
+global batch itself (token ids, advantages, old log-probs: the policy that generated it no longer
+exists; the same on every rank, so the main process's copy serves all). A resumed run regenerates
+identical rollouts from identical weights.
 
 Departures from TRL's GRPOTrainer, on purpose: zero-variance groups are dropped and refilled
 (verl/OpenRLHF dynamic sampling); if still short after ``max_refill_rounds`` the batch is topped up
-with dropped groups (advantage 0, so no policy-gradient signal) to keep its size; with several ranks
-each rank generates and normalises its own slice (``std_scaling=batch`` uses the rank's batch).
+with dropped groups (advantage 0, so no policy-gradient signal) to keep its size.
 """
 
 from __future__ import annotations
 
-import hashlib
-import math
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
@@ -102,10 +116,28 @@ def render_prompt_ids(tokenizer, prompt: str, use_chat_template: bool) -> list[i
     return list(tokenizer(prompt + "\n", add_special_tokens=False)["input_ids"])
 
 
-def round_seed(seed: int, rollout_index: int, round_index: int, rank: int) -> int:
-    """Generation seed of one round: a stable hash of (seed, rollout batch, refill round, rank)."""
-    blob = f"{seed}/{rollout_index}/{round_index}/{rank}".encode()
-    return int.from_bytes(hashlib.sha256(blob).digest()[:4], "big") & 0x7FFFFFFF
+def prompt_seed(seed: int, rollout_index: int, round_index: int, prompt_index: int) -> int:
+    """Generation seed of one prompt: a stable hash of (seed, rollout batch, refill round, the prompt's
+    index in the round's global draw). Rank-independent by construction."""
+    from eval_hooks.backends.base import derive_seed
+
+    return derive_seed("rollout", seed, rollout_index, round_index, prompt_index)
+
+
+def share(n: int, rank: int, world: int) -> tuple[int, int]:
+    """The contiguous share ``[lo, hi)`` of ``n`` items that ``rank`` of ``world`` handles (sizes differ
+    by at most one; a rank may get none)."""
+    return n * rank // world, n * (rank + 1) // world
+
+
+def rank_rows(n: int, rank: int, world: int, grad_accum: int) -> list[int]:
+    """Indices of the global batch's ``n`` samples that ``rank`` trains on: its slice of every global
+    micro-batch (micro-batch ``i`` = ``[i*W*b, (i+1)*W*b)``, rank ``r`` gets ``[(i*W+r)*b, (i*W+r+1)*b)``
+    with ``b = n / (grad_accum * world)``), in micro-batch order."""
+    if n % (grad_accum * world):
+        raise ValueError(f"{n} samples do not split into grad_accum={grad_accum} x world={world} equal micro-batches")
+    b = n // (grad_accum * world)
+    return [k for i in range(grad_accum) for k in range((i * world + rank) * b, (i * world + rank + 1) * b)]
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -144,13 +176,14 @@ class Group:
 
 
 def fill_batch(generate_round: Callable[[int, int], list[Group]], *, num_groups: int, max_refill_rounds: int,
-               drop_zero_variance: bool, reduce_max: Callable[[int], int] = lambda x: x) -> tuple[list[Group], dict]:
+               drop_zero_variance: bool) -> tuple[list[Group], dict]:
     """Collect ``num_groups`` groups. ``generate_round(n, r)`` returns ``n`` fresh groups for round ``r``.
 
     Round 0 asks for ``num_groups``; with ``drop_zero_variance`` the groups whose rewards all agree are
-    dropped and rounds 1..``max_refill_rounds`` each ask for the number still missing (``reduce_max``
-    makes all ranks agree on that number, so their prompt samplers stay in step; surplus groups are
-    discarded). If still short, dropped groups top the batch up (advantage 0). Returns the groups
+    dropped and rounds 1..``max_refill_rounds`` each ask for the number still missing. If still short,
+    dropped groups top the batch up (advantage 0). With several ranks this runs on the *global* groups
+    (``generate_round`` returns every rank's share, in global order), so every rank takes the same
+    decisions as one process would. Returns the groups
     (kept first, in generation order) and counts: ``groups_generated``, ``groups_dropped``,
     ``groups_refilled`` (kept groups that came from refill rounds), ``refill_rounds``,
     ``groups_padded_zero_variance``, ``zero_variance_frac`` (of round 0).
@@ -162,7 +195,7 @@ def fill_batch(generate_round: Callable[[int, int], list[Group]], *, num_groups:
     stats = {"groups_generated": 0, "groups_dropped": 0, "groups_refilled": 0, "refill_rounds": 0,
              "groups_padded_zero_variance": 0, "zero_variance_frac": 0.0}
     for rnd in range(max_refill_rounds + 1):
-        need = reduce_max(num_groups - len(kept))
+        need = num_groups - len(kept)
         if need <= 0:
             break
         groups = generate_round(need, rnd)
@@ -196,7 +229,7 @@ def fill_batch(generate_round: Callable[[int, int], list[Group]], *, num_groups:
 @dataclass
 class RolloutSettings:
     group_size: int
-    num_groups: int                 # groups per optimizer step on this rank
+    num_groups: int                 # groups (prompts) per optimizer step, over all ranks
     grad_accum: int
     num_iterations: int = 1
     max_new_tokens: int = 64
@@ -225,8 +258,12 @@ class RolloutSource:
 
         {"input_ids", "attention_mask", "completion_mask": (b, T) long,  # right-padded
          "advantages": (b,), "old_logps": (b, T) or None, "rollout_logps": (b, T) or None,
-         "num_tokens": float,   # masked tokens of the whole batch / grad_accum (token-mean over the window)
+         "num_tokens": float,   # masked tokens of the global batch / (grad_accum * world)
          "item_ids": [...]}
+
+    ``rank``/``world``: this process's place; ``all_gather(obj) -> [obj of rank 0, ..., obj of rank W-1]``
+    (``torch.distributed.all_gather_object``; ``None`` on one process) exchanges the generated groups
+    and the old log-probs (see the module docstring).
 
     ``backend_factory()`` returns a GenerationBackend over the live policy; ``reward`` is a
     :class:`~trainer.rewards.GuardedReward` (single-turn) and ``env_factory`` a zero-argument
@@ -242,18 +279,24 @@ class RolloutSource:
     def __init__(self, rows: list[dict], sampler, *, settings: RolloutSettings, tokenizer,
                  backend_factory: Callable[[], Any], reward=None, env_factory=None,
                  old_logps_fn: Callable | None = None, pre_generate: Callable[[int], dict] | None = None,
-                 rank: int = 0, world: int = 1, reduce_max: Callable[[int], int] = lambda x: x):
+                 rank: int = 0, world: int = 1, all_gather: Callable[[Any], list] | None = None):
         if reward is None and env_factory is None:
             raise ValueError("RolloutSource needs a reward function or an environment")
         if settings.num_iterations > 1 and old_logps_fn is None:
             raise ValueError("num_iterations > 1 needs old_logps_fn (stored old log-probs)")
+        if world > 1 and all_gather is None:
+            raise ValueError(f"world={world} needs all_gather (the ranks exchange their generated groups)")
+        if not 0 <= rank < world:
+            raise ValueError(f"rank={rank} is not in [0, world={world})")
+        rank_rows(settings.num_groups * settings.group_size, rank, world, settings.grad_accum)  # raises if uneven
         self.rows, self.sampler, self.s = rows, sampler, settings
         self.tokenizer = tokenizer
         self.backend_factory = backend_factory
         self._backend = None
         self.reward, self.env_factory = reward, env_factory
         self.old_logps_fn, self.pre_generate = old_logps_fn, pre_generate
-        self.rank, self.world, self.reduce_max = rank, world, reduce_max
+        self.rank, self.world = rank, world
+        self.all_gather = all_gather if all_gather is not None else (lambda obj: [obj])
         self.rollout_index = 0     # rollout batches generated so far
         self.cursor = 0            # micro-batches served from the current batch (over all iterations)
         self.optimizer_steps = 0   # for pre_generate(step)
@@ -324,28 +367,33 @@ class RolloutSource:
             self._backend = self.backend_factory()
         return self._backend
 
-    def _draw(self, n: int) -> list[dict]:
-        draws = self.sampler.draw(n * self.world)
-        mine = draws[self.rank * n:(self.rank + 1) * n]
-        return [self.rows[i] for i, _ in mine]
-
     def _generate_round(self, n: int, rnd: int) -> list[Group]:
-        items = self._draw(n)
-        seed = round_seed(self.s.seed, self.rollout_index, rnd, self.rank)
+        """The ``n`` groups of round ``rnd`` in global order: every rank draws the same ``n`` prompts,
+        generates and scores its share, and the shares are gathered."""
+        items = [self.rows[i] for i, _ in self.sampler.draw(n)]
+        lo, hi = share(n, self.rank, self.world)
+        seeds = [prompt_seed(self.s.seed, self.rollout_index, rnd, k) for k in range(lo, hi)]
         t0 = time.time()
-        if self.env_factory is not None:
-            groups = self._env_groups(items, seed)
-        else:
-            groups = self._single_turn_groups(items, seed)
+        mine: list[Group] = []
+        if hi > lo:
+            if self.env_factory is not None:
+                mine = self._env_groups(items[lo:hi], seeds)
+            else:
+                mine = self._single_turn_groups(items[lo:hi], seeds)
         self._gen_time += time.time() - t0
-        return groups
+        parts = self.all_gather(mine)
+        if len(parts) != self.world or [len(p) for p in parts] != [share(n, r, self.world)[1] - share(n, r, self.world)[0]
+                                                                   for r in range(self.world)]:
+            raise RuntimeError(f"all_gather returned shares of {[len(p) for p in parts]} groups; expected the "
+                               f"{self.world} ranks' shares of {n} groups")
+        return [g for part in parts for g in part]
 
-    def _single_turn_groups(self, items: list[dict], seed: int) -> list[Group]:
+    def _single_turn_groups(self, items: list[dict], seeds: list[int]) -> list[Group]:
         from eval_hooks.backends.base import GenerationRequest
 
         s = self.s
         reqs = []
-        for r in items:
+        for r, seed in zip(items, seeds):
             kw = dict(n=s.group_size, max_new_tokens=s.max_new_tokens, temperature=s.temperature, top_p=s.top_p,
                       stop=list(s.stop), seed=seed, adapter=self._adapter)
             if s.use_chat_template:
@@ -377,14 +425,14 @@ class RolloutSource:
         self._metrics["time_reward_s"] = self._metrics.get("time_reward_s", 0.0) + time.time() - t1
         return groups
 
-    def _env_groups(self, items: list[dict], seed: int) -> list[Group]:
+    def _env_groups(self, items: list[dict], seeds: list[int]) -> list[Group]:
         from .envs import run_episodes
 
         s = self.s
         t0 = time.time()
         episodes = run_episodes(self.backend, self.env_factory, items, group_size=s.group_size,
                                 max_new_tokens=s.max_new_tokens, temperature=s.temperature, top_p=s.top_p,
-                                stop=s.stop, seed=seed)
+                                stop=s.stop, seeds=seeds)
         self._metrics["time_generation_s"] = self._metrics.get("time_generation_s", 0.0) + time.time() - t0
         groups = []
         for i, item in enumerate(items):
@@ -419,7 +467,7 @@ class RolloutSource:
             return groups
 
         groups, stats = fill_batch(generate_round, num_groups=s.num_groups, max_refill_rounds=s.max_refill_rounds,
-                                   drop_zero_variance=s.drop_zero_variance, reduce_max=self.reduce_max)
+                                   drop_zero_variance=s.drop_zero_variance)
         samples = [x for g in groups for x in g.samples]
         rewards = torch.tensor([x.reward for x in samples], dtype=torch.float32)
         advantages, _ = group_advantages(rewards, s.group_size, std_scaling=s.std_scaling)
@@ -429,11 +477,12 @@ class RolloutSource:
             if s.mask_truncated and x.truncated:
                 m = [0] * len(m)
             masks.append(m)
+        # the global batch: the same on every rank (each trains on rank_rows of it)
         batch = {"samples": samples, "masks": masks, "advantages": advantages.tolist(), "old_logps": None}
         if s.num_iterations > 1:
             batch["old_logps"] = self._old_logps(samples, masks)
         n_tok = sum(sum(m) for m in masks)
-        batch["num_tokens"] = n_tok / s.grad_accum
+        batch["num_tokens"] = n_tok / (s.grad_accum * self.world)
         self.rollout_index += 1
 
         rt = torch.tensor(first_round, dtype=torch.float64)
@@ -448,24 +497,33 @@ class RolloutSource:
         return batch
 
     def _old_logps(self, samples: list[Rollout], masks: list[list[int]]) -> list[list[float]]:
-        out: list[list[float]] = []
-        per = max(1, math.ceil(len(samples) / self.s.grad_accum))
-        for start in range(0, len(samples), per):
-            ids, att, cm = _pad([x.input_ids for x in samples[start:start + per]], masks[start:start + per],
-                                self.tokenizer)
+        """Old log-probs of the global batch: each rank computes its own micro-batches', then they are
+        gathered (so the stored batch is the same on every rank)."""
+        mine = rank_rows(len(samples), self.rank, self.world, self.s.grad_accum)
+        per = len(mine) // self.s.grad_accum
+        computed: list[list[float]] = []
+        for start in range(0, len(mine), per):
+            rows = mine[start:start + per]
+            ids, att, cm = _pad([samples[k].input_ids for k in rows], [masks[k] for k in rows], self.tokenizer)
             lp = self.old_logps_fn(ids, att, cm)
-            for row, x in enumerate(samples[start:start + per]):
-                out.append([float(v) for v in lp[row, :len(x.input_ids)].tolist()])
-        return out
+            for row, k in enumerate(rows):
+                computed.append([float(v) for v in lp[row, :len(samples[k].input_ids)].tolist()])
+        out: list[list[float] | None] = [None] * len(samples)
+        for r, part in enumerate(self.all_gather(computed)):
+            for k, lp_row in zip(rank_rows(len(samples), r, self.world, self.s.grad_accum), part):
+                out[k] = lp_row
+        if any(x is None for x in out):
+            raise RuntimeError("old log-probs: the gathered shares do not cover the batch")
+        return out  # type: ignore[return-value]
 
     def _microbatch(self, index: int) -> dict:
         import torch
 
         b = self._batch
-        n = len(b["samples"])
-        per = math.ceil(n / self.s.grad_accum)
-        lo, hi = index * per, min(n, (index + 1) * per)
-        samples, masks = b["samples"][lo:hi], b["masks"][lo:hi]
+        mine = rank_rows(len(b["samples"]), self.rank, self.world, self.s.grad_accum)
+        per = len(mine) // self.s.grad_accum
+        picked = mine[index * per:(index + 1) * per]
+        samples, masks = [b["samples"][k] for k in picked], [b["masks"][k] for k in picked]
         ids, att, cm = _pad([x.input_ids for x in samples], masks, self.tokenizer)
         T = ids.shape[1]
 
@@ -475,13 +533,13 @@ class RolloutSource:
                 t[i, :len(r)] = torch.tensor(r, dtype=torch.float32)
             return t
 
-        old = padded(b["old_logps"][lo:hi]) if b["old_logps"] is not None else None
+        old = padded([b["old_logps"][k] for k in picked]) if b["old_logps"] is not None else None
         rollout = None
         if all(x.rollout_logps is not None for x in samples) and samples:
             rows = [[0.0] * (len(x.input_ids) - len(x.rollout_logps)) + x.rollout_logps for x in samples]
             rollout = padded(rows)
         return {"input_ids": ids, "attention_mask": att, "completion_mask": cm,
-                "advantages": torch.tensor(b["advantages"][lo:hi], dtype=torch.float32),
+                "advantages": torch.tensor([b["advantages"][k] for k in picked], dtype=torch.float32),
                 "old_logps": old, "rollout_logps": rollout, "num_tokens": b["num_tokens"],
                 "item_ids": [x.item_id for x in samples]}
 
