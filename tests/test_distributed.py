@@ -1,7 +1,8 @@
 """Real multi-process runs of the trainers on CPU (slow): 2-rank gloo DDP and DeepSpeed ZeRO-2.
 
 Each 2-rank run (per-rank micro-batch b) is compared step by step with a single-process run of the same
-recipe with micro-batch 2b: `SamplerSource` draws a global micro-batch and hands each rank its slice,
+recipe with micro-batch 2b: `SamplerSource` draws a global micro-batch and hands each rank its slice
+(GRPO: the ranks assemble the global rollout batch and each takes its slice of every micro-batch),
 DDP averages the ranks' gradients, so loss, gradient norm, learning rate and the data order
 (`data_hash`, item ids in single-process order) must agree to float rounding.
 
