@@ -306,6 +306,33 @@ def test_a_rank_resumes_mid_batch_from_the_main_process_state(tiny_tokenizer):
         assert torch.equal(got[k], rest[0][k]), k
 
 
+def test_a_failure_on_one_rank_stops_every_rank_with_that_error(tiny_tokenizer):
+    """Rank 1's backend fails (e.g. a dead server): rank 0, which generated fine, raises the same error
+    type instead of waiting forever for the next collective."""
+    from eval_hooks.backends.vllm_server import ServerUnreachableError
+
+    fake = _FakeWorld(2)
+    srcs = []
+    for r in range(2):
+        src, backend = _dist_source(tiny_tokenizer, r, 2, fake.all_gather(r), grad_accum=2, std_scaling="group",
+                                    num_iterations=1)
+        if r == 1:
+            def dead(reqs, **kw):
+                raise ServerUnreachableError("cannot reach http://x")
+            backend.generate = dead
+        srcs.append(src)
+
+    def attempt(src):
+        try:
+            src.next_microbatch()
+        except ServerUnreachableError as e:
+            return str(e)
+        return None
+
+    with ThreadPoolExecutor(2) as pool:
+        assert list(pool.map(attempt, srcs)) == ["cannot reach http://x"] * 2
+
+
 # ---------------------------------------------------------------------------------------------------
 # HF backend: per-row seeded sampling
 # ---------------------------------------------------------------------------------------------------

@@ -375,13 +375,29 @@ class RolloutSource:
         seeds = [prompt_seed(self.s.seed, self.rollout_index, rnd, k) for k in range(lo, hi)]
         t0 = time.time()
         mine: list[Group] = []
-        if hi > lo:
-            if self.env_factory is not None:
-                mine = self._env_groups(items[lo:hi], seeds)
-            else:
-                mine = self._single_turn_groups(items[lo:hi], seeds)
+        failure: BaseException | None = None
+        try:
+            if hi > lo:
+                if self.env_factory is not None:
+                    mine = self._env_groups(items[lo:hi], seeds)
+                else:
+                    mine = self._single_turn_groups(items[lo:hi], seeds)
+        except Exception as e:  # noqa: BLE001 - re-raised below, on every rank
+            if self.world == 1:
+                raise
+            failure = e
         self._gen_time += time.time() - t0
-        parts = self.all_gather(mine)
+        gathered = self.all_gather((mine, _portable(failure, self.rank)))
+        if failure is not None:
+            raise failure
+        # A failure on one rank (dead server, too many reward errors) stops every rank with that exception
+        # (same type: a collective checkpoint-on-error save then runs on all ranks) instead of a hang.
+        for r, (_, err) in enumerate(gathered):
+            if err is not None:
+                if hasattr(err, "add_note"):
+                    err.add_note(f"(raised on rank {r} while generating its share of the rollouts)")
+                raise err
+        parts = [p for p, _ in gathered]
         if len(parts) != self.world or [len(p) for p in parts] != [share(n, r, self.world)[1] - share(n, r, self.world)[0]
                                                                    for r in range(self.world)]:
             raise RuntimeError(f"all_gather returned shares of {[len(p) for p in parts]} groups; expected the "
@@ -542,6 +558,19 @@ class RolloutSource:
                 "advantages": torch.tensor([b["advantages"][k] for k in picked], dtype=torch.float32),
                 "old_logps": old, "rollout_logps": rollout, "num_tokens": b["num_tokens"],
                 "item_ids": [x.item_id for x in samples]}
+
+
+def _portable(err: BaseException | None, rank: int) -> BaseException | None:
+    """``err`` if it survives pickling (to be sent to the other ranks), else a RuntimeError naming it."""
+    if err is None:
+        return None
+    import pickle
+
+    try:
+        pickle.loads(pickle.dumps(err))
+        return err
+    except Exception:  # noqa: BLE001 - an exception type that does not pickle
+        return RuntimeError(f"rank {rank}: {type(err).__name__}: {err}")
 
 
 def _pad(rows: list[list[int]], masks: list[list[int]], tokenizer):
