@@ -6,7 +6,10 @@ Running the same command again resumes and completes the run.
 - SIGTERM to both ranks (what Slurm/Kubernetes do on preemption), then the resume;
 - SIGUSR1 to rank 1 only: rank 0 never saw a signal, yet it stops at the same step (the flag is
   all-reduced after every step);
-- SIGTERM to the `accelerate launch` process only: torchrun forwards it to the ranks.
+- SIGTERM to the `accelerate launch` process only: torchrun forwards it to the ranks (the launcher
+  itself then exits 1);
+- SIGTERM to `launch/preemptible.py` wrapping `accelerate launch`: it signals the ranks, and every
+  process, the wrapper included, exits 0.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
+import sys
 import time
 
 import pytest
@@ -61,10 +65,13 @@ def _wait_for_steps(run_dir, launcher, n: int, timeout: float = 180) -> None:
     raise AssertionError(f"no step {n} within {timeout} s")
 
 
-def _preempt(tmp_path, deliver) -> tuple:
+def _preempt(tmp_path, deliver, *, wrapper: bool = False) -> tuple:
     run_dir = tmp_path / "run"
     log = open(tmp_path / "launch.log", "w")
-    launcher = subprocess.Popen(_cmd(run_dir), env=dh.env(), cwd=dh.REPO, stdout=log, stderr=subprocess.STDOUT)
+    cmd = _cmd(run_dir)
+    if wrapper:
+        cmd = [sys.executable, str(dh.LAUNCH / "preemptible.py"), *cmd]
+    launcher = subprocess.Popen(cmd, env=dh.env(), cwd=dh.REPO, stdout=log, stderr=subprocess.STDOUT)
     try:
         ranks = _ranks(launcher)
         _wait_for_steps(run_dir, launcher, 2)
@@ -128,4 +135,15 @@ def test_sigterm_to_the_launcher_is_forwarded_to_the_ranks(tmp_path):
     # raising SignalException for the signal it received (torch.distributed.elastic behaviour).
     assert "closing signal SIGTERM" in out and "SIGKILL" not in out, out[-3000:]
     assert rc != 0
+    _check_one_checkpoint(run_dir, out)
+
+
+def test_sigterm_to_the_preemptible_wrapper_exits_0(tmp_path):
+    def deliver(launcher, ranks):
+        launcher.send_signal(signal.SIGTERM)  # the wrapper, as Kubernetes/`kill <pid>` would
+
+    run_dir, rc, out = _preempt(tmp_path, deliver, wrapper=True)
+    assert "[preemptible] SIGTERM forwarded to" in out
+    assert "closing signal" not in out and "SignalException" not in out, out[-3000:]  # the agent got no signal
+    assert rc == 0, out[-3000:]
     _check_one_checkpoint(run_dir, out)
