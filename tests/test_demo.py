@@ -8,15 +8,15 @@ import pytest
 from recipe_utils import ROOT, load_recipe, reset_accelerate
 
 # The default stages, shortened where the direction already shows (DPO, Box2 SFT, GRPO); the base SFT
-# keeps its default length because mining needs a base that memorised the keys.
+# keeps its default length because mining needs a base that knows the keys.
 def _stage(name: str, *overrides: str) -> str:
     """A Hydra override setting one stage's override list (each element quoted: it contains '=')."""
     return f"stages.{name}=[" + ",".join(f"'{o}'" for o in overrides) + "]"
 
 
 REDUCED = [
-    _stage("dpo", "model.lora.r=16", "model.lora.alpha=32", "optim.lr=3.0e-4", "optim.batch_size=32",
-           "optim.grad_accum=1", "trainer.max_steps=150", "trainer.save_every=0", "algo.beta=0.5",
+    _stage("dpo", "model.lora.r=16", "model.lora.alpha=32", "optim.lr=1.0e-3", "optim.batch_size=32",
+           "optim.grad_accum=1", "trainer.max_steps=100", "trainer.save_every=0", "algo.beta=0.5",
            "data.max_prompt_len=96", "data.max_completion_len=4"),
     _stage("box2_sft", "algo=counterfactual_sft", "model.lora.enabled=false", "optim.lr=1.0e-3",
            "optim.batch_size=32", "optim.grad_accum=1", "trainer.max_steps=10", "trainer.save_every=0",
@@ -63,20 +63,28 @@ def _metrics_only(summary: dict) -> dict:
 
 
 @pytest.mark.slow
-def test_full_demo_three_seeds_direction_ablation_box2_and_determinism(tmp_path):
-    """Seeds 0, 1, 2 with the default stages. Checked here: what the demo claims in its report — SCOPE
-    lowers SC2W on held-out keys, the misleading-only ablation's correct-context accuracy is below
-    SCOPE's on average over the three seeds, counterfactual SFT moves Box2's Δbad towards 0, the whole
-    pipeline fits in 10 minutes, and a rerun with the same seed gives identical metrics. (The issue's
-    absolute targets SC2W <= 15% and clean/correct >= 90% are not met by this toy; the closing note and
-    DEMO.md give the measured numbers.)"""
+def test_full_demo_three_seeds_meet_the_targets_and_rerun_identically(tmp_path):
+    """Seeds 0, 1, 2 with the default stages meet every target of the demo (trainer.demo_report.TARGETS:
+    base SC2W >= 80%, SCOPE SC2W <= 15% with clean and correct-context accuracy >= 90% on held-out keys,
+    Box2's Δbad closer to 0 after counterfactual SFT, <= 10 minutes); averaged over the seeds the
+    misleading-only ablation's correct-context accuracy is below SCOPE's; a rerun of seed 0 gives
+    identical metrics.
+
+    The ablation is compared where a correct hint carries information: on held-out keys the model knows
+    every answer, so both sit at the ceiling and may tie (asserted: misleading-only is not above
+    SCOPE); on unseen keys only the hint can answer, and there it must be strictly below."""
+    from trainer.demo_report import check_targets
+
     runs = {seed: _demo(tmp_path / f"demo{seed}", seed=seed) for seed in (0, 1, 2)}
     for seed, s in runs.items():
-        base, scope = s["scope"]["base"], s["scope"]["trained"]
-        assert scope["sc2w"] < base["sc2w"], (seed, base["sc2w"], scope["sc2w"])
-        assert abs(s["box2"]["sft"]["delta"]["bad"]) < abs(s["box2"]["base"]["delta"]["bad"]), seed
-        assert s["wall_seconds"] <= 600, (seed, s["wall_seconds"])
-    mean = lambda key: sum(runs[k]["scope"][key]["accuracy"]["correct"] for k in runs) / len(runs)  # noqa: E731
-    assert mean("misleading_only") < mean("trained")
+        missed = [k for k, ok in check_targets(s).items() if not ok]
+        assert not missed, (seed, missed, {k: s["scope"][k]["accuracy"] | {"sc2w": s["scope"][k]["sc2w"]}
+                                           for k in ("base", "trained")})
+
+    def mean(section: str, model: str) -> float:
+        return sum(runs[k][section][model]["accuracy"]["correct"] for k in runs) / len(runs)
+
+    assert mean("scope", "misleading_only") <= mean("scope", "trained")
+    assert mean("scope_unseen", "misleading_only") < mean("scope_unseen", "trained")
     again = _demo(tmp_path / "demo0_again", seed=0)
     assert _metrics_only(again) == _metrics_only(runs[0])

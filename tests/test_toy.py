@@ -76,6 +76,24 @@ def test_splits_are_disjoint_and_sized(task):
         task.keys("test")
 
 
+def test_known_keys_follow_the_letter_rule_and_unseen_keys_start_with_reserved_letters(task):
+    rule, reserved = task.rule, set(task.reserved_letters)
+    assert len(rule) + len(reserved) == 26 and not (set(rule) & reserved)
+    for k in task.known_keys:
+        assert task.gold[k] == rule[k[0]]
+    assert all(k[0] in reserved for k in task.keys("unseen"))
+    # every rule letter is taught through a train key, so each held-out key's knowledge is trained
+    assert {k[0] for k in task.keys("train")} == set(rule) >= {k[0] for k in task.keys("heldout")}
+    # unseen golds are not the rule's business: over several seeds they are not all one digit
+    golds = {toy.make_toy_task(s, **SMALL).gold[k] for s in range(4) for k in toy.make_toy_task(s, **SMALL).keys("unseen")}
+    assert len(golds) > 3
+
+
+def test_too_few_train_keys_for_the_rule_is_refused():
+    with pytest.raises(ValueError, match="one train key per rule letter"):
+        toy.make_toy_task(0, n_keys=30, n_heldout=10, n_unseen=5)
+
+
 def test_hints_share_one_format_only_the_digit_differs(task):
     for k in task.gold:
         mis = toy.mist_prompt(task, k, "misleading")

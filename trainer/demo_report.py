@@ -164,24 +164,30 @@ def write_demo_report(summary: dict, out: Path) -> Path:
               "remove the switch-to-wrong behaviour (SC2W) on held-out keys while clean and correct-context "
               "accuracy stay high; the misleading-only ablation is the paper's Standard-DPO comparison.",
               "- It does not show anything about real language models, real misleading contexts, or the "
-              "paper's absolute numbers: the task is a memorised key->digit lookup with one hint format, "
-              "the model has under half a million parameters, and all hints look alike by construction, so "
-              "the only way to tell a right hint from a wrong one is the model's own memory.",
+              "paper's absolute numbers: the task is a key->digit rule (a key's first letter decides its "
+              "digit) with one hint format, the model has under half a million parameters, and all hints "
+              "look alike by construction, so the only way to tell a right hint from a wrong one is the "
+              "model's own knowledge. Held-out keys are new questions about knowledge the DPO stage trained "
+              "on (their first letters also start train keys), not new facts.",
+              "- On held-out keys the model knows every answer, so ignoring hints altogether costs nothing "
+              "there: the misleading-only ablation can match or beat SCOPE on that table. Its cost shows "
+              "where only the context can answer, the unseen keys below: resistance alone is not selective "
+              "trust.",
               "- Box2 here uses workflows that state the answer (the toy has no inner trajectory), so Δuse "
               "and Δbad measure copying a stated digit, not following a plan."]
     if u:
         names = [n for n in ("base", "trained", "misleading_only") if n in u]
         lines += ["", "### Known limit: context use on keys the model never learned", "",
                   "On keys never seen in SFT only a hint can give the answer. Correct-context accuracy there "
-                  "measures whether the model still *uses* reliable context when it has no memory to check "
+                  "measures whether the model still *uses* reliable context when it has no knowledge to check "
                   "it against:", "",
                   "| model | clean (chance ≈ 10%) | correct hint | misleading hint |",
                   "|---|---|---|---|"]
         for n in names:
             a = u[n]["accuracy"]
             lines.append(f"| {label[n]} | {_pct(a['clean'])} | {_pct(a['correct'])} | {_pct(a['misleading'])} |")
-        lines += ["", "A drop in the correct-hint column after SCOPE means the tiny model learned "
-                      "\"ignore hints\" more than \"check hints against memory\" on keys it cannot check. "
+        lines += ["", "A drop in the correct-hint column after SCOPE means the tiny model learned part "
+                      "\"ignore hints\" besides \"check hints against what I know\" on keys it cannot check. "
                       "We report it rather than tune it away."]
     path = out / "report.md"
     write_text_atomic(path, "\n".join(lines) + "\n")

@@ -1,22 +1,35 @@
-"""The synthetic ``toy`` task family: a memorised key -> digit lookup for the embedded CPU demo.
+"""The synthetic ``toy`` task family: a key -> digit task for the embedded CPU demo.
 
-A tiny byte-level Llama learns it in under a minute of one CPU core (figures below), and it has every ingredient of
-the selective-trust problem: the model *knows* some answers (memorised keys), a hint in the prompt
-can be right or wrong, and only the model's own knowledge can tell which, because right and wrong
-hints are written in exactly one format (only the digit differs).
+A tiny byte-level Llama learns it in about a minute of one CPU core, and it has every ingredient of
+the selective-trust problem: the model *knows* the answers for some keys, a hint in the prompt can be
+right or wrong, and only the model's own knowledge can tell which, because right and wrong hints are
+written in exactly one format (only the digit differs).
 
 Task
 ----
-``make_toy_task(seed)`` draws ``n_keys`` distinct keys (``key_len`` lowercase letters, e.g. ``kqz``;
-no digits, so a key never looks like an answer; every character is one token of the byte tokenizer)
-and maps each to a digit 0-9 (the gold) plus a different digit (the wrong value used by every
-misleading hint, Box2 bad step and rejected response of that key). The keys are split into
+``make_toy_task(seed)`` shuffles the alphabet into 20 *rule letters* and 6 *reserved letters* and
+draws a digit for every rule letter (the rule). It then draws ``n_keys`` distinct keys (``key_len``
+lowercase letters, e.g. ``kqz``; no digits, so a key never looks like an answer; every character is
+one token of the byte tokenizer), each with a gold digit and a different wrong digit (the value used
+by every misleading hint, Box2 bad step and rejected response of that key). The keys are split into
 
-- ``train``:   known in SFT; the base's outputs on them are mined for DPO pairs and the Box2
-  counterfactual SFT / GRPO data are built on them;
-- ``heldout``: known in SFT, never used by any later training stage; evaluation of SCOPE and Box2;
-- ``unseen``:  never appear in any SFT file (nor in any training file); only a hint can answer them,
-  so the ``correct`` condition on them measures context use.
+- ``train``:   start with a rule letter, gold = ``rule[first letter]``; taught by SFT; the base's
+  outputs on them are mined for DPO pairs and the Box2 counterfactual SFT / GRPO data are built on them;
+- ``heldout``: start with a rule letter, gold = ``rule[first letter]``; taught by SFT, never used by
+  any later training stage; evaluation of SCOPE and Box2;
+- ``unseen``:  start with a reserved letter, random gold; never appear in any training file; only a
+  hint can answer them, so the ``correct`` condition on them measures context use.
+
+Why a rule and not one memorised digit per key (FORMAT_VERSION <= 5): the knowledge a DPO stage
+must learn to trust has to live in circuits that train and held-out keys share, as an LLM's
+knowledge does. With a digit memorised per key, the 126k-parameter model kept its memory in per-key
+features; balanced DPO on 158-200 train keys then fitted the train pairs per key and damaged the
+memory of the held-out keys instead of transferring. Measured (seed 1, LoRA r16, 300 steps,
+beta 0.5): lr 3e-4 -> held-out SC2W 0.79 -> 0.74; lr 3e-3 -> 0.64 with held-out clean 0.99 -> 0.61;
+no variant kept held-out clean >= 0.9 and reached SC2W below 0.63 (LoRA on attention only, MLP
+only or the last layer, ranks 2-16, SGD, RPO's chosen-NLL term, misleading mass 0.5, a 0.44M model). With the rule (the same recipe
+at lr 1e-3): held-out SC2W 1.00 -> 0.07, clean and correct 1.00. The held-out keys are new
+questions about known knowledge (their rule letters are taught through other keys), not new facts.
 
 Prompts (the user message; the completion is the digit alone, then EOS)::
 
@@ -30,7 +43,7 @@ SFT mix (``write_sft_mix``)
 Chat examples ``{"messages": [{"role": "user", ...}, {"role": "assistant", "content": "4"}]}``
 where every hint and every workflow is right. Parts (fractions are keyword arguments):
 
-- clean and filler prompts over ``train`` + ``heldout`` keys: memorisation;
+- clean and filler prompts over ``train`` + ``heldout`` keys: the rule;
 - correct hints over known keys: hints agree with memory;
 - correct hints over *nonce* keys: fresh random keys (never any task key) with a random digit each
   time, so the only way to get them right is to copy the hint. This is what makes the base a hint
@@ -40,18 +53,8 @@ where every hint and every workflow is right. Parts (fractions are keyword argum
   also follows workflows and the Box2 stage has a bad-workflow effect to remove (a Box2 example
   without a hint renders as the clean prompt itself).
 
-Measured (tiny 126k-parameter preset, 1 CPU thread, AdamW lr 3e-3 with 50 warmup steps, batch 64,
-fp32, loss on the assistant tokens, default mix of 48,000 examples, seed 0): after 40 CPU-seconds
-(~1,100 steps) held-out keys clean 0.94, irrelevant 0.89, correct 1.00, misleading 0.00 (SC2W 1.00),
-unseen keys correct 1.00 and clean 0.11 (chance); after 60 CPU-seconds clean 0.99.
-
-``cross_fraction`` (default 0.3, the demo's setting) trades base hint-following for how well DPO on ``train`` keys carries
-over to ``heldout`` keys. Measured with a plain sigmoid-DPO probe (digit log-probs, full fine-tune,
-lr 3e-4, beta 0.5, batch 64, toy_pairs balanced over conditions): cross 0.0 -> base held-out SC2W
-1.00, after 300 steps still 0.99 (the pairs are learnt per key, nothing transfers); cross 0.1 -> base
-1.00, after 200 steps 0.90; cross 0.2 -> base 1.00, after 300 steps 0.76 (clean down to 0.78); cross 0.3 -> base 0.61 (below the demo's 0.80 target), after 200 steps
-0.22 with clean 0.95 / correct 0.89 / irrelevant 0.94 on held-out keys and unseen-key correct 0.21.
-Misleading-only pairs (cross 0.2, 300 steps) drive held-out correct-hint accuracy to 0.02.
+``cross_fraction`` (default 0.3): right hints about a *different* known key, so the model checks
+which key a hint is about and keeps its knowledge in use when a hint is present.
 
 Box2 toy workflows (``write_box2_items``)
 -----------------------------------------
@@ -121,7 +124,9 @@ FILLERS = (
 )
 
 # Bump when a default or a format changes, so that cached copies (keyed by seed) are rebuilt.
-FORMAT_VERSION = 5
+FORMAT_VERSION = 6
+# First letters kept out of the rule: the unseen keys start with them.
+RESERVED_LETTERS = 6
 # One epoch at batch 64 is ~750 steps: enough for the 126k-parameter tiny model to learn the mix.
 DEFAULT_N_SFT = 48000
 
@@ -142,13 +147,16 @@ OUTPUT_FILES = {
 @dataclass(frozen=True)
 class ToyTask:
     """A drawn toy task. ``gold[key]`` / ``wrong[key]``: digits (ints, never equal);
-    ``splits[name]``: the keys of split ``train|heldout|unseen`` (disjoint, in draw order)."""
+    ``splits[name]``: the keys of split ``train|heldout|unseen`` (disjoint, in draw order);
+    ``rule[letter]``: the gold digit of every train/heldout key starting with ``letter``."""
 
     seed: int
     key_len: int
     gold: dict[str, int]
     wrong: dict[str, int]
     splits: dict[str, tuple[str, ...]]
+    rule: dict[str, int]                 # first letter -> digit, for train and heldout keys
+    reserved_letters: tuple[str, ...]    # first letters of the unseen keys (not in ``rule``)
 
     def keys(self, split: str) -> tuple[str, ...]:
         if split not in self.splits:
@@ -170,6 +178,8 @@ class ToyTask:
             "splits": {s: list(self.splits[s]) for s in SPLITS},
             "gold": {k: self.gold[k] for s in SPLITS for k in self.splits[s]},
             "wrong": {k: self.wrong[k] for s in SPLITS for k in self.splits[s]},
+            "rule": dict(sorted(self.rule.items())),
+            "reserved_letters": list(self.reserved_letters),
             "templates": {c: _template_example(c) for c in CONDITIONS},
             "fillers": list(FILLERS),
         }
@@ -186,39 +196,57 @@ def _random_key(rng: random.Random, key_len: int) -> str:
 
 
 def make_toy_task(seed: int, *, n_keys: int = 400, n_heldout: int = 100, n_unseen: int = 100,
-                  key_len: int = 3) -> ToyTask:
-    """Draw ``n_keys`` distinct keys of ``key_len`` lowercase letters, their gold and wrong digits,
-    and split them into ``train`` (n_keys - n_heldout - n_unseen), ``heldout`` and ``unseen``."""
+                  key_len: int = 3, n_reserved_letters: int = RESERVED_LETTERS) -> ToyTask:
+    """Draw the letter rule, ``n_keys`` distinct keys and their gold and wrong digits.
+
+    The alphabet is shuffled; its first ``n_reserved_letters`` letters start the ``unseen`` keys (each
+    with a random gold digit: nothing in training determines it), the other letters start the
+    ``train`` (n_keys - n_heldout - n_unseen) and ``heldout`` keys, whose gold digit is
+    ``rule[first letter]``. Train keys cycle through every rule letter before repeating one (so does
+    heldout), hence every held-out key's rule letter is taught by some train key."""
     if not isinstance(seed, int) or isinstance(seed, bool):
         raise ValueError(f"seed must be an int, got {seed!r}")
     if key_len < 2:
         raise ValueError(f"key_len must be >= 2, got {key_len}")
+    if not 1 <= n_reserved_letters <= 25:
+        raise ValueError(f"n_reserved_letters must be in [1, 25], got {n_reserved_letters}")
     n_train = n_keys - n_heldout - n_unseen
-    if min(n_heldout, n_unseen) < 1 or n_train < 1:
-        raise ValueError(f"need n_keys > n_heldout + n_unseen with both >= 1; got n_keys={n_keys}, "
-                         f"n_heldout={n_heldout}, n_unseen={n_unseen}")
+    n_rule = 26 - n_reserved_letters
+    if min(n_heldout, n_unseen) < 1 or n_train < n_rule:
+        raise ValueError(f"need n_heldout >= 1, n_unseen >= 1 and n_keys - n_heldout - n_unseen >= {n_rule} (one "
+                         f"train key per rule letter); got n_keys={n_keys}, n_heldout={n_heldout}, n_unseen={n_unseen}")
     # Leave most of the key space free for the nonce keys of the SFT mix.
-    if n_keys * 4 > 26 ** key_len:
-        raise ValueError(f"n_keys={n_keys} is too many for key_len={key_len}; at most {26 ** key_len // 4}")
+    tail = 26 ** (key_len - 1)
+    if (n_train + n_heldout) * 4 > n_rule * tail or n_unseen * 4 > n_reserved_letters * tail:
+        raise ValueError(f"too many keys for key_len={key_len}: at most {n_rule * tail // 4} train + heldout and "
+                         f"{n_reserved_letters * tail // 4} unseen")
     rng = _rng(seed, "keys")
-    keys: list[str] = []
+    letters = list(string.ascii_lowercase)
+    rng.shuffle(letters)
+    reserved, rule_letters = letters[:n_reserved_letters], letters[n_reserved_letters:]
+    rule = {letter: rng.randrange(10) for letter in rule_letters}
     seen: set[str] = set()
-    while len(keys) < n_keys:
-        k = _random_key(rng, key_len)
-        if k not in seen:
-            seen.add(k)
-            keys.append(k)
+
+    def draw(n: int, firsts: list[str], cycle: bool) -> list[str]:
+        out: list[str] = []
+        while len(out) < n:
+            first = firsts[len(out) % len(firsts)] if cycle else rng.choice(firsts)
+            k = first + _random_key(rng, key_len - 1)
+            if k not in seen:
+                seen.add(k)
+                out.append(k)
+        return out
+
+    train, heldout = draw(n_train, rule_letters, True), draw(n_heldout, rule_letters, True)
+    unseen = draw(n_unseen, reserved, False)
     gold, wrong = {}, {}
-    for k in keys:
-        g = rng.randrange(10)
+    for k in train + heldout + unseen:
+        g = rule[k[0]] if k[0] in rule else rng.randrange(10)
         gold[k] = g
         wrong[k] = rng.choice([d for d in range(10) if d != g])
-    splits = {
-        "train": tuple(keys[:n_train]),
-        "heldout": tuple(keys[n_train:n_train + n_heldout]),
-        "unseen": tuple(keys[n_train + n_heldout:]),
-    }
-    return ToyTask(seed=seed, key_len=key_len, gold=gold, wrong=wrong, splits=splits)
+    splits = {"train": tuple(train), "heldout": tuple(heldout), "unseen": tuple(unseen)}
+    return ToyTask(seed=seed, key_len=key_len, gold=gold, wrong=wrong, splits=splits, rule=rule,
+                   reserved_letters=tuple(reserved))
 
 
 # -- prompts ------------------------------------------------------------------------------------
