@@ -101,7 +101,9 @@ TRAIN_SCRIPT = textwrap.dedent('''
     out["losses"] = losses
     m = acc.unwrap_model(model)
     out["weight"] = m.weight.detach().flatten().tolist() + m.bias.detach().flatten().tolist()
-    print("RESULT " + json.dumps(out), flush=True)
+    # one file per rank: two ranks printing to one pipe can interleave their lines
+    with open(f"result_rank{os.environ.get('RANK', '0')}.json", "w") as f:  # the launcher's rank
+        json.dump(out, f)
     acc.wait_for_everyone()
     acc.end_training()   # destroy the gloo group: without it a rank sometimes aborts at exit
 ''')
@@ -134,7 +136,7 @@ def _launch(tmp_path, config, mode, extra_env, timeout=300):
     cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(LAUNCH / config),
            str(script), mode]
     r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout, cwd=tmp_path)
-    results = [json.loads(ln.split("RESULT ", 1)[1]) for ln in r.stdout.splitlines() if "RESULT " in ln]
+    results = [json.loads(p.read_text()) for p in sorted(tmp_path.glob("result_rank*.json"))]
     return r, sorted(results, key=lambda d: d["rank"])
 
 

@@ -154,6 +154,66 @@ def _data_hash(acc, per_micro_ids: list[list[str]]) -> str:
     return hashlib.sha1("\x1f".join(map(str, order)).encode()).hexdigest()[:16]
 
 
+def _forward_backward(acc, model, source: BatchSource, step_fn, *, grad_accum: int, deepspeed: bool):
+    """Forward and backward over the ``grad_accum`` micro-batches of one optimizer step (gradients
+    accumulate; DDP syncs on the last one only). Returns (mean loss (), per-micro-batch metrics,
+    per-micro-batch item ids)."""
+    micro_metrics, per_micro_ids, losses = [], [], []
+    for i in range(grad_accum):
+        mb = source.next_microbatch()
+        per_micro_ids.append(list(mb.get("item_ids", [])))
+        sync = i == grad_accum - 1
+        if deepspeed:
+            # The engine owns accumulation, clipping and the update: engine.backward scales by
+            # 1/gradient_accumulation_steps itself, and on the last micro-batch engine.step()
+            # runs (its ZeRO optimizer skips the update when the gradients are not finite).
+            with acc.autocast():
+                loss, metrics = step_fn(model, mb)
+                acc.deepspeed_engine_wrapped.backward(loss, sync_gradients=sync)
+        else:
+            ctx_mgr = acc.no_sync(model) if not sync and acc.num_processes > 1 else _nullcontext()
+            with ctx_mgr, acc.autocast():
+                loss, metrics = step_fn(model, mb)
+                acc.backward(loss / grad_accum)
+        losses.append(loss.detach().float())
+        micro_metrics.append(metrics)
+    return torch.stack(losses).mean(), micro_metrics, per_micro_ids
+
+
+def _grad_norm(acc, model, *, max_grad_norm: float, deepspeed: bool) -> float | None:
+    """The step's pre-clipping gradient norm (clipping to ``max_grad_norm`` when > 0); None when the
+    backend reports none (not a reason to skip the step)."""
+    if deepspeed:
+        norm = model.get_global_grad_norm()  # of the step DeepSpeed just took (or inf)
+    elif max_grad_norm > 0:
+        norm = acc.clip_grad_norm_(model.parameters(), max_grad_norm)
+    else:
+        grads = [p.grad.detach().float().norm() for p in model.parameters() if p.grad is not None]
+        norm = torch.stack(grads).norm() if grads else torch.tensor(0.0)
+    return _to_float(norm) if norm is not None else None
+
+
+def _step_record(ctx, state: dict, source: BatchSource, *, step: int, micro_metrics: list[dict], loss_value,
+                 lr: float, grad_norm: float | None, per_micro_ids: list[list[str]], t0: float) -> tuple[dict, float]:
+    """The metrics line of a completed step (averaged over micro-batches and ranks), with the data
+    hash, timing and a ``loss_spike`` flag (loss > ``trainer.spike_factor`` x its running mean, after
+    step 10), and the loss; updates ``state["loss_ema"]``."""
+    acc, tcfg = ctx.accelerator, ctx.cfg.trainer
+    metrics = _gather_mean(acc, {**_mean_dicts(micro_metrics), "loss": _to_float(loss_value)})
+    loss_f, ema = metrics["loss"], state["loss_ema"]
+    spike = ema is not None and step > 10 and loss_f > tcfg.spike_factor * max(ema, 1e-8)
+    state["loss_ema"] = loss_f if ema is None else 0.9 * ema + 0.1 * loss_f
+    extra = source.pop_metrics() if hasattr(source, "pop_metrics") else {}
+    last = {**metrics, **extra, "lr": lr, "grad_norm": grad_norm, "epoch": source.epoch,
+            "data_hash": _data_hash(acc, per_micro_ids),
+            "step_seconds": round(time.time() - t0, 4), "skipped_total": state["skipped_total"]}
+    if spike:
+        last["loss_spike"] = 1
+        if ctx.is_main:
+            print(f"[selectrust] loss spike at step {step}: {loss_f:.4g} vs running mean {ema:.4g}", flush=True)
+    return last, loss_f
+
+
 def train_loop(ctx, *, model, optimizer, scheduler, source: BatchSource,
                step_fn: Callable[[Any, dict], tuple[torch.Tensor, dict]],
                on_epoch_end: Callable[[int, int], dict | None] | None = None,
@@ -204,37 +264,10 @@ def train_loop(ctx, *, model, optimizer, scheduler, source: BatchSource,
             t0 = time.time()
             snapshot = source.state_dict()
             model.train()
-            micro_metrics, item_ids, per_micro_ids, losses = [], [], [], []
-            for i in range(ocfg.grad_accum):
-                mb = source.next_microbatch()
-                ids = list(mb.get("item_ids", []))
-                item_ids.extend(ids)
-                per_micro_ids.append(ids)
-                sync = i == ocfg.grad_accum - 1
-                if deepspeed:
-                    # The engine owns accumulation, clipping and the update: engine.backward scales by
-                    # 1/gradient_accumulation_steps itself, and on the last micro-batch engine.step()
-                    # runs (its ZeRO optimizer skips the update when the gradients are not finite).
-                    with acc.autocast():
-                        loss, metrics = step_fn(model, mb)
-                        acc.deepspeed_engine_wrapped.backward(loss, sync_gradients=sync)
-                else:
-                    ctx_mgr = acc.no_sync(model) if not sync and acc.num_processes > 1 else _nullcontext()
-                    with ctx_mgr, acc.autocast():
-                        loss, metrics = step_fn(model, mb)
-                        acc.backward(loss / ocfg.grad_accum)
-                losses.append(loss.detach().float())
-                micro_metrics.append(metrics)
-            loss_value = torch.stack(losses).mean()
-            if deepspeed:
-                grad_norm = model.get_global_grad_norm()  # pre-clipping norm of the step just taken (or inf)
-            elif ocfg.max_grad_norm > 0:
-                grad_norm = acc.clip_grad_norm_(model.parameters(), ocfg.max_grad_norm)
-            else:
-                grads = [p.grad.detach().float().norm() for p in model.parameters() if p.grad is not None]
-                grad_norm = torch.stack(grads).norm() if grads else torch.tensor(0.0)
-            # None = the backend did not report a norm (not a reason to skip the step)
-            grad_norm = _to_float(grad_norm) if grad_norm is not None else None
+            loss_value, micro_metrics, per_micro_ids = _forward_backward(
+                acc, model, source, step_fn, grad_accum=ocfg.grad_accum, deepspeed=deepspeed)
+            item_ids = [i for ids in per_micro_ids for i in ids]
+            grad_norm = _grad_norm(acc, model, max_grad_norm=ocfg.max_grad_norm, deepspeed=deepspeed)
             bad = _any_rank(acc, not (math.isfinite(_to_float(loss_value))
                                       and (grad_norm is None or math.isfinite(grad_norm))))
             if bad:
@@ -258,19 +291,9 @@ def train_loop(ctx, *, model, optimizer, scheduler, source: BatchSource,
             snapshot = None
             bar.update(1)
 
-            metrics = _gather_mean(acc, {**_mean_dicts(micro_metrics), "loss": _to_float(loss_value)})
-            loss_f = metrics["loss"]
-            ema = state["loss_ema"]
-            spike = ema is not None and step > 10 and loss_f > tcfg.spike_factor * max(ema, 1e-8)
-            state["loss_ema"] = loss_f if ema is None else 0.9 * ema + 0.1 * loss_f
-            extra = source.pop_metrics() if hasattr(source, "pop_metrics") else {}
-            last = {**metrics, **extra, "lr": lr, "grad_norm": grad_norm, "epoch": source.epoch,
-                    "data_hash": _data_hash(acc, per_micro_ids),
-                    "step_seconds": round(time.time() - t0, 4), "skipped_total": state["skipped_total"]}
-            if spike:
-                last["loss_spike"] = 1
-                if ctx.is_main:
-                    print(f"[selectrust] loss spike at step {step}: {loss_f:.4g} vs running mean {ema:.4g}", flush=True)
+            last, loss_f = _step_record(ctx, state, source, step=step, micro_metrics=micro_metrics,
+                                        loss_value=loss_value, lr=lr, grad_norm=grad_norm,
+                                        per_micro_ids=per_micro_ids, t0=t0)
             if step % tcfg.log_every == 0 or step == stop_at:
                 ctx.logger.log(step, last)
             bar.set_postfix(loss=f"{loss_f:.4f}", refresh=False)
