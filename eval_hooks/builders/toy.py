@@ -27,9 +27,10 @@ features; balanced DPO on 158-200 train keys then fitted the train pairs per key
 memory of the held-out keys instead of transferring. Measured (seed 1, LoRA r16, 300 steps,
 beta 0.5): lr 3e-4 -> held-out SC2W 0.79 -> 0.74; lr 3e-3 -> 0.64 with held-out clean 0.99 -> 0.61;
 no variant kept held-out clean >= 0.9 and reached SC2W below 0.63 (LoRA on attention only, MLP
-only or the last layer, ranks 2-16, SGD, RPO's chosen-NLL term, misleading mass 0.5, a 0.44M model). With the rule (the same recipe
-at lr 1e-3): held-out SC2W 1.00 -> 0.07, clean and correct 1.00. The held-out keys are new
-questions about known knowledge (their rule letters are taught through other keys), not new facts.
+only or the last layer, ranks 2-16, SGD, RPO's chosen-NLL term, misleading mass 0.5, a 0.44M model).
+With the rule, the demo's recipe (lr 1e-3) on seeds 0-4: held-out SC2W 1.00 -> 0.00-0.14, clean and
+correct >= 0.95 (DEMO.md). The held-out keys are new questions about known knowledge (their rule
+letters are taught through other keys), not new facts.
 
 Prompts (the user message; the completion is the digit alone, then EOS)::
 
@@ -44,7 +45,7 @@ Chat examples ``{"messages": [{"role": "user", ...}, {"role": "assistant", "cont
 where every hint and every workflow is right. Parts (fractions are keyword arguments):
 
 - clean and filler prompts over ``train`` + ``heldout`` keys: the rule;
-- correct hints over known keys: hints agree with memory;
+- correct hints over known keys: hints agree with the rule;
 - correct hints over *nonce* keys: fresh random keys (never any task key) with a random digit each
   time, so the only way to get them right is to copy the hint. This is what makes the base a hint
   follower. We use nonce keys rather than the ``unseen`` keys so that ``unseen`` stays truly unseen
