@@ -42,9 +42,8 @@ from trainer.config import ConfigError, register_schemas, validate_grpo
 register_schemas()
 
 
-def check_geometry(cfg, world: int) -> int:
-    """Groups per rank (each rank generates about that many; the batch is assembled globally); raises when
-    the rollout batch does not split into the configured micro-batches."""
+def check_geometry(cfg, world: int) -> None:
+    """Raises when the global rollout batch does not split into the configured micro-batches."""
     a, o = cfg.algo, cfg.optim
     samples = a.prompts_per_step * a.group_size
     if a.prompts_per_step % world or o.batch_size * o.grad_accum * world != samples:
@@ -52,7 +51,6 @@ def check_geometry(cfg, world: int) -> int:
             f"algo.prompts_per_step * algo.group_size = {a.prompts_per_step} * {a.group_size} = {samples} samples per "
             f"step must equal optim.batch_size * optim.grad_accum * world = {o.batch_size} * {o.grad_accum} * {world} "
             f"(and prompts_per_step must divide by world); e.g. optim.batch_size={samples // (o.grad_accum * world) or 1}")
-    return a.prompts_per_step // world
 
 
 def run(cfg: DictConfig):

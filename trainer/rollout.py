@@ -512,14 +512,17 @@ class RolloutSource:
         })
         return batch
 
+    def _micro_rows(self, n: int) -> list[list[int]]:
+        """This rank's rows of an ``n``-sample global batch (:func:`rank_rows`), one list per micro-batch."""
+        rows = rank_rows(n, self.rank, self.world, self.s.grad_accum)
+        per = len(rows) // self.s.grad_accum
+        return [rows[i * per:(i + 1) * per] for i in range(self.s.grad_accum)]
+
     def _old_logps(self, samples: list[Rollout], masks: list[list[int]]) -> list[list[float]]:
         """Old log-probs of the global batch: each rank computes its own micro-batches', then they are
         gathered (so the stored batch is the same on every rank)."""
-        mine = rank_rows(len(samples), self.rank, self.world, self.s.grad_accum)
-        per = len(mine) // self.s.grad_accum
         computed: list[list[float]] = []
-        for start in range(0, len(mine), per):
-            rows = mine[start:start + per]
+        for rows in self._micro_rows(len(samples)):
             ids, att, cm = _pad([samples[k].input_ids for k in rows], [masks[k] for k in rows], self.tokenizer)
             lp = self.old_logps_fn(ids, att, cm)
             for row, k in enumerate(rows):
@@ -536,9 +539,7 @@ class RolloutSource:
         import torch
 
         b = self._batch
-        mine = rank_rows(len(b["samples"]), self.rank, self.world, self.s.grad_accum)
-        per = len(mine) // self.s.grad_accum
-        picked = mine[index * per:(index + 1) * per]
+        picked = self._micro_rows(len(b["samples"]))[index]
         samples, masks = [b["samples"][k] for k in picked], [b["masks"][k] for k in picked]
         ids, att, cm = _pad([x.input_ids for x in samples], masks, self.tokenizer)
         T = ids.shape[1]
