@@ -6,7 +6,7 @@
 This file is orchestration only: every stage is a real recipe (``recipes/sft.py``, ``evaluate.py``,
 ``mine_pairs.py``, ``dpo.py``, ``grpo.py``) run in-process on a config composed from ``conf/`` plus
 the per-stage overrides in ``conf/demo.yaml``; every number comes from ``eval_hooks``. (Recipes are
-imported here, and only here, to avoid paying Python/torch start-up per stage; DESIGN.md otherwise
+imported here, and only here, to avoid paying Python/torch start-up per stage; docs/architecture.md#import-rules otherwise
 keeps ``recipes/`` unimported.)
 
 Stages: tiny model -> SFT on a toy key->digit mix whose hints are always right (a hint follower) ->

@@ -1,4 +1,4 @@
-"""SCOPE: quartet-balanced sigmoid DPO (SPEC §1), plus its baselines and ablations as configs.
+"""SCOPE: quartet-balanced sigmoid DPO (docs/scope.md#objective), plus its baselines and ablations as configs.
 
     python recipes/dpo.py                                   # tiny CPU default (recipe=scope_tiny)
     accelerate launch recipes/dpo.py recipe=scope_qwen3_4b data.train_path=pairs.jsonl eval.path=mist.jsonl

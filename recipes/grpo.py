@@ -1,4 +1,4 @@
-"""Box2 outcome RL: group-relative policy optimisation on bad-workflow inputs (SPEC §2, Training 2).
+"""Box2 outcome RL: group-relative policy optimisation on bad-workflow inputs (docs/box2.md#outcome-rl).
 
     python recipes/grpo.py                                     # tiny CPU default (recipe=grpo_tiny)
     python recipes/grpo.py recipe=grpo_env_tiny                # multi-turn toy environment

@@ -1,4 +1,4 @@
-"""SCOPE pair mining (SPEC §1 "Mine" and "Match"): r+ / r- from the base model's own outputs.
+"""SCOPE pair mining (docs/scope.md#pair-mining): r+ / r- from the base model's own outputs.
 
     python recipes/mine_pairs.py                                       # tiny model, toy training items
     python recipes/mine_pairs.py model.path=Qwen/Qwen3-4B items_path=mist_train.jsonl out_dir=runs/pairs

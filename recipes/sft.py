@@ -1,4 +1,4 @@
-"""Box2 counterfactual SFT (SPEC §2, Training 1), single- and multi-turn; also plain SFT on a chat mix.
+"""Box2 counterfactual SFT (docs/box2.md#counterfactual-sft), single- and multi-turn; also plain SFT on a chat mix.
 
     python recipes/sft.py                                          # tiny CPU default (recipe=box2_sft_tiny)
     python recipes/sft.py algo=counterfactual_sft_multiturn data.train_path=episodes.jsonl

@@ -62,7 +62,7 @@ def test_real_medevidence(shared_dir, tmp_path, capsys):
     src = shared_dir / "data" / "external" / "medevidence_abstract.jsonl"
     assert main(["build-medcounterfact", "--data", str(src), "--out", str(out)]) == 0
     stats = json.loads(capsys.readouterr().out)
-    # SPEC §4: 203 questions kept (Higher 26.1%, No Difference 46.3%, Lower 27.6%)
+    # docs/medcounterfact.md#reference-numbers: 203 questions kept (Higher 26.1%, No Difference 46.3%, Lower 27.6%)
     assert stats["questions"] == 203 and stats["items"] == 5 * 203
     assert (stats["label_Higher"], stats["label_No Difference"], stats["label_Lower"]) == (53, 94, 56)
     rows = load_rows("med", out)

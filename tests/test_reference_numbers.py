@@ -1,4 +1,5 @@
-"""Published numbers (SPEC §1-3, ``data/reference``) reproduced through ``compute_metrics``.
+"""Published numbers reproduced through ``compute_metrics`` (docs/scope.md#reference-numbers,
+docs/box2.md#reference-numbers, docs/taste.md#reference-numbers).
 
 Item-level results are not published, so each test builds synthetic item scores that realise the
 published counts (gold letters and parsed choices for Taste, correctness matrices for MIST, counts

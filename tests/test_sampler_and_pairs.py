@@ -1,4 +1,4 @@
-"""Condition sampling mass (SPEC §1 λ/ρ), its resumable state, and pair-file validation."""
+"""Condition sampling mass (docs/scope.md#condition-weights), its resumable state, and pair-file validation."""
 
 import json
 from collections import Counter

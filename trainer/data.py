@@ -167,7 +167,7 @@ def load_sft_examples(path: str) -> list[dict]:
 
 # -- samplers -------------------------------------------------------------------------------------
 def condition_mass(*, lambda_m: float, lambda_c: float, lambda_p: float, rho: float) -> dict[str, float]:
-    """SPEC §1: λ_m, λ_c, λ_p ρ, λ_p (1-ρ) over misleading, clean, correct, irrelevant."""
+    """docs/scope.md#condition-weights: λ_m, λ_c, λ_p ρ, λ_p (1-ρ) over misleading, clean, correct, irrelevant."""
     return {"misleading": lambda_m, "clean": lambda_c, "correct": lambda_p * rho, "irrelevant": lambda_p * (1 - rho)}
 
 

@@ -9,7 +9,7 @@ Interface (text in, text out, reward at the end)::
 
 An episode is a chat: ``[user: obs_0, assistant: a_1, user: obs_1, ..., assistant: a_n]``. The
 policy is trained on every assistant turn (environment turns are masked), and the whole episode
-gets the final ``reward`` as its outcome (SPEC §2: environment return; never agreement with a
+gets the final ``reward`` as its outcome (docs/box2.md#rewards: environment return; never agreement with a
 workflow). :func:`run_episodes` drives many episodes in lock-step through any
 :class:`~eval_hooks.backends.base.GenerationBackend`, one batched ``generate`` per turn.
 

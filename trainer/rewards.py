@@ -4,7 +4,7 @@ A reward function has the signature ``fn(completion: str, row: dict) -> float`` 
 training prompt row (``item_id``, ``prompt``, ``gold``, ``answer_type``, optional ``choices``; for
 environment rollouts the episode's return is used instead and no function is called).
 
-Registry (SPEC §2: the reward is the task outcome only; nothing rewards agreeing with the workflow):
+Registry (docs/box2.md#rewards: the reward is the task outcome only; nothing rewards agreeing with the workflow):
 
 - ``numeric_match``   1.0 iff the parsed final number equals ``gold`` (``eval_hooks.parsers``), else 0.0
 - ``multiple_choice`` 1.0 iff the parsed option letter equals ``gold`` (letters or option text)

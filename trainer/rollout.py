@@ -55,7 +55,7 @@ def load_rl_prompts(path: str, *, family: str | None = None, conditions: Sequenc
 
     ``family=None``: a JSONL/Parquet file of such rows (``toy:<seed>/grpo_prompts.jsonl`` works).
     ``family='box2'`` (or any eval family): an items file expanded by ``eval_hooks.load_rows``, keeping
-    only ``conditions`` (e.g. ``["bad"]``: train on bad-workflow inputs, SPEC §2).
+    only ``conditions`` (e.g. ``["bad"]``: train on bad-workflow inputs, docs/box2.md#outcome-rl).
     """
     from eval_hooks.io import read_records
     from eval_hooks.parsers import normalize_gold

@@ -2,7 +2,7 @@
 
 - Single turn: the prompt is every message before the *last* assistant turn (rendered with the chat
   template and the generation prompt), the target is that turn's content + EOS
-  (``trainer.logprobs.build_pair_batch``). Counterfactual SFT (SPEC §2): prompt = task + bad
+  (``trainer.logprobs.build_pair_batch``). Counterfactual SFT (docs/box2.md#counterfactual-sft): prompt = task + bad
   workflow, target = the verified-correct trajectory.
 - Multi turn: the whole conversation; every assistant turn is a target, user/environment turns are
   masked. The mask comes from the chat template's ``{% generation %}`` tags

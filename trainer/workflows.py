@@ -1,4 +1,4 @@
-"""Box2 workflow data tools: build, verify, freeze and expand workflows (SPEC §2).
+"""Box2 workflow data tools: build, verify, freeze and expand workflows (docs/box2.md#conditions).
 
 Input: stored workflow steps per task, one record each::
 

@@ -1,4 +1,4 @@
-"""Build MedCounterfact items (SPEC §4) from MedEvidence (``medevidence_abstract.jsonl``).
+"""Build MedCounterfact items (docs/medcounterfact.md#substitutions) from MedEvidence (``medevidence_abstract.jsonl``).
 
 Keeps the questions labelled higher / lower / no difference (203 of 284), extracts the intervention
 T from "... when comparing T to C?", and writes one ``original`` item plus one item per counterfactual

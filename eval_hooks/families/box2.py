@@ -1,4 +1,4 @@
-"""Box2 workflow items (SPEC §2): one item expands to the five frozen conditions.
+"""Box2 workflow items (docs/box2.md#conditions): one item expands to the five frozen conditions.
 
 ``none`` (no workflow), ``good`` (all good steps), ``bad`` (``bad_continuations["0"]``), and for every
 change point k in ``bad_continuations``: ``partial_k`` (first k good steps, then nothing) and

@@ -1,5 +1,5 @@
-"""MedCounterfact items (SPEC §4): each item (a question with original or substituted intervention)
-expands to the four prompt variants No-Evd, Evd, Skept+Evd and Expert+Evd.
+"""MedCounterfact items: each item (a question with original or substituted intervention)
+expands to the four prompt variants No-Evd, Evd, Skept+Evd and Expert+Evd (docs/medcounterfact.md#prompt-variants).
 
 The gold is always the *original* MedEvidence label, so ``correct`` is the EA (expert agreement)
 indicator; a model may also answer Uncertain (parsed, never correct).
@@ -35,7 +35,7 @@ _OPTIONS = (
 
 
 def render_med_prompt(question: str, evidence: list[str], variant: str) -> str:
-    """SPEC §4 multiple-choice format: rationale, cited answer, one of the four labels (defined)."""
+    """docs/medcounterfact.md#prompt-variants: rationale, cited answer, one of the four labels (defined)."""
     parts = [_PERSONA[variant]]
     if variant == "no_evd":
         parts.append(f"Answer the following clinical question.\n\nQuestion: {question.strip()}\n\n")

@@ -1,6 +1,6 @@
-"""MIST quartets (SCOPE, SPEC §1): the input already holds one row per (item, condition).
+"""MIST quartets (SCOPE, docs/scope.md#benchmark): the input already holds one row per (item, condition).
 
-Checks: the row fields of SPEC §1; every item has exactly the four conditions, once each; answer type,
+Checks: the row fields of docs/scope.md#benchmark; every item has exactly the four conditions, once each; answer type,
 gold, wrong value, choices and (when given) question are identical across an item's four rows; the
 wrong value is a valid answer that differs from the gold.
 """

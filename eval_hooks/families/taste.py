@@ -1,4 +1,4 @@
-"""Taste-Bench decision forks (SPEC §3): each item is asked in the stored (seeded) order and in its
+"""Taste-Bench decision forks (docs/taste.md#scoring): each item is asked in the stored (seeded) order and in its
 exact reverse, with the correct letter recomputed for each presentation."""
 
 from __future__ import annotations

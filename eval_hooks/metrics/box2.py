@@ -1,4 +1,4 @@
-"""Box2-Bench metrics (SPEC §2): condition scores, the four effects and recovery curves over k.
+"""Box2-Bench metrics (docs/box2.md#effects): condition scores, the four effects and recovery curves over k.
 
 Conditions: ``none`` (S_0), ``good`` (S_G), ``bad`` (S_B), ``partial_<k>`` and ``mixed_<k>`` for
 change points k. A score is the success rate (mean of ``correct``) over that condition's rows.

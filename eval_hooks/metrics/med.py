@@ -1,4 +1,4 @@
-"""MedCounterfact metrics (SPEC §4): EA rate and Uncertain rate by category × prompt variant.
+"""MedCounterfact metrics (docs/medcounterfact.md#metrics): EA rate and Uncertain rate by category × prompt variant.
 
 A row's condition is ``<category>/<variant>``. ``correct`` means the parsed label equals the item's
 *original* expert label (evidence agreement, EA); for counterfactual categories a higher EA rate is
@@ -32,7 +32,7 @@ def med_metrics(item_scores: Sequence[dict]) -> dict[str, Any]:
 
     Keys: ``ea_rate.<category>.<variant>``, ``uncertain_rate.<category>.<variant>``,
     ``n.<category>.<variant>`` (rows), ``unparsed.<category>.<variant>`` and ``n_items``. Only
-    category/variant pairs that occur are present; categories and variants keep the SPEC order.
+    category/variant pairs that occur are present; categories and variants keep the order of CATEGORIES and VARIANTS.
     """
     check_rows(item_scores, "med")
     cells: dict[tuple[str, str], list[tuple[bool, bool, bool]]] = {}

@@ -1,4 +1,4 @@
-"""MIST metrics (SCOPE paper, SPEC §1): accuracy per condition, Overall, SC2W, paired bootstrap CIs,
+"""MIST metrics (SCOPE paper, docs/scope.md#metrics): accuracy per condition, Overall, SC2W, paired bootstrap CIs,
 slices and repair analysis.
 
 Notation: ``a[i, r] = 1[parsed answer of item i under condition r == gold_i]``, stored as a boolean
@@ -10,7 +10,7 @@ matrix of shape ``(n_items, 4)`` with columns in :data:`MIST_CONDITIONS` order.
   undefined and we return ``None`` (JSON ``null``)**, not 0: a model that never answers correctly
   has not shown it resists anything. Inside the bootstrap such resamples are NaN and are dropped.
 - CIs: paired item-level percentile bootstrap. Items are resampled with replacement and each item
-  keeps its 4 rows together, so the between-condition correlation is preserved (SPEC §1).
+  keeps its 4 rows together, so the between-condition correlation is preserved (docs/scope.md#metrics).
 """
 
 from __future__ import annotations

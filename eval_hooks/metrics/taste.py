@@ -1,4 +1,4 @@
-"""Taste-Bench metrics (SPEC §3): paired-order accuracy of decision forks.
+"""Taste-Bench metrics (docs/taste.md#scoring): paired-order accuracy of decision forks.
 
 Each item is asked twice, ``seeded`` (stored order) and ``reversed``; ``correct`` is per answer
 (unparsable = wrong). With ``c_s, c_r`` the two correctness bits of an item and N items:

@@ -1,4 +1,4 @@
-"""Privileged-teacher distillation losses (Taste-Bench, SPEC §3), as pure tensor functions.
+"""Privileged-teacher distillation losses (Taste-Bench, docs/taste.md#distillation), as pure tensor functions.
 
 Public API (names are stable):
 
@@ -47,7 +47,7 @@ def topk_forward_kl(
     support: str = "teacher",
     temperature: float = 1.0,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """Forward KL ``sum_v p_T log(p_T / p_S)`` on a top-K support plus one remainder bucket (SPEC §3).
+    """Forward KL ``sum_v p_T log(p_T / p_S)`` on a top-K support plus one remainder bucket (docs/taste.md#distillation).
 
     Shapes: ``teacher_logits, student_logits``: ``(..., V)`` at the *same* positions (the caller aligns
     the teacher-written tokens of the teacher view ``c_T`` with those of the student view ``c_S``);
@@ -138,7 +138,7 @@ def choice_kl(
     *,
     temperature: float = 1.0,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """2-way forward KL at the final choice position (SPEC §3, stage 1), mean over the batch.
+    """2-way forward KL at the final choice position (docs/taste.md#distillation, stage 1), mean over the batch.
 
     Shapes: ``(B, 2)`` logits of the tokens for "A" and "B" (any ``(B, C)`` works), teacher detached.
     ``KL_i = sum_c q_c log(q_c / p_c)`` with ``q = softmax(teacher / T)``, ``p = softmax(student / T)``.
@@ -167,7 +167,7 @@ def choice_ce(
     *,
     temperature: float,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """Cross-entropy at the choice position against the label (SPEC §3, stage 2 calibration, T = 2.0).
+    """Cross-entropy at the choice position against the label (docs/taste.md#distillation, stage 2 calibration, T = 2.0).
 
     Shapes: ``student_logits_AB (B, C)``, ``labels (B,)`` int in ``[0, C)`` (0 = "A").
     ``loss = mean_i -log softmax(logits_i / T)[label_i]``. Metrics: ``ce``, ``accuracy`` (argmax ==

@@ -41,7 +41,7 @@ def dpo_row_metrics(
     Shapes: every input ``(B,)`` (summed completion log-probs); every output ``(B,)``.
 
     Returns ``chosen_rewards = beta*(pi_c - ref_c)``, ``rejected_rewards = beta*(pi_r - ref_r)``,
-    ``margins = chosen_rewards - rejected_rewards`` (= beta*Delta of SPEC §1) and
+    ``margins = chosen_rewards - rejected_rewards`` (= beta*Delta of docs/scope.md#objective) and
     ``accuracies = 1[chosen_rewards > rejected_rewards]`` (strict, as TRL: a tie counts as wrong, so
     at step 0 with policy == reference the accuracy is 0).
     """

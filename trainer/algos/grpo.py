@@ -32,7 +32,7 @@ def group_advantages(
 
     Shapes: ``rewards (B,)`` with ``B = num_groups * group_size``, groups contiguous.
     Returns ``advantages (B,)`` and ``zero_variance_mask (num_groups,)`` (bool: all rewards in the group
-    are exactly equal; such groups carry no learning signal and Box2 drops them, SPEC §2).
+    are exactly equal; such groups carry no learning signal and Box2 drops them, docs/box2.md#outcome-rl).
 
     ``std_scaling``: ``"group"`` divides by the group's std, ``"batch"`` by the std of the whole batch,
     ``"none"`` only centres (Dr. GRPO, Liu et al. 2025). The std is the unbiased (Bessel) one and
