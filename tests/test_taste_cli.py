@@ -153,6 +153,7 @@ def test_eval_taste_config_composes_and_caps(tmp_path):
     assert rows[0]["omitted_lines"] > 0  # counted with the tiny byte tokenizer
 
 
+@pytest.mark.slow
 def test_evaluate_recipe_runs_eval_taste(tmp_path):
     from recipe_utils import ROOT, compose, load_recipe
 
@@ -165,3 +166,19 @@ def test_evaluate_recipe_runs_eval_taste(tmp_path):
     scores = [json.loads(l) for l in (tmp_path / "o" / "item_scores.jsonl").read_text().splitlines()]
     assert len(scores) == 8 and all(s["parse_ok"] or not s["correct"] for s in scores)
     assert m["unparsed"]["seeded"] == sum(not s["parse_ok"] for s in scores if s["condition"] == "seeded")
+
+
+@pytest.mark.slow
+def test_mine_forks_with_in_process_tiny_models(tmp_path, capsys):
+    """backend: hf end to end. The random tiny model writes no JSON: every candidate it was asked about is
+    counted as dropped at `parsed` (no_json_object), nothing silently disappears."""
+    data = write(tmp_path / "traj.jsonl", mining_corpus()[:4] + mining_corpus()[-1:])  # P1, P2, D6
+    rc = main(["mine-forks", "--config", "conf/mine_forks.yaml", "--trajectories", str(data), "--out",
+               str(tmp_path / "m"), "generator.backend=hf", "generator.model=tiny", "judges.0.backend=hf",
+               "judges.0.model=tiny:tiny", "judges.1.backend=hf", "judges.1.model=tiny:tiny",
+               "judges.1.name=judge-2b", "mining.generator_max_new_tokens=4", "mining.judge_max_new_tokens=4"])
+    assert rc == 0, capsys.readouterr().err
+    stats = json.loads((tmp_path / "m" / "mining_stats.json").read_text())
+    assert stats["funnel"]["candidates"] == 3 and stats["funnel"]["parsed"] == 0
+    assert stats["dropped"]["parsed"] == {"no_json_object": 3}
+    assert (tmp_path / "m" / "items.jsonl").read_text() == ""
