@@ -182,3 +182,37 @@ def test_mine_forks_with_in_process_tiny_models(tmp_path, capsys):
     assert stats["funnel"]["candidates"] == 3 and stats["funnel"]["parsed"] == 0
     assert stats["dropped"]["parsed"] == {"no_json_object": 3}
     assert (tmp_path / "m" / "items.jsonl").read_text() == ""
+
+
+def test_mine_forks_reuses_recorded_replies_and_checks_cited_steps(tmp_path, capsys):
+    data = write(tmp_path / "traj.jsonl", mining_corpus())
+    serve = lambda body, k: fake_reply(body["model"], body["messages"][-1]["content"])  # noqa: E731
+    args = ["mine-forks", "--config", "conf/mine_forks.yaml", "--trajectories", str(data)]
+    with ChatServer(serve) as srv:
+        urls = [f"generator.url={srv.url}", "generator.model=generator", f"judges.0.url={srv.url}",
+                "judges.0.model=j1", f"judges.1.url={srv.url}", "judges.1.model=j2"]
+        assert main(args + ["--out", str(tmp_path / "a")] + urls) == 0
+        first = (tmp_path / "a" / "mining_stats.json").read_text()
+        n_before = sum(r["model"] == "generator" for r in srv.requests)
+        recorded = tmp_path / "a" / "candidates.jsonl"
+        # generator pointed at a dead port: only recorded replies can make this run work
+        dead = [u if not u.startswith("generator.url") else "generator.url=http://127.0.0.1:9" for u in urls]
+        assert main(args + ["--out", str(tmp_path / "b"), f"generator_replies={recorded}"] + dead) == 0
+        assert sum(r["model"] == "generator" for r in srv.requests) == n_before == 13
+    b = json.loads((tmp_path / "b" / "mining_stats.json").read_text())
+    assert b["funnel"] == json.loads(first)["funnel"] and b["recorded_replies_used"] == 13
+    # a recorded detour reply citing a step the attempt does not have: file/line/field, before models
+    lines = recorded.read_text().splitlines()
+    i = next(k for k, l in enumerate(lines) if json.loads(l)["item_id"] == "detour/D1/d")
+    rec = json.loads(lines[i])
+    reply = json.loads(rec["generator_reply"])
+    reply["quotes"]["success"]["step"] = 42
+    rec["generator_reply"] = json.dumps(reply)
+    lines[i] = json.dumps(rec)
+    bad = tmp_path / "bad_replies.jsonl"
+    bad.write_text("\n".join(lines) + "\n")
+    rc = main(args + ["--out", str(tmp_path / "c"), f"generator_replies={bad}", "generator.backend=hf",
+                      "generator.model=/nonexistent/model"])
+    err = capsys.readouterr().err
+    assert rc == 2 and f"line {i + 1}, field 'generator_reply.quotes.success.step'" in err and "cites step 42" in err
+    assert not (tmp_path / "c").exists()

@@ -405,10 +405,51 @@ def _judge_all(judges: Sequence[tuple[str, GenerationBackend]], prompts: list[st
     return votes
 
 
-def mine_forks(trajectories: Sequence[Trajectory], generator: GenerationBackend,
-               judges: Sequence[tuple[str, GenerationBackend]], st: MiningSettings) -> tuple[list[dict], dict, list[dict]]:
+def load_replies(path, trajectories: Sequence[Trajectory], st: MiningSettings) -> dict[str, str]:
+    """Recorded generator replies (``{"item_id", "generator_reply"}`` per line, e.g. a previous run's
+    ``candidates.jsonl``) to reuse instead of calling the generator. Checked before any model loads:
+    the item id must be a candidate of these trajectories, and a detour reply's quotes must cite steps
+    that exist in its attempt (``DataError`` naming file, line and field), unless the line records
+    that very drop (``fate: dropped:checks:cited_step_missing``, as a previous run wrote it); such a
+    reply is counted again as ``cited_step_missing``."""
+    from ..families.base import Ctx
+    from ..io import read_records
+
+    cands = {c["item_id"]: c for c in collect_candidates(trajectories, st, Funnel())}
+    out: dict[str, str] = {}
+    for line, rec in read_records(path):
+        ctx = Ctx(path, line)
+        iid = rec.get("item_id")
+        if iid not in cands:
+            raise ctx.error(f"{iid!r} is not a fork candidate of these trajectories", "item_id",
+                            "an item_id from a previous run's candidates.jsonl on the same trajectories")
+        reply = rec.get("generator_reply")
+        if cands[iid]["fate"] is not None:  # no fork in code (no_divergence / no_failure_signal): nothing to reuse
+            continue
+        if not isinstance(reply, str):
+            raise ctx.error(f"expected a string, got {reply!r}"[:200], "generator_reply", "the generator's raw reply")
+        c = cands[iid]
+        obj, _ = parse_generator_reply(reply, c["construction"])
+        # a previous run's own record of this drop is replayed (and counted) as such; any other reply must
+        # cite existing steps
+        if c["construction"] == "detour" and obj is not None and obj["verdict"] == "accept" \
+                and rec.get("fate") != "dropped:checks:cited_step_missing":
+            for k in QUOTE_KEYS:
+                if obj["quotes"][k]["step"] not in c["traj"].by_id:
+                    raise ctx.error(f"cites step {obj['quotes'][k]['step']}, which attempt {c['attempts'][0]!r} of task "
+                                    f"{c['task_id']!r} ({c['traj'].where()}) does not have",
+                                    f"generator_reply.quotes.{k}.step", "a step id of the cited attempt")
+        out[iid] = reply
+    return out
+
+
+def mine_forks(trajectories: Sequence[Trajectory], generator: GenerationBackend | None,
+               judges: Sequence[tuple[str, GenerationBackend]], st: MiningSettings, *,
+               replies: dict[str, str] | None = None) -> tuple[list[dict], dict, list[dict]]:
     """``(items, stats, candidates)``: released Taste items, the funnel (``mining_stats.json``) and every
-    candidate with its ``fate`` (``released`` or ``dropped:<stage>:<reason>``)."""
+    candidate with its ``fate`` (``released`` or ``dropped:<stage>:<reason>``). ``replies`` (from
+    :func:`load_replies`) replace generator calls for their item ids; ``generator`` may be None when
+    every candidate has one."""
     st.check()
     if not judges:
         raise ValueError("mine_forks needs at least one judge")
@@ -419,8 +460,15 @@ def mine_forks(trajectories: Sequence[Trajectory], generator: GenerationBackend,
     funnel = Funnel()
     cands = collect_candidates(trajectories, st, funnel)
     live = [c for c in cands if c["fate"] is None]
-    replies = _generate(generator, [c["prompt"] for c in live], st.generator_max_new_tokens, "generator")
-    live = [c for c, r in zip(live, replies) if _apply_reply(c, r, st, funnel, pattern)]
+    replies = dict(replies or {})
+    ask = [c for c in live if c["item_id"] not in replies]
+    n_recorded = len(live) - len(ask)
+    if ask and generator is None:
+        raise ValueError(f"{len(ask)} candidate(s) have no recorded reply and no generator is given")
+    if ask:
+        new = _generate(generator, [c["prompt"] for c in ask], st.generator_max_new_tokens, "generator")
+        replies.update((c["item_id"], r) for c, r in zip(ask, new))
+    live = [c for c in live if _apply_reply(c, replies[c["item_id"]], st, funnel, pattern)]
     unparsed = {"trivial": defaultdict(int), "undecidable": defaultdict(int)}
 
     votes = _judge_all(judges, [trivial_prompt(c["item"]["candidate_a"], c["item"]["candidate_b"]) for c in live],
@@ -451,7 +499,8 @@ def mine_forks(trajectories: Sequence[Trajectory], generator: GenerationBackend,
             c["fate"] = "released"
             items.append(c["item"])
     stats = funnel.as_dict()
-    stats.update(judges=names, generator=getattr(generator, "model", None) or generator.name,
+    stats.update(judges=names, generator=getattr(generator, "model", None) or getattr(generator, "name", None),
+                 recorded_replies_used=n_recorded,
                  judge_unparsed={k: dict(v) for k, v in unparsed.items()}, settings=dict(vars(st)))
     return items, stats, [_public(c) for c in cands]
 

@@ -5,7 +5,9 @@
 
 The YAML is merged onto :class:`MineForksConfig` (a structured OmegaConf config), so a misspelt key
 or a wrong type fails before anything loads; then the trajectory files are validated (errors name
-file, line and field); only then are the models built. Outputs in ``--out``: ``items.jsonl`` (released
+file, line and field), and so are recorded generator replies (``generator_replies``: their item ids and
+the steps their quotes cite); only then are the models built (no generator when every candidate has a
+recorded reply). Outputs in ``--out``: ``items.jsonl`` (released
 Taste items, with ``task_id``), ``candidates.jsonl`` (every candidate's fate, generator reply and judge
 votes), ``report.md`` (the funnel table) and ``mining_stats.json`` (written last).
 """
@@ -17,7 +19,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from ..io import write_json_atomic, write_jsonl_atomic, write_text_atomic
-from .taste_forks import MiningSettings, funnel_markdown, mine_forks
+from .taste_forks import Funnel, MiningSettings, collect_candidates, funnel_markdown, load_replies, mine_forks
 from .trajectories import load_trajectories
 
 BACKENDS = ("openai_chat", "hf")
@@ -53,6 +55,9 @@ class MineForksConfig:
     out_dir: str = field(default="", metadata={"help": "Output directory."})
     generator: ModelSpec = field(default_factory=ModelSpec, metadata={"help": "The model that writes candidates."})
     judges: list[ModelSpec] = field(default_factory=list, metadata={"help": "Judge models (not the generator)."})
+    generator_replies: Optional[str] = field(default=None, metadata={
+        "help": "Reuse recorded generator replies ({item_id, generator_reply} lines, e.g. a previous run's "
+                "candidates.jsonl) instead of calling the generator for those candidates."})
     mining: MiningSettings = field(default_factory=MiningSettings)
 
 
@@ -121,9 +126,11 @@ def run(cfg: MineForksConfig) -> dict:
     """Validate, mine, write the outputs; returns the stats."""
     check_config(cfg)
     trajectories = load_trajectories(cfg.trajectories)  # DataError before any model is built
-    generator = build_backend(cfg.generator)
+    replies = load_replies(cfg.generator_replies, trajectories, cfg.mining) if cfg.generator_replies else {}
+    n_live = sum(c["fate"] is None for c in collect_candidates(trajectories, cfg.mining, Funnel()))
+    generator = build_backend(cfg.generator) if len(replies) < n_live else None
     judges = [(j.label, build_backend(j)) for j in cfg.judges]
-    items, stats, cands = mine_forks(trajectories, generator, judges, cfg.mining)
+    items, stats, cands = mine_forks(trajectories, generator, judges, cfg.mining, replies=replies)
     stats["generator"] = cfg.generator.label
     stats["trajectory_files"] = list(cfg.trajectories)
     stats["n_trajectories"] = len(trajectories)
