@@ -4,6 +4,8 @@
     python -m eval_hooks score  --family F --rows rows.jsonl --responses responses.jsonl --out DIR
     python -m eval_hooks build-gsm8k --data gsm8k_test.jsonl --out mist_gsm8k.jsonl [--seed 0] [--limit N]
     python -m eval_hooks build-medcounterfact --data medevidence_abstract.jsonl --out med_items.jsonl
+    python -m eval_hooks mine-forks --config conf/mine_forks.yaml --trajectories runs.jsonl --out DIR [key=value ...]
+    python -m eval_hooks split-folds --data items.jsonl --k 2 --seed 0 --out DIR
 
 F is one of mist, box2, taste, med. Bad input prints one ``error: <file>, line <n>, field '<f>': ...``
 message and exits with status 2, leaving no output behind.
@@ -65,6 +67,29 @@ def _cmd_build_med(args) -> int:
     return 0
 
 
+def _cmd_mine_forks(args) -> int:
+    from .builders.taste_mining_run import load_config, run
+
+    cfg = load_config(args.config, args.overrides)
+    if args.trajectories:
+        cfg.trajectories = list(args.trajectories)
+    if args.out:
+        cfg.out_dir = args.out
+    stats = run(cfg)
+    print(json.dumps({"funnel": stats["funnel"], "per_cell": stats["per_cell"]}))
+    print(f"wrote {Path(cfg.out_dir) / 'items.jsonl'} ({stats['funnel']['released']} items), candidates.jsonl, "
+          "report.md and mining_stats.json")
+    return 0
+
+
+def _cmd_split_folds(args) -> int:
+    from .folds import split_folds_file
+
+    summary = split_folds_file(args.data, args.k, args.seed, args.out)
+    print(json.dumps({"sizes": summary["sizes"], "tasks_per_fold": [len(t) for t in summary["tasks"]]}))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     from .families import FAMILIES
 
@@ -109,6 +134,20 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--categories", default=None,
                    help="comma-separated subset of original,nonce,medical,non_medical,toxic (default: all)")
     m.set_defaults(func=_cmd_build_med)
+
+    f = sub.add_parser("mine-forks", help="mine Taste decision-fork items from agent trajectories")
+    f.add_argument("--config", default=None, help="YAML config (e.g. conf/mine_forks.yaml); see docs/taste.md#mining-forks")
+    f.add_argument("--trajectories", nargs="+", default=None, help="trajectory files (override the config's list)")
+    f.add_argument("--out", default=None, help="output directory (overrides out_dir)")
+    f.add_argument("overrides", nargs="*", help="config overrides key=value, e.g. mining.seed=1 judges.0.model=x")
+    f.set_defaults(func=_cmd_mine_forks)
+
+    k = sub.add_parser("split-folds", help="split Taste items into task-disjoint folds DIR/fold_<i>.jsonl")
+    k.add_argument("--data", required=True, help="Taste items file with task_id on every item")
+    k.add_argument("--k", type=int, default=2, help="number of folds")
+    k.add_argument("--seed", type=int, default=0, help="seed of the task shuffle")
+    k.add_argument("--out", required=True, help="output directory")
+    k.set_defaults(func=_cmd_split_folds)
     return p
 
 
@@ -117,6 +156,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args)
     except DataError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except ValueError as e:  # config errors of mine-forks (unknown key, bad value)
+        if args.cmd != "mine-forks":
+            raise
         print(f"error: {e}", file=sys.stderr)
         return 2
 

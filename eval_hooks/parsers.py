@@ -15,7 +15,7 @@ Canonical forms:
 - numeric: an integer (``"18"``), an exact decimal (``"0.25"``) or a reduced fraction (``"1/3"``),
   with a trailing ``%`` if the answer was written as a percent;
 - multiple_choice: the option letter (``"B"``); boolean: ``"true"`` / ``"false"``;
-- fork (Taste): ``"A"`` / ``"B"``; label (Med): ``Higher | Lower | No Difference | Uncertain``.
+- fork (Taste, the published runner's stricter rule, see ``parse_fork_answer``): ``"A"`` / ``"B"``; label (Med): ``Higher | Lower | No Difference | Uncertain``.
 """
 
 from __future__ import annotations
@@ -335,18 +335,22 @@ def normalize_boolean_gold(gold: Any) -> str | None:
     return None
 
 
-# -- Taste forks: ANSWER: X -----------------------------------------------------------------------------
+# -- Taste forks: the published runner's rule ----------------------------------------------------------
 
-_FORK = re.compile(r"(?i:answer)[\s*_]*[:：][\s*_]*[(\[]?(?:(?i:candidate|option)\s+[(\[]?)?([AB])(?![A-Za-z0-9])")
+_FORK_LINE = re.compile(r"ANSWER:[ \t]*([A-Za-z])[ \t]*", re.IGNORECASE)
 
 
-def parse_fork_answer(text: str) -> str | None:
-    """The letter of the last ``ANSWER: X`` line (X in A|B; ``Answer:``, bold and ``(B)`` allowed)."""
-    text = _as_text(text)
-    last = None
-    for m in _FORK.finditer(text):
-        last = m.group(1)
-    return last
+def parse_fork_answer(text: str, letters: Sequence[str] = FORK_LETTERS) -> str | None:
+    """The published Taste-Bench runner's rule, exactly: the stripped response is a single valid letter
+    (any case), or its last line is ``ANSWER: X`` (any case, X a valid letter, nothing after it on the
+    line and no line after it). Anything else (``**ANSWER: B**``, ``ANSWER: (B)``, ``B is better``, an
+    ``ANSWER:`` line followed by more text) is unparsed, and therefore wrong."""
+    text = _as_text(text).strip()
+    if len(text) == 1:
+        return text.upper() if text.upper() in letters else None
+    last = text.rsplit("\n", 1)[-1].strip()
+    m = _FORK_LINE.fullmatch(last)
+    return m.group(1).upper() if m and m.group(1).upper() in letters else None
 
 
 # -- Med labels -----------------------------------------------------------------------------------------

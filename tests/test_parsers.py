@@ -91,11 +91,13 @@ def test_boolean_gold_forms():
         ["true", "false", "true", "false", "true", None]
 
 
-@pytest.mark.parametrize("text, expected", [
-    ("I prefer the second.\nANSWER: B", "B"), ("ANSWER: A\n...\n**ANSWER: B**", "B"),
-    ("Answer: Candidate (A)", "A"), ("ANSWER: [B]", "B"), ("ANSWER: C", None), ("ANSWER: Both", None),
-    ("answer: a reasonable choice", None),  # lowercase letters are words, not answers
-    ("B is better", None),                  # no ANSWER line: unparsable by design
+@pytest.mark.parametrize("text, expected", [  # the published runner's rule: bare letter or final ANSWER line
+    ("I prefer the second.\nANSWER: B", "B"), ("  b \n", "B"), ("A", "A"), ("answer: a", "A"),
+    ("Reasoning...\nANSWER:B  \n\n", "B"), ("ANSWER: A\n...\nANSWER: B", "B"),
+    ("ANSWER: A\nbecause of the tests", None),   # something after the ANSWER line
+    ("**ANSWER: B**", None), ("Answer: Candidate (A)", None), ("ANSWER: [B]", None), ("ANSWER: C", None),
+    ("C", None), ("ANSWER: Both", None), ("answer: a reasonable choice", None),
+    ("B is better", None), ("", None),
 ])
 def test_parse_fork_answer(text, expected):
     assert parse_fork_answer(text) == expected

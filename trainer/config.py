@@ -93,6 +93,10 @@ class EvalConfig:
     batch_size: int = _f(32, "Generation batch size (HF backend).")
     system_prompt: Optional[str] = _f(None, "System turn added to every evaluation prompt.")
     prompt_prefix: Optional[str] = _f(None, "Text prepended to every prompt (the Prompt-Defense baseline uses a warning here).")
+    max_prompt_tokens: int = _f(65536, "taste only: prompt-token cap; longer prompts keep the prefix's first 25 lines, an "
+                                       "omission marker and the longest tail of lines that fits (the published runner's rule).")
+    prompt_tokenizer: Optional[str] = _f(None, "taste only: tokenizer (local dir or 'tiny') that counts tokens for the cap; "
+                                               "None = estimate of 4 UTF-8 bytes per token.")
 
 
 @dataclass
@@ -330,6 +334,8 @@ def validate_common(cfg) -> None:
         _choice(cfg.logger.kind, ("jsonl", "wandb"), "logger.kind")
     if hasattr(cfg, "eval"):
         _choice(cfg.eval.family, ("mist", "box2", "taste", "med"), "eval.family")
+        if cfg.eval.max_prompt_tokens < 1:
+            raise ConfigError(f"eval.max_prompt_tokens must be >= 1, got {cfg.eval.max_prompt_tokens}")
 
 
 def validate_dpo(cfg) -> None:

@@ -26,7 +26,7 @@ def load_eval_rows(eval_cfg) -> list[dict] | None:
 
     from .data import resolve_data_path
 
-    rows = load_rows(eval_cfg.family, resolve_data_path(eval_cfg.path))
+    rows = load_rows(eval_cfg.family, resolve_data_path(eval_cfg.path), **_family_options(eval_cfg))
     if eval_cfg.max_rows is not None and len(rows) > eval_cfg.max_rows:
         keep_items: list[str] = []
         count = 0
@@ -39,6 +39,19 @@ def load_eval_rows(eval_cfg) -> list[dict] | None:
         keep = set(keep_items)
         rows = [r for r in rows if r["item_id"] in keep]
     return rows
+
+
+def _family_options(eval_cfg) -> dict:
+    """Loading options of the evaluated family (Taste: the prompt-token cap and its token counter)."""
+    if eval_cfg.family != "taste":
+        return {}
+    count = None
+    if eval_cfg.prompt_tokenizer:
+        from eval_hooks.models import load_tokenizer
+
+        tok = load_tokenizer(eval_cfg.prompt_tokenizer)
+        count = lambda text: len(tok(text, add_special_tokens=False)["input_ids"])  # noqa: E731
+    return {"max_prompt_tokens": eval_cfg.max_prompt_tokens, "count_tokens": count}
 
 
 def make_backend(gen_cfg, model, tokenizer, *, model_path: str, use_chat_template: bool = True,

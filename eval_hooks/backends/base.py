@@ -2,7 +2,8 @@
 
 Three implementations speak it: the in-process Hugging Face backend (``hf``), the HTTP client for a
 vLLM server (``vllm_server``) and, through that client, the loopback reference server used in CPU
-tests. Callers build :class:`GenerationRequest` objects and never branch on the backend kind.
+tests; plus ``openai_chat``, a client of any OpenAI-compatible ``/v1/chat/completions`` endpoint
+(hosted judges; text only, no token ids or log-probs). Callers build :class:`GenerationRequest` objects and never branch on the backend kind.
 """
 
 from __future__ import annotations

@@ -153,6 +153,14 @@ class Family:
 
     condition_accepted: str = ""
 
+    def configured(self, **options: Any) -> "Family":
+        """A copy of this family with loading options (only Taste has any: ``max_prompt_tokens``,
+        ``count_tokens``). Options that are all None return the family itself."""
+        given = {k: v for k, v in options.items() if v is not None}
+        if given:
+            raise ValueError(f"family {self.name!r} takes no loading options, got {sorted(given)}")
+        return self
+
     def expand_records(self, records: list[tuple[int, dict]], path) -> list[dict]:  # pragma: no cover
         raise NotImplementedError
 

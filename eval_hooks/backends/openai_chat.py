@@ -1,0 +1,235 @@
+"""HTTP client backend for any OpenAI-compatible **chat-completions** endpoint (``/v1/chat/completions``).
+
+Hosted judges and generators (and vLLM's own ``/v1/chat/completions`` route) serve chat only, so
+this backend sends chat messages and lets the *server* apply its chat template. Standard library
+only; no network at import.
+
+API
+---
+    backend = OpenAIChatBackend("https://api.example.com/v1", "judge-model", api_key_env="JUDGE_API_KEY",
+                                timeout_s=120, max_retries=3, backoff_s=0.5, concurrency=4)
+    results = backend.generate([GenerationRequest(messages=[{"role": "user", "content": "..."}],
+                                                  n=1, max_new_tokens=512, temperature=0.0)])
+    probs = backend.score_labels(prompts, ["A", "B"])   # first-token top_logprobs; see below
+
+Protocol
+--------
+- URL: ``base_url`` + ``/chat/completions`` when ``base_url`` ends in ``/v1``, else
+  ``base_url + /v1/chat/completions`` (so both ``http://host:8000`` and ``https://api.x.com/v1`` work).
+- A request with ``prompt=`` (raw text) is sent as one user message; ``messages=`` are sent as is,
+  with ``system_prompt`` (when set) prepended as a system turn if the request has none.
+- Body: ``model, messages, n, temperature, top_p, <max_tokens_field>, stop`` (omitted when empty),
+  ``seed`` (when set), merged with ``extra_body``. Providers that reject ``n > 1`` take
+  ``split_n=True``: then ``n`` calls of ``n=1`` are made, each with seed ``derive_seed(seed, j)`` when
+  the request has a seed.
+- Reply: ``choices[k].message.content`` (``null`` becomes ``""``) and ``finish_reason``
+  (``"length"`` stays ``"length"``, anything else is ``"stop"``). Chat APIs return no token ids, so
+  :class:`~eval_hooks.backends.base.Sample` has ``token_ids == logprobs == []``; this backend is for
+  judging, mining and evaluation, not for RL rollouts that need sampled log-probs.
+- ``score_labels``: one call per prompt with ``max_tokens=1, temperature=0, logprobs=true,
+  top_logprobs=20``; a label's log-prob is the best first-token entry whose stripped text equals the
+  stripped label (case-sensitive); labels absent from the top list get probability 0; if none is
+  present the call fails with :class:`ServerResponseError`. Only single-token labels (A/B) are
+  meaningful this way.
+- Auth: ``Authorization: Bearer $<api_key_env>`` when ``api_key_env`` names an environment variable
+  (the key itself is never stored in configs or logs). A named but unset variable is an error at
+  construction time.
+
+Errors (shared with the vLLM client): :class:`ServerUnreachableError` (refused, reset, timed out after all
+retries; names the URL), :class:`ServerResponseError` (4xx other than 429, malformed JSON, wrong number
+of choices; names the request). Connection errors, timeouts, HTTP 429 and 5xx are retried
+``max_retries`` times, waiting ``backoff_s * 2**attempt`` or the server's ``Retry-After`` (capped at
+60 s), whichever is longer.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import logging
+import math
+import os
+import socket
+import time
+import urllib.error
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Sequence
+
+from .base import GenerationBackend, GenerationRequest, GenerationResult, Sample, derive_seed
+from .vllm_server import ServerError, ServerResponseError, ServerUnreachableError
+
+log = logging.getLogger(__name__)
+
+__all__ = ["OpenAIChatBackend", "ServerError", "ServerResponseError", "ServerUnreachableError"]
+
+RETRY_AFTER_CAP_S = 60.0
+
+
+def chat_url(base_url: str) -> str:
+    base = base_url.rstrip("/")
+    return base + ("/chat/completions" if base.endswith("/v1") else "/v1/chat/completions")
+
+
+class OpenAIChatBackend(GenerationBackend):
+    """Generation backend over an OpenAI-compatible ``/v1/chat/completions`` endpoint."""
+
+    name = "openai_chat"
+
+    def __init__(self, base_url: str, model: str, *, api_key_env: str | None = None, timeout_s: float = 120.0,
+                 max_retries: int = 3, backoff_s: float = 0.5, concurrency: int = 4, split_n: bool = False,
+                 max_tokens_field: str = "max_tokens", system_prompt: str | None = None,
+                 extra_body: dict[str, Any] | None = None):
+        if max_retries < 0 or timeout_s <= 0 or backoff_s < 0 or concurrency < 1:
+            raise ValueError("OpenAIChatBackend: need max_retries >= 0, timeout_s > 0, backoff_s >= 0, concurrency >= 1")
+        if not model:
+            raise ValueError("OpenAIChatBackend: model name is empty")
+        self.url = chat_url(base_url)
+        self.model = model
+        self.timeout_s, self.max_retries, self.backoff_s = float(timeout_s), int(max_retries), float(backoff_s)
+        self.concurrency = int(concurrency)
+        self.split_n = bool(split_n)
+        self.max_tokens_field = max_tokens_field
+        self.system_prompt = system_prompt
+        self.extra_body = dict(extra_body or {})
+        self._headers = {"Content-Type": "application/json"}
+        if api_key_env:
+            key = os.environ.get(api_key_env)
+            if not key:
+                raise ValueError(f"OpenAIChatBackend: api_key_env={api_key_env!r} names an environment variable "
+                                 "that is not set")
+            self._headers["Authorization"] = f"Bearer {key}"
+
+    # -- HTTP ---------------------------------------------------------------------------------
+    def _wait(self, attempt: int, retry_after: str | None) -> float:
+        wait = self.backoff_s * 2 ** attempt
+        try:
+            wait = max(wait, min(float(retry_after), RETRY_AFTER_CAP_S)) if retry_after else wait
+        except ValueError:  # an HTTP-date Retry-After: keep the exponential backoff
+            pass
+        return wait
+
+    def post(self, body: dict, what: str) -> dict:
+        """POST ``body`` to the chat endpoint with bounded retries; the parsed JSON reply."""
+        data = json.dumps(body).encode()
+        last: BaseException | None = None
+        retry_after = None
+        for attempt in range(self.max_retries + 1):
+            if attempt:
+                time.sleep(self._wait(attempt - 1, retry_after))
+            retry_after = None
+            req = urllib.request.Request(self.url, data=data, method="POST", headers=self._headers)
+            try:
+                with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
+                    raw = resp.read()
+            except urllib.error.HTTPError as e:
+                detail = e.read().decode("utf-8", "replace")[:2000]
+                if e.code == 429 or e.code >= 500:
+                    retry_after = e.headers.get("Retry-After") if e.headers else None
+                    last = ServerResponseError(f"HTTP {e.code} from {self.url} for {what}: {detail}")
+                    log.warning("openai_chat: HTTP %s from %s (attempt %d/%d)", e.code, self.url, attempt + 1,
+                                self.max_retries + 1)
+                    continue
+                raise ServerResponseError(f"HTTP {e.code} from {self.url} for {what}: {detail}") from e
+            except (urllib.error.URLError, http.client.HTTPException, ConnectionError, socket.timeout,
+                    TimeoutError, OSError) as e:
+                last = e
+                log.warning("openai_chat: %s on %s (attempt %d/%d)", e, self.url, attempt + 1, self.max_retries + 1)
+                continue
+            try:
+                out = json.loads(raw)
+            except json.JSONDecodeError as e:
+                raise ServerResponseError(f"malformed JSON from {self.url} for {what}: {e}; body starts "
+                                          f"{raw[:200]!r}") from e
+            if not isinstance(out, dict) or not isinstance(out.get("choices"), list):
+                raise ServerResponseError(f"{what}: reply from {self.url} has no 'choices' list: {str(out)[:300]}")
+            return out
+        if isinstance(last, ServerResponseError):
+            raise ServerResponseError(f"{last} (after {self.max_retries + 1} attempts)") from last
+        raise ServerUnreachableError(f"chat endpoint {self.url} is unreachable ({type(last).__name__}: {last}) "
+                                     f"for {what}, after {self.max_retries + 1} attempts") from last
+
+    # -- generation -----------------------------------------------------------------------------
+    def messages_of(self, req: GenerationRequest) -> list[dict]:
+        msgs = [{"role": "user", "content": req.prompt}] if req.messages is None else list(req.messages)
+        if self.system_prompt and not any(m.get("role") == "system" for m in msgs):
+            msgs = [{"role": "system", "content": self.system_prompt}] + msgs
+        return msgs
+
+    def _body(self, req: GenerationRequest, n: int, seed: int | None) -> dict:
+        body = {"model": self.model, "messages": self.messages_of(req), "n": n,
+                "temperature": float(req.temperature), "top_p": float(req.top_p),
+                self.max_tokens_field: int(req.max_new_tokens)}
+        if req.stop:
+            body["stop"] = list(req.stop)
+        if seed is not None:
+            body["seed"] = int(seed)
+        body.update(self.extra_body)
+        return body
+
+    def _calls(self, req: GenerationRequest) -> list[tuple[int, int | None]]:
+        """(n, seed) of each call one request needs."""
+        if not self.split_n or req.n == 1:
+            return [(req.n, req.seed)]
+        return [(1, None if req.seed is None else derive_seed(req.seed, j)) for j in range(req.n)]
+
+    def _one(self, i: int, req: GenerationRequest, n: int, seed: int | None) -> list[Sample]:
+        first = self.messages_of(req)[-1].get("content", "")
+        what = f"POST chat/completions (model={self.model!r}, request {i}, n={n}, last turn {str(first)[:60]!r})"
+        out = self.post(self._body(req, n, seed), what)
+        choices = sorted(out["choices"], key=lambda c: c.get("index", 0) if isinstance(c, dict) else 0)
+        if len(choices) != n:
+            raise ServerResponseError(f"{what}: asked for n={n} choices, got {len(choices)}")
+        samples = []
+        for k, ch in enumerate(choices):
+            try:
+                text = ch["message"].get("content") or ""
+            except (KeyError, TypeError, AttributeError) as e:
+                raise ServerResponseError(f"{what}: choice {k} has no message ({str(ch)[:200]})") from e
+            if not isinstance(text, str):
+                raise ServerResponseError(f"{what}: choice {k} content is not a string: {str(text)[:200]}")
+            samples.append(Sample(text=text, token_ids=[], logprobs=[],
+                                  finish_reason="length" if ch.get("finish_reason") == "length" else "stop"))
+        return samples
+
+    def generate(self, requests: Sequence[GenerationRequest], *, progress: bool = False,
+                 desc: str = "generate") -> list[GenerationResult]:
+        from tqdm.auto import tqdm
+
+        jobs = [(i, n, seed) for i, r in enumerate(requests) for n, seed in self._calls(r)]
+        got: dict[int, list[list[Sample]]] = {i: [] for i in range(len(requests))}
+        bar = tqdm(total=len(jobs), desc=desc, disable=not progress, unit="call")
+        try:
+            with ThreadPoolExecutor(max_workers=min(self.concurrency, max(1, len(jobs)))) as pool:
+                outs = pool.map(lambda j: self._one(j[0], requests[j[0]], j[1], j[2]), jobs)
+                for (i, _, _), samples in zip(jobs, outs):  # map keeps job order: samples stay in j order
+                    got[i].append(samples)
+                    bar.update(1)
+        finally:
+            bar.close()
+        return [GenerationResult(request=r, samples=[s for part in got[i] for s in part])
+                for i, r in enumerate(requests)]
+
+    def score_labels(self, prompts: Sequence[str | list[dict]], labels: Sequence[str]) -> list[dict[str, float]]:
+        """Label probabilities from the first generated token's ``top_logprobs`` (see module docstring)."""
+        out = []
+        for i, p in enumerate(prompts):
+            req = GenerationRequest(messages=p) if isinstance(p, list) else GenerationRequest(prompt=p)
+            body = self._body(req, 1, None)
+            body.update({self.max_tokens_field: 1, "temperature": 0.0, "logprobs": True, "top_logprobs": 20})
+            what = f"POST chat/completions score_labels (model={self.model!r}, prompt {i})"
+            reply = self.post(body, what)
+            try:
+                top = reply["choices"][0]["logprobs"]["content"][0]["top_logprobs"]
+                pairs = [(str(t["token"]).strip(), float(t["logprob"])) for t in top]
+            except (KeyError, IndexError, TypeError, ValueError) as e:
+                raise ServerResponseError(f"{what}: no logprobs.content[0].top_logprobs in the reply "
+                                          f"({type(e).__name__}: {e}); does the endpoint support logprobs?") from e
+            lp = {lab: max((v for t, v in pairs if t == lab.strip()), default=-math.inf) for lab in labels}
+            m = max(lp.values())
+            if m == -math.inf:
+                raise ServerResponseError(f"{what}: none of the labels {list(labels)} is among the top "
+                                          f"{len(pairs)} first tokens {[t for t, _ in pairs][:20]}")
+            z = sum(math.exp(v - m) for v in lp.values())
+            out.append({lab: math.exp(v - m) / z for lab, v in lp.items()})
+        return out

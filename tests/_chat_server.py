@@ -1,0 +1,72 @@
+"""A loopback OpenAI-compatible ``/v1/chat/completions`` server for tests (no network beyond 127.0.0.1).
+
+    with ChatServer(reply) as srv:          # reply(body: dict, k: int) -> str  (k = choice index)
+        backend = OpenAIChatBackend(srv.url, "m")
+
+``srv.requests`` records every request body and its headers; ``srv.fail_next`` is a list of HTTP
+status codes to answer (one per request) before replying normally; ``srv.top_logprobs(body)`` may be
+overridden through ``logprobs=`` (a function body -> list of {"token", "logprob"}).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+class ChatServer:
+    def __init__(self, reply, *, logprobs=None, retry_after: str | None = None):
+        self.reply, self.logprobs, self.retry_after = reply, logprobs, retry_after
+        self.requests: list[dict] = []
+        self.headers: list[dict] = []
+        self.fail_next: list[int] = []
+        self._lock = threading.Lock()
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *a):  # keep test output clean
+                pass
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                with outer._lock:
+                    outer.requests.append(body)
+                    outer.headers.append(dict(self.headers))
+                    fail = outer.fail_next.pop(0) if outer.fail_next else None
+                if self.path != "/v1/chat/completions":
+                    return self._send(404, {"error": f"no route {self.path}"})
+                if fail is not None:
+                    return self._send(fail, {"error": "injected"}, retry=True)
+                choices = []
+                for k in range(body.get("n", 1)):
+                    ch = {"index": k, "finish_reason": "stop",
+                          "message": {"role": "assistant", "content": outer.reply(body, k)}}
+                    if body.get("logprobs") and outer.logprobs is not None:
+                        ch["logprobs"] = {"content": [{"token": "?", "logprob": 0.0,
+                                                       "top_logprobs": outer.logprobs(body)}]}
+                    choices.append(ch)
+                self._send(200, {"id": "x", "object": "chat.completion", "model": body.get("model"),
+                                 "choices": choices})
+
+            def _send(self, code, obj, retry=False):
+                data = json.dumps(obj).encode()
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                if retry and outer.retry_after is not None:
+                    self.send_header("Retry-After", outer.retry_after)
+                self.end_headers()
+                self.wfile.write(data)
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    def __enter__(self) -> "ChatServer":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._server.shutdown()
+        self._server.server_close()
