@@ -46,7 +46,6 @@ class ModelConfig:
     trust_remote_code: bool = _f(False, "Allow custom modelling code from the model repo. Off unless you trust it.")
     attn_implementation: Optional[str] = _f(None, "e.g. sdpa | flash_attention_2 | eager; None = transformers default.")
     gradient_checkpointing: bool = _f(False, "Recompute activations in backward (saves memory, costs ~30% time).")
-    use_chat_template: bool = _f(True, "Render prompts as a user turn with the tokenizer's chat template.")
     lora: LoraConfig = field(default_factory=LoraConfig)
 
 
@@ -91,8 +90,24 @@ class EvalConfig:
     max_rows: Optional[int] = _f(None, "Evaluate at most this many rows (whole items are kept together).")
     max_new_tokens: int = _f(64, "Generation budget per row.")
     batch_size: int = _f(32, "Generation batch size (HF backend).")
-    system_prompt: Optional[str] = _f(None, "System turn added to every evaluation prompt.")
-    prompt_prefix: Optional[str] = _f(None, "Text prepended to every prompt (the Prompt-Defense baseline uses a warning here).")
+
+
+@dataclass
+class PromptConfig:
+    """How every prompt becomes token ids, read alike by mining, every trainer and evaluation
+    (``eval_hooks.prompts.render_prompt``; its docstring states the BOS and separator rules)."""
+
+    use_chat_template: bool = _f(True, "Render prompts with the tokenizer's chat template (generation prompt added, "
+                                       "no extra BOS). False (or a tokenizer without a template): plain text, turns "
+                                       "joined by a blank line, one newline before the completion, the tokenizer's "
+                                       "BOS in front if it adds one to plain text.")
+    system_prompt: Optional[str] = _f(None, "System turn put before every prompt (mining, training and evaluation).")
+    prompt_prefix: Optional[str] = _f(None, "Text put before every user prompt, followed by a blank line (the "
+                                            "Prompt-Defense baseline's warning: prompt=prompt_defense).")
+    chat_template_kwargs: dict[str, Any] = _f({}, "Extra keyword arguments of apply_chat_template, e.g. "
+                                                  "{enable_thinking: false} for Qwen3; they reach the trainer's "
+                                                  "batches and the generation backends (vLLM requests are rendered "
+                                                  "client side with them).")
 
 
 @dataclass
@@ -195,6 +210,7 @@ class _RunBase:
     generation: GenerationConfig = field(default_factory=GenerationConfig)
     logger: LoggerConfig = field(default_factory=LoggerConfig)
     data: DataConfig = field(default_factory=DataConfig)
+    prompt: PromptConfig = field(default_factory=PromptConfig)
 
 
 @dataclass
@@ -220,6 +236,7 @@ class EvaluateRunConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     generation: GenerationConfig = field(default_factory=GenerationConfig)
+    prompt: PromptConfig = field(default_factory=PromptConfig)
 
 
 @dataclass
@@ -235,6 +252,7 @@ class MineRunConfig:
                                   "Case-insensitive substrings that betray the note; fallbacks containing one are dropped.")
     model: ModelConfig = field(default_factory=ModelConfig)
     generation: GenerationConfig = field(default_factory=GenerationConfig)
+    prompt: PromptConfig = field(default_factory=PromptConfig)
 
 
 @dataclass
