@@ -85,7 +85,8 @@ class TrainerConfig:
 @dataclass
 class EvalConfig:
     enabled: bool = _f(True, "Run matched evaluation at epoch ends.")
-    path: Optional[str] = _f(None, "Evaluation items file (JSONL/Parquet) or a builtin source; None disables evaluation.")
+    path: Optional[str] = _f(None, "Evaluation items: JSONL/Parquet file, save_to_disk directory, "
+                                   "'hf:org/name[:config][:split]' or a builtin source; None disables evaluation.")
     family: str = _f("mist", "mist | box2 | taste | med.")
     max_rows: Optional[int] = _f(None, "Evaluate at most this many rows (whole items are kept together).")
     max_new_tokens: int = _f(64, "Generation budget per row.")
@@ -134,7 +135,9 @@ class LoggerConfig:
 
 @dataclass
 class DataConfig:
-    train_path: str = _f(MISSING, "Training data file (JSONL/Parquet) or 'toy:<seed>' for the built-in toy task.")
+    train_path: str = _f(MISSING, "Training data: a JSONL/Parquet file, a datasets save_to_disk directory (':<split>' "
+                                  "for a DatasetDict), 'hf:org/name[:config][:split]', or 'toy:<seed>/<file>' for the "
+                                  "built-in toy task.")
     train_family: Optional[str] = _f(None, "For recipes that train on evaluation-format items (e.g. box2 for GRPO).")
     train_conditions: list[str] = _f([], "Keep only these conditions/regimes of train_family rows (empty = all).")
     max_prompt_len: int = _f(512, "Max prompt tokens; see truncation.")
@@ -242,7 +245,8 @@ class EvaluateRunConfig:
 @dataclass
 class MineRunConfig:
     seed: int = _f(0, "Seed.")
-    items_path: str = _f(MISSING, "MIST-format training items (JSONL/Parquet) or 'toy:<seed>'.")
+    items_path: str = _f(MISSING, "MIST-format training items: JSONL/Parquet file, save_to_disk directory, "
+                                  "'hf:org/name[:config][:split]' or 'toy:<seed>/<file>'.")
     out_dir: str = _f("runs/mine_pairs", "Writes pairs.jsonl (quartets) and mining_stats.json here.")
     max_new_tokens: int = _f(64, "Generation budget for mining.")
     use_fallback: bool = _f(True, "Elicit r+ with a private diagnostic note when the clean answer is wrong.")
