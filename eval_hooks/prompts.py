@@ -127,5 +127,5 @@ def request_prompt_ids(tokenizer, settings: PromptSettings, *, prompt: str | Non
     return list(tokenizer(prompt, add_special_tokens=False)["input_ids"])
 
 
-__all__ = ["request_prompt_ids", "PLAIN_SEPARATOR", "PromptSettings", "prompt_messages", "render_prompt", "render_prompt_text",
-           "bos_prefix", "uses_template"]
+__all__ = ["PLAIN_SEPARATOR", "PromptSettings", "prompt_messages", "render_prompt", "render_prompt_text",
+           "request_prompt_ids", "bos_prefix", "uses_template"]

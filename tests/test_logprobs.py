@@ -132,7 +132,8 @@ def test_chat_template_prompt_and_eos_terminated_completion(tiny_tokenizer):
 
 def test_truncation_policies_and_stats(tiny_tokenizer):
     """Plain prompts "abcdefgh" and "ab", rendered without a template as text + "\n" (9 and 3 tokens);
-    max_prompt_len 5, max_completion_len 3. keep_end keeps "efgh\n", keep_start keeps "abcde"; completion "uvwxy" + EOS (6) is cut to "uvw" (no EOS);
+    max_prompt_len 5, max_completion_len 3. keep_end keeps "efgh\n", keep_start keeps "abcde";
+    completion "uvwxy" + EOS (6) is cut to "uvw" (no EOS);
     completion "z" + EOS (2) is untouched. Right padding with <pad>."""
     kw = dict(max_prompt_len=5, max_completion_len=3, prompt_settings=PromptSettings(use_chat_template=False))
     prompts, completions = ["abcdefgh", "ab"], ["uvwxy", "z"]

@@ -84,7 +84,8 @@ def test_renderer_rules_by_hand(tokenizers):
     plain = replace(s, use_chat_template=False)
     assert render_prompt_text(tok, "Q", plain) == "S\n\nW\n\nQ\n"
     assert render_prompt(tok, "Q", plain) == tok("S\n\nW\n\nQ\n", add_special_tokens=False)["input_ids"]
-    assert render_prompt(bos, "Q", plain) == [bos.bos_token_id] + tok("S\n\nW\n\nQ\n", add_special_tokens=False)["input_ids"]
+    body = tok("S\n\nW\n\nQ\n", add_special_tokens=False)["input_ids"]
+    assert render_prompt(bos, "Q", plain) == [bos.bos_token_id] + body
     # with a template the template alone decides the BOS (the tiny one writes none)
     assert render_prompt(bos, "Q", PromptSettings())[0] != bos.bos_token_id
     think = PromptSettings(chat_template_kwargs={"enable_thinking": False})

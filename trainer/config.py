@@ -106,7 +106,9 @@ class PromptConfig:
     prompt_prefix: Optional[str] = _f(None, "Text put before every user prompt, followed by a blank line (the "
                                             "Prompt-Defense baseline's warning: prompt=prompt_defense).")
     chat_template_kwargs: dict[str, Any] = _f({}, "Extra keyword arguments of apply_chat_template, e.g. "
-                                                  "{enable_thinking: false} for Qwen3; they reach the trainer's "
+                                                  "{enable_thinking: false} for Qwen3 (prompt=qwen3_no_thinking, "
+                                                  "or +prompt.chat_template_kwargs.enable_thinking=false); they "
+                                                  "reach the trainer's "
                                                   "batches and the generation backends (vLLM requests are rendered "
                                                   "client side with them).")
 

@@ -1,8 +1,8 @@
 """Tokenised SFT batches (single-turn and multi-turn) and the accumulation-window source.
 
 - Single turn: the prompt is every message before the *last* assistant turn (rendered to ids by the
-  one renderer, ``eval_hooks.prompts.render_prompt``, under the ``prompt`` group), the target is that turn's content + EOS
-  (``trainer.logprobs.build_pair_batch``). Counterfactual SFT (SPEC §2): prompt = task + bad
+  one renderer, ``eval_hooks.prompts.render_prompt``, under the ``prompt`` group), the target is that
+  turn's content + EOS (``trainer.logprobs.build_pair_batch``). Counterfactual SFT (SPEC §2): prompt = task + bad
   workflow, target = the verified-correct trajectory.
 - Multi turn: the whole conversation; every assistant turn is a target, user/environment turns are
   masked. The mask comes from the chat template's ``{% generation %}`` tags
