@@ -58,8 +58,7 @@ def main(argv: list[str] | None = None) -> float:
     n_params = sum(p.numel() for p in model.parameters())
     backend = HFBackend(model, tok, batch_size=args.batch_size)
     reqs = build_requests(rows, max_new_tokens=args.max_new_tokens, temperature=0.0)
-    prompts = [backend.render(r.prompt, r.messages) for r in reqs]
-    lengths = [len(backend._encode(p)) for p in prompts]
+    lengths = [len(backend.prompt_ids(r.prompt, r.messages)) for r in reqs]
     print(f"model {args.preset}: {n_params / 1e6:.2f}M params; {len(rows)} rows ({args.items} items x 4); "
           f"prompt tokens min/mean/max {min(lengths)}/{sum(lengths) / len(lengths):.0f}/{max(lengths)}; "
           f"max_new_tokens {args.max_new_tokens}; torch threads {torch.get_num_threads()}", flush=True)

@@ -29,7 +29,7 @@ class DataError(ValueError):
         if self.path is not None:
             where.append(self.path)
         if line is not None:
-            where.append(f"line {line}")
+            where.append(f"{'row' if _is_dataset_label(self.path) else 'line'} {line}")
         if field is not None:
             where.append(f"field '{field}'")
         msg = (", ".join(where) + ": " if where else "") + problem
@@ -41,18 +41,36 @@ class DataError(ValueError):
 PARQUET_SUFFIXES = (".parquet", ".pq")
 
 
+def _is_dataset_label(path: str | None) -> bool:
+    if path is None:
+        return False
+    from .hf_data import is_dataset_source
+
+    return is_dataset_source(path)
+
+
 def read_records(path: str | os.PathLike) -> list[tuple[int, dict]]:
-    """All records of a JSONL or Parquet file as ``(line, record)`` pairs.
+    """All records of a JSONL or Parquet file, or of a ``datasets`` source, as ``(line, record)`` pairs.
 
     JSONL: one JSON object per line; blank lines are skipped (their numbers still count). Parquet
     (by suffix ``.parquet``/``.pq``): ``line`` is the 1-based row number, and null cells are dropped
-    (a column present on some rows only). An empty file is an error.
+    (a column present on some rows only). An empty file is an error. ``hf:org/name[:config][:split]``
+    and ``save_to_disk`` directories (``eval_hooks.hf_data``) give 1-based rows like Parquet; errors
+    about them name the dataset and the row.
     """
+    from .hf_data import is_dataset_source, load_dataset_records
+
+    if is_dataset_source(path):
+        records, label = load_dataset_records(str(path))
+        if not records:
+            raise DataError("dataset holds no rows", path=label)
+        return records
     p = Path(path)
     if not p.exists():
         raise DataError("file does not exist", path=p)
     if p.is_dir():
-        raise DataError("is a directory, expected a .jsonl or .parquet file", path=p)
+        raise DataError("is a directory, expected a .jsonl or .parquet file (or a directory written by "
+                        "datasets' save_to_disk)", path=p)
     records = _read_parquet(p) if p.suffix.lower() in PARQUET_SUFFIXES else list(_read_jsonl(p))
     if not records:
         raise DataError("file holds no records", path=p, accepted="one JSON object per line, or a Parquet table")

@@ -13,7 +13,9 @@ its last line; a leading yes/no).
 
 Canonical forms:
 - numeric: an integer (``"18"``), an exact decimal (``"0.25"``) or a reduced fraction (``"1/3"``),
-  with a trailing ``%`` if the answer was written as a percent;
+  with a trailing ``%`` if the answer was written as a percent. Read: ``3/4``, ``-3/4``,
+  ``\\frac{3}{4}``, ``\\dfrac34``, mixed numbers ``1 1/2`` / ``1\\frac{1}{2}``, ``40%`` (equal to a gold
+  of 40, and of 0.4), scientific ``1.2e4`` / ``1.2 \\times 10^{4}``, the Unicode minus ``−``;
 - multiple_choice: the option letter (``"B"``); boolean: ``"true"`` / ``"false"``;
 - fork (Taste, the published runner's stricter rule, see ``parse_fork_answer``): ``"A"`` / ``"B"``; label (Med): ``Higher | Lower | No Difference | Uncertain``.
 """
@@ -99,15 +101,18 @@ def _clean(span: str) -> str:
 
 # -- numbers ------------------------------------------------------------------------------------------
 
-_LATEX_FRAC = re.compile(r"\\[dt]?frac\s*\{([^{}]{0,80})\}\s*\{([^{}]{0,80})\}")
+_LATEX_FRAC = re.compile(r"(\d?)\\[dt]?frac\s*(?:\{([^{}]{0,80})\}|(\d))\s*(?:\{([^{}]{0,80})\}|(\d))")
 _LATEX_WRAP = re.compile(r"\\(?:text|textbf|mathrm|mathbf|mbox)\s*\{([^{}]{0,200})\}")
 _INT = r"(?:\d{1,3}(?:,\d{3})+(?!\d)|\d+)"
+_EXP = r"(?:[eE](?P<exp>[-+]?\d{1,3})(?!\w|\.\d)|\s?(?:×|\\times|\\cdot|x|\*)\s?10\s?\^\s?\{?(?P<exp10>[-+]?\d{1,3})\}?)"
 _NUMBER = re.compile(
     r"(?<![\w.])(?P<sign>[-+](?=\$?\.?\d))?\$?"
-    r"(?P<num>" + _INT + r"(?:\.\d+)?|\.\d+)(?![\d])"
-    r"(?:\s?/\s?(?P<den>" + _INT + r"(?:\.\d+)?)(?![\d.]))?"
+    r"(?:(?P<whole>\d{1,12})\s+(?=\d{1,12}\s?/\s?\d{1,12}(?![\d/]|\.\d)))?"  # mixed number "1 1/2"
+    r"(?P<num>" + _INT + r"(?:\.\d+)?|\.\d+)(?![\d])" + _EXP + r"?"
+    r"(?:\s?/\s?(?P<den>" + _INT + r"(?:\.\d+)?)(?!\d|\.\d))?"
     r"(?P<pct>\s?(?:%|percent\b|per\s?cent\b))?"
 )
+MAX_EXPONENT = 100  # |exponent| of scientific notation; larger is not an answer
 
 
 class Number:
@@ -153,26 +158,49 @@ def _to_fraction(s: str) -> Fraction | None:
         return None
 
 
+def _latex_frac(m: re.Match) -> str:
+    """``\\frac{a}{b}`` / ``\\dfrac34`` -> ``a/b``; after a digit (``1\\frac{1}{2}``) a space first, so
+    it reads as a mixed number."""
+    lead, num, den = m.group(1), m.group(2) or m.group(3), m.group(4) or m.group(5)
+    return f"{lead} {num}/{den}" if lead else f"{num}/{den}"
+
+
 def _normalise_math(span: str) -> str:
-    span = _LATEX_FRAC.sub(r"\1/\2", span)
+    span = _LATEX_FRAC.sub(_latex_frac, span)
     span = _LATEX_WRAP.sub(r" \1", span)
     for a, b in (("{,}", ","), ("\\%", "%"), ("\\$", "$"), ("\\,", ""), ("\\!", ""), ("\\ ", " "),
-                 ("\u2009", ""), ("\u202f", ""), ("−", "-")):
+                 ("\u2009", ""), ("\u202f", ""), ("\u2212", "-"), ("\u2044", "/"), ("\u2215", "/")):
         span = span.replace(a, b)
     return span
 
 
 def iter_numbers(text: str) -> Iterator[Number]:
-    """Numbers in ``text`` in order: signs, ``$``, thousands separators, decimals, ``a/b`` and
-    ``\\frac{a}{b}`` fractions, percents; trailing units are ignored."""
+    """Numbers in ``text`` in order: signs (also the Unicode minus), ``$``, thousands separators,
+    decimals, scientific notation (``1.2e4``, ``1.2 \\times 10^{4}``), ``a/b``, ``\\frac{a}{b}`` and
+    ``\\dfrac34`` fractions, mixed numbers (``1 1/2``, ``1\\frac{1}{2}``: whole + a proper fraction),
+    percents; trailing units are ignored."""
     for m in _NUMBER.finditer(_normalise_math(text)):
         v = _to_fraction(m.group("num"))
         if v is None:
             continue
+        exp = m.group("exp") or m.group("exp10")
+        if exp is not None:
+            if abs(int(exp)) > MAX_EXPONENT:
+                continue
+            v = v * Fraction(10) ** int(exp)
         if m.group("den"):
             den = _to_fraction(m.group("den"))
             if den:  # a zero denominator leaves the numerator alone
                 v = v / den
+        whole = m.group("whole")
+        if whole is not None:
+            if m.group("den") and 0 <= v < 1:
+                v = int(whole) + v
+            else:  # not a proper fraction after it: the whole number stands alone, then the rest
+                w = Fraction(int(whole))
+                yield Number(-w if m.group("sign") == "-" else w)
+                yield Number(v, percent=bool(m.group("pct")))
+                continue
         if m.group("sign") and m.group("sign") != "+":
             v = -v
         yield Number(v, percent=bool(m.group("pct")))

@@ -8,7 +8,7 @@ How this departs from TRL's DPOTrainer (same loss, checked by tests/test_trl_equ
   weighted in the loss (``algo.weighting=loss``) — and every metric is also reported per condition;
 - the reference is the same LoRA model with its adapter disabled (no second copy);
 - baselines are configs: ``algo=standard_dpo`` (misleading only), ``algo=unmatched``, ``algo=no_clean``
-  / ``no_correct`` / ``no_irrelevant``, ``algo=sft_on_chosen``, and Prompt-Defense via ``eval=prompt_defense``
+  / ``no_correct`` / ``no_irrelevant``, ``algo=sft_on_chosen``, and Prompt-Defense via ``prompt=prompt_defense``
   with ``trainer.max_steps`` irrelevant (use ``recipes/evaluate.py``).
 """
 
@@ -31,6 +31,7 @@ register_schemas()
 def run(cfg: DictConfig):
     """Train; returns the loop's ``LoopResult`` (step, preempted, final metrics)."""
     from eval_hooks.io import write_json_atomic
+    from eval_hooks.prompts import PromptSettings
     from trainer.algos.dpo import dpo_row_metrics, per_group_metrics, sigmoid_dpo_loss
     from trainer.algos.sft import masked_nll_loss
     from trainer.data import ConditionSampler, SamplerSource, condition_mass, load_pairs, unmatch_pairs
@@ -54,10 +55,10 @@ def run(cfg: DictConfig):
     ctx = setup_run(cfg, "dpo")
     acc = ctx.accelerator
     model, tokenizer = build_policy(cfg.model, seed=cfg.seed)
-    use_chat = cfg.model.use_chat_template
+    prompt = PromptSettings.from_config(cfg.prompt)
     pairs = apply_length_policy(pairs, tokenizer, max_prompt_len=dcfg.max_prompt_len,
                                 max_completion_len=dcfg.max_completion_len, truncation=dcfg.truncation,
-                                use_chat_template=use_chat)
+                                prompt_settings=prompt)
     if ctx.is_main:
         write_json_atomic(ctx.run_dir / "data_stats.json", pairs.stats)
         print(f"[selectrust] pairs: {pairs.stats['per_condition']} dropped: {pairs.stats['dropped']} "
@@ -72,7 +73,7 @@ def run(cfg: DictConfig):
     sampler = ConditionSampler([r["condition"] for r in rows], mass, seed=cfg.seed, mode=algo.weighting)
     batch_kwargs = dict(max_prompt_len=dcfg.max_prompt_len, max_completion_len=dcfg.max_completion_len,
                         truncation="keep_start" if dcfg.truncation == "keep_start" else "keep_end",
-                        use_chat_template=use_chat)
+                        prompt_settings=prompt)
 
     def collate(indices: list[int], weights: list[float]) -> dict:
         picked = [rows[i] for i in indices]
@@ -122,7 +123,7 @@ def run(cfg: DictConfig):
     return train_and_save(ctx, model=model, optimizer=optimizer, scheduler=scheduler, source=source,
                           step_fn=step_fn, tokenizer=tokenizer, eval_rows=eval_rows,
                           backend_factory=lambda: make_backend(cfg.generation, unwrapped, tokenizer,
-                                                               model_path=cfg.model.path, use_chat_template=use_chat))
+                                                               model_path=cfg.model.path, prompt_settings=prompt))
 
 
 @hydra.main(config_path="../conf", config_name="dpo", version_base=None)

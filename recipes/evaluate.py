@@ -2,7 +2,7 @@
 
     python recipes/evaluate.py                                     # tiny model on the toy MIST set
     python recipes/evaluate.py model.path=Qwen/Qwen3-4B eval=mist eval.path=mist.jsonl out_dir=runs/eval_qwen
-    python recipes/evaluate.py eval=prompt_defense eval.path=...   # the Prompt-Defense baseline
+    python recipes/evaluate.py prompt=prompt_defense eval.path=...   # the Prompt-Defense baseline
     python recipes/evaluate.py adapter_path=runs/scope/final ...   # a trained LoRA adapter
 
 Writes ``<out_dir>/metrics.json``, ``item_scores.jsonl`` and ``report.md`` with plots, through the same
@@ -28,6 +28,7 @@ register_schemas()
 def run(cfg: DictConfig) -> dict:
     """Evaluate; returns the metrics written to ``<out_dir>/metrics.json``."""
     from eval_hooks import run_matched_eval
+    from eval_hooks.prompts import PromptSettings
     from trainer.evaluation import build_inference_backend, load_eval_rows
     from trainer.run import seed_everything
 
@@ -38,10 +39,9 @@ def run(cfg: DictConfig) -> dict:
         raise ConfigError(f"adapter_path={cfg.adapter_path!r} does not exist")
     rows = load_eval_rows(cfg.eval)  # validated before the model loads
     seed_everything(cfg.seed)
-    backend = build_inference_backend(cfg.model, cfg.generation, adapter_path=cfg.adapter_path)
-    metrics = run_matched_eval(backend, rows, cfg.eval.family, cfg.out_dir, max_new_tokens=cfg.eval.max_new_tokens,
-                               system_prompt=cfg.eval.system_prompt, prompt_prefix=cfg.eval.prompt_prefix,
-                               use_chat_template=cfg.model.use_chat_template)
+    backend = build_inference_backend(cfg.model, cfg.generation, adapter_path=cfg.adapter_path,
+                                      prompt_settings=PromptSettings.from_config(cfg.prompt))
+    metrics = run_matched_eval(backend, rows, cfg.eval.family, cfg.out_dir, max_new_tokens=cfg.eval.max_new_tokens)
     headline = {k: v for k, v in metrics.items() if isinstance(v, (int, float))}
     print(f"[selectrust] wrote {cfg.out_dir}/metrics.json: {headline}")
     return metrics

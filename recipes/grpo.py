@@ -60,6 +60,7 @@ def run(cfg: DictConfig):
     from trainer.data import ShuffleSampler
     from trainer.envs import resolve_env
     from eval_hooks.backends.vllm_server import ServerError
+    from eval_hooks.prompts import PromptSettings
     from trainer.evaluation import adapter_root, load_eval_rows, make_backend
     from trainer.logprobs import sequence_logprobs
     from trainer.loop import train_and_save
@@ -88,8 +89,8 @@ def run(cfg: DictConfig):
     ctx = setup_run(cfg, "grpo")
     acc = ctx.accelerator
     model, tokenizer = build_policy(cfg.model, seed=cfg.seed)
-    use_chat = cfg.model.use_chat_template
-    check_prompt_lengths(rows, tokenizer, max_prompt_len=dcfg.max_prompt_len, use_chat_template=use_chat)
+    prompt = PromptSettings.from_config(cfg.prompt)
+    check_prompt_lengths(rows, tokenizer, max_prompt_len=dcfg.max_prompt_len, prompt_settings=prompt)
     reference = Reference(model, lora=cfg.model.lora.enabled) if algo.kl_beta > 0 else None
     optimizer = build_optimizer(model, cfg.optim)
     scheduler = build_scheduler(optimizer, cfg.optim, max_steps=cfg.trainer.max_steps)
@@ -99,7 +100,7 @@ def run(cfg: DictConfig):
     unwrapped = acc.unwrap_model(model)
 
     def backend_factory():
-        return make_backend(cfg.generation, unwrapped, tokenizer, model_path=cfg.model.path, use_chat_template=use_chat)
+        return make_backend(cfg.generation, unwrapped, tokenizer, model_path=cfg.model.path, prompt_settings=prompt)
 
     # ---- adapter sync to a generation server ------------------------------------------------------------
     # With generation=vllm_server the server must sample from *this* step's adapter: every
@@ -139,7 +140,7 @@ def run(cfg: DictConfig):
             return sequence_logprobs(unwrapped, ids.to(acc.device), att.to(acc.device), cm.to(acc.device))[1].cpu()
 
     settings = RolloutSettings.from_config(algo, num_groups=algo.prompts_per_step, grad_accum=cfg.optim.grad_accum,
-                                           use_chat_template=use_chat, seed=cfg.seed)
+                                           prompt_settings=prompt, seed=cfg.seed)
 
     def reduce_max(n: int) -> int:
         if acc.num_processes == 1:

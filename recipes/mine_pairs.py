@@ -46,17 +46,21 @@ def leaks_note(text: str, *, patterns, note: str) -> bool:
 
 
 def mine(rows: list[dict], backend, *, max_new_tokens: int, use_fallback: bool, fallback_note: str,
-         leak_patterns, use_chat_template: bool, model_name: str) -> tuple[list[dict], dict]:
-    """Pure mining logic over validated MIST rows and a generation backend -> (pair rows, stats)."""
+         leak_patterns, model_name: str, prompt_settings=None) -> tuple[list[dict], dict]:
+    """Pure mining logic over validated MIST rows and a generation backend -> (pair rows, stats).
+    Prompts are rendered under ``prompt_settings`` (the ``prompt`` group; default: the backend's), the
+    settings the mined pairs are then trained and evaluated under."""
     from eval_hooks.evaluate import build_requests
     from eval_hooks.parsers import answers_match, parse_answer
+    from eval_hooks.prompts import PromptSettings
 
     by_item: dict[str, dict[str, dict]] = defaultdict(dict)
     for r in rows:
         by_item[r["item_id"]][r["condition"]] = r
     items = sorted(by_item)
     asked = [by_item[i][c] for i in items for c in ("clean", "misleading")]
-    results = build_requests(asked, max_new_tokens=max_new_tokens, use_chat_template=use_chat_template)
+    settings = prompt_settings or getattr(backend, "prompt_settings", None)
+    results = build_requests(asked, max_new_tokens=max_new_tokens, prompt_settings=settings)
     outs = backend.generate(results, progress=True, desc="mine")
     text = {(r["item_id"], r["condition"]): o.samples[0].text for r, o in zip(asked, outs)}
 
@@ -87,7 +91,7 @@ def mine(rows: list[dict], backend, *, max_new_tokens: int, use_fallback: bool, 
             note = fallback_note.format(gold=clean["gold"])
             fb_rows.append({**clean, "prompt": f"{note}\n\n{clean['prompt']}"})
         fb_out = backend.generate(build_requests(fb_rows, max_new_tokens=max_new_tokens,
-                                                 use_chat_template=use_chat_template), progress=True, desc="fallback")
+                                                 prompt_settings=settings), progress=True, desc="fallback")
         for i, row, o in zip(need_fallback, fb_rows, fb_out):
             response = o.samples[0].text
             _, ok, _ = judge(by_item[i]["clean"], response)
@@ -110,7 +114,8 @@ def mine(rows: list[dict], backend, *, max_new_tokens: int, use_fallback: bool, 
                           "mined_with": model_name})
     stats = {"items": len(items), "kept": len(kept), "dropped": len(dropped),
              "kept_by_source": dict(Counter(k["chosen_source"] for k in kept.values())),
-             "dropped_by_reason": dict(Counter(dropped.values())), "dropped_items": dropped}
+             "dropped_by_reason": dict(Counter(dropped.values())), "dropped_items": dropped,
+             "prompt": (settings or PromptSettings()).describe()}
     return pairs, stats
 
 
@@ -118,6 +123,7 @@ def run(cfg: DictConfig) -> dict:
     """Mine; returns the statistics written to ``<out_dir>/mining_stats.json``."""
     from eval_hooks import load_rows
     from eval_hooks.io import write_json_atomic, write_jsonl_atomic
+    from eval_hooks.prompts import PromptSettings
     from trainer.data import resolve_data_path
     from trainer.evaluation import build_inference_backend
     from trainer.run import seed_everything
@@ -125,10 +131,11 @@ def run(cfg: DictConfig) -> dict:
     validate_common(cfg)
     rows = load_rows("mist", resolve_data_path(cfg.items_path))  # validated before the model loads
     seed_everything(cfg.seed)
-    backend = build_inference_backend(cfg.model, cfg.generation)
+    prompt = PromptSettings.from_config(cfg.prompt)
+    backend = build_inference_backend(cfg.model, cfg.generation, prompt_settings=prompt)
     pairs, stats = mine(rows, backend, max_new_tokens=cfg.max_new_tokens, use_fallback=cfg.use_fallback,
                         fallback_note=cfg.fallback_note, leak_patterns=list(cfg.leak_patterns),
-                        use_chat_template=cfg.model.use_chat_template, model_name=cfg.model.path)
+                        model_name=cfg.model.path, prompt_settings=prompt)
     out = Path(cfg.out_dir)
     write_json_atomic(out / "mining_stats.json", stats)
     if pairs:

@@ -37,6 +37,7 @@ register_schemas()
 def run(cfg: DictConfig):
     """Train; returns the loop's ``LoopResult`` (step, preempted, final metrics)."""
     from eval_hooks.io import write_json_atomic
+    from eval_hooks.prompts import PromptSettings
     from trainer.algos.sft import masked_nll_loss
     from trainer.data import SamplerSource, ShuffleSampler, load_sft_examples, resolve_data_path
     from trainer.evaluation import load_eval_rows, make_backend
@@ -56,9 +57,9 @@ def run(cfg: DictConfig):
     ctx = setup_run(cfg, "sft")
     acc = ctx.accelerator
     model, tokenizer = build_policy(cfg.model, seed=cfg.seed)
-    use_chat = cfg.model.use_chat_template
+    prompt = PromptSettings.from_config(cfg.prompt)
     lengths = dict(multi_turn=algo.multi_turn, max_prompt_len=dcfg.max_prompt_len,
-                   max_completion_len=dcfg.max_completion_len, truncation=dcfg.truncation, use_chat_template=use_chat)
+                   max_completion_len=dcfg.max_completion_len, truncation=dcfg.truncation, prompt_settings=prompt)
     examples, stats = apply_sft_length_policy(examples, tokenizer, path=resolve_data_path(dcfg.train_path), **lengths)
     if ctx.is_main:
         write_json_atomic(ctx.run_dir / "data_stats.json", stats)
@@ -89,7 +90,7 @@ def run(cfg: DictConfig):
     return train_and_save(ctx, model=model, optimizer=optimizer, scheduler=scheduler, source=source,
                           step_fn=step_fn, tokenizer=tokenizer, eval_rows=eval_rows,
                           backend_factory=lambda: make_backend(cfg.generation, unwrapped, tokenizer,
-                                                               model_path=cfg.model.path, use_chat_template=use_chat))
+                                                               model_path=cfg.model.path, prompt_settings=prompt))
 
 
 @hydra.main(config_path="../conf", config_name="sft", version_base=None)

@@ -10,6 +10,7 @@ import pytest
 import eval_hooks
 from eval_hooks import DataError, load_rows, read_responses, run_matched_eval, score_responses
 from eval_hooks.evaluate import build_requests, score_rows
+from eval_hooks.prompts import PromptSettings, render_prompt_text
 
 DATA = Path(__file__).parent / "data" / "eval"
 
@@ -169,12 +170,14 @@ def test_foreign_files_in_out_dir_are_kept(tmp_path):
 
 def test_build_requests_prompt_defense():
     rows = load_rows("taste", DATA / "taste_small.jsonl")[:2]
-    reqs = build_requests(rows, system_prompt="SYS", prompt_prefix="WARN", max_new_tokens=5, stop=["\n\n"])
+    reqs = build_requests(rows, prompt_settings=PromptSettings(system_prompt="SYS", prompt_prefix="WARN"),
+                          max_new_tokens=5, stop=["\n\n"])
     assert reqs[0].messages[0] == {"role": "system", "content": "SYS"}
     assert reqs[0].messages[1]["content"] == "WARN\n\n" + rows[0]["prompt"]
     assert reqs[0].max_new_tokens == 5 and reqs[0].stop == ["\n\n"] and reqs[0].temperature == 0.0
-    raw = build_requests(rows, use_chat_template=False, prompt_prefix="WARN")
-    assert raw[0].messages is None and raw[0].prompt == "WARN\n\n" + rows[0]["prompt"] + "\n"
+    plain = PromptSettings(use_chat_template=False, prompt_prefix="WARN")
+    raw = build_requests(rows, prompt_settings=plain)
+    assert render_prompt_text(None, raw[0].messages, plain.transport()) == "WARN\n\n" + rows[0]["prompt"] + "\n"
 
 
 class _EchoBackend:
@@ -182,8 +185,9 @@ class _EchoBackend:
 
     name = "echo"
 
-    def __init__(self, text):
+    def __init__(self, text, prompt_settings=None):
         self.text, self.requests, self.progress = text, None, None
+        self.prompt_settings = prompt_settings
 
     def generate(self, requests, *, progress=False, desc="generate"):
         from eval_hooks.backends.base import GenerationResult, Sample
@@ -193,9 +197,8 @@ class _EchoBackend:
 
 
 def test_run_matched_eval_with_stub_backend(tmp_path):
-    be = _EchoBackend("ANSWER: B")
-    m = run_matched_eval(be, DATA / "taste_small.jsonl", "taste", tmp_path / "o", step=3, prompt_prefix="P",
-                         progress=False)
+    be = _EchoBackend("ANSWER: B", PromptSettings(prompt_prefix="P"))
+    m = run_matched_eval(be, DATA / "taste_small.jsonl", "taste", tmp_path / "o", step=3, progress=False)
     assert len(be.requests) == 8 and be.progress is False
     assert be.requests[0].messages[-1]["content"].startswith("P\n\n")
     assert m["mean"] == 0.5 and m["step"] == 3 and m["eval_settings"]["prompt_prefix"] == "P"

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from eval_hooks.io import DataError
+from eval_hooks.prompts import PromptSettings
 from tests.box2_fakes import ScriptedBackend
 from trainer.data import ShuffleSampler
 from trainer.rewards import GuardedReward, resolve_reward
@@ -144,7 +145,7 @@ def test_resume_at_batch_boundary_regenerates_identically(tiny_tokenizer):
 def test_bad_input_before_generation(tiny_tokenizer, tmp_path):
     rows = [dict(ROWS[0], prompt="x" * 300, _path="p.jsonl", _line=1)]
     with pytest.raises(DataError, match=r"p.jsonl, line 1, field 'prompt'.*'i0' has \d+ tokens > data.max_prompt_len=64"):
-        check_prompt_lengths(rows, tiny_tokenizer, max_prompt_len=64, use_chat_template=True)
+        check_prompt_lengths(rows, tiny_tokenizer, max_prompt_len=64, prompt_settings=PromptSettings())
     f = tmp_path / "p.jsonl"
     f.write_text(json.dumps({"item_id": "a", "prompt": "q", "answer_type": "numeric"}) + "\n")
     with pytest.raises(DataError, match="line 1, field 'gold'"):

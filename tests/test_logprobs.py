@@ -10,6 +10,7 @@ import pytest
 import torch
 from torch.testing import assert_close
 
+from eval_hooks.prompts import PromptSettings
 from trainer.logprobs import build_pair_batch, build_preference_batch, sequence_logprobs, token_logprobs
 
 
@@ -130,23 +131,24 @@ def test_chat_template_prompt_and_eos_terminated_completion(tiny_tokenizer):
 
 
 def test_truncation_policies_and_stats(tiny_tokenizer):
-    """Plain prompts "abcdefgh" (8 tokens) and "ab" (2); max_prompt_len 5, max_completion_len 3.
-    keep_end keeps "defgh", keep_start keeps "abcde"; completion "uvwxy" + EOS (6) is cut to "uvw" (no EOS);
+    """Plain prompts "abcdefgh" and "ab", rendered without a template as text + "\n" (9 and 3 tokens);
+    max_prompt_len 5, max_completion_len 3. keep_end keeps "efgh\n", keep_start keeps "abcde";
+    completion "uvwxy" + EOS (6) is cut to "uvw" (no EOS);
     completion "z" + EOS (2) is untouched. Right padding with <pad>."""
-    kw = dict(max_prompt_len=5, max_completion_len=3, use_chat_template=False)
+    kw = dict(max_prompt_len=5, max_completion_len=3, prompt_settings=PromptSettings(use_chat_template=False))
     prompts, completions = ["abcdefgh", "ab"], ["uvwxy", "z"]
     end = build_pair_batch(tiny_tokenizer, prompts, completions, truncation="keep_end", **kw)
     start = build_pair_batch(tiny_tokenizer, prompts, completions, truncation="keep_start", **kw)
     dec = tiny_tokenizer.decode
-    assert dec(end.input_ids[0]) == "defghuvw" and dec(start.input_ids[0]) == "abcdeuvw"
-    assert end.input_ids[1, 3].item() == tiny_tokenizer.eos_token_id
-    assert end.input_ids[1, 4:].tolist() == [tiny_tokenizer.pad_token_id] * 4
-    assert end.attention_mask[1].tolist() == [1, 1, 1, 1, 0, 0, 0, 0]
-    assert end.completion_mask.tolist() == [[0, 0, 0, 0, 0, 1, 1, 1], [0, 0, 1, 1, 0, 0, 0, 0]]
+    assert dec(end.input_ids[0]) == "efgh\nuvw" and dec(start.input_ids[0]) == "abcdeuvw"
+    assert end.input_ids[1, 4].item() == tiny_tokenizer.eos_token_id
+    assert end.input_ids[1, 5:].tolist() == [tiny_tokenizer.pad_token_id] * 3
+    assert end.attention_mask[1].tolist() == [1, 1, 1, 1, 1, 0, 0, 0]
+    assert end.completion_mask.tolist() == [[0, 0, 0, 0, 0, 1, 1, 1], [0, 0, 0, 1, 1, 0, 0, 0]]
     assert end.prompt_truncated.tolist() == [True, False]
     assert end.completion_truncated.tolist() == [True, False]
     assert end.stats == {"num_rows": 2, "num_prompts_truncated": 1, "num_completions_truncated": 1, "max_length": 8}
-    with pytest.raises(ValueError, match="row 0: prompt has 8 tokens"):
+    with pytest.raises(ValueError, match="row 0: prompt has 9 tokens"):
         build_pair_batch(tiny_tokenizer, prompts, completions, truncation="error", **kw)
     with pytest.raises(ValueError, match="truncation must be one of"):
         build_pair_batch(tiny_tokenizer, prompts, completions, truncation="left", **kw)
@@ -154,9 +156,9 @@ def test_truncation_policies_and_stats(tiny_tokenizer):
 
 def test_preference_batch_layout_is_chosen_then_rejected(tiny_tokenizer):
     b = build_preference_batch(tiny_tokenizer, ["p1", "p2"], ["c1", "c2"], ["r1", "r2"], max_prompt_len=32,
-                               max_completion_len=32, use_chat_template=False)
+                               max_completion_len=32, prompt_settings=PromptSettings(use_chat_template=False))
     dec = [tiny_tokenizer.decode(row[m.bool()]) for row, m in zip(b.input_ids, b.attention_mask)]
     eos = tiny_tokenizer.eos_token
-    assert dec == [f"p1c1{eos}", f"p2c2{eos}", f"p1r1{eos}", f"p2r2{eos}"]
+    assert dec == [f"p1\nc1{eos}", f"p2\nc2{eos}", f"p1\nr1{eos}", f"p2\nr2{eos}"]
     with pytest.raises(ValueError, match="equal lengths"):
         build_preference_batch(tiny_tokenizer, ["p"], ["c"], [], max_prompt_len=8, max_completion_len=8)

@@ -51,7 +51,7 @@ def test_mining_keeps_signal_followers_and_explains_drops():
     })
     pairs, stats = mine_mod.mine(rows, backend, max_new_tokens=8, use_fallback=True,
                                  fallback_note="Private note for you only: the correct answer is {gold}.",
-                                 leak_patterns=["note", "hint"], use_chat_template=True, model_name="m")
+                                 leak_patterns=["note", "hint"], model_name="m")
     assert stats["kept"] == 2 and stats["kept_by_source"] == {"clean": 1, "fallback": 1}
     assert stats["dropped_items"] == {"i2": "resisted_misleading", "i3": "misleading_wrong_but_not_signal",
                                       "i4": "fallback_leaks_note"}
@@ -75,5 +75,5 @@ def test_leak_detection_catches_echoed_note_wording():
 def test_no_fallback_drops_clean_wrong():
     backend = Scripted({"Q1 clean": "8", "Q1 hint": "7"})
     pairs, stats = mine_mod.mine(rows_for(1, 4, 7), backend, max_new_tokens=4, use_fallback=False,
-                                 fallback_note=NOTE, leak_patterns=[], use_chat_template=True, model_name="m")
+                                 fallback_note=NOTE, leak_patterns=[], model_name="m")
     assert pairs == [] and stats["dropped_by_reason"] == {"clean_wrong": 1}

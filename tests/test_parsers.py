@@ -156,3 +156,71 @@ def test_numeric_roundtrip_with_marker(n, noise):
     """A formatted integer after a final marker parses back to itself whatever text precedes it."""
     text = f"{noise}\nThe answer is {n:,}."
     assert answers_match(parse_numeric(text), n, "numeric")
+
+
+# -- realistic response endings (GSM8K- and MATH-style): parsed value and verdict against a gold ----------
+# (response ending, gold, parsed canonical value, parsed == gold?)
+ENDINGS = [
+    # plain GSM8K endings
+    ("So she earns 16 - 3 - 4 = 9 eggs * $2 = $18 per day.\n#### 18", "18", "18", True),
+    ("Total = 5 + 7 = 12 apples.\n#### 12", "13", "12", False),
+    ("Therefore, the answer is 1,250.", "1250", "1250", True),
+    ("He pays $4.50 in total.\nThe answer is $4.50.", "4.5", "4.5", True),
+    ("The final answer is −7.", "-7", "-7", True),                                 # Unicode minus
+    ("The temperature drops to −12 degrees.\n#### −12", "-12", "-12", True),
+    ("Answer: 0.25", "1/4", "0.25", True),
+    # fractions
+    ("Each friend gets 3/4 of a pizza. The answer is 3/4.", "0.75", "0.75", True),
+    ("The answer is 3/4.", "3", "0.75", False),                                  # the old bug read this as 3
+    ("So the slope is -3/4.", "-0.75", "-0.75", True),
+    ("The probability is 2/3.", "2/3", "2/3", True),
+    ("The probability is 2/3.", "0.67", "2/3", False),
+    ("Simplifying, the ratio is 10/4 = 5/2.\nFinal answer: 5/2", "2.5", "2.5", True),
+    ("She drinks 1/8 of the bottle.\n#### 1/8", "0.125", "0.125", True),
+    ("Thus the answer is \u22123/4.", "-3/4", "-0.75", True),                    # Unicode minus on a fraction
+    # LaTeX fractions (MATH)
+    (r"Therefore, $x = \boxed{\frac{3}{4}}$.", "3/4", "0.75", True),
+    (r"The final answer is $\boxed{\dfrac{1}{6}}$.", "1/6", "1/6", True),
+    (r"So the answer is $\boxed{\dfrac34}$.", "0.75", "0.75", True),
+    (r"Hence $\boxed{-\frac{5}{2}}$.", "-2.5", "-2.5", True),
+    (r"We get $\boxed{\tfrac{7}{8}}$.", "7/8", "0.875", True),
+    (r"so the answer is $\frac{9}{4}$.", "2.25", "2.25", True),
+    (r"The value is $\boxed{\frac{-1}{3}}$", "-1/3", "-1/3", True),
+    (r"$\boxed{\frac{1}{3}}$", "0.333", "1/3", False),
+    # mixed numbers
+    ("She needs 1 1/2 cups of flour.\n#### 1 1/2", "1.5", "1.5", True),
+    ("The answer is 2 3/4 hours.", "11/4", "2.75", True),
+    ("The recipe makes 3 1/3 batches. The answer is 3 1/3", "10/3", "10/3", True),
+    (r"So the answer is $\boxed{1\frac{1}{2}}$.", "3/2", "1.5", True),
+    ("The board is 5 1/4 feet long.\nAnswer: 5 1/4", "5", "5.25", False),
+    ("The answer is -1 1/2.", "-1.5", "-1.5", True),
+    # percents
+    ("So the discount is 40%.\n#### 40%", "40", "40%", True),
+    ("The answer is 40%.", "0.4", "40%", True),
+    ("The tax rate is 7.5%. The answer is 7.5%", "7.5", "7.5%", True),
+    (r"The final answer is $\boxed{25\%}$.", "25", "25%", True),
+    ("The answer is 40 percent.", "60", "40%", False),
+    # scientific notation
+    ("The population is 1.2e4.\nThe answer is 1.2e4", "12000", "12000", True),
+    ("That is about 3.0E-3 meters.\n#### 3.0E-3", "0.003", "0.003", True),
+    (r"The answer is $\boxed{1.2 \times 10^{4}}$.", "12000", "12000", True),
+    ("The answer is 6.02e23.", "6.02e23", "602000000000000000000000", True),
+    ("The answer is 5e2.", "50", "500", False),
+    # last answer wins, markers beat bare numbers
+    ("The answer is 3/4.\nWait, I made an error. The answer is 1/2.", "1/2", "0.5", True),
+    (r"First guess \boxed{2}. Correcting: \boxed{\frac{5}{3}}", "5/3", "5/3", True),
+    ("#### 3/4\n(3 of 4 slices)", "0.75", "0.75", True),
+    # no answer at all
+    ("I cannot determine the answer.", "4", None, False),
+]
+
+
+@pytest.mark.parametrize("text, gold, parsed, ok", ENDINGS)
+def test_realistic_numeric_endings(text, gold, parsed, ok):
+    got = parse_answer(text, "numeric")
+    assert got == parsed
+    assert answers_match(got, gold, "numeric") is ok
+
+
+def test_endings_table_size():
+    assert len(ENDINGS) >= 40

@@ -15,7 +15,7 @@ from trainer.logprobs import sequence_logprobs
 from trainer.sft_data import WindowSource, collate_sft, tokenize_multiturn
 
 ROOT = Path(__file__).resolve().parents[1]
-KW = dict(max_prompt_len=256, max_completion_len=16, truncation="keep_end", use_chat_template=True)
+KW = dict(max_prompt_len=256, max_completion_len=16, truncation="keep_end")
 
 
 def test_single_turn_loss_equals_trl_sfttrainer(tiny_model_dir, tiny_tokenizer, tmp_path):

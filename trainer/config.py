@@ -46,7 +46,6 @@ class ModelConfig:
     trust_remote_code: bool = _f(False, "Allow custom modelling code from the model repo. Off unless you trust it.")
     attn_implementation: Optional[str] = _f(None, "e.g. sdpa | flash_attention_2 | eager; None = transformers default.")
     gradient_checkpointing: bool = _f(False, "Recompute activations in backward (saves memory, costs ~30% time).")
-    use_chat_template: bool = _f(True, "Render prompts as a user turn with the tokenizer's chat template.")
     lora: LoraConfig = field(default_factory=LoraConfig)
 
 
@@ -86,17 +85,36 @@ class TrainerConfig:
 @dataclass
 class EvalConfig:
     enabled: bool = _f(True, "Run matched evaluation at epoch ends.")
-    path: Optional[str] = _f(None, "Evaluation items file (JSONL/Parquet) or a builtin source; None disables evaluation.")
+    path: Optional[str] = _f(None, "Evaluation items: JSONL/Parquet file, save_to_disk directory, "
+                                   "'hf:org/name[:config][:split]' or a builtin source; None disables evaluation.")
     family: str = _f("mist", "mist | box2 | taste | med.")
     max_rows: Optional[int] = _f(None, "Evaluate at most this many rows (whole items are kept together).")
     max_new_tokens: int = _f(64, "Generation budget per row.")
     batch_size: int = _f(32, "Generation batch size (HF backend).")
-    system_prompt: Optional[str] = _f(None, "System turn added to every evaluation prompt.")
-    prompt_prefix: Optional[str] = _f(None, "Text prepended to every prompt (the Prompt-Defense baseline uses a warning here).")
     max_prompt_tokens: int = _f(65536, "taste only: prompt-token cap; longer prompts keep the prefix's first 25 lines, an "
                                        "omission marker and the longest tail of lines that fits (the published runner's rule).")
     prompt_tokenizer: Optional[str] = _f(None, "taste only: tokenizer (local dir or 'tiny') that counts tokens for the cap; "
                                                "None = estimate of 4 UTF-8 bytes per token.")
+
+
+@dataclass
+class PromptConfig:
+    """How every prompt becomes token ids, read alike by mining, every trainer and evaluation
+    (``eval_hooks.prompts.render_prompt``; its docstring states the BOS and separator rules)."""
+
+    use_chat_template: bool = _f(True, "Render prompts with the tokenizer's chat template (generation prompt added, "
+                                       "no extra BOS). False (or a tokenizer without a template): plain text, turns "
+                                       "joined by a blank line, one newline before the completion, the tokenizer's "
+                                       "BOS in front if it adds one to plain text.")
+    system_prompt: Optional[str] = _f(None, "System turn put before every prompt (mining, training and evaluation).")
+    prompt_prefix: Optional[str] = _f(None, "Text put before every user prompt, followed by a blank line (the "
+                                            "Prompt-Defense baseline's warning: prompt=prompt_defense).")
+    chat_template_kwargs: dict[str, Any] = _f({}, "Extra keyword arguments of apply_chat_template, e.g. "
+                                                  "{enable_thinking: false} for Qwen3 (prompt=qwen3_no_thinking, "
+                                                  "or +prompt.chat_template_kwargs.enable_thinking=false); they "
+                                                  "reach the trainer's "
+                                                  "batches and the generation backends (vLLM requests are rendered "
+                                                  "client side with them).")
 
 
 @dataclass
@@ -123,7 +141,9 @@ class LoggerConfig:
 
 @dataclass
 class DataConfig:
-    train_path: str = _f(MISSING, "Training data file (JSONL/Parquet) or 'toy:<seed>' for the built-in toy task.")
+    train_path: str = _f(MISSING, "Training data: a JSONL/Parquet file, a datasets save_to_disk directory (':<split>' "
+                                  "for a DatasetDict), 'hf:org/name[:config][:split]', or 'toy:<seed>/<file>' for the "
+                                  "built-in toy task.")
     train_family: Optional[str] = _f(None, "For recipes that train on evaluation-format items (e.g. box2 for GRPO).")
     train_conditions: list[str] = _f([], "Keep only these conditions/regimes of train_family rows (empty = all).")
     max_prompt_len: int = _f(512, "Max prompt tokens; see truncation.")
@@ -199,6 +219,7 @@ class _RunBase:
     generation: GenerationConfig = field(default_factory=GenerationConfig)
     logger: LoggerConfig = field(default_factory=LoggerConfig)
     data: DataConfig = field(default_factory=DataConfig)
+    prompt: PromptConfig = field(default_factory=PromptConfig)
 
 
 @dataclass
@@ -224,12 +245,14 @@ class EvaluateRunConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     generation: GenerationConfig = field(default_factory=GenerationConfig)
+    prompt: PromptConfig = field(default_factory=PromptConfig)
 
 
 @dataclass
 class MineRunConfig:
     seed: int = _f(0, "Seed.")
-    items_path: str = _f(MISSING, "MIST-format training items (JSONL/Parquet) or 'toy:<seed>'.")
+    items_path: str = _f(MISSING, "MIST-format training items: JSONL/Parquet file, save_to_disk directory, "
+                                  "'hf:org/name[:config][:split]' or 'toy:<seed>/<file>'.")
     out_dir: str = _f("runs/mine_pairs", "Writes pairs.jsonl (quartets) and mining_stats.json here.")
     max_new_tokens: int = _f(64, "Generation budget for mining.")
     use_fallback: bool = _f(True, "Elicit r+ with a private diagnostic note when the clean answer is wrong.")
@@ -239,6 +262,7 @@ class MineRunConfig:
                                   "Case-insensitive substrings that betray the note; fallbacks containing one are dropped.")
     model: ModelConfig = field(default_factory=ModelConfig)
     generation: GenerationConfig = field(default_factory=GenerationConfig)
+    prompt: PromptConfig = field(default_factory=PromptConfig)
 
 
 @dataclass

@@ -303,7 +303,7 @@ class SamplerSource:
 
 
 def apply_length_policy(pairs: PairSet, tokenizer, *, max_prompt_len: int, max_completion_len: int,
-                        truncation: str, use_chat_template: bool) -> PairSet:
+                        truncation: str, prompt_settings=None) -> PairSet:
     """Count over-long prompts/completions once, up front, and apply ``data.truncation``:
     ``keep_end``/``keep_start`` keep the rows (the collator truncates them), ``drop`` removes them,
     ``error`` raises naming the first one. The counts land in ``pairs.stats['truncated']``."""
@@ -313,7 +313,7 @@ def apply_length_policy(pairs: PairSet, tokenizer, *, max_prompt_len: int, max_c
     for r in pairs.rows:
         b = build_pair_batch(tokenizer, [r["prompt"]] * 2, [r["chosen"], r["rejected"]],
                              max_prompt_len=max_prompt_len, max_completion_len=max_completion_len,
-                             truncation="keep_end", use_chat_template=use_chat_template)
+                             truncation="keep_end", prompt_settings=prompt_settings)
         p_long, c_long = bool(b.prompt_truncated.any()), bool(b.completion_truncated.any())
         long_prompts += p_long
         long_completions += c_long

@@ -18,6 +18,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable
 
+from eval_hooks.prompts import PromptSettings
+
 
 def load_eval_rows(eval_cfg) -> list[dict] | None:
     if not eval_cfg.enabled or not eval_cfg.path:
@@ -54,17 +56,19 @@ def _family_options(eval_cfg) -> dict:
     return {"max_prompt_tokens": eval_cfg.max_prompt_tokens, "count_tokens": count}
 
 
-def make_backend(gen_cfg, model, tokenizer, *, model_path: str, use_chat_template: bool = True,
+def make_backend(gen_cfg, model, tokenizer, *, model_path: str, prompt_settings: PromptSettings | None = None,
                  adapter_prefix: str = "policy"):
+    """The generation backend of ``generation.backend``; it renders prompts under ``prompt_settings`` (the
+    ``prompt`` group), as training does."""
     if gen_cfg.backend == "hf":
         from eval_hooks.backends.hf import HFBackend
 
-        return HFBackend(model, tokenizer, batch_size=gen_cfg.batch_size, use_chat_template=use_chat_template)
+        return HFBackend(model, tokenizer, batch_size=gen_cfg.batch_size, prompt_settings=prompt_settings)
     from eval_hooks.backends.vllm_server import VLLMServerBackend
 
     return VLLMServerBackend(gen_cfg.url, gen_cfg.served_model_name or model_path, tokenizer=tokenizer,
                              timeout_s=gen_cfg.timeout_s, max_retries=gen_cfg.max_retries,
-                             use_chat_template=use_chat_template, adapter_prefix=adapter_prefix,
+                             prompt_settings=prompt_settings, adapter_prefix=adapter_prefix,
                              error_context=server_log_context(gen_cfg))
 
 
@@ -101,9 +105,11 @@ def adapter_root(ctx) -> Path:
     return Path(ctx.cfg.generation.adapter_dir or Path(ctx.run_dir) / "adapters")
 
 
-def build_inference_backend(model_cfg, gen_cfg, *, adapter_path: str | None = None):
+def build_inference_backend(model_cfg, gen_cfg, *, prompt_settings: PromptSettings | None = None,
+                            adapter_path: str | None = None):
     """Backend for a stand-alone (non-training) recipe: the model of ``model_cfg`` (on CUDA when
-    present), optionally with a LoRA adapter, in-process or behind a vLLM server."""
+    present), optionally with a LoRA adapter, in-process or behind a vLLM server, rendering prompts
+    under ``prompt_settings``."""
     from eval_hooks.models import load_model, load_tokenizer
 
     tokenizer = load_tokenizer(model_cfg.path, trust_remote_code=model_cfg.trust_remote_code)
@@ -118,8 +124,7 @@ def build_inference_backend(model_cfg, gen_cfg, *, adapter_path: str | None = No
             from peft import PeftModel
 
             model = PeftModel.from_pretrained(model, adapter_path)
-    backend = make_backend(gen_cfg, model, tokenizer, model_path=model_cfg.path,
-                           use_chat_template=model_cfg.use_chat_template)
+    backend = make_backend(gen_cfg, model, tokenizer, model_path=model_cfg.path, prompt_settings=prompt_settings)
     if adapter_path and gen_cfg.backend != "hf":
         backend.load_adapter(str(Path(adapter_path).resolve()), "eval")
     return backend
@@ -157,7 +162,7 @@ def make_epoch_eval(ctx, rows: list[dict] | None, backend_factory: Callable[[], 
             from .weight_sync import AdapterSync
 
             backend = make_backend(gen, policy, tokenizer, model_path=ctx.cfg.model.path,
-                                   use_chat_template=ctx.cfg.model.use_chat_template, adapter_prefix="eval")
+                                   prompt_settings=PromptSettings.from_config(ctx.cfg.prompt), adapter_prefix="eval")
             holder["sync"] = AdapterSync(backend, adapter_root(ctx) / "eval", every_k_steps=1, keep_last=1,
                                          tokenizer=tokenizer, probe_threshold=gen.probe_threshold, main_process=True)
         return holder["sync"]
@@ -172,9 +177,7 @@ def make_epoch_eval(ctx, rows: list[dict] | None, backend_factory: Callable[[], 
         else:
             backend = backend_factory()
         result = run_matched_eval(backend, rows, ecfg.family, out, step=step,
-                                  max_new_tokens=ecfg.max_new_tokens, system_prompt=ecfg.system_prompt,
-                                  prompt_prefix=ecfg.prompt_prefix,
-                                  use_chat_template=ctx.cfg.model.use_chat_template, progress=ctx.cfg.trainer.progress)
+                                  max_new_tokens=ecfg.max_new_tokens, progress=ctx.cfg.trainer.progress)
         if sync_info is not None:
             from eval_hooks.io import write_json_atomic
 

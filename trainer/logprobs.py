@@ -7,7 +7,7 @@ Public API (names are stable):
 - ``sequence_logprobs(model, input_ids, attention_mask, completion_mask, *, temperature=1.0,
   return_entropy=False, trim_prompt_logits=True) -> (seq_logps (B,), token_logps (B, T), entropy (B, T) | None)``
 - ``build_pair_batch(tokenizer, prompts, completions, *, max_prompt_len, max_completion_len,
-  truncation="keep_end", use_chat_template=True, add_eos=True) -> PairBatch``
+  truncation="keep_end", prompt_settings=None, add_eos=True) -> PairBatch``
 - ``build_preference_batch(tokenizer, prompts, chosen, rejected, **same) -> PairBatch`` (rows
   ``[chosen_0..chosen_{n-1}, rejected_0..rejected_{n-1}]``, the layout TRL uses)
 - ``PairBatch``: ``input_ids, attention_mask, completion_mask`` (``(N, T)`` long, right-padded),
@@ -25,6 +25,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from eval_hooks.prompts import PromptSettings, render_prompt
 
 __all__ = [
     "token_logprobs",
@@ -193,17 +195,6 @@ class PairBatch:
                          list(self.prompt_lengths), list(self.completion_lengths))
 
 
-def _render_prompt(tokenizer, prompt, use_chat_template: bool) -> list[int]:
-    if use_chat_template:
-        messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else list(prompt)
-        text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-        # The rendered template already holds any BOS it wants; do not add another.
-        return list(tokenizer(text, add_special_tokens=False)["input_ids"])
-    if not isinstance(prompt, str):
-        raise TypeError("use_chat_template=False needs string prompts; got a list of messages")
-    return list(tokenizer(prompt)["input_ids"])
-
-
 def right_pad(rows: Sequence[Sequence[int]], masks: Sequence[Sequence[int]], pad_id: int):
     """Right-pad token rows and their target masks: ``(input_ids, attention_mask, target_mask)``, each
     ``(N, max_len)`` long. The one padding routine of SFT, DPO and rollout batches."""
@@ -228,14 +219,15 @@ def build_pair_batch(
     max_prompt_len: int,
     max_completion_len: int,
     truncation: str = "keep_end",
-    use_chat_template: bool = True,
+    prompt_settings: PromptSettings | None = None,
     add_eos: bool = True,
 ) -> PairBatch:
     """Tokenise (prompt, completion) rows into one right-padded batch with a completion mask.
 
-    - Prompt: a string (wrapped as one user message) or a list of chat messages; with
-      ``use_chat_template`` it is rendered with ``add_generation_prompt=True`` and tokenised without
-      extra special tokens; otherwise tokenised as plain text (the tokenizer's own special tokens).
+    - Prompt: a string (one user turn) or a list of chat messages, rendered to ids by the one renderer
+      :func:`eval_hooks.prompts.render_prompt` under ``prompt_settings`` (the ``prompt`` config group:
+      template switch, system prompt, prefix, template kwargs; default ``PromptSettings()``), exactly
+      as the generation backends render it.
     - Completion: tokenised on its own (no special tokens), then ``eos_token_id`` appended when
       ``add_eos`` and it does not already end with it. Tokenising prompt and completion separately is
       what a model sees when it generates the completion after the prompt (a BPE merge across the
@@ -262,12 +254,13 @@ def build_pair_batch(
                          f"{max_completion_len}")
     eos = tokenizer.eos_token_id
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos
+    settings = prompt_settings or PromptSettings()
     if add_eos and eos is None:
         raise ValueError("add_eos=True but the tokenizer has no eos_token_id")
 
     rows, masks, p_trunc, c_trunc, p_lens, c_lens = [], [], [], [], [], []
     for i, (prompt, completion) in enumerate(zip(prompts, completions)):
-        p_ids = _render_prompt(tokenizer, prompt, use_chat_template)
+        p_ids = render_prompt(tokenizer, prompt, settings)
         if not isinstance(completion, str):
             raise TypeError(f"row {i}: completion must be a string; got {type(completion).__name__}")
         c_ids = list(tokenizer(completion, add_special_tokens=False)["input_ids"])

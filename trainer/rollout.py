@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from eval_hooks.io import DataError
+from eval_hooks.prompts import PromptSettings, prompt_messages, render_prompt
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -94,26 +95,19 @@ def load_rl_prompts(path: str, *, family: str | None = None, conditions: Sequenc
     return out
 
 
-def check_prompt_lengths(rows: Sequence[dict], tokenizer, *, max_prompt_len: int, use_chat_template: bool) -> list[int]:
+def check_prompt_lengths(rows: Sequence[dict], tokenizer, *, max_prompt_len: int,
+                         prompt_settings: PromptSettings) -> list[int]:
     """Token length of every rendered prompt; a prompt over ``max_prompt_len`` raises (before any
     generation) naming the row. Returns the lengths."""
     lengths = []
     for r in rows:
-        n = len(render_prompt_ids(tokenizer, r["prompt"], use_chat_template))
+        n = len(render_prompt(tokenizer, r["prompt"], prompt_settings))
         if n > max_prompt_len:
             raise DataError(f"prompt of {r['item_id']!r} has {n} tokens > data.max_prompt_len={max_prompt_len}",
                             path=r.get("_path"), line=r.get("_line"), field="prompt",
                             accepted="shorter prompts, or raise data.max_prompt_len (RL prompts are never truncated)")
         lengths.append(n)
     return lengths
-
-
-def render_prompt_ids(tokenizer, prompt: str, use_chat_template: bool) -> list[int]:
-    if use_chat_template:
-        text = tokenizer.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True,
-                                             tokenize=False)
-        return list(tokenizer(text, add_special_tokens=False)["input_ids"])
-    return list(tokenizer(prompt + "\n", add_special_tokens=False)["input_ids"])
 
 
 def prompt_seed(seed: int, rollout_index: int, round_index: int, prompt_index: int) -> int:
@@ -240,17 +234,17 @@ class RolloutSettings:
     drop_zero_variance: bool = True
     max_refill_rounds: int = 2
     mask_truncated: bool = False
-    use_chat_template: bool = True
+    prompt_settings: PromptSettings = field(default_factory=PromptSettings)
     seed: int = 0
 
     @classmethod
-    def from_config(cls, algo, *, num_groups: int, grad_accum: int, use_chat_template: bool, seed: int):
+    def from_config(cls, algo, *, num_groups: int, grad_accum: int, prompt_settings: PromptSettings, seed: int):
         return cls(group_size=algo.group_size, num_groups=num_groups, grad_accum=grad_accum,
                    num_iterations=algo.num_iterations, max_new_tokens=algo.max_new_tokens,
                    temperature=algo.temperature, top_p=algo.top_p, stop=list(algo.stop),
                    std_scaling=algo.std_scaling, drop_zero_variance=algo.drop_zero_variance,
                    max_refill_rounds=algo.max_refill_rounds, mask_truncated=algo.mask_truncated,
-                   use_chat_template=use_chat_template, seed=seed)
+                   prompt_settings=prompt_settings, seed=seed)
 
 
 class RolloutSource:
@@ -412,10 +406,7 @@ class RolloutSource:
         for r, seed in zip(items, seeds):
             kw = dict(n=s.group_size, max_new_tokens=s.max_new_tokens, temperature=s.temperature, top_p=s.top_p,
                       stop=list(s.stop), seed=seed, adapter=self._adapter)
-            if s.use_chat_template:
-                reqs.append(GenerationRequest(messages=[{"role": "user", "content": r["prompt"]}], **kw))
-            else:
-                reqs.append(GenerationRequest(prompt=r["prompt"] + "\n", **kw))
+            reqs.append(GenerationRequest(messages=prompt_messages(r["prompt"], s.prompt_settings), **kw))
         t0 = time.time()
         results = self.backend.generate(reqs)
         self._metrics["time_generation_s"] = self._metrics.get("time_generation_s", 0.0) + time.time() - t0
@@ -425,7 +416,7 @@ class RolloutSource:
             if len(res.samples) != s.group_size:
                 raise RuntimeError(f"backend returned {len(res.samples)} samples for {r['item_id']!r}, expected "
                                    f"algo.group_size={s.group_size} (an empty or short group)")
-            p_ids = list(res.prompt_token_ids) or render_prompt_ids(self.tokenizer, r["prompt"], s.use_chat_template)
+            p_ids = list(res.prompt_token_ids) or render_prompt(self.tokenizer, r["prompt"], s.prompt_settings)
             samples = []
             for smp in res.samples:
                 c_ids, lps = list(smp.token_ids), list(smp.logprobs)
@@ -455,7 +446,8 @@ class RolloutSource:
             samples = []
             for ep in episodes[i * s.group_size:(i + 1) * s.group_size]:
                 enc = self.tokenizer.apply_chat_template(ep.messages, tokenize=True, return_dict=True,
-                                                         return_assistant_tokens_mask=True)
+                                                         return_assistant_tokens_mask=True,
+                                                         **dict(s.prompt_settings.chat_template_kwargs))
                 ids, mask = list(enc["input_ids"]), list(enc["assistant_masks"])
                 samples.append(Rollout(item_id=item["item_id"], input_ids=ids, completion_mask=mask,
                                        reward=ep.reward, truncated=ep.truncated or ep.hit_length,

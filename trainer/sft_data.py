@@ -1,8 +1,8 @@
 """Tokenised SFT batches (single-turn and multi-turn) and the accumulation-window source.
 
-- Single turn: the prompt is every message before the *last* assistant turn (rendered with the chat
-  template and the generation prompt), the target is that turn's content + EOS
-  (``trainer.logprobs.build_pair_batch``). Counterfactual SFT (docs/box2.md#counterfactual-sft): prompt = task + bad
+- Single turn: the prompt is every message before the *last* assistant turn (rendered to ids by the
+  one renderer, ``eval_hooks.prompts.render_prompt``, under the ``prompt`` group), the target is that
+  turn's content + EOS (``trainer.logprobs.build_pair_batch``). Counterfactual SFT (docs/box2.md#counterfactual-sft): prompt = task + bad
   workflow, target = the verified-correct trajectory.
 - Multi turn: the whole conversation; every assistant turn is a target, user/environment turns are
   masked. The mask comes from the chat template's ``{% generation %}`` tags
@@ -21,6 +21,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from eval_hooks.io import DataError
+from eval_hooks.prompts import PromptSettings, prompt_messages
 
 
 def split_last_turn(messages: list[dict]) -> tuple[list[dict], str]:
@@ -29,10 +30,16 @@ def split_last_turn(messages: list[dict]) -> tuple[list[dict], str]:
     return messages[:last], messages[last]["content"]
 
 
-def tokenize_multiturn(tokenizer, messages: list[dict]) -> tuple[list[int], list[int]]:
+def tokenize_multiturn(tokenizer, messages: list[dict],
+                       prompt_settings: PromptSettings | None = None) -> tuple[list[int], list[int]]:
     """``(input_ids, target_mask)`` of a whole conversation; 1 on assistant-turn tokens (incl. their
-    end-of-turn token)."""
-    enc = tokenizer.apply_chat_template(messages, tokenize=True, return_dict=True, return_assistant_tokens_mask=True)
+    end-of-turn token). The system turn, prefix and template kwargs of ``prompt_settings`` apply as in
+    :func:`eval_hooks.prompts.render_prompt` (multi-turn SFT always uses the chat template)."""
+    settings = prompt_settings or PromptSettings()
+    messages = prompt_messages(messages, settings)
+    kw = dict(settings.chat_template_kwargs)
+    enc = tokenizer.apply_chat_template(messages, tokenize=True, return_dict=True, return_assistant_tokens_mask=True,
+                                        **kw)
     ids = list(enc["input_ids"])
     mask = list(enc.get("assistant_masks") or [])
     if len(mask) == len(ids) and any(mask):
@@ -42,8 +49,9 @@ def tokenize_multiturn(tokenizer, messages: list[dict]) -> tuple[list[int], list
     for i, m in enumerate(messages):
         if m["role"] != "assistant":
             continue
-        start = _ids(tokenizer, tokenizer.apply_chat_template(messages[:i], tokenize=False, add_generation_prompt=True))
-        end = _ids(tokenizer, tokenizer.apply_chat_template(messages[:i + 1], tokenize=False))
+        start = _ids(tokenizer, tokenizer.apply_chat_template(messages[:i], tokenize=False, add_generation_prompt=True,
+                                                              **kw))
+        end = _ids(tokenizer, tokenizer.apply_chat_template(messages[:i + 1], tokenize=False, **kw))
         if ids[:len(start)] != start or ids[:len(end)] != end:
             raise ValueError("multi-turn SFT: the chat template renders conversation prefixes inconsistently and "
                              "has no {% generation %} tags; add generation tags to the template")
@@ -56,29 +64,29 @@ def _ids(tokenizer, text: str) -> list[int]:
     return list(tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
-def example_lengths(tokenizer, ex: dict, *, multi_turn: bool, use_chat_template: bool) -> tuple[int, int]:
+def example_lengths(tokenizer, ex: dict, *, multi_turn: bool,
+                    prompt_settings: PromptSettings | None = None) -> tuple[int, int]:
     """(prompt tokens, target tokens) of one example; for multi-turn (total - target, target)."""
     from trainer.logprobs import build_pair_batch
 
     if multi_turn:
-        ids, mask = tokenize_multiturn(tokenizer, ex["messages"])
+        ids, mask = tokenize_multiturn(tokenizer, ex["messages"], prompt_settings)
         return len(ids) - sum(mask), sum(mask)
     prompt, completion = split_last_turn(ex["messages"])
-    b = build_pair_batch(tokenizer, [prompt if use_chat_template else "\n".join(m["content"] for m in prompt)],
-                         [completion], max_prompt_len=10 ** 9, max_completion_len=10 ** 9,
-                         use_chat_template=use_chat_template)
+    b = build_pair_batch(tokenizer, [prompt], [completion], max_prompt_len=10 ** 9, max_completion_len=10 ** 9,
+                         prompt_settings=prompt_settings)
     return b.prompt_lengths[0], b.completion_lengths[0]
 
 
 def apply_sft_length_policy(examples: list[dict], tokenizer, *, multi_turn: bool, max_prompt_len: int,
-                            max_completion_len: int, truncation: str, use_chat_template: bool,
+                            max_completion_len: int, truncation: str, prompt_settings: PromptSettings | None = None,
                             path: str | None = None) -> tuple[list[dict], dict]:
     """Count over-long examples once and apply ``data.truncation`` (keep_end / keep_start keep them and
     the collator cuts; drop removes them; error raises naming the first). Multi-turn conversations
     are limited to ``max_prompt_len + max_completion_len`` tokens in total."""
     keep, over, dropped = [], 0, 0
     for ex in examples:
-        p, c = example_lengths(tokenizer, ex, multi_turn=multi_turn, use_chat_template=use_chat_template)
+        p, c = example_lengths(tokenizer, ex, multi_turn=multi_turn, prompt_settings=prompt_settings)
         long = (p + c > max_prompt_len + max_completion_len) if multi_turn else (p > max_prompt_len or c > max_completion_len)
         if long:
             over += 1
@@ -96,24 +104,22 @@ def apply_sft_length_policy(examples: list[dict], tokenizer, *, multi_turn: bool
 
 
 def collate_sft(tokenizer, examples: Sequence[dict], *, multi_turn: bool, max_prompt_len: int, max_completion_len: int,
-                truncation: str, use_chat_template: bool) -> dict:
+                truncation: str, prompt_settings: PromptSettings | None = None) -> dict:
     """Right-padded ``input_ids, attention_mask, completion_mask`` (long tensors) and ``item_ids``."""
     from trainer.logprobs import build_pair_batch, right_pad
 
     if not multi_turn:
         prompts, completions = zip(*(split_last_turn(ex["messages"]) for ex in examples))
-        if not use_chat_template:
-            prompts = ["\n".join(m["content"] for m in p) for p in prompts]
         b = build_pair_batch(tokenizer, list(prompts), list(completions), max_prompt_len=max_prompt_len,
                              max_completion_len=max_completion_len,
                              truncation="keep_start" if truncation == "keep_start" else "keep_end",
-                             use_chat_template=use_chat_template)
+                             prompt_settings=prompt_settings)
         return {"input_ids": b.input_ids, "attention_mask": b.attention_mask, "completion_mask": b.completion_mask,
                 "item_ids": [ex["item_id"] for ex in examples]}
     limit = max_prompt_len + max_completion_len
     rows = []
     for ex in examples:
-        ids, mask = tokenize_multiturn(tokenizer, ex["messages"])
+        ids, mask = tokenize_multiturn(tokenizer, ex["messages"], prompt_settings)
         if len(ids) > limit:  # keep the start: the task, the workflow and the first actions
             ids, mask = ids[:limit], mask[:limit]
         mask[0] = 0

@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Sequence
 
+from ..prompts import PromptSettings, request_prompt_ids
 from .base import GenerationBackend, GenerationRequest, GenerationResult, Sample, derive_seed, truncate_at_stop
 
 PER_ROW = "per-row"  # group key of seeded sampling: every row carries its own seed, batch freely
@@ -61,7 +62,7 @@ class HFBackend(GenerationBackend):
     name = "hf"
 
     def __init__(self, model, tokenizer, *, batch_size: int = 32, adapter_path: str | None = None,
-                 use_chat_template: bool = True):
+                 prompt_settings: PromptSettings | None = None):
         if adapter_path:
             from peft import PeftModel
 
@@ -69,15 +70,12 @@ class HFBackend(GenerationBackend):
         self.model = model
         self.tokenizer = tokenizer
         self.batch_size = batch_size
-        self.use_chat_template = use_chat_template and getattr(tokenizer, "chat_template", None) is not None
+        self.prompt_settings = prompt_settings or PromptSettings()
 
     # -- prompt rendering -------------------------------------------------------------------
-    def render(self, prompt: str | None = None, messages: list[dict] | None = None) -> str:
-        if messages is None:
-            return prompt  # raw prompts are sent as is
-        if not self.use_chat_template:
-            return "\n".join(m["content"] for m in messages) + "\n"
-        return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    def prompt_ids(self, prompt: str | None = None, messages: list[dict] | None = None) -> list[int]:
+        """Token ids a request is generated from (``eval_hooks.prompts.request_prompt_ids``)."""
+        return request_prompt_ids(self.tokenizer, self.prompt_settings, prompt=prompt, messages=messages)
 
     def _encode(self, text: str) -> list[int]:
         return self.tokenizer(text, add_special_tokens=False)["input_ids"]
@@ -99,7 +97,7 @@ class HFBackend(GenerationBackend):
         from tqdm.auto import tqdm
 
         # Expand to one job per sample; group by sampling settings; sort by length within a group.
-        prompts = [self._encode(self.render(r.prompt, r.messages)) for r in requests]
+        prompts = [self.prompt_ids(r.prompt, r.messages) for r in requests]
         groups: dict[tuple, list[tuple[int, int]]] = defaultdict(list)
         for i, r in enumerate(requests):
             per_row = r.seed is not None and r.temperature > 0
@@ -191,8 +189,7 @@ class HFBackend(GenerationBackend):
         label_ids = [self._encode(l) for l in labels]
         seqs, spans = [], []
         for p in prompts:
-            text = self.render(messages=p) if isinstance(p, list) else self.render(prompt=p)
-            pids = self._encode(text)
+            pids = self.prompt_ids(messages=p) if isinstance(p, list) else self.prompt_ids(prompt=p)
             for lid in label_ids:
                 seqs.append(pids + lid)
                 spans.append((len(pids), len(lid)))

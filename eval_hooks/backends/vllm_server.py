@@ -21,10 +21,11 @@ Protocol (vLLM ``/v1/completions``; the reference server implements the same sub
   the samples independent of the batch and of the rank layout) go one call per prompt; calls run
   concurrently with at most ``concurrency * max_prompts_per_call`` prompts in flight, so the server
   still batches as many prompts as with shared-seed calls.
-- With a tokenizer, prompts are rendered with its chat template and tokenized *client side* and sent
-  as token ids, so the server sees exactly the ids the trainer trains on (sending text would let the
-  server re-tokenize and add a BOS). Without a tokenizer, rendered text is sent with
-  ``add_special_tokens=false``.
+- With a tokenizer, prompts are rendered and tokenized *client side* by the one renderer
+  (:func:`eval_hooks.prompts.render_prompt`, with the ``prompt`` group's template switch and
+  ``chat_template_kwargs``) and sent as token ids, so the server sees exactly the ids the trainer
+  trains on (sending text would let the server re-tokenize and add a BOS). Without a tokenizer, only
+  raw ``prompt=`` requests work; their text is sent with ``add_special_tokens=false``.
 - ``logprobs=1`` + ``return_tokens_as_token_ids`` gives the sampled ids (``"token_id:<id>"``) and
   their log-probs. vLLM must run with ``--logprobs-mode raw_logprobs`` (the launcher passes it) so
   those are temperature-1 log-probs, as :class:`~eval_hooks.backends.base.Sample` documents.
@@ -61,6 +62,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable, Sequence
 
+from ..prompts import PromptSettings, request_prompt_ids
 from .base import GenerationBackend, GenerationRequest, GenerationResult, Sample
 
 log = logging.getLogger(__name__)
@@ -108,7 +110,7 @@ class VLLMServerBackend(GenerationBackend):
     name = "vllm_server"
 
     def __init__(self, base_url: str, model_name: str, tokenizer=None, *, timeout_s: float = 300.0,
-                 max_retries: int = 3, backoff_s: float = 0.5, use_chat_template: bool = True,
+                 max_retries: int = 3, backoff_s: float = 0.5, prompt_settings: PromptSettings | None = None,
                  max_prompts_per_call: int = 64, concurrency: int = 4, adapter_prefix: str = "policy",
                  error_context: Callable[[], str] | None = None):
         if max_retries < 0 or timeout_s <= 0 or backoff_s < 0:
@@ -119,7 +121,7 @@ class VLLMServerBackend(GenerationBackend):
         self.timeout_s = float(timeout_s)
         self.max_retries = int(max_retries)
         self.backoff_s = float(backoff_s)
-        self.use_chat_template = use_chat_template and getattr(tokenizer, "chat_template", None) is not None
+        self.prompt_settings = prompt_settings or PromptSettings()
         self.max_prompts_per_call = int(max_prompts_per_call)
         self.concurrency = max(1, int(concurrency))
         self.adapter_prefix = adapter_prefix
@@ -198,22 +200,23 @@ class VLLMServerBackend(GenerationBackend):
             raise ServerResponseError(f"GET {self.base_url}/v1/models: unexpected body {str(out)[:200]}") from e
 
     # -- prompts --------------------------------------------------------------------------------
-    def render(self, prompt: str | None = None, messages: list[dict] | None = None) -> str:
-        if messages is None:
-            return prompt
+    def prompt_ids(self, prompt: str | None = None, messages: list[dict] | None = None) -> list[int]:
+        """Token ids a request is generated from: rendered client side by the trainer's renderer
+        (``eval_hooks.prompts.request_prompt_ids``, with ``prompt_settings.chat_template_kwargs``), so the
+        server completes exactly the ids training used."""
         if self.tokenizer is None:
             raise ValueError("VLLMServerBackend: chat messages need a tokenizer (pass tokenizer=) so the "
                              "chat template is applied client side, as in training")
-        if not self.use_chat_template:
-            return "\n".join(m["content"] for m in messages) + "\n"
-        return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        return request_prompt_ids(self.tokenizer, self.prompt_settings, prompt=prompt, messages=messages)
 
     def _encode(self, text: str) -> list[int]:
         return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
 
-    def _prompt_payload(self, text: str):
-        """What goes into the ``prompt`` field: token ids when we have a tokenizer, else text."""
-        return self._encode(text) if self.tokenizer is not None else text
+    def _prompt_payload(self, r: GenerationRequest):
+        """What goes into the ``prompt`` field: token ids when we have a tokenizer, else a raw prompt's text."""
+        if self.tokenizer is None and r.messages is None:
+            return r.prompt
+        return self.prompt_ids(r.prompt, r.messages)
 
     def _model_for(self, adapter: str | None) -> str:
         if adapter is not None:
@@ -230,7 +233,7 @@ class VLLMServerBackend(GenerationBackend):
                  desc: str = "generate") -> list[GenerationResult]:
         from tqdm.auto import tqdm
 
-        payloads = [self._prompt_payload(self.render(r.prompt, r.messages)) for r in requests]
+        payloads = [self._prompt_payload(r) for r in requests]
         groups: dict[tuple, list[int]] = defaultdict(list)
         for i, r in enumerate(requests):
             key = (self._model_for(r.adapter), r.n, r.max_new_tokens, float(r.temperature), float(r.top_p),
@@ -348,7 +351,7 @@ class VLLMServerBackend(GenerationBackend):
         label_ids = [self._encode(l) for l in labels]
         seqs, spans = [], []
         for p in prompts:
-            pids = self._encode(self.render(messages=p) if isinstance(p, list) else self.render(prompt=p))
+            pids = self.prompt_ids(messages=p) if isinstance(p, list) else self.prompt_ids(prompt=p)
             for lid in label_ids:
                 seqs.append(pids + lid)
                 spans.append(len(lid))

@@ -1,0 +1,110 @@
+"""Records from Hugging Face ``datasets``: ``hf:org/name[:config][:split]`` ids and ``save_to_disk`` directories.
+
+:func:`eval_hooks.io.read_records` hands these sources here; the rows come back as ``(row, record)``
+pairs (``row`` 1-based, null cells dropped, as for Parquet) and are then validated exactly like a
+file's lines, so an error names the dataset and the row (``hf:org/name:main:test, row 3, field 'gold'``).
+
+- ``hf:<name>[:<config>][:<split>]``: ``datasets.load_dataset(name, config, split=split)``. ``<name>`` is
+  a hub id or a local dataset directory (a folder of JSON/CSV/Parquet files, or one written by
+  ``save_to_disk``). With one part after the name, it is the split when it looks like one (``train``,
+  ``test``, ``validation``, ``dev``, or a slice such as ``train[:100]``), else the config.
+- a directory written by ``Dataset.save_to_disk`` / ``DatasetDict.save_to_disk``: ``datasets.load_from_disk``.
+  A ``DatasetDict`` needs a split: append ``:<split>`` to the path (``/data/mist_ds:test``).
+
+Without a split, a source with exactly one split uses it; several splits are an error listing them.
+Loading a hub id may download it (once, into the ``datasets`` cache); set ``HF_HUB_OFFLINE=1`` to forbid that.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+HF_PREFIX = "hf:"
+_SPLIT = re.compile(r"^(train|test|validation|valid|dev|eval)(\[.*\])?$|^[A-Za-z_]\w*\[.*\]$")
+_DISK_MARKERS = ("dataset_info.json", "state.json", "dataset_dict.json")
+
+
+def is_saved_dataset(path: str | Path) -> bool:
+    """A directory written by ``datasets``' ``save_to_disk`` (a Dataset or a DatasetDict)."""
+    p = Path(path)
+    return p.is_dir() and any((p / m).exists() for m in _DISK_MARKERS)
+
+
+def split_disk_spec(path: str) -> tuple[str, str | None]:
+    """``/dir:split`` -> (``/dir``, ``split``) when ``/dir`` is a saved dataset; else (path, None)."""
+    head, sep, tail = str(path).rpartition(":")
+    if sep and head and tail and "/" not in tail and is_saved_dataset(head):
+        return head, tail
+    return str(path), None
+
+
+def is_dataset_source(path: str | Path) -> bool:
+    """``hf:...``, a saved-dataset directory, or one with a ``:split`` suffix."""
+    s = str(path)
+    return s.startswith(HF_PREFIX) or is_saved_dataset(split_disk_spec(s)[0])
+
+
+def parse_hf_spec(spec: str) -> tuple[str, str | None, str | None]:
+    """``hf:org/name[:config][:split]`` -> (name, config, split)."""
+    from .io import DataError
+
+    parts = re.split(r":(?![^\[]*\])", spec[len(HF_PREFIX):])  # no split inside a slice "train[:10]"
+    if not parts[0] or len(parts) > 3 or any(not p for p in parts):
+        raise DataError(f"dataset id {spec!r} must look like hf:<org/name>[:<config>][:<split>], e.g. "
+                        "hf:openai/gsm8k:main:test")
+    name, rest = parts[0], parts[1:]
+    if len(rest) == 2:
+        return name, rest[0], rest[1]
+    if len(rest) == 1:
+        return (name, None, rest[0]) if _SPLIT.match(rest[0]) else (name, rest[0], None)
+    return name, None, None
+
+
+def _pick_split(ds, split: str | None, label: str):
+    from .io import DataError
+
+    if not hasattr(ds, "keys"):  # a Dataset already
+        return ds
+    splits = sorted(ds.keys())
+    if split is None:
+        if len(splits) == 1:
+            return ds[splits[0]]
+        raise DataError(f"dataset has splits {splits}; name one (append :<split>)", path=label)
+    if split not in ds:
+        raise DataError(f"dataset has no split {split!r}; it has {splits}", path=label)
+    return ds[split]
+
+
+def load_dataset_records(source: str) -> tuple[list[tuple[int, dict]], str]:
+    """(``(row, record)`` pairs, label naming the dataset and split for error messages)."""
+    from .io import DataError
+
+    try:
+        import datasets
+    except ImportError as e:  # pragma: no cover - datasets is a dependency
+        raise DataError(f"reading {source!r} needs the 'datasets' package", path=source) from e
+    try:
+        if source.startswith(HF_PREFIX):
+            name, config, split = parse_hf_spec(source)
+            ds = _pick_split(datasets.load_dataset(name, config, split=split), None, source)
+        else:
+            path, split = split_disk_spec(source)
+            ds = _pick_split(datasets.load_from_disk(path), split, source)
+    except DataError:
+        raise
+    except Exception as e:  # datasets raises many types (missing config, file not found, offline, ...)
+        raise DataError(f"cannot load dataset ({type(e).__name__}: {e})", path=source) from None
+    records = [(i, {k: _plain(v) for k, v in rec.items() if v is not None})
+               for i, rec in enumerate(ds, start=1)]
+    return records, source
+
+
+def _plain(value: Any) -> Any:
+    """Drop nulls inside nested structures too (a column present on some rows only)."""
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value
