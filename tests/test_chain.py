@@ -77,6 +77,8 @@ def test_a_misspelt_override_in_a_later_stage_fails_before_the_first_trains(tmp_
     with pytest.raises(ConfigError, match=r"stages.dpo \(dpo.py"):
         _chain(tmp_path, "recipe=scope_sft_then_dpo_tiny", "stages.dpo.extra=['algo.betta=0.2']")
     assert not (tmp_path / "stages").exists()
+    with pytest.raises(ConfigError, match=r"(?s)stages.sft \(sft.py.*data.train_path"):  # the paper chain needs data
+        _chain(tmp_path, "recipe=box2_qwen3_4b")
 
 
 def test_start_weights_of_a_stage(tmp_path):

@@ -161,6 +161,16 @@ def test_merge_export_writes_the_merged_model(sft_adapter, tmp_path):
         load_recipe("merge").run(cfg)
 
 
+def test_standalone_evaluation_merges_the_init_adapter(sft_adapter):
+    from trainer.evaluation import build_inference_backend
+
+    cfg = compose("evaluate", [f"model.init_adapter={sft_adapter}"])
+    backend = build_inference_backend(cfg.model, cfg.generation)
+    batch = _batch()
+    torch.testing.assert_close(_logps(backend.model.cpu(), batch), _logps(_sft_model(sft_adapter), batch),
+                               atol=1e-5, rtol=0)
+
+
 def test_bad_init_adapter_fails_before_loading(tmp_path):
     from trainer.config import validate_sft
 

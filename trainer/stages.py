@@ -56,13 +56,17 @@ def stage_sources(stages) -> dict[str, str | None]:
 def validate_chain(cfg, compose: Callable[[str, list[str]], Any]) -> dict[str, str | None]:
     """Check the chain and compose + validate every stage's own config (without its start weights, which
     do not exist yet), so a misspelt override in the last stage fails before the first stage trains."""
+    from omegaconf import OmegaConf
+
     from .config import validate_dpo, validate_grpo, validate_sft
 
     validators = {"sft": validate_sft, "dpo": validate_dpo, "grpo": validate_grpo}
     sources = stage_sources(cfg.stages)
     for name, st in cfg.stages.items():
         try:
-            validators[st.script](compose(st.script, [*st.overrides, *cfg.common, *st.extra]))
+            stage_cfg = compose(st.script, [*st.overrides, *cfg.common, *st.extra])
+            validators[st.script](stage_cfg)
+            OmegaConf.to_container(stage_cfg, resolve=True, throw_on_missing=True)  # e.g. an unset data.train_path
         except Exception as e:  # noqa: BLE001 - re-raised naming the stage
             raise ConfigError(f"stages.{name} ({st.script}.py with {[*st.overrides, *cfg.common, *st.extra]}): "
                               f"{type(e).__name__}: {e}") from e
