@@ -5,9 +5,10 @@
 
 This file is orchestration only: every stage is a real recipe (``recipes/sft.py``, ``evaluate.py``,
 ``mine_pairs.py``, ``dpo.py``, ``grpo.py``) run in-process on a config composed from ``conf/`` plus
-the per-stage overrides in ``conf/demo.yaml``; every number comes from ``eval_hooks``. (Recipes are
-imported here, and only here, to avoid paying Python/torch start-up per stage; docs/architecture.md#import-rules otherwise
-keeps ``recipes/`` unimported.)
+the per-stage overrides in ``conf/demo.yaml``; every number comes from ``eval_hooks``. The training
+stages go through the chain runner of ``recipes/chain.py`` (``trainer/stages.py``): each trains in
+``<out>/stages/<name>/`` and starts from the ``final/`` weights of the stage it names. (Recipes are
+imported only by the demo and the chain runner, to avoid paying Python/torch start-up per stage.)
 
 Stages: tiny model -> SFT on a toy key->digit mix whose hints are always right (a hint follower) ->
 matched evaluation -> pair mining from the base's own outputs -> SCOPE balanced DPO -> evaluation
@@ -17,7 +18,7 @@ evaluation of the base, counterfactual SFT on bad workflows, a short GRPO run, e
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import shutil
 import sys
 import time
@@ -34,25 +35,10 @@ from trainer.config import register_schemas
 register_schemas()
 
 
-def _recipe(name: str):
-    spec = importlib.util.spec_from_file_location(f"selectrust_recipe_{name}", ROOT / "recipes" / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def _compose(config_name: str, overrides: list[str]):
     from hydra import compose
 
     return compose(config_name=config_name, overrides=overrides)
-
-
-def _reset_accelerate() -> None:
-    from accelerate.state import AcceleratorState, GradientState, PartialState
-
-    AcceleratorState._reset_state(True)
-    GradientState._reset_state()
-    PartialState._reset_state()
 
 
 class Pipeline:
@@ -63,23 +49,28 @@ class Pipeline:
         self.seed = cfg.seed
         self.toy = f"toy:{cfg.seed}"
         self.timings: dict[str, float] = {}
-        self.recipes = {n: _recipe(n) for n in ("sft", "evaluate", "mine_pairs", "dpo", "grpo")}
+        self.recipes = {n: importlib.import_module(f"recipes.{n}") for n in ("evaluate", "mine_pairs")}
+        from recipes.chain import stage_runner
+
+        self.runner = stage_runner(self.out, seed=self.seed, common=["trainer.resume=none", "eval=none", "logger=jsonl"],
+                                   log=self._log)
 
     def _log(self, msg: str) -> None:
         print(f"[demo] {msg}", flush=True)
 
-    def train(self, recipe: str, config: str, name: str, overrides: list[str]) -> Path:
-        run_dir = self.stages / name
+    def train(self, script: str, name: str, overrides: list[str], extra: list[str], start: str | None = None) -> Path:
+        """Train stage ``name`` (``recipes/<script>.py``) from stage ``start``'s final/ weights (None: model.path)."""
+        from omegaconf import OmegaConf
+
+        from trainer.config import StageConfig
+
         t0 = time.time()
-        self._log(f"{name}: training ({recipe}.py)")
-        _reset_accelerate()
-        cfg = _compose(config, [*overrides, f"seed={self.seed}", f"trainer.run_dir={run_dir}",
-                                "trainer.resume=none", "eval=none", "logger=jsonl"])
-        result = self.recipes[recipe].run(cfg)
+        stage = OmegaConf.structured(StageConfig(script=script, overrides=list(overrides), extra=extra))
+        final = self.runner.run(name, stage, start)
         self.timings[name] = round(time.time() - t0, 1)
-        if result is None or result.preempted:
+        if final is None:
             raise SystemExit(f"[demo] stage {name} did not complete")
-        return run_dir / "final"
+        return final
 
     def evaluate(self, name: str, model_path: Path, items: str, family: str, adapter: Path | None = None) -> dict:
         t0 = time.time()
@@ -103,8 +94,8 @@ class Pipeline:
 
         # 1-2. tiny model, then SFT on the always-right-hints mix -> a hint-following base
         init = ensure_tiny_model(st.model)
-        base = self.train("sft", "sft", "base_sft", [*st.base_sft, f"model.path={init}",
-                                                     f"data.train_path={self.toy}/sft_mix.jsonl"])
+        base = self.train("sft", "base_sft", st.base_sft, [f"model.path={init}",
+                                                           f"data.train_path={self.toy}/sft_mix.jsonl"])
         # 3. matched evaluation of the base (held-out keys; unseen keys measure context use)
         summary["scope"]["base"] = self.evaluate("eval_base", base, "mist_heldout.jsonl", "mist")
         summary["scope_unseen"]["base"] = self.evaluate("eval_base_unseen", base, "mist_unseen.jsonl", "mist")
@@ -120,15 +111,14 @@ class Pipeline:
             raise SystemExit("[demo] mining kept no pairs: the base never followed a misleading hint")
         pairs = mine_dir / "pairs.jsonl"
         # 5-6. SCOPE balanced DPO, evaluation on held-out and unseen keys
-        scope = self.train("dpo", "dpo", "scope", [*st.dpo, f"model.path={base}", f"data.train_path={pairs}",
-                                                   "algo=scope"])
+        scope = self.train("dpo", "scope", st.dpo, [f"data.train_path={pairs}", "algo=scope"], start="base_sft")
         summary["scope"]["trained"] = self.evaluate("eval_scope", base, "mist_heldout.jsonl", "mist", scope)
         summary["scope_unseen"]["trained"] = self.evaluate("eval_scope_unseen", base, "mist_unseen.jsonl", "mist",
                                                            scope)
         # 7. the Standard-DPO ablation: the same pairs, misleading contexts only
         if cfg.misleading_only:
-            mo = self.train("dpo", "dpo", "misleading_only", [*st.dpo, f"model.path={base}",
-                                                              f"data.train_path={pairs}", "algo=standard_dpo"])
+            mo = self.train("dpo", "misleading_only", st.dpo, [f"data.train_path={pairs}", "algo=standard_dpo"],
+                            start="base_sft")
             summary["scope"]["misleading_only"] = self.evaluate("eval_misleading_only", base, "mist_heldout.jsonl",
                                                                 "mist", mo)
             summary["scope_unseen"]["misleading_only"] = self.evaluate(
@@ -136,11 +126,11 @@ class Pipeline:
         # 8. Box2: base -> counterfactual SFT on bad workflows -> short GRPO
         if cfg.box2:
             summary["box2"]["base"] = self.evaluate("box2_eval_base", base, "box2_heldout.jsonl", "box2")
-            cf = self.train("sft", "sft", "box2_sft", [*st.box2_sft, f"model.path={base}",
-                                                       f"data.train_path={self.toy}/box2_sft.jsonl"])
+            cf = self.train("sft", "box2_sft", st.box2_sft, [f"data.train_path={self.toy}/box2_sft.jsonl"],
+                            start="base_sft")
             summary["box2"]["sft"] = self.evaluate("box2_eval_sft", cf, "box2_heldout.jsonl", "box2")
-            rl = self.train("grpo", "grpo", "grpo", [*st.grpo, f"model.path={cf}",
-                                                     f"data.train_path={self.toy}/grpo_prompts.jsonl"])
+            rl = self.train("grpo", "grpo", st.grpo, [f"data.train_path={self.toy}/grpo_prompts.jsonl"],
+                            start="box2_sft")
             summary["box2"]["grpo"] = self.evaluate("box2_eval_grpo", cf, "box2_heldout.jsonl", "box2", rl)
         summary["stage_seconds"] = self.timings
         summary["wall_seconds"] = round(time.time() - t_start, 1)

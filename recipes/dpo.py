@@ -6,7 +6,8 @@
 How this departs from TRL's DPOTrainer (same loss, checked by tests/test_trl_equivalence*):
 - pairs are drawn from four condition pools with sampling mass (λ_m, λ_c, λ_p ρ, λ_p (1-ρ)) — or
   weighted in the loss (``algo.weighting=loss``) — and every metric is also reported per condition;
-- the reference is the same LoRA model with its adapter disabled (no second copy);
+- the reference is the same LoRA model with its adapter disabled (no second copy): the base, or the
+  SFT policy when starting from ``model.init_adapter`` (trainer/model.py);
 - baselines are configs: ``algo=standard_dpo`` (misleading only), ``algo=unmatched``, ``algo=no_clean``
   / ``no_correct`` / ``no_irrelevant``, ``algo=sft_on_chosen``, and Prompt-Defense via ``prompt=prompt_defense``
   with ``trainer.max_steps`` irrelevant (use ``recipes/evaluate.py``).

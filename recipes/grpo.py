@@ -3,7 +3,8 @@
     python recipes/grpo.py                                     # tiny CPU default (recipe=grpo_tiny)
     python recipes/grpo.py recipe=grpo_env_tiny                # multi-turn toy environment
     accelerate launch --config_file launch/ddp.yaml --num_processes 8 recipes/grpo.py recipe=aime_qwen3_4b \
-        data.train_path=prompts.jsonl model.path=<sft-merged-or-base>
+        data.train_path=prompts.jsonl model.init_adapter=runs/box2_sft/final   # from the SFT adapter
+    python recipes/chain.py recipe=box2_tiny          # counterfactual SFT, then GRPO, as one command
 
 Per optimizer step: P = algo.prompts_per_step prompts, G = algo.group_size samples each, through the
 generation backend (``generation=hf`` in-process, ``generation=vllm_server`` a vLLM server with the
@@ -22,7 +23,8 @@ How this departs from TRL's GRPOTrainer (same loss on the same inputs, tests/tes
   them exactly and N ranks generate what one process would; the ranks exchange their groups and take
   the drop/refill, advantage (``std_scaling=batch``) and ``token_mean`` normalisation decisions on the
   global batch, so an N-rank run equals a 1-rank run with the same global batch (trainer/rollout.py);
-- the reference for the KL term is the LoRA adapter disabled (no second model copy).
+- the reference for the KL term is the LoRA adapter disabled (no second model copy): the base, or the
+  SFT policy when starting from ``model.init_adapter`` (see trainer/model.py).
 """
 
 from __future__ import annotations

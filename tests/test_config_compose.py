@@ -23,6 +23,8 @@ def _owner(recipe: str) -> str:
         if recipe.startswith(prefix):
             return owner
     text = (CONF / "recipe" / f"{recipe}.yaml").read_text()
+    if "recipes/chain.py" in text.split("\n", 2)[1]:
+        return "chain"
     for owner in ("grpo", "sft"):
         if f"/{owner}.yaml" in text or f"recipes/{owner}.py" in text:
             return owner
@@ -39,6 +41,12 @@ def test_primary_composes_and_validates(primary):
 @pytest.mark.parametrize("recipe", _recipes())
 def test_every_recipe_file_composes(recipe):
     owner = _owner(recipe)
+    if owner == "chain":  # a chain recipe: every stage's own config composes and validates
+        from trainer.stages import validate_chain
+
+        cfg = compose("chain", [f"recipe={recipe}", "common=['data.train_path=/data/x.jsonl']"])
+        assert list(validate_chain(cfg, lambda name, over: compose(name, over)).values())[1:] == list(cfg.stages)[:-1]
+        return
     cfg = compose(owner, [f"recipe={recipe}", "data.train_path=/data/x.jsonl"])
     OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
     PRIMARIES[owner](cfg)

@@ -181,7 +181,9 @@ class CheckpointManager:
         from safetensors.torch import save_file
 
         if hasattr(model, "peft_config"):
-            model.save_pretrained(str(out / "adapter"), safe_serialization=True)
+            from .model import save_policy
+
+            save_policy(model, out / "adapter")
         else:
             state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
             save_file(state, str(out / "model.safetensors"))

@@ -10,6 +10,7 @@ loads. Field docs live in ``metadata["help"]`` (one text per field).
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, is_dataclass
+from pathlib import Path
 from typing import Any, Optional
 
 from omegaconf import MISSING
@@ -47,6 +48,12 @@ class ModelConfig:
     attn_implementation: Optional[str] = _f(None, "e.g. sdpa | flash_attention_2 | eager; None = transformers default.")
     gradient_checkpointing: bool = _f(False, "Recompute activations in backward (saves memory, costs ~30% time).")
     lora: LoraConfig = field(default_factory=LoraConfig)
+    init_adapter: Optional[str] = _f(None, "PEFT adapter directory (safetensors) to start from, e.g. a previous stage's "
+                                           "<run_dir>/final; None = start from model.path alone.")
+    init_adapter_mode: str = _f("merge", "merge: fold init_adapter into the base weights in memory, then train a fresh "
+                                         "LoRA (or all weights); the reference (DPO, GRPO KL) is the merged model. "
+                                         "continue: keep training init_adapter (needs model.lora.enabled; its own r, "
+                                         "alpha and targets apply); the reference is a frozen copy of it.")
 
 
 @dataclass
@@ -289,7 +296,42 @@ class DemoRunConfig:
     stages: DemoStages = field(default_factory=DemoStages)
 
 
+@dataclass
+class StageConfig:
+    """One stage of a chain (recipes/chain.py): a trainer config run in ``<run_dir>/stages/<name>/``."""
+
+    script: str = _f(MISSING, "The stage's trainer: sft | dpo | grpo (recipes/<script>.py composed from conf/<script>.yaml).")
+    overrides: list[str] = _f([], "Hydra overrides of that trainer's config, e.g. recipe=box2_sft_tiny, model.lora.r=8.")
+    extra: list[str] = _f([], "More overrides applied after `overrides` and `common` (for the command line: "
+                              "stages.<name>.extra=[data.train_path=...]).")
+    init_from: Optional[str] = _f("previous", "Start from this stage's final/: previous | <stage name> | null (model.path "
+                                              "alone). An adapter becomes model.init_adapter; a full model, model.path.")
+    init_mode: str = _f("merge", "model.init_adapter_mode when starting from an adapter: merge | continue.")
+
+
+@dataclass
+class ChainTrainerConfig:
+    run_dir: str = _f("runs/chain", "Chain directory: stage <name> trains in <run_dir>/stages/<name>/; chain.json sums up.")
+
+
+@dataclass
+class ChainRunConfig:
+    seed: int = _f(0, "Seed given to every stage.")
+    trainer: ChainTrainerConfig = field(default_factory=ChainTrainerConfig)
+    common: list[str] = _f([], "Overrides applied to every stage after its own, e.g. model.path=<dir> or eval=none.")
+    stages: dict[str, StageConfig] = _f({}, "Stages in run order (a recipe file under conf/recipe/ names them).")
+
+
+@dataclass
+class MergeRunConfig:
+    adapters: list[str] = _f(MISSING, "PEFT adapter directories (safetensors) merged into model.path, in this order.")
+    out_dir: str = _f(MISSING, "Where the merged model (safetensors, config, tokenizer) is written; must not exist.")
+    model: ModelConfig = field(default_factory=ModelConfig)
+
+
 SCHEMAS = {
+    "chain_schema": ChainRunConfig,
+    "merge_schema": MergeRunConfig,
     "demo_schema": DemoRunConfig,
     "dpo_schema": DPORunConfig,
     "sft_schema": SFTRunConfig,
@@ -334,6 +376,7 @@ def validate_common(cfg) -> None:
 
     check_model_path(cfg.model.path, "model.path")
     _choice(cfg.model.dtype, ("float32", "bfloat16", "float16"), "model.dtype")
+    _validate_init_adapter(cfg)
     if hasattr(cfg, "optim"):
         _choice(cfg.optim.scheduler, ("cosine", "linear", "constant"), "optim.scheduler")
         for k in ("batch_size", "grad_accum"):
@@ -360,6 +403,35 @@ def validate_common(cfg) -> None:
         _choice(cfg.eval.family, ("mist", "box2", "taste", "med"), "eval.family")
         if cfg.eval.max_prompt_tokens < 1:
             raise ConfigError(f"eval.max_prompt_tokens must be >= 1, got {cfg.eval.max_prompt_tokens}")
+
+
+def _validate_init_adapter(cfg) -> None:
+    m = cfg.model
+    _choice(m.init_adapter_mode, ("merge", "continue"), "model.init_adapter_mode")
+    if m.init_adapter is None:
+        return
+    from .model import check_adapter_dir
+
+    check_adapter_dir(m.init_adapter)
+    if m.init_adapter_mode == "continue" and not m.lora.enabled:
+        raise ConfigError("model.init_adapter_mode=continue trains the loaded adapter: it needs model.lora.enabled=true "
+                          "(use init_adapter_mode=merge for full fine-tuning from an adapter)")
+    if hasattr(cfg, "generation") and cfg.generation.backend == "vllm_server" and m.init_adapter_mode == "merge":
+        raise ConfigError("generation=vllm_server with model.init_adapter_mode=merge: the server would sample from the "
+                          "bare base plus the new adapter. Serve a merged model (python recipes/merge.py) as model.path, "
+                          "or use model.init_adapter_mode=continue")
+
+
+def validate_merge(cfg) -> None:
+    from .model import check_adapter_dir
+
+    validate_common(cfg)
+    if not cfg.adapters:
+        raise ConfigError("adapters: give at least one adapter directory to merge, e.g. adapters=[runs/x/final]")
+    for i, adapter in enumerate(cfg.adapters):
+        check_adapter_dir(adapter, f"adapters[{i}]")
+    if Path(cfg.out_dir).expanduser().exists():
+        raise ConfigError(f"out_dir={cfg.out_dir!r} exists; merge writes a new directory")
 
 
 def validate_dpo(cfg) -> None:

@@ -109,17 +109,19 @@ def build_inference_backend(model_cfg, gen_cfg, *, prompt_settings: PromptSettin
                             adapter_path: str | None = None):
     """Backend for a stand-alone (non-training) recipe: the model of ``model_cfg`` (on CUDA when
     present), optionally with a LoRA adapter, in-process or behind a vLLM server, rendering prompts
-    under ``prompt_settings``."""
-    from eval_hooks.models import load_model, load_tokenizer
+    under ``prompt_settings``. A ``model.init_adapter`` (``init_adapter_mode=merge``) is merged into the
+    base first, as the trainers do."""
+    from eval_hooks.models import load_tokenizer
+
+    from .model import load_base_with_adapters
 
     tokenizer = load_tokenizer(model_cfg.path, trust_remote_code=model_cfg.trust_remote_code)
     model = None
     if gen_cfg.backend == "hf":
         import torch
 
-        model = load_model(model_cfg.path, dtype=model_cfg.dtype, trust_remote_code=model_cfg.trust_remote_code,
-                           attn_implementation=model_cfg.attn_implementation,
-                           device="cuda" if torch.cuda.is_available() else "cpu")
+        merged = [model_cfg.init_adapter] if model_cfg.init_adapter and model_cfg.init_adapter_mode == "merge" else []
+        model = load_base_with_adapters(model_cfg, merged, device="cuda" if torch.cuda.is_available() else "cpu")
         if adapter_path:
             from peft import PeftModel
 

@@ -369,6 +369,7 @@ def train_and_save(ctx, *, model, optimizer, scheduler, source: BatchSource, ste
     generation-server errors), then — only for a run that reached ``max_steps`` — the trained
     weights/adapter in ``<run_dir>/final`` and ``run_complete.json``."""
     from .evaluation import make_epoch_eval, server_errors
+    from .model import save_policy
     from .run import finish_run
 
     unwrapped = ctx.accelerator.unwrap_model(model)
@@ -376,7 +377,7 @@ def train_and_save(ctx, *, model, optimizer, scheduler, source: BatchSource, ste
     result = train_loop(ctx, model=model, optimizer=optimizer, scheduler=scheduler, source=source,
                         step_fn=step_fn, on_epoch_end=on_epoch_end, checkpoint_on=server_errors(ctx.cfg.generation))
     if ctx.is_main and not result.stopped_early:
-        unwrapped.save_pretrained(str(ctx.run_dir / "final"), safe_serialization=True)
+        save_policy(unwrapped, ctx.run_dir / "final")
         tokenizer.save_pretrained(str(ctx.run_dir / "final"))
     ctx.accelerator.wait_for_everyone()
     if not result.preempted:

@@ -3,6 +3,16 @@
 Reference model: with LoRA the reference is the *same* model with its adapter disabled
 (``peft``'s ``disable_adapter()`` context), so no second copy of the weights exists. For full
 fine-tuning a frozen copy is built once. Either way callers use :class:`Reference`.
+
+Starting from an adapter (``model.init_adapter``, e.g. the previous stage's ``final/``):
+
+- ``model.init_adapter_mode=merge`` (default): the adapter is folded into the base weights in memory,
+  then a fresh LoRA is added (or all weights train). The reference is the merged model (the adapter
+  disabled, or the frozen copy), i.e. the policy the run started from.
+- ``continue``: the loaded adapter itself keeps training (``default``), and a frozen copy of it is
+  loaded as a second named adapter (``reference``), so the reference is again the starting policy.
+
+Either way the first step's policy equals its reference: KL 0, DPO reward margins 0.
 """
 
 from __future__ import annotations
@@ -10,33 +20,117 @@ from __future__ import annotations
 import contextlib
 import copy
 import math
+from pathlib import Path
 from typing import Callable
 
 import torch
 
 
+TRAINED_ADAPTER = "default"      # peft's name for the adapter a run trains
+REFERENCE_ADAPTER = "reference"  # the frozen copy of model.init_adapter (init_adapter_mode=continue)
+
+
+def check_adapter_dir(path: str, field: str = "model.init_adapter") -> Path:
+    """A PEFT adapter directory with safetensors weights (never a pickled ``adapter_model.bin``)."""
+    from .config import ConfigError
+
+    d = Path(path).expanduser()
+    if not d.is_dir():
+        raise ConfigError(f"{field}={path!r}: no such directory")
+    if not (d / "adapter_config.json").is_file():
+        hint = " (it holds a full model: use it as model.path)" if (d / "config.json").is_file() else ""
+        raise ConfigError(f"{field}={path!r}: not a PEFT adapter directory, {d / 'adapter_config.json'} is missing{hint}")
+    if not (d / "adapter_model.safetensors").is_file():
+        raise ConfigError(f"{field}={path!r}: {d / 'adapter_model.safetensors'} is missing (only safetensors "
+                          f"adapters are loaded, never pickled adapter_model.bin)")
+    return d.resolve()
+
+
+def load_base_with_adapters(model_cfg, adapters: list[str], *, device: str | None = None):
+    """The base model of ``model_cfg`` with each adapter in ``adapters`` merged into its weights, in order."""
+    from eval_hooks.models import load_model
+
+    model = load_model(model_cfg.path, dtype=model_cfg.dtype, trust_remote_code=model_cfg.trust_remote_code,
+                       attn_implementation=model_cfg.attn_implementation, device=device)
+    for adapter in adapters:
+        from peft import PeftModel
+
+        model = PeftModel.from_pretrained(model, str(check_adapter_dir(adapter, "adapter"))).merge_and_unload()
+    return model
+
+
+def _add_lora(model, model_cfg, *, seed: int):
+    from peft import LoraConfig, get_peft_model
+
+    targets = list(model_cfg.lora.target_modules)
+    torch.manual_seed(seed)  # adapter init is part of the run's determinism
+    lora = LoraConfig(r=model_cfg.lora.r, lora_alpha=model_cfg.lora.alpha, lora_dropout=model_cfg.lora.dropout,
+                      target_modules="all-linear" if targets == ["all-linear"] else targets,
+                      task_type="CAUSAL_LM")
+    return get_peft_model(model, lora)
+
+
 def build_policy(model_cfg, *, seed: int):
-    """Load the base model and tokenizer; wrap in a LoRA adapter when ``model.lora.enabled``."""
-    from eval_hooks.models import load_model, load_tokenizer
+    """Load the base model and tokenizer; start from ``model.init_adapter`` (merged, or continued with a
+    frozen ``reference`` copy); wrap in a fresh LoRA adapter when ``model.lora.enabled`` (not when continuing)."""
+    from eval_hooks.models import load_tokenizer
 
     tokenizer = load_tokenizer(model_cfg.path, trust_remote_code=model_cfg.trust_remote_code)
-    model = load_model(model_cfg.path, dtype=model_cfg.dtype, trust_remote_code=model_cfg.trust_remote_code,
-                       attn_implementation=model_cfg.attn_implementation)
+    init, mode = model_cfg.init_adapter, model_cfg.init_adapter_mode
+    model = load_base_with_adapters(model_cfg, [init] if init and mode == "merge" else [])
     if model_cfg.gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         model.config.use_cache = False
-    if model_cfg.lora.enabled:
-        from peft import LoraConfig, get_peft_model
-
-        targets = list(model_cfg.lora.target_modules)
-        torch.manual_seed(seed)  # adapter init is part of the run's determinism
-        lora = LoraConfig(r=model_cfg.lora.r, lora_alpha=model_cfg.lora.alpha, lora_dropout=model_cfg.lora.dropout,
-                          target_modules="all-linear" if targets == ["all-linear"] else targets,
-                          task_type="CAUSAL_LM")
-        if model_cfg.gradient_checkpointing:
+        if model_cfg.lora.enabled:
             model.enable_input_require_grads()
-        model = get_peft_model(model, lora)
+    if init and mode == "continue":
+        from peft import PeftModel
+
+        adapter = str(check_adapter_dir(init))
+        model = PeftModel.from_pretrained(model, adapter, adapter_name=TRAINED_ADAPTER, is_trainable=True)
+        model.load_adapter(adapter, adapter_name=REFERENCE_ADAPTER, is_trainable=False)
+        model.set_adapter(TRAINED_ADAPTER)
+    elif model_cfg.lora.enabled:
+        model = _add_lora(model, model_cfg, seed=seed)
     return model, tokenizer
+
+
+def export_merged(model_cfg, adapters: list[str], out_dir) -> Path:
+    """Write ``model_cfg.path`` with ``adapters`` merged (in order) as a model directory: safetensors weights,
+    config, tokenizer and ``merge_info.json``; built in a temporary sibling, then renamed into place."""
+    import json
+    import os
+    import shutil
+    import tempfile
+
+    from eval_hooks.models import load_tokenizer
+
+    out = Path(out_dir).expanduser().resolve()
+    if out.exists():
+        raise FileExistsError(f"out_dir={str(out)!r} exists; merge writes a new directory (remove it or pick another)")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    model = load_base_with_adapters(model_cfg, adapters)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
+    try:
+        model.save_pretrained(str(tmp), safe_serialization=True)
+        load_tokenizer(model_cfg.path, trust_remote_code=model_cfg.trust_remote_code).save_pretrained(str(tmp))
+        info = {"base": model_cfg.path, "dtype": model_cfg.dtype,
+                "adapters": [str(check_adapter_dir(a, "adapters")) for a in adapters]}
+        (tmp / "merge_info.json").write_text(json.dumps(info, indent=2) + "\n")
+        os.replace(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out
+
+
+def save_policy(model, out_dir) -> None:
+    """``save_pretrained`` (safetensors) of the trained weights only: the trained adapter (never the frozen
+    ``reference`` copy) or, without LoRA, the full model."""
+    if hasattr(model, "peft_config"):
+        model.save_pretrained(str(out_dir), safe_serialization=True, selected_adapters=[TRAINED_ADAPTER])
+    else:
+        model.save_pretrained(str(out_dir), safe_serialization=True)
 
 
 class Reference:
@@ -44,6 +138,8 @@ class Reference:
 
     def __init__(self, policy, *, lora: bool):
         self.lora = lora
+        # init_adapter_mode=continue: the reference is the frozen copy of the loaded adapter, not the bare base
+        self.named = lora and REFERENCE_ADAPTER in getattr(policy, "peft_config", {})
         self.frozen = None
         if not lora:
             self.frozen = copy.deepcopy(policy).eval()
@@ -52,7 +148,17 @@ class Reference:
 
     @contextlib.contextmanager
     def context(self, policy_unwrapped):
-        if self.lora:
+        if self.named:
+            # peft's set_adapter also flips requires_grad; restore it exactly (the trained adapter stays trainable)
+            flags = [(p, p.requires_grad) for p in policy_unwrapped.parameters()]
+            policy_unwrapped.set_adapter(REFERENCE_ADAPTER)
+            try:
+                yield policy_unwrapped
+            finally:
+                policy_unwrapped.set_adapter(TRAINED_ADAPTER)
+                for p, flag in flags:
+                    p.requires_grad_(flag)
+        elif self.lora:
             with policy_unwrapped.disable_adapter():
                 yield policy_unwrapped
         else:

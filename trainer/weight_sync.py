@@ -94,7 +94,9 @@ def save_adapter_atomically(peft_model, root: str | Path, version: str | int) ->
     target = root / f"adapter-{version}"
     tmp = Path(tempfile.mkdtemp(prefix=f".adapter-{version}-", dir=root))
     try:
-        peft_model.save_pretrained(str(tmp), safe_serialization=True)
+        from .model import save_policy
+
+        save_policy(peft_model, tmp)  # the trained adapter only (not a frozen reference copy)
         if not (tmp / "adapter_model.safetensors").is_file():
             raise RuntimeError(f"save_adapter_atomically: {type(peft_model).__name__}.save_pretrained wrote no "
                                f"adapter_model.safetensors in {tmp}; is it a peft LoRA model?")

@@ -1,0 +1,67 @@
+"""Chained stages: SFT then GRPO (Box2), SFT then DPO, ... as one re-runnable command.
+
+    python recipes/chain.py recipe=box2_tiny trainer.run_dir=runs/box2_chain        # tiny CPU model, LoRA in both
+    python recipes/chain.py recipe=scope_sft_then_dpo_tiny trainer.run_dir=runs/sft_dpo
+    accelerate launch --config_file launch/ddp.yaml --num_processes 8 recipes/chain.py recipe=box2_qwen3_4b \
+        trainer.run_dir=runs/box2_qwen3 "stages.sft.extra=['data.train_path=cf_sft.jsonl']" \
+        "stages.grpo.extra=['data.train_path=aime_prompts.jsonl']"
+
+A chain recipe (``conf/recipe/<name>.yaml``) names its stages in order; each is a trainer script
+(``sft`` | ``dpo`` | ``grpo``) with Hydra overrides of that trainer's own config, trained in
+``<run_dir>/stages/<name>/`` and started from the previous stage's ``final/`` adapter (``init_mode``:
+merge it into the base and train a fresh LoRA, or continue training it; see ``trainer/model.py``).
+Run the same command again after an interruption: finished stages are skipped, the interrupted one
+resumes from its newest complete checkpoint. ``"common=['k=v',...]"`` adds overrides to every stage.
+The stages run in this one process (``trainer/stages.py``), one after another.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import hydra
+from omegaconf import DictConfig
+
+from trainer.config import register_schemas
+
+register_schemas()
+
+
+def recipe_runners(scripts) -> dict:
+    """``{script: recipes/<script>.py's run}`` (imported as modules of the ``recipes`` namespace)."""
+    return {s: importlib.import_module(f"recipes.{s}").run for s in scripts}
+
+
+def compose(config_name: str, overrides: list[str]):
+    """A trainer config composed like ``python recipes/<config_name>.py <overrides>`` would compose it."""
+    from hydra import compose as hydra_compose
+
+    return hydra_compose(config_name=config_name, overrides=list(overrides))
+
+
+def stage_runner(root, *, seed: int, common=(), log=None):
+    from trainer.stages import SCRIPTS, StageRunner
+
+    kw = {"log": log} if log is not None else {}
+    return StageRunner(root, seed=seed, compose=compose, runners=recipe_runners(SCRIPTS), common=common, **kw)
+
+
+def run(cfg: DictConfig) -> dict:
+    """Run (or continue) the chain; returns ``{stage: record}`` as written to ``<run_dir>/chain.json``."""
+    from trainer.stages import validate_chain
+
+    validate_chain(cfg, compose)  # a bad chain or stage config fails before any model loads
+    return stage_runner(cfg.trainer.run_dir, seed=cfg.seed, common=list(cfg.common)).run_all(cfg.stages)
+
+
+@hydra.main(config_path="../conf", config_name="chain", version_base=None)
+def main(cfg: DictConfig) -> None:
+    run(cfg)
+
+
+if __name__ == "__main__":
+    main()

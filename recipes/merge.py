@@ -1,0 +1,43 @@
+"""Export: write a merged model directory (safetensors) from a base model and LoRA adapter(s).
+
+    python recipes/merge.py model.path=Qwen/Qwen3-4B adapters=[runs/box2/stages/sft/final] out_dir=merged/box2_sft
+    python recipes/merge.py model.path=<base> adapters=[<sft>/final,<grpo>/final] out_dir=<dir>   # a merge-mode chain
+
+The adapters are folded into ``model.path``'s weights in the given order (a chain stage trained with
+``init_adapter_mode=merge`` holds an adapter on top of the previous one merged, so list them in stage
+order). The result (config, ``model.safetensors``, tokenizer, ``merge_info.json``) can be served by
+vLLM, uploaded, or used as ``model.path`` of a later run. Written to a temporary sibling, then renamed.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import hydra
+from omegaconf import DictConfig
+
+from trainer.config import register_schemas, validate_merge
+
+register_schemas()
+
+
+def run(cfg: DictConfig) -> Path:
+    """Merge and write; returns the output directory."""
+    from trainer.model import export_merged
+
+    validate_merge(cfg)
+    out = export_merged(cfg.model, list(cfg.adapters), cfg.out_dir)
+    print(f"[selectrust] merged {len(cfg.adapters)} adapter(s) into {cfg.model.path}: {out}", flush=True)
+    return out
+
+
+@hydra.main(config_path="../conf", config_name="merge", version_base=None)
+def main(cfg: DictConfig) -> None:
+    run(cfg)
+
+
+if __name__ == "__main__":
+    main()
