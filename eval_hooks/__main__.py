@@ -59,7 +59,8 @@ def _cmd_build_gsm8k(args) -> int:
 def _cmd_build_med(args) -> int:
     from .builders.medcounterfact import CATEGORIES, build_file
 
-    stats = build_file(args.data, args.out, seed=args.seed,
+    stats = build_file(args.data, args.out, seed=args.seed, on_invalid=args.on_invalid,
+                       keep_unverified=args.keep_unverified,
                        categories=args.categories.split(",") if args.categories else CATEGORIES)
     print(json.dumps(stats))
     return 0
@@ -108,6 +109,11 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--seed", type=int, default=0)
     m.add_argument("--categories", default=None,
                    help="comma-separated subset of original,nonce,medical,non_medical,toxic (default: all)")
+    m.add_argument("--on-invalid", choices=("skip", "error"), default="skip",
+                   help="records without question/evidence or with an unknown label: skip and list them "
+                        "(default) or stop with an error naming file and line")
+    m.add_argument("--keep-unverified", action="store_true",
+                   help="keep items that fail verification (verified_by: null, with their failures)")
     m.set_defaults(func=_cmd_build_med)
     return p
 

@@ -65,10 +65,15 @@ def _case_sensitive(alias: str) -> bool:
     return " " not in alias and sum(c.isupper() for c in alias) >= 2
 
 
-def label_fingerprints(abstract: str) -> Counter:
-    """Result fingerprints of the sentences carrying a result (numbers and effect words, in order)."""
+def label_fingerprints(abstract: str, ignore: list[str] = ()) -> Counter:
+    """Result fingerprints of the sentences carrying a result (numbers and effect words, in order),
+    with the mentions of ``ignore`` (the intervention's names) blanked first."""
+    text = fold(abstract)
+    for term in ignore:
+        for i in find_all(text, term, case_sensitive=_case_sensitive(term)):
+            text = text[:i] + "#" * len(term) + text[i + len(term):]
     out: Counter = Counter()
-    for sent in re.split(r"(?<=[.!?])\s+", fold(abstract)):
+    for sent in re.split(r"(?<=[.!?])\s+", text):
         low = sent.lower()
         if any(w in low for w in _RESULT_WORDS):
             out[tuple(m.group(0).lower() for m in _FINGERPRINT.finditer(sent))] += 1
@@ -130,6 +135,6 @@ def verify(*, question: str, evidence: list[str], new_question: str, new_evidenc
             if n0 != n1:
                 fails.append(f"{name}: comparator {c!r} mentioned {n1} times, originally {n0}")
         fails += [f"{name}: {p}" for p in grammar_problems(new, new_term)]
-        if name != "question" and label_fingerprints(old) != label_fingerprints(new):
+        if name != "question" and label_fingerprints(old, aliases) != label_fingerprints(new, [new_term]):
             fails.append(f"{name}: a label-bearing sentence changed or disappeared")
     return fails
