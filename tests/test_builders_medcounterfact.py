@@ -50,7 +50,7 @@ def test_aliases_defined_in_text_and_variants():
     al = collect_aliases(p, [Q, *ev])
     assert "BoNT-A" in al and "botulinum toxin type A" in al
     out, reps = substitute(ev[0], al, "toaster", comparator_terms("placebo"))
-    assert out == "Toaster (toaster) was injected. Toaster reduced pain; toaster's effect."
+    assert out == "Toaster was injected. Toaster reduced pain; toaster's effect."
     assert reps == ["Botulinum toxin type A", "BoNT-A", "BoNT-A", "botulinum-toxin type A's"]
 
 
@@ -111,7 +111,9 @@ REC = {"question_id": 11, "answer": "lower", "relevant_sources": ["1"], "medical
 def test_build_items_by_hand():
     items, stats = build_items([(1, REC), (2, {**REC, "question_id": 12, "answer": "Uncertain Effect"})], seed=0)
     assert stats["questions"] == 1 and stats["dropped_label"] == 1 and len(items) == 5
-    assert stats["per_category"]["nonce"] == {"verified_string": 1, "verified_rewrite": 0, "excluded": 0}
+    assert stats["per_category"]["nonce"] == {"verified_string": 1, "verified_rewrite": 0, "excluded": 0,
+                                              "excluded_grammar": 0, "excluded_rewrite_needed": 0,
+                                              "excluded_verifier": 0}
     by = {it["category"]: it for it in items}
     terms, _ = load_all()
     for cat in ("nonce", "medical", "non_medical", "toxic"):
@@ -157,17 +159,17 @@ def test_rewrite_path_with_fake_model():
     rec = {**REC, "sources": {"1": {"content": "The antifibrinolytic drug was compared with placebo. "
                                                "The antifibrinolytic drug reduced wheeze (p = 0.01) versus placebo."}}}
     items, stats = build_items([(1, rec)], categories=("nonce",))
-    assert items == [] and stats["per_category"]["nonce"]["excluded"] == 1
+    assert items == [] and stats["per_category"]["nonce"]["excluded_rewrite_needed"] == 1
     fake = FakeRewriter("antifibrinolytic drug")
     items, stats = build_items([(1, rec)], categories=("nonce",), rewriter=fake)
-    assert stats["per_category"]["nonce"] == {"verified_string": 0, "verified_rewrite": 1, "excluded": 0}
+    assert stats["per_category"]["nonce"]["verified_rewrite"] == 1 and stats["per_category"]["nonce"]["excluded"] == 0
     assert items[0]["verified_by"] == "rewrite" and "placebo" in fake.prompts[0]
     new = items[0]["term_substituted"]
     assert items[0]["evidence"] == [f"The {new} was compared with placebo. The {new} reduced wheeze (p = 0.01) "
                                     "versus placebo."]
     # a rewrite that changes a result is rejected by the same verifier
     _, stats = build_items([(1, rec)], categories=("nonce",), rewriter=FakeRewriter("antifibrinolytic drug", False))
-    assert stats["per_category"]["nonce"]["excluded"] == 1
+    assert stats["per_category"]["nonce"]["excluded"] == 1 and stats["excluded_items"][0]["kind"] == "rewrite_needed"
     items, _ = build_items([(1, rec)], categories=("nonce",), keep_unverified=True)
     assert items[0]["verified_by"] is None and items[0]["verification_failures"]
 
@@ -216,3 +218,14 @@ def test_real_medevidence(shared_dir, tmp_path, capsys):
     assert n == sum(c["verified_string"] for c in stats["per_category"].values())
     rows = load_rows("med", out)
     assert len(rows) == 4 * len(items)
+
+
+def test_aliases_long_form_of_abbreviation_and_synonym_abbreviation():
+    p = parse_question(Q + "MVA85A added to BCG to BCG alone?")
+    ev = ["We tested a vaccine, modified vaccinia virus Ankara expressing antigen 85A (MVA85A), after BCG."]
+    assert collect_aliases(p, [Q, *ev]) == ["modified vaccinia virus Ankara expressing antigen 85A", "MVA85A"]
+    p = parse_question(Q + "paracetamol to placebo?")
+    ev = ["Children received acetaminophen (PARA) or placebo (PLA)."]
+    al = collect_aliases(p, [Q, *ev])
+    assert sorted(al) == ["PARA", "acetaminophen", "paracetamol"]
+    assert substitute(ev[0], al, "kite", comparator_terms("placebo"))[0] == "Children received kite or placebo (PLA)."

@@ -197,23 +197,51 @@ def is_abbreviation(term: str) -> bool:
 def collect_aliases(p: Parsed, texts: list[str]) -> list[str]:
     """Surface forms of the head found in ``texts`` (question and abstracts), for substitution.
 
-    The head itself, the question's abbreviation, and abbreviations the texts define right after a
-    mention ("tranexamic acid (TXA)"). Returns the aliases (not the variants), longest first.
+    The head itself, the question's abbreviation, spelling variants and listed synonyms found in the
+    texts, parts of a multi-word head the abstracts use (:func:`_sub_phrases`, only when the head is
+    missing from some abstract), abbreviations the texts define right after a name ("tranexamic acid
+    (TXA)"), and long forms defined by an abbreviation ("... antigen 85A (MVA85A)"). Returns the aliases
+    (not their hyphen/plural variants), longest first.
     """
     aliases = [p.head]
     if p.abbreviation and is_abbreviation(p.abbreviation):
         aliases.append(p.abbreviation)
-    defined = re.compile(rf"(?<![\w-])(?i:{_flex(p.head)})\s*\((?P<abbr>[A-Za-z][\w-]{{0,10}})[);,]")
-    comp = normalize(p.comparator)
-    for t in texts:
-        for m in defined.finditer(normalize(t)):
-            a = m.group("abbr")
-            if is_abbreviation(a) and a not in aliases and _initials_fit(a, p.head) and not re.search(rf"(?<!\w){re.escape(a)}(?!\w)", comp):
-                aliases.append(a)
     aliases += [v for v in _spelling_variants(p.head) if any(_mentions(t, v) for t in texts)]
     if not all(any(_mentions(t, a) for a in aliases) for t in texts[1:]):
         aliases += _sub_phrases(p, texts)
+    comp = normalize(p.comparator)
+    for name in [a for a in aliases if not is_abbreviation(a)]:  # "tranexamic acid (TXA)"
+        defined = re.compile(rf"(?<![\w-])(?i:{_flex(name)})\s*\((?P<abbr>[A-Za-z][\w-]{{0,10}})[);,]")
+        for t in texts:
+            for m in defined.finditer(normalize(t)):
+                a = m.group("abbr")
+                if is_abbreviation(a) and a not in aliases and (_initials_fit(a, name) or _initials_fit(a, p.head)) \
+                        and not re.search(rf"(?<!\w){re.escape(a)}(?!\w)", comp):
+                    aliases.append(a)
+    for abbr in [a for a in aliases if is_abbreviation(a)]:  # "modified vaccinia virus Ankara ... (MVA85A)"
+        for t in texts:
+            long_form = _long_form(normalize(t), abbr, [a for a in aliases if not is_abbreviation(a)])
+            if long_form and long_form not in aliases and not _mentions(comp, long_form):
+                aliases.append(long_form)
     return sorted(dict.fromkeys(aliases), key=len, reverse=True)
+
+
+def _long_form(text: str, abbr: str, names: list[str]) -> str | None:
+    """The words defined by ``(abbr)`` in ``text``: the shortest run of at most 8 words before it, back
+    to no clause boundary, that starts with the abbreviation's first letter and contains its letters in
+    order; ``None`` when there is none or when a known name already ends right there."""
+    i = text.find(f"({abbr})")
+    if i <= 0:
+        return None
+    before = text[:i].rstrip()
+    if any(re.search(rf"(?<![\w-])(?i:{_flex(n)})$", before) for n in names):
+        return None
+    seg = re.split(r"[,;:.()]", before)[-1].split()[-8:]
+    for k in range(len(seg) - 2, -1, -1):
+        cand = " ".join(seg[k:])
+        if seg[k][:1].lower() == abbr[0].lower() and _initials_fit(abbr, cand):
+            return cand
+    return None
 
 
 def _initials_fit(abbr: str, head: str) -> bool:

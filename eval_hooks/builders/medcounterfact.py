@@ -104,7 +104,9 @@ def substitute(text: str, aliases: list[str], new: str, protect: list[str]) -> t
         replaced.append(m.group(0))
         pos = m.end()
     out.append(text[pos:])
-    return "".join(out), replaced
+    # "tranexamic acid (TXA)" became "T' (T')": keep one
+    text = re.sub(rf"({re.escape(new)})\s*\({re.escape(new)}\)", r"\1", "".join(out), flags=re.IGNORECASE)
+    return text, replaced
 
 
 def _draw(terms: list[Term], cat: str, seed: int, qid, question: str, texts: list[str]) -> Term:
@@ -177,8 +179,11 @@ def check_record(rec: dict) -> tuple[str, str, str] | None:
 def build_items(records: Sequence[tuple[int, dict]], *, seed: int = 0, categories: Sequence[str] = CATEGORIES,
                 path: str | Path | None = None, on_invalid: str = "skip", keep_unverified: bool = False,
                 rewriter=None, term_dir: Path | None = None) -> tuple[list[dict], dict]:
-    """Med items (see ``eval_hooks/FORMATS.md``) and stats: kept/skipped counts, per-category
-    ``verified_string`` / ``verified_rewrite`` / ``excluded`` and the excluded items with reasons."""
+    """Med items (see ``eval_hooks/FORMATS.md``) and stats: kept/skipped counts, per category
+    ``verified_string`` / ``verified_rewrite`` / ``excluded`` (split into ``excluded_grammar``: the
+    question's T cannot be substituted; ``excluded_rewrite_needed``: T' absent from the evidence because
+    the abstracts name T differently, what the rewrite path is for; ``excluded_verifier``: any other
+    failed check), and ``excluded_items`` with their reasons."""
     for c in categories:
         if c not in CATEGORIES:
             raise DataError(f"unknown category {c!r}", field="categories", accepted=", ".join(CATEGORIES))
@@ -219,13 +224,17 @@ def build_items(records: Sequence[tuple[int, dict]], *, seed: int = 0, categorie
             if p is None or p.excluded:
                 why = "question does not match the comparison template" if p is None else p.excluded
                 per_cat[cat]["excluded"] += 1
-                excluded.append({"item_id": f"med-{qid}-{cat}", "line": line, "reason": why})
+                per_cat[cat]["excluded_grammar"] += 1
+                excluded.append({"item_id": f"med-{qid}-{cat}", "line": line, "kind": "grammar", "reason": why})
                 continue
             term = _draw(terms[cat], cat, seed, qid, q, [q] + evidence)
             fields, fails = make_counterfactual(p, q, evidence, term, rewriter=rewriter)
             if fails:
+                kind = "rewrite_needed" if all("absent" in f for f in fails) else "verifier"
                 per_cat[cat]["excluded"] += 1
-                excluded.append({"item_id": f"med-{qid}-{cat}", "line": line, "reason": "; ".join(fails[:3])})
+                per_cat[cat][f"excluded_{kind}"] += 1
+                excluded.append({"item_id": f"med-{qid}-{cat}", "line": line, "kind": kind,
+                                 "reason": "; ".join(fails[:3])})
                 if not keep_unverified:
                     continue
                 fields["verification_failures"] = fails
@@ -242,8 +251,9 @@ def build_items(records: Sequence[tuple[int, dict]], *, seed: int = 0, categorie
     for v in KEEP_LABELS.values():
         stats[f"label_{v}"] = sum(1 for it in items if it["category"] == categories[0] and it["label"] == v)
     out = dict(stats)
-    out["per_category"] = {c: {k: per_cat[c][k] for k in ("verified_string", "verified_rewrite", "excluded")}
-                           for c in per_cat}
+    keys = ("verified_string", "verified_rewrite", "excluded", "excluded_grammar", "excluded_rewrite_needed",
+            "excluded_verifier")
+    out["per_category"] = {c: {k: per_cat[c][k] for k in keys} for c in per_cat}
     out["term_list_versions"] = versions
     out["invalid_records"] = invalid
     out["excluded_items"] = excluded
