@@ -28,7 +28,7 @@ from collections import defaultdict
 from typing import Callable, Sequence
 
 from .backends.base import GenerationRequest
-from .families.med import GOLD_LABELS, render_med_prompt
+from .families.med import CATEGORIES, GOLD_LABELS, VARIANTS, render_med_prompt
 from .parsers import MED_LABELS, normalize_label, parse_label
 
 PIPELINES = ("base", "detect", "prior")
@@ -277,7 +277,9 @@ def pipeline_metrics(records: Sequence[dict]) -> dict:
             d = d.setdefault(k, {})
         d[key[-1]] = value
 
-    for key, recs in sorted(cells.items()):
+    order = {v: i for i, v in enumerate(PIPELINES + FORMATS + CATEGORIES + VARIANTS)}
+    cells = dict(sorted(cells.items(), key=lambda kv: [order.get(k, 99) for k in kv[0]]))
+    for key, recs in cells.items():
         n = len(recs)
         put("ea_rate", key, sum(r["correct"] for r in recs) / n)
         put("uncertain_rate", key, sum(r["uncertain"] for r in recs) / n)
@@ -288,7 +290,7 @@ def pipeline_metrics(records: Sequence[dict]) -> dict:
         probs = [r["label_probs"][r["gold"]] for r in recs if "label_probs" in r]
         if probs:
             put("label_prob_original", (key[2], key[3]), sum(probs) / len(probs))
-    for (pipe, fmt, cat, var), recs in sorted(cells.items()):
+    for (pipe, fmt, cat, var), recs in cells.items():
         base = cells.get(("base", fmt, cat, var))
         if pipe == "base" or fmt != "mc" or not base:
             continue

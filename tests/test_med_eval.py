@@ -100,3 +100,46 @@ def test_bad_settings():
     with pytest.raises(ValueError, match="unknown mitigation 'priors'"):
         run_pipelines(Fake(), _rows(), judge=KeywordJudge(), mitigations=("priors",))
     assert pipeline_metrics([])["n_records"] == 0
+
+
+RAW = {"question_id": 5, "answer": "Lower", "relevant_sources": ["1"],
+       "question": "Is wheeze higher, lower, or the same when comparing tranexamic acid (TXA) to placebo?",
+       "sources": {"1": {"content": "Tranexamic acid (TXA) was compared with placebo. TXA reduced wheeze (p = 0.01)."}}}
+
+
+def test_load_med_rows_builds_raw_medevidence_and_checks_settings(tmp_path):
+    from omegaconf import OmegaConf
+
+    from trainer.config import ConfigError, EvalConfig
+    from trainer.med_evaluation import load_med_rows
+
+    src = tmp_path / "medevidence.jsonl"
+    src.write_text("".join(json.dumps({**RAW, "question_id": q}) + "\n" for q in (5, 6, 7)))
+    cfg = OmegaConf.structured(EvalConfig(path=str(src), family="med"))
+    cfg.med.max_questions = 2
+    rows = load_med_rows(cfg)
+    # 2 questions x (original + 4 verified counterfactuals) x 4 variants
+    assert len(rows) == 2 * 5 * 4 and {r["question_id"] for r in rows} == {5, 6}
+    assert all(r["evidence"] for r in rows)
+    cfg.med.mitigations = ["detect", "priors"]
+    with pytest.raises(ConfigError, match="unknown mitigation 'priors'"):
+        load_med_rows(cfg)
+
+
+@pytest.mark.slow
+def test_recipe_tiny_model_on_two_questions(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    src = tmp_path / "medevidence.jsonl"
+    src.write_text("".join(json.dumps({**RAW, "question_id": q}) + "\n" for q in (5, 6)))
+    root = Path(__file__).resolve().parents[1]
+    out = tmp_path / "run"
+    subprocess.run([sys.executable, str(root / "recipes" / "evaluate.py"), "eval=medcounterfact", "model.path=tiny",
+                    f"eval.path={src}", f"out_dir={out}", "eval.med.prompt_token_budget=700"], check=True, cwd=root)
+    m = json.loads((out / "metrics.json").read_text())
+    # 40 rows: 40 x 2 formats base + 30 evidence rows x 2 mitigations x 2 formats
+    assert m["n_records"] == 40 * 2 + 30 * 2 * 2 and m["n_refined"] > 0
+    assert set(m["ea_rate"]) == {"base", "detect", "prior"} and m["label_prob_original"]["toxic"]["evd"] > 0
+    assert (out / "report.md").exists() and (out / "label_probs.png").exists()
