@@ -59,8 +59,15 @@ def _cmd_build_gsm8k(args) -> int:
 def _cmd_build_med(args) -> int:
     from .builders.medcounterfact import CATEGORIES, build_file
 
+    rewriter = None
+    if args.rewrite_model:  # an in-process HF model rewrites abstracts that name T differently
+        from .backends.hf import HFBackend
+        from .models import check_model_path, load_model, load_tokenizer
+
+        check_model_path(args.rewrite_model, "--rewrite-model")
+        rewriter = HFBackend(load_model(args.rewrite_model), load_tokenizer(args.rewrite_model), batch_size=4)
     stats = build_file(args.data, args.out, seed=args.seed, on_invalid=args.on_invalid,
-                       keep_unverified=args.keep_unverified,
+                       keep_unverified=args.keep_unverified, rewriter=rewriter,
                        categories=args.categories.split(",") if args.categories else CATEGORIES)
     print(json.dumps(stats))
     return 0
@@ -112,6 +119,9 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--on-invalid", choices=("skip", "error"), default="skip",
                    help="records without question/evidence or with an unknown label: skip and list them "
                         "(default) or stop with an error naming file and line")
+    m.add_argument("--rewrite-model", default=None,
+                   help="model (path, hub id or 'tiny') that rewrites abstracts naming the intervention differently; "
+                        "its rewrites pass the same verifier (default: string substitution only)")
     m.add_argument("--keep-unverified", action="store_true",
                    help="keep items that fail verification (verified_by: null, with their failures)")
     m.set_defaults(func=_cmd_build_med)

@@ -229,3 +229,16 @@ def test_aliases_long_form_of_abbreviation_and_synonym_abbreviation():
     al = collect_aliases(p, [Q, *ev])
     assert sorted(al) == ["PARA", "acetaminophen", "paracetamol"]
     assert substitute(ev[0], al, "kite", comparator_terms("placebo"))[0] == "Children received kite or placebo (PLA)."
+
+
+def test_cli_rewrite_model_plumbing(tmp_path, capsys):
+    """--rewrite-model runs a real (tiny, untrained) model; its rewrites fail the verifier and stay excluded."""
+    rec = {**REC, "sources": {"1": {"content": "The antifibrinolytic drug was compared with placebo. "
+                                               "It reduced wheeze (p = 0.01) versus placebo."}}}
+    src, out = tmp_path / "m.jsonl", tmp_path / "o.jsonl"
+    src.write_text(json.dumps(rec) + "\n")
+    assert main(["build-medcounterfact", "--data", str(src), "--out", str(out), "--categories", "original,nonce",
+                 "--rewrite-model", "tiny"]) == 0
+    stats = json.loads(capsys.readouterr().out)
+    assert stats["per_category"]["nonce"]["verified_rewrite"] == 0
+    assert stats["per_category"]["nonce"]["excluded"] == 1
