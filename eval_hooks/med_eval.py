@@ -353,7 +353,8 @@ def write_med_report(metrics: dict, out_dir) -> None:
     (out_dir / "report.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
-def run_med_eval(backend, rows: Sequence[dict], out_dir, *, judge=None, extra: dict | None = None, **kwargs) -> dict:
+def run_med_eval(backend, rows: Sequence[dict], out_dir, *, judge=None, extra: dict | None = None,
+                 step: int | None = None, **kwargs) -> dict:
     """:func:`run_pipelines`, then write ``item_scores.jsonl``, ``metrics.json`` and ``report.md`` (+ PNGs)
     atomically into ``out_dir``; returns the metrics. ``judge`` defaults to :class:`KeywordJudge`."""
     import shutil
@@ -362,6 +363,8 @@ def run_med_eval(backend, rows: Sequence[dict], out_dir, *, judge=None, extra: d
 
     records = run_pipelines(backend, rows, judge=judge or KeywordJudge(), **kwargs)
     metrics = {"family": "med", **pipeline_metrics(records), "eval_settings": dict(extra or {})}
+    if step is not None:
+        metrics["step"] = step
     tmp = make_tmp_dir_beside(out_dir)
     try:
         write_jsonl_atomic(tmp / "item_scores.jsonl", records)

@@ -38,11 +38,12 @@ def run(cfg: DictConfig) -> dict:
     if cfg.adapter_path and not Path(cfg.adapter_path).exists():
         raise ConfigError(f"adapter_path={cfg.adapter_path!r} does not exist")
     if cfg.eval.family == "med":  # MedCounterfact: formats, label probabilities, mitigations, refine chain
-        from trainer.med_evaluation import load_med_rows, run_med
+        from trainer.med_evaluation import run_med
 
-        rows = load_med_rows(cfg.eval)
+        rows = load_eval_rows(cfg.eval)
         seed_everything(cfg.seed)
-        metrics = run_med(build_inference_backend(cfg.model, cfg.generation, adapter_path=cfg.adapter_path), rows, cfg)
+        metrics = run_med(build_inference_backend(cfg.model, cfg.generation, adapter_path=cfg.adapter_path), rows,
+                          cfg.eval, cfg.out_dir, use_chat_template=cfg.model.use_chat_template)
         print(f"[selectrust] wrote {cfg.out_dir}/metrics.json ({metrics['n_records']} records, "
               f"{metrics['n_refined']} refined)")
         return metrics

@@ -143,3 +143,21 @@ def test_recipe_tiny_model_on_two_questions(tmp_path):
     assert m["n_records"] == 40 * 2 + 30 * 2 * 2 and m["n_refined"] > 0
     assert set(m["ea_rate"]) == {"base", "detect", "prior"} and m["label_prob_original"]["toxic"]["evd"] > 0
     assert (out / "report.md").exists() and (out / "label_probs.png").exists()
+
+
+def test_epoch_end_hook_runs_med_pipelines(tmp_path):
+    from types import SimpleNamespace
+
+    from omegaconf import OmegaConf
+
+    from trainer.config import EvalConfig, GenerationConfig
+    from trainer.evaluation import make_epoch_eval
+
+    ecfg = OmegaConf.structured(EvalConfig(family="med", max_new_tokens=8))
+    ecfg.med.formats, ecfg.med.mitigations, ecfg.med.label_probs = ["mc"], ["prior"], False
+    cfg = OmegaConf.create({"eval": ecfg, "generation": OmegaConf.structured(GenerationConfig()),
+                            "model": {"use_chat_template": True, "path": "tiny"}, "trainer": {"progress": False}})
+    hook = make_epoch_eval(SimpleNamespace(cfg=cfg, run_dir=str(tmp_path)), _rows(), Fake)
+    m = hook(1, step=7)
+    assert m["step"] == 7 and m["n_records"] == 16 + 12 and set(m["ea_rate"]) == {"base", "prior"}
+    assert (tmp_path / "eval" / "epoch_1" / "report.md").exists()

@@ -22,7 +22,8 @@ def load_med_rows(eval_cfg) -> list[dict]:
     from eval_hooks.families import get_family
     from eval_hooks.io import read_records
 
-    from .evaluation import load_eval_rows
+    from .data import resolve_data_path
+    from .evaluation import keep_whole_items
 
     med = eval_cfg.med
     for f in med.formats:
@@ -33,13 +34,11 @@ def load_med_rows(eval_cfg) -> list[dict]:
             raise ConfigError(f"eval.med.mitigations: unknown mitigation {m!r} (accepted: detect, prior)")
     if med.judge not in ("keyword", "self"):
         raise ConfigError(f"eval.med.judge={med.judge!r} is not one of keyword, self")
-    path = Path(eval_cfg.path)
+    path = Path(resolve_data_path(eval_cfg.path))
     records = read_records(path)
     if _is_medevidence(records):
         items, _ = build_items(records, seed=med.seed, path=str(path))
         rows = get_family("med").expand_records(list(enumerate(items, start=1)), f"{path} (built)")
-    elif med.max_questions is None and eval_cfg.max_rows is not None:
-        return load_eval_rows(eval_cfg)
     else:
         rows = load_rows("med", path)
     if med.max_questions is not None:
@@ -49,25 +48,25 @@ def load_med_rows(eval_cfg) -> list[dict]:
             if q not in keep and len(keep) < med.max_questions:
                 keep.append(q)
         rows = [r for r in rows if r.get("question_id", r["item_id"]) in keep]
-    if eval_cfg.max_rows is not None:
-        rows = rows[:eval_cfg.max_rows]
-    return rows
+    return keep_whole_items(rows, eval_cfg.max_rows)
 
 
-def run_med(backend, rows: list[dict], cfg) -> dict:
-    """Run the Med pipelines on ``rows`` and write ``cfg.out_dir``; returns the metrics."""
+def run_med(backend, rows: list[dict], eval_cfg, out_dir, *, use_chat_template: bool = True,
+            step: int | None = None) -> dict:
+    """Run the Med pipelines on ``rows`` and write ``out_dir``; returns the metrics (recipe and epoch ends)."""
     from eval_hooks.med_eval import KeywordJudge, ModelJudge, run_med_eval
 
-    med = cfg.eval.med
+    med = eval_cfg.med
     budget = med.prompt_token_budget
     if budget is None:
         positions = getattr(getattr(getattr(backend, "model", None), "config", None), "max_position_embeddings", None)
-        budget = positions - cfg.eval.max_new_tokens - 16 if positions else None
+        budget = positions - eval_cfg.max_new_tokens - 16 if positions else None
     judge = ModelJudge(backend) if med.judge == "self" else KeywordJudge()
-    settings = {"backend": getattr(backend, "name", type(backend).__name__), "max_new_tokens": cfg.eval.max_new_tokens,
+    settings = {"backend": getattr(backend, "name", type(backend).__name__), "max_new_tokens": eval_cfg.max_new_tokens,
                 "formats": list(med.formats), "mitigations": list(med.mitigations), "judge": med.judge,
                 "prompt_token_budget": budget, "max_refine_chunks": med.max_refine_chunks}
-    return run_med_eval(backend, rows, cfg.out_dir, judge=judge, extra=settings, formats=list(med.formats),
-                        mitigations=list(med.mitigations), label_probs=med.label_probs,
-                        max_new_tokens=cfg.eval.max_new_tokens, use_chat_template=cfg.model.use_chat_template,
-                        prompt_token_budget=budget, max_refine_chunks=med.max_refine_chunks)
+    metrics = run_med_eval(backend, rows, out_dir, judge=judge, extra=settings, step=step, formats=list(med.formats),
+                           mitigations=list(med.mitigations), label_probs=med.label_probs,
+                           max_new_tokens=eval_cfg.max_new_tokens, use_chat_template=use_chat_template,
+                           prompt_token_budget=budget, max_refine_chunks=med.max_refine_chunks)
+    return metrics
