@@ -20,6 +20,7 @@ How an item is made:
    :class:`~eval_hooks.backends.base.GenerationBackend`) with the fixed :data:`REWRITE_PROMPT`; the
    same verifier accepts or rejects the result.
 
+Question and evidence texts are written with Unicode hyphens, dashes and odd spaces folded to ASCII.
 Items that fail verification are excluded (listed in the stats with the reason) unless
 ``keep_unverified`` is set, which keeps them with ``verified_by: null`` and their failures. TOXIC
 items get the substance's lethal-dose note appended after its first mention in the question.
