@@ -290,7 +290,8 @@ _ADJ = re.compile(r"(?:al|ic|ive|ous|ed|ary|ate|ing|led|like)$", re.IGNORECASE)
 def _sub_phrases(p: Parsed, texts: list[str]) -> list[str]:
     """Contiguous parts of a multi-word head that the evidence uses. The head's core is the part
     before its first preposition; a multi-word part must end the core (unless the core ends in a
-    generic word), a one-word part must be the core's last word or a long non-adjective word. No part
+    generic word), a one-word part must be a long non-adjective word other than the core's last word
+    (the agent, e.g. "chlorhexidine"; a lone head noun such as "attendance" names other things too). No part
     may be only generic words, name the comparator, or occur in the question outside T (the outcome)."""
     words = re.split(r"\s+", p.head)
     cut = next((i for i, w in enumerate(words) if w.lower() in ("of", "with", "for", "including", "at", "in")),
@@ -306,9 +307,8 @@ def _sub_phrases(p: Parsed, texts: list[str]) -> list[str]:
             sub = " ".join(words[i:i + n]).strip(" ,")
             if all(w in GENERIC for w in ws) or not any(w not in comp_words and w not in GENERIC for w in ws):
                 continue
-            if n == 1 and not ((i == len(core) - 1 and last not in GENERIC) or
-                               (len(sub) >= 9 and "-" not in sub and not _ADJ.search(sub))):
-                continue
+            if n == 1 and not (len(sub) >= 9 and "-" not in sub and not _ADJ.search(sub) and i != len(core) - 1):
+                continue  # a lone head noun ("attendance", "closure") names other things too
             if n > 1 and (not (i <= len(core) - 1 < i + n) if last not in GENERIC else i + n > len(core)):
                 continue
             if len(sub) < 4 or _mentions(p.comparator, sub) or _mentions(rest_of_question, sub) \
