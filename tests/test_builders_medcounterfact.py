@@ -242,3 +242,8 @@ def test_cli_rewrite_model_plumbing(tmp_path, capsys):
     stats = json.loads(capsys.readouterr().out)
     assert stats["per_category"]["nonce"]["verified_rewrite"] == 0
     assert stats["per_category"]["nonce"]["excluded"] == 1
+
+
+def test_abbreviation_hyphen_and_space_variants_but_not_the_comparator():
+    out, _ = substitute("BoNTA, BoNT-A and BoNT A beat BoNTB.", ["BoNT-A"], "kite", comparator_terms("BoNT-B"))
+    assert out == "Kite, kite and kite beat BoNTB."

@@ -182,11 +182,13 @@ def _flex(term: str) -> str:
 
 
 def alias_pattern(aliases: list[str]) -> re.Pattern:
-    """One regex matching any alias: names case-insensitively, abbreviations (no lowercase letter
-    after the first) case-sensitively; longest alias first; never inside a longer word."""
+    """One regex matching any alias: names case-insensitively, abbreviations (two or more capitals)
+    case-sensitively with an optional hyphen or space ("BoNT-A" / "BoNTA" / "BoNT A"); longest alias
+    first; never inside a longer word."""
     names = sorted((a for a in aliases if not is_abbreviation(a)), key=len, reverse=True)
     abbrs = sorted((a for a in aliases if is_abbreviation(a)), key=len, reverse=True)
-    alts = [f"(?i:{_flex(a)})" for a in names] + [re.escape(a) + r"s?" for a in abbrs]
+    alts = [f"(?i:{_flex(a)})" for a in names]
+    alts += [r"[-\s]?".join(re.escape(p) for p in a.split("-")) + r"s?" for a in abbrs]
     return re.compile(r"(?<![\w-])(?:" + "|".join(alts) + r")(?![\w-])")
 
 
