@@ -183,6 +183,7 @@ def test_bad_input_skipped_with_lines_or_rejected(tmp_path, capsys):
     stats = json.loads(capsys.readouterr().out)
     assert [(b["line"], b["field"]) for b in stats["invalid_records"]] == [(2, "question"), (3, "answer"), (4, "sources")]
     assert stats["questions"] == 1 and len(stats["input_sha256"]) == 64 and stats["term_list_versions"]["nonce"] == "1"
+    assert json.loads((tmp_path / "o.jsonl.stats.json").read_text()) == stats
     out.unlink()
     assert main(["build-medcounterfact", "--data", str(src), "--out", str(out), "--on-invalid", "error"]) == 2
     assert "line 2, field 'question'" in capsys.readouterr().err and not out.exists()

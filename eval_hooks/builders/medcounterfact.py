@@ -270,10 +270,14 @@ def file_sha256(path: str | Path) -> str:
 
 
 def build_file(data: str | Path, out: str | Path, **kwargs) -> dict:
-    """Build and write the items; returns the stats (with ``input_sha256`` and ``out``)."""
+    """Build and write the items, and the stats beside them (``<out>.stats.json``: counts, excluded items
+    with reasons, ``input_sha256``, ``term_list_versions``); returns the stats."""
+    from ..io import write_json_atomic
+
     items, stats = build_items(read_records(data), path=str(data), **kwargs)
-    write_jsonl_atomic(out, items)
     stats["input"] = str(data)
     stats["input_sha256"] = file_sha256(data)
     stats["out"] = str(out)
+    write_jsonl_atomic(out, items)
+    write_json_atomic(f"{out}.stats.json", stats)
     return stats
