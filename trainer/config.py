@@ -90,6 +90,18 @@ class TrainerConfig:
 
 
 @dataclass
+class MedEvalConfig:
+    formats: list[str] = _f(["mc", "free"], "MedCounterfact answer formats: mc (multiple choice) and/or free (free text mapped to a label by the judge).")
+    mitigations: list[str] = _f(["detect", "prior"], "MedCounterfact mitigation pipelines run besides the base one (evidence variants only): detect | prior.")
+    label_probs: bool = _f(True, "Score P(label) before generation with the backend's score_labels (base pipeline, mc).")
+    judge: str = _f("keyword", "Free-text label and awareness judge: keyword (deterministic heuristic) | self (the evaluated model with fixed judge prompts).")
+    prompt_token_budget: Optional[int] = _f(None, "Prompt tokens above which the refine chain walks the evidence in chunks (None = model positions - max_new_tokens - 16).")
+    max_refine_chunks: int = _f(8, "At most this many evidence chunks per refine chain (the rest of the evidence is not read).")
+    max_questions: Optional[int] = _f(None, "Evaluate only the first N MedEvidence questions (all their items).")
+    seed: int = _f(0, "Term-draw seed when eval.path is a raw MedEvidence file (items are then built in memory).")
+
+
+@dataclass
 class EvalConfig:
     enabled: bool = _f(True, "Run matched evaluation at epoch ends.")
     path: Optional[str] = _f(None, "Evaluation items: JSONL/Parquet file, save_to_disk directory, "
@@ -103,6 +115,7 @@ class EvalConfig:
     prompt_tokenizer: Optional[str] = _f(None, "taste only: tokenizer (local dir or 'tiny') that counts tokens for the cap; "
                                                "None = estimate of 4 UTF-8 bytes per token.")
 
+    med: MedEvalConfig = field(default_factory=MedEvalConfig)
 
 @dataclass
 class PromptConfig:
