@@ -54,6 +54,7 @@ class LoopResult:
 
 # Keys that may differ between a run and its resumption without changing the maths.
 RESUME_TOLERATED = ("trainer.resume", "trainer.stop_at_step", "trainer.allow_config_change", "trainer.progress",
+                    "trainer.allow_data_change", "trainer.overwrite", "trainer.run_dir",
                     "trainer.save_every", "trainer.keep_last", "logger.",
                     # where the generation server is and how patiently to talk to it (a restarted server)
                     "generation.url", "generation.server_log", "generation.timeout_s", "generation.max_retries")
