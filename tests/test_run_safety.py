@@ -3,6 +3,7 @@ resume or refuse, torn metrics lines, unknown '+' keys, reward calls that never 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import signal
@@ -36,7 +37,7 @@ def test_resume_with_edited_data_is_refused_naming_file_and_hashes(tmp_path, cap
     pairs = dh.write_pairs(tmp_path / "pairs.jsonl", 5)
     run = tmp_path / "run"
     _dpo(run, pairs, "trainer.stop_at_step=2")
-    old_hash = json.loads((run / "data_hashes.json").read_text())["data.train_path"]["sha256"]
+    old_hash = hashlib.sha256(pairs.read_bytes()).hexdigest()
     rows = [json.loads(l) for l in pairs.read_text().splitlines()]
     edited = [{**r, "chosen": r["rejected"], "rejected": r["chosen"]} for r in rows[:-8]]  # swap, drop 8 rows
     pairs.write_text("".join(json.dumps(r) + "\n" for r in edited))
@@ -44,8 +45,6 @@ def test_resume_with_edited_data_is_refused_naming_file_and_hashes(tmp_path, cap
         _dpo(run, pairs)
     msg = str(e.value)
     assert "data.train_path" in msg and str(pairs.resolve()) in msg and old_hash in msg
-    import hashlib
-
     assert hashlib.sha256(pairs.read_bytes()).hexdigest() in msg
     assert not (run / "checkpoints" / "step_4").exists()
     res = _dpo(run, pairs, "trainer.allow_data_change=true")  # the explicit override resumes
@@ -117,21 +116,23 @@ def test_lock_is_released_when_a_run_fails(tmp_path):
 def test_resume_none_over_a_previous_run_is_refused_and_overwrite_moves_it_aside(tmp_path, capsys):
     pairs = dh.write_pairs(tmp_path / "pairs.jsonl", 5)
     run = tmp_path / "run"
-    _dpo(run, pairs, "trainer.max_steps=6", "trainer.save_every=2")  # old run: steps 4, 6 kept, final, complete
+    same = ("trainer.max_steps=6", "trainer.save_every=2")
+    _dpo(run, pairs, *same)  # the old run: step_4 and step_6 kept, final/, run_complete.json
+    # today: the new run's step_2 is pruned at once (step_4/6 are "newer") and resume=auto continues the old run
     with pytest.raises(ConfigError, match=r"trainer.resume=none but .* holds a previous run .*trainer.overwrite=true"):
-        _dpo(run, pairs, "trainer.resume=none", "trainer.max_steps=3", "trainer.save_every=2")
+        _dpo(run, pairs, *same, "trainer.resume=none", "trainer.stop_at_step=2")
     assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["step_4", "step_6"]
-    res = _dpo(run, pairs, "trainer.resume=none", "trainer.overwrite=true", "trainer.max_steps=3",
-               "trainer.save_every=2")
-    assert res.step == 3
+    res = _dpo(run, pairs, *same, "trainer.resume=none", "trainer.overwrite=true", "trainer.stop_at_step=2")
+    assert res.step == 2
     old = tmp_path / "run.old-1"
     assert f"moved the previous run in {run} to {old}" in capsys.readouterr().out
     assert sorted(p.name for p in (old / "checkpoints").iterdir()) == ["step_4", "step_6"]
     assert (old / "run_complete.json").exists() and (old / "final").is_dir()
-    # the new run's own checkpoints were not pruned by the old run's "newer" ones
-    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["step_2", "step_3"]
-    assert json.loads((run / "run_complete.json").read_text())["step"] == 3
-    assert [l["step"] for l in dh.step_rows(run)] == [1, 2, 3]
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["step_2"]
+    assert not (run / "run_complete.json").exists() and not (run / "final").exists()
+    assert _dpo(run, pairs, *same).step == 6  # resume=auto continues the new run, from its step 2
+    assert f"resumed from {run / 'checkpoints' / 'step_2'} at step 2" in capsys.readouterr().out
+    assert [l["step"] for l in dh.step_rows(run)] == [1, 2, 3, 4, 5, 6]
 
 
 # -- 5. a torn last line in metrics.jsonl -----------------------------------------------------------
@@ -219,8 +220,7 @@ def hangs_when_flagged(completion: str, row: dict) -> float:
 def test_sigterm_while_a_grpo_reward_hangs_checkpoints_the_last_step_and_exits(tmp_path):
     run, flag = tmp_path / "grpo", tmp_path / "hang"
     cmd = dh.command("grpo", [f"trainer.run_dir={run}", "trainer.progress=false", "trainer.max_steps=50",
-                              "trainer.save_every=0", "algo.reward=test_run_safety:hangs_when_flagged",
-                              "algo.reward_timeout_s=0"])
+                              "trainer.save_every=0", "algo.reward=test_run_safety:hangs_when_flagged"])
     env = dh.env(**{_HANG_REWARD: str(flag), "PYTHONPATH": f"{dh.REPO}:{dh.REPO / 'tests'}"})
     p = subprocess.Popen(cmd, env=env, cwd=dh.REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
@@ -298,3 +298,32 @@ def test_resume_from_another_runs_checkpoint_checks_that_runs_config(tmp_path):
     with pytest.raises(ConfigError, match=r"(?s)changed config .*algo.beta"):
         _dpo(tmp_path / "b", pairs, f"trainer.resume={ckpt}", "algo.beta=0.5")
     assert _dpo(tmp_path / "b", pairs, f"trainer.resume={ckpt}").step == 4
+
+
+@pytest.mark.slow
+def test_two_copies_of_one_command_into_one_run_dir(tmp_path):
+    """A double submission: the second copy refuses at once naming the first's host and pid (today both
+    exit 0 with interleaved metrics.jsonl lines); after the first is killed, a rerun takes its stale lock over."""
+    pairs = dh.write_pairs(tmp_path / "pairs.jsonl", 5)
+    run = tmp_path / "run"
+    over = [f"data.train_path={pairs}", "eval=none", f"trainer.run_dir={run}", "trainer.progress=false",
+            "trainer.save_every=1", "trainer.max_steps=4", "optim.batch_size=4", "optim.grad_accum=1"]
+    cmd = dh.command("dpo", over)
+    first = subprocess.Popen(cmd, env=dh.env(SELECTRUST_TEST_SLEEP_IN_SAVE="before_rename:2"), cwd=dh.REPO,
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        for line in first.stdout:  # the first copy is mid-run (paused inside its step-2 save)
+            if line.startswith("SELECTRUST_SAVE_PAUSE"):
+                break
+        t0 = time.time()
+        second = subprocess.run(cmd, env=dh.env(), cwd=dh.REPO, capture_output=True, text=True, timeout=120)
+        assert second.returncode != 0
+        assert f"in use by another run (host {socket.gethostname()}, pid {first.pid}" in second.stderr
+        assert time.time() - t0 < 60 and "resumed from" not in second.stdout
+    finally:
+        first.kill()
+        first.wait()
+    rerun = dh.run(cmd)
+    assert f"taking over a stale lock of pid {first.pid}" in rerun.stdout
+    steps = [l["step"] for l in dh.step_rows(run)]
+    assert steps == [1, 2, 3, 4]
