@@ -327,3 +327,23 @@ def test_two_copies_of_one_command_into_one_run_dir(tmp_path):
     assert f"taking over a stale lock of pid {first.pid}" in rerun.stdout
     steps = [l["step"] for l in dh.step_rows(run)]
     assert steps == [1, 2, 3, 4]
+
+
+def test_damaged_newest_checkpoint_falls_back_to_the_previous_one(tmp_path, capsys):
+    pairs = dh.write_pairs(tmp_path / "pairs.jsonl", 5)
+    run = tmp_path / "run"
+    same = ("trainer.max_steps=6", "trainer.save_every=2")
+    _dpo(run, pairs, *same, "trainer.stop_at_step=4")
+    weights = next((run / "checkpoints" / "step_4").rglob("adapter_model.safetensors"))
+    weights.write_bytes(weights.read_bytes()[:100])  # truncated, its COMPLETE marker still there
+    capsys.readouterr()
+    assert _dpo(run, pairs, *same).step == 6
+    out = capsys.readouterr().out
+    assert f"checkpoint {run / 'checkpoints' / 'step_4'} is damaged ({weights} has 100 bytes" in out
+    assert f"resumed from {run / 'checkpoints' / 'step_2'} at step 2" in out
+    assert [l["step"] for l in dh.step_rows(run)] == [1, 2, 3, 4, 5, 6]
+    with pytest.raises(RuntimeError, match=r"step_6 is damaged .*does not match its checksum"):
+        final = run / "checkpoints" / "step_6"
+        f = next(final.rglob("optimizer.pt"))
+        f.write_bytes(bytes(b ^ 1 for b in f.read_bytes()))  # same size, different bytes
+        _dpo(tmp_path / "other", pairs, *same, f"trainer.resume={final}")

@@ -369,6 +369,11 @@ def validate_common(cfg) -> None:
         _positive(cfg.generation, ("batch_size", "sync_every", "timeout_s"), "generation")
     if hasattr(cfg, "logger"):
         _choice(cfg.logger.kind, ("jsonl", "wandb"), "logger.kind")
+        import importlib.util
+
+        if cfg.logger.kind == "wandb" and importlib.util.find_spec("wandb") is None:
+            raise ConfigError("logger=wandb needs the wandb package: install the extra (pip install -e '.[wandb]', "
+                              "or pip install wandb), or use logger=jsonl")
     if hasattr(cfg, "eval"):
         _choice(cfg.eval.family, ("mist", "box2", "taste", "med"), "eval.family")
         _positive(cfg.eval, ("batch_size", "max_new_tokens"), "eval")

@@ -218,7 +218,7 @@ def train_loop(ctx, *, model, optimizer, scheduler, source: BatchSource,
 
     state = {"epoch_done": 0, "skipped_total": 0, "loss_ema": None, "last_eval_step": -1}
     step = 0
-    resume_from = ckpt.resolve_resume(tcfg.resume)
+    resume_from = ctx.resume_from  # resolved (and verified) by setup_run, before any model loaded
     if resume_from is not None:
         loaded = ckpt.load(resume_from, model=model, optimizer=optimizer, scheduler=scheduler)
         step = loaded.pop("step")

@@ -204,17 +204,19 @@ def setup_run(cfg, recipe: str) -> RunContext:
     accelerator = make_accelerator(cfg.trainer, grad_accum=cfg.optim.grad_accum, micro_batch=cfg.optim.batch_size,
                                    max_grad_norm=cfg.optim.max_grad_norm)
     run_dir = Path(cfg.trainer.run_dir).expanduser().resolve()
-    lock, error = None, None
+    lock, error, resume_from = None, None, None
     if accelerator.is_main_process:
         try:
             run_dir.mkdir(parents=True, exist_ok=True)
             lock = RunLock(run_dir).acquire()
             prepare_fresh_or_refuse(run_dir, cfg.trainer)
+            resume_from = CheckpointManager(run_dir, accelerator).resolve_resume(cfg.trainer.resume)
         except Exception as e:  # noqa: BLE001 - re-raised below; the other ranks learn of it first
             error = e
-    _agree_on_start(accelerator, error, lock)
+            if lock is not None:
+                lock.release()
+    resume_from = _agree_on_start(accelerator, error, resume_from)
     try:
-        resume_from = CheckpointManager(run_dir, accelerator).resolve_resume(cfg.trainer.resume)
         hashes = data_hashes(cfg) if accelerator.is_main_process else {}
         ctx = RunContext(cfg=cfg, accelerator=accelerator, run_dir=run_dir, logger=None, recipe=recipe,  # type: ignore[arg-type]
                          lock=lock, resume_from=resume_from)
@@ -244,22 +246,16 @@ def setup_run(cfg, recipe: str) -> RunContext:
 def _open_logger(cfg, run_dir: Path, is_main: bool) -> MetricsLogger:
     from omegaconf import OmegaConf
 
-    if is_main and cfg.logger.kind == "wandb":
-        import importlib.util
-
-        if importlib.util.find_spec("wandb") is None:
-            from .config import ConfigError
-
-            raise ConfigError("logger=wandb needs the wandb package: pip install 'selectrust[wandb]' "
-                              "(or pip install wandb), or use logger=jsonl")
     return MetricsLogger(run_dir, is_main=is_main, kind=cfg.logger.kind, project=cfg.logger.project,
                          name=cfg.logger.name, config=OmegaConf.to_container(cfg, resolve=True))
 
 
-def _agree_on_start(accelerator, error: BaseException | None, lock) -> None:
-    """The main process took the lock (or failed to): every rank learns the outcome before anything
-    starts, so no rank trains in a directory another run holds."""
-    message = [f"{type(error).__name__}: {error}" if error is not None else None]
+def _agree_on_start(accelerator, error: BaseException | None, resume_from: Path | None) -> Path | None:
+    """The main process took the lock and chose (and verified) the checkpoint to resume, or failed to:
+    every rank learns the outcome before anything starts, so no rank trains in a directory another run
+    holds. Returns the checkpoint to resume from (None: a fresh start)."""
+    message = [f"{type(error).__name__}: {error}" if error is not None else None,
+               None if resume_from is None else str(resume_from)]
     if accelerator.num_processes > 1:
         from accelerate.utils import broadcast_object_list
 
@@ -268,6 +264,7 @@ def _agree_on_start(accelerator, error: BaseException | None, lock) -> None:
         raise error
     if message[0] is not None:
         raise RuntimeError(f"the main process could not start the run: {message[0]}")
+    return None if message[1] is None else Path(message[1])
 
 
 def _check_resume(ctx: RunContext, resume_from: Path | None, hashes: dict) -> None:
