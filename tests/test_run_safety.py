@@ -347,3 +347,55 @@ def test_damaged_newest_checkpoint_falls_back_to_the_previous_one(tmp_path, caps
         f = next(final.rglob("optimizer.pt"))
         f.write_bytes(bytes(b ^ 1 for b in f.read_bytes()))  # same size, different bytes
         _dpo(tmp_path / "other", pairs, *same, f"trainer.resume={final}")
+
+
+@pytest.mark.parametrize("failure", ["torch", "oserror"])
+def test_disk_full_while_saving_names_the_path_and_keeps_earlier_checkpoints(tmp_path, monkeypatch, failure):
+    import errno
+
+    import torch
+
+    from trainer.checkpoint import DiskFullError
+
+    pairs = dh.write_pairs(tmp_path / "pairs.jsonl", 5)
+    run = tmp_path / "run"
+    real_save = torch.save
+
+    def full_disk(obj, f, *a, **k):
+        if str(f).endswith("optimizer.pt") and ".tmp-step_4" in str(f):
+            if failure == "torch":  # what torch's zip writer says when write() fails
+                raise RuntimeError("[enforce fail at inline_container.cc:783] . PytorchStreamWriter failed "
+                                   "writing file data/3: file write failed")
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_save(obj, f, *a, **k)
+
+    monkeypatch.setattr(torch, "save", full_disk)
+    with pytest.raises(DiskFullError, match=rf"no space left while writing {run / 'checkpoints' / '.tmp-step_4'}"):
+        _dpo(run, pairs, "trainer.max_steps=6", "trainer.save_every=2")
+    assert [p.name for p in (run / "checkpoints").iterdir()] == ["step_2"]  # partial step 4 removed, step 2 kept
+
+
+def test_a_huge_prompt_is_cut_by_characters_before_it_is_tokenised(tiny_tokenizer):
+    from trainer.data import MAX_CHARS_PER_TOKEN, PairSet, apply_length_policy
+
+    huge = "lorem ipsum " * 200_000 + "key k1?"  # 2.4 MB
+    seen = []
+    real_call = type(tiny_tokenizer).__call__
+
+    class Spy(type(tiny_tokenizer)):
+        def __call__(self, text, *a, **k):
+            seen.append(max(map(len, text)) if isinstance(text, list) else len(text))
+            return real_call(self, text, *a, **k)
+
+    tok = tiny_tokenizer
+    tok.__class__ = Spy
+    try:
+        rows = [{"pair_id": "p", "item_id": "i", "condition": "clean", "prompt": huge, "chosen": "1", "rejected": "2"}]
+        out = apply_length_policy(PairSet(rows=rows, stats={}), tok, max_prompt_len=64, max_completion_len=8,
+                                  truncation="keep_end", use_chat_template=False)
+    finally:
+        tok.__class__ = Spy.__bases__[0]
+    assert out.stats["truncated"]["prompts_over_max"] == 1
+    prompt = out.rows[0]["prompt"]
+    assert len(prompt) == 64 * MAX_CHARS_PER_TOKEN and prompt.endswith("key k1?")
+    assert seen and max(seen) <= 64 * MAX_CHARS_PER_TOKEN + 100

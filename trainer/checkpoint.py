@@ -25,6 +25,8 @@ print ``SELECTRUST_SAVE_PAUSE <phase> <step>`` and sleep at ``<phase>`` (``files
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import os
 import random
@@ -37,6 +39,31 @@ import numpy as np
 
 MARKER = "COMPLETE"
 TEST_PAUSE_ENV = "SELECTRUST_TEST_SLEEP_IN_SAVE"
+
+
+class DiskFullError(OSError):
+    """No space left while writing a checkpoint (the earlier checkpoints are untouched)."""
+
+
+def _out_of_space(e: BaseException) -> bool:
+    if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
+        return True
+    text = str(e)  # torch.save's zip writer reports a full disk as "... unexpected pos ..."
+    return "unexpected pos" in text or "No space left" in text or "file write failed" in text
+
+
+@contextlib.contextmanager
+def _writing(path: Path):
+    """Turn a full disk while writing ``path`` into a :class:`DiskFullError` naming it; the partial
+    temporary checkpoint is removed (to free the space)."""
+    try:
+        yield
+    except (OSError, RuntimeError) as e:
+        if not _out_of_space(e):
+            raise
+        shutil.rmtree(path, ignore_errors=True)
+        raise DiskFullError(errno.ENOSPC, f"no space left while writing {path} ({type(e).__name__}: {e}); the "
+                                          f"earlier checkpoints in {path.parent} are kept") from e
 
 
 def _test_pause(phase: str, step: int) -> None:
@@ -193,17 +220,18 @@ class CheckpointManager:
         acc.wait_for_everyone()
         meta, tensors = rng_state()
         r = acc.process_index
-        (tmp / f"rng_rank{r}.json").write_text(json.dumps(meta))
-        save_file({k: v.contiguous() for k, v in tensors.items()}, str(tmp / f"rng_rank{r}.safetensors"))
-        if self._deepspeed:
-            acc.save_state(str(tmp / "accelerate_state"))
-        elif acc.is_main_process:
-            self._save_weights(acc.unwrap_model(model), tmp)
-            _test_pause("files", step)
-            torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
-        if acc.is_main_process:
-            (tmp / "scheduler.json").write_text(json.dumps(scheduler.state_dict()))
-            (tmp / "trainer_state.json").write_text(json.dumps({"step": step, **train_state}, indent=2))
+        with _writing(tmp):
+            (tmp / f"rng_rank{r}.json").write_text(json.dumps(meta))
+            save_file({k: v.contiguous() for k, v in tensors.items()}, str(tmp / f"rng_rank{r}.safetensors"))
+            if self._deepspeed:
+                acc.save_state(str(tmp / "accelerate_state"))
+            elif acc.is_main_process:
+                self._save_weights(acc.unwrap_model(model), tmp)
+                _test_pause("files", step)
+                torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
+            if acc.is_main_process:
+                (tmp / "scheduler.json").write_text(json.dumps(scheduler.state_dict()))
+                (tmp / "trainer_state.json").write_text(json.dumps({"step": step, **train_state}, indent=2))
         acc.wait_for_everyone()
         if acc.is_main_process:
             fsync_tree(tmp)
