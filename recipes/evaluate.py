@@ -34,8 +34,13 @@ def run(cfg: DictConfig) -> dict:
     validate_common(cfg)
     if not cfg.eval.path:
         raise ConfigError("eval.path is not set: point it at an items file of family eval.family")
-    if cfg.adapter_path and not Path(cfg.adapter_path).exists():
-        raise ConfigError(f"adapter_path={cfg.adapter_path!r} does not exist")
+    if cfg.adapter_path:
+        from eval_hooks.models import check_adapter_path
+
+        try:
+            check_adapter_path(cfg.adapter_path)
+        except (FileNotFoundError, ValueError) as e:
+            raise ConfigError(str(e)) from None
     rows = load_eval_rows(cfg.eval)  # validated before the model loads
     seed_everything(cfg.seed)
     backend = build_inference_backend(cfg.model, cfg.generation, adapter_path=cfg.adapter_path)

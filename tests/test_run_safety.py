@@ -399,3 +399,16 @@ def test_a_huge_prompt_is_cut_by_characters_before_it_is_tokenised(tiny_tokenize
     prompt = out.rows[0]["prompt"]
     assert len(prompt) == 64 * MAX_CHARS_PER_TOKEN and prompt.endswith("key k1?")
     assert seen and max(seen) <= 64 * MAX_CHARS_PER_TOKEN + 100
+
+
+def test_a_bin_adapter_is_refused_before_any_model_loads(tmp_path, monkeypatch):
+    import eval_hooks.models
+
+    monkeypatch.setattr(eval_hooks.models, "load_model", lambda *a, **k: pytest.fail("model loaded"))
+    adapter = tmp_path / "adapter"
+    adapter.mkdir()
+    (adapter / "adapter_config.json").write_text("{}")
+    (adapter / "adapter_model.bin").write_bytes(b"\x80\x04pickle")
+    with pytest.raises(ConfigError, match=r"adapter_path=.*no adapter_model.safetensors \(found \['adapter_model.bin'\]\)"):
+        items = dh.REPO / "tests" / "data" / "eval" / "mist_small.jsonl"
+        run_recipe("evaluate", "evaluate", [f"adapter_path={adapter}", f"eval.path={items}", f"out_dir={tmp_path / 'out'}"])

@@ -92,7 +92,9 @@ class EvalConfig:
     enabled: bool = _f(True, "Run matched evaluation at epoch ends.")
     path: Optional[str] = _f(None, "Evaluation items file (JSONL/Parquet) or a builtin source; None disables evaluation.")
     family: str = _f("mist", "mist | box2 | taste | med.")
-    max_rows: Optional[int] = _f(None, "Evaluate at most this many rows (whole items are kept together).")
+    max_rows: Optional[int] = _f(None, "Evaluate about this many rows: whole items (all their conditions) are kept "
+                                       "together, so the last item may take the count past it (max_rows=3 of "
+                                       "4-condition items evaluates 4 rows).")
     max_new_tokens: int = _f(64, "Generation budget per row.")
     batch_size: int = _f(32, "Generation batch size (HF backend).")
     system_prompt: Optional[str] = _f(None, "System turn added to every evaluation prompt.")
