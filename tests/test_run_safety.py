@@ -412,3 +412,22 @@ def test_a_bin_adapter_is_refused_before_any_model_loads(tmp_path, monkeypatch):
     with pytest.raises(ConfigError, match=r"adapter_path=.*no adapter_model.safetensors \(found \['adapter_model.bin'\]\)"):
         items = dh.REPO / "tests" / "data" / "eval" / "mist_small.jsonl"
         run_recipe("evaluate", "evaluate", [f"adapter_path={adapter}", f"eval.path={items}", f"out_dir={tmp_path / 'out'}"])
+
+
+@pytest.mark.slow
+def test_two_rank_run_into_a_held_run_dir_stops_every_rank(tmp_path):
+    """Under DDP only rank 0 takes the lock; when it cannot, rank 1 must not start training either (no hang)."""
+    pairs = dh.write_pairs(tmp_path / "pairs.jsonl", 5)
+    run = tmp_path / "run"
+    other = _holder(run)
+    try:
+        cmd = dh.command("dpo", [f"data.train_path={pairs}", "eval=none", f"trainer.run_dir={run}", "trainer.device=cpu",
+                                 "trainer.progress=false", "trainer.max_steps=2", "optim.batch_size=2"],
+                         accelerate_config="cpu_ddp.yaml")
+        r = subprocess.run(cmd, env=dh.env(), cwd=dh.REPO, capture_output=True, text=True, timeout=180)
+    finally:
+        other.kill()
+        other.wait()
+    assert r.returncode != 0
+    assert f"pid {other.pid}" in r.stderr and "the main process could not start the run" in r.stderr
+    assert not (run / "metrics.jsonl").exists() and not (run / "checkpoints").exists()
