@@ -103,9 +103,10 @@ def test_lock_is_released_when_a_run_fails(tmp_path):
     pairs = dh.write_pairs(tmp_path / "pairs.jsonl", 5)
     run = tmp_path / "run"
     _dpo(run, pairs, "trainer.stop_at_step=2")
-    pairs.write_text(pairs.read_text()[:-200].rsplit("\n", 1)[0] + "\n")
-    with pytest.raises(ConfigError):
-        _dpo(run, pairs)  # refused (data changed) after the lock was taken
+    pairs.write_text(pairs.read_text().replace('"chosen"', '"x"').replace('"rejected"', '"chosen"')
+                     .replace('"x"', '"rejected"'))
+    with pytest.raises(ConfigError, match="its data changed"):
+        _dpo(run, pairs)  # refused after the lock was taken
     probe = subprocess.run([sys.executable, "-c", _HOLD.replace("time.sleep(600)", ""), str(run)],
                            capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(dh.REPO)})
     assert probe.stdout.strip() == "held", probe.stderr

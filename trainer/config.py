@@ -361,6 +361,9 @@ def validate_common(cfg) -> None:
         if t.resume not in ("auto", "none"):
             from pathlib import Path
 
+            if t.overwrite:
+                raise ConfigError(f"trainer.overwrite=true starts a fresh run; it cannot resume trainer.resume={t.resume!r}")
+
             if not Path(t.resume).expanduser().exists():
                 raise ConfigError(f"trainer.resume={t.resume!r}: no such checkpoint path (auto | none | <checkpoint dir>)")
     if hasattr(cfg, "data") and hasattr(cfg.data, "truncation"):
