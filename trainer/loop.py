@@ -306,15 +306,7 @@ def train_loop(ctx, *, model, optimizer, scheduler, source: BatchSource,
                 and state["last_eval_step"] != step):
             _run_eval(ctx, on_epoch_end, "final", step, last)
     except (StopRequested, *checkpoint_on) as e:
-        if snapshot is not None:
-            source.load_state_dict(snapshot)
-        latest = ckpt.latest()
-        if step > 0 and (latest is None or latest.name != f"step_{step}"):
-            save(step)
-        if ctx.is_main:
-            saved = f"checkpoint of step {step} in {ckpt.root} (resume with trainer.resume=auto)" if step else \
-                "no step completed, nothing to checkpoint"
-            print(f"[selectrust] {type(e).__name__} during step {step + 1}: {saved}; stopping", flush=True)
+        _save_last_completed(ctx, ckpt, save, source, snapshot, step, e)
         if not isinstance(e, StopRequested):
             raise
         preempted = True
@@ -326,6 +318,20 @@ def train_loop(ctx, *, model, optimizer, scheduler, source: BatchSource,
     finished = step >= tcfg.max_steps or (tcfg.epochs_cap is not None and source.epoch >= tcfg.epochs_cap)
     ctx.stopped_early = preempted or not finished  # finish_run then writes no run_complete.json
     return LoopResult(step=step, preempted=preempted, final_metrics=last, stopped_early=ctx.stopped_early)
+
+
+def _save_last_completed(ctx, ckpt, save, source, snapshot, step: int, error: BaseException) -> None:
+    """After ``error`` inside a step: rewind the data position to the step's start and checkpoint the last
+    completed step (unless that checkpoint exists)."""
+    if snapshot is not None:
+        source.load_state_dict(snapshot)
+    latest = ckpt.latest()
+    if step > 0 and (latest is None or latest.name != f"step_{step}"):
+        save(step)
+    if ctx.is_main:
+        saved = f"checkpoint of step {step} in {ckpt.root} (resume with trainer.resume=auto)" if step else \
+            "no step completed, nothing to checkpoint"
+        print(f"[selectrust] {type(error).__name__} during step {step + 1}: {saved}; stopping", flush=True)
 
 
 def _run_eval(ctx, on_epoch_end, epoch, step, last: dict) -> None:
