@@ -36,8 +36,13 @@ def run(cfg: DictConfig) -> dict:
     validate_common(cfg)
     if not cfg.eval.path:
         raise ConfigError("eval.path is not set: point it at an items file of family eval.family")
-    if cfg.adapter_path and not Path(cfg.adapter_path).exists():
-        raise ConfigError(f"adapter_path={cfg.adapter_path!r} does not exist")
+    if cfg.adapter_path:
+        from eval_hooks.models import check_adapter_path
+
+        try:
+            check_adapter_path(cfg.adapter_path)
+        except (FileNotFoundError, ValueError) as e:
+            raise ConfigError(str(e)) from None
     if cfg.eval.family == "med":  # MedCounterfact: formats, label probabilities, mitigations, refine chain
         from trainer.med_evaluation import run_med
 
