@@ -11,6 +11,7 @@ import json
 import os
 import shutil
 import tempfile
+from collections import deque
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
@@ -205,3 +206,16 @@ def make_tmp_dir_beside(out_dir: str | os.PathLike) -> Path:
     out = Path(out_dir)
     out.parent.mkdir(parents=True, exist_ok=True)
     return Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+
+
+def tail_file(path: str | Path, n: int = 40) -> str:
+    """The last ``n`` lines of a (possibly large) text file; '' if it does not exist."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - 256 * 1024))
+            lines = deque(f.read().decode("utf-8", "replace").splitlines(), maxlen=n)
+    except OSError:
+        return ""
+    return "\n".join(lines)

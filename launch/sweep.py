@@ -414,11 +414,10 @@ def run_local(jobs: Sequence[Job], *, env: Optional[dict[str, str]] = None, tee:
 
 
 def _tail(path: Path, n: int = 8) -> str:
-    try:
-        lines = path.read_text(errors="replace").splitlines()
-    except OSError:
-        return ""
-    return "\n".join("    " + ln for ln in lines[-n:])
+    """The last ``n`` lines of a job's log, indented for the sweep's failure message."""
+    from eval_hooks.io import tail_file
+
+    return "\n".join("    " + ln for ln in tail_file(path, n).splitlines())
 
 
 # --------------------------------------------------------------------------------------------------

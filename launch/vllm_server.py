@@ -41,8 +41,9 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections import deque
 from pathlib import Path
+
+from eval_hooks.io import tail_file  # noqa: F401  (re-exported: the launcher's log tail)
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -53,19 +54,6 @@ class ServerStartError(RuntimeError):
 
 class ServerDiedError(RuntimeError):
     """The server process exited while it was in use. The message holds its last log lines."""
-
-
-def tail_file(path: str | Path, n: int = 40) -> str:
-    """The last ``n`` lines of a (possibly large) text file; '' if it does not exist."""
-    try:
-        with open(path, "rb") as f:
-            f.seek(0, os.SEEK_END)
-            size = f.tell()
-            f.seek(max(0, size - 256 * 1024))
-            lines = deque(f.read().decode("utf-8", "replace").splitlines(), maxlen=n)
-    except OSError:
-        return ""
-    return "\n".join(lines)
 
 
 def free_port(host: str = "127.0.0.1") -> int:

@@ -89,7 +89,7 @@ def server_log_context(gen_cfg) -> Callable[[], str] | None:
         return None
 
     def context() -> str:
-        from launch.vllm_server import tail_file
+        from eval_hooks.io import tail_file
 
         tail = tail_file(path, 40)
         return f"[{path}]\n{tail}" if tail else f"[{path}: missing or empty]"
