@@ -476,8 +476,6 @@ def _validate_init_adapter(cfg) -> None:
     _choice(m.init_adapter_mode, ("merge", "continue"), "model.init_adapter_mode")
     if m.init_adapter is None:
         return
-    from .model import check_adapter_dir
-
     check_adapter_dir(m.init_adapter)
     if m.init_adapter_mode == "continue" and not m.lora.enabled:
         raise ConfigError("model.init_adapter_mode=continue trains the loaded adapter: it needs model.lora.enabled=true "
@@ -489,8 +487,6 @@ def _validate_init_adapter(cfg) -> None:
 
 
 def validate_merge(cfg) -> None:
-    from .model import check_adapter_dir
-
     validate_common(cfg)
     if not cfg.adapters:
         raise ConfigError("adapters: give at least one adapter directory to merge, e.g. adapters=[runs/x/final]")
@@ -548,3 +544,17 @@ def validate_grpo(cfg) -> None:
     if a.env is not None and a.is_correction != "none":
         raise ConfigError("algo.is_correction needs per-token rollout log-probs, which environment rollouts "
                           "(algo.env) do not keep; use algo.is_correction=none")
+
+
+def check_adapter_dir(path: str, field: str = "model.init_adapter") -> Path:
+    """A PEFT adapter directory with safetensors weights (never a pickled ``adapter_model.bin``)."""
+    d = Path(path).expanduser()
+    if not d.is_dir():
+        raise ConfigError(f"{field}={path!r}: no such directory")
+    if not (d / "adapter_config.json").is_file():
+        hint = " (it holds a full model: use it as model.path)" if (d / "config.json").is_file() else ""
+        raise ConfigError(f"{field}={path!r}: not a PEFT adapter directory, {d / 'adapter_config.json'} is missing{hint}")
+    if not (d / "adapter_model.safetensors").is_file():
+        raise ConfigError(f"{field}={path!r}: {d / 'adapter_model.safetensors'} is missing (only safetensors "
+                          f"adapters are loaded, never pickled adapter_model.bin)")
+    return d.resolve()

@@ -356,3 +356,19 @@ def apply_length_policy(pairs: PairSet, tokenizer, *, max_prompt_len: int, max_c
     stats["rows"] = len(keep)
     stats["per_condition"] = dict(Counter(r["condition"] for r in keep))
     return PairSet(rows=keep, stats=stats)
+
+
+def keep_whole_items(rows: list[dict], max_rows: int | None) -> list[dict]:
+    """At most ``max_rows`` rows, whole items only, in file order (``None``: all)."""
+    if max_rows is not None and len(rows) > max_rows:
+        keep_items: list[str] = []
+        count = 0
+        for r in rows:  # whole items only, in file order
+            if r["item_id"] not in keep_items:
+                if count >= max_rows:
+                    break
+                keep_items.append(r["item_id"])
+            count += 1
+        keep = set(keep_items)
+        rows = [r for r in rows if r["item_id"] in keep]
+    return rows

@@ -26,7 +26,7 @@ def load_eval_rows(eval_cfg) -> list[dict] | None:
         return None
     from eval_hooks import load_rows
 
-    from .data import resolve_data_path
+    from .data import keep_whole_items, resolve_data_path
 
     if eval_cfg.family == "med":  # raw MedEvidence files, question subsets, Med settings checks
         from .med_evaluation import load_med_rows
@@ -34,22 +34,6 @@ def load_eval_rows(eval_cfg) -> list[dict] | None:
         return load_med_rows(eval_cfg)
     rows = load_rows(eval_cfg.family, resolve_data_path(eval_cfg.path), **_family_options(eval_cfg))
     return keep_whole_items(rows, eval_cfg.max_rows)
-
-
-def keep_whole_items(rows: list[dict], max_rows: int | None) -> list[dict]:
-    """At most ``max_rows`` rows, whole items only, in file order (``None``: all)."""
-    if max_rows is not None and len(rows) > max_rows:
-        keep_items: list[str] = []
-        count = 0
-        for r in rows:  # whole items only, in file order
-            if r["item_id"] not in keep_items:
-                if count >= max_rows:
-                    break
-                keep_items.append(r["item_id"])
-            count += 1
-        keep = set(keep_items)
-        rows = [r for r in rows if r["item_id"] in keep]
-    return rows
 
 
 def _family_options(eval_cfg) -> dict:

@@ -27,7 +27,6 @@ from typing import Any, Callable, Protocol
 import torch
 
 from .checkpoint import CheckpointManager
-from .config import ConfigError
 from .interrupt import StopRequested, StopSignals
 from .interrupt import signum as _stop_signum
 
@@ -50,44 +49,6 @@ class LoopResult:
     preempted: bool
     final_metrics: dict[str, Any] = field(default_factory=dict)
     stopped_early: bool = False  # preempted, or stop_at_step before max_steps: the run is not finished
-
-
-# Keys that may differ between a run and its resumption without changing the maths.
-RESUME_TOLERATED = ("trainer.resume", "trainer.stop_at_step", "trainer.allow_config_change", "trainer.progress",
-                    "trainer.allow_data_change", "trainer.overwrite", "trainer.run_dir",
-                    "trainer.save_every", "trainer.keep_last", "logger.",
-                    # where the generation server is and how patiently to talk to it (a restarted server)
-                    "generation.url", "generation.server_log", "generation.timeout_s", "generation.max_retries")
-
-
-def config_differences(saved: dict, current: dict, prefix: str = "") -> list[str]:
-    out = []
-    for k in sorted(set(saved) | set(current)):
-        key = f"{prefix}{k}"
-        a, b = saved.get(k, "<absent>"), current.get(k, "<absent>")
-        if isinstance(a, dict) and isinstance(b, dict):
-            out.extend(config_differences(a, b, key + "."))
-        elif a != b and not any(key == t or (t.endswith(".") and key.startswith(t)) for t in RESUME_TOLERATED):
-            out.append(f"{key}: saved {a!r} != now {b!r}")
-    return out
-
-
-def check_resume_config(ctx, saved_path=None) -> None:
-    """Refuse a changed config against ``saved_path`` (default: this run's ``config.yaml``; for
-    ``trainer.resume=<path>`` the config of the run owning that checkpoint)."""
-    from omegaconf import OmegaConf
-
-    saved_path = saved_path or ctx.run_dir / "config.yaml"
-    if not saved_path.exists() or ctx.cfg.trainer.allow_config_change:
-        return
-    saved = OmegaConf.to_container(OmegaConf.load(saved_path), resolve=True)
-    current = OmegaConf.to_container(ctx.cfg, resolve=True)
-    diffs = config_differences(saved, current)
-    if diffs:
-        raise ConfigError(
-            f"refusing to resume {saved_path.parent} with a changed config ({len(diffs)} differing keys):\n  "
-            + "\n  ".join(diffs)
-            + "\nPass trainer.allow_config_change=true to resume anyway, or use a new trainer.run_dir.")
 
 
 def _to_float(v) -> float:

@@ -22,8 +22,7 @@ def load_med_rows(eval_cfg) -> list[dict]:
     from eval_hooks.families import get_family
     from eval_hooks.io import read_records
 
-    from .data import resolve_data_path
-    from .evaluation import keep_whole_items
+    from .data import keep_whole_items, resolve_data_path
 
     med = eval_cfg.med
     for f in med.formats:

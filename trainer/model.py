@@ -25,25 +25,10 @@ from typing import Callable
 
 import torch
 
+from .config import check_adapter_dir
 
 TRAINED_ADAPTER = "default"      # peft's name for the adapter a run trains
 REFERENCE_ADAPTER = "reference"  # the frozen copy of model.init_adapter (init_adapter_mode=continue)
-
-
-def check_adapter_dir(path: str, field: str = "model.init_adapter") -> Path:
-    """A PEFT adapter directory with safetensors weights (never a pickled ``adapter_model.bin``)."""
-    from .config import ConfigError
-
-    d = Path(path).expanduser()
-    if not d.is_dir():
-        raise ConfigError(f"{field}={path!r}: no such directory")
-    if not (d / "adapter_config.json").is_file():
-        hint = " (it holds a full model: use it as model.path)" if (d / "config.json").is_file() else ""
-        raise ConfigError(f"{field}={path!r}: not a PEFT adapter directory, {d / 'adapter_config.json'} is missing{hint}")
-    if not (d / "adapter_model.safetensors").is_file():
-        raise ConfigError(f"{field}={path!r}: {d / 'adapter_model.safetensors'} is missing (only safetensors "
-                          f"adapters are loaded, never pickled adapter_model.bin)")
-    return d.resolve()
 
 
 def load_base_with_adapters(model_cfg, adapters: list[str], *, device: str | None = None):

@@ -270,8 +270,7 @@ def _agree_on_start(accelerator, error: BaseException | None, resume_from: Path 
 def _check_resume(ctx: RunContext, resume_from: Path | None, hashes: dict) -> None:
     """A resume must see the config and the data of the run it continues (this run, or the run owning
     the checkpoint given as ``trainer.resume=<path>``); a fresh start records the data hashes."""
-    from .loop import check_resume_config
-    from .run_dir import check_data_unchanged, write_data_hashes
+    from .run_dir import check_data_unchanged, check_resume_config, write_data_hashes
 
     source_run = resume_from.parent.parent if resume_from is not None else ctx.run_dir
     check_resume_config(ctx, source_run / "config.yaml")

@@ -8,7 +8,10 @@
   evaluation items) when a run starts; a resume whose data differs is refused naming the file and both
   hashes (``trainer.allow_data_change=true`` overrides);
 - **resume or refuse**: ``trainer.resume=none`` into a directory that holds a previous run is refused;
-  ``trainer.overwrite=true`` first moves the old run aside to ``<run_dir>.old-<n>``.
+  ``trainer.overwrite=true`` first moves the old run aside to ``<run_dir>.old-<n>``;
+- **same config on resume**: :func:`check_resume_config` refuses a resume whose config differs from the
+  saved ``config.yaml`` in any key outside :data:`RESUME_TOLERATED` (``trainer.allow_config_change=true``
+  overrides).
 """
 
 from __future__ import annotations
@@ -200,3 +203,41 @@ def prepare_fresh_or_refuse(run_dir: Path, tcfg) -> None:
                           f"there would mix with it. Use trainer.resume=auto to continue it, "
                           f"trainer.overwrite=true to move it aside to {run_dir.name}.old-<n> and start over, "
                           f"or another trainer.run_dir.")
+
+
+# Keys that may differ between a run and its resumption without changing the maths.
+RESUME_TOLERATED = ("trainer.resume", "trainer.stop_at_step", "trainer.allow_config_change", "trainer.progress",
+                    "trainer.allow_data_change", "trainer.overwrite", "trainer.run_dir",
+                    "trainer.save_every", "trainer.keep_last", "logger.",
+                    # where the generation server is and how patiently to talk to it (a restarted server)
+                    "generation.url", "generation.server_log", "generation.timeout_s", "generation.max_retries")
+
+
+def config_differences(saved: dict, current: dict, prefix: str = "") -> list[str]:
+    out = []
+    for k in sorted(set(saved) | set(current)):
+        key = f"{prefix}{k}"
+        a, b = saved.get(k, "<absent>"), current.get(k, "<absent>")
+        if isinstance(a, dict) and isinstance(b, dict):
+            out.extend(config_differences(a, b, key + "."))
+        elif a != b and not any(key == t or (t.endswith(".") and key.startswith(t)) for t in RESUME_TOLERATED):
+            out.append(f"{key}: saved {a!r} != now {b!r}")
+    return out
+
+
+def check_resume_config(ctx, saved_path=None) -> None:
+    """Refuse a changed config against ``saved_path`` (default: this run's ``config.yaml``; for
+    ``trainer.resume=<path>`` the config of the run owning that checkpoint)."""
+    from omegaconf import OmegaConf
+
+    saved_path = saved_path or ctx.run_dir / "config.yaml"
+    if not saved_path.exists() or ctx.cfg.trainer.allow_config_change:
+        return
+    saved = OmegaConf.to_container(OmegaConf.load(saved_path), resolve=True)
+    current = OmegaConf.to_container(ctx.cfg, resolve=True)
+    diffs = config_differences(saved, current)
+    if diffs:
+        raise ConfigError(
+            f"refusing to resume {saved_path.parent} with a changed config ({len(diffs)} differing keys):\n  "
+            + "\n  ".join(diffs)
+            + "\nPass trainer.allow_config_change=true to resume anyway, or use a new trainer.run_dir.")
