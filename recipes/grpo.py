@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import os
 import sys
+from functools import partial
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -61,16 +62,16 @@ def run(cfg: DictConfig):
     from trainer.algos.is_correction import truncated_is_weights
     from trainer.data import ShuffleSampler
     from trainer.envs import resolve_env
-    from eval_hooks.backends.vllm_server import ServerError
     from eval_hooks.prompts import PromptSettings
-    from trainer.evaluation import adapter_root, load_eval_rows, make_backend
+    from trainer.distributed import all_gather_object
+    from trainer.evaluation import load_eval_rows, make_backend
     from trainer.logprobs import sequence_logprobs
     from trainer.loop import train_and_save
     from trainer.model import Reference, build_optimizer, build_policy, build_scheduler
     from trainer.rewards import GuardedReward, resolve_reward
     from trainer.rollout import RolloutSettings, RolloutSource, check_prompt_lengths, load_rl_prompts
     from trainer.run import setup_run
-    from trainer.weight_sync import StaleWeightsError
+    from trainer.weight_sync import rollout_sync_hook
 
     # ---- validate everything before any model loads (and long before any generation) -------------------
     validate_grpo(cfg)
@@ -105,38 +106,8 @@ def run(cfg: DictConfig):
     def backend_factory():
         return make_backend(cfg.generation, unwrapped, tokenizer, model_path=cfg.model.path, prompt_settings=prompt)
 
-    # ---- adapter sync to a generation server ------------------------------------------------------------
-    # With generation=vllm_server the server must sample from *this* step's adapter: every
-    # generation.sync_every steps the main process saves it atomically, loads it on the server under a new
-    # name and probes it (trainer.weight_sync); the other ranks wait at the barrier, then route their
-    # requests to it. Every rank then agrees on success, so a failure on the main process (stale weights,
-    # refused load) stops all ranks together (and the loop checkpoints collectively).
-    pre_generate = None
-    if server:
-        from trainer.weight_sync import AdapterSync
-
-        sync_holder: dict = {}
-
-        def sync_before_rollouts(step: int) -> dict:
-            if "sync" not in sync_holder:
-                sync_holder["sync"] = AdapterSync(
-                    source.backend, adapter_root(ctx), every_k_steps=cfg.generation.sync_every, tokenizer=tokenizer,
-                    probe_threshold=cfg.generation.probe_threshold, main_process=acc.is_main_process)
-            sync = sync_holder["sync"]
-            error, metrics = None, {}
-            try:
-                metrics = sync.maybe_sync(unwrapped, step, barrier=acc.wait_for_everyone)
-            except (ServerError, StaleWeightsError) as e:
-                error = e
-                if isinstance(e, StaleWeightsError) and ctx.is_main:  # the probe difference is logged every time
-                    ctx.logger.log(step + 1, {"sync_failed": 1, **{k: v for k, v in e.metrics.items()
-                                                                   if isinstance(v, (int, float, str))}})
-            if reduce_max(1 if error is not None else 0):
-                raise error if error is not None else ServerError(
-                    f"rank {acc.process_index}: the adapter sync failed on another rank (see its error); stopping")
-            return {**metrics, **sync.current(), "served_adapter": source.backend.current_adapter}
-
-        pre_generate = sync_before_rollouts
+    # ---- adapter sync to a generation server (trainer.weight_sync.rollout_sync_hook) ------------------
+    pre_generate = rollout_sync_hook(ctx, lambda: source.backend, unwrapped, tokenizer) if server else None
 
     def old_logps_fn(ids, att, cm):
         with torch.no_grad():
@@ -145,25 +116,11 @@ def run(cfg: DictConfig):
     settings = RolloutSettings.from_config(algo, num_groups=algo.prompts_per_step, grad_accum=cfg.optim.grad_accum,
                                            prompt_settings=prompt, seed=cfg.seed)
 
-    def reduce_max(n: int) -> int:
-        if acc.num_processes == 1:
-            return n
-        return int(acc.gather(torch.tensor([n], device=acc.device)).max().item())
-
-    def all_gather(obj) -> list:
-        if acc.num_processes == 1:
-            return [obj]
-        import torch.distributed as dist
-
-        out: list = [None] * acc.num_processes
-        dist.all_gather_object(out, obj)
-        return out
-
     source = RolloutSource(rows, ShuffleSampler(len(rows), seed=cfg.seed), settings=settings, tokenizer=tokenizer,
                            backend_factory=backend_factory, reward=reward, env_factory=env_factory,
                            old_logps_fn=old_logps_fn if algo.num_iterations > 1 else None,
                            pre_generate=pre_generate, rank=acc.process_index, world=acc.num_processes,
-                           all_gather=all_gather)
+                           all_gather=partial(all_gather_object, acc))
 
     # ---- one micro-batch -----------------------------------------------------------------------------
     def step_fn(model, mb: dict):

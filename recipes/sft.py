@@ -21,12 +21,12 @@ How this departs from TRL's SFTTrainer (same token-mean loss: tests/test_sft_rec
 from __future__ import annotations
 
 import sys
+from functools import partial
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import hydra
-import torch
 from omegaconf import DictConfig
 
 from trainer.config import register_schemas, validate_sft
@@ -39,6 +39,7 @@ def run(cfg: DictConfig):
     from eval_hooks.io import write_json_atomic
     from eval_hooks.prompts import PromptSettings
     from trainer.algos.sft import masked_nll_loss
+    from trainer.distributed import reduce_sum
     from trainer.data import SamplerSource, ShuffleSampler, load_sft_examples, resolve_data_path
     from trainer.evaluation import load_eval_rows, make_backend
     from trainer.logprobs import sequence_logprobs
@@ -78,7 +79,7 @@ def run(cfg: DictConfig):
                                         batch_size=cfg.optim.batch_size, rank=acc.process_index,
                                         world=acc.num_processes), grad_accum=cfg.optim.grad_accum,
                           world=acc.num_processes,
-                          reduce_sum=lambda x: float(acc.reduce(torch.tensor([float(x)], device=acc.device), "sum")))
+                          reduce_sum=partial(reduce_sum, acc))
 
     # ---- one micro-batch ----------------------------------------------------------------------------
     def step_fn(model, mb: dict):

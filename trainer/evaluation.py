@@ -93,11 +93,6 @@ def server_errors(gen_cfg) -> tuple[type[BaseException], ...]:
     return (ServerError, StaleWeightsError)
 
 
-def adapter_root(ctx) -> Path:
-    """Shared directory the synced adapters are written to (``generation.adapter_dir`` or ``<run_dir>/adapters``)."""
-    return Path(ctx.cfg.generation.adapter_dir or Path(ctx.run_dir) / "adapters")
-
-
 def build_inference_backend(model_cfg, gen_cfg, *, prompt_settings: PromptSettings | None = None,
                             adapter_path: str | None = None):
     """Backend for a stand-alone (non-training) recipe: the model of ``model_cfg`` (on CUDA when
@@ -142,7 +137,6 @@ def make_epoch_eval(ctx, rows: list[dict] | None, backend_factory: Callable[[], 
 
     ecfg, gen = ctx.cfg.eval, ctx.cfg.generation
     server = gen.backend == "vllm_server"
-    holder: dict = {}
     if server:
         if policy is None or tokenizer is None:
             raise ConfigError("generation=vllm_server evaluation needs the policy and tokenizer (make_epoch_eval("
@@ -152,15 +146,13 @@ def make_epoch_eval(ctx, rows: list[dict] | None, backend_factory: Callable[[], 
                               "(model.lora.enabled=true), because only an adapter can be pushed to a running server; "
                               "with full fine-tuning the server would evaluate its base weights. Use generation=hf.")
 
-    def server_sync():
-        if "sync" not in holder:
-            from .weight_sync import AdapterSync
+        from .weight_sync import adapter_root, lazy_adapter_sync
 
-            backend = make_backend(gen, policy, tokenizer, model_path=ctx.cfg.model.path,
-                                   prompt_settings=PromptSettings.from_config(ctx.cfg.prompt), adapter_prefix="eval")
-            holder["sync"] = AdapterSync(backend, adapter_root(ctx) / "eval", every_k_steps=1, keep_last=1,
-                                         tokenizer=tokenizer, probe_threshold=gen.probe_threshold, main_process=True)
-        return holder["sync"]
+        server_sync = lazy_adapter_sync(
+            lambda: make_backend(gen, policy, tokenizer, model_path=ctx.cfg.model.path,
+                                 prompt_settings=PromptSettings.from_config(ctx.cfg.prompt), adapter_prefix="eval"),
+            adapter_root(ctx) / "eval", every_k_steps=1, keep_last=1, tokenizer=tokenizer,
+            probe_threshold=gen.probe_threshold, main_process=True)
 
     def on_epoch_end(epoch, step: int) -> dict:
         out = Path(ctx.run_dir) / "eval" / (f"epoch_{epoch}" if isinstance(epoch, int) else str(epoch))

@@ -27,6 +27,7 @@ from typing import Any, Callable, Protocol
 import torch
 
 from .checkpoint import CheckpointManager
+from .distributed import all_gather_object, any_rank
 from .interrupt import StopRequested, StopSignals
 from .interrupt import signum as _stop_signum
 
@@ -66,20 +67,7 @@ def _mean_dicts(dicts: list[dict]) -> dict[str, float]:
 
 
 def _gather_mean(acc, metrics: dict[str, float]) -> dict[str, float]:
-    if acc.num_processes == 1:
-        return metrics
-    import torch.distributed as dist
-
-    gathered: list[Any] = [None] * acc.num_processes
-    dist.all_gather_object(gathered, metrics)
-    return _mean_dicts(gathered)
-
-
-def _any_rank(acc, flag: bool) -> bool:
-    if acc.num_processes == 1:
-        return flag
-    t = torch.tensor([1.0 if flag else 0.0], device=acc.device)
-    return bool(acc.reduce(t, reduction="sum").item() > 0)
+    return metrics if acc.num_processes == 1 else _mean_dicts(all_gather_object(acc, metrics))
 
 
 def _is_deepspeed(acc) -> bool:
@@ -90,14 +78,8 @@ def _data_hash(acc, per_micro_ids: list[list[str]]) -> str:
     """A hash of the step's item ids in the order one process with the global batch would draw them
     (micro-batch by micro-batch, rank slices in rank order), so runs on 1 or N ranks, and a resumed
     run, can be compared step by step for an identical data order."""
-    if acc.num_processes > 1:
-        import torch.distributed as dist
-
-        gathered: list[Any] = [None] * acc.num_processes
-        dist.all_gather_object(gathered, per_micro_ids)
-        order = [x for i in range(len(per_micro_ids)) for rank_ids in gathered for x in rank_ids[i]]
-    else:
-        order = [x for ids in per_micro_ids for x in ids]
+    gathered = all_gather_object(acc, per_micro_ids)
+    order = [x for i in range(len(per_micro_ids)) for rank_ids in gathered for x in rank_ids[i]]
     return hashlib.sha1("\x1f".join(map(str, order)).encode()).hexdigest()[:16]
 
 
@@ -218,8 +200,8 @@ def train_loop(ctx, *, model, optimizer, scheduler, source: BatchSource,
                 acc, model, source, step_fn, grad_accum=ocfg.grad_accum, deepspeed=deepspeed)
             item_ids = [i for ids in per_micro_ids for i in ids]
             grad_norm = _grad_norm(acc, model, max_grad_norm=ocfg.max_grad_norm, deepspeed=deepspeed)
-            bad = _any_rank(acc, not (math.isfinite(_to_float(loss_value))
-                                      and (grad_norm is None or math.isfinite(grad_norm))))
+            bad = any_rank(acc, not (math.isfinite(_to_float(loss_value))
+                                     and (grad_norm is None or math.isfinite(grad_norm))))
             if bad:
                 optimizer.zero_grad(set_to_none=True)
                 source.load_state_dict(snapshot)
@@ -254,7 +236,7 @@ def train_loop(ctx, *, model, optimizer, scheduler, source: BatchSource,
                     _run_eval(ctx, on_epoch_end, source.epoch, step, last)
                     state["last_eval_step"] = step
             done_epochs = tcfg.epochs_cap is not None and source.epoch >= tcfg.epochs_cap
-            preempted = _any_rank(acc, preempt.requested)
+            preempted = any_rank(acc, preempt.requested)
             if preempted or step == stop_at or done_epochs or (tcfg.save_every and step % tcfg.save_every == 0):
                 save(step)
             if preempted:
