@@ -16,6 +16,7 @@ How this departs from TRL's DPOTrainer (same loss, checked by tests/test_trl_equ
 from __future__ import annotations
 
 import sys
+from functools import partial
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -33,13 +34,11 @@ def run(cfg: DictConfig):
     """Train; returns the loop's ``LoopResult`` (step, preempted, final metrics)."""
     from eval_hooks.io import write_json_atomic
     from eval_hooks.prompts import PromptSettings
-    from trainer.algos.dpo import dpo_row_metrics, per_group_metrics, sigmoid_dpo_loss
-    from trainer.algos.sft import masked_nll_loss
     from trainer.data import ConditionSampler, SamplerSource, condition_mass, load_pairs, unmatch_pairs
     from trainer.data import apply_length_policy
     from trainer.evaluation import load_eval_rows, make_backend
-    from trainer.logprobs import build_preference_batch, sequence_logprobs
-    from trainer.loop import train_and_save
+    from trainer.logprobs import build_preference_batch
+    from trainer.loop import train_evaluate_finish
     from trainer.model import Reference, build_optimizer, build_policy, build_scheduler
     from trainer.run import setup_run
 
@@ -87,44 +86,63 @@ def run(cfg: DictConfig):
     # pair before training; each step then skips the reference forward (a third of a LoRA step's FLOPs).
     ref_table = None
     if algo.reference == "precomputed" and not algo.sft_on_chosen:
-        ref_table = torch.zeros(len(rows), 2)
-        with torch.no_grad(), reference.context(unwrapped) as ref_model:
-            for start in range(0, len(rows), cfg.optim.batch_size):
-                idx = list(range(start, min(start + cfg.optim.batch_size, len(rows))))
-                b = collate(idx, [1.0] * len(idx))["batch"].to(acc.device)
-                ref, _, _ = sequence_logprobs(ref_model, b.input_ids, b.attention_mask, b.completion_mask)
-                ref_table[idx] = torch.stack(ref.float().cpu().chunk(2), dim=1)
-
+        ref_table = reference_table(reference, unwrapped, collate, len(rows), cfg.optim.batch_size, acc.device)
     source = SamplerSource(sampler, collate, batch_size=cfg.optim.batch_size, rank=acc.process_index,
                            world=acc.num_processes)
 
     # ---- one micro-batch ----------------------------------------------------------------------------
-    def step_fn(model, mb: dict):
-        batch = mb["batch"].to(acc.device)
-        inputs = (batch.input_ids, batch.attention_mask, batch.completion_mask)
-        if algo.sft_on_chosen:
-            n = len(mb["conditions"])
-            _, token_logps, _ = sequence_logprobs(model, *[t[:n] for t in inputs])
-            return masked_nll_loss(token_logps, None, batch.completion_mask[:n], aggregation="token_mean")
-        seq_logps, _, _ = sequence_logprobs(model, *inputs)
-        pc, pr = seq_logps.chunk(2)
-        if ref_table is not None:
-            rc, rr = ref_table[mb["indices"]].to(device=acc.device, dtype=seq_logps.dtype).unbind(1)
-        else:
-            with torch.no_grad(), reference.context(unwrapped) as ref_model:
-                ref_logps, _, _ = sequence_logprobs(ref_model, *inputs)
-            rc, rr = ref_logps.chunk(2)
-        weights = mb["weights"].to(acc.device) if algo.weighting == "loss" else None
-        loss, metrics = sigmoid_dpo_loss(pc, pr, rc, rr, beta=algo.beta, label_smoothing=algo.label_smoothing,
-                                         weights=weights)
-        metrics.update(per_group_metrics(dpo_row_metrics(pc, pr, rc, rr, beta=algo.beta), mb["conditions"]))
-        return loss, metrics
+    step_fn = partial(dpo_step, algo=algo, reference=reference, policy=unwrapped, ref_table=ref_table,
+                      device=acc.device)
 
     # ---- loop, evaluation, save ------------------------------------------------------------------------
-    return train_and_save(ctx, model=model, optimizer=optimizer, scheduler=scheduler, source=source,
-                          step_fn=step_fn, tokenizer=tokenizer, eval_rows=eval_rows,
-                          backend_factory=lambda: make_backend(cfg.generation, unwrapped, tokenizer,
-                                                               model_path=cfg.model.path, prompt_settings=prompt))
+    return train_evaluate_finish(ctx, model=model, optimizer=optimizer, scheduler=scheduler, source=source,
+                                 step_fn=step_fn, tokenizer=tokenizer, eval_rows=eval_rows,
+                                 backend_factory=lambda: make_backend(cfg.generation, unwrapped, tokenizer,
+                                                                      model_path=cfg.model.path,
+                                                                      prompt_settings=prompt))
+
+
+def reference_table(reference, policy, collate, n: int, batch_size: int, device) -> torch.Tensor:
+    """``(n, 2)`` reference log-probs (chosen, rejected) of every pair, computed once with no grad."""
+    from trainer.logprobs import sequence_logprobs
+
+    table = torch.zeros(n, 2)
+    with torch.no_grad(), reference.context(policy) as ref_model:
+        for start in range(0, n, batch_size):
+            idx = list(range(start, min(start + batch_size, n)))
+            b = collate(idx, [1.0] * len(idx))["batch"].to(device)
+            ref, _, _ = sequence_logprobs(ref_model, b.input_ids, b.attention_mask, b.completion_mask)
+            table[idx] = torch.stack(ref.float().cpu().chunk(2), dim=1)
+    return table
+
+
+def dpo_step(model, mb: dict, *, algo, reference, policy, ref_table, device):
+    """Loss and metrics of one micro-batch of pairs (chosen rows first, then rejected): the weighted sigmoid
+    DPO loss against the reference (precomputed or the adapter-disabled policy), or NLL on the chosen rows
+    for ``algo.sft_on_chosen``; every metric also per condition."""
+    from trainer.algos.dpo import dpo_row_metrics, per_group_metrics, sigmoid_dpo_loss
+    from trainer.algos.sft import masked_nll_loss
+    from trainer.logprobs import sequence_logprobs
+
+    batch = mb["batch"].to(device)
+    inputs = (batch.input_ids, batch.attention_mask, batch.completion_mask)
+    if algo.sft_on_chosen:
+        n = len(mb["conditions"])
+        _, token_logps, _ = sequence_logprobs(model, *[t[:n] for t in inputs])
+        return masked_nll_loss(token_logps, None, batch.completion_mask[:n], aggregation="token_mean")
+    seq_logps, _, _ = sequence_logprobs(model, *inputs)
+    pc, pr = seq_logps.chunk(2)
+    if ref_table is not None:
+        rc, rr = ref_table[mb["indices"]].to(device=device, dtype=seq_logps.dtype).unbind(1)
+    else:
+        with torch.no_grad(), reference.context(policy) as ref_model:
+            ref_logps, _, _ = sequence_logprobs(ref_model, *inputs)
+        rc, rr = ref_logps.chunk(2)
+    weights = mb["weights"].to(device) if algo.weighting == "loss" else None
+    loss, metrics = sigmoid_dpo_loss(pc, pr, rc, rr, beta=algo.beta, label_smoothing=algo.label_smoothing,
+                                     weights=weights)
+    metrics.update(per_group_metrics(dpo_row_metrics(pc, pr, rc, rr, beta=algo.beta), mb["conditions"]))
+    return loss, metrics
 
 
 @hydra.main(config_path="../conf", config_name="dpo", version_base=None)

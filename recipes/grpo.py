@@ -40,33 +40,19 @@ import hydra
 import torch
 from omegaconf import DictConfig
 
-from trainer.config import ConfigError, register_schemas, validate_grpo
+from trainer.config import register_schemas, validate_grpo
 
 register_schemas()
 
 
-def check_geometry(cfg, world: int) -> None:
-    """Raises when the global rollout batch does not split into the configured micro-batches."""
-    a, o = cfg.algo, cfg.optim
-    samples = a.prompts_per_step * a.group_size
-    if a.prompts_per_step % world or o.batch_size * o.grad_accum * world != samples:
-        raise ConfigError(
-            f"algo.prompts_per_step * algo.group_size = {a.prompts_per_step} * {a.group_size} = {samples} samples per "
-            f"step must equal optim.batch_size * optim.grad_accum * world = {o.batch_size} * {o.grad_accum} * {world} "
-            f"(and prompts_per_step must divide by world); e.g. optim.batch_size={samples // (o.grad_accum * world) or 1}")
-
-
 def run(cfg: DictConfig):
     """Train; returns the loop's ``LoopResult`` (step, preempted, final metrics)."""
-    from trainer.algos.grpo import clipped_policy_loss
-    from trainer.algos.is_correction import truncated_is_weights
-    from trainer.data import ShuffleSampler
-    from trainer.envs import resolve_env
     from eval_hooks.prompts import PromptSettings
+    from trainer.data import ShuffleSampler
     from trainer.distributed import all_gather_object
+    from trainer.envs import resolve_env
     from trainer.evaluation import load_eval_rows, make_backend
-    from trainer.logprobs import sequence_logprobs
-    from trainer.loop import train_and_save
+    from trainer.loop import train_evaluate_finish
     from trainer.model import Reference, build_optimizer, build_policy, build_scheduler
     from trainer.rewards import GuardedReward, resolve_reward
     from trainer.rollout import RolloutSettings, RolloutSource, check_prompt_lengths, load_rl_prompts
@@ -74,15 +60,8 @@ def run(cfg: DictConfig):
     from trainer.weight_sync import rollout_sync_hook
 
     # ---- validate everything before any model loads (and long before any generation) -------------------
-    validate_grpo(cfg)
+    validate_grpo(cfg, world=int(os.environ.get("WORLD_SIZE", "1")))
     algo, dcfg = cfg.algo, cfg.data
-    check_geometry(cfg, int(os.environ.get("WORLD_SIZE", "1")))
-    server = cfg.generation.backend == "vllm_server"
-    if server and not cfg.model.lora.enabled:
-        raise ConfigError("generation=vllm_server needs model.lora.enabled=true: only a LoRA adapter can be synced to "
-                          "the running server; with full fine-tuning it would keep sampling from its base weights")
-    if server and cfg.generation.sync_every < 1:
-        raise ConfigError(f"generation.sync_every must be >= 1, got {cfg.generation.sync_every}")
     env_factory = resolve_env(algo.env, max_turns=algo.env_max_turns) if algo.env else None
     reward = None if env_factory else GuardedReward(resolve_reward(algo.reward), max_errors=algo.max_reward_errors,
                                                     timeout_s=algo.reward_timeout_s)
@@ -106,55 +85,64 @@ def run(cfg: DictConfig):
     def backend_factory():
         return make_backend(cfg.generation, unwrapped, tokenizer, model_path=cfg.model.path, prompt_settings=prompt)
 
-    # ---- adapter sync to a generation server (trainer.weight_sync.rollout_sync_hook) ------------------
-    pre_generate = rollout_sync_hook(ctx, lambda: source.backend, unwrapped, tokenizer) if server else None
-
-    def old_logps_fn(ids, att, cm):
-        with torch.no_grad():
-            return sequence_logprobs(unwrapped, ids.to(acc.device), att.to(acc.device), cm.to(acc.device))[1].cpu()
-
     settings = RolloutSettings.from_config(algo, num_groups=algo.prompts_per_step, grad_accum=cfg.optim.grad_accum,
                                            prompt_settings=prompt, seed=cfg.seed)
-
+    old_logps_fn = partial(old_logprobs, unwrapped, acc.device) if algo.num_iterations > 1 else None
     source = RolloutSource(rows, ShuffleSampler(len(rows), seed=cfg.seed), settings=settings, tokenizer=tokenizer,
                            backend_factory=backend_factory, reward=reward, env_factory=env_factory,
-                           old_logps_fn=old_logps_fn if algo.num_iterations > 1 else None,
-                           pre_generate=pre_generate, rank=acc.process_index, world=acc.num_processes,
+                           old_logps_fn=old_logps_fn, rank=acc.process_index, world=acc.num_processes,
                            all_gather=partial(all_gather_object, acc))
+    if cfg.generation.backend == "vllm_server":  # the server samples from this step's adapter, synced and probed
+        source.pre_generate = rollout_sync_hook(ctx, lambda: source.backend, unwrapped, tokenizer)
 
-    # ---- one micro-batch -----------------------------------------------------------------------------
-    def step_fn(model, mb: dict):
-        dev = acc.device
-        ids, att, cm = mb["input_ids"].to(dev), mb["attention_mask"].to(dev), mb["completion_mask"].to(dev)
-        _, logps, entropy = sequence_logprobs(model, ids, att, cm, return_entropy=True)
-        old = mb["old_logps"].to(dev) if mb["old_logps"] is not None else logps.detach()
-        ref = None
-        if reference is not None:
-            with torch.no_grad(), reference.context(unwrapped) as ref_model:
-                ref = sequence_logprobs(ref_model, ids, att, cm)[1]
-        is_w, is_metrics = None, {}
-        if algo.is_correction != "none":
-            if mb["rollout_logps"] is None:
-                raise RuntimeError(f"algo.is_correction={algo.is_correction!r} needs the rollout log-probs of every "
-                                   f"sampled token, but the generation backend returned none (or a different number "
-                                   f"than tokens) for items {mb['item_ids'][:8]}")
-            # the behaviour policy as the trainer computes it (old log-probs) vs as the server sampled it
-            is_w, is_metrics = truncated_is_weights(old, mb["rollout_logps"].to(dev), cm,
-                                                    level=algo.is_correction, cap=algo.is_cap)
-        loss, metrics = clipped_policy_loss(
-            logps, old, mb["advantages"].to(dev), cm, eps_low=algo.eps_low, eps_high=algo.eps_high,
-            aggregation=algo.aggregation, ref_logps=ref, kl_beta=algo.kl_beta, is_weights=is_w,
-            num_tokens=mb["num_tokens"] if algo.aggregation == "token_mean" else None)
-        metrics.update({k if k.startswith("is_") else f"is_{k}": v for k, v in is_metrics.items()})
-        # over the global step's token count (per micro-batch and rank: global tokens / (grad_accum * world)),
-        # so the loop's mean over micro-batches and ranks is the token mean of the whole step on any world size
-        metrics["entropy"] = (entropy * cm).sum() / max(float(mb["num_tokens"]), 1e-9)
-        metrics["advantage_abs_mean"] = mb["advantages"].abs().mean()
-        return loss, metrics
+    # ---- one micro-batch, then loop, evaluation, save ----------------------------------------------------
+    step_fn = partial(grpo_step, algo=algo, reference=reference, policy=unwrapped, device=acc.device)
+    return train_evaluate_finish(ctx, model=model, optimizer=optimizer, scheduler=scheduler, source=source,
+                                 step_fn=step_fn, tokenizer=tokenizer, eval_rows=eval_rows,
+                                 backend_factory=backend_factory)
 
-    # ---- loop, evaluation, save ------------------------------------------------------------------------
-    return train_and_save(ctx, model=model, optimizer=optimizer, scheduler=scheduler, source=source,
-                          step_fn=step_fn, tokenizer=tokenizer, eval_rows=eval_rows, backend_factory=backend_factory)
+
+def old_logprobs(policy, device, ids, att, cm):
+    """Per-token log-probs of the sampled completions under the rollout-time policy (no grad), on CPU."""
+    from trainer.logprobs import sequence_logprobs
+
+    with torch.no_grad():
+        return sequence_logprobs(policy, ids.to(device), att.to(device), cm.to(device))[1].cpu()
+
+
+def grpo_step(model, mb: dict, *, algo, reference, policy, device):
+    """Loss and metrics of one rollout micro-batch: the clipped token loss, with the KL term to the
+    adapter-disabled reference and the truncated importance weights when configured."""
+    from trainer.algos.grpo import clipped_policy_loss
+    from trainer.algos.is_correction import truncated_is_weights
+    from trainer.logprobs import sequence_logprobs
+
+    ids, att, cm = mb["input_ids"].to(device), mb["attention_mask"].to(device), mb["completion_mask"].to(device)
+    _, logps, entropy = sequence_logprobs(model, ids, att, cm, return_entropy=True)
+    old = mb["old_logps"].to(device) if mb["old_logps"] is not None else logps.detach()
+    ref = None
+    if reference is not None:
+        with torch.no_grad(), reference.context(policy) as ref_model:
+            ref = sequence_logprobs(ref_model, ids, att, cm)[1]
+    is_w, is_metrics = None, {}
+    if algo.is_correction != "none":
+        if mb["rollout_logps"] is None:
+            raise RuntimeError(f"algo.is_correction={algo.is_correction!r} needs the rollout log-probs of every "
+                               f"sampled token, but the generation backend returned none (or a different number "
+                               f"than tokens) for items {mb['item_ids'][:8]}")
+        # the behaviour policy as the trainer computes it (old log-probs) vs as the server sampled it
+        is_w, is_metrics = truncated_is_weights(old, mb["rollout_logps"].to(device), cm,
+                                                level=algo.is_correction, cap=algo.is_cap)
+    loss, metrics = clipped_policy_loss(
+        logps, old, mb["advantages"].to(device), cm, eps_low=algo.eps_low, eps_high=algo.eps_high,
+        aggregation=algo.aggregation, ref_logps=ref, kl_beta=algo.kl_beta, is_weights=is_w,
+        num_tokens=mb["num_tokens"] if algo.aggregation == "token_mean" else None)
+    metrics.update({k if k.startswith("is_") else f"is_{k}": v for k, v in is_metrics.items()})
+    # over the global step's token count (per micro-batch and rank: global tokens / (grad_accum * world)),
+    # so the loop's mean over micro-batches and ranks is the token mean of the whole step on any world size
+    metrics["entropy"] = (entropy * cm).sum() / max(float(mb["num_tokens"]), 1e-9)
+    metrics["advantage_abs_mean"] = mb["advantages"].abs().mean()
+    return loss, metrics
 
 
 @hydra.main(config_path="../conf", config_name="grpo", version_base=None)

@@ -43,7 +43,7 @@ def run(cfg: DictConfig):
     from trainer.data import SamplerSource, ShuffleSampler, load_sft_examples, resolve_data_path
     from trainer.evaluation import load_eval_rows, make_backend
     from trainer.logprobs import sequence_logprobs
-    from trainer.loop import train_and_save
+    from trainer.loop import train_evaluate_finish
     from trainer.model import build_optimizer, build_policy, build_scheduler
     from trainer.run import setup_run
     from trainer.sft_data import WindowSource, apply_sft_length_policy, collate_sft
@@ -88,10 +88,11 @@ def run(cfg: DictConfig):
         return masked_nll_loss(token_logps, None, cm, aggregation=algo.aggregation, num_items=mb["num_items"])
 
     # ---- loop, evaluation, save ------------------------------------------------------------------------
-    return train_and_save(ctx, model=model, optimizer=optimizer, scheduler=scheduler, source=source,
-                          step_fn=step_fn, tokenizer=tokenizer, eval_rows=eval_rows,
-                          backend_factory=lambda: make_backend(cfg.generation, unwrapped, tokenizer,
-                                                               model_path=cfg.model.path, prompt_settings=prompt))
+    return train_evaluate_finish(ctx, model=model, optimizer=optimizer, scheduler=scheduler, source=source,
+                                 step_fn=step_fn, tokenizer=tokenizer, eval_rows=eval_rows,
+                                 backend_factory=lambda: make_backend(cfg.generation, unwrapped, tokenizer,
+                                                                      model_path=cfg.model.path,
+                                                                      prompt_settings=prompt))
 
 
 @hydra.main(config_path="../conf", config_name="sft", version_base=None)

@@ -521,7 +521,8 @@ def validate_sft(cfg) -> None:
     _choice(cfg.algo.aggregation, ("token_mean", "sequence_mean"), "algo.aggregation")
 
 
-def validate_grpo(cfg) -> None:
+def validate_grpo(cfg, world: int | None = None) -> None:
+    """GRPO settings; with ``world`` (the number of processes) also the batch geometry."""
     validate_common(cfg)
     a = cfg.algo
     if a.group_size < 2:
@@ -544,6 +545,22 @@ def validate_grpo(cfg) -> None:
     if a.env is not None and a.is_correction != "none":
         raise ConfigError("algo.is_correction needs per-token rollout log-probs, which environment rollouts "
                           "(algo.env) do not keep; use algo.is_correction=none")
+    if cfg.generation.backend == "vllm_server" and not cfg.model.lora.enabled:
+        raise ConfigError("generation=vllm_server needs model.lora.enabled=true: only a LoRA adapter can be synced to "
+                          "the running server; with full fine-tuning it would keep sampling from its base weights")
+    if world is not None:
+        check_grpo_geometry(cfg, world)
+
+
+def check_grpo_geometry(cfg, world: int) -> None:
+    """Raises when the global rollout batch does not split into the configured micro-batches."""
+    a, o = cfg.algo, cfg.optim
+    samples = a.prompts_per_step * a.group_size
+    if a.prompts_per_step % world or o.batch_size * o.grad_accum * world != samples:
+        raise ConfigError(
+            f"algo.prompts_per_step * algo.group_size = {a.prompts_per_step} * {a.group_size} = {samples} samples per "
+            f"step must equal optim.batch_size * optim.grad_accum * world = {o.batch_size} * {o.grad_accum} * {world} "
+            f"(and prompts_per_step must divide by world); e.g. optim.batch_size={samples // (o.grad_accum * world) or 1}")
 
 
 def check_adapter_dir(path: str, field: str = "model.init_adapter") -> Path:

@@ -305,11 +305,11 @@ class _nullcontext:
         return False
 
 
-def train_and_save(ctx, *, model, optimizer, scheduler, source: BatchSource, step_fn, tokenizer,
-                   eval_rows: list[dict] | None, backend_factory: Callable[[], Any]) -> LoopResult:
-    """The tail every trainer shares: epoch-end evaluation hook, :func:`train_loop` (checkpointing on
-    generation-server errors), then — only for a run that reached ``max_steps`` — the trained
-    weights/adapter in ``<run_dir>/final`` and ``run_complete.json``."""
+def train_evaluate_finish(ctx, *, model, optimizer, scheduler, source: BatchSource, step_fn, tokenizer,
+                          eval_rows: list[dict] | None, backend_factory: Callable[[], Any]) -> LoopResult:
+    """The tail every trainer shares: train (:func:`train_loop`, checkpointing on generation-server errors),
+    evaluate (the epoch-end evaluation hook), finish — only for a run that reached ``max_steps`` — with the
+    trained weights/adapter in ``<run_dir>/final`` and ``run_complete.json``."""
     from .evaluation import make_epoch_eval, server_errors
     from .model import save_policy
     from .run import finish_run
