@@ -43,7 +43,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from eval_hooks.io import tail_file  # noqa: F401  (re-exported: the launcher's log tail)
+from eval_hooks.io import tail_file
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 

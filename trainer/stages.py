@@ -123,7 +123,7 @@ class StageRunner:
         """Train (or skip, or resume) one stage; returns its ``final/`` directory, or None when it stopped early."""
         from omegaconf import OmegaConf
 
-        from .loop import config_differences
+        from .run_dir import config_differences
 
         run_dir = self.stage_dir(name)
         cfg = self.compose_stage(name, stage, source)
