@@ -18,7 +18,6 @@ evaluation of the base, counterfactual SFT on bad workflows, a short GRPO run, e
 
 from __future__ import annotations
 
-import importlib
 import shutil
 import sys
 import time
@@ -49,8 +48,10 @@ class Pipeline:
         self.seed = cfg.seed
         self.toy = f"toy:{cfg.seed}"
         self.timings: dict[str, float] = {}
-        self.recipes = {n: importlib.import_module(f"recipes.{n}") for n in ("evaluate", "mine_pairs")}
+        from recipes import evaluate, mine_pairs
         from recipes.chain import stage_runner
+
+        self.recipes = {"evaluate": evaluate, "mine_pairs": mine_pairs}
 
         self.runner = stage_runner(self.out, seed=self.seed, common=["trainer.resume=none", "eval=none", "logger=jsonl"],
                                    log=self._log)

@@ -8,9 +8,7 @@ summary / RSS lines are printed.
 
 from __future__ import annotations
 
-import importlib.util
 import math
-from pathlib import Path
 
 import pytest
 import torch
@@ -18,15 +16,12 @@ import torch
 pytest.importorskip("trl")
 pytest.importorskip("peft")
 
-BENCH = Path(__file__).resolve().parents[1] / "bench" / "bench_dpo_step.py"
-
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("bench_dpo_step", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    from bench import bench_dpo_step
+
+    return bench_dpo_step
 
 
 @pytest.fixture()
