@@ -143,6 +143,51 @@ def _step_record(ctx, state: dict, source: BatchSource, *, step: int, micro_metr
     return last, loss_f
 
 
+def _start(ctx, ckpt, state: dict, *, model, optimizer, scheduler, source) -> int:
+    """Load the checkpoint to resume from (``ctx.resume_from``, resolved and verified by ``setup_run``
+    before any model loaded) into model, optimizer, scheduler, data source and ``state``; write the run's
+    ``config.yaml``; drop metrics lines past the starting step. Returns the starting step."""
+    from .run import write_config
+
+    step = 0
+    if ctx.resume_from is not None:
+        loaded = ckpt.load(ctx.resume_from, model=model, optimizer=optimizer, scheduler=scheduler)
+        step = loaded.pop("step")
+        source.load_state_dict(loaded.pop("source"))
+        state.update(loaded)
+        if ctx.is_main:
+            print(f"[selectrust] resumed from {ctx.resume_from} at step {step}", flush=True)
+    write_config(ctx)  # training is about to start: a failed start before here leaves no config.yaml
+    # Drop lines logged after the starting point (a killed run's steps past its last complete checkpoint,
+    # or all steps when no complete checkpoint exists): they are logged again, once.
+    ctx.logger.truncate_after(step)
+    return step
+
+
+def _skip_step(ctx, state: dict, *, optimizer, source, snapshot: dict, step: int, loss_value, grad_norm,
+               consecutive: int, item_ids: list[str]) -> None:
+    """A NaN/Inf loss or gradient: drop the gradients, rewind the data source to the step's start and log
+    the skip; after ``trainer.max_consecutive_skips`` in a row, stop naming the step and item ids."""
+    optimizer.zero_grad(set_to_none=True)
+    source.load_state_dict(snapshot)
+    state["skipped_total"] += 1
+    ctx.logger.log(step, {"skipped_nonfinite": 1, "skipped_total": state["skipped_total"],
+                          "loss": _to_float(loss_value), "grad_norm": grad_norm})
+    if consecutive >= ctx.cfg.trainer.max_consecutive_skips:
+        raise NumericalError(
+            f"{consecutive} consecutive steps skipped for a NaN/Inf loss or gradient at "
+            f"optimizer step {step + 1}; item ids of the last batch: {item_ids[:32]}")
+
+
+def _end_of_epoch(ctx, state: dict, on_epoch_end, epoch: int, step: int, last: dict) -> None:
+    """When the data source finished a pass: note it and evaluate (``trainer.eval_every_epoch``)."""
+    if epoch > state["epoch_done"]:
+        state["epoch_done"] = epoch
+        if on_epoch_end is not None and ctx.cfg.trainer.eval_every_epoch:
+            _run_eval(ctx, on_epoch_end, epoch, step, last)
+            state["last_eval_step"] = step
+
+
 def train_loop(ctx, *, model, optimizer, scheduler, source: BatchSource,
                step_fn: Callable[[Any, dict], tuple[torch.Tensor, dict]],
                on_epoch_end: Callable[[int, int], dict | None] | None = None,
@@ -160,21 +205,7 @@ def train_loop(ctx, *, model, optimizer, scheduler, source: BatchSource,
     ckpt = CheckpointManager(ctx.run_dir, acc, keep_last=tcfg.keep_last)
 
     state = {"epoch_done": 0, "skipped_total": 0, "loss_ema": None, "last_eval_step": -1}
-    step = 0
-    resume_from = ctx.resume_from  # resolved (and verified) by setup_run, before any model loaded
-    if resume_from is not None:
-        loaded = ckpt.load(resume_from, model=model, optimizer=optimizer, scheduler=scheduler)
-        step = loaded.pop("step")
-        source.load_state_dict(loaded.pop("source"))
-        state.update(loaded)
-        if ctx.is_main:
-            print(f"[selectrust] resumed from {resume_from} at step {step}", flush=True)
-    from .run import write_config
-
-    write_config(ctx)  # training is about to start: a failed start before here leaves no config.yaml
-    # Drop lines logged after the starting point (a killed run's steps past its last complete checkpoint,
-    # or all steps when no complete checkpoint exists): they are logged again, once.
-    ctx.logger.truncate_after(step)
+    step = _start(ctx, ckpt, state, model=model, optimizer=optimizer, scheduler=scheduler, source=source)
 
     stop_at = min(tcfg.max_steps, tcfg.stop_at_step or tcfg.max_steps)
     preempt = StopSignals()
@@ -203,16 +234,10 @@ def train_loop(ctx, *, model, optimizer, scheduler, source: BatchSource,
             bad = any_rank(acc, not (math.isfinite(_to_float(loss_value))
                                      and (grad_norm is None or math.isfinite(grad_norm))))
             if bad:
-                optimizer.zero_grad(set_to_none=True)
-                source.load_state_dict(snapshot)
                 consecutive_skips += 1
-                state["skipped_total"] += 1
-                ctx.logger.log(step, {"skipped_nonfinite": 1, "skipped_total": state["skipped_total"],
-                                      "loss": _to_float(loss_value), "grad_norm": grad_norm})
-                if consecutive_skips >= tcfg.max_consecutive_skips:
-                    raise NumericalError(
-                        f"{consecutive_skips} consecutive steps skipped for a NaN/Inf loss or gradient at "
-                        f"optimizer step {step + 1}; item ids of the last batch: {item_ids[:32]}")
+                _skip_step(ctx, state, optimizer=optimizer, source=source, snapshot=snapshot, step=step,
+                           loss_value=loss_value, grad_norm=grad_norm, consecutive=consecutive_skips,
+                           item_ids=item_ids)
                 continue
             consecutive_skips = 0
             lr = scheduler.get_last_lr()[0]
@@ -230,11 +255,7 @@ def train_loop(ctx, *, model, optimizer, scheduler, source: BatchSource,
                 ctx.logger.log(step, last)
             bar.set_postfix(loss=f"{loss_f:.4f}", refresh=False)
 
-            if source.epoch > state["epoch_done"]:
-                state["epoch_done"] = source.epoch
-                if on_epoch_end is not None and tcfg.eval_every_epoch:
-                    _run_eval(ctx, on_epoch_end, source.epoch, step, last)
-                    state["last_eval_step"] = step
+            _end_of_epoch(ctx, state, on_epoch_end, source.epoch, step, last)
             done_epochs = tcfg.epochs_cap is not None and source.epoch >= tcfg.epochs_cap
             preempted = any_rank(acc, preempt.requested)
             if preempted or step == stop_at or done_epochs or (tcfg.save_every and step % tcfg.save_every == 0):
