@@ -15,6 +15,7 @@ How this departs from TRL's DPOTrainer (same loss, checked by tests/test_trl_equ
 from __future__ import annotations
 
 import sys
+from functools import partial
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -43,6 +44,7 @@ def run(cfg: DictConfig):
 
     # ---- validate everything before any model loads -------------------------------------------------
     validate_dpo(cfg)
+    sequence_logprobs = partial(sequence_logprobs, logprob_chunk=cfg.model.logprob_chunk)  # 0 = full logits
     algo, dcfg = cfg.algo, cfg.data
     pairs = load_pairs(dcfg.train_path, on_invalid=dcfg.on_invalid, require_quartets=algo.pairing == "matched")
     if algo.pairing == "unmatched":
