@@ -71,7 +71,9 @@ def run(cfg: DictConfig):
     reference.to(acc.device)
     unwrapped = acc.unwrap_model(model)
     rows = pairs.rows
-    sampler = ConditionSampler([r["condition"] for r in rows], mass, seed=cfg.seed, mode=algo.weighting)
+    sampler = ConditionSampler([r["condition"] for r in rows], mass, seed=cfg.seed, mode=algo.weighting,
+                               block=cfg.optim.batch_size * acc.num_processes,
+                               lengths=[r["num_tokens"] for r in rows] if dcfg.group_by_length else None)
     batch_kwargs = dict(max_prompt_len=dcfg.max_prompt_len, max_completion_len=dcfg.max_completion_len,
                         truncation="keep_start" if dcfg.truncation == "keep_start" else "keep_end",
                         use_chat_template=use_chat)
