@@ -1,0 +1,114 @@
+"""Distillation trainer pieces: aligned logits, the teacher top-K cache, positions, ECE, views and bad input."""
+
+import json
+
+import pytest
+import torch
+
+from eval_hooks.builders.taste_toy import base_sft_mix, compact_prompt, make_taste_toy
+from eval_hooks.io import DataError, write_jsonl_atomic
+from trainer.algos.distill import topk_forward_kl
+from trainer.distill import (aligned_logits, build_batch, check_task_disjoint, expected_calibration_error,
+                             load_fork_views, sample_positions)
+from trainer.distill_steps import dense_from_topk
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    from eval_hooks.models import load_model, load_tokenizer
+
+    torch.manual_seed(0)
+    return load_model("tiny", dtype="float32").eval(), load_tokenizer("tiny")
+
+
+def test_aligned_logits_equal_unpadded_forwards(tiny):
+    """Rows with prompts of different lengths (left-padded) give, at completion position j, the logits an
+    unpadded forward of that row alone gives at column len(prompt) - 1 + j."""
+    model, tok = tiny
+    prompts = [tok("a short one", add_special_tokens=False)["input_ids"],
+               tok("a much longer prompt than the other", add_special_tokens=False)["input_ids"]]
+    completions = [tok("xyz\nANSWER: ", add_special_tokens=False)["input_ids"],
+                   tok("q\nANSWER: ", add_special_tokens=False)["input_ids"]]
+    positions = [[0, 2, len(completions[0])], [1, len(completions[1])]]
+    with torch.no_grad():
+        got, mask = aligned_logits(model, prompts, completions, positions, tok.pad_token_id, "cpu")
+        for b in range(2):
+            full = model(input_ids=torch.tensor([prompts[b] + completions[b]])).logits[0]
+            for p, j in enumerate(positions[b]):
+                torch.testing.assert_close(got[b, p], full[len(prompts[b]) - 1 + j], rtol=1e-4, atol=1e-5)
+    assert mask.tolist() == [[1, 1, 1], [1, 1, 0]]
+
+
+def test_build_batch_layout():
+    b = build_batch([[5, 6], [7]], [[1], [2, 3]], pad_id=0)
+    assert b["input_ids"].tolist() == [[5, 6, 1, 0], [0, 7, 2, 3]]
+    assert b["attention_mask"].tolist() == [[1, 1, 1, 0], [0, 1, 1, 1]]
+    assert b["position_ids"].tolist()[1][1:] == [0, 1, 2] and b["prompt_width"] == 2
+
+
+@pytest.mark.parametrize("k", [1, 3, 7, 13])
+def test_cached_teacher_topk_gives_the_same_kl(k):
+    g = torch.Generator().manual_seed(0)
+    t = torch.randn(2, 4, 13, generator=g, dtype=torch.float64) * 2
+    s = torch.randn(2, 4, 13, generator=g, dtype=torch.float64) * 2
+    mask = torch.ones(2, 4)
+    top = torch.log_softmax(t, -1).topk(k, dim=-1)
+    dense = dense_from_topk(top.values, top.indices, 13)
+    want, _ = topk_forward_kl(t, s, mask, k=k, support="teacher")
+    got, _ = topk_forward_kl(dense, s, mask, k=k, support="teacher")
+    assert got.item() == pytest.approx(want.item(), rel=1e-9)
+
+
+def test_sample_positions_seeded_bounded_and_epoch_dependent():
+    a = sample_positions(100, 8, seed=3, view_id="x/seeded", epoch=0)
+    assert a == sample_positions(100, 8, seed=3, view_id="x/seeded", epoch=0)
+    assert len(a) == 8 and a == sorted(a) and len(set(a)) == 8 and all(0 <= i < 100 for i in a)
+    assert a != sample_positions(100, 8, seed=3, view_id="x/seeded", epoch=1)
+    assert sample_positions(5, 8, seed=3, view_id="x", epoch=0) == [0, 1, 2, 3, 4]
+    assert sample_positions(5, 0, seed=3, view_id="x", epoch=0) == [0, 1, 2, 3, 4]
+
+
+def test_ece_hand_value():
+    """Bin (0.9, 1.0]: confidences 0.95, 0.95, accuracy 1/2 -> |0.5 - 0.95| = 0.45, weight 2/4;
+    bin (0.5, 0.6]: 0.55, 0.55, accuracy 1/2 -> 0.05, weight 2/4. ECE = 0.225 + 0.025 = 0.25."""
+    assert expected_calibration_error([0.95, 0.95, 0.55, 0.55], [True, False, True, False]) == pytest.approx(0.25)
+    assert expected_calibration_error([1.0, 1.0], [True, True]) == pytest.approx(0.0)
+
+
+def test_toy_task_rule_folds_and_views(tmp_path):
+    toy = make_taste_toy(0, n_tasks=10)
+    assert len(toy.items) == 40 and len(toy.rule) == 12 and len(toy.open_modes) == 4
+    for it in toy.items:
+        right = it["candidate_a"] if it["label"] == "A" else it["candidate_b"]
+        if it["mode"] in toy.rule:
+            assert right == f"run {toy.rule[it['mode']]}"
+    path = tmp_path / "items.jsonl"
+    write_jsonl_atomic(path, toy.items)
+    views = load_fork_views(path, style="compact", demonstration="")
+    assert len(views) == 80
+    v = views[1]  # the reversed view of the first item
+    it = toy.items[0]
+    assert v.condition == "reversed" and v.student_prompt == compact_prompt(it["task"], it["candidate_b"], it["candidate_a"])
+    right = it["candidate_a"] if it["label"] == "A" else it["candidate_b"]
+    assert v.teacher_prompt.startswith(v.student_prompt) and f"hint: {right}," in v.teacher_prompt
+    assert v.gold == ("B" if it["label"] == "A" else "A")
+    taste = load_fork_views(path, style="taste", demonstration="Right: {right} Avoid: {wrong}")
+    assert taste[0].student_prompt == taste[0].row["prompt"] and "Right: run" in taste[0].teacher_prompt
+    mix = base_sft_mix(0, n=50)
+    assert all(m["messages"][1]["content"].startswith("need ") for m in mix)
+
+
+def test_bad_input_names_file_line_field(tmp_path):
+    toy = make_taste_toy(1, n_tasks=4)
+    items = [dict(it) for it in toy.items]
+    del items[2]["task_id"]
+    bad = tmp_path / "no_task.jsonl"
+    write_jsonl_atomic(bad, items)
+    with pytest.raises(DataError, match=r"no_task.jsonl.*line 3.*task_id|line 3.*task_id"):
+        load_fork_views(bad, style="compact", demonstration="")
+    train_p, test_p = tmp_path / "train.jsonl", tmp_path / "test.jsonl"
+    write_jsonl_atomic(train_p, toy.items[:8])
+    write_jsonl_atomic(test_p, toy.items[8:] + [dict(toy.items[0], item_id="leak")])
+    train, test = (load_fork_views(p, style="compact", demonstration="") for p in (train_p, test_p))
+    with pytest.raises(DataError, match=r"test.jsonl.*line 9.*task_id|line 9.*task_id"):
+        check_task_disjoint(train, test_p, test)
