@@ -81,7 +81,7 @@ def test_toy_task_rule_folds_and_views(tmp_path):
     for it in toy.items:
         right = it["candidate_a"] if it["label"] == "A" else it["candidate_b"]
         if it["mode"] in toy.rule:
-            assert right == f"run {toy.rule[it['mode']]}"
+            assert right == toy.rule[it["mode"]]
     path = tmp_path / "items.jsonl"
     write_jsonl_atomic(path, toy.items)
     views = load_fork_views(path, style="compact", demonstration="")
@@ -89,11 +89,11 @@ def test_toy_task_rule_folds_and_views(tmp_path):
     v = views[1]  # the reversed view of the first item
     it = toy.items[0]
     assert v.condition == "reversed" and v.student_prompt == compact_prompt(it["task"], it["candidate_b"], it["candidate_a"])
-    right = it["candidate_a"] if it["label"] == "A" else it["candidate_b"]
-    assert v.teacher_prompt.startswith(v.student_prompt) and f"hint: {right}," in v.teacher_prompt
+    right, wrong = (it["candidate_a"], it["candidate_b"])[::1 if it["label"] == "A" else -1]
+    assert v.teacher_prompt.startswith(v.student_prompt) and v.teacher_prompt.endswith(f"hint: {right} not {wrong}")
     assert v.gold == ("B" if it["label"] == "A" else "A")
     taste = load_fork_views(path, style="taste", demonstration="Right: {right} Avoid: {wrong}")
-    assert taste[0].student_prompt == taste[0].row["prompt"] and "Right: run" in taste[0].teacher_prompt
+    assert taste[0].student_prompt == taste[0].row["prompt"] and "Right: " in taste[0].teacher_prompt
     mix = base_sft_mix(0, n=50)
     assert all(m["messages"][1]["content"].startswith("need ") for m in mix)
 

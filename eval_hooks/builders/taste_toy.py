@@ -13,10 +13,10 @@ Tasks are keys of three letters (``qvx``); each has ``forks_per_task`` forks wit
 a task-disjoint split (``eval_hooks.folds.split_task_folds``) puts every task's forks in one fold
 while both folds share the rule.
 
-Prompts are *compact* (a line of ~45 byte tokens, so the tiny model trains in seconds)::
+Prompts are *compact* (a line of ~35 byte tokens, so the tiny model trains in seconds)::
 
-    student  task qvx, failure c. A: run 3. B: run 7.
-    teacher  task qvx, failure c. A: run 3. B: run 7. hint: run 3, not run 7.
+    student  task qvx, failure c. A=3 B=7
+    teacher  task qvx, failure c. A=3 B=7 hint: 3 not 7
 
 and a response is a short reasoning line, then the answer line: ``need 3\\nANSWER: A``.
 
@@ -41,12 +41,12 @@ N_RULE_MODES = 12
 
 def compact_prompt(task: str, first: str, second: str) -> str:
     """The student's (= evaluation) prompt of the compact style."""
-    return f"{task}. A: {first}. B: {second}."
+    return f"{task}. A={first} B={second}"
 
 
 def compact_demonstration(right: str, wrong: str) -> str:
     """What the teacher's compact prompt adds after the student's (one space in between)."""
-    return f"hint: {right}, not {wrong}."
+    return f"hint: {right} not {wrong}"
 
 
 def toy_response(check: str, letter: str) -> str:
@@ -62,7 +62,7 @@ class TasteToy:
 
 
 def _candidate(check: str) -> str:
-    return f"run {check}"
+    return check
 
 
 def make_taste_toy(seed: int, *, n_tasks: int = 80, forks_per_task: int = 4) -> TasteToy:
@@ -91,7 +91,7 @@ def make_taste_toy(seed: int, *, n_tasks: int = 80, forks_per_task: int = 4) -> 
     return TasteToy(seed=seed, rule=rule, open_modes=open_modes, items=items)
 
 
-def base_sft_mix(seed: int, n: int = 6000, *, hint_fraction: float = 0.5) -> list[dict]:
+def base_sft_mix(seed: int, n: int = 8000, *, hint_fraction: float = 0.7) -> list[dict]:
     """Chat examples (``{"messages": [...]}``) of a demonstration follower with a position bias (module docstring)."""
     rng = random.Random(f"taste-toy-sft/{seed}")
     rows = []
