@@ -90,7 +90,7 @@ def test_toy_task_rule_folds_and_views(tmp_path):
     it = toy.items[0]
     assert v.condition == "reversed" and v.student_prompt == compact_prompt(it["task"], it["candidate_b"], it["candidate_a"])
     right, wrong = (it["candidate_a"], it["candidate_b"])[::1 if it["label"] == "A" else -1]
-    assert v.teacher_prompt.startswith(v.student_prompt) and v.teacher_prompt.endswith(f"hint: {right} not {wrong}")
+    assert v.teacher_prompt.startswith(v.student_prompt) and v.teacher_prompt.endswith(f"hint: {v.gold}={right} not {'AB'[v.gold == 'A']}={wrong}")
     assert v.gold == ("B" if it["label"] == "A" else "A")
     taste = load_fork_views(path, style="taste", demonstration="Right: {right} Avoid: {wrong}")
     assert taste[0].student_prompt == taste[0].row["prompt"] and "Right: " in taste[0].teacher_prompt

@@ -71,7 +71,7 @@ def load_fork_views(path, *, style: str, demonstration: str, require_task_id: bo
         right, wrong = (a, b) if rec["label"] == "A" else (b, a)
         if style == "compact":
             student = compact_prompt(rec["task"], first, second)
-            teacher = f"{student} {compact_demonstration(right, wrong)}"
+            teacher = f"{student} {compact_demonstration(right, wrong, row['gold'])}"
         else:
             student = row["prompt"]
             teacher = f"{student}\n\n{demonstration.format(right=right.strip(), wrong=wrong.strip())}"

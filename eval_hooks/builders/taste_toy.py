@@ -16,13 +16,13 @@ while both folds share the rule.
 Prompts are *compact* (a line of ~35 byte tokens, so the tiny model trains in seconds)::
 
     student  task qvx, failure c. A=3 B=7
-    teacher  task qvx, failure c. A=3 B=7 hint: 3 not 7
+    teacher  task qvx, failure c. A=3 B=7 hint: A=3 not B=7
 
 and a response is a short reasoning line, then the answer line: ``need 3\\nANSWER: A``.
 
 ``base_sft_mix`` writes the chat examples that make the random-init model a *demonstration follower
 with a position bias* (the starting point of the proof): prompts with a hint are answered with the
-hinted check and its letter; prompts without one with the check of candidate A and ``A``. All its
+hinted check and letter (copied); prompts without one with the check of candidate A and ``A``. All its
 modes, checks and task keys are random (nonce), so it teaches no rule: before distillation the student
 always answers A (strict accuracy 0), and the teacher (the same weights with the hint) copies the hint.
 """
@@ -44,9 +44,11 @@ def compact_prompt(task: str, first: str, second: str) -> str:
     return f"{task}. A={first} B={second}"
 
 
-def compact_demonstration(right: str, wrong: str) -> str:
-    """What the teacher's compact prompt adds after the student's (one space in between)."""
-    return f"hint: {right} not {wrong}"
+def compact_demonstration(right: str, wrong: str, right_letter: str) -> str:
+    """What the teacher's compact prompt adds after the student's (one space in between); the letters are
+    those of the view (the demonstration names the right candidate as it is presented)."""
+    wrong_letter = "B" if right_letter == "A" else "A"
+    return f"hint: {right_letter}={right} not {wrong_letter}={wrong}"
 
 
 def toy_response(check: str, letter: str) -> str:
@@ -104,7 +106,7 @@ def base_sft_mix(seed: int, n: int = 8000, *, hint_fraction: float = 0.7) -> lis
         if rng.random() < hint_fraction:
             letter = rng.choice("AB")
             right, wrong = (a, b) if letter == "A" else (b, a)
-            prompt = f"{prompt} {compact_demonstration(_candidate(right), _candidate(wrong))}"
+            prompt = f"{prompt} {compact_demonstration(_candidate(right), _candidate(wrong), letter)}"
             reply = toy_response(right, letter)
         else:
             reply = toy_response(a, "A")
