@@ -4,8 +4,8 @@ Every fork is a task that failed in some *failure mode* and two candidate next s
 check. The right direction follows a rule shared by all tasks: failure mode ``m`` needs check
 ``rule[m]``. ``make_taste_toy(seed)`` draws
 
-- 12 *rule modes* (letters), each with its check (a digit): the right candidate runs ``rule[m]``, the
-  other a different digit. A model can learn this from labelled forks of other tasks;
+- 12 *rule modes* (letters), each with its check (one of four digits): the right candidate runs
+  ``rule[m]``, the other a different digit. A model can learn this from labelled forks of other tasks;
 - 4 *open modes*: the two checks are random and so is the label (the recorded outcome decided it;
   nothing in the prompt predicts it). A well-calibrated student says 50 % on them.
 
@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 TASK_LETTERS = "qrstuvwxyz"
 MODE_LETTERS = "abcdefghijklmnop"
-CHECKS = "0123456789"
+CHECKS = "1234"
 N_RULE_MODES = 12
 
 
