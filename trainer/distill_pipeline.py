@@ -22,14 +22,16 @@ SUMMARY_KEYS = ("teacher.strict", "student.before.strict", "student.stage1.stric
 
 
 def _command_overrides() -> list[str]:
-    """The command line's overrides (without run dir and seed, which every stage gets from the runner)."""
+    """The command line's overrides for every distillation stage (without run dir and seed, which every stage
+    gets from the runner, and without ``pipeline.*``, which only the pipeline reads)."""
     try:
         from hydra.core.hydra_config import HydraConfig
 
         task = list(HydraConfig.get().overrides.task)
     except ValueError:  # not under @hydra.main (a test calling pipeline() with a composed config)
         return []
-    return [o for o in task if not o.split("=", 1)[0].lstrip("+~") in ("trainer.run_dir", "seed")]
+    keys = [o.split("=", 1)[0].lstrip("+~") for o in task]
+    return [o for o, k in zip(task, keys) if k not in ("trainer.run_dir", "seed") and not k.startswith("pipeline.")]
 
 
 class DistillPipeline:
