@@ -112,3 +112,46 @@ def test_bad_input_names_file_line_field(tmp_path):
     train, test = (load_fork_views(p, style="compact", demonstration="") for p in (train_p, test_p))
     with pytest.raises(DataError, match=r"test.jsonl.*line 9.*task_id|line 9.*task_id"):
         check_task_disjoint(train, test_p, test)
+
+
+def test_advice_sums_log_odds_over_both_orders(tmp_path):
+    """Seeded view log-odds +1.0 (A = candidate_a favoured), reversed -0.4 (there A = candidate_b, so
+    candidate_a again): score = 1.0 - (-0.4) = 1.4 -> candidate_a. Second item: +0.2 and +0.5 -> -0.3 ->
+    candidate_b (the reversed order's stronger preference for its A wins)."""
+    from trainer.distill import advice_from_log_odds
+
+    toy = make_taste_toy(2, n_tasks=1)
+    path = tmp_path / "f.jsonl"
+    write_jsonl_atomic(path, toy.items[:2])
+    views = load_fork_views(path, style="compact", demonstration="")
+    i0, i1 = toy.items[0]["item_id"], toy.items[1]["item_id"]
+    lo = {f"{i0}/seeded": 1.0, f"{i0}/reversed": -0.4, f"{i1}/seeded": 0.2, f"{i1}/reversed": 0.5}
+    rows = advice_from_log_odds(views, lo, {it["item_id"]: it for it in toy.items}, "take {favoured}, not {other} ({score:+.1f})")
+    assert [r["favoured"] for r in rows] == ["A", "B"]
+    assert rows[0]["score"] == pytest.approx(1.4) and rows[1]["score"] == pytest.approx(-0.3)
+    b = toy.items[1]
+    assert rows[1]["note"] == f"take {b['candidate_b']}, not {b['candidate_a']} (-0.3)"
+
+
+def test_advise_command_writes_one_note_per_fork(tmp_path):
+    from recipe_utils import run_recipe
+
+    toy = make_taste_toy(3, n_tasks=2)
+    path = tmp_path / "forks.jsonl"
+    write_jsonl_atomic(path, toy.items)
+    rows = run_recipe("advise", "distill", ["recipe=taste_tiny", "model.path=tiny", f"advice.forks_path={path}",
+                                            f"advice.out={tmp_path / 'advice.jsonl'}", "algo.max_reasoning_tokens=4"])
+    saved = [json.loads(line) for line in (tmp_path / "advice.jsonl").read_text().splitlines()]
+    assert saved == rows and len(rows) == len(toy.items)
+    assert all(r["favoured"] == ("A" if r["score"] >= 0 else "B") for r in rows)
+
+
+def test_advise_bad_input_before_model_load(tmp_path):
+    from recipe_utils import run_recipe
+    from trainer.config import ConfigError
+
+    with pytest.raises(ConfigError, match="advice.forks_path"):
+        run_recipe("advise", "distill", ["recipe=taste_tiny", "model.path=tiny"])
+    with pytest.raises(ConfigError, match=r"advice.adapters\[0\]"):
+        run_recipe("advise", "distill", ["recipe=taste_tiny", "model.path=tiny", f"advice.forks_path={tmp_path}/x",
+                                         f"advice.out={tmp_path}/y", f"advice.adapters=[{tmp_path}/none]"])

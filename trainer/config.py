@@ -287,6 +287,16 @@ class DistillPipelineConfig:
 
 
 @dataclass
+class AdviceConfig:
+    forks_path: Optional[str] = _f(None, "recipes/advise.py: taste fork items to write advice for.")
+    adapters: list[str] = _f([], "recipes/advise.py: adapters merged into model.path in order (e.g. stage1/final, "
+                                 "stage2/final of a distillation run).")
+    out: Optional[str] = _f(None, "recipes/advise.py: the advice JSONL file to write.")
+    template: str = _f("At this decision point, take the direction \"{favoured}\" rather than \"{other}\".",
+                       "Advice note; {favoured}, {other} (candidate texts) and {score} (summed log-odds) are filled in.")
+
+
+@dataclass
 class _RunBase:
     seed: int = _f(0, "Global seed (data order, init of adapters, sampling).")
     model: ModelConfig = field(default_factory=ModelConfig)
@@ -319,6 +329,7 @@ class DistillRunConfig(_RunBase):
     algo: DistillAlgoConfig = field(default_factory=DistillAlgoConfig)
     data: DistillDataConfig = field(default_factory=DistillDataConfig)  # type: ignore[assignment]
     pipeline: DistillPipelineConfig = field(default_factory=DistillPipelineConfig)
+    advice: AdviceConfig = field(default_factory=AdviceConfig)
 
 
 @dataclass
