@@ -39,6 +39,7 @@ class DistillSteps:
         self.policy, self.tokenizer, self.prompt = model, tokenizer, prompt
         self.reference, self.answer_ids, self.choice_ids, self.device = reference, answer_ids, choice_ids, device
         self.cache: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+        self.choice_cache: dict[str, torch.Tensor] = {}
         self._ids: dict[tuple[str, bool], list[int]] = {}
         self.gen = dict(max_new_tokens=self.a.max_reasoning_tokens, end=self.a.reasoning_end)
 
@@ -89,7 +90,10 @@ class DistillSteps:
         tok_mask[torch.arange(len(views)), last] = 0.0
         rows = torch.arange(len(views), device=student.device)
         z_s = student[rows, last][:, self.choice_ids]
-        z_t = teacher[rows, last][:, self.choice_ids]
+        if self.cache:  # the choice logits are cached as they are (A/B need not be in the teacher's top-K)
+            z_t = torch.stack([self.choice_cache[v.view_id] for v in views]).to(student.device)
+        else:
+            z_t = teacher[rows, last][:, self.choice_ids]
         kw = dict(k=self.a.topk, support=self.a.topk_support, temperature=self.a.kl_temperature)
         tok_loss, tok_m = topk_forward_kl(teacher, student, tok_mask, **kw)
         ch_loss, ch_m = choice_kl(z_t, z_s, temperature=self.a.kl_temperature)
@@ -112,8 +116,10 @@ class DistillSteps:
         if self.cache:
             rows = []
             for v, ps in zip(views, positions):
-                values, index = self.cache[v.view_id]
-                rows.append(dense_from_topk(values[ps], index[ps], self.vocab))
+                values, index = self.cache[v.view_id]  # rows: reasoning positions 0..n-1, then the choice position
+                n = len(v.reasoning)
+                rows_of = [min(j, n) for j in ps]  # the choice position len(completion) is row n
+                rows.append(dense_from_topk(values[rows_of], index[rows_of], self.vocab))
             width = max(len(p) for p in positions)
             out = torch.zeros(len(views), width, self.vocab, dtype=rows[0].dtype)
             for b, r in enumerate(rows):
@@ -125,7 +131,8 @@ class DistillSteps:
         return logits.detach()
 
     def fill_teacher_cache(self, views: Sequence[ForkView], batch_size: int = 32) -> None:
-        """Teacher top-K log-probs at every reasoning position and the choice position of every view, once."""
+        """Teacher top-K log-probs at every reasoning position (and the choice position) of every view, and the
+        teacher's choice logits, once."""
         self.vocab = self.policy.get_output_embeddings().weight.shape[0]
         for start in range(0, len(views), batch_size):
             chunk = views[start:start + batch_size]
@@ -139,6 +146,7 @@ class DistillSteps:
             for b, v in enumerate(chunk):
                 top = logp[b, :len(positions[b])].topk(k, dim=-1)
                 self.cache[v.view_id] = (top.values.cpu(), top.indices.cpu())
+                self.choice_cache[v.view_id] = logits[b, len(positions[b]) - 1, self.choice_ids].detach().cpu()
 
     # ---- stage 2 -----------------------------------------------------------------------------------------
     def calibration_step(self, model, mb: dict):
