@@ -188,3 +188,26 @@ def test_teacher_cache_step_equals_uncached_step(tmp_path):
     assert plain.item() > 0.01
     assert cached.item() == pytest.approx(plain.item(), rel=1e-5)
     assert m_cached["choice_kl"].item() == pytest.approx(m_plain["choice_kl"].item(), rel=1e-5)
+
+
+def test_teacher_samples_drop_whole_items_and_count_reasons(tmp_path, tiny):
+    """A view without the end marker or with too few tokens drops its item (both views), counted by reason."""
+    from types import SimpleNamespace
+
+    from trainer.distill_steps import sample_teacher
+
+    _, tok = tiny
+    path = tmp_path / "items.jsonl"
+    write_jsonl_atomic(path, make_taste_toy(0, n_tasks=1).items[:3])
+    views = load_fork_views(path, style="compact", demonstration="")
+    ids = lambda t: tok(t, add_special_tokens=False)["input_ids"]  # noqa: E731
+    good, short = ids("need 3\n"), ids("n\n")
+    samples = [{"view_id": v.view_id, "reasoning": good, "well_formed": True} for v in views]
+    samples[1] = {"view_id": views[1].view_id, "reasoning": ids("need 3"), "well_formed": False}
+    samples[4] = {"view_id": views[4].view_id, "reasoning": short, "well_formed": True}
+    write_jsonl_atomic(tmp_path / "teacher_samples.jsonl", samples)
+    steps = SimpleNamespace(a=SimpleNamespace(min_reasoning_tokens=4, reasoning_end="\n"), tokenizer=tok)
+    kept, stats = sample_teacher(steps, views, tmp_path / "teacher_samples.jsonl")
+    assert [v.item_id for v in kept] == [views[2].item_id] * 2 and kept[0].reasoning == good
+    assert stats == {"items": 3, "views": 6, "views_dropped": {"no_reasoning_end": 1, "too_short": 1},
+                     "items_kept": 1, "items_dropped": 2, "views_kept": 2}
