@@ -53,3 +53,14 @@ def test_calibration_stage_logs_ce_per_cell(folds, tmp_path):
     assert len(m) == 2 and m[0]["loss"] == pytest.approx(m[0]["calibration_ce"])
     assert any(k.startswith("calibration_ce/") for k in m[0])
     assert (tmp_path / "cal" / "final" / "adapter_config.json").exists()
+
+
+def test_heldout_evaluation_at_step_0_and_each_epoch(folds, tmp_path):
+    run_dir = tmp_path / "ev"
+    run_recipe("distill", "distill", _over(folds, run_dir, "eval.enabled=true", "trainer.eval_every_epoch=true",
+                                           "trainer.max_steps=3"))
+    evals = [m for m in read_metrics(run_dir) if "eval_epoch" in m]
+    assert [(m["step"], m["eval_epoch"]) for m in evals] == [(0, "0"), (3, "1")]
+    for m in evals:
+        assert 0.0 <= m["eval/strict"] <= m["eval/mean"] <= 1.0 and "eval/ece" in m
+    assert (run_dir / "eval" / "epoch_1" / "metrics.json").exists()
