@@ -29,7 +29,7 @@ def run(cfg: DictConfig) -> list[dict]:
     from eval_hooks.io import read_records, write_jsonl_atomic
     from eval_hooks.models import load_tokenizer
     from eval_hooks.prompts import PromptSettings
-    from trainer.distill import advice_from_log_odds, choice_token_ids, evaluate_views, load_fork_views
+    from trainer.distill import advice_from_log_odds, eval_settings, evaluate_views, load_fork_views
     from trainer.model import check_adapter_dir, load_base_with_adapters
 
     adv, a = cfg.advice, cfg.algo
@@ -44,11 +44,8 @@ def run(cfg: DictConfig) -> list[dict]:
     tokenizer = load_tokenizer(cfg.model.path, trust_remote_code=cfg.model.trust_remote_code)
     model = load_base_with_adapters(cfg.model, list(adv.adapters))
     result = evaluate_views(model, tokenizer, views, teacher=False, settings=PromptSettings.from_config(cfg.prompt),
-                            gen=dict(max_new_tokens=a.max_reasoning_tokens, end=a.reasoning_end),
-                            answer_ids=list(tokenizer(a.answer_prefix, add_special_tokens=False)["input_ids"]),
-                            choice_ids=choice_token_ids(tokenizer, a.choice_tokens),
-                            temperature=a.calibration_temperature, batch_size=cfg.pipeline.eval_batch_size,
-                            seed=cfg.seed, device=next(model.parameters()).device)
+                            **eval_settings(tokenizer, a), batch_size=cfg.pipeline.eval_batch_size, seed=cfg.seed,
+                            device=next(model.parameters()).device)
     rows = advice_from_log_odds(views, result["log_odds"], items, adv.template)
     write_jsonl_atomic(adv.out, rows)
     print(f"[advise] {len(rows)} advice notes -> {adv.out}", flush=True)

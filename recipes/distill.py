@@ -35,7 +35,6 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import hydra
-import torch
 from omegaconf import DictConfig
 
 from trainer.config import register_schemas, validate_distill

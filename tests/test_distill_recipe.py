@@ -1,6 +1,5 @@
 """recipes/distill.py: exact mid-epoch resume (with the position sampler), on-policy steps, calibration steps."""
 
-import json
 
 import pytest
 

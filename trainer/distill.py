@@ -17,7 +17,6 @@ student's forward runs (with a teacher top-K cache: they are never recomputed).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
@@ -27,7 +26,8 @@ from eval_hooks.backends.base import derive_seed
 from eval_hooks.io import DataError
 
 __all__ = ["ForkView", "load_fork_views", "check_task_disjoint", "choice_token_ids", "sample_positions",
-           "aligned_logits", "build_batch", "generate_reasoning", "evaluate_views", "expected_calibration_error"]
+           "aligned_logits", "build_batch", "generate_reasoning", "evaluate_views", "expected_calibration_error",
+           "eval_settings", "advice_from_log_odds"]
 
 
 @dataclass
@@ -260,10 +260,6 @@ def evaluate_views(model, tokenizer, views: Sequence[ForkView], *, teacher: bool
     return metrics
 
 
-def finite(x: float) -> float | None:
-    return x if isinstance(x, (int, float)) and math.isfinite(x) else None
-
-
 def advice_from_log_odds(views: Sequence[ForkView], log_odds: dict[str, float], items: dict[str, dict],
                          template: str) -> list[dict]:
     """One advice row per item: the student's A-vs-B log-odds summed over both orders, in the stored
@@ -283,3 +279,10 @@ def advice_from_log_odds(views: Sequence[ForkView], log_odds: dict[str, float], 
                      "favoured_candidate": favoured, "score": score,
                      "note": template.format(favoured=favoured.strip(), other=other.strip(), score=score)})
     return rows
+
+
+def eval_settings(tokenizer, algo) -> dict[str, Any]:
+    """The keyword arguments of :func:`evaluate_views` that come from the ``algo`` config node."""
+    return dict(gen=dict(max_new_tokens=algo.max_reasoning_tokens, end=algo.reasoning_end),
+                answer_ids=list(tokenizer(algo.answer_prefix, add_special_tokens=False)["input_ids"]),
+                choice_ids=choice_token_ids(tokenizer, algo.choice_tokens), temperature=algo.calibration_temperature)

@@ -110,7 +110,7 @@ class DistillPipeline:
         from eval_hooks.models import load_tokenizer
         from eval_hooks.prompts import PromptSettings
 
-        from .distill import choice_token_ids, evaluate_views, load_fork_views
+        from .distill import eval_settings, evaluate_views, load_fork_views
         from .model import load_base_with_adapters
 
         t0 = time.time()
@@ -119,10 +119,8 @@ class DistillPipeline:
         views = load_fork_views(heldout, style=s1.data.prompt_style, demonstration=a.demonstration)
         tokenizer = load_tokenizer(s1.model.path, trust_remote_code=s1.model.trust_remote_code)
         settings = PromptSettings.from_config(s1.prompt)
-        kw = dict(settings=settings, gen=dict(max_new_tokens=a.max_reasoning_tokens, end=a.reasoning_end),
-                  answer_ids=list(tokenizer(a.answer_prefix, add_special_tokens=False)["input_ids"]),
-                  choice_ids=choice_token_ids(tokenizer, a.choice_tokens), temperature=a.calibration_temperature,
-                  batch_size=self.cfg.pipeline.eval_batch_size, seed=self.cfg.seed)
+        kw = dict(settings=settings, **eval_settings(tokenizer, a), batch_size=self.cfg.pipeline.eval_batch_size,
+                  seed=self.cfg.seed)
         adapters = {"before": [], "stage1": [str(self.root / "stages" / "stage1" / "final")]}
         if (self.root / "stages" / "stage2" / "final").exists():
             adapters["stage2"] = [*adapters["stage1"], str(self.root / "stages" / "stage2" / "final")]
