@@ -241,6 +241,65 @@ class GRPOAlgoConfig:
 # Root schemas per recipe
 # ---------------------------------------------------------------------------------------------
 @dataclass
+class DistillAlgoConfig:
+    name: str = _f("distill", "Label for this variant.")
+    stage: str = _f("kl", "kl (stage 1: teacher-to-student KL) | calibration (stage 2: choice cross-entropy on the "
+                          "student's own reasoning).")
+    mode: str = _f("teacher_tokens", "Stage 1: teacher_tokens (the KL on reasoning the teacher wrote, the paper) | "
+                                     "on_policy (the student writes the tokens, OPSD).")
+    teacher: str = _f("initial", "initial (the frozen starting weights: the adapter-disabled model) | current (the "
+                                 "policy itself under no-grad, self-distillation).")
+    topk: int = _f(100, "K of the top-K support of the token KL (plus one remainder bucket).")
+    topk_support: str = _f("student", "Whose top-K is the support: student (the paper) | teacher | union.")
+    kl_temperature: float = _f(1.0, "Softmax temperature of both distributions in the token and choice KL.")
+    token_kl_weight: float = _f(1.0, "Weight of the token KL term (a mean over the micro-batch's sampled positions).")
+    choice_kl_weight: float = _f(1.0, "Weight of the choice KL term (a mean over the micro-batch's views).")
+    max_positions: int = _f(512, "At most this many reasoning positions per view (sampled, seeded by seed, view and "
+                                 "epoch); <= 0 = all.")
+    teacher_cache: bool = _f(False, "Compute the teacher's top-K once per view before training and reuse it (needs "
+                                    "topk_support=teacher, teacher=initial, mode=teacher_tokens).")
+    teacher_temperature: float = _f(1.0, "Sampling temperature of the teacher's reasoning.")
+    student_temperature: float = _f(1.0, "Sampling temperature of the student's reasoning (calibration, on_policy).")
+    max_reasoning_tokens: int = _f(3072, "Generation budget of a reasoning block (teacher and student).")
+    min_reasoning_tokens: int = _f(32, "A teacher reasoning block shorter than this is dropped (with its item).")
+    reasoning_end: str = _f("</think>", "Text that closes a well-formed reasoning block (the block is cut after it).")
+    answer_prefix: str = _f("ANSWER:", "Text appended after the reasoning; the choice position follows it.")
+    choice_tokens: list[str] = _f([" A", " B"], "The two choice strings (one token each) read at the choice position.")
+    calibration_temperature: float = _f(2.0, "Softmax temperature of the calibration CE; evaluation reports the "
+                                             "choice probability (and its ECE) at this temperature too.")
+    demonstration: str = _f("Demonstration (for you only): the right move at this fork is: {right} Avoid: {wrong}",
+                            "What the teacher's prompt adds after the evaluation prompt (data.prompt_style=taste).")
+
+
+@dataclass
+class DistillDataConfig:
+    source: str = _f("files", "files (train_path/eval_path) | toy (the CPU toy fork task, built in <run_dir>/data).")
+    train_path: Optional[str] = _f(None, "Taste fork items to train on (every item needs task_id).")
+    eval_path: Optional[str] = _f(None, "Held-out taste fork items (task-disjoint from train_path), or null.")
+    prompt_style: str = _f("taste", "taste (the evaluation prompt of the taste family) | compact (the toy's one line).")
+    toy_tasks: int = _f(80, "data.source=toy: number of tasks (4 forks each), split into two task-disjoint folds.")
+
+
+@dataclass
+class DistillPipelineConfig:
+    base_model: str = _f("tiny-demo", "data.source=toy: the tiny preset the base SFT starts from.")
+    base_sft: list[str] = _f([], "data.source=toy: overrides of recipes/sft.py for the base (a demonstration follower).")
+    stage1: list[str] = _f([], "Overrides of the stage-1 (KL) run, on top of this config.")
+    stage2: list[str] = _f([], "Overrides of the stage-2 (calibration) run; empty list = no stage 2.")
+    eval_batch_size: int = _f(64, "Views per forward in the pipeline's evaluations.")
+
+
+@dataclass
+class AdviceConfig:
+    forks_path: Optional[str] = _f(None, "recipes/advise.py: taste fork items to write advice for.")
+    adapters: list[str] = _f([], "recipes/advise.py: adapters merged into model.path in order (e.g. stage1/final, "
+                                 "stage2/final of a distillation run).")
+    out: Optional[str] = _f(None, "recipes/advise.py: the advice JSONL file to write.")
+    template: str = _f("At this decision point, take the direction \"{favoured}\" rather than \"{other}\".",
+                       "Advice note; {favoured}, {other} (candidate texts) and {score} (summed log-odds) are filled in.")
+
+
+@dataclass
 class _RunBase:
     seed: int = _f(0, "Global seed (data order, init of adapters, sampling).")
     model: ModelConfig = field(default_factory=ModelConfig)
@@ -266,6 +325,14 @@ class SFTRunConfig(_RunBase):
 @dataclass
 class GRPORunConfig(_RunBase):
     algo: GRPOAlgoConfig = field(default_factory=GRPOAlgoConfig)
+
+
+@dataclass
+class DistillRunConfig(_RunBase):
+    algo: DistillAlgoConfig = field(default_factory=DistillAlgoConfig)
+    data: DistillDataConfig = field(default_factory=DistillDataConfig)  # type: ignore[assignment]
+    pipeline: DistillPipelineConfig = field(default_factory=DistillPipelineConfig)
+    advice: AdviceConfig = field(default_factory=AdviceConfig)
 
 
 @dataclass
@@ -324,7 +391,7 @@ class DemoRunConfig:
 class StageConfig:
     """One stage of a chain (recipes/chain.py): a trainer config run in ``<run_dir>/stages/<name>/``."""
 
-    script: str = _f(MISSING, "The stage's trainer: sft | dpo | grpo (recipes/<script>.py composed from conf/<script>.yaml).")
+    script: str = _f(MISSING, "The stage's trainer: sft | dpo | grpo | distill (recipes/<script>.py composed from conf/<script>.yaml).")
     overrides: list[str] = _f([], "Hydra overrides of that trainer's config, e.g. recipe=box2_sft_tiny, model.lora.r=8.")
     extra: list[str] = _f([], "More overrides applied after `overrides` and `common` (for the command line: "
                               "stages.<name>.extra=[data.train_path=...]).")
@@ -360,6 +427,7 @@ SCHEMAS = {
     "dpo_schema": DPORunConfig,
     "sft_schema": SFTRunConfig,
     "grpo_schema": GRPORunConfig,
+    "distill_schema": DistillRunConfig,
     "evaluate_schema": EvaluateRunConfig,
     "mine_schema": MineRunConfig,
 }
@@ -553,3 +621,31 @@ def validate_grpo(cfg) -> None:
     if a.env is not None and a.is_correction != "none":
         raise ConfigError("algo.is_correction needs per-token rollout log-probs, which environment rollouts "
                           "(algo.env) do not keep; use algo.is_correction=none")
+
+
+def validate_distill(cfg) -> None:
+    validate_common(cfg)
+    a, d = cfg.algo, cfg.data
+    _choice(a.stage, ("kl", "calibration"), "algo.stage")
+    _choice(a.mode, ("teacher_tokens", "on_policy"), "algo.mode")
+    _choice(a.teacher, ("initial", "current"), "algo.teacher")
+    _choice(a.topk_support, ("student", "teacher", "union"), "algo.topk_support")
+    _choice(d.source, ("files", "toy"), "data.source")
+    _choice(d.prompt_style, ("taste", "compact"), "data.prompt_style")
+    if a.topk < 1 or a.max_reasoning_tokens < 1 or a.min_reasoning_tokens < 0:
+        raise ConfigError(f"algo.topk and algo.max_reasoning_tokens must be >= 1 and algo.min_reasoning_tokens >= 0; "
+                          f"got {a.topk}, {a.max_reasoning_tokens}, {a.min_reasoning_tokens}")
+    for k in ("kl_temperature", "teacher_temperature", "calibration_temperature"):
+        if getattr(a, k) <= 0:
+            raise ConfigError(f"algo.{k} must be > 0, got {getattr(a, k)}")
+    if a.token_kl_weight < 0 or a.choice_kl_weight < 0:
+        raise ConfigError(f"algo.token_kl_weight and algo.choice_kl_weight must be >= 0")
+    if len(a.choice_tokens) != 2:
+        raise ConfigError(f"algo.choice_tokens must name exactly two strings (A, B), got {list(a.choice_tokens)}")
+    if a.teacher_cache and (a.topk_support != "teacher" or a.teacher != "initial" or a.mode != "teacher_tokens"):
+        raise ConfigError("algo.teacher_cache=true needs algo.topk_support=teacher, algo.teacher=initial and "
+                          f"algo.mode=teacher_tokens (got {a.topk_support}, {a.teacher}, {a.mode})")
+    if a.teacher == "initial" and not cfg.model.lora.enabled:
+        raise ConfigError("algo.teacher=initial is the adapter-disabled model: it needs model.lora.enabled=true")
+    if d.source == "files" and not d.train_path:
+        raise ConfigError("data.train_path: give the taste fork items to train on (or data.source=toy)")
