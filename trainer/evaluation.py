@@ -40,6 +40,14 @@ def load_eval_rows(eval_cfg) -> list[dict] | None:
             count += 1
         keep = set(keep_items)
         rows = [r for r in rows if r["item_id"] in keep]
+    if eval_cfg.knowledge_path:  # metrics per knowledge label (docs/scope.md#knowledge-aware-scope)
+        from eval_hooks.knowledge import attach_knowledge
+
+        from .config import ConfigError
+
+        if eval_cfg.family != "mist":
+            raise ConfigError(f"eval.knowledge_path splits MIST metrics by knowledge; eval.family={eval_cfg.family}")
+        rows = attach_knowledge(rows, resolve_data_path(eval_cfg.knowledge_path))
     return rows
 
 
