@@ -306,6 +306,10 @@ class DemoStages:
     dpo: list[str] = _f([], "Overrides for both recipes/dpo.py stages (SCOPE and misleading-only).")
     box2_sft: list[str] = _f([], "Overrides for recipes/sft.py: Box2 counterfactual SFT.")
     grpo: list[str] = _f([], "Overrides for recipes/grpo.py: the short Box2 RL stage.")
+    knowledge: list[str] = _f([], "knowledge.* overrides of the knowledge-aware mining and of the base's evaluations "
+                                  "(whose knowledge.jsonl splits every later evaluation by knowledge).")
+    knowledge_aware: list[str] = _f([], "Extra overrides of the knowledge-aware recipes/dpo.py stage, after dpo and "
+                                        "algo=scope_knowledge_aware (e.g. algo.lambda_u).")
 
 
 @dataclass
@@ -314,6 +318,8 @@ class DemoRunConfig:
     out: str = _f("demo_out", "Output directory: report.md, summary.json, stages/ (each stage's run or eval dir).")
     box2: bool = _f(True, "Run the Box2 stage (counterfactual SFT + GRPO).")
     misleading_only: bool = _f(True, "Run the Standard-DPO (misleading-only pairs) ablation.")
+    knowledge_aware: bool = _f(True, "Run knowledge-aware SCOPE (unknown pools from the toy's untaught keys) and split "
+                                     "every evaluation by the base's knowledge.")
     torch_threads: Optional[int] = _f(None, "torch intra-op threads (None = torch's default). 1 is often much "
                                             "faster for this tiny model on a busy machine.")
     stages: DemoStages = field(default_factory=DemoStages)
