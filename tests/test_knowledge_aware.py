@@ -213,3 +213,61 @@ def test_attach_knowledge_needs_every_item(tmp_path):
     assert attach_knowledge(rows[:1], path)[0]["knowledge"] == "known"
     with pytest.raises(DataError, match="line 1.*knowledge"):
         attach_knowledge(rows, _write(tmp_path / "bad.jsonl", [{"item_id": "a", "knowledge": "maybe"}]))
+
+
+# -- the DPO recipe and its epoch-end evaluation -------------------------------------------------------
+def test_knowledge_aware_dpo_logs_per_pool_reports_mass_and_splits_the_epoch_eval(tmp_path):
+    import dist_helpers as dh
+    from recipe_utils import read_metrics, run_recipe
+
+    pairs = dh.write_pairs(tmp_path / "pairs.jsonl", 6)
+    unknown = [{"pair_id": f"u{i}", "item_id": f"u{i}", "condition": "correct", "pool": "unknown_correct",
+                "prompt": f"note: u{i}={i}. key u{i}?", "chosen": str(i), "rejected": str((i + 1) % 10)}
+               for i in range(4)]
+    with open(pairs, "a") as f:
+        f.write("".join(json.dumps(r) + "\n" for r in unknown))
+    mist = []
+    for i, know in enumerate(("known", "unknown")):
+        mist += [{"item_id": f"i{i}", "condition": c, "prompt": f"{c} k{i}?", "answer_type": "numeric", "gold": "1",
+                  "wrong_value": "2"} for c in CONDS]
+    labels = [{"item_id": "i0", "knowledge": "known"}, {"item_id": "i1", "knowledge": "unknown"}]
+    common = [f"data.train_path={pairs}", "algo=scope_knowledge_aware", "trainer.max_steps=2", "trainer.progress=false",
+              f"eval.path={_write(tmp_path / 'mist.jsonl', mist)}", "eval.max_new_tokens=2",
+              f"eval.knowledge_path={_write(tmp_path / 'k.jsonl', labels)}"]
+    run_dir = tmp_path / "run"
+    run_recipe("dpo", "dpo", [*common, f"trainer.run_dir={run_dir}"])
+    stats = json.loads((run_dir / "data_stats.json").read_text())
+    assert stats["per_pool"]["unknown_correct"] == 4 and stats["sampling_mass"]["unknown_correct"] == pytest.approx(0.2)
+    keys = {k for line in read_metrics(run_dir) for k in line}
+    assert "rewards/accuracies/unknown_correct" in keys and "rewards/margins/unknown_correct" in keys
+    final = json.loads((run_dir / "eval" / "final" / "metrics.json").read_text())
+    assert final["by_knowledge"]["unknown"]["n_items"] == 1 and "unknown_correct_accuracy" in final
+    # mass on a pool the file does not have: refused before any model loads (no run dir content)
+    plain = dh.write_pairs(tmp_path / "plain.jsonl", 6)
+    with pytest.raises(DataError, match="unknown_correct"):
+        run_recipe("dpo", "dpo", [*common, f"data.train_path={plain}", f"trainer.run_dir={tmp_path / 'r2'}"])
+    assert not (tmp_path / "r2" / "data_stats.json").exists()
+
+
+def test_evaluate_recipe_estimates_the_models_knowledge_and_splits_by_it(tmp_path):
+    from recipe_utils import ROOT, compose
+
+    items = ROOT / "tests" / "data" / "eval" / "mist_small.jsonl"
+    out = tmp_path / "ev"
+    cfg = compose("evaluate", [f"eval.path={items}", "eval.family=mist", f"out_dir={out}", "eval.max_new_tokens=4",
+                               "eval.max_rows=null", "knowledge.enabled=true", "knowledge.k=3"])
+    metrics = load_recipe("evaluate").run(cfg)
+    est = [json.loads(line) for line in (out / "knowledge.jsonl").read_text().splitlines()]
+    assert est and all(e["k"] == 3 and len(e["samples"]) == 3 for e in est)
+    counts = Counter(e["knowledge"] for e in est)
+    assert {k: v["n_items"] for k, v in metrics["by_knowledge"].items()} == dict(counts)
+    assert (metrics["unknown_correct_accuracy"] is None) == ("unknown" not in counts)
+    # the same estimate given as a file (how a trained model is split by its base's knowledge)
+    again = load_recipe("evaluate").run(compose("evaluate", [
+        f"eval.path={items}", "eval.family=mist", f"out_dir={tmp_path / 'ev2'}", "eval.max_new_tokens=4",
+        "eval.max_rows=null", f"eval.knowledge_path={out / 'knowledge.jsonl'}"]))
+    assert again["by_knowledge"] == metrics["by_knowledge"]
+    with pytest.raises(ConfigError, match="knowledge.enabled"):
+        load_recipe("evaluate").run(compose("evaluate", [
+            f"eval.path={items}", f"out_dir={tmp_path / 'ev3'}", "knowledge.enabled=true",
+            f"eval.knowledge_path={out / 'knowledge.jsonl'}"]))
