@@ -61,7 +61,15 @@ def _cmd_build_gsm8k(args) -> int:
 def _cmd_build_med(args) -> int:
     from .builders.medcounterfact import CATEGORIES, build_file
 
-    stats = build_file(args.data, args.out, seed=args.seed,
+    rewriter = None
+    if args.rewrite_model:  # an in-process HF model rewrites abstracts that name T differently
+        from .backends.hf import HFBackend
+        from .models import check_model_path, load_model, load_tokenizer
+
+        check_model_path(args.rewrite_model, "--rewrite-model")
+        rewriter = HFBackend(load_model(args.rewrite_model), load_tokenizer(args.rewrite_model), batch_size=4)
+    stats = build_file(args.data, args.out, seed=args.seed, on_invalid=args.on_invalid,
+                       keep_unverified=args.keep_unverified, rewriter=rewriter,
                        categories=args.categories.split(",") if args.categories else CATEGORIES)
     print(json.dumps(stats))
     return 0
@@ -133,6 +141,14 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--seed", type=int, default=0)
     m.add_argument("--categories", default=None,
                    help="comma-separated subset of original,nonce,medical,non_medical,toxic (default: all)")
+    m.add_argument("--on-invalid", choices=("skip", "error"), default="skip",
+                   help="records without question/evidence or with an unknown label: skip and list them "
+                        "(default) or stop with an error naming file and line")
+    m.add_argument("--rewrite-model", default=None,
+                   help="model (path, hub id or 'tiny') that rewrites abstracts naming the intervention differently; "
+                        "its rewrites pass the same verifier (default: string substitution only)")
+    m.add_argument("--keep-unverified", action="store_true",
+                   help="keep items that fail verification (verified_by: null, with their failures)")
     m.set_defaults(func=_cmd_build_med)
 
     f = sub.add_parser("mine-forks", help="mine Taste decision-fork items from agent trajectories")

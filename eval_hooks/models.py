@@ -162,6 +162,19 @@ def check_model_path(path: str, field: str = "model.path") -> None:
         raise FileNotFoundError(f"{field}: model directory {path!r} does not exist")
 
 
+def check_adapter_path(path: str, field: str = "adapter_path") -> None:
+    """A LoRA adapter directory with safetensors weights: ``adapter_model.bin`` (a pickle, which peft would
+    unpickle) is refused, naming the field and how to convert it."""
+    p = Path(path).expanduser()
+    if not p.is_dir() or not (p / "adapter_config.json").is_file():
+        raise FileNotFoundError(f"{field}={path!r}: not a LoRA adapter directory (no adapter_config.json)")
+    if not (p / "adapter_model.safetensors").is_file():
+        found = sorted(x.name for x in p.iterdir() if x.name.startswith("adapter_model"))
+        raise ValueError(f"{field}={path!r}: no adapter_model.safetensors (found {found or 'no weights'}); only "
+                         f"safetensors adapters are loaded (a .bin is a pickle): convert it with "
+                         f"safetensors.torch.save_file in a trusted environment")
+
+
 def load_tokenizer(path: str, *, trust_remote_code: bool = False):
     from transformers import AutoTokenizer
 

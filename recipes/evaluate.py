@@ -4,6 +4,7 @@
     python recipes/evaluate.py model.path=Qwen/Qwen3-4B eval=mist eval.path=mist.jsonl out_dir=runs/eval_qwen
     python recipes/evaluate.py prompt=prompt_defense eval.path=...   # the Prompt-Defense baseline
     python recipes/evaluate.py adapter_path=runs/scope/final ...   # a trained LoRA adapter
+    python recipes/evaluate.py eval=medcounterfact eval.path=medevidence_abstract.jsonl  # MedCounterfact
 
 Writes ``<out_dir>/metrics.json``, ``item_scores.jsonl`` and ``report.md`` with plots, through the same
 ``eval_hooks.run_matched_eval`` that trainers call at epoch ends. Generations made elsewhere are scored
@@ -35,12 +36,29 @@ def run(cfg: DictConfig) -> dict:
     validate_common(cfg)
     if not cfg.eval.path:
         raise ConfigError("eval.path is not set: point it at an items file of family eval.family")
-    if cfg.adapter_path and not Path(cfg.adapter_path).exists():
-        raise ConfigError(f"adapter_path={cfg.adapter_path!r} does not exist")
+    if cfg.adapter_path:
+        from eval_hooks.models import check_adapter_path
+
+        try:
+            check_adapter_path(cfg.adapter_path)
+        except (FileNotFoundError, ValueError) as e:
+            raise ConfigError(str(e)) from None
     validate_knowledge(cfg.knowledge)
     if cfg.knowledge.enabled and (cfg.eval.knowledge_path or cfg.eval.family != "mist"):
         raise ConfigError("knowledge.enabled estimates the evaluated model's knowledge of MIST items: it needs "
                           "eval.family=mist and no eval.knowledge_path (a given estimate)")
+    if cfg.eval.family == "med":  # MedCounterfact: formats, label probabilities, mitigations, refine chain
+        from trainer.med_evaluation import run_med
+
+        rows = load_eval_rows(cfg.eval)
+        seed_everything(cfg.seed)
+        settings = PromptSettings.from_config(cfg.prompt)
+        backend = build_inference_backend(cfg.model, cfg.generation, adapter_path=cfg.adapter_path,
+                                          prompt_settings=settings)
+        metrics = run_med(backend, rows, cfg.eval, cfg.out_dir, prompt_settings=settings)
+        print(f"[selectrust] wrote {cfg.out_dir}/metrics.json ({metrics['n_records']} records, "
+              f"{metrics['n_refined']} refined)")
+        return metrics
     rows = load_eval_rows(cfg.eval)  # validated before the model loads
     seed_everything(cfg.seed)
     backend = build_inference_backend(cfg.model, cfg.generation, adapter_path=cfg.adapter_path,

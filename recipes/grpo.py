@@ -83,7 +83,8 @@ def run(cfg: DictConfig):
     if server and cfg.generation.sync_every < 1:
         raise ConfigError(f"generation.sync_every must be >= 1, got {cfg.generation.sync_every}")
     env_factory = resolve_env(algo.env, max_turns=algo.env_max_turns) if algo.env else None
-    reward = None if env_factory else GuardedReward(resolve_reward(algo.reward), max_errors=algo.max_reward_errors)
+    reward = None if env_factory else GuardedReward(resolve_reward(algo.reward), max_errors=algo.max_reward_errors,
+                                                    timeout_s=algo.reward_timeout_s)
     rows = load_rl_prompts(dcfg.train_path, family=dcfg.train_family, conditions=list(dcfg.train_conditions))
     eval_rows = load_eval_rows(cfg.eval)
 

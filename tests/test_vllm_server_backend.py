@@ -178,3 +178,19 @@ def test_reference_server_refuses_non_loopback(tiny_model_dir, tiny_tokenizer):
 
     with pytest.raises(ValueError, match="loopback"):
         ReferenceServer(object(), tiny_tokenizer, host="0.0.0.0")
+
+
+def test_a_late_request_cannot_consume_a_fault_set_after_it_arrived(backend, server, tiny_tokenizer):
+    """The flaky-test scenario: a request abandoned by its client (timed out) is still being served when
+    the next test sets a fault; it must not take that fault (faults are claimed when a request arrives)."""
+    import time
+
+    impatient = VLLMServerBackend(server.url, "tiny", tiny_tokenizer, timeout_s=0.2, max_retries=0, backoff_s=0.01)
+    server.faults.delay_s, server.faults.slow_requests = 1.0, 1
+    with pytest.raises(ServerUnreachableError):
+        impatient.generate([GenerationRequest(prompt="late", max_new_tokens=2)])
+    server.faults.malformed_json = 1  # set while the abandoned request is still in its handler
+    time.sleep(1.5)  # ... which now finishes
+    assert server.faults.malformed_json == 1
+    with pytest.raises(ServerResponseError, match="malformed JSON"):
+        backend.generate([GenerationRequest(prompt="a distinctive prompt", max_new_tokens=2)])

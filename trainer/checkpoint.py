@@ -6,7 +6,9 @@ Layout: ``<run_dir>/checkpoints/step_<n>/`` holding
 - ``optimizer.pt`` (tensors only, loaded with ``weights_only=True``), ``scheduler.json``;
 - ``rng_rank<r>.json`` + ``rng_rank<r>.safetensors`` (python/numpy/torch/cuda RNG per rank);
 - ``trainer_state.json`` (step, epoch, data-source state, counters);
-- ``COMPLETE``: written last. A directory without it is never loaded.
+- ``COMPLETE``: written last; a JSON record of every file's size and SHA-256. A directory without it is
+  never loaded; on resume the files are verified against it, and a damaged newest checkpoint (truncated
+  weights, say) is skipped with a warning naming the file, in favour of the previous complete one.
 
 A save writes into ``checkpoints/.tmp-step_<n>``, fsyncs every file, renames the directory into place,
 then writes the marker; older checkpoints are deleted only after that. So a SIGKILL at any point
@@ -23,6 +25,8 @@ print ``SELECTRUST_SAVE_PAUSE <phase> <step>`` and sleep at ``<phase>`` (``files
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import os
 import random
@@ -35,6 +39,31 @@ import numpy as np
 
 MARKER = "COMPLETE"
 TEST_PAUSE_ENV = "SELECTRUST_TEST_SLEEP_IN_SAVE"
+
+
+class DiskFullError(OSError):
+    """No space left while writing a checkpoint (the earlier checkpoints are untouched)."""
+
+
+def _out_of_space(e: BaseException) -> bool:
+    if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
+        return True
+    text = str(e)  # torch.save's zip writer reports a full disk as "... unexpected pos ..."
+    return "unexpected pos" in text or "No space left" in text or "file write failed" in text
+
+
+@contextlib.contextmanager
+def _writing(path: Path):
+    """Turn a full disk while writing ``path`` into a :class:`DiskFullError` naming it; the partial
+    temporary checkpoint is removed (to free the space)."""
+    try:
+        yield
+    except (OSError, RuntimeError) as e:
+        if not _out_of_space(e):
+            raise
+        shutil.rmtree(path, ignore_errors=True)
+        raise DiskFullError(errno.ENOSPC, f"no space left while writing {path} ({type(e).__name__}: {e}); the "
+                                          f"earlier checkpoints in {path.parent} are kept") from e
 
 
 def _test_pause(phase: str, step: int) -> None:
@@ -59,6 +88,34 @@ def fsync_tree(root: Path) -> None:
             _fsync_file(p)
     for d in [root, *[p for p in root.rglob("*") if p.is_dir()]]:
         _fsync_file(d)
+
+
+def file_manifest(root: Path) -> dict[str, dict]:
+    """``relative path -> {"size", "sha256"}`` of every file under ``root`` except the marker."""
+    from .run_dir import file_sha256
+
+    return {str(p.relative_to(root)): {"size": p.stat().st_size, "sha256": file_sha256(p)}
+            for p in sorted(root.rglob("*")) if p.is_file() and p.name != MARKER}
+
+
+def verify_checkpoint(path: Path) -> str | None:
+    """None when every file the marker lists has its recorded size and checksum, else what is wrong (naming
+    the file). A marker from before manifests were kept (``ok``) is trusted."""
+    try:
+        record = json.loads((path / MARKER).read_text())
+    except (OSError, ValueError):
+        return None
+    for rel, want in (record.get("files") or {}).items():
+        f = path / rel
+        if not f.is_file():
+            return f"{f} is missing"
+        if f.stat().st_size != want["size"]:
+            return f"{f} has {f.stat().st_size} bytes, {want['size']} were written"
+        from .run_dir import file_sha256
+
+        if file_sha256(f) != want["sha256"]:
+            return f"{f} does not match its checksum"
+    return None
 
 
 def step_of(path: Path) -> int:
@@ -118,11 +175,22 @@ class CheckpointManager:
         return found[-1] if found else None
 
     def resolve_resume(self, resume: str) -> Path | None:
-        """``auto`` -> newest complete checkpoint or None; ``none`` -> None; else a path that must be complete."""
+        """``auto`` -> newest complete checkpoint whose files verify (falling back past damaged ones with a
+        warning) or None; ``none`` -> None; else a path that must be complete and verify."""
         if resume == "none":
             return None
         if resume == "auto":
-            return self.latest()
+            found = complete_checkpoints(self.root)
+            for candidate in reversed(found):
+                problem = verify_checkpoint(candidate)
+                if problem is None:
+                    return candidate
+                print(f"[selectrust] warning: checkpoint {candidate} is damaged ({problem}); "
+                      f"falling back to the previous complete checkpoint", flush=True)
+            if found:
+                raise RuntimeError(f"every complete checkpoint in {self.root} is damaged (see the warnings above); "
+                                   f"move them aside or start over with trainer.overwrite=true")
+            return None
         path = Path(resume).expanduser()
         if path.is_dir() and path.name == "checkpoints":
             found = complete_checkpoints(path)
@@ -131,6 +199,9 @@ class CheckpointManager:
             raise FileNotFoundError(f"trainer.resume={resume!r}: {path} is not a complete checkpoint "
                                     f"(no {MARKER} marker); complete ones: "
                                     f"{[p.name for p in complete_checkpoints(path.parent)]}")
+        problem = verify_checkpoint(path)
+        if problem is not None:
+            raise RuntimeError(f"trainer.resume={resume!r}: checkpoint {path} is damaged ({problem})")
         return path
 
     # -- save ----------------------------------------------------------------------------------
@@ -149,17 +220,18 @@ class CheckpointManager:
         acc.wait_for_everyone()
         meta, tensors = rng_state()
         r = acc.process_index
-        (tmp / f"rng_rank{r}.json").write_text(json.dumps(meta))
-        save_file({k: v.contiguous() for k, v in tensors.items()}, str(tmp / f"rng_rank{r}.safetensors"))
-        if self._deepspeed:
-            acc.save_state(str(tmp / "accelerate_state"))
-        elif acc.is_main_process:
-            self._save_weights(acc.unwrap_model(model), tmp)
-            _test_pause("files", step)
-            torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
-        if acc.is_main_process:
-            (tmp / "scheduler.json").write_text(json.dumps(scheduler.state_dict()))
-            (tmp / "trainer_state.json").write_text(json.dumps({"step": step, **train_state}, indent=2))
+        with _writing(tmp):
+            (tmp / f"rng_rank{r}.json").write_text(json.dumps(meta))
+            save_file({k: v.contiguous() for k, v in tensors.items()}, str(tmp / f"rng_rank{r}.safetensors"))
+            if self._deepspeed:
+                acc.save_state(str(tmp / "accelerate_state"))
+            elif acc.is_main_process:
+                self._save_weights(acc.unwrap_model(model), tmp)
+                _test_pause("files", step)
+                torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
+            if acc.is_main_process:
+                (tmp / "scheduler.json").write_text(json.dumps(scheduler.state_dict()))
+                (tmp / "trainer_state.json").write_text(json.dumps({"step": step, **train_state}, indent=2))
         acc.wait_for_everyone()
         if acc.is_main_process:
             fsync_tree(tmp)
@@ -169,7 +241,7 @@ class CheckpointManager:
             os.replace(tmp, final)
             _fsync_file(self.root)
             _test_pause("before_marker", step)
-            (final / MARKER).write_text("ok\n")
+            (final / MARKER).write_text(json.dumps({"step": step, "files": file_manifest(final)}, indent=1) + "\n")
             _fsync_file(final / MARKER)
             _fsync_file(final)
             self._prune()

@@ -80,6 +80,10 @@ class TrainerConfig:
     keep_last: int = _f(2, "Keep this many complete checkpoints; older ones are deleted only after a newer one completes.")
     resume: str = _f("auto", "auto (newest complete checkpoint in run_dir, if any) | none | <checkpoint path>.")
     allow_config_change: bool = _f(False, "Allow resuming with a config that differs from the saved one.")
+    allow_data_change: bool = _f(False, "Allow resuming although a data file's content hash differs from the one "
+                                        "recorded in <run_dir>/data_hashes.json at the run's start.")
+    overwrite: bool = _f(False, "Start a new run in a run_dir that holds a previous one: the old run is moved "
+                                "aside to <run_dir>.old-<n> first (without it, trainer.resume=none there is refused).")
     device: str = _f("auto", "auto | cpu. 'cpu' forces CPU even when CUDA is present.")
     mixed_precision: str = _f("no", "no | bf16 | fp16 (accelerate autocast).")
     max_consecutive_skips: int = _f(5, "Stop after this many consecutive steps skipped for NaN/Inf loss or gradients.")
@@ -90,12 +94,26 @@ class TrainerConfig:
 
 
 @dataclass
+class MedEvalConfig:
+    formats: list[str] = _f(["mc", "free"], "MedCounterfact answer formats: mc (multiple choice) and/or free (free text mapped to a label by the judge).")
+    mitigations: list[str] = _f(["detect", "prior"], "MedCounterfact mitigation pipelines run besides the base one (evidence variants only): detect | prior.")
+    label_probs: bool = _f(True, "Score P(label) before generation with the backend's score_labels (base pipeline, mc).")
+    judge: str = _f("keyword", "Free-text label and awareness judge: keyword (deterministic heuristic) | self (the evaluated model with fixed judge prompts).")
+    prompt_token_budget: Optional[int] = _f(None, "Prompt tokens above which the refine chain walks the evidence in chunks (None = model positions - max_new_tokens - 16).")
+    max_refine_chunks: int = _f(8, "At most this many evidence chunks per refine chain (the rest of the evidence is not read).")
+    max_questions: Optional[int] = _f(None, "Evaluate only the first N MedEvidence questions (all their items).")
+    seed: int = _f(0, "Term-draw seed when eval.path is a raw MedEvidence file (items are then built in memory).")
+
+
+@dataclass
 class EvalConfig:
     enabled: bool = _f(True, "Run matched evaluation at epoch ends.")
     path: Optional[str] = _f(None, "Evaluation items: JSONL/Parquet file, save_to_disk directory, "
                                    "'hf:org/name[:config][:split]' or a builtin source; None disables evaluation.")
     family: str = _f("mist", "mist | box2 | taste | med.")
-    max_rows: Optional[int] = _f(None, "Evaluate at most this many rows (whole items are kept together).")
+    max_rows: Optional[int] = _f(None, "Evaluate about this many rows: whole items (all their conditions) are kept "
+                                       "together, so the last item may take the count past it (max_rows=3 of "
+                                       "4-condition items evaluates 4 rows).")
     max_new_tokens: int = _f(64, "Generation budget per row.")
     batch_size: int = _f(32, "Generation batch size (HF backend).")
     max_prompt_tokens: int = _f(65536, "taste only: prompt-token cap; longer prompts keep the prefix's first 25 lines, an "
@@ -105,6 +123,8 @@ class EvalConfig:
     knowledge_path: Optional[str] = _f(None, "mist only: per-item knowledge labels (knowledge.jsonl of recipes/mine_pairs.py "
                                              "or recipes/evaluate.py with knowledge.enabled); metrics.json then has every "
                                              "MIST metric per label (by_knowledge) and unknown_correct_accuracy.")
+
+    med: MedEvalConfig = field(default_factory=MedEvalConfig)
 
 
 @dataclass
@@ -212,6 +232,7 @@ class GRPOAlgoConfig:
     max_refill_rounds: int = _f(2, "Extra generation rounds allowed to refill dropped groups.")
     reward: str = _f("numeric_match", "Reward registry name (numeric_match | multiple_choice | boolean) or 'pkg.module:function'.")
     max_reward_errors: int = _f(20, "Stop after this many reward-function errors (raise or non-finite).")
+    reward_timeout_s: float = _f(30.0, "A reward call running longer than this counts as a reward error (0 = no limit).")
     stop: list[str] = _f([], "Stop strings for rollouts.")
     is_correction: str = _f("none", "Rollout/trainer mismatch correction: none | token | sequence (truncated IS).")
     is_cap: float = _f(2.0, "Truncation cap of the importance-sampling correction.")
@@ -400,9 +421,35 @@ def _choice(value: str, allowed: tuple[str, ...], key: str) -> None:
         raise ConfigError(f"{key}={value!r} is not one of {', '.join(allowed)}")
 
 
+def check_known_keys(cfg, prefix: str = "") -> None:
+    """Refuse keys the typed schema does not know, also ones added with Hydra's ``+key=value`` (which
+    bypasses the schema's struct check): they would be accepted and silently ignored."""
+    from omegaconf import DictConfig, OmegaConf
+
+    schema = OmegaConf.get_type(cfg)
+    if not is_dataclass(schema):
+        return
+    known = {f.name for f in fields(schema)}
+    for key in cfg.keys():
+        if key not in known:
+            raise ConfigError(f"unknown config key '{prefix}{key}' (not in {schema.__name__}; a leading '+' does "
+                              f"not make it known); known keys here: {', '.join(sorted(known))}")
+        node = cfg._get_node(key)
+        if isinstance(node, DictConfig) and not node._is_missing() and not node._is_none():
+            check_known_keys(node, f"{prefix}{key}.")
+
+
+def _positive(cfg, keys: tuple[str, ...], group: str, *, strict: bool = True) -> None:
+    for k in keys:
+        v = getattr(cfg, k)
+        if (v <= 0) if strict else (v < 0):
+            raise ConfigError(f"{group}.{k} must be {'> 0' if strict else '>= 0'}, got {v}")
+
+
 def validate_common(cfg) -> None:
     from eval_hooks.models import check_model_path
 
+    check_known_keys(cfg)
     check_model_path(cfg.model.path, "model.path")
     _choice(cfg.model.dtype, ("float32", "bfloat16", "float16"), "model.dtype")
     _validate_init_adapter(cfg)
@@ -413,6 +460,8 @@ def validate_common(cfg) -> None:
                 raise ConfigError(f"optim.{k} must be >= 1, got {getattr(cfg.optim, k)}")
         if not 0 <= cfg.optim.warmup_ratio < 1:
             raise ConfigError(f"optim.warmup_ratio must be in [0, 1), got {cfg.optim.warmup_ratio}")
+        _positive(cfg.optim, ("lr", "eps"), "optim")
+        _positive(cfg.optim, ("weight_decay",), "optim", strict=False)
     if hasattr(cfg, "trainer"):
         t = cfg.trainer
         if t.max_steps < 1:
@@ -421,17 +470,34 @@ def validate_common(cfg) -> None:
         _choice(t.device, ("auto", "cpu"), "trainer.device")
         if t.keep_last < 1:
             raise ConfigError(f"trainer.keep_last must be >= 1, got {t.keep_last}")
+        _positive(t, ("log_every",), "trainer")
+        _positive(t, ("save_every",), "trainer", strict=False)
+        if t.resume not in ("auto", "none"):
+            from pathlib import Path
+
+            if t.overwrite:
+                raise ConfigError(f"trainer.overwrite=true starts a fresh run; it cannot resume trainer.resume={t.resume!r}")
+
+            if not Path(t.resume).expanduser().exists():
+                raise ConfigError(f"trainer.resume={t.resume!r}: no such checkpoint path (auto | none | <checkpoint dir>)")
     if hasattr(cfg, "data") and hasattr(cfg.data, "truncation"):
         _choice(cfg.data.truncation, ("keep_end", "keep_start", "drop", "error"), "data.truncation")
         _choice(cfg.data.on_invalid, ("drop", "error"), "data.on_invalid")
     if hasattr(cfg, "generation"):
         _choice(cfg.generation.backend, ("hf", "vllm_server"), "generation.backend")
+        _positive(cfg.generation, ("batch_size", "sync_every", "timeout_s"), "generation")
     if hasattr(cfg, "logger"):
         _choice(cfg.logger.kind, ("jsonl", "wandb"), "logger.kind")
+        import importlib.util
+
+        if cfg.logger.kind == "wandb" and importlib.util.find_spec("wandb") is None:
+            raise ConfigError("logger=wandb needs the wandb package: install the extra (pip install -e '.[wandb]', "
+                              "or pip install wandb), or use logger=jsonl")
     if hasattr(cfg, "eval"):
         _choice(cfg.eval.family, ("mist", "box2", "taste", "med"), "eval.family")
         if cfg.eval.max_prompt_tokens < 1:
             raise ConfigError(f"eval.max_prompt_tokens must be >= 1, got {cfg.eval.max_prompt_tokens}")
+        _positive(cfg.eval, ("batch_size", "max_new_tokens"), "eval")
 
 
 def _validate_init_adapter(cfg) -> None:
@@ -525,6 +591,9 @@ def validate_grpo(cfg) -> None:
         raise ConfigError(f"algo.eps_low must be in [0,1) and algo.eps_high >= 0, got {a.eps_low}, {a.eps_high}")
     if a.num_iterations < 1:
         raise ConfigError(f"algo.num_iterations must be >= 1, got {a.num_iterations}")
+    if a.temperature < 0 or not 0 < a.top_p <= 1 or a.reward_timeout_s < 0:
+        raise ConfigError(f"need algo.temperature >= 0, 0 < algo.top_p <= 1 and algo.reward_timeout_s >= 0; got "
+                          f"{a.temperature}, {a.top_p}, {a.reward_timeout_s}")
     if a.max_new_tokens < 1 or a.max_refill_rounds < 0 or a.env_max_turns < 1:
         raise ConfigError(f"algo.max_new_tokens and algo.env_max_turns must be >= 1 and algo.max_refill_rounds >= 0; "
                           f"got {a.max_new_tokens}, {a.env_max_turns}, {a.max_refill_rounds}")

@@ -340,6 +340,24 @@ class SamplerSource:
         self.sampler.load_state_dict(state)
 
 
+MAX_CHARS_PER_TOKEN = 16  # tokens average ~4 characters; a text this much longer than its budget is cut first
+
+
+def bound_characters(row: dict, *, max_prompt_len: int, max_completion_len: int, keep_start: bool) -> dict:
+    """The row with its prompt cut to ``max_prompt_len * MAX_CHARS_PER_TOKEN`` characters (and each
+    completion to ``max_completion_len * ...``) before anything tokenises it: a 20 MB prompt would otherwise
+    be tokenised in full (minutes, gigabytes) only to be truncated. The prompt keeps its end (its start with
+    ``keep_start``), completions their start; token-level truncation then applies as before."""
+    limits = {"prompt": max_prompt_len, "chosen": max_completion_len, "rejected": max_completion_len}
+    out = row
+    for key, tokens in limits.items():
+        text, n = row.get(key), tokens * MAX_CHARS_PER_TOKEN
+        if isinstance(text, str) and len(text) > n:
+            out = dict(out) if out is row else out
+            out[key] = text[:n] if key != "prompt" or keep_start else text[-n:]
+    return out
+
+
 def apply_length_policy(pairs: PairSet, tokenizer, *, max_prompt_len: int, max_completion_len: int,
                         truncation: str, prompt_settings=None) -> PairSet:
     """Count over-long prompts/completions once, up front, and apply ``data.truncation``:
@@ -349,6 +367,8 @@ def apply_length_policy(pairs: PairSet, tokenizer, *, max_prompt_len: int, max_c
 
     keep, long_prompts, long_completions, dropped = [], 0, 0, 0
     for r in pairs.rows:
+        r = bound_characters(r, max_prompt_len=max_prompt_len, max_completion_len=max_completion_len,
+                             keep_start=truncation == "keep_start")
         b = build_pair_batch(tokenizer, [r["prompt"]] * 2, [r["chosen"], r["rejected"]],
                              max_prompt_len=max_prompt_len, max_completion_len=max_completion_len,
                              truncation="keep_end", prompt_settings=prompt_settings)

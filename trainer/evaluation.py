@@ -28,13 +28,22 @@ def load_eval_rows(eval_cfg) -> list[dict] | None:
 
     from .data import resolve_data_path
 
+    if eval_cfg.family == "med":  # raw MedEvidence files, question subsets, Med settings checks
+        from .med_evaluation import load_med_rows
+
+        return load_med_rows(eval_cfg)
     rows = load_rows(eval_cfg.family, resolve_data_path(eval_cfg.path), **_family_options(eval_cfg))
-    if eval_cfg.max_rows is not None and len(rows) > eval_cfg.max_rows:
+    return keep_whole_items(rows, eval_cfg.max_rows)
+
+
+def keep_whole_items(rows: list[dict], max_rows: int | None) -> list[dict]:
+    """At most ``max_rows`` rows, whole items only, in file order (``None``: all)."""
+    if max_rows is not None and len(rows) > max_rows:
         keep_items: list[str] = []
         count = 0
         for r in rows:  # whole items only, in file order
             if r["item_id"] not in keep_items:
-                if count >= eval_cfg.max_rows:
+                if count >= max_rows:
                     break
                 keep_items.append(r["item_id"])
             count += 1
@@ -186,8 +195,14 @@ def make_epoch_eval(ctx, rows: list[dict] | None, backend_factory: Callable[[], 
             backend = sync.backend
         else:
             backend = backend_factory()
-        result = run_matched_eval(backend, rows, ecfg.family, out, step=step,
-                                  max_new_tokens=ecfg.max_new_tokens, progress=ctx.cfg.trainer.progress)
+        if ecfg.family == "med":
+            from .med_evaluation import run_med
+
+            result = run_med(backend, rows, ecfg, out, step=step,
+                             prompt_settings=PromptSettings.from_config(ctx.cfg.prompt))
+        else:
+            result = run_matched_eval(backend, rows, ecfg.family, out, step=step,
+                                      max_new_tokens=ecfg.max_new_tokens, progress=ctx.cfg.trainer.progress)
         if sync_info is not None:
             from eval_hooks.io import write_json_atomic
 

@@ -10,8 +10,9 @@ the rest, identically for DPO, SFT and GRPO:
   loss spikes are logged;
 - ``metrics.jsonl`` lines, a progress bar, epoch-end evaluation (in a forked RNG so evaluation never
   changes the training stream), atomic checkpoints, exact resume;
-- preemption: SIGTERM/SIGUSR1 set a flag; all ranks agree on it after the current step, save one
-  checkpoint and return (the recipe then exits 0).
+- preemption: SIGTERM/SIGUSR1/SIGINT set a flag; all ranks agree on it after the current step, save one
+  checkpoint and return (the recipe then exits 0; 130 after SIGINT). A signal during a reward call
+  abandons the step in progress and checkpoints the last completed one (``trainer.interrupt``).
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ import torch
 
 from .checkpoint import CheckpointManager
 from .config import ConfigError
+from .interrupt import StopRequested, StopSignals
+from .interrupt import signum as _stop_signum
 
 
 class BatchSource(Protocol):
@@ -51,6 +54,7 @@ class LoopResult:
 
 # Keys that may differ between a run and its resumption without changing the maths.
 RESUME_TOLERATED = ("trainer.resume", "trainer.stop_at_step", "trainer.allow_config_change", "trainer.progress",
+                    "trainer.allow_data_change", "trainer.overwrite", "trainer.run_dir",
                     "trainer.save_every", "trainer.keep_last", "logger.",
                     # where the generation server is and how patiently to talk to it (a restarted server)
                     "generation.url", "generation.server_log", "generation.timeout_s", "generation.max_retries")
@@ -68,10 +72,12 @@ def config_differences(saved: dict, current: dict, prefix: str = "") -> list[str
     return out
 
 
-def check_resume_config(ctx) -> None:
+def check_resume_config(ctx, saved_path=None) -> None:
+    """Refuse a changed config against ``saved_path`` (default: this run's ``config.yaml``; for
+    ``trainer.resume=<path>`` the config of the run owning that checkpoint)."""
     from omegaconf import OmegaConf
 
-    saved_path = ctx.run_dir / "config.yaml"
+    saved_path = saved_path or ctx.run_dir / "config.yaml"
     if not saved_path.exists() or ctx.cfg.trainer.allow_config_change:
         return
     saved = OmegaConf.to_container(OmegaConf.load(saved_path), resolve=True)
@@ -79,29 +85,9 @@ def check_resume_config(ctx) -> None:
     diffs = config_differences(saved, current)
     if diffs:
         raise ConfigError(
-            f"refusing to resume {ctx.run_dir} with a changed config ({len(diffs)} differing keys):\n  "
+            f"refusing to resume {saved_path.parent} with a changed config ({len(diffs)} differing keys):\n  "
             + "\n  ".join(diffs)
             + "\nPass trainer.allow_config_change=true to resume anyway, or use a new trainer.run_dir.")
-
-
-class _Preemption:
-    def __init__(self):
-        self.requested = False
-        self._old = {}
-
-    def install(self):
-        for sig in (signal.SIGTERM, signal.SIGUSR1):
-            try:
-                self._old[sig] = signal.signal(sig, self._handle)
-            except ValueError:  # not the main thread
-                pass
-
-    def _handle(self, signum, frame):
-        self.requested = True
-
-    def restore(self):
-        for sig, old in self._old.items():
-            signal.signal(sig, old)
 
 
 def _to_float(v) -> float:
@@ -232,7 +218,7 @@ def train_loop(ctx, *, model, optimizer, scheduler, source: BatchSource,
 
     state = {"epoch_done": 0, "skipped_total": 0, "loss_ema": None, "last_eval_step": -1}
     step = 0
-    resume_from = ckpt.resolve_resume(tcfg.resume)
+    resume_from = ctx.resume_from  # resolved (and verified) by setup_run, before any model loaded
     if resume_from is not None:
         loaded = ckpt.load(resume_from, model=model, optimizer=optimizer, scheduler=scheduler)
         step = loaded.pop("step")
@@ -240,12 +226,15 @@ def train_loop(ctx, *, model, optimizer, scheduler, source: BatchSource,
         state.update(loaded)
         if ctx.is_main:
             print(f"[selectrust] resumed from {resume_from} at step {step}", flush=True)
+    from .run import write_config
+
+    write_config(ctx)  # training is about to start: a failed start before here leaves no config.yaml
     # Drop lines logged after the starting point (a killed run's steps past its last complete checkpoint,
     # or all steps when no complete checkpoint exists): they are logged again, once.
     ctx.logger.truncate_after(step)
 
     stop_at = min(tcfg.max_steps, tcfg.stop_at_step or tcfg.max_steps)
-    preempt = _Preemption()
+    preempt = StopSignals()
     preempt.install()
     bar = tqdm(total=stop_at, initial=step, desc=ctx.recipe, disable=not (tcfg.progress and ctx.is_main),
                unit="step", dynamic_ncols=True)
@@ -316,23 +305,33 @@ def train_loop(ctx, *, model, optimizer, scheduler, source: BatchSource,
         if (not preempted and on_epoch_end is not None and tcfg.eval_at_end and step >= tcfg.max_steps
                 and state["last_eval_step"] != step):
             _run_eval(ctx, on_epoch_end, "final", step, last)
-    except checkpoint_on as e:
-        if snapshot is not None:
-            source.load_state_dict(snapshot)
-        latest = ckpt.latest()
-        if step > 0 and (latest is None or latest.name != f"step_{step}"):
-            save(step)
-        if ctx.is_main:
-            saved = f"checkpoint of step {step} in {ckpt.root} (resume with trainer.resume=auto)" if step else \
-                "no step completed, nothing to checkpoint"
-            print(f"[selectrust] {type(e).__name__} during step {step + 1}: {saved}; stopping", flush=True)
-        raise
+    except (StopRequested, *checkpoint_on) as e:
+        _save_last_completed(ctx, ckpt, save, source, snapshot, step, e)
+        if not isinstance(e, StopRequested):
+            raise
+        preempted = True
     finally:
         bar.close()
         preempt.restore()
+    if preempted and _stop_signum() == signal.SIGINT:
+        raise SystemExit(130)  # Ctrl-C: the checkpoint is saved; exit as an interrupted program does
     finished = step >= tcfg.max_steps or (tcfg.epochs_cap is not None and source.epoch >= tcfg.epochs_cap)
     ctx.stopped_early = preempted or not finished  # finish_run then writes no run_complete.json
     return LoopResult(step=step, preempted=preempted, final_metrics=last, stopped_early=ctx.stopped_early)
+
+
+def _save_last_completed(ctx, ckpt, save, source, snapshot, step: int, error: BaseException) -> None:
+    """After ``error`` inside a step: rewind the data position to the step's start and checkpoint the last
+    completed step (unless that checkpoint exists)."""
+    if snapshot is not None:
+        source.load_state_dict(snapshot)
+    latest = ckpt.latest()
+    if step > 0 and (latest is None or latest.name != f"step_{step}"):
+        save(step)
+    if ctx.is_main:
+        saved = f"checkpoint of step {step} in {ckpt.root} (resume with trainer.resume=auto)" if step else \
+            "no step completed, nothing to checkpoint"
+        print(f"[selectrust] {type(error).__name__} during step {step + 1}: {saved}; stopping", flush=True)
 
 
 def _run_eval(ctx, on_epoch_end, epoch, step, last: dict) -> None:
@@ -374,12 +373,18 @@ def train_and_save(ctx, *, model, optimizer, scheduler, source: BatchSource, ste
 
     unwrapped = ctx.accelerator.unwrap_model(model)
     on_epoch_end = make_epoch_eval(ctx, eval_rows, backend_factory, policy=unwrapped, tokenizer=tokenizer)
-    result = train_loop(ctx, model=model, optimizer=optimizer, scheduler=scheduler, source=source,
-                        step_fn=step_fn, on_epoch_end=on_epoch_end, checkpoint_on=server_errors(ctx.cfg.generation))
-    if ctx.is_main and not result.stopped_early:
-        save_policy(unwrapped, ctx.run_dir / "final")
-        tokenizer.save_pretrained(str(ctx.run_dir / "final"))
-    ctx.accelerator.wait_for_everyone()
-    if not result.preempted:
-        finish_run(ctx, result.step, result.final_metrics)
+    from .rewards import RewardError
+
+    try:
+        result = train_loop(ctx, model=model, optimizer=optimizer, scheduler=scheduler, source=source,
+                            step_fn=step_fn, on_epoch_end=on_epoch_end,
+                            checkpoint_on=(*server_errors(ctx.cfg.generation), RewardError))
+        if ctx.is_main and not result.stopped_early:
+            save_policy(unwrapped, ctx.run_dir / "final")
+            tokenizer.save_pretrained(str(ctx.run_dir / "final"))
+        ctx.accelerator.wait_for_everyone()
+        if not result.preempted:
+            finish_run(ctx, result.step, result.final_metrics)
+    finally:
+        ctx.release()  # the run directory's lock (the kernel drops it too if this process dies)
     return result

@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import importlib
 import math
+import signal
+import threading
 from typing import Any, Callable
 
 from eval_hooks.parsers import answers_match, parse_answer
@@ -30,6 +32,46 @@ RewardFn = Callable[[str, dict], float]
 
 class RewardError(RuntimeError):
     """Too many reward-function failures: the run stops (message names the function and an input)."""
+
+
+class RewardTimeout(Exception):
+    """A reward call ran past ``algo.reward_timeout_s`` (counted as a reward error)."""
+
+
+def call_with_timeout(fn: Callable, args: tuple, timeout_s: float):
+    """``fn(*args)``, raising :class:`RewardTimeout` after ``timeout_s`` seconds (0 = no limit). In the main
+    thread a SIGALRM timer interrupts the call itself; elsewhere it runs in a daemon thread that is
+    abandoned on timeout (its result, if any, is discarded)."""
+    if timeout_s <= 0:
+        return fn(*args)
+    message = f"reward call exceeded algo.reward_timeout_s={timeout_s:g}"
+    if threading.current_thread() is threading.main_thread() and hasattr(signal, "setitimer"):
+        def on_alarm(signum, frame):
+            raise RewardTimeout(message)
+
+        old = signal.signal(signal.SIGALRM, on_alarm)
+        signal.setitimer(signal.ITIMER_REAL, timeout_s)
+        try:
+            return fn(*args)
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, old)
+    box: dict[str, Any] = {}
+
+    def target():
+        try:
+            box["value"] = fn(*args)
+        except BaseException as e:  # noqa: BLE001 - handed back to the caller
+            box["error"] = e
+
+    worker = threading.Thread(target=target, name="reward-call", daemon=True)
+    worker.start()
+    worker.join(timeout_s)
+    if worker.is_alive():
+        raise RewardTimeout(message)
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
 
 
 def _match(answer_type: str) -> RewardFn:
@@ -84,14 +126,15 @@ class GuardedReward:
     """Calls a reward function so that one bad sample cannot crash (or silently poison) the run.
 
     ``__call__(completion, row) -> (reward, ok)``: a function that raises, or returns something that is
-    not a finite number, scores the sample 0.0 with ``ok=False``. Errors are counted (``errors_total``
+    not a finite number, scores the sample 0.0 with ``ok=False``; so does a call running past ``timeout_s`` (:class:`RewardTimeout`). Errors are counted (``errors_total``
     across the run, restored on resume; ``pop_errors()`` per logging step). When ``errors_total``
     reaches ``max_errors`` a :class:`RewardError` is raised naming the function, the error and an
     example input (the first failing completion and row gold/answer type).
     """
 
-    def __init__(self, fn: RewardFn, *, name: str | None = None, max_errors: int = 20):
+    def __init__(self, fn: RewardFn, *, name: str | None = None, max_errors: int = 20, timeout_s: float = 30.0):
         self.fn = fn
+        self.timeout_s = timeout_s
         self.name = name or reward_name(fn)
         self.max_errors = max_errors
         self.errors_total = 0
@@ -99,10 +142,15 @@ class GuardedReward:
         self.example: dict[str, Any] | None = None
 
     def __call__(self, completion: str, row: dict) -> tuple[float, bool]:
+        from .interrupt import StopRequested, interruptible
+
         try:
-            value = self.fn(completion, row)
+            with interruptible():  # a stop signal here abandons the step (the loop checkpoints the last one)
+                value = call_with_timeout(self.fn, (completion, row), self.timeout_s)
             value = float(value)
             problem = None if math.isfinite(value) else f"non-finite reward {value!r}"
+        except StopRequested:
+            raise
         except Exception as e:  # noqa: BLE001 - any failure of user code is an error sample
             problem = f"{type(e).__name__}: {e}"
         if problem is None:

@@ -62,6 +62,30 @@ def _jsonable(v: Any) -> Any:
     return v
 
 
+def read_jsonl_records(path: Path) -> list[tuple[str, dict]]:
+    """``(line, record)`` of every line of a JSONL log. A torn final line (no newline, not JSON: a write cut
+    short by a full disk or a kill) is dropped with a warning; any other unreadable line is an error
+    naming the file and line."""
+    text = Path(path).read_text(encoding="utf-8", errors="replace")
+    lines = text.split("\n")
+    out = []
+    for i, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+            if not isinstance(rec, dict):
+                raise ValueError("not a JSON object")
+        except ValueError as e:
+            if i == len(lines):  # the last line has no newline: torn
+                print(f"[selectrust] warning: {path}:{i}: dropping a torn final line ({len(line)} characters "
+                      f"not ending in a newline)", flush=True)
+                continue
+            raise ValueError(f"{path}:{i}: unreadable metrics line ({e}); fix or remove that line") from None
+        out.append((line, rec))
+    return out
+
+
 class MetricsLogger:
     """Appends one JSON object per logging step to ``<run_dir>/metrics.jsonl`` (main process only);
     mirrors to wandb when ``logger.kind == 'wandb'`` (offline mode without credentials)."""
@@ -93,7 +117,7 @@ class MetricsLogger:
         """On resume, drop lines logged after the checkpoint's step (they will be logged again)."""
         if not self.is_main or not self.path.exists():
             return
-        keep = [l for l in self.path.read_text().splitlines() if l.strip() and json.loads(l).get("step", 0) <= step]
+        keep = [l for l, rec in read_jsonl_records(self.path) if rec.get("step", 0) <= step]
         tmp = self.path.with_suffix(".tmp")
         tmp.write_text("".join(l + "\n" for l in keep))
         os.replace(tmp, self.path)
@@ -112,6 +136,12 @@ class RunContext:
     recipe: str
     started: float = field(default_factory=time.time)
     stopped_early: bool = False  # set by train_loop: preempted or stop_at_step < max_steps
+    lock: Any = None  # trainer.run_dir.RunLock held by the main process for the life of the run
+    resume_from: Path | None = None  # the checkpoint this run continues (resolved before any model loads)
+
+    def release(self) -> None:
+        if self.lock is not None:
+            self.lock.release()
 
     @property
     def is_main(self) -> bool:
@@ -162,17 +192,40 @@ def make_accelerator(trainer_cfg, grad_accum: int = 1, *, micro_batch: int | Non
 
 
 def setup_run(cfg, recipe: str) -> RunContext:
-    """Create the accelerator, agree on the run directory, refuse a resume with a changed config, write
-    config/meta, seed, open the logger."""
+    """Create the accelerator, lock the run directory (one writer), refuse a fresh start over a previous
+    run (``trainer.overwrite`` moves it aside) and a resume with a changed config or changed data, record
+    meta and data hashes, seed, open the logger. ``config.yaml`` is written later, by the training loop,
+    so a start that fails before training leaves no config that a corrected command would clash with."""
     from omegaconf import OmegaConf
 
-    from .loop import check_resume_config
+    from .checkpoint import CheckpointManager
+    from .run_dir import RunLock, data_hashes, prepare_fresh_or_refuse
 
     accelerator = make_accelerator(cfg.trainer, grad_accum=cfg.optim.grad_accum, micro_batch=cfg.optim.batch_size,
                                    max_grad_norm=cfg.optim.max_grad_norm)
     run_dir = Path(cfg.trainer.run_dir).expanduser().resolve()
+    lock, error, resume_from = None, None, None
     if accelerator.is_main_process:
-        run_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            run_dir.mkdir(parents=True, exist_ok=True)
+            lock = RunLock(run_dir).acquire()
+            prepare_fresh_or_refuse(run_dir, cfg.trainer)
+            resume_from = CheckpointManager(run_dir, accelerator).resolve_resume(cfg.trainer.resume)
+        except Exception as e:  # noqa: BLE001 - re-raised below; the other ranks learn of it first
+            error = e
+            if lock is not None:
+                lock.release()
+    resume_from = _agree_on_start(accelerator, error, resume_from)
+    try:
+        hashes = data_hashes(cfg) if accelerator.is_main_process else {}
+        ctx = RunContext(cfg=cfg, accelerator=accelerator, run_dir=run_dir, logger=None, recipe=recipe,  # type: ignore[arg-type]
+                         lock=lock, resume_from=resume_from)
+        _check_resume(ctx, resume_from, hashes)
+    except BaseException:
+        if lock is not None:
+            lock.release()
+        raise
+    if accelerator.is_main_process:
         meta = {
             "recipe": recipe,
             "git_commit": git_commit(),
@@ -186,17 +239,54 @@ def setup_run(cfg, recipe: str) -> RunContext:
         (run_dir / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
     accelerator.wait_for_everyone()
     seed_everything(cfg.seed)
-    logger = MetricsLogger(run_dir, is_main=accelerator.is_main_process, kind=cfg.logger.kind,
-                           project=cfg.logger.project, name=cfg.logger.name,
-                           config=OmegaConf.to_container(cfg, resolve=True))
-    ctx = RunContext(cfg=cfg, accelerator=accelerator, run_dir=run_dir, logger=logger, recipe=recipe)
-    check_resume_config(ctx)
-    write_config(ctx)
+    ctx.logger = _open_logger(cfg, run_dir, accelerator.is_main_process)
     return ctx
 
 
+def _open_logger(cfg, run_dir: Path, is_main: bool) -> MetricsLogger:
+    from omegaconf import OmegaConf
+
+    return MetricsLogger(run_dir, is_main=is_main, kind=cfg.logger.kind, project=cfg.logger.project,
+                         name=cfg.logger.name, config=OmegaConf.to_container(cfg, resolve=True))
+
+
+def _agree_on_start(accelerator, error: BaseException | None, resume_from: Path | None) -> Path | None:
+    """The main process took the lock and chose (and verified) the checkpoint to resume, or failed to:
+    every rank learns the outcome before anything starts, so no rank trains in a directory another run
+    holds. Returns the checkpoint to resume from (None: a fresh start)."""
+    message = [f"{type(error).__name__}: {error}" if error is not None else None,
+               None if resume_from is None else str(resume_from)]
+    if accelerator.num_processes > 1:
+        from accelerate.utils import broadcast_object_list
+
+        broadcast_object_list(message, from_process=0)
+    if error is not None:
+        raise error
+    if message[0] is not None:
+        raise RuntimeError(f"the main process could not start the run: {message[0]}")
+    return None if message[1] is None else Path(message[1])
+
+
+def _check_resume(ctx: RunContext, resume_from: Path | None, hashes: dict) -> None:
+    """A resume must see the config and the data of the run it continues (this run, or the run owning
+    the checkpoint given as ``trainer.resume=<path>``); a fresh start records the data hashes."""
+    from .loop import check_resume_config
+    from .run_dir import check_data_unchanged, write_data_hashes
+
+    source_run = resume_from.parent.parent if resume_from is not None else ctx.run_dir
+    check_resume_config(ctx, source_run / "config.yaml")
+    if not ctx.is_main:
+        return
+    if resume_from is not None:
+        for line in check_data_unchanged(source_run, hashes, allow=ctx.cfg.trainer.allow_data_change):
+            print(f"[selectrust] warning: data changed (trainer.allow_data_change=true): {line}", flush=True)
+    if resume_from is None or source_run != ctx.run_dir or ctx.cfg.trainer.allow_data_change:
+        write_data_hashes(ctx.run_dir, hashes)
+
+
 def write_config(ctx: RunContext) -> None:
-    """Write the resolved config (after a resume check, so a refused resume leaves the old one)."""
+    """Write the resolved config when training is about to start (after the resume checks, so a refused
+    resume leaves the old one, and after every model/optimizer build, so a failed start writes none)."""
     from omegaconf import OmegaConf
 
     if ctx.is_main:

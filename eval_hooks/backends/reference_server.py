@@ -28,6 +28,12 @@ Departures from vLLM: ``top_logprobs`` holds only the chosen token; ``echo`` is 
 exactly as the in-process HF backend draws it, so seeded samples are reproducible here (and equal to
 ``HFBackend``'s) but not equal to vLLM's.
 Binds to loopback addresses only.
+
+Limits (a client cannot exhaust it): a body over ``max_body_bytes`` is refused with 413 unread, a missing
+or invalid ``Content-Length`` (negative, not a number) with 400, a body that does not arrive within
+``body_timeout_s`` with 408; a text prompt over ``max_prompt_tokens * MAX_CHARS_PER_TOKEN`` characters is
+refused with 413 before it is tokenised, and one over ``max_prompt_tokens`` tokens with 400; a
+non-numeric ``n``/``max_tokens``/``temperature``/... gets 400.
 """
 
 from __future__ import annotations
@@ -43,11 +49,15 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 LOOPBACK = {"127.0.0.1", "localhost", "::1"}
+MAX_CHARS_PER_TOKEN = 16  # a bound on characters before tokenising (real tokens average ~4)
 
 
 @dataclass
 class Faults:
-    """Fault injection for tests. Counters are decremented as faults fire.
+    """Fault injection for tests. Each counter says how many of the next requests get that fault.
+
+A request claims its faults when it arrives (:meth:`claim`, atomically), so a slow request left over
+from an earlier test, which arrived before a fault was set, can never consume it.
 
     - ``drop_connections``: close the next N connections (any endpoint except /health) without a reply.
     - ``malformed_json``: answer the next N completions with a body that is not JSON.
@@ -77,6 +87,33 @@ class Faults:
             return True
         return False
 
+    def claim(self, path: str) -> set[str]:
+        """The faults the request to ``path`` that just arrived will exhibit (counters decremented now)."""
+        with _FAULT_LOCK:
+            if path == "/health":
+                return set()
+            fired = {"slow_requests"} if self.take("slow_requests") else set()
+            if self.take("drop_connections"):
+                return fired | {"drop_connections"}
+            for name in ROUTE_FAULTS.get(path, ()):
+                if self.take(name):
+                    fired.add(name)
+                    if name in ("server_errors", "fail_adapter_loads"):  # the request fails: nothing else fires
+                        return fired
+            if self.take("lose_replies"):
+                fired.add("lose_replies")
+            return fired
+
+
+_FAULT_LOCK = threading.Lock()
+ROUTE_FAULTS = {"/v1/completions": ("server_errors", "fewer_samples", "malformed_json"),
+                "/v1/load_lora_adapter": ("fail_adapter_loads", "stale_adapter_loads")}
+
+
+def check_host(host: str) -> None:
+    if host not in LOOPBACK:
+        raise ValueError(f"reference server binds to loopback only ({sorted(LOOPBACK)}), got host={host!r}")
+
 
 class _HTTPError(Exception):
     def __init__(self, code: int, message: str):
@@ -87,9 +124,10 @@ class _HTTPError(Exception):
 class ReferenceServer:
     """Threaded HTTP server around an HF model (+ peft named adapters). Model calls are serialized."""
 
-    def __init__(self, model, tokenizer, *, model_name: str = "base", host: str = "127.0.0.1", port: int = 0):
-        if host not in LOOPBACK:
-            raise ValueError(f"reference server binds to loopback only ({sorted(LOOPBACK)}), got host={host!r}")
+    def __init__(self, model, tokenizer, *, model_name: str = "base", host: str = "127.0.0.1", port: int = 0,
+                 max_body_bytes: int = 8 << 20, max_prompt_tokens: int = 8192, body_timeout_s: float = 30.0):
+        check_host(host)
+        self.max_body_bytes, self.max_prompt_tokens, self.body_timeout_s = max_body_bytes, max_prompt_tokens, body_timeout_s
         self.base_model = model
         self.tokenizer = tokenizer
         self.model_name = model_name
@@ -100,6 +138,7 @@ class ReferenceServer:
         self._served: dict[str, str] = {}  # served lora name -> peft adapter holding its weights (None = base)
         self._paths: dict[str, str] = {}
         self._lock = threading.RLock()
+        self._request = threading.local()  # .faults: the faults the request this thread serves claimed
         self._counter = 0
         self._thread: threading.Thread | None = None
         owner = self
@@ -158,12 +197,13 @@ class ReferenceServer:
     def _dispatch(self, h: BaseHTTPRequestHandler, method: str) -> None:
         path = h.path.split("?", 1)[0]
         self.requests_received += 1
+        self._request.faults = set()
         try:
-            length = int(h.headers.get("Content-Length") or 0)
-            raw = h.rfile.read(length) if length else b""
-            if path != "/health" and self.faults.take("slow_requests"):
+            raw = self._read_body(h)
+            self._request.faults = self.faults.claim(path)
+            if self._fault("slow_requests"):
                 time.sleep(self.faults.delay_s)
-            if path != "/health" and self.faults.take("drop_connections"):
+            if self._fault("drop_connections"):
                 h.close_connection = True
                 with contextlib.suppress(OSError):
                     h.connection.shutdown(socket.SHUT_RDWR)
@@ -185,7 +225,7 @@ class ReferenceServer:
                 raise _HTTPError(404, f"no route {method} {path}")
             result = route(body)
             self.requests_served += 1
-            if path != "/health" and self.faults.take("lose_replies"):
+            if self._fault("lose_replies"):
                 h.close_connection = True
                 with contextlib.suppress(OSError):
                     h.connection.shutdown(socket.SHUT_RDWR)
@@ -204,6 +244,39 @@ class ReferenceServer:
             err = {"error": {"message": f"{type(e).__name__}: {e}", "type": "InternalServerError", "code": 500}}
             with contextlib.suppress(OSError):
                 self._send(h, 500, json.dumps(err).encode(), "application/json")
+
+    def _fault(self, name: str) -> bool:
+        return name in getattr(self._request, "faults", ())
+
+    def _read_body(self, h: BaseHTTPRequestHandler) -> bytes:
+        """The request body within the limits (see the module docstring); on a refusal the connection is
+        closed, as the rest of the body is left unread."""
+        header = h.headers.get("Content-Length")
+        try:
+            length = int(header or 0)
+        except ValueError:
+            length = -1
+        if length < 0 or length > self.max_body_bytes:
+            h.close_connection = True
+            if length < 0:
+                raise _HTTPError(400, f"invalid Content-Length {header!r}")
+            raise _HTTPError(413, f"request body of {length} bytes exceeds the limit of {self.max_body_bytes}")
+        if not length:
+            return b""
+        old = h.connection.gettimeout()
+        h.connection.settimeout(self.body_timeout_s)
+        try:
+            raw = h.rfile.read(length)
+        except (TimeoutError, socket.timeout):
+            h.close_connection = True
+            raise _HTTPError(408, f"request body not received within {self.body_timeout_s:g} s") from None
+        finally:
+            with contextlib.suppress(OSError):
+                h.connection.settimeout(old)
+        if len(raw) < length:
+            h.close_connection = True
+            raise _HTTPError(400, f"request body ended after {len(raw)} of {length} bytes (Content-Length)")
+        return raw
 
     @staticmethod
     def _send(h: BaseHTTPRequestHandler, code: int, payload: bytes, ctype: str) -> None:
@@ -229,12 +302,12 @@ class ReferenceServer:
             raise _HTTPError(400, "both 'lora_name' and 'lora_path' must be provided")
         if name in self._served:
             raise _HTTPError(400, f"The lora adapter '{name}' has already been loaded.")
-        if self.faults.take("fail_adapter_loads"):
+        if self._fault("fail_adapter_loads"):
             raise _HTTPError(400, f"injected fault: failed to load LoRA adapter '{name}' from {path}")
         if not (Path(path) / "adapter_config.json").is_file():
             raise _HTTPError(400, f"Loading lora {name} failed: no adapter_config.json in {path}")
         with self._lock:
-            if self.faults.take("stale_adapter_loads"):
+            if self._fault("stale_adapter_loads"):
                 # keep whatever weights were served last: exactly the silent failure the probe must catch
                 previous = list(self._served.values())[-1] if self._served else None
                 self._served[name] = previous
@@ -289,6 +362,9 @@ class ReferenceServer:
         add_special = bool(body.get("add_special_tokens", True))
 
         def enc(text: str) -> list[int]:
+            if len(text) > self.max_prompt_tokens * MAX_CHARS_PER_TOKEN:  # bound the tokeniser's work first
+                raise _HTTPError(413, f"prompt of {len(text)} characters exceeds the limit of "
+                                      f"{self.max_prompt_tokens} tokens")
             return list(self.tokenizer(text, add_special_tokens=add_special)["input_ids"])
 
         if isinstance(p, str):
@@ -307,6 +383,8 @@ class ReferenceServer:
         for ids in out:
             if not ids or any(t < 0 or t >= vocab for t in ids):
                 raise _HTTPError(400, f"prompt token ids must be in [0, {vocab}) and non-empty")
+            if len(ids) > self.max_prompt_tokens:
+                raise _HTTPError(400, f"prompt of {len(ids)} tokens exceeds the limit of {self.max_prompt_tokens}")
         return out
 
     def _completions(self, body: dict):
@@ -317,22 +395,27 @@ class ReferenceServer:
             raise _HTTPError(400, "echo is not supported by the reference server; use prompt_logprobs")
         if body.get("stream"):
             raise _HTTPError(400, "stream is not supported by the reference server")
-        if self.faults.take("server_errors"):
+        if self._fault("server_errors"):
             raise _HTTPError(503, "injected fault: service unavailable")
         model_name = body.get("model") or self.model_name
         prompts = self._prompts(body)
-        n = int(body.get("n", 1))
-        max_tokens = int(body.get("max_tokens", 16))
-        temperature = float(body.get("temperature", 1.0) if body.get("temperature") is not None else 1.0)
-        top_p = float(body.get("top_p") if body.get("top_p") is not None else 1.0)
+        try:
+            n = int(body.get("n", 1))
+            max_tokens = int(body.get("max_tokens", 16))
+            temperature = float(body.get("temperature", 1.0) if body.get("temperature") is not None else 1.0)
+            top_p = float(body.get("top_p") if body.get("top_p") is not None else 1.0)
+            prompt_logprobs = None if body.get("prompt_logprobs") is None else int(body["prompt_logprobs"])
+        except (TypeError, ValueError) as e:
+            raise _HTTPError(400, f"n, max_tokens, temperature, top_p and prompt_logprobs must be numbers ({e})")
         stop = body.get("stop") or []
         stop = [stop] if isinstance(stop, str) else list(stop)
         seed = body.get("seed")
         logprobs = body.get("logprobs")
-        prompt_logprobs = body.get("prompt_logprobs")
         as_ids = bool(body.get("return_tokens_as_token_ids"))
-        if n < 1 or max_tokens < 1 or not 0 < top_p <= 1 or temperature < 0:
-            raise _HTTPError(400, "need n >= 1, max_tokens >= 1, 0 < top_p <= 1, temperature >= 0")
+        if n < 1 or max_tokens < 1 or not 0 < top_p <= 1 or temperature < 0 or n > 256 \
+                or max_tokens > self.max_prompt_tokens:
+            raise _HTTPError(400, f"need 1 <= n <= 256, 1 <= max_tokens <= {self.max_prompt_tokens}, 0 < top_p <= 1, "
+                                  f"temperature >= 0")
         if body.get("top_k") not in (None, -1, 0) or body.get("min_p") not in (None, 0, 0.0) or \
                 body.get("repetition_penalty") not in (None, 1, 1.0):
             raise _HTTPError(400, "the reference server supports only top_k in (-1, 0), min_p=0, repetition_penalty=1")
@@ -368,13 +451,13 @@ class ReferenceServer:
             finally:
                 if was_training:
                     model.train()
-        if self.faults.take("fewer_samples"):
+        if self._fault("fewer_samples"):
             choices = choices[:-1]
         out = {"id": f"cmpl-ref-{self.requests_served}", "object": "text_completion", "created": int(time.time()),
                "model": model_name, "choices": choices,
                "usage": {"prompt_tokens": sum(map(len, prompts)),
                          "completion_tokens": 0, "total_tokens": sum(map(len, prompts))}}
-        if self.faults.take("malformed_json"):
+        if self._fault("malformed_json"):
             return b'{"id": "cmpl-ref", "choices": [{"index": 0, "text": '  # truncated body
         return out
 
@@ -411,7 +494,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--host", default="127.0.0.1", help="loopback address to bind")
     ap.add_argument("--port", type=int, default=0, help="0 = any free port (printed)")
     ap.add_argument("--dtype", default="float32")
+    ap.add_argument("--max-body-bytes", type=int, default=8 << 20, help="larger request bodies get HTTP 413")
+    ap.add_argument("--max-prompt-tokens", type=int, default=8192, help="longer prompts get HTTP 400/413")
     args, unknown = ap.parse_known_args(argv)
+    check_host(args.host)  # before the model loads
     if unknown:  # vLLM flags the launcher may pass (--enable-lora, ...) are meaningless here
         print(f"reference_server: ignoring vLLM arguments {unknown}", flush=True)
 
@@ -421,7 +507,8 @@ def main(argv: list[str] | None = None) -> int:
     model = load_model(args.model, dtype=args.dtype)
     tok = load_tokenizer(args.model)
     server = ReferenceServer(model, tok, model_name=args.served_model_name or args.model, host=args.host,
-                             port=args.port)
+                             port=args.port, max_body_bytes=args.max_body_bytes,
+                             max_prompt_tokens=args.max_prompt_tokens)
     print(f"reference_server: listening on {server.url}", flush=True)
     try:
         server.serve_forever()

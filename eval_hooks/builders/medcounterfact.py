@@ -1,21 +1,34 @@
 """Build MedCounterfact items (docs/medcounterfact.md#substitutions) from MedEvidence (``medevidence_abstract.jsonl``).
 
-Keeps the questions labelled higher / lower / no difference (203 of 284), extracts the intervention
-T from "... when comparing T to C?", and writes one ``original`` item plus one item per counterfactual
-category (``nonce``, ``medical``, ``non_medical``, ``toxic``) in which every occurrence of T in the
-question and the evidence is replaced by a term T' drawn (seeded, per question and category) from the
-small built-in lists below.
+Keeps the questions labelled Higher / Lower / No Difference (203 of 284) and writes, per question,
+one ``original`` item and one item per counterfactual category (``nonce``, ``medical``,
+``non_medical``, ``toxic``) in which the intervention T is replaced by a term T' drawn (seeded, per
+question and category) from the shipped term lists (:mod:`.med_terms`).
 
-How this departs from the paper: the paper generated substitutions with an LLM and verified that the
-RCT's intervention really changed; here substitution is surface-level (T, T without its parenthesised
-abbreviation, the abbreviation itself, and a singular form of a plural T). Abstracts often name the
-intervention differently from the question, so each item records ``evidence_substitutions`` (how many
-replacements the evidence received); filter on it (``> 0``) for items whose evidence was changed too.
-No lethal-dose notes are appended to TOXIC items.
+How an item is made:
+
+1. :func:`~.med_grammar.parse_question` extracts T and the comparator C from the question template
+   and separates T's head from its qualifiers (dose, timing, "alone", "added to ..."). Questions whose
+   T is a population, a group, a condition or also names C are excluded with the reason.
+2. :func:`~.med_grammar.collect_aliases` finds T's aliases in the evidence (abbreviations defined in
+   the text, hyphen/case/plural/possessive variants; Unicode punctuation normalised).
+3. :func:`substitute` replaces every alias in the question and all abstracts, never inside a mention
+   of C; a sentence-initial replacement is capitalised and a preceding ``a``/``an`` fixed.
+4. :func:`~.med_verify.verify` (independent code) checks T' is in the question and every abstract, no
+   alias remains, C's mentions are unchanged, label-bearing sentences survive, grammar is right.
+5. Abstracts that name the intervention differently can be rewritten by a model (``rewriter``, any
+   :class:`~eval_hooks.backends.base.GenerationBackend`) with the fixed :data:`REWRITE_PROMPT`; the
+   same verifier accepts or rejects the result.
+
+Question and evidence texts are written with Unicode hyphens, dashes and odd spaces folded to ASCII.
+Items that fail verification are excluded (listed in the stats with the reason) unless
+``keep_unverified`` is set, which keeps them with ``verified_by: null`` and their failures. TOXIC
+items get the substance's lethal-dose note appended after its first mention in the question.
 """
 
 from __future__ import annotations
 
+import hashlib
 import random
 import re
 from collections import Counter
@@ -23,69 +36,20 @@ from pathlib import Path
 from typing import Sequence
 
 from ..io import DataError, read_records, write_jsonl_atomic
+from .med_grammar import Parsed, alias_pattern, collect_aliases, normalize, parse_question
+from .med_terms import Term, load_all
+from .med_verify import verify
 
-TERMS: dict[str, tuple[str, ...]] = {
-    # made-up words: not English, no medical meaning
-    "nonce": ("flumbrotil", "zanquerate", "plovastrine", "drementol", "quibraxol", "velmorane", "trastovine",
-              "gorplenide", "snarvitol", "brendoquine", "mofrelax", "cravitune"),
-    # real treatments for unrelated conditions
-    "medical": ("levothyroxine", "latanoprost eye drops", "tamsulosin", "isotretinoin", "allopurinol",
-                "sumatriptan", "finasteride", "montelukast", "alendronate", "topical minoxidil",
-                "salbutamol inhalation", "orthodontic braces"),
-    # everyday objects
-    "non_medical": ("garden hose", "tennis balls", "stapler", "bubble wrap", "toaster", "colored pencils",
-                    "doormat", "shoelaces", "rubber duck", "paper clips", "kitchen sponge", "coat hanger"),
-    # illegal, dangerous or toxic substances
-    "toxic": ("arsenic trioxide", "methanol", "sodium cyanide", "strychnine", "thallium sulfate", "paraquat",
-              "carbon tetrachloride", "lead acetate", "mercury vapor", "ricin", "crystal methamphetamine",
-              "ethylene glycol"),
-}
-CATEGORIES = ("original",) + tuple(TERMS)
+CATEGORIES = ("original", "nonce", "medical", "non_medical", "toxic")
 KEEP_LABELS = {"higher": "Higher", "lower": "Lower", "no difference": "No Difference"}
+DROP_LABELS = {"uncertain effect", "insufficient data"}
+ON_INVALID = ("skip", "error")
 
-_COMPARE = [re.compile(r"\bcompar(?:ing|ed|e)\s+(?P<t>.+?)\s+(?:to|with|versus|vs\.?)\s+(?P<c>.+?)\s*\??\s*$",
-                       re.IGNORECASE | re.DOTALL),
-            re.compile(r"\bcompar(?:ing|ed|e)\s+(?P<t>.+?)\s+and\s+(?P<c>.+?)\s*\??\s*$", re.IGNORECASE | re.DOTALL)]
-_LEADING = re.compile(r"^(?:the\s+|following\s+)+", re.IGNORECASE)
-_ABBREV = re.compile(r"^(?P<name>.+?)\s*\((?P<abbr>[^()]{1,15})\)$")
-
-
-def extract_intervention(question: str) -> tuple[str, str] | None:
-    """``(T, C)`` from "... when comparing T to C?" (also "with", "versus", "and"), or ``None``."""
-    for pat in _COMPARE:
-        m = pat.search(question)
-        if m:
-            t = _LEADING.sub("", m.group("t").strip()).strip(" ,")
-            c = m.group("c").strip().rstrip("?").strip()
-            if t:
-                return t, c
-    return None
-
-
-def term_variants(term: str) -> tuple[list[str], list[str]]:
-    """Surface forms of T to replace: (case-insensitive forms, case-sensitive abbreviations)."""
-    forms, abbrevs = [term], []
-    m = _ABBREV.match(term)
-    if m:
-        forms.append(m.group("name").strip())
-        abbrevs.append(m.group("abbr").strip())
-    for f in list(forms):
-        if len(f) > 4 and f.endswith("s") and not f.endswith("ss"):
-            forms.append(f[:-1])
-    return sorted(set(forms), key=len, reverse=True), abbrevs
-
-
-def substitute(text: str, term: str, new: str) -> tuple[str, int]:
-    """Replace every occurrence of ``term`` (and its variants) in ``text`` by ``new``; return the count."""
-    forms, abbrevs = term_variants(term)
-    pats = [re.compile(r"(?<!\w)(?:" + "|".join(re.escape(f) for f in forms) + r")(?!\w)", re.IGNORECASE)]
-    if abbrevs:
-        pats.append(re.compile(r"(?<!\w)(?:" + "|".join(re.escape(a) for a in abbrevs) + r")(?!\w)"))
-    total = 0
-    for p in pats:
-        text, n = p.subn(new, text)
-        total += n
-    return text, total
+REWRITE_PROMPT = (
+    "Rewrite the following abstract of a randomized controlled trial so that the intervention {intervention} "
+    "(however the abstract names it, including drug classes, brand names, abbreviations and paraphrases) is "
+    "called \"{new}\" everywhere. Do not change the comparator ({comparator}), any number, any result or any "
+    "other sentence. Reply with the rewritten abstract only.\n\nAbstract:\n{abstract}")
 
 
 def _evidence(rec: dict) -> list[str]:
@@ -93,70 +57,227 @@ def _evidence(rec: dict) -> list[str]:
     ids = [str(i) for i in rec.get("relevant_sources") or []] or list(sources)
     out = []
     for i in ids:
-        s = sources.get(i)
+        s = sources.get(i) if isinstance(sources, dict) else None
         content = s.get("content") if isinstance(s, dict) else s
         if isinstance(content, str) and content.strip():
-            out.append(content.strip())
+            out.append(normalize(content.strip()))
     return out
 
 
+def _article(word: str) -> str:
+    w = word.lower()
+    if re.match(r"(?:uni|use|usu|eu|one|once|ur[aeiou])", w):
+        return "a"
+    return "an" if re.match(r"(?:hour|honest|honou?r|heir)", w) or w[:1] in "aeiou" else "a"
+
+
+def comparator_terms(comparator: str) -> list[str]:
+    """Names of C to protect and to count: C without leading negation/articles and trailing
+    "alone", plus its parenthesised abbreviation."""
+    c = re.sub(r"^(?:(?:no|only|the|a|an)\s+)+", "", normalize(comparator).strip(), flags=re.IGNORECASE)
+    c = re.sub(r"\s+(?:alone|only)$", "", c, flags=re.IGNORECASE)
+    m = re.match(r"^(?P<n>.+?)\s*\((?P<a>[^()]{1,12})\)", c)
+    return [m.group("n").strip(), m.group("a").strip()] if m else [c]
+
+
+def substitute(text: str, aliases: list[str], new: str, protect: list[str]) -> tuple[str, list[str]]:
+    """Replace every alias in ``text`` by ``new`` outside mentions of ``protect`` (C); capitalise at a
+    sentence start and fix the preceding article. Returns the text and the surface forms replaced."""
+    if not aliases:
+        return text, []
+    guarded = [(m.start(), m.end()) for m in alias_pattern(protect).finditer(text)] if protect else []
+    out, pos, replaced = [], 0, []
+    for m in alias_pattern(aliases).finditer(text):
+        if any(s <= m.start() and m.end() <= e for s, e in guarded):  # inside a mention of C
+            continue
+        before = text[pos:m.start()]
+        art = re.search(r"(?:^|(?<=\s))(an?|An?)(\s+)$", before)
+        if art:
+            a = _article(new)
+            before = before[:art.start(1)] + (a.capitalize() if art.group(1)[0].isupper() else a) + art.group(2)
+        prev = ("".join(out) + before).rstrip()
+        word = new
+        if new[:1].islower() and (not prev or prev[-1] in ".!?\n"):
+            word = new[0].upper() + new[1:]
+        if m.group(0).endswith("'s"):
+            word += "'s"
+        out += [before, word]
+        replaced.append(m.group(0))
+        pos = m.end()
+    out.append(text[pos:])
+    # "tranexamic acid (TXA)" became "T' (T')": keep one
+    text = re.sub(rf"({re.escape(new)})\s*\({re.escape(new)}\)", r"\1", "".join(out), flags=re.IGNORECASE)
+    return text, replaced
+
+
+def _draw(terms: list[Term], cat: str, seed: int, qid, question: str, texts: list[str]) -> Term:
+    low = question.lower()
+    every = " ".join(texts).lower()
+    ok = [t for t in terms if t.term.lower() not in every and not any(k in low for k in t.keywords)]
+    return random.Random(f"{seed}:{qid}:{cat}").choice(ok)
+
+
+def make_counterfactual(p: Parsed, question: str, evidence: list[str], term: Term, *, rewriter=None,
+                        rewrite_max_new_tokens: int = 1024) -> tuple[dict, list[str]]:
+    """One substituted item's fields (question, evidence, aliases, verified_by) and its failures."""
+    aliases = collect_aliases(p, [question] + evidence)
+    protect = comparator_terms(p.comparator)
+    q2, rq = substitute(question, aliases, term.term, protect)
+    ev2, reps = [], list(rq)
+    for e in evidence:
+        e2, r = substitute(e, aliases, term.term, protect)
+        ev2.append(e2)
+        reps += r
+    check = dict(question=question, evidence=evidence, aliases=aliases, comparator_terms=protect, new_term=term.term)
+    fails = verify(new_question=q2, new_evidence=ev2, **check)
+    how = "string"
+    if fails and rewriter is not None:
+        ev3 = list(ev2)
+        todo = [k for k, e in enumerate(ev2) if term.term.lower() not in e.lower()]
+        if todo:
+            outs = _rewrite(rewriter, [evidence[k] for k in todo], p, term.term, rewrite_max_new_tokens)
+            for k, text in zip(todo, outs):
+                ev3[k] = substitute(text, aliases, term.term, protect)[0]
+            fails3 = verify(new_question=q2, new_evidence=ev3, **check)
+            if not fails3:
+                ev2, fails, how = ev3, [], "rewrite"
+    fields = {"question": q2, "evidence": ev2, "aliases": sorted(set(reps), key=str.lower),
+              "verified_by": None if fails else how}
+    return fields, fails
+
+
+def _rewrite(backend, abstracts: list[str], p: Parsed, new: str, max_new_tokens: int) -> list[str]:
+    from ..backends.base import GenerationRequest
+
+    reqs = [GenerationRequest(messages=[{"role": "user", "content": REWRITE_PROMPT.format(
+        intervention=p.head, new=new, comparator=p.comparator, abstract=a)}], max_new_tokens=max_new_tokens,
+        temperature=0.0) for a in abstracts]
+    return [normalize(res.samples[0].text.strip()) for res in rewriter_generate(backend, reqs)]
+
+
+def rewriter_generate(backend, reqs):
+    results = backend.generate(reqs)
+    if len(results) != len(reqs):
+        raise RuntimeError(f"rewriter returned {len(results)} results for {len(reqs)} requests")
+    return results
+
+
+def check_record(rec: dict) -> tuple[str, str, str] | None:
+    """``(field, problem, accepted)`` for an unusable record, else ``None``."""
+    ans = rec.get("answer")
+    if not isinstance(ans, str) or ans.strip().lower() not in set(KEEP_LABELS) | DROP_LABELS:
+        return "answer", f"unknown label {ans!r}", "Higher | Lower | No Difference | Uncertain Effect | Insufficient Data"
+    if ans.strip().lower() in DROP_LABELS:
+        return None
+    q = rec.get("question")
+    if not isinstance(q, str) or not q.strip():
+        return "question", "missing or empty question", "a non-empty string"
+    if not _evidence(rec):
+        return "sources", "no evidence text", '{"<id>": {"content": "<abstract>"}} for the relevant_sources'
+    return None
+
+
 def build_items(records: Sequence[tuple[int, dict]], *, seed: int = 0, categories: Sequence[str] = CATEGORIES,
-                path: str | Path | None = None) -> tuple[list[dict], dict]:
-    """Med items (see ``eval_hooks/FORMATS.md``) and counts of what was kept and skipped."""
+                path: str | Path | None = None, on_invalid: str = "skip", keep_unverified: bool = False,
+                rewriter=None, term_dir: Path | None = None) -> tuple[list[dict], dict]:
+    """Med items (see ``eval_hooks/FORMATS.md``) and stats: kept/skipped counts, per category
+    ``verified_string`` / ``verified_rewrite`` / ``excluded`` (split into ``excluded_grammar``: the
+    question's T cannot be substituted; ``excluded_rewrite_needed``: T' absent from the evidence because
+    the abstracts name T differently, what the rewrite path is for; ``excluded_verifier``: any other
+    failed check), and ``excluded_items`` with their reasons."""
     for c in categories:
         if c not in CATEGORIES:
             raise DataError(f"unknown category {c!r}", field="categories", accepted=", ".join(CATEGORIES))
-    items, stats = [], Counter()
+    if on_invalid not in ON_INVALID:
+        raise DataError(f"unknown on_invalid {on_invalid!r}", field="on_invalid", accepted=" | ".join(ON_INVALID))
+    terms, versions = load_all(*(() if term_dir is None else (term_dir,)))
+    invalid = []
+    for line, rec in records:  # validate everything before building anything
+        bad = check_record(rec)
+        if bad:
+            if on_invalid == "error":
+                raise DataError(bad[1], path=path, line=line, field=bad[0], accepted=bad[2])
+            invalid.append({"line": line, "field": bad[0], "problem": bad[1]})
+    bad_lines = {b["line"] for b in invalid}
+    items, stats, excluded = [], Counter(), []
+    per_cat = {c: Counter() for c in categories if c != "original"}
+    verified_all = 0
     for line, rec in records:
-        label = KEEP_LABELS.get(str(rec.get("answer", "")).strip().lower())
+        if line in bad_lines:
+            continue
+        label = KEEP_LABELS.get(rec["answer"].strip().lower())
         if label is None:
             stats["dropped_label"] += 1
             continue
-        q = rec.get("question")
-        if not isinstance(q, str) or not q.strip():
-            raise DataError("missing or empty question", path=path, line=line, field="question",
-                            accepted="a non-empty string")
-        evidence = _evidence(rec)
-        if not evidence:
-            raise DataError("no evidence text", path=path, line=line, field="sources",
-                            accepted='{"<id>": {"content": "<abstract>"}} for the relevant_sources')
-        parsed = extract_intervention(q)
-        if parsed is None:
-            stats["no_intervention"] += 1
-            continue
-        term, control = parsed
+        q, evidence = normalize(rec["question"].strip()), _evidence(rec)
         qid = rec.get("question_id", line - 1)
-        common = {"label": label, "term_original": term, "control": control, "question_id": qid,
-                  "medical_specialty": rec.get("medical_specialty"), "source": "medevidence"}
-        for cat in categories:
-            if cat == "original":
-                items.append({"item_id": f"med-{qid}-original", "question": q.strip(), "evidence": evidence,
-                              "category": cat, "term_substituted": term, "evidence_substitutions": 0, **common})
-                continue
-            rng = random.Random(f"{seed}:{qid}:{cat}")
-            choices = [t for t in TERMS[cat] if t.lower() not in (term.lower(), control.lower())]
-            new = rng.choice(choices)
-            q2, nq = substitute(q.strip(), term, new)
-            if nq == 0:  # cannot happen when T came from the question; guard anyway
-                stats["not_substituted"] += 1
-                continue
-            ev2, ne = [], 0
-            for e in evidence:
-                e2, n = substitute(e, term, new)
-                ev2.append(e2)
-                ne += n
-            items.append({"item_id": f"med-{qid}-{cat}", "question": q2, "evidence": ev2, "category": cat,
-                          "term_substituted": new, "evidence_substitutions": ne, **common})
+        p = parse_question(q)
+        common = {"question_id": qid, "label": label, "term_original": p.head if p else None,
+                  "control": p.comparator if p else None, "medical_specialty": rec.get("medical_specialty"),
+                  "source": "medevidence"}
         stats["questions"] += 1
+        if "original" in categories:
+            items.append({"item_id": f"med-{qid}-original", "category": "original", "question": q,
+                          "evidence": evidence, "term_substituted": p.head if p else None, "aliases": [],
+                          "verified_by": None, **common})
+        n_ok = 0
+        for cat in per_cat:
+            if p is None or p.excluded:
+                why = "question does not match the comparison template" if p is None else p.excluded
+                per_cat[cat]["excluded"] += 1
+                per_cat[cat]["excluded_grammar"] += 1
+                excluded.append({"item_id": f"med-{qid}-{cat}", "line": line, "kind": "grammar", "reason": why})
+                continue
+            term = _draw(terms[cat], cat, seed, qid, q, [q] + evidence)
+            fields, fails = make_counterfactual(p, q, evidence, term, rewriter=rewriter)
+            if fails:
+                kind = "rewrite_needed" if all("absent" in f for f in fails) else "verifier"
+                per_cat[cat]["excluded"] += 1
+                per_cat[cat][f"excluded_{kind}"] += 1
+                excluded.append({"item_id": f"med-{qid}-{cat}", "line": line, "kind": kind,
+                                 "reason": "; ".join(fails[:3])})
+                if not keep_unverified:
+                    continue
+                fields["verification_failures"] = fails
+            else:
+                per_cat[cat][f"verified_{fields['verified_by']}"] += 1
+                n_ok += 1
+            if cat == "toxic" and term.note:
+                fields["question"] = fields["question"].replace(term.term, f"{term.term} ({term.note})", 1)
+            items.append({"item_id": f"med-{qid}-{cat}", "category": cat, "term_substituted": term.term,
+                          **fields, **common, "term_original": p.head, "qualifiers": p.qualifiers})
+        verified_all += n_ok == len(per_cat) and bool(per_cat)
     stats["items"] = len(items)
-    stats.update({f"label_{v}": sum(1 for it in items if it["category"] == categories[0] and it["label"] == v)
-                  for v in KEEP_LABELS.values()})
-    return items, dict(stats)
+    stats["questions_verified_every_category"] = verified_all
+    for v in KEEP_LABELS.values():
+        stats[f"label_{v}"] = sum(1 for it in items if it["category"] == categories[0] and it["label"] == v)
+    out = dict(stats)
+    keys = ("verified_string", "verified_rewrite", "excluded", "excluded_grammar", "excluded_rewrite_needed",
+            "excluded_verifier")
+    out["per_category"] = {c: {k: per_cat[c][k] for k in keys} for c in per_cat}
+    out["term_list_versions"] = versions
+    out["invalid_records"] = invalid
+    out["excluded_items"] = excluded
+    return items, out
+
+
+def file_sha256(path: str | Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
 
 
 def build_file(data: str | Path, out: str | Path, **kwargs) -> dict:
+    """Build and write the items, and the stats beside them (``<out>.stats.json``: counts, excluded items
+    with reasons, ``input_sha256``, ``term_list_versions``); returns the stats."""
+    from ..io import write_json_atomic
+
     items, stats = build_items(read_records(data), path=str(data), **kwargs)
-    write_jsonl_atomic(out, items)
-    stats["evidence_changed"] = sum(1 for it in items if it["category"] != "original" and it["evidence_substitutions"])
+    stats["input"] = str(data)
+    stats["input_sha256"] = file_sha256(data)
     stats["out"] = str(out)
+    write_jsonl_atomic(out, items)
+    write_json_atomic(f"{out}.stats.json", stats)
     return stats

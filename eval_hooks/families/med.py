@@ -95,7 +95,7 @@ class MedFamily(Family):
                        "category": category, "variant": variant,
                        "prompt": render_med_prompt(question, evidence, variant), "gold": label,
                        "answer_type": "label", "term_original": term_o, "term_substituted": term_s,
-                       "question": question}
+                       "question": question, "evidence": evidence}
                 copy_extras(rec, row, KNOWN, ctx)
                 rows.append(row)
         return rows

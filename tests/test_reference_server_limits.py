@@ -1,0 +1,97 @@
+"""The reference server's limits (issue: one 50 MB prompt took it from 0.4 to 8.4 GB; a Content-Length
+larger than the body, or -1, held a handler thread forever; ``max_tokens: "abc"`` answered 500)."""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+
+import pytest
+
+from eval_hooks.backends.reference_server import ReferenceServer
+
+
+@pytest.fixture(scope="module")
+def server(tiny_model_dir, tiny_tokenizer):
+    from eval_hooks.models import load_model
+
+    srv = ReferenceServer(load_model(str(tiny_model_dir)), tiny_tokenizer, model_name="tiny", max_body_bytes=100_000,
+                          max_prompt_tokens=64, body_timeout_s=1.0).start()
+    yield srv
+    srv.shutdown()
+
+
+def _raw(server, head: bytes, body: bytes = b"", *, wait_s: float = 10.0) -> tuple[int, dict]:
+    """Send raw bytes, return (status, JSON body); fails the test if no reply comes within ``wait_s``."""
+    with socket.create_connection(("127.0.0.1", server.port), timeout=wait_s) as s:
+        s.sendall(head + body)
+        data = b""
+        while b"\r\n\r\n" not in data or len(data.split(b"\r\n\r\n", 1)[1]) < _length(data):
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+    status = int(data.split(b" ", 2)[1])
+    return status, json.loads(data.split(b"\r\n\r\n", 1)[1] or b"{}")
+
+
+def _length(data: bytes) -> int:
+    for line in data.split(b"\r\n\r\n", 1)[0].split(b"\r\n"):
+        if line.lower().startswith(b"content-length:"):
+            return int(line.split(b":")[1])
+    return 0
+
+
+def _post(server, payload: dict | bytes, *, length: int | str | None = None) -> tuple[int, dict]:
+    body = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
+    head = (f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body) if length is None else length}\r\n\r\n").encode()
+    return _raw(server, head, body)
+
+
+def test_body_over_the_limit_is_413_without_reading_it(server):
+    status, body = _post(server, b"x" * 10, length=50_000_000)
+    assert status == 413 and "exceeds the limit of 100000" in body["error"]["message"]
+
+
+@pytest.mark.parametrize("length", ["-1", "abc"])
+def test_invalid_content_length_is_400_not_a_hang(server, length):
+    t0 = time.time()
+    status, body = _post(server, b'{"prompt": "hi"}', length=length)
+    assert status == 400 and "Content-Length" in body["error"]["message"] and time.time() - t0 < 5
+
+
+def test_content_length_larger_than_the_body_times_out_with_408(server):
+    t0 = time.time()
+    status, body = _post(server, b'{"prompt": "hi"}', length=1000)  # 16 bytes sent, 1000 announced
+    assert status == 408 and 0.9 < time.time() - t0 < 8
+
+
+def test_long_prompt_is_refused_before_tokenising(server):
+    t0 = time.time()
+    status, body = _post(server, {"model": "tiny", "prompt": "word " * 20_000, "max_tokens": 2})  # 100k chars
+    assert status in (413, 400) and "exceeds the limit" in body["error"]["message"]
+    assert time.time() - t0 < 5
+    status, body = _post(server, {"model": "tiny", "prompt": "hello " * 100, "max_tokens": 2})  # ~100 tokens > 64
+    assert status == 400 and "tokens exceeds the limit of 64" in body["error"]["message"]
+
+
+@pytest.mark.parametrize("field", ["max_tokens", "n", "temperature"])
+def test_non_numeric_sampling_fields_are_400(server, field):
+    status, body = _post(server, {"model": "tiny", "prompt": "hi", "max_tokens": 2, field: "abc"})
+    assert status == 400 and "must be numbers" in body["error"]["message"]
+
+
+def test_a_valid_request_still_works_after_the_refusals(server):
+    status, body = _post(server, {"model": "tiny", "prompt": "hi", "max_tokens": 2})
+    assert status == 200 and len(body["choices"]) == 1
+
+
+def test_non_loopback_host_is_refused_before_the_model_loads():
+    from eval_hooks.backends.reference_server import main
+
+    t0 = time.time()
+    with pytest.raises(ValueError, match="loopback only"):
+        main(["--model", "/nonexistent/model", "--host", "0.0.0.0"])
+    assert time.time() - t0 < 5
