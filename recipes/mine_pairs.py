@@ -162,8 +162,9 @@ def unknown_pairs(by_item: dict, est: dict, backend, *, knowledge, model_name: s
 
     - ``unknown_correct``: the correct-context prompt; chosen = the model's own completion under that
       prompt when it gives the gold (the answer that uses the hint), rejected = one of its sampled clean
-      answers that is wrong (the first, in sample order). Items whose correct-context answer is not the
-      gold are dropped (``correct_context_wrong``): there is no on-policy text that uses the hint.
+      answers that is wrong (the first non-empty one, in sample order). Items whose correct-context
+      answer is not the gold are dropped (``correct_context_wrong``): there is no on-policy text that
+      uses the hint; so are items whose wrong samples are all empty (``no_nonempty_wrong_sample``).
     - ``unknown_irrelevant`` (``knowledge.unknown_irrelevant``), only for items whose clean answer is
       *stable* (the most frequent parsed answer has share >= ``knowledge.stable_threshold`` of the k
       samples): the irrelevant-context prompt; chosen = a clean sample with that modal answer, rejected
@@ -184,7 +185,10 @@ def unknown_pairs(by_item: dict, est: dict, backend, *, knowledge, model_name: s
         if not answers_match(parse_answer(text, row["answer_type"], **kw), row["gold"], row["answer_type"], **kw):
             dropped[i] = "correct_context_wrong"
             continue
-        wrong = next(t for t, ok in zip(e["texts"], e["correct"]) if not ok)  # unknown: at least one is wrong
+        wrong = next((t for t, ok in zip(e["texts"], e["correct"]) if not ok and t.strip()), None)
+        if wrong is None:  # every wrong sample was empty: nothing to prefer the hinted answer over
+            dropped[i] = "no_nonempty_wrong_sample"
+            continue
         common = {"item_id": i, "gold": row["gold"], "wrong_value": row["wrong_value"], "mined_with": model_name,
                   **_knowledge_fields(est, i)}
         pairs.append({"pair_id": f"unknown-{i}", "condition": "correct", "pool": "unknown_correct",

@@ -62,11 +62,14 @@ FIXTURE = {
     "Q4 clean": ["0", "1", "2", "3"], "Q4 hint 9": "9", "Q4 hint 1": "1",
     # i5 unknown, but under the correct hint it still answers wrongly: no on-policy hint-using text -> dropped
     "Q5 clean": ["7", "7", "8", "8"], "Q5 hint": "7",
+    # i6 unknown, every wrong sample empty: nothing to reject -> dropped
+    "Q6 clean": ["", "", "", ""], "Q6 hint 3": "3",
 }
 
 
 def mine_fixture(**kw):
-    rows = rows_for(1, 4, 7) + rows_for(2, 5, 8) + rows_for(3, 6, 9) + rows_for(4, 1, 9) + rows_for(5, 2, 0)
+    rows = rows_for(1, 4, 7) + rows_for(2, 5, 8) + rows_for(3, 6, 9) + rows_for(4, 1, 9) + rows_for(5, 2, 0) + \
+        rows_for(6, 3, 4)
     backend = Sampled(FIXTURE)
     pairs, stats = mine_mod.mine(rows, backend, max_new_tokens=2, use_fallback=True, fallback_note="n {gold}",
                                  leak_patterns=["note"], model_name="m", knowledge=knowledge_cfg(**kw), seed=0)
@@ -90,13 +93,13 @@ def test_pools_from_known_unknown_and_uncertain_items():
     assert (irr["item_id"], irr["condition"], irr["prompt"], irr["chosen"], irr["rejected"]) == \
         ("i2", "irrelevant", "Q2 sky", "3", "5")
     k = stats["knowledge"]
-    assert k["counts"] == {"known": 1, "unknown": 3, "uncertain": 1}
-    assert k["mean_clean_accuracy"]["unknown"] == pytest.approx((0 + 0.25 + 0) / 3)
+    assert k["counts"] == {"known": 1, "unknown": 4, "uncertain": 1}
+    assert k["mean_clean_accuracy"]["unknown"] == pytest.approx((0 + 0.25 + 0 + 0) / 4)
     assert k["per_pool"] == {"unknown_correct": 2, "unknown_irrelevant": 1}
-    assert k["unknown_dropped_items"] == {"i5": "correct_context_wrong"}
-    assert stats["items"] == 5 and stats["kept"] == 1
+    assert k["unknown_dropped_items"] == {"i5": "correct_context_wrong", "i6": "no_nonempty_wrong_sample"}
+    assert stats["items"] == 6 and stats["kept"] == 1
     assert {r["item_id"]: r["knowledge"] for r in stats["knowledge_items"]} == \
-        {"i1": "known", "i2": "unknown", "i3": "uncertain", "i4": "unknown", "i5": "unknown"}
+        {"i1": "known", "i2": "unknown", "i3": "uncertain", "i4": "unknown", "i5": "unknown", "i6": "unknown"}
     # the estimate sampled 4 answers per clean prompt at temperature 1
     assert ("Q1 clean", 4, 1.0) in backend.asked
 
