@@ -240,7 +240,7 @@ def test_knowledge_aware_dpo_logs_per_pool_reports_mass_and_splits_the_epoch_eva
     run_dir = tmp_path / "run"
     run_recipe("dpo", "dpo", [*common, f"trainer.run_dir={run_dir}"])
     stats = json.loads((run_dir / "data_stats.json").read_text())
-    assert stats["per_pool"]["unknown_correct"] == 4 and stats["sampling_mass"]["unknown_correct"] == pytest.approx(0.2)
+    assert stats["per_pool"]["unknown_correct"] == 4 and stats["sampling_mass"]["unknown_correct"] == pytest.approx(0.1)
     keys = {k for line in read_metrics(run_dir) for k in line}
     assert "rewards/accuracies/unknown_correct" in keys and "rewards/margins/unknown_correct" in keys
     final = json.loads((run_dir / "eval" / "final" / "metrics.json").read_text())
