@@ -71,14 +71,9 @@ def mine(rows: list[dict], backend, *, max_new_tokens: int, use_fallback: bool, 
     settings = prompt_settings or getattr(backend, "prompt_settings", None)
     est, extra, unknown_dropped = None, [], {}
     if knowledge is not None and knowledge.enabled:
-        from eval_hooks.knowledge import estimate_knowledge
-
-        est = estimate_knowledge([by_item[i]["clean"] for i in items], backend, k=knowledge.k,
-                                 temperature=knowledge.temperature, known_threshold=knowledge.known_threshold,
-                                 unknown_threshold=knowledge.unknown_threshold, max_new_tokens=max_new_tokens,
-                                 prompt_settings=settings, seed=seed)
-        extra, unknown_dropped = unknown_pairs(by_item, est, backend, knowledge=knowledge, model_name=model_name,
-                                               max_new_tokens=max_new_tokens, prompt_settings=settings)
+        est, extra, unknown_dropped = knowledge_pools(by_item, backend, knowledge=knowledge, model_name=model_name,
+                                                      max_new_tokens=max_new_tokens, prompt_settings=settings,
+                                                      seed=seed)
         items = [i for i in items if est[i]["knowledge"] == "known"]
     asked = [by_item[i][c] for i in items for c in ("clean", "misleading")]
     results = build_requests(asked, max_new_tokens=max_new_tokens, prompt_settings=settings)
@@ -138,15 +133,35 @@ def mine(rows: list[dict], backend, *, max_new_tokens: int, use_fallback: bool, 
              "dropped_by_reason": dict(Counter(dropped.values())), "dropped_items": dropped,
              "prompt": (settings or PromptSettings()).describe()}
     if est is not None:
-        from eval_hooks.knowledge import knowledge_record, summarize
-
-        stats["knowledge"] = {**summarize(est), "settings": {k: knowledge[k] for k in knowledge},
-                              "scope_quartets_from": "known items only",
-                              "per_pool": dict(Counter(p["pool"] for p in extra)),
-                              "unknown_dropped_by_reason": dict(Counter(unknown_dropped.values())),
-                              "unknown_dropped_items": unknown_dropped}
-        stats["knowledge_items"] = [knowledge_record(e) for e in est.values()]  # -> knowledge.jsonl
+        stats.update(knowledge_stats(est, extra, unknown_dropped, knowledge))
     return pairs + extra, stats
+
+
+def knowledge_pools(by_item: dict, backend, *, knowledge, model_name: str, max_new_tokens: int, prompt_settings,
+                    seed: int) -> tuple[dict, list[dict], dict]:
+    """The knowledge estimate of every item's clean row, then the unknown pools: (estimates, pair rows,
+    {item_id: drop reason})."""
+    from eval_hooks.knowledge import estimate_knowledge
+
+    est = estimate_knowledge([by_item[i]["clean"] for i in sorted(by_item)], backend, k=knowledge.k,
+                             temperature=knowledge.temperature, known_threshold=knowledge.known_threshold,
+                             unknown_threshold=knowledge.unknown_threshold, max_new_tokens=max_new_tokens,
+                             prompt_settings=prompt_settings, seed=seed)
+    extra, dropped = unknown_pairs(by_item, est, backend, knowledge=knowledge, model_name=model_name,
+                                   max_new_tokens=max_new_tokens, prompt_settings=prompt_settings)
+    return est, extra, dropped
+
+
+def knowledge_stats(est: dict, extra: list[dict], unknown_dropped: dict, knowledge) -> dict:
+    """``mining_stats.json``'s ``knowledge`` summary, plus ``knowledge_items`` (popped into knowledge.jsonl)."""
+    from eval_hooks.knowledge import knowledge_record, summarize
+
+    return {"knowledge": {**summarize(est), "settings": {k: knowledge[k] for k in knowledge},
+                          "scope_quartets_from": "known items only",
+                          "per_pool": dict(Counter(p["pool"] for p in extra)),
+                          "unknown_dropped_by_reason": dict(Counter(unknown_dropped.values())),
+                          "unknown_dropped_items": unknown_dropped},
+            "knowledge_items": [knowledge_record(e) for e in est.values()]}
 
 
 def _knowledge_fields(est, item_id: str) -> dict:
