@@ -122,6 +122,9 @@ class EvalConfig:
                                        "omission marker and the longest tail of lines that fits (the published runner's rule).")
     prompt_tokenizer: Optional[str] = _f(None, "taste only: tokenizer (local dir or 'tiny') that counts tokens for the cap; "
                                                "None = estimate of 4 UTF-8 bytes per token.")
+    knowledge_path: Optional[str] = _f(None, "mist only: per-item knowledge labels (knowledge.jsonl of recipes/mine_pairs.py "
+                                             "or recipes/evaluate.py with knowledge.enabled); metrics.json then has every "
+                                             "MIST metric per label (by_knowledge) and unknown_correct_accuracy.")
 
     med: MedEvalConfig = field(default_factory=MedEvalConfig)
 
@@ -200,6 +203,10 @@ class DPOAlgoConfig:
     reference: str = _f("auto", "auto (adapter-disabled policy with LoRA, frozen copy without; computed every step) | "
                                 "precomputed (the same reference, one pass over all pairs before training).")
     sft_on_chosen: bool = _f(False, "Baseline: ignore r- and train NLL on r+ (SFT on chosen).")
+    lambda_u: float = _f(0.0, "λ_u: sampling mass of the unknown-item pools (algo=scope_knowledge_aware); the four "
+                              "SCOPE pools share 1-λ_u in their λ/ρ proportions. 0 = plain SCOPE.")
+    unknown_irrelevant: bool = _f(False, "Also draw the unknown_irrelevant pool: λ_u is then split by ρ between "
+                                         "unknown_correct and unknown_irrelevant (else unknown_correct gets all of λ_u).")
 
 
 @dataclass
@@ -336,6 +343,20 @@ class DistillRunConfig(_RunBase):
 
 
 @dataclass
+class KnowledgeConfig:
+    """Per-item knowledge estimate (docs/scope.md#knowledge-aware-scope)."""
+
+    enabled: bool = _f(False, "Estimate per item whether the model knows the answer without context.")
+    k: int = _f(4, "Clean samples per item; 1 = one greedy answer.")
+    temperature: float = _f(1.0, "Sampling temperature of the k clean samples (ignored when k=1).")
+    known_threshold: float = _f(0.75, "Known: clean accuracy over the k samples >= this.")
+    unknown_threshold: float = _f(0.25, "Unknown: clean accuracy <= this; in between: uncertain (in no new pool).")
+    unknown_irrelevant: bool = _f(False, "Mining: also build the unknown_irrelevant pool for unknown items whose clean "
+                                         "answer is stable.")
+    stable_threshold: float = _f(0.75, "Stable: the most frequent clean answer has at least this share of the k samples.")
+
+
+@dataclass
 class EvaluateRunConfig:
     seed: int = _f(0, "Seed (only matters for sampled generation).")
     out_dir: str = _f("runs/evaluate", "Where metrics.json, item_scores.jsonl and report.md go.")
@@ -344,6 +365,7 @@ class EvaluateRunConfig:
     eval: EvalConfig = field(default_factory=EvalConfig)
     generation: GenerationConfig = field(default_factory=GenerationConfig)
     prompt: PromptConfig = field(default_factory=PromptConfig)
+    knowledge: KnowledgeConfig = field(default_factory=KnowledgeConfig)
 
 
 @dataclass
@@ -361,6 +383,7 @@ class MineRunConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
     generation: GenerationConfig = field(default_factory=GenerationConfig)
     prompt: PromptConfig = field(default_factory=PromptConfig)
+    knowledge: KnowledgeConfig = field(default_factory=KnowledgeConfig)
 
 
 @dataclass
@@ -374,6 +397,10 @@ class DemoStages:
     dpo: list[str] = _f([], "Overrides for both recipes/dpo.py stages (SCOPE and misleading-only).")
     box2_sft: list[str] = _f([], "Overrides for recipes/sft.py: Box2 counterfactual SFT.")
     grpo: list[str] = _f([], "Overrides for recipes/grpo.py: the short Box2 RL stage.")
+    knowledge: list[str] = _f([], "knowledge.* overrides of the knowledge-aware mining and of the base's evaluations "
+                                  "(whose knowledge.jsonl splits every later evaluation by knowledge).")
+    knowledge_aware: list[str] = _f([], "Extra overrides of the knowledge-aware recipes/dpo.py stage, after dpo and "
+                                        "algo=scope_knowledge_aware (e.g. algo.lambda_u).")
 
 
 @dataclass
@@ -382,6 +409,8 @@ class DemoRunConfig:
     out: str = _f("demo_out", "Output directory: report.md, summary.json, stages/ (each stage's run or eval dir).")
     box2: bool = _f(True, "Run the Box2 stage (counterfactual SFT + GRPO).")
     misleading_only: bool = _f(True, "Run the Standard-DPO (misleading-only pairs) ablation.")
+    knowledge_aware: bool = _f(True, "Run knowledge-aware SCOPE (unknown pools from the toy's untaught keys) and split "
+                                     "every evaluation by the base's knowledge.")
     torch_threads: Optional[int] = _f(None, "torch intra-op threads (None = torch's default). 1 is often much "
                                             "faster for this tiny model on a busy machine.")
     stages: DemoStages = field(default_factory=DemoStages)
@@ -591,6 +620,29 @@ def validate_dpo(cfg) -> None:
     _choice(a.weighting, ("sample", "loss"), "algo.weighting")
     _choice(a.pairing, ("matched", "unmatched"), "algo.pairing")
     _choice(a.reference, ("auto", "precomputed"), "algo.reference")
+    if not 0.0 <= a.lambda_u <= 1.0:
+        raise ConfigError(f"algo.lambda_u={a.lambda_u} must be in [0, 1]")
+    if a.unknown_irrelevant and a.lambda_u == 0:
+        raise ConfigError("algo.unknown_irrelevant=true draws from the unknown pools, which have no mass at algo.lambda_u=0")
+
+
+def validate_knowledge(kcfg) -> None:
+    """The ``knowledge`` group of recipes/mine_pairs.py and recipes/evaluate.py (checked before any model loads)."""
+    if not kcfg.enabled:
+        return
+    if kcfg.k < 1:
+        raise ConfigError(f"knowledge.k must be >= 1, got {kcfg.k}")
+    if kcfg.k > 1 and kcfg.temperature <= 0:
+        raise ConfigError(f"knowledge.temperature must be > 0 with knowledge.k={kcfg.k} (k=1 is greedy)")
+    for key in ("known_threshold", "unknown_threshold", "stable_threshold"):
+        if not 0.0 <= kcfg[key] <= 1.0:
+            raise ConfigError(f"knowledge.{key}={kcfg[key]} must be in [0, 1]")
+    if not kcfg.unknown_threshold < kcfg.known_threshold:
+        raise ConfigError(f"knowledge.unknown_threshold ({kcfg.unknown_threshold}) must be below "
+                          f"knowledge.known_threshold ({kcfg.known_threshold})")
+    if kcfg.unknown_irrelevant and not kcfg.stable_threshold > kcfg.unknown_threshold:
+        raise ConfigError(f"knowledge.stable_threshold ({kcfg.stable_threshold}) must exceed knowledge.unknown_threshold "
+                          f"({kcfg.unknown_threshold}) so that a stable unknown item's modal answer is a wrong one")
 
 
 def validate_sft(cfg) -> None:
