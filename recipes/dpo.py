@@ -6,6 +6,8 @@
 How this departs from TRL's DPOTrainer (same loss, checked by tests/test_trl_equivalence*):
 - pairs are drawn from four condition pools with sampling mass (λ_m, λ_c, λ_p ρ, λ_p (1-ρ)) — or
   weighted in the loss (``algo.weighting=loss``) — and every metric is also reported per condition;
+  ``algo=scope_knowledge_aware`` adds the unknown-item pools with mass λ_u (docs/scope.md#knowledge-aware-scope),
+  and their metrics per pool (``rewards/accuracies/unknown_correct``);
 - the reference is the same LoRA model with its adapter disabled (no second copy): the base, or the
   SFT policy when starting from ``model.init_adapter`` (trainer/model.py);
 - baselines are configs: ``algo=standard_dpo`` (misleading only), ``algo=unmatched``, ``algo=no_clean``
@@ -34,22 +36,25 @@ def run(cfg: DictConfig):
     """Train; returns the loop's ``LoopResult`` (step, preempted, final metrics)."""
     from eval_hooks.io import write_json_atomic
     from eval_hooks.prompts import PromptSettings
-    from trainer.data import ConditionSampler, SamplerSource, condition_mass, load_pairs, unmatch_pairs
+    from trainer.data import ConditionSampler, SamplerSource, check_pool_mass, load_pairs, pool_mass, unmatch_pairs
     from trainer.data import apply_length_policy
     from trainer.evaluation import load_eval_rows, make_backend
-    from trainer.logprobs import build_preference_batch
+    from trainer.logprobs import build_preference_batch, sequence_logprobs
     from trainer.loop import train_evaluate_finish
     from trainer.model import Reference, build_optimizer, build_policy, build_scheduler
     from trainer.run import setup_run
 
     # ---- validate everything before any model loads -------------------------------------------------
     validate_dpo(cfg)
+    logprobs = partial(sequence_logprobs, logprob_chunk=cfg.model.logprob_chunk)  # 0 = full logits
     algo, dcfg = cfg.algo, cfg.data
     pairs = load_pairs(dcfg.train_path, on_invalid=dcfg.on_invalid, require_quartets=algo.pairing == "matched")
     if algo.pairing == "unmatched":
         pairs = unmatch_pairs(pairs, seed=cfg.seed)
     eval_rows = load_eval_rows(cfg.eval)
-    mass = condition_mass(lambda_m=algo.lambda_m, lambda_c=algo.lambda_c, lambda_p=algo.lambda_p, rho=algo.rho)
+    mass = pool_mass(lambda_m=algo.lambda_m, lambda_c=algo.lambda_c, lambda_p=algo.lambda_p, rho=algo.rho,
+                     lambda_u=algo.lambda_u, unknown_irrelevant=algo.unknown_irrelevant)
+    check_pool_mass(pairs.stats["per_pool"], mass)
 
     # ---- build ------------------------------------------------------------------------------------
     ctx = setup_run(cfg, "dpo")
@@ -60,7 +65,7 @@ def run(cfg: DictConfig):
                                 max_completion_len=dcfg.max_completion_len, truncation=dcfg.truncation,
                                 prompt_settings=prompt)
     if ctx.is_main:
-        write_json_atomic(ctx.run_dir / "data_stats.json", pairs.stats)
+        write_json_atomic(ctx.run_dir / "data_stats.json", {**pairs.stats, "sampling_mass": mass})
         print(f"[selectrust] pairs: {pairs.stats['per_condition']} dropped: {pairs.stats['dropped']} "
               f"truncated: {pairs.stats.get('truncated', {})}", flush=True)
     reference = Reference(model, lora=cfg.model.lora.enabled)
@@ -70,7 +75,9 @@ def run(cfg: DictConfig):
     reference.to(acc.device)
     unwrapped = acc.unwrap_model(model)
     rows = pairs.rows
-    sampler = ConditionSampler([r["condition"] for r in rows], mass, seed=cfg.seed, mode=algo.weighting)
+    sampler = ConditionSampler([r["pool"] for r in rows], mass, seed=cfg.seed, mode=algo.weighting,
+                               block=cfg.optim.batch_size * acc.num_processes,
+                               lengths=[r["num_tokens"] for r in rows] if dcfg.group_by_length else None)
     batch_kwargs = dict(max_prompt_len=dcfg.max_prompt_len, max_completion_len=dcfg.max_completion_len,
                         truncation="keep_start" if dcfg.truncation == "keep_start" else "keep_end",
                         prompt_settings=prompt)
@@ -79,20 +86,21 @@ def run(cfg: DictConfig):
         picked = [rows[i] for i in indices]
         batch = build_preference_batch(tokenizer, [r["prompt"] for r in picked], [r["chosen"] for r in picked],
                                        [r["rejected"] for r in picked], **batch_kwargs)
-        return {"batch": batch, "weights": torch.tensor(weights), "conditions": [r["condition"] for r in picked],
+        return {"batch": batch, "weights": torch.tensor(weights), "conditions": [r["pool"] for r in picked],
                 "item_ids": [r["item_id"] for r in picked], "indices": indices}
 
     # algo.reference=precomputed: one no-grad pass of the adapter-disabled (or frozen) reference over every
     # pair before training; each step then skips the reference forward (a third of a LoRA step's FLOPs).
     ref_table = None
     if algo.reference == "precomputed" and not algo.sft_on_chosen:
-        ref_table = reference_table(reference, unwrapped, collate, len(rows), cfg.optim.batch_size, acc.device)
+        ref_table = reference_table(reference, unwrapped, collate, len(rows), cfg.optim.batch_size, acc.device,
+                                    logprobs=logprobs)
     source = SamplerSource(sampler, collate, batch_size=cfg.optim.batch_size, rank=acc.process_index,
                            world=acc.num_processes)
 
     # ---- one micro-batch ----------------------------------------------------------------------------
     step_fn = partial(dpo_step, algo=algo, reference=reference, policy=unwrapped, ref_table=ref_table,
-                      device=acc.device)
+                      device=acc.device, logprobs=logprobs)
 
     # ---- loop, evaluation, save ------------------------------------------------------------------------
     return train_evaluate_finish(ctx, model=model, optimizer=optimizer, scheduler=scheduler, source=source,
@@ -102,41 +110,39 @@ def run(cfg: DictConfig):
                                                                       prompt_settings=prompt))
 
 
-def reference_table(reference, policy, collate, n: int, batch_size: int, device) -> torch.Tensor:
-    """``(n, 2)`` reference log-probs (chosen, rejected) of every pair, computed once with no grad."""
-    from trainer.logprobs import sequence_logprobs
-
+def reference_table(reference, policy, collate, n: int, batch_size: int, device, *, logprobs) -> torch.Tensor:
+    """``(n, 2)`` reference log-probs (chosen, rejected) of every pair, computed once with no grad
+    (``logprobs``: ``trainer.logprobs.sequence_logprobs`` with the run's settings)."""
     table = torch.zeros(n, 2)
     with torch.no_grad(), reference.context(policy) as ref_model:
         for start in range(0, n, batch_size):
             idx = list(range(start, min(start + batch_size, n)))
             b = collate(idx, [1.0] * len(idx))["batch"].to(device)
-            ref, _, _ = sequence_logprobs(ref_model, b.input_ids, b.attention_mask, b.completion_mask)
+            ref, _, _ = logprobs(ref_model, b.input_ids, b.attention_mask, b.completion_mask)
             table[idx] = torch.stack(ref.float().cpu().chunk(2), dim=1)
     return table
 
 
-def dpo_step(model, mb: dict, *, algo, reference, policy, ref_table, device):
+def dpo_step(model, mb: dict, *, algo, reference, policy, ref_table, device, logprobs):
     """Loss and metrics of one micro-batch of pairs (chosen rows first, then rejected): the weighted sigmoid
     DPO loss against the reference (precomputed or the adapter-disabled policy), or NLL on the chosen rows
     for ``algo.sft_on_chosen``; every metric also per condition."""
     from trainer.algos.dpo import dpo_row_metrics, per_group_metrics, sigmoid_dpo_loss
     from trainer.algos.sft import masked_nll_loss
-    from trainer.logprobs import sequence_logprobs
 
     batch = mb["batch"].to(device)
     inputs = (batch.input_ids, batch.attention_mask, batch.completion_mask)
     if algo.sft_on_chosen:
         n = len(mb["conditions"])
-        _, token_logps, _ = sequence_logprobs(model, *[t[:n] for t in inputs])
+        _, token_logps, _ = logprobs(model, *[t[:n] for t in inputs])
         return masked_nll_loss(token_logps, None, batch.completion_mask[:n], aggregation="token_mean")
-    seq_logps, _, _ = sequence_logprobs(model, *inputs)
+    seq_logps, _, _ = logprobs(model, *inputs)
     pc, pr = seq_logps.chunk(2)
     if ref_table is not None:
         rc, rr = ref_table[mb["indices"]].to(device=device, dtype=seq_logps.dtype).unbind(1)
     else:
         with torch.no_grad(), reference.context(policy) as ref_model:
-            ref_logps, _, _ = sequence_logprobs(ref_model, *inputs)
+            ref_logps, _, _ = logprobs(ref_model, *inputs)
         rc, rr = ref_logps.chunk(2)
     weights = mb["weights"].to(device) if algo.weighting == "loss" else None
     loss, metrics = sigmoid_dpo_loss(pc, pr, rc, rr, beta=algo.beta, label_smoothing=algo.label_smoothing,

@@ -52,6 +52,7 @@ def run(cfg: DictConfig):
     from trainer.distributed import all_gather_object
     from trainer.envs import resolve_env
     from trainer.evaluation import load_eval_rows, make_backend
+    from trainer.logprobs import sequence_logprobs
     from trainer.loop import train_evaluate_finish
     from trainer.model import Reference, build_optimizer, build_policy, build_scheduler
     from trainer.rewards import GuardedReward, resolve_reward
@@ -61,6 +62,7 @@ def run(cfg: DictConfig):
 
     # ---- validate everything before any model loads (and long before any generation) -------------------
     validate_grpo(cfg, world=int(os.environ.get("WORLD_SIZE", "1")))
+    logprobs = partial(sequence_logprobs, logprob_chunk=cfg.model.logprob_chunk)  # 0 = full logits
     algo, dcfg = cfg.algo, cfg.data
     env_factory = resolve_env(algo.env, max_turns=algo.env_max_turns) if algo.env else None
     reward = None if env_factory else GuardedReward(resolve_reward(algo.reward), max_errors=algo.max_reward_errors,
@@ -87,7 +89,7 @@ def run(cfg: DictConfig):
 
     settings = RolloutSettings.from_config(algo, num_groups=algo.prompts_per_step, grad_accum=cfg.optim.grad_accum,
                                            prompt_settings=prompt, seed=cfg.seed)
-    old_logps_fn = partial(old_logprobs, unwrapped, acc.device) if algo.num_iterations > 1 else None
+    old_logps_fn = partial(old_logprobs, unwrapped, acc.device, logprobs) if algo.num_iterations > 1 else None
     source = RolloutSource(rows, ShuffleSampler(len(rows), seed=cfg.seed), settings=settings, tokenizer=tokenizer,
                            backend_factory=backend_factory, reward=reward, env_factory=env_factory,
                            old_logps_fn=old_logps_fn, rank=acc.process_index, world=acc.num_processes,
@@ -96,34 +98,33 @@ def run(cfg: DictConfig):
         source.pre_generate = rollout_sync_hook(ctx, lambda: source.backend, unwrapped, tokenizer)
 
     # ---- one micro-batch, then loop, evaluation, save ----------------------------------------------------
-    step_fn = partial(grpo_step, algo=algo, reference=reference, policy=unwrapped, device=acc.device)
+    step_fn = partial(grpo_step, algo=algo, reference=reference, policy=unwrapped, device=acc.device,
+                      logprobs=logprobs)
     return train_evaluate_finish(ctx, model=model, optimizer=optimizer, scheduler=scheduler, source=source,
                                  step_fn=step_fn, tokenizer=tokenizer, eval_rows=eval_rows,
                                  backend_factory=backend_factory)
 
 
-def old_logprobs(policy, device, ids, att, cm):
-    """Per-token log-probs of the sampled completions under the rollout-time policy (no grad), on CPU."""
-    from trainer.logprobs import sequence_logprobs
-
+def old_logprobs(policy, device, logprobs, ids, att, cm):
+    """Per-token log-probs of the sampled completions under the rollout-time policy (no grad), on CPU
+    (``logprobs``: ``trainer.logprobs.sequence_logprobs`` with the run's settings)."""
     with torch.no_grad():
-        return sequence_logprobs(policy, ids.to(device), att.to(device), cm.to(device))[1].cpu()
+        return logprobs(policy, ids.to(device), att.to(device), cm.to(device))[1].cpu()
 
 
-def grpo_step(model, mb: dict, *, algo, reference, policy, device):
+def grpo_step(model, mb: dict, *, algo, reference, policy, device, logprobs):
     """Loss and metrics of one rollout micro-batch: the clipped token loss, with the KL term to the
     adapter-disabled reference and the truncated importance weights when configured."""
     from trainer.algos.grpo import clipped_policy_loss
     from trainer.algos.is_correction import truncated_is_weights
-    from trainer.logprobs import sequence_logprobs
 
     ids, att, cm = mb["input_ids"].to(device), mb["attention_mask"].to(device), mb["completion_mask"].to(device)
-    _, logps, entropy = sequence_logprobs(model, ids, att, cm, return_entropy=True)
+    _, logps, entropy = logprobs(model, ids, att, cm, return_entropy=True)
     old = mb["old_logps"].to(device) if mb["old_logps"] is not None else logps.detach()
     ref = None
     if reference is not None:
         with torch.no_grad(), reference.context(policy) as ref_model:
-            ref = sequence_logprobs(ref_model, ids, att, cm)[1]
+            ref = logprobs(ref_model, ids, att, cm)[1]
     is_w, is_metrics = None, {}
     if algo.is_correction != "none":
         if mb["rollout_logps"] is None:

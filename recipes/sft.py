@@ -50,6 +50,7 @@ def run(cfg: DictConfig):
 
     # ---- validate everything before any model loads -------------------------------------------------
     validate_sft(cfg)
+    sequence_logprobs = partial(sequence_logprobs, logprob_chunk=cfg.model.logprob_chunk)  # 0 = full logits
     algo, dcfg = cfg.algo, cfg.data
     examples = load_sft_examples(dcfg.train_path)
     eval_rows = load_eval_rows(cfg.eval)

@@ -24,6 +24,10 @@ import numpy as np
 from eval_hooks.io import DataError, read_records
 
 CONDITIONS = ("clean", "misleading", "correct", "irrelevant")
+# Knowledge-aware SCOPE (docs/scope.md#knowledge-aware-scope): pools of items the model does not know,
+# each tied to the context condition its prompts are shown under; rows of these pools form no quartet.
+UNKNOWN_POOLS = {"unknown_correct": "correct", "unknown_irrelevant": "irrelevant"}
+POOLS = CONDITIONS + tuple(UNKNOWN_POOLS)
 
 
 # -- built-in sources ---------------------------------------------------------------------------
@@ -83,6 +87,12 @@ def load_pairs(path: str, *, on_invalid: str = "drop", require_quartets: bool = 
         if rec["condition"] not in CONDITIONS:
             raise DataError(f"unknown condition {rec['condition']!r}", path=real, line=line, field="condition",
                             accepted="|".join(CONDITIONS))
+        pool = rec.get("pool", rec["condition"])
+        if pool not in POOLS or (pool in UNKNOWN_POOLS and UNKNOWN_POOLS[pool] != rec["condition"]) or \
+                (pool in CONDITIONS and pool != rec["condition"]):
+            raise DataError(f"pool {pool!r} does not fit condition {rec['condition']!r}", path=real, line=line,
+                            field="pool", accepted="the condition itself, or unknown_correct (condition correct) | "
+                                                   "unknown_irrelevant (condition irrelevant)")
         key = (rec["pair_id"], rec["condition"])
         if key in seen:
             raise DataError(f"duplicate condition {rec['condition']!r} for pair_id {rec['pair_id']!r} "
@@ -101,12 +111,14 @@ def load_pairs(path: str, *, on_invalid: str = "drop", require_quartets: bool = 
             continue
         rec = dict(rec)
         rec.setdefault("item_id", rec["pair_id"])
+        rec["pool"] = pool
         lines[len(rows)] = line
         rows.append(rec)
     if require_quartets:
         conds = defaultdict(set)
         for r in rows:
-            conds[r["pair_id"]].add(r["condition"])
+            if r["pool"] in CONDITIONS:
+                conds[r["pair_id"]].add(r["condition"])
         incomplete = {pid for pid, cs in conds.items() if len(cs) != len(CONDITIONS)}
         if incomplete:
             if on_invalid == "error":
@@ -115,11 +127,12 @@ def load_pairs(path: str, *, on_invalid: str = "drop", require_quartets: bool = 
                 raise DataError(f"quartet {pid!r} lacks conditions {sorted(set(CONDITIONS) - conds[pid])}",
                                 path=real, line=lines[first], field="condition")
             dropped["incomplete_quartet_rows"] += sum(1 for r in rows if r["pair_id"] in incomplete)
-            rows = [r for r in rows if r["pair_id"] not in incomplete]
+            rows = [r for r in rows if r["pair_id"] not in incomplete or r["pool"] in UNKNOWN_POOLS]
     if not rows:
         raise DataError(f"no usable pairs left after validation (dropped: {dict(dropped)})", path=real)
     stats = {"path": real, "rows": len(rows), "dropped": dict(dropped),
-             "per_condition": dict(Counter(r["condition"] for r in rows))}
+             "per_condition": dict(Counter(r["condition"] for r in rows)),
+             "per_pool": dict(Counter(r["pool"] for r in rows))}
     return PairSet(rows=rows, stats=stats)
 
 
@@ -128,9 +141,12 @@ def unmatch_pairs(pairs: PairSet, *, seed: int) -> PairSet:
     (r+, r-) pair is seen under more than one context (the matched construction is what SCOPE adds)."""
     rng = np.random.default_rng(seed)
     by_pid = defaultdict(list)
-    for r in pairs.rows:
-        by_pid[r["pair_id"]].append(r)
     rows = []
+    for r in pairs.rows:
+        if r.get("pool") in UNKNOWN_POOLS:
+            rows.append(r)  # one context per pair already
+        else:
+            by_pid[r["pair_id"]].append(r)
     for pid in sorted(by_pid):
         group = sorted(by_pid[pid], key=lambda r: r["condition"])
         rows.append(group[int(rng.integers(len(group)))])
@@ -171,6 +187,56 @@ def condition_mass(*, lambda_m: float, lambda_c: float, lambda_p: float, rho: fl
     return {"misleading": lambda_m, "clean": lambda_c, "correct": lambda_p * rho, "irrelevant": lambda_p * (1 - rho)}
 
 
+def length_grouped_order(lengths: Sequence[int], *, block: int, blocks_per_chunk: int, rng,
+                         within_window: bool = True) -> np.ndarray:
+    """Length-grouped order of a sequence of draws: a permutation of ``range(len(lengths))``.
+
+    The draws are cut into windows of ``block * blocks_per_chunk`` (``block`` = the global micro-batch
+    size); each window is sorted by length (stable) and cut into blocks of ``block``, and the blocks are
+    shuffled with ``rng``: within their window (each window keeps exactly its draws, so a run that stops
+    mid-epoch makes the same draws as without grouping), or with ``within_window=False`` across all
+    windows (SFT's original scheme). The multiset of draws is unchanged (so is every sampling mass), each
+    micro-batch holds draws of similar length, and the result is a pure function of the inputs and the
+    RNG state: seeded, and the same on every rank. The one grouping routine of SFT, DPO and (later)
+    distillation batches."""
+    lengths = np.asarray(lengths)
+    window = block * blocks_per_chunk
+    blocks, out = [], []
+    for start in range(0, len(lengths), window):
+        part = np.arange(start, min(start + window, len(lengths)))
+        part = part[np.argsort(lengths[part], kind="stable")]
+        blocks += [part[i:i + block] for i in range(0, len(part), block)]
+        if within_window:
+            out += [blocks[i] for i in rng.permutation(len(blocks))]
+            blocks = []
+    out += [blocks[i] for i in rng.permutation(len(blocks))] if blocks else []
+    return np.concatenate(out) if out else np.arange(0)
+
+
+def pool_mass(*, lambda_m: float, lambda_c: float, lambda_p: float, rho: float, lambda_u: float = 0.0,
+              unknown_irrelevant: bool = False) -> dict[str, float]:
+    """docs/scope.md#knowledge-aware-scope: the four SCOPE pools get ``(1 - λ_u)`` times their
+    :func:`condition_mass`; the unknown pools get ``λ_u`` (split ``ρ`` / ``1 - ρ`` between unknown_correct
+    and unknown_irrelevant when ``unknown_irrelevant``, else all to unknown_correct). λ_u = 0 is SCOPE."""
+    mass = {c: (1 - lambda_u) * m for c, m in condition_mass(lambda_m=lambda_m, lambda_c=lambda_c,
+                                                              lambda_p=lambda_p, rho=rho).items()}
+    if lambda_u > 0:
+        share = rho if unknown_irrelevant else 1.0
+        mass["unknown_correct"] = lambda_u * share
+        if unknown_irrelevant:
+            mass["unknown_irrelevant"] = lambda_u * (1 - share)
+    return mass
+
+
+def check_pool_mass(pools, mass: dict[str, float]) -> None:
+    """Every pool with positive mass must hold pairs (``pools``: anything with ``pool in pools`` and
+    ``len(pools[pool])``); run before any model loads."""
+    for c, m in mass.items():
+        if m > 0 and not pools.get(c):
+            raise DataError(f"pool {c!r} has sampling mass {m:g} but the data has no {c} pairs"
+                            + (" (mine with knowledge.enabled=true)" if c in UNKNOWN_POOLS else ""))
+
+
 class ConditionSampler:
     """Draws pair indices with the configured mass over condition pools.
 
@@ -181,9 +247,19 @@ class ConditionSampler:
 
     The draw sequence of epoch e is a pure function of (seed, e), so the state is just
     ``(epoch, position)``: exact resume needs no RNG state.
+
+    With ``lengths`` (one per row) and ``block`` (the global micro-batch size), each epoch's draws are
+    regrouped by :func:`length_grouped_order` (windows of ``blocks_per_chunk`` micro-batches sorted by
+    length, cut, and the micro-batches shuffled): the same draws, hence the same per-condition mass.
     """
 
-    def __init__(self, conditions: Sequence[str], mass: dict[str, float], *, seed: int, mode: str = "sample"):
+    def __init__(self, conditions: Sequence[str], mass: dict[str, float], *, seed: int, mode: str = "sample",
+                 lengths: Sequence[int] | None = None, block: int = 1, blocks_per_chunk: int = 16):
+        if lengths is not None and len(lengths) != len(conditions):
+            raise ValueError(f"lengths has {len(lengths)} entries for {len(conditions)} rows")
+        self.lengths = None if lengths is None else np.asarray(lengths)
+        self.block = block
+        self.blocks_per_chunk = blocks_per_chunk
         self.conditions = list(conditions)
         self.mass = dict(mass)
         self.seed = seed
@@ -191,9 +267,7 @@ class ConditionSampler:
         self.pools: dict[str, list[int]] = defaultdict(list)
         for i, c in enumerate(self.conditions):
             self.pools[c].append(i)
-        for c, m in self.mass.items():
-            if m > 0 and not self.pools.get(c):
-                raise DataError(f"condition {c!r} has sampling mass {m:g} but the data has no {c} pairs")
+        check_pool_mass(self.pools, self.mass)
         self.n = len(self.conditions)
         self.epoch = 0
         self.position = 0
@@ -201,6 +275,14 @@ class ConditionSampler:
 
     def _epoch_plan(self, epoch: int) -> list[tuple[int, float]]:
         rng = np.random.default_rng([self.seed, epoch])
+        plan = self._draw_plan(rng)
+        if self.lengths is not None and self.block > 1:
+            order = length_grouped_order(self.lengths[[i for i, _ in plan]], block=self.block,
+                                         blocks_per_chunk=self.blocks_per_chunk, rng=rng)
+            plan = [plan[k] for k in order]
+        return plan
+
+    def _draw_plan(self, rng) -> list[tuple[int, float]]:
         if self.mode == "loss":
             counts = {c: len(ix) for c, ix in self.pools.items()}
             weight = {c: (self.mass.get(c, 0.0) / (counts[c] / self.n)) if counts[c] else 0.0 for c in counts}
@@ -254,24 +336,15 @@ class ShuffleSampler(ConditionSampler):
 
     def __init__(self, n: int, *, seed: int, lengths: Sequence[int] | None = None, block: int = 1,
                  blocks_per_chunk: int = 16):
-        super().__init__(["all"] * n, {"all": 1.0}, seed=seed, mode="sample")
-        if lengths is not None and len(lengths) != n:
-            raise ValueError(f"lengths has {len(lengths)} entries for {n} examples")
-        self.lengths = None if lengths is None else np.asarray(lengths)
-        self.block = block
-        self.blocks_per_chunk = blocks_per_chunk
+        super().__init__(["all"] * n, {"all": 1.0}, seed=seed, mode="sample", lengths=lengths, block=block,
+                         blocks_per_chunk=blocks_per_chunk)
 
     def _epoch_plan(self, epoch: int) -> list[tuple[int, float]]:
         rng = np.random.default_rng([self.seed, epoch])
         order = rng.permutation(self.n)
         if self.lengths is not None and self.block > 1:
-            chunk = self.block * self.blocks_per_chunk
-            blocks = []
-            for start in range(0, self.n, chunk):
-                part = order[start:start + chunk]
-                part = part[np.argsort(self.lengths[part], kind="stable")]
-                blocks += [part[i:i + self.block] for i in range(0, len(part), self.block)]
-            order = np.concatenate([blocks[i] for i in rng.permutation(len(blocks))])
+            order = order[length_grouped_order(self.lengths[order], block=self.block, within_window=False,
+                                               blocks_per_chunk=self.blocks_per_chunk, rng=rng)]
         return [(int(i), 1.0) for i in order]
 
 
@@ -346,7 +419,7 @@ def apply_length_policy(pairs: PairSet, tokenizer, *, max_prompt_len: int, max_c
             if truncation == "drop":
                 dropped += 1
                 continue
-        keep.append(r)
+        keep.append({**r, "num_tokens": int(b.attention_mask.sum(dim=1).max())})  # padded width of its rows
     if not keep:
         raise DataError(f"every pair exceeds the length limits (max_prompt_len={max_prompt_len}, "
                         f"max_completion_len={max_completion_len})", path=pairs.stats.get("path"))
@@ -355,6 +428,7 @@ def apply_length_policy(pairs: PairSet, tokenizer, *, max_prompt_len: int, max_c
                           "policy": truncation, "dropped": dropped}
     stats["rows"] = len(keep)
     stats["per_condition"] = dict(Counter(r["condition"] for r in keep))
+    stats["per_pool"] = dict(Counter(r.get("pool", r["condition"]) for r in keep))
     return PairSet(rows=keep, stats=stats)
 
 
