@@ -24,17 +24,8 @@ by every misleading hint, Box2 bad step and rejected response of that key). The 
   only ``mist_train_knowledge.jsonl`` (train + untaught) holds them, so the unknown pools can be mined
   while no evaluated unseen key is ever trained on.
 
-Why a rule and not one memorised digit per key (FORMAT_VERSION <= 5): the knowledge a DPO stage
-must learn to trust has to live in circuits that train and held-out keys share, as an LLM's
-knowledge does. With a digit memorised per key, the 126k-parameter model kept its memory in per-key
-features; balanced DPO on 158-200 train keys then fitted the train pairs per key and damaged the
-memory of the held-out keys instead of transferring. Measured (seed 1, LoRA r16, 300 steps,
-beta 0.5): lr 3e-4 -> held-out SC2W 0.79 -> 0.74; lr 3e-3 -> 0.64 with held-out clean 0.99 -> 0.61;
-no variant kept held-out clean >= 0.9 and reached SC2W below 0.63 (LoRA on attention only, MLP
-only or the last layer, ranks 2-16, SGD, RPO's chosen-NLL term, misleading mass 0.5, a 0.44M model).
-With the rule, the demo's recipe (lr 1e-3) on seeds 0-4: held-out SC2W 1.00 -> 0.00-0.14, clean and
-correct >= 0.95 (DEMO.md). The held-out keys are new questions about known knowledge (their rule
-letters are taught through other keys), not new facts.
+Why a rule and not one digit memorised per key: the experiments behind that choice are in
+docs/demo.md#why-a-rule-not-a-digit-per-key.
 
 Prompts (the user message; the completion is the digit alone, then EOS)::
 
