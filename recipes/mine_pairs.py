@@ -27,11 +27,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import hydra
 from omegaconf import DictConfig
 
+from eval_hooks.vocab import MIST_CONDITIONS as CONDITIONS
 from trainer.config import register_schemas, validate_common
 
 register_schemas()
-
-CONDITIONS = ("clean", "misleading", "correct", "irrelevant")
 
 
 def leaks_note(text: str, *, patterns, note: str) -> bool:

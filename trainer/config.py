@@ -15,6 +15,8 @@ from typing import Any, Optional
 
 from omegaconf import MISSING
 
+from eval_hooks.vocab import MED_FORMATS, MED_MITIGATIONS
+
 
 def _f(default: Any, help: str, **kw):
     if isinstance(default, (list, dict)):
@@ -95,8 +97,8 @@ class TrainerConfig:
 
 @dataclass
 class MedEvalConfig:
-    formats: list[str] = _f(["mc", "free"], "MedCounterfact answer formats: mc (multiple choice) and/or free (free text mapped to a label by the judge).")
-    mitigations: list[str] = _f(["detect", "prior"], "MedCounterfact mitigation pipelines run besides the base one (evidence variants only): detect | prior.")
+    formats: list[str] = _f(list(MED_FORMATS), "MedCounterfact answer formats: mc (multiple choice) and/or free (free text mapped to a label by the judge).")
+    mitigations: list[str] = _f(list(MED_MITIGATIONS), "MedCounterfact mitigation pipelines run besides the base one (evidence variants only): detect | prior.")
     label_probs: bool = _f(True, "Score P(label) before generation with the backend's score_labels (base pipeline, mc).")
     judge: str = _f("keyword", "Free-text label and awareness judge: keyword (deterministic heuristic) | self (the evaluated model with fixed judge prompts).")
     prompt_token_budget: Optional[int] = _f(None, "Prompt tokens above which the refine chain walks the evidence in chunks (None = model positions - max_new_tokens - 16).")

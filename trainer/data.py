@@ -22,8 +22,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from eval_hooks.io import DataError, read_records
-
-CONDITIONS = ("clean", "misleading", "correct", "irrelevant")
+from eval_hooks.vocab import MIST_CONDITIONS as CONDITIONS
 
 
 # -- built-in sources ---------------------------------------------------------------------------

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from eval_hooks.vocab import MED_FORMATS, MED_MITIGATIONS
+
 from .config import ConfigError
 
 
@@ -26,12 +28,10 @@ def load_med_rows(eval_cfg) -> list[dict]:
     from .evaluation import keep_whole_items
 
     med = eval_cfg.med
-    for f in med.formats:
-        if f not in ("mc", "free"):
-            raise ConfigError(f"eval.med.formats: unknown format {f!r} (accepted: mc, free)")
-    for m in med.mitigations:
-        if m not in ("detect", "prior"):
-            raise ConfigError(f"eval.med.mitigations: unknown mitigation {m!r} (accepted: detect, prior)")
+    for key, allowed in (("formats", MED_FORMATS), ("mitigations", MED_MITIGATIONS)):
+        for v in getattr(med, key):
+            if v not in allowed:
+                raise ConfigError(f"eval.med.{key}: unknown {key[:-1]} {v!r} (accepted: {', '.join(allowed)})")
     if med.judge not in ("keyword", "self"):
         raise ConfigError(f"eval.med.judge={med.judge!r} is not one of keyword, self")
     path = Path(resolve_data_path(eval_cfg.path))
