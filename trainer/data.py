@@ -24,6 +24,13 @@ import numpy as np
 from eval_hooks.io import DataError, read_records
 from eval_hooks.vocab import MIST_CONDITIONS as CONDITIONS
 
+#: data.truncation: what happens to an over-long example (apply_length_policy).
+TRUNCATIONS = ("keep_end", "keep_start", "drop", "error")
+#: data.on_invalid: what happens to an invalid example (load_pairs).
+ON_INVALID = ("drop", "error")
+#: algo.weighting: how ConditionSampler applies the condition masses.
+WEIGHTINGS = ("sample", "loss")
+
 
 # -- built-in sources ---------------------------------------------------------------------------
 def resolve_data_path(path: str) -> str:

@@ -6,10 +6,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from eval_hooks.vocab import MED_FORMATS, MED_MITIGATIONS
-
-from .config import ConfigError
-
 
 def _is_medevidence(records) -> bool:
     return all("sources" in r and "answer" in r for _, r in records)
@@ -28,12 +24,6 @@ def load_med_rows(eval_cfg) -> list[dict]:
     from .evaluation import keep_whole_items
 
     med = eval_cfg.med
-    for key, allowed in (("formats", MED_FORMATS), ("mitigations", MED_MITIGATIONS)):
-        for v in getattr(med, key):
-            if v not in allowed:
-                raise ConfigError(f"eval.med.{key}: unknown {key[:-1]} {v!r} (accepted: {', '.join(allowed)})")
-    if med.judge not in ("keyword", "self"):
-        raise ConfigError(f"eval.med.judge={med.judge!r} is not one of keyword, self")
     path = Path(resolve_data_path(eval_cfg.path))
     records = read_records(path)
     if _is_medevidence(records):
