@@ -135,6 +135,10 @@ class TrainerConfig:
     mixed_precision: MixedPrecision = _f("no", "no | bf16 | fp16 (accelerate autocast).")
     max_consecutive_skips: int = _f(5, "Stop after this many consecutive steps skipped for NaN/Inf loss or gradients.")
     spike_factor: float = _f(5.0, "Log a loss spike when the loss exceeds this multiple of its running mean.")
+    spike_ema_decay: float = _f(0.9, "Decay of that running mean (an exponential moving average of the step loss): "
+                                     "mean <- decay * mean + (1 - decay) * loss. Closer to 1 = longer memory.")
+    spike_warmup_steps: int = _f(10, "Flag no spike before this optimizer step (the running mean of the first steps "
+                                     "still follows the fast initial drop of the loss).")
     eval_every_epoch: bool = _f(True, "Run the matched evaluation at the end of every epoch.")
     eval_at_end: bool = _f(True, "Run the matched evaluation once more when training ends (if it did not just run).")
     progress: bool = _f(True, "Show a progress bar on the main process.")
@@ -480,6 +484,9 @@ def validate_common(cfg) -> None:
         if t.keep_last < 1:
             raise ConfigError(f"trainer.keep_last must be >= 1, got {t.keep_last}")
         _positive(t, ("log_every",), "trainer")
+        _positive(t, ("spike_warmup_steps",), "trainer", strict=False)
+        if not 0 <= t.spike_ema_decay < 1:
+            raise ConfigError(f"trainer.spike_ema_decay must be in [0, 1), got {t.spike_ema_decay}")
         _positive(t, ("save_every",), "trainer", strict=False)
         if t.resume not in ("auto", "none"):
             from pathlib import Path

@@ -183,12 +183,14 @@ def _step_record(ctx, state: dict, source: BatchSource, *, step: int, micro_metr
                  lr: float, grad_norm: float | None, per_micro_ids: list[list[str]], t0: float) -> tuple[dict, float]:
     """The metrics line of a completed step (averaged over micro-batches and ranks), with the data
     hash, timing and a ``loss_spike`` flag (loss > ``trainer.spike_factor`` x its running mean, after
-    step 10), and the loss; updates ``state["loss_ema"]``."""
+    step ``trainer.spike_warmup_steps``), and the loss; updates ``state["loss_ema"]`` (decay
+    ``trainer.spike_ema_decay``)."""
     acc, tcfg = ctx.accelerator, ctx.cfg.trainer
     metrics = _gather_mean(acc, {**_mean_dicts(micro_metrics), "loss": _to_float(loss_value)})
     loss_f, ema = metrics["loss"], state["loss_ema"]
-    spike = ema is not None and step > 10 and loss_f > tcfg.spike_factor * max(ema, 1e-8)
-    state["loss_ema"] = loss_f if ema is None else 0.9 * ema + 0.1 * loss_f
+    spike = ema is not None and step > tcfg.spike_warmup_steps and loss_f > tcfg.spike_factor * max(ema, 1e-8)
+    decay = tcfg.spike_ema_decay
+    state["loss_ema"] = loss_f if ema is None else decay * ema + (1 - decay) * loss_f
     extra = source.pop_metrics() if hasattr(source, "pop_metrics") else {}
     last = {**metrics, **extra, "lr": lr, "grad_norm": grad_norm, "epoch": source.epoch,
             "data_hash": _data_hash(acc, per_micro_ids),
