@@ -175,3 +175,10 @@ def test_choices_come_from_the_tuples_the_code_checks():
     for enum, values in ((Aggregation, AGGREGATIONS), (StdScaling, STD_SCALINGS), (Family, tuple(FAMILIES)),
                          (Truncation, TRUNCATIONS), (MedMitigation, MED_MITIGATIONS)):
         assert tuple(m.value for m in enum) == values
+
+
+def test_removed_dead_keys_are_unknown():
+    """eval.batch_size was never read (the HF backend batches by generation.batch_size): it is gone."""
+    with pytest.raises(Exception, match="batch_size"):
+        compose("evaluate", ["eval.batch_size=8"])
+    assert compose("evaluate", ["eval=taste"]).generation.batch_size == 32

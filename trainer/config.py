@@ -166,7 +166,6 @@ class EvalConfig:
                                        "together, so the last item may take the count past it (max_rows=3 of "
                                        "4-condition items evaluates 4 rows).")
     max_new_tokens: int = _f(64, "Generation budget per row.")
-    batch_size: int = _f(32, "Generation batch size (HF backend).")
     max_prompt_tokens: int = _f(65536, "taste only: prompt-token cap; longer prompts keep the prefix's first 25 lines, an "
                                        "omission marker and the longest tail of lines that fits (the published runner's rule).")
     prompt_tokenizer: Optional[str] = _f(None, "taste only: tokenizer (local dir or 'tiny') that counts tokens for the cap; "
@@ -507,7 +506,7 @@ def validate_common(cfg) -> None:
     if hasattr(cfg, "eval"):
         if cfg.eval.max_prompt_tokens < 1:
             raise ConfigError(f"eval.max_prompt_tokens must be >= 1, got {cfg.eval.max_prompt_tokens}")
-        _positive(cfg.eval, ("batch_size", "max_new_tokens"), "eval")
+        _positive(cfg.eval, ("max_new_tokens",), "eval")
 
 
 def _validate_init_adapter(cfg) -> None:

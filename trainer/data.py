@@ -60,12 +60,6 @@ class PairSet:
     rows: list[dict]
     stats: dict[str, Any] = field(default_factory=dict)
 
-    def by_condition(self) -> dict[str, list[int]]:
-        pools: dict[str, list[int]] = {c: [] for c in CONDITIONS}
-        for i, r in enumerate(self.rows):
-            pools[r["condition"]].append(i)
-        return pools
-
 
 REQUIRED_PAIR_FIELDS = ("pair_id", "condition", "prompt", "chosen", "rejected")
 
