@@ -17,6 +17,7 @@ the rest, identically for DPO, SFT and GRPO:
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import math
 import signal
@@ -157,7 +158,7 @@ def _forward_backward(acc, model, source: BatchSource, step_fn, *, grad_accum: i
                 loss, metrics = step_fn(model, mb)
                 acc.deepspeed_engine_wrapped.backward(loss, sync_gradients=sync)
         else:
-            ctx_mgr = acc.no_sync(model) if not sync and acc.num_processes > 1 else _nullcontext()
+            ctx_mgr = acc.no_sync(model) if not sync and acc.num_processes > 1 else contextlib.nullcontext()
             with ctx_mgr, acc.autocast():
                 loss, metrics = step_fn(model, mb)
                 acc.backward(loss / grad_accum)
@@ -354,14 +355,6 @@ def _flatten(d: dict, prefix: str = "") -> dict:
         else:
             out[f"{prefix}{k}"] = v
     return out
-
-
-class _nullcontext:
-    def __enter__(self):
-        return None
-
-    def __exit__(self, *a):
-        return False
 
 
 def train_and_save(ctx, *, model, optimizer, scheduler, source: BatchSource, step_fn, tokenizer,
