@@ -421,16 +421,26 @@ def register_schemas() -> None:
         cs.store(name=name, node=node)
 
 
-def help_text(schema: type, prefix: str = "") -> list[tuple[str, str, Any]]:
-    """(key, help, default) for every leaf of a schema: used for docs and ``--help`` output."""
+def help_text(schema: type, prefix: str = "") -> list[tuple[str, str, Any, tuple[str, ...]]]:
+    """(key, help, schema default, choices) for every leaf of a schema, in field order: the ``--help`` of
+    every entry point (trainer/cli_help.py). ``choices`` are a :class:`Choice` field's values (also of a
+    list of them); a ``dict[str, <schema>]`` field is listed, then its entries' keys as ``<key>.<name>.*``."""
+    import dataclasses
+    import typing
+
+    hints = typing.get_type_hints(schema)
     out = []
     for f in fields(schema):
-        key = f"{prefix}{f.name}"
-        default = f.default_factory() if f.default_factory is not field().default_factory else f.default  # type: ignore[misc]
-        if is_dataclass(default):
-            out.extend(help_text(type(default), key + "."))
-        else:
-            out.append((key, f.metadata.get("help", ""), default))
+        key, hint = f"{prefix}{f.name}", hints[f.name]
+        args = typing.get_args(hint)
+        if is_dataclass(hint):
+            out.extend(help_text(hint, key + "."))
+            continue
+        default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+        choice = next((t for t in (hint, *args) if isinstance(t, type) and issubclass(t, Choice)), None)
+        out.append((key, f.metadata.get("help", ""), default, tuple(m.value for m in choice) if choice else ()))
+        if typing.get_origin(hint) is dict and is_dataclass(args[-1]):
+            out.extend(help_text(args[-1], key + ".<name>."))
     return out
 
 
