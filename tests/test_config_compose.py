@@ -128,7 +128,7 @@ def test_every_schema_field_has_help():
     ("dpo", "algo.weighting=both"), ("dpo", "optim.scheduler=step"), ("dpo", "algo.pairing=paired"),
     ("dpo", "algo.reference=frozen"), ("dpo", "data.truncation=middle"), ("dpo", "data.on_invalid=skip"),
     ("dpo", "model.dtype=float64"), ("dpo", "model.init_adapter_mode=stack"), ("dpo", "trainer.device=gpu"),
-    ("dpo", "trainer.mixed_precision=fp8"), ("dpo", "logger.kind=tensorboard"), ("sft", "algo.aggregation=sum"),
+    ("dpo", "trainer.mixed_precision=fp8"), ("grpo", "data.train_family=box3"), ("dpo", "logger.kind=tensorboard"), ("sft", "algo.aggregation=sum"),
     ("grpo", "algo.aggregation=sum"), ("grpo", "algo.std_scaling=global"), ("grpo", "algo.is_correction=both"),
     ("evaluate", "eval.family=gsm8k"), ("evaluate", "generation.backend=vllm"), ("evaluate", "eval.med.judge=gpt"),
     ("evaluate", "eval.med.formats=[mc,essay]"), ("evaluate", "eval.med.mitigations=[prior,pray]"),

@@ -221,7 +221,7 @@ class DataConfig:
     train_path: str = _f(MISSING, "Training data: a JSONL/Parquet file, a datasets save_to_disk directory (':<split>' "
                                   "for a DatasetDict), 'hf:org/name[:config][:split]', or 'toy:<seed>/<file>' for the "
                                   "built-in toy task.")
-    train_family: Optional[str] = _f(None, "For recipes that train on evaluation-format items (e.g. box2 for GRPO).")
+    train_family: Optional[Family] = _f(None, "For recipes that train on evaluation-format items (e.g. box2 for GRPO).")
     train_conditions: list[str] = _f([], "Keep only these conditions/regimes of train_family rows (empty = all).")
     max_prompt_len: int = _f(512, "Max prompt tokens; see truncation.")
     max_completion_len: int = _f(256, "Max completion tokens; longer completions are cut at the end.")
