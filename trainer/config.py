@@ -45,6 +45,9 @@ class Choice(str, Enum):
     def __format__(self, spec: str) -> str:
         return format(self.value, spec)
 
+    def __repr__(self) -> str:  # messages such as "saved 'x' != now 'y'" read as for a str
+        return repr(self.value)
+
 
 def _choices(name: str, values) -> type[Choice]:
     """A :class:`Choice` over ``values``: built from the tuple the code that acts on the value checks."""
