@@ -1,10 +1,11 @@
 """Structured config schemas: the single home of every default and its documentation.
 
 Each recipe's primary YAML (``conf/<recipe>.yaml``) starts its defaults list with the schema
-registered here, so Hydra merges every group file into a typed node: a misspelt key, or a value of
-the wrong type, fails at compose time, before anything heavy is imported or loaded. Semantic checks
-(λ sum to one, paths exist, ...) run in ``validate_*`` right after composition, also before any model
-loads. Field docs live in ``metadata["help"]`` (one text per field).
+registered here, so Hydra merges every group file into a typed node: a misspelt key, a value of the
+wrong type or one outside a :class:`Choice` field's set fails at compose time, before any model or data
+loads (the choices come from the algorithm modules, so importing this module imports torch). Semantic
+checks (λ sum to one, paths exist, ...) run in ``validate_*`` right after composition, also before any
+model loads. Field docs live in ``metadata["help"]`` (one text per field; ``--help`` prints them).
 """
 
 from __future__ import annotations
