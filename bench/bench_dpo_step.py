@@ -209,7 +209,8 @@ class OurStep:
             return contextlib.nullcontext(self.ref_model)
         return self.reference.context(self.model)
 
-    def __call__(self) -> float:
+    def __call__(self, rows: tuple[list, list, list, list] | None = None) -> float:
+        """One step on the fixed rows, or on ``rows = (prompts, chosen, rejected, conditions)``."""
         import math
 
         import torch
@@ -217,10 +218,12 @@ class OurStep:
         from trainer.algos.dpo import dpo_row_metrics, per_group_metrics, sigmoid_dpo_loss
         from trainer.logprobs import build_preference_batch, sequence_logprobs
 
+        prompts, chosen, rejected, conditions = rows or (self.prompts, self.chosen, self.rejected, self.conditions)
         model = self.model
         model.train()
-        batch = build_preference_batch(self.tok, self.prompts, self.chosen, self.rejected, max_prompt_len=self.half,
+        batch = build_preference_batch(self.tok, prompts, chosen, rejected, max_prompt_len=self.half,
                                        max_completion_len=self.half, truncation="keep_end")
+        self.last_batch = batch
         inputs = (batch.input_ids, batch.attention_mask, batch.completion_mask)
         seq_logps, _, _ = sequence_logprobs(model, *inputs)
         with torch.no_grad(), self._ref_context() as ref_model:
@@ -228,7 +231,7 @@ class OurStep:
         pc, pr = seq_logps.chunk(2)
         rc, rr = ref_logps.chunk(2)
         loss, metrics = sigmoid_dpo_loss(pc, pr, rc, rr, beta=BETA)
-        metrics.update(per_group_metrics(dpo_row_metrics(pc, pr, rc, rr, beta=BETA), self.conditions))
+        metrics.update(per_group_metrics(dpo_row_metrics(pc, pr, rc, rr, beta=BETA), conditions))
         loss.backward()
         loss_value = float(loss.detach())
         grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0))
@@ -356,7 +359,8 @@ class TrlStep:
     """One optimizer step as ``transformers.Trainer._inner_training_loop`` runs it for ``DPOTrainer`` (grad_accum 1)."""
 
     def __init__(self, path, tokenizer, prompts, chosen, rejected, *, rank: int, seq_len: int, pairs: int,
-                 our_model, workdir: str, gradient_checkpointing: bool = False):
+                 our_model, workdir: str, gradient_checkpointing: bool = False, batch_size: int | None = None,
+                 padding_free: bool = False):
         import warnings
 
         from datasets import Dataset
@@ -368,9 +372,9 @@ class TrlStep:
                                                   tokenize=False) for p in prompts]
         ds = Dataset.from_dict({"prompt": rendered, "chosen": list(chosen), "rejected": list(rejected)})
         cfg = DPOConfig(output_dir=workdir, use_cpu=True, bf16=False, fp16=False, beta=BETA, loss_type=["sigmoid"],
-                        per_device_train_batch_size=pairs, gradient_accumulation_steps=1,
+                        per_device_train_batch_size=batch_size or pairs, gradient_accumulation_steps=1,
                         activation_checkpointing=gradient_checkpointing,
-                        padding_free=False,
+                        padding_free=padding_free,
                         precompute_ref_log_probs=False, max_length=seq_len, learning_rate=LR,
                         lr_scheduler_type="cosine", warmup_steps=0, weight_decay=0.0, max_grad_norm=1.0,
                         report_to=[], logging_steps=10 ** 6, save_strategy="no", dataset_num_proc=None, seed=0,
@@ -411,10 +415,11 @@ class TrlStep:
     def batch(self):
         return self.trainer.data_collator(self.rows)
 
-    def __call__(self) -> float:
+    def __call__(self, batch=None) -> float:
+        """One step on the fixed rows' collated batch, or on ``batch`` (e.g. from ``get_train_dataloader()``)."""
         tr = self.trainer
         model = tr.model
-        loss = tr.training_step(model, self.batch(), None)
+        loss = tr.training_step(model, self.batch() if batch is None else batch, None)
         tr._clip_grad_norm(model)
         tr.optimizer.step()
         tr.lr_scheduler.step()

@@ -16,6 +16,7 @@ How this departs from TRL's DPOTrainer (same loss, checked by tests/test_trl_equ
 from __future__ import annotations
 
 import sys
+from functools import partial
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -45,6 +46,7 @@ def run(cfg: DictConfig):
 
     # ---- validate everything before any model loads -------------------------------------------------
     validate_dpo(cfg)
+    sequence_logprobs = partial(sequence_logprobs, logprob_chunk=cfg.model.logprob_chunk)  # 0 = full logits
     algo, dcfg = cfg.algo, cfg.data
     pairs = load_pairs(dcfg.train_path, on_invalid=dcfg.on_invalid, require_quartets=algo.pairing == "matched")
     if algo.pairing == "unmatched":
@@ -71,7 +73,9 @@ def run(cfg: DictConfig):
     reference.to(acc.device)
     unwrapped = acc.unwrap_model(model)
     rows = pairs.rows
-    sampler = ConditionSampler([r["condition"] for r in rows], mass, seed=cfg.seed, mode=algo.weighting)
+    sampler = ConditionSampler([r["condition"] for r in rows], mass, seed=cfg.seed, mode=algo.weighting,
+                               block=cfg.optim.batch_size * acc.num_processes,
+                               lengths=[r["num_tokens"] for r in rows] if dcfg.group_by_length else None)
     batch_kwargs = dict(max_prompt_len=dcfg.max_prompt_len, max_completion_len=dcfg.max_completion_len,
                         truncation="keep_start" if dcfg.truncation == "keep_start" else "keep_end",
                         prompt_settings=prompt)

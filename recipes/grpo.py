@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import os
 import sys
+from functools import partial
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -74,6 +75,7 @@ def run(cfg: DictConfig):
 
     # ---- validate everything before any model loads (and long before any generation) -------------------
     validate_grpo(cfg)
+    sequence_logprobs = partial(sequence_logprobs, logprob_chunk=cfg.model.logprob_chunk)  # 0 = full logits
     algo, dcfg = cfg.algo, cfg.data
     check_geometry(cfg, int(os.environ.get("WORLD_SIZE", "1")))
     server = cfg.generation.backend == "vllm_server"

@@ -21,6 +21,7 @@ How this departs from TRL's SFTTrainer (same token-mean loss: tests/test_sft_rec
 from __future__ import annotations
 
 import sys
+from functools import partial
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -49,6 +50,7 @@ def run(cfg: DictConfig):
 
     # ---- validate everything before any model loads -------------------------------------------------
     validate_sft(cfg)
+    sequence_logprobs = partial(sequence_logprobs, logprob_chunk=cfg.model.logprob_chunk)  # 0 = full logits
     algo, dcfg = cfg.algo, cfg.data
     examples = load_sft_examples(dcfg.train_path)
     eval_rows = load_eval_rows(cfg.eval)

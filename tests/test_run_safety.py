@@ -394,7 +394,8 @@ def test_a_huge_prompt_is_cut_by_characters_before_it_is_tokenised(tiny_tokenize
     try:
         rows = [{"pair_id": "p", "item_id": "i", "condition": "clean", "prompt": huge, "chosen": "1", "rejected": "2"}]
         out = apply_length_policy(PairSet(rows=rows, stats={}), tok, max_prompt_len=64, max_completion_len=8,
-                                  truncation="keep_end", prompt_settings=PromptSettings(use_chat_template=False))
+                                  truncation="keep_end",
+                                  prompt_settings=PromptSettings(use_chat_template=False))
     finally:
         tok.__class__ = Spy.__bases__[0]
     assert out.stats["truncated"]["prompts_over_max"] == 1

@@ -98,6 +98,8 @@ class ModelConfig:
     trust_remote_code: bool = _f(False, "Allow custom modelling code from the model repo. Off unless you trust it.")
     attn_implementation: Optional[str] = _f(None, "e.g. sdpa | flash_attention_2 | eager; None = transformers default.")
     gradient_checkpointing: bool = _f(False, "Recompute activations in backward (saves memory, costs ~30% time).")
+    logprob_chunk: int = _f(0, "Log-probs through the LM head this many completion positions at a time, never "
+                               "building the (B, T, V) logits (trainer/chunked_logprobs.py); 0 = full logits.")
     lora: LoraConfig = field(default_factory=LoraConfig)
     init_adapter: Optional[str] = _f(None, "PEFT adapter directory (safetensors) to start from, e.g. a previous stage's "
                                            "<run_dir>/final; None = start from model.path alone.")
@@ -230,7 +232,8 @@ class DataConfig:
     max_prompt_len: int = _f(512, "Max prompt tokens; see truncation.")
     max_completion_len: int = _f(256, "Max completion tokens; longer completions are cut at the end.")
     truncation: Truncation = _f("keep_end", "Long prompts: keep_end (drop the start) | keep_start | drop (drop the example) | error.")
-    group_by_length: bool = _f(False, "SFT: batch examples of similar length together (shuffled blocks; less padding).")
+    group_by_length: bool = _f(False, "SFT and DPO: sort each window of 16 micro-batches of draws by length, cut it into "
+                                      "micro-batches and shuffle their order (less padding; same draws, same mass).")
     on_invalid: OnInvalid = _f("drop", "Invalid examples (identical chosen/rejected, empty completion, ...): drop (counted, reported) | error.")
 
 
@@ -482,6 +485,8 @@ def validate_common(cfg) -> None:
     check_known_keys(cfg)
     check_model_path(cfg.model.path, "model.path")
     _validate_init_adapter(cfg)
+    if cfg.model.logprob_chunk < 0:
+        raise ConfigError(f"model.logprob_chunk must be >= 0 (0 = full logits), got {cfg.model.logprob_chunk}")
     if hasattr(cfg, "optim"):
         for k in ("batch_size", "grad_accum"):
             if getattr(cfg.optim, k) < 1:

@@ -171,6 +171,32 @@ def condition_mass(*, lambda_m: float, lambda_c: float, lambda_p: float, rho: fl
     return {"misleading": lambda_m, "clean": lambda_c, "correct": lambda_p * rho, "irrelevant": lambda_p * (1 - rho)}
 
 
+def length_grouped_order(lengths: Sequence[int], *, block: int, blocks_per_chunk: int, rng,
+                         within_window: bool = True) -> np.ndarray:
+    """Length-grouped order of a sequence of draws: a permutation of ``range(len(lengths))``.
+
+    The draws are cut into windows of ``block * blocks_per_chunk`` (``block`` = the global micro-batch
+    size); each window is sorted by length (stable) and cut into blocks of ``block``, and the blocks are
+    shuffled with ``rng``: within their window (each window keeps exactly its draws, so a run that stops
+    mid-epoch makes the same draws as without grouping), or with ``within_window=False`` across all
+    windows (SFT's original scheme). The multiset of draws is unchanged (so is every sampling mass), each
+    micro-batch holds draws of similar length, and the result is a pure function of the inputs and the
+    RNG state: seeded, and the same on every rank. The one grouping routine of SFT, DPO and (later)
+    distillation batches."""
+    lengths = np.asarray(lengths)
+    window = block * blocks_per_chunk
+    blocks, out = [], []
+    for start in range(0, len(lengths), window):
+        part = np.arange(start, min(start + window, len(lengths)))
+        part = part[np.argsort(lengths[part], kind="stable")]
+        blocks += [part[i:i + block] for i in range(0, len(part), block)]
+        if within_window:
+            out += [blocks[i] for i in rng.permutation(len(blocks))]
+            blocks = []
+    out += [blocks[i] for i in rng.permutation(len(blocks))] if blocks else []
+    return np.concatenate(out) if out else np.arange(0)
+
+
 class ConditionSampler:
     """Draws pair indices with the configured mass over condition pools.
 
@@ -181,9 +207,19 @@ class ConditionSampler:
 
     The draw sequence of epoch e is a pure function of (seed, e), so the state is just
     ``(epoch, position)``: exact resume needs no RNG state.
+
+    With ``lengths`` (one per row) and ``block`` (the global micro-batch size), each epoch's draws are
+    regrouped by :func:`length_grouped_order` (windows of ``blocks_per_chunk`` micro-batches sorted by
+    length, cut, and the micro-batches shuffled): the same draws, hence the same per-condition mass.
     """
 
-    def __init__(self, conditions: Sequence[str], mass: dict[str, float], *, seed: int, mode: str = "sample"):
+    def __init__(self, conditions: Sequence[str], mass: dict[str, float], *, seed: int, mode: str = "sample",
+                 lengths: Sequence[int] | None = None, block: int = 1, blocks_per_chunk: int = 16):
+        if lengths is not None and len(lengths) != len(conditions):
+            raise ValueError(f"lengths has {len(lengths)} entries for {len(conditions)} rows")
+        self.lengths = None if lengths is None else np.asarray(lengths)
+        self.block = block
+        self.blocks_per_chunk = blocks_per_chunk
         self.conditions = list(conditions)
         self.mass = dict(mass)
         self.seed = seed
@@ -201,6 +237,14 @@ class ConditionSampler:
 
     def _epoch_plan(self, epoch: int) -> list[tuple[int, float]]:
         rng = np.random.default_rng([self.seed, epoch])
+        plan = self._draw_plan(rng)
+        if self.lengths is not None and self.block > 1:
+            order = length_grouped_order(self.lengths[[i for i, _ in plan]], block=self.block,
+                                         blocks_per_chunk=self.blocks_per_chunk, rng=rng)
+            plan = [plan[k] for k in order]
+        return plan
+
+    def _draw_plan(self, rng) -> list[tuple[int, float]]:
         if self.mode == "loss":
             counts = {c: len(ix) for c, ix in self.pools.items()}
             weight = {c: (self.mass.get(c, 0.0) / (counts[c] / self.n)) if counts[c] else 0.0 for c in counts}
@@ -254,24 +298,15 @@ class ShuffleSampler(ConditionSampler):
 
     def __init__(self, n: int, *, seed: int, lengths: Sequence[int] | None = None, block: int = 1,
                  blocks_per_chunk: int = 16):
-        super().__init__(["all"] * n, {"all": 1.0}, seed=seed, mode="sample")
-        if lengths is not None and len(lengths) != n:
-            raise ValueError(f"lengths has {len(lengths)} entries for {n} examples")
-        self.lengths = None if lengths is None else np.asarray(lengths)
-        self.block = block
-        self.blocks_per_chunk = blocks_per_chunk
+        super().__init__(["all"] * n, {"all": 1.0}, seed=seed, mode="sample", lengths=lengths, block=block,
+                         blocks_per_chunk=blocks_per_chunk)
 
     def _epoch_plan(self, epoch: int) -> list[tuple[int, float]]:
         rng = np.random.default_rng([self.seed, epoch])
         order = rng.permutation(self.n)
         if self.lengths is not None and self.block > 1:
-            chunk = self.block * self.blocks_per_chunk
-            blocks = []
-            for start in range(0, self.n, chunk):
-                part = order[start:start + chunk]
-                part = part[np.argsort(self.lengths[part], kind="stable")]
-                blocks += [part[i:i + self.block] for i in range(0, len(part), self.block)]
-            order = np.concatenate([blocks[i] for i in rng.permutation(len(blocks))])
+            order = order[length_grouped_order(self.lengths[order], block=self.block, within_window=False,
+                                               blocks_per_chunk=self.blocks_per_chunk, rng=rng)]
         return [(int(i), 1.0) for i in order]
 
 
@@ -360,6 +395,7 @@ def apply_length_policy(pairs: PairSet, tokenizer, *, max_prompt_len: int, max_c
         long.update(prompts=p_long, completions=c_long)
         over = (f"pair {r['pair_id']!r} ({r['condition']}) exceeds data.max_prompt_len={max_prompt_len} / "
                 f"data.max_completion_len={max_completion_len}", "prompt" if p_long else "chosen/rejected")
+        r = {**r, "num_tokens": int(b.attention_mask.sum(dim=1).max())}  # padded width of its rows
         return r, over if p_long or c_long else None
 
     keep, dropped = truncation_policy(pairs.rows, measure, truncation=truncation, path=pairs.stats.get("path"),

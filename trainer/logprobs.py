@@ -5,7 +5,7 @@ Public API (names are stable):
 - ``token_logprobs(logits, labels, mask=None, *, temperature=1.0, chunk_rows=None) -> Tensor (B, T)``
 - ``token_entropy(logits, mask=None, *, temperature=1.0) -> Tensor (B, T)``
 - ``sequence_logprobs(model, input_ids, attention_mask, completion_mask, *, temperature=1.0,
-  return_entropy=False, trim_prompt_logits=True) -> (seq_logps (B,), token_logps (B, T), entropy (B, T) | None)``
+  return_entropy=False, trim_prompt_logits=True, logprob_chunk=0) -> (seq_logps (B,), token_logps (B, T), entropy (B, T) | None)``
 - ``build_pair_batch(tokenizer, prompts, completions, *, max_prompt_len, max_completion_len,
   truncation="keep_end", prompt_settings=None, add_eos=True) -> PairBatch``
 - ``build_preference_batch(tokenizer, prompts, chosen, rejected, **same) -> PairBatch`` (rows
@@ -106,6 +106,7 @@ def sequence_logprobs(
     temperature: float = 1.0,
     return_entropy: bool = False,
     trim_prompt_logits: bool = True,
+    logprob_chunk: int = 0,
 ):
     """Summed log-prob of the completion tokens of each (prompt + completion) sequence.
 
@@ -122,7 +123,8 @@ def sequence_logprobs(
     Memory: with ``trim_prompt_logits`` only the last ``T - s + 1`` positions are projected to the
     vocabulary (``logits_to_keep``), where ``s`` is the earliest completion start in the batch, so
     long prompts cost no ``(T, V)`` logits. Models whose forward lacks ``logits_to_keep`` need
-    ``trim_prompt_logits=False``.
+    ``trim_prompt_logits=False``. ``logprob_chunk > 0`` (``model.logprob_chunk``) never builds the
+    ``(B, T, V)`` logits: see ``trainer.chunked_logprobs`` (same outputs within float32 round-off).
     """
     import torch
 
@@ -134,6 +136,11 @@ def sequence_logprobs(
         raise ValueError("completion_mask marks column 0: the first token has no context to be predicted from")
     if bool((comp & ~attention_mask.bool()).any()):
         raise ValueError("completion_mask marks padding positions (attention_mask == 0)")
+    if logprob_chunk:
+        from trainer.chunked_logprobs import sequence_logprobs_chunked
+
+        return sequence_logprobs_chunked(model, input_ids, attention_mask, completion_mask, chunk=logprob_chunk,
+                                         temperature=temperature, return_entropy=return_entropy)
 
     batch, seq_len = input_ids.shape
     position_ids = (attention_mask.long().cumsum(-1) - 1).clamp_min(0)
