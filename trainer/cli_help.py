@@ -106,5 +106,6 @@ def _key_lines(entries, cfg) -> list[str]:
         notes = [] if _show(value) == _show(default) else [f"default {_show(default)}"]
         notes += [" | ".join(allowed)] if allowed else []
         lines.append(f"  {key} = {_show(value)}" + (f"  [{'; '.join(notes)}]" if notes else ""))
-        lines += textwrap.wrap(text, width=100, initial_indent=" " * 6, subsequent_indent=" " * 6)
+        lines += textwrap.wrap(text, width=100, initial_indent=" " * 6, subsequent_indent=" " * 6,
+                               break_on_hyphens=False)
     return lines
