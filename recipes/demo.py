@@ -72,15 +72,43 @@ class Pipeline:
             raise SystemExit(f"[demo] stage {name} did not complete")
         return final
 
-    def evaluate(self, name: str, model_path: Path, items: str, family: str, adapter: Path | None = None) -> dict:
+    def evaluate(self, name: str, model_path: Path, items: str, family: str, adapter: Path | None = None,
+                 knowledge: str | None = None) -> dict:
+        """Evaluate; ``knowledge`` (MIST, with ``knowledge_aware``): ``"estimate"`` writes this model's own
+        knowledge.jsonl (the base), a stage name splits the metrics by that stage's estimate."""
         t0 = time.time()
         over = [*self.cfg.stages.evaluate, f"model.path={model_path}", f"eval.path={self.toy}/{items}",
                 f"eval.family={family}", f"out_dir={self.stages / name}", f"seed={self.seed}", "eval.max_rows=null"]
         if adapter is not None:
             over.append(f"adapter_path={adapter}")
+        if knowledge is not None and self.cfg.knowledge_aware:
+            over += ([*self.cfg.stages.knowledge, "knowledge.enabled=true"] if knowledge == "estimate" else
+                     [f"eval.knowledge_path={self.stages / knowledge / 'knowledge.jsonl'}"])
         metrics = self.recipes["evaluate"].run(_compose("evaluate", over))
         self.timings[name] = round(time.time() - t0, 1)
         return metrics
+
+    def evaluate_arm(self, summary: dict, arm: str, name: str, base: Path, adapter: Path) -> None:
+        """``summary[scope|scope_unseen][arm]``: the adapter on held-out and on unseen keys."""
+        summary["scope"][arm] = self.evaluate(name, base, "mist_heldout.jsonl", "mist", adapter, knowledge="eval_base")
+        summary["scope_unseen"][arm] = self.evaluate(f"{name}_unseen", base, "mist_unseen.jsonl", "mist", adapter,
+                                                     knowledge="eval_base_unseen")
+
+    def knowledge_aware(self, summary: dict, base: Path) -> None:
+        """Mine train + untaught keys with the knowledge estimate, train algo=scope_knowledge_aware, evaluate."""
+        st = self.cfg.stages
+        t0 = time.time()
+        mine_dir = self.stages / "mine_knowledge"
+        stats = self.recipes["mine_pairs"].run(_compose("mine_pairs", [
+            *st.mine, *st.knowledge, "knowledge.enabled=true", f"model.path={base}",
+            f"items_path={self.toy}/mist_train_knowledge.jsonl", f"out_dir={mine_dir}", f"seed={self.seed}"]))
+        self.timings["mine_knowledge"] = round(time.time() - t0, 1)
+        summary["mining_knowledge"] = {k: v for k, v in stats.items() if k != "dropped_items"}
+        summary["mining_knowledge"]["knowledge"] = {k: v for k, v in stats["knowledge"].items()
+                                                    if k != "unknown_dropped_items"}
+        ka = self.train("dpo", "knowledge_aware", [*st.dpo, *st.knowledge_aware],
+                        [f"data.train_path={mine_dir / 'pairs.jsonl'}", "algo=scope_knowledge_aware"], start="base_sft")
+        self.evaluate_arm(summary, "knowledge_aware", "eval_knowledge_aware", base, ka)
 
     def run(self) -> dict:
         from eval_hooks.models import ensure_tiny_model
@@ -97,8 +125,9 @@ class Pipeline:
         base = self.train("sft", "base_sft", st.base_sft, [f"model.path={init}",
                                                            f"data.train_path={self.toy}/sft_mix.jsonl"])
         # 3. matched evaluation of the base (held-out keys; unseen keys measure context use)
-        summary["scope"]["base"] = self.evaluate("eval_base", base, "mist_heldout.jsonl", "mist")
-        summary["scope_unseen"]["base"] = self.evaluate("eval_base_unseen", base, "mist_unseen.jsonl", "mist")
+        summary["scope"]["base"] = self.evaluate("eval_base", base, "mist_heldout.jsonl", "mist", knowledge="estimate")
+        summary["scope_unseen"]["base"] = self.evaluate("eval_base_unseen", base, "mist_unseen.jsonl", "mist",
+                                                        knowledge="estimate")
         # 4. pair mining from the base's own outputs
         t0 = time.time()
         mine_dir = self.stages / "mine"
@@ -112,17 +141,15 @@ class Pipeline:
         pairs = mine_dir / "pairs.jsonl"
         # 5-6. SCOPE balanced DPO, evaluation on held-out and unseen keys
         scope = self.train("dpo", "scope", st.dpo, [f"data.train_path={pairs}", "algo=scope"], start="base_sft")
-        summary["scope"]["trained"] = self.evaluate("eval_scope", base, "mist_heldout.jsonl", "mist", scope)
-        summary["scope_unseen"]["trained"] = self.evaluate("eval_scope_unseen", base, "mist_unseen.jsonl", "mist",
-                                                           scope)
+        self.evaluate_arm(summary, "trained", "eval_scope", base, scope)
         # 7. the Standard-DPO ablation: the same pairs, misleading contexts only
         if cfg.misleading_only:
             mo = self.train("dpo", "misleading_only", st.dpo, [f"data.train_path={pairs}", "algo=standard_dpo"],
                             start="base_sft")
-            summary["scope"]["misleading_only"] = self.evaluate("eval_misleading_only", base, "mist_heldout.jsonl",
-                                                                "mist", mo)
-            summary["scope_unseen"]["misleading_only"] = self.evaluate(
-                "eval_misleading_only_unseen", base, "mist_unseen.jsonl", "mist", mo)
+            self.evaluate_arm(summary, "misleading_only", "eval_misleading_only", base, mo)
+        # 7b. knowledge-aware SCOPE: quartets from known train keys + unknown_correct from the untaught keys
+        if cfg.knowledge_aware:
+            self.knowledge_aware(summary, base)
         # 8. Box2: base -> counterfactual SFT on bad workflows -> short GRPO
         if cfg.box2:
             summary["box2"]["base"] = self.evaluate("box2_eval_base", base, "box2_heldout.jsonl", "box2")

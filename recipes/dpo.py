@@ -6,6 +6,8 @@
 How this departs from TRL's DPOTrainer (same loss, checked by tests/test_trl_equivalence*):
 - pairs are drawn from four condition pools with sampling mass (λ_m, λ_c, λ_p ρ, λ_p (1-ρ)) — or
   weighted in the loss (``algo.weighting=loss``) — and every metric is also reported per condition;
+  ``algo=scope_knowledge_aware`` adds the unknown-item pools with mass λ_u (docs/scope.md#knowledge-aware-scope),
+  and their metrics per pool (``rewards/accuracies/unknown_correct``);
 - the reference is the same LoRA model with its adapter disabled (no second copy): the base, or the
   SFT policy when starting from ``model.init_adapter`` (trainer/model.py);
 - baselines are configs: ``algo=standard_dpo`` (misleading only), ``algo=unmatched``, ``algo=no_clean``
@@ -36,7 +38,7 @@ def run(cfg: DictConfig):
     from eval_hooks.prompts import PromptSettings
     from trainer.algos.dpo import dpo_row_metrics, per_group_metrics, sigmoid_dpo_loss
     from trainer.algos.sft import masked_nll_loss
-    from trainer.data import ConditionSampler, SamplerSource, condition_mass, load_pairs, unmatch_pairs
+    from trainer.data import ConditionSampler, SamplerSource, check_pool_mass, load_pairs, pool_mass, unmatch_pairs
     from trainer.data import apply_length_policy
     from trainer.evaluation import load_eval_rows, make_backend
     from trainer.logprobs import build_preference_batch, sequence_logprobs
@@ -52,7 +54,9 @@ def run(cfg: DictConfig):
     if algo.pairing == "unmatched":
         pairs = unmatch_pairs(pairs, seed=cfg.seed)
     eval_rows = load_eval_rows(cfg.eval)
-    mass = condition_mass(lambda_m=algo.lambda_m, lambda_c=algo.lambda_c, lambda_p=algo.lambda_p, rho=algo.rho)
+    mass = pool_mass(lambda_m=algo.lambda_m, lambda_c=algo.lambda_c, lambda_p=algo.lambda_p, rho=algo.rho,
+                     lambda_u=algo.lambda_u, unknown_irrelevant=algo.unknown_irrelevant)
+    check_pool_mass(pairs.stats["per_pool"], mass)
 
     # ---- build ------------------------------------------------------------------------------------
     ctx = setup_run(cfg, "dpo")
@@ -63,7 +67,7 @@ def run(cfg: DictConfig):
                                 max_completion_len=dcfg.max_completion_len, truncation=dcfg.truncation,
                                 prompt_settings=prompt)
     if ctx.is_main:
-        write_json_atomic(ctx.run_dir / "data_stats.json", pairs.stats)
+        write_json_atomic(ctx.run_dir / "data_stats.json", {**pairs.stats, "sampling_mass": mass})
         print(f"[selectrust] pairs: {pairs.stats['per_condition']} dropped: {pairs.stats['dropped']} "
               f"truncated: {pairs.stats.get('truncated', {})}", flush=True)
     reference = Reference(model, lora=cfg.model.lora.enabled)
@@ -73,7 +77,7 @@ def run(cfg: DictConfig):
     reference.to(acc.device)
     unwrapped = acc.unwrap_model(model)
     rows = pairs.rows
-    sampler = ConditionSampler([r["condition"] for r in rows], mass, seed=cfg.seed, mode=algo.weighting,
+    sampler = ConditionSampler([r["pool"] for r in rows], mass, seed=cfg.seed, mode=algo.weighting,
                                block=cfg.optim.batch_size * acc.num_processes,
                                lengths=[r["num_tokens"] for r in rows] if dcfg.group_by_length else None)
     batch_kwargs = dict(max_prompt_len=dcfg.max_prompt_len, max_completion_len=dcfg.max_completion_len,
@@ -84,7 +88,7 @@ def run(cfg: DictConfig):
         picked = [rows[i] for i in indices]
         batch = build_preference_batch(tokenizer, [r["prompt"] for r in picked], [r["chosen"] for r in picked],
                                        [r["rejected"] for r in picked], **batch_kwargs)
-        return {"batch": batch, "weights": torch.tensor(weights), "conditions": [r["condition"] for r in picked],
+        return {"batch": batch, "weights": torch.tensor(weights), "conditions": [r["pool"] for r in picked],
                 "item_ids": [r["item_id"] for r in picked], "indices": indices}
 
     # algo.reference=precomputed: one no-grad pass of the adapter-disabled (or frozen) reference over every

@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import hydra
 from omegaconf import DictConfig
 
-from trainer.config import ConfigError, register_schemas, validate_common
+from trainer.config import ConfigError, register_schemas, validate_common, validate_knowledge
 
 register_schemas()
 
@@ -43,6 +43,10 @@ def run(cfg: DictConfig) -> dict:
             check_adapter_path(cfg.adapter_path)
         except (FileNotFoundError, ValueError) as e:
             raise ConfigError(str(e)) from None
+    validate_knowledge(cfg.knowledge)
+    if cfg.knowledge.enabled and (cfg.eval.knowledge_path or cfg.eval.family != "mist"):
+        raise ConfigError("knowledge.enabled estimates the evaluated model's knowledge of MIST items: it needs "
+                          "eval.family=mist and no eval.knowledge_path (a given estimate)")
     if cfg.eval.family == "med":  # MedCounterfact: formats, label probabilities, mitigations, refine chain
         from trainer.med_evaluation import run_med
 
@@ -59,10 +63,27 @@ def run(cfg: DictConfig) -> dict:
     seed_everything(cfg.seed)
     backend = build_inference_backend(cfg.model, cfg.generation, adapter_path=cfg.adapter_path,
                                       prompt_settings=PromptSettings.from_config(cfg.prompt))
+    if cfg.knowledge.enabled:
+        rows = estimate_and_attach(rows, backend, cfg)
     metrics = run_matched_eval(backend, rows, cfg.eval.family, cfg.out_dir, max_new_tokens=cfg.eval.max_new_tokens)
     headline = {k: v for k, v in metrics.items() if isinstance(v, (int, float))}
     print(f"[selectrust] wrote {cfg.out_dir}/metrics.json: {headline}")
     return metrics
+
+
+def estimate_and_attach(rows: list[dict], backend, cfg: DictConfig) -> list[dict]:
+    """The evaluated model's own knowledge estimate over the items (``knowledge`` group), written to
+    ``<out_dir>/knowledge.jsonl`` (pass it as ``eval.knowledge_path`` when evaluating the trained model,
+    so both runs split by the knowledge the model had *before* training) and attached to the rows."""
+    from eval_hooks.io import write_jsonl_atomic
+    from eval_hooks.knowledge import attach_knowledge, estimate_knowledge, knowledge_record
+
+    k = cfg.knowledge
+    est = estimate_knowledge([r for r in rows if r["condition"] == "clean"], backend, k=k.k, temperature=k.temperature,
+                             known_threshold=k.known_threshold, unknown_threshold=k.unknown_threshold,
+                             max_new_tokens=cfg.eval.max_new_tokens, seed=cfg.seed)
+    path = write_jsonl_atomic(Path(cfg.out_dir) / "knowledge.jsonl", [knowledge_record(e) for e in est.values()])
+    return attach_knowledge(rows, path)
 
 
 @hydra.main(config_path="../conf", config_name="evaluate", version_base=None)

@@ -11,8 +11,13 @@ private diagnostic note (``fallback_note``); the note is never part of any DPO p
 whose text matches ``leak_patterns`` (mentions of a note, hint, answer key, ...) or echoes the note's
 wording are dropped. The same (r+, r-) is then written under all four contexts (a quartet).
 
+Knowledge-aware mining (``knowledge.enabled=true``, docs/scope.md#knowledge-aware-scope): each item's
+clean answer is first sampled ``knowledge.k`` times; quartets come from *known* items only and *unknown*
+items give the unknown pools (pair rows with ``pool: unknown_correct`` / ``unknown_irrelevant``).
+
 Outputs in ``out_dir``: ``pairs.jsonl`` (the pair-file format of ``trainer/data.py``) and
-``mining_stats.json`` (kept and dropped items, each drop with its reason).
+``mining_stats.json`` (kept and dropped items, each drop with its reason; with knowledge estimation
+also ``knowledge``: counts per label and per pool) and ``knowledge.jsonl`` (the estimate per item).
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ import hydra
 from omegaconf import DictConfig
 
 from eval_hooks.vocab import MIST_CONDITIONS as CONDITIONS
-from trainer.config import register_schemas, validate_common
+from trainer.config import register_schemas, validate_common, validate_knowledge
 
 register_schemas()
 
@@ -45,10 +50,15 @@ def leaks_note(text: str, *, patterns, note: str) -> bool:
 
 
 def mine(rows: list[dict], backend, *, max_new_tokens: int, use_fallback: bool, fallback_note: str,
-         leak_patterns, model_name: str, prompt_settings=None) -> tuple[list[dict], dict]:
+         leak_patterns, model_name: str, prompt_settings=None, knowledge=None,
+         seed: int = 0) -> tuple[list[dict], dict]:
     """Pure mining logic over validated MIST rows and a generation backend -> (pair rows, stats).
     Prompts are rendered under ``prompt_settings`` (the ``prompt`` group; default: the backend's), the
-    settings the mined pairs are then trained and evaluated under."""
+    settings the mined pairs are then trained and evaluated under.
+
+    ``knowledge`` (the ``knowledge`` config group, or None = plain SCOPE mining): estimate per item
+    whether the model knows the answer (``eval_hooks.knowledge``); SCOPE quartets come from *known*
+    items only, *unknown* items feed the unknown pools (:func:`unknown_pairs`), *uncertain* ones neither."""
     from eval_hooks.evaluate import build_requests
     from eval_hooks.parsers import answers_match, parse_answer
     from eval_hooks.prompts import PromptSettings
@@ -57,8 +67,14 @@ def mine(rows: list[dict], backend, *, max_new_tokens: int, use_fallback: bool, 
     for r in rows:
         by_item[r["item_id"]][r["condition"]] = r
     items = sorted(by_item)
-    asked = [by_item[i][c] for i in items for c in ("clean", "misleading")]
     settings = prompt_settings or getattr(backend, "prompt_settings", None)
+    est, extra, unknown_dropped = None, [], {}
+    if knowledge is not None and knowledge.enabled:
+        est, extra, unknown_dropped = knowledge_pools(by_item, backend, knowledge=knowledge, model_name=model_name,
+                                                      max_new_tokens=max_new_tokens, prompt_settings=settings,
+                                                      seed=seed)
+        items = [i for i in items if est[i]["knowledge"] == "known"]
+    asked = [by_item[i][c] for i in items for c in ("clean", "misleading")]
     results = build_requests(asked, max_new_tokens=max_new_tokens, prompt_settings=settings)
     outs = backend.generate(results, progress=True, desc="mine")
     text = {(r["item_id"], r["condition"]): o.samples[0].text for r, o in zip(asked, outs)}
@@ -110,12 +126,95 @@ def mine(rows: list[dict], backend, *, max_new_tokens: int, use_fallback: bool, 
                           "chosen": kept[i]["chosen"], "rejected": kept[i]["rejected"],
                           "chosen_source": kept[i]["chosen_source"], "gold": src["gold"],
                           "wrong_value": src["wrong_value"], "channel": src.get("channel"),
-                          "mined_with": model_name})
-    stats = {"items": len(items), "kept": len(kept), "dropped": len(dropped),
+                          "mined_with": model_name, **_knowledge_fields(est, i)})
+    stats = {"items": len(by_item), "kept": len(kept), "dropped": len(dropped),
              "kept_by_source": dict(Counter(k["chosen_source"] for k in kept.values())),
              "dropped_by_reason": dict(Counter(dropped.values())), "dropped_items": dropped,
              "prompt": (settings or PromptSettings()).describe()}
-    return pairs, stats
+    if est is not None:
+        stats.update(knowledge_stats(est, extra, unknown_dropped, knowledge))
+    return pairs + extra, stats
+
+
+def knowledge_pools(by_item: dict, backend, *, knowledge, model_name: str, max_new_tokens: int, prompt_settings,
+                    seed: int) -> tuple[dict, list[dict], dict]:
+    """The knowledge estimate of every item's clean row, then the unknown pools: (estimates, pair rows,
+    {item_id: drop reason})."""
+    from eval_hooks.knowledge import estimate_knowledge
+
+    est = estimate_knowledge([by_item[i]["clean"] for i in sorted(by_item)], backend, k=knowledge.k,
+                             temperature=knowledge.temperature, known_threshold=knowledge.known_threshold,
+                             unknown_threshold=knowledge.unknown_threshold, max_new_tokens=max_new_tokens,
+                             prompt_settings=prompt_settings, seed=seed)
+    extra, dropped = unknown_pairs(by_item, est, backend, knowledge=knowledge, model_name=model_name,
+                                   max_new_tokens=max_new_tokens, prompt_settings=prompt_settings)
+    return est, extra, dropped
+
+
+def knowledge_stats(est: dict, extra: list[dict], unknown_dropped: dict, knowledge) -> dict:
+    """``mining_stats.json``'s ``knowledge`` summary, plus ``knowledge_items`` (popped into knowledge.jsonl)."""
+    from eval_hooks.knowledge import knowledge_record, summarize
+
+    return {"knowledge": {**summarize(est), "settings": {k: knowledge[k] for k in knowledge},
+                          "scope_quartets_from": "known items only",
+                          "per_pool": dict(Counter(p["pool"] for p in extra)),
+                          "unknown_dropped_by_reason": dict(Counter(unknown_dropped.values())),
+                          "unknown_dropped_items": unknown_dropped},
+            "knowledge_items": [knowledge_record(e) for e in est.values()]}
+
+
+def _knowledge_fields(est, item_id: str) -> dict:
+    """The per-item knowledge estimate carried by every mined pair row (nothing without an estimate)."""
+    if est is None:
+        return {}
+    return {"knowledge": est[item_id]["knowledge"], "clean_accuracy": est[item_id]["clean_accuracy"]}
+
+
+def unknown_pairs(by_item: dict, est: dict, backend, *, knowledge, model_name: str, max_new_tokens: int,
+                  prompt_settings) -> tuple[list[dict], dict]:
+    """The unknown pools (docs/scope.md#knowledge-aware-scope) over the items estimated *unknown*.
+
+    - ``unknown_correct``: the correct-context prompt; chosen = the model's own completion under that
+      prompt when it gives the gold (the answer that uses the hint), rejected = one of its sampled clean
+      answers that is wrong (the first non-empty one, in sample order). Items whose correct-context
+      answer is not the gold are dropped (``correct_context_wrong``): there is no on-policy text that
+      uses the hint; so are items whose wrong samples are all empty (``no_nonempty_wrong_sample``).
+    - ``unknown_irrelevant`` (``knowledge.unknown_irrelevant``), only for items whose clean answer is
+      *stable* (the most frequent parsed answer has share >= ``knowledge.stable_threshold`` of the k
+      samples): the irrelevant-context prompt; chosen = a clean sample with that modal answer, rejected
+      = the unknown-correct chosen. It says: without a hint, keep your own answer; the gold is reachable
+      only through the hint (so the correct pool teaches hint use, not the training item's fact).
+    Returns (pair rows with ``pool``, {item_id: drop reason})."""
+    from eval_hooks.evaluate import build_requests
+    from eval_hooks.parsers import answers_match, parse_answer
+
+    unknown = [i for i in sorted(est) if est[i]["knowledge"] == "unknown"]
+    rows = [by_item[i]["correct"] for i in unknown]
+    outs = backend.generate(build_requests(rows, max_new_tokens=max_new_tokens, prompt_settings=prompt_settings),
+                            progress=True, desc="unknown")
+    pairs, dropped = [], {}
+    for i, row, o in zip(unknown, rows, outs):
+        text, e = o.samples[0].text, est[i]
+        kw = dict(choices=row.get("choices"))
+        if not answers_match(parse_answer(text, row["answer_type"], **kw), row["gold"], row["answer_type"], **kw):
+            dropped[i] = "correct_context_wrong"
+            continue
+        wrong = next((t for t, ok in zip(e["texts"], e["correct"]) if not ok and t.strip()), None)
+        if wrong is None:  # every wrong sample was empty: nothing to prefer the hinted answer over
+            dropped[i] = "no_nonempty_wrong_sample"
+            continue
+        common = {"item_id": i, "gold": row["gold"], "wrong_value": row["wrong_value"], "mined_with": model_name,
+                  **_knowledge_fields(est, i)}
+        pairs.append({"pair_id": f"unknown-{i}", "condition": "correct", "pool": "unknown_correct",
+                      "prompt": row["prompt"], "chosen": text, "rejected": wrong,
+                      "chosen_source": "correct_context", **common})
+        if knowledge.unknown_irrelevant and e["modal_answer"] is not None and \
+                e["modal_share"] >= knowledge.stable_threshold:
+            own = next(t for t, s in zip(e["texts"], e["samples"]) if s == e["modal_answer"])
+            pairs.append({"pair_id": f"unknown-{i}", "condition": "irrelevant", "pool": "unknown_irrelevant",
+                          "prompt": by_item[i]["irrelevant"]["prompt"], "chosen": own, "rejected": text,
+                          "chosen_source": "clean_modal", **common})
+    return pairs, dropped
 
 
 def run(cfg: DictConfig) -> dict:
@@ -128,14 +227,17 @@ def run(cfg: DictConfig) -> dict:
     from trainer.run import seed_everything
 
     validate_common(cfg)
+    validate_knowledge(cfg.knowledge)
     rows = load_rows("mist", resolve_data_path(cfg.items_path))  # validated before the model loads
     seed_everything(cfg.seed)
     prompt = PromptSettings.from_config(cfg.prompt)
     backend = build_inference_backend(cfg.model, cfg.generation, prompt_settings=prompt)
     pairs, stats = mine(rows, backend, max_new_tokens=cfg.max_new_tokens, use_fallback=cfg.use_fallback,
                         fallback_note=cfg.fallback_note, leak_patterns=list(cfg.leak_patterns),
-                        model_name=cfg.model.path, prompt_settings=prompt)
+                        model_name=cfg.model.path, prompt_settings=prompt, knowledge=cfg.knowledge, seed=cfg.seed)
     out = Path(cfg.out_dir)
+    if "knowledge" in stats:
+        write_jsonl_atomic(out / "knowledge.jsonl", stats.pop("knowledge_items"))
     write_json_atomic(out / "mining_stats.json", stats)
     if pairs:
         write_jsonl_atomic(out / "pairs.jsonl", pairs)

@@ -111,3 +111,51 @@ def test_bad_input():
         topk_forward_kl(T_LOGITS, S_LOGITS, torch.ones(1), k=1)
     with pytest.raises(ValueError, match="labels must be in"):
         choice_ce(torch.zeros(1, 2), torch.tensor([2]), temperature=1.0)
+
+
+# ---- the worked examples of the Taste-Bench paper's write-up (docs/taste.md#distillation) ----------------------------
+
+def test_seed_three_token_example():
+    """Teacher (0.7, 0.2, 0.1) vs student (0.4, 0.4, 0.2), all tokens kept:
+    0.7 ln(0.7/0.4) + 0.2 ln(0.2/0.4) + 0.1 ln(0.1/0.2) = 0.39174 - 0.13863 - 0.06931 = 0.18379."""
+    t = torch.tensor([[[0.7, 0.2, 0.1]]], dtype=torch.float64).log()
+    s = torch.tensor([[[0.4, 0.4, 0.2]]], dtype=torch.float64).log()
+    loss, _ = topk_forward_kl(t, s, ONE, k=3, support="teacher")
+    assert loss.item() == pytest.approx(0.18379, abs=5e-6)
+    same, _ = topk_forward_kl(t, t.clone(), ONE, k=3)
+    assert same.item() == pytest.approx(0.0, abs=1e-12)
+
+
+# tokens: jia, yi, ding, other (one token standing for the rest of the vocabulary)
+SEED_S = torch.tensor([[[0.5, 0.3, 0.01, 0.19]]], dtype=torch.float64).log()
+SEED_T = torch.tensor([[[0.2, 0.1, 0.6, 0.1]]], dtype=torch.float64).log()
+
+
+def test_seed_truncation_example_student_top2():
+    """Student's top-2 (jia, yi) as buckets, ding falls into the remainder (student 0.20, teacher 0.70):
+    0.2 ln(0.2/0.5) + 0.1 ln(0.1/0.3) + 0.7 ln(0.7/0.2) = -0.18326 - 0.10986 + 0.87693 = 0.58381."""
+    loss, m = topk_forward_kl(SEED_T, SEED_S, ONE, k=2, support="student")
+    assert loss.item() == pytest.approx(0.58381, abs=5e-6)
+    assert m["student_mass"].item() == pytest.approx(0.8)
+    assert m["teacher_mass"].item() == pytest.approx(0.3)
+
+
+def test_seed_truncation_example_teacher_top3_is_the_full_kl():
+    """Teacher's top-3 (ding, jia, yi), the rest (teacher 0.1, student 0.19) in the bucket:
+    0.6 ln(0.6/0.01) + 0.2 ln(0.2/0.5) + 0.1 ln(0.1/0.3) + 0.1 ln(0.1/0.19) = 2.09930, the untruncated KL;
+    3.6 x the student-support value."""
+    loss, _ = topk_forward_kl(SEED_T, SEED_S, ONE, k=3, support="teacher")
+    assert loss.item() == pytest.approx(2.09930, abs=5e-6)
+    full = _full_kl(SEED_T, SEED_S, ONE)
+    assert loss.item() == pytest.approx(full.item(), rel=1e-12)
+    union, _ = topk_forward_kl(SEED_T, SEED_S, ONE, k=2, support="union")  # {jia, yi} u {ding, jia}
+    assert union.item() == pytest.approx(2.09930, abs=5e-6)
+
+
+def test_seed_choice_position_example():
+    """Teacher P(A) = 0.95 vs student 0.55: 0.95 ln(0.95/0.55) + 0.05 ln(0.05/0.45) = 0.51922 - 0.10986 = 0.40936."""
+    t = torch.tensor([[0.95, 0.05]], dtype=torch.float64).log()
+    s = torch.tensor([[0.55, 0.45]], dtype=torch.float64).log()
+    loss, m = choice_kl(t, s)
+    assert loss.item() == pytest.approx(0.40936, abs=5e-6)
+    assert m["agreement"].item() == 1.0

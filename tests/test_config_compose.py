@@ -6,12 +6,13 @@ import pytest
 from omegaconf import OmegaConf
 
 from recipe_utils import CONF, compose
-from trainer.config import (ConfigError, validate_common, validate_dpo, validate_grpo, validate_sft)
+from trainer.config import (ConfigError, validate_common, validate_distill, validate_dpo, validate_grpo, validate_sft)
 
 PRIMARIES = {"dpo": validate_dpo, "sft": validate_sft, "grpo": validate_grpo,
-             "evaluate": validate_common, "mine_pairs": validate_common}
+             "evaluate": validate_common, "mine_pairs": validate_common, "distill": validate_distill}
 # Recipe files belong to the trainer whose algo group they configure.
-RECIPE_OWNER = {"aime_": "grpo", "grpo_": "grpo", "webshop_": "grpo", "box2_sft": "sft"}
+RECIPE_OWNER = {"aime_": "grpo", "grpo_": "grpo", "webshop_": "grpo", "box2_sft": "sft", "taste_": "distill",
+                "opsd_": "distill"}
 
 
 def _recipes():
@@ -77,6 +78,30 @@ def test_scope_paper_defaults():
     assert cfg.trainer.mixed_precision == "bf16" and cfg.seed == 0
     assert cfg.data.max_prompt_len + cfg.data.max_completion_len == 4096
     assert (cfg.algo.lambda_m, cfg.algo.lambda_c, cfg.algo.lambda_p, cfg.algo.rho) == (0.25, 0.25, 0.5, 0.5)
+
+
+def test_taste_paper_settings():
+    cfg = compose("distill", ["recipe=taste_qwen3_4b", "data.train_path=/x.jsonl", "data.eval_path=/y.jsonl"])
+    validate_distill(cfg)
+    a = cfg.algo
+    assert (cfg.model.lora.r, cfg.model.lora.alpha) == (16, 32) and cfg.model.path == "Qwen/Qwen3-4B"
+    assert (a.teacher_temperature, a.max_reasoning_tokens, a.min_reasoning_tokens) == (1.0, 3072, 32)
+    assert (a.topk, a.topk_support, a.max_positions, a.calibration_temperature) == (100, "student", 512, 2.0)
+    assert (a.token_kl_weight, a.choice_kl_weight, a.teacher) == (1.0, 1.0, "initial")
+    stage2 = compose("distill", ["recipe=taste_qwen3_4b", "data.train_path=/x.jsonl", *cfg.pipeline.stage2])
+    assert stage2.algo.stage == "calibration" and stage2.optim.lr == 1e-5 and stage2.trainer.epochs_cap == 1
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["algo.topk_support=both"], "algo.topk_support"),
+    (["algo.teacher_cache=true"], "teacher_cache"),
+    (["algo.mode=offline"], "algo.mode"),
+    (["data.source=files"], "data.train_path"),
+    (["algo.choice_tokens=[A]"], "choice_tokens"),
+])
+def test_distill_semantic_errors(overrides, message):
+    with pytest.raises(ConfigError, match=message):
+        validate_distill(compose("distill", overrides))
 
 
 def test_misspelt_key_fails_at_compose():

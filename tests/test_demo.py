@@ -50,6 +50,12 @@ def test_reduced_demo_stages_connect_and_scope_direction_holds(tmp_path):
             assert "family" in on_disk[section][stage], (section, stage)
     base, scope = summary["scope"]["base"], summary["scope"]["trained"]
     assert summary["mining"]["kept"] > 0
+    # knowledge-aware arm: its pools exist, and every evaluation is split by the base's knowledge
+    ka = summary["mining_knowledge"]["knowledge"]
+    assert ka["per_pool"]["unknown_correct"] > 0 and ka["counts"]["known"] > 0
+    assert set(summary["scope_unseen"]["knowledge_aware"]) >= set(summary["scope_unseen"]["trained"])
+    assert summary["scope"]["knowledge_aware"]["by_knowledge"]["known"]["n_items"] == 100
+    assert summary["scope_unseen"]["trained"]["unknown_correct_accuracy"] is not None
     assert base["sc2w"] is not None and scope["sc2w"] is not None
     assert scope["sc2w"] < base["sc2w"], (base["sc2w"], scope["sc2w"])   # resisting misleading hints improved
     assert scope["accuracy"]["misleading"] > base["accuracy"]["misleading"]
@@ -88,3 +94,20 @@ def test_full_demo_three_seeds_meet_the_targets_and_rerun_identically(tmp_path):
     assert mean("scope_unseen", "misleading_only") < mean("scope_unseen", "trained")
     again = _demo(tmp_path / "demo0_again", seed=0)
     assert _metrics_only(again) == _metrics_only(runs[0])
+
+
+@pytest.mark.slow
+def test_knowledge_aware_arm_meets_its_targets_on_one_seed(tmp_path):
+    """The demo's default seed 0, without Box2: knowledge-aware SCOPE keeps correct-hint accuracy >= 90% on
+    unseen keys, held-out SC2W <= 15% and held-out clean and correct-context accuracy >= 90%
+    (trainer.demo_report.check_knowledge_aware_targets), and its unseen-key correct-hint accuracy is above
+    SCOPE's. Not every seed meets the SC2W target (seeds 1 and 3 do not: docs/scope.md#knowledge-aware-scope)."""
+    from trainer.demo_report import check_knowledge_aware_targets
+
+    s = _demo(tmp_path / "demo", seed=0, extra=["box2=false"])
+    targets = check_knowledge_aware_targets(s)
+    assert len(targets) == 3
+    missed = [k for k, ok in targets.items() if not ok]
+    assert not missed, (missed, {k: s["scope_unseen"][k]["accuracy"] for k in s["scope_unseen"]})
+    u = s["scope_unseen"]
+    assert u["knowledge_aware"]["accuracy"]["correct"] > u["trained"]["accuracy"]["correct"]

@@ -56,7 +56,7 @@ def test_cli_writes_the_fixed_file_names(tmp_path):
     assert rc == 0
     assert {p.name for p in tmp_path.iterdir()} == set(toy.OUTPUT_FILES.values()) | {"task.json"}
     meta = json.loads((tmp_path / "task.json").read_text())
-    assert meta["seed"] == 1 and meta["counts"] == {"train": 20, "heldout": 10, "unseen": 10}
+    assert meta["seed"] == 1 and meta["counts"] == {"train": 20, "heldout": 10, "unseen": 10, "untaught": 100}
 
 
 def test_cli_rejects_impossible_split_sizes(tmp_path, capsys):
@@ -65,10 +65,10 @@ def test_cli_rejects_impossible_split_sizes(tmp_path, capsys):
 
 
 def test_splits_are_disjoint_and_sized(task):
-    tr, ho, un = (set(task.keys(s)) for s in toy.SPLITS)
-    assert (len(tr), len(ho), len(un)) == (35, 15, 10)
-    assert not (tr & ho) and not (tr & un) and not (ho & un)
-    assert set(task.gold) == tr | ho | un
+    tr, ho, un, ut = (set(task.keys(s)) for s in toy.SPLITS)
+    assert (len(tr), len(ho), len(un), len(ut)) == (35, 15, 10, 100)
+    assert not (tr & ho) and not (tr & un) and not (ho & un) and not (ut & (tr | ho | un))
+    assert set(task.gold) == tr | ho | un | ut
     for k in task.gold:
         assert re.fullmatch(r"[a-z]{3}", k)
         assert 0 <= task.gold[k] <= 9 and 0 <= task.wrong[k] <= 9 and task.wrong[k] != task.gold[k]
@@ -293,3 +293,21 @@ def test_sft_mix_cross_key_hints_are_right_about_another_known_key(task, tmp_pat
     assert n_cross > 20
     with pytest.raises(ValueError, match="cross_fraction"):
         toy.write_sft_mix(task, tmp_path / "x.jsonl", n_examples=10, filler_fraction=0.6, cross_fraction=0.6)
+
+
+def test_untaught_keys_are_reserved_never_taught_and_do_not_move_the_other_splits(task, files):
+    """Knowledge-aware SCOPE's never-learned training keys: reserved first letters like the unseen keys,
+    disjoint from them, absent from the SFT mix, present only in mist_train_knowledge.jsonl (with train)."""
+    untaught = set(task.keys("untaught"))
+    assert untaught and all(k[0] in set(task.reserved_letters) for k in untaught)
+    for name in ("sft_mix", "box2_sft", "grpo_prompts", "toy_pairs", "mist_train", "mist_unseen", "mist_heldout"):
+        text = (files / toy.OUTPUT_FILES[name]).read_text()
+        keys = set(re.findall(r"key ([a-z]{3})\?|\b([a-z]{3})=\d|\b([a-z]{3}) is \d", text))
+        keys = {k for group in keys for k in group if k}
+        assert not (keys & untaught), name
+    rows = _jsonl(files / toy.OUTPUT_FILES["mist_train_knowledge"])
+    assert {r["source_id"] for r in rows} == set(task.keys("train")) | untaught
+    assert {r["split"] for r in rows if r["source_id"] in untaught} == {"untaught"}
+    other = toy.make_toy_task(task.seed, **SMALL, n_untaught=0)
+    assert all(other.keys(s) == task.keys(s) for s in ("train", "heldout", "unseen"))
+    assert all(other.gold[k] == task.gold[k] and other.wrong[k] == task.wrong[k] for k in other.gold)

@@ -19,6 +19,7 @@ from omegaconf import MISSING
 
 from eval_hooks.families import FAMILIES
 from eval_hooks.vocab import MED_FORMATS, MED_MITIGATIONS
+from trainer.algos.distill import SUPPORTS as TOPK_SUPPORTS
 from trainer.algos.grpo import STD_SCALINGS
 from trainer.algos.is_correction import LEVELS as IS_LEVELS
 from trainer.algos.sft import AGGREGATIONS
@@ -75,6 +76,12 @@ Reference = _choices("Reference", ("auto", "precomputed"))
 Aggregation = _choices("Aggregation", AGGREGATIONS)
 StdScaling = _choices("StdScaling", STD_SCALINGS)
 ISCorrection = _choices("ISCorrection", ("none", *IS_LEVELS))
+DistillStage = _choices("DistillStage", ("kl", "calibration"))
+DistillMode = _choices("DistillMode", ("teacher_tokens", "on_policy"))
+DistillTeacher = _choices("DistillTeacher", ("initial", "current"))
+TopkSupport = _choices("TopkSupport", TOPK_SUPPORTS)
+DistillSource = _choices("DistillSource", ("files", "toy"))
+DistillPromptStyle = _choices("DistillPromptStyle", ("taste", "compact"))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -176,6 +183,9 @@ class EvalConfig:
                                        "omission marker and the longest tail of lines that fits (the published runner's rule).")
     prompt_tokenizer: Optional[str] = _f(None, "taste only: tokenizer (local dir or 'tiny') that counts tokens for the cap; "
                                                "None = estimate of 4 UTF-8 bytes per token.")
+    knowledge_path: Optional[str] = _f(None, "mist only: per-item knowledge labels (knowledge.jsonl of recipes/mine_pairs.py "
+                                             "or recipes/evaluate.py with knowledge.enabled); metrics.json then has every "
+                                             "MIST metric per label (by_knowledge) and unknown_correct_accuracy.")
 
     med: MedEvalConfig = field(default_factory=MedEvalConfig)
 
@@ -254,6 +264,10 @@ class DPOAlgoConfig:
     reference: Reference = _f("auto", "auto (adapter-disabled policy with LoRA, frozen copy without; computed every step) | "
                                 "precomputed (the same reference, one pass over all pairs before training).")
     sft_on_chosen: bool = _f(False, "Baseline: ignore r- and train NLL on r+ (SFT on chosen).")
+    lambda_u: float = _f(0.0, "λ_u: sampling mass of the unknown-item pools (algo=scope_knowledge_aware); the four "
+                              "SCOPE pools share 1-λ_u in their λ/ρ proportions. 0 = plain SCOPE.")
+    unknown_irrelevant: bool = _f(False, "Also draw the unknown_irrelevant pool: λ_u is then split by ρ between "
+                                         "unknown_correct and unknown_irrelevant (else unknown_correct gets all of λ_u).")
 
 
 @dataclass
@@ -295,6 +309,65 @@ class GRPOAlgoConfig:
 # Root schemas per recipe
 # ---------------------------------------------------------------------------------------------
 @dataclass
+class DistillAlgoConfig:
+    name: str = _f("distill", "Label for this variant.")
+    stage: DistillStage = _f("kl", "kl (stage 1: teacher-to-student KL) | calibration (stage 2: choice cross-entropy on the "
+                          "student's own reasoning).")
+    mode: DistillMode = _f("teacher_tokens", "Stage 1: teacher_tokens (the KL on reasoning the teacher wrote, the paper) | "
+                                     "on_policy (the student writes the tokens, OPSD).")
+    teacher: DistillTeacher = _f("initial", "initial (the frozen starting weights: the adapter-disabled model) | current (the "
+                                 "policy itself under no-grad, self-distillation).")
+    topk: int = _f(100, "K of the top-K support of the token KL (plus one remainder bucket).")
+    topk_support: TopkSupport = _f("student", "Whose top-K is the support: student (the paper) | teacher | union.")
+    kl_temperature: float = _f(1.0, "Softmax temperature of both distributions in the token and choice KL.")
+    token_kl_weight: float = _f(1.0, "Weight of the token KL term (a mean over the micro-batch's sampled positions).")
+    choice_kl_weight: float = _f(1.0, "Weight of the choice KL term (a mean over the micro-batch's views).")
+    max_positions: int = _f(512, "At most this many reasoning positions per view (sampled, seeded by seed, view and "
+                                 "epoch); <= 0 = all.")
+    teacher_cache: bool = _f(False, "Compute the teacher's top-K once per view before training and reuse it (needs "
+                                    "topk_support=teacher, teacher=initial, mode=teacher_tokens).")
+    teacher_temperature: float = _f(1.0, "Sampling temperature of the teacher's reasoning.")
+    student_temperature: float = _f(1.0, "Sampling temperature of the student's reasoning (calibration, on_policy).")
+    max_reasoning_tokens: int = _f(3072, "Generation budget of a reasoning block (teacher and student).")
+    min_reasoning_tokens: int = _f(32, "A teacher reasoning block shorter than this is dropped (with its item).")
+    reasoning_end: str = _f("</think>", "Text that closes a well-formed reasoning block (the block is cut after it).")
+    answer_prefix: str = _f("ANSWER:", "Text appended after the reasoning; the choice position follows it.")
+    choice_tokens: list[str] = _f([" A", " B"], "The two choice strings (one token each) read at the choice position.")
+    calibration_temperature: float = _f(2.0, "Softmax temperature of the calibration CE; evaluation reports the "
+                                             "choice probability (and its ECE) at this temperature too.")
+    demonstration: str = _f("Demonstration (for you only): the right move at this fork is: {right} Avoid: {wrong}",
+                            "What the teacher's prompt adds after the evaluation prompt (data.prompt_style=taste).")
+
+
+@dataclass
+class DistillDataConfig:
+    source: DistillSource = _f("files", "files (train_path/eval_path) | toy (the CPU toy fork task, built in <run_dir>/data).")
+    train_path: Optional[str] = _f(None, "Taste fork items to train on (every item needs task_id).")
+    eval_path: Optional[str] = _f(None, "Held-out taste fork items (task-disjoint from train_path), or null.")
+    prompt_style: DistillPromptStyle = _f("taste", "taste (the evaluation prompt of the taste family) | compact (the toy's one line).")
+    toy_tasks: int = _f(80, "data.source=toy: number of tasks (4 forks each), split into two task-disjoint folds.")
+
+
+@dataclass
+class DistillPipelineConfig:
+    base_model: str = _f("tiny-demo", "data.source=toy: the tiny preset the base SFT starts from.")
+    base_sft: list[str] = _f([], "data.source=toy: overrides of recipes/sft.py for the base (a demonstration follower).")
+    stage1: list[str] = _f([], "Overrides of the stage-1 (KL) run, on top of this config.")
+    stage2: list[str] = _f([], "Overrides of the stage-2 (calibration) run; empty list = no stage 2.")
+    eval_batch_size: int = _f(64, "Views per forward in the pipeline's evaluations.")
+
+
+@dataclass
+class AdviceConfig:
+    forks_path: Optional[str] = _f(None, "recipes/advise.py: taste fork items to write advice for.")
+    adapters: list[str] = _f([], "recipes/advise.py: adapters merged into model.path in order (e.g. stage1/final, "
+                                 "stage2/final of a distillation run).")
+    out: Optional[str] = _f(None, "recipes/advise.py: the advice JSONL file to write.")
+    template: str = _f("At this decision point, take the direction \"{favoured}\" rather than \"{other}\".",
+                       "Advice note; {favoured}, {other} (candidate texts) and {score} (summed log-odds) are filled in.")
+
+
+@dataclass
 class _RunBase:
     seed: int = _f(0, "Global seed (data order, init of adapters, sampling).")
     model: ModelConfig = field(default_factory=ModelConfig)
@@ -323,6 +396,28 @@ class GRPORunConfig(_RunBase):
 
 
 @dataclass
+class DistillRunConfig(_RunBase):
+    algo: DistillAlgoConfig = field(default_factory=DistillAlgoConfig)
+    data: DistillDataConfig = field(default_factory=DistillDataConfig)  # type: ignore[assignment]
+    pipeline: DistillPipelineConfig = field(default_factory=DistillPipelineConfig)
+    advice: AdviceConfig = field(default_factory=AdviceConfig)
+
+
+@dataclass
+class KnowledgeConfig:
+    """Per-item knowledge estimate (docs/scope.md#knowledge-aware-scope)."""
+
+    enabled: bool = _f(False, "Estimate per item whether the model knows the answer without context.")
+    k: int = _f(4, "Clean samples per item; 1 = one greedy answer.")
+    temperature: float = _f(1.0, "Sampling temperature of the k clean samples (ignored when k=1).")
+    known_threshold: float = _f(0.75, "Known: clean accuracy over the k samples >= this.")
+    unknown_threshold: float = _f(0.25, "Unknown: clean accuracy <= this; in between: uncertain (in no new pool).")
+    unknown_irrelevant: bool = _f(False, "Mining: also build the unknown_irrelevant pool for unknown items whose clean "
+                                         "answer is stable.")
+    stable_threshold: float = _f(0.75, "Stable: the most frequent clean answer has at least this share of the k samples.")
+
+
+@dataclass
 class EvaluateRunConfig:
     seed: int = _f(0, "Seed (only matters for sampled generation).")
     out_dir: str = _f("runs/evaluate", "Where metrics.json, item_scores.jsonl and report.md go.")
@@ -331,6 +426,7 @@ class EvaluateRunConfig:
     eval: EvalConfig = field(default_factory=EvalConfig)
     generation: GenerationConfig = field(default_factory=GenerationConfig)
     prompt: PromptConfig = field(default_factory=PromptConfig)
+    knowledge: KnowledgeConfig = field(default_factory=KnowledgeConfig)
 
 
 @dataclass
@@ -348,6 +444,7 @@ class MineRunConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
     generation: GenerationConfig = field(default_factory=GenerationConfig)
     prompt: PromptConfig = field(default_factory=PromptConfig)
+    knowledge: KnowledgeConfig = field(default_factory=KnowledgeConfig)
 
 
 @dataclass
@@ -361,6 +458,10 @@ class DemoStages:
     dpo: list[str] = _f([], "Overrides for both recipes/dpo.py stages (SCOPE and misleading-only).")
     box2_sft: list[str] = _f([], "Overrides for recipes/sft.py: Box2 counterfactual SFT.")
     grpo: list[str] = _f([], "Overrides for recipes/grpo.py: the short Box2 RL stage.")
+    knowledge: list[str] = _f([], "knowledge.* overrides of the knowledge-aware mining and of the base's evaluations "
+                                  "(whose knowledge.jsonl splits every later evaluation by knowledge).")
+    knowledge_aware: list[str] = _f([], "Extra overrides of the knowledge-aware recipes/dpo.py stage, after dpo and "
+                                        "algo=scope_knowledge_aware (e.g. algo.lambda_u).")
 
 
 @dataclass
@@ -369,6 +470,8 @@ class DemoRunConfig:
     out: str = _f("demo_out", "Output directory: report.md, summary.json, stages/ (each stage's run or eval dir).")
     box2: bool = _f(True, "Run the Box2 stage (counterfactual SFT + GRPO).")
     misleading_only: bool = _f(True, "Run the Standard-DPO (misleading-only pairs) ablation.")
+    knowledge_aware: bool = _f(True, "Run knowledge-aware SCOPE (unknown pools from the toy's untaught keys) and split "
+                                     "every evaluation by the base's knowledge.")
     torch_threads: Optional[int] = _f(None, "torch intra-op threads (None = torch's default). 1 is often much "
                                             "faster for this tiny model on a busy machine.")
     stages: DemoStages = field(default_factory=DemoStages)
@@ -378,7 +481,7 @@ class DemoRunConfig:
 class StageConfig:
     """One stage of a chain (recipes/chain.py): a trainer config run in ``<run_dir>/stages/<name>/``."""
 
-    script: str = _f(MISSING, "The stage's trainer: sft | dpo | grpo (recipes/<script>.py composed from conf/<script>.yaml).")
+    script: str = _f(MISSING, "The stage's trainer: sft | dpo | grpo | distill (recipes/<script>.py composed from conf/<script>.yaml).")
     overrides: list[str] = _f([], "Hydra overrides of that trainer's config, e.g. recipe=box2_sft_tiny, model.lora.r=8.")
     extra: list[str] = _f([], "More overrides applied after `overrides` and `common` (for the command line: "
                               "stages.<name>.extra=[data.train_path=...]).")
@@ -414,6 +517,7 @@ SCHEMAS = {
     "dpo_schema": DPORunConfig,
     "sft_schema": SFTRunConfig,
     "grpo_schema": GRPORunConfig,
+    "distill_schema": DistillRunConfig,
     "evaluate_schema": EvaluateRunConfig,
     "mine_schema": MineRunConfig,
 }
@@ -571,6 +675,29 @@ def validate_dpo(cfg) -> None:
         raise ConfigError(f"algo.beta must be > 0, got {a.beta}")
     if not 0 <= a.label_smoothing < 0.5:
         raise ConfigError(f"algo.label_smoothing must be in [0, 0.5), got {a.label_smoothing}")
+    if not 0.0 <= a.lambda_u <= 1.0:
+        raise ConfigError(f"algo.lambda_u={a.lambda_u} must be in [0, 1]")
+    if a.unknown_irrelevant and a.lambda_u == 0:
+        raise ConfigError("algo.unknown_irrelevant=true draws from the unknown pools, which have no mass at algo.lambda_u=0")
+
+
+def validate_knowledge(kcfg) -> None:
+    """The ``knowledge`` group of recipes/mine_pairs.py and recipes/evaluate.py (checked before any model loads)."""
+    if not kcfg.enabled:
+        return
+    if kcfg.k < 1:
+        raise ConfigError(f"knowledge.k must be >= 1, got {kcfg.k}")
+    if kcfg.k > 1 and kcfg.temperature <= 0:
+        raise ConfigError(f"knowledge.temperature must be > 0 with knowledge.k={kcfg.k} (k=1 is greedy)")
+    for key in ("known_threshold", "unknown_threshold", "stable_threshold"):
+        if not 0.0 <= kcfg[key] <= 1.0:
+            raise ConfigError(f"knowledge.{key}={kcfg[key]} must be in [0, 1]")
+    if not kcfg.unknown_threshold < kcfg.known_threshold:
+        raise ConfigError(f"knowledge.unknown_threshold ({kcfg.unknown_threshold}) must be below "
+                          f"knowledge.known_threshold ({kcfg.known_threshold})")
+    if kcfg.unknown_irrelevant and not kcfg.stable_threshold > kcfg.unknown_threshold:
+        raise ConfigError(f"knowledge.stable_threshold ({kcfg.stable_threshold}) must exceed knowledge.unknown_threshold "
+                          f"({kcfg.unknown_threshold}) so that a stable unknown item's modal answer is a wrong one")
 
 
 def validate_sft(cfg) -> None:
@@ -597,3 +724,25 @@ def validate_grpo(cfg) -> None:
     if a.env is not None and a.is_correction != "none":
         raise ConfigError("algo.is_correction needs per-token rollout log-probs, which environment rollouts "
                           "(algo.env) do not keep; use algo.is_correction=none")
+
+
+def validate_distill(cfg) -> None:
+    validate_common(cfg)
+    a, d = cfg.algo, cfg.data
+    if a.topk < 1 or a.max_reasoning_tokens < 1 or a.min_reasoning_tokens < 0:
+        raise ConfigError(f"algo.topk and algo.max_reasoning_tokens must be >= 1 and algo.min_reasoning_tokens >= 0; "
+                          f"got {a.topk}, {a.max_reasoning_tokens}, {a.min_reasoning_tokens}")
+    for k in ("kl_temperature", "teacher_temperature", "calibration_temperature"):
+        if getattr(a, k) <= 0:
+            raise ConfigError(f"algo.{k} must be > 0, got {getattr(a, k)}")
+    if a.token_kl_weight < 0 or a.choice_kl_weight < 0:
+        raise ConfigError(f"algo.token_kl_weight and algo.choice_kl_weight must be >= 0")
+    if len(a.choice_tokens) != 2:
+        raise ConfigError(f"algo.choice_tokens must name exactly two strings (A, B), got {list(a.choice_tokens)}")
+    if a.teacher_cache and (a.topk_support != "teacher" or a.teacher != "initial" or a.mode != "teacher_tokens"):
+        raise ConfigError("algo.teacher_cache=true needs algo.topk_support=teacher, algo.teacher=initial and "
+                          f"algo.mode=teacher_tokens (got {a.topk_support}, {a.teacher}, {a.mode})")
+    if a.teacher == "initial" and not cfg.model.lora.enabled:
+        raise ConfigError("algo.teacher=initial is the adapter-disabled model: it needs model.lora.enabled=true")
+    if d.source == "files" and not d.train_path:
+        raise ConfigError("data.train_path: give the taste fork items to train on (or data.source=toy)")

@@ -30,6 +30,10 @@ TRUNCATIONS = ("keep_end", "keep_start", "drop", "error")
 ON_INVALID = ("drop", "error")
 #: algo.weighting: how ConditionSampler applies the condition masses.
 WEIGHTINGS = ("sample", "loss")
+# Knowledge-aware SCOPE (docs/scope.md#knowledge-aware-scope): pools of items the model does not know,
+# each tied to the context condition its prompts are shown under; rows of these pools form no quartet.
+UNKNOWN_POOLS = {"unknown_correct": "correct", "unknown_irrelevant": "irrelevant"}
+POOLS = CONDITIONS + tuple(UNKNOWN_POOLS)
 
 
 # -- built-in sources ---------------------------------------------------------------------------
@@ -83,6 +87,12 @@ def load_pairs(path: str, *, on_invalid: str = "drop", require_quartets: bool = 
         if rec["condition"] not in CONDITIONS:
             raise DataError(f"unknown condition {rec['condition']!r}", path=real, line=line, field="condition",
                             accepted="|".join(CONDITIONS))
+        pool = rec.get("pool", rec["condition"])
+        if pool not in POOLS or (pool in UNKNOWN_POOLS and UNKNOWN_POOLS[pool] != rec["condition"]) or \
+                (pool in CONDITIONS and pool != rec["condition"]):
+            raise DataError(f"pool {pool!r} does not fit condition {rec['condition']!r}", path=real, line=line,
+                            field="pool", accepted="the condition itself, or unknown_correct (condition correct) | "
+                                                   "unknown_irrelevant (condition irrelevant)")
         key = (rec["pair_id"], rec["condition"])
         if key in seen:
             raise DataError(f"duplicate condition {rec['condition']!r} for pair_id {rec['pair_id']!r} "
@@ -101,12 +111,14 @@ def load_pairs(path: str, *, on_invalid: str = "drop", require_quartets: bool = 
             continue
         rec = dict(rec)
         rec.setdefault("item_id", rec["pair_id"])
+        rec["pool"] = pool
         lines[len(rows)] = line
         rows.append(rec)
     if require_quartets:
         conds = defaultdict(set)
         for r in rows:
-            conds[r["pair_id"]].add(r["condition"])
+            if r["pool"] in CONDITIONS:
+                conds[r["pair_id"]].add(r["condition"])
         incomplete = {pid for pid, cs in conds.items() if len(cs) != len(CONDITIONS)}
         if incomplete:
             if on_invalid == "error":
@@ -115,11 +127,12 @@ def load_pairs(path: str, *, on_invalid: str = "drop", require_quartets: bool = 
                 raise DataError(f"quartet {pid!r} lacks conditions {sorted(set(CONDITIONS) - conds[pid])}",
                                 path=real, line=lines[first], field="condition")
             dropped["incomplete_quartet_rows"] += sum(1 for r in rows if r["pair_id"] in incomplete)
-            rows = [r for r in rows if r["pair_id"] not in incomplete]
+            rows = [r for r in rows if r["pair_id"] not in incomplete or r["pool"] in UNKNOWN_POOLS]
     if not rows:
         raise DataError(f"no usable pairs left after validation (dropped: {dict(dropped)})", path=real)
     stats = {"path": real, "rows": len(rows), "dropped": dict(dropped),
-             "per_condition": dict(Counter(r["condition"] for r in rows))}
+             "per_condition": dict(Counter(r["condition"] for r in rows)),
+             "per_pool": dict(Counter(r["pool"] for r in rows))}
     return PairSet(rows=rows, stats=stats)
 
 
@@ -128,9 +141,12 @@ def unmatch_pairs(pairs: PairSet, *, seed: int) -> PairSet:
     (r+, r-) pair is seen under more than one context (the matched construction is what SCOPE adds)."""
     rng = np.random.default_rng(seed)
     by_pid = defaultdict(list)
-    for r in pairs.rows:
-        by_pid[r["pair_id"]].append(r)
     rows = []
+    for r in pairs.rows:
+        if r.get("pool") in UNKNOWN_POOLS:
+            rows.append(r)  # one context per pair already
+        else:
+            by_pid[r["pair_id"]].append(r)
     for pid in sorted(by_pid):
         group = sorted(by_pid[pid], key=lambda r: r["condition"])
         rows.append(group[int(rng.integers(len(group)))])
@@ -197,6 +213,30 @@ def length_grouped_order(lengths: Sequence[int], *, block: int, blocks_per_chunk
     return np.concatenate(out) if out else np.arange(0)
 
 
+def pool_mass(*, lambda_m: float, lambda_c: float, lambda_p: float, rho: float, lambda_u: float = 0.0,
+              unknown_irrelevant: bool = False) -> dict[str, float]:
+    """docs/scope.md#knowledge-aware-scope: the four SCOPE pools get ``(1 - λ_u)`` times their
+    :func:`condition_mass`; the unknown pools get ``λ_u`` (split ``ρ`` / ``1 - ρ`` between unknown_correct
+    and unknown_irrelevant when ``unknown_irrelevant``, else all to unknown_correct). λ_u = 0 is SCOPE."""
+    mass = {c: (1 - lambda_u) * m for c, m in condition_mass(lambda_m=lambda_m, lambda_c=lambda_c,
+                                                              lambda_p=lambda_p, rho=rho).items()}
+    if lambda_u > 0:
+        share = rho if unknown_irrelevant else 1.0
+        mass["unknown_correct"] = lambda_u * share
+        if unknown_irrelevant:
+            mass["unknown_irrelevant"] = lambda_u * (1 - share)
+    return mass
+
+
+def check_pool_mass(pools, mass: dict[str, float]) -> None:
+    """Every pool with positive mass must hold pairs (``pools``: anything with ``pool in pools`` and
+    ``len(pools[pool])``); run before any model loads."""
+    for c, m in mass.items():
+        if m > 0 and not pools.get(c):
+            raise DataError(f"pool {c!r} has sampling mass {m:g} but the data has no {c} pairs"
+                            + (" (mine with knowledge.enabled=true)" if c in UNKNOWN_POOLS else ""))
+
+
 class ConditionSampler:
     """Draws pair indices with the configured mass over condition pools.
 
@@ -227,9 +267,7 @@ class ConditionSampler:
         self.pools: dict[str, list[int]] = defaultdict(list)
         for i, c in enumerate(self.conditions):
             self.pools[c].append(i)
-        for c, m in self.mass.items():
-            if m > 0 and not self.pools.get(c):
-                raise DataError(f"condition {c!r} has sampling mass {m:g} but the data has no {c} pairs")
+        check_pool_mass(self.pools, self.mass)
         self.n = len(self.conditions)
         self.epoch = 0
         self.position = 0
@@ -405,4 +443,5 @@ def apply_length_policy(pairs: PairSet, tokenizer, *, max_prompt_len: int, max_c
                           "policy": truncation, "dropped": dropped}
     stats["rows"] = len(keep)
     stats["per_condition"] = dict(Counter(r["condition"] for r in keep))
+    stats["per_pool"] = dict(Counter(r.get("pool", r["condition"]) for r in keep))
     return PairSet(rows=keep, stats=stats)

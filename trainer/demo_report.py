@@ -10,7 +10,12 @@ import json
 from pathlib import Path
 
 from eval_hooks.vocab import MIST_CONDITIONS as CONDS
-TARGETS = {"base_sc2w_min": 0.80, "scope_sc2w_max": 0.15, "scope_clean_correct_min": 0.90}
+
+TARGETS = {"base_sc2w_min": 0.80, "scope_sc2w_max": 0.15, "scope_clean_correct_min": 0.90,
+           "knowledge_aware_unseen_correct_min": 0.90}
+ARMS = ("base", "trained", "misleading_only", "knowledge_aware")
+LABEL = {"base": "base (SFT)", "trained": "SCOPE", "misleading_only": "misleading-only",
+         "knowledge_aware": "knowledge-aware"}
 
 
 def _pct(v) -> str:
@@ -34,10 +39,23 @@ def check_targets(summary: dict) -> dict[str, bool]:
     return out
 
 
+def check_knowledge_aware_targets(summary: dict) -> dict[str, bool]:
+    """Knowledge-aware SCOPE's targets (docs/scope.md#knowledge-aware-scope); empty without that arm."""
+    s = summary["scope"]
+    if "knowledge_aware" not in s:
+        return {}
+    ka, kau = s["knowledge_aware"], summary["scope_unseen"]["knowledge_aware"]
+    return {
+        "knowledge-aware SC2W <= 15%": ka.get("sc2w") is not None and ka["sc2w"] <= TARGETS["scope_sc2w_max"],
+        "knowledge-aware clean and correct >= 90%": min(ka["accuracy"]["clean"], ka["accuracy"]["correct"]) >=
+        TARGETS["scope_clean_correct_min"],
+        "knowledge-aware unseen correct >= 90%": kau["accuracy"]["correct"] >= TARGETS["knowledge_aware_unseen_correct_min"],
+    }
+
+
 def print_table(summary: dict) -> None:
     s = summary["scope"]
-    names = [n for n in ("base", "trained", "misleading_only") if n in s]
-    label = {"base": "base (SFT)", "trained": "SCOPE", "misleading_only": "misleading-only"}
+    names, label = [n for n in ARMS if n in s], LABEL
     print("\n[demo] matched evaluation on held-out keys")
     print("  " + f"{'metric':<22}" + "".join(f"{label[n]:>17}" for n in names))
     for c in CONDS:
@@ -56,7 +74,8 @@ def print_table(summary: dict) -> None:
         for k in ("use", "bad", "stop", "switch"):
             vals = [b[n]["delta"][k] for n in stages]
             print("  " + f"{'Δ' + k:<22}" + "".join(f"{'–' if v is None else f'{100 * v:+.1f} pp':>17}" for v in vals))
-    print("\n[demo] targets: " + ", ".join(f"{k}: {'ok' if v else 'MISSED'}" for k, v in check_targets(summary).items()))
+    targets = {**check_targets(summary), **check_knowledge_aware_targets(summary)}
+    print("\n[demo] targets: " + ", ".join(f"{k}: {'ok' if v else 'MISSED'}" for k, v in targets.items()))
 
 
 def _plots(summary: dict, out: Path) -> list[str]:
@@ -67,8 +86,7 @@ def _plots(summary: dict, out: Path) -> list[str]:
 
     files = []
     s = summary["scope"]
-    names = [n for n in ("base", "trained", "misleading_only") if n in s]
-    label = {"base": "base (SFT)", "trained": "SCOPE", "misleading_only": "misleading-only"}
+    names, label = [n for n in ARMS if n in s], LABEL
     fig = Figure(figsize=(9, 3.6))
     ax, ax2 = fig.subplots(1, 2, gridspec_kw={"width_ratios": [3, 1]})
     width = 0.8 / len(names)
@@ -137,7 +155,7 @@ def write_demo_report(summary: dict, out: Path) -> Path:
     out = Path(out)
     plots = _plots(summary, out)
     s, u, b = summary["scope"], summary.get("scope_unseen", {}), summary.get("box2") or {}
-    label = {"base": "base (SFT)", "trained": "SCOPE", "misleading_only": "misleading-only"}
+    label = LABEL
     lines = [f"# selectrust demo (seed {summary['seed']})", "",
              f"Wall time: {summary['wall_seconds']:.0f} s. Stage times (s): "
              + ", ".join(f"{k} {v}" for k, v in summary.get("stage_seconds", {}).items()), "",
@@ -146,6 +164,9 @@ def write_demo_report(summary: dict, out: Path) -> Path:
     if "misleading_only" in s:
         lines += ["### SCOPE vs the misleading-only ablation", "",
                   compare_table({"misleading-only": s["misleading_only"], "SCOPE": s["trained"]}, "mist"), ""]
+    if "knowledge_aware" in s:
+        lines += ["### Knowledge-aware SCOPE (unknown_correct pool from never-learned training keys)", "",
+                  compare_table({"SCOPE": s["trained"], "knowledge-aware": s["knowledge_aware"]}, "mist"), ""]
     lines += [f"![conditions]({plots[0]})", ""]
     if "demo_training.png" in plots:
         lines += ["![training curves](demo_training.png)", ""]
@@ -157,7 +178,8 @@ def write_demo_report(summary: dict, out: Path) -> Path:
         lines += ["## Box2 on toy workflows (five conditions)", "",
                   compare_table({n: b[n] for n in ("base", "sft", "grpo") if n in b}, "box2"), "",
                   "![box2](demo_box2.png)", ""]
-    lines += ["## Targets", ""] + [f"- {k}: {'met' if v else '**missed**'}" for k, v in check_targets(summary).items()]
+    targets = {**check_targets(summary), **check_knowledge_aware_targets(summary)}
+    lines += ["## Targets", ""] + [f"- {k}: {'met' if v else '**missed**'}" for k, v in targets.items()]
     lines += ["", "## What this shows, and what it does not", "",
               "- It shows the SCOPE mechanism end to end on a model that starts as a pure hint follower: pairs "
               "mined from the model's own signal-following answers, balanced over four matched contexts, "
@@ -176,19 +198,22 @@ def write_demo_report(summary: dict, out: Path) -> Path:
               "- Box2 here uses workflows that state the answer (the toy has no inner trajectory), so Δuse "
               "and Δbad measure copying a stated digit, not following a plan."]
     if u:
-        names = [n for n in ("base", "trained", "misleading_only") if n in u]
+        names = [n for n in ARMS if n in u]
         lines += ["", "### Known limit: context use on keys the model never learned", "",
                   "On keys never seen in SFT only a hint can give the answer. Correct-context accuracy there "
                   "measures whether the model still *uses* reliable context when it has no knowledge to check "
                   "it against:", "",
-                  "| model | clean (chance ≈ 10%) | correct hint | misleading hint |",
-                  "|---|---|---|---|"]
+                  "| model | clean (chance ≈ 10%) | correct hint | misleading hint | irrelevant |",
+                  "|---|---|---|---|---|"]
         for n in names:
             a = u[n]["accuracy"]
-            lines.append(f"| {label[n]} | {_pct(a['clean'])} | {_pct(a['correct'])} | {_pct(a['misleading'])} |")
+            lines.append(f"| {label[n]} | {_pct(a['clean'])} | {_pct(a['correct'])} | {_pct(a['misleading'])} "
+                         f"| {_pct(a['irrelevant'])} |")
         lines += ["", "A drop in the correct-hint column after SCOPE means the tiny model learned part "
                       "\"ignore hints\" besides \"check hints against what I know\" on keys it cannot check. "
-                      "We report it rather than tune it away."]
+                      "We report it rather than tune it away. Knowledge-aware SCOPE adds pairs on never-learned "
+                      "*training* keys (disjoint from these) that prefer the hinted answer over the model's own "
+                      "wrong one (docs/scope.md#knowledge-aware-scope)."]
     path = out / "report.md"
     write_text_atomic(path, "\n".join(lines) + "\n")
     return path

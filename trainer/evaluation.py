@@ -26,14 +26,22 @@ def load_eval_rows(eval_cfg) -> list[dict] | None:
         return None
     from eval_hooks import load_rows
 
+    from .config import ConfigError
     from .data import resolve_data_path
 
+    if eval_cfg.knowledge_path and eval_cfg.family != "mist":
+        raise ConfigError(f"eval.knowledge_path splits MIST metrics by knowledge; eval.family={eval_cfg.family}")
     if eval_cfg.family == "med":  # raw MedEvidence files, question subsets, Med settings checks
         from .med_evaluation import load_med_rows
 
         return load_med_rows(eval_cfg)
     rows = load_rows(eval_cfg.family, resolve_data_path(eval_cfg.path), **_family_options(eval_cfg))
-    return keep_whole_items(rows, eval_cfg.max_rows)
+    rows = keep_whole_items(rows, eval_cfg.max_rows)
+    if eval_cfg.knowledge_path:  # metrics per knowledge label (docs/scope.md#knowledge-aware-scope)
+        from eval_hooks.knowledge import attach_knowledge
+
+        rows = attach_knowledge(rows, resolve_data_path(eval_cfg.knowledge_path))
+    return rows
 
 
 def keep_whole_items(rows: list[dict], max_rows: int | None) -> list[dict]:

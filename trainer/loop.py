@@ -358,16 +358,19 @@ def _flatten(d: dict, prefix: str = "") -> dict:
 
 
 def train_and_save(ctx, *, model, optimizer, scheduler, source: BatchSource, step_fn, tokenizer,
-                   eval_rows: list[dict] | None, backend_factory: Callable[[], Any]) -> LoopResult:
+                   eval_rows: list[dict] | None, backend_factory: Callable[[], Any],
+                   on_epoch_end: Callable[[int, int], dict | None] | None = None) -> LoopResult:
     """The tail every trainer shares: epoch-end evaluation hook, :func:`train_loop` (checkpointing on
     generation-server errors), then — only for a run that reached ``max_steps`` — the trained
-    weights/adapter in ``<run_dir>/final`` and ``run_complete.json``."""
+    weights/adapter in ``<run_dir>/final`` and ``run_complete.json``. ``on_epoch_end`` (optional)
+    replaces the generation-based matched evaluation of ``eval_rows``."""
     from .evaluation import make_epoch_eval, server_errors
     from .model import save_policy
     from .run import finish_run
 
     unwrapped = ctx.accelerator.unwrap_model(model)
-    on_epoch_end = make_epoch_eval(ctx, eval_rows, backend_factory, policy=unwrapped, tokenizer=tokenizer)
+    if on_epoch_end is None:
+        on_epoch_end = make_epoch_eval(ctx, eval_rows, backend_factory, policy=unwrapped, tokenizer=tokenizer)
     from .rewards import RewardError
 
     try:

@@ -27,7 +27,7 @@ from typing import Any, Callable
 
 from .config import ConfigError
 
-SCRIPTS = ("sft", "dpo", "grpo")
+SCRIPTS = ("sft", "dpo", "grpo", "distill")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 
@@ -56,9 +56,9 @@ def validate_chain(cfg, compose: Callable[[str, list[str]], Any]) -> dict[str, s
     do not exist yet), so a misspelt override in the last stage fails before the first stage trains."""
     from omegaconf import OmegaConf
 
-    from .config import validate_dpo, validate_grpo, validate_sft
+    from .config import validate_distill, validate_dpo, validate_grpo, validate_sft
 
-    validators = {"sft": validate_sft, "dpo": validate_dpo, "grpo": validate_grpo}
+    validators = {"sft": validate_sft, "dpo": validate_dpo, "grpo": validate_grpo, "distill": validate_distill}
     sources = stage_sources(cfg.stages)
     for name, st in cfg.stages.items():
         try:

@@ -18,7 +18,11 @@ by every misleading hint, Box2 bad step and rejected response of that key). The 
 - ``heldout``: start with a rule letter, gold = ``rule[first letter]``; taught by SFT, never used by
   any later training stage; evaluation of SCOPE and Box2;
 - ``unseen``:  start with a reserved letter, random gold; never appear in any training file; only a
-  hint can answer them, so the ``correct`` condition on them measures context use.
+  hint can answer them, so the ``correct`` condition on them measures context use;
+- ``untaught``: the never-learned *training* keys of knowledge-aware SCOPE: like ``unseen`` (a reserved
+  first letter, random gold, never in the SFT mix, so the base does not know them) but disjoint from it;
+  only ``mist_train_knowledge.jsonl`` (train + untaught) holds them, so the unknown pools can be mined
+  while no evaluated unseen key is ever trained on.
 
 Why a rule and not one memorised digit per key (FORMAT_VERSION <= 5): the knowledge a DPO stage
 must learn to trust has to live in circuits that train and held-out keys share, as an LLM's
@@ -109,7 +113,7 @@ from typing import Sequence
 from eval_hooks.io import write_jsonl_atomic, write_text_atomic
 from eval_hooks.vocab import MIST_CONDITIONS as CONDITIONS
 
-SPLITS = ("train", "heldout", "unseen")
+SPLITS = ("train", "heldout", "unseen", "untaught")
 CHANNEL = "note"
 SOURCE = "toy"
 BOX2_CHANGE_POINTS = (0, 1, 2)
@@ -125,7 +129,7 @@ FILLERS = (
 )
 
 # Bump when a default or a format changes, so that cached copies (keyed by seed) are rebuilt.
-FORMAT_VERSION = 6
+FORMAT_VERSION = 7
 # First letters kept out of the rule: the unseen keys start with them.
 RESERVED_LETTERS = 6
 # One epoch at batch 64 is ~750 steps: enough for the 126k-parameter tiny model to learn the mix.
@@ -136,6 +140,8 @@ OUTPUT_FILES = {
     "mist_train": "mist_train.jsonl",
     "mist_heldout": "mist_heldout.jsonl",
     "mist_unseen": "mist_unseen.jsonl",
+    "mist_untaught": "mist_untaught.jsonl",
+    "mist_train_knowledge": "mist_train_knowledge.jsonl",
     "box2_heldout": "box2_heldout.jsonl",
     "box2_sft": "box2_sft.jsonl",
     "grpo_prompts": "grpo_prompts.jsonl",
@@ -148,7 +154,7 @@ OUTPUT_FILES = {
 @dataclass(frozen=True)
 class ToyTask:
     """A drawn toy task. ``gold[key]`` / ``wrong[key]``: digits (ints, never equal);
-    ``splits[name]``: the keys of split ``train|heldout|unseen`` (disjoint, in draw order);
+    ``splits[name]``: the keys of split ``train|heldout|unseen|untaught`` (disjoint, in draw order);
     ``rule[letter]``: the gold digit of every train/heldout key starting with ``letter``."""
 
     seed: int
@@ -157,7 +163,7 @@ class ToyTask:
     wrong: dict[str, int]
     splits: dict[str, tuple[str, ...]]
     rule: dict[str, int]                 # first letter -> digit, for train and heldout keys
-    reserved_letters: tuple[str, ...]    # first letters of the unseen keys (not in ``rule``)
+    reserved_letters: tuple[str, ...]    # first letters of the unseen and untaught keys (not in ``rule``)
 
     def keys(self, split: str) -> tuple[str, ...]:
         if split not in self.splits:
@@ -197,14 +203,16 @@ def _random_key(rng: random.Random, key_len: int) -> str:
 
 
 def make_toy_task(seed: int, *, n_keys: int = 400, n_heldout: int = 100, n_unseen: int = 100,
-                  key_len: int = 3, n_reserved_letters: int = RESERVED_LETTERS) -> ToyTask:
+                  key_len: int = 3, n_reserved_letters: int = RESERVED_LETTERS, n_untaught: int = 100) -> ToyTask:
     """Draw the letter rule, ``n_keys`` distinct keys and their gold and wrong digits.
 
     The alphabet is shuffled; its first ``n_reserved_letters`` letters start the ``unseen`` keys (each
     with a random gold digit: nothing in training determines it), the other letters start the
     ``train`` (n_keys - n_heldout - n_unseen) and ``heldout`` keys, whose gold digit is
     ``rule[first letter]``. Train keys cycle through every rule letter before repeating one (so does
-    heldout), hence every held-out key's rule letter is taught by some train key."""
+    heldout), hence every held-out key's rule letter is taught by some train key. The ``n_untaught``
+    keys (reserved letters, random gold, not counted in ``n_keys``) are drawn last, so the other splits
+    do not depend on ``n_untaught``."""
     if not isinstance(seed, int) or isinstance(seed, bool):
         raise ValueError(f"seed must be an int, got {seed!r}")
     if key_len < 2:
@@ -218,9 +226,11 @@ def make_toy_task(seed: int, *, n_keys: int = 400, n_heldout: int = 100, n_unsee
                          f"train key per rule letter); got n_keys={n_keys}, n_heldout={n_heldout}, n_unseen={n_unseen}")
     # Leave most of the key space free for the nonce keys of the SFT mix.
     tail = 26 ** (key_len - 1)
-    if (n_train + n_heldout) * 4 > n_rule * tail or n_unseen * 4 > n_reserved_letters * tail:
+    if n_untaught < 0:
+        raise ValueError(f"n_untaught must be >= 0, got {n_untaught}")
+    if (n_train + n_heldout) * 4 > n_rule * tail or (n_unseen + n_untaught) * 4 > n_reserved_letters * tail:
         raise ValueError(f"too many keys for key_len={key_len}: at most {n_rule * tail // 4} train + heldout and "
-                         f"{n_reserved_letters * tail // 4} unseen")
+                         f"{n_reserved_letters * tail // 4} unseen + untaught")
     rng = _rng(seed, "keys")
     letters = list(string.ascii_lowercase)
     rng.shuffle(letters)
@@ -245,7 +255,11 @@ def make_toy_task(seed: int, *, n_keys: int = 400, n_heldout: int = 100, n_unsee
         g = rule[k[0]] if k[0] in rule else rng.randrange(10)
         gold[k] = g
         wrong[k] = rng.choice([d for d in range(10) if d != g])
-    splits = {"train": tuple(train), "heldout": tuple(heldout), "unseen": tuple(unseen)}
+    untaught = draw(n_untaught, reserved, False)  # after every other draw: the other splits stay as they were
+    for k in untaught:
+        gold[k] = rng.randrange(10)
+        wrong[k] = rng.choice([d for d in range(10) if d != gold[k]])
+    splits = {"train": tuple(train), "heldout": tuple(heldout), "unseen": tuple(unseen), "untaught": tuple(untaught)}
     return ToyTask(seed=seed, key_len=key_len, gold=gold, wrong=wrong, splits=splits, rule=rule,
                    reserved_letters=tuple(reserved))
 
@@ -499,6 +513,9 @@ def write_all(out_dir: str | os.PathLike, *, seed: int, n_sft: int = DEFAULT_N_S
         "mist_train": write_mist_items(task, out / OUTPUT_FILES["mist_train"], split="train"),
         "mist_heldout": write_mist_items(task, out / OUTPUT_FILES["mist_heldout"], split="heldout"),
         "mist_unseen": write_mist_items(task, out / OUTPUT_FILES["mist_unseen"], split="unseen"),
+        "mist_untaught": write_mist_items(task, out / OUTPUT_FILES["mist_untaught"], split="untaught"),
+        "mist_train_knowledge": write_jsonl_atomic(out / OUTPUT_FILES["mist_train_knowledge"],
+                                                   mist_rows(task, "train") + mist_rows(task, "untaught")),
         "box2_heldout": write_box2_items(task, out / OUTPUT_FILES["box2_heldout"], split="heldout"),
         "box2_sft": write_box2_sft(task, out / OUTPUT_FILES["box2_sft"], split="train"),
         "grpo_prompts": write_grpo_prompts(task, out / OUTPUT_FILES["grpo_prompts"], split="train"),
@@ -521,11 +538,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--n-keys", type=int, default=400, help="keys in all splits (default 400)")
     ap.add_argument("--n-heldout", type=int, default=100, help="SFT-known keys held out for evaluation")
     ap.add_argument("--n-unseen", type=int, default=100, help="keys never seen in SFT")
+    ap.add_argument("--n-untaught", type=int, default=100, help="never-learned training keys (knowledge-aware SCOPE)")
     ap.add_argument("--n-sft", type=int, default=DEFAULT_N_SFT, help=f"examples in sft_mix.jsonl (default {DEFAULT_N_SFT})")
     args = ap.parse_args(argv)
     try:
         paths = write_all(args.out, seed=args.seed, n_sft=args.n_sft, n_keys=args.n_keys,
-                          n_heldout=args.n_heldout, n_unseen=args.n_unseen)
+                          n_heldout=args.n_heldout, n_unseen=args.n_unseen, n_untaught=args.n_untaught)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

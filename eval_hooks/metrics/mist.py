@@ -199,7 +199,8 @@ def mist_metrics(item_scores: Sequence[dict], *, n_boot: int = 1000, seed: int =
     Keys: ``accuracy.{clean,misleading,correct,irrelevant}``, ``overall``, ``sc2w``, ``n_items``,
     ``n_clean_correct``, ``ci`` (same nesting, ``[lo, hi]`` 95% paired-bootstrap intervals; absent
     when ``n_boot == 0``), ``bootstrap`` (settings), ``unparsed.<condition>`` (counts) and
-    ``slices.<attribute>.<value>`` (same keys per slice, no CIs). ``slice_by`` defaults to those of
+    ``slices.<attribute>.<value>`` (same keys per slice, no CIs); with knowledge-labelled rows also
+    ``by_knowledge`` and ``unknown_correct_accuracy`` (:func:`knowledge_split`). ``slice_by`` defaults to those of
     :data:`DEFAULT_SLICE_KEYS` that at least one row carries with at most
     :data:`MAX_DEFAULT_SLICES` distinct values (item-level free text such as a provenance note
     would give one slice per item); an explicit ``slice_by`` is used as given.
@@ -218,4 +219,17 @@ def mist_metrics(item_scores: Sequence[dict], *, n_boot: int = 1000, seed: int =
                 if len(s) <= MAX_DEFAULT_SLICES:  # free-text attributes (one value per item) say nothing
                     slices[by] = s
     out["slices"] = slices
+    if any(row.get("knowledge") is not None for row in item_scores):
+        out.update(knowledge_split(item_scores))
     return out
+
+
+def knowledge_split(item_scores: Sequence[dict]) -> dict[str, Any]:
+    """Rows labelled with the evaluated model's knowledge estimate (row attribute ``knowledge``:
+    known | unknown | uncertain, ``eval_hooks.knowledge``) -> ``by_knowledge.<label>`` with every MIST
+    statistic of :func:`_summary` (no CIs) per label, and the headline ``unknown_correct_accuracy``:
+    correct-context accuracy on the unknown items (``None`` when there are none), i.e. whether the model
+    uses a reliable context where it has no knowledge of its own."""
+    by = slice_metrics(item_scores, "knowledge", from_condition="clean")
+    unknown = by.get("unknown")
+    return {"by_knowledge": by, "unknown_correct_accuracy": None if unknown is None else unknown["accuracy"]["correct"]}

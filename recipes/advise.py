@@ -1,0 +1,61 @@
+"""Advice from a distilled Taste student (docs/taste.md#advice): one note per fork.
+
+    python recipes/advise.py recipe=taste_tiny model.path=runs/taste_tiny/stages/base/final \
+        "advice.adapters=[runs/taste_tiny/stages/stage1/final,runs/taste_tiny/stages/stage2/final]" \
+        advice.forks_path=forks.jsonl advice.out=advice.jsonl
+
+For every fork the student writes its reasoning for both candidate orders (greedy), its A-vs-B
+log-odds at the choice position are summed over the two orders in the stored candidates' terms, and
+the favoured candidate is rendered into ``advice.template``. Uses the distillation config (prompt
+style, answer prefix, choice tokens, reasoning budget) of ``conf/distill.yaml``.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import hydra
+from omegaconf import DictConfig
+
+from trainer.config import ConfigError, register_schemas, validate_common
+
+register_schemas()
+
+
+def run(cfg: DictConfig) -> list[dict]:
+    from eval_hooks.io import read_records, write_jsonl_atomic
+    from eval_hooks.models import load_tokenizer
+    from eval_hooks.prompts import PromptSettings
+    from trainer.distill import advice_from_log_odds, eval_settings, evaluate_views, load_fork_views
+    from trainer.model import check_adapter_dir, load_base_with_adapters
+
+    adv, a = cfg.advice, cfg.algo
+    validate_common(cfg)
+    if not adv.forks_path or not adv.out:
+        raise ConfigError("advice.forks_path and advice.out: give the fork items and the advice file to write")
+    for i, path in enumerate(adv.adapters):
+        check_adapter_dir(path, f"advice.adapters[{i}]")
+    views = load_fork_views(adv.forks_path, style=cfg.data.prompt_style, demonstration=a.demonstration,
+                            require_task_id=False)
+    items = {str(rec["item_id"]): rec for _, rec in read_records(adv.forks_path)}
+    tokenizer = load_tokenizer(cfg.model.path, trust_remote_code=cfg.model.trust_remote_code)
+    model = load_base_with_adapters(cfg.model, list(adv.adapters))
+    result = evaluate_views(model, tokenizer, views, teacher=False, settings=PromptSettings.from_config(cfg.prompt),
+                            **eval_settings(tokenizer, a), batch_size=cfg.pipeline.eval_batch_size, seed=cfg.seed,
+                            device=next(model.parameters()).device)
+    rows = advice_from_log_odds(views, result["log_odds"], items, adv.template)
+    write_jsonl_atomic(adv.out, rows)
+    print(f"[advise] {len(rows)} advice notes -> {adv.out}", flush=True)
+    return rows
+
+
+@hydra.main(config_path="../conf", config_name="distill", version_base=None)
+def main(cfg: DictConfig) -> None:
+    run(cfg)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,131 @@
+"""Taste-Bench privileged-teacher distillation (docs/taste.md#distillation-trainer): stage 1 (KL), stage 2 (calibration).
+
+    python recipes/distill.py recipe=taste_tiny trainer.run_dir=runs/taste_tiny seed=0   # CPU proof, end to end
+    python recipes/distill.py recipe=taste_qwen3_4b trainer.run_dir=runs/taste data.train_path=fold_0.jsonl \
+        data.eval_path=fold_1.jsonl
+
+``main`` runs the pipeline: (toy only: build the fork task, split it into two task-disjoint folds, SFT
+a demonstration-following base) -> stage 1 -> stage 2, each a run of :func:`run` in
+``<run_dir>/stages/<name>/`` through the stage runner (stage 2 starts from stage 1's adapter), then
+the evaluation of teacher and student on the held-out fold, ``summary.json`` and ``report.md``.
+
+:func:`run` trains one stage (what ``recipes/chain.py`` calls for ``script: distill``):
+
+- ``algo.stage=kl``: the teacher (the same network with the demonstration in its prompt;
+  ``algo.teacher=initial`` = the adapter-disabled model, ``current`` = the policy under no-grad) writes
+  reasoning for both views of every training item (items whose two views do not both survive are
+  dropped and counted in ``data_stats.json``). Loss per micro-batch::
+
+      L = token_kl_weight * mean_{sampled positions} KL_S(p_T || p_S) + choice_kl_weight * mean_{views} KL_AB
+
+  ``KL_S``: forward KL on the top-K support (``algo.topk_support``) plus a remainder bucket, token mean
+  over the micro-batch's sampled reasoning positions (at most ``algo.max_positions`` per view);
+  ``KL_AB``: the 2-way KL at the choice position, mean over views. ``algo.mode=on_policy``: the student
+  writes the reasoning instead (sampled each step) and the same loss is taken on it.
+- ``algo.stage=calibration``: the student writes its own reasoning (sampled each step); the loss is the
+  cross-entropy of ``softmax(z_AB / algo.calibration_temperature)`` against the label, mean over views.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import hydra
+from omegaconf import DictConfig
+
+from trainer.config import register_schemas, validate_distill
+
+register_schemas()
+
+
+def run(cfg: DictConfig):
+    """Train one stage (``algo.stage``); returns the loop's ``LoopResult``."""
+    from eval_hooks.io import write_json_atomic
+    from eval_hooks.prompts import PromptSettings
+    from trainer.data import SamplerSource, ShuffleSampler
+    from trainer.distill import check_task_disjoint, choice_token_ids, load_fork_views
+    from trainer.distill_steps import DistillSteps, sample_teacher
+    from trainer.loop import train_and_save
+    from trainer.model import Reference, build_optimizer, build_policy, build_scheduler
+    from trainer.run import setup_run
+
+    # ---- validate everything before any model loads -------------------------------------------------
+    validate_distill(cfg)
+    a, d = cfg.algo, cfg.data
+    style = dict(style=d.prompt_style, demonstration=a.demonstration)
+    views = load_fork_views(d.train_path, **style)
+    eval_views = load_fork_views(d.eval_path, **style) if d.eval_path else None
+    if eval_views is not None:
+        check_task_disjoint(views, d.eval_path, eval_views)
+
+    # ---- build ------------------------------------------------------------------------------------
+    ctx = setup_run(cfg, "distill")
+    acc = ctx.accelerator
+    model, tokenizer = build_policy(cfg.model, seed=cfg.seed)
+    prompt = PromptSettings.from_config(cfg.prompt)
+    choice_ids = choice_token_ids(tokenizer, a.choice_tokens)
+    answer_ids = list(tokenizer(a.answer_prefix, add_special_tokens=False)["input_ids"])
+    reference = Reference(model, lora=cfg.model.lora.enabled)
+    steps = DistillSteps(cfg, model=model, tokenizer=tokenizer, prompt=prompt, reference=reference,
+                         answer_ids=answer_ids, choice_ids=choice_ids, device=acc.device)
+    if a.stage == "kl" and a.mode == "teacher_tokens":
+        views, stats = sample_teacher(steps, views, ctx.run_dir / "teacher_samples.jsonl")
+        if ctx.is_main:
+            write_json_atomic(ctx.run_dir / "data_stats.json", stats)
+            print(f"[selectrust] distill teacher samples: {stats}", flush=True)
+        if not views:
+            raise SystemExit(f"[selectrust] no training item kept both views ({ctx.run_dir / 'data_stats.json'})")
+        if a.teacher_cache:
+            steps.fill_teacher_cache(views)
+    optimizer = build_optimizer(model, cfg.optim)
+    scheduler = build_scheduler(optimizer, cfg.optim, max_steps=cfg.trainer.max_steps)
+    model, optimizer = acc.prepare(model, optimizer)
+    reference.to(acc.device)
+    sampler = ShuffleSampler(len(views), seed=cfg.seed)
+    source = SamplerSource(sampler, lambda idx, w: {"views": [views[i] for i in idx], "epoch": sampler.epoch,
+                                                    "item_ids": [views[i].view_id for i in idx]},
+                           batch_size=cfg.optim.batch_size, rank=acc.process_index, world=acc.num_processes)
+    step_fn = steps.kl_step if a.stage == "kl" else steps.calibration_step
+    on_epoch_end = steps.epoch_eval(ctx, eval_views) if eval_views is not None and cfg.eval.enabled else None
+    if on_epoch_end is not None and ctx.is_main and not (ctx.run_dir / "checkpoints").exists():
+        ctx.logger.log(0, {"eval_epoch": "0", **{f"eval/{k}": v for k, v in on_epoch_end(0, 0).items()}})
+
+    # ---- loop, save ---------------------------------------------------------------------------------
+    return train_and_save(ctx, model=model, optimizer=optimizer, scheduler=scheduler, source=source,
+                          step_fn=step_fn, tokenizer=tokenizer, eval_rows=None, backend_factory=lambda: None,
+                          on_epoch_end=on_epoch_end)
+
+
+def pipeline(cfg: DictConfig) -> dict:
+    """Toy data + base (data.source=toy), stage 1, stage 2, held-out evaluation, ``summary.json``."""
+    from trainer.distill_pipeline import DistillPipeline
+
+    t0 = time.time()
+    summary = DistillPipeline(cfg, compose=_compose, runners={"sft": _sft_run, "distill": run}).run()
+    summary["wall_seconds"] = round(time.time() - t0, 1)
+    return summary
+
+
+def _compose(config_name: str, overrides: list[str]):
+    from recipes.chain import compose
+
+    return compose(config_name, overrides)
+
+
+def _sft_run(cfg):
+    from recipes.sft import run as sft_run
+
+    return sft_run(cfg)
+
+
+@hydra.main(config_path="../conf", config_name="distill", version_base=None)
+def main(cfg: DictConfig) -> None:
+    pipeline(cfg)
+
+
+if __name__ == "__main__":
+    main()

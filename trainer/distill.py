@@ -1,0 +1,288 @@
+"""Privileged-teacher distillation on Taste forks (docs/taste.md#distillation-trainer): views, teacher
+sampling, the aligned logits helper, the position sampler and the logit-based evaluation.
+
+A *view* is one presentation of a fork item (``seeded`` or ``reversed``): the student's prompt (exactly
+the evaluation prompt), the teacher's prompt (the same plus a demonstration naming the right candidate)
+and the gold letter. A *completion* is reasoning ids (ending in ``algo.reasoning_end``) followed by the
+ids of ``algo.answer_prefix``; the *choice position* is the position after the completion, where the
+logits of ``algo.choice_tokens`` (A, B) are read.
+
+Alignment (:func:`aligned_logits`): prompts are left-padded and completions right-padded, so completion
+token ``j`` sits in column ``Lp + j`` of every row, whatever the prompt's length; teacher and student
+batches differ only in ``Lp``. Only the columns that are needed (the sampled positions and the choice
+position) go through the LM head (``logits_to_keep`` = those columns), so neither model's full
+``(B, T, V)`` logits are ever built, and the teacher's are reduced to what the loss needs before the
+student's forward runs (with a teacher top-K cache: they are never recomputed).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import torch
+
+from eval_hooks.backends.base import derive_seed
+from eval_hooks.io import DataError
+
+__all__ = ["ForkView", "load_fork_views", "check_task_disjoint", "choice_token_ids", "sample_positions",
+           "aligned_logits", "build_batch", "generate_reasoning", "evaluate_views", "expected_calibration_error",
+           "eval_settings", "advice_from_log_odds"]
+
+
+@dataclass
+class ForkView:
+    view_id: str
+    item_id: str
+    task_id: str | None
+    condition: str
+    gold: str                       # "A" | "B"
+    student_prompt: str
+    teacher_prompt: str
+    row: dict                       # the evaluation row (taste family), for scoring
+    reasoning: list[int] = field(default_factory=list)  # teacher-written reasoning ids (stage 1)
+
+    @property
+    def cell(self) -> str:
+        return f"{self.row['construction']}_{self.row['domain']}"
+
+
+def load_fork_views(path, *, style: str, demonstration: str, require_task_id: bool = True) -> list[ForkView]:
+    """Views of every item of a taste file (validated by the taste family: errors name file, line, field).
+
+    ``style``: ``taste`` (the evaluation prompt of ``eval_hooks/families/taste.py``; the teacher's prompt
+    adds a blank line and ``demonstration.format(right=..., wrong=...)``) or ``compact`` (the toy's
+    one-line prompt, ``eval_hooks/builders/taste_toy.py``)."""
+    from eval_hooks.builders.taste_toy import compact_demonstration, compact_prompt
+    from eval_hooks.families import get_family
+    from eval_hooks.io import read_records
+
+    records = read_records(path)
+    rows = get_family("taste").expand_records(records, path)
+    by_id = {str(rec["item_id"]): (line, rec) for line, rec in records}
+    views = []
+    for row in rows:
+        line, rec = by_id[row["item_id"]]
+        if require_task_id and row.get("task_id") is None:
+            raise DataError("missing task_id: distillation trains and tests on task-disjoint folds", path=path,
+                            line=line, field="task_id", accepted="a non-empty string or an integer")
+        a, b = rec["candidate_a"], rec["candidate_b"]
+        first, second = (a, b) if row["condition"] == "seeded" else (b, a)
+        right, wrong = (a, b) if rec["label"] == "A" else (b, a)
+        if style == "compact":
+            student = compact_prompt(rec["task"], first, second)
+            teacher = f"{student} {compact_demonstration(right, wrong, row['gold'])}"
+        else:
+            student = row["prompt"]
+            teacher = f"{student}\n\n{demonstration.format(right=right.strip(), wrong=wrong.strip())}"
+        views.append(ForkView(view_id=row["row_id"], item_id=row["item_id"], task_id=row.get("task_id"),
+                              condition=row["condition"], gold=row["gold"], student_prompt=student,
+                              teacher_prompt=teacher, row=row))
+    return views
+
+
+def check_task_disjoint(train: Sequence[ForkView], test_path, test: Sequence[ForkView]) -> None:
+    """Raise a DataError naming the test file, line and field when a test item shares a task with training."""
+    from eval_hooks.io import read_records
+
+    train_tasks = {v.task_id for v in train}
+    shared = {v.item_id for v in test if v.task_id in train_tasks}
+    if shared:
+        for line, rec in read_records(test_path):
+            if str(rec["item_id"]) in shared:
+                raise DataError(f"task_id {rec['task_id']!r} is also in the training fold ({len(shared)} item(s) "
+                                f"share a task): the folds must be task-disjoint", path=test_path, line=line,
+                                field="task_id", accepted="task ids that no training item has")
+
+
+def choice_token_ids(tokenizer, tokens: Sequence[str], key: str = "algo.choice_tokens") -> list[int]:
+    """The single token id of each choice string; a ConfigError naming ``key`` when one is not one token."""
+    from .config import ConfigError
+
+    out = []
+    for t in tokens:
+        ids = tokenizer(t, add_special_tokens=False)["input_ids"]
+        if len(ids) != 1:
+            raise ConfigError(f"{key}: {t!r} is {len(ids)} tokens for this tokenizer; each choice must be one token")
+        out.append(int(ids[0]))
+    return out
+
+
+def sample_positions(n: int, max_positions: int, *, seed: int, view_id: str, epoch: int) -> list[int]:
+    """At most ``max_positions`` of ``range(n)`` (sorted), drawn without replacement by a generator seeded
+    with ``(seed, view_id, epoch)``: a pure function of its arguments, so a resumed run draws the same
+    positions with no sampler state to save (<= 0 keeps all)."""
+    if max_positions <= 0 or n <= max_positions:
+        return list(range(n))
+    g = torch.Generator().manual_seed(derive_seed(seed, "positions", view_id, epoch))
+    return sorted(torch.randperm(n, generator=g)[:max_positions].tolist())
+
+
+def build_batch(prompts: Sequence[list[int]], completions: Sequence[list[int]], pad_id: int) -> dict:
+    """Left-padded prompts + right-padded completions: ``input_ids, attention_mask, position_ids`` ``(B, Lp + C)``
+    and ``prompt_width`` Lp (completion token j of every row is in column Lp + j)."""
+    lp = max(len(p) for p in prompts)
+    c = max(len(x) for x in completions)
+    ids = torch.full((len(prompts), lp + c), pad_id, dtype=torch.long)
+    att = torch.zeros_like(ids)
+    for i, (p, x) in enumerate(zip(prompts, completions)):
+        ids[i, lp - len(p):lp] = torch.tensor(p, dtype=torch.long)
+        ids[i, lp:lp + len(x)] = torch.tensor(x, dtype=torch.long)
+        att[i, lp - len(p):lp + len(x)] = 1
+    pos = (att.cumsum(-1) - 1).clamp_min(0)
+    return {"input_ids": ids, "attention_mask": att, "position_ids": pos, "prompt_width": lp}
+
+
+def aligned_logits(model, prompts: Sequence[list[int]], completions: Sequence[list[int]],
+                   positions: Sequence[Sequence[int]], pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Logits at completion-relative positions, with only those columns through the LM head.
+
+    ``positions[b]``: positions ``j`` in ``[0, len(completions[b])]`` of row b; the logits at ``j`` are the
+    distribution of completion token j (``j = len(completion)`` is the choice position). Returns
+    ``(logits (B, P, V), mask (B, P))`` with ``P = max_b len(positions[b])`` (padding entries masked).
+    Both teacher and student call this with their own prompts and the same completions and positions,
+    so entry ``[b, p]`` of the two results is the same completion position."""
+    batch = build_batch(prompts, completions, pad_id)
+    lp = batch["prompt_width"]
+    cols = sorted({lp - 1 + j for ps in positions for j in ps})
+    index = {c: i for i, c in enumerate(cols)}
+    width = max(len(ps) for ps in positions)
+    gather = torch.zeros(len(positions), width, dtype=torch.long)
+    mask = torch.zeros(len(positions), width)
+    for b, ps in enumerate(positions):
+        for p, j in enumerate(ps):
+            gather[b, p] = index[lp - 1 + j]
+            mask[b, p] = 1.0
+    out = model(input_ids=batch["input_ids"].to(device), attention_mask=batch["attention_mask"].to(device),
+                position_ids=batch["position_ids"].to(device), logits_to_keep=torch.tensor(cols, device=device),
+                use_cache=False)
+    logits = out.logits  # (B, len(cols), V)
+    picked = logits.gather(1, gather.to(device).unsqueeze(-1).expand(-1, -1, logits.shape[-1]))
+    return picked, mask.to(device)
+
+
+def truncate_at(tokenizer, ids: list[int], end: str) -> tuple[list[int], bool]:
+    """``ids`` up to and including the token whose decoding first completes ``end``; (ids, found)."""
+    text = ""
+    for i in range(len(ids)):
+        text = tokenizer.decode(ids[:i + 1], skip_special_tokens=False)
+        if end in text:
+            return ids[:i + 1], True
+    return list(ids), False
+
+
+@torch.no_grad()
+def generate_reasoning(model, tokenizer, prompts: Sequence[list[int]], *, max_new_tokens: int, temperature: float,
+                       end: str, seed: int, device) -> list[tuple[list[int], bool]]:
+    """Reasoning of each prompt (greedy when ``temperature`` is 0), cut after ``end``: ``[(ids, well_formed)]``.
+    Sampling is seeded with ``seed`` inside a forked RNG (the training stream is untouched)."""
+    batch = build_batch(prompts, [[] for _ in prompts], tokenizer.pad_token_id)
+    was_training = model.training
+    model.eval()
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        kw = dict(do_sample=True, temperature=temperature, top_k=0, top_p=1.0) if temperature > 0 else \
+            dict(do_sample=False)
+        out = model.generate(input_ids=batch["input_ids"].to(device), attention_mask=batch["attention_mask"].to(device),
+                             max_new_tokens=max_new_tokens, pad_token_id=tokenizer.pad_token_id,
+                             eos_token_id=tokenizer.eos_token_id, **kw)
+    if was_training:
+        model.train()
+    lp = batch["input_ids"].shape[1]
+    results = []
+    for row in out[:, lp:].tolist():
+        if tokenizer.eos_token_id in row:
+            row = row[:row.index(tokenizer.eos_token_id)]
+        results.append(truncate_at(tokenizer, row, end))
+    return results
+
+
+def expected_calibration_error(confidence: Sequence[float], correct: Sequence[bool], bins: int = 10) -> float:
+    """ECE with ``bins`` equal-width confidence bins: sum_b (n_b / N) |accuracy_b - mean confidence_b|."""
+    n = len(confidence)
+    if n == 0:
+        return float("nan")
+    total = 0.0
+    for b in range(bins):
+        lo, hi = b / bins, (b + 1) / bins
+        idx = [i for i, c in enumerate(confidence) if (lo < c <= hi) or (b == 0 and c == 0.0)]
+        if idx:
+            acc = sum(bool(correct[i]) for i in idx) / len(idx)
+            conf = sum(confidence[i] for i in idx) / len(idx)
+            total += len(idx) / n * abs(acc - conf)
+    return total
+
+
+@torch.no_grad()
+def choice_logits_after(model, tokenizer, prompts, reasonings, *, answer_ids: list[int], choice_ids: list[int],
+                        device) -> torch.Tensor:
+    """``(B, 2)`` logits of the choice tokens at the choice position after ``reasoning + answer prefix``."""
+    completions = [list(r) + answer_ids for r in reasonings]
+    logits, _ = aligned_logits(model, prompts, completions, [[len(c)] for c in completions],
+                               tokenizer.pad_token_id, device)
+    return logits[:, 0, choice_ids].float()
+
+
+def evaluate_views(model, tokenizer, views: Sequence[ForkView], *, teacher: bool, settings, gen: dict,
+                   answer_ids: list[int], choice_ids: list[int], temperature: float, batch_size: int,
+                   seed: int, device) -> dict[str, Any]:
+    """The model writes its reasoning (greedy) for every view, then answers by the larger choice logit.
+
+    Returns the taste metrics (``strict``, ``mean``, per cell/domain, ...) plus ``ece`` of the choice
+    probability ``softmax(z / temperature)`` (confidence = probability of the chosen letter, 10 bins),
+    ``well_formed`` (fraction of reasoning blocks that ended properly) and per-view ``log_odds``
+    (log p(A) - log p(B), for advice)."""
+    from eval_hooks.families import get_family
+    from eval_hooks.metrics import compute_metrics
+    from eval_hooks.prompts import render_prompt
+
+    family = get_family("taste")
+    scores, conf, correct, log_odds, formed = [], [], [], {}, 0
+    for start in range(0, len(views), batch_size):
+        chunk = views[start:start + batch_size]
+        prompts = [render_prompt(tokenizer, v.teacher_prompt if teacher else v.student_prompt, settings)
+                   for v in chunk]
+        reasoning = generate_reasoning(model, tokenizer, prompts, temperature=0.0, seed=seed, device=device, **gen)
+        formed += sum(ok for _, ok in reasoning)
+        z = choice_logits_after(model, tokenizer, prompts, [r for r, _ in reasoning], answer_ids=answer_ids,
+                                choice_ids=choice_ids, device=device)
+        probs = torch.softmax(z / temperature, dim=-1)
+        for v, zi, pi in zip(chunk, z, probs):
+            letter = "A" if zi[0] >= zi[1] else "B"
+            scores.append(family.score_row(v.row, f"ANSWER: {letter}"))
+            conf.append(float(pi.max()))
+            correct.append(letter == v.gold)
+            log_odds[v.view_id] = float(zi[0] - zi[1])
+    metrics = compute_metrics("taste", scores)
+    metrics["ece"] = expected_calibration_error(conf, correct)
+    metrics["well_formed"] = formed / max(1, len(views))
+    metrics["log_odds"] = log_odds
+    return metrics
+
+
+def advice_from_log_odds(views: Sequence[ForkView], log_odds: dict[str, float], items: dict[str, dict],
+                         template: str) -> list[dict]:
+    """One advice row per item: the student's A-vs-B log-odds summed over both orders, in the stored
+    candidates' terms (``score = lo(seeded) - lo(reversed)``: the reversed view shows candidate_b as A),
+    the favoured candidate (``candidate_a`` when score >= 0) and ``template`` rendered with ``favoured``,
+    ``other`` (candidate texts) and ``score``."""
+    by_item: dict[str, dict[str, float]] = {}
+    for v in views:
+        by_item.setdefault(v.item_id, {})[v.condition] = log_odds[v.view_id]
+    rows = []
+    for item_id, lo in by_item.items():
+        rec = items[item_id]
+        score = lo.get("seeded", 0.0) - lo.get("reversed", 0.0)
+        letter = "A" if score >= 0 else "B"
+        favoured, other = (rec["candidate_a"], rec["candidate_b"])[::1 if letter == "A" else -1]
+        rows.append({"item_id": item_id, "task_id": rec.get("task_id"), "favoured": letter,
+                     "favoured_candidate": favoured, "score": score,
+                     "note": template.format(favoured=favoured.strip(), other=other.strip(), score=score)})
+    return rows
+
+
+def eval_settings(tokenizer, algo) -> dict[str, Any]:
+    """The keyword arguments of :func:`evaluate_views` that come from the ``algo`` config node."""
+    return dict(gen=dict(max_new_tokens=algo.max_reasoning_tokens, end=algo.reasoning_end),
+                answer_ids=list(tokenizer(algo.answer_prefix, add_special_tokens=False)["input_ids"]),
+                choice_ids=choice_token_ids(tokenizer, algo.choice_tokens), temperature=algo.calibration_temperature)

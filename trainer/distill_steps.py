@@ -1,0 +1,244 @@
+"""The micro-batch steps of the distillation trainer (``recipes/distill.py``): teacher sampling, stage-1 KL
+(teacher-written or on-policy tokens), stage-2 calibration, the teacher top-K cache, epoch-end evaluation."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+from pathlib import Path
+from typing import Sequence
+
+import torch
+
+from eval_hooks.backends.base import derive_seed
+
+from .algos.distill import choice_ce, choice_kl, topk_forward_kl
+from .distill import ForkView, aligned_logits, evaluate_views, generate_reasoning, sample_positions
+
+
+def dense_from_topk(values: torch.Tensor, index: torch.Tensor, vocab: int) -> torch.Tensor:
+    """``(..., V)`` log-probs with ``values`` at ``index`` and the remaining mass spread evenly over the other
+    tokens. Every other token gets at most the K-th largest probability, so the top-K of the result is
+    ``index`` and ``topk_forward_kl(..., support="teacher", k=K)`` on it equals the value on the full
+    teacher distribution (the support and the bucket's mass are the same)."""
+    k = values.shape[-1]
+    if k >= vocab:
+        return torch.full((*values.shape[:-1], vocab), float("-inf"), dtype=values.dtype,
+                          device=values.device).scatter(-1, index, values)
+    mass = torch.logsumexp(values, dim=-1, keepdim=True).clamp(max=-torch.finfo(values.dtype).eps)
+    rest = torch.log(-torch.expm1(mass)) - math.log(vocab - k)
+    return rest.expand(*values.shape[:-1], vocab).clone().scatter(-1, index, values)
+
+
+class DistillSteps:
+    """Everything a step needs (config, tokenizer, prompt settings, teacher context), and the steps."""
+
+    def __init__(self, cfg, *, model, tokenizer, prompt, reference, answer_ids, choice_ids, device):
+        self.cfg, self.a = cfg, cfg.algo
+        self.policy, self.tokenizer, self.prompt = model, tokenizer, prompt
+        self.reference, self.answer_ids, self.choice_ids, self.device = reference, answer_ids, choice_ids, device
+        self.cache: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+        self.choice_cache: dict[str, torch.Tensor] = {}
+        self._ids: dict[tuple[str, bool], list[int]] = {}
+        self.gen = dict(max_new_tokens=self.a.max_reasoning_tokens, end=self.a.reasoning_end)
+
+    # ---- prompts and models -----------------------------------------------------------------------------
+    def prompt_ids(self, view: ForkView, teacher: bool) -> list[int]:
+        from eval_hooks.prompts import render_prompt
+
+        key = (view.view_id, teacher)
+        if key not in self._ids:
+            self._ids[key] = render_prompt(self.tokenizer, view.teacher_prompt if teacher else view.student_prompt,
+                                           self.prompt)
+        return self._ids[key]
+
+    @contextlib.contextmanager
+    def teacher_model(self):
+        """The teacher's network: the starting weights (adapter disabled) or the current policy; no grad."""
+        with torch.no_grad():
+            if self.a.teacher == "initial":
+                with self.reference.context(self.policy) as m:
+                    yield m
+            else:
+                yield self.policy
+
+    def student_reasoning(self, views: Sequence[ForkView], epoch: int, tag: str) -> list[list[int]]:
+        """The student's sampled reasoning (seeded by seed, stage, epoch and the views: resumable)."""
+        prompts = [self.prompt_ids(v, False) for v in views]
+        seed = derive_seed(self.cfg.seed, tag, epoch, *[v.view_id for v in views])
+        out = generate_reasoning(self.policy, self.tokenizer, prompts, temperature=self.a.student_temperature,
+                                 seed=seed, device=self.device, **self.gen)
+        return [r for r, _ in out]
+
+    # ---- stage 1 -----------------------------------------------------------------------------------------
+    def kl_step(self, model, mb: dict):
+        views, epoch = mb["views"], mb["epoch"]
+        if self.a.mode == "on_policy":
+            reasoning = self.student_reasoning(views, epoch, "on_policy")
+        else:
+            reasoning = [v.reasoning for v in views]
+        completions = [list(r) + self.answer_ids for r in reasoning]
+        positions = [sample_positions(len(r), self.a.max_positions, seed=self.cfg.seed, view_id=v.view_id,
+                                      epoch=epoch) + [len(c)] for v, r, c in zip(views, reasoning, completions)]
+        pad = self.tokenizer.pad_token_id
+        teacher = self.teacher_logits(views, completions, positions)
+        student, mask = aligned_logits(model, [self.prompt_ids(v, False) for v in views], completions, positions,
+                                       pad, self.device)
+        last = torch.tensor([len(p) - 1 for p in positions], device=student.device)
+        tok_mask = mask.clone()
+        tok_mask[torch.arange(len(views)), last] = 0.0
+        rows = torch.arange(len(views), device=student.device)
+        z_s = student[rows, last][:, self.choice_ids]
+        if self.cache:  # the choice logits are cached as they are (A/B need not be in the teacher's top-K)
+            z_t = torch.stack([self.choice_cache[v.view_id] for v in views]).to(student.device)
+        else:
+            z_t = teacher[rows, last][:, self.choice_ids]
+        kw = dict(k=self.a.topk, support=self.a.topk_support, temperature=self.a.kl_temperature)
+        tok_loss, tok_m = topk_forward_kl(teacher, student, tok_mask, **kw)
+        ch_loss, ch_m = choice_kl(z_t, z_s, temperature=self.a.kl_temperature)
+        loss = self.a.token_kl_weight * tok_loss + self.a.choice_kl_weight * ch_loss
+        metrics = {"token_kl": tok_m["kl"], "choice_kl": ch_m["kl"], "agreement": ch_m["agreement"],
+                   "teacher_mass": tok_m["teacher_mass"], "student_mass": tok_m["student_mass"],
+                   "positions": tok_m["num_positions"],
+                   "student_accuracy": ((z_s[:, 0] < z_s[:, 1]).long().cpu() == _labels(views)).float().mean()}
+        with torch.no_grad():
+            for cell in sorted({v.cell for v in views}):
+                sel = torch.tensor([v.cell == cell for v in views], device=student.device)
+                metrics[f"token_kl/{cell}"] = topk_forward_kl(teacher[sel], student[sel].detach(), tok_mask[sel],
+                                                              **kw)[1]["kl"]
+                metrics[f"choice_kl/{cell}"] = choice_kl(z_t[sel], z_s[sel].detach(),
+                                                         temperature=self.a.kl_temperature)[1]["kl"]
+        return loss, metrics
+
+    def teacher_logits(self, views, completions, positions) -> torch.Tensor:
+        """Teacher logits ``(B, P, V)`` at the same positions: from the cache (top-K made dense) or a forward."""
+        if self.cache:
+            rows = []
+            for v, ps in zip(views, positions):
+                values, index = self.cache[v.view_id]  # rows: reasoning positions 0..n-1, then the choice position
+                n = len(v.reasoning)
+                rows_of = [min(j, n) for j in ps]  # the choice position len(completion) is row n
+                rows.append(dense_from_topk(values[rows_of], index[rows_of], self.vocab))
+            width = max(len(p) for p in positions)
+            out = torch.zeros(len(views), width, self.vocab, dtype=rows[0].dtype)
+            for b, r in enumerate(rows):
+                out[b, :len(r)] = r
+            return out.to(self.device)
+        with self.teacher_model() as m:
+            logits, _ = aligned_logits(m, [self.prompt_ids(v, True) for v in views], completions, positions,
+                                       self.tokenizer.pad_token_id, self.device)
+        return logits.detach()
+
+    def fill_teacher_cache(self, views: Sequence[ForkView], batch_size: int = 32) -> None:
+        """Teacher top-K log-probs at every reasoning position (and the choice position) of every view, and the
+        teacher's choice logits, once."""
+        self.vocab = self.policy.get_output_embeddings().weight.shape[0]
+        for start in range(0, len(views), batch_size):
+            chunk = views[start:start + batch_size]
+            completions = [list(v.reasoning) + self.answer_ids for v in chunk]
+            positions = [list(range(len(v.reasoning))) + [len(c)] for v, c in zip(chunk, completions)]
+            with self.teacher_model() as m:
+                logits, _ = aligned_logits(m, [self.prompt_ids(v, True) for v in chunk], completions, positions,
+                                           self.tokenizer.pad_token_id, self.device)
+            logp = torch.log_softmax(logits.float() / self.a.kl_temperature, dim=-1) * self.a.kl_temperature
+            k = min(self.a.topk, logp.shape[-1])
+            for b, v in enumerate(chunk):
+                top = logp[b, :len(positions[b])].topk(k, dim=-1)
+                self.cache[v.view_id] = (top.values.cpu(), top.indices.cpu())
+                self.choice_cache[v.view_id] = logits[b, len(positions[b]) - 1, self.choice_ids].detach().cpu()
+
+    # ---- stage 2 -----------------------------------------------------------------------------------------
+    def calibration_step(self, model, mb: dict):
+        views = mb["views"]
+        reasoning = self.student_reasoning(views, mb["epoch"], "calibration")
+        completions = [list(r) + self.answer_ids for r in reasoning]
+        logits, _ = aligned_logits(model, [self.prompt_ids(v, False) for v in views], completions,
+                                   [[len(c)] for c in completions], self.tokenizer.pad_token_id, self.device)
+        z = logits[:, 0, self.choice_ids]
+        labels = _labels(views).to(z.device)
+        loss, m = choice_ce(z, labels, temperature=self.a.calibration_temperature)
+        metrics = {"calibration_ce": m["ce"], "accuracy": m["accuracy"], "p_label": m["p_label"]}
+        with torch.no_grad():
+            for cell in sorted({v.cell for v in views}):
+                sel = torch.tensor([v.cell == cell for v in views], device=z.device)
+                metrics[f"calibration_ce/{cell}"] = choice_ce(z[sel].detach(), labels[sel],
+                                                              temperature=self.a.calibration_temperature)[1]["ce"]
+        return loss, metrics
+
+    # ---- evaluation ----------------------------------------------------------------------------------------
+    def evaluate(self, model, views, *, teacher: bool, batch_size: int = 64) -> dict:
+        return evaluate_views(model, self.tokenizer, views, teacher=teacher, settings=self.prompt, gen=self.gen,
+                              answer_ids=self.answer_ids, choice_ids=self.choice_ids,
+                              temperature=self.a.calibration_temperature, batch_size=batch_size,
+                              seed=self.cfg.seed, device=self.device)
+
+    def epoch_eval(self, ctx, views):
+        """Held-out evaluation of the student at epoch ends: writes ``eval/epoch_<e>/metrics.json``."""
+        from eval_hooks.io import write_json_atomic
+
+        def on_epoch_end(epoch, step: int) -> dict:
+            result = self.evaluate(self.policy, views, teacher=False)
+            out = Path(ctx.run_dir) / "eval" / f"epoch_{epoch}"
+            write_json_atomic(out / "metrics.json", {k: v for k, v in result.items() if k != "log_odds"})
+            keep = ("strict", "mean", "ece", "average", "well_formed")
+            flat = {k: result[k] for k in keep if k in result}
+            for cell, m in result.get("per_cell", {}).items():
+                for k in ("strict", "mean"):
+                    if k in m:
+                        flat[f"{cell}/{k}"] = m[k]
+            return flat
+
+        return on_epoch_end
+
+
+def _labels(views) -> torch.Tensor:
+    return torch.tensor([0 if v.gold == "A" else 1 for v in views])
+
+
+def sample_teacher(steps: DistillSteps, views: list[ForkView], path: Path, *, batch_size: int = 64):
+    """The teacher's reasoning for both views of every item (seeded; read back from ``path`` on resume).
+
+    A view survives when its block ends with ``algo.reasoning_end`` and has at least
+    ``algo.min_reasoning_tokens`` tokens before that; an item is kept only when both its views survive.
+    Returns (kept views with ``reasoning`` set, counts for ``data_stats.json``)."""
+    a = steps.a
+    if path.exists():
+        saved = {r["view_id"]: r for r in map(json.loads, path.read_text().splitlines())}
+    else:
+        saved = {}
+        for start in range(0, len(views), batch_size):
+            chunk = views[start:start + batch_size]
+            prompts = [steps.prompt_ids(v, True) for v in chunk]
+            seed = derive_seed(steps.cfg.seed, "teacher", start)
+            with steps.teacher_model() as m:
+                out = generate_reasoning(m, steps.tokenizer, prompts, temperature=a.teacher_temperature, seed=seed,
+                                         device=steps.device, **steps.gen)
+            for v, (ids, ended) in zip(chunk, out):
+                saved[v.view_id] = {"view_id": v.view_id, "reasoning": ids, "well_formed": ended}
+        from eval_hooks.io import write_jsonl_atomic
+
+        write_jsonl_atomic(path, list(saved.values()))
+    end_len = len(steps.tokenizer(a.reasoning_end, add_special_tokens=False)["input_ids"])
+    reasons: dict[str, int] = {}
+    ok_view = {}
+    for v in views:
+        r = saved[v.view_id]
+        why = None if r["well_formed"] else "no_reasoning_end"
+        if why is None and len(r["reasoning"]) - end_len < a.min_reasoning_tokens:
+            why = "too_short"
+        if why:
+            reasons[why] = reasons.get(why, 0) + 1
+        ok_view[v.view_id] = why is None
+    by_item: dict[str, list[ForkView]] = {}
+    for v in views:
+        by_item.setdefault(v.item_id, []).append(v)
+    kept = []
+    for item_views in by_item.values():
+        if all(ok_view[v.view_id] for v in item_views):
+            for v in item_views:
+                v.reasoning = list(saved[v.view_id]["reasoning"])
+                kept.append(v)
+    stats = {"items": len(by_item), "views": len(views), "views_dropped": reasons,
+             "items_kept": len(kept) // 2, "items_dropped": len(by_item) - len(kept) // 2, "views_kept": len(kept)}
+    return kept, stats
