@@ -58,7 +58,8 @@ def test_every_recipe_asks_for_its_own_help_before_hydra():
     for path in sorted((ROOT / "recipes").glob("*.py")):
         text = path.read_text()
         if "@hydra.main" in text:
-            assert f'exit_with_help_if_asked("{path.stem}")\n    main()' in text, path.name
+            config_name = re.search(r'@hydra.main\(.*config_name="(\w+)"', text).group(1)
+            assert f'exit_with_help_if_asked("{config_name}")\n    main()' in text, path.name
 
 
 def test_recipe_help_from_the_command_line():

@@ -93,9 +93,7 @@ def test_taste_paper_settings():
 
 
 @pytest.mark.parametrize("overrides, message", [
-    (["algo.topk_support=both"], "algo.topk_support"),
     (["algo.teacher_cache=true"], "teacher_cache"),
-    (["algo.mode=offline"], "algo.mode"),
     (["data.source=files"], "data.train_path"),
     (["algo.choice_tokens=[A]"], "choice_tokens"),
 ])
@@ -156,6 +154,7 @@ def test_every_schema_field_has_help():
     ("dpo", "trainer.mixed_precision=fp8"), ("grpo", "data.train_family=box3"), ("dpo", "logger.kind=tensorboard"), ("sft", "algo.aggregation=sum"),
     ("grpo", "algo.aggregation=sum"), ("grpo", "algo.std_scaling=global"), ("grpo", "algo.is_correction=both"),
     ("evaluate", "eval.family=gsm8k"), ("evaluate", "generation.backend=vllm"), ("evaluate", "eval.med.judge=gpt"),
+    ("distill", "algo.topk_support=both"), ("distill", "algo.mode=offline"), ("distill", "data.prompt_style=long"),
     ("evaluate", "eval.med.formats=[mc,essay]"), ("evaluate", "eval.med.mitigations=[prior,pray]"),
 ])
 def test_wrong_choice_fails_at_compose_naming_key_and_choices(primary, override):

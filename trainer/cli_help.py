@@ -24,7 +24,8 @@ def exit_with_help_if_asked(config_name: str, argv: Sequence[str] | None = None)
     """Print :func:`render_help` and exit 0 when ``argv`` (default ``sys.argv[1:]``) holds --help or -h."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if any(a in HELP_FLAGS for a in argv):
-        print(render_help(config_name, [a for a in argv if a not in HELP_FLAGS]))
+        script = f"recipes/{Path(sys.argv[0]).name}" if sys.argv and sys.argv[0].endswith(".py") else None
+        print(render_help(config_name, [a for a in argv if a not in HELP_FLAGS], script=script))
         raise SystemExit(0)
 
 
@@ -63,8 +64,9 @@ def _compose(config_name: str, overrides: list[str]):
         GlobalHydra.instance().clear()
 
 
-def render_help(config_name: str, overrides: Sequence[str] = ()) -> str:
-    """The help text of the entry point composed from ``conf/<config_name>.yaml`` (see the module docstring)."""
+def render_help(config_name: str, overrides: Sequence[str] = (), *, script: str | None = None) -> str:
+    """The help text of the entry point ``script`` (default ``recipes/<config_name>.py``) composed from
+    ``conf/<config_name>.yaml`` (see the module docstring)."""
     from omegaconf import OmegaConf
 
     from .config import SCHEMAS, help_text
@@ -72,7 +74,7 @@ def render_help(config_name: str, overrides: Sequence[str] = ()) -> str:
     defaults = OmegaConf.to_container(OmegaConf.load(CONF / f"{config_name}.yaml")).get("defaults", [])
     schema = SCHEMAS[next(d for d in defaults if isinstance(d, str) and d.endswith("_schema"))]
     cfg, choices, error = _compose(config_name, list(overrides))
-    lines = [f"usage: python recipes/{config_name}.py [GROUP=OPTION ...] [KEY=VALUE ...]  (Hydra overrides; "
+    lines = [f"usage: python {script or f'recipes/{config_name}.py'} [GROUP=OPTION ...] [KEY=VALUE ...]  (Hydra overrides; "
              "--hydra-help for Hydra's own flags)", ""]
     groups = sorted(p.name for p in CONF.iterdir() if p.is_dir() and p.name in choices)
     if groups:
