@@ -163,3 +163,20 @@ def test_epoch_end_hook_runs_med_pipelines(tmp_path):
     m = hook(1, step=7)
     assert m["step"] == 7 and m["n_records"] == 16 + 12 and set(m["ea_rate"]) == {"base", "prior"}
     assert (tmp_path / "eval" / "epoch_1" / "report.md").exists()
+
+
+def test_the_shipped_sample_is_the_default_of_eval_medcounterfact(monkeypatch):
+    """``python recipes/evaluate.py eval=medcounterfact model.path=tiny`` needs no download: the config
+    points at the shipped 20-question MedEvidence sample, built into verified items before any model loads."""
+    from pathlib import Path
+
+    from recipe_utils import compose
+    from trainer.evaluation import load_eval_rows
+
+    monkeypatch.chdir(Path(__file__).resolve().parents[1])
+    cfg = compose("evaluate", ["eval=medcounterfact", "model.path=tiny"])
+    rows = load_eval_rows(cfg.eval)
+    questions = {r["question_id"] for r in rows}
+    assert len(questions) == 20
+    assert {r["variant"] for r in rows} == {"no_evd", "evd", "skept_evd", "expert_evd"}
+    assert {r["category"] for r in rows} == {"original", "nonce", "medical", "non_medical", "toxic"}
