@@ -39,8 +39,9 @@ def ours(args, model_dir: str) -> tuple[list[float], list[float]]:
     from omegaconf import OmegaConf
 
     from eval_hooks.backends.hf import HFBackend
+    from eval_hooks.prompts import PromptSettings
     from trainer.algos.grpo import clipped_policy_loss
-    from trainer.config import ModelConfig, OptimConfig
+    from trainer.config import GRPOAlgoConfig, ModelConfig, OptimConfig
     from trainer.data import ShuffleSampler
     from trainer.logprobs import sequence_logprobs
     from trainer.model import build_optimizer, build_policy
@@ -53,8 +54,9 @@ def ours(args, model_dir: str) -> tuple[list[float], list[float]]:
     model, tok = build_policy(mcfg, seed=0)
     opt = build_optimizer(model, OmegaConf.structured(OptimConfig(lr=1e-3)))
     rows = prompts(args.groups * args.steps)
-    s = RolloutSettings(group_size=args.group_size, num_groups=args.groups, grad_accum=1,
-                        max_new_tokens=args.max_new_tokens, temperature=1.0, drop_zero_variance=False)
+    algo = GRPOAlgoConfig(group_size=args.group_size, max_new_tokens=args.max_new_tokens, temperature=1.0,
+                          drop_zero_variance=False)
+    s = RolloutSettings.from_config(algo, num_groups=args.groups, grad_accum=1, prompt_settings=PromptSettings(), seed=0)
     src = RolloutSource(rows, ShuffleSampler(len(rows), seed=0), settings=s, tokenizer=tok,
                         backend_factory=lambda: HFBackend(model, tok, batch_size=args.groups * args.group_size),
                         reward=GuardedReward(reward_fn))

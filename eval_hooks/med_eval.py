@@ -32,8 +32,7 @@ from .families.med import CATEGORIES, GOLD_LABELS, VARIANTS, render_med_prompt
 from .parsers import MED_LABELS, normalize_label, parse_label
 from .prompts import PromptSettings, prompt_messages
 
-PIPELINES = ("base", "detect", "prior")
-FORMATS = ("mc", "free")
+from .vocab import MED_FORMATS as FORMATS, MED_MITIGATIONS, MED_PIPELINES as PIPELINES
 AWARENESS = ("Explicit Yes", "Implicit Yes", "No")
 
 FREE_TEXT = ("{persona}Answer the following clinical question in your own words{ev_hint}. Explain your "
@@ -188,7 +187,7 @@ def _builders(row: dict, fmt: str, prefix: str) -> Callable[[list[str]], str]:
 
 
 def run_pipelines(backend, rows: Sequence[dict], *, judge, formats: Sequence[str] = FORMATS,
-                  mitigations: Sequence[str] = ("detect", "prior"), label_probs: bool = True,
+                  mitigations: Sequence[str] = MED_MITIGATIONS, label_probs: bool = True,
                   max_new_tokens: int = 256, prompt_settings: PromptSettings | None = None,
                   prompt_token_budget: int | None = None,
                   max_refine_chunks: int = 8, count_tokens: Callable[[str], int] | None = None) -> list[dict]:

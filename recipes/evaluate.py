@@ -92,4 +92,7 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
+    from trainer.cli_help import exit_with_help_if_asked
+
+    exit_with_help_if_asked("evaluate")
     main()

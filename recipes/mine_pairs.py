@@ -32,11 +32,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import hydra
 from omegaconf import DictConfig
 
+from eval_hooks.vocab import MIST_CONDITIONS as CONDITIONS
 from trainer.config import register_schemas, validate_common, validate_knowledge
 
 register_schemas()
-
-CONDITIONS = ("clean", "misleading", "correct", "irrelevant")
 
 
 def leaks_note(text: str, *, patterns, note: str) -> bool:
@@ -256,4 +255,7 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
+    from trainer.cli_help import exit_with_help_if_asked
+
+    exit_with_help_if_asked("mine_pairs")
     main()

@@ -93,9 +93,7 @@ def test_taste_paper_settings():
 
 
 @pytest.mark.parametrize("overrides, message", [
-    (["algo.topk_support=both"], "algo.topk_support"),
     (["algo.teacher_cache=true"], "teacher_cache"),
-    (["algo.mode=offline"], "algo.mode"),
     (["data.source=files"], "data.train_path"),
     (["algo.choice_tokens=[A]"], "choice_tokens"),
 ])
@@ -117,8 +115,6 @@ def test_wrong_type_fails_at_compose():
 @pytest.mark.parametrize("overrides, message", [
     (["algo.lambda_m=0.5"], "must sum to 1"),
     (["algo.rho=1.5"], r"algo.rho=1.5 must be in \[0, 1\]"),
-    (["algo.weighting=both"], "algo.weighting"),
-    (["optim.scheduler=step"], "optim.scheduler"),
     (["model.path=/no/such/model"], "model.path"),
 ])
 def test_semantic_errors_before_model_load(overrides, message):
@@ -149,3 +145,63 @@ def test_every_schema_field_has_help():
 
     missing = [k for cls in SCHEMAS.values() for k, h in walk(cls) if not h]
     assert not missing, f"schema fields without help text: {missing}"
+
+
+@pytest.mark.parametrize("primary, override", [
+    ("dpo", "algo.weighting=both"), ("dpo", "optim.scheduler=step"), ("dpo", "algo.pairing=paired"),
+    ("dpo", "algo.reference=frozen"), ("dpo", "data.truncation=middle"), ("dpo", "data.on_invalid=skip"),
+    ("dpo", "model.dtype=float64"), ("dpo", "model.init_adapter_mode=stack"), ("dpo", "trainer.device=gpu"),
+    ("dpo", "trainer.mixed_precision=fp8"), ("grpo", "data.train_family=box3"), ("dpo", "logger.kind=tensorboard"), ("sft", "algo.aggregation=sum"),
+    ("grpo", "algo.aggregation=sum"), ("grpo", "algo.std_scaling=global"), ("grpo", "algo.is_correction=both"),
+    ("evaluate", "eval.family=gsm8k"), ("evaluate", "generation.backend=vllm"), ("evaluate", "eval.med.judge=gpt"),
+    ("distill", "algo.topk_support=both"), ("distill", "algo.mode=offline"), ("distill", "data.prompt_style=long"),
+    ("evaluate", "eval.med.formats=[mc,essay]"), ("evaluate", "eval.med.mitigations=[prior,pray]"),
+])
+def test_wrong_choice_fails_at_compose_naming_key_and_choices(primary, override):
+    key, value = override.split("=")
+    with pytest.raises(Exception, match=key) as err:
+        compose(primary, [override])
+    message = f"{err.value} {err.value.__cause__}"  # Hydra's "Error merging override", then OmegaConf's reason
+    assert f"Invalid value '{value.strip('[]').split(',')[-1]}', expected one of" in message
+
+
+def test_choice_fields_compare_format_and_save_as_plain_strings(tmp_path):
+    """A choice is a str Enum: ``==``/dict lookups/f-strings/json see the plain name, config.yaml holds the
+    plain name, and a saved config compares equal to the live one (resume's config check)."""
+    import json
+
+    from trainer.config import Aggregation, Choice
+    from trainer.loop import config_differences
+
+    cfg = compose("grpo", ["algo.aggregation=sequence_mean", "eval.med.formats=[free]"])
+    a = cfg.algo.aggregation
+    assert isinstance(a, Choice) and a is Aggregation.sequence_mean
+    assert a == "sequence_mean" and a != "token_mean" and {"sequence_mean": 1}[a] == 1
+    assert f"{a}|{a:>14}|{a!r}" == "sequence_mean| sequence_mean|'sequence_mean'" and str(a) == "sequence_mean"
+    assert json.loads(json.dumps(OmegaConf.to_container(cfg.algo)))["aggregation"] == "sequence_mean"
+    (tmp_path / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+    assert "aggregation: sequence_mean\n" in (tmp_path / "config.yaml").read_text()
+    saved = OmegaConf.to_container(OmegaConf.load(tmp_path / "config.yaml"), resolve=True)
+    assert saved["eval"]["med"]["formats"] == ["free"]
+    assert config_differences(saved, OmegaConf.to_container(cfg, resolve=True)) == []
+    changed = OmegaConf.to_container(compose("grpo", ["eval.med.formats=[free]"]), resolve=True)
+    assert config_differences(saved, changed) == ["algo.aggregation: saved 'sequence_mean' != now 'token_mean'"]
+
+
+def test_choices_come_from_the_tuples_the_code_checks():
+    from eval_hooks.families import FAMILIES
+    from eval_hooks.vocab import MED_MITIGATIONS
+    from trainer.algos.grpo import AGGREGATIONS, STD_SCALINGS
+    from trainer.config import Aggregation, Family, MedMitigation, StdScaling, Truncation
+    from trainer.data import TRUNCATIONS
+
+    for enum, values in ((Aggregation, AGGREGATIONS), (StdScaling, STD_SCALINGS), (Family, tuple(FAMILIES)),
+                         (Truncation, TRUNCATIONS), (MedMitigation, MED_MITIGATIONS)):
+        assert tuple(m.value for m in enum) == values
+
+
+def test_removed_dead_keys_are_unknown():
+    """eval.batch_size was never read (the HF backend batches by generation.batch_size): it is gone."""
+    with pytest.raises(Exception, match="batch_size"):
+        compose("evaluate", ["eval.batch_size=8"])
+    assert compose("evaluate", ["eval=taste"]).generation.batch_size == 32

@@ -3,8 +3,9 @@
 import pytest
 import torch
 
+from eval_hooks.prompts import PromptSettings
 from tests.box2_fakes import ScriptedBackend
-from trainer.config import ConfigError
+from trainer.config import ConfigError, GRPOAlgoConfig
 from trainer.data import ShuffleSampler
 from trainer.envs import ToyLookupEnv, WebShopEnv, episode_seed, resolve_env, run_episodes
 from trainer.rollout import RolloutSettings, RolloutSource
@@ -64,7 +65,8 @@ def test_env_rollouts_train_on_assistant_turns_only(tiny_tokenizer):
             return out
 
     rows = [dict(ITEM, item_id=f"i{k}", gold=k + 2) for k in range(3)]
-    s = RolloutSettings(group_size=2, num_groups=2, grad_accum=1, max_new_tokens=16, seed=0)
+    s = RolloutSettings.from_config(GRPOAlgoConfig(group_size=2, max_new_tokens=16), num_groups=2, grad_accum=1,
+                                    prompt_settings=PromptSettings(), seed=0)
     src = RolloutSource(rows, ShuffleSampler(3, seed=0), settings=s, tokenizer=tiny_tokenizer,
                         backend_factory=lambda: EvenSolves(tiny_tokenizer, None),
                         env_factory=resolve_env("toy_lookup", max_turns=3))

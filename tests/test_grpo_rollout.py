@@ -12,6 +12,7 @@ import torch
 from eval_hooks.io import DataError
 from eval_hooks.prompts import PromptSettings
 from tests.box2_fakes import ScriptedBackend
+from trainer.config import GRPOAlgoConfig
 from trainer.data import ShuffleSampler
 from trainer.rewards import GuardedReward, resolve_reward
 from eval_hooks.backends.base import derive_seed
@@ -59,10 +60,16 @@ def _script(request, j, seed):
     return str(gold) if (gold == 0 or j == 0) else "x"
 
 
+def _settings(*, num_groups, grad_accum, seed, **algo):
+    """RolloutSettings from the schema's GRPO defaults with ``algo`` overrides (group size 4)."""
+    return RolloutSettings.from_config(GRPOAlgoConfig(group_size=4, **algo), num_groups=num_groups,
+                                       grad_accum=grad_accum, prompt_settings=PromptSettings(), seed=seed)
+
+
 def _source(tokenizer, *, num_iterations=1, old=None, script=_script, mask_truncated=False, max_new_tokens=4,
             grad_accum=2, seed=0):
-    s = RolloutSettings(group_size=4, num_groups=2, grad_accum=grad_accum, num_iterations=num_iterations,
-                        max_new_tokens=max_new_tokens, mask_truncated=mask_truncated, max_refill_rounds=2, seed=seed)
+    s = _settings(num_groups=2, grad_accum=grad_accum, seed=seed, num_iterations=num_iterations,
+                  max_new_tokens=max_new_tokens, mask_truncated=mask_truncated, max_refill_rounds=2)
     backend = ScriptedBackend(tokenizer, script)
     src = RolloutSource(ROWS, ShuffleSampler(len(ROWS), seed=seed), settings=s, tokenizer=tokenizer,
                         backend_factory=lambda: backend, reward=GuardedReward(resolve_reward("numeric_match")),
@@ -211,8 +218,8 @@ def _seeded_script(request, j, seed):
 
 
 def _dist_source(tokenizer, rank, world, gather, *, grad_accum, std_scaling, num_iterations):
-    s = RolloutSettings(group_size=4, num_groups=4, grad_accum=grad_accum, num_iterations=num_iterations,
-                        max_new_tokens=6, std_scaling=std_scaling, max_refill_rounds=3, seed=3)
+    s = _settings(num_groups=4, grad_accum=grad_accum, seed=3, num_iterations=num_iterations,
+                  max_new_tokens=6, std_scaling=std_scaling, max_refill_rounds=3)
     backend = ScriptedBackend(tokenizer, _seeded_script)
     old = (lambda ids, att, cm: (ids.float() * -0.01) * cm) if num_iterations > 1 else None
     src = RolloutSource(DIST_ROWS, ShuffleSampler(len(DIST_ROWS), seed=3), settings=s, tokenizer=tokenizer,

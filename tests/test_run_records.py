@@ -14,6 +14,7 @@ import torch
 
 import dist_helpers as dh
 from recipe_utils import compose, read_metrics, reset_accelerate, run_recipe
+from trainer.config import ConfigError, validate_dpo
 from trainer.loop import train_loop
 from trainer.model import build_optimizer, build_scheduler
 from trainer.run import setup_run, write_config
@@ -91,11 +92,11 @@ class _Regression:
         self.pos = s["pos"]
 
 
-def test_loss_spike_is_logged(tmp_path, capsys):
+def _spike_run(tmp_path, *extra):
     reset_accelerate()
     cfg = compose("dpo", [f"trainer.run_dir={tmp_path}", "trainer.progress=false", "optim.grad_accum=1",
                           "optim.lr=0.0", "optim.warmup_ratio=0", "trainer.max_steps=15", "trainer.save_every=0",
-                          "trainer.spike_factor=5", "eval=none"])
+                          "trainer.spike_factor=5", "eval=none", *extra])
     ctx = setup_run(cfg, "test")
     torch.manual_seed(0)
     model = torch.nn.Linear(3, 1)
@@ -108,7 +109,11 @@ def test_loss_spike_is_logged(tmp_path, capsys):
         return loss, {}
 
     train_loop(ctx, model=model, optimizer=opt, scheduler=sched, source=_Regression(spike_at=12), step_fn=step_fn)
-    lines = dh.step_rows(tmp_path)
+    return dh.step_rows(tmp_path)
+
+
+def test_loss_spike_is_logged(tmp_path, capsys):
+    lines = _spike_run(tmp_path)
     assert [l["step"] for l in lines] == list(range(1, 16))
     spikes = [l["step"] for l in lines if l.get("loss_spike")]
     assert spikes == [13]                                        # draw 12 is the 13th step
@@ -116,3 +121,14 @@ def test_loss_spike_is_logged(tmp_path, capsys):
     before = [l["loss"] for l in lines if l["step"] < 13]
     assert lines[12]["loss"] > 100 * max(before)
     assert "loss spike at step 13" in capsys.readouterr().out
+
+
+def test_loss_spike_warmup_is_config(tmp_path):
+    # trainer.spike_warmup_steps=13: the same spike at step 13 falls inside the warm-up and is not flagged.
+    lines = _spike_run(tmp_path, "trainer.spike_warmup_steps=13")
+    assert len(lines) == 15 and not any(l.get("loss_spike") for l in lines)
+
+
+def test_bad_spike_settings_fail_validation():
+    with pytest.raises(ConfigError, match=r"trainer.spike_ema_decay must be in \[0, 1\), got 1.0"):
+        validate_dpo(compose("dpo", ["trainer.spike_ema_decay=1.0"]))

@@ -1,19 +1,29 @@
 """Structured config schemas: the single home of every default and its documentation.
 
 Each recipe's primary YAML (``conf/<recipe>.yaml``) starts its defaults list with the schema
-registered here, so Hydra merges every group file into a typed node: a misspelt key, or a value of
-the wrong type, fails at compose time, before anything heavy is imported or loaded. Semantic checks
-(λ sum to one, paths exist, ...) run in ``validate_*`` right after composition, also before any model
-loads. Field docs live in ``metadata["help"]`` (one text per field).
+registered here, so Hydra merges every group file into a typed node: a misspelt key, a value of the
+wrong type or one outside a :class:`Choice` field's set fails at compose time, before any model or data
+loads (the choices come from the algorithm modules, so importing this module imports torch). Semantic
+checks (λ sum to one, paths exist, ...) run in ``validate_*`` right after composition, also before any
+model loads. Field docs live in ``metadata["help"]`` (one text per field; ``--help`` prints them).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, is_dataclass
+from enum import Enum
 from pathlib import Path
 from typing import Any, Optional
 
 from omegaconf import MISSING
+
+from eval_hooks.families import FAMILIES
+from eval_hooks.vocab import MED_FORMATS, MED_MITIGATIONS
+from trainer.algos.distill import SUPPORTS as TOPK_SUPPORTS
+from trainer.algos.grpo import STD_SCALINGS
+from trainer.algos.is_correction import LEVELS as IS_LEVELS
+from trainer.algos.sft import AGGREGATIONS
+from trainer.data import ON_INVALID, TRUNCATIONS, WEIGHTINGS
 
 
 def _f(default: Any, help: str, **kw):
@@ -24,6 +34,54 @@ def _f(default: Any, help: str, **kw):
 
 class ConfigError(ValueError):
     """A config that composes but makes no sense (raised before any model loads)."""
+
+
+class Choice(str, Enum):
+    """A value from a fixed set. A field typed with one refuses any other value at composition (YAML files
+    and the command line give the plain name); a member is a ``str`` equal to its name, so code compares,
+    hashes, formats and serialises it as that plain string."""
+
+    def __str__(self) -> str:
+        return self.value
+
+    def __format__(self, spec: str) -> str:
+        return format(self.value, spec)
+
+    def __repr__(self) -> str:  # messages such as "saved 'x' != now 'y'" read as for a str
+        return repr(self.value)
+
+
+def _choices(name: str, values) -> type[Choice]:
+    """A :class:`Choice` over ``values``: built from the tuple the code that acts on the value checks."""
+    return Choice(name, [(v, v) for v in values], module=__name__, qualname=name)
+
+
+# One per choice-valued field; where an algorithm or data module owns the tuple, it comes from there.
+Dtype = _choices("Dtype", ("float32", "bfloat16", "float16"))
+InitAdapterMode = _choices("InitAdapterMode", ("merge", "continue"))
+Scheduler = _choices("Scheduler", ("cosine", "linear", "constant"))
+Device = _choices("Device", ("auto", "cpu"))
+MixedPrecision = _choices("MixedPrecision", ("no", "bf16", "fp16"))
+Truncation = _choices("Truncation", TRUNCATIONS)
+OnInvalid = _choices("OnInvalid", ON_INVALID)
+Family = _choices("Family", tuple(FAMILIES))
+Backend = _choices("Backend", ("hf", "vllm_server"))
+LoggerKind = _choices("LoggerKind", ("jsonl", "wandb"))
+MedFormat = _choices("MedFormat", MED_FORMATS)
+MedMitigation = _choices("MedMitigation", MED_MITIGATIONS)
+MedJudge = _choices("MedJudge", ("keyword", "self"))
+Weighting = _choices("Weighting", WEIGHTINGS)
+Pairing = _choices("Pairing", ("matched", "unmatched"))
+Reference = _choices("Reference", ("auto", "precomputed"))
+Aggregation = _choices("Aggregation", AGGREGATIONS)
+StdScaling = _choices("StdScaling", STD_SCALINGS)
+ISCorrection = _choices("ISCorrection", ("none", *IS_LEVELS))
+DistillStage = _choices("DistillStage", ("kl", "calibration"))
+DistillMode = _choices("DistillMode", ("teacher_tokens", "on_policy"))
+DistillTeacher = _choices("DistillTeacher", ("initial", "current"))
+TopkSupport = _choices("TopkSupport", TOPK_SUPPORTS)
+DistillSource = _choices("DistillSource", ("files", "toy"))
+DistillPromptStyle = _choices("DistillPromptStyle", ("taste", "compact"))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -43,7 +101,7 @@ class LoraConfig:
 @dataclass
 class ModelConfig:
     path: str = _f("tiny", "HF model directory or hub id, or 'tiny' / 'tiny:<preset>' for the built-in random-init Llama.")
-    dtype: str = _f("float32", "Weight dtype: float32 | bfloat16 | float16.")
+    dtype: Dtype = _f("float32", "Weight dtype: float32 | bfloat16 | float16.")
     trust_remote_code: bool = _f(False, "Allow custom modelling code from the model repo. Off unless you trust it.")
     attn_implementation: Optional[str] = _f(None, "e.g. sdpa | flash_attention_2 | eager; None = transformers default.")
     gradient_checkpointing: bool = _f(False, "Recompute activations in backward (saves memory, costs ~30% time).")
@@ -52,7 +110,7 @@ class ModelConfig:
     lora: LoraConfig = field(default_factory=LoraConfig)
     init_adapter: Optional[str] = _f(None, "PEFT adapter directory (safetensors) to start from, e.g. a previous stage's "
                                            "<run_dir>/final; None = start from model.path alone.")
-    init_adapter_mode: str = _f("merge", "merge: fold init_adapter into the base weights in memory, then train a fresh "
+    init_adapter_mode: InitAdapterMode = _f("merge", "merge: fold init_adapter into the base weights in memory, then train a fresh "
                                          "LoRA (or all weights); the reference (DPO, GRPO KL) is the merged model. "
                                          "continue: keep training init_adapter (needs model.lora.enabled; its own r, "
                                          "alpha and targets apply); the reference is a frozen copy of it.")
@@ -64,7 +122,7 @@ class OptimConfig:
     weight_decay: float = _f(0.0, "AdamW weight decay.")
     betas: list[float] = _f([0.9, 0.999], "AdamW betas.")
     eps: float = _f(1e-8, "AdamW epsilon.")
-    scheduler: str = _f("cosine", "cosine | linear | constant (all after linear warmup).")
+    scheduler: Scheduler = _f("cosine", "cosine | linear | constant (all after linear warmup).")
     warmup_ratio: float = _f(0.1, "Fraction of max_steps spent in linear warmup.")
     max_grad_norm: float = _f(1.0, "Clip the global gradient norm to this; <= 0 disables clipping.")
     batch_size: int = _f(4, "Micro-batch size per device (examples per forward).")
@@ -86,10 +144,14 @@ class TrainerConfig:
                                         "recorded in <run_dir>/data_hashes.json at the run's start.")
     overwrite: bool = _f(False, "Start a new run in a run_dir that holds a previous one: the old run is moved "
                                 "aside to <run_dir>.old-<n> first (without it, trainer.resume=none there is refused).")
-    device: str = _f("auto", "auto | cpu. 'cpu' forces CPU even when CUDA is present.")
-    mixed_precision: str = _f("no", "no | bf16 | fp16 (accelerate autocast).")
+    device: Device = _f("auto", "auto | cpu. 'cpu' forces CPU even when CUDA is present.")
+    mixed_precision: MixedPrecision = _f("no", "no | bf16 | fp16 (accelerate autocast).")
     max_consecutive_skips: int = _f(5, "Stop after this many consecutive steps skipped for NaN/Inf loss or gradients.")
     spike_factor: float = _f(5.0, "Log a loss spike when the loss exceeds this multiple of its running mean.")
+    spike_ema_decay: float = _f(0.9, "Decay of that running mean (an exponential moving average of the step loss): "
+                                     "mean <- decay * mean + (1 - decay) * loss. Closer to 1 = longer memory.")
+    spike_warmup_steps: int = _f(10, "Flag no spike before this optimizer step (the running mean of the first steps "
+                                     "still follows the fast initial drop of the loss).")
     eval_every_epoch: bool = _f(True, "Run the matched evaluation at the end of every epoch.")
     eval_at_end: bool = _f(True, "Run the matched evaluation once more when training ends (if it did not just run).")
     progress: bool = _f(True, "Show a progress bar on the main process.")
@@ -97,10 +159,10 @@ class TrainerConfig:
 
 @dataclass
 class MedEvalConfig:
-    formats: list[str] = _f(["mc", "free"], "MedCounterfact answer formats: mc (multiple choice) and/or free (free text mapped to a label by the judge).")
-    mitigations: list[str] = _f(["detect", "prior"], "MedCounterfact mitigation pipelines run besides the base one (evidence variants only): detect | prior.")
+    formats: list[MedFormat] = _f(list(MED_FORMATS), "MedCounterfact answer formats: mc (multiple choice) and/or free (free text mapped to a label by the judge).")
+    mitigations: list[MedMitigation] = _f(list(MED_MITIGATIONS), "MedCounterfact mitigation pipelines run besides the base one (evidence variants only): detect | prior.")
     label_probs: bool = _f(True, "Score P(label) before generation with the backend's score_labels (base pipeline, mc).")
-    judge: str = _f("keyword", "Free-text label and awareness judge: keyword (deterministic heuristic) | self (the evaluated model with fixed judge prompts).")
+    judge: MedJudge = _f("keyword", "Free-text label and awareness judge: keyword (deterministic heuristic) | self (the evaluated model with fixed judge prompts).")
     prompt_token_budget: Optional[int] = _f(None, "Prompt tokens above which the refine chain walks the evidence in chunks (None = model positions - max_new_tokens - 16).")
     max_refine_chunks: int = _f(8, "At most this many evidence chunks per refine chain (the rest of the evidence is not read).")
     max_questions: Optional[int] = _f(None, "Evaluate only the first N MedEvidence questions (all their items).")
@@ -112,12 +174,11 @@ class EvalConfig:
     enabled: bool = _f(True, "Run matched evaluation at epoch ends.")
     path: Optional[str] = _f(None, "Evaluation items: JSONL/Parquet file, save_to_disk directory, "
                                    "'hf:org/name[:config][:split]' or a builtin source; None disables evaluation.")
-    family: str = _f("mist", "mist | box2 | taste | med.")
+    family: Family = _f("mist", "mist | box2 | taste | med.")
     max_rows: Optional[int] = _f(None, "Evaluate about this many rows: whole items (all their conditions) are kept "
                                        "together, so the last item may take the count past it (max_rows=3 of "
                                        "4-condition items evaluates 4 rows).")
     max_new_tokens: int = _f(64, "Generation budget per row.")
-    batch_size: int = _f(32, "Generation batch size (HF backend).")
     max_prompt_tokens: int = _f(65536, "taste only: prompt-token cap; longer prompts keep the prefix's first 25 lines, an "
                                        "omission marker and the longest tail of lines that fits (the published runner's rule).")
     prompt_tokenizer: Optional[str] = _f(None, "taste only: tokenizer (local dir or 'tiny') that counts tokens for the cap; "
@@ -151,7 +212,7 @@ class PromptConfig:
 
 @dataclass
 class GenerationConfig:
-    backend: str = _f("hf", "hf (in-process, current weights) | vllm_server (HTTP client of a vLLM server).")
+    backend: Backend = _f("hf", "hf (in-process, current weights) | vllm_server (HTTP client of a vLLM server).")
     batch_size: int = _f(32, "Generation batch size of the HF backend.")
     url: str = _f("http://127.0.0.1:8000", "vllm_server: base URL of the server.")
     served_model_name: Optional[str] = _f(None, "vllm_server: the base model name the server serves (None = model.path).")
@@ -166,7 +227,7 @@ class GenerationConfig:
 
 @dataclass
 class LoggerConfig:
-    kind: str = _f("jsonl", "jsonl (always on) | wandb (also logs to Weights & Biases; offline when no credentials).")
+    kind: LoggerKind = _f("jsonl", "jsonl (always on) | wandb (also logs to Weights & Biases; offline when no credentials).")
     project: str = _f("selectrust", "wandb project.")
     name: Optional[str] = _f(None, "wandb run name (None = basename of run_dir).")
 
@@ -176,14 +237,14 @@ class DataConfig:
     train_path: str = _f(MISSING, "Training data: a JSONL/Parquet file, a datasets save_to_disk directory (':<split>' "
                                   "for a DatasetDict), 'hf:org/name[:config][:split]', or 'toy:<seed>/<file>' for the "
                                   "built-in toy task.")
-    train_family: Optional[str] = _f(None, "For recipes that train on evaluation-format items (e.g. box2 for GRPO).")
+    train_family: Optional[Family] = _f(None, "For recipes that train on evaluation-format items (e.g. box2 for GRPO).")
     train_conditions: list[str] = _f([], "Keep only these conditions/regimes of train_family rows (empty = all).")
     max_prompt_len: int = _f(512, "Max prompt tokens; see truncation.")
     max_completion_len: int = _f(256, "Max completion tokens; longer completions are cut at the end.")
-    truncation: str = _f("keep_end", "Long prompts: keep_end (drop the start) | keep_start | drop (drop the example) | error.")
+    truncation: Truncation = _f("keep_end", "Long prompts: keep_end (drop the start) | keep_start | drop (drop the example) | error.")
     group_by_length: bool = _f(False, "SFT and DPO: sort each window of 16 micro-batches of draws by length, cut it into "
                                       "micro-batches and shuffle their order (less padding; same draws, same mass).")
-    on_invalid: str = _f("drop", "Invalid examples (identical chosen/rejected, empty completion, ...): drop (counted, reported) | error.")
+    on_invalid: OnInvalid = _f("drop", "Invalid examples (identical chosen/rejected, empty completion, ...): drop (counted, reported) | error.")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -198,9 +259,9 @@ class DPOAlgoConfig:
     lambda_c: float = _f(0.25, "λ_c: mass of the clean pool.")
     lambda_p: float = _f(0.50, "λ_p: mass of the non-adversarial pools (split by ρ).")
     rho: float = _f(0.50, "ρ: share of λ_p given to correct-context pairs; 1-ρ goes to irrelevant.")
-    weighting: str = _f("sample", "sample (λ/ρ as sampling mass, the paper) | loss (uniform sampling, per-row loss weights).")
-    pairing: str = _f("matched", "matched (same r+/r- under all 4 contexts) | unmatched (r+/r- shuffled across items within a condition).")
-    reference: str = _f("auto", "auto (adapter-disabled policy with LoRA, frozen copy without; computed every step) | "
+    weighting: Weighting = _f("sample", "sample (λ/ρ as sampling mass, the paper) | loss (uniform sampling, per-row loss weights).")
+    pairing: Pairing = _f("matched", "matched (same r+/r- under all 4 contexts) | unmatched (r+/r- shuffled across items within a condition).")
+    reference: Reference = _f("auto", "auto (adapter-disabled policy with LoRA, frozen copy without; computed every step) | "
                                 "precomputed (the same reference, one pass over all pairs before training).")
     sft_on_chosen: bool = _f(False, "Baseline: ignore r- and train NLL on r+ (SFT on chosen).")
     lambda_u: float = _f(0.0, "λ_u: sampling mass of the unknown-item pools (algo=scope_knowledge_aware); the four "
@@ -212,7 +273,7 @@ class DPOAlgoConfig:
 @dataclass
 class SFTAlgoConfig:
     name: str = _f("sft", "Label for this variant (sft, counterfactual_sft, ...).")
-    aggregation: str = _f("token_mean", "token_mean (TRL-compatible) | sequence_mean.")
+    aggregation: Aggregation = _f("token_mean", "token_mean (TRL-compatible) | sequence_mean.")
     multi_turn: bool = _f(False, "Every assistant turn is a target; user/environment turns are masked.")
 
 
@@ -226,8 +287,8 @@ class GRPOAlgoConfig:
     top_p: float = _f(1.0, "Rollout nucleus sampling.")
     eps_low: float = _f(0.2, "Lower clip: ratio >= 1 - eps_low.")
     eps_high: float = _f(0.28, "Upper clip: ratio <= 1 + eps_high (DAPO clip-higher).")
-    aggregation: str = _f("token_mean", "token_mean (DAPO) | sequence_mean (GRPO).")
-    std_scaling: str = _f("group", "Advantage std normalisation: group | batch | none.")
+    aggregation: Aggregation = _f("token_mean", "token_mean (DAPO) | sequence_mean (GRPO).")
+    std_scaling: StdScaling = _f("group", "Advantage std normalisation: group | batch | none.")
     kl_beta: float = _f(0.0, "KL penalty β (k3 estimator) against the adapter-disabled reference; 0 = off.")
     num_iterations: int = _f(1, "Optimizer steps per rollout batch (importance ratios from stored old log-probs).")
     mask_truncated: bool = _f(False, "Exclude completions that hit max_new_tokens from the loss.")
@@ -237,7 +298,7 @@ class GRPOAlgoConfig:
     max_reward_errors: int = _f(20, "Stop after this many reward-function errors (raise or non-finite).")
     reward_timeout_s: float = _f(30.0, "A reward call running longer than this counts as a reward error (0 = no limit).")
     stop: list[str] = _f([], "Stop strings for rollouts.")
-    is_correction: str = _f("none", "Rollout/trainer mismatch correction: none | token | sequence (truncated IS).")
+    is_correction: ISCorrection = _f("none", "Rollout/trainer mismatch correction: none | token | sequence (truncated IS).")
     is_cap: float = _f(2.0, "Truncation cap of the importance-sampling correction.")
     env: Optional[str] = _f(None, "Multi-turn environment (trainer.envs): toy_lookup | webshop (template) | 'pkg.module:Class'; "
                                   "None = single-turn prompts scored by algo.reward.")
@@ -250,14 +311,14 @@ class GRPOAlgoConfig:
 @dataclass
 class DistillAlgoConfig:
     name: str = _f("distill", "Label for this variant.")
-    stage: str = _f("kl", "kl (stage 1: teacher-to-student KL) | calibration (stage 2: choice cross-entropy on the "
+    stage: DistillStage = _f("kl", "kl (stage 1: teacher-to-student KL) | calibration (stage 2: choice cross-entropy on the "
                           "student's own reasoning).")
-    mode: str = _f("teacher_tokens", "Stage 1: teacher_tokens (the KL on reasoning the teacher wrote, the paper) | "
+    mode: DistillMode = _f("teacher_tokens", "Stage 1: teacher_tokens (the KL on reasoning the teacher wrote, the paper) | "
                                      "on_policy (the student writes the tokens, OPSD).")
-    teacher: str = _f("initial", "initial (the frozen starting weights: the adapter-disabled model) | current (the "
+    teacher: DistillTeacher = _f("initial", "initial (the frozen starting weights: the adapter-disabled model) | current (the "
                                  "policy itself under no-grad, self-distillation).")
     topk: int = _f(100, "K of the top-K support of the token KL (plus one remainder bucket).")
-    topk_support: str = _f("student", "Whose top-K is the support: student (the paper) | teacher | union.")
+    topk_support: TopkSupport = _f("student", "Whose top-K is the support: student (the paper) | teacher | union.")
     kl_temperature: float = _f(1.0, "Softmax temperature of both distributions in the token and choice KL.")
     token_kl_weight: float = _f(1.0, "Weight of the token KL term (a mean over the micro-batch's sampled positions).")
     choice_kl_weight: float = _f(1.0, "Weight of the choice KL term (a mean over the micro-batch's views).")
@@ -280,10 +341,10 @@ class DistillAlgoConfig:
 
 @dataclass
 class DistillDataConfig:
-    source: str = _f("files", "files (train_path/eval_path) | toy (the CPU toy fork task, built in <run_dir>/data).")
+    source: DistillSource = _f("files", "files (train_path/eval_path) | toy (the CPU toy fork task, built in <run_dir>/data).")
     train_path: Optional[str] = _f(None, "Taste fork items to train on (every item needs task_id).")
     eval_path: Optional[str] = _f(None, "Held-out taste fork items (task-disjoint from train_path), or null.")
-    prompt_style: str = _f("taste", "taste (the evaluation prompt of the taste family) | compact (the toy's one line).")
+    prompt_style: DistillPromptStyle = _f("taste", "taste (the evaluation prompt of the taste family) | compact (the toy's one line).")
     toy_tasks: int = _f(80, "data.source=toy: number of tasks (4 forks each), split into two task-disjoint folds.")
 
 
@@ -426,7 +487,7 @@ class StageConfig:
                               "stages.<name>.extra=[data.train_path=...]).")
     init_from: Optional[str] = _f("previous", "Start from this stage's final/: previous | <stage name> | null (model.path "
                                               "alone). An adapter becomes model.init_adapter; a full model, model.path.")
-    init_mode: str = _f("merge", "model.init_adapter_mode when starting from an adapter: merge | continue.")
+    init_mode: InitAdapterMode = _f("merge", "model.init_adapter_mode when starting from an adapter: merge | continue.")
 
 
 @dataclass
@@ -471,27 +532,32 @@ def register_schemas() -> None:
         cs.store(name=name, node=node)
 
 
-def help_text(schema: type, prefix: str = "") -> list[tuple[str, str, Any]]:
-    """(key, help, default) for every leaf of a schema: used for docs and ``--help`` output."""
+def help_text(schema: type, prefix: str = "") -> list[tuple[str, str, Any, tuple[str, ...]]]:
+    """(key, help, schema default, choices) for every leaf of a schema, in field order: the ``--help`` of
+    every entry point (trainer/cli_help.py). ``choices`` are a :class:`Choice` field's values (also of a
+    list of them); a ``dict[str, <schema>]`` field is listed, then its entries' keys as ``<key>.<name>.*``."""
+    import dataclasses
+    import typing
+
+    hints = typing.get_type_hints(schema)
     out = []
     for f in fields(schema):
-        key = f"{prefix}{f.name}"
-        default = f.default_factory() if f.default_factory is not field().default_factory else f.default  # type: ignore[misc]
-        if is_dataclass(default):
-            out.extend(help_text(type(default), key + "."))
-        else:
-            out.append((key, f.metadata.get("help", ""), default))
+        key, hint = f"{prefix}{f.name}", hints[f.name]
+        args = typing.get_args(hint)
+        if is_dataclass(hint):
+            out.extend(help_text(hint, key + "."))
+            continue
+        default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+        choice = next((t for t in (hint, *args) if isinstance(t, type) and issubclass(t, Choice)), None)
+        out.append((key, f.metadata.get("help", ""), default, tuple(m.value for m in choice) if choice else ()))
+        if typing.get_origin(hint) is dict and is_dataclass(args[-1]):
+            out.extend(help_text(args[-1], key + ".<name>."))
     return out
 
 
 # ---------------------------------------------------------------------------------------------
 # Semantic validation (runs before any model loads)
 # ---------------------------------------------------------------------------------------------
-def _choice(value: str, allowed: tuple[str, ...], key: str) -> None:
-    if value not in allowed:
-        raise ConfigError(f"{key}={value!r} is not one of {', '.join(allowed)}")
-
-
 def check_known_keys(cfg, prefix: str = "") -> None:
     """Refuse keys the typed schema does not know, also ones added with Hydra's ``+key=value`` (which
     bypasses the schema's struct check): they would be accepted and silently ignored."""
@@ -522,12 +588,10 @@ def validate_common(cfg) -> None:
 
     check_known_keys(cfg)
     check_model_path(cfg.model.path, "model.path")
-    _choice(cfg.model.dtype, ("float32", "bfloat16", "float16"), "model.dtype")
     _validate_init_adapter(cfg)
     if cfg.model.logprob_chunk < 0:
         raise ConfigError(f"model.logprob_chunk must be >= 0 (0 = full logits), got {cfg.model.logprob_chunk}")
     if hasattr(cfg, "optim"):
-        _choice(cfg.optim.scheduler, ("cosine", "linear", "constant"), "optim.scheduler")
         for k in ("batch_size", "grad_accum"):
             if getattr(cfg.optim, k) < 1:
                 raise ConfigError(f"optim.{k} must be >= 1, got {getattr(cfg.optim, k)}")
@@ -539,11 +603,12 @@ def validate_common(cfg) -> None:
         t = cfg.trainer
         if t.max_steps < 1:
             raise ConfigError(f"trainer.max_steps must be >= 1, got {t.max_steps}")
-        _choice(t.mixed_precision, ("no", "bf16", "fp16"), "trainer.mixed_precision")
-        _choice(t.device, ("auto", "cpu"), "trainer.device")
         if t.keep_last < 1:
             raise ConfigError(f"trainer.keep_last must be >= 1, got {t.keep_last}")
         _positive(t, ("log_every",), "trainer")
+        _positive(t, ("spike_warmup_steps",), "trainer", strict=False)
+        if not 0 <= t.spike_ema_decay < 1:
+            raise ConfigError(f"trainer.spike_ema_decay must be in [0, 1), got {t.spike_ema_decay}")
         _positive(t, ("save_every",), "trainer", strict=False)
         if t.resume not in ("auto", "none"):
             from pathlib import Path
@@ -553,29 +618,22 @@ def validate_common(cfg) -> None:
 
             if not Path(t.resume).expanduser().exists():
                 raise ConfigError(f"trainer.resume={t.resume!r}: no such checkpoint path (auto | none | <checkpoint dir>)")
-    if hasattr(cfg, "data") and hasattr(cfg.data, "truncation"):
-        _choice(cfg.data.truncation, ("keep_end", "keep_start", "drop", "error"), "data.truncation")
-        _choice(cfg.data.on_invalid, ("drop", "error"), "data.on_invalid")
     if hasattr(cfg, "generation"):
-        _choice(cfg.generation.backend, ("hf", "vllm_server"), "generation.backend")
         _positive(cfg.generation, ("batch_size", "sync_every", "timeout_s"), "generation")
     if hasattr(cfg, "logger"):
-        _choice(cfg.logger.kind, ("jsonl", "wandb"), "logger.kind")
         import importlib.util
 
         if cfg.logger.kind == "wandb" and importlib.util.find_spec("wandb") is None:
             raise ConfigError("logger=wandb needs the wandb package: install the extra (pip install -e '.[wandb]', "
                               "or pip install wandb), or use logger=jsonl")
     if hasattr(cfg, "eval"):
-        _choice(cfg.eval.family, ("mist", "box2", "taste", "med"), "eval.family")
         if cfg.eval.max_prompt_tokens < 1:
             raise ConfigError(f"eval.max_prompt_tokens must be >= 1, got {cfg.eval.max_prompt_tokens}")
-        _positive(cfg.eval, ("batch_size", "max_new_tokens"), "eval")
+        _positive(cfg.eval, ("max_new_tokens",), "eval")
 
 
 def _validate_init_adapter(cfg) -> None:
     m = cfg.model
-    _choice(m.init_adapter_mode, ("merge", "continue"), "model.init_adapter_mode")
     if m.init_adapter is None:
         return
     check_adapter_dir(m.init_adapter)
@@ -613,9 +671,6 @@ def validate_dpo(cfg) -> None:
         raise ConfigError(f"algo.beta must be > 0, got {a.beta}")
     if not 0 <= a.label_smoothing < 0.5:
         raise ConfigError(f"algo.label_smoothing must be in [0, 0.5), got {a.label_smoothing}")
-    _choice(a.weighting, ("sample", "loss"), "algo.weighting")
-    _choice(a.pairing, ("matched", "unmatched"), "algo.pairing")
-    _choice(a.reference, ("auto", "precomputed"), "algo.reference")
     if not 0.0 <= a.lambda_u <= 1.0:
         raise ConfigError(f"algo.lambda_u={a.lambda_u} must be in [0, 1]")
     if a.unknown_irrelevant and a.lambda_u == 0:
@@ -643,7 +698,6 @@ def validate_knowledge(kcfg) -> None:
 
 def validate_sft(cfg) -> None:
     validate_common(cfg)
-    _choice(cfg.algo.aggregation, ("token_mean", "sequence_mean"), "algo.aggregation")
 
 
 def validate_grpo(cfg, world: int | None = None) -> None:
@@ -654,9 +708,6 @@ def validate_grpo(cfg, world: int | None = None) -> None:
         raise ConfigError(f"algo.group_size must be >= 2 for group-relative advantages, got {a.group_size}")
     if a.prompts_per_step < 1:
         raise ConfigError(f"algo.prompts_per_step must be >= 1, got {a.prompts_per_step}")
-    _choice(a.aggregation, ("token_mean", "sequence_mean"), "algo.aggregation")
-    _choice(a.std_scaling, ("group", "batch", "none"), "algo.std_scaling")
-    _choice(a.is_correction, ("none", "token", "sequence"), "algo.is_correction")
     if not (0 <= a.eps_low < 1 and a.eps_high >= 0):
         raise ConfigError(f"algo.eps_low must be in [0,1) and algo.eps_high >= 0, got {a.eps_low}, {a.eps_high}")
     if a.num_iterations < 1:
@@ -705,12 +756,6 @@ def check_adapter_dir(path: str, field: str = "model.init_adapter") -> Path:
 def validate_distill(cfg) -> None:
     validate_common(cfg)
     a, d = cfg.algo, cfg.data
-    _choice(a.stage, ("kl", "calibration"), "algo.stage")
-    _choice(a.mode, ("teacher_tokens", "on_policy"), "algo.mode")
-    _choice(a.teacher, ("initial", "current"), "algo.teacher")
-    _choice(a.topk_support, ("student", "teacher", "union"), "algo.topk_support")
-    _choice(d.source, ("files", "toy"), "data.source")
-    _choice(d.prompt_style, ("taste", "compact"), "data.prompt_style")
     if a.topk < 1 or a.max_reasoning_tokens < 1 or a.min_reasoning_tokens < 0:
         raise ConfigError(f"algo.topk and algo.max_reasoning_tokens must be >= 1 and algo.min_reasoning_tokens >= 0; "
                           f"got {a.topk}, {a.max_reasoning_tokens}, {a.min_reasoning_tokens}")

@@ -17,13 +17,19 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
 from eval_hooks.io import DataError, read_records
+from eval_hooks.vocab import MIST_CONDITIONS as CONDITIONS
 
-CONDITIONS = ("clean", "misleading", "correct", "irrelevant")
+#: data.truncation: what happens to an over-long example (apply_length_policy).
+TRUNCATIONS = ("keep_end", "keep_start", "drop", "error")
+#: data.on_invalid: what happens to an invalid example (load_pairs).
+ON_INVALID = ("drop", "error")
+#: algo.weighting: how ConditionSampler applies the condition masses.
+WEIGHTINGS = ("sample", "loss")
 # Knowledge-aware SCOPE (docs/scope.md#knowledge-aware-scope): pools of items the model does not know,
 # each tied to the context condition its prompts are shown under; rows of these pools form no quartet.
 UNKNOWN_POOLS = {"unknown_correct": "correct", "unknown_irrelevant": "irrelevant"}
@@ -57,12 +63,6 @@ def resolve_data_path(path: str) -> str:
 class PairSet:
     rows: list[dict]
     stats: dict[str, Any] = field(default_factory=dict)
-
-    def by_condition(self) -> dict[str, list[int]]:
-        pools: dict[str, list[int]] = {c: [] for c in CONDITIONS}
-        for i, r in enumerate(self.rows):
-            pools[r["condition"]].append(i)
-        return pools
 
 
 REQUIRED_PAIR_FIELDS = ("pair_id", "condition", "prompt", "chosen", "rejected")
@@ -393,38 +393,53 @@ def bound_characters(row: dict, *, max_prompt_len: int, max_completion_len: int,
     return out
 
 
+def truncation_policy(rows: Sequence, measure: Callable[[Any], tuple[Any, tuple[str, str] | None]], *,
+                      truncation: str, what: str, path: str | None = None) -> tuple[list, int]:
+    """``data.truncation`` over ``rows``, once, up front (the one length policy of every trainer).
+    ``measure(row) -> (row, over)``: the row to keep (possibly bounded or annotated) and ``None`` when it
+    fits, else ``(message, field)`` describing the excess. ``keep_end``/``keep_start`` keep over-long rows
+    (the collator cuts them), ``drop`` removes them, ``error`` raises a DataError naming the first one.
+    Returns the kept rows and how many were dropped; no row left is an error naming ``what``."""
+    keep, dropped = [], 0
+    for row in rows:
+        row, over = measure(row)
+        if over is not None:
+            if truncation == "error":
+                raise DataError(over[0], path=path, field=over[1], accepted="set data.truncation to keep_end, keep_start or drop")
+            if truncation == "drop":
+                dropped += 1
+                continue
+        keep.append(row)
+    if not keep:
+        raise DataError(f"every {what} exceeds the length limits", path=path)
+    return keep, dropped
+
+
 def apply_length_policy(pairs: PairSet, tokenizer, *, max_prompt_len: int, max_completion_len: int,
                         truncation: str, prompt_settings=None) -> PairSet:
-    """Count over-long prompts/completions once, up front, and apply ``data.truncation``:
-    ``keep_end``/``keep_start`` keep the rows (the collator truncates them), ``drop`` removes them,
-    ``error`` raises naming the first one. The counts land in ``pairs.stats['truncated']``."""
+    """:func:`truncation_policy` for preference pairs (prompts over ``max_prompt_len`` or a completion over
+    ``max_completion_len`` tokens); the counts land in ``pairs.stats['truncated']``."""
     from trainer.logprobs import build_pair_batch
 
-    keep, long_prompts, long_completions, dropped = [], 0, 0, 0
-    for r in pairs.rows:
+    long = Counter()
+
+    def measure(r):
         r = bound_characters(r, max_prompt_len=max_prompt_len, max_completion_len=max_completion_len,
                              keep_start=truncation == "keep_start")
         b = build_pair_batch(tokenizer, [r["prompt"]] * 2, [r["chosen"], r["rejected"]],
                              max_prompt_len=max_prompt_len, max_completion_len=max_completion_len,
                              truncation="keep_end", prompt_settings=prompt_settings)
         p_long, c_long = bool(b.prompt_truncated.any()), bool(b.completion_truncated.any())
-        long_prompts += p_long
-        long_completions += c_long
-        if p_long or c_long:
-            if truncation == "error":
-                raise DataError(f"pair {r['pair_id']!r} ({r['condition']}) exceeds data.max_prompt_len="
-                                f"{max_prompt_len} / data.max_completion_len={max_completion_len}",
-                                path=pairs.stats.get("path"), field="prompt" if p_long else "chosen/rejected",
-                                accepted="set data.truncation to keep_end, keep_start or drop")
-            if truncation == "drop":
-                dropped += 1
-                continue
-        keep.append({**r, "num_tokens": int(b.attention_mask.sum(dim=1).max())})  # padded width of its rows
-    if not keep:
-        raise DataError(f"every pair exceeds the length limits (max_prompt_len={max_prompt_len}, "
-                        f"max_completion_len={max_completion_len})", path=pairs.stats.get("path"))
+        long.update(prompts=p_long, completions=c_long)
+        over = (f"pair {r['pair_id']!r} ({r['condition']}) exceeds data.max_prompt_len={max_prompt_len} / "
+                f"data.max_completion_len={max_completion_len}", "prompt" if p_long else "chosen/rejected")
+        r = {**r, "num_tokens": int(b.attention_mask.sum(dim=1).max())}  # padded width of its rows
+        return r, over if p_long or c_long else None
+
+    keep, dropped = truncation_policy(pairs.rows, measure, truncation=truncation, path=pairs.stats.get("path"),
+                                      what=f"pair (max_prompt_len={max_prompt_len}, max_completion_len={max_completion_len})")
     stats = dict(pairs.stats)
-    stats["truncated"] = {"prompts_over_max": long_prompts, "completions_over_max": long_completions,
+    stats["truncated"] = {"prompts_over_max": long["prompts"], "completions_over_max": long["completions"],
                           "policy": truncation, "dropped": dropped}
     stats["rows"] = len(keep)
     stats["per_condition"] = dict(Counter(r["condition"] for r in keep))

@@ -9,7 +9,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-CONDS = ("clean", "misleading", "correct", "irrelevant")
+from eval_hooks.vocab import MIST_CONDITIONS as CONDS
+
 TARGETS = {"base_sc2w_min": 0.80, "scope_sc2w_max": 0.15, "scope_clean_correct_min": 0.90,
            "knowledge_aware_unseen_correct_min": 0.90}
 ARMS = ("base", "trained", "misleading_only", "knowledge_aware")

@@ -203,19 +203,16 @@ class PairBatch:
 
 
 def right_pad(rows: Sequence[Sequence[int]], masks: Sequence[Sequence[int]], pad_id: int):
-    """Right-pad token rows and their target masks: ``(input_ids, attention_mask, target_mask)``, each
-    ``(N, max_len)`` long. The one padding routine of SFT, DPO and rollout batches."""
+    """Right-pad token rows and their target masks (each as long as its row): ``(input_ids,
+    attention_mask, target_mask)``, each ``(N, max_len)`` long (``torch.nn.utils.rnn.pad_sequence``).
+    The one padding routine of SFT, DPO and rollout batches."""
     import torch
+    from torch.nn.utils.rnn import pad_sequence
 
-    width = max(len(r) for r in rows)
-    input_ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
-    attention_mask = torch.zeros((len(rows), width), dtype=torch.long)
-    target_mask = torch.zeros((len(rows), width), dtype=torch.long)
-    for i, (r, m) in enumerate(zip(rows, masks)):
-        input_ids[i, :len(r)] = torch.tensor(r, dtype=torch.long)
-        attention_mask[i, :len(r)] = 1
-        target_mask[i, :len(m)] = torch.tensor(m, dtype=torch.long)
-    return input_ids, attention_mask, target_mask
+    def pad(seqs, value: int):
+        return pad_sequence([torch.as_tensor(s, dtype=torch.long) for s in seqs], batch_first=True, padding_value=value)
+
+    return pad(rows, pad_id), pad([[1] * len(r) for r in rows], 0), pad(masks, 0)
 
 
 def build_pair_batch(

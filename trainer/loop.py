@@ -17,6 +17,7 @@ the rest, identically for DPO, SFT and GRPO:
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import math
 import signal
@@ -100,7 +101,7 @@ def _forward_backward(acc, model, source: BatchSource, step_fn, *, grad_accum: i
                 loss, metrics = step_fn(model, mb)
                 acc.deepspeed_engine_wrapped.backward(loss, sync_gradients=sync)
         else:
-            ctx_mgr = acc.no_sync(model) if not sync and acc.num_processes > 1 else _nullcontext()
+            ctx_mgr = acc.no_sync(model) if not sync and acc.num_processes > 1 else contextlib.nullcontext()
             with ctx_mgr, acc.autocast():
                 loss, metrics = step_fn(model, mb)
                 acc.backward(loss / grad_accum)
@@ -126,12 +127,14 @@ def _step_record(ctx, state: dict, source: BatchSource, *, step: int, micro_metr
                  lr: float, grad_norm: float | None, per_micro_ids: list[list[str]], t0: float) -> tuple[dict, float]:
     """The metrics line of a completed step (averaged over micro-batches and ranks), with the data
     hash, timing and a ``loss_spike`` flag (loss > ``trainer.spike_factor`` x its running mean, after
-    step 10), and the loss; updates ``state["loss_ema"]``."""
+    step ``trainer.spike_warmup_steps``), and the loss; updates ``state["loss_ema"]`` (decay
+    ``trainer.spike_ema_decay``)."""
     acc, tcfg = ctx.accelerator, ctx.cfg.trainer
     metrics = _gather_mean(acc, {**_mean_dicts(micro_metrics), "loss": _to_float(loss_value)})
     loss_f, ema = metrics["loss"], state["loss_ema"]
-    spike = ema is not None and step > 10 and loss_f > tcfg.spike_factor * max(ema, 1e-8)
-    state["loss_ema"] = loss_f if ema is None else 0.9 * ema + 0.1 * loss_f
+    spike = ema is not None and step > tcfg.spike_warmup_steps and loss_f > tcfg.spike_factor * max(ema, 1e-8)
+    decay = tcfg.spike_ema_decay
+    state["loss_ema"] = loss_f if ema is None else decay * ema + (1 - decay) * loss_f
     extra = source.pop_metrics() if hasattr(source, "pop_metrics") else {}
     last = {**metrics, **extra, "lr": lr, "grad_norm": grad_norm, "epoch": source.epoch,
             "data_hash": _data_hash(acc, per_micro_ids),
@@ -316,14 +319,6 @@ def _flatten(d: dict, prefix: str = "") -> dict:
         else:
             out[f"{prefix}{k}"] = v
     return out
-
-
-class _nullcontext:
-    def __enter__(self):
-        return None
-
-    def __exit__(self, *a):
-        return False
 
 
 def train_evaluate_finish(ctx, *, model, optimizer, scheduler, source: BatchSource, step_fn, tokenizer,

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .config import ConfigError
-
 
 def _is_medevidence(records) -> bool:
     return all("sources" in r and "answer" in r for _, r in records)
@@ -25,14 +23,6 @@ def load_med_rows(eval_cfg) -> list[dict]:
     from .data import keep_whole_items, resolve_data_path
 
     med = eval_cfg.med
-    for f in med.formats:
-        if f not in ("mc", "free"):
-            raise ConfigError(f"eval.med.formats: unknown format {f!r} (accepted: mc, free)")
-    for m in med.mitigations:
-        if m not in ("detect", "prior"):
-            raise ConfigError(f"eval.med.mitigations: unknown mitigation {m!r} (accepted: detect, prior)")
-    if med.judge not in ("keyword", "self"):
-        raise ConfigError(f"eval.med.judge={med.judge!r} is not one of keyword, self")
     path = Path(resolve_data_path(eval_cfg.path))
     records = read_records(path)
     if _is_medevidence(records):

@@ -41,7 +41,7 @@ with dropped groups (advantage 0, so no policy-gradient signal) to keep its size
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from eval_hooks.io import DataError
@@ -222,23 +222,27 @@ def fill_batch(generate_round: Callable[[int, int], list[Group]], *, num_groups:
 # ---------------------------------------------------------------------------------------------------
 @dataclass
 class RolloutSettings:
+    """What the source needs to know, all required: the defaults live in the schema
+    (:class:`trainer.config.GRPOAlgoConfig`), so build one with :meth:`from_config`."""
+
     group_size: int
     num_groups: int                 # groups (prompts) per optimizer step, over all ranks
     grad_accum: int
-    num_iterations: int = 1
-    max_new_tokens: int = 64
-    temperature: float = 1.0
-    top_p: float = 1.0
-    stop: list[str] = field(default_factory=list)
-    std_scaling: str = "group"
-    drop_zero_variance: bool = True
-    max_refill_rounds: int = 2
-    mask_truncated: bool = False
-    prompt_settings: PromptSettings = field(default_factory=PromptSettings)
-    seed: int = 0
+    num_iterations: int
+    max_new_tokens: int
+    temperature: float
+    top_p: float
+    stop: list[str]
+    std_scaling: str
+    drop_zero_variance: bool
+    max_refill_rounds: int
+    mask_truncated: bool
+    prompt_settings: PromptSettings
+    seed: int
 
     @classmethod
     def from_config(cls, algo, *, num_groups: int, grad_accum: int, prompt_settings: PromptSettings, seed: int):
+        """``algo``: the ``algo`` group of a GRPO config (or a ``GRPOAlgoConfig``)."""
         return cls(group_size=algo.group_size, num_groups=num_groups, grad_accum=grad_accum,
                    num_iterations=algo.num_iterations, max_new_tokens=algo.max_new_tokens,
                    temperature=algo.temperature, top_p=algo.top_p, stop=list(algo.stop),
@@ -305,10 +309,6 @@ class RolloutSource:
     @property
     def epoch(self) -> int:
         return self.sampler.epoch
-
-    @property
-    def micro_per_batch(self) -> int:
-        return self.s.grad_accum
 
     def next_microbatch(self) -> dict:
         total = self.s.grad_accum * self.s.num_iterations

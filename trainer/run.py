@@ -11,7 +11,6 @@ import json
 import math
 import os
 import platform
-import random
 import subprocess
 import sys
 import time
@@ -19,17 +18,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 
 PACKAGES = ("torch", "transformers", "trl", "peft", "accelerate", "datasets", "hydra-core", "deepspeed", "wandb")
 
 
 def seed_everything(seed: int) -> None:
-    import torch
+    """Python, numpy and torch (CPU and every GPU) RNGs: ``transformers.set_seed``."""
+    from transformers import set_seed
 
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
+    set_seed(seed)
 
 
 def git_commit(root: Path | None = None) -> str | None:

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from eval_hooks.io import DataError
 from eval_hooks.prompts import PromptSettings, prompt_messages
 
 
@@ -81,25 +80,22 @@ def example_lengths(tokenizer, ex: dict, *, multi_turn: bool,
 def apply_sft_length_policy(examples: list[dict], tokenizer, *, multi_turn: bool, max_prompt_len: int,
                             max_completion_len: int, truncation: str, prompt_settings: PromptSettings | None = None,
                             path: str | None = None) -> tuple[list[dict], dict]:
-    """Count over-long examples once and apply ``data.truncation`` (keep_end / keep_start keep them and
-    the collator cuts; drop removes them; error raises naming the first). Multi-turn conversations
-    are limited to ``max_prompt_len + max_completion_len`` tokens in total."""
-    keep, over, dropped = [], 0, 0
-    for ex in examples:
+    """:func:`trainer.data.truncation_policy` for SFT examples (each kept one gains ``num_tokens``).
+    Multi-turn conversations are limited to ``max_prompt_len + max_completion_len`` tokens in total."""
+    from trainer.data import truncation_policy
+
+    over = 0
+
+    def measure(ex):
+        nonlocal over
         p, c = example_lengths(tokenizer, ex, multi_turn=multi_turn, prompt_settings=prompt_settings)
         long = (p + c > max_prompt_len + max_completion_len) if multi_turn else (p > max_prompt_len or c > max_completion_len)
-        if long:
-            over += 1
-            if truncation == "error":
-                raise DataError(f"example {ex['item_id']!r} has {p} prompt and {c} target tokens (data.max_prompt_len="
-                                f"{max_prompt_len}, data.max_completion_len={max_completion_len})", path=path,
-                                field="messages", accepted="set data.truncation to keep_end, keep_start or drop")
-            if truncation == "drop":
-                dropped += 1
-                continue
-        keep.append({**ex, "num_tokens": p + c})
-    if not keep:
-        raise DataError("every SFT example exceeds the length limits", path=path, field="messages")
+        over += long
+        return {**ex, "num_tokens": p + c}, (f"example {ex['item_id']!r} has {p} prompt and {c} target tokens (data."
+                                             f"max_prompt_len={max_prompt_len}, data.max_completion_len="
+                                             f"{max_completion_len})", "messages") if long else None
+
+    keep, dropped = truncation_policy(examples, measure, truncation=truncation, path=path, what="SFT example")
     return keep, {"examples": len(keep), "over_max_length": over, "dropped": dropped, "policy": truncation}
 
 

@@ -43,8 +43,6 @@ def stage_sources(stages) -> dict[str, str | None]:
             raise ConfigError(f"{where}: a stage name must be letters, digits, '_', '-' or '.' (it names a directory)")
         if st.script not in SCRIPTS:
             raise ConfigError(f"{where}.script={st.script!r} is not one of {', '.join(SCRIPTS)}")
-        if st.init_mode not in ("merge", "continue"):
-            raise ConfigError(f"{where}.init_mode={st.init_mode!r} is not one of merge, continue")
         source = previous if st.init_from == "previous" else st.init_from
         if source is not None and source not in out:
             raise ConfigError(f"{where}.init_from={st.init_from!r}: no earlier stage of that name (earlier: {list(out)})")

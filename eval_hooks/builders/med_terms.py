@@ -21,8 +21,9 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..vocab import MED_SUBSTITUTED as CATEGORIES
+
 TERM_DIR = Path(__file__).with_name("med_term_lists")
-CATEGORIES = ("nonce", "medical", "non_medical", "toxic")
 #: endings that make a made-up word read like a drug name
 DRUG_SUFFIXES = ("ol", "ine", "ide", "mab", "nib", "pril", "olol", "sartan", "statin", "azole", "cillin", "mycin",
                  "cycline", "floxacin", "vir", "dipine", "pam", "lam", "tide", "parin", "afil", "one", "ate", "ium",

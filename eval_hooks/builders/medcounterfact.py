@@ -39,8 +39,7 @@ from ..io import DataError, read_records, write_jsonl_atomic
 from .med_grammar import Parsed, alias_pattern, collect_aliases, normalize, parse_question
 from .med_terms import Term, load_all
 from .med_verify import verify
-
-CATEGORIES = ("original", "nonce", "medical", "non_medical", "toxic")
+from ..vocab import MED_CATEGORIES as CATEGORIES
 KEEP_LABELS = {"higher": "Higher", "lower": "Lower", "no difference": "No Difference"}
 DROP_LABELS = {"uncertain effect", "insufficient data"}
 ON_INVALID = ("skip", "error")

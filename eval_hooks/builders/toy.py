@@ -102,9 +102,9 @@ from pathlib import Path
 from typing import Sequence
 
 from eval_hooks.io import write_jsonl_atomic, write_text_atomic
+from eval_hooks.vocab import MIST_CONDITIONS as CONDITIONS
 
 SPLITS = ("train", "heldout", "unseen", "untaught")
-CONDITIONS = ("clean", "misleading", "correct", "irrelevant")
 CHANNEL = "note"
 SOURCE = "toy"
 BOX2_CHANGE_POINTS = (0, 1, 2)

@@ -128,16 +128,6 @@ def copy_extras(rec: dict, row: dict, known: set[str], ctx: Ctx) -> None:
         row[k] = v
 
 
-def check_unique_ids(items: list[tuple[int, dict]], path, key: str = "item_id") -> None:
-    seen: dict[str, int] = {}
-    for line, it in items:
-        v = str(it[key])
-        if v in seen:
-            raise DataError(f"duplicate {key} {v!r} (first on line {seen[v]})", path=path, line=line, field=key,
-                            accepted=f"each {key} once per file")
-        seen[v] = line
-
-
 class Family:
     """A benchmark family: how an items file is validated and expanded into rows, and how a response
     to a row is scored. Subclasses set ``name``, ``conditions`` (or ``is_condition``) and implement

@@ -14,10 +14,10 @@ from typing import Any
 
 from .base import (Ctx, Family, items_once, answer_instruction, check_choices, check_gold, copy_extras, render_choices,
                    req_choice, req_str, req_str_list)
+from ..vocab import BOX2_CURVE_REGIMES, BOX2_FIXED_REGIMES, BOX2_REGIMES as REGIMES
 
 ANSWER_TYPES = ("multiple_choice", "numeric", "boolean")
-REGIMES = ("none", "good", "bad", "partial", "mixed")
-_COND = re.compile(r"^(none|good|bad|(partial|mixed)_(\d+))$")
+_COND = re.compile(rf"^({'|'.join(BOX2_FIXED_REGIMES)}|({'|'.join(BOX2_CURVE_REGIMES)})_(\d+))$")
 KNOWN = {"item_id", "task", "answer_type", "gold", "good_steps", "bad_continuations", "choices", "prompt_style"}
 # ``plain`` (opt-in per item): the task, then one step per line, nothing else. For tiny models (the toy
 # task of the CPU demo), where the full template would multiply sequence lengths several times.

@@ -11,9 +11,7 @@ from typing import Any
 
 from ..parsers import MED_LABELS, normalize_label
 from .base import Family, items_once, copy_extras, req_choice, req_str, req_str_list
-
-CATEGORIES = ("original", "nonce", "medical", "non_medical", "toxic")
-VARIANTS = ("no_evd", "evd", "skept_evd", "expert_evd")
+from ..vocab import MED_CATEGORIES as CATEGORIES, MED_VARIANTS as VARIANTS
 GOLD_LABELS = ("Higher", "Lower", "No Difference")
 KNOWN = {"item_id", "question", "evidence", "label", "category", "term_original", "term_substituted", "variants"}
 

@@ -11,8 +11,7 @@ from typing import Any
 
 from ..parsers import numbers_equal, parse_number
 from .base import Ctx, Family, check_choices, check_gold, req_choice, req_item_id, req_str
-
-CONDITIONS = ("clean", "misleading", "correct", "irrelevant")
+from ..vocab import MIST_CONDITIONS as CONDITIONS
 ANSWER_TYPES = ("multiple_choice", "numeric", "boolean")
 MATCHED_FIELDS = ("answer_type", "gold", "wrong_value", "choices", "question")
 

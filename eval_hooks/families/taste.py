@@ -13,8 +13,7 @@ import math
 from typing import Any, Callable
 
 from .base import Family, _show, items_once, copy_extras, req_choice, req_str
-
-CONDITIONS = ("seeded", "reversed")
+from ..vocab import TASTE_CONDITIONS as CONDITIONS
 CONSTRUCTIONS = ("parallel", "detour")
 DOMAINS = ("engineering", "research")
 KNOWN = {"item_id", "task", "prefix", "candidate_a", "candidate_b", "label", "construction", "domain", "horizon",

@@ -12,9 +12,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from ._common import check_rows, group_by_item, where
-
-CATEGORIES = ("original", "nonce", "medical", "non_medical", "toxic")
-VARIANTS = ("no_evd", "evd", "skept_evd", "expert_evd")
+from ..vocab import MED_CATEGORIES as CATEGORIES, MED_VARIANTS as VARIANTS
 UNCERTAIN = "Uncertain"
 
 

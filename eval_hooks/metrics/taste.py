@@ -21,8 +21,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ._common import check_rows, group_by_item, require_complete, slice_key
-
-TASTE_CONDITIONS = ("seeded", "reversed")
+from ..vocab import TASTE_CONDITIONS
 DOMAINS = ("engineering", "research")
 
 

@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import torch
 
+from trainer.algos.sft import AGGREGATIONS  # the same two reductions as the SFT loss
+
 __all__ = ["group_advantages", "k3_kl", "clipped_policy_loss"]
 
 STD_SCALINGS = ("group", "batch", "none")
-AGGREGATIONS = ("token_mean", "sequence_mean")
 
 
 def group_advantages(
