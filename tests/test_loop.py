@@ -142,24 +142,3 @@ def test_explicit_resume_path_must_be_complete(tmp_path):
     (tmp_path / "checkpoints" / "step_3").mkdir(parents=True)
     with pytest.raises(FileNotFoundError, match="not a complete checkpoint"):
         mgr.resolve_resume(str(tmp_path / "checkpoints" / "step_3"))
-
-
-@pytest.mark.parametrize("kind, expected", [
-    # max_steps=10, warmup_ratio=0.2: 2 warm-up steps rising from 0, then the decay over the 8 left.
-    ("constant", [0.0, 0.5, 1, 1, 1, 1, 1, 1, 1, 1]),
-    ("linear", [0.0, 0.5, 1, 7 / 8, 6 / 8, 5 / 8, 4 / 8, 3 / 8, 2 / 8, 1 / 8]),
-    ("cosine", [0.0, 0.5, 1, 0.96194, 0.85355, 0.69134, 0.5, 0.30866, 0.14645, 0.03806]),
-])
-def test_lr_schedule_by_hand(kind, expected):
-    from omegaconf import OmegaConf
-
-    from trainer.config import OptimConfig
-
-    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=2.0)
-    sched = build_scheduler(opt, OmegaConf.structured(OptimConfig(scheduler=kind, warmup_ratio=0.2)), max_steps=10)
-    lrs = []
-    for _ in range(10):
-        lrs.append(sched.get_last_lr()[0] / 2.0)
-        opt.step()
-        sched.step()
-    assert lrs == pytest.approx(expected, abs=1e-5)

@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import math
 from pathlib import Path
+from typing import Callable
 
 import torch
 
@@ -161,15 +163,24 @@ def build_optimizer(model, optim_cfg) -> torch.optim.Optimizer:
                              weight_decay=optim_cfg.weight_decay)
 
 
-#: optim.scheduler -> the transformers schedule of that shape (each after a linear warm-up from 0).
-HF_SCHEDULES = {"cosine": "cosine", "linear": "linear", "constant": "constant_with_warmup"}
+def lr_lambda(kind: str, *, max_steps: int, warmup_steps: int) -> Callable[[int], float]:
+    """Multiplier of the peak LR at optimizer step ``s`` (0-based): linear warmup, then the decay."""
+
+    def f(s: int) -> float:
+        if warmup_steps > 0 and s < warmup_steps:
+            return (s + 1) / warmup_steps
+        if kind == "constant":
+            return 1.0
+        progress = (s - warmup_steps) / max(1, max_steps - warmup_steps)
+        progress = min(max(progress, 0.0), 1.0)
+        if kind == "linear":
+            return 1.0 - progress
+        return 0.5 * (1.0 + math.cos(math.pi * progress))
+
+    return f
 
 
 def build_scheduler(optimizer, optim_cfg, *, max_steps: int):
-    """``transformers.get_scheduler`` (a ``LambdaLR``, as in HF Trainer / TRL): ``round(warmup_ratio *
-    max_steps)`` warm-up steps rising linearly from 0, then cosine / linear decay to 0 at ``max_steps``
-    or constant."""
-    from transformers import get_scheduler
-
-    return get_scheduler(HF_SCHEDULES[optim_cfg.scheduler], optimizer,
-                         num_warmup_steps=int(round(optim_cfg.warmup_ratio * max_steps)), num_training_steps=max_steps)
+    warmup = int(round(optim_cfg.warmup_ratio * max_steps))
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(optim_cfg.scheduler, max_steps=max_steps,
+                                                                  warmup_steps=warmup))
