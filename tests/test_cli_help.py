@@ -57,7 +57,7 @@ def test_help_flag_exits_zero_and_other_arguments_pass_through(capsys):
 def test_every_recipe_asks_for_its_own_help_before_hydra():
     for path in sorted((ROOT / "recipes").glob("*.py")):
         text = path.read_text()
-        if "@hydra.main" in text:
+        if "@hydra.main(" in text:
             config_name = re.search(r'@hydra.main\(.*config_name="(\w+)"', text).group(1)
             assert f'exit_with_help_if_asked("{config_name}")\n    main()' in text, path.name
 

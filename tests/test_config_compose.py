@@ -171,7 +171,7 @@ def test_choice_fields_compare_format_and_save_as_plain_strings(tmp_path):
     import json
 
     from trainer.config import Aggregation, Choice
-    from trainer.loop import config_differences
+    from trainer.run_dir import config_differences
 
     cfg = compose("grpo", ["algo.aggregation=sequence_mean", "eval.med.formats=[free]"])
     a = cfg.algo.aggregation
