@@ -337,8 +337,8 @@ def test_grpo_two_ranks_stale_adapter_stops_both_ranks_with_one_checkpoint(tmp_p
     inner = server._load_lora
 
     def load(body):
-        if body["lora_name"].startswith("policy-s1-"):
-            server.faults.stale_adapter_loads = 1
+        if body["lora_name"].startswith("policy-s1-"):  # this very load (faults are claimed on a request's arrival)
+            server._request.faults.add("stale_adapter_loads")
         return inner(body)
 
     server._load_lora = load

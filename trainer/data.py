@@ -431,10 +431,11 @@ def apply_length_policy(pairs: PairSet, tokenizer, *, max_prompt_len: int, max_c
                              truncation="keep_end", prompt_settings=prompt_settings)
         p_long, c_long = bool(b.prompt_truncated.any()), bool(b.completion_truncated.any())
         long.update(prompts=p_long, completions=c_long)
-        over = (f"pair {r['pair_id']!r} ({r['condition']}) exceeds data.max_prompt_len={max_prompt_len} / "
-                f"data.max_completion_len={max_completion_len}", "prompt" if p_long else "chosen/rejected")
-        r = {**r, "num_tokens": int(b.attention_mask.sum(dim=1).max())}  # padded width of its rows
-        return r, over if p_long or c_long else None
+        over = None
+        if p_long or c_long:
+            over = (f"pair {r['pair_id']!r} ({r['condition']}) exceeds data.max_prompt_len={max_prompt_len} / "
+                    f"data.max_completion_len={max_completion_len}", "prompt" if p_long else "chosen/rejected")
+        return {**r, "num_tokens": int(b.attention_mask.sum(dim=1).max())}, over  # num_tokens: padded row width
 
     keep, dropped = truncation_policy(pairs.rows, measure, truncation=truncation, path=pairs.stats.get("path"),
                                       what=f"pair (max_prompt_len={max_prompt_len}, max_completion_len={max_completion_len})")
