@@ -98,6 +98,15 @@ def _cmd_split_folds(args) -> int:
     return 0
 
 
+def _builder(sub, name: str, help: str, *, data: str, out: str) -> argparse.ArgumentParser:
+    """A data-builder sub-command: --data (the downloaded source), --out, --seed."""
+    b = sub.add_parser(name, help=help)
+    b.add_argument("--data", required=True, help=data)
+    b.add_argument("--out", required=True, help=out)
+    b.add_argument("--seed", type=int, default=0)
+    return b
+
+
 def build_parser() -> argparse.ArgumentParser:
     from .families import FAMILIES
 
@@ -121,10 +130,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--title", default=None, help="report title")
     s.set_defaults(func=_cmd_score)
 
-    b = sub.add_parser("build-gsm8k", help="build MIST quartets from a QA JSONL with numeric answers")
-    b.add_argument("--data", required=True, help="QA file, e.g. gsm8k_test.jsonl (gold from '#### N')")
-    b.add_argument("--out", required=True, help="MIST rows file to write (.jsonl)")
-    b.add_argument("--seed", type=int, default=0)
+    b = _builder(sub, "build-gsm8k", "build MIST quartets from a QA JSONL with numeric answers",
+                 data="QA file, e.g. gsm8k_test.jsonl (gold from '#### N')", out="MIST rows file to write (.jsonl)")
     b.add_argument("--limit", type=int, default=None, help="keep the first N items (after --shuffle)")
     b.add_argument("--shuffle", action="store_true", help="seeded shuffle of the items before --limit")
     b.add_argument("--source", default="gsm8k", help="source name recorded on rows and used in item ids")
@@ -135,10 +142,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--channels", default=None, help="comma-separated subset of the signal channels")
     b.set_defaults(func=_cmd_build_gsm8k)
 
-    m = sub.add_parser("build-medcounterfact", help="build MedCounterfact items from MedEvidence")
-    m.add_argument("--data", required=True, help="medevidence_abstract.jsonl")
-    m.add_argument("--out", required=True, help="Med items file to write (.jsonl)")
-    m.add_argument("--seed", type=int, default=0)
+    m = _builder(sub, "build-medcounterfact", "build MedCounterfact items from MedEvidence",
+                 data="medevidence_abstract.jsonl", out="Med items file to write (.jsonl)")
     m.add_argument("--categories", default=None,
                    help="comma-separated subset of original,nonce,medical,non_medical,toxic (default: all)")
     m.add_argument("--on-invalid", choices=("skip", "error"), default="skip",

@@ -9,6 +9,7 @@ tests; plus ``openai_chat``, a client of any OpenAI-compatible ``/v1/chat/comple
 from __future__ import annotations
 
 import hashlib
+import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Sequence
@@ -93,6 +94,34 @@ class GenerationBackend(ABC):
 
     def close(self) -> None:
         """Release resources (server connections, processes)."""
+
+
+def label_sequences(backend, prompts: Sequence[str | list[dict]], labels: Sequence[str]):
+    """The ``score_labels`` inputs of every backend: ``prompt_ids + label_ids`` for each prompt (outer) and label
+    (inner), with each sequence's prompt and label lengths. ``backend`` provides ``prompt_ids`` and ``_encode``.
+
+    Returns ``(seqs, prompt_lens, label_lens)``, three lists of length ``len(prompts) * len(labels)``."""
+    label_ids = [backend._encode(lab) for lab in labels]
+    seqs, prompt_lens, label_lens = [], [], []
+    for p in prompts:
+        pids = backend.prompt_ids(messages=p) if isinstance(p, list) else backend.prompt_ids(prompt=p)
+        for lid in label_ids:
+            seqs.append(pids + lid)
+            prompt_lens.append(len(pids))
+            label_lens.append(len(lid))
+    return seqs, prompt_lens, label_lens
+
+
+def label_probabilities(scores: Sequence[float], labels: Sequence[str]) -> list[dict[str, float]]:
+    """Summed label log-probs (prompt-major, as :func:`label_sequences` orders them) -> per prompt, the softmax
+    across ``labels`` (in float64)."""
+    out, k = [], len(labels)
+    for i in range(0, len(scores), k):
+        row = scores[i:i + k]
+        m = max(row)
+        z = sum(math.exp(s - m) for s in row)
+        out.append({lab: math.exp(s - m) / z for lab, s in zip(labels, row)})
+    return out
 
 
 def truncate_at_stop(text: str, stop: Sequence[str]) -> tuple[str, bool]:

@@ -17,7 +17,8 @@ from collections import defaultdict
 from typing import Sequence
 
 from ..prompts import PromptSettings, request_prompt_ids
-from .base import GenerationBackend, GenerationRequest, GenerationResult, Sample, derive_seed, truncate_at_stop
+from .base import (GenerationBackend, GenerationRequest, GenerationResult, Sample, derive_seed, label_probabilities,
+                   label_sequences, truncate_at_stop)
 
 PER_ROW = "per-row"  # group key of seeded sampling: every row carries its own seed, batch freely
 
@@ -186,13 +187,8 @@ class HFBackend(GenerationBackend):
     def score_labels(self, prompts: Sequence[str | list[dict]], labels: Sequence[str]) -> list[dict[str, float]]:
         import torch
 
-        label_ids = [self._encode(l) for l in labels]
-        seqs, spans = [], []
-        for p in prompts:
-            pids = self.prompt_ids(messages=p) if isinstance(p, list) else self.prompt_ids(prompt=p)
-            for lid in label_ids:
-                seqs.append(pids + lid)
-                spans.append((len(pids), len(lid)))
+        seqs, prompt_lens, label_lens = label_sequences(self, prompts, labels)
+        spans = list(zip(prompt_lens, label_lens))
         scores: list[float] = []
         was_training = self.model.training
         self.model.eval()
@@ -215,10 +211,4 @@ class HFBackend(GenerationBackend):
         finally:
             if was_training:
                 self.model.train()
-        out = []
-        k = len(labels)
-        for i in range(len(prompts)):
-            row = torch.tensor(scores[i * k:(i + 1) * k])
-            probs = torch.softmax(row, dim=0).tolist()
-            out.append(dict(zip(labels, probs)))
-        return out
+        return label_probabilities(scores, labels)

@@ -63,7 +63,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from ..prompts import PromptSettings, request_prompt_ids
-from .base import GenerationBackend, GenerationRequest, GenerationResult, Sample
+from .base import GenerationBackend, GenerationRequest, GenerationResult, Sample, label_probabilities, label_sequences
 
 log = logging.getLogger(__name__)
 
@@ -344,26 +344,11 @@ class VLLMServerBackend(GenerationBackend):
     def score_labels(self, prompts: Sequence[str | list[dict]], labels: Sequence[str]) -> list[dict[str, float]]:
         """Same definition as :meth:`HFBackend.score_labels`, from server prompt log-probs of
         ``prompt_ids + label_ids`` (summed over the label tokens, soft-maxed across labels)."""
-        import math
-
         if self.tokenizer is None:
             raise ValueError("VLLMServerBackend.score_labels needs a tokenizer (label token boundaries)")
-        label_ids = [self._encode(l) for l in labels]
-        seqs, spans = [], []
-        for p in prompts:
-            pids = self.prompt_ids(messages=p) if isinstance(p, list) else self.prompt_ids(prompt=p)
-            for lid in label_ids:
-                seqs.append(pids + lid)
-                spans.append(len(lid))
+        seqs, _, label_lens = label_sequences(self, prompts, labels)
         lps = self.prompt_logprobs_batch(seqs)
-        scores = [sum(lp[len(lp) - k:]) for lp, k in zip(lps, spans)]
-        out, k = [], len(labels)
-        for i in range(len(prompts)):
-            row = scores[i * k:(i + 1) * k]
-            m = max(row)
-            z = sum(math.exp(s - m) for s in row)
-            out.append({lab: math.exp(s - m) / z for lab, s in zip(labels, row)})
-        return out
+        return label_probabilities([sum(lp[len(lp) - k:]) for lp, k in zip(lps, label_lens)], labels)
 
     # -- adapters -------------------------------------------------------------------------------
     def adapter_name(self, version: str, checksum: str | None = None) -> str:

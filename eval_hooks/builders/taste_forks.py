@@ -443,6 +443,17 @@ def load_replies(path, trajectories: Sequence[Trajectory], st: MiningSettings) -
     return out
 
 
+
+def _votes(judges, cands: list[dict], prompts: list[str], stage: str, st, unparsed: dict) -> list[tuple[dict, dict]]:
+    """Ask every judge about every candidate of ``stage``; store the votes on the candidate as
+    ``<stage>_votes``, count unparsed replies per judge into ``unparsed[stage]``; ``(candidate, votes)`` pairs."""
+    votes = _judge_all(judges, prompts, st.judge_max_new_tokens, stage)
+    for c, v in zip(cands, votes):
+        c[f"{stage}_votes"] = v
+        for n, x in v.items():
+            unparsed[stage][n] += x is None
+    return list(zip(cands, votes))
+
 def mine_forks(trajectories: Sequence[Trajectory], generator: GenerationBackend | None,
                judges: Sequence[tuple[str, GenerationBackend]], st: MiningSettings, *,
                replies: dict[str, str] | None = None) -> tuple[list[dict], dict, list[dict]]:
@@ -471,25 +482,17 @@ def mine_forks(trajectories: Sequence[Trajectory], generator: GenerationBackend 
     live = [c for c in live if _apply_reply(c, replies[c["item_id"]], st, funnel, pattern)]
     unparsed = {"trivial": defaultdict(int), "undecidable": defaultdict(int)}
 
-    votes = _judge_all(judges, [trivial_prompt(c["item"]["candidate_a"], c["item"]["candidate_b"]) for c in live],
-                       st.judge_max_new_tokens, "trivial")
     kept = []
-    for c, v in zip(live, votes):
-        c["trivial_votes"] = v
-        for n, x in v.items():
-            unparsed["trivial"][n] += x is None
+    for c, v in _votes(judges, live, [trivial_prompt(c["item"]["candidate_a"], c["item"]["candidate_b"]) for c in live],
+                       "trivial", st, unparsed):
         if all(x == c["item"]["label"] for x in v.values()):
             _drop(c, funnel, "trivial", "all_judges_pick_label")
         else:
             funnel.passed("trivial", c["cell"])
             kept.append(c)
-    votes = _judge_all(judges, [record_prompt(c["item"], c["after"], c["outcome"]) for c in kept],
-                       st.judge_max_new_tokens, "undecidable")
     items = []
-    for c, v in zip(kept, votes):
-        c["undecidable_votes"] = v
-        for n, x in v.items():
-            unparsed["undecidable"][n] += x is None
+    for c, v in _votes(judges, kept, [record_prompt(c["item"], c["after"], c["outcome"]) for c in kept],
+                       "undecidable", st, unparsed):
         against = [n for n, x in v.items() if x != c["item"]["label"]]
         if against:
             _drop(c, funnel, "released", "judge_disagrees" if all(v[n] is not None for n in against)
