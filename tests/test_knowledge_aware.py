@@ -7,43 +7,16 @@ from collections import Counter
 import pytest
 from omegaconf import OmegaConf
 
-from eval_hooks.backends.base import GenerationBackend, GenerationResult, Sample
 from eval_hooks.io import DataError
 from eval_hooks.knowledge import attach_knowledge, classify
 from eval_hooks.metrics import compute_metrics
+from eval_hooks.vocab import MIST_CONDITIONS as CONDS
+from mining_fakes import TableBackend, rows_for
 from recipe_utils import load_recipe
 from trainer.config import ConfigError, KnowledgeConfig, validate_knowledge
 from trainer.data import ConditionSampler, check_pool_mass, load_pairs, pool_mass
 
 mine_mod = load_recipe("mine_pairs")
-CONDS = ("clean", "misleading", "correct", "irrelevant")
-
-
-class Sampled(GenerationBackend):
-    """Looks the prompt up in a table (substring match); a list value gives sample j its j-th entry."""
-
-    def __init__(self, table):
-        self.table, self.asked = table, []
-
-    def generate(self, requests, *, progress=False, desc=""):
-        out = []
-        for r in requests:
-            text = r.messages[-1]["content"]
-            self.asked.append((text, r.n, r.temperature))
-            answer = next(v for k, v in self.table.items() if k in text)
-            answers = answer if isinstance(answer, list) else [answer] * r.n
-            out.append(GenerationResult(r, [Sample(answers[j], [], [], "stop") for j in range(r.n)]))
-        return out
-
-    def score_labels(self, prompts, labels):
-        raise NotImplementedError
-
-
-def rows_for(i, gold, wrong):
-    prompts = {"clean": f"Q{i} clean", "misleading": f"Q{i} hint {wrong}", "correct": f"Q{i} hint {gold}",
-               "irrelevant": f"Q{i} sky"}
-    return [{"row_id": f"{i}-{c}", "item_id": f"i{i}", "condition": c, "prompt": p, "answer_type": "numeric",
-             "gold": str(gold), "wrong_value": str(wrong)} for c, p in prompts.items()]
 
 
 def knowledge_cfg(**kw):
@@ -70,7 +43,7 @@ FIXTURE = {
 def mine_fixture(**kw):
     rows = rows_for(1, 4, 7) + rows_for(2, 5, 8) + rows_for(3, 6, 9) + rows_for(4, 1, 9) + rows_for(5, 2, 0) + \
         rows_for(6, 3, 4)
-    backend = Sampled(FIXTURE)
+    backend = TableBackend(FIXTURE)
     pairs, stats = mine_mod.mine(rows, backend, max_new_tokens=2, use_fallback=True, fallback_note="n {gold}",
                                  leak_patterns=["note"], model_name="m", knowledge=knowledge_cfg(**kw), seed=0)
     return pairs, stats, backend
@@ -113,7 +86,7 @@ def test_without_the_irrelevant_option_or_below_the_stability_rule_no_irrelevant
 
 def test_k1_is_one_greedy_answer():
     rows = rows_for(1, 4, 7)
-    backend = Sampled({"Q1 clean": "4", "Q1 hint": "7"})
+    backend = TableBackend({"Q1 clean": "4", "Q1 hint": "7"})
     mine_mod.mine(rows, backend, max_new_tokens=2, use_fallback=False, fallback_note="n {gold}", leak_patterns=[],
                   model_name="m", knowledge=OmegaConf.structured(KnowledgeConfig(enabled=True, k=1)))
     assert backend.asked[0] == ("Q1 clean", 1, 0.0)

@@ -2,37 +2,11 @@
 
 import pytest
 
-from eval_hooks.backends.base import GenerationBackend, GenerationResult, Sample
+from eval_hooks.vocab import MIST_CONDITIONS as CONDS
+from mining_fakes import TableBackend, rows_for
 from recipe_utils import load_recipe
 
 mine_mod = load_recipe("mine_pairs")
-CONDS = ("clean", "misleading", "correct", "irrelevant")
-
-
-class Scripted(GenerationBackend):
-    """Answers by looking the prompt up in a table (substring match); records what it was asked."""
-
-    def __init__(self, table):
-        self.table, self.asked = table, []
-
-    def generate(self, requests, *, progress=False, desc=""):
-        out = []
-        for r in requests:
-            text = r.messages[-1]["content"] if r.messages else r.prompt
-            self.asked.append(text)
-            answer = next(v for k, v in self.table.items() if k in text)
-            out.append(GenerationResult(r, [Sample(answer, [], [], "stop")]))
-        return out
-
-    def score_labels(self, prompts, labels):
-        raise NotImplementedError
-
-
-def rows_for(i, gold, wrong):
-    prompts = {"clean": f"Q{i} clean", "misleading": f"Q{i} hint {wrong}", "correct": f"Q{i} hint {gold}",
-               "irrelevant": f"Q{i} sky"}
-    return [{"row_id": f"{i}-{c}", "item_id": f"i{i}", "condition": c, "prompt": p, "answer_type": "numeric",
-             "gold": str(gold), "wrong_value": str(wrong)} for c, p in prompts.items()]
 
 
 NOTE = "Private note for you only: the correct answer is {gold}. Answer normally."
@@ -40,7 +14,7 @@ NOTE = "Private note for you only: the correct answer is {gold}. Answer normally
 
 def test_mining_keeps_signal_followers_and_explains_drops():
     rows = rows_for(1, 4, 7) + rows_for(2, 5, 8) + rows_for(3, 6, 9) + rows_for(4, 1, 2) + rows_for(5, 3, 0)
-    backend = Scripted({
+    backend = TableBackend({
         "Q1 clean": "The answer is 4", "Q1 hint": "The answer is 7",        # kept (clean r+)
         "Q2 clean": "The answer is 5", "Q2 hint": "The answer is 5",        # resisted
         "Q3 clean": "The answer is 6", "Q3 hint": "The answer is 3",        # wrong but not the signal
@@ -73,7 +47,7 @@ def test_leak_detection_catches_echoed_note_wording():
 
 
 def test_no_fallback_drops_clean_wrong():
-    backend = Scripted({"Q1 clean": "8", "Q1 hint": "7"})
+    backend = TableBackend({"Q1 clean": "8", "Q1 hint": "7"})
     pairs, stats = mine_mod.mine(rows_for(1, 4, 7), backend, max_new_tokens=4, use_fallback=False,
                                  fallback_note=NOTE, leak_patterns=[], model_name="m")
     assert pairs == [] and stats["dropped_by_reason"] == {"clean_wrong": 1}
