@@ -205,3 +205,24 @@ def test_removed_dead_keys_are_unknown():
     with pytest.raises(Exception, match="batch_size"):
         compose("evaluate", ["eval.batch_size=8"])
     assert compose("evaluate", ["eval=taste"]).generation.batch_size == 32
+
+
+def test_resume_tolerates_keys_added_since_the_run_at_their_defaults():
+    """A run saved before a key existed resumes when the key is at its schema default; a non-default value of a
+    new key, and a key that is gone now (removed or renamed), are still reported."""
+    from trainer.run_dir import config_differences, schema_defaults
+
+    cfg = compose("dpo", [])
+    defaults = schema_defaults(cfg)
+    assert defaults is not None and defaults["trainer"]["spike_ema_decay"] == 0.9
+    current = OmegaConf.to_container(cfg, resolve=True)
+    old = OmegaConf.to_container(cfg, resolve=True)
+    del old["trainer"]["spike_ema_decay"]  # the run started before this key existed
+    del old["prompt"]  # ... and before this whole group existed
+    assert config_differences(old, current, defaults=defaults) == []
+    assert config_differences(old, current) == ["prompt: saved '<absent>' != now " + repr(current["prompt"]),
+                                                "trainer.spike_ema_decay: saved '<absent>' != now 0.9"]
+    changed = OmegaConf.to_container(compose("dpo", ["trainer.spike_ema_decay=0.5"]), resolve=True)
+    assert config_differences(old, changed, defaults=defaults) == ["trainer.spike_ema_decay: saved '<absent>' != now 0.5"]
+    old["model"]["use_chat_template"] = True  # a key that no longer exists
+    assert config_differences(old, current, defaults=defaults) == ["model.use_chat_template: saved True != now '<absent>'"]

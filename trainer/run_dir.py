@@ -213,16 +213,41 @@ RESUME_TOLERATED = ("trainer.resume", "trainer.stop_at_step", "trainer.allow_con
                     "generation.url", "generation.server_log", "generation.timeout_s", "generation.max_retries")
 
 
-def config_differences(saved: dict, current: dict, prefix: str = "") -> list[str]:
+def config_differences(saved: dict, current: dict, prefix: str = "", *, defaults: dict | None = None) -> list[str]:
+    """``"key: saved a != now b"`` for every key whose value differs (``RESUME_TOLERATED`` keys aside).
+
+    ``defaults`` (the schema's defaults, same nesting): a key *absent* from ``saved`` whose current value is its
+    schema default is not a difference: the key was added to the schema after the run started, and its default
+    keeps the behaviour the run had. A key absent *now* (removed or renamed since) is always reported."""
     out = []
     for k in sorted(set(saved) | set(current)):
         key = f"{prefix}{k}"
         a, b = saved.get(k, "<absent>"), current.get(k, "<absent>")
+        d = defaults.get(k, "<absent>") if isinstance(defaults, dict) else "<absent>"
         if isinstance(a, dict) and isinstance(b, dict):
-            out.extend(config_differences(a, b, key + "."))
+            out.extend(config_differences(a, b, key + ".", defaults=d if isinstance(d, dict) else None))
+        elif a == "<absent>" and b != "<absent>" and _same(b, d):
+            continue
         elif a != b and not any(key == t or (t.endswith(".") and key.startswith(t)) for t in RESUME_TOLERATED):
             out.append(f"{key}: saved {a!r} != now {b!r}")
     return out
+
+
+def _same(value, default) -> bool:
+    """``value`` equals a schema default (a new sub-config absent from the saved run: every leaf at its default)."""
+    if isinstance(value, dict) and isinstance(default, dict):
+        return set(value) <= set(default) and all(_same(v, default[k]) for k, v in value.items())
+    return default != "<absent>" and value == default
+
+
+def schema_defaults(cfg) -> dict | None:
+    """The defaults of ``cfg``'s structured schema as a plain dict (None for a config without one)."""
+    from omegaconf import OmegaConf
+
+    schema = OmegaConf.get_type(cfg)
+    if schema is None or schema is dict:
+        return None
+    return OmegaConf.to_container(OmegaConf.structured(schema), resolve=False, throw_on_missing=False)
 
 
 def check_resume_config(ctx, saved_path=None) -> None:
@@ -235,7 +260,7 @@ def check_resume_config(ctx, saved_path=None) -> None:
         return
     saved = OmegaConf.to_container(OmegaConf.load(saved_path), resolve=True)
     current = OmegaConf.to_container(ctx.cfg, resolve=True)
-    diffs = config_differences(saved, current)
+    diffs = config_differences(saved, current, defaults=schema_defaults(ctx.cfg))
     if diffs:
         raise ConfigError(
             f"refusing to resume {saved_path.parent} with a changed config ({len(diffs)} differing keys):\n  "
