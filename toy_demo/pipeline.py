@@ -1,14 +1,14 @@
-"""The embedded demo: reproduce the SCOPE effect (and a Box2 stage) from scratch on a laptop CPU.
+"""The demo's orchestration: reproduce the SCOPE effect (and a Box2 stage) from scratch on a laptop CPU.
 
-    python recipes/demo.py                      # writes demo_out/report.md and demo_out/summary.json
-    python recipes/demo.py out=/tmp/d seed=3    # another toy task; the targets must still hold
-
-This file is orchestration only: every stage is a real recipe (``recipes/sft.py``, ``evaluate.py``,
-``mine_pairs.py``, ``dpo.py``, ``grpo.py``) run in-process on a config composed from ``conf/`` plus
-the per-stage overrides in ``conf/demo.yaml``; every number comes from ``eval_hooks``. The training
-stages go through the chain runner of ``recipes/chain.py`` (``trainer/stages.py``): each trains in
-``<out>/stages/<name>/`` and starts from the ``final/`` weights of the stage it names. (Recipes are
-imported only by the demo and the chain runner, to avoid paying Python/torch start-up per stage.)
+Run it with ``python recipes/demo.py`` (the entry point; ``conf/demo.yaml``, schema
+:class:`toy_demo.config.DemoRunConfig`). This module is orchestration only: every stage is a real recipe
+(``recipes/sft.py``, ``evaluate.py``, ``mine_pairs.py``, ``dpo.py``, ``grpo.py``) run in-process on a
+config composed from ``conf/`` plus the per-stage overrides in ``conf/demo.yaml``; every number comes
+from ``eval_hooks``. The training stages go through the chain runner of ``recipes/chain.py``
+(``trainer/stages.py``): each trains in ``<out>/stages/<name>/`` and starts from the ``final/`` weights
+of the stage it names. (Recipes are imported only by the demo and the chain runner, to avoid paying
+Python/torch start-up per stage.) Every data path is ``toy:<seed>/<file>``, the toy task's data source
+(:mod:`toy_demo.task`).
 
 Stages: tiny model -> SFT on a toy key->digit mix whose hints are always right (a hint follower) ->
 matched evaluation -> pair mining from the base's own outputs -> SCOPE balanced DPO -> evaluation
@@ -19,19 +19,12 @@ evaluation of the base, counterfactual SFT on bad workflows, a short GRPO run, e
 from __future__ import annotations
 
 import shutil
-import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-import hydra
 from omegaconf import DictConfig
 
-from trainer.config import register_schemas
-
-register_schemas()
+from . import task
 
 
 def _compose(config_name: str, overrides: list[str]):
@@ -46,7 +39,7 @@ class Pipeline:
         self.out = Path(cfg.out).expanduser().resolve()
         self.stages = self.out / "stages"
         self.seed = cfg.seed
-        self.toy = f"toy:{cfg.seed}"
+        self.toy = f"{task.SCHEME}:{cfg.seed}"
         self.timings: dict[str, float] = {}
         from recipes import evaluate, mine_pairs
         from recipes.chain import stage_runner
@@ -166,9 +159,15 @@ class Pipeline:
 
 
 def run(cfg: DictConfig) -> dict:
+    """Run every stage of ``cfg`` (a composed ``conf/demo.yaml``); write ``summary.json``, ``report.md``
+    and the plots into ``cfg.out``, print the table; return the summary."""
     from eval_hooks.io import write_json_atomic
-    from trainer.demo_report import print_table, write_demo_report
+    from trainer.data_sources import register_data_source
 
+    from .report import print_table, write_demo_report
+
+    # the demo's own source, also when the package metadata (its entry point) is not installed
+    register_data_source(task.SCHEME, task.resolve_source)
     if cfg.torch_threads:
         import torch
 
@@ -181,15 +180,3 @@ def run(cfg: DictConfig) -> dict:
     print(f"[demo] done in {summary['wall_seconds']:.0f} s: {pipeline.out / 'report.md'}, "
           f"{pipeline.out / 'summary.json'}", flush=True)
     return summary
-
-
-@hydra.main(config_path="../conf", config_name="demo", version_base=None)
-def main(cfg: DictConfig) -> None:
-    run(cfg)
-
-
-if __name__ == "__main__":
-    from trainer.cli_help import exit_with_help_if_asked
-
-    exit_with_help_if_asked("demo")
-    main()
