@@ -80,7 +80,8 @@ def test_launch_never_imports_recipes():
 def test_the_toy_task_imports_only_eval_hooks():
     # toy_demo/task.py builds data files and serves the toy:<seed>/<file> data source: eval_hooks below it,
     # nothing of the trainer, the recipes, launch or the rest of the demo
-    bad = [m for m in sorted(_imports(ROOT / "toy_demo" / "task.py")) if _top(m) in ("trainer", "recipes", "launch", "toy_demo")]
+    bad = [m for m in sorted(_imports(ROOT / "toy_demo" / "task.py"))
+           if _top(m) in ("trainer", "recipes", "launch", "toy_demo")]
     assert not bad, bad
     assert "eval_hooks.io" in _imports(ROOT / "toy_demo" / "task.py")  # the checker sees its imports
 
