@@ -68,3 +68,14 @@ def test_recipe_help_from_the_command_line():
     assert proc.returncode == 0, proc.stderr
     assert "  algo.beta = 0.3  [default 0.1]" in proc.stdout and "  algo.weighting = sample  [sample | loss]" in proc.stdout
     _check_lists_every_key(proc.stdout, SCHEMAS["dpo_schema"])
+
+
+def test_demo_help_from_the_command_line_lists_its_package_schema():
+    """The demo's schema lives in toy_demo/config.py; its entry point registers it before --help."""
+    from toy_demo.config import DemoRunConfig
+
+    proc = subprocess.run([sys.executable, str(ROOT / "recipes" / "demo.py"), "--help", "seed=3"],
+                          capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    assert "  seed = 3  [default 0]" in proc.stdout and "does not compose" not in proc.stdout
+    _check_lists_every_key(proc.stdout, DemoRunConfig)

@@ -132,7 +132,11 @@ def test_missing_mandatory_value_is_reported():
 def test_every_schema_field_has_help():
     from dataclasses import fields, is_dataclass
 
+    from toy_demo.config import register
     from trainer.config import SCHEMAS
+
+    register()  # the demo's schema lives in its package
+    assert "demo_schema" in SCHEMAS
 
     def walk(cls, prefix=""):
         for f in fields(cls):

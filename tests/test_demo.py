@@ -1,5 +1,5 @@
-"""The embedded demo (recipes/demo.py): stages connect and the SCOPE direction holds (reduced, fast),
-the full targets hold for several seeds and reruns are identical (slow)."""
+"""The embedded demo (recipes/demo.py, toy_demo/pipeline.py): stages connect and the SCOPE direction
+holds (reduced, fast), the full targets hold for several seeds and reruns are identical (slow)."""
 
 import json
 
@@ -30,9 +30,9 @@ def _demo(out, seed=0, extra=()):
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
-    from trainer.config import register_schemas
+    from toy_demo.config import register
 
-    register_schemas()
+    register()
     reset_accelerate()
     GlobalHydra.instance().clear()
     demo = load_recipe("demo")
@@ -70,7 +70,7 @@ def _metrics_only(summary: dict) -> dict:
 
 @pytest.mark.slow
 def test_full_demo_three_seeds_meet_the_targets_and_rerun_identically(tmp_path):
-    """Seeds 0, 1, 2 with the default stages meet every target of the demo (trainer.demo_report.TARGETS:
+    """Seeds 0, 1, 2 with the default stages meet every target of the demo (toy_demo.report.TARGETS:
     base SC2W >= 80%, SCOPE SC2W <= 15% with clean and correct-context accuracy >= 90% on held-out keys,
     Box2's Δbad closer to 0 after counterfactual SFT, <= 10 minutes); averaged over the seeds the
     misleading-only ablation's correct-context accuracy is below SCOPE's; a rerun of seed 0 gives
@@ -79,7 +79,7 @@ def test_full_demo_three_seeds_meet_the_targets_and_rerun_identically(tmp_path):
     The ablation is compared where a correct hint carries information: on held-out keys the model knows
     every answer, so both sit at the ceiling and may tie (asserted: misleading-only is not above
     SCOPE); on unseen keys only the hint can answer, and there it must be strictly below."""
-    from trainer.demo_report import check_targets
+    from toy_demo.report import check_targets
 
     runs = {seed: _demo(tmp_path / f"demo{seed}", seed=seed) for seed in (0, 1, 2)}
     for seed, s in runs.items():
@@ -100,9 +100,9 @@ def test_full_demo_three_seeds_meet_the_targets_and_rerun_identically(tmp_path):
 def test_knowledge_aware_arm_meets_its_targets_on_one_seed(tmp_path):
     """The demo's default seed 0, without Box2: knowledge-aware SCOPE keeps correct-hint accuracy >= 90% on
     unseen keys, held-out SC2W <= 15% and held-out clean and correct-context accuracy >= 90%
-    (trainer.demo_report.check_knowledge_aware_targets), and its unseen-key correct-hint accuracy is above
+    (toy_demo.report.check_knowledge_aware_targets), and its unseen-key correct-hint accuracy is above
     SCOPE's. Not every seed meets the SC2W target (seeds 1 and 3 do not: docs/scope.md#knowledge-aware-scope)."""
-    from trainer.demo_report import check_knowledge_aware_targets
+    from toy_demo.report import check_knowledge_aware_targets
 
     s = _demo(tmp_path / "demo", seed=0, extra=["box2=false"])
     targets = check_knowledge_aware_targets(s)

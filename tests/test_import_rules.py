@@ -4,11 +4,12 @@
 from __future__ import annotations
 
 import ast
+import re
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PRODUCT = ("trainer", "eval_hooks", "recipes", "launch", "bench")
+PRODUCT = ("trainer", "eval_hooks", "recipes", "launch", "bench", "toy_demo")
 BY_PATH = ("spec_from_file_location", "module_from_spec", "SourceFileLoader", "exec_module", "run_path", "load_source")
 
 
@@ -74,6 +75,35 @@ def test_trainer_never_imports_launch_or_recipes():
 
 def test_launch_never_imports_recipes():
     assert not (bad := _offenders(("launch",), {"recipes"})), "\n".join(bad)
+
+
+def test_the_toy_task_imports_only_eval_hooks():
+    # toy_demo/task.py builds data files and serves the toy:<seed>/<file> data source: eval_hooks below it,
+    # nothing of the trainer, the recipes, launch or the rest of the demo
+    bad = [m for m in sorted(_imports(ROOT / "toy_demo" / "task.py"))
+           if _top(m) in ("trainer", "recipes", "launch", "toy_demo")]
+    assert not bad, bad
+    assert "eval_hooks.io" in _imports(ROOT / "toy_demo" / "task.py")  # the checker sees its imports
+
+
+def test_only_the_demo_entry_point_imports_the_demo_package():
+    bad = [o for o in _offenders(("trainer", "eval_hooks", "launch", "recipes"), {"toy_demo"})
+           if not o.startswith(str(Path("recipes") / "demo.py"))]
+    assert not bad, "\n".join(bad)
+    assert "toy_demo.pipeline" in _imports(ROOT / "recipes" / "demo.py")  # the checker sees the one that may
+
+
+# What only the demo's toy task knows: its package, its builder, its data source's paths, its generator.
+TOY_TASK = re.compile(r"\btoy_demo\b|\bbuilders[./]toy\b|\btoy:(<seed>|\d|\{)|make_toy_task")
+
+
+def test_the_generic_layers_do_not_know_the_toy_task():
+    assert TOY_TASK.search("self.toy = f'toy:{seed}'") and TOY_TASK.search("'toy:0/sft_mix.jsonl'")
+    assert not TOY_TASK.search("data.source=toy: the taste fork toy")  # the distill toy is another task
+    assert not (ROOT / "eval_hooks" / "builders" / "toy.py").exists()
+    bad = [f"{p.relative_to(ROOT)}:{n}: {line.strip()}" for p in _files("trainer", "eval_hooks", "launch")
+           for n, line in enumerate(p.read_text().splitlines(), 1) if TOY_TASK.search(line)]
+    assert not bad, "\n".join(bad)
 
 
 def test_nothing_loads_a_module_by_file_path():

@@ -1,5 +1,5 @@
-"""The synthetic toy task family (eval_hooks/builders/toy.py): determinism, splits, matched formats,
-and that every file loads through the eval_hooks family loaders."""
+"""The synthetic toy task of the demo (toy_demo/task.py): determinism, frozen files per format version,
+splits, matched formats, that every file loads through the eval_hooks family loaders, and its data source."""
 
 import hashlib
 import json
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from eval_hooks.builders import toy
+from toy_demo import task as toy
 
 SMALL = dict(n_keys=60, n_heldout=15, n_unseen=10)
 
@@ -48,6 +48,45 @@ def test_same_seed_same_bytes_other_seed_differs(tmp_path):
     assert da == db
     # A different seed draws different keys, so every file differs.
     assert all(da[name] != dc[name] for name in da)
+
+
+# sha256 of every file of seed 0 at the default sizes (python -m toy_demo.task --out DIR --seed 0), as
+# measured when the builder moved to toy_demo/ (format 7). A change of any byte must bump FORMAT_VERSION
+# (cached copies are keyed by it) and re-measure the demo's numbers (docs/demo.md).
+FROZEN = {7: {
+    "box2_heldout.jsonl": "4b4098035ff10bdb25ab6b4df8aa01234eb0917db651e98c3444122d11b6f8f6",
+    "box2_sft.jsonl": "2e34384450faeba346b96b8b131834de1816a0db83515abf534ab2a28f36675b",
+    "grpo_prompts.jsonl": "f8f758767a01d6726bd3506215de0c995bb052ff2f984b896a246ad7f2591656",
+    "mist_heldout.jsonl": "9d53be3fee8ee8aeb21026e3b1a7d43fab44113ad3efbc99367f9c8b0dd579f7",
+    "mist_train.jsonl": "005d8da6378acb9aabbf6e7a387306258941b593d7e8050902d05371f4fff346",
+    "mist_train_knowledge.jsonl": "9bdd3b94ebb3346581ef683ba1f2d86abe5fdd4a91c683ab6dd3181883350ba4",
+    "mist_unseen.jsonl": "894969b6a9fae7c3f40bc0d0bb887c347feffae1f9da59797392edd1a58c3d6f",
+    "mist_untaught.jsonl": "dc5cc4594ca7671f64396f3a324b5726d44a643ba77f9eac88e826e01a1a6e80",
+    "sft_mix.jsonl": "58a16441d51f0ef1735724f83f171cca06b49f3f1b234cface1fd3ec0cbae1fb",
+    "task.json": "460d71a707e899163d0d55f29db452e061ab3a310025e0d10fa63f378dc95966",
+    "toy_pairs.jsonl": "cef23238b6c2c173483fb176880293c4df0893a514b648b5feaa2ee2a482b0cd",
+}}
+
+
+def test_the_files_of_a_format_version_are_frozen(tmp_path):
+    if toy.FORMAT_VERSION not in FROZEN:
+        pytest.skip(f"format {toy.FORMAT_VERSION}: record its seed-0 hashes in FROZEN")
+    toy.write_all(tmp_path, seed=0)
+    assert _digest(tmp_path) == FROZEN[toy.FORMAT_VERSION]
+
+
+def test_the_data_source_serves_the_cached_files_of_a_seed(tmp_path, monkeypatch):
+    from eval_hooks.io import DataError
+
+    monkeypatch.setenv("SELECTRUST_CACHE", str(tmp_path))
+    path = Path(toy.resolve_source("2/mist_heldout.jsonl"))
+    assert path == toy.cache_dir(2) / "mist_heldout.jsonl" and path.is_relative_to(tmp_path)
+    assert path.parent.name == "seed_2" and path.parent.parent.name == f"v{toy.FORMAT_VERSION}"
+    assert _digest(path.parent) == _digest(toy.write_all(tmp_path / "fresh", seed=2)["task"].parent)
+    with pytest.raises(DataError, match=r"toy:<seed>/<file>"):
+        toy.resolve_source("x/mist_heldout.jsonl")
+    with pytest.raises(DataError, match=r"no file 'nope.jsonl'.*mist_heldout.jsonl"):
+        toy.resolve_source("2/nope.jsonl")
 
 
 def test_cli_writes_the_fixed_file_names(tmp_path):

@@ -26,10 +26,14 @@ from trainer.algos.sft import AGGREGATIONS
 from trainer.data import ON_INVALID, TRUNCATIONS, WEIGHTINGS
 
 
-def _f(default: Any, help: str, **kw):
+def schema_field(default: Any, help: str, **kw):
+    """A schema field with its default and its help text (``--help`` and the docs read ``metadata["help"]``)."""
     if isinstance(default, (list, dict)):
         return field(default_factory=lambda d=default: type(d)(d), metadata={"help": help}, **kw)
     return field(default=default, metadata={"help": help}, **kw)
+
+
+_f = schema_field
 
 
 class ConfigError(ValueError):
@@ -173,7 +177,7 @@ class MedEvalConfig:
 class EvalConfig:
     enabled: bool = _f(True, "Run matched evaluation at epoch ends.")
     path: Optional[str] = _f(None, "Evaluation items: JSONL/Parquet file, save_to_disk directory, "
-                                   "'hf:org/name[:config][:split]' or a builtin source; None disables evaluation.")
+                                   "'hf:org/name[:config][:split]' or a registered data source; None disables evaluation.")
     family: Family = _f("mist", "mist | box2 | taste | med.")
     max_rows: Optional[int] = _f(None, "Evaluate about this many rows: whole items (all their conditions) are kept "
                                        "together, so the last item may take the count past it (max_rows=3 of "
@@ -235,8 +239,8 @@ class LoggerConfig:
 @dataclass
 class DataConfig:
     train_path: str = _f(MISSING, "Training data: a JSONL/Parquet file, a datasets save_to_disk directory (':<split>' "
-                                  "for a DatasetDict), 'hf:org/name[:config][:split]', or 'toy:<seed>/<file>' for the "
-                                  "built-in toy task.")
+                                  "for a DatasetDict), 'hf:org/name[:config][:split]', or '<source>:<rest>' of a "
+                                  "registered data source (trainer/data_sources.py).")
     train_family: Optional[Family] = _f(None, "For recipes that train on evaluation-format items (e.g. box2 for GRPO).")
     train_conditions: list[str] = _f([], "Keep only these conditions/regimes of train_family rows (empty = all).")
     max_prompt_len: int = _f(512, "Max prompt tokens; see truncation.")
@@ -433,7 +437,7 @@ class EvaluateRunConfig:
 class MineRunConfig:
     seed: int = _f(0, "Seed.")
     items_path: str = _f(MISSING, "MIST-format training items: JSONL/Parquet file, save_to_disk directory, "
-                                  "'hf:org/name[:config][:split]' or 'toy:<seed>/<file>'.")
+                                  "'hf:org/name[:config][:split]' or a registered data source.")
     out_dir: str = _f("runs/mine_pairs", "Writes pairs.jsonl (quartets) and mining_stats.json here.")
     max_new_tokens: int = _f(64, "Generation budget for mining.")
     use_fallback: bool = _f(True, "Elicit r+ with a private diagnostic note when the clean answer is wrong.")
@@ -445,36 +449,6 @@ class MineRunConfig:
     generation: GenerationConfig = field(default_factory=GenerationConfig)
     prompt: PromptConfig = field(default_factory=PromptConfig)
     knowledge: KnowledgeConfig = field(default_factory=KnowledgeConfig)
-
-
-@dataclass
-class DemoStages:
-    """Per-stage overrides (Hydra override strings) applied on top of each recipe's own config."""
-
-    model: str = _f("tiny-demo", "Tiny model preset built for the demo (eval_hooks.models.TINY_PRESETS).")
-    base_sft: list[str] = _f([], "Overrides for recipes/sft.py: SFT on the always-right-hints mix (full fine-tuning).")
-    evaluate: list[str] = _f([], "Overrides for every recipes/evaluate.py stage.")
-    mine: list[str] = _f([], "Overrides for recipes/mine_pairs.py.")
-    dpo: list[str] = _f([], "Overrides for both recipes/dpo.py stages (SCOPE and misleading-only).")
-    box2_sft: list[str] = _f([], "Overrides for recipes/sft.py: Box2 counterfactual SFT.")
-    grpo: list[str] = _f([], "Overrides for recipes/grpo.py: the short Box2 RL stage.")
-    knowledge: list[str] = _f([], "knowledge.* overrides of the knowledge-aware mining and of the base's evaluations "
-                                  "(whose knowledge.jsonl splits every later evaluation by knowledge).")
-    knowledge_aware: list[str] = _f([], "Extra overrides of the knowledge-aware recipes/dpo.py stage, after dpo and "
-                                        "algo=scope_knowledge_aware (e.g. algo.lambda_u).")
-
-
-@dataclass
-class DemoRunConfig:
-    seed: int = _f(0, "Seed of the toy task and of every stage.")
-    out: str = _f("demo_out", "Output directory: report.md, summary.json, stages/ (each stage's run or eval dir).")
-    box2: bool = _f(True, "Run the Box2 stage (counterfactual SFT + GRPO).")
-    misleading_only: bool = _f(True, "Run the Standard-DPO (misleading-only pairs) ablation.")
-    knowledge_aware: bool = _f(True, "Run knowledge-aware SCOPE (unknown pools from the toy's untaught keys) and split "
-                                     "every evaluation by the base's knowledge.")
-    torch_threads: Optional[int] = _f(None, "torch intra-op threads (None = torch's default). 1 is often much "
-                                            "faster for this tiny model on a busy machine.")
-    stages: DemoStages = field(default_factory=DemoStages)
 
 
 @dataclass
@@ -513,7 +487,6 @@ class MergeRunConfig:
 SCHEMAS = {
     "chain_schema": ChainRunConfig,
     "merge_schema": MergeRunConfig,
-    "demo_schema": DemoRunConfig,
     "dpo_schema": DPORunConfig,
     "sft_schema": SFTRunConfig,
     "grpo_schema": GRPORunConfig,
@@ -523,8 +496,18 @@ SCHEMAS = {
 }
 
 
+def register_schema(name: str, node: type) -> None:
+    """Add a root schema (a package's own entry point, e.g. a demo) to :data:`SCHEMAS` and Hydra's
+    ConfigStore, so that a ``conf/<x>.yaml`` naming it composes and ``--help`` finds it."""
+    known = SCHEMAS.get(name)
+    if known is not None and known is not node:
+        raise ValueError(f"schema {name!r} is already registered ({known.__module__}.{known.__qualname__})")
+    SCHEMAS[name] = node
+    register_schemas()
+
+
 def register_schemas() -> None:
-    """Register the root schemas with Hydra's ConfigStore (idempotent)."""
+    """Register the root schemas of :data:`SCHEMAS` with Hydra's ConfigStore (idempotent)."""
     from hydra.core.config_store import ConfigStore
 
     cs = ConfigStore.instance()

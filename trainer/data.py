@@ -1,7 +1,6 @@
-"""Training data: validated pair quartets, SFT examples, built-in sources, and the samplers.
+"""Training data: validated pair quartets, SFT examples, and the samplers.
 
-Pair files (written by ``recipes/mine_pairs.py`` and the toy builder) hold one row per (quartet,
-condition)::
+Pair files (written by ``recipes/mine_pairs.py``) hold one row per (quartet, condition)::
 
     {"pair_id": "q17", "item_id": "gsm-17", "condition": "misleading", "prompt": "...",
      "chosen": "...", "rejected": "...", ...provenance fields}
@@ -9,8 +8,8 @@ condition)::
 SFT files hold ``{"messages": [{"role": ..., "content": ...}, ...]}`` (every assistant turn is a
 target in multi-turn mode, the last one otherwise) or ``{"prompt": ..., "completion": ...}``.
 
-Built-in sources: a path ``toy:<seed>/<file>`` resolves to a file of the toy task
-(``eval_hooks.builders.toy``) generated once into the cache directory.
+Every loader takes a data path through :func:`resolve_data_path` (:mod:`trainer.data_sources`): a
+path ``<scheme>:<rest>`` of a registered data source resolves to the file that source provides.
 """
 
 from __future__ import annotations
@@ -24,6 +23,8 @@ import numpy as np
 from eval_hooks.io import DataError, read_records
 from eval_hooks.vocab import MIST_CONDITIONS as CONDITIONS
 
+from .data_sources import resolve_data_path
+
 #: data.truncation: what happens to an over-long example (apply_length_policy).
 TRUNCATIONS = ("keep_end", "keep_start", "drop", "error")
 #: data.on_invalid: what happens to an invalid example (load_pairs).
@@ -34,28 +35,6 @@ WEIGHTINGS = ("sample", "loss")
 # each tied to the context condition its prompts are shown under; rows of these pools form no quartet.
 UNKNOWN_POOLS = {"unknown_correct": "correct", "unknown_irrelevant": "irrelevant"}
 POOLS = CONDITIONS + tuple(UNKNOWN_POOLS)
-
-
-# -- built-in sources ---------------------------------------------------------------------------
-def resolve_data_path(path: str) -> str:
-    """``toy:<seed>/<file>`` -> the cached toy-task file; anything else unchanged."""
-    if not path.startswith("toy:"):
-        return path
-    spec = path[len("toy:"):]
-    seed_str, _, name = spec.partition("/")
-    if not seed_str.lstrip("-").isdigit() or not name:
-        raise DataError(f"built-in source {path!r} must look like toy:<seed>/<file>, e.g. toy:0/toy_pairs.jsonl")
-    from eval_hooks.builders import toy
-    from eval_hooks.models import cache_root
-
-    out = cache_root() / "toy" / f"v{toy.FORMAT_VERSION}" / f"seed_{int(seed_str)}"  # a format change regenerates
-    if not (out / "task.json").exists():
-        toy.write_all(out, seed=int(seed_str))
-    target = out / name
-    if not target.exists():
-        raise DataError(f"built-in source {path!r}: the toy task has no file {name!r}; "
-                        f"have {sorted(p.name for p in out.iterdir())}")
-    return str(target)
 
 
 # -- pairs ----------------------------------------------------------------------------------------

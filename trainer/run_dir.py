@@ -126,7 +126,7 @@ def file_sha256(path: Path, chunk: int = 1 << 20) -> str:
 
 
 def data_files(cfg) -> dict[str, str]:
-    """``config key -> path`` of every data file the run reads (builtin sources such as ``toy:0`` have none)."""
+    """``config key -> path`` of every data file the run reads (a data-source path ``<source>:<rest>`` has none)."""
     keys = []
     if hasattr(cfg, "data"):
         keys.append(("data.train_path", cfg.data.train_path))

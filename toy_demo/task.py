@@ -1,4 +1,4 @@
-"""The synthetic ``toy`` task family: a key -> digit task for the embedded CPU demo.
+"""The synthetic ``toy`` task: a key -> digit task for the embedded CPU demo, and its data source.
 
 A tiny byte-level Llama learns it in about a minute of one CPU core, and it has every ingredient of
 the selective-trust problem: the model *knows* the answers for some keys, a hint in the prompt can be
@@ -84,8 +84,17 @@ One JSON object per line::
 - ``source``: ``synthetic`` here (chosen = gold, rejected = the misleading wrong digit; nothing is
   mined); the mining recipe writes ``mined`` (and may add fields such as ``chosen_origin``).
 
-CLI: ``python -m eval_hooks.builders.toy --out DIR --seed S`` writes every file of
+Data source ``toy:<seed>/<file>``
+----------------------------------
+:func:`resolve_source` is the resolver of the ``toy`` data source (:mod:`trainer.data_sources`; declared
+in ``pyproject.toml``'s entry-point group ``selectrust.data_sources``): ``toy:0/mist_heldout.jsonl`` in
+any config is the file of :data:`OUTPUT_FILES` for seed 0, written once by :func:`write_all` into
+``cache_root()/toy/v<FORMAT_VERSION>/seed_<seed>`` (``eval_hooks.models.cache_root``).
+
+CLI: ``python -m toy_demo.task --out DIR --seed S`` writes every file of
 :data:`OUTPUT_FILES` plus ``task.json``. Same seed -> byte-identical files.
+
+This module imports only ``eval_hooks`` and the standard library (tests/test_import_rules.py).
 """
 
 from __future__ import annotations
@@ -101,9 +110,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from eval_hooks.io import write_jsonl_atomic, write_text_atomic
+from eval_hooks.io import DataError, write_jsonl_atomic, write_text_atomic
 from eval_hooks.vocab import MIST_CONDITIONS as CONDITIONS
 
+#: The data-source scheme: ``toy:<seed>/<file>`` (:func:`resolve_source`).
+SCHEME = "toy"
 SPLITS = ("train", "heldout", "unseen", "untaught")
 CHANNEL = "note"
 SOURCE = "toy"
@@ -521,8 +532,32 @@ def write_all(out_dir: str | os.PathLike, *, seed: int, n_sft: int = DEFAULT_N_S
     return paths
 
 
+def cache_dir(seed: int) -> Path:
+    """Where :func:`resolve_source` keeps the files of ``seed`` (a format change regenerates them)."""
+    from eval_hooks.models import cache_root
+
+    return cache_root() / "toy" / f"v{FORMAT_VERSION}" / f"seed_{int(seed)}"
+
+
+def resolve_source(spec: str) -> str:
+    """The ``toy`` data source: ``spec`` = ``<seed>/<file>`` (the path ``toy:<seed>/<file>`` without its
+    scheme) -> that file of the toy task, written by :func:`write_all` into :func:`cache_dir` on first use."""
+    path = f"{SCHEME}:{spec}"
+    seed_str, _, name = spec.partition("/")
+    if not seed_str.lstrip("-").isdigit() or not name:
+        raise DataError(f"data source {path!r} must look like {SCHEME}:<seed>/<file>, e.g. {SCHEME}:0/toy_pairs.jsonl")
+    out = cache_dir(int(seed_str))
+    if not (out / "task.json").exists():
+        write_all(out, seed=int(seed_str))
+    target = out / name
+    if not target.exists():
+        raise DataError(f"data source {path!r}: the toy task has no file {name!r}; "
+                        f"have {sorted(p.name for p in out.iterdir())}")
+    return str(target)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m eval_hooks.builders.toy",
+    ap = argparse.ArgumentParser(prog="python -m toy_demo.task",
                                  description="Write the synthetic toy task files (deterministic from --seed).")
     ap.add_argument("--out", required=True, help="output directory")
     ap.add_argument("--seed", type=int, default=0, help="task seed (default 0)")

@@ -1,0 +1,52 @@
+"""The demo's run schema (``conf/demo.yaml`` names ``demo_schema``): defaults and help text of every key.
+
+:func:`register` adds ``demo_schema`` to the trainer's schemas (``trainer.config.SCHEMAS``) and to Hydra's
+ConfigStore; ``recipes/demo.py`` calls it before ``--help`` and ``@hydra.main`` run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+from trainer.config import register_schema
+from trainer.config import schema_field as _f
+
+SCHEMA_NAME = "demo_schema"
+
+
+@dataclass
+class DemoStages:
+    """Per-stage overrides (Hydra override strings) applied on top of each recipe's own config."""
+
+    model: str = _f("tiny-demo", "Tiny model preset built for the demo (eval_hooks.models.TINY_PRESETS).")
+    base_sft: list[str] = _f([], "Overrides for recipes/sft.py: SFT on the always-right-hints mix (full fine-tuning).")
+    evaluate: list[str] = _f([], "Overrides for every recipes/evaluate.py stage.")
+    mine: list[str] = _f([], "Overrides for recipes/mine_pairs.py.")
+    dpo: list[str] = _f([], "Overrides for both recipes/dpo.py stages (SCOPE and misleading-only).")
+    box2_sft: list[str] = _f([], "Overrides for recipes/sft.py: Box2 counterfactual SFT.")
+    grpo: list[str] = _f([], "Overrides for recipes/grpo.py: the short Box2 RL stage.")
+    knowledge: list[str] = _f([], "knowledge.* overrides of the knowledge-aware mining and of the base's evaluations "
+                                  "(whose knowledge.jsonl splits every later evaluation by knowledge).")
+    knowledge_aware: list[str] = _f([], "Extra overrides of the knowledge-aware recipes/dpo.py stage, after dpo and "
+                                        "algo=scope_knowledge_aware (e.g. algo.lambda_u).")
+
+
+@dataclass
+class DemoRunConfig:
+    """`python recipes/demo.py` (toy_demo/pipeline.py)."""
+
+    seed: int = _f(0, "Seed of the toy task and of every stage.")
+    out: str = _f("demo_out", "Output directory: report.md, summary.json, stages/ (each stage's run or eval dir).")
+    box2: bool = _f(True, "Run the Box2 stage (counterfactual SFT + GRPO).")
+    misleading_only: bool = _f(True, "Run the Standard-DPO (misleading-only pairs) ablation.")
+    knowledge_aware: bool = _f(True, "Run knowledge-aware SCOPE (unknown pools from the toy's untaught keys) and split "
+                                     "every evaluation by the base's knowledge.")
+    torch_threads: Optional[int] = _f(None, "torch intra-op threads (None = torch's default). 1 is often much "
+                                            "faster for this tiny model on a busy machine.")
+    stages: DemoStages = field(default_factory=DemoStages)
+
+
+def register() -> None:
+    """Register ``demo_schema`` (:class:`DemoRunConfig`) so ``conf/demo.yaml`` composes (idempotent)."""
+    register_schema(SCHEMA_NAME, DemoRunConfig)
