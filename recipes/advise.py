@@ -20,6 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import hydra
 from omegaconf import DictConfig
 
+from trainer.cli_help import cli_main
 from trainer.config import ConfigError, register_schemas, validate_common
 
 register_schemas()
@@ -58,7 +59,4 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    from trainer.cli_help import exit_with_help_if_asked
-
-    exit_with_help_if_asked("distill")
-    main()
+    cli_main("distill", main)

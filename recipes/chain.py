@@ -26,6 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import hydra
 from omegaconf import DictConfig
 
+from trainer.cli_help import cli_main
 from trainer.config import register_schemas
 
 register_schemas()
@@ -64,7 +65,4 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    from trainer.cli_help import exit_with_help_if_asked
-
-    exit_with_help_if_asked("chain")
-    main()
+    cli_main("chain", main)

@@ -20,6 +20,7 @@ sys.path.insert(0, str(ROOT))
 import hydra
 from omegaconf import DictConfig
 
+from trainer.cli_help import cli_main
 from toy_demo.config import register
 
 register()
@@ -38,7 +39,4 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    from trainer.cli_help import exit_with_help_if_asked
-
-    exit_with_help_if_asked("demo")
-    main()
+    cli_main("demo", main)

@@ -27,6 +27,7 @@ import hydra
 import torch
 from omegaconf import DictConfig
 
+from trainer.cli_help import cli_main
 from trainer.config import register_schemas, validate_dpo
 
 register_schemas()
@@ -157,7 +158,4 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    from trainer.cli_help import exit_with_help_if_asked
-
-    exit_with_help_if_asked("dpo")
-    main()
+    cli_main("dpo", main)

@@ -40,6 +40,7 @@ import hydra
 import torch
 from omegaconf import DictConfig
 
+from trainer.cli_help import cli_main
 from trainer.config import register_schemas, validate_grpo
 
 register_schemas()
@@ -152,7 +153,4 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    from trainer.cli_help import exit_with_help_if_asked
-
-    exit_with_help_if_asked("grpo")
-    main()
+    cli_main("grpo", main)

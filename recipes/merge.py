@@ -19,6 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import hydra
 from omegaconf import DictConfig
 
+from trainer.cli_help import cli_main
 from trainer.config import register_schemas, validate_merge
 
 register_schemas()
@@ -40,7 +41,4 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    from trainer.cli_help import exit_with_help_if_asked
-
-    exit_with_help_if_asked("merge")
-    main()
+    cli_main("merge", main)

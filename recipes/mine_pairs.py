@@ -33,6 +33,7 @@ import hydra
 from omegaconf import DictConfig
 
 from eval_hooks.vocab import MIST_CONDITIONS as CONDITIONS
+from trainer.cli_help import cli_main
 from trainer.config import register_schemas, validate_common, validate_knowledge
 
 register_schemas()
@@ -255,7 +256,4 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    from trainer.cli_help import exit_with_help_if_asked
-
-    exit_with_help_if_asked("mine_pairs")
-    main()
+    cli_main("mine_pairs", main)

@@ -29,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import hydra
 from omegaconf import DictConfig
 
+from trainer.cli_help import cli_main
 from trainer.config import register_schemas, validate_sft
 
 register_schemas()
@@ -102,7 +103,4 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    from trainer.cli_help import exit_with_help_if_asked
-
-    exit_with_help_if_asked("sft")
-    main()
+    cli_main("sft", main)

@@ -59,7 +59,7 @@ def test_every_recipe_asks_for_its_own_help_before_hydra():
         text = path.read_text()
         if "@hydra.main(" in text:
             config_name = re.search(r'@hydra.main\(.*config_name="(\w+)"', text).group(1)
-            assert f'exit_with_help_if_asked("{config_name}")\n    main()' in text, path.name
+            assert f'if __name__ == "__main__":\n    cli_main("{config_name}", main)\n' in text, path.name
 
 
 def test_recipe_help_from_the_command_line():

@@ -14,7 +14,7 @@ import sys
 import textwrap
 from enum import Enum
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 HELP_FLAGS = ("--help", "-h")
@@ -27,6 +27,12 @@ def exit_with_help_if_asked(config_name: str, argv: Sequence[str] | None = None)
         script = f"recipes/{Path(sys.argv[0]).name}" if sys.argv and sys.argv[0].endswith(".py") else None
         print(render_help(config_name, [a for a in argv if a not in HELP_FLAGS], script=script))
         raise SystemExit(0)
+
+
+def cli_main(config_name: str, main: Callable[[], None]) -> None:
+    """A recipe's ``__main__``: the schema help for ``--help``/``-h`` (before Hydra parses the arguments), else ``main()``."""
+    exit_with_help_if_asked(config_name)
+    main()
 
 
 def _show(value: Any) -> str:
