@@ -1,5 +1,5 @@
 """Privileged-teacher distillation on Taste forks (docs/taste.md#distillation-trainer): views, teacher
-sampling, the aligned logits helper, the position sampler and the logit-based evaluation.
+sampling, the aligned (gathered) log-probs helper, the position sampler and the logit-based evaluation.
 
 A *view* is one presentation of a fork item (``seeded`` or ``reversed``): the student's prompt (exactly
 the evaluation prompt), the teacher's prompt (the same plus a demonstration naming the right candidate)
@@ -7,12 +7,14 @@ and the gold letter. A *completion* is reasoning ids (ending in ``algo.reasoning
 ids of ``algo.answer_prefix``; the *choice position* is the position after the completion, where the
 logits of ``algo.choice_tokens`` (A, B) are read.
 
-Alignment (:func:`aligned_logits`): prompts are left-padded and completions right-padded, so completion
-token ``j`` sits in column ``Lp + j`` of every row, whatever the prompt's length; teacher and student
-batches differ only in ``Lp``. Only the columns that are needed (the sampled positions and the choice
-position) go through the LM head (``logits_to_keep`` = those columns), so neither model's full
-``(B, T, V)`` logits are ever built, and the teacher's are reduced to what the loss needs before the
-student's forward runs (with a teacher top-K cache: they are never recomputed).
+Alignment: prompts are left-padded and completions right-padded, so completion token ``j`` sits in column
+``Lp + j`` of every row, whatever the prompt's length; teacher and student batches differ only in ``Lp``.
+Stage 1 (:func:`distill_logprobs`) never builds logits: each model's final hidden states are captured at
+the needed columns (the sampled positions and the choice position, :func:`aligned_hidden`) and projected
+through the LM head ``chunk`` positions at a time (``trainer/chunked_logprobs.py``), keeping only the
+log-probs of the top-K support and of the choice tokens, so neither model's ``(B, T, V)`` (or ``(B, P, V)``)
+logits exist; with a teacher top-K cache the teacher is not run at all. Evaluation and stage 2 read the
+choice position's logits with :func:`aligned_logits` (``logits_to_keep`` = the needed columns).
 """
 
 from __future__ import annotations
@@ -266,6 +268,8 @@ def distill_logprobs(student, teacher, student_prompts, teacher_prompts, complet
     forward; the student's or the union's support needs the student's top-K first, so the student's hidden
     states (kept anyway for its backward) are alive while the teacher runs and is reduced.
     """
+    if teacher_cached is not None and support != "teacher":
+        raise ValueError(f"a cached teacher top-K is the support only with support='teacher'; got {support!r}")
     kw = dict(temperature=temperature, chunk=chunk)
     args = (completions, positions)
     side = dict(pad_id=pad_id, device=device, choice_ids=choice_ids, temperature=temperature, chunk=chunk)
