@@ -206,7 +206,8 @@ def memory(args) -> dict:
     summary = {"vocab": args.vocab, "support": args.support, "positions": args.views * (args.reasoning + 1),
                "peak_dense_mib": round(results["dense"]["peak_bytes"] / 2**20, 1),
                "peak_gathered_mib": round(results["gathered"]["peak_bytes"] / 2**20, 1),
-               "peak_ratio": round(results["gathered"]["peak_bytes"] / results["dense"]["peak_bytes"], 3)}
+               "peak_ratio": round(results["gathered"]["peak_bytes"] / results["dense"]["peak_bytes"], 3),
+               "loss_dense": results["dense"]["loss"], "loss_gathered": results["gathered"]["loss"]}
     print(json.dumps(summary), flush=True)
     return summary
 
