@@ -187,3 +187,20 @@ def test_kl_step_equals_the_dense_reference(tmp_path, support, cache, temperatur
         assert_close(metrics[key].float(), value.float(), **TOL, msg=key)
     for got_g, want_g in zip(_grads(model, loss), _grads(model, want)):
         assert_close(got_g, want_g, **TOL)
+
+
+@pytest.mark.parametrize("support", ["teacher", "union"])
+def test_kl_step_never_runs_the_lm_head_on_more_than_one_column(tmp_path, support):
+    """Both models run with logits_to_keep=1: the LM head module only ever sees one position per row (the
+    support's log-probs come from the captured hidden states, a chunk at a time)."""
+    from trainer.chunked_logprobs import lm_head_of
+
+    steps, model, views = _steps(tmp_path, [f"algo.topk_support={support}"])
+    seen = []
+    handle = lm_head_of(model)[1].register_forward_hook(lambda _m, _a, out: seen.append(tuple(out.shape)))
+    try:
+        loss, _ = steps.kl_step(model, {"views": views, "epoch": 0})
+    finally:
+        handle.remove()
+    assert len(seen) == 2 and all(s[:2] == (len(views), 1) for s in seen), seen  # teacher and student forwards
+    assert torch.isfinite(loss)
