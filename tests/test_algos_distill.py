@@ -13,7 +13,7 @@ import pytest
 import torch
 from torch.testing import assert_close
 
-from trainer.algos.distill import choice_ce, choice_kl, topk_forward_kl
+from trainer.algos.distill import choice_ce, choice_kl, gathered_forward_kl, topk_forward_kl, topk_support_index
 
 TIGHT = {"rtol": 1e-6, "atol": 1e-7}
 T_LOGITS = torch.tensor([[[0.5, 0.3, 0.2]]]).log()  # (1, 1, 3)
@@ -84,6 +84,67 @@ def test_teacher_gets_no_gradient_and_grads_are_finite_when_support_holds_almost
     loss.backward()
     assert t.grad is None or torch.count_nonzero(t.grad) == 0
     assert torch.isfinite(s.grad).all() and torch.isfinite(loss)
+
+
+# ---- the gathered form (log-probs on the support only; the trainer never builds (..., V) logits) --------------------
+
+def test_gathered_hand_values():
+    """The V = 3 hand example from gathered log-probs alone. Teacher support {0}: log p_T = log 0.5,
+    log p_S = log 0.25 -> 0.1438410. Union {0, 2} written as teacher ids (0,) + student ids (2,) -> full KL
+    0.2180120; union with the student's id a duplicate of the teacher's (0,) + (0,) invalid -> 0.1438410 again.
+    All three tokens valid (S = V): the bucket is empty, the value is the full KL."""
+    lt, ls = T_LOGITS.log_softmax(-1), S_LOGITS.log_softmax(-1)
+
+    def kl(idx, valid):
+        idx = torch.tensor([[idx]])
+        return gathered_forward_kl(lt.gather(-1, idx), ls.gather(-1, idx), torch.tensor([[valid]]), ONE, vocab=3)
+
+    loss, m = kl([0], [True])
+    assert_close(loss, torch.tensor(0.1438410), **TIGHT)
+    assert_close(m["teacher_mass"], torch.tensor(0.5)) and assert_close(m["student_mass"], torch.tensor(0.25))
+    assert_close(kl([0, 2], [True, True])[0], torch.tensor(0.2180120), **TIGHT)
+    assert_close(kl([0, 0], [True, False])[0], torch.tensor(0.1438410), **TIGHT)
+    assert_close(kl([0, 1, 2], [True, True, True])[0], torch.tensor(0.2180120), **TIGHT)
+
+
+def test_support_index_union_marks_duplicates():
+    idx, valid = topk_support_index(torch.tensor([[4, 1]]), torch.tensor([[1, 7]]), "union")
+    assert idx.tolist() == [[4, 1, 1, 7]] and valid.tolist() == [[True, True, False, True]]
+    idx, valid = topk_support_index(None, torch.tensor([[1, 7]]), "student")
+    assert idx.tolist() == [[1, 7]] and valid.all()
+    with pytest.raises(ValueError, match="support"):
+        topk_support_index(None, None, "both")
+
+
+@pytest.mark.parametrize("support", ["teacher", "student", "union"])
+@pytest.mark.parametrize("temperature", [1.0, 2.0])
+def test_gathered_equals_dense_on_random_inputs(support, temperature):
+    """Gathering the full-vocabulary log-probs at the support by hand (a plain log_softmax) and calling
+    gathered_forward_kl gives topk_forward_kl's loss, metrics and student gradient."""
+    g = torch.Generator().manual_seed(3)
+    V, k = 50, 6
+    t = torch.randn(3, 7, V, generator=g, dtype=torch.float64) * 3
+    s = (torch.randn(3, 7, V, generator=g, dtype=torch.float64) * 3).requires_grad_(True)
+    mask = (torch.rand(3, 7, generator=g) > 0.3).double()
+    dense, m_dense = topk_forward_kl(t, s, mask, k=k, support=support, temperature=temperature)
+    (g_dense,) = torch.autograd.grad(dense, s)
+    lt, ls = torch.log_softmax(t / temperature, -1), torch.log_softmax(s / temperature, -1)
+    idx, valid = topk_support_index(lt.topk(k, -1).indices, ls.detach().topk(k, -1).indices, support)
+    got, m_got = gathered_forward_kl(lt.gather(-1, idx), ls.gather(-1, idx), valid, mask, vocab=V)
+    (g_got,) = torch.autograd.grad(got, s)
+    assert dense.item() > 0.01
+    assert_close(got, dense, rtol=1e-12, atol=1e-12)
+    assert_close(g_got, g_dense, rtol=1e-10, atol=1e-12)
+    for key in ("kl", "teacher_mass", "student_mass", "num_positions"):
+        assert_close(m_got[key], m_dense[key].to(m_got[key].dtype), rtol=1e-12, atol=1e-12)
+
+
+def test_gathered_bad_input():
+    x = torch.zeros(1, 1, 2)
+    with pytest.raises(ValueError, match="same shape"):
+        gathered_forward_kl(x, torch.zeros(1, 1, 3), torch.ones(1, 1, 2, dtype=torch.bool), ONE, vocab=5)
+    with pytest.raises(ValueError, match="mask"):
+        gathered_forward_kl(x, x, torch.ones(1, 1, 2, dtype=torch.bool), torch.ones(2), vocab=5)
 
 
 def test_choice_kl_hand_value():

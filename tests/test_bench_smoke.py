@@ -76,3 +76,17 @@ def test_rss_mode_prints_peak_and_weight_bytes(bench, keep_threads, capsys):
     assert result["weight_bytes"] == 4 * 126144  # tiny preset parameter count, fp32
     assert result["peak_bytes"] > result["weight_bytes"]
     assert result["ru_maxrss_bytes"] >= result["peak_bytes"] * 0.99  # ru_maxrss also covers the parent's history
+
+
+def test_distill_memory_mode_dense_and_gathered_give_the_same_loss(keep_threads, capsys):
+    """bench/bench_distill_step.py --memory on the 'tiny' preset with a 1,024-token vocabulary: both paths
+    (each in its own subprocess) compute the same stage-1 loss; the summary line carries both peaks."""
+    from bench import bench_distill_step
+
+    summary = bench_distill_step.main(["--memory", "--preset", "tiny", "--vocab", "1024", "--views", "2",
+                                       "--reasoning", "8", "--threads", "1"])
+    assert '"peak_ratio"' in capsys.readouterr().out
+    assert summary["vocab"] == 1024 and summary["positions"] == 2 * 9
+    assert summary["loss_dense"] > 1e-4  # teacher (with the hint) and student differ
+    assert summary["loss_gathered"] == pytest.approx(summary["loss_dense"], rel=1e-3, abs=1e-7)
+    assert summary["peak_dense_mib"] > 0 and summary["peak_gathered_mib"] > 0

@@ -1,5 +1,5 @@
 """Privileged-teacher distillation on Taste forks (docs/taste.md#distillation-trainer): views, teacher
-sampling, the aligned logits helper, the position sampler and the logit-based evaluation.
+sampling, the aligned (gathered) log-probs helper, the position sampler and the logit-based evaluation.
 
 A *view* is one presentation of a fork item (``seeded`` or ``reversed``): the student's prompt (exactly
 the evaluation prompt), the teacher's prompt (the same plus a demonstration naming the right candidate)
@@ -7,12 +7,14 @@ and the gold letter. A *completion* is reasoning ids (ending in ``algo.reasoning
 ids of ``algo.answer_prefix``; the *choice position* is the position after the completion, where the
 logits of ``algo.choice_tokens`` (A, B) are read.
 
-Alignment (:func:`aligned_logits`): prompts are left-padded and completions right-padded, so completion
-token ``j`` sits in column ``Lp + j`` of every row, whatever the prompt's length; teacher and student
-batches differ only in ``Lp``. Only the columns that are needed (the sampled positions and the choice
-position) go through the LM head (``logits_to_keep`` = those columns), so neither model's full
-``(B, T, V)`` logits are ever built, and the teacher's are reduced to what the loss needs before the
-student's forward runs (with a teacher top-K cache: they are never recomputed).
+Alignment: prompts are left-padded and completions right-padded, so completion token ``j`` sits in column
+``Lp + j`` of every row, whatever the prompt's length; teacher and student batches differ only in ``Lp``.
+Stage 1 (:func:`distill_logprobs`) never builds logits: each model's final hidden states are captured at
+the needed columns (the sampled positions and the choice position, :func:`aligned_hidden`) and projected
+through the LM head ``chunk`` positions at a time (``trainer/chunked_logprobs.py``), keeping only the
+log-probs of the top-K support and of the choice tokens, so neither model's ``(B, T, V)`` (or ``(B, P, V)``)
+logits exist; with a teacher top-K cache the teacher is not run at all. Evaluation and stage 2 read the
+choice position's logits with :func:`aligned_logits` (``logits_to_keep`` = the needed columns).
 """
 
 from __future__ import annotations
@@ -25,8 +27,11 @@ import torch
 from eval_hooks.backends.base import derive_seed
 from eval_hooks.io import DataError
 
+from .algos.distill import topk_support_index
+from .chunked_logprobs import chunked_gather_logprobs, chunked_topk_logprobs, completion_hidden_states
+
 __all__ = ["ForkView", "load_fork_views", "check_task_disjoint", "choice_token_ids", "sample_positions",
-           "aligned_logits", "build_batch", "generate_reasoning", "evaluate_views", "expected_calibration_error",
+           "aligned_logits", "aligned_hidden", "distill_logprobs", "teacher_topk_logprobs", "build_batch", "generate_reasoning", "evaluate_views", "expected_calibration_error",
            "eval_settings", "advice_from_log_odds"]
 
 
@@ -159,6 +164,142 @@ def aligned_logits(model, prompts: Sequence[list[int]], completions: Sequence[li
     logits = out.logits  # (B, len(cols), V)
     picked = logits.gather(1, gather.to(device).unsqueeze(-1).expand(-1, -1, logits.shape[-1]))
     return picked, mask.to(device)
+
+
+DEFAULT_LOGPROB_CHUNK = 1024  # positions per LM-head chunk when model.logprob_chunk is 0
+
+
+def aligned_hidden(model, prompts: Sequence[list[int]], completions: Sequence[list[int]],
+                   positions: Sequence[Sequence[int]], pad_id: int, device):
+    """Final hidden states at completion-relative positions and at the choice position, no logits.
+
+    ``positions[b]``: strictly increasing positions ``j`` in ``[0, len(completions[b]))`` of row b (the hidden
+    state at ``j`` gives the distribution of completion token j); the choice position ``len(completions[b])``
+    is always added. Returns ``(tokens (N, H), choice (B, H), head_weight (V, H), mask (B, P))``: ``tokens`` in
+    row-major order of ``mask``'s ones (``N = sum_b len(positions[b])``, ``P = max_b len(positions[b])``).
+    The batch layout is :func:`build_batch`'s plus one padding column (so the longest row's choice
+    position exists); the model runs with ``logits_to_keep=1`` (``completion_hidden_states``)."""
+    batch = build_batch(prompts, completions, pad_id)
+    lp = batch["prompt_width"]
+    ids = torch.nn.functional.pad(batch["input_ids"], (0, 1), value=pad_id)
+    att = torch.nn.functional.pad(batch["attention_mask"], (0, 1))
+    comp = torch.zeros_like(ids)  # comp[b, c] = 1: the hidden state of column c - 1 is kept
+    width = max([len(ps) for ps in positions] + [0])
+    mask = torch.zeros(len(positions), width)
+    for b, (ps, c) in enumerate(zip(positions, completions)):
+        ps = list(ps)
+        if ps != sorted(set(ps)) or (ps and (ps[0] < 0 or ps[-1] >= len(c))):
+            raise ValueError(f"positions[{b}] must be strictly increasing in [0, {len(c)}); got {ps}")
+        comp[b, [lp + j for j in ps] + [lp + len(c)]] = 1
+        mask[b, :len(ps)] = 1.0
+    try:
+        hidden, head = completion_hidden_states(model, ids.to(device), att.to(device), comp.to(device))
+    except ValueError as e:  # lm_head_of: a head the chunked projection cannot reproduce
+        raise ValueError(f"distillation projects hidden states through the LM head itself "
+                         f"(trainer/chunked_logprobs.py) and needs a plain nn.Linear head without bias or "
+                         f"soft-capping (keep lm_head out of model.lora.target_modules): {e}") from e
+    counts = torch.tensor([len(ps) + 1 for ps in positions])
+    is_choice = torch.zeros(int(counts.sum()), dtype=torch.bool)
+    is_choice[counts.cumsum(0) - 1] = True  # each row's choice position is its last (largest) column
+    is_choice = is_choice.to(hidden.device)
+    return hidden[~is_choice], hidden[is_choice], head.weight, mask.to(hidden.device)
+
+
+def _rows_to_batch(x: torch.Tensor, mask: torch.Tensor, fill=0) -> torch.Tensor:
+    """``(N, S)`` rows in row-major order of ``mask (B, P)``'s ones -> ``(B, P, S)`` (``fill`` elsewhere)."""
+    out = torch.full((*mask.shape, x.shape[-1]), fill, dtype=x.dtype, device=x.device)
+    return out.masked_scatter(mask.bool().unsqueeze(-1), x)
+
+
+def _topk(hidden, weight, k: int, *, temperature: float, chunk: int):
+    if hidden.shape[0] == 0:
+        dtype = torch.float64 if hidden.dtype == torch.float64 else torch.float32
+        return (torch.zeros(0, k, dtype=dtype, device=hidden.device),
+                torch.zeros(0, k, dtype=torch.long, device=hidden.device))
+    return chunked_topk_logprobs(hidden, weight, k, temperature=temperature, chunk=chunk)
+
+
+def _gather(hidden, weight, index, *, temperature: float, chunk: int) -> torch.Tensor:
+    return chunked_gather_logprobs(hidden, weight, index.long(), temperature=temperature, chunk=chunk)[0]
+
+
+@torch.no_grad()
+def teacher_topk_logprobs(model, prompts, completions, positions, *, pad_id, device, choice_ids: Sequence[int],
+                          k: int, temperature: float, chunk: int, index: torch.Tensor | None = None) -> dict:
+    """The teacher's side of :func:`distill_logprobs` (no grad): at every position of ``positions`` (see
+    :func:`aligned_hidden`) its top-``k`` tokens' log-probs and ids, ``values, indices (N, k)`` (``k = 0``:
+    none), with ``index (N, K')`` also its log-probs at those tokens, ``at_index (N, K')``, and ``choice (B, C)``:
+    its log-probs of ``choice_ids`` at the choice position. All log-probs are full-vocabulary
+    ``log softmax(logits / temperature)``, computed ``chunk`` positions at a time (no ``(N, V)`` tensor)."""
+    tokens, choice, weight, mask = aligned_hidden(model, prompts, completions, positions, pad_id, device)
+    kw = dict(temperature=temperature, chunk=chunk)
+    out = {"mask": mask, "vocab": weight.shape[0]}
+    if k:
+        out["values"], out["indices"] = _topk(tokens, weight, min(k, weight.shape[0]), **kw)
+    if index is not None:
+        out["at_index"] = _gather(tokens, weight, index, **kw)
+    out["choice"] = _gather(choice, weight, torch.tensor([list(choice_ids)] * len(prompts), device=choice.device),
+                            **kw)
+    return out
+
+
+def distill_logprobs(student, teacher, student_prompts, teacher_prompts, completions, positions, *, pad_id, device,
+                     choice_ids: Sequence[int], k: int, support: str, temperature: float = 1.0,
+                     chunk: int = DEFAULT_LOGPROB_CHUNK, teacher_cached: dict | None = None) -> dict:
+    """Teacher and student on their own prompts, aligned by completion position, reduced to what the KL needs.
+
+    ``student``: the model being trained (gradients flow); ``teacher``: a zero-argument callable returning a
+    context manager that yields the teacher model under no-grad (``DistillSteps.teacher_model``);
+    ``positions[b]``: the reasoning positions of row b (strictly increasing, ``< len(completions[b])``); the
+    choice position ``len(completions[b])`` is added. ``support`` (``algo.topk_support``): whose top-``k``
+    tokens the token KL covers (``trainer/algos/distill.py:topk_support_index``). ``teacher_cached``
+    (support ``teacher`` only; the teacher top-K cache): ``values, indices (N, k)`` and ``choice (B, C)`` of the
+    teacher at these positions, in place of its forward.
+
+    Returns (log-probs at ``temperature``, i.e. ``log softmax(logits / T)`` over the full vocabulary):
+    ``teacher, student (B, P, S)`` on the support, ``valid (B, P, S)`` (False: a union duplicate or
+    padding), ``mask (B, P)``, ``teacher_choice, student_choice (B, C)`` at the choice position, ``vocab``.
+    ``gathered_forward_kl(teacher, student, valid, mask, vocab=vocab)`` is then ``topk_forward_kl`` of the two
+    models' logits; ``choice_kl(T * teacher_choice, T * student_choice, temperature=T)`` is ``choice_kl`` of
+    their choice logits (``softmax`` over ``{log p_A, log p_B}`` equals ``softmax`` over ``{z_A / T, z_B / T}``).
+
+    Memory: no ``(B, T, V)`` or ``(N, V)`` logits of either model exist, only ``chunk x V`` at a time. Order:
+    with the teacher's support, the teacher runs first and is reduced to ``(N, k)`` before the student's
+    forward; the student's or the union's support needs the student's top-K first, so the student's hidden
+    states (kept anyway for its backward) are alive while the teacher runs and is reduced.
+    """
+    if teacher_cached is not None and support != "teacher":
+        raise ValueError(f"a cached teacher top-K is the support only with support='teacher'; got {support!r}")
+    kw = dict(temperature=temperature, chunk=chunk)
+    args = (completions, positions)
+    side = dict(pad_id=pad_id, device=device, choice_ids=choice_ids, temperature=temperature, chunk=chunk)
+    if support == "teacher":
+        if teacher_cached is not None:
+            t = teacher_cached
+        else:
+            with teacher() as m:
+                t = teacher_topk_logprobs(m, teacher_prompts, *args, k=k, **side)
+        tokens, choice, weight, mask = aligned_hidden(student, student_prompts, *args, pad_id, device)
+        index, valid = topk_support_index(t["indices"].to(tokens.device).long(), None, support)
+        logp_t = t["values"].to(tokens.device)
+    else:
+        tokens, choice, weight, mask = aligned_hidden(student, student_prompts, *args, pad_id, device)
+        with torch.no_grad():
+            s_idx = _topk(tokens.detach(), weight, min(k, weight.shape[0]), **kw)[1]
+        with teacher() as m:
+            t = teacher_topk_logprobs(m, teacher_prompts, *args, k=k if support == "union" else 0, index=s_idx,
+                                      **side)
+        if support == "student":
+            index, valid, logp_t = *topk_support_index(None, s_idx, support), t["at_index"]
+        else:
+            index, valid = topk_support_index(t["indices"], s_idx, support)
+            logp_t = torch.cat([t["values"], t["at_index"]], dim=-1)
+    logp_s = _gather(tokens, weight, index, **kw)
+    choice_s = _gather(choice, weight, torch.tensor([list(choice_ids)] * len(completions), device=choice.device),
+                       **kw)
+    return {"teacher": _rows_to_batch(logp_t.to(mask.device), mask), "student": _rows_to_batch(logp_s, mask),
+            "valid": _rows_to_batch(valid.to(mask.device), mask, fill=False), "mask": mask,
+            "teacher_choice": t["choice"].to(choice_s.device), "student_choice": choice_s, "vocab": weight.shape[0]}
 
 
 def truncate_at(tokenizer, ids: list[int], end: str) -> tuple[list[int], bool]:

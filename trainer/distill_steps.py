@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 from pathlib import Path
 from typing import Sequence
 
@@ -13,22 +12,9 @@ import torch
 
 from eval_hooks.backends.base import derive_seed
 
-from .algos.distill import choice_ce, choice_kl, topk_forward_kl
-from .distill import ForkView, aligned_logits, evaluate_views, generate_reasoning, sample_positions
-
-
-def dense_from_topk(values: torch.Tensor, index: torch.Tensor, vocab: int) -> torch.Tensor:
-    """``(..., V)`` log-probs with ``values`` at ``index`` and the remaining mass spread evenly over the other
-    tokens. Every other token gets at most the K-th largest probability, so the top-K of the result is
-    ``index`` and ``topk_forward_kl(..., support="teacher", k=K)`` on it equals the value on the full
-    teacher distribution (the support and the bucket's mass are the same)."""
-    k = values.shape[-1]
-    if k >= vocab:
-        return torch.full((*values.shape[:-1], vocab), float("-inf"), dtype=values.dtype,
-                          device=values.device).scatter(-1, index, values)
-    mass = torch.logsumexp(values, dim=-1, keepdim=True).clamp(max=-torch.finfo(values.dtype).eps)
-    rest = torch.log(-torch.expm1(mass)) - math.log(vocab - k)
-    return rest.expand(*values.shape[:-1], vocab).clone().scatter(-1, index, values)
+from .algos.distill import choice_ce, choice_kl, gathered_forward_kl
+from .distill import (DEFAULT_LOGPROB_CHUNK, ForkView, aligned_logits, distill_logprobs, evaluate_views,
+                      generate_reasoning, sample_positions, teacher_topk_logprobs)
 
 
 class DistillSteps:
@@ -38,8 +24,11 @@ class DistillSteps:
         self.cfg, self.a = cfg, cfg.algo
         self.policy, self.tokenizer, self.prompt = model, tokenizer, prompt
         self.reference, self.answer_ids, self.choice_ids, self.device = reference, answer_ids, choice_ids, device
+        # The teacher top-K cache (algo.teacher_cache): view id -> (values (n, K) float32, indices (n, K) int32),
+        # the teacher's top-K log-probs at every reasoning position; and its choice-token log-probs (C,).
         self.cache: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
         self.choice_cache: dict[str, torch.Tensor] = {}
+        self.chunk = cfg.model.logprob_chunk or DEFAULT_LOGPROB_CHUNK  # LM-head positions per chunk
         self._ids: dict[tuple[str, bool], list[int]] = {}
         self.gen = dict(max_new_tokens=self.a.max_reasoning_tokens, end=self.a.reasoning_end)
 
@@ -81,72 +70,70 @@ class DistillSteps:
         completions = [list(r) + self.answer_ids for r in reasoning]
         positions = [sample_positions(len(r), self.a.max_positions, seed=self.cfg.seed, view_id=v.view_id,
                                       epoch=epoch) + [len(c)] for v, r, c in zip(views, reasoning, completions)]
-        pad = self.tokenizer.pad_token_id
-        teacher = self.teacher_logits(views, completions, positions)
-        student, mask = aligned_logits(model, [self.prompt_ids(v, False) for v in views], completions, positions,
-                                       pad, self.device)
-        last = torch.tensor([len(p) - 1 for p in positions], device=student.device)
-        tok_mask = mask.clone()
-        tok_mask[torch.arange(len(views)), last] = 0.0
-        rows = torch.arange(len(views), device=student.device)
-        z_s = student[rows, last][:, self.choice_ids]
-        if self.cache:  # the choice logits are cached as they are (A/B need not be in the teacher's top-K)
-            z_t = torch.stack([self.choice_cache[v.view_id] for v in views]).to(student.device)
-        else:
-            z_t = teacher[rows, last][:, self.choice_ids]
-        kw = dict(k=self.a.topk, support=self.a.topk_support, temperature=self.a.kl_temperature)
-        tok_loss, tok_m = topk_forward_kl(teacher, student, tok_mask, **kw)
-        ch_loss, ch_m = choice_kl(z_t, z_s, temperature=self.a.kl_temperature)
-        loss = self.a.token_kl_weight * tok_loss + self.a.choice_kl_weight * ch_loss
+        return self.kl_terms(model, views, completions, positions)
+
+    def kl_terms(self, model, views, completions, positions):
+        """The stage-1 loss and metrics of ``views`` whose completions are ``completions``; ``positions[b]``: the
+        sampled reasoning positions of row b, then its choice position ``len(completions[b])``.
+
+        Teacher and student are reduced to their log-probs on the support and at the choice tokens
+        (``trainer/distill.py:distill_logprobs``, the LM head ``model.logprob_chunk`` positions at a time), so
+        neither model's ``(B, P, V)`` logits exist. The choice KL gets ``T * log p_T`` of the two choice tokens,
+        whose 2-way softmax at temperature T is that of the choice logits."""
+        a, temp = self.a, self.a.kl_temperature
+        token_positions = [list(p[:-1]) for p in positions]
+        lp = distill_logprobs(model, self.teacher_model, [self.prompt_ids(v, False) for v in views],
+                              [self.prompt_ids(v, True) for v in views], completions, token_positions,
+                              pad_id=self.tokenizer.pad_token_id, device=self.device, choice_ids=self.choice_ids,
+                              k=a.topk, support=a.topk_support, temperature=temp, chunk=self.chunk,
+                              teacher_cached=self.teacher_from_cache(views, token_positions) if self.cache else None)
+        tok = (lp["teacher"], lp["student"], lp["valid"], lp["mask"])
+        z_t, z_s = temp * lp["teacher_choice"], temp * lp["student_choice"]
+        tok_loss, tok_m = gathered_forward_kl(*tok, vocab=lp["vocab"])
+        ch_loss, ch_m = choice_kl(z_t, z_s, temperature=temp)
+        loss = a.token_kl_weight * tok_loss + a.choice_kl_weight * ch_loss
         metrics = {"token_kl": tok_m["kl"], "choice_kl": ch_m["kl"], "agreement": ch_m["agreement"],
                    "teacher_mass": tok_m["teacher_mass"], "student_mass": tok_m["student_mass"],
                    "positions": tok_m["num_positions"],
                    "student_accuracy": ((z_s[:, 0] < z_s[:, 1]).long().cpu() == _labels(views)).float().mean()}
         with torch.no_grad():
             for cell in sorted({v.cell for v in views}):
-                sel = torch.tensor([v.cell == cell for v in views], device=student.device)
-                metrics[f"token_kl/{cell}"] = topk_forward_kl(teacher[sel], student[sel].detach(), tok_mask[sel],
-                                                              **kw)[1]["kl"]
-                metrics[f"choice_kl/{cell}"] = choice_kl(z_t[sel], z_s[sel].detach(),
-                                                         temperature=self.a.kl_temperature)[1]["kl"]
+                sel = torch.tensor([v.cell == cell for v in views], device=z_s.device)
+                t_c, s_c, valid_c, mask_c = (x[sel] for x in tok)
+                metrics[f"token_kl/{cell}"] = gathered_forward_kl(t_c, s_c.detach(), valid_c, mask_c,
+                                                                  vocab=lp["vocab"])[1]["kl"]
+                metrics[f"choice_kl/{cell}"] = choice_kl(z_t[sel], z_s[sel].detach(), temperature=temp)[1]["kl"]
         return loss, metrics
 
-    def teacher_logits(self, views, completions, positions) -> torch.Tensor:
-        """Teacher logits ``(B, P, V)`` at the same positions: from the cache (top-K made dense) or a forward."""
-        if self.cache:
-            rows = []
-            for v, ps in zip(views, positions):
-                values, index = self.cache[v.view_id]  # rows: reasoning positions 0..n-1, then the choice position
-                n = len(v.reasoning)
-                rows_of = [min(j, n) for j in ps]  # the choice position len(completion) is row n
-                rows.append(dense_from_topk(values[rows_of], index[rows_of], self.vocab))
-            width = max(len(p) for p in positions)
-            out = torch.zeros(len(views), width, self.vocab, dtype=rows[0].dtype)
-            for b, r in enumerate(rows):
-                out[b, :len(r)] = r
-            return out.to(self.device)
-        with self.teacher_model() as m:
-            logits, _ = aligned_logits(m, [self.prompt_ids(v, True) for v in views], completions, positions,
-                                       self.tokenizer.pad_token_id, self.device)
-        return logits.detach()
+    def teacher_from_cache(self, views, positions) -> dict:
+        """The cached teacher at reasoning ``positions`` (rows of each view's cache), in ``distill_logprobs``'s
+        ``teacher_cached`` form: ``values, indices (N, K)`` row-major over views, ``choice (B, C)``."""
+        values = torch.cat([self.cache[v.view_id][0][list(ps)] for v, ps in zip(views, positions)])
+        indices = torch.cat([self.cache[v.view_id][1][list(ps)] for v, ps in zip(views, positions)])
+        choice = torch.stack([self.choice_cache[v.view_id] for v in views])
+        return {"values": values.to(self.device), "indices": indices.to(self.device).long(),
+                "choice": choice.to(self.device)}
 
     def fill_teacher_cache(self, views: Sequence[ForkView], batch_size: int = 32) -> None:
-        """Teacher top-K log-probs at every reasoning position (and the choice position) of every view, and the
-        teacher's choice logits, once."""
-        self.vocab = self.policy.get_output_embeddings().weight.shape[0]
+        """Once per view, exactly what the gathered KL needs from the teacher: its top-K log-probs (at
+        ``algo.kl_temperature``) and token ids at every reasoning position, and its log-probs of the choice
+        tokens at the choice position. ``K x (4 + 4)`` bytes per reasoning token; no ``V``-sized tensor."""
         for start in range(0, len(views), batch_size):
             chunk = views[start:start + batch_size]
             completions = [list(v.reasoning) + self.answer_ids for v in chunk]
-            positions = [list(range(len(v.reasoning))) + [len(c)] for v, c in zip(chunk, completions)]
+            positions = [list(range(len(v.reasoning))) for v in chunk]
             with self.teacher_model() as m:
-                logits, _ = aligned_logits(m, [self.prompt_ids(v, True) for v in chunk], completions, positions,
-                                           self.tokenizer.pad_token_id, self.device)
-            logp = torch.log_softmax(logits.float() / self.a.kl_temperature, dim=-1) * self.a.kl_temperature
-            k = min(self.a.topk, logp.shape[-1])
+                t = teacher_topk_logprobs(m, [self.prompt_ids(v, True) for v in chunk], completions, positions,
+                                          pad_id=self.tokenizer.pad_token_id, device=self.device,
+                                          choice_ids=self.choice_ids, k=self.a.topk,
+                                          temperature=self.a.kl_temperature, chunk=self.chunk)
+            offset = 0
             for b, v in enumerate(chunk):
-                top = logp[b, :len(positions[b])].topk(k, dim=-1)
-                self.cache[v.view_id] = (top.values.cpu(), top.indices.cpu())
-                self.choice_cache[v.view_id] = logits[b, len(positions[b]) - 1, self.choice_ids].detach().cpu()
+                n = len(positions[b])
+                self.cache[v.view_id] = (t["values"][offset:offset + n].float().cpu(),
+                                         t["indices"][offset:offset + n].to(torch.int32).cpu())
+                self.choice_cache[v.view_id] = t["choice"][b].float().cpu()
+                offset += n
 
     # ---- stage 2 -----------------------------------------------------------------------------------------
     def calibration_step(self, model, mb: dict):
