@@ -42,6 +42,8 @@ class DistillSteps:
         self.choice_cache: dict[str, torch.Tensor] = {}
         self._ids: dict[tuple[str, bool], list[int]] = {}
         self.gen = dict(max_new_tokens=self.a.max_reasoning_tokens, end=self.a.reasoning_end)
+        # MIST views (OPSD) have no A/B choice position: the loss is the token KL alone (token_kl_step)
+        self.has_choice = cfg.data.prompt_style != "mist"
 
     # ---- prompts and models -----------------------------------------------------------------------------
     def prompt_ids(self, view: ForkView, teacher: bool) -> list[int]:
@@ -73,6 +75,8 @@ class DistillSteps:
 
     # ---- stage 1 -----------------------------------------------------------------------------------------
     def kl_step(self, model, mb: dict):
+        if not self.has_choice:
+            return self.token_kl_step(model, mb)
         views, epoch = mb["views"], mb["epoch"]
         if self.a.mode == "on_policy":
             reasoning = self.student_reasoning(views, epoch, "on_policy")
@@ -110,6 +114,29 @@ class DistillSteps:
                 metrics[f"choice_kl/{cell}"] = choice_kl(z_t[sel], z_s[sel].detach(),
                                                          temperature=self.a.kl_temperature)[1]["kl"]
         return loss, metrics
+
+    def token_kl_step(self, model, mb: dict):
+        """OPSD on views without a choice position (``data.prompt_style=mist``): the student samples its
+        completion on its own prompt; ``L = token_kl_weight * mean_{positions} KL_S(p_T || p_S)`` over the
+        completion's positions ``0..n`` (position n, after the last sampled token, is where the student
+        stopped: its end-of-sequence prediction), the teacher reading the same tokens after its prompt."""
+        views, epoch = mb["views"], mb["epoch"]
+        completions = self.student_reasoning(views, epoch, "on_policy")
+        positions = [sample_positions(len(c) + 1, self.a.max_positions, seed=self.cfg.seed, view_id=v.view_id,
+                                      epoch=epoch) for v, c in zip(views, completions)]
+        teacher = self.teacher_logits(views, completions, positions)
+        student, mask = aligned_logits(model, [self.prompt_ids(v, False) for v in views], completions, positions,
+                                       self.tokenizer.pad_token_id, self.device)
+        kw = dict(k=self.a.topk, support=self.a.topk_support, temperature=self.a.kl_temperature)
+        tok_loss, tok_m = topk_forward_kl(teacher, student, mask, **kw)
+        with torch.no_grad():  # does the student's first sampled token differ from the teacher's greedy one?
+            first_t = teacher[:, 0].argmax(-1)
+            agree = torch.tensor([bool(c) and c[0] == int(t) for c, t in zip(completions, first_t)]).float().mean()
+        metrics = {"token_kl": tok_m["kl"], "teacher_mass": tok_m["teacher_mass"],
+                   "student_mass": tok_m["student_mass"], "positions": tok_m["num_positions"],
+                   "first_token_agreement": agree,
+                   "completion_tokens": sum(len(c) for c in completions) / max(1, len(completions))}
+        return self.a.token_kl_weight * tok_loss, metrics
 
     def teacher_logits(self, views, completions, positions) -> torch.Tensor:
         """Teacher logits ``(B, P, V)`` at the same positions: from the cache (top-K made dense) or a forward."""
