@@ -23,6 +23,9 @@ the evaluation of teacher and student on the held-out fold, ``summary.json`` and
   over the micro-batch's sampled reasoning positions (at most ``algo.max_positions`` per view);
   ``KL_AB``: the 2-way KL at the choice position, mean over views. ``algo.mode=on_policy``: the student
   writes the reasoning instead (sampled each step) and the same loss is taken on it.
+  ``data.prompt_style=mist`` (SCOPE's OPSD, docs/scope.md#opsd): one view per MIST item, the student on
+  its misleading prompt, the teacher on its clean one, no choice position: ``L = token_kl_weight * KL_S``
+  on every position of the student's sampled answer.
 - ``algo.stage=calibration``: the student writes its own reasoning (sampled each step); the loss is the
   cross-entropy of ``softmax(z_AB / algo.calibration_temperature)`` against the label, mean over views.
 """
