@@ -15,9 +15,10 @@ from __future__ import annotations
 import time
 from typing import Any, Callable
 
+from eval_hooks.vocab import MIST_CONDITIONS as CONDITIONS
+
 from .distill_pipeline import DistillPipeline
 
-CONDITIONS = ("clean", "misleading", "correct", "irrelevant")
 # The base-stage overrides the demo's stage runner adds to every stage (recipes/demo.py ``common``), less
 # ``trainer.resume=none`` (which only matters for a resumed run: here a re-run resumes or skips a finished base).
 DEMO_COMMON = ["eval=none", "logger=jsonl"]
