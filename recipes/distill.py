@@ -1,6 +1,7 @@
 """Taste-Bench privileged-teacher distillation (docs/taste.md#distillation-trainer): stage 1 (KL), stage 2 (calibration).
 
     python recipes/distill.py recipe=taste_tiny trainer.run_dir=runs/taste_tiny seed=0   # CPU proof, end to end
+    python recipes/distill.py recipe=opsd_tiny trainer.run_dir=runs/opsd_tiny seed=0     # SCOPE's OPSD baseline (MIST)
     python recipes/distill.py recipe=taste_qwen3_4b trainer.run_dir=runs/taste data.train_path=fold_0.jsonl \
         data.eval_path=fold_1.jsonl
 
@@ -22,6 +23,9 @@ the evaluation of teacher and student on the held-out fold, ``summary.json`` and
   over the micro-batch's sampled reasoning positions (at most ``algo.max_positions`` per view);
   ``KL_AB``: the 2-way KL at the choice position, mean over views. ``algo.mode=on_policy``: the student
   writes the reasoning instead (sampled each step) and the same loss is taken on it.
+  ``data.prompt_style=mist`` (SCOPE's OPSD, docs/scope.md#opsd): one view per MIST item, the student on
+  its misleading prompt, the teacher on its clean one, no choice position: ``L = token_kl_weight * KL_S``
+  on every position of the student's sampled answer.
 - ``algo.stage=calibration``: the student writes its own reasoning (sampled each step); the loss is the
   cross-entropy of ``softmax(z_AB / algo.calibration_temperature)`` against the label, mean over views.
 """
@@ -48,7 +52,7 @@ def run(cfg: DictConfig):
     from eval_hooks.io import write_json_atomic
     from eval_hooks.prompts import PromptSettings
     from trainer.data import SamplerSource, ShuffleSampler
-    from trainer.distill import check_task_disjoint, choice_token_ids, load_fork_views
+    from trainer.distill import check_task_disjoint, choice_token_ids, load_views
     from trainer.distill_steps import DistillSteps, sample_teacher
     from trainer.loop import train_evaluate_finish
     from trainer.model import Reference, build_optimizer, build_policy, build_scheduler
@@ -58,8 +62,8 @@ def run(cfg: DictConfig):
     validate_distill(cfg)
     a, d = cfg.algo, cfg.data
     style = dict(style=d.prompt_style, demonstration=a.demonstration)
-    views = load_fork_views(d.train_path, **style)
-    eval_views = load_fork_views(d.eval_path, **style) if d.eval_path else None
+    views = load_views(d.train_path, **style)
+    eval_views = load_views(d.eval_path, **style) if d.eval_path else None
     if eval_views is not None:
         check_task_disjoint(views, d.eval_path, eval_views)
 
@@ -68,8 +72,9 @@ def run(cfg: DictConfig):
     acc = ctx.accelerator
     model, tokenizer = build_policy(cfg.model, seed=cfg.seed)
     prompt = PromptSettings.from_config(cfg.prompt)
-    choice_ids = choice_token_ids(tokenizer, a.choice_tokens)
-    answer_ids = list(tokenizer(a.answer_prefix, add_special_tokens=False)["input_ids"])
+    has_choice = d.prompt_style != "mist"  # MIST views (OPSD) have no answer prefix and no A/B choice position
+    choice_ids = choice_token_ids(tokenizer, a.choice_tokens) if has_choice else []
+    answer_ids = list(tokenizer(a.answer_prefix, add_special_tokens=False)["input_ids"]) if has_choice else []
     reference = Reference(model, lora=cfg.model.lora.enabled)
     steps = DistillSteps(cfg, model=model, tokenizer=tokenizer, prompt=prompt, reference=reference,
                          answer_ids=answer_ids, choice_ids=choice_ids, device=acc.device)
@@ -101,13 +106,21 @@ def run(cfg: DictConfig):
                                  on_epoch_end=on_epoch_end)
 
 
-def pipeline(cfg: DictConfig) -> dict:
-    """Toy data + base (data.source=toy), stage 1, stage 2, held-out evaluation, ``summary.json``."""
+def pipeline(cfg: DictConfig, overrides: list[str] | None = None) -> dict:
+    """Toy data + base (data.source=toy), stage 1, stage 2, held-out evaluation, ``summary.json``; or, for
+    ``data.source=toy_mist`` (recipe=opsd_tiny), the demo's base, OPSD and the MIST evaluation
+    (``trainer/opsd_pipeline.py``). ``overrides``: the stages' overrides (default: the command line's)."""
     from trainer.distill_pipeline import DistillPipeline
+    from trainer.opsd_pipeline import OpsdPipeline
 
     t0 = time.time()
-    summary = DistillPipeline(cfg, compose=_compose, runners={"sft": _sft_run, "distill": run}).run()
-    summary["wall_seconds"] = round(time.time() - t0, 1)
+    runners = {"sft": _sft_run, "distill": run}
+    if cfg.data.source == "toy_mist":
+        summary = OpsdPipeline(cfg, compose=_compose, runners=runners, evaluate=_evaluate_run,
+                               overrides=overrides).run()
+    else:
+        summary = DistillPipeline(cfg, compose=_compose, runners=runners, overrides=overrides).run()
+        summary["wall_seconds"] = round(time.time() - t0, 1)
     return summary
 
 
@@ -121,6 +134,12 @@ def _sft_run(cfg):
     from recipes.sft import run as sft_run
 
     return sft_run(cfg)
+
+
+def _evaluate_run(cfg):
+    from recipes.evaluate import run as evaluate_run
+
+    return evaluate_run(cfg)
 
 
 @hydra.main(config_path="../conf", config_name="distill", version_base=None)

@@ -84,8 +84,8 @@ DistillStage = _choices("DistillStage", ("kl", "calibration"))
 DistillMode = _choices("DistillMode", ("teacher_tokens", "on_policy"))
 DistillTeacher = _choices("DistillTeacher", ("initial", "current"))
 TopkSupport = _choices("TopkSupport", TOPK_SUPPORTS)
-DistillSource = _choices("DistillSource", ("files", "toy"))
-DistillPromptStyle = _choices("DistillPromptStyle", ("taste", "compact"))
+DistillSource = _choices("DistillSource", ("files", "toy", "toy_mist"))
+DistillPromptStyle = _choices("DistillPromptStyle", ("taste", "compact", "mist"))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -346,20 +346,31 @@ class DistillAlgoConfig:
 
 @dataclass
 class DistillDataConfig:
-    source: DistillSource = _f("files", "files (train_path/eval_path) | toy (the CPU toy fork task, built in <run_dir>/data).")
-    train_path: Optional[str] = _f(None, "Taste fork items to train on (every item needs task_id).")
+    source: DistillSource = _f("files", "files (train_path/eval_path) | toy (the CPU toy fork task, built in <run_dir>/data) | "
+                                        "toy_mist (OPSD on the toy MIST task: the demo's base SFT, on-policy distillation, "
+                                        "the 4-condition MIST evaluation; needs prompt_style=mist).")
+    train_path: Optional[str] = _f(None, "Items to train on: taste forks (every item needs task_id) or, with "
+                                         "prompt_style=mist, MIST quartets (toy:<seed>/mist_train.jsonl works).")
     eval_path: Optional[str] = _f(None, "Held-out taste fork items (task-disjoint from train_path), or null.")
-    prompt_style: DistillPromptStyle = _f("taste", "taste (the evaluation prompt of the taste family) | compact (the toy's one line).")
+    prompt_style: DistillPromptStyle = _f("taste", "taste (the evaluation prompt of the taste family) | compact (the toy's one line) | "
+                                                   "mist (OPSD: the student sees an item's misleading MIST prompt, the "
+                                                   "teacher the same item's clean prompt; no choice position, so it needs "
+                                                   "algo.mode=on_policy, algo.stage=kl, algo.choice_kl_weight=0).")
     toy_tasks: int = _f(80, "data.source=toy: number of tasks (4 forks each), split into two task-disjoint folds.")
 
 
 @dataclass
 class DistillPipelineConfig:
-    base_model: str = _f("tiny-demo", "data.source=toy: the tiny preset the base SFT starts from.")
-    base_sft: list[str] = _f([], "data.source=toy: overrides of recipes/sft.py for the base (a demonstration follower).")
+    base_model: str = _f("tiny-demo", "data.source=toy|toy_mist: the tiny preset the base SFT starts from.")
+    base_sft: list[str] = _f([], "data.source=toy|toy_mist: overrides of recipes/sft.py for the base (toy: a demonstration "
+                                 "follower; toy_mist: the demo's hint follower, conf/demo.yaml stages.base_sft).")
     stage1: list[str] = _f([], "Overrides of the stage-1 (KL) run, on top of this config.")
     stage2: list[str] = _f([], "Overrides of the stage-2 (calibration) run; empty list = no stage 2.")
     eval_batch_size: int = _f(64, "Views per forward in the pipeline's evaluations.")
+    evaluate: list[str] = _f([], "data.source=toy_mist: overrides of recipes/evaluate.py for the MIST evaluations of "
+                                 "base and student (like conf/demo.yaml stages.evaluate).")
+    eval_sets: list[str] = _f(["mist_heldout.jsonl"], "data.source=toy_mist: toy MIST files evaluated (toy:<seed>/<file>), "
+                                                       "e.g. mist_heldout.jsonl, mist_unseen.jsonl.")
 
 
 @dataclass
@@ -757,3 +768,23 @@ def validate_distill(cfg) -> None:
         raise ConfigError("algo.teacher=initial is the adapter-disabled model: it needs model.lora.enabled=true")
     if d.source == "files" and not d.train_path:
         raise ConfigError("data.train_path: give the taste fork items to train on (or data.source=toy)")
+    if d.prompt_style == "mist" or d.source == "toy_mist":
+        _validate_mist_views(cfg)
+
+
+def _validate_mist_views(cfg) -> None:
+    """data.prompt_style=mist (OPSD on MIST): on-policy token KL only; MIST items have no A/B choice position."""
+    a, d = cfg.algo, cfg.data
+    where = "data.prompt_style=mist (student: the misleading MIST prompt, teacher: the clean one)"
+    if d.prompt_style != "mist":
+        raise ConfigError(f"data.source=toy_mist trains on MIST views: it needs data.prompt_style=mist, got {d.prompt_style}")
+    if a.mode != "on_policy":
+        raise ConfigError(f"{where}: the student writes the tokens; set algo.mode=on_policy (got {a.mode})")
+    if a.stage != "kl":
+        raise ConfigError(f"{where}: only algo.stage=kl; calibration reads an A/B choice position MIST has not")
+    if a.choice_kl_weight != 0:
+        raise ConfigError(f"{where}: MIST items have no A/B choice position, so there is no choice KL; set "
+                          f"algo.choice_kl_weight=0 (got {a.choice_kl_weight})")
+    if d.eval_path:
+        raise ConfigError(f"{where}: data.eval_path (the epoch-end taste evaluation) must be null; MIST is evaluated "
+                          f"by recipes/evaluate.py (data.source=toy_mist does it after training)")

@@ -30,8 +30,9 @@ from eval_hooks.io import DataError
 from .algos.distill import topk_support_index
 from .chunked_logprobs import chunked_gather_logprobs, chunked_topk_logprobs, completion_hidden_states
 
-__all__ = ["ForkView", "load_fork_views", "check_task_disjoint", "choice_token_ids", "sample_positions",
-           "aligned_logits", "aligned_hidden", "distill_logprobs", "teacher_topk_logprobs", "build_batch", "generate_reasoning", "evaluate_views", "expected_calibration_error",
+__all__ = ["ForkView", "load_fork_views", "load_mist_views", "load_views", "check_task_disjoint", "choice_token_ids",
+           "sample_positions", "aligned_logits", "aligned_hidden", "distill_logprobs", "teacher_topk_logprobs",
+           "build_batch", "generate_reasoning", "evaluate_views", "expected_calibration_error",
            "eval_settings", "advice_from_log_odds"]
 
 
@@ -49,6 +50,8 @@ class ForkView:
 
     @property
     def cell(self) -> str:
+        if "construction" not in self.row:  # a MIST view (load_mist_views): one cell per condition
+            return self.condition
         return f"{self.row['construction']}_{self.row['domain']}"
 
 
@@ -84,6 +87,41 @@ def load_fork_views(path, *, style: str, demonstration: str, require_task_id: bo
                               condition=row["condition"], gold=row["gold"], student_prompt=student,
                               teacher_prompt=teacher, row=row))
     return views
+
+
+def load_mist_views(path) -> list[ForkView]:
+    """OPSD views of a MIST quartet file (SCOPE's on-policy self-distillation baseline): one per item, the
+    student's prompt = the item's ``misleading`` row prompt, the teacher's = its ``clean`` row prompt.
+
+    The rows come from the same loader as the matched evaluation (``eval_hooks.load_rows`` on
+    ``trainer.data.resolve_data_path(path)``, so ``toy:<seed>/mist_train.jsonl`` works), with its quartet
+    checks (errors name file, line and field); the prompts are the rows' ``prompt`` strings, which the
+    trainer renders with the same :func:`eval_hooks.prompts.render_prompt` settings as evaluation. A MIST
+    view has no choice position: ``gold`` is the item's answer (not a letter)."""
+    from eval_hooks import load_rows
+
+    from .data import resolve_data_path
+
+    rows = load_rows("mist", resolve_data_path(str(path)))
+    by_item: dict[str, dict[str, dict]] = {}
+    for row in rows:
+        by_item.setdefault(row["item_id"], {})[row["condition"]] = row
+    views = []
+    for item_id, conds in by_item.items():
+        mis, clean = conds["misleading"], conds["clean"]
+        views.append(ForkView(view_id=mis["row_id"], item_id=item_id, task_id=None, condition="misleading",
+                              gold=str(mis["gold"]), student_prompt=mis["prompt"], teacher_prompt=clean["prompt"],
+                              row=mis))
+    if not views:
+        raise DataError("no MIST item: OPSD needs at least one quartet", path=path)
+    return views
+
+
+def load_views(path, *, style: str, demonstration: str) -> list[ForkView]:
+    """:func:`load_mist_views` for ``style=mist``, else :func:`load_fork_views`."""
+    if style == "mist":
+        return load_mist_views(path)
+    return load_fork_views(path, style=style, demonstration=demonstration)
 
 
 def check_task_disjoint(train: Sequence[ForkView], test_path, test: Sequence[ForkView]) -> None:

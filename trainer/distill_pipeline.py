@@ -84,6 +84,10 @@ class DistillPipeline:
         t_start = time.time()
         cfg = self.cfg
         validate_distill(cfg)
+        if cfg.data.prompt_style == "mist":
+            raise ConfigError("data.prompt_style=mist with data.source=files: this command's pipeline evaluates taste "
+                              "forks; for OPSD on MIST files run recipes/distill.py as a `script: distill` stage of "
+                              "recipes/chain.py and evaluate with recipes/evaluate.py (the toy: recipe=opsd_tiny)")
         if cfg.data.source == "toy":
             train, heldout, base = self.prepare_toy()
         else:

@@ -31,6 +31,8 @@ class DistillSteps:
         self.chunk = cfg.model.logprob_chunk or DEFAULT_LOGPROB_CHUNK  # LM-head positions per chunk
         self._ids: dict[tuple[str, bool], list[int]] = {}
         self.gen = dict(max_new_tokens=self.a.max_reasoning_tokens, end=self.a.reasoning_end)
+        # MIST views (OPSD) have no A/B choice position: the loss is the token KL alone (token_kl_step)
+        self.has_choice = cfg.data.prompt_style != "mist"
 
     # ---- prompts and models -----------------------------------------------------------------------------
     def prompt_ids(self, view: ForkView, teacher: bool) -> list[int]:
@@ -62,6 +64,8 @@ class DistillSteps:
 
     # ---- stage 1 -----------------------------------------------------------------------------------------
     def kl_step(self, model, mb: dict):
+        if not self.has_choice:
+            return self.token_kl_step(model, mb)
         views, epoch = mb["views"], mb["epoch"]
         if self.a.mode == "on_policy":
             reasoning = self.student_reasoning(views, epoch, "on_policy")
@@ -104,6 +108,30 @@ class DistillSteps:
                                                                   vocab=lp["vocab"])[1]["kl"]
                 metrics[f"choice_kl/{cell}"] = choice_kl(z_t[sel], z_s[sel].detach(), temperature=temp)[1]["kl"]
         return loss, metrics
+
+    def token_kl_step(self, model, mb: dict):
+        """OPSD on views without a choice position (``data.prompt_style=mist``): the student samples its
+        completion on its own prompt; ``L = token_kl_weight * mean_{positions} KL_S(p_T || p_S)`` over the
+        completion's positions ``0..n`` (position n, after the last sampled token, is where the student
+        stopped: its end-of-sequence prediction), the teacher reading the same tokens after its prompt.
+
+        Through :func:`distill_logprobs` like :meth:`kl_terms`: the completion gets one placeholder token so
+        that position n is an ordinary position (causal: it sees only the n sampled tokens); the choice
+        position after the placeholder is computed and ignored."""
+        views, epoch = mb["views"], mb["epoch"]
+        completions = self.student_reasoning(views, epoch, "on_policy")
+        positions = [sample_positions(len(c) + 1, self.a.max_positions, seed=self.cfg.seed, view_id=v.view_id,
+                                      epoch=epoch) for v, c in zip(views, completions)]
+        pad = self.tokenizer.pad_token_id
+        lp = distill_logprobs(model, self.teacher_model, [self.prompt_ids(v, False) for v in views],
+                              [self.prompt_ids(v, True) for v in views], [list(c) + [pad] for c in completions],
+                              positions, pad_id=pad, device=self.device, choice_ids=[pad], k=self.a.topk,
+                              support=self.a.topk_support, temperature=self.a.kl_temperature, chunk=self.chunk)
+        tok_loss, tok_m = gathered_forward_kl(lp["teacher"], lp["student"], lp["valid"], lp["mask"], vocab=lp["vocab"])
+        metrics = {"token_kl": tok_m["kl"], "teacher_mass": tok_m["teacher_mass"],
+                   "student_mass": tok_m["student_mass"], "positions": tok_m["num_positions"],
+                   "completion_tokens": sum(len(c) for c in completions) / max(1, len(completions))}
+        return self.a.token_kl_weight * tok_loss, metrics
 
     def teacher_from_cache(self, views, positions) -> dict:
         """The cached teacher at reasoning ``positions`` (rows of each view's cache), in ``distill_logprobs``'s
