@@ -108,14 +108,14 @@ def run(cfg: DictConfig):
 
 def pipeline(cfg: DictConfig, overrides: list[str] | None = None) -> dict:
     """Toy data + base (data.source=toy), stage 1, stage 2, held-out evaluation, ``summary.json``; or, for
-    ``data.source=toy_mist`` (recipe=opsd_tiny), the demo's base, OPSD and the MIST evaluation
+    ``data.source=mist`` (e.g. recipe=opsd_tiny), an optional base SFT, OPSD and the MIST evaluation
     (``trainer/opsd_pipeline.py``). ``overrides``: the stages' overrides (default: the command line's)."""
     from trainer.distill_pipeline import DistillPipeline
     from trainer.opsd_pipeline import OpsdPipeline
 
     t0 = time.time()
     runners = {"sft": _sft_run, "distill": run}
-    if cfg.data.source == "toy_mist":
+    if cfg.data.source == "mist":
         summary = OpsdPipeline(cfg, compose=_compose, runners=runners, evaluate=_evaluate_run,
                                overrides=overrides).run()
     else:

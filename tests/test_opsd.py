@@ -80,7 +80,7 @@ def test_opsd_tiny_composes_and_validates():
 
     cfg = _opsd_cfg("trainer.run_dir=/tmp/x")
     validate_distill(cfg)
-    assert (cfg.data.source, cfg.data.prompt_style) == ("toy_mist", "mist")
+    assert (cfg.data.source, cfg.data.prompt_style) == ("mist", "mist")
     assert (cfg.algo.mode, cfg.algo.teacher, cfg.algo.stage, cfg.algo.choice_kl_weight) == ("on_policy", "initial",
                                                                                            "kl", 0.0)
     assert (cfg.model.lora.r, cfg.model.lora.alpha, cfg.optim.batch_size) == (16, 32, 32)
@@ -128,7 +128,8 @@ def test_base_and_evaluation_are_the_demos():
     assert list(recipe.base_sft) == list(demo.base_sft)
     assert recipe.base_model == demo.model
     assert list(recipe.evaluate) == list(demo.evaluate)
-    assert "mist_heldout.jsonl" == recipe.eval_sets[0]
+    sets = OmegaConf.to_container(recipe, resolve=False)["eval_sets"]  # toy:${seed}/... resolve at the root
+    assert sets[0] == "toy:${seed}/mist_heldout.jsonl"
 
 
 @pytest.mark.slow
@@ -144,7 +145,7 @@ def test_opsd_tiny_end_to_end(tmp_path):
     register_schemas()
     reset_accelerate()
     GlobalHydra.instance().clear()
-    over = ["recipe=opsd_tiny", "pipeline.eval_sets=[mist_heldout.jsonl]"]
+    over = ["recipe=opsd_tiny", "pipeline.eval_sets=['toy:${seed}/mist_heldout.jsonl']"]
     with initialize_config_dir(config_dir=str(CONF), version_base=None):  # the stages compose their configs too
         cfg = hydra_compose(config_name="distill", overrides=[*over, f"trainer.run_dir={tmp_path}", "seed=0"])
         summary = load_recipe("distill").pipeline(cfg, overrides=over)

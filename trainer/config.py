@@ -84,7 +84,7 @@ DistillStage = _choices("DistillStage", ("kl", "calibration"))
 DistillMode = _choices("DistillMode", ("teacher_tokens", "on_policy"))
 DistillTeacher = _choices("DistillTeacher", ("initial", "current"))
 TopkSupport = _choices("TopkSupport", TOPK_SUPPORTS)
-DistillSource = _choices("DistillSource", ("files", "toy", "toy_mist"))
+DistillSource = _choices("DistillSource", ("files", "toy", "mist"))
 DistillPromptStyle = _choices("DistillPromptStyle", ("taste", "compact", "mist"))
 
 
@@ -347,10 +347,11 @@ class DistillAlgoConfig:
 @dataclass
 class DistillDataConfig:
     source: DistillSource = _f("files", "files (train_path/eval_path) | toy (the CPU toy fork task, built in <run_dir>/data) | "
-                                        "toy_mist (OPSD on the toy MIST task: the demo's base SFT, on-policy distillation, "
-                                        "the 4-condition MIST evaluation; needs prompt_style=mist).")
+                                        "mist (OPSD on MIST items: an optional base SFT on pipeline.base_sft_path, on-policy "
+                                        "distillation on train_path, the 4-condition MIST evaluation of pipeline.eval_sets; "
+                                        "needs prompt_style=mist).")
     train_path: Optional[str] = _f(None, "Items to train on: taste forks (every item needs task_id) or, with "
-                                         "prompt_style=mist, MIST quartets (toy:<seed>/mist_train.jsonl works).")
+                                         "prompt_style=mist, MIST quartets (any data path: a file, hf:..., a registered source).")
     eval_path: Optional[str] = _f(None, "Held-out taste fork items (task-disjoint from train_path), or null.")
     prompt_style: DistillPromptStyle = _f("taste", "taste (the evaluation prompt of the taste family) | compact (the toy's one line) | "
                                                    "mist (OPSD: the student sees an item's misleading MIST prompt, the "
@@ -361,16 +362,18 @@ class DistillDataConfig:
 
 @dataclass
 class DistillPipelineConfig:
-    base_model: str = _f("tiny-demo", "data.source=toy|toy_mist: the tiny preset the base SFT starts from.")
-    base_sft: list[str] = _f([], "data.source=toy|toy_mist: overrides of recipes/sft.py for the base (toy: a demonstration "
-                                 "follower; toy_mist: the demo's hint follower, conf/demo.yaml stages.base_sft).")
+    base_model: str = _f("tiny-demo", "data.source=toy|mist: the tiny preset the base SFT starts from.")
+    base_sft: list[str] = _f([], "data.source=toy|mist: overrides of recipes/sft.py for the base (toy: a demonstration "
+                                 "follower; recipe=opsd_tiny: the demo's hint follower, conf/demo.yaml stages.base_sft).")
+    base_sft_path: Optional[str] = _f(None, "data.source=mist: SFT data of the base stage (trained from base_model with "
+                                            "base_sft); null = no base stage, the student starts from model.path.")
     stage1: list[str] = _f([], "Overrides of the stage-1 (KL) run, on top of this config.")
     stage2: list[str] = _f([], "Overrides of the stage-2 (calibration) run; empty list = no stage 2.")
     eval_batch_size: int = _f(64, "Views per forward in the pipeline's evaluations.")
-    evaluate: list[str] = _f([], "data.source=toy_mist: overrides of recipes/evaluate.py for the MIST evaluations of "
+    evaluate: list[str] = _f([], "data.source=mist: overrides of recipes/evaluate.py for the MIST evaluations of "
                                  "base and student (like conf/demo.yaml stages.evaluate).")
-    eval_sets: list[str] = _f(["mist_heldout.jsonl"], "data.source=toy_mist: toy MIST files evaluated (toy:<seed>/<file>), "
-                                                       "e.g. mist_heldout.jsonl, mist_unseen.jsonl.")
+    eval_sets: list[str] = _f([], "data.source=mist: MIST item files on which base and student are evaluated (the first is "
+                                  "the headline split of summary.json; each split is keyed by its file name's stem).")
 
 
 @dataclass
@@ -768,7 +771,7 @@ def validate_distill(cfg) -> None:
         raise ConfigError("algo.teacher=initial is the adapter-disabled model: it needs model.lora.enabled=true")
     if d.source == "files" and not d.train_path:
         raise ConfigError("data.train_path: give the taste fork items to train on (or data.source=toy)")
-    if d.prompt_style == "mist" or d.source == "toy_mist":
+    if d.prompt_style == "mist" or d.source == "mist":
         _validate_mist_views(cfg)
 
 
@@ -777,7 +780,7 @@ def _validate_mist_views(cfg) -> None:
     a, d = cfg.algo, cfg.data
     where = "data.prompt_style=mist (student: the misleading MIST prompt, teacher: the clean one)"
     if d.prompt_style != "mist":
-        raise ConfigError(f"data.source=toy_mist trains on MIST views: it needs data.prompt_style=mist, got {d.prompt_style}")
+        raise ConfigError(f"data.source=mist trains on MIST views: it needs data.prompt_style=mist, got {d.prompt_style}")
     if a.mode != "on_policy":
         raise ConfigError(f"{where}: the student writes the tokens; set algo.mode=on_policy (got {a.mode})")
     if a.stage != "kl":
@@ -787,4 +790,8 @@ def _validate_mist_views(cfg) -> None:
                           f"algo.choice_kl_weight=0 (got {a.choice_kl_weight})")
     if d.eval_path:
         raise ConfigError(f"{where}: data.eval_path (the epoch-end taste evaluation) must be null; MIST is evaluated "
-                          f"by recipes/evaluate.py (data.source=toy_mist does it after training)")
+                          f"by recipes/evaluate.py (data.source=mist does it after training)")
+    if d.source == "mist" and not d.train_path:
+        raise ConfigError("data.source=mist: data.train_path must name the MIST training items")
+    if d.source == "mist" and not cfg.pipeline.eval_sets:
+        raise ConfigError("data.source=mist: pipeline.eval_sets must name at least one MIST item file to evaluate")

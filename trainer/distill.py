@@ -94,7 +94,7 @@ def load_mist_views(path) -> list[ForkView]:
     student's prompt = the item's ``misleading`` row prompt, the teacher's = its ``clean`` row prompt.
 
     The rows come from the same loader as the matched evaluation (``eval_hooks.load_rows`` on
-    ``trainer.data.resolve_data_path(path)``, so ``toy:<seed>/mist_train.jsonl`` works), with its quartet
+    ``trainer.data.resolve_data_path(path)``, so registered data sources work), with its quartet
     checks (errors name file, line and field); the prompts are the rows' ``prompt`` strings, which the
     trainer renders with the same :func:`eval_hooks.prompts.render_prompt` settings as evaluation. A MIST
     view has no choice position: ``gold`` is the item's answer (not a letter)."""

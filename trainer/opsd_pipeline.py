@@ -1,18 +1,20 @@
-"""SCOPE's OPSD baseline on the toy MIST task (``python recipes/distill.py recipe=opsd_tiny``; docs/scope.md#opsd).
+"""SCOPE's OPSD baseline as a pipeline (``data.source=mist``; ``recipe=opsd_tiny``; docs/scope.md#opsd).
 
-``data.source=toy_mist``: stage ``base`` is the demo's base SFT (``pipeline.base_model`` and
-``pipeline.base_sft`` = conf/demo.yaml ``stages.model`` / ``stages.base_sft``, on ``toy:<seed>/sft_mix.jsonl``,
-with the demo's ``eval=none logger=jsonl``), so the base is the one ``recipes/demo.py`` trains at the same seed.
-Stage ``opsd`` is a ``recipes/distill.py`` run on ``toy:<seed>/mist_train.jsonl`` with
-``data.prompt_style=mist`` (student: an item's misleading prompt; teacher: the adapter-disabled base on
-its clean prompt; on-policy tokens). Then the matched 4-condition MIST evaluation
-(``recipes/evaluate.py``, composed with ``pipeline.evaluate``) of the base and of the student on each of
-``pipeline.eval_sets``, and ``summary.json`` / ``report.md``.
+Stage ``base`` (only with ``pipeline.base_sft_path``): ``recipes/sft.py`` from the tiny preset
+``pipeline.base_model`` with ``pipeline.base_sft`` (recipe=opsd_tiny: the demo's base SFT, conf/demo.yaml
+``stages.model`` / ``stages.base_sft``, with the demo's ``eval=none logger=jsonl``, so the base is the one
+``recipes/demo.py`` trains at the same seed); without it the student starts from ``model.path``. Stage
+``opsd``: a ``recipes/distill.py`` run on ``data.train_path`` with ``data.prompt_style=mist`` (student: an
+item's misleading prompt; teacher: the adapter-disabled base on its clean prompt; on-policy tokens). Then
+the matched 4-condition MIST evaluation (``recipes/evaluate.py``, composed with ``pipeline.evaluate``) of
+the base and of the student on each file of ``pipeline.eval_sets``, and ``summary.json`` / ``report.md``.
+Every data path comes from the config (files, ``hf:`` ids or registered data sources).
 """
 
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Any, Callable
 
 from eval_hooks.vocab import MIST_CONDITIONS as CONDITIONS
@@ -39,19 +41,22 @@ class OpsdPipeline(DistillPipeline):
         t_start = time.time()
         cfg = self.cfg
         validate_distill(cfg)
-        toy = f"toy:{cfg.seed}"
-        init = ensure_tiny_model(cfg.pipeline.base_model)
-        base = self._stage("base", "sft", [*cfg.pipeline.base_sft, *DEMO_COMMON, f"model.path={init}",
-                                           f"data.train_path={toy}/sft_mix.jsonl"], None)
+        if cfg.pipeline.base_sft_path:
+            init = ensure_tiny_model(cfg.pipeline.base_model)
+            base = self._stage("base", "sft", [*cfg.pipeline.base_sft, *DEMO_COMMON, f"model.path={init}",
+                                               f"data.train_path={cfg.pipeline.base_sft_path}"], None)
+            start = "base"
+        else:
+            base, start = Path(cfg.model.path), None
         student = self._stage("opsd", "distill", [*self.overrides, *cfg.pipeline.stage1, "data.source=files",
-                                                  f"data.train_path={toy}/mist_train.jsonl", "data.eval_path=null",
-                                                  "algo.stage=kl"], "base")
+                                                  f"data.train_path={cfg.data.train_path}", "data.eval_path=null",
+                                                  "algo.stage=kl"], start)
         summary: dict[str, Any] = {"seed": cfg.seed}
         for items in cfg.pipeline.eval_sets:
-            split = items.removesuffix(".jsonl")
-            summary[split] = {"base": self.mist_eval(f"base_{split}", base, f"{toy}/{items}"),
-                              "opsd": self.mist_eval(f"opsd_{split}", base, f"{toy}/{items}", adapter=student)}
-        first = cfg.pipeline.eval_sets[0].removesuffix(".jsonl")
+            split = split_name(items)
+            summary[split] = {"base": self.mist_eval(f"base_{split}", base, items),
+                              "opsd": self.mist_eval(f"opsd_{split}", base, items, adapter=student)}
+        first = split_name(cfg.pipeline.eval_sets[0])
         summary.update(base=summary[first]["base"], opsd=summary[first]["opsd"])  # the headline split
         summary["stage_seconds"] = self.timings
         summary["wall_seconds"] = round(time.time() - t_start, 1)
@@ -74,13 +79,18 @@ class OpsdPipeline(DistillPipeline):
                 "sc2w": metrics["sc2w"], "n_items": metrics["n_items"]}
 
 
+def split_name(items: str) -> str:
+    """The summary key of an evaluated file: its name's stem (``.../mist_heldout.jsonl`` -> ``mist_heldout``)."""
+    return Path(str(items)).stem
+
+
 def opsd_report(summary: dict, eval_sets) -> str:
     cols = [*CONDITIONS, "overall", "sc2w"]
-    lines = ["# OPSD (on-policy self-distillation) on the toy MIST task", "",
+    lines = ["# OPSD (on-policy self-distillation) on MIST", "",
              f"Seed {summary['seed']}; SC2W: share of clean-correct items answered wrong under the misleading "
              "context (lower is better).", ""]
     for items in eval_sets:
-        split = items.removesuffix(".jsonl")
+        split = split_name(items)
         lines += [f"## {split}", "", "| model | " + " | ".join(cols) + " |", "|---" * (len(cols) + 1) + "|"]
         for arm in ("base", "opsd"):
             m = summary[split][arm]
