@@ -7,6 +7,7 @@ import torch
 
 from eval_hooks.builders.taste_toy import base_sft_mix, compact_prompt, make_taste_toy
 from eval_hooks.io import DataError, write_jsonl_atomic
+from distill_fixtures import make_steps
 from trainer.distill import (aligned_logits, build_batch, check_task_disjoint, expected_calibration_error,
                              load_fork_views, sample_positions)
 
@@ -144,28 +145,8 @@ def test_advise_bad_input_before_model_load(tmp_path):
 
 def test_teacher_cache_step_equals_uncached_step(tmp_path):
     """With topk_support=teacher, kl_step on the cached teacher top-K gives the loss of a teacher forward."""
-    from eval_hooks.prompts import PromptSettings
-    from recipe_utils import compose
-    from trainer.distill import choice_token_ids
-    from trainer.distill_steps import DistillSteps
-    from trainer.model import Reference, build_policy
-
-    path = tmp_path / "items.jsonl"
-    write_jsonl_atomic(path, make_taste_toy(0, n_tasks=2).items)
-    cfg = compose("distill", ["recipe=taste_tiny", "model.path=tiny", "algo.topk_support=teacher", "algo.topk=7",
-                              "algo.teacher_cache=true", "algo.max_positions=3"])
-    views = load_fork_views(path, style="compact", demonstration="")
-    model, tok = build_policy(cfg.model, seed=0)
-    with torch.no_grad():  # a non-zero adapter, so that teacher (adapter off) and student differ
-        for n, p in model.named_parameters():
-            if "lora_B" in n:
-                p.normal_(0, 0.5)
-    g = torch.Generator().manual_seed(1)
-    for v in views:
-        v.reasoning = torch.randint(40, 120, (6,), generator=g).tolist()
-    steps = DistillSteps(cfg, model=model, tokenizer=tok, prompt=PromptSettings.from_config(cfg.prompt),
-                         reference=Reference(model, lora=True), answer_ids=tok("ANSWER: ")["input_ids"],
-                         choice_ids=choice_token_ids(tok, ["A", "B"]), device="cpu")
+    steps, model, views = make_steps(tmp_path, ["algo.topk_support=teacher", "algo.teacher_cache=true"],
+                                     reasoning_len=lambda i: 6)
     mb = {"views": views, "epoch": 0}
     plain, m_plain = steps.kl_step(model, mb)
     steps.fill_teacher_cache(views)

@@ -15,10 +15,9 @@ import pytest
 import torch
 from torch.testing import assert_close
 
-from eval_hooks.builders.taste_toy import make_taste_toy
-from eval_hooks.io import write_jsonl_atomic
+from distill_fixtures import make_steps
 from trainer.algos.distill import choice_kl, topk_forward_kl, topk_support_index
-from trainer.distill import aligned_hidden, aligned_logits, distill_logprobs, load_fork_views, sample_positions
+from trainer.distill import aligned_hidden, aligned_logits, distill_logprobs, sample_positions
 
 TOL = {"rtol": 1e-5, "atol": 1e-7}
 
@@ -132,32 +131,6 @@ def dense_reference_kl_terms(steps, model, views, completions, positions):
     return loss, metrics
 
 
-def _steps(tmp_path, overrides):
-    from eval_hooks.prompts import PromptSettings
-    from recipe_utils import compose
-    from trainer.distill import choice_token_ids
-    from trainer.distill_steps import DistillSteps
-    from trainer.model import Reference, build_policy
-
-    path = tmp_path / "items.jsonl"
-    write_jsonl_atomic(path, make_taste_toy(0, n_tasks=2).items)
-    cfg = compose("distill", ["recipe=taste_tiny", "model.path=tiny", "algo.topk=7", "algo.max_positions=3",
-                              *overrides])
-    views = load_fork_views(path, style="compact", demonstration="")
-    model, tok = build_policy(cfg.model, seed=0)
-    with torch.no_grad():  # a non-zero adapter, so that teacher (adapter off) and student differ
-        for n, p in model.named_parameters():
-            if "lora_B" in n:
-                p.normal_(0, 0.5)
-    g = torch.Generator().manual_seed(1)
-    for i, v in enumerate(views):
-        v.reasoning = torch.randint(40, 120, (2 + i % 5,), generator=g).tolist()  # 2..6 tokens: ragged rows
-    steps = DistillSteps(cfg, model=model, tokenizer=tok, prompt=PromptSettings.from_config(cfg.prompt),
-                         reference=Reference(model, lora=True), answer_ids=tok("ANSWER: ")["input_ids"],
-                         choice_ids=choice_token_ids(tok, ["A", "B"]), device="cpu")
-    return steps, model, views
-
-
 def _grads(model, loss):
     params = [p for p in model.parameters() if p.requires_grad]
     return torch.autograd.grad(loss, params)
@@ -168,7 +141,7 @@ def _grads(model, loss):
     ("student", False, 1.0, 0), ("student", False, 2.0, 5), ("union", False, 1.0, 5), ("union", False, 2.0, 0),
 ])
 def test_kl_step_equals_the_dense_reference(tmp_path, support, cache, temperature, chunk):
-    steps, model, views = _steps(tmp_path, [f"algo.topk_support={support}", f"algo.teacher_cache={str(cache).lower()}",
+    steps, model, views = make_steps(tmp_path, [f"algo.topk_support={support}", f"algo.teacher_cache={str(cache).lower()}",
                                             f"algo.kl_temperature={temperature}", f"model.logprob_chunk={chunk}"])
     assert steps.chunk == (chunk or 1024)
     if cache:
@@ -195,7 +168,7 @@ def test_kl_step_never_runs_the_lm_head_on_more_than_one_column(tmp_path, suppor
     support's log-probs come from the captured hidden states, a chunk at a time)."""
     from trainer.chunked_logprobs import lm_head_of
 
-    steps, model, views = _steps(tmp_path, [f"algo.topk_support={support}"])
+    steps, model, views = make_steps(tmp_path, [f"algo.topk_support={support}"])
     seen = []
     handle = lm_head_of(model)[1].register_forward_hook(lambda _m, _a, out: seen.append(tuple(out.shape)))
     try:
