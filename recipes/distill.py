@@ -52,7 +52,7 @@ def run(cfg: DictConfig):
     from eval_hooks.io import write_json_atomic
     from eval_hooks.prompts import PromptSettings
     from trainer.data import SamplerSource, ShuffleSampler
-    from trainer.distill import check_task_disjoint, choice_token_ids, load_views
+    from trainer.distill import check_task_disjoint, choice_token_ids, has_choice_position, load_views
     from trainer.distill_steps import DistillSteps, sample_teacher
     from trainer.loop import train_evaluate_finish
     from trainer.model import Reference, build_optimizer, build_policy, build_scheduler
@@ -72,7 +72,7 @@ def run(cfg: DictConfig):
     acc = ctx.accelerator
     model, tokenizer = build_policy(cfg.model, seed=cfg.seed)
     prompt = PromptSettings.from_config(cfg.prompt)
-    has_choice = d.prompt_style != "mist"  # MIST views (OPSD) have no answer prefix and no A/B choice position
+    has_choice = has_choice_position(d.prompt_style)  # MIST views (OPSD): no answer prefix, no A/B position
     choice_ids = choice_token_ids(tokenizer, a.choice_tokens) if has_choice else []
     answer_ids = list(tokenizer(a.answer_prefix, add_special_tokens=False)["input_ids"]) if has_choice else []
     reference = Reference(model, lora=cfg.model.lora.enabled)

@@ -30,7 +30,7 @@ from eval_hooks.io import DataError
 from .algos.distill import topk_support_index
 from .chunked_logprobs import chunked_gather_logprobs, chunked_topk_logprobs, completion_hidden_states
 
-__all__ = ["ForkView", "load_fork_views", "load_mist_views", "load_views", "check_task_disjoint", "choice_token_ids",
+__all__ = ["ForkView", "load_fork_views", "load_mist_views", "load_views", "has_choice_position", "check_task_disjoint", "choice_token_ids",
            "sample_positions", "aligned_logits", "aligned_hidden", "distill_logprobs", "teacher_topk_logprobs",
            "build_batch", "generate_reasoning", "evaluate_views", "expected_calibration_error",
            "eval_settings", "advice_from_log_odds"]
@@ -115,6 +115,12 @@ def load_mist_views(path) -> list[ForkView]:
     if not views:
         raise DataError("no MIST item: OPSD needs at least one quartet", path=path)
     return views
+
+
+def has_choice_position(style: str) -> bool:
+    """Whether views of ``data.prompt_style`` end in an A/B choice position (and an answer prefix): every style
+    but ``mist``, whose OPSD views are scored on the student's own answer tokens alone."""
+    return style != "mist"
 
 
 def load_views(path, *, style: str, demonstration: str) -> list[ForkView]:

@@ -14,7 +14,7 @@ from eval_hooks.backends.base import derive_seed
 
 from .algos.distill import choice_ce, choice_kl, gathered_forward_kl
 from .distill import (DEFAULT_LOGPROB_CHUNK, ForkView, aligned_logits, distill_logprobs, evaluate_views,
-                      generate_reasoning, sample_positions, teacher_topk_logprobs)
+                      generate_reasoning, has_choice_position, sample_positions, teacher_topk_logprobs)
 
 
 class DistillSteps:
@@ -32,7 +32,7 @@ class DistillSteps:
         self._ids: dict[tuple[str, bool], list[int]] = {}
         self.gen = dict(max_new_tokens=self.a.max_reasoning_tokens, end=self.a.reasoning_end)
         # MIST views (OPSD) have no A/B choice position: the loss is the token KL alone (token_kl_step)
-        self.has_choice = cfg.data.prompt_style != "mist"
+        self.has_choice = has_choice_position(cfg.data.prompt_style)
 
     # ---- prompts and models -----------------------------------------------------------------------------
     def prompt_ids(self, view: ForkView, teacher: bool) -> list[int]:
