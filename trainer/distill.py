@@ -267,6 +267,12 @@ def _gather(hidden, weight, index, *, temperature: float, chunk: int) -> torch.T
     return chunked_gather_logprobs(hidden, weight, index.long(), temperature=temperature, chunk=chunk)[0]
 
 
+def _choice_logprobs(choice, weight, choice_ids: Sequence[int], *, temperature: float, chunk: int) -> torch.Tensor:
+    """``(B, C)`` log-probs of ``choice_ids`` from the choice positions' hidden states ``choice (B, H)``."""
+    index = torch.tensor([list(choice_ids)] * choice.shape[0], device=choice.device)
+    return _gather(choice, weight, index, temperature=temperature, chunk=chunk)
+
+
 @torch.no_grad()
 def teacher_topk_logprobs(model, prompts, completions, positions, *, pad_id, device, choice_ids: Sequence[int],
                           k: int, temperature: float, chunk: int, index: torch.Tensor | None = None) -> dict:
@@ -282,8 +288,7 @@ def teacher_topk_logprobs(model, prompts, completions, positions, *, pad_id, dev
         out["values"], out["indices"] = _topk(tokens, weight, min(k, weight.shape[0]), **kw)
     if index is not None:
         out["at_index"] = _gather(tokens, weight, index, **kw)
-    out["choice"] = _gather(choice, weight, torch.tensor([list(choice_ids)] * len(prompts), device=choice.device),
-                            **kw)
+    out["choice"] = _choice_logprobs(choice, weight, choice_ids, **kw)
     return out
 
 
@@ -339,8 +344,7 @@ def distill_logprobs(student, teacher, student_prompts, teacher_prompts, complet
             index, valid = topk_support_index(t["indices"], s_idx, support)
             logp_t = torch.cat([t["values"], t["at_index"]], dim=-1)
     logp_s = _gather(tokens, weight, index, **kw)
-    choice_s = _gather(choice, weight, torch.tensor([list(choice_ids)] * len(completions), device=choice.device),
-                       **kw)
+    choice_s = _choice_logprobs(choice, weight, choice_ids, **kw)
     return {"teacher": _rows_to_batch(logp_t.to(mask.device), mask), "student": _rows_to_batch(logp_s, mask),
             "valid": _rows_to_batch(valid.to(mask.device), mask, fill=False), "mask": mask,
             "teacher_choice": t["choice"].to(choice_s.device), "student_choice": choice_s, "vocab": weight.shape[0]}
