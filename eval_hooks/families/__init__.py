@@ -24,10 +24,13 @@ families: ``eval_hooks/FORMATS.md``; how to add one: docs/architecture.md.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from importlib.metadata import EntryPoint, entry_points
+from typing import TYPE_CHECKING
 
 from ..io import DataError
 from .base import Family
+
+if TYPE_CHECKING:
+    from importlib.metadata import EntryPoint
 
 ENTRY_POINT_GROUP = "selectrust.families"
 
@@ -60,6 +63,13 @@ def register_family(family: Family) -> Family:
 def unregister_family(name: str) -> None:
     """Remove a family added with :func:`register_family` (tests, notebooks)."""
     _registered.pop(name, None)
+
+
+def entry_points(group: str):
+    """The installed packages' entry points of ``group`` (``importlib.metadata``, imported on first use)."""
+    from importlib.metadata import entry_points as installed
+
+    return installed(group=group)
 
 
 def _discovered() -> dict[str, EntryPoint]:
@@ -96,6 +106,8 @@ def get_family(name: str) -> Family:
     if name in _registered:
         return _registered[name]
     if name not in _loaded:
+        from importlib.metadata import EntryPoint
+
         value = BUILTIN.get(name)
         ep = EntryPoint(name, value, ENTRY_POINT_GROUP) if value else _discovered().get(name)
         if ep is None:
