@@ -74,11 +74,8 @@ def entry_points(group: str):
 
 def _discovered() -> dict[str, EntryPoint]:
     global _entry_points
-    if _entry_points is None:
-        found: dict[str, EntryPoint] = {}
-        for ep in entry_points(group=ENTRY_POINT_GROUP):
-            found.setdefault(ep.name, ep)  # the first distribution on sys.path wins, as for imports
-        _entry_points = found
+    if _entry_points is None:  # the first distribution on sys.path wins a name, as for imports
+        _entry_points = {ep.name: ep for ep in reversed(list(entry_points(group=ENTRY_POINT_GROUP)))}
     return _entry_points
 
 
