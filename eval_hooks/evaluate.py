@@ -13,7 +13,7 @@ from typing import Mapping, Sequence
 
 from .families import FAMILIES, get_family
 from .io import DataError, read_records
-from .scoring import build_requests, check_responses as _check_responses
+from .scoring import build_requests, check_responses as _check_responses  # re-exported (bench, recipes, the CLI)
 
 #: An inference-time warning for the Prompt-Defense baseline: use it as ``prompt.system_prompt`` or
 #: ``prompt.prompt_prefix`` (``conf/prompt/prompt_defense.yaml`` sets the prefix).
