@@ -7,7 +7,7 @@
     python recipes/evaluate.py eval=medcounterfact eval.path=medevidence_abstract.jsonl  # MedCounterfact
 
 Writes ``<out_dir>/metrics.json``, ``item_scores.jsonl`` and ``report.md`` with plots, through the same
-``eval_hooks.run_matched_eval`` that trainers call at epoch ends. Generations made elsewhere are scored
+family run (``trainer.evaluation.run_eval`` -> ``eval_hooks.run_matched_eval``) that trainers call at epoch ends. Generations made elsewhere are scored
 with ``python -m eval_hooks score`` instead.
 """
 
@@ -29,9 +29,8 @@ register_schemas()
 
 def run(cfg: DictConfig) -> dict:
     """Evaluate; returns the metrics written to ``<out_dir>/metrics.json``."""
-    from eval_hooks import run_matched_eval
     from eval_hooks.prompts import PromptSettings
-    from trainer.evaluation import build_inference_backend, load_eval_rows
+    from trainer.evaluation import build_inference_backend, load_eval_rows, run_eval
     from trainer.run import seed_everything
 
     validate_common(cfg)
@@ -48,25 +47,13 @@ def run(cfg: DictConfig) -> dict:
     if cfg.knowledge.enabled and (cfg.eval.knowledge_path or cfg.eval.family != "mist"):
         raise ConfigError("knowledge.enabled estimates the evaluated model's knowledge of MIST items: it needs "
                           "eval.family=mist and no eval.knowledge_path (a given estimate)")
-    if cfg.eval.family == "med":  # MedCounterfact: formats, label probabilities, mitigations, refine chain
-        from trainer.med_evaluation import run_med
-
-        rows = load_eval_rows(cfg.eval)
-        seed_everything(cfg.seed)
-        settings = PromptSettings.from_config(cfg.prompt)
-        backend = build_inference_backend(cfg.model, cfg.generation, adapter_path=cfg.adapter_path,
-                                          prompt_settings=settings)
-        metrics = run_med(backend, rows, cfg.eval, cfg.out_dir, prompt_settings=settings)
-        print(f"[selectrust] wrote {cfg.out_dir}/metrics.json ({metrics['n_records']} records, "
-              f"{metrics['n_refined']} refined)")
-        return metrics
     rows = load_eval_rows(cfg.eval)  # validated before the model loads
     seed_everything(cfg.seed)
     backend = build_inference_backend(cfg.model, cfg.generation, adapter_path=cfg.adapter_path,
                                       prompt_settings=PromptSettings.from_config(cfg.prompt))
     if cfg.knowledge.enabled:
         rows = estimate_and_attach(rows, backend, cfg)
-    metrics = run_matched_eval(backend, rows, cfg.eval.family, cfg.out_dir, max_new_tokens=cfg.eval.max_new_tokens)
+    metrics = run_eval(backend, rows, cfg.eval, cfg.out_dir)  # the family's run (Med: formats, mitigations, ...)
     headline = {k: v for k, v in metrics.items() if isinstance(v, (int, float))}
     print(f"[selectrust] wrote {cfg.out_dir}/metrics.json: {headline}")
     return metrics

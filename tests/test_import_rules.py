@@ -164,6 +164,26 @@ def test_no_import_cycle_among_trainer_modules():
     assert not cycles, "import cycles: " + "; ".join(" <-> ".join(c) for c in cycles)
 
 
+def test_no_import_cycle_among_eval_hooks_modules():
+    # eval_hooks.io <-> eval_hooks.hf_data was one: DataError now lives below both, in eval_hooks.errors
+    modules = {_module_name(p): p for p in _files("eval_hooks")}
+    graph = {m: {t for t in _imports(p) if t in modules and t != m} for m, p in modules.items()}
+    assert "eval_hooks.errors" in graph["eval_hooks.hf_data"]  # the checker sees the edges
+    assert not (cycles := _cycles(graph)), "import cycles: " + "; ".join(" <-> ".join(c) for c in cycles)
+
+
+def test_no_family_is_chosen_by_name_outside_the_registry():
+    """Metrics, reports, the run, the trainers' evaluation and the evaluate recipe ask the family registry
+    (eval_hooks/families/__init__.py); none of them compares a family name with a literal."""
+    by_name = re.compile(r"""family\b[^\n]*(==|!=|\bin\b)\s*[("']|["'](mist|box2|taste|med)["']\s*:\s*_""")
+    assert by_name.search('if family == "med":') and by_name.search('if cfg.eval.family != "taste":')
+    files = ["eval_hooks/metrics/__init__.py", "eval_hooks/report.py", "eval_hooks/evaluate.py",
+             "eval_hooks/scoring.py", "eval_hooks/families/base.py", "trainer/evaluation.py", "recipes/evaluate.py"]
+    bad = [f"{f}:{n}: {line.strip()}" for f in files for n, line in enumerate((ROOT / f).read_text().splitlines(), 1)
+           if by_name.search(line) and "knowledge" not in line]  # knowledge labels: a MIST-only setting, checked
+    assert not bad, "\n".join(bad)
+
+
 # ---- function length --------------------------------------------------------------------------------
 
 def _functions(folders: tuple[str, ...]):

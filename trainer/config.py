@@ -179,7 +179,7 @@ class EvalConfig:
     enabled: bool = _f(True, "Run matched evaluation at epoch ends.")
     path: Optional[str] = _f(None, "Evaluation items: JSONL/Parquet file, save_to_disk directory, "
                                    "'hf:org/name[:config][:split]' or a registered data source; None disables evaluation.")
-    family: Family = _f("mist", "mist | box2 | taste | med.")
+    family: Family = _f("mist", " | ".join(FAMILIES) + ".")  # the family registry
     max_rows: Optional[int] = _f(None, "Evaluate about this many rows: whole items (all their conditions) are kept "
                                        "together, so the last item may take the count past it (max_rows=3 of "
                                        "4-condition items evaluates 4 rows).")

@@ -58,7 +58,7 @@ class ForkView:
 def load_fork_views(path, *, style: str, demonstration: str, require_task_id: bool = True) -> list[ForkView]:
     """Views of every item of a taste file (validated by the taste family: errors name file, line, field).
 
-    ``style``: ``taste`` (the evaluation prompt of ``eval_hooks/families/taste.py``; the teacher's prompt
+    ``style``: ``taste`` (the evaluation prompt of ``eval_hooks/families/taste/family.py``; the teacher's prompt
     adds a blank line and ``demonstration.format(right=..., wrong=...)``) or ``compact`` (the toy's
     one-line prompt, ``eval_hooks/builders/taste_toy.py``)."""
     from eval_hooks.builders.taste_toy import compact_demonstration, compact_prompt

@@ -20,8 +20,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ._common import check_rows, group_by_item, require_complete, slice_key
-from ..vocab import TASTE_CONDITIONS
+from ...metrics._common import check_rows, group_by_item, require_complete, slice_key
+from ...vocab import TASTE_CONDITIONS
 DOMAINS = ("engineering", "research")
 
 

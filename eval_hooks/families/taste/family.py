@@ -12,8 +12,11 @@ from __future__ import annotations
 import math
 from typing import Any, Callable
 
-from .base import Family, _show, items_once, copy_extras, req_choice, req_str
-from ..vocab import TASTE_CONDITIONS as CONDITIONS
+from ..base import Family, _show, items_once, copy_extras, req_choice, req_str
+from ...vocab import TASTE_CONDITIONS as CONDITIONS
+from .metrics import taste_metrics
+from .report import report_section
+
 CONSTRUCTIONS = ("parallel", "detour")
 DOMAINS = ("engineering", "research")
 KNOWN = {"item_id", "task", "prefix", "candidate_a", "candidate_b", "label", "construction", "domain", "horizon",
@@ -96,6 +99,17 @@ class TasteFamily(Family):
     def is_condition(self, c: Any) -> bool:
         return c in CONDITIONS
 
+    def eval_rows(self, eval_cfg: Any, path) -> list[dict]:
+        """``eval.max_prompt_tokens`` caps the prompts, counted by the tokenizer ``eval.prompt_tokenizer``
+        (None: the 4-bytes-per-token estimate)."""
+        count = None
+        if eval_cfg.prompt_tokenizer:
+            from ...models import load_tokenizer
+
+            tok = load_tokenizer(eval_cfg.prompt_tokenizer)
+            count = lambda text: len(tok(text, add_special_tokens=False)["input_ids"])  # noqa: E731
+        return self.configured(max_prompt_tokens=eval_cfg.max_prompt_tokens, count_tokens=count).load(path)
+
     def expand_records(self, records: list[tuple[int, dict]], path) -> list[dict]:
         rows: list[dict] = []
         for ctx, rec, item_id in items_once(records, path):
@@ -138,3 +152,15 @@ class TasteFamily(Family):
         out = super().score_row(row, response)
         out["choice"] = out["parsed"]
         return out
+
+    def metrics(self, item_scores, *, n_boot: int = 1000, seed: int = 0) -> dict[str, Any]:
+        return taste_metrics(item_scores)
+
+    def headline(self, metrics: dict[str, Any]) -> dict[str, Any]:
+        flat: dict[str, Any] = {k: metrics[k] for k in ("seeded", "reversed", "strict", "mean", "average")}
+        flat.update({f"per_cell.{c}.strict": v["strict"] for c, v in metrics["per_cell"].items()})
+        flat.update({f"paired_outcomes.{k}": v for k, v in metrics["paired_outcomes"].items()})
+        return flat
+
+    def report_section(self, metrics, item_scores, out_dir, title):
+        return report_section(metrics, item_scores, out_dir, title)

@@ -9,9 +9,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..parsers import numbers_equal, parse_number
-from .base import Ctx, Family, check_choices, check_gold, req_choice, req_item_id, req_str
-from ..vocab import MIST_CONDITIONS as CONDITIONS
+from ...parsers import numbers_equal, parse_number
+from ..base import Ctx, Family, check_choices, check_gold, req_choice, req_item_id, req_str
+from ...vocab import MIST_CONDITIONS as CONDITIONS
+from .metrics import mist_metrics
+from .report import report_section
+
 ANSWER_TYPES = ("multiple_choice", "numeric", "boolean")
 MATCHED_FIELDS = ("answer_type", "gold", "wrong_value", "choices", "question")
 
@@ -83,6 +86,22 @@ class MistFamily(Family):
         rows = super().validate_rows(records, path)
         self.expand_records(list(zip((l for l, _ in records), rows)), path)  # quartet checks
         return rows
+
+    def load_records(self, records, path):
+        """MIST items *are* rows (one per item and condition): always expanded, with the full quartet checks."""
+        return self.expand_records(records, path)
+
+    def metrics(self, item_scores, *, n_boot: int = 1000, seed: int = 0) -> dict[str, Any]:
+        return mist_metrics(item_scores, n_boot=n_boot, seed=seed)
+
+    def headline(self, metrics: dict[str, Any]) -> dict[str, Any]:
+        flat: dict[str, Any] = {f"accuracy.{c}": metrics["accuracy"][c] for c in CONDITIONS}
+        flat["overall"] = metrics["overall"]
+        flat["sc2w"] = metrics["sc2w"]
+        return flat
+
+    def report_section(self, metrics, item_scores, out_dir, title):
+        return report_section(metrics, item_scores, out_dir, title)
 
 
 def _same_answer(a: str, b: str, answer_type: str) -> bool:

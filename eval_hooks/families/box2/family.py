@@ -12,9 +12,11 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from .base import (Ctx, Family, items_once, answer_instruction, check_choices, check_gold, copy_extras, render_choices,
+from ..base import (Ctx, Family, items_once, answer_instruction, check_choices, check_gold, copy_extras, render_choices,
                    req_choice, req_str, req_str_list)
-from ..vocab import BOX2_CURVE_REGIMES, BOX2_FIXED_REGIMES, BOX2_REGIMES as REGIMES
+from ...vocab import BOX2_CURVE_REGIMES, BOX2_FIXED_REGIMES, BOX2_REGIMES as REGIMES
+from .metrics import box2_metrics
+from .report import report_section
 
 ANSWER_TYPES = ("multiple_choice", "numeric", "boolean")
 _COND = re.compile(rf"^({'|'.join(BOX2_FIXED_REGIMES)}|({'|'.join(BOX2_CURVE_REGIMES)})_(\d+))$")
@@ -73,6 +75,17 @@ class Box2Family(Family):
                 copy_extras(rec, row, KNOWN, ctx)
                 rows.append(row)
         return rows
+
+    def metrics(self, item_scores, *, n_boot: int = 1000, seed: int = 0) -> dict[str, Any]:
+        return box2_metrics(item_scores)
+
+    def headline(self, metrics: dict[str, Any]) -> dict[str, Any]:
+        flat: dict[str, Any] = {f"score.{k}": v for k, v in metrics["score"].items()}
+        flat.update({f"delta.{k}": v for k, v in metrics["delta"].items()})
+        return flat
+
+    def report_section(self, metrics, item_scores, out_dir, title):
+        return report_section(metrics, item_scores, out_dir, title)
 
 
 def _bad_continuations(rec: dict, ctx: Ctx, n_good: int) -> dict[int, list[str]]:

@@ -1,7 +1,8 @@
 """MedCounterfact evaluation pipelines: formats, label probabilities, awareness, mitigations, long evidence.
 
-:func:`run_med_eval` takes Med rows (``load_rows("med", items)``: one row per item and prompt variant
-No-Evd / Evd / Skept+Evd / Expert+Evd) and, for every row, runs
+:func:`run_pipelines` (the Med family's run, :meth:`eval_hooks.families.med.MedFamily.run`) takes Med rows
+(``load_rows("med", items)``: one row per item and prompt variant No-Evd / Evd / Skept+Evd / Expert+Evd) and,
+for every row, runs
 
 - the **multiple-choice** format (the row's prompt: rationale, then ``ANSWER: <label>``) and the
   **free-text** format (no options; a judge maps the answer to Higher / Lower / No Difference /
@@ -24,16 +25,14 @@ smoke runs and tests, not a substitute for a judge model.
 from __future__ import annotations
 
 import re
-from collections import defaultdict
 from typing import Callable, Sequence
 
-from .backends.base import GenerationRequest
-from .families.med import CATEGORIES, GOLD_LABELS, VARIANTS, render_med_prompt
-from .parsers import MED_LABELS, normalize_label, parse_label
-from .prompts import PromptSettings, prompt_messages
-
-from .vocab import MED_FORMATS as FORMATS, MED_MITIGATIONS, MED_PIPELINES as PIPELINES
-AWARENESS = ("Explicit Yes", "Implicit Yes", "No")
+from ...backends.base import GenerationRequest
+from ...parsers import MED_LABELS, normalize_label, parse_label
+from ...prompts import PromptSettings, prompt_messages
+from ...vocab import MED_FORMATS as FORMATS, MED_MITIGATIONS, MED_PIPELINES as PIPELINES
+from .metrics import AWARENESS
+from .prompts import render_med_prompt
 
 FREE_TEXT = ("{persona}Answer the following clinical question in your own words{ev_hint}. Explain your "
              "reasoning.\n\nQuestion: {question}\n{evidence}")
@@ -257,124 +256,3 @@ def _token_counter(backend) -> Callable[[str], int]:
     if tok is None:
         return lambda s: max(1, len(s) // 4)
     return lambda s: len(tok(s, add_special_tokens=False)["input_ids"])
-
-
-assert set(GOLD_LABELS) < set(MED_LABELS)
-
-
-def pipeline_metrics(records: Sequence[dict]) -> dict:
-    """``metrics.json`` of :func:`run_med_eval`. Nested ``<pipeline>.<format>.<category>.<variant>`` maps
-    for ``ea_rate``, ``uncertain_rate``, ``n`` and ``unparsed``; ``awareness`` counts (mc format);
-    ``label_prob_original`` (mean probability of the original label, base pipeline, mc);
-    ``mitigation_delta`` (``<mitigation> - base`` of the mc rates and of the aware share, per cell);
-    ``n_refined`` (records answered through the refine chain)."""
-    cells: dict[tuple, list[dict]] = defaultdict(list)
-    for rec in records:
-        cells[(rec["pipeline"], rec["format"], rec["category"], rec["variant"])].append(rec)
-    out: dict = {k: {} for k in ("ea_rate", "uncertain_rate", "n", "unparsed", "awareness", "label_prob_original",
-                                 "mitigation_delta")}
-
-    def put(metric, key, value):
-        d = out[metric]
-        for k in key[:-1]:
-            d = d.setdefault(k, {})
-        d[key[-1]] = value
-
-    order = {v: i for i, v in enumerate(PIPELINES + FORMATS + CATEGORIES + VARIANTS)}
-    cells = dict(sorted(cells.items(), key=lambda kv: [order.get(k, 99) for k in kv[0]]))
-    for key, recs in cells.items():
-        n = len(recs)
-        put("ea_rate", key, sum(r["correct"] for r in recs) / n)
-        put("uncertain_rate", key, sum(r["uncertain"] for r in recs) / n)
-        put("n", key, n)
-        put("unparsed", key, sum(not r["parse_ok"] for r in recs))
-        if key[1] == "mc":
-            put("awareness", (key[0], key[2], key[3]), {a: sum(r.get("awareness") == a for r in recs) for a in AWARENESS})
-        probs = [r["label_probs"][r["gold"]] for r in recs if "label_probs" in r]
-        if probs:
-            put("label_prob_original", (key[2], key[3]), sum(probs) / len(probs))
-    for (pipe, fmt, cat, var), recs in cells.items():
-        base = cells.get(("base", fmt, cat, var))
-        if pipe == "base" or fmt != "mc" or not base:
-            continue
-
-        def rates(rs):
-            n = len(rs)
-            return (sum(r["uncertain"] for r in rs) / n, sum(r["correct"] for r in rs) / n,
-                    sum(r.get("awareness") in AWARENESS[:2] for r in rs) / n)
-
-        (u1, e1, a1), (u0, e0, a0) = rates(recs), rates(base)
-        put("mitigation_delta", (pipe, cat, var), {"uncertain_rate": u1 - u0, "ea_rate": e1 - e0, "aware": a1 - a0})
-    out["n_refined"] = sum(r["refined"] for r in records)
-    out["n_records"] = len(records)
-    return out
-
-
-def write_med_report(metrics: dict, out_dir) -> None:
-    """``report.md`` with the EA/Uncertain table, the EA-vs-Uncertain scatter, label-probability bars and
-    the mitigation deltas (PNG files beside it)."""
-    from pathlib import Path
-
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    out_dir = Path(out_dir)
-    lines = ["# MedCounterfact evaluation", "", f"Records: {metrics['n_records']}; answered through the refine chain: "
-             f"{metrics['n_refined']}.", "", "| pipeline | format | category | variant | n | EA rate | Uncertain rate |",
-             "|---|---|---|---|---|---|---|"]
-    fig, ax = plt.subplots(figsize=(6, 5))
-    for pipe, fmts in metrics["ea_rate"].items():
-        for fmt, cats in fmts.items():
-            for cat, vars_ in cats.items():
-                for var, ea in vars_.items():
-                    u = metrics["uncertain_rate"][pipe][fmt][cat][var]
-                    lines.append(f"| {pipe} | {fmt} | {cat} | {var} | {metrics['n'][pipe][fmt][cat][var]} | {ea:.3f} | {u:.3f} |")
-                    if pipe == "base" and fmt == "mc":
-                        ax.scatter(u, ea, label=f"{cat}/{var}", s=20)
-    ax.set_xlabel("Uncertain rate"), ax.set_ylabel("EA rate"), ax.set_title("base, multiple choice")
-    ax.legend(fontsize=5, ncol=2)
-    fig.savefig(out_dir / "ea_vs_uncertain.png", dpi=120), plt.close(fig)
-    lines += ["", "![EA vs Uncertain](ea_vs_uncertain.png)", ""]
-    lp = metrics["label_prob_original"]
-    if lp:
-        keys = [(c, v) for c in lp for v in lp[c]]
-        fig, ax = plt.subplots(figsize=(max(6, len(keys) * 0.35), 4))
-        ax.bar(range(len(keys)), [lp[c][v] for c, v in keys])
-        ax.set_xticks(range(len(keys)), [f"{c}/{v}" for c, v in keys], rotation=90, fontsize=6)
-        ax.set_ylabel("mean P(original label) before generation")
-        fig.tight_layout(), fig.savefig(out_dir / "label_probs.png", dpi=120), plt.close(fig)
-        lines += ["![label probabilities](label_probs.png)", ""]
-    if metrics["mitigation_delta"]:
-        lines += ["| mitigation | category | variant | Δ Uncertain | Δ EA | Δ aware |", "|---|---|---|---|---|---|"]
-        for pipe, cats in metrics["mitigation_delta"].items():
-            for cat, vars_ in cats.items():
-                for var, d in vars_.items():
-                    lines.append(f"| {pipe} | {cat} | {var} | {d['uncertain_rate']:+.3f} | {d['ea_rate']:+.3f} | "
-                                 f"{d['aware']:+.3f} |")
-    (out_dir / "report.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
-
-
-def run_med_eval(backend, rows: Sequence[dict], out_dir, *, judge=None, extra: dict | None = None,
-                 step: int | None = None, **kwargs) -> dict:
-    """:func:`run_pipelines`, then write ``item_scores.jsonl``, ``metrics.json`` and ``report.md`` (+ PNGs)
-    atomically into ``out_dir``; returns the metrics. ``judge`` defaults to :class:`KeywordJudge`."""
-    import shutil
-
-    from .io import make_tmp_dir_beside, publish_dir, write_json_atomic, write_jsonl_atomic
-
-    records = run_pipelines(backend, rows, judge=judge or KeywordJudge(), **kwargs)
-    metrics = {"family": "med", **pipeline_metrics(records), "eval_settings": dict(extra or {})}
-    if step is not None:
-        metrics["step"] = step
-    tmp = make_tmp_dir_beside(out_dir)
-    try:
-        write_jsonl_atomic(tmp / "item_scores.jsonl", records)
-        write_json_atomic(tmp / "metrics.json", metrics)
-        write_med_report(metrics, tmp)
-        publish_dir(tmp, out_dir)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return metrics
