@@ -51,6 +51,7 @@ def run(cfg: DictConfig):
     """Train one stage (``algo.stage``); returns the loop's ``LoopResult``."""
     from eval_hooks.io import write_json_atomic
     from eval_hooks.prompts import PromptSettings
+    from trainer.checkpoint import resumable
     from trainer.data import SamplerSource, ShuffleSampler
     from trainer.distill import check_task_disjoint, choice_token_ids, has_choice_position, load_views
     from trainer.distill_steps import DistillSteps, sample_teacher
@@ -97,7 +98,7 @@ def run(cfg: DictConfig):
                            batch_size=cfg.optim.batch_size, rank=acc.process_index, world=acc.num_processes)
     step_fn = steps.kl_step if a.stage == "kl" else steps.calibration_step
     on_epoch_end = steps.epoch_eval(ctx, eval_views) if eval_views is not None and cfg.eval.enabled else None
-    if on_epoch_end is not None and ctx.is_main and not (ctx.run_dir / "checkpoints").exists():
+    if on_epoch_end is not None and ctx.is_main and not resumable(ctx.run_dir):
         ctx.logger.log(0, {"eval_epoch": "0", **{f"eval/{k}": v for k, v in on_epoch_end(0, 0).items()}})
 
     # ---- loop, save ---------------------------------------------------------------------------------
