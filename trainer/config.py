@@ -278,7 +278,8 @@ class DPOAlgoConfig:
 @dataclass
 class SFTAlgoConfig:
     name: str = _f("sft", "Label for this variant (sft, counterfactual_sft, ...).")
-    aggregation: Aggregation = _f("token_mean", "token_mean (TRL-compatible) | sequence_mean.")
+    aggregation: Aggregation = _f("token_mean", "token_mean (TRL-compatible) | sequence_mean (each example's mean NLL, "
+                                                "averaged over the examples that have a target token).")
     multi_turn: bool = _f(False, "Every assistant turn is a target; user/environment turns are masked.")
 
 
@@ -292,7 +293,8 @@ class GRPOAlgoConfig:
     top_p: float = _f(1.0, "Rollout nucleus sampling.")
     eps_low: float = _f(0.2, "Lower clip: ratio >= 1 - eps_low.")
     eps_high: float = _f(0.28, "Upper clip: ratio <= 1 + eps_high (DAPO clip-higher).")
-    aggregation: Aggregation = _f("token_mean", "token_mean (DAPO) | sequence_mean (GRPO).")
+    aggregation: Aggregation = _f("token_mean", "token_mean (DAPO) | sequence_mean (GRPO: each sample's mean, averaged "
+                                                "over all samples; one without a completion token counts as 0).")
     std_scaling: StdScaling = _f("group", "Advantage std normalisation: group | batch | none.")
     kl_beta: float = _f(0.0, "KL penalty β (k3 estimator) against the adapter-disabled reference; 0 = off.")
     num_iterations: int = _f(1, "Optimizer steps per rollout batch (importance ratios from stored old log-probs).")
