@@ -95,3 +95,27 @@ def test_webshop_template_and_unknown_envs_fail_before_training():
     with pytest.raises(ConfigError, match="cannot be loaded"):
         resolve_env("trainer.envs:Nope")
     assert resolve_env("trainer.envs:ToyLookupEnv", max_turns=5)().max_turns == 5
+
+
+def test_the_environments_max_turns_holds_unless_the_config_sets_one(monkeypatch):
+    from recipe_utils import compose
+    from trainer.config import validate_grpo
+
+    class Patient(ToyLookupEnv):
+        max_turns = 9  # a class-level budget, as an environment package would write it
+
+        def __init__(self):
+            super().__init__(max_turns=Patient.max_turns)
+
+    assert GRPOAlgoConfig().env_max_turns is None
+    cfg = compose("grpo", ["recipe=grpo_env_tiny"])
+    assert cfg.algo.env_max_turns is None  # the recipe leaves it to the environment
+    assert resolve_env(cfg.algo.env, max_turns=cfg.algo.env_max_turns)().max_turns == 3  # ToyLookupEnv's own
+    cfg = compose("grpo", ["recipe=grpo_env_tiny", "algo.env_max_turns=2"])
+    assert resolve_env(cfg.algo.env, max_turns=cfg.algo.env_max_turns)().max_turns == 2
+    import trainer.envs as envs
+
+    monkeypatch.setitem(envs.ENVIRONMENTS, "patient", Patient)
+    assert resolve_env("patient")().max_turns == 9 and resolve_env("patient", max_turns=4)().max_turns == 4
+    with pytest.raises(ConfigError, match="env_max_turns must be >= 1"):
+        validate_grpo(compose("grpo", ["recipe=grpo_env_tiny", "algo.env_max_turns=0"]))

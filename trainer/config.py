@@ -309,7 +309,8 @@ class GRPOAlgoConfig:
     is_cap: float = _f(2.0, "Truncation cap of the importance-sampling correction.")
     env: Optional[str] = _f(None, "Multi-turn environment (trainer.envs): toy_lookup | webshop (template) | 'pkg.module:Class'; "
                                   "None = single-turn prompts scored by algo.reward.")
-    env_max_turns: int = _f(4, "Maximum assistant turns per environment episode (reward 0 when exceeded).")
+    env_max_turns: Optional[int] = _f(None, "Maximum assistant turns per environment episode (reward 0 when exceeded); "
+                                            "None = the environment's own max_turns (4 unless its class sets one).")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -715,7 +716,7 @@ def validate_grpo(cfg, world: int | None = None) -> None:
     if a.temperature < 0 or not 0 < a.top_p <= 1 or a.reward_timeout_s < 0:
         raise ConfigError(f"need algo.temperature >= 0, 0 < algo.top_p <= 1 and algo.reward_timeout_s >= 0; got "
                           f"{a.temperature}, {a.top_p}, {a.reward_timeout_s}")
-    if a.max_new_tokens < 1 or a.max_refill_rounds < 0 or a.env_max_turns < 1:
+    if a.max_new_tokens < 1 or a.max_refill_rounds < 0 or (a.env_max_turns is not None and a.env_max_turns < 1):
         raise ConfigError(f"algo.max_new_tokens and algo.env_max_turns must be >= 1 and algo.max_refill_rounds >= 0; "
                           f"got {a.max_new_tokens}, {a.env_max_turns}, {a.max_refill_rounds}")
     if a.env is not None and a.is_correction != "none":
