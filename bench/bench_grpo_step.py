@@ -59,7 +59,8 @@ def ours(args, model_dir: str) -> tuple[list[float], list[float]]:
                           drop_zero_variance=False)
     s = RolloutSettings.from_config(algo, num_groups=args.groups, grad_accum=1, prompt_settings=PromptSettings(), seed=0)
     src = RolloutSource(rows, ShuffleSampler(len(rows), seed=0), SingleTurnMode(s, tok, GuardedReward(reward_fn)),
-                        settings=s, backend_factory=lambda: HFBackend(model, tok, batch_size=args.groups * args.group_size))
+                        settings=s,
+                        backend_factory=lambda: HFBackend(model, tok, batch_size=args.groups * args.group_size))
     times, gen_fracs = [], []
     for _ in range(args.steps):
         t0 = time.perf_counter()

@@ -6,8 +6,8 @@
     python recipes/distill.py recipe=taste_qwen3_4b trainer.run_dir=runs/taste data.train_path=fold_0.jsonl \
         data.eval_path=fold_1.jsonl
 
-``main`` runs the pipeline of ``pipeline.kind``: ``taste`` (toy only: build the fork task, split it into two task-disjoint folds, SFT
-a demonstration-following base) -> stage 1 -> stage 2, each a run of :func:`run` in
+``main`` runs the pipeline of ``pipeline.kind``: ``taste`` (toy only: build the fork task, split it into
+two task-disjoint folds, SFT a demonstration-following base) -> stage 1 -> stage 2, each a run of :func:`run` in
 ``<run_dir>/stages/<name>/`` through the stage runner (stage 2 starts from stage 1's adapter), then
 the evaluation of teacher and student on the held-out fold, ``summary.json`` and ``report.md``; or ``opsd``
 (``trainer/opsd_pipeline.py``).

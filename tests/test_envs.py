@@ -138,6 +138,7 @@ def test_a_rollout_mode_is_a_generator_of_groups_with_the_shared_timing(tiny_tok
         metrics: dict = {}
         groups = mode.groups(backend, rows, [11, 12], adapter=None, metrics=metrics)
         assert [g.item_id for g in groups] == ["a", "b"] and all(len(g.samples) == 2 for g in groups)
-        assert [g.rewards for g in groups] == [[1.0, 1.0], [0.0, 0.0]], type(mode).__name__  # "answer 7": a right, b wrong
+        # "answer 7" everywhere: right for a (gold 7), wrong for b (gold 3)
+        assert [g.rewards for g in groups] == [[1.0, 1.0], [0.0, 0.0]], type(mode).__name__
         assert set(metrics) == timed and all(v >= 0 for v in metrics.values())
     assert single.pop_metrics() == {"reward_errors": 0, "reward_errors_total": 0} and env.pop_metrics() == {}
