@@ -132,6 +132,19 @@ def test_the_old_data_source_spelling_points_to_the_pipeline_kind(tmp_path, pipe
     assert not list(tmp_path.iterdir())  # nothing ran
 
 
+def test_the_pipeline_kind_picks_the_pipeline(monkeypatch, tmp_path):
+    """recipes/distill.py runs the OPSD pipeline for pipeline.kind=opsd (recipe=opsd_tiny) and the taste
+    pipeline otherwise (the pipelines' own runs are stubbed: only the choice is under test)."""
+    import trainer.distill_pipeline as taste
+    import trainer.opsd_pipeline as opsd
+
+    monkeypatch.setattr(opsd.OpsdPipeline, "run", lambda self: {"ran": "opsd"})
+    monkeypatch.setattr(taste.DistillPipeline, "run", lambda self: {"ran": "taste"})
+    pipeline = load_recipe("distill").pipeline
+    assert pipeline(_opsd_cfg(f"trainer.run_dir={tmp_path}"), overrides=[])["ran"] == "opsd"
+    assert pipeline(_opsd_cfg(f"trainer.run_dir={tmp_path}", "pipeline.kind=taste"), overrides=[])["ran"] == "taste"
+
+
 def test_the_opsd_pipeline_kind_needs_what_it_evaluates():
     from trainer.config import ConfigError, validate_distill
 
