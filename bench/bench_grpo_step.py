@@ -47,6 +47,7 @@ def ours(args, model_dir: str) -> tuple[list[float], list[float]]:
     from trainer.model import build_optimizer, build_policy
     from trainer.rewards import GuardedReward
     from trainer.rollout import RolloutSettings, RolloutSource
+    from trainer.rollout_modes import SingleTurnMode
 
     torch.manual_seed(0)
     mcfg = OmegaConf.structured(ModelConfig(path=model_dir))
@@ -57,9 +58,9 @@ def ours(args, model_dir: str) -> tuple[list[float], list[float]]:
     algo = GRPOAlgoConfig(group_size=args.group_size, max_new_tokens=args.max_new_tokens, temperature=1.0,
                           drop_zero_variance=False)
     s = RolloutSettings.from_config(algo, num_groups=args.groups, grad_accum=1, prompt_settings=PromptSettings(), seed=0)
-    src = RolloutSource(rows, ShuffleSampler(len(rows), seed=0), settings=s, tokenizer=tok,
-                        backend_factory=lambda: HFBackend(model, tok, batch_size=args.groups * args.group_size),
-                        reward=GuardedReward(reward_fn))
+    src = RolloutSource(rows, ShuffleSampler(len(rows), seed=0), SingleTurnMode(s, tok, GuardedReward(reward_fn)),
+                        settings=s,
+                        backend_factory=lambda: HFBackend(model, tok, batch_size=args.groups * args.group_size))
     times, gen_fracs = [], []
     for _ in range(args.steps):
         t0 = time.perf_counter()

@@ -1,14 +1,16 @@
 """Taste-Bench privileged-teacher distillation (docs/taste.md#distillation-trainer): stage 1 (KL), stage 2 (calibration).
 
     python recipes/distill.py recipe=taste_tiny trainer.run_dir=runs/taste_tiny seed=0   # CPU proof, end to end
-    python recipes/distill.py recipe=opsd_tiny trainer.run_dir=runs/opsd_tiny seed=0     # SCOPE's OPSD baseline (MIST)
+    python recipes/distill.py recipe=opsd_tiny trainer.run_dir=runs/opsd_tiny seed=0     # SCOPE's OPSD baseline (MIST):
+                                                                                         # pipeline.kind=opsd
     python recipes/distill.py recipe=taste_qwen3_4b trainer.run_dir=runs/taste data.train_path=fold_0.jsonl \
         data.eval_path=fold_1.jsonl
 
-``main`` runs the pipeline: (toy only: build the fork task, split it into two task-disjoint folds, SFT
-a demonstration-following base) -> stage 1 -> stage 2, each a run of :func:`run` in
+``main`` runs the pipeline of ``pipeline.kind``: ``taste`` (toy only: build the fork task, split it into
+two task-disjoint folds, SFT a demonstration-following base) -> stage 1 -> stage 2, each a run of :func:`run` in
 ``<run_dir>/stages/<name>/`` through the stage runner (stage 2 starts from stage 1's adapter), then
-the evaluation of teacher and student on the held-out fold, ``summary.json`` and ``report.md``.
+the evaluation of teacher and student on the held-out fold, ``summary.json`` and ``report.md``; or ``opsd``
+(``trainer/opsd_pipeline.py``).
 
 :func:`run` trains one stage (what ``recipes/chain.py`` calls for ``script: distill``):
 
@@ -51,6 +53,7 @@ def run(cfg: DictConfig):
     """Train one stage (``algo.stage``); returns the loop's ``LoopResult``."""
     from eval_hooks.io import write_json_atomic
     from eval_hooks.prompts import PromptSettings
+    from trainer.checkpoint import resumable
     from trainer.data import SamplerSource, ShuffleSampler
     from trainer.distill import check_task_disjoint, choice_token_ids, has_choice_position, load_views
     from trainer.distill_steps import DistillSteps, sample_teacher
@@ -97,7 +100,7 @@ def run(cfg: DictConfig):
                            batch_size=cfg.optim.batch_size, rank=acc.process_index, world=acc.num_processes)
     step_fn = steps.kl_step if a.stage == "kl" else steps.calibration_step
     on_epoch_end = steps.epoch_eval(ctx, eval_views) if eval_views is not None and cfg.eval.enabled else None
-    if on_epoch_end is not None and ctx.is_main and not (ctx.run_dir / "checkpoints").exists():
+    if on_epoch_end is not None and ctx.is_main and not resumable(ctx.run_dir):
         ctx.logger.log(0, {"eval_epoch": "0", **{f"eval/{k}": v for k, v in on_epoch_end(0, 0).items()}})
 
     # ---- loop, save ---------------------------------------------------------------------------------
@@ -107,15 +110,15 @@ def run(cfg: DictConfig):
 
 
 def pipeline(cfg: DictConfig, overrides: list[str] | None = None) -> dict:
-    """Toy data + base (data.source=toy), stage 1, stage 2, held-out evaluation, ``summary.json``; or, for
-    ``data.source=mist`` (e.g. recipe=opsd_tiny), an optional base SFT, OPSD and the MIST evaluation
-    (``trainer/opsd_pipeline.py``). ``overrides``: the stages' overrides (default: the command line's)."""
+    """``pipeline.kind=taste``: toy data + base (data.source=toy), stage 1, stage 2, held-out evaluation,
+    ``summary.json``; ``pipeline.kind=opsd`` (e.g. recipe=opsd_tiny): an optional base SFT, OPSD and the MIST
+    evaluation (``trainer/opsd_pipeline.py``). ``overrides``: the stages' overrides (default: the command line's)."""
     from trainer.distill_pipeline import DistillPipeline
     from trainer.opsd_pipeline import OpsdPipeline
 
     t0 = time.time()
     runners = {"sft": _sft_run, "distill": run}
-    if cfg.data.source == "mist":
+    if cfg.pipeline.kind == "opsd":
         summary = OpsdPipeline(cfg, compose=_compose, runners=runners, evaluate=_evaluate_run,
                                overrides=overrides).run()
     else:

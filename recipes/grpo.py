@@ -50,14 +50,14 @@ def run(cfg: DictConfig):
     """Train; returns the loop's ``LoopResult`` (step, preempted, final metrics)."""
     from eval_hooks.prompts import PromptSettings
     from trainer.data import ShuffleSampler
-    from trainer.distributed import all_gather_object
     from trainer.envs import resolve_env
     from trainer.evaluation import load_eval_rows, make_backend
     from trainer.logprobs import sequence_logprobs
     from trainer.loop import train_evaluate_finish
     from trainer.model import Reference, build_optimizer, build_policy, build_scheduler
     from trainer.rewards import GuardedReward, resolve_reward
-    from trainer.rollout import RolloutSettings, RolloutSource, check_prompt_lengths, load_rl_prompts
+    from trainer.rollout import Ranks, RolloutSettings, RolloutSource, check_prompt_lengths, load_rl_prompts
+    from trainer.rollout_modes import EnvironmentMode, SingleTurnMode
     from trainer.run import setup_run
     from trainer.weight_sync import rollout_sync_hook
 
@@ -91,10 +91,10 @@ def run(cfg: DictConfig):
     settings = RolloutSettings.from_config(algo, num_groups=algo.prompts_per_step, grad_accum=cfg.optim.grad_accum,
                                            prompt_settings=prompt, seed=cfg.seed)
     old_logps_fn = partial(old_logprobs, unwrapped, acc.device, logprobs) if algo.num_iterations > 1 else None
-    source = RolloutSource(rows, ShuffleSampler(len(rows), seed=cfg.seed), settings=settings, tokenizer=tokenizer,
-                           backend_factory=backend_factory, reward=reward, env_factory=env_factory,
-                           old_logps_fn=old_logps_fn, rank=acc.process_index, world=acc.num_processes,
-                           all_gather=partial(all_gather_object, acc))
+    mode = (EnvironmentMode(settings, tokenizer, env_factory) if env_factory
+            else SingleTurnMode(settings, tokenizer, reward))
+    source = RolloutSource(rows, ShuffleSampler(len(rows), seed=cfg.seed), mode, settings=settings,
+                           backend_factory=backend_factory, old_logps_fn=old_logps_fn, ranks=Ranks.of(acc))
     if cfg.generation.backend == "vllm_server":  # the server samples from this step's adapter, synced and probed
         source.pre_generate = rollout_sync_hook(ctx, lambda: source.backend, unwrapped, tokenizer)
 

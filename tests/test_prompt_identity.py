@@ -130,6 +130,7 @@ def test_grpo_rollout_ids_equal_eval_ids(tokenizers, tiny_model, name, overrides
     from trainer.data import ShuffleSampler
     from trainer.rewards import GuardedReward, resolve_reward
     from trainer.rollout import RolloutSettings, RolloutSource, check_prompt_lengths
+    from trainer.rollout_modes import SingleTurnMode
 
     tok = tokenizers[tok_name]
     cfg = compose("grpo", overrides + ["data.train_path=/x.jsonl"])
@@ -141,8 +142,8 @@ def test_grpo_rollout_ids_equal_eval_ids(tokenizers, tiny_model, name, overrides
     assert check_prompt_lengths(rows, tok, max_prompt_len=512, prompt_settings=settings) == [len(want)]
     for backend in (HFBackend(tiny_model, tok, prompt_settings=settings),
                     ScriptedBackend(tok, lambda r, j, seed: "7")):
-        src = RolloutSource(rows, ShuffleSampler(1, seed=0), settings=s, tokenizer=tok,
-                            backend_factory=lambda b=backend: b, reward=GuardedReward(resolve_reward("numeric_match")))
+        mode = SingleTurnMode(s, tok, GuardedReward(resolve_reward("numeric_match")))
+        src = RolloutSource(rows, ShuffleSampler(1, seed=0), mode, settings=s, backend_factory=lambda b=backend: b)
         mb = src.next_microbatch()
         for row in range(mb["input_ids"].shape[0]):
             assert _prompt_part(mb["input_ids"], mb["completion_mask"], row) == want, type(backend).__name__

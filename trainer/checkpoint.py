@@ -39,6 +39,23 @@ import numpy as np
 
 MARKER = "COMPLETE"
 TEST_PAUSE_ENV = "SELECTRUST_TEST_SLEEP_IN_SAVE"
+CHECKPOINTS = "checkpoints"  # the folder of a run directory that holds its checkpoints
+
+
+def checkpoints_dir(run_dir: Path | str) -> Path:
+    """Where the checkpoints of the run in ``run_dir`` live."""
+    return Path(run_dir) / CHECKPOINTS
+
+
+def run_dir_of(checkpoint: Path) -> Path:
+    """The run directory a checkpoint (``<run_dir>/checkpoints/step_<n>``) belongs to."""
+    return Path(checkpoint).parent.parent
+
+
+def resumable(run_dir: Path | str) -> bool:
+    """True once a run in ``run_dir`` has started checkpointing: running it again continues it (from its
+    newest complete checkpoint, if any) rather than starting a fresh run."""
+    return checkpoints_dir(run_dir).exists()
 
 
 class DiskFullError(OSError):
@@ -161,13 +178,15 @@ def set_rng_state(meta: dict, tensors: dict) -> None:
 
 class CheckpointManager:
     def __init__(self, run_dir: Path, accelerator, *, keep_last: int = 2):
-        self.root = Path(run_dir) / "checkpoints"
+        self.root = checkpoints_dir(run_dir)
         self.acc = accelerator
         self.keep_last = keep_last
 
     @property
     def _deepspeed(self) -> bool:
-        return str(self.acc.distributed_type).endswith("DEEPSPEED")
+        from .distributed import uses_deepspeed
+
+        return uses_deepspeed(self.acc)
 
     # -- discovery ---------------------------------------------------------------------------
     def latest(self) -> Path | None:
@@ -192,7 +211,7 @@ class CheckpointManager:
                                    f"move them aside or start over with trainer.overwrite=true")
             return None
         path = Path(resume).expanduser()
-        if path.is_dir() and path.name == "checkpoints":
+        if path.is_dir() and path.name == CHECKPOINTS:
             found = complete_checkpoints(path)
             path = found[-1] if found else path
         if not (path / MARKER).exists():

@@ -84,7 +84,8 @@ DistillStage = _choices("DistillStage", ("kl", "calibration"))
 DistillMode = _choices("DistillMode", ("teacher_tokens", "on_policy"))
 DistillTeacher = _choices("DistillTeacher", ("initial", "current"))
 TopkSupport = _choices("TopkSupport", TOPK_SUPPORTS)
-DistillSource = _choices("DistillSource", ("files", "toy", "mist"))
+DistillSource = _choices("DistillSource", ("files", "toy", "mist"))  # mist: the old spelling of pipeline.kind=opsd
+DistillPipelineKind = _choices("DistillPipelineKind", ("taste", "opsd"))
 DistillPromptStyle = _choices("DistillPromptStyle", ("taste", "compact", "mist"))
 
 
@@ -278,7 +279,8 @@ class DPOAlgoConfig:
 @dataclass
 class SFTAlgoConfig:
     name: str = _f("sft", "Label for this variant (sft, counterfactual_sft, ...).")
-    aggregation: Aggregation = _f("token_mean", "token_mean (TRL-compatible) | sequence_mean.")
+    aggregation: Aggregation = _f("token_mean", "token_mean (TRL-compatible) | sequence_mean (each example's mean NLL, "
+                                                "averaged over the examples that have a target token).")
     multi_turn: bool = _f(False, "Every assistant turn is a target; user/environment turns are masked.")
 
 
@@ -292,7 +294,8 @@ class GRPOAlgoConfig:
     top_p: float = _f(1.0, "Rollout nucleus sampling.")
     eps_low: float = _f(0.2, "Lower clip: ratio >= 1 - eps_low.")
     eps_high: float = _f(0.28, "Upper clip: ratio <= 1 + eps_high (DAPO clip-higher).")
-    aggregation: Aggregation = _f("token_mean", "token_mean (DAPO) | sequence_mean (GRPO).")
+    aggregation: Aggregation = _f("token_mean", "token_mean (DAPO) | sequence_mean (GRPO: each sample's mean, averaged "
+                                                "over all samples; one without a completion token counts as 0).")
     std_scaling: StdScaling = _f("group", "Advantage std normalisation: group | batch | none.")
     kl_beta: float = _f(0.0, "KL penalty β (k3 estimator) against the adapter-disabled reference; 0 = off.")
     num_iterations: int = _f(1, "Optimizer steps per rollout batch (importance ratios from stored old log-probs).")
@@ -307,7 +310,8 @@ class GRPOAlgoConfig:
     is_cap: float = _f(2.0, "Truncation cap of the importance-sampling correction.")
     env: Optional[str] = _f(None, "Multi-turn environment (trainer.envs): toy_lookup | webshop (template) | 'pkg.module:Class'; "
                                   "None = single-turn prompts scored by algo.reward.")
-    env_max_turns: int = _f(4, "Maximum assistant turns per environment episode (reward 0 when exceeded).")
+    env_max_turns: Optional[int] = _f(None, "Maximum assistant turns per environment episode (reward 0 when exceeded); "
+                                            "None = the environment's own max_turns (4 unless its class sets one).")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -347,9 +351,7 @@ class DistillAlgoConfig:
 @dataclass
 class DistillDataConfig:
     source: DistillSource = _f("files", "files (train_path/eval_path) | toy (the CPU toy fork task, built in <run_dir>/data) | "
-                                        "mist (OPSD on MIST items: an optional base SFT on pipeline.base_sft_path, on-policy "
-                                        "distillation on train_path, the 4-condition MIST evaluation of pipeline.eval_sets; "
-                                        "needs prompt_style=mist).")
+                                        "mist (no longer a data source: an error pointing to pipeline.kind=opsd).")
     train_path: Optional[str] = _f(None, "Items to train on: taste forks (every item needs task_id) or, with "
                                          "prompt_style=mist, MIST quartets (any data path: a file, hf:..., a registered source).")
     eval_path: Optional[str] = _f(None, "Held-out taste fork items (task-disjoint from train_path), or null.")
@@ -362,17 +364,21 @@ class DistillDataConfig:
 
 @dataclass
 class DistillPipelineConfig:
-    base_model: str = _f("tiny-demo", "data.source=toy|mist: the tiny preset the base SFT starts from.")
-    base_sft: list[str] = _f([], "data.source=toy|mist: overrides of recipes/sft.py for the base (toy: a demonstration "
+    kind: DistillPipelineKind = _f("taste", "taste (stage 1 KL, stage 2 calibration, the held-out taste evaluation) | opsd "
+                                            "(SCOPE's OPSD baseline on MIST items: an optional base SFT on base_sft_path, "
+                                            "on-policy distillation on data.train_path, the 4-condition MIST evaluation of "
+                                            "eval_sets; needs data.prompt_style=mist).")
+    base_model: str = _f("tiny-demo", "data.source=toy or kind=opsd: the tiny preset the base SFT starts from.")
+    base_sft: list[str] = _f([], "data.source=toy or kind=opsd: overrides of recipes/sft.py for the base (toy: a demonstration "
                                  "follower; recipe=opsd_tiny: the demo's hint follower, conf/demo.yaml stages.base_sft).")
-    base_sft_path: Optional[str] = _f(None, "data.source=mist: SFT data of the base stage (trained from base_model with "
+    base_sft_path: Optional[str] = _f(None, "kind=opsd: SFT data of the base stage (trained from base_model with "
                                             "base_sft); null = no base stage, the student starts from model.path.")
     stage1: list[str] = _f([], "Overrides of the stage-1 (KL) run, on top of this config.")
     stage2: list[str] = _f([], "Overrides of the stage-2 (calibration) run; empty list = no stage 2.")
     eval_batch_size: int = _f(64, "Views per forward in the pipeline's evaluations.")
-    evaluate: list[str] = _f([], "data.source=mist: overrides of recipes/evaluate.py for the MIST evaluations of "
+    evaluate: list[str] = _f([], "kind=opsd: overrides of recipes/evaluate.py for the MIST evaluations of "
                                  "base and student (like conf/demo.yaml stages.evaluate).")
-    eval_sets: list[str] = _f([], "data.source=mist: MIST item files on which base and student are evaluated (the first is "
+    eval_sets: list[str] = _f([], "kind=opsd: MIST item files on which base and student are evaluated (the first is "
                                   "the headline split of summary.json; each split is keyed by its file name's stem).")
 
 
@@ -713,7 +719,7 @@ def validate_grpo(cfg, world: int | None = None) -> None:
     if a.temperature < 0 or not 0 < a.top_p <= 1 or a.reward_timeout_s < 0:
         raise ConfigError(f"need algo.temperature >= 0, 0 < algo.top_p <= 1 and algo.reward_timeout_s >= 0; got "
                           f"{a.temperature}, {a.top_p}, {a.reward_timeout_s}")
-    if a.max_new_tokens < 1 or a.max_refill_rounds < 0 or a.env_max_turns < 1:
+    if a.max_new_tokens < 1 or a.max_refill_rounds < 0 or (a.env_max_turns is not None and a.env_max_turns < 1):
         raise ConfigError(f"algo.max_new_tokens and algo.env_max_turns must be >= 1 and algo.max_refill_rounds >= 0; "
                           f"got {a.max_new_tokens}, {a.env_max_turns}, {a.max_refill_rounds}")
     if a.env is not None and a.is_correction != "none":
@@ -769,9 +775,12 @@ def validate_distill(cfg) -> None:
                           f"algo.mode=teacher_tokens (got {a.topk_support}, {a.teacher}, {a.mode})")
     if a.teacher == "initial" and not cfg.model.lora.enabled:
         raise ConfigError("algo.teacher=initial is the adapter-disabled model: it needs model.lora.enabled=true")
+    if d.source == "mist":
+        raise ConfigError("data.source=mist: OPSD is a pipeline kind, not a data source; use pipeline.kind=opsd with "
+                          "data.prompt_style=mist and the MIST items as data.train_path (e.g. recipe=opsd_tiny)")
     if d.source == "files" and not d.train_path:
         raise ConfigError("data.train_path: give the taste fork items to train on (or data.source=toy)")
-    if d.prompt_style == "mist" or d.source == "mist":
+    if d.prompt_style == "mist" or cfg.pipeline.kind == "opsd":
         _validate_mist_views(cfg)
 
 
@@ -780,7 +789,7 @@ def _validate_mist_views(cfg) -> None:
     a, d = cfg.algo, cfg.data
     where = "data.prompt_style=mist (student: the misleading MIST prompt, teacher: the clean one)"
     if d.prompt_style != "mist":
-        raise ConfigError(f"data.source=mist trains on MIST views: it needs data.prompt_style=mist, got {d.prompt_style}")
+        raise ConfigError(f"pipeline.kind=opsd trains on MIST views: it needs data.prompt_style=mist, got {d.prompt_style}")
     if a.mode != "on_policy":
         raise ConfigError(f"{where}: the student writes the tokens; set algo.mode=on_policy (got {a.mode})")
     if a.stage != "kl":
@@ -790,8 +799,8 @@ def _validate_mist_views(cfg) -> None:
                           f"algo.choice_kl_weight=0 (got {a.choice_kl_weight})")
     if d.eval_path:
         raise ConfigError(f"{where}: data.eval_path (the epoch-end taste evaluation) must be null; MIST is evaluated "
-                          f"by recipes/evaluate.py (data.source=mist does it after training)")
-    if d.source == "mist" and not d.train_path:
-        raise ConfigError("data.source=mist: data.train_path must name the MIST training items")
-    if d.source == "mist" and not cfg.pipeline.eval_sets:
-        raise ConfigError("data.source=mist: pipeline.eval_sets must name at least one MIST item file to evaluate")
+                          f"by recipes/evaluate.py (pipeline.kind=opsd does it after training)")
+    if cfg.pipeline.kind == "opsd" and not d.train_path:
+        raise ConfigError("pipeline.kind=opsd: data.train_path must name the MIST training items")
+    if cfg.pipeline.kind == "opsd" and not cfg.pipeline.eval_sets:
+        raise ConfigError("pipeline.kind=opsd: pipeline.eval_sets must name at least one MIST item file to evaluate")

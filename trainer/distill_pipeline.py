@@ -1,4 +1,5 @@
-"""The distillation pipeline behind ``python recipes/distill.py`` (docs/taste.md#distillation-trainer).
+"""The taste distillation pipeline behind ``python recipes/distill.py`` (``pipeline.kind=taste``, the default;
+docs/taste.md#distillation-trainer).
 
 ``data.source=toy``: build the toy fork task (``eval_hooks/builders/taste_toy.py``) in ``<run_dir>/data``,
 split it into two task-disjoint folds (fold 0 trains, fold 1 is held out), and SFT a demonstration
@@ -85,9 +86,10 @@ class DistillPipeline:
         cfg = self.cfg
         validate_distill(cfg)
         if cfg.data.prompt_style == "mist":
-            raise ConfigError("data.prompt_style=mist with data.source=files: this command's pipeline evaluates taste "
-                              "forks; for OPSD on MIST files run recipes/distill.py as a `script: distill` stage of "
-                              "recipes/chain.py and evaluate with recipes/evaluate.py (the toy: recipe=opsd_tiny)")
+            raise ConfigError("data.prompt_style=mist with pipeline.kind=taste: this pipeline evaluates taste forks; "
+                              "for OPSD on MIST items use pipeline.kind=opsd (the toy: recipe=opsd_tiny), or run "
+                              "recipes/distill.py as a `script: distill` stage of recipes/chain.py and evaluate with "
+                              "recipes/evaluate.py")
         if cfg.data.source == "toy":
             train, heldout, base = self.prepare_toy()
         else:

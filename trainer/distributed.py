@@ -6,9 +6,19 @@ collective); on one process each returns its input without touching ``torch.dist
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import torch
+
+
+def uses_deepspeed(acc=None) -> bool:
+    """Whether this run trains under DeepSpeed: ``acc``'s distributed type once the accelerator exists;
+    before (``acc=None``), whether ``accelerate launch`` was given a DeepSpeed config (it sets
+    ``ACCELERATE_USE_DEEPSPEED=true`` in every rank)."""
+    if acc is not None:
+        return str(acc.distributed_type).endswith("DEEPSPEED")
+    return os.environ.get("ACCELERATE_USE_DEEPSPEED", "false").lower() in ("1", "true", "yes")
 
 
 def all_gather_object(acc, obj: Any) -> list[Any]:

@@ -122,7 +122,8 @@ ENVIRONMENTS: dict[str, Callable[[], Environment]] = {"toy_lookup": ToyLookupEnv
 
 def resolve_env(name: str, *, max_turns: int | None = None) -> Callable[[], Environment]:
     """``algo.env`` -> a zero-argument factory. Checked (and, for the template, instantiated once so
-    that its NotImplementedError surfaces) before any model loads."""
+    that its NotImplementedError surfaces) before any model loads. ``max_turns`` (``algo.env_max_turns``)
+    replaces the environment's own ``max_turns``; None keeps it."""
     from trainer.config import ConfigError
 
     accepted = f"one of {', '.join(sorted(ENVIRONMENTS))}, or an import path 'pkg.module:Class'"

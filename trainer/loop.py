@@ -22,13 +22,13 @@ import hashlib
 import math
 import signal
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Callable, Protocol
 
 import torch
 
 from .checkpoint import CheckpointManager
-from .distributed import all_gather_object, any_rank
+from .distributed import all_gather_object, any_rank, uses_deepspeed
 from .interrupt import StopRequested, StopSignals
 from .interrupt import signum as _stop_signum
 
@@ -43,6 +43,23 @@ class BatchSource(Protocol):
 
 class NumericalError(RuntimeError):
     pass
+
+
+@dataclass
+class LoopState:
+    """What the loop carries from step to step besides the step count; saved in every checkpoint's
+    ``trainer_state.json`` (beside ``step`` and the data source's ``source``) and restored on resume."""
+
+    epoch_done: int = 0                # passes over the data completed (and evaluated)
+    skipped_total: int = 0             # steps skipped for a NaN/Inf loss or gradient
+    loss_ema: float | None = None      # running mean of the loss (loss-spike detection)
+    last_eval_step: int = -1           # the step of the last evaluation (no second one at the end)
+
+    def load(self, saved: dict) -> None:
+        """Take the saved values (a checkpoint's ``trainer_state.json`` less ``step`` and ``source``)."""
+        for f in fields(self):
+            if f.name in saved:
+                setattr(self, f.name, saved[f.name])
 
 
 @dataclass
@@ -69,10 +86,6 @@ def _mean_dicts(dicts: list[dict]) -> dict[str, float]:
 
 def _gather_mean(acc, metrics: dict[str, float]) -> dict[str, float]:
     return metrics if acc.num_processes == 1 else _mean_dicts(all_gather_object(acc, metrics))
-
-
-def _is_deepspeed(acc) -> bool:
-    return str(acc.distributed_type).endswith("DEEPSPEED")
 
 
 def _data_hash(acc, per_micro_ids: list[list[str]]) -> str:
@@ -123,22 +136,22 @@ def _grad_norm(acc, model, *, max_grad_norm: float, deepspeed: bool) -> float | 
     return _to_float(norm) if norm is not None else None
 
 
-def _step_record(ctx, state: dict, source: BatchSource, *, step: int, micro_metrics: list[dict], loss_value,
+def _step_record(ctx, state: LoopState, source: BatchSource, *, step: int, micro_metrics: list[dict], loss_value,
                  lr: float, grad_norm: float | None, per_micro_ids: list[list[str]], t0: float) -> tuple[dict, float]:
     """The metrics line of a completed step (averaged over micro-batches and ranks), with the data
     hash, timing and a ``loss_spike`` flag (loss > ``trainer.spike_factor`` x its running mean, after
-    step ``trainer.spike_warmup_steps``), and the loss; updates ``state["loss_ema"]`` (decay
+    step ``trainer.spike_warmup_steps``), and the loss; updates ``state.loss_ema`` (decay
     ``trainer.spike_ema_decay``)."""
     acc, tcfg = ctx.accelerator, ctx.cfg.trainer
     metrics = _gather_mean(acc, {**_mean_dicts(micro_metrics), "loss": _to_float(loss_value)})
-    loss_f, ema = metrics["loss"], state["loss_ema"]
+    loss_f, ema = metrics["loss"], state.loss_ema
     spike = ema is not None and step > tcfg.spike_warmup_steps and loss_f > tcfg.spike_factor * max(ema, 1e-8)
     decay = tcfg.spike_ema_decay
-    state["loss_ema"] = loss_f if ema is None else decay * ema + (1 - decay) * loss_f
+    state.loss_ema = loss_f if ema is None else decay * ema + (1 - decay) * loss_f
     extra = source.pop_metrics() if hasattr(source, "pop_metrics") else {}
     last = {**metrics, **extra, "lr": lr, "grad_norm": grad_norm, "epoch": source.epoch,
             "data_hash": _data_hash(acc, per_micro_ids),
-            "step_seconds": round(time.time() - t0, 4), "skipped_total": state["skipped_total"]}
+            "step_seconds": round(time.time() - t0, 4), "skipped_total": state.skipped_total}
     if spike:
         last["loss_spike"] = 1
         if ctx.is_main:
@@ -146,7 +159,7 @@ def _step_record(ctx, state: dict, source: BatchSource, *, step: int, micro_metr
     return last, loss_f
 
 
-def _start(ctx, ckpt, state: dict, *, model, optimizer, scheduler, source) -> int:
+def _start(ctx, ckpt, state: LoopState, *, model, optimizer, scheduler, source) -> int:
     """Load the checkpoint to resume from (``ctx.resume_from``, resolved and verified by ``setup_run``
     before any model loaded) into model, optimizer, scheduler, data source and ``state``; write the run's
     ``config.yaml``; drop metrics lines past the starting step. Returns the starting step."""
@@ -157,7 +170,7 @@ def _start(ctx, ckpt, state: dict, *, model, optimizer, scheduler, source) -> in
         loaded = ckpt.load(ctx.resume_from, model=model, optimizer=optimizer, scheduler=scheduler)
         step = loaded.pop("step")
         source.load_state_dict(loaded.pop("source"))
-        state.update(loaded)
+        state.load(loaded)
         if ctx.is_main:
             print(f"[selectrust] resumed from {ctx.resume_from} at step {step}", flush=True)
     write_config(ctx)  # training is about to start: a failed start before here leaves no config.yaml
@@ -167,14 +180,14 @@ def _start(ctx, ckpt, state: dict, *, model, optimizer, scheduler, source) -> in
     return step
 
 
-def _skip_step(ctx, state: dict, *, optimizer, source, snapshot: dict, step: int, loss_value, grad_norm,
+def _skip_step(ctx, state: LoopState, *, optimizer, source, snapshot: dict, step: int, loss_value, grad_norm,
                consecutive: int, item_ids: list[str]) -> None:
     """A NaN/Inf loss or gradient: drop the gradients, rewind the data source to the step's start and log
     the skip; after ``trainer.max_consecutive_skips`` in a row, stop naming the step and item ids."""
     optimizer.zero_grad(set_to_none=True)
     source.load_state_dict(snapshot)
-    state["skipped_total"] += 1
-    ctx.logger.log(step, {"skipped_nonfinite": 1, "skipped_total": state["skipped_total"],
+    state.skipped_total += 1
+    ctx.logger.log(step, {"skipped_nonfinite": 1, "skipped_total": state.skipped_total,
                           "loss": _to_float(loss_value), "grad_norm": grad_norm})
     if consecutive >= ctx.cfg.trainer.max_consecutive_skips:
         raise NumericalError(
@@ -182,13 +195,13 @@ def _skip_step(ctx, state: dict, *, optimizer, source, snapshot: dict, step: int
             f"optimizer step {step + 1}; item ids of the last batch: {item_ids[:32]}")
 
 
-def _end_of_epoch(ctx, state: dict, on_epoch_end, epoch: int, step: int, last: dict) -> None:
+def _end_of_epoch(ctx, state: LoopState, on_epoch_end, epoch: int, step: int, last: dict) -> None:
     """When the data source finished a pass: note it and evaluate (``trainer.eval_every_epoch``)."""
-    if epoch > state["epoch_done"]:
-        state["epoch_done"] = epoch
+    if epoch > state.epoch_done:
+        state.epoch_done = epoch
         if on_epoch_end is not None and ctx.cfg.trainer.eval_every_epoch:
             _run_eval(ctx, on_epoch_end, epoch, step, last)
-            state["last_eval_step"] = step
+            state.last_eval_step = step
 
 
 def train_loop(ctx, *, model, optimizer, scheduler, source: BatchSource,
@@ -207,7 +220,7 @@ def train_loop(ctx, *, model, optimizer, scheduler, source: BatchSource,
     tcfg, ocfg = cfg.trainer, cfg.optim
     ckpt = CheckpointManager(ctx.run_dir, acc, keep_last=tcfg.keep_last)
 
-    state = {"epoch_done": 0, "skipped_total": 0, "loss_ema": None, "last_eval_step": -1}
+    state = LoopState()
     step = _start(ctx, ckpt, state, model=model, optimizer=optimizer, scheduler=scheduler, source=source)
 
     stop_at = min(tcfg.max_steps, tcfg.stop_at_step or tcfg.max_steps)
@@ -218,11 +231,11 @@ def train_loop(ctx, *, model, optimizer, scheduler, source: BatchSource,
     consecutive_skips = 0
     last: dict[str, Any] = {}
     preempted = False
-    deepspeed = _is_deepspeed(acc)
+    deepspeed = uses_deepspeed(acc)
 
     def save(at_step: int):
         ckpt.save(at_step, model=model, optimizer=optimizer, scheduler=scheduler,
-                  train_state={**state, "source": source.state_dict()})
+                  train_state={**asdict(state), "source": source.state_dict()})
 
     snapshot = None  # source state at the start of the step in progress (None between steps)
     try:
@@ -270,7 +283,7 @@ def train_loop(ctx, *, model, optimizer, scheduler, source: BatchSource,
             if done_epochs:
                 break
         if (not preempted and on_epoch_end is not None and tcfg.eval_at_end and step >= tcfg.max_steps
-                and state["last_eval_step"] != step):
+                and state.last_eval_step != step):
             _run_eval(ctx, on_epoch_end, "final", step, last)
     except (StopRequested, *checkpoint_on) as e:
         _save_last_completed(ctx, ckpt, save, source, snapshot, step, e)
@@ -283,8 +296,8 @@ def train_loop(ctx, *, model, optimizer, scheduler, source: BatchSource,
     if preempted and _stop_signum() == signal.SIGINT:
         raise SystemExit(130)  # Ctrl-C: the checkpoint is saved; exit as an interrupted program does
     finished = step >= tcfg.max_steps or (tcfg.epochs_cap is not None and source.epoch >= tcfg.epochs_cap)
-    ctx.stopped_early = preempted or not finished  # finish_run then writes no run_complete.json
-    return LoopResult(step=step, preempted=preempted, final_metrics=last, stopped_early=ctx.stopped_early)
+    # stopped early: finish_run then writes no run_complete.json
+    return LoopResult(step=step, preempted=preempted, final_metrics=last, stopped_early=preempted or not finished)
 
 
 def _save_last_completed(ctx, ckpt, save, source, snapshot, step: int, error: BaseException) -> None:
@@ -346,7 +359,7 @@ def train_evaluate_finish(ctx, *, model, optimizer, scheduler, source: BatchSour
             tokenizer.save_pretrained(str(ctx.run_dir / "final"))
         ctx.accelerator.wait_for_everyone()
         if not result.preempted:
-            finish_run(ctx, result.step, result.final_metrics)
+            finish_run(ctx, result.step, result.final_metrics, stopped_early=result.stopped_early)
     finally:
         ctx.release()  # the run directory's lock (the kernel drops it too if this process dies)
     return result

@@ -1,4 +1,4 @@
-"""SCOPE's OPSD baseline as a pipeline (``data.source=mist``; ``recipe=opsd_tiny``; docs/scope.md#opsd).
+"""SCOPE's OPSD baseline as a pipeline (``pipeline.kind=opsd``; ``recipe=opsd_tiny``; docs/scope.md#opsd).
 
 Stage ``base`` (only with ``pipeline.base_sft_path``): ``recipes/sft.py`` from the tiny preset
 ``pipeline.base_model`` with ``pipeline.base_sft`` (recipe=opsd_tiny: the demo's base SFT, conf/demo.yaml

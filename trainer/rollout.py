@@ -8,7 +8,9 @@ One *rollout batch* per ``num_iterations`` optimizer steps:
         --> grad_accum micro-batches, replayed num_iterations times
 
 or, with ``algo.env`` set, G multi-turn episodes per prompt through ``trainer.envs.run_episodes``
-(reward = the episode's return; every assistant turn is a target).
+(reward = the episode's return; every assistant turn is a target). How the groups of one round are
+generated and scored is the *rollout mode* (``trainer/rollout_modes.py``: single turn, environment);
+everything else here (the batch builder :class:`RolloutSource`) is the same for every mode.
 
 Seeds: prompt ``k`` of generation round ``r`` of rollout batch ``n`` is sampled with its own seed
 ``prompt_seed(seed, n, r, k)`` (``k`` = its position in the round's *global* draw), and the backend
@@ -45,7 +47,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from eval_hooks.io import DataError
-from eval_hooks.prompts import PromptSettings, prompt_messages, render_prompt
+from eval_hooks.prompts import PromptSettings, render_prompt
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -251,21 +253,39 @@ class RolloutSettings:
                    prompt_settings=prompt_settings, seed=seed)
 
 
+@dataclass
+class Ranks:
+    """This process's place among the ranks that build one global batch together: ``all_gather(obj) ->
+    [obj of rank 0, ..., obj of rank W-1]`` (``torch.distributed.all_gather_object``; may be None on one
+    process) exchanges the generated groups and the old log-probs (see the module docstring)."""
+
+    rank: int = 0
+    world: int = 1
+    all_gather: Callable[[Any], list] | None = None
+
+    @classmethod
+    def of(cls, accelerator) -> "Ranks":
+        from functools import partial
+
+        from .distributed import all_gather_object
+
+        return cls(accelerator.process_index, accelerator.num_processes, partial(all_gather_object, accelerator))
+
+
 class RolloutSource:
-    """Batch source of rollouts (see the module docstring). ``next_microbatch()`` returns::
+    """Batch source of rollouts, the batch builder every rollout mode shares (see the module docstring).
+    ``next_microbatch()`` returns::
 
         {"input_ids", "attention_mask", "completion_mask": (b, T) long,  # right-padded
          "advantages": (b,), "old_logps": (b, T) or None, "rollout_logps": (b, T) or None,
          "num_tokens": float,   # masked tokens of the global batch / (grad_accum * world)
          "item_ids": [...]}
 
-    ``rank``/``world``: this process's place; ``all_gather(obj) -> [obj of rank 0, ..., obj of rank W-1]``
-    (``torch.distributed.all_gather_object``; ``None`` on one process) exchanges the generated groups
-    and the old log-probs (see the module docstring).
+    ``mode``: a :class:`trainer.rollout_modes.RolloutMode` (single turn with a reward, or an environment),
+    which generates and scores the groups; its tokenizer pads the micro-batches. ``ranks``: this process's
+    place (:class:`Ranks`; one process by default).
 
-    ``backend_factory()`` returns a GenerationBackend over the live policy; ``reward`` is a
-    :class:`~trainer.rewards.GuardedReward` (single-turn) and ``env_factory`` a zero-argument
-    environment factory (multi-turn; then ``reward`` is unused). ``old_logps_fn(input_ids,
+    ``backend_factory()`` returns a GenerationBackend over the live policy. ``old_logps_fn(input_ids,
     attention_mask, completion_mask) -> (B, T)`` computes the policy's log-probs under no_grad (needed
     when ``num_iterations > 1``). ``pre_generate(step)`` runs before every rollout batch (adapter sync
     to a generation server) and returns metrics (numbers and strings, logged with that step), plus
@@ -274,27 +294,25 @@ class RolloutSource:
     the next sync (so every line names the weights its rollouts came from).
     """
 
-    def __init__(self, rows: list[dict], sampler, *, settings: RolloutSettings, tokenizer,
-                 backend_factory: Callable[[], Any], reward=None, env_factory=None,
-                 old_logps_fn: Callable | None = None, pre_generate: Callable[[int], dict] | None = None,
-                 rank: int = 0, world: int = 1, all_gather: Callable[[Any], list] | None = None):
-        if reward is None and env_factory is None:
-            raise ValueError("RolloutSource needs a reward function or an environment")
+    def __init__(self, rows: list[dict], sampler, mode, *, settings: RolloutSettings,
+                 backend_factory: Callable[[], Any], old_logps_fn: Callable | None = None,
+                 pre_generate: Callable[[int], dict] | None = None, ranks: Ranks | None = None):
+        ranks = ranks or Ranks()
+        rank, world = ranks.rank, ranks.world
         if settings.num_iterations > 1 and old_logps_fn is None:
             raise ValueError("num_iterations > 1 needs old_logps_fn (stored old log-probs)")
-        if world > 1 and all_gather is None:
+        if world > 1 and ranks.all_gather is None:
             raise ValueError(f"world={world} needs all_gather (the ranks exchange their generated groups)")
         if not 0 <= rank < world:
             raise ValueError(f"rank={rank} is not in [0, world={world})")
         rank_rows(settings.num_groups * settings.group_size, rank, world, settings.grad_accum)  # raises if uneven
-        self.rows, self.sampler, self.s = rows, sampler, settings
-        self.tokenizer = tokenizer
+        self.rows, self.sampler, self.s, self.mode = rows, sampler, settings, mode
+        self.tokenizer = mode.tokenizer
         self.backend_factory = backend_factory
         self._backend = None
-        self.reward, self.env_factory = reward, env_factory
         self.old_logps_fn, self.pre_generate = old_logps_fn, pre_generate
         self.rank, self.world = rank, world
-        self.all_gather = all_gather if all_gather is not None else (lambda obj: [obj])
+        self.all_gather = ranks.all_gather if ranks.all_gather is not None else (lambda obj: [obj])
         self.rollout_index = 0     # rollout batches generated so far
         self.cursor = 0            # micro-batches served from the current batch (over all iterations)
         self.optimizer_steps = 0   # for pre_generate(step)
@@ -328,7 +346,7 @@ class RolloutSource:
         mid = self._batch is not None and 0 < self.cursor < total
         state = {"sampler": self.sampler.state_dict(), "rollout_index": self.rollout_index, "cursor": self.cursor,
                  "optimizer_steps": self.optimizer_steps,
-                 "reward": self.reward.state_dict() if self.reward is not None else {},
+                 "reward": self.mode.state_dict(),
                  "batch": _batch_to_json(self._batch) if mid else None}
         return state
 
@@ -337,8 +355,7 @@ class RolloutSource:
         self.rollout_index = int(state["rollout_index"])
         self.cursor = int(state["cursor"])
         self.optimizer_steps = int(state.get("optimizer_steps", 0))
-        if self.reward is not None:
-            self.reward.load_state_dict(state.get("reward", {}))
+        self.mode.load_state_dict(state.get("reward", {}))
         self._batch = _batch_from_json(state["batch"]) if state.get("batch") else None
         if self._batch is None:
             self.cursor = self.s.grad_accum * self.s.num_iterations  # next call collects a fresh batch
@@ -349,9 +366,7 @@ class RolloutSource:
         # share of this optimizer step (first micro-batch request .. now) spent generating rollouts
         m["generation_fraction"] = round(self._gen_time / max(time.time() - self._step_started, 1e-9), 4)
         self._gen_time = 0.0
-        if self.reward is not None:
-            m["reward_errors"] = self.reward.pop_errors()
-            m["reward_errors_total"] = self.reward.errors_total
+        m.update(self.mode.pop_metrics())
         return m
 
     # -- collection ------------------------------------------------------------------------------------
@@ -372,10 +387,8 @@ class RolloutSource:
         failure: BaseException | None = None
         try:
             if hi > lo:
-                if self.env_factory is not None:
-                    mine = self._env_groups(items[lo:hi], seeds)
-                else:
-                    mine = self._single_turn_groups(items[lo:hi], seeds)
+                mine = self.mode.groups(self.backend, items[lo:hi], seeds, adapter=self._adapter,
+                                        metrics=self._metrics)
         except Exception as e:  # noqa: BLE001 - re-raised below, on every rank
             if self.world == 1:
                 raise
@@ -397,63 +410,6 @@ class RolloutSource:
             raise RuntimeError(f"all_gather returned shares of {[len(p) for p in parts]} groups; expected the "
                                f"{self.world} ranks' shares of {n} groups")
         return [g for part in parts for g in part]
-
-    def _single_turn_groups(self, items: list[dict], seeds: list[int]) -> list[Group]:
-        from eval_hooks.backends.base import GenerationRequest
-
-        s = self.s
-        reqs = []
-        for r, seed in zip(items, seeds):
-            kw = dict(n=s.group_size, max_new_tokens=s.max_new_tokens, temperature=s.temperature, top_p=s.top_p,
-                      stop=list(s.stop), seed=seed, adapter=self._adapter)
-            reqs.append(GenerationRequest(messages=prompt_messages(r["prompt"], s.prompt_settings), **kw))
-        t0 = time.time()
-        results = self.backend.generate(reqs)
-        self._metrics["time_generation_s"] = self._metrics.get("time_generation_s", 0.0) + time.time() - t0
-        t1 = time.time()
-        groups = []
-        for r, res in zip(items, results):
-            if len(res.samples) != s.group_size:
-                raise RuntimeError(f"backend returned {len(res.samples)} samples for {r['item_id']!r}, expected "
-                                   f"algo.group_size={s.group_size} (an empty or short group)")
-            p_ids = list(res.prompt_token_ids) or render_prompt(self.tokenizer, r["prompt"], s.prompt_settings)
-            samples = []
-            for smp in res.samples:
-                c_ids, lps = list(smp.token_ids), list(smp.logprobs)
-                if not c_ids:  # nothing generated: score the EOS so the sample still has one token
-                    c_ids, lps = [self.tokenizer.eos_token_id], [float("nan")]  # NaN: no rollout log-prob (IS weight 1)
-                value, ok = self.reward(smp.text, r)
-                samples.append(Rollout(item_id=r["item_id"], input_ids=p_ids + c_ids,
-                                       completion_mask=[0] * len(p_ids) + [1] * len(c_ids), reward=value,
-                                       reward_ok=ok, truncated=smp.finish_reason == "length",
-                                       completion_len=len(c_ids),
-                                       rollout_logps=lps if len(lps) == len(c_ids) else None))
-            groups.append(Group(r["item_id"], samples))
-        self._metrics["time_reward_s"] = self._metrics.get("time_reward_s", 0.0) + time.time() - t1
-        return groups
-
-    def _env_groups(self, items: list[dict], seeds: list[int]) -> list[Group]:
-        from .envs import run_episodes
-
-        s = self.s
-        t0 = time.time()
-        episodes = run_episodes(self.backend, self.env_factory, items, group_size=s.group_size,
-                                max_new_tokens=s.max_new_tokens, temperature=s.temperature, top_p=s.top_p,
-                                stop=s.stop, seeds=seeds)
-        self._metrics["time_generation_s"] = self._metrics.get("time_generation_s", 0.0) + time.time() - t0
-        groups = []
-        for i, item in enumerate(items):
-            samples = []
-            for ep in episodes[i * s.group_size:(i + 1) * s.group_size]:
-                enc = self.tokenizer.apply_chat_template(ep.messages, tokenize=True, return_dict=True,
-                                                         return_assistant_tokens_mask=True,
-                                                         **dict(s.prompt_settings.chat_template_kwargs))
-                ids, mask = list(enc["input_ids"]), list(enc["assistant_masks"])
-                samples.append(Rollout(item_id=item["item_id"], input_ids=ids, completion_mask=mask,
-                                       reward=ep.reward, truncated=ep.truncated or ep.hit_length,
-                                       completion_len=sum(mask)))
-            groups.append(Group(item["item_id"], samples))
-        return groups
 
     def _collect(self) -> dict:
         import torch

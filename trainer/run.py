@@ -132,7 +132,6 @@ class RunContext:
     logger: MetricsLogger
     recipe: str
     started: float = field(default_factory=time.time)
-    stopped_early: bool = False  # set by train_loop: preempted or stop_at_step < max_steps
     lock: Any = None  # trainer.run_dir.RunLock held by the main process for the life of the run
     resume_from: Path | None = None  # the checkpoint this run continues (resolved before any model loads)
 
@@ -152,11 +151,6 @@ class RunContext:
         self.accelerator.wait_for_everyone()
 
 
-def _deepspeed_launch() -> bool:
-    """``accelerate launch`` with a DeepSpeed config sets ACCELERATE_USE_DEEPSPEED=true in every rank."""
-    return os.environ.get("ACCELERATE_USE_DEEPSPEED", "false").lower() in ("1", "true", "yes")
-
-
 def make_accelerator(trainer_cfg, grad_accum: int = 1, *, micro_batch: int | None = None,
                      max_grad_norm: float | None = None):
     """The run's ``Accelerator``. Under DeepSpeed the config's "auto" values are filled from the recipe:
@@ -166,10 +160,12 @@ def make_accelerator(trainer_cfg, grad_accum: int = 1, *, micro_batch: int | Non
     while DeepSpeed counts all of them."""
     from accelerate import Accelerator
 
+    from .distributed import uses_deepspeed
+
     kwargs: dict[str, Any] = {"mixed_precision": trainer_cfg.mixed_precision}
     if trainer_cfg.device == "cpu":
         kwargs["cpu"] = True
-    elif _deepspeed_launch():
+    elif uses_deepspeed():
         import torch
         from accelerate.utils import InitProcessGroupKwargs
 
@@ -177,9 +173,8 @@ def make_accelerator(trainer_cfg, grad_accum: int = 1, *, micro_batch: int | Non
             kwargs["kwargs_handlers"] = [InitProcessGroupKwargs(backend="gloo")]
         kwargs["gradient_accumulation_steps"] = grad_accum
     acc = Accelerator(**kwargs)
-    plugin = getattr(acc.state, "deepspeed_plugin", None)
-    if plugin is not None:
-        ds = plugin.deepspeed_config
+    if uses_deepspeed(acc):
+        ds = acc.state.deepspeed_plugin.deepspeed_config
         fills = {"gradient_accumulation_steps": grad_accum, "train_micro_batch_size_per_gpu": micro_batch,
                  "gradient_clipping": None if max_grad_norm is None else max(0.0, float(max_grad_norm))}
         for key, value in fills.items():
@@ -269,7 +264,9 @@ def _check_resume(ctx: RunContext, resume_from: Path | None, hashes: dict) -> No
     the checkpoint given as ``trainer.resume=<path>``); a fresh start records the data hashes."""
     from .run_dir import check_data_unchanged, check_resume_config, write_data_hashes
 
-    source_run = resume_from.parent.parent if resume_from is not None else ctx.run_dir
+    from .checkpoint import run_dir_of
+
+    source_run = run_dir_of(resume_from) if resume_from is not None else ctx.run_dir
     check_resume_config(ctx, source_run / "config.yaml")
     if not ctx.is_main:
         return
@@ -291,10 +288,11 @@ def write_config(ctx: RunContext) -> None:
         os.replace(tmp, ctx.run_dir / "config.yaml")
 
 
-def finish_run(ctx: RunContext, step: int, final_metrics: dict[str, Any]) -> None:
+def finish_run(ctx: RunContext, step: int, final_metrics: dict[str, Any], *, stopped_early: bool) -> None:
     """Mark the run complete (``run_complete.json``, read by the sweep launcher); not when the loop
-    stopped early (``trainer.stop_at_step`` before ``max_steps``, preemption): the run resumes later."""
-    if ctx.stopped_early:
+    stopped early (``LoopResult.stopped_early``: ``trainer.stop_at_step`` before ``max_steps``,
+    preemption): the run resumes later."""
+    if stopped_early:
         if ctx.is_main:
             print(f"[selectrust] stopped at step {step} before trainer.max_steps={ctx.cfg.trainer.max_steps}: "
                   f"no run_complete.json; run the same command to continue", flush=True)

@@ -121,6 +121,7 @@ class StageRunner:
         """Train (or skip, or resume) one stage; returns its ``final/`` directory, or None when it stopped early."""
         from omegaconf import OmegaConf
 
+        from .checkpoint import resumable
         from .run_dir import config_differences
 
         run_dir = self.stage_dir(name)
@@ -135,7 +136,7 @@ class StageRunner:
             self.log(f"{name}: already complete ({done}), skipped")
             self.records[name] = {"status": "skipped", **json.loads(done.read_text())}
             return run_dir / "final"
-        resuming = (run_dir / "checkpoints").exists()
+        resuming = resumable(run_dir)
         self.log(f"{name}: {'resuming' if resuming else 'training'} ({stage.script}.py, from "
                  f"{source + '/final' if source else 'model.path'}) in {run_dir}")
         _reset_accelerate()
