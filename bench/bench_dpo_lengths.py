@@ -95,7 +95,7 @@ def padded_fraction(masks) -> float:
 
 
 def run_ours(rows, tokenizer, model, args) -> dict:
-    from trainer.data import ConditionSampler, PairSet, apply_length_policy, condition_mass
+    from trainer.data.train_data import ConditionSampler, PairSet, apply_length_policy, condition_mass
 
     rows = apply_length_policy(PairSet(rows), tokenizer, max_prompt_len=1024, max_completion_len=1024,
                                truncation="error").rows  # as recipes/dpo.py (default prompt settings): num_tokens
@@ -120,7 +120,7 @@ def run_ours(rows, tokenizer, model, args) -> dict:
 
 
 def _reference(model):
-    from trainer.model import Reference
+    from trainer.model.policy import Reference
 
     return Reference(model, lora=True)
 

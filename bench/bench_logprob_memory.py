@@ -71,7 +71,7 @@ def run_child(args) -> dict:
     from transformers import LlamaConfig, LlamaForCausalLM
 
     from trainer.algos.dpo import sigmoid_dpo_loss
-    from trainer.logprobs import sequence_logprobs
+    from trainer.model.logprobs import sequence_logprobs
 
     quiet()
     set_threads(args.threads)

@@ -144,7 +144,7 @@ def run_model(name, cfg, args, device, dtype, peak) -> list[dict]:
     from trainer.algos.dpo import sigmoid_dpo_loss
     from trainer.algos.grpo import clipped_policy_loss, group_advantages
     from trainer.algos.sft import masked_nll_loss
-    from trainer.logprobs import sequence_logprobs
+    from trainer.model.logprobs import sequence_logprobs
 
     model, opt, n = build(cfg, device, dtype, args)
     rows, T = 4, args.row_len

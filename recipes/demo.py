@@ -20,7 +20,7 @@ sys.path.insert(0, str(ROOT))
 import hydra
 from omegaconf import DictConfig
 
-from trainer.cli_help import cli_main
+from trainer.config.cli_help import cli_main
 from toy_demo.config import register
 
 register()

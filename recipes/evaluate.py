@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import hydra
 from omegaconf import DictConfig
 
-from trainer.cli_help import cli_main
+from trainer.config.cli_help import cli_main
 from trainer.config import ConfigError, register_schemas, validate_common, validate_knowledge
 
 register_schemas()
@@ -32,7 +32,7 @@ def run(cfg: DictConfig) -> dict:
     from eval_hooks import run_matched_eval
     from eval_hooks.prompts import PromptSettings
     from trainer.evaluation import build_inference_backend, load_eval_rows
-    from trainer.run import seed_everything
+    from trainer.core.run import seed_everything
 
     validate_common(cfg)
     if not cfg.eval.path:

@@ -6,9 +6,9 @@ import torch
 from eval_hooks.prompts import PromptSettings
 from tests.box2_fakes import ScriptedBackend
 from trainer.config import ConfigError, GRPOAlgoConfig
-from trainer.data import ShuffleSampler
-from trainer.envs import ToyLookupEnv, WebShopEnv, episode_seed, resolve_env, run_episodes
-from trainer.rollout import RolloutSettings, RolloutSource
+from trainer.data.train_data import ShuffleSampler
+from trainer.rl.envs import ToyLookupEnv, WebShopEnv, episode_seed, resolve_env, run_episodes
+from trainer.rl.rollout import RolloutSettings, RolloutSource
 
 ITEM = {"item_id": "a", "prompt": "key abc?", "gold": 7, "answer_type": "numeric"}
 
@@ -93,5 +93,5 @@ def test_webshop_template_and_unknown_envs_fail_before_training():
     with pytest.raises(ConfigError, match="algo.env='shop' is not a known environment"):
         resolve_env("shop")
     with pytest.raises(ConfigError, match="cannot be loaded"):
-        resolve_env("trainer.envs:Nope")
-    assert resolve_env("trainer.envs:ToyLookupEnv", max_turns=5)().max_turns == 5
+        resolve_env("trainer.rl.envs:Nope")
+    assert resolve_env("trainer.rl.envs:ToyLookupEnv", max_turns=5)().max_turns == 5

@@ -51,11 +51,11 @@ def _offenders(folders: tuple[str, ...], forbidden: set[str]) -> list[str]:
 
 
 def test_imports_are_resolved_the_way_python_resolves_them():
-    # the checker itself: a relative import (``from .checkpoint import ...`` in trainer/loop.py), an absolute
-    # from-import naming a class, a function-level import (trainer/loop.py imports tqdm inside train_loop)
-    assert "trainer.checkpoint" in _imports(ROOT / "trainer" / "loop.py")
-    assert "tqdm.auto" in _imports(ROOT / "trainer" / "loop.py")
-    assert "eval_hooks.io.DataError" in _imports(ROOT / "trainer" / "data.py")
+    # the checker itself: a relative import (``from .checkpoint import ...`` in trainer/core/loop.py), an absolute
+    # from-import naming a class, a function-level import (trainer/core/loop.py imports tqdm inside train_loop)
+    assert "trainer.core.checkpoint" in _imports(ROOT / "trainer" / "core" / "loop.py")
+    assert "tqdm.auto" in _imports(ROOT / "trainer" / "core" / "loop.py")
+    assert "eval_hooks.io.DataError" in _imports(ROOT / "trainer" / "data" / "train_data.py")
 
 
 def test_algos_import_only_torch_and_the_standard_library():

@@ -7,12 +7,12 @@ import pytest
 import torch
 
 from recipe_utils import compose, read_metrics, reset_accelerate
-from trainer.checkpoint import CheckpointManager, complete_checkpoints
+from trainer.core.checkpoint import CheckpointManager, complete_checkpoints
 from trainer.config import ConfigError
-from trainer.loop import NumericalError, train_loop
-from trainer.run_dir import check_resume_config
-from trainer.model import build_optimizer, build_scheduler
-from trainer.run import setup_run, write_config
+from trainer.core.loop import NumericalError, train_loop
+from trainer.core.run_dir import check_resume_config
+from trainer.model.policy import build_optimizer, build_scheduler
+from trainer.core.run import setup_run, write_config
 
 
 class Source:

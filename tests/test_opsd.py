@@ -16,7 +16,7 @@ def _opsd_cfg(*extra):
 
 def _mist_rows(path):
     from eval_hooks import load_rows
-    from trainer.data import resolve_data_path
+    from trainer.data.train_data import resolve_data_path
 
     return load_rows("mist", resolve_data_path(path))
 
@@ -28,8 +28,8 @@ def test_views_are_the_misleading_and_clean_evaluation_prompts(tiny_tokenizer):
 
     from eval_hooks.evaluate import build_requests
     from eval_hooks.prompts import PromptSettings, request_prompt_ids
-    from trainer.distill import load_mist_views, load_views
-    from trainer.distill_steps import DistillSteps
+    from trainer.distill.views import load_mist_views, load_views
+    from trainer.distill.steps import DistillSteps
 
     views = load_mist_views(TOY_TRAIN)
     rows = _mist_rows(TOY_TRAIN)
@@ -58,8 +58,8 @@ def test_views_are_the_misleading_and_clean_evaluation_prompts(tiny_tokenizer):
 
 def test_bad_mist_input_names_file_line_and_field(tmp_path):
     from eval_hooks.io import DataError
-    from trainer.data import resolve_data_path
-    from trainer.distill import load_mist_views
+    from trainer.data.train_data import resolve_data_path
+    from trainer.distill.views import load_mist_views
 
     lines = open(resolve_data_path(TOY_TRAIN)).read().splitlines()[:8]
     bad = tmp_path / "mist.jsonl"

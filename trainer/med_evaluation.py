@@ -20,7 +20,7 @@ def load_med_rows(eval_cfg) -> list[dict]:
     from eval_hooks.families import get_family
     from eval_hooks.io import read_records
 
-    from .data import keep_whole_items, resolve_data_path
+    from trainer.data.train_data import keep_whole_items, resolve_data_path
 
     med = eval_cfg.med
     path = Path(resolve_data_path(eval_cfg.path))

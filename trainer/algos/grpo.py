@@ -15,11 +15,9 @@ from __future__ import annotations
 
 import torch
 
-from trainer.algos.sft import AGGREGATIONS  # the same two reductions as the SFT loss
+from trainer.algos.choices import AGGREGATIONS, STD_SCALINGS  # the same two reductions as the SFT loss
 
 __all__ = ["group_advantages", "k3_kl", "clipped_policy_loss"]
-
-STD_SCALINGS = ("group", "batch", "none")
 
 
 def group_advantages(

@@ -5,7 +5,7 @@ Public API (names are stable):
 - ``masked_nll_loss(logits_or_logps, labels, mask=None, *, aggregation="token_mean", num_items=None)
   -> (loss, metrics)``
 
-Alignment convention (shared with ``trainer.logprobs``): ``logits[:, t]`` is the distribution of
+Alignment convention (shared with ``trainer.model.logprobs``): ``logits[:, t]`` is the distribution of
 ``labels[:, t]``. For a causal LM over ``input_ids`` pass ``logits[:, :-1]`` and ``input_ids[:, 1:]``,
 or the ``(B, T)`` token log-probs from ``sequence_logprobs`` (already aligned with ``input_ids``).
 """
@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import torch
 
+from trainer.algos.choices import AGGREGATIONS
+
 __all__ = ["masked_nll_loss", "IGNORE_INDEX"]
 
 IGNORE_INDEX = -100
-AGGREGATIONS = ("token_mean", "sequence_mean")
 
 
 def masked_nll_loss(

@@ -1,4 +1,4 @@
-"""GRPO rollouts as a resumable batch source for ``trainer.loop.train_loop``.
+"""GRPO rollouts as a resumable batch source for ``trainer.core.loop.train_loop``.
 
 One *rollout batch* per ``num_iterations`` optimizer steps:
 
@@ -7,7 +7,7 @@ One *rollout batch* per ``num_iterations`` optimizer steps:
         --group advantages (trainer.algos.grpo)--> [old log-probs if num_iterations > 1]
         --> grad_accum micro-batches, replayed num_iterations times
 
-or, with ``algo.env`` set, G multi-turn episodes per prompt through ``trainer.envs.run_episodes``
+or, with ``algo.env`` set, G multi-turn episodes per prompt through ``trainer.rl.envs.run_episodes``
 (reward = the episode's return; every assistant turn is a target).
 
 Seeds: prompt ``k`` of generation round ``r`` of rollout batch ``n`` is sampled with its own seed
@@ -54,14 +54,14 @@ from eval_hooks.prompts import PromptSettings, prompt_messages, render_prompt
 def load_rl_prompts(path: str, *, family: str | None = None, conditions: Sequence[str] = ()) -> list[dict]:
     """RL prompt rows ``{item_id, prompt, gold, answer_type, [choices]}``.
 
-    ``family=None``: a JSONL/Parquet file of such rows (or a registered data source, ``trainer/data_sources.py``).
+    ``family=None``: a JSONL/Parquet file of such rows (or a registered data source, ``trainer/data/sources.py``).
     ``family='box2'`` (or any eval family): an items file expanded by ``eval_hooks.load_rows``, keeping
     only ``conditions`` (e.g. ``["bad"]``: train on bad-workflow inputs, docs/box2.md#outcome-rl).
     """
     from eval_hooks.io import read_records
     from eval_hooks.parsers import normalize_gold
 
-    from .data import resolve_data_path
+    from trainer.data.train_data import resolve_data_path
 
     real = resolve_data_path(path)
     if family:
@@ -264,7 +264,7 @@ class RolloutSource:
     and the old log-probs (see the module docstring).
 
     ``backend_factory()`` returns a GenerationBackend over the live policy; ``reward`` is a
-    :class:`~trainer.rewards.GuardedReward` (single-turn) and ``env_factory`` a zero-argument
+    :class:`~trainer.rl.rewards.GuardedReward` (single-turn) and ``env_factory`` a zero-argument
     environment factory (multi-turn; then ``reward`` is unused). ``old_logps_fn(input_ids,
     attention_mask, completion_mask) -> (B, T)`` computes the policy's log-probs under no_grad (needed
     when ``num_iterations > 1``). ``pre_generate(step)`` runs before every rollout batch (adapter sync
@@ -433,7 +433,7 @@ class RolloutSource:
         return groups
 
     def _env_groups(self, items: list[dict], seeds: list[int]) -> list[Group]:
-        from .envs import run_episodes
+        from trainer.rl.envs import run_episodes
 
         s = self.s
         t0 = time.time()
@@ -458,7 +458,7 @@ class RolloutSource:
     def _collect(self) -> dict:
         import torch
 
-        from .algos.grpo import group_advantages
+        from trainer.algos.grpo import group_advantages
 
         s = self.s
         if self.pre_generate is not None:
@@ -567,7 +567,7 @@ def _portable(err: BaseException | None, rank: int) -> BaseException | None:
 
 
 def _pad(rows: list[list[int]], masks: list[list[int]], tokenizer):
-    from trainer.logprobs import right_pad
+    from trainer.model.logprobs import right_pad
 
     return right_pad(rows, masks, tokenizer.pad_token_id if tokenizer.pad_token_id is not None
                      else tokenizer.eos_token_id)
