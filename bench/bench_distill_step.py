@@ -38,8 +38,6 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
 
 def _cfg(overrides):
     from hydra import compose, initialize_config_dir

@@ -26,16 +26,12 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import sys
 import tempfile
 import time
 from collections import Counter, defaultdict
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from bench.bench_dpo_step import CONDITIONS, OurStep, TrlStep, _random_text, build_our_policy, quiet, set_threads  # noqa: E402,E501
+from bench.bench_dpo_step import CONDITIONS, OurStep, TrlStep, _random_text, build_our_policy, quiet, set_threads  # noqa: E501
 
 BLOCKS_PER_WINDOW = 16
 

@@ -32,9 +32,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from bench.bench_dpo_step import BETA, lora_config, quiet, set_threads  # noqa: E402
+from bench.bench_dpo_step import BETA, lora_config, quiet, set_threads
 
 
 def parse_args(argv):

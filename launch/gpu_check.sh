@@ -20,6 +20,8 @@
 # Paste the whole output into the issue's closing note.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+# The scripts below import trainer/ and eval_hooks/ from this tree, which may be a copy that is not installed.
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 
 PORT=${PORT:-8000}
 OUT=${OUT:-runs/gpu_check}

@@ -12,11 +12,6 @@ style, answer prefix, choice tokens, reasoning budget) of ``conf/distill.yaml``.
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
 import hydra
 from omegaconf import DictConfig
 

@@ -18,10 +18,6 @@ The stages run in this one process (``trainer/core/stages.py``), one after anoth
 from __future__ import annotations
 
 import importlib
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import hydra
 from omegaconf import DictConfig

@@ -11,12 +11,6 @@ task and its ``toy:<seed>/<file>`` data source (``toy_demo/task.py``), this entr
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
 import hydra
 from omegaconf import DictConfig
 

@@ -32,11 +32,7 @@ the evaluation of teacher and student on the held-out fold, ``summary.json`` and
 
 from __future__ import annotations
 
-import sys
 import time
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import hydra
 from omegaconf import DictConfig

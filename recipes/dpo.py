@@ -17,11 +17,7 @@ How this departs from TRL's DPOTrainer (same loss, checked by tests/test_trl_equ
 
 from __future__ import annotations
 
-import sys
 from functools import partial
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import hydra
 import torch

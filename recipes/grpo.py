@@ -30,11 +30,7 @@ How this departs from TRL's GRPOTrainer (same loss on the same inputs, tests/tes
 from __future__ import annotations
 
 import os
-import sys
 from functools import partial
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import hydra
 import torch

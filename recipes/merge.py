@@ -11,10 +11,7 @@ vLLM, uploaded, or used as ``model.path`` of a later run. Written to a temporary
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import hydra
 from omegaconf import DictConfig

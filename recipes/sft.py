@@ -20,11 +20,7 @@ How this departs from TRL's SFTTrainer (same token-mean loss: tests/test_sft_rec
 
 from __future__ import annotations
 
-import sys
 from functools import partial
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import hydra
 from omegaconf import DictConfig

@@ -28,7 +28,7 @@ from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
 from typing import Callable
 
-from eval_hooks.hf_data import HF_PREFIX, is_dataset_source
+from eval_hooks.dataset_ids import HF_PREFIX, is_dataset_source
 from eval_hooks.io import DataError
 
 ENTRY_POINT_GROUP = "selectrust.data_sources"
