@@ -197,7 +197,7 @@ def test_choices_come_from_the_tuples_the_code_checks():
     from eval_hooks.vocab import MED_MITIGATIONS
     from trainer.algos.grpo import AGGREGATIONS, STD_SCALINGS
     from trainer.config import Aggregation, Family, MedMitigation, StdScaling, Truncation
-    from trainer.data.train_data import TRUNCATIONS
+    from trainer.data.choices import TRUNCATIONS
 
     for enum, values in ((Aggregation, AGGREGATIONS), (StdScaling, STD_SCALINGS), (Family, tuple(FAMILIES)),
                          (Truncation, TRUNCATIONS), (MedMitigation, MED_MITIGATIONS)):

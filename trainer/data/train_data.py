@@ -23,7 +23,6 @@ import numpy as np
 from eval_hooks.io import DataError, read_records
 from eval_hooks.vocab import MIST_CONDITIONS as CONDITIONS
 
-from trainer.data.choices import ON_INVALID, TRUNCATIONS, WEIGHTINGS
 from trainer.data.sources import resolve_data_path
 
 # Knowledge-aware SCOPE (docs/scope.md#knowledge-aware-scope): pools of items the model does not know,
