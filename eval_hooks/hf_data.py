@@ -20,10 +20,11 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from .errors import HF_PREFIX, DataError, is_dataset_source, is_saved_dataset, split_disk_spec
+from eval_hooks.dataset_ids import HF_PREFIX, is_dataset_source, is_saved_dataset, split_disk_spec
+from eval_hooks.errors import DataError
 
-# Which paths are ``datasets`` sources is decided in :mod:`eval_hooks.errors` (DataError's messages need it);
-# the names are re-exported here, where callers look for them.
+# Which paths are ``datasets`` sources is decided in :mod:`eval_hooks.dataset_ids` (DataError's messages need
+# it); the names are re-exported here, where callers look for them.
 __all__ = ["HF_PREFIX", "is_dataset_source", "is_saved_dataset", "split_disk_spec", "parse_hf_spec",
            "load_dataset_records"]
 

@@ -15,7 +15,8 @@ from collections import deque
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
-from .errors import DataError, is_dataset_source
+from eval_hooks.dataset_ids import is_dataset_source
+from eval_hooks.errors import DataError  # noqa: F401  (the readers' error; imported from here too)
 
 PARQUET_SUFFIXES = (".parquet", ".pq")
 

@@ -10,7 +10,7 @@
 two task-disjoint folds, SFT a demonstration-following base) -> stage 1 -> stage 2, each a run of :func:`run` in
 ``<run_dir>/stages/<name>/`` through the stage runner (stage 2 starts from stage 1's adapter), then
 the evaluation of teacher and student on the held-out fold, ``summary.json`` and ``report.md``; or ``opsd``
-(``trainer/opsd_pipeline.py``).
+(``trainer/distill/opsd_pipeline.py``).
 
 :func:`run` trains one stage (what ``recipes/chain.py`` calls for ``script: distill``):
 
@@ -34,16 +34,12 @@ the evaluation of teacher and student on the held-out fold, ``summary.json`` and
 
 from __future__ import annotations
 
-import sys
 import time
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import hydra
 from omegaconf import DictConfig
 
-from trainer.cli_help import cli_main
+from trainer.config.cli_help import cli_main
 from trainer.config import register_schemas, validate_distill
 
 register_schemas()
@@ -53,13 +49,13 @@ def run(cfg: DictConfig):
     """Train one stage (``algo.stage``); returns the loop's ``LoopResult``."""
     from eval_hooks.io import write_json_atomic
     from eval_hooks.prompts import PromptSettings
-    from trainer.checkpoint import resumable
-    from trainer.data import SamplerSource, ShuffleSampler
-    from trainer.distill import check_task_disjoint, choice_token_ids, has_choice_position, load_views
-    from trainer.distill_steps import DistillSteps, sample_teacher
-    from trainer.loop import train_evaluate_finish
-    from trainer.model import Reference, build_optimizer, build_policy, build_scheduler
-    from trainer.run import setup_run
+    from trainer.core.checkpoint import resumable
+    from trainer.data.train_data import SamplerSource, ShuffleSampler
+    from trainer.distill.views import check_task_disjoint, choice_token_ids, has_choice_position, load_views
+    from trainer.distill.steps import DistillSteps, sample_teacher
+    from trainer.core.loop import train_evaluate_finish
+    from trainer.model.policy import Reference, build_optimizer, build_policy, build_scheduler
+    from trainer.core.run import setup_run
 
     # ---- validate everything before any model loads -------------------------------------------------
     validate_distill(cfg)
@@ -112,9 +108,9 @@ def run(cfg: DictConfig):
 def pipeline(cfg: DictConfig, overrides: list[str] | None = None) -> dict:
     """``pipeline.kind=taste``: toy data + base (data.source=toy), stage 1, stage 2, held-out evaluation,
     ``summary.json``; ``pipeline.kind=opsd`` (e.g. recipe=opsd_tiny): an optional base SFT, OPSD and the MIST
-    evaluation (``trainer/opsd_pipeline.py``). ``overrides``: the stages' overrides (default: the command line's)."""
-    from trainer.distill_pipeline import DistillPipeline
-    from trainer.opsd_pipeline import OpsdPipeline
+    evaluation (``trainer/distill/opsd_pipeline.py``). ``overrides``: the stages' overrides (default: the command line's)."""
+    from trainer.distill.pipeline import DistillPipeline
+    from trainer.distill.opsd_pipeline import OpsdPipeline
 
     t0 = time.time()
     runners = {"sft": _sft_run, "distill": run}

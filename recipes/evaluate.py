@@ -13,15 +13,12 @@ with ``python -m eval_hooks score`` instead.
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import hydra
 from omegaconf import DictConfig
 
-from trainer.cli_help import cli_main
+from trainer.config.cli_help import cli_main
 from trainer.config import ConfigError, register_schemas, validate_common, validate_knowledge
 
 register_schemas()
@@ -31,7 +28,7 @@ def run(cfg: DictConfig) -> dict:
     """Evaluate; returns the metrics written to ``<out_dir>/metrics.json``."""
     from eval_hooks.prompts import PromptSettings
     from trainer.evaluation import build_inference_backend, load_eval_rows, run_eval
-    from trainer.run import seed_everything
+    from trainer.core.run import seed_everything
 
     validate_common(cfg)
     if not cfg.eval.path:

@@ -6,10 +6,10 @@ import torch
 from eval_hooks.prompts import PromptSettings
 from tests.box2_fakes import ScriptedBackend
 from trainer.config import ConfigError, GRPOAlgoConfig
-from trainer.data import ShuffleSampler
-from trainer.envs import ToyLookupEnv, WebShopEnv, episode_seed, resolve_env, run_episodes
-from trainer.rollout import RolloutSettings, RolloutSource
-from trainer.rollout_modes import EnvironmentMode
+from trainer.data.train_data import ShuffleSampler
+from trainer.rl.envs import ToyLookupEnv, WebShopEnv, episode_seed, resolve_env, run_episodes
+from trainer.rl.rollout import RolloutSettings, RolloutSource
+from trainer.rl.rollout_modes import EnvironmentMode
 
 ITEM = {"item_id": "a", "prompt": "key abc?", "gold": 7, "answer_type": "numeric"}
 
@@ -93,8 +93,8 @@ def test_webshop_template_and_unknown_envs_fail_before_training():
     with pytest.raises(ConfigError, match="algo.env='shop' is not a known environment"):
         resolve_env("shop")
     with pytest.raises(ConfigError, match="cannot be loaded"):
-        resolve_env("trainer.envs:Nope")
-    assert resolve_env("trainer.envs:ToyLookupEnv", max_turns=5)().max_turns == 5
+        resolve_env("trainer.rl.envs:Nope")
+    assert resolve_env("trainer.rl.envs:ToyLookupEnv", max_turns=5)().max_turns == 5
 
 
 def test_the_environments_max_turns_holds_unless_the_config_sets_one(monkeypatch):
@@ -113,7 +113,7 @@ def test_the_environments_max_turns_holds_unless_the_config_sets_one(monkeypatch
     assert resolve_env(cfg.algo.env, max_turns=cfg.algo.env_max_turns)().max_turns == 3  # ToyLookupEnv's own
     cfg = compose("grpo", ["recipe=grpo_env_tiny", "algo.env_max_turns=2"])
     assert resolve_env(cfg.algo.env, max_turns=cfg.algo.env_max_turns)().max_turns == 2
-    import trainer.envs as envs
+    import trainer.rl.envs as envs
 
     monkeypatch.setitem(envs.ENVIRONMENTS, "patient", Patient)
     assert resolve_env("patient")().max_turns == 9 and resolve_env("patient", max_turns=4)().max_turns == 4
@@ -125,8 +125,8 @@ def test_a_rollout_mode_is_a_generator_of_groups_with_the_shared_timing(tiny_tok
     """Both modes are driven the same way (RolloutMode.groups): rows + seeds in, one group of group_size
     scored samples per row out; generation is timed by the one shared helper, and only the single-turn mode
     (which scores after generating) adds time_reward_s."""
-    from trainer.rewards import GuardedReward, resolve_reward
-    from trainer.rollout_modes import SingleTurnMode
+    from trainer.rl.rewards import GuardedReward, resolve_reward
+    from trainer.rl.rollout_modes import SingleTurnMode
 
     s = RolloutSettings.from_config(GRPOAlgoConfig(group_size=2, max_new_tokens=8), num_groups=1, grad_accum=1,
                                     prompt_settings=PromptSettings(), seed=0)

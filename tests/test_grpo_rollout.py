@@ -13,12 +13,12 @@ from eval_hooks.io import DataError
 from eval_hooks.prompts import PromptSettings
 from tests.box2_fakes import ScriptedBackend
 from trainer.config import GRPOAlgoConfig
-from trainer.data import ShuffleSampler
-from trainer.rewards import GuardedReward, resolve_reward
+from trainer.data.train_data import ShuffleSampler
+from trainer.rl.rewards import GuardedReward, resolve_reward
 from eval_hooks.backends.base import derive_seed
-from trainer.rollout import (Group, Ranks, Rollout, RolloutSettings, RolloutSource, check_prompt_lengths, fill_batch,
+from trainer.rl.rollout import (Group, Ranks, Rollout, RolloutSettings, RolloutSource, check_prompt_lengths, fill_batch,
                              load_rl_prompts, prompt_seed, rank_rows, share)
-from trainer.rollout_modes import SingleTurnMode
+from trainer.rl.rollout_modes import SingleTurnMode
 
 
 def _groups(reward_lists):

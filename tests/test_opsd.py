@@ -16,7 +16,7 @@ def _opsd_cfg(*extra):
 
 def _mist_rows(path):
     from eval_hooks import load_rows
-    from trainer.data import resolve_data_path
+    from trainer.data.train_data import resolve_data_path
 
     return load_rows("mist", resolve_data_path(path))
 
@@ -28,8 +28,8 @@ def test_views_are_the_misleading_and_clean_evaluation_prompts(tiny_tokenizer):
 
     from eval_hooks.evaluate import build_requests
     from eval_hooks.prompts import PromptSettings, request_prompt_ids
-    from trainer.distill import load_mist_views, load_views
-    from trainer.distill_steps import DistillSteps
+    from trainer.distill.views import load_mist_views, load_views
+    from trainer.distill.steps import DistillSteps
 
     views = load_mist_views(TOY_TRAIN)
     rows = _mist_rows(TOY_TRAIN)
@@ -58,8 +58,8 @@ def test_views_are_the_misleading_and_clean_evaluation_prompts(tiny_tokenizer):
 
 def test_bad_mist_input_names_file_line_and_field(tmp_path):
     from eval_hooks.io import DataError
-    from trainer.data import resolve_data_path
-    from trainer.distill import load_mist_views
+    from trainer.data.train_data import resolve_data_path
+    from trainer.distill.views import load_mist_views
 
     lines = open(resolve_data_path(TOY_TRAIN)).read().splitlines()[:8]
     bad = tmp_path / "mist.jsonl"
@@ -135,8 +135,8 @@ def test_the_old_data_source_spelling_points_to_the_pipeline_kind(tmp_path, pipe
 def test_the_pipeline_kind_picks_the_pipeline(monkeypatch, tmp_path):
     """recipes/distill.py runs the OPSD pipeline for pipeline.kind=opsd (recipe=opsd_tiny) and the taste
     pipeline otherwise (the pipelines' own runs are stubbed: only the choice is under test)."""
-    import trainer.distill_pipeline as taste
-    import trainer.opsd_pipeline as opsd
+    import trainer.distill.pipeline as taste
+    import trainer.distill.opsd_pipeline as opsd
 
     monkeypatch.setattr(opsd.OpsdPipeline, "run", lambda self: {"ran": "opsd"})
     monkeypatch.setattr(taste.DistillPipeline, "run", lambda self: {"ran": "taste"})

@@ -6,7 +6,7 @@ rather than after the first epoch. ``make_backend`` builds the generation backen
 
 With ``generation=vllm_server`` the epoch-end evaluation of every trainer goes through the server, on the
 *current* weights: before each evaluation the LoRA adapter is saved, loaded on the server under a new
-name and probed (``trainer.weight_sync.AdapterSync``, own client with adapter prefix ``eval`` and own
+name and probed (``trainer.rl.weight_sync.AdapterSync``, own client with adapter prefix ``eval`` and own
 directory ``<adapter root>/eval``, so a GRPO run's rollout adapters are never unloaded by it). The
 version, checksum and probe difference go to ``eval/<epoch>/adapter_sync.json`` and the logged eval
 metrics. A policy without a LoRA adapter cannot be pushed to the server and is refused at start-up,
@@ -29,8 +29,8 @@ def load_eval_rows(eval_cfg) -> list[dict] | None:
         return None
     from eval_hooks.families import get_family
 
-    from .config import ConfigError
-    from .data import keep_whole_items, resolve_data_path
+    from trainer.config import ConfigError
+    from trainer.data.train_data import keep_whole_items, resolve_data_path
 
     if eval_cfg.knowledge_path and eval_cfg.family != "mist":
         raise ConfigError(f"eval.knowledge_path splits MIST metrics by knowledge; eval.family={eval_cfg.family}")
@@ -92,7 +92,7 @@ def server_errors(gen_cfg) -> tuple[type[BaseException], ...]:
         return ()
     from eval_hooks.backends.vllm_server import ServerError
 
-    from .weight_sync import StaleWeightsError
+    from trainer.rl.weight_sync import StaleWeightsError
 
     return (ServerError, StaleWeightsError)
 
@@ -105,7 +105,7 @@ def build_inference_backend(model_cfg, gen_cfg, *, prompt_settings: PromptSettin
     base first, as the trainers do."""
     from eval_hooks.models import load_tokenizer
 
-    from .model import load_base_with_adapters
+    from trainer.model.policy import load_base_with_adapters
 
     tokenizer = load_tokenizer(model_cfg.path, trust_remote_code=model_cfg.trust_remote_code)
     model = None
@@ -135,7 +135,7 @@ def make_epoch_eval(ctx, rows: list[dict] | None, backend_factory: Callable[[], 
     """
     if rows is None:
         return None
-    from .config import ConfigError
+    from trainer.config import ConfigError
 
     ecfg, gen = ctx.cfg.eval, ctx.cfg.generation
     server = gen.backend == "vllm_server"
@@ -148,7 +148,7 @@ def make_epoch_eval(ctx, rows: list[dict] | None, backend_factory: Callable[[], 
                               "(model.lora.enabled=true), because only an adapter can be pushed to a running server; "
                               "with full fine-tuning the server would evaluate its base weights. Use generation=hf.")
 
-        from .weight_sync import adapter_root, lazy_adapter_sync
+        from trainer.rl.weight_sync import adapter_root, lazy_adapter_sync
 
         server_sync = lazy_adapter_sync(
             lambda: make_backend(gen, policy, tokenizer, model_path=ctx.cfg.model.path,

@@ -8,7 +8,7 @@ Public API (names are stable):
   label_smoothing=0.0, weights=None) -> (loss, metrics)``
 - ``per_group_metrics(row_metrics, groups, *, names=...) -> dict[str, float]``
 
-All log-probs are *summed* over completion tokens (see ``trainer.logprobs.sequence_logprobs``).
+All log-probs are *summed* over completion tokens (see ``trainer.model.logprobs.sequence_logprobs``).
 """
 
 from __future__ import annotations

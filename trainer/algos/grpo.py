@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["group_advantages", "k3_kl", "clipped_policy_loss", "mean_over_all_rows"]
+from trainer.algos.choices import AGGREGATIONS, STD_SCALINGS  # sequence_mean here: mean_over_all_rows
 
-AGGREGATIONS = ("token_mean", "sequence_mean")  # sequence_mean: mean_over_all_rows
+__all__ = ["group_advantages", "k3_kl", "clipped_policy_loss", "mean_over_all_rows"]
 
 
 def mean_over_all_rows(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -28,8 +28,6 @@ def mean_over_all_rows(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor
     row without a masked position counts as 0 (TRL 1.16 ``loss_type="grpo"``). ``values``, ``mask``:
     ``(B, T)``, ``mask`` 0/1 in ``values``' dtype."""
     return ((values * mask).sum(dim=1) / mask.sum(dim=1).clamp_min(1.0)).mean()
-
-STD_SCALINGS = ("group", "batch", "none")
 
 
 def group_advantages(

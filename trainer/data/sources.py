@@ -5,7 +5,7 @@ the path of a readable data file, building or caching it as it likes, and raises
 :class:`eval_hooks.io.DataError` for a ``rest`` it cannot serve. The trainer knows no source by name; a
 package plugs one in either in code::
 
-    from trainer.data_sources import register_data_source
+    from trainer.data.sources import register_data_source
     register_data_source("mysrc", my_resolver)
 
 or, without the trainer ever importing it, through its package metadata (entry-point group
@@ -28,7 +28,7 @@ from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
 from typing import Callable
 
-from eval_hooks.hf_data import HF_PREFIX, is_dataset_source
+from eval_hooks.dataset_ids import HF_PREFIX, is_dataset_source
 from eval_hooks.io import DataError
 
 ENTRY_POINT_GROUP = "selectrust.data_sources"
@@ -100,4 +100,4 @@ def resolve_data_path(path: str) -> str:
     raise DataError(f"{path!r} names data source {scheme!r}, which is not known (known: {known_data_sources()}); "
                     f"a package declares one with an entry point in group {ENTRY_POINT_GROUP!r} (present once "
                     "the package is installed: pip install -e .) or registers it with "
-                    "trainer.data_sources.register_data_source", path=path)
+                    "trainer.data.sources.register_data_source", path=path)

@@ -26,12 +26,9 @@ import threading
 from typing import Any, Callable
 
 from eval_hooks.parsers import answers_match, parse_answer
+from trainer.core.errors import RewardError  # noqa: F401  (raised here; the loop checkpoints on it)
 
 RewardFn = Callable[[str, dict], float]
-
-
-class RewardError(RuntimeError):
-    """Too many reward-function failures: the run stops (message names the function and an input)."""
 
 
 class RewardTimeout(Exception):
@@ -142,7 +139,7 @@ class GuardedReward:
         self.example: dict[str, Any] | None = None
 
     def __call__(self, completion: str, row: dict) -> tuple[float, bool]:
-        from .interrupt import StopRequested, interruptible
+        from trainer.core.interrupt import StopRequested, interruptible
 
         try:
             with interruptible():  # a stop signal here abandons the step (the loop checkpoints the last one)

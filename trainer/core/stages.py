@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from .config import ConfigError
+from trainer.config import ConfigError
 
 SCRIPTS = ("sft", "dpo", "grpo", "distill")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
@@ -56,7 +56,7 @@ def validate_chain(cfg, compose: Callable[[str, list[str]], Any]) -> dict[str, s
     do not exist yet), so a misspelt override in the last stage fails before the first stage trains."""
     from omegaconf import OmegaConf
 
-    from .config import validate_distill, validate_dpo, validate_grpo, validate_sft
+    from trainer.config import validate_distill, validate_dpo, validate_grpo, validate_sft
 
     validators = {"sft": validate_sft, "dpo": validate_dpo, "grpo": validate_grpo, "distill": validate_distill}
     sources = stage_sources(cfg.stages)
@@ -121,8 +121,8 @@ class StageRunner:
         """Train (or skip, or resume) one stage; returns its ``final/`` directory, or None when it stopped early."""
         from omegaconf import OmegaConf
 
-        from .checkpoint import resumable
-        from .run_dir import config_differences
+        from trainer.core.checkpoint import resumable
+        from trainer.core.run_dir import config_differences
 
         run_dir = self.stage_dir(name)
         cfg = self.compose_stage(name, stage, source)

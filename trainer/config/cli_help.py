@@ -14,9 +14,12 @@ import sys
 import textwrap
 from enum import Enum
 from pathlib import Path
+from dataclasses import fields, is_dataclass
 from typing import Any, Callable, Sequence
 
-CONF = Path(__file__).resolve().parents[1] / "conf"
+from trainer.config.choices import Choice
+
+CONF = Path(__file__).resolve().parents[2] / "conf"
 HELP_FLAGS = ("--help", "-h")
 
 
@@ -47,13 +50,36 @@ def _show(value: Any) -> str:
     return str(value)
 
 
+def help_text(schema: type, prefix: str = "") -> list[tuple[str, str, Any, tuple[str, ...]]]:
+    """(key, help, schema default, choices) for every leaf of a schema, in field order: the ``--help`` of
+    every entry point. ``choices`` are a :class:`Choice` field's values (also of a
+    list of them); a ``dict[str, <schema>]`` field is listed, then its entries' keys as ``<key>.<name>.*``."""
+    import dataclasses
+    import typing
+
+    hints = typing.get_type_hints(schema)
+    out = []
+    for f in fields(schema):
+        key, hint = f"{prefix}{f.name}", hints[f.name]
+        args = typing.get_args(hint)
+        if is_dataclass(hint):
+            out.extend(help_text(hint, key + "."))
+            continue
+        default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+        choice = next((t for t in (hint, *args) if isinstance(t, type) and issubclass(t, Choice)), None)
+        out.append((key, f.metadata.get("help", ""), default, tuple(m.value for m in choice) if choice else ()))
+        if typing.get_origin(hint) is dict and is_dataclass(args[-1]):
+            out.extend(help_text(args[-1], key + ".<name>."))
+    return out
+
+
 def _compose(config_name: str, overrides: list[str]):
     """(config, group choices, error): the composed config of this command line, or the error that stops it."""
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
     from omegaconf import OmegaConf
 
-    from .config import register_schemas
+    from trainer.config.registry import register_schemas
 
     register_schemas()
     GlobalHydra.instance().clear()
@@ -75,7 +101,7 @@ def render_help(config_name: str, overrides: Sequence[str] = (), *, script: str 
     ``conf/<config_name>.yaml`` (see the module docstring)."""
     from omegaconf import OmegaConf
 
-    from .config import SCHEMAS, help_text
+    from trainer.config.registry import SCHEMAS
 
     defaults = OmegaConf.to_container(OmegaConf.load(CONF / f"{config_name}.yaml")).get("defaults", [])
     schema = SCHEMAS[next(d for d in defaults if isinstance(d, str) and d.endswith("_schema"))]

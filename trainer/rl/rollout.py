@@ -1,4 +1,4 @@
-"""GRPO rollouts as a resumable batch source for ``trainer.loop.train_loop``.
+"""GRPO rollouts as a resumable batch source for ``trainer.core.loop.train_loop``.
 
 One *rollout batch* per ``num_iterations`` optimizer steps:
 
@@ -7,9 +7,9 @@ One *rollout batch* per ``num_iterations`` optimizer steps:
         --group advantages (trainer.algos.grpo)--> [old log-probs if num_iterations > 1]
         --> grad_accum micro-batches, replayed num_iterations times
 
-or, with ``algo.env`` set, G multi-turn episodes per prompt through ``trainer.envs.run_episodes``
+or, with ``algo.env`` set, G multi-turn episodes per prompt through ``trainer.rl.envs.run_episodes``
 (reward = the episode's return; every assistant turn is a target). How the groups of one round are
-generated and scored is the *rollout mode* (``trainer/rollout_modes.py``: single turn, environment);
+generated and scored is the *rollout mode* (``trainer/rl/rollout_modes.py``: single turn, environment);
 everything else here (the batch builder :class:`RolloutSource`) is the same for every mode.
 
 Seeds: prompt ``k`` of generation round ``r`` of rollout batch ``n`` is sampled with its own seed
@@ -56,14 +56,14 @@ from eval_hooks.prompts import PromptSettings, render_prompt
 def load_rl_prompts(path: str, *, family: str | None = None, conditions: Sequence[str] = ()) -> list[dict]:
     """RL prompt rows ``{item_id, prompt, gold, answer_type, [choices]}``.
 
-    ``family=None``: a JSONL/Parquet file of such rows (or a registered data source, ``trainer/data_sources.py``).
+    ``family=None``: a JSONL/Parquet file of such rows (or a registered data source, ``trainer/data/sources.py``).
     ``family='box2'`` (or any eval family): an items file expanded by ``eval_hooks.load_rows``, keeping
     only ``conditions`` (e.g. ``["bad"]``: train on bad-workflow inputs, docs/box2.md#outcome-rl).
     """
     from eval_hooks.io import read_records
     from eval_hooks.parsers import normalize_gold
 
-    from .data import resolve_data_path
+    from trainer.data.train_data import resolve_data_path
 
     real = resolve_data_path(path)
     if family:
@@ -267,7 +267,7 @@ class Ranks:
     def of(cls, accelerator) -> "Ranks":
         from functools import partial
 
-        from .distributed import all_gather_object
+        from trainer.core.distributed import all_gather_object
 
         return cls(accelerator.process_index, accelerator.num_processes, partial(all_gather_object, accelerator))
 
@@ -281,7 +281,7 @@ class RolloutSource:
          "num_tokens": float,   # masked tokens of the global batch / (grad_accum * world)
          "item_ids": [...]}
 
-    ``mode``: a :class:`trainer.rollout_modes.RolloutMode` (single turn with a reward, or an environment),
+    ``mode``: a :class:`trainer.rl.rollout_modes.RolloutMode` (single turn with a reward, or an environment),
     which generates and scores the groups; its tokenizer pads the micro-batches. ``ranks``: this process's
     place (:class:`Ranks`; one process by default).
 
@@ -414,7 +414,7 @@ class RolloutSource:
     def _collect(self) -> dict:
         import torch
 
-        from .algos.grpo import group_advantages
+        from trainer.algos.grpo import group_advantages
 
         s = self.s
         if self.pre_generate is not None:
@@ -523,7 +523,7 @@ def _portable(err: BaseException | None, rank: int) -> BaseException | None:
 
 
 def _pad(rows: list[list[int]], masks: list[list[int]], tokenizer):
-    from trainer.logprobs import right_pad
+    from trainer.model.logprobs import right_pad
 
     return right_pad(rows, masks, tokenizer.pad_token_id if tokenizer.pad_token_id is not None
                      else tokenizer.eos_token_id)

@@ -25,7 +25,7 @@ from typing import Callable
 
 import torch
 
-from .config import check_adapter_dir
+from trainer.config import check_adapter_dir
 
 TRAINED_ADAPTER = "default"      # peft's name for the adapter a run trains
 REFERENCE_ADAPTER = "reference"  # the frozen copy of model.init_adapter (init_adapter_mode=continue)

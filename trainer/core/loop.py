@@ -12,7 +12,7 @@ the rest, identically for DPO, SFT and GRPO:
   changes the training stream), atomic checkpoints, exact resume;
 - preemption: SIGTERM/SIGUSR1/SIGINT set a flag; all ranks agree on it after the current step, save one
   checkpoint and return (the recipe then exits 0; 130 after SIGINT). A signal during a reward call
-  abandons the step in progress and checkpoints the last completed one (``trainer.interrupt``).
+  abandons the step in progress and checkpoints the last completed one (``trainer.core.interrupt``).
 """
 
 from __future__ import annotations
@@ -27,10 +27,10 @@ from typing import Any, Callable, Protocol
 
 import torch
 
-from .checkpoint import CheckpointManager
-from .distributed import all_gather_object, any_rank, uses_deepspeed
-from .interrupt import StopRequested, StopSignals
-from .interrupt import signum as _stop_signum
+from trainer.core.checkpoint import CheckpointManager
+from trainer.core.distributed import all_gather_object, any_rank, uses_deepspeed
+from trainer.core.interrupt import StopRequested, StopSignals
+from trainer.core.interrupt import signum as _stop_signum
 
 
 class BatchSource(Protocol):
@@ -163,7 +163,7 @@ def _start(ctx, ckpt, state: LoopState, *, model, optimizer, scheduler, source) 
     """Load the checkpoint to resume from (``ctx.resume_from``, resolved and verified by ``setup_run``
     before any model loaded) into model, optimizer, scheduler, data source and ``state``; write the run's
     ``config.yaml``; drop metrics lines past the starting step. Returns the starting step."""
-    from .run import write_config
+    from trainer.core.run import write_config
 
     step = 0
     if ctx.resume_from is not None:
@@ -341,14 +341,14 @@ def train_evaluate_finish(ctx, *, model, optimizer, scheduler, source: BatchSour
     evaluate (the epoch-end evaluation hook), finish — only for a run that reached ``max_steps`` — with the
     trained weights/adapter in ``<run_dir>/final`` and ``run_complete.json``. ``on_epoch_end`` (optional)
     replaces the generation-based matched evaluation of ``eval_rows``."""
-    from .evaluation import make_epoch_eval, server_errors
-    from .model import save_policy
-    from .run import finish_run
+    from trainer.evaluation import make_epoch_eval, server_errors
+    from trainer.model.policy import save_policy
+    from trainer.core.run import finish_run
 
     unwrapped = ctx.accelerator.unwrap_model(model)
     if on_epoch_end is None:
         on_epoch_end = make_epoch_eval(ctx, eval_rows, backend_factory, policy=unwrapped, tokenizer=tokenizer)
-    from .rewards import RewardError
+    from trainer.core.errors import RewardError
 
     try:
         result = train_loop(ctx, model=model, optimizer=optimizer, scheduler=scheduler, source=source,

@@ -94,7 +94,7 @@ def save_adapter_atomically(peft_model, root: str | Path, version: str | int) ->
     target = root / f"adapter-{version}"
     tmp = Path(tempfile.mkdtemp(prefix=f".adapter-{version}-", dir=root))
     try:
-        from .model import save_policy
+        from trainer.model.policy import save_policy
 
         save_policy(peft_model, tmp)  # the trained adapter only (not a frozen reference copy)
         if not (tmp / "adapter_model.safetensors").is_file():
@@ -278,7 +278,7 @@ def rollout_sync_hook(ctx, get_backend, policy, tokenizer):
     collectively). ``get_backend()`` is the rollout backend (built on first use)."""
     from eval_hooks.backends.vllm_server import ServerError
 
-    from .distributed import reduce_max
+    from trainer.core.distributed import reduce_max
 
     acc, gen = ctx.accelerator, ctx.cfg.generation
     get_sync = lazy_adapter_sync(get_backend, adapter_root(ctx), every_k_steps=gen.sync_every, tokenizer=tokenizer,

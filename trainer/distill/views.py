@@ -11,7 +11,7 @@ Alignment: prompts are left-padded and completions right-padded, so completion t
 ``Lp + j`` of every row, whatever the prompt's length; teacher and student batches differ only in ``Lp``.
 Stage 1 (:func:`distill_logprobs`) never builds logits: each model's final hidden states are captured at
 the needed columns (the sampled positions and the choice position, :func:`aligned_hidden`) and projected
-through the LM head ``chunk`` positions at a time (``trainer/chunked_logprobs.py``), keeping only the
+through the LM head ``chunk`` positions at a time (``trainer/model/chunked_logprobs.py``), keeping only the
 log-probs of the top-K support and of the choice tokens, so neither model's ``(B, T, V)`` (or ``(B, P, V)``)
 logits exist; with a teacher top-K cache the teacher is not run at all. Evaluation and stage 2 read the
 choice position's logits with :func:`aligned_logits` (``logits_to_keep`` = the needed columns).
@@ -27,8 +27,8 @@ import torch
 from eval_hooks.backends.base import derive_seed
 from eval_hooks.io import DataError
 
-from .algos.distill import topk_support_index
-from .chunked_logprobs import chunked_gather_logprobs, chunked_topk_logprobs, completion_hidden_states
+from trainer.algos.distill import topk_support_index
+from trainer.model.chunked_logprobs import chunked_gather_logprobs, chunked_topk_logprobs, completion_hidden_states
 
 __all__ = ["ForkView", "load_fork_views", "load_mist_views", "load_views", "has_choice_position", "check_task_disjoint", "choice_token_ids",
            "sample_positions", "aligned_logits", "aligned_hidden", "distill_logprobs", "teacher_topk_logprobs",
@@ -94,13 +94,13 @@ def load_mist_views(path) -> list[ForkView]:
     student's prompt = the item's ``misleading`` row prompt, the teacher's = its ``clean`` row prompt.
 
     The rows come from the same loader as the matched evaluation (``eval_hooks.load_rows`` on
-    ``trainer.data.resolve_data_path(path)``, so registered data sources work), with its quartet
+    ``trainer.data.train_data.resolve_data_path(path)``, so registered data sources work), with its quartet
     checks (errors name file, line and field); the prompts are the rows' ``prompt`` strings, which the
     trainer renders with the same :func:`eval_hooks.prompts.render_prompt` settings as evaluation. A MIST
     view has no choice position: ``gold`` is the item's answer (not a letter)."""
     from eval_hooks import load_rows
 
-    from .data import resolve_data_path
+    from trainer.data.train_data import resolve_data_path
 
     rows = load_rows("mist", resolve_data_path(str(path)))
     by_item: dict[str, dict[str, dict]] = {}
@@ -146,7 +146,7 @@ def check_task_disjoint(train: Sequence[ForkView], test_path, test: Sequence[For
 
 def choice_token_ids(tokenizer, tokens: Sequence[str], key: str = "algo.choice_tokens") -> list[int]:
     """The single token id of each choice string; a ConfigError naming ``key`` when one is not one token."""
-    from .config import ConfigError
+    from trainer.config import ConfigError
 
     out = []
     for t in tokens:
@@ -240,7 +240,7 @@ def aligned_hidden(model, prompts: Sequence[list[int]], completions: Sequence[li
         hidden, head = completion_hidden_states(model, ids.to(device), att.to(device), comp.to(device))
     except ValueError as e:  # lm_head_of: a head the chunked projection cannot reproduce
         raise ValueError(f"distillation projects hidden states through the LM head itself "
-                         f"(trainer/chunked_logprobs.py) and needs a plain nn.Linear head without bias or "
+                         f"(trainer/model/chunked_logprobs.py) and needs a plain nn.Linear head without bias or "
                          f"soft-capping (keep lm_head out of model.lora.target_modules): {e}") from e
     counts = torch.tensor([len(ps) + 1 for ps in positions])
     is_choice = torch.zeros(int(counts.sum()), dtype=torch.bool)

@@ -124,7 +124,7 @@ def sequence_logprobs(
     vocabulary (``logits_to_keep``), where ``s`` is the earliest completion start in the batch, so
     long prompts cost no ``(T, V)`` logits. Models whose forward lacks ``logits_to_keep`` need
     ``trim_prompt_logits=False``. ``logprob_chunk > 0`` (``model.logprob_chunk``) never builds the
-    ``(B, T, V)`` logits: see ``trainer.chunked_logprobs`` (same outputs within float32 round-off).
+    ``(B, T, V)`` logits: see ``trainer.model.chunked_logprobs`` (same outputs within float32 round-off).
     """
     import torch
 
@@ -137,7 +137,7 @@ def sequence_logprobs(
     if bool((comp & ~attention_mask.bool()).any()):
         raise ValueError("completion_mask marks padding positions (attention_mask == 0)")
     if logprob_chunk:
-        from trainer.chunked_logprobs import sequence_logprobs_chunked
+        from trainer.model.chunked_logprobs import sequence_logprobs_chunked
 
         return sequence_logprobs_chunked(model, input_ids, attention_mask, completion_mask, chunk=logprob_chunk,
                                          temperature=temperature, return_entropy=return_entropy)

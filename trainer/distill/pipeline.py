@@ -5,7 +5,7 @@ docs/taste.md#distillation-trainer).
 split it into two task-disjoint folds (fold 0 trains, fold 1 is held out), and SFT a demonstration
 following base from the tiny preset (stage ``base``). Then stage ``stage1`` (``algo.stage=kl``) and,
 unless ``pipeline.stage2`` is empty, stage ``stage2`` (calibration, from stage 1's adapter), each a
-``recipes/distill.py`` run in ``<run_dir>/stages/<name>/`` through :class:`trainer.stages.StageRunner`
+``recipes/distill.py`` run in ``<run_dir>/stages/<name>/`` through :class:`trainer.core.stages.StageRunner`
 (re-running the command skips finished stages and resumes an interrupted one). Finally teacher and
 student are evaluated on the held-out fold and ``summary.json`` / ``report.md`` are written.
 """
@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from .config import ConfigError, StageConfig, validate_distill
+from trainer.config import ConfigError, StageConfig, validate_distill
 
 SUMMARY_KEYS = ("teacher.strict", "student.before.strict", "student.stage1.strict", "student.stage2.strict",
                 "student.stage1.ece", "student.stage2.ece")
@@ -38,7 +38,7 @@ def _command_overrides() -> list[str]:
 class DistillPipeline:
     def __init__(self, cfg, *, compose: Callable[[str, list[str]], Any], runners: dict[str, Callable],
                  overrides: list[str] | None = None):
-        from .stages import StageRunner
+        from trainer.core.stages import StageRunner
 
         self.cfg, self.compose = cfg, compose
         self.root = Path(cfg.trainer.run_dir).expanduser().resolve()
@@ -116,8 +116,8 @@ class DistillPipeline:
         from eval_hooks.models import load_tokenizer
         from eval_hooks.prompts import PromptSettings
 
-        from .distill import eval_settings, evaluate_views, load_fork_views
-        from .model import load_base_with_adapters
+        from trainer.distill.views import eval_settings, evaluate_views, load_fork_views
+        from trainer.model.policy import load_base_with_adapters
 
         t0 = time.time()
         s1 = OmegaConf.load(self.root / "stages" / "stage1" / "config.yaml")

@@ -8,7 +8,7 @@ Pair files (written by ``recipes/mine_pairs.py``) hold one row per (quartet, con
 SFT files hold ``{"messages": [{"role": ..., "content": ...}, ...]}`` (every assistant turn is a
 target in multi-turn mode, the last one otherwise) or ``{"prompt": ..., "completion": ...}``.
 
-Every loader takes a data path through :func:`resolve_data_path` (:mod:`trainer.data_sources`): a
+Every loader takes a data path through :func:`resolve_data_path` (:mod:`trainer.data.sources`): a
 path ``<scheme>:<rest>`` of a registered data source resolves to the file that source provides.
 """
 
@@ -23,14 +23,8 @@ import numpy as np
 from eval_hooks.io import DataError, read_records
 from eval_hooks.vocab import MIST_CONDITIONS as CONDITIONS
 
-from .data_sources import resolve_data_path
+from trainer.data.sources import resolve_data_path
 
-#: data.truncation: what happens to an over-long example (apply_length_policy).
-TRUNCATIONS = ("keep_end", "keep_start", "drop", "error")
-#: data.on_invalid: what happens to an invalid example (load_pairs).
-ON_INVALID = ("drop", "error")
-#: algo.weighting: how ConditionSampler applies the condition masses.
-WEIGHTINGS = ("sample", "loss")
 # Knowledge-aware SCOPE (docs/scope.md#knowledge-aware-scope): pools of items the model does not know,
 # each tied to the context condition its prompts are shown under; rows of these pools form no quartet.
 UNKNOWN_POOLS = {"unknown_correct": "correct", "unknown_irrelevant": "irrelevant"}
@@ -398,7 +392,7 @@ def apply_length_policy(pairs: PairSet, tokenizer, *, max_prompt_len: int, max_c
                         truncation: str, prompt_settings=None) -> PairSet:
     """:func:`truncation_policy` for preference pairs (prompts over ``max_prompt_len`` or a completion over
     ``max_completion_len`` tokens); the counts land in ``pairs.stats['truncated']``."""
-    from trainer.logprobs import build_pair_batch
+    from trainer.model.logprobs import build_pair_batch
 
     long = Counter()
 

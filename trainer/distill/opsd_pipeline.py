@@ -19,7 +19,7 @@ from typing import Any, Callable
 
 from eval_hooks.vocab import MIST_CONDITIONS as CONDITIONS
 
-from .distill_pipeline import DistillPipeline
+from trainer.distill.pipeline import DistillPipeline
 
 # The base-stage overrides the demo's stage runner adds to every stage (recipes/demo.py ``common``), less
 # ``trainer.resume=none`` (which only matters for a resumed run: here a re-run resumes or skips a finished base).
@@ -36,7 +36,7 @@ class OpsdPipeline(DistillPipeline):
         from eval_hooks.io import write_json_atomic
         from eval_hooks.models import ensure_tiny_model
 
-        from .config import validate_distill
+        from trainer.config import validate_distill
 
         t_start = time.time()
         cfg = self.cfg

@@ -30,7 +30,7 @@ def seed_everything(seed: int) -> None:
 
 
 def git_commit(root: Path | None = None) -> str | None:
-    root = root or Path(__file__).resolve().parents[1]
+    root = root or Path(__file__).resolve().parents[2]
     try:
         out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=5)
         dirty = subprocess.run(["git", "status", "--porcelain"], cwd=root, capture_output=True, text=True, timeout=5)
@@ -190,8 +190,8 @@ def setup_run(cfg, recipe: str) -> RunContext:
     so a start that fails before training leaves no config that a corrected command would clash with."""
     from omegaconf import OmegaConf
 
-    from .checkpoint import CheckpointManager
-    from .run_dir import RunLock, data_hashes, prepare_fresh_or_refuse
+    from trainer.core.checkpoint import CheckpointManager
+    from trainer.core.run_dir import RunLock, data_hashes, prepare_fresh_or_refuse
 
     accelerator = make_accelerator(cfg.trainer, grad_accum=cfg.optim.grad_accum, micro_batch=cfg.optim.batch_size,
                                    max_grad_norm=cfg.optim.max_grad_norm)
@@ -262,7 +262,7 @@ def _agree_on_start(accelerator, error: BaseException | None, resume_from: Path 
 def _check_resume(ctx: RunContext, resume_from: Path | None, hashes: dict) -> None:
     """A resume must see the config and the data of the run it continues (this run, or the run owning
     the checkpoint given as ``trainer.resume=<path>``); a fresh start records the data hashes."""
-    from .run_dir import check_data_unchanged, check_resume_config, write_data_hashes
+    from trainer.core.run_dir import check_data_unchanged, check_resume_config, write_data_hashes
 
     from .checkpoint import run_dir_of
 

@@ -1,29 +1,25 @@
-"""Structured config schemas: the single home of every default and its documentation.
+"""Group schemas: the typed config groups (model, optim, trainer, eval, data, algo, ...) every root schema
+of :mod:`trainer.config.roots` is built from; the single home of every default and its documentation.
 
-Each recipe's primary YAML (``conf/<recipe>.yaml``) starts its defaults list with the schema
-registered here, so Hydra merges every group file into a typed node: a misspelt key, a value of the
-wrong type or one outside a :class:`Choice` field's set fails at compose time, before any model or data
-loads (the choices come from the algorithm modules, so importing this module imports torch). Semantic
-checks (λ sum to one, paths exist, ...) run in ``validate_*`` right after composition, also before any
-model loads. Field docs live in ``metadata["help"]`` (one text per field; ``--help`` prints them).
+Each recipe's primary YAML (``conf/<recipe>.yaml``) starts its defaults list with a root schema registered
+by :mod:`trainer.config.registry`, so Hydra merges every group file into a typed node: a misspelt key, a
+value of the wrong type or one outside a :class:`~trainer.config.choices.Choice` field's set fails at
+compose time, before any model or data loads. Field docs live in ``metadata["help"]`` (one text per field;
+``--help`` prints them). Importing this module does not import torch.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields, is_dataclass
-from enum import Enum
-from pathlib import Path
+from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from omegaconf import MISSING
 
-from eval_hooks.families import FAMILIES
 from eval_hooks.vocab import MED_FORMATS, MED_MITIGATIONS
-from trainer.algos.distill import SUPPORTS as TOPK_SUPPORTS
-from trainer.algos.grpo import STD_SCALINGS
-from trainer.algos.is_correction import LEVELS as IS_LEVELS
-from trainer.algos.sft import AGGREGATIONS
-from trainer.data import ON_INVALID, TRUNCATIONS, WEIGHTINGS
+from trainer.config.choices import (Aggregation, Backend, Device, DistillMode, DistillPipelineKind, DistillPromptStyle, DistillSource,
+                                    DistillStage, DistillTeacher, Dtype, Family, InitAdapterMode, ISCorrection,
+                                    LoggerKind, MedFormat, MedJudge, MedMitigation, MixedPrecision, OnInvalid,
+                                    Pairing, Reference, Scheduler, StdScaling, TopkSupport, Truncation, Weighting)
 
 
 def schema_field(default: Any, help: str, **kw):
@@ -34,59 +30,6 @@ def schema_field(default: Any, help: str, **kw):
 
 
 _f = schema_field
-
-
-class ConfigError(ValueError):
-    """A config that composes but makes no sense (raised before any model loads)."""
-
-
-class Choice(str, Enum):
-    """A value from a fixed set. A field typed with one refuses any other value at composition (YAML files
-    and the command line give the plain name); a member is a ``str`` equal to its name, so code compares,
-    hashes, formats and serialises it as that plain string."""
-
-    def __str__(self) -> str:
-        return self.value
-
-    def __format__(self, spec: str) -> str:
-        return format(self.value, spec)
-
-    def __repr__(self) -> str:  # messages such as "saved 'x' != now 'y'" read as for a str
-        return repr(self.value)
-
-
-def _choices(name: str, values) -> type[Choice]:
-    """A :class:`Choice` over ``values``: built from the tuple the code that acts on the value checks."""
-    return Choice(name, [(v, v) for v in values], module=__name__, qualname=name)
-
-
-# One per choice-valued field; where an algorithm or data module owns the tuple, it comes from there.
-Dtype = _choices("Dtype", ("float32", "bfloat16", "float16"))
-InitAdapterMode = _choices("InitAdapterMode", ("merge", "continue"))
-Scheduler = _choices("Scheduler", ("cosine", "linear", "constant"))
-Device = _choices("Device", ("auto", "cpu"))
-MixedPrecision = _choices("MixedPrecision", ("no", "bf16", "fp16"))
-Truncation = _choices("Truncation", TRUNCATIONS)
-OnInvalid = _choices("OnInvalid", ON_INVALID)
-Family = _choices("Family", tuple(FAMILIES))
-Backend = _choices("Backend", ("hf", "vllm_server"))
-LoggerKind = _choices("LoggerKind", ("jsonl", "wandb"))
-MedFormat = _choices("MedFormat", MED_FORMATS)
-MedMitigation = _choices("MedMitigation", MED_MITIGATIONS)
-MedJudge = _choices("MedJudge", ("keyword", "self"))
-Weighting = _choices("Weighting", WEIGHTINGS)
-Pairing = _choices("Pairing", ("matched", "unmatched"))
-Reference = _choices("Reference", ("auto", "precomputed"))
-Aggregation = _choices("Aggregation", AGGREGATIONS)
-StdScaling = _choices("StdScaling", STD_SCALINGS)
-ISCorrection = _choices("ISCorrection", ("none", *IS_LEVELS))
-DistillStage = _choices("DistillStage", ("kl", "calibration"))
-DistillMode = _choices("DistillMode", ("teacher_tokens", "on_policy"))
-DistillTeacher = _choices("DistillTeacher", ("initial", "current"))
-TopkSupport = _choices("TopkSupport", TOPK_SUPPORTS)
-DistillSource = _choices("DistillSource", ("files", "toy", "mist"))  # mist: the old spelling of pipeline.kind=opsd
-DistillPipelineKind = _choices("DistillPipelineKind", ("taste", "opsd"))
-DistillPromptStyle = _choices("DistillPromptStyle", ("taste", "compact", "mist"))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -111,7 +54,7 @@ class ModelConfig:
     attn_implementation: Optional[str] = _f(None, "e.g. sdpa | flash_attention_2 | eager; None = transformers default.")
     gradient_checkpointing: bool = _f(False, "Recompute activations in backward (saves memory, costs ~30% time).")
     logprob_chunk: int = _f(0, "Log-probs through the LM head this many completion positions at a time, never "
-                               "building the (B, T, V) logits (trainer/chunked_logprobs.py); 0 = full logits "
+                               "building the (B, T, V) logits (trainer/model/chunked_logprobs.py); 0 = full logits "
                                "(recipes/distill.py always projects chunk-wise: 0 = 1024 positions there).")
     lora: LoraConfig = field(default_factory=LoraConfig)
     init_adapter: Optional[str] = _f(None, "PEFT adapter directory (safetensors) to start from, e.g. a previous stage's "
@@ -242,7 +185,7 @@ class LoggerConfig:
 class DataConfig:
     train_path: str = _f(MISSING, "Training data: a JSONL/Parquet file, a datasets save_to_disk directory (':<split>' "
                                   "for a DatasetDict), 'hf:org/name[:config][:split]', or '<source>:<rest>' of a "
-                                  "registered data source (trainer/data_sources.py).")
+                                  "registered data source (trainer/data/sources.py).")
     train_family: Optional[Family] = _f(None, "For recipes that train on evaluation-format items (e.g. box2 for GRPO).")
     train_conditions: list[str] = _f([], "Keep only these conditions/regimes of train_family rows (empty = all).")
     max_prompt_len: int = _f(512, "Max prompt tokens; see truncation.")
@@ -308,14 +251,14 @@ class GRPOAlgoConfig:
     stop: list[str] = _f([], "Stop strings for rollouts.")
     is_correction: ISCorrection = _f("none", "Rollout/trainer mismatch correction: none | token | sequence (truncated IS).")
     is_cap: float = _f(2.0, "Truncation cap of the importance-sampling correction.")
-    env: Optional[str] = _f(None, "Multi-turn environment (trainer.envs): toy_lookup | webshop (template) | 'pkg.module:Class'; "
+    env: Optional[str] = _f(None, "Multi-turn environment (trainer.rl.envs): toy_lookup | webshop (template) | 'pkg.module:Class'; "
                                   "None = single-turn prompts scored by algo.reward.")
     env_max_turns: Optional[int] = _f(None, "Maximum assistant turns per environment episode (reward 0 when exceeded); "
                                             "None = the environment's own max_turns (4 unless its class sets one).")
 
 
 # ---------------------------------------------------------------------------------------------
-# Root schemas per recipe
+# Distillation
 # ---------------------------------------------------------------------------------------------
 @dataclass
 class DistillAlgoConfig:
@@ -393,42 +336,6 @@ class AdviceConfig:
 
 
 @dataclass
-class _RunBase:
-    seed: int = _f(0, "Global seed (data order, init of adapters, sampling).")
-    model: ModelConfig = field(default_factory=ModelConfig)
-    optim: OptimConfig = field(default_factory=OptimConfig)
-    trainer: TrainerConfig = field(default_factory=TrainerConfig)
-    eval: EvalConfig = field(default_factory=EvalConfig)
-    generation: GenerationConfig = field(default_factory=GenerationConfig)
-    logger: LoggerConfig = field(default_factory=LoggerConfig)
-    data: DataConfig = field(default_factory=DataConfig)
-    prompt: PromptConfig = field(default_factory=PromptConfig)
-
-
-@dataclass
-class DPORunConfig(_RunBase):
-    algo: DPOAlgoConfig = field(default_factory=DPOAlgoConfig)
-
-
-@dataclass
-class SFTRunConfig(_RunBase):
-    algo: SFTAlgoConfig = field(default_factory=SFTAlgoConfig)
-
-
-@dataclass
-class GRPORunConfig(_RunBase):
-    algo: GRPOAlgoConfig = field(default_factory=GRPOAlgoConfig)
-
-
-@dataclass
-class DistillRunConfig(_RunBase):
-    algo: DistillAlgoConfig = field(default_factory=DistillAlgoConfig)
-    data: DistillDataConfig = field(default_factory=DistillDataConfig)  # type: ignore[assignment]
-    pipeline: DistillPipelineConfig = field(default_factory=DistillPipelineConfig)
-    advice: AdviceConfig = field(default_factory=AdviceConfig)
-
-
-@dataclass
 class KnowledgeConfig:
     """Per-item knowledge estimate (docs/scope.md#knowledge-aware-scope)."""
 
@@ -440,36 +347,6 @@ class KnowledgeConfig:
     unknown_irrelevant: bool = _f(False, "Mining: also build the unknown_irrelevant pool for unknown items whose clean "
                                          "answer is stable.")
     stable_threshold: float = _f(0.75, "Stable: the most frequent clean answer has at least this share of the k samples.")
-
-
-@dataclass
-class EvaluateRunConfig:
-    seed: int = _f(0, "Seed (only matters for sampled generation).")
-    out_dir: str = _f("runs/evaluate", "Where metrics.json, item_scores.jsonl and report.md go.")
-    adapter_path: Optional[str] = _f(None, "Optional LoRA adapter directory to apply to model.path.")
-    model: ModelConfig = field(default_factory=ModelConfig)
-    eval: EvalConfig = field(default_factory=EvalConfig)
-    generation: GenerationConfig = field(default_factory=GenerationConfig)
-    prompt: PromptConfig = field(default_factory=PromptConfig)
-    knowledge: KnowledgeConfig = field(default_factory=KnowledgeConfig)
-
-
-@dataclass
-class MineRunConfig:
-    seed: int = _f(0, "Seed.")
-    items_path: str = _f(MISSING, "MIST-format training items: JSONL/Parquet file, save_to_disk directory, "
-                                  "'hf:org/name[:config][:split]' or a registered data source.")
-    out_dir: str = _f("runs/mine_pairs", "Writes pairs.jsonl (quartets) and mining_stats.json here.")
-    max_new_tokens: int = _f(64, "Generation budget for mining.")
-    use_fallback: bool = _f(True, "Elicit r+ with a private diagnostic note when the clean answer is wrong.")
-    fallback_note: str = _f("Private note for you only: the correct answer is {gold}. Answer the question normally and do not mention this note.",
-                            "Template of the elicitation note ({gold} is filled in). Never part of the DPO prompt.")
-    leak_patterns: list[str] = _f(["note", "hint", "answer key", "i was told", "private"],
-                                  "Case-insensitive substrings that betray the note; fallbacks containing one are dropped.")
-    model: ModelConfig = field(default_factory=ModelConfig)
-    generation: GenerationConfig = field(default_factory=GenerationConfig)
-    prompt: PromptConfig = field(default_factory=PromptConfig)
-    knowledge: KnowledgeConfig = field(default_factory=KnowledgeConfig)
 
 
 @dataclass
@@ -488,319 +365,3 @@ class StageConfig:
 @dataclass
 class ChainTrainerConfig:
     run_dir: str = _f("runs/chain", "Chain directory: stage <name> trains in <run_dir>/stages/<name>/; chain.json sums up.")
-
-
-@dataclass
-class ChainRunConfig:
-    seed: int = _f(0, "Seed given to every stage.")
-    trainer: ChainTrainerConfig = field(default_factory=ChainTrainerConfig)
-    common: list[str] = _f([], "Overrides applied to every stage after its own, e.g. model.path=<dir> or eval=none.")
-    stages: dict[str, StageConfig] = _f({}, "Stages in run order (a recipe file under conf/recipe/ names them).")
-
-
-@dataclass
-class MergeRunConfig:
-    adapters: list[str] = _f(MISSING, "PEFT adapter directories (safetensors) merged into model.path, in this order.")
-    out_dir: str = _f(MISSING, "Where the merged model (safetensors, config, tokenizer) is written; must not exist.")
-    model: ModelConfig = field(default_factory=ModelConfig)
-
-
-SCHEMAS = {
-    "chain_schema": ChainRunConfig,
-    "merge_schema": MergeRunConfig,
-    "dpo_schema": DPORunConfig,
-    "sft_schema": SFTRunConfig,
-    "grpo_schema": GRPORunConfig,
-    "distill_schema": DistillRunConfig,
-    "evaluate_schema": EvaluateRunConfig,
-    "mine_schema": MineRunConfig,
-}
-
-
-def register_schema(name: str, node: type) -> None:
-    """Add a root schema (a package's own entry point, e.g. a demo) to :data:`SCHEMAS` and Hydra's
-    ConfigStore, so that a ``conf/<x>.yaml`` naming it composes and ``--help`` finds it."""
-    known = SCHEMAS.get(name)
-    if known is not None and known is not node:
-        raise ValueError(f"schema {name!r} is already registered ({known.__module__}.{known.__qualname__})")
-    SCHEMAS[name] = node
-    register_schemas()
-
-
-def register_schemas() -> None:
-    """Register the root schemas of :data:`SCHEMAS` with Hydra's ConfigStore (idempotent)."""
-    from hydra.core.config_store import ConfigStore
-
-    cs = ConfigStore.instance()
-    for name, node in SCHEMAS.items():
-        cs.store(name=name, node=node)
-
-
-def help_text(schema: type, prefix: str = "") -> list[tuple[str, str, Any, tuple[str, ...]]]:
-    """(key, help, schema default, choices) for every leaf of a schema, in field order: the ``--help`` of
-    every entry point (trainer/cli_help.py). ``choices`` are a :class:`Choice` field's values (also of a
-    list of them); a ``dict[str, <schema>]`` field is listed, then its entries' keys as ``<key>.<name>.*``."""
-    import dataclasses
-    import typing
-
-    hints = typing.get_type_hints(schema)
-    out = []
-    for f in fields(schema):
-        key, hint = f"{prefix}{f.name}", hints[f.name]
-        args = typing.get_args(hint)
-        if is_dataclass(hint):
-            out.extend(help_text(hint, key + "."))
-            continue
-        default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
-        choice = next((t for t in (hint, *args) if isinstance(t, type) and issubclass(t, Choice)), None)
-        out.append((key, f.metadata.get("help", ""), default, tuple(m.value for m in choice) if choice else ()))
-        if typing.get_origin(hint) is dict and is_dataclass(args[-1]):
-            out.extend(help_text(args[-1], key + ".<name>."))
-    return out
-
-
-# ---------------------------------------------------------------------------------------------
-# Semantic validation (runs before any model loads)
-# ---------------------------------------------------------------------------------------------
-def check_known_keys(cfg, prefix: str = "") -> None:
-    """Refuse keys the typed schema does not know, also ones added with Hydra's ``+key=value`` (which
-    bypasses the schema's struct check): they would be accepted and silently ignored."""
-    from omegaconf import DictConfig, OmegaConf
-
-    schema = OmegaConf.get_type(cfg)
-    if not is_dataclass(schema):
-        return
-    known = {f.name for f in fields(schema)}
-    for key in cfg.keys():
-        if key not in known:
-            raise ConfigError(f"unknown config key '{prefix}{key}' (not in {schema.__name__}; a leading '+' does "
-                              f"not make it known); known keys here: {', '.join(sorted(known))}")
-        node = cfg._get_node(key)
-        if isinstance(node, DictConfig) and not node._is_missing() and not node._is_none():
-            check_known_keys(node, f"{prefix}{key}.")
-
-
-def _positive(cfg, keys: tuple[str, ...], group: str, *, strict: bool = True) -> None:
-    for k in keys:
-        v = getattr(cfg, k)
-        if (v <= 0) if strict else (v < 0):
-            raise ConfigError(f"{group}.{k} must be {'> 0' if strict else '>= 0'}, got {v}")
-
-
-def validate_common(cfg) -> None:
-    from eval_hooks.models import check_model_path
-
-    check_known_keys(cfg)
-    check_model_path(cfg.model.path, "model.path")
-    _validate_init_adapter(cfg)
-    if cfg.model.logprob_chunk < 0:
-        raise ConfigError(f"model.logprob_chunk must be >= 0 (0 = full logits), got {cfg.model.logprob_chunk}")
-    if hasattr(cfg, "optim"):
-        for k in ("batch_size", "grad_accum"):
-            if getattr(cfg.optim, k) < 1:
-                raise ConfigError(f"optim.{k} must be >= 1, got {getattr(cfg.optim, k)}")
-        if not 0 <= cfg.optim.warmup_ratio < 1:
-            raise ConfigError(f"optim.warmup_ratio must be in [0, 1), got {cfg.optim.warmup_ratio}")
-        _positive(cfg.optim, ("lr", "eps"), "optim")
-        _positive(cfg.optim, ("weight_decay",), "optim", strict=False)
-    if hasattr(cfg, "trainer"):
-        t = cfg.trainer
-        if t.max_steps < 1:
-            raise ConfigError(f"trainer.max_steps must be >= 1, got {t.max_steps}")
-        if t.keep_last < 1:
-            raise ConfigError(f"trainer.keep_last must be >= 1, got {t.keep_last}")
-        _positive(t, ("log_every",), "trainer")
-        _positive(t, ("spike_warmup_steps",), "trainer", strict=False)
-        if not 0 <= t.spike_ema_decay < 1:
-            raise ConfigError(f"trainer.spike_ema_decay must be in [0, 1), got {t.spike_ema_decay}")
-        _positive(t, ("save_every",), "trainer", strict=False)
-        if t.resume not in ("auto", "none"):
-            from pathlib import Path
-
-            if t.overwrite:
-                raise ConfigError(f"trainer.overwrite=true starts a fresh run; it cannot resume trainer.resume={t.resume!r}")
-
-            if not Path(t.resume).expanduser().exists():
-                raise ConfigError(f"trainer.resume={t.resume!r}: no such checkpoint path (auto | none | <checkpoint dir>)")
-    if hasattr(cfg, "generation"):
-        _positive(cfg.generation, ("batch_size", "sync_every", "timeout_s"), "generation")
-    if hasattr(cfg, "logger"):
-        import importlib.util
-
-        if cfg.logger.kind == "wandb" and importlib.util.find_spec("wandb") is None:
-            raise ConfigError("logger=wandb needs the wandb package: install the extra (pip install -e '.[wandb]', "
-                              "or pip install wandb), or use logger=jsonl")
-    if hasattr(cfg, "eval"):
-        if cfg.eval.max_prompt_tokens < 1:
-            raise ConfigError(f"eval.max_prompt_tokens must be >= 1, got {cfg.eval.max_prompt_tokens}")
-        _positive(cfg.eval, ("max_new_tokens",), "eval")
-
-
-def _validate_init_adapter(cfg) -> None:
-    m = cfg.model
-    if m.init_adapter is None:
-        return
-    check_adapter_dir(m.init_adapter)
-    if m.init_adapter_mode == "continue" and not m.lora.enabled:
-        raise ConfigError("model.init_adapter_mode=continue trains the loaded adapter: it needs model.lora.enabled=true "
-                          "(use init_adapter_mode=merge for full fine-tuning from an adapter)")
-    if hasattr(cfg, "generation") and cfg.generation.backend == "vllm_server" and m.init_adapter_mode == "merge":
-        raise ConfigError("generation=vllm_server with model.init_adapter_mode=merge: the server would sample from the "
-                          "bare base plus the new adapter. Serve a merged model (python recipes/merge.py) as model.path, "
-                          "or use model.init_adapter_mode=continue")
-
-
-def validate_merge(cfg) -> None:
-    validate_common(cfg)
-    if not cfg.adapters:
-        raise ConfigError("adapters: give at least one adapter directory to merge, e.g. adapters=[runs/x/final]")
-    for i, adapter in enumerate(cfg.adapters):
-        check_adapter_dir(adapter, f"adapters[{i}]")
-    if Path(cfg.out_dir).expanduser().exists():
-        raise ConfigError(f"out_dir={cfg.out_dir!r} exists; merge writes a new directory")
-
-
-def validate_dpo(cfg) -> None:
-    validate_common(cfg)
-    a = cfg.algo
-    for k in ("lambda_m", "lambda_c", "lambda_p", "rho"):
-        v = getattr(a, k)
-        if not 0.0 <= v <= 1.0:
-            raise ConfigError(f"algo.{k}={v} must be in [0, 1]")
-    total = a.lambda_m + a.lambda_c + a.lambda_p
-    if abs(total - 1.0) > 1e-6:
-        raise ConfigError(f"algo.lambda_m + algo.lambda_c + algo.lambda_p must sum to 1, got "
-                          f"{a.lambda_m} + {a.lambda_c} + {a.lambda_p} = {total:g}")
-    if a.beta <= 0:
-        raise ConfigError(f"algo.beta must be > 0, got {a.beta}")
-    if not 0 <= a.label_smoothing < 0.5:
-        raise ConfigError(f"algo.label_smoothing must be in [0, 0.5), got {a.label_smoothing}")
-    if not 0.0 <= a.lambda_u <= 1.0:
-        raise ConfigError(f"algo.lambda_u={a.lambda_u} must be in [0, 1]")
-    if a.unknown_irrelevant and a.lambda_u == 0:
-        raise ConfigError("algo.unknown_irrelevant=true draws from the unknown pools, which have no mass at algo.lambda_u=0")
-
-
-def validate_knowledge(kcfg) -> None:
-    """The ``knowledge`` group of recipes/mine_pairs.py and recipes/evaluate.py (checked before any model loads)."""
-    if not kcfg.enabled:
-        return
-    if kcfg.k < 1:
-        raise ConfigError(f"knowledge.k must be >= 1, got {kcfg.k}")
-    if kcfg.k > 1 and kcfg.temperature <= 0:
-        raise ConfigError(f"knowledge.temperature must be > 0 with knowledge.k={kcfg.k} (k=1 is greedy)")
-    for key in ("known_threshold", "unknown_threshold", "stable_threshold"):
-        if not 0.0 <= kcfg[key] <= 1.0:
-            raise ConfigError(f"knowledge.{key}={kcfg[key]} must be in [0, 1]")
-    if not kcfg.unknown_threshold < kcfg.known_threshold:
-        raise ConfigError(f"knowledge.unknown_threshold ({kcfg.unknown_threshold}) must be below "
-                          f"knowledge.known_threshold ({kcfg.known_threshold})")
-    if kcfg.unknown_irrelevant and not kcfg.stable_threshold > kcfg.unknown_threshold:
-        raise ConfigError(f"knowledge.stable_threshold ({kcfg.stable_threshold}) must exceed knowledge.unknown_threshold "
-                          f"({kcfg.unknown_threshold}) so that a stable unknown item's modal answer is a wrong one")
-
-
-def validate_sft(cfg) -> None:
-    validate_common(cfg)
-
-
-def validate_grpo(cfg, world: int | None = None) -> None:
-    """GRPO settings; with ``world`` (the number of processes) also the batch geometry."""
-    validate_common(cfg)
-    a = cfg.algo
-    if a.group_size < 2:
-        raise ConfigError(f"algo.group_size must be >= 2 for group-relative advantages, got {a.group_size}")
-    if a.prompts_per_step < 1:
-        raise ConfigError(f"algo.prompts_per_step must be >= 1, got {a.prompts_per_step}")
-    if not (0 <= a.eps_low < 1 and a.eps_high >= 0):
-        raise ConfigError(f"algo.eps_low must be in [0,1) and algo.eps_high >= 0, got {a.eps_low}, {a.eps_high}")
-    if a.num_iterations < 1:
-        raise ConfigError(f"algo.num_iterations must be >= 1, got {a.num_iterations}")
-    if a.temperature < 0 or not 0 < a.top_p <= 1 or a.reward_timeout_s < 0:
-        raise ConfigError(f"need algo.temperature >= 0, 0 < algo.top_p <= 1 and algo.reward_timeout_s >= 0; got "
-                          f"{a.temperature}, {a.top_p}, {a.reward_timeout_s}")
-    if a.max_new_tokens < 1 or a.max_refill_rounds < 0 or (a.env_max_turns is not None and a.env_max_turns < 1):
-        raise ConfigError(f"algo.max_new_tokens and algo.env_max_turns must be >= 1 and algo.max_refill_rounds >= 0; "
-                          f"got {a.max_new_tokens}, {a.env_max_turns}, {a.max_refill_rounds}")
-    if a.env is not None and a.is_correction != "none":
-        raise ConfigError("algo.is_correction needs per-token rollout log-probs, which environment rollouts "
-                          "(algo.env) do not keep; use algo.is_correction=none")
-    if cfg.generation.backend == "vllm_server" and not cfg.model.lora.enabled:
-        raise ConfigError("generation=vllm_server needs model.lora.enabled=true: only a LoRA adapter can be synced to "
-                          "the running server; with full fine-tuning it would keep sampling from its base weights")
-    if world is not None:
-        check_grpo_geometry(cfg, world)
-
-
-def check_grpo_geometry(cfg, world: int) -> None:
-    """Raises when the global rollout batch does not split into the configured micro-batches."""
-    a, o = cfg.algo, cfg.optim
-    samples = a.prompts_per_step * a.group_size
-    if a.prompts_per_step % world or o.batch_size * o.grad_accum * world != samples:
-        raise ConfigError(
-            f"algo.prompts_per_step * algo.group_size = {a.prompts_per_step} * {a.group_size} = {samples} samples per "
-            f"step must equal optim.batch_size * optim.grad_accum * world = {o.batch_size} * {o.grad_accum} * {world} "
-            f"(and prompts_per_step must divide by world); e.g. optim.batch_size={samples // (o.grad_accum * world) or 1}")
-
-
-def check_adapter_dir(path: str, field: str = "model.init_adapter") -> Path:
-    """A PEFT adapter directory with safetensors weights (never a pickled ``adapter_model.bin``)."""
-    d = Path(path).expanduser()
-    if not d.is_dir():
-        raise ConfigError(f"{field}={path!r}: no such directory")
-    if not (d / "adapter_config.json").is_file():
-        hint = " (it holds a full model: use it as model.path)" if (d / "config.json").is_file() else ""
-        raise ConfigError(f"{field}={path!r}: not a PEFT adapter directory, {d / 'adapter_config.json'} is missing{hint}")
-    if not (d / "adapter_model.safetensors").is_file():
-        raise ConfigError(f"{field}={path!r}: {d / 'adapter_model.safetensors'} is missing (only safetensors "
-                          f"adapters are loaded, never pickled adapter_model.bin)")
-    return d.resolve()
-
-
-def validate_distill(cfg) -> None:
-    validate_common(cfg)
-    a, d = cfg.algo, cfg.data
-    if a.topk < 1 or a.max_reasoning_tokens < 1 or a.min_reasoning_tokens < 0:
-        raise ConfigError(f"algo.topk and algo.max_reasoning_tokens must be >= 1 and algo.min_reasoning_tokens >= 0; "
-                          f"got {a.topk}, {a.max_reasoning_tokens}, {a.min_reasoning_tokens}")
-    for k in ("kl_temperature", "teacher_temperature", "calibration_temperature"):
-        if getattr(a, k) <= 0:
-            raise ConfigError(f"algo.{k} must be > 0, got {getattr(a, k)}")
-    if a.token_kl_weight < 0 or a.choice_kl_weight < 0:
-        raise ConfigError(f"algo.token_kl_weight and algo.choice_kl_weight must be >= 0")
-    if len(a.choice_tokens) != 2:
-        raise ConfigError(f"algo.choice_tokens must name exactly two strings (A, B), got {list(a.choice_tokens)}")
-    if a.teacher_cache and (a.topk_support != "teacher" or a.teacher != "initial" or a.mode != "teacher_tokens"):
-        raise ConfigError("algo.teacher_cache=true needs algo.topk_support=teacher, algo.teacher=initial and "
-                          f"algo.mode=teacher_tokens (got {a.topk_support}, {a.teacher}, {a.mode})")
-    if a.teacher == "initial" and not cfg.model.lora.enabled:
-        raise ConfigError("algo.teacher=initial is the adapter-disabled model: it needs model.lora.enabled=true")
-    if d.source == "mist":
-        raise ConfigError("data.source=mist: OPSD is a pipeline kind, not a data source; use pipeline.kind=opsd with "
-                          "data.prompt_style=mist and the MIST items as data.train_path (e.g. recipe=opsd_tiny)")
-    if d.source == "files" and not d.train_path:
-        raise ConfigError("data.train_path: give the taste fork items to train on (or data.source=toy)")
-    if d.prompt_style == "mist" or cfg.pipeline.kind == "opsd":
-        _validate_mist_views(cfg)
-
-
-def _validate_mist_views(cfg) -> None:
-    """data.prompt_style=mist (OPSD on MIST): on-policy token KL only; MIST items have no A/B choice position."""
-    a, d = cfg.algo, cfg.data
-    where = "data.prompt_style=mist (student: the misleading MIST prompt, teacher: the clean one)"
-    if d.prompt_style != "mist":
-        raise ConfigError(f"pipeline.kind=opsd trains on MIST views: it needs data.prompt_style=mist, got {d.prompt_style}")
-    if a.mode != "on_policy":
-        raise ConfigError(f"{where}: the student writes the tokens; set algo.mode=on_policy (got {a.mode})")
-    if a.stage != "kl":
-        raise ConfigError(f"{where}: only algo.stage=kl; calibration reads an A/B choice position MIST has not")
-    if a.choice_kl_weight != 0:
-        raise ConfigError(f"{where}: MIST items have no A/B choice position, so there is no choice KL; set "
-                          f"algo.choice_kl_weight=0 (got {a.choice_kl_weight})")
-    if d.eval_path:
-        raise ConfigError(f"{where}: data.eval_path (the epoch-end taste evaluation) must be null; MIST is evaluated "
-                          f"by recipes/evaluate.py (pipeline.kind=opsd does it after training)")
-    if cfg.pipeline.kind == "opsd" and not d.train_path:
-        raise ConfigError("pipeline.kind=opsd: data.train_path must name the MIST training items")
-    if cfg.pipeline.kind == "opsd" and not cfg.pipeline.eval_sets:
-        raise ConfigError("pipeline.kind=opsd: pipeline.eval_sets must name at least one MIST item file to evaluate")

@@ -220,7 +220,7 @@ def load_frozen(path: str | Path) -> list[dict]:
         h = rec.get("workflow_hash")
         if h is None:
             raise DataError("missing workflow_hash (not a frozen workflow file)", path=path, line=line,
-                            field="workflow_hash", accepted="files written by trainer.workflows.freeze_workflows")
+                            field="workflow_hash", accepted="files written by eval_hooks.builders.workflows.freeze_workflows")
         if workflow_hash(rec) != h:
             raise DataError(f"item {rec.get('item_id')!r} changed after freezing (hash {h} != {workflow_hash(rec)})",
                             path=path, line=line, field="workflow_hash")

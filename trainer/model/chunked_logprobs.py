@@ -14,7 +14,7 @@ Backward (a custom autograd function) never keeps a chunk's logits:
   recomputes each chunk's logits to form the head's and the hidden states' gradients.
 
 Selected by ``model.logprob_chunk`` (positions per chunk; 0 = the full-logits path of
-``trainer.logprobs.sequence_logprobs``). Equal to that path within float32 round-off.
+``trainer.model.logprobs.sequence_logprobs``). Equal to that path within float32 round-off.
 
 Public API:
 

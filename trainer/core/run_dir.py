@@ -25,7 +25,7 @@ import socket
 import time
 from pathlib import Path
 
-from .config import ConfigError
+from trainer.config import ConfigError
 
 LOCK_NAME = ".lock"
 DATA_HASHES = "data_hashes.json"

@@ -1,12 +1,12 @@
 """Rollout modes: how the groups of a GRPO rollout batch are generated and scored.
 
-A mode turns prompt rows (and one generation seed per row) into :class:`~trainer.rollout.Group` s of
-``group_size`` scored samples; the batch builder (:class:`trainer.rollout.RolloutSource`) does the rest,
+A mode turns prompt rows (and one generation seed per row) into :class:`~trainer.rl.rollout.Group` s of
+``group_size`` scored samples; the batch builder (:class:`trainer.rl.rollout.RolloutSource`) does the rest,
 the same for every mode: prompt sampling, the exchange of groups between ranks, the drop/refill rule,
 advantages, old log-probs and micro-batching.
 
-- :class:`SingleTurnMode`: one completion per sample, scored by a :class:`~trainer.rewards.GuardedReward`.
-- :class:`EnvironmentMode` (``algo.env``): a multi-turn episode per sample (``trainer.envs.run_episodes``);
+- :class:`SingleTurnMode`: one completion per sample, scored by a :class:`~trainer.rl.rewards.GuardedReward`.
+- :class:`EnvironmentMode` (``algo.env``): a multi-turn episode per sample (``trainer.rl.envs.run_episodes``);
   reward = the episode's return, every assistant turn is a target.
 
 A new mode subclasses :class:`RolloutMode` and supplies ``generate`` (the backend calls) and ``to_groups``
@@ -67,7 +67,7 @@ def _timed(metrics: dict[str, Any], key: str | None, fn: Callable, *args):
 
 class SingleTurnMode(RolloutMode):
     """``group_size`` completions of each prompt in one backend call, each scored by ``reward`` (a
-    :class:`~trainer.rewards.GuardedReward`, whose error count is saved and logged)."""
+    :class:`~trainer.rl.rewards.GuardedReward`, whose error count is saved and logged)."""
 
     scoring_metric = "time_reward_s"
 
@@ -120,7 +120,7 @@ class SingleTurnMode(RolloutMode):
 
 class EnvironmentMode(RolloutMode):
     """``group_size`` episodes of each prompt in the environment ``env_factory()`` makes
-    (``trainer.envs.run_episodes``); a sample is the whole conversation, its targets the assistant turns."""
+    (``trainer.rl.envs.run_episodes``); a sample is the whole conversation, its targets the assistant turns."""
 
     def __init__(self, settings: RolloutSettings, tokenizer, env_factory: Callable):
         super().__init__(settings, tokenizer)
