@@ -3,7 +3,7 @@ content of ``metrics.json``. They know nothing about models; numpy only.
 
 Each family's metrics live with the family (``eval_hooks/families/<name>/metrics.py``, e.g.
 :mod:`eval_hooks.families.mist.metrics` with ``sc2w``, ``slice_metrics``, ``repair_analysis``); the
-helpers they share are in :mod:`eval_hooks.metrics._common`. ``compute_metrics`` and ``headline`` ask
+helpers they share are in :mod:`eval_hooks.metrics.common`. ``compute_metrics`` and ``headline`` ask
 the family registry. All rates are fractions in [0, 1]; undefined rates are ``None`` (JSON null).
 """
 

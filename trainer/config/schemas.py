@@ -15,9 +15,10 @@ from typing import Any, Optional
 
 from omegaconf import MISSING
 
+from eval_hooks.families import FAMILIES
 from eval_hooks.vocab import MED_FORMATS, MED_MITIGATIONS
-from trainer.config.choices import (Aggregation, Backend, Device, DistillMode, DistillPipelineKind, DistillPromptStyle, DistillSource,
-                                    DistillStage, DistillTeacher, Dtype, Family, InitAdapterMode, ISCorrection,
+from trainer.config.choices import (Aggregation, Backend, Device, DistillMode, DistillPipelineKind,
+                                    DistillPromptStyle, DistillSource, DistillStage, DistillTeacher, Dtype, Family, InitAdapterMode, ISCorrection,
                                     LoggerKind, MedFormat, MedJudge, MedMitigation, MixedPrecision, OnInvalid,
                                     Pairing, Reference, Scheduler, StdScaling, TopkSupport, Truncation, Weighting)
 

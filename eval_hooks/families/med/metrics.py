@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any, Sequence
 
-from ...metrics._common import check_rows, group_by_item, where
+from ...metrics.common import check_rows, group_by_item, where
 from ...vocab import MED_CATEGORIES as CATEGORIES, MED_FORMATS as FORMATS, MED_PIPELINES as PIPELINES
 from ...vocab import MED_VARIANTS as VARIANTS
 

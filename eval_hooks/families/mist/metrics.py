@@ -19,7 +19,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ...metrics._common import (CI_LEVEL, bootstrap_indices, check_rows, group_by_item, percentile_ci,
+from ...metrics.common import (CI_LEVEL, bootstrap_indices, check_rows, group_by_item, percentile_ci,
                       require_complete, slice_key)
 from ...vocab import MIST_CONDITIONS
 CLEAN, MIS = 0, 1
