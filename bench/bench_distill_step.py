@@ -38,8 +38,6 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
 
 def _cfg(overrides):
     from hydra import compose, initialize_config_dir
@@ -76,9 +74,9 @@ def setup(args, model_path, overrides=()):
     from eval_hooks.builders.taste_toy import make_taste_toy
     from eval_hooks.io import write_jsonl_atomic
     from eval_hooks.prompts import PromptSettings
-    from trainer.distill import choice_token_ids, load_fork_views
-    from trainer.distill_steps import DistillSteps
-    from trainer.model import Reference, build_policy
+    from trainer.distill.views import choice_token_ids, load_fork_views
+    from trainer.distill.steps import DistillSteps
+    from trainer.model.policy import Reference, build_policy
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -101,8 +99,8 @@ def setup(args, model_path, overrides=()):
 def timing(args) -> dict:
     from eval_hooks.models import ensure_tiny_model
     from trainer.algos.sft import masked_nll_loss
-    from trainer.distill import build_batch
-    from trainer.logprobs import sequence_logprobs
+    from trainer.distill.views import build_batch
+    from trainer.model.logprobs import sequence_logprobs
 
     model, tok, views, steps = setup(args, ensure_tiny_model(args.preset),
                                      ["algo.topk_support=teacher", "algo.teacher_cache=true"])
@@ -143,7 +141,7 @@ def dense_kl_step(steps, model, mb):
     import torch
 
     from trainer.algos.distill import choice_kl, topk_forward_kl
-    from trainer.distill import aligned_logits
+    from trainer.distill.views import aligned_logits
 
     a, views, pad = steps.a, mb["views"], steps.tokenizer.pad_token_id
     completions = [list(v.reasoning) + steps.answer_ids for v in views]

@@ -26,16 +26,12 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import sys
 import tempfile
 import time
 from collections import Counter, defaultdict
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from bench.bench_dpo_step import CONDITIONS, OurStep, TrlStep, _random_text, build_our_policy, quiet, set_threads  # noqa: E402,E501
+from bench.bench_dpo_step import CONDITIONS, OurStep, TrlStep, _random_text, build_our_policy, quiet, set_threads  # noqa: E501
 
 BLOCKS_PER_WINDOW = 16
 
@@ -95,7 +91,7 @@ def padded_fraction(masks) -> float:
 
 
 def run_ours(rows, tokenizer, model, args) -> dict:
-    from trainer.data import ConditionSampler, PairSet, apply_length_policy, condition_mass
+    from trainer.data.train_data import ConditionSampler, PairSet, apply_length_policy, condition_mass
 
     rows = apply_length_policy(PairSet(rows), tokenizer, max_prompt_len=1024, max_completion_len=1024,
                                truncation="error").rows  # as recipes/dpo.py (default prompt settings): num_tokens
@@ -120,7 +116,7 @@ def run_ours(rows, tokenizer, model, args) -> dict:
 
 
 def _reference(model):
-    from trainer.model import Reference
+    from trainer.model.policy import Reference
 
     return Reference(model, lora=True)
 

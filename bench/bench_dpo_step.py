@@ -15,9 +15,9 @@ a chat-rendered prompt of ``seq_len/2`` tokens + a completion of ``seq_len/2`` t
 Measured figures (printed side by side, in one run):
 
 1. **Step time, ours / TRL.** *Ours* is exactly what ``recipes/dpo.py`` does per optimizer step
-   (``trainer.loop.train_loop`` + the recipe's ``step_fn``, grad_accum 1): ``build_preference_batch``
+   (``trainer.core.loop.train_loop`` + the recipe's ``step_fn``, grad_accum 1): ``build_preference_batch``
    -> ``sequence_logprobs`` on the policy -> the same under ``torch.no_grad()`` with the LoRA adapter
-   disabled (``trainer.model.Reference``) -> ``sigmoid_dpo_loss`` + per-condition metrics -> backward ->
+   disabled (``trainer.model.policy.Reference``) -> ``sigmoid_dpo_loss`` + per-condition metrics -> backward ->
    grad-norm clip (1.0) -> ``build_optimizer``'s AdamW step -> scheduler step -> ``zero_grad``.
    *TRL* is what ``Trainer._inner_training_loop`` does per step: its ``data_collator`` on the
    pre-tokenised rows -> ``DPOTrainer.training_step`` (fused LM head, reference = adapter disabled, since
@@ -64,7 +64,6 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
@@ -143,7 +142,7 @@ def _random_text(rng: random.Random, n: int) -> str:
 def synthetic_pairs(tokenizer, *, pairs: int, seq_len: int, seed: int = 0):
     """``pairs`` (prompt, chosen, rejected) strings: the chat-rendered prompt is ``seq_len/2`` tokens and each
     completion ``seq_len/2`` tokens including the EOS the batch builder appends. Checked by tokenising."""
-    from trainer.logprobs import build_preference_batch
+    from trainer.model.logprobs import build_preference_batch
 
     half = seq_len // 2
     rng = random.Random(seed)
@@ -189,12 +188,12 @@ class OurStep:
     def __init__(self, model, tokenizer, prompts, chosen, rejected, *, reference, seq_len: int, ref_model=None):
         from omegaconf import OmegaConf
 
-        from trainer.model import build_optimizer, build_scheduler
+        from trainer.model.policy import build_optimizer, build_scheduler
 
         self.model, self.tok = model, tokenizer
         self.prompts, self.chosen, self.rejected = prompts, chosen, rejected
         self.conditions = [CONDITIONS[i % len(CONDITIONS)] for i in range(len(prompts))]
-        self.reference = reference  # trainer.model.Reference (adapter disabled) or None with ref_model
+        self.reference = reference  # trainer.model.policy.Reference (adapter disabled) or None with ref_model
         self.ref_model = ref_model  # a separate frozen copy (RSS comparison only)
         self.half = seq_len // 2
         optim_cfg = OmegaConf.create({"lr": LR, "betas": [0.9, 0.999], "eps": 1e-8, "weight_decay": 0.0,
@@ -216,7 +215,7 @@ class OurStep:
         import torch
 
         from trainer.algos.dpo import dpo_row_metrics, per_group_metrics, sigmoid_dpo_loss
-        from trainer.logprobs import build_preference_batch, sequence_logprobs
+        from trainer.model.logprobs import build_preference_batch, sequence_logprobs
 
         prompts, chosen, rejected, conditions = rows or (self.prompts, self.chosen, self.rejected, self.conditions)
         model = self.model
@@ -269,7 +268,7 @@ def run_rss(args) -> None:
 
     threads = set_threads(args.threads)
     from eval_hooks.models import ensure_tiny_model, load_tokenizer
-    from trainer.model import Reference
+    from trainer.model.policy import Reference
 
     path = str(ensure_tiny_model(args.preset))
     tok = load_tokenizer(path)
@@ -441,8 +440,8 @@ def run_main(args) -> dict:
 
     threads = set_threads(args.threads)
     from eval_hooks.models import ensure_tiny_model, load_tokenizer
-    from trainer.logprobs import build_preference_batch
-    from trainer.model import Reference
+    from trainer.model.logprobs import build_preference_batch
+    from trainer.model.policy import Reference
 
     path = str(ensure_tiny_model(args.preset))
     tok = load_tokenizer(path)

@@ -18,12 +18,10 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 GSM8K = ROOT.parent / "shared" / "data" / "external" / "gsm8k_test.jsonl"
 

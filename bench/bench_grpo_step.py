@@ -15,11 +15,8 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("WANDB_MODE", "disabled")
 
@@ -29,7 +26,7 @@ def reward_fn(completion: str, row: dict) -> float:
 
 
 def prompts(n: int) -> list[dict]:
-    from trainer.rollout import load_rl_prompts
+    from trainer.rl.rollout import load_rl_prompts
 
     return load_rl_prompts("toy:0/grpo_prompts.jsonl")[:n]
 
@@ -42,11 +39,12 @@ def ours(args, model_dir: str) -> tuple[list[float], list[float]]:
     from eval_hooks.prompts import PromptSettings
     from trainer.algos.grpo import clipped_policy_loss
     from trainer.config import GRPOAlgoConfig, ModelConfig, OptimConfig
-    from trainer.data import ShuffleSampler
-    from trainer.logprobs import sequence_logprobs
-    from trainer.model import build_optimizer, build_policy
-    from trainer.rewards import GuardedReward
-    from trainer.rollout import RolloutSettings, RolloutSource
+    from trainer.data.train_data import ShuffleSampler
+    from trainer.model.logprobs import sequence_logprobs
+    from trainer.model.policy import build_optimizer, build_policy
+    from trainer.rl.rewards import GuardedReward
+    from trainer.rl.rollout import RolloutSettings, RolloutSource
+    from trainer.rl.rollout_modes import SingleTurnMode
 
     torch.manual_seed(0)
     mcfg = OmegaConf.structured(ModelConfig(path=model_dir))
@@ -57,9 +55,9 @@ def ours(args, model_dir: str) -> tuple[list[float], list[float]]:
     algo = GRPOAlgoConfig(group_size=args.group_size, max_new_tokens=args.max_new_tokens, temperature=1.0,
                           drop_zero_variance=False)
     s = RolloutSettings.from_config(algo, num_groups=args.groups, grad_accum=1, prompt_settings=PromptSettings(), seed=0)
-    src = RolloutSource(rows, ShuffleSampler(len(rows), seed=0), settings=s, tokenizer=tok,
-                        backend_factory=lambda: HFBackend(model, tok, batch_size=args.groups * args.group_size),
-                        reward=GuardedReward(reward_fn))
+    src = RolloutSource(rows, ShuffleSampler(len(rows), seed=0), SingleTurnMode(s, tok, GuardedReward(reward_fn)),
+                        settings=s,
+                        backend_factory=lambda: HFBackend(model, tok, batch_size=args.groups * args.group_size))
     times, gen_fracs = [], []
     for _ in range(args.steps):
         t0 = time.perf_counter()

@@ -32,9 +32,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from bench.bench_dpo_step import BETA, lora_config, quiet, set_threads  # noqa: E402
+from bench.bench_dpo_step import BETA, lora_config, quiet, set_threads
 
 
 def parse_args(argv):
@@ -71,7 +69,7 @@ def run_child(args) -> dict:
     from transformers import LlamaConfig, LlamaForCausalLM
 
     from trainer.algos.dpo import sigmoid_dpo_loss
-    from trainer.logprobs import sequence_logprobs
+    from trainer.model.logprobs import sequence_logprobs
 
     quiet()
     set_threads(args.threads)

@@ -1,20 +1,19 @@
-"""Matched-condition evaluation: load rows, generate, score, write ``metrics.json``,
+"""Matched-condition evaluation by family name: load rows, generate, score, write ``metrics.json``,
 ``item_scores.jsonl`` and ``report.md`` (+ PNGs) atomically.
 
-``run_matched_eval`` is the callable every trainer runs at the end of each epoch; ``score_responses``
-is the same scoring for generations that came from anywhere else (the ``score`` CLI verb).
+``run_matched_eval`` is the family's run, the callable every trainer runs at the end of each epoch;
+``score_responses`` is the same scoring for generations that came from anywhere else (the ``score`` CLI
+verb). Each is a thin call into the family (:mod:`eval_hooks.families`), which holds the work.
 """
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 from typing import Mapping, Sequence
 
 from .families import FAMILIES, get_family
-from .io import (DataError, make_tmp_dir_beside, publish_dir, read_records, write_json_atomic,
-                 write_jsonl_atomic)
-from .prompts import PromptSettings, prompt_messages
+from .io import DataError, read_records
+from .scoring import build_requests, check_responses as _check_responses  # re-exported (bench, recipes, the CLI)
 
 #: An inference-time warning for the Prompt-Defense baseline: use it as ``prompt.system_prompt`` or
 #: ``prompt.prompt_prefix`` (``conf/prompt/prompt_defense.yaml`` sets the prefix).
@@ -32,11 +31,7 @@ def load_rows(family: str, path: str | Path, **options) -> list[dict]:
     by ``python -m eval_hooks expand``) is validated as rows and returned as is. For MIST the items
     *are* rows (one per item and condition), so MIST files always get the full quartet checks.
     """
-    fam = get_family(family).configured(**options)
-    records = read_records(path)
-    if family != "mist" and all("row_id" in r and "prompt" in r for _, r in records):
-        return fam.validate_rows(records, path)
-    return fam.expand_records(records, path)
+    return get_family(family).configured(**options).load(path)
 
 
 def read_responses(path: str | Path, rows: Sequence[dict] | None = None) -> dict[str, str]:
@@ -74,28 +69,9 @@ def read_responses(path: str | Path, rows: Sequence[dict] | None = None) -> dict
     return out
 
 
-def _check_responses(rows: Sequence[dict], responses: Mapping[str, str], source: str | None) -> None:
-    ids = [r["row_id"] for r in rows]
-    if len(set(ids)) != len(ids):
-        seen = set()
-        dup = next(i for i in ids if i in seen or seen.add(i))
-        raise DataError(f"duplicate row_id {dup!r} among the rows", field="row_id", accepted="unique row ids")
-    idset = set(ids)
-    unknown = [k for k in responses if k not in idset]
-    if unknown:
-        raise DataError(f"{len(unknown)} response(s) for unknown row ids, e.g. {unknown[:3]}", path=source,
-                        field="row_id", accepted="row ids of the rows being scored")
-    missing = [i for i in ids if i not in responses]
-    if missing:
-        raise DataError(f"no response for {len(missing)} of {len(ids)} rows, e.g. {missing[:3]}", path=source,
-                        field="row_id", accepted="exactly one response per row")
-
-
 def score_rows(family: str, rows: Sequence[dict], responses: Mapping[str, str]) -> list[dict]:
     """Parse and score each row's response: the lines of ``item_scores.jsonl`` (no files written)."""
-    fam = get_family(family)
-    _check_responses(rows, responses, None)
-    return [fam.score_row(r, responses[r["row_id"]]) for r in rows]
+    return get_family(family).score_rows(rows, responses)
 
 
 def score_responses(family: str, rows: Sequence[dict], responses: Mapping[str, str], out_dir: str | Path, *,
@@ -108,70 +84,31 @@ def score_responses(family: str, rows: Sequence[dict], responses: Mapping[str, s
     all of them exist, so a failure leaves no half-written output. ``step`` (and ``extra``) are
     recorded in ``metrics.json``.
     """
-    from .metrics import compute_metrics
-    from .report import write_report
-
-    item_scores = score_rows(family, rows, responses)
-    metrics = dict(compute_metrics(family, item_scores, n_boot=n_boot, seed=seed))
-    metrics.setdefault("family", family)
-    metrics.setdefault("n_rows", len(item_scores))
-    metrics.setdefault("n_unparsed_rows", sum(not s["parse_ok"] for s in item_scores))
-    if step is not None:
-        metrics["step"] = step
-    if extra:
-        metrics.setdefault("eval_settings", dict(extra))
-    out_dir = Path(out_dir)
-    tmp = make_tmp_dir_beside(out_dir)
-    try:
-        write_jsonl_atomic(tmp / "item_scores.jsonl", item_scores)
-        write_json_atomic(tmp / "metrics.json", metrics)
-        write_report(family, metrics, item_scores, tmp, title=title)
-        publish_dir(tmp, out_dir)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return metrics
-
-
-def build_requests(rows: Sequence[dict], *, max_new_tokens: int = 256, temperature: float = 0.0,
-                   stop: Sequence[str] | None = None, prompt_settings: PromptSettings | None = None,
-                   seed: int | None = None):
-    """One :class:`GenerationRequest` per row, as chat ``messages``: the row's prompt with the system turn
-    and prefix of ``prompt_settings`` (:func:`eval_hooks.prompts.prompt_messages`). The backend renders
-    them to ids with the same settings' template switch (:func:`eval_hooks.prompts.render_prompt`)."""
-    from .backends.base import GenerationRequest
-
-    settings = prompt_settings or PromptSettings()
-    return [GenerationRequest(messages=prompt_messages(r["prompt"], settings), max_new_tokens=max_new_tokens,
-                              temperature=temperature, stop=list(stop or []), seed=seed) for r in rows]
+    return get_family(family).score_responses(rows, responses, out_dir, step=step, n_boot=n_boot, seed=seed,
+                                              title=title, extra=extra)
 
 
 def run_matched_eval(backend, rows: Sequence[dict] | str | Path, family: str, out_dir: str | Path, *,
                      step: int | None = None, max_new_tokens: int = 256, temperature: float = 0.0,
                      stop: Sequence[str] | None = None, progress: bool = True,
-                     n_boot: int = 1000, seed: int = 0, title: str | None = None) -> dict:
-    """Generate one response per row with ``backend`` (a ``GenerationBackend``; progress bar), then
-    :func:`score_responses`. ``rows`` may also be a path, loaded with :func:`load_rows`.
+                     n_boot: int = 1000, seed: int = 0, title: str | None = None, settings=None) -> dict:
+    """The run of ``family`` (:meth:`eval_hooks.families.base.Family.run`): generate with ``backend`` (a
+    ``GenerationBackend``; progress bar), score, write ``out_dir`` atomically. ``rows`` may also be a path,
+    loaded with :func:`load_rows`. ``settings`` is the family's own section of the ``eval`` config
+    (``eval.<family>``, e.g. ``eval.med``), for a family whose run has settings.
 
+    The generic run (every family but MedCounterfact, whose run adds formats, label probabilities,
+    mitigations and a refine chain) generates one response per row and calls :func:`score_responses`.
     Prompts are rendered under the backend's ``prompt_settings`` (the ``prompt`` config group: template
     switch, system prompt, prefix; the Prompt-Defense baseline is ``prompt=prompt_defense``, see
     :data:`PROMPT_DEFENSE`), the same settings training used. Returns the metrics dict also written to
     ``out_dir/metrics.json``.
     """
+    fam = get_family(family)
     if isinstance(rows, (str, Path)):
-        rows = load_rows(family, rows)
-    get_family(family)
-    settings = getattr(backend, "prompt_settings", None) or PromptSettings()
-    reqs = build_requests(rows, max_new_tokens=max_new_tokens, temperature=temperature, stop=stop,
-                          prompt_settings=settings)
-    results = backend.generate(reqs, progress=progress, desc=f"eval {family}")
-    if len(results) != len(rows):
-        raise RuntimeError(f"backend returned {len(results)} results for {len(rows)} requests")
-    responses = {r["row_id"]: res.samples[0].text for r, res in zip(rows, results)}
-    settings = {"backend": getattr(backend, "name", type(backend).__name__), "max_new_tokens": max_new_tokens,
-                "temperature": temperature, "stop": list(stop or []), **settings.describe()}
-    return score_responses(family, rows, responses, out_dir, step=step, n_boot=n_boot, seed=seed, title=title,
-                           extra=settings)
+        rows = fam.load(rows)
+    return fam.run(backend, rows, out_dir, step=step, max_new_tokens=max_new_tokens, temperature=temperature,
+                   stop=stop, progress=progress, n_boot=n_boot, seed=seed, title=title, settings=settings)
 
 
 __all__ = ["FAMILIES", "PROMPT_DEFENSE", "load_rows", "read_responses", "score_rows", "score_responses",

@@ -18,38 +18,21 @@ Loading a hub id may download it (once, into the ``datasets`` cache); set ``HF_H
 from __future__ import annotations
 
 import re
-from pathlib import Path
 from typing import Any
 
-HF_PREFIX = "hf:"
+from eval_hooks.dataset_ids import HF_PREFIX, is_dataset_source, is_saved_dataset, split_disk_spec
+from eval_hooks.errors import DataError
+
+# Which paths are ``datasets`` sources is decided in :mod:`eval_hooks.dataset_ids` (DataError's messages need
+# it); the names are re-exported here, where callers look for them.
+__all__ = ["HF_PREFIX", "is_dataset_source", "is_saved_dataset", "split_disk_spec", "parse_hf_spec",
+           "load_dataset_records"]
+
 _SPLIT = re.compile(r"^(train|test|validation|valid|dev|eval)(\[.*\])?$|^[A-Za-z_]\w*\[.*\]$")
-_DISK_MARKERS = ("dataset_info.json", "state.json", "dataset_dict.json")
-
-
-def is_saved_dataset(path: str | Path) -> bool:
-    """A directory written by ``datasets``' ``save_to_disk`` (a Dataset or a DatasetDict)."""
-    p = Path(path)
-    return p.is_dir() and any((p / m).exists() for m in _DISK_MARKERS)
-
-
-def split_disk_spec(path: str) -> tuple[str, str | None]:
-    """``/dir:split`` -> (``/dir``, ``split``) when ``/dir`` is a saved dataset; else (path, None)."""
-    head, sep, tail = str(path).rpartition(":")
-    if sep and head and tail and "/" not in tail and is_saved_dataset(head):
-        return head, tail
-    return str(path), None
-
-
-def is_dataset_source(path: str | Path) -> bool:
-    """``hf:...``, a saved-dataset directory, or one with a ``:split`` suffix."""
-    s = str(path)
-    return s.startswith(HF_PREFIX) or is_saved_dataset(split_disk_spec(s)[0])
 
 
 def parse_hf_spec(spec: str) -> tuple[str, str | None, str | None]:
     """``hf:org/name[:config][:split]`` -> (name, config, split)."""
-    from .io import DataError
-
     parts = re.split(r":(?![^\[]*\])", spec[len(HF_PREFIX):])  # no split inside a slice "train[:10]"
     if not parts[0] or len(parts) > 3 or any(not p for p in parts):
         raise DataError(f"dataset id {spec!r} must look like hf:<org/name>[:<config>][:<split>], e.g. "
@@ -63,8 +46,6 @@ def parse_hf_spec(spec: str) -> tuple[str, str | None, str | None]:
 
 
 def _pick_split(ds, split: str | None, label: str):
-    from .io import DataError
-
     if not hasattr(ds, "keys"):  # a Dataset already
         return ds
     splits = sorted(ds.keys())
@@ -79,8 +60,6 @@ def _pick_split(ds, split: str | None, label: str):
 
 def load_dataset_records(source: str) -> tuple[list[tuple[int, dict]], str]:
     """(``(row, record)`` pairs, label naming the dataset and split for error messages)."""
-    from .io import DataError
-
     try:
         import datasets
     except ImportError as e:  # pragma: no cover - datasets is a dependency

@@ -1,6 +1,6 @@
 """Reading records (JSONL or Parquet) with line numbers, and writing outputs atomically.
 
-Every problem with input data raises :class:`DataError`, whose message names the file, the line (for
+Every problem with input data raises :class:`DataError` (:mod:`eval_hooks.errors`, re-exported here), whose message names the file, the line (for
 Parquet: the 1-based row), the field and what would have been accepted. The CLI turns it into one
 clean message and a non-zero exit.
 """
@@ -15,39 +15,10 @@ from collections import deque
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
-
-class DataError(ValueError):
-    """Bad input data. ``path``/``line``/``field`` locate the problem (any may be ``None``)."""
-
-    def __init__(self, problem: str, *, path: str | os.PathLike | None = None, line: int | None = None,
-                 field: str | None = None, accepted: str | None = None):
-        self.problem = problem
-        self.path = None if path is None else str(path)
-        self.line = line
-        self.field = field
-        self.accepted = accepted
-        where = []
-        if self.path is not None:
-            where.append(self.path)
-        if line is not None:
-            where.append(f"{'row' if _is_dataset_label(self.path) else 'line'} {line}")
-        if field is not None:
-            where.append(f"field '{field}'")
-        msg = (", ".join(where) + ": " if where else "") + problem
-        if accepted:
-            msg += f" (accepted: {accepted})"
-        super().__init__(msg)
-
+from eval_hooks.dataset_ids import is_dataset_source
+from eval_hooks.errors import DataError  # noqa: F401  (the readers' error; imported from here too)
 
 PARQUET_SUFFIXES = (".parquet", ".pq")
-
-
-def _is_dataset_label(path: str | None) -> bool:
-    if path is None:
-        return False
-    from .hf_data import is_dataset_source
-
-    return is_dataset_source(path)
 
 
 def read_records(path: str | os.PathLike) -> list[tuple[int, dict]]:
@@ -59,7 +30,7 @@ def read_records(path: str | os.PathLike) -> list[tuple[int, dict]]:
     and ``save_to_disk`` directories (``eval_hooks.hf_data``) give 1-based rows like Parquet; errors
     about them name the dataset and the row.
     """
-    from .hf_data import is_dataset_source, load_dataset_records
+    from .hf_data import load_dataset_records
 
     if is_dataset_source(path):
         records, label = load_dataset_records(str(path))

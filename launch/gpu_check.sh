@@ -20,6 +20,8 @@
 # Paste the whole output into the issue's closing note.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+# The scripts below import trainer/ and eval_hooks/ from this tree, which may be a copy that is not installed.
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 
 PORT=${PORT:-8000}
 OUT=${OUT:-runs/gpu_check}
@@ -62,7 +64,7 @@ import os, time, torch
 from peft import LoraConfig, get_peft_model
 from eval_hooks.backends.vllm_server import VLLMServerBackend
 from eval_hooks.models import load_model, load_tokenizer
-from trainer.weight_sync import DEFAULT_PROBE_TEXT, AdapterSync, StaleWeightsError, sync_probe
+from trainer.rl.weight_sync import DEFAULT_PROBE_TEXT, AdapterSync, StaleWeightsError, sync_probe
 
 tok = load_tokenizer(os.environ["MODEL"])
 policy = get_peft_model(load_model(os.environ["MODEL"], device=os.environ.get("DEVICE", "cuda")),

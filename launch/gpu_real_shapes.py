@@ -35,11 +35,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 import time
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 PEAK_BF16_TFLOPS = {"H200": 989.0, "H100": 989.0, "A100": 312.0, "L40S": 362.0, "A10G": 70.0}
 
@@ -144,7 +140,7 @@ def run_model(name, cfg, args, device, dtype, peak) -> list[dict]:
     from trainer.algos.dpo import sigmoid_dpo_loss
     from trainer.algos.grpo import clipped_policy_loss, group_advantages
     from trainer.algos.sft import masked_nll_loss
-    from trainer.logprobs import sequence_logprobs
+    from trainer.model.logprobs import sequence_logprobs
 
     model, opt, n = build(cfg, device, dtype, args)
     rows, T = 4, args.row_len

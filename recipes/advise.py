@@ -12,15 +12,10 @@ style, answer prefix, choice tokens, reasoning budget) of ``conf/distill.yaml``.
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
 import hydra
 from omegaconf import DictConfig
 
-from trainer.cli_help import cli_main
+from trainer.config.cli_help import cli_main
 from trainer.config import ConfigError, register_schemas, validate_common
 
 register_schemas()
@@ -30,8 +25,8 @@ def run(cfg: DictConfig) -> list[dict]:
     from eval_hooks.io import read_records, write_jsonl_atomic
     from eval_hooks.models import load_tokenizer
     from eval_hooks.prompts import PromptSettings
-    from trainer.distill import advice_from_log_odds, eval_settings, evaluate_views, load_fork_views
-    from trainer.model import check_adapter_dir, load_base_with_adapters
+    from trainer.distill.views import advice_from_log_odds, eval_settings, evaluate_views, load_fork_views
+    from trainer.model.policy import check_adapter_dir, load_base_with_adapters
 
     adv, a = cfg.advice, cfg.algo
     validate_common(cfg)

@@ -9,24 +9,20 @@
 A chain recipe (``conf/recipe/<name>.yaml``) names its stages in order; each is a trainer script
 (``sft`` | ``dpo`` | ``grpo``) with Hydra overrides of that trainer's own config, trained in
 ``<run_dir>/stages/<name>/`` and started from the previous stage's ``final/`` adapter (``init_mode``:
-merge it into the base and train a fresh LoRA, or continue training it; see ``trainer/model.py``).
+merge it into the base and train a fresh LoRA, or continue training it; see ``trainer/model/policy.py``).
 Run the same command again after an interruption: finished stages are skipped, the interrupted one
 resumes from its newest complete checkpoint. ``"common=['k=v',...]"`` adds overrides to every stage.
-The stages run in this one process (``trainer/stages.py``), one after another.
+The stages run in this one process (``trainer/core/stages.py``), one after another.
 """
 
 from __future__ import annotations
 
 import importlib
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import hydra
 from omegaconf import DictConfig
 
-from trainer.cli_help import cli_main
+from trainer.config.cli_help import cli_main
 from trainer.config import register_schemas
 
 register_schemas()
@@ -45,7 +41,7 @@ def compose(config_name: str, overrides: list[str]):
 
 
 def stage_runner(root, *, seed: int, common=(), log=None):
-    from trainer.stages import SCRIPTS, StageRunner
+    from trainer.core.stages import SCRIPTS, StageRunner
 
     kw = {"log": log} if log is not None else {}
     return StageRunner(root, seed=seed, compose=compose, runners=recipe_runners(SCRIPTS), common=common, **kw)
@@ -53,7 +49,7 @@ def stage_runner(root, *, seed: int, common=(), log=None):
 
 def run(cfg: DictConfig) -> dict:
     """Run (or continue) the chain; returns ``{stage: record}`` as written to ``<run_dir>/chain.json``."""
-    from trainer.stages import validate_chain
+    from trainer.core.stages import validate_chain
 
     validate_chain(cfg, compose)  # a bad chain or stage config fails before any model loads
     return stage_runner(cfg.trainer.run_dir, seed=cfg.seed, common=list(cfg.common)).run_all(cfg.stages)

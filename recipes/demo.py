@@ -11,16 +11,10 @@ task and its ``toy:<seed>/<file>`` data source (``toy_demo/task.py``), this entr
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
 import hydra
 from omegaconf import DictConfig
 
-from trainer.cli_help import cli_main
+from trainer.config.cli_help import cli_main
 from toy_demo.config import register
 
 register()

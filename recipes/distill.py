@@ -1,14 +1,16 @@
 """Taste-Bench privileged-teacher distillation (docs/taste.md#distillation-trainer): stage 1 (KL), stage 2 (calibration).
 
     python recipes/distill.py recipe=taste_tiny trainer.run_dir=runs/taste_tiny seed=0   # CPU proof, end to end
-    python recipes/distill.py recipe=opsd_tiny trainer.run_dir=runs/opsd_tiny seed=0     # SCOPE's OPSD baseline (MIST)
+    python recipes/distill.py recipe=opsd_tiny trainer.run_dir=runs/opsd_tiny seed=0     # SCOPE's OPSD baseline (MIST):
+                                                                                         # pipeline.kind=opsd
     python recipes/distill.py recipe=taste_qwen3_4b trainer.run_dir=runs/taste data.train_path=fold_0.jsonl \
         data.eval_path=fold_1.jsonl
 
-``main`` runs the pipeline: (toy only: build the fork task, split it into two task-disjoint folds, SFT
-a demonstration-following base) -> stage 1 -> stage 2, each a run of :func:`run` in
+``main`` runs the pipeline of ``pipeline.kind``: ``taste`` (toy only: build the fork task, split it into
+two task-disjoint folds, SFT a demonstration-following base) -> stage 1 -> stage 2, each a run of :func:`run` in
 ``<run_dir>/stages/<name>/`` through the stage runner (stage 2 starts from stage 1's adapter), then
-the evaluation of teacher and student on the held-out fold, ``summary.json`` and ``report.md``.
+the evaluation of teacher and student on the held-out fold, ``summary.json`` and ``report.md``; or ``opsd``
+(``trainer/distill/opsd_pipeline.py``).
 
 :func:`run` trains one stage (what ``recipes/chain.py`` calls for ``script: distill``):
 
@@ -32,16 +34,12 @@ the evaluation of teacher and student on the held-out fold, ``summary.json`` and
 
 from __future__ import annotations
 
-import sys
 import time
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import hydra
 from omegaconf import DictConfig
 
-from trainer.cli_help import cli_main
+from trainer.config.cli_help import cli_main
 from trainer.config import register_schemas, validate_distill
 
 register_schemas()
@@ -51,12 +49,13 @@ def run(cfg: DictConfig):
     """Train one stage (``algo.stage``); returns the loop's ``LoopResult``."""
     from eval_hooks.io import write_json_atomic
     from eval_hooks.prompts import PromptSettings
-    from trainer.data import SamplerSource, ShuffleSampler
-    from trainer.distill import check_task_disjoint, choice_token_ids, has_choice_position, load_views
-    from trainer.distill_steps import DistillSteps, sample_teacher
-    from trainer.loop import train_evaluate_finish
-    from trainer.model import Reference, build_optimizer, build_policy, build_scheduler
-    from trainer.run import setup_run
+    from trainer.core.checkpoint import resumable
+    from trainer.data.train_data import SamplerSource, ShuffleSampler
+    from trainer.distill.views import check_task_disjoint, choice_token_ids, has_choice_position, load_views
+    from trainer.distill.steps import DistillSteps, sample_teacher
+    from trainer.train import train_evaluate_finish
+    from trainer.model.policy import Reference, build_optimizer, build_policy, build_scheduler
+    from trainer.core.run import setup_run
 
     # ---- validate everything before any model loads -------------------------------------------------
     validate_distill(cfg)
@@ -97,7 +96,7 @@ def run(cfg: DictConfig):
                            batch_size=cfg.optim.batch_size, rank=acc.process_index, world=acc.num_processes)
     step_fn = steps.kl_step if a.stage == "kl" else steps.calibration_step
     on_epoch_end = steps.epoch_eval(ctx, eval_views) if eval_views is not None and cfg.eval.enabled else None
-    if on_epoch_end is not None and ctx.is_main and not (ctx.run_dir / "checkpoints").exists():
+    if on_epoch_end is not None and ctx.is_main and not resumable(ctx.run_dir):
         ctx.logger.log(0, {"eval_epoch": "0", **{f"eval/{k}": v for k, v in on_epoch_end(0, 0).items()}})
 
     # ---- loop, save ---------------------------------------------------------------------------------
@@ -107,15 +106,15 @@ def run(cfg: DictConfig):
 
 
 def pipeline(cfg: DictConfig, overrides: list[str] | None = None) -> dict:
-    """Toy data + base (data.source=toy), stage 1, stage 2, held-out evaluation, ``summary.json``; or, for
-    ``data.source=mist`` (e.g. recipe=opsd_tiny), an optional base SFT, OPSD and the MIST evaluation
-    (``trainer/opsd_pipeline.py``). ``overrides``: the stages' overrides (default: the command line's)."""
-    from trainer.distill_pipeline import DistillPipeline
-    from trainer.opsd_pipeline import OpsdPipeline
+    """``pipeline.kind=taste``: toy data + base (data.source=toy), stage 1, stage 2, held-out evaluation,
+    ``summary.json``; ``pipeline.kind=opsd`` (e.g. recipe=opsd_tiny): an optional base SFT, OPSD and the MIST
+    evaluation (``trainer/distill/opsd_pipeline.py``). ``overrides``: the stages' overrides (default: the command line's)."""
+    from trainer.distill.pipeline import DistillPipeline
+    from trainer.distill.opsd_pipeline import OpsdPipeline
 
     t0 = time.time()
     runners = {"sft": _sft_run, "distill": run}
-    if cfg.data.source == "mist":
+    if cfg.pipeline.kind == "opsd":
         summary = OpsdPipeline(cfg, compose=_compose, runners=runners, evaluate=_evaluate_run,
                                overrides=overrides).run()
     else:

@@ -9,7 +9,7 @@ How this departs from TRL's DPOTrainer (same loss, checked by tests/test_trl_equ
   ``algo=scope_knowledge_aware`` adds the unknown-item pools with mass λ_u (docs/scope.md#knowledge-aware-scope),
   and their metrics per pool (``rewards/accuracies/unknown_correct``);
 - the reference is the same LoRA model with its adapter disabled (no second copy): the base, or the
-  SFT policy when starting from ``model.init_adapter`` (trainer/model.py);
+  SFT policy when starting from ``model.init_adapter`` (trainer/model/policy.py);
 - baselines are configs: ``algo=standard_dpo`` (misleading only), ``algo=unmatched``, ``algo=no_clean``
   / ``no_correct`` / ``no_irrelevant``, ``algo=sft_on_chosen``, and Prompt-Defense via ``prompt=prompt_defense``
   with ``trainer.max_steps`` irrelevant (use ``recipes/evaluate.py``).
@@ -17,17 +17,13 @@ How this departs from TRL's DPOTrainer (same loss, checked by tests/test_trl_equ
 
 from __future__ import annotations
 
-import sys
 from functools import partial
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import hydra
 import torch
 from omegaconf import DictConfig
 
-from trainer.cli_help import cli_main
+from trainer.config.cli_help import cli_main
 from trainer.config import register_schemas, validate_dpo
 
 register_schemas()
@@ -37,13 +33,13 @@ def run(cfg: DictConfig):
     """Train; returns the loop's ``LoopResult`` (step, preempted, final metrics)."""
     from eval_hooks.io import write_json_atomic
     from eval_hooks.prompts import PromptSettings
-    from trainer.data import ConditionSampler, SamplerSource, check_pool_mass, load_pairs, pool_mass, unmatch_pairs
-    from trainer.data import apply_length_policy
+    from trainer.data.train_data import ConditionSampler, SamplerSource, check_pool_mass, load_pairs, pool_mass, unmatch_pairs
+    from trainer.data.train_data import apply_length_policy
     from trainer.evaluation import load_eval_rows, make_backend
-    from trainer.logprobs import build_preference_batch, sequence_logprobs
-    from trainer.loop import train_evaluate_finish
-    from trainer.model import Reference, build_optimizer, build_policy, build_scheduler
-    from trainer.run import setup_run
+    from trainer.model.logprobs import build_preference_batch, sequence_logprobs
+    from trainer.train import train_evaluate_finish
+    from trainer.model.policy import Reference, build_optimizer, build_policy, build_scheduler
+    from trainer.core.run import setup_run
 
     # ---- validate everything before any model loads -------------------------------------------------
     validate_dpo(cfg)
@@ -113,7 +109,7 @@ def run(cfg: DictConfig):
 
 def reference_table(reference, policy, collate, n: int, batch_size: int, device, *, logprobs) -> torch.Tensor:
     """``(n, 2)`` reference log-probs (chosen, rejected) of every pair, computed once with no grad
-    (``logprobs``: ``trainer.logprobs.sequence_logprobs`` with the run's settings)."""
+    (``logprobs``: ``trainer.model.logprobs.sequence_logprobs`` with the run's settings)."""
     table = torch.zeros(n, 2)
     with torch.no_grad(), reference.context(policy) as ref_model:
         for start in range(0, n, batch_size):
@@ -125,10 +121,11 @@ def reference_table(reference, policy, collate, n: int, batch_size: int, device,
 
 
 def dpo_step(model, mb: dict, *, algo, reference, policy, ref_table, device, logprobs):
-    """Loss and metrics of one micro-batch of pairs (chosen rows first, then rejected): the weighted sigmoid
-    DPO loss against the reference (precomputed or the adapter-disabled policy), or NLL on the chosen rows
-    for ``algo.sft_on_chosen``; every metric also per condition."""
-    from trainer.algos.dpo import dpo_row_metrics, per_group_metrics, sigmoid_dpo_loss
+    """Loss and metrics of one micro-batch of pairs (chosen rows first, then rejected): the weighted DPO-style
+    loss ``algo.loss_type`` (``trainer.algos.dpo.DPO_LOSSES``; sigmoid by default) against the reference
+    (precomputed or the adapter-disabled policy), or NLL on the chosen rows for ``algo.sft_on_chosen``; every
+    metric also per condition."""
+    from trainer.algos.dpo import dpo_loss, dpo_row_metrics, per_group_metrics
     from trainer.algos.sft import masked_nll_loss
 
     batch = mb["batch"].to(device)
@@ -146,8 +143,8 @@ def dpo_step(model, mb: dict, *, algo, reference, policy, ref_table, device, log
             ref_logps, _, _ = logprobs(ref_model, *inputs)
         rc, rr = ref_logps.chunk(2)
     weights = mb["weights"].to(device) if algo.weighting == "loss" else None
-    loss, metrics = sigmoid_dpo_loss(pc, pr, rc, rr, beta=algo.beta, label_smoothing=algo.label_smoothing,
-                                     weights=weights)
+    loss, metrics = dpo_loss(algo.loss_type)(pc, pr, rc, rr, beta=algo.beta, label_smoothing=algo.label_smoothing,
+                                             weights=weights)
     metrics.update(per_group_metrics(dpo_row_metrics(pc, pr, rc, rr, beta=algo.beta), mb["conditions"]))
     return loss, metrics
 

@@ -7,21 +7,18 @@
     python recipes/evaluate.py eval=medcounterfact eval.path=medevidence_abstract.jsonl  # MedCounterfact
 
 Writes ``<out_dir>/metrics.json``, ``item_scores.jsonl`` and ``report.md`` with plots, through the same
-``eval_hooks.run_matched_eval`` that trainers call at epoch ends. Generations made elsewhere are scored
+family run (``trainer.evaluation.run_eval`` -> ``eval_hooks.run_matched_eval``) that trainers call at epoch ends. Generations made elsewhere are scored
 with ``python -m eval_hooks score`` instead.
 """
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import hydra
 from omegaconf import DictConfig
 
-from trainer.cli_help import cli_main
+from trainer.config.cli_help import cli_main
 from trainer.config import ConfigError, register_schemas, validate_common, validate_knowledge
 
 register_schemas()
@@ -29,10 +26,9 @@ register_schemas()
 
 def run(cfg: DictConfig) -> dict:
     """Evaluate; returns the metrics written to ``<out_dir>/metrics.json``."""
-    from eval_hooks import run_matched_eval
     from eval_hooks.prompts import PromptSettings
-    from trainer.evaluation import build_inference_backend, load_eval_rows
-    from trainer.run import seed_everything
+    from trainer.evaluation import build_inference_backend, load_eval_rows, run_eval
+    from trainer.core.run import seed_everything
 
     validate_common(cfg)
     if not cfg.eval.path:
@@ -48,25 +44,13 @@ def run(cfg: DictConfig) -> dict:
     if cfg.knowledge.enabled and (cfg.eval.knowledge_path or cfg.eval.family != "mist"):
         raise ConfigError("knowledge.enabled estimates the evaluated model's knowledge of MIST items: it needs "
                           "eval.family=mist and no eval.knowledge_path (a given estimate)")
-    if cfg.eval.family == "med":  # MedCounterfact: formats, label probabilities, mitigations, refine chain
-        from trainer.med_evaluation import run_med
-
-        rows = load_eval_rows(cfg.eval)
-        seed_everything(cfg.seed)
-        settings = PromptSettings.from_config(cfg.prompt)
-        backend = build_inference_backend(cfg.model, cfg.generation, adapter_path=cfg.adapter_path,
-                                          prompt_settings=settings)
-        metrics = run_med(backend, rows, cfg.eval, cfg.out_dir, prompt_settings=settings)
-        print(f"[selectrust] wrote {cfg.out_dir}/metrics.json ({metrics['n_records']} records, "
-              f"{metrics['n_refined']} refined)")
-        return metrics
     rows = load_eval_rows(cfg.eval)  # validated before the model loads
     seed_everything(cfg.seed)
     backend = build_inference_backend(cfg.model, cfg.generation, adapter_path=cfg.adapter_path,
                                       prompt_settings=PromptSettings.from_config(cfg.prompt))
     if cfg.knowledge.enabled:
         rows = estimate_and_attach(rows, backend, cfg)
-    metrics = run_matched_eval(backend, rows, cfg.eval.family, cfg.out_dir, max_new_tokens=cfg.eval.max_new_tokens)
+    metrics = run_eval(backend, rows, cfg.eval, cfg.out_dir)  # the family's run (Med: formats, mitigations, ...)
     headline = {k: v for k, v in metrics.items() if isinstance(v, (int, float))}
     print(f"[selectrust] wrote {cfg.out_dir}/metrics.json: {headline}")
     return metrics

@@ -22,25 +22,21 @@ How this departs from TRL's GRPOTrainer (same loss on the same inputs, tests/tes
 - rollouts are seeded per (seed, rollout batch, round, global prompt index), so a resumed run regenerates
   them exactly and N ranks generate what one process would; the ranks exchange their groups and take
   the drop/refill, advantage (``std_scaling=batch``) and ``token_mean`` normalisation decisions on the
-  global batch, so an N-rank run equals a 1-rank run with the same global batch (trainer/rollout.py);
+  global batch, so an N-rank run equals a 1-rank run with the same global batch (trainer/rl/rollout.py);
 - the reference for the KL term is the LoRA adapter disabled (no second model copy): the base, or the
-  SFT policy when starting from ``model.init_adapter`` (see trainer/model.py).
+  SFT policy when starting from ``model.init_adapter`` (see trainer/model/policy.py).
 """
 
 from __future__ import annotations
 
 import os
-import sys
 from functools import partial
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import hydra
 import torch
 from omegaconf import DictConfig
 
-from trainer.cli_help import cli_main
+from trainer.config.cli_help import cli_main
 from trainer.config import register_schemas, validate_grpo
 
 register_schemas()
@@ -49,17 +45,17 @@ register_schemas()
 def run(cfg: DictConfig):
     """Train; returns the loop's ``LoopResult`` (step, preempted, final metrics)."""
     from eval_hooks.prompts import PromptSettings
-    from trainer.data import ShuffleSampler
-    from trainer.distributed import all_gather_object
-    from trainer.envs import resolve_env
+    from trainer.data.train_data import ShuffleSampler
+    from trainer.rl.envs import resolve_env
     from trainer.evaluation import load_eval_rows, make_backend
-    from trainer.logprobs import sequence_logprobs
-    from trainer.loop import train_evaluate_finish
-    from trainer.model import Reference, build_optimizer, build_policy, build_scheduler
-    from trainer.rewards import GuardedReward, resolve_reward
-    from trainer.rollout import RolloutSettings, RolloutSource, check_prompt_lengths, load_rl_prompts
-    from trainer.run import setup_run
-    from trainer.weight_sync import rollout_sync_hook
+    from trainer.model.logprobs import sequence_logprobs
+    from trainer.train import train_evaluate_finish
+    from trainer.model.policy import Reference, build_optimizer, build_policy, build_scheduler
+    from trainer.rl.rewards import GuardedReward, resolve_reward
+    from trainer.rl.rollout import Ranks, RolloutSettings, RolloutSource, check_prompt_lengths, load_rl_prompts
+    from trainer.rl.rollout_modes import EnvironmentMode, SingleTurnMode
+    from trainer.core.run import setup_run
+    from trainer.rl.weight_sync import rollout_sync_hook
 
     # ---- validate everything before any model loads (and long before any generation) -------------------
     validate_grpo(cfg, world=int(os.environ.get("WORLD_SIZE", "1")))
@@ -91,10 +87,10 @@ def run(cfg: DictConfig):
     settings = RolloutSettings.from_config(algo, num_groups=algo.prompts_per_step, grad_accum=cfg.optim.grad_accum,
                                            prompt_settings=prompt, seed=cfg.seed)
     old_logps_fn = partial(old_logprobs, unwrapped, acc.device, logprobs) if algo.num_iterations > 1 else None
-    source = RolloutSource(rows, ShuffleSampler(len(rows), seed=cfg.seed), settings=settings, tokenizer=tokenizer,
-                           backend_factory=backend_factory, reward=reward, env_factory=env_factory,
-                           old_logps_fn=old_logps_fn, rank=acc.process_index, world=acc.num_processes,
-                           all_gather=partial(all_gather_object, acc))
+    mode = (EnvironmentMode(settings, tokenizer, env_factory) if env_factory
+            else SingleTurnMode(settings, tokenizer, reward))
+    source = RolloutSource(rows, ShuffleSampler(len(rows), seed=cfg.seed), mode, settings=settings,
+                           backend_factory=backend_factory, old_logps_fn=old_logps_fn, ranks=Ranks.of(acc))
     if cfg.generation.backend == "vllm_server":  # the server samples from this step's adapter, synced and probed
         source.pre_generate = rollout_sync_hook(ctx, lambda: source.backend, unwrapped, tokenizer)
 
@@ -108,7 +104,7 @@ def run(cfg: DictConfig):
 
 def old_logprobs(policy, device, logprobs, ids, att, cm):
     """Per-token log-probs of the sampled completions under the rollout-time policy (no grad), on CPU
-    (``logprobs``: ``trainer.logprobs.sequence_logprobs`` with the run's settings)."""
+    (``logprobs``: ``trainer.model.logprobs.sequence_logprobs`` with the run's settings)."""
     with torch.no_grad():
         return logprobs(policy, ids.to(device), att.to(device), cm.to(device))[1].cpu()
 

@@ -11,15 +11,12 @@ vLLM, uploaded, or used as ``model.path`` of a later run. Written to a temporary
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import hydra
 from omegaconf import DictConfig
 
-from trainer.cli_help import cli_main
+from trainer.config.cli_help import cli_main
 from trainer.config import register_schemas, validate_merge
 
 register_schemas()
@@ -27,7 +24,7 @@ register_schemas()
 
 def run(cfg: DictConfig) -> Path:
     """Merge and write; returns the output directory."""
-    from trainer.model import export_merged
+    from trainer.model.policy import export_merged
 
     validate_merge(cfg)
     out = export_merged(cfg.model, list(cfg.adapters), cfg.out_dir)

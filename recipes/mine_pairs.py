@@ -15,7 +15,7 @@ Knowledge-aware mining (``knowledge.enabled=true``, docs/scope.md#knowledge-awar
 clean answer is first sampled ``knowledge.k`` times; quartets come from *known* items only and *unknown*
 items give the unknown pools (pair rows with ``pool: unknown_correct`` / ``unknown_irrelevant``).
 
-Outputs in ``out_dir``: ``pairs.jsonl`` (the pair-file format of ``trainer/data.py``) and
+Outputs in ``out_dir``: ``pairs.jsonl`` (the pair-file format of ``trainer/data/train_data.py``) and
 ``mining_stats.json`` (kept and dropped items, each drop with its reason; with knowledge estimation
 also ``knowledge``: counts per label and per pool) and ``knowledge.jsonl`` (the estimate per item).
 """
@@ -27,13 +27,11 @@ import sys
 from collections import Counter, defaultdict
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
 import hydra
 from omegaconf import DictConfig
 
 from eval_hooks.vocab import MIST_CONDITIONS as CONDITIONS
-from trainer.cli_help import cli_main
+from trainer.config.cli_help import cli_main
 from trainer.config import register_schemas, validate_common, validate_knowledge
 
 register_schemas()
@@ -223,9 +221,9 @@ def run(cfg: DictConfig) -> dict:
     from eval_hooks import load_rows
     from eval_hooks.io import write_json_atomic, write_jsonl_atomic
     from eval_hooks.prompts import PromptSettings
-    from trainer.data import resolve_data_path
+    from trainer.data.train_data import resolve_data_path
     from trainer.evaluation import build_inference_backend
-    from trainer.run import seed_everything
+    from trainer.core.run import seed_everything
 
     validate_common(cfg)
     validate_knowledge(cfg.knowledge)

@@ -4,9 +4,9 @@
     python recipes/sft.py algo=counterfactual_sft_multiturn data.train_path=episodes.jsonl
     accelerate launch --config_file launch/ddp.yaml recipes/sft.py recipe=<yours> data.train_path=cf_sft.jsonl
 
-Data: ``{"messages": [...]}`` or ``{"prompt", "completion"}`` rows (``trainer.data.load_sft_examples``).
+Data: ``{"messages": [...]}`` or ``{"prompt", "completion"}`` rows (``trainer.data.train_data.load_sft_examples``).
 Counterfactual rows put the task *and the bad workflow* in the user turn and a verified-correct
-trajectory in the assistant turn (``trainer.workflows`` builds and freezes the workflows; the good
+trajectory in the assistant turn (``eval_hooks.builders.workflows`` builds and freezes the workflows; the good
 workflow is never trained on). Loss: NLL of the target tokens only, ``L = -log pi(tau+ | x, W_B)``.
 
 How this departs from TRL's SFTTrainer (same token-mean loss: tests/test_sft_recipe.py):
@@ -20,16 +20,12 @@ How this departs from TRL's SFTTrainer (same token-mean loss: tests/test_sft_rec
 
 from __future__ import annotations
 
-import sys
 from functools import partial
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import hydra
 from omegaconf import DictConfig
 
-from trainer.cli_help import cli_main
+from trainer.config.cli_help import cli_main
 from trainer.config import register_schemas, validate_sft
 
 register_schemas()
@@ -40,14 +36,14 @@ def run(cfg: DictConfig):
     from eval_hooks.io import write_json_atomic
     from eval_hooks.prompts import PromptSettings
     from trainer.algos.sft import masked_nll_loss
-    from trainer.distributed import reduce_sum
-    from trainer.data import SamplerSource, ShuffleSampler, load_sft_examples, resolve_data_path
+    from trainer.core.distributed import reduce_sum
+    from trainer.data.train_data import SamplerSource, ShuffleSampler, load_sft_examples, resolve_data_path
     from trainer.evaluation import load_eval_rows, make_backend
-    from trainer.logprobs import sequence_logprobs
-    from trainer.loop import train_evaluate_finish
-    from trainer.model import build_optimizer, build_policy, build_scheduler
-    from trainer.run import setup_run
-    from trainer.sft_data import WindowSource, apply_sft_length_policy, collate_sft
+    from trainer.model.logprobs import sequence_logprobs
+    from trainer.train import train_evaluate_finish
+    from trainer.model.policy import build_optimizer, build_policy, build_scheduler
+    from trainer.core.run import setup_run
+    from trainer.data.sft_data import WindowSource, apply_sft_length_policy, collate_sft
 
     # ---- validate everything before any model loads -------------------------------------------------
     validate_sft(cfg)

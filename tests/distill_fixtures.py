@@ -16,9 +16,9 @@ def make_steps(tmp_path, overrides: list[str], reasoning_len: Callable[[int], in
     tasks whose reasoning is ``reasoning_len(i)`` random tokens (default 2..6: ragged rows)."""
     from eval_hooks.prompts import PromptSettings
     from recipe_utils import compose
-    from trainer.distill import choice_token_ids, load_fork_views
-    from trainer.distill_steps import DistillSteps
-    from trainer.model import Reference, build_policy
+    from trainer.distill.views import choice_token_ids, load_fork_views
+    from trainer.distill.steps import DistillSteps
+    from trainer.model.policy import Reference, build_policy
 
     path = tmp_path / "items.jsonl"
     write_jsonl_atomic(path, make_taste_toy(0, n_tasks=2).items)

@@ -153,3 +153,21 @@ def test_clipped_loss_bad_input():
         clipped_policy_loss(x, x, torch.zeros(2), torch.ones(2, 3), eps_low=0.2, eps_high=0.2, aggregation="seq")
     with pytest.raises(ValueError, match="advantages"):
         clipped_policy_loss(x, x, torch.zeros(3), torch.ones(2, 3), eps_low=0.2, eps_high=0.2)
+
+
+def test_sequence_mean_is_the_mean_over_all_rows():
+    """The named reduction on the hand values above (-A per masked token, ratio 1): rows 0 and 1 give
+    -1 and 2, mean 0.5; with a third row that has no masked token it counts as 0: (-1 + 2 + 0) / 3 = 1/3
+    (the SFT loss's mean_over_nonempty_rows would skip it and keep 0.5)."""
+    from trainer.algos.grpo import mean_over_all_rows
+    from trainer.algos.sft import mean_over_nonempty_rows
+
+    values = torch.tensor([[-1.0, 5.0, 5.0], [2.0, 2.0, 2.0], [7.0, 7.0, 7.0]])  # masked-out values are ignored
+    mask = torch.tensor([[1.0, 0, 0], [1, 1, 1], [0, 0, 0]])
+    assert_close(mean_over_all_rows(values[:2], mask[:2]), torch.tensor(0.5))
+    assert_close(mean_over_all_rows(values, mask), torch.tensor(1.0 / 3.0))
+    assert_close(mean_over_nonempty_rows(values * mask, mask.bool()), torch.tensor(0.5))
+    logps = torch.zeros(3, 3)
+    loss, _ = clipped_policy_loss(logps, logps, torch.tensor([1.0, -2.0, 4.0]), mask.long(), eps_low=0.2,
+                                  eps_high=0.2, aggregation="sequence_mean")
+    assert_close(loss, torch.tensor(1.0 / 3.0))

@@ -82,3 +82,19 @@ def test_bad_input():
         masked_nll_loss(LOGITS, LABELS[:, :2], None)
     with pytest.raises(ValueError, match="labels .* or an explicit mask"):
         masked_nll_loss(torch.zeros(2, 3), None, None)
+
+
+def test_sequence_mean_is_the_mean_over_nonempty_rows():
+    """The named reduction on the module docstring's values (-log p per counted position), with a third,
+    empty row: skipped, so the value stays ((0.2876821 + 1.3862944) / 2 + 1.3862944) / 2 = 1.1116413.
+    (GRPO's mean_over_all_rows would count it as 0: 2.2232826 / 3.)"""
+    from trainer.algos.sft import mean_over_nonempty_rows
+
+    values = torch.tensor([[0.2876821, 1.3862944, 0.0], [1.3862944, 0.0, 0.0], [0.0, 0.0, 0.0]])
+    counted = torch.tensor([[True, True, False], [True, False, False], [False, False, False]])
+    assert_close(mean_over_nonempty_rows(values, counted), torch.tensor(1.1116413), **TIGHT)
+    labels = torch.cat([LABELS, torch.full((1, 3), -100)])
+    loss, m = masked_nll_loss(torch.cat([LOGITS, LOGITS[:1]]), labels, None, aggregation="sequence_mean")
+    assert_close(loss, torch.tensor(1.1116413), **TIGHT)
+    assert m["num_empty_sequences"].item() == 1
+    assert mean_over_nonempty_rows(torch.zeros(2, 3), torch.zeros(2, 3, dtype=torch.bool)).item() == 0.0

@@ -1,4 +1,4 @@
-"""The stage runner (recipes/chain.py, trainer/stages.py): stages hand their final/ adapter on, finished
+"""The stage runner (recipes/chain.py, trainer/core/stages.py): stages hand their final/ adapter on, finished
 stages are skipped on re-run (and a changed stage config is refused), bad chains fail before training.
 The SIGKILL-during-GRPO resume test of the Box2 chain is slow (tests/test_chain.py::test_box2_chain_...)."""
 
@@ -59,7 +59,7 @@ def test_sft_then_dpo_chain_hands_on_the_adapter_and_skips_finished_stages(tmp_p
 
 
 def test_bad_chains_fail_before_training():
-    from trainer.stages import stage_sources
+    from trainer.core.stages import stage_sources
 
     assert stage_sources(_stages({"a": {"script": "sft", "init_from": None}, "b": {"script": "dpo"},
                                   "c": {"script": "grpo", "init_from": "a"}})) == {"a": None, "b": "a", "c": "a"}
@@ -83,7 +83,7 @@ def test_a_misspelt_override_in_a_later_stage_fails_before_the_first_trains(tmp_
 
 
 def test_start_weights_of_a_stage(tmp_path):
-    from trainer.stages import StageRunner
+    from trainer.core.stages import StageRunner
 
     runner = StageRunner(tmp_path, seed=0, compose=None, runners={})
     (tmp_path / "stages" / "full" / "final").mkdir(parents=True)

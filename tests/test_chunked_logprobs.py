@@ -6,8 +6,8 @@ import pytest
 import torch
 from torch.testing import assert_close
 
-from trainer.chunked_logprobs import chunked_gather_logprobs, chunked_topk_logprobs, lm_head_of
-from trainer.logprobs import sequence_logprobs
+from trainer.model.chunked_logprobs import chunked_gather_logprobs, chunked_topk_logprobs, lm_head_of
+from trainer.model.logprobs import sequence_logprobs
 
 TOL = dict(rtol=1e-5, atol=1e-5)
 

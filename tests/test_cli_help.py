@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from recipe_utils import ROOT
-from trainer.cli_help import exit_with_help_if_asked, render_help
+from trainer.config.cli_help import exit_with_help_if_asked, render_help
 from trainer.config import SCHEMAS, help_text
 
 ENTRY_SCHEMAS = {"dpo": "dpo_schema", "sft": "sft_schema", "grpo": "grpo_schema", "evaluate": "evaluate_schema"}

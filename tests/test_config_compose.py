@@ -43,7 +43,7 @@ def test_primary_composes_and_validates(primary):
 def test_every_recipe_file_composes(recipe):
     owner = _owner(recipe)
     if owner == "chain":  # a chain recipe: every stage's own config composes and validates
-        from trainer.stages import validate_chain
+        from trainer.core.stages import validate_chain
 
         cfg = compose("chain", [f"recipe={recipe}", "common=['data.train_path=/data/x.jsonl']"])
         assert list(validate_chain(cfg, lambda name, over: compose(name, over)).values())[1:] == list(cfg.stages)[:-1]
@@ -175,7 +175,7 @@ def test_choice_fields_compare_format_and_save_as_plain_strings(tmp_path):
     import json
 
     from trainer.config import Aggregation, Choice
-    from trainer.run_dir import config_differences
+    from trainer.core.run_dir import config_differences
 
     cfg = compose("grpo", ["algo.aggregation=sequence_mean", "eval.med.formats=[free]"])
     a = cfg.algo.aggregation
@@ -197,7 +197,7 @@ def test_choices_come_from_the_tuples_the_code_checks():
     from eval_hooks.vocab import MED_MITIGATIONS
     from trainer.algos.grpo import AGGREGATIONS, STD_SCALINGS
     from trainer.config import Aggregation, Family, MedMitigation, StdScaling, Truncation
-    from trainer.data import TRUNCATIONS
+    from trainer.data.choices import TRUNCATIONS
 
     for enum, values in ((Aggregation, AGGREGATIONS), (StdScaling, STD_SCALINGS), (Family, tuple(FAMILIES)),
                          (Truncation, TRUNCATIONS), (MedMitigation, MED_MITIGATIONS)):
@@ -214,7 +214,7 @@ def test_removed_dead_keys_are_unknown():
 def test_resume_tolerates_keys_added_since_the_run_at_their_defaults():
     """A run saved before a key existed resumes when the key is at its schema default; a non-default value of a
     new key, and a key that is gone now (removed or renamed), are still reported."""
-    from trainer.run_dir import config_differences, schema_defaults
+    from trainer.core.run_dir import config_differences, schema_defaults
 
     cfg = compose("dpo", [])
     defaults = schema_defaults(cfg)

@@ -1,4 +1,4 @@
-"""Named data sources (trainer/data_sources.py): registration, discovery through the entry-point group,
+"""Named data sources (trainer/data/sources.py): registration, discovery through the entry-point group,
 paths that pass through unchanged, the error for an unknown source, and the demo's declaration."""
 
 import sys
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-import trainer.data_sources as ds
+import trainer.data.sources as ds
 from eval_hooks.io import DataError
 from recipe_utils import ROOT
 

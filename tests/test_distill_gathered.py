@@ -1,4 +1,4 @@
-"""The gathered-log-probs path of the distillation step (trainer/distill.py:distill_logprobs) against the dense one.
+"""The gathered-log-probs path of the distillation step (trainer/distill/views.py:distill_logprobs) against the dense one.
 
 ``dense_reference_kl_terms`` below is the stage-1 step as it was written on full logits: both models'
 ``(B, P, V)`` logits at the aligned positions (``aligned_logits``), ``topk_forward_kl`` on them and
@@ -17,7 +17,7 @@ from torch.testing import assert_close
 
 from distill_fixtures import make_steps
 from trainer.algos.distill import choice_kl, topk_forward_kl, topk_support_index
-from trainer.distill import aligned_hidden, aligned_logits, distill_logprobs, sample_positions
+from trainer.distill.views import aligned_hidden, aligned_logits, distill_logprobs, sample_positions
 
 TOL = {"rtol": 1e-5, "atol": 1e-7}
 
@@ -166,7 +166,7 @@ def test_kl_step_equals_the_dense_reference(tmp_path, support, cache, temperatur
 def test_kl_step_never_runs_the_lm_head_on_more_than_one_column(tmp_path, support):
     """Both models run with logits_to_keep=1: the LM head module only ever sees one position per row (the
     support's log-probs come from the captured hidden states, a chunk at a time)."""
-    from trainer.chunked_logprobs import lm_head_of
+    from trainer.model.chunked_logprobs import lm_head_of
 
     steps, model, views = make_steps(tmp_path, [f"algo.topk_support={support}"])
     seen = []

@@ -112,7 +112,7 @@ def test_sft_ddp_two_ranks_equals_single_process(tmp_path, aggregation):
 # GRPO: every rank draws the same global prompts, generates its share with per-prompt seeds (rank-independent
 # samples), the groups are gathered, and drop/refill, advantages (std_scaling=batch over the global batch) and
 # the token_mean normaliser (global tokens / (grad_accum * world)) are decided on the global batch; each rank
-# trains on its slice of every global micro-batch (trainer/rollout.py). The reward makes ~40% of the groups
+# trains on its slice of every global micro-batch (trainer/rl/rollout.py). The reward makes ~40% of the groups
 # zero-variance, so rounds drop and refill; the test checks that they did, identically.
 @pytest.mark.parametrize("aggregation,std_scaling,num_iterations", [("token_mean", "batch", 1),
                                                                     ("sequence_mean", "group", 2)])

@@ -74,7 +74,7 @@ def test_sft_on_chosen_baseline_trains_nll(tmp_path):
 
 
 def test_bad_pairs_fail_before_model_load(tmp_path, monkeypatch):
-    import trainer.model as tm
+    import trainer.model.policy as tm
 
     def boom(*a, **k):
         raise AssertionError("the model must not load before data validation")

@@ -6,9 +6,10 @@ import torch
 from eval_hooks.prompts import PromptSettings
 from tests.box2_fakes import ScriptedBackend
 from trainer.config import ConfigError, GRPOAlgoConfig
-from trainer.data import ShuffleSampler
-from trainer.envs import ToyLookupEnv, WebShopEnv, episode_seed, resolve_env, run_episodes
-from trainer.rollout import RolloutSettings, RolloutSource
+from trainer.data.train_data import ShuffleSampler
+from trainer.rl.envs import ToyLookupEnv, WebShopEnv, episode_seed, resolve_env, run_episodes
+from trainer.rl.rollout import RolloutSettings, RolloutSource
+from trainer.rl.rollout_modes import EnvironmentMode
 
 ITEM = {"item_id": "a", "prompt": "key abc?", "gold": 7, "answer_type": "numeric"}
 
@@ -67,9 +68,8 @@ def test_env_rollouts_train_on_assistant_turns_only(tiny_tokenizer):
     rows = [dict(ITEM, item_id=f"i{k}", gold=k + 2) for k in range(3)]
     s = RolloutSettings.from_config(GRPOAlgoConfig(group_size=2, max_new_tokens=16), num_groups=2, grad_accum=1,
                                     prompt_settings=PromptSettings(), seed=0)
-    src = RolloutSource(rows, ShuffleSampler(3, seed=0), settings=s, tokenizer=tiny_tokenizer,
-                        backend_factory=lambda: EvenSolves(tiny_tokenizer, None),
-                        env_factory=resolve_env("toy_lookup", max_turns=3))
+    src = RolloutSource(rows, ShuffleSampler(3, seed=0), EnvironmentMode(s, tiny_tokenizer, resolve_env("toy_lookup")),
+                        settings=s, backend_factory=lambda: EvenSolves(tiny_tokenizer, None))
     mb = src.next_microbatch()
     assert mb["input_ids"].shape[0] == 4
     # rewards per group [1, 0] -> advantages +-0.5/(std 0.7071+1e-4)
@@ -93,5 +93,52 @@ def test_webshop_template_and_unknown_envs_fail_before_training():
     with pytest.raises(ConfigError, match="algo.env='shop' is not a known environment"):
         resolve_env("shop")
     with pytest.raises(ConfigError, match="cannot be loaded"):
-        resolve_env("trainer.envs:Nope")
-    assert resolve_env("trainer.envs:ToyLookupEnv", max_turns=5)().max_turns == 5
+        resolve_env("trainer.rl.envs:Nope")
+    assert resolve_env("trainer.rl.envs:ToyLookupEnv", max_turns=5)().max_turns == 5
+
+
+def test_the_environments_max_turns_holds_unless_the_config_sets_one(monkeypatch):
+    from recipe_utils import compose
+    from trainer.config import validate_grpo
+
+    class Patient(ToyLookupEnv):
+        max_turns = 9  # a class-level budget, as an environment package would write it
+
+        def __init__(self):
+            super().__init__(max_turns=Patient.max_turns)
+
+    assert GRPOAlgoConfig().env_max_turns is None
+    cfg = compose("grpo", ["recipe=grpo_env_tiny"])
+    assert cfg.algo.env_max_turns is None  # the recipe leaves it to the environment
+    assert resolve_env(cfg.algo.env, max_turns=cfg.algo.env_max_turns)().max_turns == 3  # ToyLookupEnv's own
+    cfg = compose("grpo", ["recipe=grpo_env_tiny", "algo.env_max_turns=2"])
+    assert resolve_env(cfg.algo.env, max_turns=cfg.algo.env_max_turns)().max_turns == 2
+    import trainer.rl.envs as envs
+
+    monkeypatch.setitem(envs.ENVIRONMENTS, "patient", Patient)
+    assert resolve_env("patient")().max_turns == 9 and resolve_env("patient", max_turns=4)().max_turns == 4
+    with pytest.raises(ConfigError, match="env_max_turns must be >= 1"):
+        validate_grpo(compose("grpo", ["recipe=grpo_env_tiny", "algo.env_max_turns=0"]))
+
+
+def test_a_rollout_mode_is_a_generator_of_groups_with_the_shared_timing(tiny_tokenizer):
+    """Both modes are driven the same way (RolloutMode.groups): rows + seeds in, one group of group_size
+    scored samples per row out; generation is timed by the one shared helper, and only the single-turn mode
+    (which scores after generating) adds time_reward_s."""
+    from trainer.rl.rewards import GuardedReward, resolve_reward
+    from trainer.rl.rollout_modes import SingleTurnMode
+
+    s = RolloutSettings.from_config(GRPOAlgoConfig(group_size=2, max_new_tokens=8), num_groups=1, grad_accum=1,
+                                    prompt_settings=PromptSettings(), seed=0)
+    rows = [dict(ITEM, item_id="a"), dict(ITEM, item_id="b", gold=3)]
+    backend = ScriptedBackend(tiny_tokenizer, lambda r, j, seed: "answer 7")
+    single, env = SingleTurnMode(s, tiny_tokenizer, GuardedReward(resolve_reward("numeric_match"))), \
+        EnvironmentMode(s, tiny_tokenizer, resolve_env("toy_lookup"))
+    for mode, timed in ((single, {"time_generation_s", "time_reward_s"}), (env, {"time_generation_s"})):
+        metrics: dict = {}
+        groups = mode.groups(backend, rows, [11, 12], adapter=None, metrics=metrics)
+        assert [g.item_id for g in groups] == ["a", "b"] and all(len(g.samples) == 2 for g in groups)
+        # "answer 7" everywhere: right for a (gold 7), wrong for b (gold 3)
+        assert [g.rewards for g in groups] == [[1.0, 1.0], [0.0, 0.0]], type(mode).__name__
+        assert set(metrics) == timed and all(v >= 0 for v in metrics.values())
+    assert single.pop_metrics() == {"reward_errors": 0, "reward_errors_total": 0} and env.pop_metrics() == {}

@@ -145,12 +145,12 @@ def test_failed_report_leaves_previous_output_intact(tmp_path, monkeypatch):
     score_responses("taste", rows, resp, out)
     before = {n: (out / n).read_bytes() for n in os.listdir(out)}
 
-    import eval_hooks.report
+    from eval_hooks.families import get_family
 
     def boom(*a, **k):
         raise RuntimeError("plotting failed")
 
-    monkeypatch.setattr(eval_hooks.report, "write_report", boom)
+    monkeypatch.setattr(type(get_family("taste")), "report_section", boom)
     with pytest.raises(RuntimeError, match="plotting failed"):
         score_responses("taste", rows, {k: "ANSWER: B" for k in resp}, out)
     assert {n: (out / n).read_bytes() for n in os.listdir(out)} == before

@@ -13,11 +13,12 @@ from eval_hooks.io import DataError
 from eval_hooks.prompts import PromptSettings
 from tests.box2_fakes import ScriptedBackend
 from trainer.config import GRPOAlgoConfig
-from trainer.data import ShuffleSampler
-from trainer.rewards import GuardedReward, resolve_reward
+from trainer.data.train_data import ShuffleSampler
+from trainer.rl.rewards import GuardedReward, resolve_reward
 from eval_hooks.backends.base import derive_seed
-from trainer.rollout import (Group, Rollout, RolloutSettings, RolloutSource, check_prompt_lengths, fill_batch,
+from trainer.rl.rollout import (Group, Ranks, Rollout, RolloutSettings, RolloutSource, check_prompt_lengths, fill_batch,
                              load_rl_prompts, prompt_seed, rank_rows, share)
+from trainer.rl.rollout_modes import SingleTurnMode
 
 
 def _groups(reward_lists):
@@ -71,8 +72,8 @@ def _source(tokenizer, *, num_iterations=1, old=None, script=_script, mask_trunc
     s = _settings(num_groups=2, grad_accum=grad_accum, seed=seed, num_iterations=num_iterations,
                   max_new_tokens=max_new_tokens, mask_truncated=mask_truncated, max_refill_rounds=2)
     backend = ScriptedBackend(tokenizer, script)
-    src = RolloutSource(ROWS, ShuffleSampler(len(ROWS), seed=seed), settings=s, tokenizer=tokenizer,
-                        backend_factory=lambda: backend, reward=GuardedReward(resolve_reward("numeric_match")),
+    mode = SingleTurnMode(s, tokenizer, GuardedReward(resolve_reward("numeric_match")))
+    src = RolloutSource(ROWS, ShuffleSampler(len(ROWS), seed=seed), mode, settings=s, backend_factory=lambda: backend,
                         old_logps_fn=old)
     return src, backend
 
@@ -222,9 +223,9 @@ def _dist_source(tokenizer, rank, world, gather, *, grad_accum, std_scaling, num
                   max_new_tokens=6, std_scaling=std_scaling, max_refill_rounds=3)
     backend = ScriptedBackend(tokenizer, _seeded_script)
     old = (lambda ids, att, cm: (ids.float() * -0.01) * cm) if num_iterations > 1 else None
-    src = RolloutSource(DIST_ROWS, ShuffleSampler(len(DIST_ROWS), seed=3), settings=s, tokenizer=tokenizer,
-                        backend_factory=lambda: backend, reward=GuardedReward(resolve_reward("numeric_match")),
-                        old_logps_fn=old, rank=rank, world=world, all_gather=gather)
+    mode = SingleTurnMode(s, tokenizer, GuardedReward(resolve_reward("numeric_match")))
+    src = RolloutSource(DIST_ROWS, ShuffleSampler(len(DIST_ROWS), seed=3), mode, settings=s,
+                        backend_factory=lambda: backend, old_logps_fn=old, ranks=Ranks(rank, world, gather))
     return src, backend
 
 

@@ -7,8 +7,8 @@ import pytest
 
 from eval_hooks.hf_data import parse_hf_spec
 from eval_hooks.io import DataError, read_records
-from trainer.data import load_pairs, resolve_data_path
-from trainer.rollout import load_rl_prompts
+from trainer.data.train_data import load_pairs, resolve_data_path
+from trainer.rl.rollout import load_rl_prompts
 
 datasets = pytest.importorskip("datasets")
 

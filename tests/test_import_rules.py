@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -51,11 +52,11 @@ def _offenders(folders: tuple[str, ...], forbidden: set[str]) -> list[str]:
 
 
 def test_imports_are_resolved_the_way_python_resolves_them():
-    # the checker itself: a relative import (``from .checkpoint import ...`` in trainer/loop.py), an absolute
-    # from-import naming a class, a function-level import (trainer/loop.py imports tqdm inside train_loop)
-    assert "trainer.checkpoint" in _imports(ROOT / "trainer" / "loop.py")
-    assert "tqdm.auto" in _imports(ROOT / "trainer" / "loop.py")
-    assert "eval_hooks.io.DataError" in _imports(ROOT / "trainer" / "data.py")
+    # the checker itself: a relative import (``from .checkpoint import ...`` in trainer/core/loop.py), an absolute
+    # from-import naming a class, a function-level import (trainer/core/loop.py imports tqdm inside train_loop)
+    assert "trainer.core.checkpoint" in _imports(ROOT / "trainer" / "core" / "loop.py")
+    assert "tqdm.auto" in _imports(ROOT / "trainer" / "core" / "loop.py")
+    assert "eval_hooks.io.DataError" in _imports(ROOT / "trainer" / "data" / "train_data.py")
 
 
 def test_algos_import_only_torch_and_the_standard_library():
@@ -157,11 +158,148 @@ def test_the_cycle_finder_finds_a_cycle():
     assert _cycles({"a": {"b"}, "b": set()}) == []
 
 
-def test_no_import_cycle_among_trainer_modules():
-    modules = {_module_name(p): p for p in _files("trainer")}
-    graph = {m: {t for t in _imports(p) if t in modules and t != m} for m, p in modules.items()}
+def _repo_modules() -> dict[str, Path]:
+    """Every module of the repository by the name it is imported as; a test helper module also under its
+    bare name (the tests import ``_vllm_helpers`` as well as ``tests._chat_server``)."""
+    modules = {_module_name(p): p for p in _files(*PRODUCT, "tests")}
+    modules.update({p.stem: p for p in _files("tests")})
+    return modules
+
+
+def _import_graph() -> dict[str, set[str]]:
+    modules = _repo_modules()
+    name = {p: _module_name(p) for p in modules.values()}
+    return {name[p]: {name[modules[t]] for t in _imports(p) if t in modules and name[modules[t]] != name[p]}
+            for p in set(modules.values())}
+
+
+def test_no_import_cycle_anywhere_in_the_repository():
+    # module-level and function-level imports alike: a cycle broken only by importing inside a function is
+    # still two modules that cannot be understood (or moved) one without the other
+    graph = _import_graph()
+    assert "trainer.core.checkpoint" in graph["trainer.core.loop"]  # the graph holds the repository's modules,
+    assert "tests._vllm_helpers" in graph["tests.test_vllm_training"]  # test helpers under their bare names too
     cycles = _cycles(graph)
     assert not cycles, "import cycles: " + "; ".join(" <-> ".join(c) for c in cycles)
+
+
+def test_no_import_cycle_among_eval_hooks_modules():
+    # eval_hooks.io <-> eval_hooks.hf_data was one: DataError now lives below both, in eval_hooks.errors
+    modules = {_module_name(p): p for p in _files("eval_hooks")}
+    graph = {m: {t for t in _imports(p) if t in modules and t != m} for m, p in modules.items()}
+    assert "eval_hooks.errors" in graph["eval_hooks.hf_data"]  # the checker sees the edges
+    assert not (cycles := _cycles(graph)), "import cycles: " + "; ".join(" <-> ".join(c) for c in cycles)
+
+
+def test_no_family_is_chosen_by_name_outside_the_registry():
+    """Metrics, reports, the run, the trainers' evaluation and the evaluate recipe ask the family registry
+    (eval_hooks/families/__init__.py); none of them compares a family name with a literal."""
+    by_name = re.compile(r"""family\b[^\n]*(==|!=|\bin\b)\s*[("']|["'](mist|box2|taste|med)["']\s*:\s*_""")
+    assert by_name.search('if family == "med":') and by_name.search('if cfg.eval.family != "taste":')
+    files = ["eval_hooks/metrics/__init__.py", "eval_hooks/report.py", "eval_hooks/evaluate.py",
+             "eval_hooks/scoring.py", "eval_hooks/families/base.py", "trainer/evaluation.py", "recipes/evaluate.py"]
+    bad = [f"{f}:{n}: {line.strip()}" for f in files for n, line in enumerate((ROOT / f).read_text().splitlines(), 1)
+           if by_name.search(line) and "knowledge" not in line]  # knowledge labels: a MIST-only setting, checked
+    assert not bad, "\n".join(bad)
+
+
+# ---- the layout of trainer/ (docs/architecture.md#layout) -------------------------------------------
+
+def test_trainer_core_imports_neither_rl_nor_distill():
+    # the machinery every trainer shares knows no single trainer's own code
+    assert "trainer.core.checkpoint" in _imports(ROOT / "trainer" / "core" / "loop.py")  # the checker sees core
+    bad = [f"{p.relative_to(ROOT)} imports {m}" for p in _files("trainer/core") for m in sorted(_imports(p))
+           if m.split(".")[:2] in (["trainer", "rl"], ["trainer", "distill"])]
+    assert not bad, "\n".join(bad)
+
+
+def _private_module_owner(module: str) -> str | None:
+    """The package that owns ``module`` if it or one of its packages is private (a ``_``-prefixed name other
+    than a dunder), else None: ``eval_hooks.metrics._common`` -> ``eval_hooks.metrics``."""
+    parts = module.split(".")
+    for i, part in enumerate(parts):
+        if part.startswith("_") and not part.startswith("__"):
+            return ".".join(parts[:i])
+    return None
+
+
+def test_the_private_module_finder():
+    assert _private_module_owner("eval_hooks.metrics._common") == "eval_hooks.metrics"
+    assert _private_module_owner("_vllm_helpers") == ""
+    assert _private_module_owner("eval_hooks.__main__") is None
+    assert _private_module_owner("trainer.core.loop") is None
+
+
+def test_no_folder_reaches_into_another_folders_private_modules():
+    modules = _repo_modules()
+    bad = []
+    for p in sorted(set(modules.values())):
+        here = ".".join(p.relative_to(ROOT).parts[:-1])  # the importing file's folder, as a package name
+        for m in sorted(_imports(p)):
+            if m not in modules:
+                continue  # not a module of the repository (a third-party module, or a name: ``from a import _f``)
+            owner = _private_module_owner(m)
+            if owner is None:
+                continue
+            owner = owner or "tests"  # a bare private name is a test helper (tests/ is on the tests' path)
+            if here != owner:
+                bad.append(f"{p.relative_to(ROOT)} imports {m} (private to {owner.replace('.', '/')}/)")
+    assert not bad, "\n".join(bad)
+    # the rule has something to check: private modules exist and are imported from their own folder
+    assert any(_private_module_owner(m) is not None for p in _files("tests") for m in _imports(p) if m in modules)
+
+
+# ---- sys.path --------------------------------------------------------------------------------------
+
+SYS_PATH_EDITS = ("insert", "append", "extend", "remove", "pop", "clear", "__setitem__", "__delitem__")
+
+
+def _sys_path_edits(tree: ast.AST) -> list[int]:
+    """Lines that change ``sys.path``: a call of one of its mutating methods, or an assignment to it (or to an
+    item or slice of it)."""
+    def is_sys_path(node) -> bool:
+        return (isinstance(node, ast.Attribute) and node.attr == "path" and isinstance(node.value, ast.Name)
+                and node.value.id == "sys")
+
+    lines = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and is_sys_path(node.func.value) \
+                and node.func.attr in SYS_PATH_EDITS:
+            lines.append(node.lineno)
+        elif isinstance(node, (ast.Assign, ast.AugAssign, ast.Delete)):
+            targets = node.targets if isinstance(node, (ast.Assign, ast.Delete)) else [node.target]
+            for t in targets:
+                if is_sys_path(t) or (isinstance(t, ast.Subscript) and is_sys_path(t.value)):
+                    lines.append(node.lineno)
+    return sorted(lines)
+
+
+def test_the_sys_path_edit_finder():
+    found = _sys_path_edits(ast.parse("import sys\nsys.path.insert(0, 'x')\nsys.path += ['y']\nsys.path[:0] = ['z']\n"
+                                      "sys.path = []\nprint(sys.path)\nfound = sys.path[0]\n"))
+    assert found == [2, 3, 4, 5]
+
+
+def test_nothing_edits_sys_path():
+    # the package is installed (pip install -e .); a copy that is not (launch/gpu_check.sh) or a checkout
+    # under test (tests/conftest.py) names itself in PYTHONPATH instead
+    bad = [f"{p.relative_to(ROOT)}:{n}" for p in _files(*PRODUCT, "tests") for n in _sys_path_edits(ast.parse(p.read_text()))]
+    assert not bad, "sys.path edited at " + ", ".join(bad)
+
+
+def test_importing_the_config_schemas_does_not_import_torch():
+    # --help and composition read the schemas only: they must not pay torch's import time
+    code = ("import sys\nimport trainer.config.choices, trainer.config.schemas, trainer.config.roots, "
+            "trainer.config.registry, trainer.config.validation, trainer.config.cli_help, trainer.config\n"
+            "assert trainer.config.schemas.GRPOAlgoConfig().std_scaling == 'group'\n"
+            "print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "False"
+    # the probe is able to see torch when it is imported
+    seen = subprocess.run([sys.executable, "-c", "import sys, trainer.algos.grpo; print('torch' in sys.modules)"],
+                          capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert seen.stdout.strip() == "True", seen.stderr
 
 
 # ---- function length --------------------------------------------------------------------------------

@@ -42,7 +42,7 @@ def _batch():
 
 
 def _logps(model, batch):
-    from trainer.logprobs import sequence_logprobs
+    from trainer.model.logprobs import sequence_logprobs
 
     with torch.no_grad():
         return sequence_logprobs(model, *batch)[1]
@@ -59,7 +59,7 @@ def _sft_model(adapter):
 @pytest.mark.parametrize("mode, lora", [("merge", True), ("continue", True), ("merge", False)])
 def test_policy_and_reference_start_as_the_sft_model(sft_adapter, mode, lora):
     from eval_hooks.models import load_model
-    from trainer.model import Reference, build_policy
+    from trainer.model.policy import Reference, build_policy
 
     batch = _batch()
     sft = _logps(_sft_model(sft_adapter), batch)
@@ -78,7 +78,7 @@ def test_policy_and_reference_start_as_the_sft_model(sft_adapter, mode, lora):
 
 
 def test_continue_trains_the_loaded_adapter_and_keeps_a_frozen_reference_copy(sft_adapter, tmp_path):
-    from trainer.model import REFERENCE_ADAPTER, Reference, build_optimizer, build_policy, save_policy
+    from trainer.model.policy import REFERENCE_ADAPTER, Reference, build_optimizer, build_policy, save_policy
 
     batch = _batch()
     sft = _logps(_sft_model(sft_adapter), batch)
@@ -88,7 +88,7 @@ def test_continue_trains_the_loaded_adapter_and_keeps_a_frozen_reference_copy(sf
     assert trainable and all("lora_" in n and f".{REFERENCE_ADAPTER}." not in n for n in trainable)
     opt = build_optimizer(policy, OmegaConf.create({"lr": 0.05, "betas": [0.9, 0.999], "eps": 1e-8,
                                                     "weight_decay": 0.0}))
-    from trainer.logprobs import sequence_logprobs
+    from trainer.model.logprobs import sequence_logprobs
 
     with ref.context(policy) as m:  # the context must leave the trained adapter trainable
         _logps(m, batch)
@@ -108,7 +108,7 @@ def test_continue_trains_the_loaded_adapter_and_keeps_a_frozen_reference_copy(sf
 
 def _spy_first_policy_forward(monkeypatch):
     """Records the inputs and token log-probs of the first gradient-enabled forward (step 1's policy)."""
-    import trainer.logprobs as lp
+    import trainer.model.logprobs as lp
 
     real, seen = lp.sequence_logprobs, {}
 

@@ -2,7 +2,7 @@
 newest *complete* one, and the resumed run is still exact.
 
 The DPO recipe runs in a subprocess with checkpoints every 2 steps. The test hook
-``SELECTRUST_TEST_SLEEP_IN_SAVE=<phase>:<step>`` (trainer/checkpoint.py) makes the save of step 4 pause
+``SELECTRUST_TEST_SLEEP_IN_SAVE=<phase>:<step>`` (trainer/core/checkpoint.py) makes the save of step 4 pause
 at a named point and print a line; the test then SIGKILLs the process there:
 
 - ``files``: ``.tmp-step_4/`` holds the RNG files and the adapter but no optimizer or trainer state;
@@ -23,7 +23,7 @@ import pytest
 
 import dist_helpers as dh
 from recipe_utils import compose, reset_accelerate, run_recipe
-from trainer.checkpoint import MARKER, CheckpointManager, complete_checkpoints
+from trainer.core.checkpoint import MARKER, CheckpointManager, complete_checkpoints
 
 pytestmark = pytest.mark.slow
 
@@ -97,7 +97,7 @@ def test_sigkill_during_checkpoint_write(tmp_path, reference, phase_step):
     assert (picked.name if picked else None) == (expected[-1] if expected else None)
     if picked is not None:
         # The previous checkpoint loads into a freshly built model, optimizer and scheduler.
-        from trainer.model import build_optimizer, build_policy, build_scheduler
+        from trainer.model.policy import build_optimizer, build_policy, build_scheduler
 
         model, _ = build_policy(acc_cfg.model, seed=acc_cfg.seed)
         opt = build_optimizer(model, acc_cfg.optim)

@@ -14,7 +14,7 @@ from eval_hooks.vocab import MIST_CONDITIONS as CONDS
 from mining_fakes import TableBackend, rows_for
 from recipe_utils import load_recipe
 from trainer.config import ConfigError, KnowledgeConfig, validate_knowledge
-from trainer.data import ConditionSampler, check_pool_mass, load_pairs, pool_mass
+from trainer.data.train_data import ConditionSampler, check_pool_mass, load_pairs, pool_mass
 
 mine_mod = load_recipe("mine_pairs")
 

@@ -6,7 +6,7 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from trainer.data import ConditionSampler, SamplerSource, condition_mass, length_grouped_order
+from trainer.data.train_data import ConditionSampler, SamplerSource, condition_mass, length_grouped_order
 
 MASS = condition_mass(lambda_m=0.4, lambda_c=0.2, lambda_p=0.4, rho=0.5)
 

@@ -1,11 +1,11 @@
-"""One length policy (trainer.data.truncation_policy) behind both the pair and the SFT data paths."""
+"""One length policy (trainer.data.train_data.truncation_policy) behind both the pair and the SFT data paths."""
 
 import pytest
 
 from eval_hooks.io import DataError
 from eval_hooks.prompts import PromptSettings
-from trainer.data import PairSet, apply_length_policy, truncation_policy
-from trainer.sft_data import apply_sft_length_policy
+from trainer.data.train_data import PairSet, apply_length_policy, truncation_policy
+from trainer.data.sft_data import apply_sft_length_policy
 
 
 def _measure(n):  # rows are lengths; over 4 is too long

@@ -11,7 +11,7 @@ import torch
 from torch.testing import assert_close
 
 from eval_hooks.prompts import PromptSettings
-from trainer.logprobs import build_pair_batch, build_preference_batch, sequence_logprobs, token_logprobs
+from trainer.model.logprobs import build_pair_batch, build_preference_batch, sequence_logprobs, token_logprobs
 
 
 # ---------------------------------------------------------------------------------------------------------------------

@@ -7,12 +7,12 @@ import pytest
 import torch
 
 from recipe_utils import compose, read_metrics, reset_accelerate
-from trainer.checkpoint import CheckpointManager, complete_checkpoints
+from trainer.core.checkpoint import CheckpointManager, complete_checkpoints
 from trainer.config import ConfigError
-from trainer.loop import NumericalError, train_loop
-from trainer.run_dir import check_resume_config
-from trainer.model import build_optimizer, build_scheduler
-from trainer.run import setup_run, write_config
+from trainer.core.loop import NumericalError, train_loop
+from trainer.core.run_dir import check_resume_config
+from trainer.model.policy import build_optimizer, build_scheduler
+from trainer.core.run import setup_run, write_config
 
 
 class Source:
@@ -142,3 +142,45 @@ def test_explicit_resume_path_must_be_complete(tmp_path):
     (tmp_path / "checkpoints" / "step_3").mkdir(parents=True)
     with pytest.raises(FileNotFoundError, match="not a complete checkpoint"):
         mgr.resolve_resume(str(tmp_path / "checkpoints" / "step_3"))
+
+
+def test_the_checkpoint_module_owns_the_layout_and_the_resumable_rule(tmp_path):
+    from trainer.core.checkpoint import checkpoints_dir, resumable, run_dir_of
+
+    run = tmp_path / "run"
+    assert not resumable(run)
+    ctx = _ctx(run, "trainer.stop_at_step=2")
+    _train(ctx, Source())
+    assert resumable(run)  # what trainer/core/stages.py and recipes/distill.py ask
+    [ck] = complete_checkpoints(checkpoints_dir(run))
+    assert run_dir_of(ck) == run.resolve() and ck.name == "step_2"
+
+
+def test_loop_state_is_saved_and_restored_field_by_field(tmp_path):
+    from dataclasses import asdict
+
+    from trainer.core.loop import LoopState
+
+    ctx = _ctx(tmp_path, "trainer.stop_at_step=4")
+    _, res = _train(ctx, Source())
+    assert res.stopped_early and not res.preempted  # early stopping is the loop result's, not the context's
+    assert not hasattr(ctx, "stopped_early")
+    saved = json.loads((tmp_path / "checkpoints" / "step_4" / "trainer_state.json").read_text())
+    assert set(saved) == {"step", "source", *asdict(LoopState())}
+    assert saved["epoch_done"] == 1 and saved["loss_ema"] is not None  # 8 draws of 6 per epoch
+    state = LoopState()
+    state.load({k: v for k, v in saved.items() if k not in ("step", "source")})
+    assert asdict(state) == {k: saved[k] for k in asdict(LoopState())}
+
+
+def test_deepspeed_is_detected_in_one_place(monkeypatch):
+    from types import SimpleNamespace
+
+    from trainer.core.distributed import uses_deepspeed
+
+    assert uses_deepspeed(SimpleNamespace(distributed_type="DistributedType.DEEPSPEED"))
+    assert not uses_deepspeed(SimpleNamespace(distributed_type="DistributedType.MULTI_GPU"))
+    monkeypatch.setenv("ACCELERATE_USE_DEEPSPEED", "true")
+    assert uses_deepspeed()
+    monkeypatch.setenv("ACCELERATE_USE_DEEPSPEED", "false")
+    assert not uses_deepspeed()

@@ -8,7 +8,8 @@ import pytest
 
 from eval_hooks.backends.base import GenerationBackend, GenerationResult, Sample
 from eval_hooks.families import get_family
-from eval_hooks.med_eval import KeywordJudge, chunk_evidence, pipeline_metrics, run_med_eval, run_pipelines
+from eval_hooks.families.med.metrics import pipeline_metrics
+from eval_hooks.families.med.pipelines import KeywordJudge, chunk_evidence, run_pipelines
 
 
 class Fake(GenerationBackend):
@@ -53,7 +54,7 @@ def _rows():
 
 def test_pipelines_formats_mitigations_and_label_probs(tmp_path):
     be = Fake()
-    m = run_med_eval(be, _rows(), tmp_path / "out", max_new_tokens=8)
+    m = get_family("med").run(be, _rows(), tmp_path / "out", max_new_tokens=8)
     recs = [json.loads(x) for x in (tmp_path / "out" / "item_scores.jsonl").read_text().splitlines()]
     # 16 rows x 2 formats (base) + 12 evidence rows x 2 mitigations x 2 formats
     assert len(recs) == 16 * 2 + 12 * 2 * 2 == m["n_records"]
@@ -113,13 +114,13 @@ def test_load_med_rows_builds_raw_medevidence_and_checks_settings(tmp_path):
     from omegaconf.errors import ValidationError
 
     from trainer.config import EvalConfig
-    from trainer.med_evaluation import load_med_rows
+    from trainer.evaluation import load_eval_rows
 
     src = tmp_path / "medevidence.jsonl"
     src.write_text("".join(json.dumps({**RAW, "question_id": q}) + "\n" for q in (5, 6, 7)))
     cfg = OmegaConf.structured(EvalConfig(path=str(src), family="med"))
     cfg.med.max_questions = 2
-    rows = load_med_rows(cfg)
+    rows = load_eval_rows(cfg)
     # 2 questions x (original + 4 verified counterfactuals) x 4 variants
     assert len(rows) == 2 * 5 * 4 and {r["question_id"] for r in rows} == {5, 6}
     assert all(r["evidence"] for r in rows)

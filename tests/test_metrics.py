@@ -5,9 +5,9 @@ import json
 import numpy as np
 import pytest
 
-from eval_hooks.metrics import (bootstrap_ci, compute_metrics, headline, repair_analysis, sc2w,
-                                slice_metrics)
-from eval_hooks.metrics.mist import MIST_CONDITIONS, matrix_stats
+from eval_hooks.families.mist.metrics import (MIST_CONDITIONS, bootstrap_ci, matrix_stats, repair_analysis, sc2w,
+                                              slice_metrics)
+from eval_hooks.metrics import compute_metrics, headline
 
 # ---------------------------------------------------------------------------------------------
 # MIST helpers
@@ -350,5 +350,5 @@ def test_default_slices_skip_free_text_attributes_but_explicit_ones_are_kept():
     m = compute_metrics("mist", rows, n_boot=0)
     assert "provenance" not in m["slices"]  # 25 distinct values > MAX_DEFAULT_SLICES
     assert sorted(m["slices"]["plausibility"]) == ["high", "low"]
-    from eval_hooks.metrics import mist_metrics
+    from eval_hooks.families.mist.metrics import mist_metrics
     assert len(mist_metrics(rows, n_boot=0, slice_by=["provenance"])["slices"]["provenance"]) == 25

@@ -16,7 +16,7 @@ def _opsd_cfg(*extra):
 
 def _mist_rows(path):
     from eval_hooks import load_rows
-    from trainer.data import resolve_data_path
+    from trainer.data.train_data import resolve_data_path
 
     return load_rows("mist", resolve_data_path(path))
 
@@ -28,8 +28,8 @@ def test_views_are_the_misleading_and_clean_evaluation_prompts(tiny_tokenizer):
 
     from eval_hooks.evaluate import build_requests
     from eval_hooks.prompts import PromptSettings, request_prompt_ids
-    from trainer.distill import load_mist_views, load_views
-    from trainer.distill_steps import DistillSteps
+    from trainer.distill.views import load_mist_views, load_views
+    from trainer.distill.steps import DistillSteps
 
     views = load_mist_views(TOY_TRAIN)
     rows = _mist_rows(TOY_TRAIN)
@@ -58,8 +58,8 @@ def test_views_are_the_misleading_and_clean_evaluation_prompts(tiny_tokenizer):
 
 def test_bad_mist_input_names_file_line_and_field(tmp_path):
     from eval_hooks.io import DataError
-    from trainer.data import resolve_data_path
-    from trainer.distill import load_mist_views
+    from trainer.data.train_data import resolve_data_path
+    from trainer.distill.views import load_mist_views
 
     lines = open(resolve_data_path(TOY_TRAIN)).read().splitlines()[:8]
     bad = tmp_path / "mist.jsonl"
@@ -80,7 +80,7 @@ def test_opsd_tiny_composes_and_validates():
 
     cfg = _opsd_cfg("trainer.run_dir=/tmp/x")
     validate_distill(cfg)
-    assert (cfg.data.source, cfg.data.prompt_style) == ("mist", "mist")
+    assert (cfg.pipeline.kind, cfg.data.source, cfg.data.prompt_style) == ("opsd", "files", "mist")
     assert (cfg.algo.mode, cfg.algo.teacher, cfg.algo.stage, cfg.algo.choice_kl_weight) == ("on_policy", "initial",
                                                                                            "kl", 0.0)
     assert (cfg.model.lora.r, cfg.model.lora.alpha, cfg.optim.batch_size) == (16, 32, 32)
@@ -110,13 +110,48 @@ def test_mist_style_outside_the_toy_is_validated_too():
 
 
 def test_the_files_pipeline_refuses_mist_views_with_a_pointer(tmp_path):
-    """recipes/distill.py's own pipeline (data.source=files) evaluates taste forks: MIST views get a clear error."""
+    """recipes/distill.py's taste pipeline (pipeline.kind=taste) evaluates taste forks: MIST views get a clear error."""
     from trainer.config import ConfigError
 
-    cfg = compose("distill", ["recipe=opsd_tiny", "data.source=files", f"data.train_path={TOY_TRAIN}",
+    cfg = compose("distill", ["recipe=opsd_tiny", "pipeline.kind=taste", f"data.train_path={TOY_TRAIN}",
                               f"trainer.run_dir={tmp_path}"])
-    with pytest.raises(ConfigError, match="script: distill"):
+    with pytest.raises(ConfigError, match="use pipeline.kind=opsd.*script: distill"):
         load_recipe("distill").pipeline(cfg, overrides=[])
+
+
+@pytest.mark.parametrize("pipeline_kind", ["opsd", "taste"])
+def test_the_old_data_source_spelling_points_to_the_pipeline_kind(tmp_path, pipeline_kind):
+    """OPSD was ``data.source=mist``; it is ``pipeline.kind=opsd`` now, and the old spelling says so before
+    anything runs, whichever pipeline it lands in."""
+    from trainer.config import ConfigError
+
+    cfg = compose("distill", ["recipe=opsd_tiny", "data.source=mist", f"pipeline.kind={pipeline_kind}",
+                              f"trainer.run_dir={tmp_path}"])
+    with pytest.raises(ConfigError, match=r"data\.source=mist: OPSD is a pipeline kind.*use pipeline\.kind=opsd"):
+        load_recipe("distill").pipeline(cfg, overrides=[])
+    assert not list(tmp_path.iterdir())  # nothing ran
+
+
+def test_the_pipeline_kind_picks_the_pipeline(monkeypatch, tmp_path):
+    """recipes/distill.py runs the OPSD pipeline for pipeline.kind=opsd (recipe=opsd_tiny) and the taste
+    pipeline otherwise (the pipelines' own runs are stubbed: only the choice is under test)."""
+    import trainer.distill.pipeline as taste
+    import trainer.distill.opsd_pipeline as opsd
+
+    monkeypatch.setattr(opsd.OpsdPipeline, "run", lambda self: {"ran": "opsd"})
+    monkeypatch.setattr(taste.DistillPipeline, "run", lambda self: {"ran": "taste"})
+    pipeline = load_recipe("distill").pipeline
+    assert pipeline(_opsd_cfg(f"trainer.run_dir={tmp_path}"), overrides=[])["ran"] == "opsd"
+    assert pipeline(_opsd_cfg(f"trainer.run_dir={tmp_path}", "pipeline.kind=taste"), overrides=[])["ran"] == "taste"
+
+
+def test_the_opsd_pipeline_kind_needs_what_it_evaluates():
+    from trainer.config import ConfigError, validate_distill
+
+    with pytest.raises(ConfigError, match=r"pipeline\.kind=opsd: pipeline\.eval_sets"):
+        validate_distill(_opsd_cfg("pipeline.eval_sets=[]"))
+    with pytest.raises(ConfigError, match=r"pipeline\.kind=opsd trains on MIST views.*prompt_style=mist"):
+        validate_distill(_opsd_cfg("data.prompt_style=taste", "algo.choice_kl_weight=0"))
 
 
 def test_base_and_evaluation_are_the_demos():

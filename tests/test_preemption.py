@@ -23,7 +23,7 @@ import time
 import pytest
 
 import dist_helpers as dh
-from trainer.checkpoint import complete_checkpoints
+from trainer.core.checkpoint import complete_checkpoints
 
 pytestmark = pytest.mark.slow
 psutil = pytest.importorskip("psutil")

@@ -97,7 +97,7 @@ def test_renderer_rules_by_hand(tokenizers):
 
 @pytest.mark.parametrize("name,overrides,tok_name", CASES, ids=IDS)
 def test_dpo_ids_equal_eval_ids(tokenizers, name, overrides, tok_name):
-    from trainer.logprobs import build_preference_batch
+    from trainer.model.logprobs import build_preference_batch
 
     tok, settings = tokenizers[tok_name], _settings("dpo", overrides)
     b = build_preference_batch(tok, [PROMPT], ["7"], ["3"], max_prompt_len=512, max_completion_len=8,
@@ -109,7 +109,7 @@ def test_dpo_ids_equal_eval_ids(tokenizers, name, overrides, tok_name):
 
 @pytest.mark.parametrize("name,overrides,tok_name", CASES, ids=IDS)
 def test_sft_ids_equal_eval_ids(tokenizers, name, overrides, tok_name):
-    from trainer.sft_data import collate_sft
+    from trainer.data.sft_data import collate_sft
 
     tok, settings = tokenizers[tok_name], _settings("sft", overrides)
     ex = {"item_id": "a", "messages": [{"role": "user", "content": PROMPT}, {"role": "assistant", "content": "7"}]}
@@ -127,9 +127,10 @@ def test_grpo_rollout_ids_equal_eval_ids(tokenizers, tiny_model, name, overrides
     """Both the backend's own prompt ids (HF) and the rollout's fallback rendering (a backend that
     returns none) must be the evaluation ids."""
     from tests.box2_fakes import ScriptedBackend
-    from trainer.data import ShuffleSampler
-    from trainer.rewards import GuardedReward, resolve_reward
-    from trainer.rollout import RolloutSettings, RolloutSource, check_prompt_lengths
+    from trainer.data.train_data import ShuffleSampler
+    from trainer.rl.rewards import GuardedReward, resolve_reward
+    from trainer.rl.rollout import RolloutSettings, RolloutSource, check_prompt_lengths
+    from trainer.rl.rollout_modes import SingleTurnMode
 
     tok = tokenizers[tok_name]
     cfg = compose("grpo", overrides + ["data.train_path=/x.jsonl"])
@@ -141,8 +142,8 @@ def test_grpo_rollout_ids_equal_eval_ids(tokenizers, tiny_model, name, overrides
     assert check_prompt_lengths(rows, tok, max_prompt_len=512, prompt_settings=settings) == [len(want)]
     for backend in (HFBackend(tiny_model, tok, prompt_settings=settings),
                     ScriptedBackend(tok, lambda r, j, seed: "7")):
-        src = RolloutSource(rows, ShuffleSampler(1, seed=0), settings=s, tokenizer=tok,
-                            backend_factory=lambda b=backend: b, reward=GuardedReward(resolve_reward("numeric_match")))
+        mode = SingleTurnMode(s, tok, GuardedReward(resolve_reward("numeric_match")))
+        src = RolloutSource(rows, ShuffleSampler(1, seed=0), mode, settings=s, backend_factory=lambda b=backend: b)
         mb = src.next_microbatch()
         for row in range(mb["input_ids"].shape[0]):
             assert _prompt_part(mb["input_ids"], mb["completion_mask"], row) == want, type(backend).__name__
@@ -168,7 +169,7 @@ class _RecordingHF(HFBackend):
 @pytest.mark.parametrize("name,overrides,tok_name", CASES, ids=IDS)
 def test_mining_ids_equal_eval_ids(tokenizers, name, overrides, tok_name):
     """Mining generates from the evaluation ids, and DPO on the mined pairs trains on them too."""
-    from trainer.logprobs import build_preference_batch
+    from trainer.model.logprobs import build_preference_batch
 
     mine_mod = load_recipe("mine_pairs")
     tok = tokenizers[tok_name]

@@ -3,7 +3,7 @@ import math
 import pytest
 
 from trainer.config import ConfigError
-from trainer.rewards import REGISTRY, GuardedReward, RewardError, resolve_reward
+from trainer.rl.rewards import REGISTRY, GuardedReward, RewardError, resolve_reward
 
 
 def test_registry_scores_outcome_only():

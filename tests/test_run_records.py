@@ -15,9 +15,9 @@ import torch
 import dist_helpers as dh
 from recipe_utils import compose, read_metrics, reset_accelerate, run_recipe
 from trainer.config import ConfigError, validate_dpo
-from trainer.loop import train_loop
-from trainer.model import build_optimizer, build_scheduler
-from trainer.run import setup_run, write_config
+from trainer.core.loop import train_loop
+from trainer.model.policy import build_optimizer, build_scheduler
+from trainer.core.run import setup_run, write_config
 
 
 @pytest.fixture(autouse=True)

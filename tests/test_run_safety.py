@@ -63,7 +63,7 @@ def test_resume_with_unchanged_data_still_works(tmp_path):
 _HOLD = """
 import sys, time
 from pathlib import Path
-from trainer.run_dir import RunLock
+from trainer.core.run_dir import RunLock
 RunLock(Path(sys.argv[1])).acquire()
 print("held", flush=True)
 time.sleep(600)
@@ -79,7 +79,7 @@ def _holder(run_dir: Path) -> subprocess.Popen:
 
 
 def test_a_second_run_into_a_held_run_dir_refuses_naming_host_and_pid(tmp_path, capsys):
-    from trainer.run_dir import RunDirLocked
+    from trainer.core.run_dir import RunDirLocked
 
     pairs = dh.write_pairs(tmp_path / "pairs.jsonl", 5)
     run = tmp_path / "run"
@@ -98,7 +98,7 @@ def test_a_second_run_into_a_held_run_dir_refuses_naming_host_and_pid(tmp_path, 
 
 
 def test_lock_is_released_when_a_run_fails(tmp_path):
-    from trainer.run_dir import RunLock
+    from trainer.core.run_dir import RunLock
 
     pairs = dh.write_pairs(tmp_path / "pairs.jsonl", 5)
     run = tmp_path / "run"
@@ -149,7 +149,7 @@ def test_torn_final_metrics_line_is_dropped_with_a_warning(tmp_path, capsys):
 
 
 def test_unreadable_metrics_line_in_the_middle_names_file_and_line(tmp_path):
-    from trainer.run import MetricsLogger
+    from trainer.core.run import MetricsLogger
 
     path = tmp_path / "metrics.jsonl"
     path.write_text('{"step": 1}\nnot json\n{"step": 2}\n')
@@ -160,9 +160,9 @@ def test_unreadable_metrics_line_in_the_middle_names_file_and_line(tmp_path):
 # -- 6. '+key' unknown to the schema -----------------------------------------------------------------
 @pytest.mark.parametrize("override", ["+optim.learning_rate=1e-3", "+trainer.max_step=5", "+foo=1"])
 def test_plus_key_unknown_to_the_schema_fails_before_any_model_loads(tmp_path, override, monkeypatch):
-    import trainer.model
+    import trainer.model.policy
 
-    monkeypatch.setattr(trainer.model, "build_policy", lambda *a, **k: pytest.fail("model loaded"))
+    monkeypatch.setattr(trainer.model.policy, "build_policy", lambda *a, **k: pytest.fail("model loaded"))
     pairs = dh.write_pairs(tmp_path / "pairs.jsonl", 5)
     key = override[1:].split("=")[0]
     with pytest.raises(ConfigError, match=rf"unknown config key '{key}'"):
@@ -177,7 +177,7 @@ def _never_returns(completion, row):
 
 
 def test_reward_call_past_the_timeout_is_a_reward_error():
-    from trainer.rewards import GuardedReward
+    from trainer.rl.rewards import GuardedReward
 
     g = GuardedReward(_never_returns, name="hang", max_errors=10, timeout_s=0.3)
     t0 = time.time()
@@ -192,8 +192,8 @@ def test_reward_call_past_the_timeout_is_a_reward_error():
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_stop_signal_interrupts_a_reward_call(sig):
-    from trainer.interrupt import StopRequested, StopSignals
-    from trainer.rewards import GuardedReward
+    from trainer.core.interrupt import StopRequested, StopSignals
+    from trainer.rl.rewards import GuardedReward
 
     g = GuardedReward(_never_returns, name="hang", max_errors=10, timeout_s=0)  # no timeout: only the signal ends it
     stops = StopSignals().install()
@@ -245,7 +245,7 @@ def test_sigterm_while_a_grpo_reward_hangs_checkpoints_the_last_step_and_exits(t
 
 # -- should-fix: Ctrl-C, failed starts, late failures ------------------------------------------------
 def test_sigint_checkpoints_the_last_step_and_exits_130(tmp_path, monkeypatch):
-    import trainer.loop as loop
+    import trainer.core.loop as loop
 
     real = loop._step_record
 
@@ -264,15 +264,15 @@ def test_sigint_checkpoints_the_last_step_and_exits_130(tmp_path, monkeypatch):
 
 
 def test_a_start_that_fails_after_setup_leaves_no_config_to_clash_with(tmp_path, monkeypatch):
-    import trainer.model
+    import trainer.model.policy
 
-    real = trainer.model.build_optimizer
-    monkeypatch.setattr(trainer.model, "build_optimizer", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("boom")))
+    real = trainer.model.policy.build_optimizer
+    monkeypatch.setattr(trainer.model.policy, "build_optimizer", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("boom")))
     pairs = dh.write_pairs(tmp_path / "pairs.jsonl", 5)
     with pytest.raises(RuntimeError, match="boom"):
         _dpo(tmp_path / "run", pairs, "optim.lr=1e-2")
     assert not (tmp_path / "run" / "config.yaml").exists()
-    monkeypatch.setattr(trainer.model, "build_optimizer", real)
+    monkeypatch.setattr(trainer.model.policy, "build_optimizer", real)
     assert _dpo(tmp_path / "run", pairs, "optim.lr=1e-3").step == 4  # the corrected command is not "changed"
 
 
@@ -356,7 +356,7 @@ def test_disk_full_while_saving_names_the_path_and_keeps_earlier_checkpoints(tmp
 
     import torch
 
-    from trainer.checkpoint import DiskFullError
+    from trainer.core.checkpoint import DiskFullError
 
     pairs = dh.write_pairs(tmp_path / "pairs.jsonl", 5)
     run = tmp_path / "run"
@@ -378,7 +378,7 @@ def test_disk_full_while_saving_names_the_path_and_keeps_earlier_checkpoints(tmp
 
 def test_a_huge_prompt_is_cut_by_characters_before_it_is_tokenised(tiny_tokenizer):
     from eval_hooks.prompts import PromptSettings
-    from trainer.data import MAX_CHARS_PER_TOKEN, PairSet, apply_length_policy
+    from trainer.data.train_data import MAX_CHARS_PER_TOKEN, PairSet, apply_length_policy
 
     huge = "lorem ipsum " * 200_000 + "key k1?"  # 2.4 MB
     seen = []

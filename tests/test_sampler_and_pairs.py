@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from eval_hooks.io import DataError
-from trainer.data import (ConditionSampler, ShuffleSampler, condition_mass, load_pairs, unmatch_pairs)
+from trainer.data.train_data import (ConditionSampler, ShuffleSampler, condition_mass, load_pairs, unmatch_pairs)
 
 CONDS = ["clean", "misleading", "correct", "irrelevant"]
 

@@ -10,9 +10,9 @@ import pytest
 import torch
 
 from trainer.algos.sft import masked_nll_loss
-from trainer.data import load_sft_examples
-from trainer.logprobs import sequence_logprobs
-from trainer.sft_data import WindowSource, collate_sft, tokenize_multiturn
+from trainer.data.train_data import load_sft_examples
+from trainer.model.logprobs import sequence_logprobs
+from trainer.data.sft_data import WindowSource, collate_sft, tokenize_multiturn
 
 ROOT = Path(__file__).resolve().parents[1]
 KW = dict(max_prompt_len=256, max_completion_len=16, truncation="keep_end")
@@ -105,7 +105,7 @@ def test_sft_recipe_end_to_end(tmp_path):
         assert k in lines[0], k
     assert lines[-1]["loss"] < lines[0]["loss"] - 0.05  # the target NLL goes down
     assert (run / "final" / "adapter_model.safetensors").exists() and (run / "run_complete.json").exists()
-    from trainer.data import resolve_data_path
+    from trainer.data.train_data import resolve_data_path
 
     n_rows = sum(1 for line in open(resolve_data_path("toy:0/box2_sft.jsonl")) if line.strip())
     assert json.loads((run / "data_stats.json").read_text())["examples"] == n_rows

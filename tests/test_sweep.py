@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
+from launch import sweep
+
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "launch"))
-import sweep  # noqa: E402
 
 # The fake recipe: parses key=value argv like Hydra would for simple values, appends one line per
 # invocation to <run_dir>/../calls.txt, fails with exit 3 when fail=1, stops "early" (exit 0, no marker)

@@ -117,7 +117,7 @@ def test_model_level_loss_and_gradients_match_trl_dpo_trainer(tiny_model_dir, ti
     from datasets import Dataset
 
     from eval_hooks.models import load_model
-    from trainer.logprobs import build_preference_batch, sequence_logprobs
+    from trainer.model.logprobs import build_preference_batch, sequence_logprobs
 
     beta = 0.1
     tok = tiny_tokenizer

@@ -99,7 +99,7 @@ def _served_name(line: dict) -> str:
 
 
 def test_grpo_rollouts_and_adapter_sync_every_step_through_http(tmp_path, server, no_local_generation):
-    from trainer.weight_sync import adapter_checksum
+    from trainer.rl.weight_sync import adapter_checksum
 
     run = tmp_path / "run"
     run_recipe("grpo", "grpo", _overrides(run, server.url, "trainer.max_steps=2", "generation.sync_every=1",
@@ -147,8 +147,8 @@ def test_sync_every_k_steps_and_is_correction_of_stale_rollouts(tmp_path, server
 
 
 def test_probe_catches_a_stale_adapter_and_checkpoints(tmp_path, server):
-    from trainer.checkpoint import complete_checkpoints
-    from trainer.weight_sync import StaleWeightsError
+    from trainer.core.checkpoint import complete_checkpoints
+    from trainer.rl.weight_sync import StaleWeightsError
 
     def arm(i):  # during step 1's rewards: the next load (step-1 sync) is acknowledged but not applied
         if i == 1:
@@ -186,7 +186,7 @@ def test_retries_after_dropped_connections_lost_replies_and_503(tmp_path, server
 ])
 def test_bad_rollout_replies_are_errors_naming_the_request(tmp_path, server, fault, match):
     from eval_hooks.backends.vllm_server import ServerResponseError
-    from trainer.checkpoint import complete_checkpoints
+    from trainer.core.checkpoint import complete_checkpoints
 
     def arm(i):  # during step 1's rewards; step 2 does not sync (sync_every=2), so its rollout gets the fault
         if i == 1:
@@ -217,7 +217,7 @@ def test_dead_server_saves_checkpoint_and_fails_with_its_last_log_lines(tmp_path
     (the step-2 sync) fails fast with the URL and the server log's last lines; step 2 is checkpointed."""
     from eval_hooks.backends.vllm_server import ServerUnreachableError
     from launch.vllm_server import VLLMServer
-    from trainer.checkpoint import complete_checkpoints
+    from trainer.core.checkpoint import complete_checkpoints
 
     log = tmp_path / "server.log"
     srv = VLLMServer(str(tiny_model_dir), kind="reference", log_path=log, served_model_name="tiny",
@@ -332,7 +332,7 @@ def test_grpo_two_ranks_stale_adapter_stops_both_ranks_with_one_checkpoint(tmp_p
     import subprocess
 
     import dist_helpers as dh
-    from trainer.checkpoint import complete_checkpoints
+    from trainer.core.checkpoint import complete_checkpoints
 
     inner = server._load_lora
 

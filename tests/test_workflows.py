@@ -5,7 +5,7 @@ import json
 import pytest
 
 from eval_hooks.io import DataError
-from trainer.workflows import (build_workflow_items, counterfactual_sft_rows, expand_conditions, freeze_workflows,
+from eval_hooks.builders.workflows import (build_workflow_items, counterfactual_sft_rows, expand_conditions, freeze_workflows,
                                leaked_answer, load_frozen, rl_prompt_rows, workflow_hash)
 
 REC = {"item_id": "m1", "task": "What is 12*17?", "gold": 204, "answer_type": "numeric",

@@ -5,7 +5,7 @@ Run it with ``python recipes/demo.py`` (the entry point; ``conf/demo.yaml``, sch
 (``recipes/sft.py``, ``evaluate.py``, ``mine_pairs.py``, ``dpo.py``, ``grpo.py``) run in-process on a
 config composed from ``conf/`` plus the per-stage overrides in ``conf/demo.yaml``; every number comes
 from ``eval_hooks``. The training stages go through the chain runner of ``recipes/chain.py``
-(``trainer/stages.py``): each trains in ``<out>/stages/<name>/`` and starts from the ``final/`` weights
+(``trainer/core/stages.py``): each trains in ``<out>/stages/<name>/`` and starts from the ``final/`` weights
 of the stage it names. (Recipes are imported only by the demo and the chain runner, to avoid paying
 Python/torch start-up per stage.) Every data path is ``toy:<seed>/<file>``, the toy task's data source
 (:mod:`toy_demo.task`).
@@ -162,7 +162,7 @@ def run(cfg: DictConfig) -> dict:
     """Run every stage of ``cfg`` (a composed ``conf/demo.yaml``); write ``summary.json``, ``report.md``
     and the plots into ``cfg.out``, print the table; return the summary."""
     from eval_hooks.io import write_json_atomic
-    from trainer.data_sources import register_data_source
+    from trainer.data.sources import register_data_source
 
     from .report import print_table, write_demo_report
 

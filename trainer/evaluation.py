@@ -6,7 +6,7 @@ rather than after the first epoch. ``make_backend`` builds the generation backen
 
 With ``generation=vllm_server`` the epoch-end evaluation of every trainer goes through the server, on the
 *current* weights: before each evaluation the LoRA adapter is saved, loaded on the server under a new
-name and probed (``trainer.weight_sync.AdapterSync``, own client with adapter prefix ``eval`` and own
+name and probed (``trainer.rl.weight_sync.AdapterSync``, own client with adapter prefix ``eval`` and own
 directory ``<adapter root>/eval``, so a GRPO run's rollout adapters are never unloaded by it). The
 version, checksum and probe difference go to ``eval/<epoch>/adapter_sync.json`` and the logged eval
 metrics. A policy without a LoRA adapter cannot be pushed to the server and is refused at start-up,
@@ -22,20 +22,19 @@ from eval_hooks.prompts import PromptSettings
 
 
 def load_eval_rows(eval_cfg) -> list[dict] | None:
+    """The rows of the ``eval`` group (the family's :meth:`~eval_hooks.families.base.Family.eval_rows`, which
+    reads its own settings, e.g. Taste's prompt cap or a raw MedEvidence file for Med), ``eval.max_rows``
+    whole items of them, and MIST's knowledge labels (``eval.knowledge_path``)."""
     if not eval_cfg.enabled or not eval_cfg.path:
         return None
-    from eval_hooks import load_rows
+    from eval_hooks.families import get_family
 
-    from .config import ConfigError
-    from .data import keep_whole_items, resolve_data_path
+    from trainer.config import ConfigError
+    from trainer.data.train_data import keep_whole_items, resolve_data_path
 
     if eval_cfg.knowledge_path and eval_cfg.family != "mist":
         raise ConfigError(f"eval.knowledge_path splits MIST metrics by knowledge; eval.family={eval_cfg.family}")
-    if eval_cfg.family == "med":  # raw MedEvidence files, question subsets, Med settings checks
-        from .med_evaluation import load_med_rows
-
-        return load_med_rows(eval_cfg)
-    rows = load_rows(eval_cfg.family, resolve_data_path(eval_cfg.path), **_family_options(eval_cfg))
+    rows = get_family(eval_cfg.family).eval_rows(eval_cfg, resolve_data_path(eval_cfg.path))
     rows = keep_whole_items(rows, eval_cfg.max_rows)
     if eval_cfg.knowledge_path:  # metrics per knowledge label (docs/scope.md#knowledge-aware-scope)
         from eval_hooks.knowledge import attach_knowledge
@@ -44,17 +43,14 @@ def load_eval_rows(eval_cfg) -> list[dict] | None:
     return rows
 
 
-def _family_options(eval_cfg) -> dict:
-    """Loading options of the evaluated family (Taste: the prompt-token cap and its token counter)."""
-    if eval_cfg.family != "taste":
-        return {}
-    count = None
-    if eval_cfg.prompt_tokenizer:
-        from eval_hooks.models import load_tokenizer
+def run_eval(backend, rows: list[dict], eval_cfg, out_dir, *, step: int | None = None, progress: bool = True) -> dict:
+    """The evaluated family's run on ``rows`` (generation, scoring, metrics, report; written to ``out_dir``):
+    the same for ``recipes/evaluate.py`` and the epoch ends. The family's own settings are ``eval.<family>``
+    (e.g. ``eval.med``), when its schema has them."""
+    from eval_hooks import run_matched_eval
 
-        tok = load_tokenizer(eval_cfg.prompt_tokenizer)
-        count = lambda text: len(tok(text, add_special_tokens=False)["input_ids"])  # noqa: E731
-    return {"max_prompt_tokens": eval_cfg.max_prompt_tokens, "count_tokens": count}
+    return run_matched_eval(backend, rows, eval_cfg.family, out_dir, step=step, max_new_tokens=eval_cfg.max_new_tokens,
+                            progress=progress, settings=getattr(eval_cfg, eval_cfg.family, None))
 
 
 def make_backend(gen_cfg, model, tokenizer, *, model_path: str, prompt_settings: PromptSettings | None = None,
@@ -96,7 +92,7 @@ def server_errors(gen_cfg) -> tuple[type[BaseException], ...]:
         return ()
     from eval_hooks.backends.vllm_server import ServerError
 
-    from .weight_sync import StaleWeightsError
+    from trainer.rl.weight_sync import StaleWeightsError
 
     return (ServerError, StaleWeightsError)
 
@@ -109,7 +105,7 @@ def build_inference_backend(model_cfg, gen_cfg, *, prompt_settings: PromptSettin
     base first, as the trainers do."""
     from eval_hooks.models import load_tokenizer
 
-    from .model import load_base_with_adapters
+    from trainer.model.policy import load_base_with_adapters
 
     tokenizer = load_tokenizer(model_cfg.path, trust_remote_code=model_cfg.trust_remote_code)
     model = None
@@ -139,9 +135,7 @@ def make_epoch_eval(ctx, rows: list[dict] | None, backend_factory: Callable[[], 
     """
     if rows is None:
         return None
-    from eval_hooks import run_matched_eval
-
-    from .config import ConfigError
+    from trainer.config import ConfigError
 
     ecfg, gen = ctx.cfg.eval, ctx.cfg.generation
     server = gen.backend == "vllm_server"
@@ -154,7 +148,7 @@ def make_epoch_eval(ctx, rows: list[dict] | None, backend_factory: Callable[[], 
                               "(model.lora.enabled=true), because only an adapter can be pushed to a running server; "
                               "with full fine-tuning the server would evaluate its base weights. Use generation=hf.")
 
-        from .weight_sync import adapter_root, lazy_adapter_sync
+        from trainer.rl.weight_sync import adapter_root, lazy_adapter_sync
 
         server_sync = lazy_adapter_sync(
             lambda: make_backend(gen, policy, tokenizer, model_path=ctx.cfg.model.path,
@@ -171,14 +165,7 @@ def make_epoch_eval(ctx, rows: list[dict] | None, backend_factory: Callable[[], 
             backend = sync.backend
         else:
             backend = backend_factory()
-        if ecfg.family == "med":
-            from .med_evaluation import run_med
-
-            result = run_med(backend, rows, ecfg, out, step=step,
-                             prompt_settings=PromptSettings.from_config(ctx.cfg.prompt))
-        else:
-            result = run_matched_eval(backend, rows, ecfg.family, out, step=step,
-                                      max_new_tokens=ecfg.max_new_tokens, progress=ctx.cfg.trainer.progress)
+        result = run_eval(backend, rows, ecfg, out, step=step, progress=ctx.cfg.trainer.progress)
         if sync_info is not None:
             from eval_hooks.io import write_json_atomic
 

@@ -67,7 +67,7 @@ from .base import GenerationBackend, GenerationRequest, GenerationResult, Sample
 
 log = logging.getLogger(__name__)
 
-# Written by trainer.weight_sync.save_adapter_atomically inside each adapter directory.
+# Written by trainer.rl.weight_sync.save_adapter_atomically inside each adapter directory.
 CHECKSUM_FILE = "CHECKSUM.sha256"
 
 

@@ -1,28 +1,141 @@
-"""The four benchmark families: how items are validated and expanded into rows, and how rows are scored.
+"""The evaluation families, by name: the one place that knows which families exist.
 
-``FAMILIES[name]`` is a :class:`~eval_hooks.families.base.Family` with ``expand_records`` (items ->
-rows, validated), ``validate_rows`` (a rows file written by ``expand``, read back) and ``score_row``.
-Input formats are documented in ``eval_hooks/FORMATS.md``.
+A family is a :class:`~eval_hooks.families.base.Family` (items, scoring, metrics, headline, report section,
+run) in its own package ``eval_hooks/families/<name>/``. Nothing outside this registry chooses code by a
+family's name: :func:`eval_hooks.metrics.compute_metrics`, :func:`eval_hooks.report.write_report`,
+:func:`eval_hooks.run_matched_eval`, the CLI and the trainers all ask :func:`get_family`.
+
+Families come from three places, looked up in this order:
+
+- :data:`BUILTIN`: one line per family of this repository, ``name -> "module:attribute"``;
+- :func:`register_family`, in code;
+- the entry-point group :data:`ENTRY_POINT_GROUP` of installed packages, so that a separate package adds a
+  family without this one importing it::
+
+      [project.entry-points."selectrust.families"]
+      myfam = "mypackage.myfam:MyFamily"
+
+The group is read once, the first time the names of all families are needed (``FAMILIES``, an unknown
+name); a family's module is imported only when that family is used. The attribute named may be a
+``Family`` subclass (instantiated without arguments) or an instance. Input formats of the built-in
+families: ``eval_hooks/FORMATS.md``; how to add one: docs/architecture.md.
 """
 
 from __future__ import annotations
 
-from .base import Family
-from .box2 import Box2Family
-from .med import MedFamily
-from .mist import MistFamily
-from .taste import TasteFamily
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING
 
-FAMILIES: dict[str, Family] = {f.name: f for f in (MistFamily(), Box2Family(), TasteFamily(), MedFamily())}
+from ..io import DataError
+from .base import Family
+
+if TYPE_CHECKING:
+    from importlib.metadata import EntryPoint
+
+ENTRY_POINT_GROUP = "selectrust.families"
+
+BUILTIN: dict[str, str] = {
+    "mist": "eval_hooks.families.mist:MistFamily",
+    "box2": "eval_hooks.families.box2:Box2Family",
+    "taste": "eval_hooks.families.taste:TasteFamily",
+    "med": "eval_hooks.families.med:MedFamily",
+}
+
+_loaded: dict[str, Family] = {}  # built-in and entry-point families, once imported
+_registered: dict[str, Family] = {}  # register_family
+_entry_points: dict[str, EntryPoint] | None = None  # read once, lazily
+
+
+def register_family(family: Family) -> Family:
+    """Make ``family`` (an instance) available under ``family.name``; returns it. Registering the same object
+    again is a no-op; another family under a name already in use is an error."""
+    if not isinstance(family, Family) or not family.name:
+        raise TypeError(f"register_family needs a Family instance with a name, got {family!r}")
+    known = _registered.get(family.name)
+    if known is family:
+        return family
+    if known is not None or family.name in BUILTIN:
+        raise ValueError(f"family {family.name!r} is already registered")
+    _registered[family.name] = family
+    return family
+
+
+def unregister_family(name: str) -> None:
+    """Remove a family added with :func:`register_family` (tests, notebooks)."""
+    _registered.pop(name, None)
+
+
+def entry_points(group: str):
+    """The installed packages' entry points of ``group`` (``importlib.metadata``, imported on first use)."""
+    from importlib.metadata import entry_points as installed
+
+    return installed(group=group)
+
+
+def _discovered() -> dict[str, EntryPoint]:
+    global _entry_points
+    if _entry_points is None:  # the first distribution on sys.path wins a name, as for imports
+        _entry_points = {ep.name: ep for ep in reversed(list(entry_points(group=ENTRY_POINT_GROUP)))}
+    return _entry_points
+
+
+def family_names() -> list[str]:
+    """Every known family: the built-in ones in :data:`BUILTIN` order, then those registered in code, then
+    those of installed packages' entry points (sorted)."""
+    names = list(BUILTIN) + [n for n in _registered if n not in BUILTIN]
+    return names + sorted(n for n in _discovered() if n not in names)
+
+
+def _load(name: str, ep: EntryPoint) -> Family:
+    try:
+        obj = ep.load()
+        family = obj() if isinstance(obj, type) else obj
+    except Exception as e:
+        raise DataError(f"cannot load family {name!r} from {ep.value!r} ({type(e).__name__}: {e})",
+                        field="family") from e
+    if not isinstance(family, Family) or family.name != name:
+        raise DataError(f"{ep.value!r} is not a Family named {name!r} (got {family!r})", field="family")
+    return family
 
 
 def get_family(name: str) -> Family:
-    from ..io import DataError
+    """The family called ``name``; :class:`DataError` (field ``family``) listing the known ones otherwise."""
+    if name in _registered:
+        return _registered[name]
+    if name not in _loaded:
+        from importlib.metadata import EntryPoint
 
-    try:
-        return FAMILIES[name]
-    except KeyError:
-        raise DataError(f"unknown family {name!r}", field="family", accepted=" | ".join(FAMILIES)) from None
+        value = BUILTIN.get(name)
+        ep = EntryPoint(name, value, ENTRY_POINT_GROUP) if value else _discovered().get(name)
+        if ep is None:
+            raise DataError(f"unknown family {name!r}", field="family", accepted=" | ".join(family_names()))
+        _loaded[name] = _load(name, ep)
+    return _loaded[name]
 
 
-__all__ = ["FAMILIES", "Family", "get_family", "MistFamily", "Box2Family", "TasteFamily", "MedFamily"]
+class _Families(Mapping):
+    """``FAMILIES[name]`` is :func:`get_family`; iterating gives :func:`family_names`."""
+
+    def __getitem__(self, name: str) -> Family:
+        try:
+            return get_family(name)
+        except DataError:
+            raise KeyError(name) from None
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and name in family_names()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(family_names())
+
+    def __len__(self) -> int:
+        return len(family_names())
+
+    def __repr__(self) -> str:
+        return f"FAMILIES({family_names()})"
+
+
+FAMILIES: Mapping[str, Family] = _Families()
+
+__all__ = ["BUILTIN", "ENTRY_POINT_GROUP", "FAMILIES", "Family", "family_names", "get_family", "register_family",
+           "unregister_family"]

@@ -1,13 +1,15 @@
-"""What every family shares: field checks that raise :class:`DataError` with file/line/field, the
-row-file validator, and scoring one row."""
+"""What every family shares: field checks that raise :class:`DataError` with file/line/field, and the
+:class:`Family` contract with its generic parts (the row-file validator, scoring one row, the report
+shell, the generic run and the one atomic write-and-publish)."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
-from ..io import DataError
+from ..io import DataError, read_records
 from ..parsers import answers_match, normalize_gold, parse_answer
+from ..scoring import check_responses, generate_responses, publish_outputs
 
 ROW_CORE = ("row_id", "item_id", "condition", "prompt", "gold", "answer_type")
 
@@ -129,9 +131,21 @@ def copy_extras(rec: dict, row: dict, known: set[str], ctx: Ctx) -> None:
 
 
 class Family:
-    """A benchmark family: how an items file is validated and expanded into rows, and how a response
-    to a row is scored. Subclasses set ``name``, ``conditions`` (or ``is_condition``) and implement
-    ``expand_records``."""
+    """An evaluation family: everything one benchmark is, in one object.
+
+    - items: ``expand_records`` (items -> rows, validated), ``validate_rows`` (a rows file written by
+      ``expand``, read back), ``load`` (a file of either), ``eval_rows`` (the rows the ``eval`` config
+      group names);
+    - scoring: ``score_row`` (one response -> one line of ``item_scores.jsonl``);
+    - ``metrics`` (item scores -> the family's part of ``metrics.json``) and ``headline`` (the flat
+      numbers trainers and :func:`eval_hooks.report.compare_table` show);
+    - ``report_section`` (its part of ``report.md`` and its PNGs; ``write_report`` adds the shell);
+    - ``run`` (generation + scoring + the atomic write of ``out_dir``): the generic one here, which a
+      family with its own pipelines overrides (MedCounterfact).
+
+    Subclasses set ``name``, ``answer_types``, ``condition_accepted`` (and ``row_fields``), and implement
+    ``is_condition``, ``expand_records``, ``metrics``, ``headline`` and ``report_section``. They are
+    registered in :mod:`eval_hooks.families` (docs/architecture.md, "How to add an evaluation family")."""
 
     name: str = ""
     answer_types: tuple[str, ...] = ()
@@ -153,6 +167,24 @@ class Family:
 
     def expand_records(self, records: list[tuple[int, dict]], path) -> list[dict]:  # pragma: no cover
         raise NotImplementedError
+
+    def load_records(self, records: list[tuple[int, dict]], path) -> list[dict]:
+        """Rows from the records of one file: a file that already holds expanded rows (every record has
+        ``row_id`` and ``prompt``, as written by ``python -m eval_hooks expand``) is validated as rows and
+        returned as is; anything else is expanded as items. (MIST's items *are* rows: it always expands.)"""
+        if all("row_id" in r and "prompt" in r for _, r in records):
+            return self.validate_rows(records, path)
+        return self.expand_records(records, path)
+
+    def load(self, path) -> list[dict]:
+        """Load, validate and expand an items file (JSONL, Parquet or a ``datasets`` source) into rows."""
+        return self.load_records(read_records(path), path)
+
+    def eval_rows(self, eval_cfg: Any, path) -> list[dict]:
+        """The rows to evaluate for the ``eval`` config group ``eval_cfg`` (read by attribute; the data path
+        already resolved to ``path``), before any model loads. A family reads its own settings from
+        ``eval_cfg`` here; the caller then keeps ``eval.max_rows`` whole items."""
+        return self.load(path)
 
     # -- rows files written by `expand` (read back by `score`) ---------------------------------------
     def validate_rows(self, records: list[tuple[int, dict]], path) -> list[dict]:
@@ -190,6 +222,78 @@ class Family:
         out.update(response=response, parsed=parsed, parse_ok=parsed is not None,
                    correct=answers_match(parsed, row["gold"], at, choices=row.get("choices")))
         return out
+
+    def score_rows(self, rows: Sequence[dict], responses: Mapping[str, str]) -> list[dict]:
+        """Parse and score each row's response: the lines of ``item_scores.jsonl`` (no files written)."""
+        check_responses(rows, responses, None)
+        return [self.score_row(r, responses[r["row_id"]]) for r in rows]
+
+    # -- metrics, headline, report -------------------------------------------------------------------
+    def metrics(self, item_scores: Sequence[dict], *, n_boot: int = 1000, seed: int = 0) -> dict[str, Any]:
+        """The family's part of ``metrics.json`` from the lines of ``item_scores.jsonl`` (``n_boot``/``seed``:
+        bootstrap settings, for a family that has CIs). ValueError naming the line and field on bad input."""
+        raise NotImplementedError
+
+    def headline(self, metrics: dict[str, Any]) -> dict[str, Any]:
+        """The headline numbers of a ``metrics.json`` as a flat ``{"a.b": value}`` dict, in a fixed order."""
+        raise NotImplementedError
+
+    def report_section(self, metrics: dict, item_scores: Sequence[dict], out_dir: Path,
+                       title: str) -> tuple[list[str], list[str]]:
+        """``(markdown lines, names of the PNG files written into out_dir)``: the family's part of ``report.md``."""
+        raise NotImplementedError
+
+    def write_report(self, metrics: dict, item_scores: Sequence[dict], out_dir: str | Path, *,
+                     title: str | None = None) -> Path:
+        """Write ``out_dir/report.md`` (title, plots, then the family's section) and the section's PNGs;
+        return the path of ``report.md``."""
+        out_dir = Path(out_dir)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        title = title or f"{self.name} evaluation"
+        body, plots = self.report_section(metrics, item_scores, out_dir, title)
+        text = [f"# {title}", "", f"Family: `{self.name}`. Rates are percentages of rows or items.", "",
+                *(f"![{p}]({p})" for p in plots), "", "## Results", "", *body, ""]
+        path = out_dir / "report.md"
+        path.write_text("\n".join(text), encoding="utf-8")
+        return path
+
+    # -- the run: generation, scoring, the atomic write ----------------------------------------------
+    def publish(self, item_scores: Sequence[dict], metrics: dict, out_dir: str | Path, *,
+                title: str | None = None) -> None:
+        """Write ``item_scores.jsonl``, ``metrics.json`` and the report into ``out_dir`` atomically
+        (:func:`eval_hooks.scoring.publish_outputs`): every family's run ends here."""
+        publish_outputs(out_dir, item_scores, metrics,
+                        lambda tmp: self.write_report(metrics, item_scores, tmp, title=title))
+
+    def score_responses(self, rows: Sequence[dict], responses: Mapping[str, str], out_dir: str | Path, *,
+                        step: int | None = None, n_boot: int = 1000, seed: int = 0, title: str | None = None,
+                        extra: Mapping | None = None) -> dict:
+        """Score ``responses`` (``{row_id: text}``, one per row) against ``rows``, compute the metrics and
+        :meth:`publish` them; return the metrics. ``step`` (and ``extra``, as ``eval_settings``) are
+        recorded in ``metrics.json``."""
+        item_scores = self.score_rows(rows, responses)
+        metrics = {"family": self.name, **self.metrics(item_scores, n_boot=n_boot, seed=seed)}
+        metrics.setdefault("n_rows", len(item_scores))
+        metrics.setdefault("n_unparsed_rows", sum(not s["parse_ok"] for s in item_scores))
+        if step is not None:
+            metrics["step"] = step
+        if extra:
+            metrics.setdefault("eval_settings", dict(extra))
+        self.publish(item_scores, metrics, out_dir, title=title)
+        return metrics
+
+    def run(self, backend, rows: Sequence[dict], out_dir: str | Path, *, step: int | None = None,
+            max_new_tokens: int = 256, temperature: float = 0.0, stop: Sequence[str] | None = None,
+            progress: bool = True, n_boot: int = 1000, seed: int = 0, title: str | None = None,
+            settings: Any = None) -> dict:
+        """Generate one response per row with ``backend`` (under its ``prompt_settings``), then
+        :meth:`score_responses`; returns the metrics written to ``out_dir/metrics.json``. ``settings`` is
+        the family's own section of the ``eval`` config (``eval.<name>``); the generic run has none."""
+        responses, described = generate_responses(backend, rows, desc=f"eval {self.name}",
+                                                   max_new_tokens=max_new_tokens, temperature=temperature,
+                                                   stop=stop, progress=progress)
+        return self.score_responses(rows, responses, out_dir, step=step, n_boot=n_boot, seed=seed, title=title,
+                                    extra=described)
 
 
 def answer_instruction(answer_type: str, choices: Any = None) -> str:

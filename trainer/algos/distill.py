@@ -21,9 +21,9 @@ import math
 import torch
 import torch.nn.functional as F
 
-__all__ = ["topk_forward_kl", "gathered_forward_kl", "topk_support_index", "choice_kl", "choice_ce"]
+from trainer.algos.choices import SUPPORTS
 
-SUPPORTS = ("teacher", "student", "union")
+__all__ = ["topk_forward_kl", "gathered_forward_kl", "topk_support_index", "choice_kl", "choice_ce"]
 
 
 def _upcast(x: torch.Tensor) -> torch.Tensor:
@@ -78,7 +78,7 @@ def gathered_forward_kl(
         KL_S = sum_{v in S} p_T(v) log(p_T(v) / p_S(v)) + p_T(R) log(p_T(R) / p_S(R)),  p(R) = 1 - sum_S p(v)
 
     Returns the mean of ``KL_S`` over the masked positions and the metrics of ``topk_forward_kl``. Lets a
-    caller that never builds ``(..., V)`` logits (``trainer/distill.py:distill_logprobs`` projects hidden
+    caller that never builds ``(..., V)`` logits (``trainer/distill/views.py:distill_logprobs`` projects hidden
     states ``chunk`` positions at a time and keeps only the gathered values) use the same formula.
     """
     if teacher_logp.shape != student_logp.shape or valid.shape != teacher_logp.shape:

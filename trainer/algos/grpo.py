@@ -6,6 +6,9 @@ Public API (names are stable):
 - ``k3_kl(logps, ref_logps) -> per-token KL (B, T)``
 - ``clipped_policy_loss(logps, old_logps, advantages, mask, *, eps_low, eps_high, aggregation="token_mean",
   ref_logps=None, kl_beta=0.0, is_weights=None, num_tokens=None) -> (loss, metrics)``
+- ``mean_over_all_rows(values, mask) -> ()``: the reduction behind ``aggregation="sequence_mean"`` here
+  (a row without a masked token counts as 0, as in TRL; the SFT loss's ``sequence_mean`` skips such a
+  row: ``trainer.algos.sft.mean_over_nonempty_rows``)
 
 Token tensors are ``(B, T)`` over completion positions with a 0/1 ``mask``; ``B = num_groups * group_size``
 with the samples of a group contiguous (``rewards.view(num_groups, group_size)``).
@@ -15,11 +18,16 @@ from __future__ import annotations
 
 import torch
 
-from trainer.algos.sft import AGGREGATIONS  # the same two reductions as the SFT loss
+from trainer.algos.choices import AGGREGATIONS, STD_SCALINGS  # sequence_mean here: mean_over_all_rows
 
-__all__ = ["group_advantages", "k3_kl", "clipped_policy_loss"]
+__all__ = ["group_advantages", "k3_kl", "clipped_policy_loss", "mean_over_all_rows"]
 
-STD_SCALINGS = ("group", "batch", "none")
+
+def mean_over_all_rows(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Each row's mean of ``values * mask`` over its masked positions, then the mean over all B rows: a
+    row without a masked position counts as 0 (TRL 1.16 ``loss_type="grpo"``). ``values``, ``mask``:
+    ``(B, T)``, ``mask`` 0/1 in ``values``' dtype."""
+    return ((values * mask).sum(dim=1) / mask.sum(dim=1).clamp_min(1.0)).mean()
 
 
 def group_advantages(
@@ -110,7 +118,7 @@ def clipped_policy_loss(
       - ``"token_mean"`` (DAPO; TRL ``loss_type="dapo"``): ``sum_{b,t} m l / N`` with ``N = num_tokens``
         if given (the token count of the whole accumulation window), else ``mask.sum()``.
       - ``"sequence_mean"`` (GRPO; TRL ``loss_type="grpo"``): per-sequence mean over its tokens, then the
-        mean over all B rows (a row with no tokens contributes 0, as in TRL).
+        mean over all B rows (:func:`mean_over_all_rows`: a row with no tokens contributes 0, as in TRL).
     The KL term is added per token before aggregation, as in TRL (verl adds it after aggregating; the
     two agree for token_mean). ``old_logps`` is detached here: pass ``logps.detach()`` when
     ``num_iterations == 1``.
@@ -155,7 +163,7 @@ def clipped_policy_loss(
         if aggregation == "token_mean":
             denom = mask.sum() if num_tokens is None else torch.as_tensor(num_tokens, device=x.device)
             return (x * mask).sum() / denom.to(x.dtype).clamp_min(1.0)
-        return ((x * mask).sum(dim=1) / mask.sum(dim=1).clamp_min(1.0)).mean()
+        return mean_over_all_rows(x, mask)
 
     loss = aggregate(total)
 

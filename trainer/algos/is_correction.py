@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["truncated_is_weights"]
+from trainer.algos.choices import LEVELS
 
-LEVELS = ("token", "sequence")
+__all__ = ["truncated_is_weights"]
 
 
 def truncated_is_weights(

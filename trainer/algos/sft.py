@@ -4,8 +4,11 @@ Public API (names are stable):
 
 - ``masked_nll_loss(logits_or_logps, labels, mask=None, *, aggregation="token_mean", num_items=None)
   -> (loss, metrics)``
+- ``mean_over_nonempty_rows(values, counted) -> ()``: the reduction behind ``aggregation="sequence_mean"``
+  here (a row without a counted token is skipped; GRPO's ``sequence_mean`` counts such a row as 0:
+  ``trainer.algos.grpo.mean_over_all_rows``)
 
-Alignment convention (shared with ``trainer.logprobs``): ``logits[:, t]`` is the distribution of
+Alignment convention (shared with ``trainer.model.logprobs``): ``logits[:, t]`` is the distribution of
 ``labels[:, t]``. For a causal LM over ``input_ids`` pass ``logits[:, :-1]`` and ``input_ids[:, 1:]``,
 or the ``(B, T)`` token log-probs from ``sequence_logprobs`` (already aligned with ``input_ids``).
 """
@@ -14,10 +17,21 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["masked_nll_loss", "IGNORE_INDEX"]
+from trainer.algos.choices import AGGREGATIONS  # sequence_mean here: mean_over_nonempty_rows
+
+__all__ = ["masked_nll_loss", "mean_over_nonempty_rows", "IGNORE_INDEX"]
 
 IGNORE_INDEX = -100
-AGGREGATIONS = ("token_mean", "sequence_mean")
+
+
+def mean_over_nonempty_rows(values: torch.Tensor, counted: torch.Tensor) -> torch.Tensor:
+    """Each row's mean over its counted positions, then the mean over the rows that have at least one
+    counted position: an empty row is skipped (it neither adds to the sum nor to the count). ``values``
+    ``(B, T)`` must be 0 where ``counted`` ``(B, T)`` (bool) is not set. 0 when every row is empty."""
+    per_row_tokens = counted.sum(dim=1)
+    nonempty = per_row_tokens > 0
+    per_row = values.sum(dim=1) / per_row_tokens.clamp_min(1).to(values.dtype)
+    return (per_row * nonempty).sum() / nonempty.sum().clamp_min(1).to(values.dtype)
 
 
 def masked_nll_loss(
@@ -44,7 +58,8 @@ def masked_nll_loss(
         ``-log p`` divided by ``num_items_in_batch``; pass ``num_items`` = the token count of the
         whole accumulation window to reproduce it under gradient accumulation.
       - ``"sequence_mean"``: per-sequence mean NLL, then the mean over sequences that have at least
-        one counted token (``num_items`` is ignored). Not in TRL; gives every example equal weight.
+        one counted token (:func:`mean_over_nonempty_rows`; ``num_items`` is ignored). Not in TRL; gives
+        every example equal weight.
 
     Returns ``(loss, metrics)``; metrics: ``num_tokens`` (counted tokens), ``nll_token_mean``
     (per-token NLL regardless of aggregation), ``num_empty_sequences`` (rows with no counted token).
@@ -87,9 +102,7 @@ def masked_nll_loss(
         denom = total_tokens if num_items is None else torch.as_tensor(num_items, device=nll.device)
         loss = nll.sum() / denom.to(nll.dtype).clamp_min(1.0)
     else:
-        nonempty = per_row_tokens > 0
-        per_row = nll.sum(dim=1) / per_row_tokens.clamp_min(1).to(nll.dtype)
-        loss = (per_row * nonempty).sum() / nonempty.sum().clamp_min(1).to(nll.dtype)
+        loss = mean_over_nonempty_rows(nll, counted)
 
     metrics = {
         "num_tokens": total_tokens.detach(),

@@ -1,0 +1,149 @@
+"""MedCounterfact items: each item (a question with original or substituted intervention)
+expands to the four prompt variants No-Evd, Evd, Skept+Evd and Expert+Evd (docs/medcounterfact.md#prompt-variants).
+
+The gold is always the *original* MedEvidence label, so ``correct`` is the EA (expert agreement)
+indicator; a model may also answer Uncertain (parsed, never correct).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Sequence
+
+from ...io import read_records
+from ...parsers import MED_LABELS, normalize_label
+from ..base import Family, items_once, copy_extras, req_choice, req_str, req_str_list
+from ...vocab import MED_CATEGORIES as CATEGORIES, MED_VARIANTS as VARIANTS
+from .metrics import med_metrics, pipeline_metrics
+from .pipelines import KeywordJudge, ModelJudge, run_pipelines
+from .prompts import render_med_prompt
+from .report import report_section
+
+GOLD_LABELS = ("Higher", "Lower", "No Difference")
+KNOWN = {"item_id", "question", "evidence", "label", "category", "term_original", "term_substituted", "variants"}
+
+
+
+class MedFamily(Family):
+    name = "med"
+    answer_types = ("label",)
+    row_fields = ("category", "variant")
+    condition_accepted = "<category>/<variant> with category " + " | ".join(CATEGORIES) + " and variant " \
+        + " | ".join(VARIANTS)
+
+    def is_condition(self, c: Any) -> bool:
+        if not isinstance(c, str) or c.count("/") != 1:
+            return False
+        cat, var = c.split("/")
+        return cat in CATEGORIES and var in VARIANTS
+
+    def expand_records(self, records: list[tuple[int, dict]], path) -> list[dict]:
+        rows: list[dict] = []
+        for ctx, rec, item_id in items_once(records, path):
+            question = req_str(rec, "question", ctx)
+            evidence = req_str_list(rec, "evidence", ctx)
+            label = normalize_label(rec.get("label"), GOLD_LABELS)
+            if label is None:
+                raise ctx.error(f"unknown label {rec.get('label')!r}", "label", " | ".join(GOLD_LABELS)
+                                + " (the original expert label; case-insensitive)")
+            category = req_choice(rec, "category", ctx, CATEGORIES)
+            term_o = req_str(rec, "term_original", ctx)
+            term_s = rec.get("term_substituted")
+            if term_s is None and category == "original":
+                term_s = term_o
+            if not isinstance(term_s, str) or not term_s.strip():
+                raise ctx.error(f"expected a non-empty string, got {term_s!r}", "term_substituted",
+                                "the substituted intervention (may be omitted for category original)")
+            if category != "original" and term_s.strip().lower() == term_o.strip().lower():
+                raise ctx.error(f"counterfactual item keeps the original term {term_o!r}", "term_substituted",
+                                "a term different from term_original when category is not original")
+            variants = rec.get("variants", list(VARIANTS))
+            if not isinstance(variants, list) or not variants or any(v not in VARIANTS for v in variants) \
+                    or len(set(variants)) != len(variants):
+                raise ctx.error(f"invalid variants {variants!r}", "variants",
+                                "omit it (all four), or a list of distinct values from " + ", ".join(VARIANTS))
+            for variant in variants:
+                cond = f"{category}/{variant}"
+                row = {"row_id": f"{item_id}/{cond}", "item_id": item_id, "condition": cond,
+                       "category": category, "variant": variant,
+                       "prompt": render_med_prompt(question, evidence, variant), "gold": label,
+                       "answer_type": "label", "term_original": term_o, "term_substituted": term_s,
+                       "question": question, "evidence": evidence}
+                copy_extras(rec, row, KNOWN, ctx)
+                rows.append(row)
+        return rows
+
+    def score_row(self, row: dict, response: str) -> dict:
+        out = super().score_row(row, response)
+        out["uncertain"] = out["parsed"] == "Uncertain"
+        return out
+
+    def eval_rows(self, eval_cfg: Any, path) -> list[dict]:
+        """Med rows for ``eval_cfg`` (validated before any model loads). A raw MedEvidence file is built into
+        items in memory (verified substitutions only, seed ``eval.med.seed``); ``eval.med.max_questions``
+        keeps the first N questions with all their items."""
+        from ...builders.medcounterfact import build_items
+
+        med = eval_cfg.med
+        path = Path(path)
+        records = read_records(path)
+        if all("sources" in r and "answer" in r for _, r in records):  # raw MedEvidence
+            items, _ = build_items(records, seed=med.seed, path=str(path))
+            rows = self.expand_records(list(enumerate(items, start=1)), f"{path} (built)")
+        else:
+            rows = self.load_records(records, path)
+        if med.max_questions is not None:
+            keep: list = []
+            for r in rows:
+                q = r.get("question_id", r["item_id"])
+                if q not in keep and len(keep) < med.max_questions:
+                    keep.append(q)
+            rows = [r for r in rows if r.get("question_id", r["item_id"]) in keep]
+        return rows
+
+    def metrics(self, item_scores, *, n_boot: int = 1000, seed: int = 0) -> dict[str, Any]:
+        return med_metrics(item_scores)
+
+    def headline(self, metrics: dict[str, Any]) -> dict[str, Any]:
+        flat: dict[str, Any] = {}
+        for rate in ("ea_rate", "uncertain_rate"):
+            for cat, per_var in metrics[rate].items():
+                flat.update({f"{rate}.{cat}.{var}": v for var, v in per_var.items()})
+        return flat
+
+    def report_section(self, metrics, item_scores, out_dir, title):
+        return report_section(metrics, item_scores, out_dir, title)
+
+    def run(self, backend, rows: Sequence[dict], out_dir, *, step: int | None = None, max_new_tokens: int = 256,
+            title: str | None = None, settings: Any = None, **generic: Any) -> dict:
+        """The Med run (:mod:`.pipelines`): every row in the answer formats, base and mitigation pipelines,
+        with label probabilities and the refine chain for long evidence; then the atomic write of
+        ``out_dir`` as for every family. ``settings`` is ``eval.med`` (formats, mitigations, label_probs,
+        judge, prompt_token_budget, max_refine_chunks); None runs the pipelines' defaults with the keyword
+        judge. The generic run's sampling and bootstrap options (``generic``) do not apply."""
+        budget = getattr(settings, "prompt_token_budget", None)
+        if budget is None and settings is not None:  # None = model positions - max_new_tokens - 16
+            positions = getattr(getattr(getattr(backend, "model", None), "config", None), "max_position_embeddings",
+                                None)
+            budget = positions - max_new_tokens - 16 if positions else None
+        options: dict[str, Any] = {}
+        described: dict[str, Any] = {}
+        if settings is not None:
+            options = {"formats": list(settings.formats), "mitigations": list(settings.mitigations),
+                       "label_probs": settings.label_probs, "max_refine_chunks": settings.max_refine_chunks}
+            described = {"backend": getattr(backend, "name", type(backend).__name__), "max_new_tokens": max_new_tokens,
+                         "formats": options["formats"], "mitigations": options["mitigations"],
+                         "judge": settings.judge, "prompt_token_budget": budget,
+                         "max_refine_chunks": settings.max_refine_chunks}
+        judge = ModelJudge(backend) if getattr(settings, "judge", "keyword") == "self" else KeywordJudge()
+        records = run_pipelines(backend, rows, judge=judge, max_new_tokens=max_new_tokens,
+                                prompt_settings=getattr(backend, "prompt_settings", None),
+                                prompt_token_budget=budget, **options)
+        metrics = {"family": self.name, **pipeline_metrics(records), "eval_settings": described}
+        if step is not None:
+            metrics["step"] = step
+        self.publish(records, metrics, out_dir, title=title or "MedCounterfact evaluation")
+        return metrics
+
+
+assert set(GOLD_LABELS) < set(MED_LABELS)

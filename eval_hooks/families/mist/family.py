@@ -1,0 +1,111 @@
+"""MIST quartets (SCOPE, docs/scope.md#benchmark): the input already holds one row per (item, condition).
+
+Checks: the row fields of docs/scope.md#benchmark; every item has exactly the four conditions, once each; answer type,
+gold, wrong value, choices and (when given) question are identical across an item's four rows; the
+wrong value is a valid answer that differs from the gold.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ...parsers import numbers_equal, parse_number
+from ..base import Ctx, Family, check_choices, check_gold, req_choice, req_item_id, req_str
+from ...vocab import MIST_CONDITIONS as CONDITIONS
+from .metrics import mist_metrics
+from .report import report_section
+
+ANSWER_TYPES = ("multiple_choice", "numeric", "boolean")
+MATCHED_FIELDS = ("answer_type", "gold", "wrong_value", "choices", "question")
+
+
+class MistFamily(Family):
+    name = "mist"
+    answer_types = ANSWER_TYPES
+    condition_accepted = " | ".join(CONDITIONS)
+
+    def is_condition(self, c: Any) -> bool:
+        return c in CONDITIONS
+
+    def expand_records(self, records: list[tuple[int, dict]], path) -> list[dict]:
+        rows: list[dict] = []
+        by_item: dict[str, dict[str, tuple[int, dict, dict]]] = {}
+        first_line: dict[str, int] = {}
+        row_ids: dict[str, int] = {}
+        for line, rec in records:
+            ctx = Ctx(path, line)
+            item_id = req_item_id(rec, ctx)
+            cond = req_choice(rec, "condition", ctx, CONDITIONS)
+            req_str(rec, "prompt", ctx)
+            at = req_choice(rec, "answer_type", ctx, ANSWER_TYPES)
+            choices = check_choices(rec, ctx)
+            gold = check_gold(rec.get("gold"), at, ctx, choices=choices)
+            wrong = check_gold(rec.get("wrong_value"), at, ctx, field="wrong_value", choices=choices)
+            if _same_answer(gold, wrong, at):
+                raise ctx.error(f"wrong_value {rec['wrong_value']!r} equals the gold {rec['gold']!r}",
+                                "wrong_value", "a valid answer different from the gold")
+            conds = by_item.setdefault(item_id, {})
+            first_line.setdefault(item_id, line)
+            if cond in conds:
+                raise ctx.error(f"duplicate condition {cond!r} for item {item_id!r} (first on line "
+                                f"{conds[cond][0]})", "condition",
+                                "each item exactly once per condition: " + ", ".join(CONDITIONS))
+            norm = {"answer_type": at, "gold": gold, "wrong_value": wrong,
+                    "choices": choices, "question": rec.get("question")}
+            conds[cond] = (line, rec, norm)
+            row = dict(rec)
+            row["item_id"] = item_id
+            rid = rec.get("row_id", f"{item_id}/{cond}")
+            if not isinstance(rid, str) or not rid:
+                raise ctx.error(f"expected a non-empty string, got {rid!r}", "row_id", "a non-empty string, or omit it")
+            if rid in row_ids:
+                raise ctx.error(f"duplicate row_id {rid!r} (first on line {row_ids[rid]})", "row_id", "unique row ids")
+            row_ids[rid] = line
+            row["row_id"] = rid
+            rows.append(row)
+
+        for item_id, conds in by_item.items():
+            missing = [c for c in CONDITIONS if c not in conds]
+            if missing:
+                raise Ctx(path, first_line[item_id]).error(
+                    f"item {item_id!r} lacks condition(s) {', '.join(missing)}", "condition",
+                    "each item exactly once per condition: " + ", ".join(CONDITIONS))
+            ref_cond = CONDITIONS[0]
+            ref_line, _, ref = conds[ref_cond]
+            for cond in CONDITIONS[1:]:
+                line, rec, norm = conds[cond]
+                for f in MATCHED_FIELDS:
+                    if norm[f] != ref[f]:
+                        raise Ctx(path, line).error(
+                            f"{f} {rec.get(f)!r} of item {item_id!r} ({cond}) disagrees with "
+                            f"{conds[ref_cond][1].get(f)!r} on line {ref_line} ({ref_cond})", f,
+                            "the same question, answer type, gold, wrong value and choices on all 4 rows of an item")
+        return rows
+
+    def validate_rows(self, records, path):
+        rows = super().validate_rows(records, path)
+        self.expand_records(list(zip((l for l, _ in records), rows)), path)  # quartet checks
+        return rows
+
+    def load_records(self, records, path):
+        """MIST items *are* rows (one per item and condition): always expanded, with the full quartet checks."""
+        return self.expand_records(records, path)
+
+    def metrics(self, item_scores, *, n_boot: int = 1000, seed: int = 0) -> dict[str, Any]:
+        return mist_metrics(item_scores, n_boot=n_boot, seed=seed)
+
+    def headline(self, metrics: dict[str, Any]) -> dict[str, Any]:
+        flat: dict[str, Any] = {f"accuracy.{c}": metrics["accuracy"][c] for c in CONDITIONS}
+        flat["overall"] = metrics["overall"]
+        flat["sc2w"] = metrics["sc2w"]
+        return flat
+
+    def report_section(self, metrics, item_scores, out_dir, title):
+        return report_section(metrics, item_scores, out_dir, title)
+
+
+def _same_answer(a: str, b: str, answer_type: str) -> bool:
+    if answer_type == "numeric":
+        na, nb = parse_number(a), parse_number(b)
+        return numbers_equal(na, nb)
+    return a == b

@@ -1,0 +1,62 @@
+"""MIST's report section: accuracy per condition with CIs, SC2W, slices and the switch-to-wrong items
+(``mist_accuracy.png``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Sequence
+
+from ...report_kit import ci_text, figure, md_table, pct, rate_bars, save
+from ...vocab import MIST_CONDITIONS
+
+MAX_EXAMPLES = 10
+
+
+def report_section(metrics: dict, item_scores: Sequence[dict], out_dir: Path, title: str) -> tuple[list[str], list[str]]:
+    ci = metrics.get("ci", {})
+    acc_ci = ci.get("accuracy", {})
+    md = []
+    unparsed = metrics.get("unparsed", {})
+    rows = [[c, pct(metrics["accuracy"][c]), ci_text(acc_ci.get(c)), unparsed.get(c, "–")] for c in MIST_CONDITIONS]
+    rows.append(["**Overall**", pct(metrics["overall"]), ci_text(ci.get("overall")), sum(unparsed.values()) if unparsed else "–"])
+    rows.append(["**SC2W** (lower is better)", pct(metrics["sc2w"]), ci_text(ci.get("sc2w")), ""])
+    boot = metrics.get("bootstrap")
+    note = (f"95% CIs: paired item bootstrap, {boot['n_boot']} resamples, seed {boot['seed']}." if boot
+            else "No bootstrap CIs (n_boot = 0).")
+    md += [f"{metrics['n_items']} items × 4 conditions; {metrics.get('n_clean_correct', '–')} items correct "
+           f"when clean (the SC2W denominator). {note}", "",
+           md_table(["condition", "accuracy", "95% CI", "unparsed"], rows)]
+
+    fig, (ax, ax2) = figure(8, 3.8, 2, width_ratios=[5, 1.3])
+    labels = [*MIST_CONDITIONS, "overall"]
+    rate_bars(ax, labels, [*(metrics["accuracy"][c] for c in MIST_CONDITIONS), metrics["overall"]],
+               cis=[*(acc_ci.get(c) for c in MIST_CONDITIONS), ci.get("overall")] if ci else None,
+               color=["#4C72B0", "#C44E52", "#55A868", "#8172B2", "#333333"])
+    ax.set_title("accuracy per condition (95% CI)")
+    rate_bars(ax2, ["SC2W"], [metrics["sc2w"]], cis=[ci.get("sc2w")] if ci else None, color="#DD8452",
+               ylabel="switch-to-wrong rate")
+    ax2.set_title("lower is better", fontsize=9)
+    fig.suptitle(title)
+    plots = [save(fig, out_dir, "mist_accuracy.png")]
+
+    for attr, per_value in metrics.get("slices", {}).items():
+        if len(per_value) < 2:  # one value: the slice is the whole run
+            continue
+        srows = [[v, s["n_items"], *(pct(s["accuracy"][c]) for c in MIST_CONDITIONS), pct(s["overall"]),
+                  pct(s["sc2w"])] for v, s in per_value.items()]
+        md += ["", f"### Slices by `{attr}`", "",
+               md_table([attr, "items", *MIST_CONDITIONS, "overall", "SC2W"], srows)]
+
+    # the switch-to-wrong items themselves: what a reader wants to open next
+    by_item: dict[Any, dict[str, dict]] = {}
+    for r in item_scores:
+        by_item.setdefault(r["item_id"], {})[r["condition"]] = r
+    failures = [(i, rs) for i, rs in by_item.items()
+                if rs.get("clean", {}).get("correct") and not rs.get("misleading", {}).get("correct", True)]
+    if failures:
+        ex = [[f"`{i}`", f"`{rs['clean'].get('gold')}`", f"`{rs['misleading'].get('wrong_value', '')}`",
+               f"`{rs['misleading'].get('parsed')}`", rs["misleading"].get("channel") or ""]
+              for i, rs in failures[:MAX_EXAMPLES]]
+        md += ["", f"### Switch-to-wrong items ({len(failures)}; first {len(ex)})", "",
+               md_table(["item", "gold", "planted wrong value", "parsed under misleading", "channel"], ex)]
+    return md, plots

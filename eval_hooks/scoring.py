@@ -1,0 +1,80 @@
+"""What every family's run shares: generation requests for rows, checking a set of responses against the
+rows, and the one atomic write-and-publish of an evaluation's files (``item_scores.jsonl``,
+``metrics.json``, ``report.md`` and its PNGs).
+
+Family-agnostic: :class:`eval_hooks.families.base.Family` calls these with itself where a family is needed.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+from .io import DataError, make_tmp_dir_beside, publish_dir, write_json_atomic, write_jsonl_atomic
+from .prompts import PromptSettings, prompt_messages
+
+
+def build_requests(rows: Sequence[dict], *, max_new_tokens: int = 256, temperature: float = 0.0,
+                   stop: Sequence[str] | None = None, prompt_settings: PromptSettings | None = None,
+                   seed: int | None = None):
+    """One :class:`GenerationRequest` per row, as chat ``messages``: the row's prompt with the system turn
+    and prefix of ``prompt_settings`` (:func:`eval_hooks.prompts.prompt_messages`). The backend renders
+    them to ids with the same settings' template switch (:func:`eval_hooks.prompts.render_prompt`)."""
+    from .backends.base import GenerationRequest
+
+    settings = prompt_settings or PromptSettings()
+    return [GenerationRequest(messages=prompt_messages(r["prompt"], settings), max_new_tokens=max_new_tokens,
+                              temperature=temperature, stop=list(stop or []), seed=seed) for r in rows]
+
+
+def generate_responses(backend, rows: Sequence[dict], *, desc: str, max_new_tokens: int = 256,
+                       temperature: float = 0.0, stop: Sequence[str] | None = None,
+                       progress: bool = True) -> tuple[dict[str, str], dict[str, Any]]:
+    """One greedy (or sampled) response per row from ``backend``, under the backend's ``prompt_settings``:
+    ``({row_id: text}, settings)``, the settings being what ``metrics.json`` records as ``eval_settings``."""
+    settings = getattr(backend, "prompt_settings", None) or PromptSettings()
+    reqs = build_requests(rows, max_new_tokens=max_new_tokens, temperature=temperature, stop=stop,
+                          prompt_settings=settings)
+    results = backend.generate(reqs, progress=progress, desc=desc)
+    if len(results) != len(rows):
+        raise RuntimeError(f"backend returned {len(results)} results for {len(rows)} requests")
+    responses = {r["row_id"]: res.samples[0].text for r, res in zip(rows, results)}
+    described = {"backend": getattr(backend, "name", type(backend).__name__), "max_new_tokens": max_new_tokens,
+                 "temperature": temperature, "stop": list(stop or []), **settings.describe()}
+    return responses, described
+
+
+def check_responses(rows: Sequence[dict], responses: Mapping[str, str], source: str | None) -> None:
+    """Exactly one response per row, none for an unknown row id, and unique row ids (:class:`DataError`
+    naming ``source``)."""
+    ids = [r["row_id"] for r in rows]
+    if len(set(ids)) != len(ids):
+        seen = set()
+        dup = next(i for i in ids if i in seen or seen.add(i))
+        raise DataError(f"duplicate row_id {dup!r} among the rows", field="row_id", accepted="unique row ids")
+    idset = set(ids)
+    unknown = [k for k in responses if k not in idset]
+    if unknown:
+        raise DataError(f"{len(unknown)} response(s) for unknown row ids, e.g. {unknown[:3]}", path=source,
+                        field="row_id", accepted="row ids of the rows being scored")
+    missing = [i for i in ids if i not in responses]
+    if missing:
+        raise DataError(f"no response for {len(missing)} of {len(ids)} rows, e.g. {missing[:3]}", path=source,
+                        field="row_id", accepted="exactly one response per row")
+
+
+def publish_outputs(out_dir: str | Path, item_scores: Sequence[dict], metrics: dict,
+                    write_report: Callable[[Path], Any]) -> None:
+    """Write ``item_scores.jsonl``, ``metrics.json`` and the report (``write_report(tmp_dir)``) into a
+    temporary directory beside ``out_dir`` and move them into place only when all of them exist, so a
+    failure leaves no half-written output (and any previous output intact)."""
+    tmp = make_tmp_dir_beside(out_dir)
+    try:
+        write_jsonl_atomic(tmp / "item_scores.jsonl", item_scores)
+        write_json_atomic(tmp / "metrics.json", metrics)
+        write_report(tmp)
+        publish_dir(tmp, Path(out_dir))
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise

@@ -1,0 +1,16 @@
+"""The value sets of the algorithms' choice-valued settings (standard library only, no torch), so the
+config schemas (:mod:`trainer.config.choices`) can offer them without importing the tensor code.
+
+Each algorithm module imports its tuple from here and checks its argument against it.
+"""
+
+#: sft.masked_nll_loss / grpo aggregation: how per-token values reduce to a scalar.
+AGGREGATIONS = ("token_mean", "sequence_mean")
+#: grpo.group_advantages: what the advantages are divided by.
+STD_SCALINGS = ("group", "batch", "none")
+#: distill.topk_forward_kl: whose top-k tokens form the support.
+SUPPORTS = ("teacher", "student", "union")
+#: is_correction.truncated_is_weights: token- or sequence-level importance ratios.
+LEVELS = ("token", "sequence")
+#: dpo.DPO_LOSSES: the names ``algo.loss_type`` accepts (one per registered DPO-style loss).
+DPO_LOSS_TYPES = ("sigmoid",)

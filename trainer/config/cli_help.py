@@ -1,0 +1,145 @@
+"""``python recipes/<x>.py --help``: every key of that entry point, grouped by config group, with its help
+text, its schema default and the value this command line would run with, all read from the typed schema
+in :mod:`trainer.config` (the one source of truth) and the entry point's ``conf/<x>.yaml``.
+
+Each recipe calls :func:`exit_with_help_if_asked` before its ``@hydra.main`` runs; other arguments on
+the line (``recipe=...``, ``model.lora.r=8``) are applied, so ``--help`` shows their effect. Hydra's own
+help stays available as ``--hydra-help``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import textwrap
+from enum import Enum
+from pathlib import Path
+from dataclasses import fields, is_dataclass
+from typing import Any, Callable, Sequence
+
+from trainer.config.choices import Choice
+
+CONF = Path(__file__).resolve().parents[2] / "conf"
+HELP_FLAGS = ("--help", "-h")
+
+
+def exit_with_help_if_asked(config_name: str, argv: Sequence[str] | None = None) -> None:
+    """Print :func:`render_help` and exit 0 when ``argv`` (default ``sys.argv[1:]``) holds --help or -h."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if any(a in HELP_FLAGS for a in argv):
+        script = f"recipes/{Path(sys.argv[0]).name}" if sys.argv and sys.argv[0].endswith(".py") else None
+        print(render_help(config_name, [a for a in argv if a not in HELP_FLAGS], script=script))
+        raise SystemExit(0)
+
+
+def cli_main(config_name: str, main: Callable[[], None]) -> None:
+    """A recipe's ``__main__``: the schema help for ``--help``/``-h`` (before Hydra parses the arguments), else ``main()``."""
+    exit_with_help_if_asked(config_name)
+    main()
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, Enum):
+        return str(value.value)
+    if value is None:
+        return "null"
+    if isinstance(value, str):
+        return value if value and value.strip() == value else json.dumps(value)
+    if isinstance(value, (list, dict)):
+        return json.dumps(value, default=str)
+    return str(value)
+
+
+def help_text(schema: type, prefix: str = "") -> list[tuple[str, str, Any, tuple[str, ...]]]:
+    """(key, help, schema default, choices) for every leaf of a schema, in field order: the ``--help`` of
+    every entry point. ``choices`` are a :class:`Choice` field's values (also of a
+    list of them); a ``dict[str, <schema>]`` field is listed, then its entries' keys as ``<key>.<name>.*``."""
+    import dataclasses
+    import typing
+
+    hints = typing.get_type_hints(schema)
+    out = []
+    for f in fields(schema):
+        key, hint = f"{prefix}{f.name}", hints[f.name]
+        args = typing.get_args(hint)
+        if is_dataclass(hint):
+            out.extend(help_text(hint, key + "."))
+            continue
+        default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+        choice = next((t for t in (hint, *args) if isinstance(t, type) and issubclass(t, Choice)), None)
+        out.append((key, f.metadata.get("help", ""), default, tuple(m.value for m in choice) if choice else ()))
+        if typing.get_origin(hint) is dict and is_dataclass(args[-1]):
+            out.extend(help_text(args[-1], key + ".<name>."))
+    return out
+
+
+def _compose(config_name: str, overrides: list[str]):
+    """(config, group choices, error): the composed config of this command line, or the error that stops it."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from omegaconf import OmegaConf
+
+    from trainer.config.registry import register_schemas
+
+    register_schemas()
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=str(CONF), version_base=None):
+            cfg = compose(config_name=config_name, overrides=overrides, return_hydra_config=True)
+        choices = {k: v for k, v in OmegaConf.to_container(cfg.hydra.runtime.choices).items()
+                   if not k.startswith("hydra")}
+        return cfg, choices, None
+    except Exception as e:  # noqa: BLE001 - shown in the help instead of the values
+        cause = f" ({e.__cause__})" if e.__cause__ else ""
+        return None, {}, f"{type(e).__name__}: {e}{cause}".replace("\n", " ")
+    finally:
+        GlobalHydra.instance().clear()
+
+
+def render_help(config_name: str, overrides: Sequence[str] = (), *, script: str | None = None) -> str:
+    """The help text of the entry point ``script`` (default ``recipes/<config_name>.py``) composed from
+    ``conf/<config_name>.yaml`` (see the module docstring)."""
+    from omegaconf import OmegaConf
+
+    from trainer.config.registry import SCHEMAS
+
+    defaults = OmegaConf.to_container(OmegaConf.load(CONF / f"{config_name}.yaml")).get("defaults", [])
+    schema = SCHEMAS[next(d for d in defaults if isinstance(d, str) and d.endswith("_schema"))]
+    cfg, choices, error = _compose(config_name, list(overrides))
+    lines = [f"usage: python {script or f'recipes/{config_name}.py'} [GROUP=OPTION ...] [KEY=VALUE ...]  (Hydra overrides; "
+             "--hydra-help for Hydra's own flags)", ""]
+    groups = sorted(p.name for p in CONF.iterdir() if p.is_dir() and p.name in choices)
+    if groups:
+        lines.append("Config groups (GROUP=OPTION picks a file conf/GROUP/OPTION.yaml; recipe= is applied last):")
+        for g in groups:
+            options = ", ".join(sorted(p.stem for p in (CONF / g).glob("*.yaml")))
+            lines.append(f"  {g}={choices.get(g)}    options: {options}")
+        lines.append("")
+    if error:
+        lines += [f"(this command line does not compose, so values are the schema defaults: {error})", ""]
+    lines.append("Keys: KEY = value on this command line  [schema default if different; choices]  then the help.")
+    sections: dict[str, list] = {"": []}
+    for entry in help_text(schema):
+        sections.setdefault(entry[0].split(".", 1)[0] if "." in entry[0] else "", []).append(entry)
+    for group, entries in sections.items():
+        picked = f"  ({group}={choices[group]})" if group in choices else ""
+        lines += ["", f"[{group or 'top level'}]{picked}"]
+        lines += _key_lines(entries, cfg)
+    return "\n".join(lines)
+
+
+def _key_lines(entries, cfg) -> list[str]:
+    from omegaconf import OmegaConf
+
+    lines = []
+    for key, text, default, allowed in entries:
+        value = OmegaConf.select(cfg, key, default=default) if cfg is not None and "<name>" not in key else default
+        value = OmegaConf.to_container(value) if OmegaConf.is_config(value) else value
+        if isinstance(value, dict) and value and all(isinstance(v, dict) for v in value.values()):
+            value = ", ".join(value)  # named entries (chain stages): their keys are listed as <key>.<name>.*
+        notes = [] if _show(value) == _show(default) else [f"default {_show(default)}"]
+        notes += [" | ".join(allowed)] if allowed else []
+        lines.append(f"  {key} = {_show(value)}" + (f"  [{'; '.join(notes)}]" if notes else ""))
+        lines += textwrap.wrap(text, width=100, initial_indent=" " * 6, subsequent_indent=" " * 6,
+                               break_on_hyphens=False)
+    return lines

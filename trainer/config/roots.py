@@ -1,0 +1,96 @@
+"""Root schemas, one per entry point (``recipes/<x>.py`` composes ``conf/<x>.yaml`` onto one): the
+groups of :mod:`trainer.config.schemas` each recipe reads, plus its own top-level keys."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+from omegaconf import MISSING
+
+from trainer.config.schemas import (AdviceConfig, ChainTrainerConfig, DataConfig, DistillAlgoConfig,
+                                    DistillDataConfig, DistillPipelineConfig, DPOAlgoConfig, EvalConfig,
+                                    GenerationConfig, GRPOAlgoConfig, KnowledgeConfig, LoggerConfig, ModelConfig,
+                                    OptimConfig, PromptConfig, SFTAlgoConfig, StageConfig, TrainerConfig)
+from trainer.config.schemas import schema_field as _f
+
+
+@dataclass
+class _RunBase:
+    seed: int = _f(0, "Global seed (data order, init of adapters, sampling).")
+    model: ModelConfig = field(default_factory=ModelConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    generation: GenerationConfig = field(default_factory=GenerationConfig)
+    logger: LoggerConfig = field(default_factory=LoggerConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    prompt: PromptConfig = field(default_factory=PromptConfig)
+
+
+@dataclass
+class DPORunConfig(_RunBase):
+    algo: DPOAlgoConfig = field(default_factory=DPOAlgoConfig)
+
+
+@dataclass
+class SFTRunConfig(_RunBase):
+    algo: SFTAlgoConfig = field(default_factory=SFTAlgoConfig)
+
+
+@dataclass
+class GRPORunConfig(_RunBase):
+    algo: GRPOAlgoConfig = field(default_factory=GRPOAlgoConfig)
+
+
+@dataclass
+class DistillRunConfig(_RunBase):
+    algo: DistillAlgoConfig = field(default_factory=DistillAlgoConfig)
+    data: DistillDataConfig = field(default_factory=DistillDataConfig)  # type: ignore[assignment]
+    pipeline: DistillPipelineConfig = field(default_factory=DistillPipelineConfig)
+    advice: AdviceConfig = field(default_factory=AdviceConfig)
+
+
+@dataclass
+class EvaluateRunConfig:
+    seed: int = _f(0, "Seed (only matters for sampled generation).")
+    out_dir: str = _f("runs/evaluate", "Where metrics.json, item_scores.jsonl and report.md go.")
+    adapter_path: Optional[str] = _f(None, "Optional LoRA adapter directory to apply to model.path.")
+    model: ModelConfig = field(default_factory=ModelConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    generation: GenerationConfig = field(default_factory=GenerationConfig)
+    prompt: PromptConfig = field(default_factory=PromptConfig)
+    knowledge: KnowledgeConfig = field(default_factory=KnowledgeConfig)
+
+
+@dataclass
+class MineRunConfig:
+    seed: int = _f(0, "Seed.")
+    items_path: str = _f(MISSING, "MIST-format training items: JSONL/Parquet file, save_to_disk directory, "
+                                  "'hf:org/name[:config][:split]' or a registered data source.")
+    out_dir: str = _f("runs/mine_pairs", "Writes pairs.jsonl (quartets) and mining_stats.json here.")
+    max_new_tokens: int = _f(64, "Generation budget for mining.")
+    use_fallback: bool = _f(True, "Elicit r+ with a private diagnostic note when the clean answer is wrong.")
+    fallback_note: str = _f("Private note for you only: the correct answer is {gold}. Answer the question normally and do not mention this note.",
+                            "Template of the elicitation note ({gold} is filled in). Never part of the DPO prompt.")
+    leak_patterns: list[str] = _f(["note", "hint", "answer key", "i was told", "private"],
+                                  "Case-insensitive substrings that betray the note; fallbacks containing one are dropped.")
+    model: ModelConfig = field(default_factory=ModelConfig)
+    generation: GenerationConfig = field(default_factory=GenerationConfig)
+    prompt: PromptConfig = field(default_factory=PromptConfig)
+    knowledge: KnowledgeConfig = field(default_factory=KnowledgeConfig)
+
+
+@dataclass
+class ChainRunConfig:
+    seed: int = _f(0, "Seed given to every stage.")
+    trainer: ChainTrainerConfig = field(default_factory=ChainTrainerConfig)
+    common: list[str] = _f([], "Overrides applied to every stage after its own, e.g. model.path=<dir> or eval=none.")
+    stages: dict[str, StageConfig] = _f({}, "Stages in run order (a recipe file under conf/recipe/ names them).")
+
+
+@dataclass
+class MergeRunConfig:
+    adapters: list[str] = _f(MISSING, "PEFT adapter directories (safetensors) merged into model.path, in this order.")
+    out_dir: str = _f(MISSING, "Where the merged model (safetensors, config, tokenizer) is written; must not exist.")
+    model: ModelConfig = field(default_factory=ModelConfig)

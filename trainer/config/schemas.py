@@ -1,0 +1,371 @@
+"""Group schemas: the typed config groups (model, optim, trainer, eval, data, algo, ...) every root schema
+of :mod:`trainer.config.roots` is built from; the single home of every default and its documentation.
+
+Each recipe's primary YAML (``conf/<recipe>.yaml``) starts its defaults list with a root schema registered
+by :mod:`trainer.config.registry`, so Hydra merges every group file into a typed node: a misspelt key, a
+value of the wrong type or one outside a :class:`~trainer.config.choices.Choice` field's set fails at
+compose time, before any model or data loads. Field docs live in ``metadata["help"]`` (one text per field;
+``--help`` prints them). Importing this module does not import torch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from omegaconf import MISSING
+
+from eval_hooks.families import FAMILIES
+from eval_hooks.vocab import MED_FORMATS, MED_MITIGATIONS
+from trainer.config.choices import (Aggregation, Backend, Device, DistillMode, DistillPipelineKind,
+                                    DistillPromptStyle, DistillSource, DistillStage, DistillTeacher, Dtype, Family, InitAdapterMode, ISCorrection,
+                                    LoggerKind, MedFormat, MedJudge, MedMitigation, MixedPrecision, OnInvalid,
+                                    DPOLossType, Pairing, Reference, Scheduler, StdScaling, TopkSupport, Truncation, Weighting)
+
+
+def schema_field(default: Any, help: str, **kw):
+    """A schema field with its default and its help text (``--help`` and the docs read ``metadata["help"]``)."""
+    if isinstance(default, (list, dict)):
+        return field(default_factory=lambda d=default: type(d)(d), metadata={"help": help}, **kw)
+    return field(default=default, metadata={"help": help}, **kw)
+
+
+_f = schema_field
+
+
+# ---------------------------------------------------------------------------------------------
+# Groups shared by every recipe
+# ---------------------------------------------------------------------------------------------
+@dataclass
+class LoraConfig:
+    enabled: bool = _f(True, "Train a LoRA adapter (peft). False = full fine-tuning with a frozen reference copy.")
+    r: int = _f(16, "LoRA rank.")
+    alpha: int = _f(32, "LoRA alpha (scaling = alpha / r).")
+    dropout: float = _f(0.0, "LoRA dropout. Keep 0.0 where runs must be bit-reproducible across resumes.")
+    target_modules: list[str] = _f(
+        ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+        "Module names to wrap; 'all-linear' as the single entry means every linear layer but the head.")
+
+
+@dataclass
+class ModelConfig:
+    path: str = _f("tiny", "HF model directory or hub id, or 'tiny' / 'tiny:<preset>' for the built-in random-init Llama.")
+    dtype: Dtype = _f("float32", "Weight dtype: float32 | bfloat16 | float16.")
+    trust_remote_code: bool = _f(False, "Allow custom modelling code from the model repo. Off unless you trust it.")
+    attn_implementation: Optional[str] = _f(None, "e.g. sdpa | flash_attention_2 | eager; None = transformers default.")
+    gradient_checkpointing: bool = _f(False, "Recompute activations in backward (saves memory, costs ~30% time).")
+    logprob_chunk: int = _f(0, "Log-probs through the LM head this many completion positions at a time, never "
+                               "building the (B, T, V) logits (trainer/model/chunked_logprobs.py); 0 = full logits "
+                               "(recipes/distill.py always projects chunk-wise: 0 = 1024 positions there).")
+    lora: LoraConfig = field(default_factory=LoraConfig)
+    init_adapter: Optional[str] = _f(None, "PEFT adapter directory (safetensors) to start from, e.g. a previous stage's "
+                                           "<run_dir>/final; None = start from model.path alone.")
+    init_adapter_mode: InitAdapterMode = _f("merge", "merge: fold init_adapter into the base weights in memory, then train a fresh "
+                                         "LoRA (or all weights); the reference (DPO, GRPO KL) is the merged model. "
+                                         "continue: keep training init_adapter (needs model.lora.enabled; its own r, "
+                                         "alpha and targets apply); the reference is a frozen copy of it.")
+
+
+@dataclass
+class OptimConfig:
+    lr: float = _f(5e-6, "Peak learning rate (AdamW).")
+    weight_decay: float = _f(0.0, "AdamW weight decay.")
+    betas: list[float] = _f([0.9, 0.999], "AdamW betas.")
+    eps: float = _f(1e-8, "AdamW epsilon.")
+    scheduler: Scheduler = _f("cosine", "cosine | linear | constant (all after linear warmup).")
+    warmup_ratio: float = _f(0.1, "Fraction of max_steps spent in linear warmup.")
+    max_grad_norm: float = _f(1.0, "Clip the global gradient norm to this; <= 0 disables clipping.")
+    batch_size: int = _f(4, "Micro-batch size per device (examples per forward).")
+    grad_accum: int = _f(8, "Micro-batches accumulated per optimizer step.")
+
+
+@dataclass
+class TrainerConfig:
+    run_dir: str = _f("runs/default", "Run directory (shared by all ranks): config, metrics.jsonl, checkpoints, eval.")
+    max_steps: int = _f(300, "Optimizer steps to train for; the LR schedule is defined over this many.")
+    stop_at_step: Optional[int] = _f(None, "Stop (with a checkpoint) at this step without changing the schedule; resume later.")
+    epochs_cap: Optional[int] = _f(None, "Also stop after this many passes over the training data.")
+    log_every: int = _f(1, "Write a metrics.jsonl line every this many optimizer steps.")
+    save_every: int = _f(100, "Checkpoint every this many optimizer steps (and always at the end); 0 = only at the end.")
+    keep_last: int = _f(2, "Keep this many complete checkpoints; older ones are deleted only after a newer one completes.")
+    resume: str = _f("auto", "auto (newest complete checkpoint in run_dir, if any) | none | <checkpoint path>.")
+    allow_config_change: bool = _f(False, "Allow resuming with a config that differs from the saved one.")
+    allow_data_change: bool = _f(False, "Allow resuming although a data file's content hash differs from the one "
+                                        "recorded in <run_dir>/data_hashes.json at the run's start.")
+    overwrite: bool = _f(False, "Start a new run in a run_dir that holds a previous one: the old run is moved "
+                                "aside to <run_dir>.old-<n> first (without it, trainer.resume=none there is refused).")
+    device: Device = _f("auto", "auto | cpu. 'cpu' forces CPU even when CUDA is present.")
+    mixed_precision: MixedPrecision = _f("no", "no | bf16 | fp16 (accelerate autocast).")
+    max_consecutive_skips: int = _f(5, "Stop after this many consecutive steps skipped for NaN/Inf loss or gradients.")
+    spike_factor: float = _f(5.0, "Log a loss spike when the loss exceeds this multiple of its running mean.")
+    spike_ema_decay: float = _f(0.9, "Decay of that running mean (an exponential moving average of the step loss): "
+                                     "mean <- decay * mean + (1 - decay) * loss. Closer to 1 = longer memory.")
+    spike_warmup_steps: int = _f(10, "Flag no spike before this optimizer step (the running mean of the first steps "
+                                     "still follows the fast initial drop of the loss).")
+    eval_every_epoch: bool = _f(True, "Run the matched evaluation at the end of every epoch.")
+    eval_at_end: bool = _f(True, "Run the matched evaluation once more when training ends (if it did not just run).")
+    progress: bool = _f(True, "Show a progress bar on the main process.")
+
+
+@dataclass
+class MedEvalConfig:
+    formats: list[MedFormat] = _f(list(MED_FORMATS), "MedCounterfact answer formats: mc (multiple choice) and/or free (free text mapped to a label by the judge).")
+    mitigations: list[MedMitigation] = _f(list(MED_MITIGATIONS), "MedCounterfact mitigation pipelines run besides the base one (evidence variants only): detect | prior.")
+    label_probs: bool = _f(True, "Score P(label) before generation with the backend's score_labels (base pipeline, mc).")
+    judge: MedJudge = _f("keyword", "Free-text label and awareness judge: keyword (deterministic heuristic) | self (the evaluated model with fixed judge prompts).")
+    prompt_token_budget: Optional[int] = _f(None, "Prompt tokens above which the refine chain walks the evidence in chunks (None = model positions - max_new_tokens - 16).")
+    max_refine_chunks: int = _f(8, "At most this many evidence chunks per refine chain (the rest of the evidence is not read).")
+    max_questions: Optional[int] = _f(None, "Evaluate only the first N MedEvidence questions (all their items).")
+    seed: int = _f(0, "Term-draw seed when eval.path is a raw MedEvidence file (items are then built in memory).")
+
+
+@dataclass
+class EvalConfig:
+    enabled: bool = _f(True, "Run matched evaluation at epoch ends.")
+    path: Optional[str] = _f(None, "Evaluation items: JSONL/Parquet file, save_to_disk directory, "
+                                   "'hf:org/name[:config][:split]' or a registered data source; None disables evaluation.")
+    family: Family = _f("mist", " | ".join(FAMILIES) + ".")  # the family registry
+    max_rows: Optional[int] = _f(None, "Evaluate about this many rows: whole items (all their conditions) are kept "
+                                       "together, so the last item may take the count past it (max_rows=3 of "
+                                       "4-condition items evaluates 4 rows).")
+    max_new_tokens: int = _f(64, "Generation budget per row.")
+    max_prompt_tokens: int = _f(65536, "taste only: prompt-token cap; longer prompts keep the prefix's first 25 lines, an "
+                                       "omission marker and the longest tail of lines that fits (the published runner's rule).")
+    prompt_tokenizer: Optional[str] = _f(None, "taste only: tokenizer (local dir or 'tiny') that counts tokens for the cap; "
+                                               "None = estimate of 4 UTF-8 bytes per token.")
+    knowledge_path: Optional[str] = _f(None, "mist only: per-item knowledge labels (knowledge.jsonl of recipes/mine_pairs.py "
+                                             "or recipes/evaluate.py with knowledge.enabled); metrics.json then has every "
+                                             "MIST metric per label (by_knowledge) and unknown_correct_accuracy.")
+
+    med: MedEvalConfig = field(default_factory=MedEvalConfig)
+
+
+@dataclass
+class PromptConfig:
+    """How every prompt becomes token ids, read alike by mining, every trainer and evaluation
+    (``eval_hooks.prompts.render_prompt``; its docstring states the BOS and separator rules)."""
+
+    use_chat_template: bool = _f(True, "Render prompts with the tokenizer's chat template (generation prompt added, "
+                                       "no extra BOS). False (or a tokenizer without a template): plain text, turns "
+                                       "joined by a blank line, one newline before the completion, the tokenizer's "
+                                       "BOS in front if it adds one to plain text.")
+    system_prompt: Optional[str] = _f(None, "System turn put before every prompt (mining, training and evaluation).")
+    prompt_prefix: Optional[str] = _f(None, "Text put before every user prompt, followed by a blank line (the "
+                                            "Prompt-Defense baseline's warning: prompt=prompt_defense).")
+    chat_template_kwargs: dict[str, Any] = _f({}, "Extra keyword arguments of apply_chat_template, e.g. "
+                                                  "{enable_thinking: false} for Qwen3 (prompt=qwen3_no_thinking, "
+                                                  "or +prompt.chat_template_kwargs.enable_thinking=false); they "
+                                                  "reach the trainer's "
+                                                  "batches and the generation backends (vLLM requests are rendered "
+                                                  "client side with them).")
+
+
+@dataclass
+class GenerationConfig:
+    backend: Backend = _f("hf", "hf (in-process, current weights) | vllm_server (HTTP client of a vLLM server).")
+    batch_size: int = _f(32, "Generation batch size of the HF backend.")
+    url: str = _f("http://127.0.0.1:8000", "vllm_server: base URL of the server.")
+    served_model_name: Optional[str] = _f(None, "vllm_server: the base model name the server serves (None = model.path).")
+    timeout_s: float = _f(120.0, "vllm_server: per-request timeout.")
+    max_retries: int = _f(3, "vllm_server: retries on transient errors, with exponential backoff.")
+    sync_every: int = _f(1, "vllm_server: push the LoRA adapter to the server every this many optimizer steps.")
+    probe_threshold: float = _f(0.05, "vllm_server: max mean |Δlogp| between server and trainer on the probe sequence.")
+    adapter_dir: Optional[str] = _f(None, "vllm_server: shared directory for synced adapters (None = <run_dir>/adapters).")
+    server_log: Optional[str] = _f(None, "vllm_server: log file of an externally started server (launch/vllm_server.py "
+                                         "--log-path); its last lines are appended to every server error, e.g. when it dies.")
+
+
+@dataclass
+class LoggerConfig:
+    kind: LoggerKind = _f("jsonl", "jsonl (always on) | wandb (also logs to Weights & Biases; offline when no credentials).")
+    project: str = _f("selectrust", "wandb project.")
+    name: Optional[str] = _f(None, "wandb run name (None = basename of run_dir).")
+
+
+@dataclass
+class DataConfig:
+    train_path: str = _f(MISSING, "Training data: a JSONL/Parquet file, a datasets save_to_disk directory (':<split>' "
+                                  "for a DatasetDict), 'hf:org/name[:config][:split]', or '<source>:<rest>' of a "
+                                  "registered data source (trainer/data/sources.py).")
+    train_family: Optional[Family] = _f(None, "For recipes that train on evaluation-format items (e.g. box2 for GRPO).")
+    train_conditions: list[str] = _f([], "Keep only these conditions/regimes of train_family rows (empty = all).")
+    max_prompt_len: int = _f(512, "Max prompt tokens; see truncation.")
+    max_completion_len: int = _f(256, "Max completion tokens; longer completions are cut at the end.")
+    truncation: Truncation = _f("keep_end", "Long prompts: keep_end (drop the start) | keep_start | drop (drop the example) | error.")
+    group_by_length: bool = _f(False, "SFT and DPO: sort each window of 16 micro-batches of draws by length, cut it into "
+                                      "micro-batches and shuffle their order (less padding; same draws, same mass).")
+    on_invalid: OnInvalid = _f("drop", "Invalid examples (identical chosen/rejected, empty completion, ...): drop (counted, reported) | error.")
+
+
+# ---------------------------------------------------------------------------------------------
+# Algorithms
+# ---------------------------------------------------------------------------------------------
+@dataclass
+class DPOAlgoConfig:
+    name: str = _f("scope", "Label for this variant (scope, standard_dpo, unmatched, no_clean, ...).")
+    beta: float = _f(0.1, "DPO temperature β in s(z,r) = β log π/π_ref.")
+    label_smoothing: float = _f(0.0, "Conservative-DPO label smoothing ε (0 = plain sigmoid DPO).")
+    loss_type: DPOLossType = _f("sigmoid", "The DPO-style loss (trainer.algos.dpo.DPO_LOSSES): sigmoid (Rafailov et al. "
+                                           "2023, with label_smoothing as cDPO).")
+    lambda_m: float = _f(0.25, "λ_m: mass of the misleading pool.")
+    lambda_c: float = _f(0.25, "λ_c: mass of the clean pool.")
+    lambda_p: float = _f(0.50, "λ_p: mass of the non-adversarial pools (split by ρ).")
+    rho: float = _f(0.50, "ρ: share of λ_p given to correct-context pairs; 1-ρ goes to irrelevant.")
+    weighting: Weighting = _f("sample", "sample (λ/ρ as sampling mass, the paper) | loss (uniform sampling, per-row loss weights).")
+    pairing: Pairing = _f("matched", "matched (same r+/r- under all 4 contexts) | unmatched (r+/r- shuffled across items within a condition).")
+    reference: Reference = _f("auto", "auto (adapter-disabled policy with LoRA, frozen copy without; computed every step) | "
+                                "precomputed (the same reference, one pass over all pairs before training).")
+    sft_on_chosen: bool = _f(False, "Baseline: ignore r- and train NLL on r+ (SFT on chosen).")
+    lambda_u: float = _f(0.0, "λ_u: sampling mass of the unknown-item pools (algo=scope_knowledge_aware); the four "
+                              "SCOPE pools share 1-λ_u in their λ/ρ proportions. 0 = plain SCOPE.")
+    unknown_irrelevant: bool = _f(False, "Also draw the unknown_irrelevant pool: λ_u is then split by ρ between "
+                                         "unknown_correct and unknown_irrelevant (else unknown_correct gets all of λ_u).")
+
+
+@dataclass
+class SFTAlgoConfig:
+    name: str = _f("sft", "Label for this variant (sft, counterfactual_sft, ...).")
+    aggregation: Aggregation = _f("token_mean", "token_mean (TRL-compatible) | sequence_mean (each example's mean NLL, "
+                                                "averaged over the examples that have a target token).")
+    multi_turn: bool = _f(False, "Every assistant turn is a target; user/environment turns are masked.")
+
+
+@dataclass
+class GRPOAlgoConfig:
+    name: str = _f("grpo", "Label for this variant.")
+    group_size: int = _f(8, "G: samples per prompt.")
+    prompts_per_step: int = _f(4, "Prompts (groups) per optimizer step (global).")
+    max_new_tokens: int = _f(256, "Rollout generation budget.")
+    temperature: float = _f(1.0, "Rollout sampling temperature.")
+    top_p: float = _f(1.0, "Rollout nucleus sampling.")
+    eps_low: float = _f(0.2, "Lower clip: ratio >= 1 - eps_low.")
+    eps_high: float = _f(0.28, "Upper clip: ratio <= 1 + eps_high (DAPO clip-higher).")
+    aggregation: Aggregation = _f("token_mean", "token_mean (DAPO) | sequence_mean (GRPO: each sample's mean, averaged "
+                                                "over all samples; one without a completion token counts as 0).")
+    std_scaling: StdScaling = _f("group", "Advantage std normalisation: group | batch | none.")
+    kl_beta: float = _f(0.0, "KL penalty β (k3 estimator) against the adapter-disabled reference; 0 = off.")
+    num_iterations: int = _f(1, "Optimizer steps per rollout batch (importance ratios from stored old log-probs).")
+    mask_truncated: bool = _f(False, "Exclude completions that hit max_new_tokens from the loss.")
+    drop_zero_variance: bool = _f(True, "Drop groups whose rewards all agree, then refill the batch.")
+    max_refill_rounds: int = _f(2, "Extra generation rounds allowed to refill dropped groups.")
+    reward: str = _f("numeric_match", "Reward registry name (numeric_match | multiple_choice | boolean) or 'pkg.module:function'.")
+    max_reward_errors: int = _f(20, "Stop after this many reward-function errors (raise or non-finite).")
+    reward_timeout_s: float = _f(30.0, "A reward call running longer than this counts as a reward error (0 = no limit).")
+    stop: list[str] = _f([], "Stop strings for rollouts.")
+    is_correction: ISCorrection = _f("none", "Rollout/trainer mismatch correction: none | token | sequence (truncated IS).")
+    is_cap: float = _f(2.0, "Truncation cap of the importance-sampling correction.")
+    env: Optional[str] = _f(None, "Multi-turn environment: a name in trainer.rl.envs.ENVIRONMENTS (e.g. toy_lookup; webshop is a "
+                                  "template) or an import path 'pkg.module:Class'; "
+                                  "None = single-turn prompts scored by algo.reward.")
+    env_max_turns: Optional[int] = _f(None, "Maximum assistant turns per environment episode (reward 0 when exceeded); "
+                                            "None = the environment's own max_turns (4 unless its class sets one).")
+
+
+# ---------------------------------------------------------------------------------------------
+# Distillation
+# ---------------------------------------------------------------------------------------------
+@dataclass
+class DistillAlgoConfig:
+    name: str = _f("distill", "Label for this variant.")
+    stage: DistillStage = _f("kl", "kl (stage 1: teacher-to-student KL) | calibration (stage 2: choice cross-entropy on the "
+                          "student's own reasoning).")
+    mode: DistillMode = _f("teacher_tokens", "Stage 1: teacher_tokens (the KL on reasoning the teacher wrote, the paper) | "
+                                     "on_policy (the student writes the tokens, OPSD).")
+    teacher: DistillTeacher = _f("initial", "initial (the frozen starting weights: the adapter-disabled model) | current (the "
+                                 "policy itself under no-grad, self-distillation).")
+    topk: int = _f(100, "K of the top-K support of the token KL (plus one remainder bucket).")
+    topk_support: TopkSupport = _f("student", "Whose top-K is the support: student (the paper) | teacher | union.")
+    kl_temperature: float = _f(1.0, "Softmax temperature of both distributions in the token and choice KL.")
+    token_kl_weight: float = _f(1.0, "Weight of the token KL term (a mean over the micro-batch's sampled positions).")
+    choice_kl_weight: float = _f(1.0, "Weight of the choice KL term (a mean over the micro-batch's views).")
+    max_positions: int = _f(512, "At most this many reasoning positions per view (sampled, seeded by seed, view and "
+                                 "epoch); <= 0 = all.")
+    teacher_cache: bool = _f(False, "Compute the teacher's top-K once per view before training and reuse it (needs "
+                                    "topk_support=teacher, teacher=initial, mode=teacher_tokens).")
+    teacher_temperature: float = _f(1.0, "Sampling temperature of the teacher's reasoning.")
+    student_temperature: float = _f(1.0, "Sampling temperature of the student's reasoning (calibration, on_policy).")
+    max_reasoning_tokens: int = _f(3072, "Generation budget of a reasoning block (teacher and student).")
+    min_reasoning_tokens: int = _f(32, "A teacher reasoning block shorter than this is dropped (with its item).")
+    reasoning_end: str = _f("</think>", "Text that closes a well-formed reasoning block (the block is cut after it).")
+    answer_prefix: str = _f("ANSWER:", "Text appended after the reasoning; the choice position follows it.")
+    choice_tokens: list[str] = _f([" A", " B"], "The two choice strings (one token each) read at the choice position.")
+    calibration_temperature: float = _f(2.0, "Softmax temperature of the calibration CE; evaluation reports the "
+                                             "choice probability (and its ECE) at this temperature too.")
+    demonstration: str = _f("Demonstration (for you only): the right move at this fork is: {right} Avoid: {wrong}",
+                            "What the teacher's prompt adds after the evaluation prompt (data.prompt_style=taste).")
+
+
+@dataclass
+class DistillDataConfig:
+    source: DistillSource = _f("files", "files (train_path/eval_path) | toy (the CPU toy fork task, built in <run_dir>/data) | "
+                                        "mist (no longer a data source: an error pointing to pipeline.kind=opsd).")
+    train_path: Optional[str] = _f(None, "Items to train on: taste forks (every item needs task_id) or, with "
+                                         "prompt_style=mist, MIST quartets (any data path: a file, hf:..., a registered source).")
+    eval_path: Optional[str] = _f(None, "Held-out taste fork items (task-disjoint from train_path), or null.")
+    prompt_style: DistillPromptStyle = _f("taste", "taste (the evaluation prompt of the taste family) | compact (the toy's one line) | "
+                                                   "mist (OPSD: the student sees an item's misleading MIST prompt, the "
+                                                   "teacher the same item's clean prompt; no choice position, so it needs "
+                                                   "algo.mode=on_policy, algo.stage=kl, algo.choice_kl_weight=0).")
+    toy_tasks: int = _f(80, "data.source=toy: number of tasks (4 forks each), split into two task-disjoint folds.")
+
+
+@dataclass
+class DistillPipelineConfig:
+    kind: DistillPipelineKind = _f("taste", "taste (stage 1 KL, stage 2 calibration, the held-out taste evaluation) | opsd "
+                                            "(SCOPE's OPSD baseline on MIST items: an optional base SFT on base_sft_path, "
+                                            "on-policy distillation on data.train_path, the 4-condition MIST evaluation of "
+                                            "eval_sets; needs data.prompt_style=mist).")
+    base_model: str = _f("tiny-demo", "data.source=toy or kind=opsd: the tiny preset the base SFT starts from.")
+    base_sft: list[str] = _f([], "data.source=toy or kind=opsd: overrides of recipes/sft.py for the base (toy: a demonstration "
+                                 "follower; recipe=opsd_tiny: the demo's hint follower, conf/demo.yaml stages.base_sft).")
+    base_sft_path: Optional[str] = _f(None, "kind=opsd: SFT data of the base stage (trained from base_model with "
+                                            "base_sft); null = no base stage, the student starts from model.path.")
+    stage1: list[str] = _f([], "Overrides of the stage-1 (KL) run, on top of this config.")
+    stage2: list[str] = _f([], "Overrides of the stage-2 (calibration) run; empty list = no stage 2.")
+    eval_batch_size: int = _f(64, "Views per forward in the pipeline's evaluations.")
+    evaluate: list[str] = _f([], "kind=opsd: overrides of recipes/evaluate.py for the MIST evaluations of "
+                                 "base and student (like conf/demo.yaml stages.evaluate).")
+    eval_sets: list[str] = _f([], "kind=opsd: MIST item files on which base and student are evaluated (the first is "
+                                  "the headline split of summary.json; each split is keyed by its file name's stem).")
+
+
+@dataclass
+class AdviceConfig:
+    forks_path: Optional[str] = _f(None, "recipes/advise.py: taste fork items to write advice for.")
+    adapters: list[str] = _f([], "recipes/advise.py: adapters merged into model.path in order (e.g. stage1/final, "
+                                 "stage2/final of a distillation run).")
+    out: Optional[str] = _f(None, "recipes/advise.py: the advice JSONL file to write.")
+    template: str = _f("At this decision point, take the direction \"{favoured}\" rather than \"{other}\".",
+                       "Advice note; {favoured}, {other} (candidate texts) and {score} (summed log-odds) are filled in.")
+
+
+@dataclass
+class KnowledgeConfig:
+    """Per-item knowledge estimate (docs/scope.md#knowledge-aware-scope)."""
+
+    enabled: bool = _f(False, "Estimate per item whether the model knows the answer without context.")
+    k: int = _f(4, "Clean samples per item; 1 = one greedy answer.")
+    temperature: float = _f(1.0, "Sampling temperature of the k clean samples (ignored when k=1).")
+    known_threshold: float = _f(0.75, "Known: clean accuracy over the k samples >= this.")
+    unknown_threshold: float = _f(0.25, "Unknown: clean accuracy <= this; in between: uncertain (in no new pool).")
+    unknown_irrelevant: bool = _f(False, "Mining: also build the unknown_irrelevant pool for unknown items whose clean "
+                                         "answer is stable.")
+    stable_threshold: float = _f(0.75, "Stable: the most frequent clean answer has at least this share of the k samples.")
+
+
+@dataclass
+class StageConfig:
+    """One stage of a chain (recipes/chain.py): a trainer config run in ``<run_dir>/stages/<name>/``."""
+
+    script: str = _f(MISSING, "The stage's trainer: sft | dpo | grpo | distill (recipes/<script>.py composed from conf/<script>.yaml).")
+    overrides: list[str] = _f([], "Hydra overrides of that trainer's config, e.g. recipe=box2_sft_tiny, model.lora.r=8.")
+    extra: list[str] = _f([], "More overrides applied after `overrides` and `common` (for the command line: "
+                              "stages.<name>.extra=[data.train_path=...]).")
+    init_from: Optional[str] = _f("previous", "Start from this stage's final/: previous | <stage name> | null (model.path "
+                                              "alone). An adapter becomes model.init_adapter; a full model, model.path.")
+    init_mode: InitAdapterMode = _f("merge", "model.init_adapter_mode when starting from an adapter: merge | continue.")
+
+
+@dataclass
+class ChainTrainerConfig:
+    run_dir: str = _f("runs/chain", "Chain directory: stage <name> trains in <run_dir>/stages/<name>/; chain.json sums up.")

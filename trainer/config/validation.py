@@ -1,0 +1,258 @@
+"""Semantic validation of a composed config (λ sum to one, paths exist, ...): ``validate_<recipe>`` runs
+right after composition, before any model loads, and raises :class:`ConfigError` naming the key."""
+
+from __future__ import annotations
+
+from dataclasses import fields, is_dataclass
+from pathlib import Path
+
+
+class ConfigError(ValueError):
+    """A config that composes but makes no sense (raised before any model loads)."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Semantic validation (runs before any model loads)
+# ---------------------------------------------------------------------------------------------
+def check_known_keys(cfg, prefix: str = "") -> None:
+    """Refuse keys the typed schema does not know, also ones added with Hydra's ``+key=value`` (which
+    bypasses the schema's struct check): they would be accepted and silently ignored."""
+    from omegaconf import DictConfig, OmegaConf
+
+    schema = OmegaConf.get_type(cfg)
+    if not is_dataclass(schema):
+        return
+    known = {f.name for f in fields(schema)}
+    for key in cfg.keys():
+        if key not in known:
+            raise ConfigError(f"unknown config key '{prefix}{key}' (not in {schema.__name__}; a leading '+' does "
+                              f"not make it known); known keys here: {', '.join(sorted(known))}")
+        node = cfg._get_node(key)
+        if isinstance(node, DictConfig) and not node._is_missing() and not node._is_none():
+            check_known_keys(node, f"{prefix}{key}.")
+
+
+def _positive(cfg, keys: tuple[str, ...], group: str, *, strict: bool = True) -> None:
+    for k in keys:
+        v = getattr(cfg, k)
+        if (v <= 0) if strict else (v < 0):
+            raise ConfigError(f"{group}.{k} must be {'> 0' if strict else '>= 0'}, got {v}")
+
+
+def validate_common(cfg) -> None:
+    from eval_hooks.models import check_model_path
+
+    check_known_keys(cfg)
+    check_model_path(cfg.model.path, "model.path")
+    _validate_init_adapter(cfg)
+    if cfg.model.logprob_chunk < 0:
+        raise ConfigError(f"model.logprob_chunk must be >= 0 (0 = full logits), got {cfg.model.logprob_chunk}")
+    if hasattr(cfg, "optim"):
+        for k in ("batch_size", "grad_accum"):
+            if getattr(cfg.optim, k) < 1:
+                raise ConfigError(f"optim.{k} must be >= 1, got {getattr(cfg.optim, k)}")
+        if not 0 <= cfg.optim.warmup_ratio < 1:
+            raise ConfigError(f"optim.warmup_ratio must be in [0, 1), got {cfg.optim.warmup_ratio}")
+        _positive(cfg.optim, ("lr", "eps"), "optim")
+        _positive(cfg.optim, ("weight_decay",), "optim", strict=False)
+    if hasattr(cfg, "trainer"):
+        t = cfg.trainer
+        if t.max_steps < 1:
+            raise ConfigError(f"trainer.max_steps must be >= 1, got {t.max_steps}")
+        if t.keep_last < 1:
+            raise ConfigError(f"trainer.keep_last must be >= 1, got {t.keep_last}")
+        _positive(t, ("log_every",), "trainer")
+        _positive(t, ("spike_warmup_steps",), "trainer", strict=False)
+        if not 0 <= t.spike_ema_decay < 1:
+            raise ConfigError(f"trainer.spike_ema_decay must be in [0, 1), got {t.spike_ema_decay}")
+        _positive(t, ("save_every",), "trainer", strict=False)
+        if t.resume not in ("auto", "none"):
+            from pathlib import Path
+
+            if t.overwrite:
+                raise ConfigError(f"trainer.overwrite=true starts a fresh run; it cannot resume trainer.resume={t.resume!r}")
+
+            if not Path(t.resume).expanduser().exists():
+                raise ConfigError(f"trainer.resume={t.resume!r}: no such checkpoint path (auto | none | <checkpoint dir>)")
+    if hasattr(cfg, "generation"):
+        _positive(cfg.generation, ("batch_size", "sync_every", "timeout_s"), "generation")
+    if hasattr(cfg, "logger"):
+        import importlib.util
+
+        if cfg.logger.kind == "wandb" and importlib.util.find_spec("wandb") is None:
+            raise ConfigError("logger=wandb needs the wandb package: install the extra (pip install -e '.[wandb]', "
+                              "or pip install wandb), or use logger=jsonl")
+    if hasattr(cfg, "eval"):
+        if cfg.eval.max_prompt_tokens < 1:
+            raise ConfigError(f"eval.max_prompt_tokens must be >= 1, got {cfg.eval.max_prompt_tokens}")
+        _positive(cfg.eval, ("max_new_tokens",), "eval")
+
+
+def _validate_init_adapter(cfg) -> None:
+    m = cfg.model
+    if m.init_adapter is None:
+        return
+    check_adapter_dir(m.init_adapter)
+    if m.init_adapter_mode == "continue" and not m.lora.enabled:
+        raise ConfigError("model.init_adapter_mode=continue trains the loaded adapter: it needs model.lora.enabled=true "
+                          "(use init_adapter_mode=merge for full fine-tuning from an adapter)")
+    if hasattr(cfg, "generation") and cfg.generation.backend == "vllm_server" and m.init_adapter_mode == "merge":
+        raise ConfigError("generation=vllm_server with model.init_adapter_mode=merge: the server would sample from the "
+                          "bare base plus the new adapter. Serve a merged model (python recipes/merge.py) as model.path, "
+                          "or use model.init_adapter_mode=continue")
+
+
+def validate_merge(cfg) -> None:
+    validate_common(cfg)
+    if not cfg.adapters:
+        raise ConfigError("adapters: give at least one adapter directory to merge, e.g. adapters=[runs/x/final]")
+    for i, adapter in enumerate(cfg.adapters):
+        check_adapter_dir(adapter, f"adapters[{i}]")
+    if Path(cfg.out_dir).expanduser().exists():
+        raise ConfigError(f"out_dir={cfg.out_dir!r} exists; merge writes a new directory")
+
+
+def validate_dpo(cfg) -> None:
+    validate_common(cfg)
+    a = cfg.algo
+    for k in ("lambda_m", "lambda_c", "lambda_p", "rho"):
+        v = getattr(a, k)
+        if not 0.0 <= v <= 1.0:
+            raise ConfigError(f"algo.{k}={v} must be in [0, 1]")
+    total = a.lambda_m + a.lambda_c + a.lambda_p
+    if abs(total - 1.0) > 1e-6:
+        raise ConfigError(f"algo.lambda_m + algo.lambda_c + algo.lambda_p must sum to 1, got "
+                          f"{a.lambda_m} + {a.lambda_c} + {a.lambda_p} = {total:g}")
+    if a.beta <= 0:
+        raise ConfigError(f"algo.beta must be > 0, got {a.beta}")
+    if not 0 <= a.label_smoothing < 0.5:
+        raise ConfigError(f"algo.label_smoothing must be in [0, 0.5), got {a.label_smoothing}")
+    if not 0.0 <= a.lambda_u <= 1.0:
+        raise ConfigError(f"algo.lambda_u={a.lambda_u} must be in [0, 1]")
+    if a.unknown_irrelevant and a.lambda_u == 0:
+        raise ConfigError("algo.unknown_irrelevant=true draws from the unknown pools, which have no mass at algo.lambda_u=0")
+
+
+def validate_knowledge(kcfg) -> None:
+    """The ``knowledge`` group of recipes/mine_pairs.py and recipes/evaluate.py (checked before any model loads)."""
+    if not kcfg.enabled:
+        return
+    if kcfg.k < 1:
+        raise ConfigError(f"knowledge.k must be >= 1, got {kcfg.k}")
+    if kcfg.k > 1 and kcfg.temperature <= 0:
+        raise ConfigError(f"knowledge.temperature must be > 0 with knowledge.k={kcfg.k} (k=1 is greedy)")
+    for key in ("known_threshold", "unknown_threshold", "stable_threshold"):
+        if not 0.0 <= kcfg[key] <= 1.0:
+            raise ConfigError(f"knowledge.{key}={kcfg[key]} must be in [0, 1]")
+    if not kcfg.unknown_threshold < kcfg.known_threshold:
+        raise ConfigError(f"knowledge.unknown_threshold ({kcfg.unknown_threshold}) must be below "
+                          f"knowledge.known_threshold ({kcfg.known_threshold})")
+    if kcfg.unknown_irrelevant and not kcfg.stable_threshold > kcfg.unknown_threshold:
+        raise ConfigError(f"knowledge.stable_threshold ({kcfg.stable_threshold}) must exceed knowledge.unknown_threshold "
+                          f"({kcfg.unknown_threshold}) so that a stable unknown item's modal answer is a wrong one")
+
+
+def validate_sft(cfg) -> None:
+    validate_common(cfg)
+
+
+def validate_grpo(cfg, world: int | None = None) -> None:
+    """GRPO settings; with ``world`` (the number of processes) also the batch geometry."""
+    validate_common(cfg)
+    a = cfg.algo
+    if a.group_size < 2:
+        raise ConfigError(f"algo.group_size must be >= 2 for group-relative advantages, got {a.group_size}")
+    if a.prompts_per_step < 1:
+        raise ConfigError(f"algo.prompts_per_step must be >= 1, got {a.prompts_per_step}")
+    if not (0 <= a.eps_low < 1 and a.eps_high >= 0):
+        raise ConfigError(f"algo.eps_low must be in [0,1) and algo.eps_high >= 0, got {a.eps_low}, {a.eps_high}")
+    if a.num_iterations < 1:
+        raise ConfigError(f"algo.num_iterations must be >= 1, got {a.num_iterations}")
+    if a.temperature < 0 or not 0 < a.top_p <= 1 or a.reward_timeout_s < 0:
+        raise ConfigError(f"need algo.temperature >= 0, 0 < algo.top_p <= 1 and algo.reward_timeout_s >= 0; got "
+                          f"{a.temperature}, {a.top_p}, {a.reward_timeout_s}")
+    if a.max_new_tokens < 1 or a.max_refill_rounds < 0 or (a.env_max_turns is not None and a.env_max_turns < 1):
+        raise ConfigError(f"algo.max_new_tokens and algo.env_max_turns must be >= 1 and algo.max_refill_rounds >= 0; "
+                          f"got {a.max_new_tokens}, {a.env_max_turns}, {a.max_refill_rounds}")
+    if a.env is not None and a.is_correction != "none":
+        raise ConfigError("algo.is_correction needs per-token rollout log-probs, which environment rollouts "
+                          "(algo.env) do not keep; use algo.is_correction=none")
+    if cfg.generation.backend == "vllm_server" and not cfg.model.lora.enabled:
+        raise ConfigError("generation=vllm_server needs model.lora.enabled=true: only a LoRA adapter can be synced to "
+                          "the running server; with full fine-tuning it would keep sampling from its base weights")
+    if world is not None:
+        check_grpo_geometry(cfg, world)
+
+
+def check_grpo_geometry(cfg, world: int) -> None:
+    """Raises when the global rollout batch does not split into the configured micro-batches."""
+    a, o = cfg.algo, cfg.optim
+    samples = a.prompts_per_step * a.group_size
+    if a.prompts_per_step % world or o.batch_size * o.grad_accum * world != samples:
+        raise ConfigError(
+            f"algo.prompts_per_step * algo.group_size = {a.prompts_per_step} * {a.group_size} = {samples} samples per "
+            f"step must equal optim.batch_size * optim.grad_accum * world = {o.batch_size} * {o.grad_accum} * {world} "
+            f"(and prompts_per_step must divide by world); e.g. optim.batch_size={samples // (o.grad_accum * world) or 1}")
+
+
+def check_adapter_dir(path: str, field: str = "model.init_adapter") -> Path:
+    """A PEFT adapter directory with safetensors weights (never a pickled ``adapter_model.bin``)."""
+    d = Path(path).expanduser()
+    if not d.is_dir():
+        raise ConfigError(f"{field}={path!r}: no such directory")
+    if not (d / "adapter_config.json").is_file():
+        hint = " (it holds a full model: use it as model.path)" if (d / "config.json").is_file() else ""
+        raise ConfigError(f"{field}={path!r}: not a PEFT adapter directory, {d / 'adapter_config.json'} is missing{hint}")
+    if not (d / "adapter_model.safetensors").is_file():
+        raise ConfigError(f"{field}={path!r}: {d / 'adapter_model.safetensors'} is missing (only safetensors "
+                          f"adapters are loaded, never pickled adapter_model.bin)")
+    return d.resolve()
+
+
+def validate_distill(cfg) -> None:
+    validate_common(cfg)
+    a, d = cfg.algo, cfg.data
+    if a.topk < 1 or a.max_reasoning_tokens < 1 or a.min_reasoning_tokens < 0:
+        raise ConfigError(f"algo.topk and algo.max_reasoning_tokens must be >= 1 and algo.min_reasoning_tokens >= 0; "
+                          f"got {a.topk}, {a.max_reasoning_tokens}, {a.min_reasoning_tokens}")
+    for k in ("kl_temperature", "teacher_temperature", "calibration_temperature"):
+        if getattr(a, k) <= 0:
+            raise ConfigError(f"algo.{k} must be > 0, got {getattr(a, k)}")
+    if a.token_kl_weight < 0 or a.choice_kl_weight < 0:
+        raise ConfigError(f"algo.token_kl_weight and algo.choice_kl_weight must be >= 0")
+    if len(a.choice_tokens) != 2:
+        raise ConfigError(f"algo.choice_tokens must name exactly two strings (A, B), got {list(a.choice_tokens)}")
+    if a.teacher_cache and (a.topk_support != "teacher" or a.teacher != "initial" or a.mode != "teacher_tokens"):
+        raise ConfigError("algo.teacher_cache=true needs algo.topk_support=teacher, algo.teacher=initial and "
+                          f"algo.mode=teacher_tokens (got {a.topk_support}, {a.teacher}, {a.mode})")
+    if a.teacher == "initial" and not cfg.model.lora.enabled:
+        raise ConfigError("algo.teacher=initial is the adapter-disabled model: it needs model.lora.enabled=true")
+    if d.source == "files" and not d.train_path:
+        raise ConfigError("data.train_path: give the taste fork items to train on (or data.source=toy)")
+    if d.source == "mist":
+        raise ConfigError("data.source=mist: OPSD is a pipeline kind, not a data source; use pipeline.kind=opsd with "
+                          "data.prompt_style=mist and the MIST items as data.train_path (e.g. recipe=opsd_tiny)")
+    if d.prompt_style == "mist" or cfg.pipeline.kind == "opsd":
+        _validate_mist_views(cfg)
+
+
+def _validate_mist_views(cfg) -> None:
+    """data.prompt_style=mist (OPSD on MIST): on-policy token KL only; MIST items have no A/B choice position."""
+    a, d = cfg.algo, cfg.data
+    where = "data.prompt_style=mist (student: the misleading MIST prompt, teacher: the clean one)"
+    if d.prompt_style != "mist":
+        raise ConfigError(f"pipeline.kind=opsd trains on MIST views: it needs data.prompt_style=mist, got {d.prompt_style}")
+    if a.mode != "on_policy":
+        raise ConfigError(f"{where}: the student writes the tokens; set algo.mode=on_policy (got {a.mode})")
+    if a.stage != "kl":
+        raise ConfigError(f"{where}: only algo.stage=kl; calibration reads an A/B choice position MIST has not")
+    if a.choice_kl_weight != 0:
+        raise ConfigError(f"{where}: MIST items have no A/B choice position, so there is no choice KL; set "
+                          f"algo.choice_kl_weight=0 (got {a.choice_kl_weight})")
+    if d.eval_path:
+        raise ConfigError(f"{where}: data.eval_path (the epoch-end taste evaluation) must be null; MIST is evaluated "
+                          f"by recipes/evaluate.py (pipeline.kind=opsd does it after training)")
+    if cfg.pipeline.kind == "opsd" and not d.train_path:
+        raise ConfigError("pipeline.kind=opsd: data.train_path must name the MIST training items")
+    if cfg.pipeline.kind == "opsd" and not cfg.pipeline.eval_sets:
+        raise ConfigError("pipeline.kind=opsd: pipeline.eval_sets must name at least one MIST item file to evaluate")

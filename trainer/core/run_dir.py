@@ -1,0 +1,268 @@
+"""What a run directory guarantees (see the README's "Reliability" section):
+
+- **one writer**: :class:`RunLock` holds an exclusive ``flock`` on ``<run_dir>/.lock`` for the life of the
+  run (the kernel drops it when the process dies, so a crash never leaves it held); the file names the
+  holder's host and pid, so a second run refuses at once saying who holds it, and a lock file left by a
+  dead process on this host is taken over with a message;
+- **data pinned by hash**: ``data_hashes.json`` records the SHA-256 of every data file (training data and
+  evaluation items) when a run starts; a resume whose data differs is refused naming the file and both
+  hashes (``trainer.allow_data_change=true`` overrides);
+- **resume or refuse**: ``trainer.resume=none`` into a directory that holds a previous run is refused;
+  ``trainer.overwrite=true`` first moves the old run aside to ``<run_dir>.old-<n>``;
+- **same config on resume**: :func:`check_resume_config` refuses a resume whose config differs from the
+  saved ``config.yaml`` in any key outside :data:`RESUME_TOLERATED` (``trainer.allow_config_change=true``
+  overrides).
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import json
+import os
+import shutil
+import socket
+import time
+from pathlib import Path
+
+from trainer.config import ConfigError
+
+LOCK_NAME = ".lock"
+DATA_HASHES = "data_hashes.json"
+# Entries that mean "a run started training here" (meta.json and data_hashes.json are written by any start).
+PREVIOUS_RUN_MARKERS = ("config.yaml", "metrics.jsonl", "checkpoints", "final", "run_complete.json")
+
+
+class RunDirLocked(RuntimeError):
+    """Another live process holds the run directory."""
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+_HELD: dict[str, "RunLock"] = {}  # run dirs this process holds (an in-process rerun releases the old hold)
+
+
+class RunLock:
+    """Exclusive lock on a run directory; :meth:`acquire` raises :class:`RunDirLocked` naming the holder."""
+
+    def __init__(self, run_dir: Path):
+        self.run_dir = Path(run_dir)
+        self.path = self.run_dir / LOCK_NAME
+        self._fd: int | None = None
+
+    def _holder(self) -> dict:
+        try:
+            return json.loads(self.path.read_text() or "{}")
+        except (OSError, ValueError):
+            return {}
+
+    def acquire(self) -> "RunLock":
+        import fcntl
+
+        previous = _HELD.pop(str(self.run_dir), None)
+        if previous is not None:  # this process ran here before (recipes are synchronous): that run is over
+            previous.release()
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        holder = self._holder()
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as e:
+            if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                os.close(fd)  # no flock on this filesystem: fall back to the recorded holder
+                if holder and (holder.get("host") != socket.gethostname() or _pid_alive(int(holder.get("pid", 0)))):
+                    raise self._refusal(holder) from e
+            else:
+                os.close(fd)
+                raise self._refusal(self._holder()) from None
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        if holder.get("pid") and holder.get("host") == socket.gethostname() and holder["pid"] != os.getpid():
+            print(f"[selectrust] {self.path}: taking over a stale lock of pid {holder['pid']} on this host "
+                  f"(started {holder.get('started')}; that process is gone)", flush=True)
+        me = {"host": socket.gethostname(), "pid": os.getpid(), "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, (json.dumps(me) + "\n").encode(), 0)
+        os.fsync(fd)
+        self._fd = fd
+        _HELD[str(self.run_dir)] = self
+        return self
+
+    def _refusal(self, holder: dict) -> RunDirLocked:
+        return RunDirLocked(
+            f"{self.run_dir} is in use by another run (host {holder.get('host', '?')}, pid {holder.get('pid', '?')}, "
+            f"started {holder.get('started', '?')}; lock file {self.path}). Wait for it to finish, stop it, "
+            f"or use another trainer.run_dir.")
+
+    def release(self) -> None:
+        """Empty the lock file (so no stale holder is reported) and drop the lock; idempotent."""
+        if self._fd is None:
+            return
+        import fcntl
+
+        try:
+            os.ftruncate(self._fd, 0)
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+        finally:
+            os.close(self._fd)
+            self._fd = None
+            if _HELD.get(str(self.run_dir)) is self:
+                del _HELD[str(self.run_dir)]
+
+
+# -- data pinned by hash -------------------------------------------------------------------------
+def file_sha256(path: Path, chunk: int = 1 << 20) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def data_files(cfg) -> dict[str, str]:
+    """``config key -> path`` of every data file the run reads (a data-source path ``<source>:<rest>`` has none)."""
+    keys = []
+    if hasattr(cfg, "data"):
+        keys.append(("data.train_path", cfg.data.train_path))
+    if hasattr(cfg, "eval") and cfg.eval.enabled and cfg.eval.path:
+        keys.append(("eval.path", cfg.eval.path))
+    return {k: str(Path(p).expanduser().resolve()) for k, p in keys if p and Path(p).expanduser().is_file()}
+
+
+def data_hashes(cfg) -> dict[str, dict]:
+    return {k: {"path": p, "sha256": file_sha256(Path(p))} for k, p in data_files(cfg).items()}
+
+
+def write_data_hashes(run_dir: Path, hashes: dict) -> None:
+    tmp = run_dir / (DATA_HASHES + ".tmp")
+    tmp.write_text(json.dumps(hashes, indent=2) + "\n")
+    os.replace(tmp, run_dir / DATA_HASHES)
+
+
+def check_data_unchanged(source_run: Path, hashes: dict, *, allow: bool) -> list[str]:
+    """Compare ``hashes`` with the ones ``source_run`` recorded; raise a ``ConfigError`` naming every changed
+    file and both hashes (a warning list when ``allow``). A run from before hashes were kept passes."""
+    recorded_path = source_run / DATA_HASHES
+    if not recorded_path.exists():
+        return []
+    recorded = json.loads(recorded_path.read_text())
+    diffs = []
+    for key in sorted(set(recorded) | set(hashes)):
+        a, b = recorded.get(key, {}), hashes.get(key, {})
+        if a.get("sha256") != b.get("sha256"):
+            diffs.append(f"{key}: {b.get('path', a.get('path', '?'))}: sha256 at the run's start "
+                         f"{a.get('sha256', '<absent>')} != now {b.get('sha256', '<absent>')}")
+    if diffs and not allow:
+        raise ConfigError(f"refusing to resume {source_run}: its data changed since the run started "
+                          f"(the saved sampler position would apply to different rows):\n  " + "\n  ".join(diffs)
+                          + "\nRestore the data, use a new trainer.run_dir, or pass trainer.allow_data_change=true.")
+    return diffs
+
+
+# -- resume or refuse ----------------------------------------------------------------------------
+def previous_run(run_dir: Path) -> list[str]:
+    """Entries of ``run_dir`` that show a run already trained there (empty when none)."""
+    found = []
+    for name in PREVIOUS_RUN_MARKERS:
+        p = run_dir / name
+        if p.is_dir() and any(p.iterdir()) or p.is_file() and p.stat().st_size > 0:
+            found.append(name)
+    return found
+
+
+def move_aside(run_dir: Path) -> Path:
+    """Move everything but the lock file into a fresh ``<run_dir>.old-<n>``; returns that directory."""
+    n = 1
+    while (dest := run_dir.with_name(f"{run_dir.name}.old-{n}")).exists():
+        n += 1
+    dest.mkdir()
+    for entry in run_dir.iterdir():
+        if entry.name != LOCK_NAME:
+            shutil.move(str(entry), str(dest / entry.name))
+    return dest
+
+
+def prepare_fresh_or_refuse(run_dir: Path, tcfg) -> None:
+    """``trainer.overwrite=true``: move a previous run aside. ``trainer.resume=none`` into a directory
+    holding a previous run: refuse (its checkpoints, ``final/`` and ``run_complete.json`` would mix with
+    the new run's)."""
+    found = previous_run(run_dir)
+    if not found:
+        return
+    if tcfg.overwrite:
+        dest = move_aside(run_dir)
+        print(f"[selectrust] trainer.overwrite=true: moved the previous run in {run_dir} to {dest}", flush=True)
+    elif tcfg.resume == "none":
+        raise ConfigError(f"trainer.resume=none but {run_dir} holds a previous run ({', '.join(found)}): a new run "
+                          f"there would mix with it. Use trainer.resume=auto to continue it, "
+                          f"trainer.overwrite=true to move it aside to {run_dir.name}.old-<n> and start over, "
+                          f"or another trainer.run_dir.")
+
+
+# Keys that may differ between a run and its resumption without changing the maths.
+RESUME_TOLERATED = ("trainer.resume", "trainer.stop_at_step", "trainer.allow_config_change", "trainer.progress",
+                    "trainer.allow_data_change", "trainer.overwrite", "trainer.run_dir",
+                    "trainer.save_every", "trainer.keep_last", "logger.",
+                    # where the generation server is and how patiently to talk to it (a restarted server)
+                    "generation.url", "generation.server_log", "generation.timeout_s", "generation.max_retries")
+
+
+def config_differences(saved: dict, current: dict, prefix: str = "", *, defaults: dict | None = None) -> list[str]:
+    """``"key: saved a != now b"`` for every key whose value differs (``RESUME_TOLERATED`` keys aside).
+
+    ``defaults`` (the schema's defaults, same nesting): a key *absent* from ``saved`` whose current value is its
+    schema default is not a difference: the key was added to the schema after the run started, and its default
+    keeps the behaviour the run had. A key absent *now* (removed or renamed since) is always reported."""
+    out = []
+    for k in sorted(set(saved) | set(current)):
+        key = f"{prefix}{k}"
+        a, b = saved.get(k, "<absent>"), current.get(k, "<absent>")
+        d = defaults.get(k, "<absent>") if isinstance(defaults, dict) else "<absent>"
+        if isinstance(a, dict) and isinstance(b, dict):
+            out.extend(config_differences(a, b, key + ".", defaults=d if isinstance(d, dict) else None))
+        elif a == "<absent>" and b != "<absent>" and _same(b, d):
+            continue
+        elif a != b and not any(key == t or (t.endswith(".") and key.startswith(t)) for t in RESUME_TOLERATED):
+            out.append(f"{key}: saved {a!r} != now {b!r}")
+    return out
+
+
+def _same(value, default) -> bool:
+    """``value`` equals a schema default (a new sub-config absent from the saved run: every leaf at its default)."""
+    if isinstance(value, dict) and isinstance(default, dict):
+        return set(value) <= set(default) and all(_same(v, default[k]) for k, v in value.items())
+    return default != "<absent>" and value == default
+
+
+def schema_defaults(cfg) -> dict | None:
+    """The defaults of ``cfg``'s structured schema as a plain dict (None for a config without one)."""
+    from omegaconf import OmegaConf
+
+    schema = OmegaConf.get_type(cfg)
+    if schema is None or schema is dict:
+        return None
+    return OmegaConf.to_container(OmegaConf.structured(schema), resolve=False, throw_on_missing=False)
+
+
+def check_resume_config(ctx, saved_path=None) -> None:
+    """Refuse a changed config against ``saved_path`` (default: this run's ``config.yaml``; for
+    ``trainer.resume=<path>`` the config of the run owning that checkpoint)."""
+    from omegaconf import OmegaConf
+
+    saved_path = saved_path or ctx.run_dir / "config.yaml"
+    if not saved_path.exists() or ctx.cfg.trainer.allow_config_change:
+        return
+    saved = OmegaConf.to_container(OmegaConf.load(saved_path), resolve=True)
+    current = OmegaConf.to_container(ctx.cfg, resolve=True)
+    diffs = config_differences(saved, current, defaults=schema_defaults(ctx.cfg))
+    if diffs:
+        raise ConfigError(
+            f"refusing to resume {saved_path.parent} with a changed config ({len(diffs)} differing keys):\n  "
+            + "\n  ".join(diffs)
+            + "\nPass trainer.allow_config_change=true to resume anyway, or use a new trainer.run_dir.")

@@ -1,0 +1,172 @@
+"""Chained training stages: named trainer configs run one after another, each from the previous one's weights.
+
+A chain (``recipes/chain.py``, a recipe file under ``conf/recipe/`` naming ``stages``) runs stage
+``<name>`` as an ordinary trainer run in ``<run_dir>/stages/<name>/``. A stage starts from another
+stage's ``final/`` (``init_from``: the previous stage by default):
+
+- an adapter there becomes ``model.init_adapter`` (with ``model.init_adapter_mode`` = the stage's
+  ``init_mode``, merge or continue) on top of the model path that stage itself started from;
+- a full model there (a stage trained without LoRA) becomes ``model.path``.
+
+Re-running the same command skips a stage whose ``run_complete.json`` exists (after checking that its
+saved config equals the one composed now), and resumes an interrupted stage from its newest complete
+checkpoint (``trainer.resume=auto``). A stage that stops early (preemption, ``trainer.stop_at_step``)
+ends the chain; running the command again continues it. ``<run_dir>/chain.json`` records each stage.
+
+The runner does not know the recipes: the caller passes ``compose(config_name, overrides)`` and one
+``run(cfg)`` callable per trainer script (``recipes/chain.py`` passes ``recipes/<script>.py``'s).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from trainer.config import ConfigError
+
+SCRIPTS = ("sft", "dpo", "grpo", "distill")
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+def stage_sources(stages) -> dict[str, str | None]:
+    """``{stage: the stage it starts from, or None}``; raises ConfigError on a bad chain (before any model loads)."""
+    if not stages:
+        raise ConfigError("stages: the chain names no stage (pick a chain recipe, e.g. recipe=box2_tiny)")
+    out: dict[str, str | None] = {}
+    previous = None
+    for name, st in stages.items():
+        where = f"stages.{name}"
+        if not _NAME.match(name):
+            raise ConfigError(f"{where}: a stage name must be letters, digits, '_', '-' or '.' (it names a directory)")
+        if st.script not in SCRIPTS:
+            raise ConfigError(f"{where}.script={st.script!r} is not one of {', '.join(SCRIPTS)}")
+        source = previous if st.init_from == "previous" else st.init_from
+        if source is not None and source not in out:
+            raise ConfigError(f"{where}.init_from={st.init_from!r}: no earlier stage of that name (earlier: {list(out)})")
+        out[name] = source
+        previous = name
+    return out
+
+
+def validate_chain(cfg, compose: Callable[[str, list[str]], Any]) -> dict[str, str | None]:
+    """Check the chain and compose + validate every stage's own config (without its start weights, which
+    do not exist yet), so a misspelt override in the last stage fails before the first stage trains."""
+    from omegaconf import OmegaConf
+
+    from trainer.config import validate_distill, validate_dpo, validate_grpo, validate_sft
+
+    validators = {"sft": validate_sft, "dpo": validate_dpo, "grpo": validate_grpo, "distill": validate_distill}
+    sources = stage_sources(cfg.stages)
+    for name, st in cfg.stages.items():
+        try:
+            stage_cfg = compose(st.script, [*st.overrides, *cfg.common, *st.extra])
+            validators[st.script](stage_cfg)
+            OmegaConf.to_container(stage_cfg, resolve=True, throw_on_missing=True)  # e.g. an unset data.train_path
+        except Exception as e:  # noqa: BLE001 - re-raised naming the stage
+            raise ConfigError(f"stages.{name} ({st.script}.py with {[*st.overrides, *cfg.common, *st.extra]}): "
+                              f"{type(e).__name__}: {e}") from e
+    return sources
+
+
+def _quote(value: Any) -> str:
+    """A Hydra override value for a path (quoted, so any character but a quote is literal)."""
+    text = str(value)
+    if "'" in text:
+        raise ConfigError(f"path {text!r}: a quote character cannot be passed through a Hydra override")
+    return f"'{text}'"
+
+
+class StageRunner:
+    """Runs stages in ``<root>/stages/<name>/`` (see the module docstring)."""
+
+    def __init__(self, root, *, seed: int, compose: Callable[[str, list[str]], Any],
+                 runners: dict[str, Callable[[Any], Any]], common: list[str] | tuple[str, ...] = (),
+                 log: Callable[[str], None] = lambda msg: print(f"[chain] {msg}", flush=True)):
+        self.root = Path(root).expanduser().resolve()
+        self.seed, self.compose, self.runners, self.common, self.log = seed, compose, runners, list(common), log
+        self.records: dict[str, dict] = {}
+
+    def stage_dir(self, name: str) -> Path:
+        return self.root / "stages" / name
+
+    def start_overrides(self, source: str | None, mode: str) -> list[str]:
+        """Overrides that make a stage start from ``source``'s ``final/`` (none for ``source=None``)."""
+        if source is None:
+            return []
+        final = self.stage_dir(source) / "final"
+        if (final / "adapter_config.json").is_file():
+            from omegaconf import OmegaConf
+
+            start = OmegaConf.load(self.stage_dir(source) / "config.yaml").model
+            if start.init_adapter and start.init_adapter_mode == "merge":
+                raise ConfigError(
+                    f"stage {source!r} trained a fresh adapter on a merged model ({start.init_adapter} folded into "
+                    f"{start.path}); a stage starting from it needs both merged: write that model with "
+                    f"python recipes/merge.py and give it as model.path, or run stage {source!r} with init_mode=continue")
+            return [f"model.path={_quote(start.path)}", f"model.init_adapter={_quote(final)}",
+                    f"model.init_adapter_mode={mode}"]
+        if (final / "config.json").is_file():
+            return [f"model.path={_quote(final)}"]
+        raise FileNotFoundError(f"stage {source!r} has no final/ adapter or model in {final}: it did not complete")
+
+    def compose_stage(self, name: str, stage, source: str | None):
+        overrides = [*stage.overrides, *self.common, *stage.extra, f"seed={self.seed}",
+                     f"trainer.run_dir={_quote(self.stage_dir(name))}", *self.start_overrides(source, stage.init_mode)]
+        return self.compose(stage.script, overrides)
+
+    def run(self, name: str, stage, source: str | None) -> Path | None:
+        """Train (or skip, or resume) one stage; returns its ``final/`` directory, or None when it stopped early."""
+        from omegaconf import OmegaConf
+
+        from trainer.core.checkpoint import resumable
+        from trainer.core.run_dir import config_differences
+
+        run_dir = self.stage_dir(name)
+        cfg = self.compose_stage(name, stage, source)
+        done = run_dir / "run_complete.json"
+        if done.exists():
+            saved = OmegaConf.to_container(OmegaConf.load(run_dir / "config.yaml"), resolve=True)
+            diffs = config_differences(saved, OmegaConf.to_container(cfg, resolve=True))
+            if diffs:
+                raise ConfigError(f"stage {name!r} finished in {run_dir} with another config ({len(diffs)} differing "
+                                  f"keys):\n  " + "\n  ".join(diffs) + f"\nUse a new trainer.run_dir, or delete {run_dir}.")
+            self.log(f"{name}: already complete ({done}), skipped")
+            self.records[name] = {"status": "skipped", **json.loads(done.read_text())}
+            return run_dir / "final"
+        resuming = resumable(run_dir)
+        self.log(f"{name}: {'resuming' if resuming else 'training'} ({stage.script}.py, from "
+                 f"{source + '/final' if source else 'model.path'}) in {run_dir}")
+        _reset_accelerate()
+        t0 = time.time()
+        result = self.runners[stage.script](cfg)
+        if result is None or result.stopped_early:
+            self.log(f"{name}: stopped early at step {getattr(result, 'step', '?')}; run the same command to continue")
+            self.records[name] = {"status": "stopped", "step": getattr(result, "step", None)}
+            return None
+        self.records[name] = {"status": "resumed" if resuming else "trained", "seconds": round(time.time() - t0, 1),
+                              **json.loads(done.read_text())}
+        return run_dir / "final"
+
+    def run_all(self, stages) -> dict[str, dict]:
+        """Run every stage in order (stopping at one that stops early); writes ``<root>/chain.json``."""
+        from eval_hooks.io import write_json_atomic
+
+        sources = stage_sources(stages)
+        for name, stage in stages.items():
+            final = self.run(name, stage, sources[name])
+            if final is None:
+                break
+        write_json_atomic(self.root / "chain.json", {"stages": self.records})
+        return self.records
+
+
+def _reset_accelerate() -> None:
+    """Forget the previous stage's accelerate state (mixed precision, device) before building the next one."""
+    from accelerate.state import AcceleratorState, GradientState, PartialState
+
+    AcceleratorState._reset_state(True)
+    GradientState._reset_state()
+    PartialState._reset_state()

@@ -1,0 +1,2 @@
+"""Training data: pair and SFT loaders and samplers (``train_data``), SFT tokenisation (``sft_data``),
+named data sources (``sources``) and the data settings' value sets (``choices``, standard library only)."""

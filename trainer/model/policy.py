@@ -1,0 +1,192 @@
+"""Policy, reference model, optimizer and LR schedule shared by every trainer.
+
+Reference model: with LoRA the reference is the *same* model with its adapter disabled
+(``peft``'s ``disable_adapter()`` context), so no second copy of the weights exists. For full
+fine-tuning a frozen copy is built once. Either way callers use :class:`Reference`.
+
+Starting from an adapter (``model.init_adapter``, e.g. the previous stage's ``final/``):
+
+- ``model.init_adapter_mode=merge`` (default): the adapter is folded into the base weights in memory,
+  then a fresh LoRA is added (or all weights train). The reference is the merged model (the adapter
+  disabled, or the frozen copy), i.e. the policy the run started from.
+- ``continue``: the loaded adapter itself keeps training (``default``), and a frozen copy of it is
+  loaded as a second named adapter (``reference``), so the reference is again the starting policy.
+
+Either way the first step's policy equals its reference: KL 0, DPO reward margins 0.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import math
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from trainer.config import check_adapter_dir
+
+TRAINED_ADAPTER = "default"      # peft's name for the adapter a run trains
+REFERENCE_ADAPTER = "reference"  # the frozen copy of model.init_adapter (init_adapter_mode=continue)
+
+
+def load_base_with_adapters(model_cfg, adapters: list[str], *, device: str | None = None):
+    """The base model of ``model_cfg`` with each adapter in ``adapters`` merged into its weights, in order."""
+    from eval_hooks.models import load_model
+
+    model = load_model(model_cfg.path, dtype=model_cfg.dtype, trust_remote_code=model_cfg.trust_remote_code,
+                       attn_implementation=model_cfg.attn_implementation, device=device)
+    for adapter in adapters:
+        from peft import PeftModel
+
+        model = PeftModel.from_pretrained(model, str(check_adapter_dir(adapter, "adapter"))).merge_and_unload()
+    return model
+
+
+def _add_lora(model, model_cfg, *, seed: int):
+    from peft import LoraConfig, get_peft_model
+
+    targets = list(model_cfg.lora.target_modules)
+    torch.manual_seed(seed)  # adapter init is part of the run's determinism
+    lora = LoraConfig(r=model_cfg.lora.r, lora_alpha=model_cfg.lora.alpha, lora_dropout=model_cfg.lora.dropout,
+                      target_modules="all-linear" if targets == ["all-linear"] else targets,
+                      task_type="CAUSAL_LM")
+    return get_peft_model(model, lora)
+
+
+def build_policy(model_cfg, *, seed: int):
+    """Load the base model and tokenizer; start from ``model.init_adapter`` (merged, or continued with a
+    frozen ``reference`` copy); wrap in a fresh LoRA adapter when ``model.lora.enabled`` (not when continuing)."""
+    from eval_hooks.models import load_tokenizer
+
+    tokenizer = load_tokenizer(model_cfg.path, trust_remote_code=model_cfg.trust_remote_code)
+    init, mode = model_cfg.init_adapter, model_cfg.init_adapter_mode
+    model = load_base_with_adapters(model_cfg, [init] if init and mode == "merge" else [])
+    if model_cfg.gradient_checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        model.config.use_cache = False
+        if model_cfg.lora.enabled:
+            model.enable_input_require_grads()
+    if init and mode == "continue":
+        from peft import PeftModel
+
+        adapter = str(check_adapter_dir(init))
+        model = PeftModel.from_pretrained(model, adapter, adapter_name=TRAINED_ADAPTER, is_trainable=True)
+        model.load_adapter(adapter, adapter_name=REFERENCE_ADAPTER, is_trainable=False)
+        model.set_adapter(TRAINED_ADAPTER)
+    elif model_cfg.lora.enabled:
+        model = _add_lora(model, model_cfg, seed=seed)
+    return model, tokenizer
+
+
+def export_merged(model_cfg, adapters: list[str], out_dir) -> Path:
+    """Write ``model_cfg.path`` with ``adapters`` merged (in order) as a model directory: safetensors weights,
+    config, tokenizer and ``merge_info.json``; built in a temporary sibling, then renamed into place."""
+    import json
+    import os
+    import shutil
+    import tempfile
+
+    from eval_hooks.models import load_tokenizer
+
+    out = Path(out_dir).expanduser().resolve()
+    if out.exists():
+        raise FileExistsError(f"out_dir={str(out)!r} exists; merge writes a new directory (remove it or pick another)")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    model = load_base_with_adapters(model_cfg, adapters)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
+    try:
+        model.save_pretrained(str(tmp), safe_serialization=True)
+        load_tokenizer(model_cfg.path, trust_remote_code=model_cfg.trust_remote_code).save_pretrained(str(tmp))
+        info = {"base": model_cfg.path, "dtype": model_cfg.dtype,
+                "adapters": [str(check_adapter_dir(a, "adapters")) for a in adapters]}
+        (tmp / "merge_info.json").write_text(json.dumps(info, indent=2) + "\n")
+        os.replace(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out
+
+
+def save_policy(model, out_dir) -> None:
+    """``save_pretrained`` (safetensors) of the trained weights only: the trained adapter (never the frozen
+    ``reference`` copy) or, without LoRA, the full model."""
+    if hasattr(model, "peft_config"):
+        model.save_pretrained(str(out_dir), safe_serialization=True, selected_adapters=[TRAINED_ADAPTER])
+    else:
+        model.save_pretrained(str(out_dir), safe_serialization=True)
+
+
+class Reference:
+    """Reference log-probs: ``with ref.context(model) as m: m(...)`` runs the reference forward."""
+
+    def __init__(self, policy, *, lora: bool):
+        self.lora = lora
+        # init_adapter_mode=continue: the reference is the frozen copy of the loaded adapter, not the bare base
+        self.named = lora and REFERENCE_ADAPTER in getattr(policy, "peft_config", {})
+        self.frozen = None
+        if not lora:
+            self.frozen = copy.deepcopy(policy).eval()
+            for p in self.frozen.parameters():
+                p.requires_grad_(False)
+
+    @contextlib.contextmanager
+    def context(self, policy_unwrapped):
+        if self.named:
+            # peft's set_adapter also flips requires_grad; restore it exactly (the trained adapter stays trainable)
+            flags = [(p, p.requires_grad) for p in policy_unwrapped.parameters()]
+            policy_unwrapped.set_adapter(REFERENCE_ADAPTER)
+            try:
+                yield policy_unwrapped
+            finally:
+                policy_unwrapped.set_adapter(TRAINED_ADAPTER)
+                for p, flag in flags:
+                    p.requires_grad_(flag)
+        elif self.lora:
+            with policy_unwrapped.disable_adapter():
+                yield policy_unwrapped
+        else:
+            yield self.frozen
+
+    def to(self, device):
+        if self.frozen is not None:
+            self.frozen.to(device)
+        return self
+
+
+def build_optimizer(model, optim_cfg) -> torch.optim.Optimizer:
+    params = [p for p in model.parameters() if p.requires_grad]
+    if not params:
+        raise ValueError("no trainable parameters (is model.lora.target_modules matching any module?)")
+    return torch.optim.AdamW(params, lr=optim_cfg.lr, betas=tuple(optim_cfg.betas), eps=optim_cfg.eps,
+                             weight_decay=optim_cfg.weight_decay)
+
+
+def lr_lambda(kind: str, *, max_steps: int, warmup_steps: int) -> Callable[[int], float]:
+    """Multiplier of the peak LR at optimizer step ``s`` (0-based): linear warmup, then the decay.
+
+    Departs from ``transformers.get_scheduler`` in one place only: warm-up step ``s`` runs at ``(s + 1) / warmup``
+    (the first step already moves the weights) where transformers starts at LR 0. The decay after warm-up is the
+    same formula. It stays hand-written because switching shifts every run's first steps and with them every
+    measured number in ``docs/`` (the demo tables, the knowledge-aware and Taste seed tables); adopting the
+    library schedule means re-measuring those first (``tests/test_lr_schedule.py`` pins both facts)."""
+
+    def f(s: int) -> float:
+        if warmup_steps > 0 and s < warmup_steps:
+            return (s + 1) / warmup_steps
+        if kind == "constant":
+            return 1.0
+        progress = (s - warmup_steps) / max(1, max_steps - warmup_steps)
+        progress = min(max(progress, 0.0), 1.0)
+        if kind == "linear":
+            return 1.0 - progress
+        return 0.5 * (1.0 + math.cos(math.pi * progress))
+
+    return f
+
+
+def build_scheduler(optimizer, optim_cfg, *, max_steps: int):
+    warmup = int(round(optim_cfg.warmup_ratio * max_steps))
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(optim_cfg.scheduler, max_steps=max_steps,
+                                                                  warmup_steps=warmup))

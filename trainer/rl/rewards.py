@@ -1,0 +1,177 @@
+"""Outcome rewards for group-relative RL: a small registry, import-path callables, and a guard.
+
+A reward function has the signature ``fn(completion: str, row: dict) -> float`` where ``row`` is the
+training prompt row (``item_id``, ``prompt``, ``gold``, ``answer_type``, optional ``choices``; for
+environment rollouts the episode's return is used instead and no function is called).
+
+Registry (docs/box2.md#rewards: the reward is the task outcome only; nothing rewards agreeing with the workflow):
+
+- ``numeric_match``   1.0 iff the parsed final number equals ``gold`` (``eval_hooks.parsers``), else 0.0
+- ``multiple_choice`` 1.0 iff the parsed option letter equals ``gold`` (letters or option text)
+- ``boolean``         1.0 iff the parsed yes/no equals ``gold``
+- ``answer_match``    dispatch on ``row["answer_type"]`` (any of the three above)
+
+Any other name must be an import path ``pkg.module:function``. :func:`resolve_reward` checks the
+name before anything is generated. :class:`GuardedReward` turns a raising or non-finite reward into
+an *error sample* (reward 0.0, counted, logged) and stops the run after ``max_errors`` with a message
+that names the function and shows an example input.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+import signal
+import threading
+from typing import Any, Callable
+
+from eval_hooks.parsers import answers_match, parse_answer
+from trainer.core.errors import RewardError  # noqa: F401  (raised here; the loop checkpoints on it)
+
+RewardFn = Callable[[str, dict], float]
+
+
+class RewardTimeout(Exception):
+    """A reward call ran past ``algo.reward_timeout_s`` (counted as a reward error)."""
+
+
+def call_with_timeout(fn: Callable, args: tuple, timeout_s: float):
+    """``fn(*args)``, raising :class:`RewardTimeout` after ``timeout_s`` seconds (0 = no limit). In the main
+    thread a SIGALRM timer interrupts the call itself; elsewhere it runs in a daemon thread that is
+    abandoned on timeout (its result, if any, is discarded)."""
+    if timeout_s <= 0:
+        return fn(*args)
+    message = f"reward call exceeded algo.reward_timeout_s={timeout_s:g}"
+    if threading.current_thread() is threading.main_thread() and hasattr(signal, "setitimer"):
+        def on_alarm(signum, frame):
+            raise RewardTimeout(message)
+
+        old = signal.signal(signal.SIGALRM, on_alarm)
+        signal.setitimer(signal.ITIMER_REAL, timeout_s)
+        try:
+            return fn(*args)
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, old)
+    box: dict[str, Any] = {}
+
+    def target():
+        try:
+            box["value"] = fn(*args)
+        except BaseException as e:  # noqa: BLE001 - handed back to the caller
+            box["error"] = e
+
+    worker = threading.Thread(target=target, name="reward-call", daemon=True)
+    worker.start()
+    worker.join(timeout_s)
+    if worker.is_alive():
+        raise RewardTimeout(message)
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
+
+
+def _match(answer_type: str) -> RewardFn:
+    def reward(completion: str, row: dict) -> float:
+        parsed = parse_answer(completion, answer_type, choices=row.get("choices"))
+        return 1.0 if answers_match(parsed, row["gold"], answer_type, choices=row.get("choices")) else 0.0
+
+    reward.__name__ = f"{answer_type}_match"
+    return reward
+
+
+def answer_match(completion: str, row: dict) -> float:
+    """1.0 iff the final answer parsed by the row's ``answer_type`` equals the row's ``gold``."""
+    return _match(row["answer_type"])(completion, row)
+
+
+REGISTRY: dict[str, RewardFn] = {
+    "numeric_match": _match("numeric"),
+    "multiple_choice": _match("multiple_choice"),
+    "boolean": _match("boolean"),
+    "answer_match": answer_match,
+}
+
+
+def resolve_reward(name: str) -> RewardFn:
+    """Registry name or ``pkg.module:function`` -> the callable. Raises ``ValueError`` (a
+    ``ConfigError``) naming ``algo.reward`` and what is accepted; imports happen here, before any
+    model loads or any rollout is generated."""
+    from trainer.config import ConfigError
+
+    accepted = f"one of {', '.join(sorted(REGISTRY))}, or an import path 'pkg.module:function'"
+    if name in REGISTRY:
+        return REGISTRY[name]
+    if ":" not in name:
+        raise ConfigError(f"algo.reward={name!r} is not a registered reward ({accepted})")
+    module_name, _, attr = name.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as e:
+        raise ConfigError(f"algo.reward={name!r}: cannot import module {module_name!r} ({e}); accepted: {accepted}") from e
+    fn = getattr(module, attr, None)
+    if fn is None or not callable(fn):
+        raise ConfigError(f"algo.reward={name!r}: module {module_name!r} has no callable {attr!r}; accepted: {accepted}")
+    return fn
+
+
+def reward_name(fn: Callable) -> str:
+    return f"{getattr(fn, '__module__', '?')}:{getattr(fn, '__qualname__', getattr(fn, '__name__', repr(fn)))}"
+
+
+class GuardedReward:
+    """Calls a reward function so that one bad sample cannot crash (or silently poison) the run.
+
+    ``__call__(completion, row) -> (reward, ok)``: a function that raises, or returns something that is
+    not a finite number, scores the sample 0.0 with ``ok=False``; so does a call running past ``timeout_s`` (:class:`RewardTimeout`). Errors are counted (``errors_total``
+    across the run, restored on resume; ``pop_errors()`` per logging step). When ``errors_total``
+    reaches ``max_errors`` a :class:`RewardError` is raised naming the function, the error and an
+    example input (the first failing completion and row gold/answer type).
+    """
+
+    def __init__(self, fn: RewardFn, *, name: str | None = None, max_errors: int = 20, timeout_s: float = 30.0):
+        self.fn = fn
+        self.timeout_s = timeout_s
+        self.name = name or reward_name(fn)
+        self.max_errors = max_errors
+        self.errors_total = 0
+        self._errors_since_pop = 0
+        self.example: dict[str, Any] | None = None
+
+    def __call__(self, completion: str, row: dict) -> tuple[float, bool]:
+        from trainer.core.interrupt import StopRequested, interruptible
+
+        try:
+            with interruptible():  # a stop signal here abandons the step (the loop checkpoints the last one)
+                value = call_with_timeout(self.fn, (completion, row), self.timeout_s)
+            value = float(value)
+            problem = None if math.isfinite(value) else f"non-finite reward {value!r}"
+        except StopRequested:
+            raise
+        except Exception as e:  # noqa: BLE001 - any failure of user code is an error sample
+            problem = f"{type(e).__name__}: {e}"
+        if problem is None:
+            return value, True
+        self.errors_total += 1
+        self._errors_since_pop += 1
+        if self.example is None:
+            self.example = {"problem": problem, "completion": completion[:300], "item_id": row.get("item_id"),
+                            "gold": row.get("gold"), "answer_type": row.get("answer_type")}
+        if self.max_errors > 0 and self.errors_total >= self.max_errors:
+            raise RewardError(
+                f"reward function {self.name} failed {self.errors_total} times (algo.max_reward_errors="
+                f"{self.max_errors}); first failure: {self.example['problem']} on input "
+                f"completion={self.example['completion']!r}, row item_id={self.example['item_id']!r} "
+                f"gold={self.example['gold']!r} answer_type={self.example['answer_type']!r}")
+        return 0.0, False
+
+    def pop_errors(self) -> int:
+        n, self._errors_since_pop = self._errors_since_pop, 0
+        return n
+
+    def state_dict(self) -> dict:
+        return {"errors_total": self.errors_total}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.errors_total = int(state.get("errors_total", 0))
+        self._errors_since_pop = 0

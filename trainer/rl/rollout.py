@@ -1,0 +1,539 @@
+"""GRPO rollouts as a resumable batch source for ``trainer.core.loop.train_loop``.
+
+One *rollout batch* per ``num_iterations`` optimizer steps:
+
+    prompts (sampler) --backend.generate(n=G)--> completions --rewards (guarded)--> groups
+        --drop zero-variance groups, refill (<= max_refill_rounds extra rounds)--> B = P*G samples
+        --group advantages (trainer.algos.grpo)--> [old log-probs if num_iterations > 1]
+        --> grad_accum micro-batches, replayed num_iterations times
+
+or, with ``algo.env`` set, G multi-turn episodes per prompt through ``trainer.rl.envs.run_episodes``
+(reward = the episode's return; every assistant turn is a target). How the groups of one round are
+generated and scored is the *rollout mode* (``trainer/rl/rollout_modes.py``: single turn, environment);
+everything else here (the batch builder :class:`RolloutSource`) is the same for every mode.
+
+Seeds: prompt ``k`` of generation round ``r`` of rollout batch ``n`` is sampled with its own seed
+``prompt_seed(seed, n, r, k)`` (``k`` = its position in the round's *global* draw), and the backend
+draws each of its G samples from a stream of its own (``eval_hooks.backends.base.GenerationRequest``).
+So the completions depend on (weights, prompt, seed, n, r, k) only: not on the number of ranks, on
+which rank generates the prompt, or on its batch.
+
+Several ranks (``world > 1``) build one *global* batch, exactly the batch one process would build:
+every rank draws the same global prompts of a round, generates its contiguous share, and the groups
+are exchanged (``all_gather``, an ``all_gather_object``) so that every rank holds all of them. The
+drop/refill decision (:func:`fill_batch`), the advantages (``std_scaling=batch`` over the global
+batch) and the token count of ``token_mean`` (the global step's, divided by ``grad_accum * world``:
+the loop divides by ``grad_accum`` and DDP averages over ranks) are then computed identically on every
+rank. Rank ``r`` trains on its slice of every global micro-batch: global micro-batch ``i`` is samples
+``[i*W*b, (i+1)*W*b)`` (``W`` ranks, ``b`` samples per rank micro-batch) and rank ``r`` gets
+``[(i*W + r)*b, (i*W + r + 1)*b)``, the order in which the loop's ``data_hash`` lists them; so a
+W-rank run equals a 1-rank run with the same global batch (tests/test_distributed.py).
+
+Exact resume: the state is just (sampler position, rollout index, cursor into the batch, reward error
+count) plus, only when a checkpoint falls inside the ``num_iterations`` replays of one batch, the
+global batch itself (token ids, advantages, old log-probs: the policy that generated it no longer
+exists; the same on every rank, so the main process's copy serves all). A resumed run regenerates
+identical rollouts from identical weights.
+
+Departures from TRL's GRPOTrainer, on purpose: zero-variance groups are dropped and refilled
+(verl/OpenRLHF dynamic sampling); if still short after ``max_refill_rounds`` the batch is topped up
+with dropped groups (advantage 0, so no policy-gradient signal) to keep its size.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+from eval_hooks.io import DataError
+from eval_hooks.prompts import PromptSettings, render_prompt
+
+
+# ---------------------------------------------------------------------------------------------------
+# Prompt rows
+# ---------------------------------------------------------------------------------------------------
+def load_rl_prompts(path: str, *, family: str | None = None, conditions: Sequence[str] = ()) -> list[dict]:
+    """RL prompt rows ``{item_id, prompt, gold, answer_type, [choices]}``.
+
+    ``family=None``: a JSONL/Parquet file of such rows (or a registered data source, ``trainer/data/sources.py``).
+    ``family='box2'`` (or any eval family): an items file expanded by ``eval_hooks.load_rows``, keeping
+    only ``conditions`` (e.g. ``["bad"]``: train on bad-workflow inputs, docs/box2.md#outcome-rl).
+    """
+    from eval_hooks.io import read_records
+    from eval_hooks.parsers import normalize_gold
+
+    from trainer.data.train_data import resolve_data_path
+
+    real = resolve_data_path(path)
+    if family:
+        from eval_hooks import load_rows
+
+        rows = load_rows(family, real)
+        if conditions:
+            rows = [r for r in rows if r["condition"] in set(conditions)]
+        out = [{**r, "item_id": r["row_id"]} for r in rows]
+        if not out:
+            raise DataError(f"no rows with conditions {list(conditions)} in this {family} file", path=real,
+                            field="condition")
+        return out
+    out, seen = [], {}
+    for line, rec in read_records(real):
+        for f in ("prompt", "gold", "answer_type"):
+            if rec.get(f) is None:
+                raise DataError("missing field", path=real, line=line, field=f,
+                                accepted="{item_id, prompt, gold, answer_type[, choices]}")
+        if not isinstance(rec["prompt"], str) or not rec["prompt"].strip():
+            raise DataError("empty prompt", path=real, line=line, field="prompt", accepted="a non-empty string")
+        if normalize_gold(rec["gold"], rec["answer_type"], choices=rec.get("choices")) is None:
+            raise DataError(f"gold {rec['gold']!r} is not a valid {rec['answer_type']} answer", path=real,
+                            line=line, field="gold")
+        item_id = str(rec.get("item_id", f"line{line}"))
+        if item_id in seen:
+            raise DataError(f"duplicate item_id {item_id!r} (first on line {seen[item_id]})", path=real,
+                            line=line, field="item_id")
+        seen[item_id] = line
+        out.append({**rec, "item_id": item_id, "_line": line, "_path": real})
+    return out
+
+
+def check_prompt_lengths(rows: Sequence[dict], tokenizer, *, max_prompt_len: int,
+                         prompt_settings: PromptSettings) -> list[int]:
+    """Token length of every rendered prompt; a prompt over ``max_prompt_len`` raises (before any
+    generation) naming the row. Returns the lengths."""
+    lengths = []
+    for r in rows:
+        n = len(render_prompt(tokenizer, r["prompt"], prompt_settings))
+        if n > max_prompt_len:
+            raise DataError(f"prompt of {r['item_id']!r} has {n} tokens > data.max_prompt_len={max_prompt_len}",
+                            path=r.get("_path"), line=r.get("_line"), field="prompt",
+                            accepted="shorter prompts, or raise data.max_prompt_len (RL prompts are never truncated)")
+        lengths.append(n)
+    return lengths
+
+
+def prompt_seed(seed: int, rollout_index: int, round_index: int, prompt_index: int) -> int:
+    """Generation seed of one prompt: a stable hash of (seed, rollout batch, refill round, the prompt's
+    index in the round's global draw). Rank-independent by construction."""
+    from eval_hooks.backends.base import derive_seed
+
+    return derive_seed("rollout", seed, rollout_index, round_index, prompt_index)
+
+
+def share(n: int, rank: int, world: int) -> tuple[int, int]:
+    """The contiguous share ``[lo, hi)`` of ``n`` items that ``rank`` of ``world`` handles (sizes differ
+    by at most one; a rank may get none)."""
+    return n * rank // world, n * (rank + 1) // world
+
+
+def rank_rows(n: int, rank: int, world: int, grad_accum: int) -> list[int]:
+    """Indices of the global batch's ``n`` samples that ``rank`` trains on: its slice of every global
+    micro-batch (micro-batch ``i`` = ``[i*W*b, (i+1)*W*b)``, rank ``r`` gets ``[(i*W+r)*b, (i*W+r+1)*b)``
+    with ``b = n / (grad_accum * world)``), in micro-batch order."""
+    if n % (grad_accum * world):
+        raise ValueError(f"{n} samples do not split into grad_accum={grad_accum} x world={world} equal micro-batches")
+    b = n // (grad_accum * world)
+    return [k for i in range(grad_accum) for k in range((i * world + rank) * b, (i * world + rank + 1) * b)]
+
+
+# ---------------------------------------------------------------------------------------------------
+# Groups and the drop/refill rule (pure python; tested with a fake generator)
+# ---------------------------------------------------------------------------------------------------
+@dataclass
+class Rollout:
+    """One sample: the tokens to train on and its outcome."""
+
+    item_id: str
+    input_ids: list[int]
+    completion_mask: list[int]
+    reward: float
+    reward_ok: bool = True
+    truncated: bool = False
+    completion_len: int = 0
+    rollout_logps: list[float] | None = None  # backend log-probs at the completion_mask positions
+
+    def to_json(self) -> dict:
+        return dict(self.__dict__)
+
+
+@dataclass
+class Group:
+    item_id: str
+    samples: list[Rollout]
+
+    @property
+    def rewards(self) -> list[float]:
+        return [s.reward for s in self.samples]
+
+    @property
+    def zero_variance(self) -> bool:
+        r = self.rewards
+        return all(x == r[0] for x in r)
+
+
+def fill_batch(generate_round: Callable[[int, int], list[Group]], *, num_groups: int, max_refill_rounds: int,
+               drop_zero_variance: bool) -> tuple[list[Group], dict]:
+    """Collect ``num_groups`` groups. ``generate_round(n, r)`` returns ``n`` fresh groups for round ``r``.
+
+    Round 0 asks for ``num_groups``; with ``drop_zero_variance`` the groups whose rewards all agree are
+    dropped and rounds 1..``max_refill_rounds`` each ask for the number still missing. If still short,
+    dropped groups top the batch up (advantage 0). With several ranks this runs on the *global* groups
+    (``generate_round`` returns every rank's share, in global order), so every rank takes the same
+    decisions as one process would. Returns the groups
+    (kept first, in generation order) and counts: ``groups_generated``, ``groups_dropped``,
+    ``groups_refilled`` (kept groups that came from refill rounds), ``refill_rounds``,
+    ``groups_padded_zero_variance``, ``zero_variance_frac`` (of round 0).
+    """
+    if num_groups < 1:
+        raise ValueError(f"num_groups must be >= 1, got {num_groups}")
+    kept: list[Group] = []
+    dropped: list[Group] = []
+    stats = {"groups_generated": 0, "groups_dropped": 0, "groups_refilled": 0, "refill_rounds": 0,
+             "groups_padded_zero_variance": 0, "zero_variance_frac": 0.0}
+    for rnd in range(max_refill_rounds + 1):
+        need = num_groups - len(kept)
+        if need <= 0:
+            break
+        groups = generate_round(need, rnd)
+        if len(groups) != need:
+            raise RuntimeError(f"generation round {rnd} returned {len(groups)} groups, expected {need}")
+        stats["groups_generated"] += len(groups)
+        if rnd > 0:
+            stats["refill_rounds"] += 1
+        zv = [g.zero_variance for g in groups]
+        if rnd == 0:
+            stats["zero_variance_frac"] = sum(zv) / len(groups)
+        for g, z in zip(groups, zv):
+            if drop_zero_variance and z:
+                dropped.append(g)
+                stats["groups_dropped"] += 1
+            elif len(kept) < num_groups:
+                kept.append(g)
+                stats["groups_refilled"] += rnd > 0
+        if not drop_zero_variance:
+            break
+    if len(kept) < num_groups:
+        pad = dropped[:num_groups - len(kept)]
+        stats["groups_padded_zero_variance"] = len(pad)
+        kept.extend(pad)
+    return kept, stats
+
+
+# ---------------------------------------------------------------------------------------------------
+# The batch source
+# ---------------------------------------------------------------------------------------------------
+@dataclass
+class RolloutSettings:
+    """What the source needs to know, all required: the defaults live in the schema
+    (:class:`trainer.config.GRPOAlgoConfig`), so build one with :meth:`from_config`."""
+
+    group_size: int
+    num_groups: int                 # groups (prompts) per optimizer step, over all ranks
+    grad_accum: int
+    num_iterations: int
+    max_new_tokens: int
+    temperature: float
+    top_p: float
+    stop: list[str]
+    std_scaling: str
+    drop_zero_variance: bool
+    max_refill_rounds: int
+    mask_truncated: bool
+    prompt_settings: PromptSettings
+    seed: int
+
+    @classmethod
+    def from_config(cls, algo, *, num_groups: int, grad_accum: int, prompt_settings: PromptSettings, seed: int):
+        """``algo``: the ``algo`` group of a GRPO config (or a ``GRPOAlgoConfig``)."""
+        return cls(group_size=algo.group_size, num_groups=num_groups, grad_accum=grad_accum,
+                   num_iterations=algo.num_iterations, max_new_tokens=algo.max_new_tokens,
+                   temperature=algo.temperature, top_p=algo.top_p, stop=list(algo.stop),
+                   std_scaling=algo.std_scaling, drop_zero_variance=algo.drop_zero_variance,
+                   max_refill_rounds=algo.max_refill_rounds, mask_truncated=algo.mask_truncated,
+                   prompt_settings=prompt_settings, seed=seed)
+
+
+@dataclass
+class Ranks:
+    """This process's place among the ranks that build one global batch together: ``all_gather(obj) ->
+    [obj of rank 0, ..., obj of rank W-1]`` (``torch.distributed.all_gather_object``; may be None on one
+    process) exchanges the generated groups and the old log-probs (see the module docstring)."""
+
+    rank: int = 0
+    world: int = 1
+    all_gather: Callable[[Any], list] | None = None
+
+    @classmethod
+    def of(cls, accelerator) -> "Ranks":
+        from functools import partial
+
+        from trainer.core.distributed import all_gather_object
+
+        return cls(accelerator.process_index, accelerator.num_processes, partial(all_gather_object, accelerator))
+
+
+class RolloutSource:
+    """Batch source of rollouts, the batch builder every rollout mode shares (see the module docstring).
+    ``next_microbatch()`` returns::
+
+        {"input_ids", "attention_mask", "completion_mask": (b, T) long,  # right-padded
+         "advantages": (b,), "old_logps": (b, T) or None, "rollout_logps": (b, T) or None,
+         "num_tokens": float,   # masked tokens of the global batch / (grad_accum * world)
+         "item_ids": [...]}
+
+    ``mode``: a :class:`trainer.rl.rollout_modes.RolloutMode` (single turn with a reward, or an environment),
+    which generates and scores the groups; its tokenizer pads the micro-batches. ``ranks``: this process's
+    place (:class:`Ranks`; one process by default).
+
+    ``backend_factory()`` returns a GenerationBackend over the live policy. ``old_logps_fn(input_ids,
+    attention_mask, completion_mask) -> (B, T)`` computes the policy's log-probs under no_grad (needed
+    when ``num_iterations > 1``). ``pre_generate(step)`` runs before every rollout batch (adapter sync
+    to a generation server) and returns metrics (numbers and strings, logged with that step), plus
+    optionally ``"served_adapter"`` (the server-side name later requests are sent to) and
+    ``"adapter_version"`` / ``"adapter_checksum"``, which are repeated on every later metrics line until
+    the next sync (so every line names the weights its rollouts came from).
+    """
+
+    def __init__(self, rows: list[dict], sampler, mode, *, settings: RolloutSettings,
+                 backend_factory: Callable[[], Any], old_logps_fn: Callable | None = None,
+                 pre_generate: Callable[[int], dict] | None = None, ranks: Ranks | None = None):
+        ranks = ranks or Ranks()
+        rank, world = ranks.rank, ranks.world
+        if settings.num_iterations > 1 and old_logps_fn is None:
+            raise ValueError("num_iterations > 1 needs old_logps_fn (stored old log-probs)")
+        if world > 1 and ranks.all_gather is None:
+            raise ValueError(f"world={world} needs all_gather (the ranks exchange their generated groups)")
+        if not 0 <= rank < world:
+            raise ValueError(f"rank={rank} is not in [0, world={world})")
+        rank_rows(settings.num_groups * settings.group_size, rank, world, settings.grad_accum)  # raises if uneven
+        self.rows, self.sampler, self.s, self.mode = rows, sampler, settings, mode
+        self.tokenizer = mode.tokenizer
+        self.backend_factory = backend_factory
+        self._backend = None
+        self.old_logps_fn, self.pre_generate = old_logps_fn, pre_generate
+        self.rank, self.world = rank, world
+        self.all_gather = ranks.all_gather if ranks.all_gather is not None else (lambda obj: [obj])
+        self.rollout_index = 0     # rollout batches generated so far
+        self.cursor = 0            # micro-batches served from the current batch (over all iterations)
+        self.optimizer_steps = 0   # for pre_generate(step)
+        self._batch: dict | None = None
+        self._metrics: dict[str, float] = {}
+        self._adapter: str | None = None
+        self._adapter_info: dict[str, str] = {}  # version + checksum of the weights in use
+        self._step_started = time.time()
+        self._gen_time = 0.0
+
+    # -- BatchSource protocol ------------------------------------------------------------------------
+    @property
+    def epoch(self) -> int:
+        return self.sampler.epoch
+
+    def next_microbatch(self) -> dict:
+        total = self.s.grad_accum * self.s.num_iterations
+        if self.cursor % self.s.grad_accum == 0:
+            self._step_started = time.time()
+        if self._batch is None or self.cursor >= total:
+            self._batch = self._collect()
+            self.cursor = 0
+        mb = self._microbatch(self.cursor % self.s.grad_accum)
+        self.cursor += 1
+        if self.cursor % self.s.grad_accum == 0:
+            self.optimizer_steps += 1
+        return mb
+
+    def state_dict(self) -> dict:
+        total = self.s.grad_accum * self.s.num_iterations
+        mid = self._batch is not None and 0 < self.cursor < total
+        state = {"sampler": self.sampler.state_dict(), "rollout_index": self.rollout_index, "cursor": self.cursor,
+                 "optimizer_steps": self.optimizer_steps,
+                 "reward": self.mode.state_dict(),
+                 "batch": _batch_to_json(self._batch) if mid else None}
+        return state
+
+    def load_state_dict(self, state: dict) -> None:
+        self.sampler.load_state_dict(state["sampler"])
+        self.rollout_index = int(state["rollout_index"])
+        self.cursor = int(state["cursor"])
+        self.optimizer_steps = int(state.get("optimizer_steps", 0))
+        self.mode.load_state_dict(state.get("reward", {}))
+        self._batch = _batch_from_json(state["batch"]) if state.get("batch") else None
+        if self._batch is None:
+            self.cursor = self.s.grad_accum * self.s.num_iterations  # next call collects a fresh batch
+
+    def pop_metrics(self) -> dict:
+        m, self._metrics = self._metrics, {}
+        m.update(self._adapter_info)
+        # share of this optimizer step (first micro-batch request .. now) spent generating rollouts
+        m["generation_fraction"] = round(self._gen_time / max(time.time() - self._step_started, 1e-9), 4)
+        self._gen_time = 0.0
+        m.update(self.mode.pop_metrics())
+        return m
+
+    # -- collection ------------------------------------------------------------------------------------
+    @property
+    def backend(self):
+        if self._backend is None:
+            self._backend = self.backend_factory()
+        return self._backend
+
+    def _generate_round(self, n: int, rnd: int) -> list[Group]:
+        """The ``n`` groups of round ``rnd`` in global order: every rank draws the same ``n`` prompts,
+        generates and scores its share, and the shares are gathered."""
+        items = [self.rows[i] for i, _ in self.sampler.draw(n)]
+        lo, hi = share(n, self.rank, self.world)
+        seeds = [prompt_seed(self.s.seed, self.rollout_index, rnd, k) for k in range(lo, hi)]
+        t0 = time.time()
+        mine: list[Group] = []
+        failure: BaseException | None = None
+        try:
+            if hi > lo:
+                mine = self.mode.groups(self.backend, items[lo:hi], seeds, adapter=self._adapter,
+                                        metrics=self._metrics)
+        except Exception as e:  # noqa: BLE001 - re-raised below, on every rank
+            if self.world == 1:
+                raise
+            failure = e
+        self._gen_time += time.time() - t0
+        gathered = self.all_gather((mine, _portable(failure, self.rank)))
+        if failure is not None:
+            raise failure
+        # A failure on one rank (dead server, too many reward errors) stops every rank with that exception
+        # (same type: a collective checkpoint-on-error save then runs on all ranks) instead of a hang.
+        for r, (_, err) in enumerate(gathered):
+            if err is not None:
+                if hasattr(err, "add_note"):
+                    err.add_note(f"(raised on rank {r} while generating its share of the rollouts)")
+                raise err
+        parts = [p for p, _ in gathered]
+        if len(parts) != self.world or [len(p) for p in parts] != [share(n, r, self.world)[1] - share(n, r, self.world)[0]
+                                                                   for r in range(self.world)]:
+            raise RuntimeError(f"all_gather returned shares of {[len(p) for p in parts]} groups; expected the "
+                               f"{self.world} ranks' shares of {n} groups")
+        return [g for part in parts for g in part]
+
+    def _collect(self) -> dict:
+        import torch
+
+        from trainer.algos.grpo import group_advantages
+
+        s = self.s
+        if self.pre_generate is not None:
+            extra = dict(self.pre_generate(self.optimizer_steps) or {})
+            self._adapter = extra.pop("served_adapter", self._adapter)
+            self._adapter_info.update({k: extra[k] for k in ("adapter_version", "adapter_checksum") if k in extra})
+            self._metrics.update({k: v for k, v in extra.items() if isinstance(v, (int, float, str))})
+        first_round: list[float] = []
+
+        def generate_round(n: int, rnd: int) -> list[Group]:
+            groups = self._generate_round(n, rnd)
+            if rnd == 0:
+                first_round.extend(x for g in groups for x in g.rewards)
+            return groups
+
+        groups, stats = fill_batch(generate_round, num_groups=s.num_groups, max_refill_rounds=s.max_refill_rounds,
+                                   drop_zero_variance=s.drop_zero_variance)
+        samples = [x for g in groups for x in g.samples]
+        rewards = torch.tensor([x.reward for x in samples], dtype=torch.float32)
+        advantages, _ = group_advantages(rewards, s.group_size, std_scaling=s.std_scaling)
+        masks = []
+        for x in samples:
+            m = list(x.completion_mask)
+            if s.mask_truncated and x.truncated:
+                m = [0] * len(m)
+            masks.append(m)
+        # the global batch: the same on every rank (each trains on rank_rows of it)
+        batch = {"samples": samples, "masks": masks, "advantages": advantages.tolist(), "old_logps": None}
+        if s.num_iterations > 1:
+            batch["old_logps"] = self._old_logps(samples, masks)
+        n_tok = sum(sum(m) for m in masks)
+        batch["num_tokens"] = n_tok / (s.grad_accum * self.world)
+        self.rollout_index += 1
+
+        rt = torch.tensor(first_round, dtype=torch.float64)
+        lens = [x.completion_len for x in samples]
+        self._metrics.update({
+            "reward_mean": float(rt.mean()), "reward_std": float(rt.std()) if rt.numel() > 1 else 0.0,
+            "reward_mean_trained": float(rewards.mean()),
+            "completion_len_mean": sum(lens) / len(lens), "completion_len_max": max(lens),
+            "truncated_frac": sum(x.truncated for x in samples) / len(samples),
+            "rollout_index": self.rollout_index, **{k: float(v) for k, v in stats.items()},
+        })
+        return batch
+
+    def _micro_rows(self, n: int) -> list[list[int]]:
+        """This rank's rows of an ``n``-sample global batch (:func:`rank_rows`), one list per micro-batch."""
+        rows = rank_rows(n, self.rank, self.world, self.s.grad_accum)
+        per = len(rows) // self.s.grad_accum
+        return [rows[i * per:(i + 1) * per] for i in range(self.s.grad_accum)]
+
+    def _old_logps(self, samples: list[Rollout], masks: list[list[int]]) -> list[list[float]]:
+        """Old log-probs of the global batch: each rank computes its own micro-batches', then they are
+        gathered (so the stored batch is the same on every rank)."""
+        computed: list[list[float]] = []
+        for rows in self._micro_rows(len(samples)):
+            ids, att, cm = _pad([samples[k].input_ids for k in rows], [masks[k] for k in rows], self.tokenizer)
+            lp = self.old_logps_fn(ids, att, cm)
+            for row, k in enumerate(rows):
+                computed.append([float(v) for v in lp[row, :len(samples[k].input_ids)].tolist()])
+        out: list[list[float] | None] = [None] * len(samples)
+        for r, part in enumerate(self.all_gather(computed)):
+            for k, lp_row in zip(rank_rows(len(samples), r, self.world, self.s.grad_accum), part):
+                out[k] = lp_row
+        if any(x is None for x in out):
+            raise RuntimeError("old log-probs: the gathered shares do not cover the batch")
+        return out  # type: ignore[return-value]
+
+    def _microbatch(self, index: int) -> dict:
+        import torch
+
+        b = self._batch
+        picked = self._micro_rows(len(b["samples"]))[index]
+        samples, masks = [b["samples"][k] for k in picked], [b["masks"][k] for k in picked]
+        ids, att, cm = _pad([x.input_ids for x in samples], masks, self.tokenizer)
+        T = ids.shape[1]
+
+        def padded(rows):
+            t = torch.zeros((len(rows), T), dtype=torch.float32)
+            for i, r in enumerate(rows):
+                t[i, :len(r)] = torch.tensor(r, dtype=torch.float32)
+            return t
+
+        old = padded([b["old_logps"][k] for k in picked]) if b["old_logps"] is not None else None
+        rollout = None
+        if all(x.rollout_logps is not None for x in samples) and samples:
+            rows = [[0.0] * (len(x.input_ids) - len(x.rollout_logps)) + x.rollout_logps for x in samples]
+            rollout = padded(rows)
+        return {"input_ids": ids, "attention_mask": att, "completion_mask": cm,
+                "advantages": torch.tensor([b["advantages"][k] for k in picked], dtype=torch.float32),
+                "old_logps": old, "rollout_logps": rollout, "num_tokens": b["num_tokens"],
+                "item_ids": [x.item_id for x in samples]}
+
+
+def _portable(err: BaseException | None, rank: int) -> BaseException | None:
+    """``err`` if it survives pickling (to be sent to the other ranks), else a RuntimeError naming it."""
+    if err is None:
+        return None
+    import pickle
+
+    try:
+        pickle.loads(pickle.dumps(err))
+        return err
+    except Exception:  # noqa: BLE001 - an exception type that does not pickle
+        return RuntimeError(f"rank {rank}: {type(err).__name__}: {err}")
+
+
+def _pad(rows: list[list[int]], masks: list[list[int]], tokenizer):
+    from trainer.model.logprobs import right_pad
+
+    return right_pad(rows, masks, tokenizer.pad_token_id if tokenizer.pad_token_id is not None
+                     else tokenizer.eos_token_id)
+
+
+def _batch_to_json(batch: dict | None) -> dict | None:
+    if batch is None:
+        return None
+    return {**batch, "samples": [x.to_json() for x in batch["samples"]]}
+
+
+def _batch_from_json(state: dict) -> dict:
+    return {**state, "samples": [Rollout(**x) for x in state["samples"]]}
