@@ -39,23 +39,63 @@ def _stages(spec: dict):
     return OmegaConf.merge(OmegaConf.structured(ChainRunConfig), {"stages": spec}).stages
 
 
+def _start_logps(cfg, pairs_path, adapter=None) -> tuple[float, float]:
+    """Mean summed log-prob of the chosen and of the rejected completions of every pair in ``pairs_path``,
+    under ``cfg.model.path`` with ``adapter`` merged by peft (not the trainer's code), rendered as ``cfg``
+    (a stage's saved config) renders them."""
+    import torch
+    from peft import PeftModel
+
+    from eval_hooks.models import load_model, load_tokenizer
+    from eval_hooks.prompts import PromptSettings
+    from trainer.model.logprobs import build_preference_batch, sequence_logprobs
+
+    model, tok = load_model(cfg.model.path), load_tokenizer(cfg.model.path)
+    if adapter is not None:
+        model = PeftModel.from_pretrained(model, str(adapter)).merge_and_unload()
+    rows = [json.loads(line) for line in pairs_path.read_text().splitlines()]
+    batch = build_preference_batch(tok, [r["prompt"] for r in rows], [r["chosen"] for r in rows],
+                                   [r["rejected"] for r in rows], max_prompt_len=cfg.data.max_prompt_len,
+                                   max_completion_len=cfg.data.max_completion_len,
+                                   truncation="keep_start" if cfg.data.truncation == "keep_start" else "keep_end",
+                                   prompt_settings=PromptSettings.from_config(cfg.prompt))
+    with torch.no_grad():
+        logps, _, _ = sequence_logprobs(model.eval(), batch.input_ids, batch.attention_mask, batch.completion_mask)
+    chosen, rejected = logps.float().chunk(2)
+    return chosen.mean().item(), rejected.mean().item()
+
+
 def test_sft_then_dpo_chain_hands_on_the_adapter_and_skips_finished_stages(tmp_path):
-    records = _chain(tmp_path, "recipe=scope_sft_then_dpo_tiny", *FAST)
+    import dist_helpers as dh
+
+    # the DPO stage's first batch is every pair once (loss weighting, batch = the 8 rows of 2 quartets), so
+    # its step-1 log-probs are the mean over the file under the weights the stage started from
+    pairs = dh.write_pairs(tmp_path / "pairs.jsonl", 2)
+    run_dir = tmp_path / "run"
+    fast = [*FAST[:1], f"stages.dpo.extra=['trainer.max_steps=2','eval=none','data.train_path={pairs}',"
+            "'algo.weighting=loss','optim.batch_size=8','optim.grad_accum=1']", *FAST[2:]]
+    records = _chain(run_dir, "recipe=scope_sft_then_dpo_tiny", *fast)
     assert [r["status"] for r in records.values()] == ["trained", "trained"]
-    assert json.loads((tmp_path / "chain.json").read_text())["stages"]["dpo"]["step"] == 2
-    dpo_cfg = OmegaConf.load(tmp_path / "stages" / "dpo" / "config.yaml")
-    assert dpo_cfg.model.init_adapter == str(tmp_path / "stages" / "sft" / "final")
+    assert json.loads((run_dir / "chain.json").read_text())["stages"]["dpo"]["step"] == 2
+    dpo_cfg = OmegaConf.load(run_dir / "stages" / "dpo" / "config.yaml")
+    assert dpo_cfg.model.init_adapter == str(run_dir / "stages" / "sft" / "final")
     assert dpo_cfg.model.init_adapter_mode == "merge" and dpo_cfg.model.path == "tiny"
-    assert abs(read_metrics(tmp_path / "stages" / "dpo")[0]["rewards/margins"]) <= 1e-6
-    before = {s: (tmp_path / "stages" / s / "metrics.jsonl").read_text() for s in ("sft", "dpo")}
+    first = read_metrics(run_dir / "stages" / "dpo")[0]
+    assert first["step"] == 1
+    sft = _start_logps(dpo_cfg, pairs, adapter=run_dir / "stages" / "sft" / "final")
+    base = _start_logps(dpo_cfg, pairs)
+    assert (first["logps/chosen"], first["logps/rejected"]) == (pytest.approx(sft[0], abs=1e-4),
+                                                                pytest.approx(sft[1], abs=1e-4))
+    assert abs(sft[0] - base[0]) > 0.1 and abs(sft[1] - base[1]) > 0.1    # the SFT stage moved them (~0.8, ~1.0)
+    before = {s: (run_dir / "stages" / s / "metrics.jsonl").read_text() for s in ("sft", "dpo")}
 
-    records = _chain(tmp_path, "recipe=scope_sft_then_dpo_tiny", *FAST)
+    records = _chain(run_dir, "recipe=scope_sft_then_dpo_tiny", *fast)
     assert [r["status"] for r in records.values()] == ["skipped", "skipped"]
-    assert {s: (tmp_path / "stages" / s / "metrics.jsonl").read_text() for s in ("sft", "dpo")} == before
+    assert {s: (run_dir / "stages" / s / "metrics.jsonl").read_text() for s in ("sft", "dpo")} == before
 
-    changed = [o.replace("trainer.max_steps=3", "trainer.max_steps=4") for o in FAST]
+    changed = [o.replace("trainer.max_steps=3", "trainer.max_steps=4") for o in fast]
     with pytest.raises(ConfigError, match=r"(?s)stage 'sft' finished .* trainer.max_steps: saved 3 != now 4"):
-        _chain(tmp_path, "recipe=scope_sft_then_dpo_tiny", *changed)
+        _chain(run_dir, "recipe=scope_sft_then_dpo_tiny", *changed)
 
 
 def test_bad_chains_fail_before_training():

@@ -50,8 +50,9 @@ def test_dpo_tiny_run_logs_per_condition_and_evaluates_each_epoch(tmp_path):
     ck = run_dir / "checkpoints" / "step_7"
     assert (ck / "COMPLETE").exists() and (ck / "adapter" / "adapter_model.safetensors").exists()
     assert {p.name for p in ck.iterdir()} >= {"optimizer.pt", "scheduler.json", "rng_rank0.json", "trainer_state.json"}
-    assert "sampler" in json.dumps(json.loads((ck / "trainer_state.json").read_text())["source"]) or \
-        set(json.loads((ck / "trainer_state.json").read_text())["source"]) == {"epoch", "position"}
+    state = json.loads((ck / "trainer_state.json").read_text())
+    # 7 steps x 8 draws = 56 = one epoch of 48 + 8: the sampler's whole state is (epoch, position)
+    assert state["step"] == 7 and state["source"] == {"epoch": 1, "position": 8} and state["epoch_done"] == 1
     assert (run_dir / "run_complete.json").exists() and (run_dir / "meta.json").exists()
     meta = json.loads((run_dir / "meta.json").read_text())
     assert meta["packages"]["torch"] and meta["command"]
