@@ -32,8 +32,9 @@ from typing import Callable
 
 log = logging.getLogger(__name__)
 
-#: Default bound on a reply body (a completion reply is kilobytes; log-probs of long prompts, megabytes).
-DEFAULT_MAX_BODY_BYTES = 64 * 2 ** 20
+#: Default bound on a reply body (a completion reply is kilobytes; prompt log-probs of 64 long prompts, a few
+#: megabytes).
+DEFAULT_MAX_BODY_BYTES = 16 * 2 ** 20
 RETRY_AFTER_CAP_S = 60.0
 _DETAIL_ITEMS, _ITEM_CHARS, _TEXT_CHARS = 40, 300, 4000
 
@@ -132,19 +133,21 @@ def _attempt(method: str, url: str, data: bytes | None, headers: dict, limit_s: 
     cls = http.client.HTTPSConnection if u.scheme == "https" else http.client.HTTPConnection
     conn = cls(u.hostname, u.port, timeout=limit_s)
     fired = threading.Event()
+    end = time.monotonic() + limit_s
+    conn.connect()  # bounded by the socket timeout (limit_s)
+    sock = conn.sock  # kept: http.client drops conn.sock once a reply says the connection will close
 
     def watchdog():
         fired.set()
-        sock = conn.sock
-        if sock is not None:
-            try:
-                sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
+        try:
+            sock.shutdown(socket.SHUT_RDWR)  # wakes a blocked read at once
+        except OSError:
+            pass
 
-    timer = threading.Timer(limit_s, watchdog)
+    timer = threading.Timer(max(0.0, end - time.monotonic()), watchdog)
     timer.daemon = True
     timer.start()
+    resp = None
     try:
         path = u.path + (f"?{u.query}" if u.query else "")
         conn.request(method, path or "/", body=data, headers=headers)
@@ -159,6 +162,8 @@ def _attempt(method: str, url: str, data: bytes | None, headers: dict, limit_s: 
         raise
     finally:
         timer.cancel()
+        if resp is not None:  # the response holds the socket's file: close it too, so the connection ends
+            resp.close()
         conn.close()
 
 
@@ -185,7 +190,7 @@ def request(method: str, url: str, payload: dict | None, what: str, *, attempt_t
         hdrs.setdefault("Content-Type", "application/json")
     total = max_retries + 1
     last: ServerError | None = None
-    made = 0
+    made, deadline_hit = 0, False
     for attempt in range(1, total + 1):
         limit = attempt_timeout_s if deadline is None else min(attempt_timeout_s, deadline - time.monotonic())
         if limit <= 0:
@@ -216,13 +221,15 @@ def request(method: str, url: str, payload: dict | None, what: str, *, attempt_t
             last = ServerResponseError(err, attempts=attempt, status=status)
             retry_after = reply.headers.get("retry-after")
         wait = _wait_s(backoff_s, attempt - 1, retry_after)
-        more = attempt < total and (deadline is None or time.monotonic() + wait < deadline)
+        fits = deadline is None or time.monotonic() + wait < deadline
+        deadline_hit = deadline_hit or (attempt < total and not fits)
+        more = attempt < total and fits
         log.warning("%s: %s on %s (attempt %d/%d)%s", client, msg if status is None else f"HTTP {status}", url,
                     attempt, total, f", retrying in {wait:.2g} s" if more else ", giving up")
         if not more:
             break
         time.sleep(wait)
-    past = deadline is not None and time.monotonic() >= deadline - 1e-3
+    past = deadline_hit or deadline is not None and time.monotonic() >= deadline - 1e-3
     timed_out = past or bool(last is not None and last.timed_out)
     when = f"after {made} attempt{'s' if made != 1 else ''}" + (
         f" (the {client} deadline was reached)" if past else "")
