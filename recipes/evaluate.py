@@ -21,6 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import hydra
 from omegaconf import DictConfig
 
+from eval_hooks.backends.transport import exit_on_server_error
 from trainer.cli_help import cli_main
 from trainer.config import ConfigError, register_schemas, validate_common, validate_knowledge
 
@@ -88,6 +89,7 @@ def estimate_and_attach(rows: list[dict], backend, cfg: DictConfig) -> list[dict
 
 
 @hydra.main(config_path="../conf", config_name="evaluate", version_base=None)
+@exit_on_server_error
 def main(cfg: DictConfig) -> None:
     run(cfg)
 

@@ -32,6 +32,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import hydra
 from omegaconf import DictConfig
 
+from eval_hooks.backends.transport import exit_on_server_error
+
 from eval_hooks.vocab import MIST_CONDITIONS as CONDITIONS
 from trainer.cli_help import cli_main
 from trainer.config import register_schemas, validate_common, validate_knowledge
@@ -251,6 +253,7 @@ def run(cfg: DictConfig) -> dict:
 
 
 @hydra.main(config_path="../conf", config_name="mine_pairs", version_base=None)
+@exit_on_server_error
 def main(cfg: DictConfig) -> None:
     run(cfg)
 

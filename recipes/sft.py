@@ -29,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import hydra
 from omegaconf import DictConfig
 
+from eval_hooks.backends.transport import exit_on_server_error
 from trainer.cli_help import cli_main
 from trainer.config import register_schemas, validate_sft
 
@@ -98,6 +99,7 @@ def run(cfg: DictConfig):
 
 
 @hydra.main(config_path="../conf", config_name="sft", version_base=None)
+@exit_on_server_error
 def main(cfg: DictConfig) -> None:
     run(cfg)
 

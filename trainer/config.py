@@ -69,7 +69,8 @@ MixedPrecision = _choices("MixedPrecision", ("no", "bf16", "fp16"))
 Truncation = _choices("Truncation", TRUNCATIONS)
 OnInvalid = _choices("OnInvalid", ON_INVALID)
 Family = _choices("Family", tuple(FAMILIES))
-Backend = _choices("Backend", ("hf", "vllm_server"))
+Backend = _choices("Backend", ("hf", "vllm_server", "openai_chat"))
+ServerKind = _choices("ServerKind", ("auto", "vllm", "llama_cpp", "openai"))
 LoggerKind = _choices("LoggerKind", ("jsonl", "wandb"))
 MedFormat = _choices("MedFormat", MED_FORMATS)
 MedMitigation = _choices("MedMitigation", MED_MITIGATIONS)
@@ -217,12 +218,28 @@ class PromptConfig:
 
 @dataclass
 class GenerationConfig:
-    backend: Backend = _f("hf", "hf (in-process, current weights) | vllm_server (HTTP client of a vLLM server).")
+    backend: Backend = _f("hf", "hf (in-process, current weights) | vllm_server (HTTP client of a vLLM server's "
+                                "/v1/completions) | openai_chat (evaluate a model behind any OpenAI-compatible "
+                                "/v1/chat/completions endpoint; evaluation and mining only).")
     batch_size: int = _f(32, "Generation batch size of the HF backend.")
-    url: str = _f("http://127.0.0.1:8000", "vllm_server: base URL of the server.")
+    url: str = _f("http://127.0.0.1:8000", "vllm_server, openai_chat: base URL of the server (with or without /v1 "
+                                           "for openai_chat).")
     served_model_name: Optional[str] = _f(None, "vllm_server: the base model name the server serves (None = model.path).")
-    timeout_s: float = _f(120.0, "vllm_server: per-request timeout.")
-    max_retries: int = _f(3, "vllm_server: retries on transient errors, with exponential backoff.")
+    model: Optional[str] = _f(None, "openai_chat: the model name sent in every request (required).")
+    api_key_env: Optional[str] = _f(None, "openai_chat: name of the environment variable that holds the API key (sent "
+                                          "as 'Authorization: Bearer'); the key itself never goes into a config.")
+    concurrency: int = _f(4, "vllm_server, openai_chat: HTTP requests in flight.")
+    split_n: bool = _f(False, "openai_chat: send n calls of n=1 (seeds derived per sample) for servers that ignore n "
+                              "(llama.cpp) or refuse n > 1.")
+    max_tokens_field: str = _f("max_tokens", "openai_chat: name of the length field (max_tokens | max_completion_tokens).")
+    server_kind: ServerKind = _f("auto", "vllm_server: auto (from GET /v1/models: owned_by 'vllm' is vLLM) | vllm | "
+                                         "llama_cpp | openai. Not vLLM: text prompts, one prompt and one sample per "
+                                         "call, sampling fields in the server's own terms; RL rollouts, the "
+                                         "stale-weight probe, adapters and label probabilities are refused.")
+    timeout_s: float = _f(120.0, "vllm_server, openai_chat: time limit of a request. openai_chat: a deadline for "
+                                 "the whole request, retries and waits included; vllm_server: each attempt.")
+    max_retries: int = _f(3, "vllm_server, openai_chat: retries on transient errors (connection, 5xx; 429 for "
+                             "openai_chat), with exponential backoff; validation errors are never retried.")
     sync_every: int = _f(1, "vllm_server: push the LoRA adapter to the server every this many optimizer steps.")
     probe_threshold: float = _f(0.05, "vllm_server: max mean |Δlogp| between server and trainer on the probe sequence.")
     adapter_dir: Optional[str] = _f(None, "vllm_server: shared directory for synced adapters (None = <run_dir>/adapters).")
@@ -617,7 +634,9 @@ def validate_common(cfg) -> None:
             if not Path(t.resume).expanduser().exists():
                 raise ConfigError(f"trainer.resume={t.resume!r}: no such checkpoint path (auto | none | <checkpoint dir>)")
     if hasattr(cfg, "generation"):
-        _positive(cfg.generation, ("batch_size", "sync_every", "timeout_s"), "generation")
+        _positive(cfg.generation, ("batch_size", "sync_every", "timeout_s", "concurrency"), "generation")
+        if cfg.generation.backend == "openai_chat":
+            _validate_openai_chat(cfg)
     if hasattr(cfg, "logger"):
         import importlib.util
 
@@ -642,6 +661,25 @@ def _validate_init_adapter(cfg) -> None:
         raise ConfigError("generation=vllm_server with model.init_adapter_mode=merge: the server would sample from the "
                           "bare base plus the new adapter. Serve a merged model (python recipes/merge.py) as model.path, "
                           "or use model.init_adapter_mode=continue")
+
+
+def _validate_openai_chat(cfg) -> None:
+    """generation=openai_chat: what a chat endpoint can serve, checked before anything runs."""
+    import os
+
+    g = cfg.generation
+    if not g.model:
+        raise ConfigError("generation=openai_chat needs generation.model: the model name the server serves "
+                          "(GET <url>/v1/models lists it)")
+    if g.api_key_env and not os.environ.get(g.api_key_env):
+        raise ConfigError(f"generation.api_key_env={g.api_key_env!r} names an environment variable that is not set")
+    if cfg.get("adapter_path"):
+        raise ConfigError("generation=openai_chat evaluates the model the server serves: adapter_path cannot be "
+                          "applied to it (serve the adapter, or use generation=hf)")
+    if hasattr(cfg, "eval") and cfg.eval.family == "med" and cfg.eval.label_probs:
+        raise ConfigError("generation=openai_chat cannot score MedCounterfact's label probabilities ('ANSWER: <label>' "
+                          "is several tokens; a chat endpoint gives first-token top_logprobs only): set "
+                          "eval.label_probs=false, or use generation=hf")
 
 
 def validate_merge(cfg) -> None:
@@ -719,6 +757,9 @@ def validate_grpo(cfg, world: int | None = None) -> None:
     if a.env is not None and a.is_correction != "none":
         raise ConfigError("algo.is_correction needs per-token rollout log-probs, which environment rollouts "
                           "(algo.env) do not keep; use algo.is_correction=none")
+    if cfg.generation.backend == "openai_chat":
+        raise ConfigError("generation=openai_chat cannot run GRPO rollouts: they need the sampled token ids and their "
+                          "log-probs, which chat endpoints do not return; use generation=hf or generation=vllm_server")
     if cfg.generation.backend == "vllm_server" and not cfg.model.lora.enabled:
         raise ConfigError("generation=vllm_server needs model.lora.enabled=true: only a LoRA adapter can be synced to "
                           "the running server; with full fine-tuning it would keep sampling from its base weights")

@@ -65,12 +65,17 @@ def make_backend(gen_cfg, model, tokenizer, *, model_path: str, prompt_settings:
         from eval_hooks.backends.hf import HFBackend
 
         return HFBackend(model, tokenizer, batch_size=gen_cfg.batch_size, prompt_settings=prompt_settings)
+    if gen_cfg.backend == "openai_chat":  # the served model itself; the server applies its chat template
+        from eval_hooks.backends.openai_chat import backend_from_config
+
+        return backend_from_config(gen_cfg, prompt_settings)
     from eval_hooks.backends.vllm_server import VLLMServerBackend
 
     return VLLMServerBackend(gen_cfg.url, gen_cfg.served_model_name or model_path, tokenizer=tokenizer,
                              timeout_s=gen_cfg.timeout_s, max_retries=gen_cfg.max_retries,
                              prompt_settings=prompt_settings, adapter_prefix=adapter_prefix,
-                             error_context=server_log_context(gen_cfg))
+                             error_context=server_log_context(gen_cfg), concurrency=gen_cfg.concurrency,
+                             server_kind=gen_cfg.server_kind)
 
 
 def server_log_context(gen_cfg) -> Callable[[], str] | None:
@@ -92,7 +97,7 @@ def server_log_context(gen_cfg) -> Callable[[], str] | None:
 def server_errors(gen_cfg) -> tuple[type[BaseException], ...]:
     """Exceptions after which ``train_loop`` checkpoints before stopping (``checkpoint_on=``): the server's
     errors (dead, malformed reply, refused adapter) and a failed sync probe; none for in-process HF."""
-    if gen_cfg.backend != "vllm_server":
+    if gen_cfg.backend == "hf":
         return ()
     from eval_hooks.backends.vllm_server import ServerError
 
@@ -107,6 +112,8 @@ def build_inference_backend(model_cfg, gen_cfg, *, prompt_settings: PromptSettin
     present), optionally with a LoRA adapter, in-process or behind a vLLM server, rendering prompts
     under ``prompt_settings``. A ``model.init_adapter`` (``init_adapter_mode=merge``) is merged into the
     base first, as the trainers do."""
+    if gen_cfg.backend == "openai_chat":  # nothing loads here: the server holds the model
+        return make_backend(gen_cfg, None, None, model_path=model_cfg.path, prompt_settings=prompt_settings)
     from eval_hooks.models import load_tokenizer
 
     from .model import load_base_with_adapters

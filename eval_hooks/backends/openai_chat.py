@@ -53,8 +53,8 @@ from typing import Any, Sequence
 
 from .base import GenerationBackend, GenerationRequest, GenerationResult, Sample, derive_seed
 from ..prompts import PromptSettings
-from . import _http
-from ._http import ServerCapabilityError, ServerError, ServerResponseError, ServerUnreachableError
+from . import transport as _http
+from .transport import ServerCapabilityError, ServerError, ServerResponseError, ServerUnreachableError
 
 log = logging.getLogger(__name__)
 
@@ -225,3 +225,11 @@ class OpenAIChatBackend(GenerationBackend):
             z = sum(math.exp(v - m) for v in lp.values())
             out.append({lab: math.exp(v - m) / z for lab, v in lp.items()})
         return out
+
+
+def backend_from_config(gen, prompt_settings: PromptSettings | None = None) -> OpenAIChatBackend:
+    """The backend of a ``generation=openai_chat`` config node (``url, model, api_key_env, timeout_s, max_retries,
+    concurrency, split_n, max_tokens_field``), rendering evaluation prompts under ``prompt_settings``."""
+    return OpenAIChatBackend(gen.url, gen.model, api_key_env=gen.api_key_env or None, timeout_s=gen.timeout_s,
+                             max_retries=gen.max_retries, concurrency=gen.concurrency, split_n=gen.split_n,
+                             max_tokens_field=gen.max_tokens_field, prompt_settings=prompt_settings)

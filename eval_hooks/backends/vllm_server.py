@@ -58,8 +58,8 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from ..prompts import PromptSettings, render_prompt_text, request_prompt_ids
-from . import _http
-from ._http import ServerCapabilityError, ServerError, ServerResponseError, ServerUnreachableError
+from . import transport as _http
+from .transport import ServerCapabilityError, ServerError, ServerResponseError, ServerUnreachableError
 from .base import (GenerationBackend, GenerationRequest, GenerationResult, Sample, derive_seed, label_probabilities,
                    label_sequences)
 

@@ -20,8 +20,10 @@ HTTP errors, ``status``.
 
 from __future__ import annotations
 
+import ast
 import http.client
 import json
+import re
 import logging
 import socket
 import threading
@@ -74,11 +76,30 @@ def _clip(text: str, n: int) -> str:
 def _detail_item(d) -> str:
     if not isinstance(d, dict):
         return _clip(str(d), _ITEM_CHARS)
-    loc = ".".join(str(x) for x in d.get("loc", []) if x is not None)
+    loc = ".".join(str(x) for x in (d.get("loc") or []) if x is not None)
     text = f"{loc}: {d.get('msg', d)}" if loc else str(d.get("msg", d))
     if "input" in d:
         text += f" (input {_clip(json.dumps(d['input'], default=str), 80)})"
     return _clip(text, _ITEM_CHARS)
+
+
+_VALIDATION_HEAD = re.compile(r"^\s*\d+ validation errors?\b", re.I)
+
+
+def _validation_lines(msg: str) -> str:
+    """A validation-error text, one line per item: items that are dict literals (FastAPI's
+    ``RequestValidationError`` text) shown as ``loc: msg (input ...)``, other lines clipped; every item kept
+    up to a bound, so a useful field listed last is not cut off by an echoed long input."""
+    head, *lines = [ln.strip() for ln in msg.strip().splitlines() if ln.strip()]
+    items = []
+    for ln in lines:
+        try:
+            d = ast.literal_eval(ln) if ln.startswith("{") else None
+        except (ValueError, SyntaxError, MemoryError, RecursionError):
+            d = None
+        items.append(_detail_item(d) if isinstance(d, dict) else _clip(ln, _ITEM_CHARS))
+    more = f"; ... and {len(items) - _DETAIL_ITEMS} more lines" if len(items) > _DETAIL_ITEMS else ""
+    return head.rstrip(":") + (": " + "; ".join(items[:_DETAIL_ITEMS]) + more if items else "")
 
 
 def server_message(body: bytes | str) -> tuple[str, bool]:
@@ -97,6 +118,8 @@ def server_message(body: bytes | str) -> tuple[str, bool]:
     err = obj.get("error") if isinstance(obj, dict) else None
     if isinstance(err, dict) and err.get("message"):
         msg = str(err["message"])
+        if _VALIDATION_HEAD.match(msg):  # FastAPI/pydantic text in a message (llama.cpp): item by item
+            return _validation_lines(msg), True
         return _clip(msg, _TEXT_CHARS), "validation error" in msg.lower()
     if isinstance(err, str) or isinstance(detail, str):
         msg = str(err if isinstance(err, str) else detail)
@@ -247,3 +270,21 @@ def parse_json(reply: Reply, url: str, what: str, context: Callable[[], str] = l
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise ServerResponseError(f"malformed JSON from {url} for {what}: {e}; body starts "
                                   f"{reply.body[:200]!r}{context()}") from None
+
+
+def exit_on_server_error(main: Callable) -> Callable:
+    """Decorate a command-line entry point: a :class:`ServerError` (server down, refused request, missing
+    capability) ends the command with one ``error: ...`` line on stderr and exit status 1, not a traceback.
+    (Trainers have already checkpointed by then: ``train_loop``'s ``checkpoint_on``.)"""
+    import functools
+    import sys
+
+    @functools.wraps(main)
+    def wrapped(*args, **kwargs):
+        try:
+            return main(*args, **kwargs)
+        except ServerError as e:
+            print(f"error: {e}", file=sys.stderr)
+            raise SystemExit(1) from None
+
+    return wrapped
