@@ -221,6 +221,6 @@ def test_multi_token_labels_are_refused_before_any_call():
 
     with ChatServer(echo, logprobs=lambda body: []) as srv:
         b = OpenAIChatBackend(srv.url, "m")
-        with pytest.raises(ServerCapabilityError, match="not single first tokens.*eval.label_probs=false"):
+        with pytest.raises(ServerCapabilityError, match="not single first tokens.*eval.med.label_probs=false"):
             b.score_labels(["q"], ["ANSWER: A", "ANSWER: B"])
     assert srv.requests == []

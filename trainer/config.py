@@ -676,10 +676,10 @@ def _validate_openai_chat(cfg) -> None:
     if cfg.get("adapter_path"):
         raise ConfigError("generation=openai_chat evaluates the model the server serves: adapter_path cannot be "
                           "applied to it (serve the adapter, or use generation=hf)")
-    if hasattr(cfg, "eval") and cfg.eval.family == "med" and cfg.eval.label_probs:
+    if hasattr(cfg, "eval") and cfg.eval.family == "med" and cfg.eval.med.label_probs:
         raise ConfigError("generation=openai_chat cannot score MedCounterfact's label probabilities ('ANSWER: <label>' "
                           "is several tokens; a chat endpoint gives first-token top_logprobs only): set "
-                          "eval.label_probs=false, or use generation=hf")
+                          "eval.med.label_probs=false, or use generation=hf")
 
 
 def validate_merge(cfg) -> None:

@@ -202,7 +202,7 @@ class OpenAIChatBackend(GenerationBackend):
             raise ServerCapabilityError(
                 f"openai_chat at {self.url} cannot score the labels {list(labels)}: a chat endpoint gives log-probs of "
                 "the first generated token only (top_logprobs), and these labels are not single first tokens; "
-                "turn label probabilities off (eval.label_probs=false) or use generation=hf / a vLLM server")
+                "turn label probabilities off (eval.med.label_probs=false) or use generation=hf / a vLLM server")
         out = []
         for i, p in enumerate(prompts):
             req = GenerationRequest(messages=p) if isinstance(p, list) else GenerationRequest(prompt=p)
