@@ -148,7 +148,7 @@ def test_a_reply_larger_than_the_bound_is_refused_not_read_whole():
 
 
 def test_a_body_without_content_length_is_cut_at_the_bound():
-    from eval_hooks.backends.transport import _BodyTooLarge, _read_bounded
+    from eval_hooks.backends.transport import BodyTooLarge, _read_bounded
 
     class Chunked:  # what http.client gives for a chunked reply: no Content-Length, read1 in pieces
         def __init__(self):
@@ -162,7 +162,7 @@ def test_a_body_without_content_length_is_cut_at_the_bound():
             return b"x" * 1000
 
     r = Chunked()
-    with pytest.raises(_BodyTooLarge, match="more than 4500 bytes"):
+    with pytest.raises(BodyTooLarge, match="more than 4500 bytes"):
         _read_bounded(r, 4500)
     assert r.sent == 5000  # stopped at the first chunk past the bound
 

@@ -44,6 +44,7 @@ of choices; names the request). Connection errors, timeouts, HTTP 429 and 5xx ar
 
 from __future__ import annotations
 
+import http.client
 import logging
 import math
 import os
@@ -129,6 +130,19 @@ class OpenAIChatBackend(GenerationBackend):
         if not isinstance(out, dict) or not isinstance(out.get("choices"), list):
             raise ServerResponseError(f"{what}: reply from {self.url} has no 'choices' list: {str(out)[:300]}")
         return out
+
+    def check_reachable(self, timeout_s: float = 10.0) -> None:
+        """Raise :class:`ServerUnreachableError` unless the server answers ``GET <base>/models`` within
+        ``timeout_s`` (any HTTP status counts as an answer: some providers list no models). No generation."""
+        url = self.url[: -len("/chat/completions")] + "/models"
+        try:
+            _http._attempt("GET", url, None, self._headers, timeout_s, self.max_response_bytes)
+        except _http.BodyTooLarge:
+            pass
+        except (OSError, http.client.HTTPException) as e:
+            raise ServerUnreachableError(f"chat endpoint at {url} is unreachable ({type(e).__name__}: {e}) for "
+                                         "GET models (reachability check). Is the server running and the URL right?",
+                                         timed_out=isinstance(e, TimeoutError)) from None
 
     # -- generation -----------------------------------------------------------------------------
     def messages_of(self, req: GenerationRequest) -> list[dict]:

@@ -64,7 +64,7 @@ class ServerCapabilityError(ServerError):
     """The server lacks a feature this use needs (e.g. a non-vLLM server asked for prompt log-probs)."""
 
 
-class _BodyTooLarge(Exception):
+class BodyTooLarge(Exception):
     pass
 
 
@@ -138,7 +138,7 @@ class Reply:
 def _read_bounded(resp, limit_bytes: int) -> bytes:
     length = resp.getheader("Content-Length")
     if length and length.isdigit() and int(length) > limit_bytes:
-        raise _BodyTooLarge(f"Content-Length {int(length)} bytes")
+        raise BodyTooLarge(f"Content-Length {int(length)} bytes")
     chunks, total = [], 0
     while True:
         chunk = resp.read1(65536)
@@ -146,7 +146,7 @@ def _read_bounded(resp, limit_bytes: int) -> bytes:
             return b"".join(chunks)
         total += len(chunk)
         if total > limit_bytes:
-            raise _BodyTooLarge(f"more than {limit_bytes} bytes read")
+            raise BodyTooLarge(f"more than {limit_bytes} bytes read")
         chunks.append(chunk)
 
 
@@ -221,7 +221,7 @@ def request(method: str, url: str, payload: dict | None, what: str, *, attempt_t
         made = attempt
         try:
             reply = _attempt(method, url, data, hdrs, limit, max_body_bytes)
-        except _BodyTooLarge as e:
+        except BodyTooLarge as e:
             raise ServerResponseError(f"reply from {url} for {what} is larger than the {max_body_bytes}-byte bound "
                                       f"({e}); refused{context()}", attempts=attempt) from None
         except (OSError, http.client.HTTPException) as e:
