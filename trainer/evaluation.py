@@ -2,7 +2,8 @@
 
 ``load_eval_rows`` runs before any model loads, so a broken evaluation file fails the run at start-up
 rather than after the first epoch. ``make_backend`` builds the generation backend named by the
-``generation`` config: in-process HF over the live policy, or the vLLM server client.
+``generation`` config: in-process HF over the live policy, the vLLM server client, or (``openai_chat``)
+the client of a chat endpoint, which evaluates the model that server serves, not the policy.
 
 With ``generation=vllm_server`` the epoch-end evaluation of every trainer goes through the server, on the
 *current* weights: before each evaluation the LoRA adapter is saved, loaded on the server under a new

@@ -35,11 +35,20 @@ Protocol
   (the key itself is never stored in configs or logs). A named but unset variable is an error at
   construction time.
 
-Errors (shared with the vLLM client): :class:`ServerUnreachableError` (refused, reset, timed out after all
-retries; names the URL), :class:`ServerResponseError` (4xx other than 429, malformed JSON, wrong number
-of choices; names the request). Connection errors, timeouts, HTTP 429 and 5xx are retried
-``max_retries`` times, waiting ``backoff_s * 2**attempt`` or the server's ``Retry-After`` (capped at
-60 s), whichever is longer.
+Evaluation (``generation=openai_chat``, :func:`backend_from_config`): ``prompt_settings`` holds the
+``prompt`` group; ``eval_hooks.evaluate.build_requests`` puts its system turn and prefix into each row's
+messages, as for the HF backend, and the server applies its own chat template.
+
+Bounds and errors (``transport``, shared with the vLLM client): ``timeout_s`` is a **deadline for the
+whole request**, attempts and the waits between them included (a server that sends one byte at a time is
+cut off when it passes); a reply body over ``max_response_bytes`` (16 MiB) is refused without being read
+whole; ``choices`` must carry indexes ``0..n-1`` once each (a reply of one choice for ``n > 1`` suggests
+``split_n=true``). :class:`ServerUnreachableError` (refused, reset, timed out; names the URL),
+:class:`ServerResponseError` (the server's own message first, then status, URL and request; malformed
+JSON; wrong choices), :class:`ServerCapabilityError` (no log-probs). Errors carry ``attempts`` and
+``timed_out``. Connection errors, HTTP 429 and 5xx are retried ``max_retries`` times, waiting
+``backoff_s * 2**attempt`` or the server's ``Retry-After`` (capped at 60 s), whichever is longer, within the
+deadline; validation errors (HTTP 422, or a 4xx/5xx whose body is a validation error) never are.
 """
 
 from __future__ import annotations

@@ -29,7 +29,7 @@ Protocol (vLLM ``/v1/completions``; the reference server implements the same sub
 - ``logprobs=1`` + ``return_tokens_as_token_ids`` gives the sampled ids (``"token_id:<id>"``) and
   their log-probs. vLLM must run with ``--logprobs-mode raw_logprobs`` (the launcher passes it) so
   those are temperature-1 log-probs, as :class:`~eval_hooks.backends.base.Sample` documents.
-- ``top_k=-1, min_p=0, repetition_penalty=1`` are always sent, so a model's
+- ``top_k=-1, min_p=0, repetition_penalty=1`` are always sent to vLLM, so a model's
   ``generation_config.json`` cannot silently change the sampling distribution.
 - Prompt log-probs (probe, label scoring) use vLLM's ``prompt_logprobs`` extension: ``choices[0].
   prompt_logprobs`` is ``[None, {"<id>": {"logprob": ...}, ...}, ...]``.
@@ -40,11 +40,23 @@ Protocol (vLLM ``/v1/completions``; the reference server implements the same sub
   nonce), because a server may cache an adapter by name and keep serving stale weights under a reused
   one. ``use_adapter(path, version)`` routes a non-main rank to an adapter the main rank loaded.
 
-Errors: :class:`ServerUnreachableError` (names the URL), :class:`ServerResponseError` (malformed
-JSON, wrong number of samples, 4xx; names the request), :class:`AdapterLoadError` (never a silent
-fallback to the base model). Connection resets/refusals, timeouts and 5xx are retried
-``max_retries`` times with exponential backoff. ``error_context`` (e.g. the launcher's
-``last_log_lines``) is appended to every error so a dead server's last words reach the user.
+Servers that are not vLLM (``server_kind``: ``auto`` reads ``owned_by`` from ``GET /v1/models`` once, before
+the first generation; ``vllm`` | ``llama_cpp`` | ``openai`` set it): requests are rendered client side to
+*text* (the same renderer), sent one prompt and one sample per call (such servers may refuse token ids and
+prompt lists and drop ``n``; sample ``j`` of a seeded request gets ``derive_seed(seed, j)``), with the
+sampling fields in that server's terms (:data:`SAMPLING_FIELDS`: llama.cpp's ``repeat_penalty=1``,
+``top_k=0``, ``min_p=0``; nothing extra for an unknown server) and no vLLM-only field. Samples then carry
+text only. Adapters, prompt log-probs (the stale-weight probe, label probabilities) and so RL rollouts
+raise :class:`ServerCapabilityError` (one line) on such a server. :meth:`health` falls back to
+``/v1/models`` for servers without ``/health``.
+
+Errors: :class:`ServerUnreachableError` (names the URL), :class:`ServerResponseError` (the server's own
+message first; malformed JSON, wrong number of samples, 4xx, validation errors), :class:`AdapterLoadError`
+(never a silent fallback to the base model), :class:`ServerCapabilityError`. Connection resets/refusals,
+timeouts and 5xx other than validation errors are retried ``max_retries`` times with exponential backoff;
+``timeout_s`` bounds each attempt as a whole (not each socket read); reply bodies are bounded
+(``max_response_bytes``). ``error_context`` (e.g. the launcher's ``last_log_lines``) is appended to every
+error so a dead server's last words reach the user.
 """
 
 from __future__ import annotations
