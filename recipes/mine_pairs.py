@@ -33,7 +33,6 @@ import hydra
 from omegaconf import DictConfig
 
 from eval_hooks.backends.transport import exit_on_server_error
-
 from eval_hooks.vocab import MIST_CONDITIONS as CONDITIONS
 from trainer.cli_help import cli_main
 from trainer.config import register_schemas, validate_common, validate_knowledge
