@@ -8,7 +8,8 @@
     python -m eval_hooks split-folds --data items.jsonl --k 2 --seed 0 --out DIR
 
 F is one of mist, box2, taste, med. Bad input prints one ``error: <file>, line <n>, field '<f>': ...``
-message and exits with status 2, leaving no output behind.
+message and exits with status 2, leaving no output behind; a server that is unreachable or refuses a
+request prints one ``error: ...`` line (the server's own message first) and exits with status 1.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
+from .backends.transport import ServerError
 from .io import DataError, write_jsonl_atomic
 
 
@@ -179,6 +181,9 @@ def main(argv: list[str] | None = None) -> int:
     except DataError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except ServerError as e:  # a server down, a refused request: one line, not a traceback
+        print(f"error: {e}", file=sys.stderr)
+        return 1
     except ValueError as e:  # config errors of mine-forks (unknown key, bad value)
         if args.cmd != "mine-forks":
             raise

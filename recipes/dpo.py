@@ -23,6 +23,7 @@ import hydra
 import torch
 from omegaconf import DictConfig
 
+from eval_hooks.backends.transport import exit_on_server_error
 from trainer.config.cli_help import cli_main
 from trainer.config import register_schemas, validate_dpo
 
@@ -149,6 +150,7 @@ def dpo_step(model, mb: dict, *, algo, reference, policy, ref_table, device, log
 
 
 @hydra.main(config_path="../conf", config_name="dpo", version_base=None)
+@exit_on_server_error
 def main(cfg: DictConfig) -> None:
     run(cfg)
 

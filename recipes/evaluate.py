@@ -18,6 +18,7 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
+from eval_hooks.backends.transport import exit_on_server_error
 from trainer.config.cli_help import cli_main
 from trainer.config import ConfigError, register_schemas, validate_common, validate_knowledge
 
@@ -72,6 +73,7 @@ def estimate_and_attach(rows: list[dict], backend, cfg: DictConfig) -> list[dict
 
 
 @hydra.main(config_path="../conf", config_name="evaluate", version_base=None)
+@exit_on_server_error
 def main(cfg: DictConfig) -> None:
     run(cfg)
 

@@ -20,7 +20,7 @@ from eval_hooks.vocab import MED_FORMATS, MED_MITIGATIONS
 from trainer.config.choices import (Aggregation, Backend, Device, DistillMode, DistillPipelineKind,
                                     DistillPromptStyle, DistillSource, DistillStage, DistillTeacher, Dtype, Family, InitAdapterMode, ISCorrection,
                                     LoggerKind, MedFormat, MedJudge, MedMitigation, MixedPrecision, OnInvalid,
-                                    Pairing, Reference, Scheduler, StdScaling, TopkSupport, Truncation, Weighting)
+                                    Pairing, Reference, Scheduler, ServerKind, StdScaling, TopkSupport, Truncation, Weighting)
 
 
 def schema_field(default: Any, help: str, **kw):
@@ -162,12 +162,28 @@ class PromptConfig:
 
 @dataclass
 class GenerationConfig:
-    backend: Backend = _f("hf", "hf (in-process, current weights) | vllm_server (HTTP client of a vLLM server).")
+    backend: Backend = _f("hf", "hf (in-process, current weights) | vllm_server (HTTP client of a vLLM server's "
+                                "/v1/completions) | openai_chat (evaluate a model behind any OpenAI-compatible "
+                                "/v1/chat/completions endpoint; evaluation and mining only).")
     batch_size: int = _f(32, "Generation batch size of the HF backend.")
-    url: str = _f("http://127.0.0.1:8000", "vllm_server: base URL of the server.")
+    url: str = _f("http://127.0.0.1:8000", "vllm_server, openai_chat: base URL of the server (with or without /v1 "
+                                           "for openai_chat).")
     served_model_name: Optional[str] = _f(None, "vllm_server: the base model name the server serves (None = model.path).")
-    timeout_s: float = _f(120.0, "vllm_server: per-request timeout.")
-    max_retries: int = _f(3, "vllm_server: retries on transient errors, with exponential backoff.")
+    model: Optional[str] = _f(None, "openai_chat: the model name sent in every request (required).")
+    api_key_env: Optional[str] = _f(None, "openai_chat: name of the environment variable that holds the API key (sent "
+                                          "as 'Authorization: Bearer'); the key itself never goes into a config.")
+    concurrency: int = _f(4, "vllm_server, openai_chat: HTTP requests in flight.")
+    split_n: bool = _f(False, "openai_chat: send n calls of n=1 (seeds derived per sample) for servers that ignore n "
+                              "(llama.cpp) or refuse n > 1.")
+    max_tokens_field: str = _f("max_tokens", "openai_chat: name of the length field (max_tokens | max_completion_tokens).")
+    server_kind: ServerKind = _f("auto", "vllm_server: auto (from GET /v1/models: owned_by 'vllm' is vLLM) | vllm | "
+                                         "llama_cpp | openai. Not vLLM: text prompts, one prompt and one sample per "
+                                         "call, sampling fields in the server's own terms; RL rollouts, the "
+                                         "stale-weight probe, adapters and label probabilities are refused.")
+    timeout_s: float = _f(120.0, "vllm_server, openai_chat: time limit of a request. openai_chat: a deadline for "
+                                 "the whole request, retries and waits included; vllm_server: each attempt.")
+    max_retries: int = _f(3, "vllm_server, openai_chat: retries on transient errors (connection, 5xx; 429 for "
+                             "openai_chat), with exponential backoff; validation errors are never retried.")
     sync_every: int = _f(1, "vllm_server: push the LoRA adapter to the server every this many optimizer steps.")
     probe_threshold: float = _f(0.05, "vllm_server: max mean |Δlogp| between server and trainer on the probe sequence.")
     adapter_dir: Optional[str] = _f(None, "vllm_server: shared directory for synced adapters (None = <run_dir>/adapters).")

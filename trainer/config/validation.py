@@ -75,7 +75,9 @@ def validate_common(cfg) -> None:
             if not Path(t.resume).expanduser().exists():
                 raise ConfigError(f"trainer.resume={t.resume!r}: no such checkpoint path (auto | none | <checkpoint dir>)")
     if hasattr(cfg, "generation"):
-        _positive(cfg.generation, ("batch_size", "sync_every", "timeout_s"), "generation")
+        _positive(cfg.generation, ("batch_size", "sync_every", "timeout_s", "concurrency"), "generation")
+        if cfg.generation.backend == "openai_chat":
+            _validate_openai_chat(cfg)
     if hasattr(cfg, "logger"):
         import importlib.util
 
@@ -100,6 +102,25 @@ def _validate_init_adapter(cfg) -> None:
         raise ConfigError("generation=vllm_server with model.init_adapter_mode=merge: the server would sample from the "
                           "bare base plus the new adapter. Serve a merged model (python recipes/merge.py) as model.path, "
                           "or use model.init_adapter_mode=continue")
+
+
+def _validate_openai_chat(cfg) -> None:
+    """generation=openai_chat: what a chat endpoint can serve, checked before anything runs."""
+    import os
+
+    g = cfg.generation
+    if not g.model:
+        raise ConfigError("generation=openai_chat needs generation.model: the model name the server serves "
+                          "(GET <url>/v1/models lists it)")
+    if g.api_key_env and not os.environ.get(g.api_key_env):
+        raise ConfigError(f"generation.api_key_env={g.api_key_env!r} names an environment variable that is not set")
+    if cfg.get("adapter_path"):
+        raise ConfigError("generation=openai_chat evaluates the model the server serves: adapter_path cannot be "
+                          "applied to it (serve the adapter, or use generation=hf)")
+    if hasattr(cfg, "eval") and cfg.eval.family == "med" and cfg.eval.med.label_probs:
+        raise ConfigError("generation=openai_chat cannot score MedCounterfact's label probabilities ('ANSWER: <label>' "
+                          "is several tokens; a chat endpoint gives first-token top_logprobs only): set "
+                          "eval.med.label_probs=false, or use generation=hf")
 
 
 def validate_merge(cfg) -> None:
@@ -177,6 +198,9 @@ def validate_grpo(cfg, world: int | None = None) -> None:
     if a.env is not None and a.is_correction != "none":
         raise ConfigError("algo.is_correction needs per-token rollout log-probs, which environment rollouts "
                           "(algo.env) do not keep; use algo.is_correction=none")
+    if cfg.generation.backend == "openai_chat":
+        raise ConfigError("generation=openai_chat cannot run GRPO rollouts: they need the sampled token ids and their "
+                          "log-probs, which chat endpoints do not return; use generation=hf or generation=vllm_server")
     if cfg.generation.backend == "vllm_server" and not cfg.model.lora.enabled:
         raise ConfigError("generation=vllm_server needs model.lora.enabled=true: only a LoRA adapter can be synced to "
                           "the running server; with full fine-tuning it would keep sampling from its base weights")
