@@ -12,6 +12,8 @@ A chain recipe (``conf/recipe/<name>.yaml``) names its stages in order; each is 
 merge it into the base and train a fresh LoRA, or continue training it; see ``trainer/model.py``).
 Run the same command again after an interruption: finished stages are skipped, the interrupted one
 resumes from its newest complete checkpoint. ``"common=['k=v',...]"`` adds overrides to every stage.
+A stage trained from an earlier stage's ``final/`` that has since been retrained is refused (naming both
+content hashes); ``trainer.rerun_stale_stages=true`` retrains it instead.
 The stages run in this one process (``trainer/stages.py``), one after another.
 """
 
@@ -44,11 +46,12 @@ def compose(config_name: str, overrides: list[str]):
     return hydra_compose(config_name=config_name, overrides=list(overrides))
 
 
-def stage_runner(root, *, seed: int, common=(), log=None):
+def stage_runner(root, *, seed: int, common=(), log=None, rerun_stale: bool = False):
     from trainer.stages import SCRIPTS, StageRunner
 
     kw = {"log": log} if log is not None else {}
-    return StageRunner(root, seed=seed, compose=compose, runners=recipe_runners(SCRIPTS), common=common, **kw)
+    return StageRunner(root, seed=seed, compose=compose, runners=recipe_runners(SCRIPTS), common=common,
+                       rerun_stale=rerun_stale, **kw)
 
 
 def run(cfg: DictConfig) -> dict:
@@ -56,7 +59,8 @@ def run(cfg: DictConfig) -> dict:
     from trainer.stages import validate_chain
 
     validate_chain(cfg, compose)  # a bad chain or stage config fails before any model loads
-    return stage_runner(cfg.trainer.run_dir, seed=cfg.seed, common=list(cfg.common)).run_all(cfg.stages)
+    return stage_runner(cfg.trainer.run_dir, seed=cfg.seed, common=list(cfg.common),
+                        rerun_stale=cfg.trainer.rerun_stale_stages).run_all(cfg.stages)
 
 
 @hydra.main(config_path="../conf", config_name="chain", version_base=None)

@@ -10,7 +10,12 @@ stage's ``final/`` (``init_from``: the previous stage by default):
 
 Re-running the same command skips a stage whose ``run_complete.json`` exists (after checking that its
 saved config equals the one composed now), and resumes an interrupted stage from its newest complete
-checkpoint (``trainer.resume=auto``). A stage that stops early (preemption, ``trainer.stop_at_step``)
+checkpoint (``trainer.resume=auto``). A stage records what it started from (``stage_start.json``: the
+content hash of the previous stage's ``final/`` or of the base model, ``trainer/stage_start.py``); a
+stage whose start changed since (an earlier stage was retrained) is not complete: it is refused naming
+both hashes, or moved aside and retrained with ``rerun_stale=True`` (``trainer.rerun_stale_stages=true``).
+A stage whose ``run_complete.json`` exists but whose ``final/`` lost its weights is resumed from its
+newest complete checkpoint (which rewrites ``final/``), or retrained when it has none. A stage that stops early (preemption, ``trainer.stop_at_step``)
 ends the chain; running the command again continues it. ``<run_dir>/chain.json`` records each stage.
 
 The runner does not know the recipes: the caller passes ``compose(config_name, overrides)`` and one
@@ -84,9 +89,11 @@ class StageRunner:
 
     def __init__(self, root, *, seed: int, compose: Callable[[str, list[str]], Any],
                  runners: dict[str, Callable[[Any], Any]], common: list[str] | tuple[str, ...] = (),
-                 log: Callable[[str], None] = lambda msg: print(f"[chain] {msg}", flush=True)):
+                 log: Callable[[str], None] = lambda msg: print(f"[chain] {msg}", flush=True),
+                 rerun_stale: bool = False):
         self.root = Path(root).expanduser().resolve()
         self.seed, self.compose, self.runners, self.common, self.log = seed, compose, runners, list(common), log
+        self.rerun_stale = rerun_stale
         self.records: dict[str, dict] = {}
 
     def stage_dir(self, name: str) -> Path:
@@ -123,10 +130,13 @@ class StageRunner:
 
         from .run_dir import config_differences
 
+        from .stage_start import read_start, write_start
+
         run_dir = self.stage_dir(name)
         cfg = self.compose_stage(name, stage, source)
         done = run_dir / "run_complete.json"
-        if done.exists():
+        start = self._check_start(name, run_dir, cfg)
+        if done.exists() and not self._final_lost(name, run_dir):
             saved = OmegaConf.to_container(OmegaConf.load(run_dir / "config.yaml"), resolve=True)
             diffs = config_differences(saved, OmegaConf.to_container(cfg, resolve=True))
             if diffs:
@@ -135,12 +145,16 @@ class StageRunner:
             self.log(f"{name}: already complete ({done}), skipped")
             self.records[name] = {"status": "skipped", **json.loads(done.read_text())}
             return run_dir / "final"
-        resuming = (run_dir / "checkpoints").exists()
+        resuming = _has_complete_checkpoint(run_dir)  # a lone .tmp-step_N (a save cut short) is nothing to resume
         self.log(f"{name}: {'resuming' if resuming else 'training'} ({stage.script}.py, from "
                  f"{source + '/final' if source else 'model.path'}) in {run_dir}")
+        if read_start(run_dir) is None:
+            write_start(run_dir, start)
         _reset_accelerate()
         t0 = time.time()
         result = self.runners[stage.script](cfg)
+        if read_start(run_dir) is None:  # trainer.overwrite=true moved the record aside with the old run
+            write_start(run_dir, start)
         if result is None or result.stopped_early:
             self.log(f"{name}: stopped early at step {getattr(result, 'step', '?')}; run the same command to continue")
             self.records[name] = {"status": "stopped", "step": getattr(result, "step", None)}
@@ -148,6 +162,53 @@ class StageRunner:
         self.records[name] = {"status": "resumed" if resuming else "trained", "seconds": round(time.time() - t0, 1),
                               **json.loads(done.read_text())}
         return run_dir / "final"
+
+    def _check_start(self, name: str, run_dir: Path, cfg) -> dict:
+        """The stage's start now (``stage_start.start_identity``); a recorded start that differs makes the stage
+        stale: refused naming both hashes, or (``rerun_stale``) its directory moved aside for a retrain."""
+        from .run_dir import move_aside
+        from .stage_start import read_start, start_differences, start_identity
+
+        now = start_identity(cfg)
+        recorded = read_start(run_dir)
+        diffs = start_differences(recorded, now) if recorded is not None else []
+        if not diffs:
+            return now
+        if not self.rerun_stale:
+            raise ConfigError(
+                f"stage {name!r} in {run_dir} was trained from other weights than it would start from now (an "
+                f"earlier stage was retrained since), so it is not complete:\n  " + "\n  ".join(diffs)
+                + f"\nPass trainer.rerun_stale_stages=true to retrain it (its directory is moved aside to "
+                  f"{run_dir.name}.old-<n>), or use a new trainer.run_dir.")
+        dest = move_aside(run_dir)
+        self.log(f"{name}: its start changed since it trained (" + "; ".join(diffs) + f"): retraining "
+                 f"(trainer.rerun_stale_stages=true; the old stage moved to {dest})")
+        return now
+
+    def _final_lost(self, name: str, run_dir: Path) -> bool:
+        """``run_complete.json`` exists but ``final/`` lost its weights: the stage is not finished. Resume it from
+        its newest complete checkpoint (the loop rewrites ``final/``), or retrain it when it has none. True
+        when the stage must run again."""
+        import shutil
+
+        from .checkpoint import complete_checkpoints
+        from .run_dir import move_aside
+        from .stage_start import final_is_complete
+
+        final = run_dir / "final"
+        if final_is_complete(final):
+            return False
+        ckpts = complete_checkpoints(run_dir / "checkpoints")
+        if ckpts:
+            shutil.rmtree(final, ignore_errors=True)
+            (run_dir / "run_complete.json").unlink()
+            self.log(f"{name}: run_complete.json exists but {final} has no weights: not finished; resuming from "
+                     f"{ckpts[-1]} to write final/ again")
+        else:
+            dest = move_aside(run_dir)
+            self.log(f"{name}: run_complete.json exists but {final} has no weights and no complete checkpoint "
+                     f"is left: not finished; retraining (the old stage moved to {dest})")
+        return True
 
     def run_all(self, stages) -> dict[str, dict]:
         """Run every stage in order (stopping at one that stops early); writes ``<root>/chain.json``."""
@@ -160,6 +221,12 @@ class StageRunner:
                 break
         write_json_atomic(self.root / "chain.json", {"stages": self.records})
         return self.records
+
+
+def _has_complete_checkpoint(run_dir: Path) -> bool:
+    from .checkpoint import complete_checkpoints
+
+    return bool(complete_checkpoints(run_dir / "checkpoints"))
 
 
 def _reset_accelerate() -> None:
