@@ -22,7 +22,7 @@ import hydra
 from omegaconf import DictConfig
 
 from trainer.cli_help import cli_main
-from trainer.config import ConfigError, register_schemas, validate_common, validate_knowledge
+from trainer.config import ConfigError, check_adapter_weights, register_schemas, validate_common, validate_knowledge
 
 register_schemas()
 
@@ -44,6 +44,7 @@ def run(cfg: DictConfig) -> dict:
             check_adapter_path(cfg.adapter_path)
         except (FileNotFoundError, ValueError) as e:
             raise ConfigError(str(e)) from None
+        check_adapter_weights(cfg.adapter_path, cfg.model, "adapter_path")  # finite, and fits model.path
     validate_knowledge(cfg.knowledge)
     if cfg.knowledge.enabled and (cfg.eval.knowledge_path or cfg.eval.family != "mist"):
         raise ConfigError("knowledge.enabled estimates the evaluated model's knowledge of MIST items: it needs "

@@ -19,10 +19,16 @@ import json
 from pathlib import Path
 
 
+def file_sha256(path: Path, chunk: int = 1 << 20) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
 def tree_sha256(root: Path) -> str:
     """One SHA-256 over every file below ``root`` (relative path and content of each, in path order)."""
-    from .run_dir import file_sha256
-
     h = hashlib.sha256()
     for p in sorted(q for q in Path(root).rglob("*") if q.is_file()):
         h.update(f"{p.relative_to(root).as_posix()}\0{file_sha256(p)}\n".encode())
@@ -45,7 +51,6 @@ def pin(path: str) -> dict | None:
     from eval_hooks.hf_data import HF_PREFIX, is_saved_dataset, parse_hf_spec, split_disk_spec
 
     from .data_sources import resolve_data_path
-    from .run_dir import file_sha256
 
     real = str(resolve_data_path(str(path)))
     extra = {} if real == str(path) else {"source": str(path)}

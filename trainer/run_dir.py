@@ -18,7 +18,6 @@
 from __future__ import annotations
 
 import errno
-import hashlib
 import json
 import os
 import shutil
@@ -27,6 +26,7 @@ import time
 from pathlib import Path
 
 from .config import ConfigError
+from .data_pins import file_sha256  # noqa: F401 - the hash of a data file; kept importable from here
 
 LOCK_NAME = ".lock"
 DATA_HASHES = "data_hashes.json"
@@ -118,12 +118,6 @@ class RunLock:
 
 
 # -- data pinned by hash -------------------------------------------------------------------------
-def file_sha256(path: Path, chunk: int = 1 << 20) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(chunk):
-            h.update(block)
-    return h.hexdigest()
 
 
 def data_files(cfg) -> dict[str, str]:

@@ -26,7 +26,7 @@ _CACHE: dict[tuple, str] = {}  # (path, size, mtime_ns) -> sha256: a chain hashe
 
 
 def _file_sha256(path: Path) -> str:
-    from .run_dir import file_sha256
+    from .data_pins import file_sha256
 
     st = path.stat()
     key = (str(path.resolve()), st.st_size, st.st_mtime_ns)

@@ -223,6 +223,14 @@ class StageRunner:
         return self.records
 
 
+def exit_stopped(message: str) -> None:
+    """A stage stopped early (preempted, ``trainer.stop_at_step``) after saving its checkpoint: print ``message``
+    and exit 0, the rule of every entry point (a requeue wrapper reruns a command that exits 0 without
+    ``run_complete.json``; 1 would mean a failure). Ctrl-C exits 130 from the training loop itself."""
+    print(message, flush=True)
+    raise SystemExit(0)
+
+
 def _has_complete_checkpoint(run_dir: Path) -> bool:
     from .checkpoint import complete_checkpoints
 
