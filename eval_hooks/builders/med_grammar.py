@@ -217,7 +217,8 @@ def collect_aliases(p: Parsed, texts: list[str]) -> list[str]:
         for t in texts:
             for m in defined.finditer(normalize(t)):
                 a = m.group("abbr")
-                if is_abbreviation(a) and a not in aliases and (_initials_fit(a, name) or _initials_fit(a, p.head)) \
+                fits = any(_initials_fit(a, n) or _holds_initials(a, n) for n in (name, p.head))
+                if is_abbreviation(a) and a not in aliases and fits \
                         and not re.search(rf"(?<!\w){re.escape(a)}(?!\w)", comp):
                     aliases.append(a)
     for abbr in [a for a in aliases if is_abbreviation(a)]:  # "modified vaccinia virus Ankara ... (MVA85A)"
@@ -244,6 +245,13 @@ def _long_form(text: str, abbr: str, names: list[str]) -> str | None:
         if seg[k][:1].lower() == abbr[0].lower() and _initials_fit(abbr, cand):
             return cand
     return None
+
+
+def _holds_initials(abbr: str, name: str) -> bool:
+    """``abbr`` contains the initials of ``name``'s words (at least two): "nCPAP" for "continuous positive
+    airway pressure", a variant (nasal CPAP) of the same intervention, so an alias of it."""
+    initials = "".join(w[0] for w in re.split(r"[\s-]+", name) if w and w[0].isalpha())
+    return len(initials) >= 2 and initials.lower() in abbr.lower()
 
 
 def _initials_fit(abbr: str, head: str) -> bool:
