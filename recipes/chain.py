@@ -56,11 +56,12 @@ def stage_runner(root, *, seed: int, common=(), log=None, rerun_stale: bool = Fa
 
 def run(cfg: DictConfig) -> dict:
     """Run (or continue) the chain; returns ``{stage: record}`` as written to ``<run_dir>/chain.json``."""
-    from trainer.stages import validate_chain
+    from trainer.stages import chain_lock, validate_chain
 
     validate_chain(cfg, compose)  # a bad chain or stage config fails before any model loads
-    return stage_runner(cfg.trainer.run_dir, seed=cfg.seed, common=list(cfg.common),
-                        rerun_stale=cfg.trainer.rerun_stale_stages).run_all(cfg.stages)
+    with chain_lock(cfg.trainer.run_dir) as log:  # one chain per directory; chain.log written under the lock
+        return stage_runner(cfg.trainer.run_dir, seed=cfg.seed, common=list(cfg.common), log=log,
+                            rerun_stale=cfg.trainer.rerun_stale_stages).run_all(cfg.stages)
 
 
 @hydra.main(config_path="../conf", config_name="chain", version_base=None)

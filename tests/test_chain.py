@@ -175,6 +175,7 @@ def test_a_stage_on_a_retrained_earlier_stage_is_refused_naming_both_hashes_or_r
     assert json.loads((tmp_path / "stages" / "dpo" / "stage_start.json").read_text())[
         "model.init_adapter"]["sha256"] == new_sft
     assert (tmp_path / "stages" / "dpo.old-1" / "final" / "adapter_model.safetensors").read_bytes() == dpo_adapter
+    assert "dpo: its start changed since it trained" in (tmp_path / "chain.log").read_text()  # written under the lock
 
 
 class _FakeStages:

@@ -63,7 +63,7 @@ def _writing(path: Path):
             raise
         shutil.rmtree(path, ignore_errors=True)
         raise DiskFullError(errno.ENOSPC, f"no space left while writing {path} ({type(e).__name__}: {e}); the "
-                                          f"earlier checkpoints in {path.parent} are kept") from e
+                                          f"earlier checkpoints in {path.parent} are kept") from None  # one message
 
 
 def _test_pause(phase: str, step: int) -> None:

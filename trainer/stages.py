@@ -24,6 +24,7 @@ The runner does not know the recipes: the caller passes ``compose(config_name, o
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import time
@@ -221,6 +222,35 @@ class StageRunner:
                 break
         write_json_atomic(self.root / "chain.json", {"stages": self.records})
         return self.records
+
+
+@contextlib.contextmanager
+def chain_lock(root, prefix: str = "[chain]"):
+    """Hold ``<root>/.lock`` (``trainer.run_dir.RunLock``) for the life of a chain and write ``<root>/chain.log``
+    only while holding it: a second chain into the same directory is refused (naming the holder) before it
+    writes anything. Yields the runner's ``log``: each message printed and appended to ``chain.log``, which also
+    receives the process's logging records. (Hydra's own job log file is off for the chain: conf/chain.yaml.)"""
+    import logging
+
+    from .run_dir import RunLock
+
+    root = Path(root).expanduser().resolve()
+    root.mkdir(parents=True, exist_ok=True)
+    lock = RunLock(root).acquire()
+    handler = logging.FileHandler(root / "chain.log")
+    handler.setFormatter(logging.Formatter("[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"))
+    logging.getLogger().addHandler(handler)
+
+    def log(msg: str) -> None:
+        print(f"{prefix} {msg}", flush=True)
+        handler.handle(logging.LogRecord("chain", logging.INFO, __file__, 0, msg, None, None))
+
+    try:
+        yield log
+    finally:
+        logging.getLogger().removeHandler(handler)
+        handler.close()
+        lock.release()
 
 
 def exit_stopped(message: str) -> None:
