@@ -260,6 +260,10 @@ def test_an_abbreviation_holding_the_terms_initials_is_an_alias():
           "in addition to standard care. Scores differed in the nCPAP and standard care groups."]
     p = parse_question(q)
     assert "nCPAP" in collect_aliases(p, [q, *ev])
+    # ... but not one of the comparator's: item 268 compares plasma exchange with sham exchange
+    q268 = Q + "plasma exchange with sham exchange?"
+    ev268 = ["Patients received 10 plasma-exchange (PE) or sham plasma-exchange (SPE) treatments."]
+    assert "SPE" not in collect_aliases(parse_question(q268), [q268, *ev268])
     rec = {**REC, "question_id": 255, "question": q, "sources": {"1": {"content": ev[0]}}}
     items, _ = build_items([(1, rec)], seed=0)
     changed = [it for it in items if it["category"] != "original"]

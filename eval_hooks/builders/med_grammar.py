@@ -217,7 +217,8 @@ def collect_aliases(p: Parsed, texts: list[str]) -> list[str]:
         for t in texts:
             for m in defined.finditer(normalize(t)):
                 a = m.group("abbr")
-                fits = any(_initials_fit(a, n) or _holds_initials(a, n) for n in (name, p.head))
+                fits = any(_initials_fit(a, n) for n in (name, p.head)) or \
+                    _variant_abbreviation(a, (name, p.head), normalize(t)[:m.start()], comp)
                 if is_abbreviation(a) and a not in aliases and fits \
                         and not re.search(rf"(?<!\w){re.escape(a)}(?!\w)", comp):
                     aliases.append(a)
@@ -245,6 +246,18 @@ def _long_form(text: str, abbr: str, names: list[str]) -> str | None:
         if seg[k][:1].lower() == abbr[0].lower() and _initials_fit(abbr, cand):
             return cand
     return None
+
+
+def _variant_abbreviation(abbr: str, names: tuple[str, ...], before: str, comp: str) -> bool:
+    """``abbr`` defined after one of ``names`` names a variant of it: it holds the name's initials after a letter
+    of the word before the name ("nasal continuous positive airway pressure (nCPAP)"), and that word is not the
+    comparator's ("sham plasma-exchange (SPE)" against "sham exchange" is the control, not T)."""
+    prev = before.split()[-1:] if before.strip() else []
+    if not prev or prev[0][:1].lower() != abbr[:1].lower():
+        return False
+    if prev[0].lower().strip(",;") in normalize(comp).lower().split():
+        return False
+    return any(_holds_initials(abbr, n) for n in names)
 
 
 def _holds_initials(abbr: str, name: str) -> bool:
