@@ -103,9 +103,9 @@ def test_start_weights_of_a_stage(tmp_path):
         runner.start_overrides("missing", "merge")
 
 
-def _box2_chain(run_dir, env=None, **popen):
+def _box2_chain(run_dir, env=None, args=(), **popen):
     cmd = [sys.executable, str(ROOT / "recipes" / "chain.py"), "recipe=box2_tiny", f"trainer.run_dir={run_dir}",
-           "common=['trainer.progress=false']"]
+           "common=['trainer.progress=false']", *args]
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", **(env or {})}
     return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             **popen)
@@ -263,3 +263,32 @@ def test_a_stage_with_only_a_torn_checkpoint_says_training_not_resuming(tmp_path
     fake.run()
     assert any(m.startswith("sft: training (") for m in fake.logs), fake.logs
     assert not any(m.startswith("sft: resuming") for m in fake.logs)
+
+
+@pytest.mark.slow
+def test_box2_chain_with_sft_deleted_and_retrained_refuses_the_old_grpo_stage(tmp_path):
+    """The issue's exact commands (shortened stages): recipes/chain.py recipe=box2_tiny to the end; rm -rf
+    stages/sft; rerun with stages.sft.extra=['optim.lr=1.0e-2']. SFT retrains, GRPO is refused (exit 1) naming
+    both hashes, not skipped; with trainer.rerun_stale_stages=true GRPO retrains and the chain exits 0."""
+    import shutil
+
+    short = ["stages.sft.extra=['trainer.max_steps=3','eval=none','data.train_path=toy:0/box2_sft.jsonl']",
+             "stages.grpo.extra=['trainer.max_steps=2','eval=none']"]
+
+    def chain(*extra):
+        proc = _box2_chain(tmp_path, args=[*short, *extra])
+        out, _ = proc.communicate(timeout=900)
+        return proc.returncode, out
+
+    code, out = chain()
+    assert code == 0, out[-3000:]
+    grpo_adapter = (tmp_path / "stages" / "grpo" / "final" / "adapter_model.safetensors").read_bytes()
+    shutil.rmtree(tmp_path / "stages" / "sft")
+    lr = [s.replace("'eval=none'", "'eval=none','optim.lr=1.0e-2'") if "stages.sft" in s else s for s in short]
+    short[:] = lr
+    code, out = chain()
+    assert code == 1 and "grpo: already complete" not in out, out[-3000:]
+    assert "stage 'grpo'" in out and "sha256 when the stage started" in out and "rerun_stale_stages" in out
+    assert (tmp_path / "stages" / "grpo" / "final" / "adapter_model.safetensors").read_bytes() == grpo_adapter
+    code, out = chain("trainer.rerun_stale_stages=true")
+    assert code == 0 and "grpo: its start changed since it trained" in out and "sft: already complete" in out
