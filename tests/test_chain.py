@@ -179,8 +179,9 @@ def test_a_stage_on_a_retrained_earlier_stage_is_refused_naming_both_hashes_or_r
 
 
 class _FakeStages:
-    """A StageRunner over fake trainers: each writes final/ (weights from its start's hash and a counter), a
-    complete checkpoint and run_complete.json, as a real stage does; ``calls`` lists (stage, resumed)."""
+    """A StageRunner over fake trainers: each writes final/ (weights from its start), a complete checkpoint and
+    run_complete.json, as a real stage does (moving a previous run aside under trainer.overwrite=true, as
+    ``setup_run`` does); ``calls`` lists (stage, resumed)."""
 
     def __init__(self, root, base):
         from trainer.stages import StageRunner
@@ -194,12 +195,18 @@ class _FakeStages:
         return OmegaConf.create({"model": {"path": kv.get("model.path", str(self.base)).strip("'"),
                                            "init_adapter": kv.get("model.init_adapter", "").strip("'") or None,
                                            "init_adapter_mode": "merge"},
-                                 "trainer": {"run_dir": kv["trainer.run_dir"].strip("'")}, "lr": kv.get("lr")})
+                                 "trainer": {"run_dir": kv["trainer.run_dir"].strip("'"), "resume": "auto",
+                                             "overwrite": kv.get("trainer.overwrite") == "true"},
+                                 "lr": kv.get("lr")})
 
     def train(self, cfg):
         import types
 
-        run = tmp = __import__("pathlib").Path(cfg.trainer.run_dir)
+        from trainer.run_dir import prepare_fresh_or_refuse
+
+        run = __import__("pathlib").Path(cfg.trainer.run_dir)
+        run.mkdir(parents=True, exist_ok=True)
+        prepare_fresh_or_refuse(run, cfg.trainer)  # trainer.overwrite=true moves a previous run aside, as setup_run
         ckpt = run / "checkpoints" / "step_2"
         resumed = ckpt.joinpath("COMPLETE").exists()
         self.calls.append((run.name, resumed))

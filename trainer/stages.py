@@ -13,9 +13,12 @@ saved config equals the one composed now), and resumes an interrupted stage from
 checkpoint (``trainer.resume=auto``). A stage records what it started from (``stage_start.json``: the
 content hash of the previous stage's ``final/`` or of the base model, ``trainer/stage_start.py``); a
 stage whose start changed since (an earlier stage was retrained) is not complete: it is refused naming
-both hashes, or moved aside and retrained with ``rerun_stale=True`` (``trainer.rerun_stale_stages=true``).
-A stage whose ``run_complete.json`` exists but whose ``final/`` lost its weights is resumed from its
-newest complete checkpoint (which rewrites ``final/``), or retrained when it has none. A stage that stops early (preemption, ``trainer.stop_at_step``)
+both hashes, or retrained with ``rerun_stale=True`` (``trainer.rerun_stale_stages=true``; the stage runs
+with ``trainer.overwrite=true``, which moves the old one aside). A stage whose ``run_complete.json``
+exists but whose ``final/`` lost its weights is resumed from its newest complete checkpoint (which
+rewrites ``final/``), or retrained when it has none. Every rank of a multi-process launch runs the
+runner and takes the same decisions from the same files; only the training run itself (its main
+process) moves or writes stage files. A stage that stops early (preemption, ``trainer.stop_at_step``)
 ends the chain; running the command again continues it. ``<run_dir>/chain.json`` records each stage.
 
 The runner does not know the recipes: the caller passes ``compose(config_name, overrides)`` and one
@@ -120,9 +123,10 @@ class StageRunner:
             return [f"model.path={_quote(final)}"]
         raise FileNotFoundError(f"stage {source!r} has no final/ adapter or model in {final}: it did not complete")
 
-    def compose_stage(self, name: str, stage, source: str | None):
+    def compose_stage(self, name: str, stage, source: str | None, extra: tuple[str, ...] = ()):
         overrides = [*stage.overrides, *self.common, *stage.extra, f"seed={self.seed}",
-                     f"trainer.run_dir={_quote(self.stage_dir(name))}", *self.start_overrides(source, stage.init_mode)]
+                     f"trainer.run_dir={_quote(self.stage_dir(name))}", *self.start_overrides(source, stage.init_mode),
+                     *extra]
         return self.compose(stage.script, overrides)
 
     def run(self, name: str, stage, source: str | None) -> Path | None:
@@ -130,14 +134,16 @@ class StageRunner:
         from omegaconf import OmegaConf
 
         from .run_dir import config_differences
-
         from .stage_start import read_start, write_start
 
         run_dir = self.stage_dir(name)
         cfg = self.compose_stage(name, stage, source)
         done = run_dir / "run_complete.json"
-        start = self._check_start(name, run_dir, cfg)
-        if done.exists() and not self._final_lost(name, run_dir):
+        start, retrain = self._check_start(name, run_dir, cfg)
+        retrain = retrain or (done.exists() and self._final_lost(name, run_dir))
+        if retrain == "retrain":  # the trainer's main process moves the old stage to <name>.old-<n>
+            cfg = self.compose_stage(name, stage, source, extra=("trainer.overwrite=true",))
+        if done.exists() and not retrain:
             saved = OmegaConf.to_container(OmegaConf.load(run_dir / "config.yaml"), resolve=True)
             diffs = config_differences(saved, OmegaConf.to_container(cfg, resolve=True))
             if diffs:
@@ -146,15 +152,16 @@ class StageRunner:
             self.log(f"{name}: already complete ({done}), skipped")
             self.records[name] = {"status": "skipped", **json.loads(done.read_text())}
             return run_dir / "final"
-        resuming = _has_complete_checkpoint(run_dir)  # a lone .tmp-step_N (a save cut short) is nothing to resume
+        # a lone .tmp-step_N (a save cut short) is nothing to resume
+        resuming = retrain != "retrain" and _has_complete_checkpoint(run_dir)
         self.log(f"{name}: {'resuming' if resuming else 'training'} ({stage.script}.py, from "
                  f"{source + '/final' if source else 'model.path'}) in {run_dir}")
-        if read_start(run_dir) is None:
+        if read_start(run_dir) is None and not retrain and _main_process():
             write_start(run_dir, start)
         _reset_accelerate()
         t0 = time.time()
         result = self.runners[stage.script](cfg)
-        if read_start(run_dir) is None:  # trainer.overwrite=true moved the record aside with the old run
+        if _main_process() and (retrain == "retrain" or read_start(run_dir) is None):  # overwrite moved the old one
             write_start(run_dir, start)
         if result is None or result.stopped_early:
             self.log(f"{name}: stopped early at step {getattr(result, 'step', '?')}; run the same command to continue")
@@ -164,52 +171,44 @@ class StageRunner:
                               **json.loads(done.read_text())}
         return run_dir / "final"
 
-    def _check_start(self, name: str, run_dir: Path, cfg) -> dict:
-        """The stage's start now (``stage_start.start_identity``); a recorded start that differs makes the stage
-        stale: refused naming both hashes, or (``rerun_stale``) its directory moved aside for a retrain."""
-        from .run_dir import move_aside
+    def _check_start(self, name: str, run_dir: Path, cfg) -> tuple[dict, str | None]:
+        """(the stage's start now (``stage_start.start_identity``), ``"retrain"`` or None). A recorded start that
+        differs makes the stage stale: refused naming both hashes, or (``rerun_stale``) retrained."""
         from .stage_start import read_start, start_differences, start_identity
 
         now = start_identity(cfg)
         recorded = read_start(run_dir)
         diffs = start_differences(recorded, now) if recorded is not None else []
         if not diffs:
-            return now
+            return now, None
         if not self.rerun_stale:
             raise ConfigError(
                 f"stage {name!r} in {run_dir} was trained from other weights than it would start from now (an "
                 f"earlier stage was retrained since), so it is not complete:\n  " + "\n  ".join(diffs)
                 + f"\nPass trainer.rerun_stale_stages=true to retrain it (its directory is moved aside to "
                   f"{run_dir.name}.old-<n>), or use a new trainer.run_dir.")
-        dest = move_aside(run_dir)
         self.log(f"{name}: its start changed since it trained (" + "; ".join(diffs) + f"): retraining "
-                 f"(trainer.rerun_stale_stages=true; the old stage moved to {dest})")
-        return now
+                 f"(trainer.rerun_stale_stages=true; the old stage is moved to {run_dir.name}.old-<n>)")
+        return now, "retrain"
 
-    def _final_lost(self, name: str, run_dir: Path) -> bool:
-        """``run_complete.json`` exists but ``final/`` lost its weights: the stage is not finished. Resume it from
-        its newest complete checkpoint (the loop rewrites ``final/``), or retrain it when it has none. True
-        when the stage must run again."""
-        import shutil
-
+    def _final_lost(self, name: str, run_dir: Path) -> str | None:
+        """``run_complete.json`` exists but ``final/`` lost its weights: the stage is not finished. ``"resume"``
+        from its newest complete checkpoint (the loop writes ``final/`` and ``run_complete.json`` again), or
+        ``"retrain"`` when it has none; None when ``final/`` is complete."""
         from .checkpoint import complete_checkpoints
-        from .run_dir import move_aside
         from .stage_start import final_is_complete
 
         final = run_dir / "final"
         if final_is_complete(final):
-            return False
+            return None
         ckpts = complete_checkpoints(run_dir / "checkpoints")
         if ckpts:
-            shutil.rmtree(final, ignore_errors=True)
-            (run_dir / "run_complete.json").unlink()
             self.log(f"{name}: run_complete.json exists but {final} has no weights: not finished; resuming from "
                      f"{ckpts[-1]} to write final/ again")
-        else:
-            dest = move_aside(run_dir)
-            self.log(f"{name}: run_complete.json exists but {final} has no weights and no complete checkpoint "
-                     f"is left: not finished; retraining (the old stage moved to {dest})")
-        return True
+            return "resume"
+        self.log(f"{name}: run_complete.json exists but {final} has no weights and no complete checkpoint is "
+                 f"left: not finished; retraining (the old stage is moved to {run_dir.name}.old-<n>)")
+        return "retrain"
 
     def run_all(self, stages) -> dict[str, dict]:
         """Run every stage in order (stopping at one that stops early); writes ``<root>/chain.json``."""
@@ -234,6 +233,9 @@ def chain_lock(root, prefix: str = "[chain]"):
 
     from .run_dir import RunLock
 
+    if not _main_process():  # the other ranks of a launch only print
+        yield lambda msg: print(f"{prefix} {msg}", flush=True)
+        return
     root = Path(root).expanduser().resolve()
     root.mkdir(parents=True, exist_ok=True)
     lock = RunLock(root).acquire()
@@ -259,6 +261,13 @@ def exit_stopped(message: str) -> None:
     ``run_complete.json``; 1 would mean a failure). Ctrl-C exits 130 from the training loop itself."""
     print(message, flush=True)
     raise SystemExit(0)
+
+
+def _main_process() -> bool:
+    """The main process of a launch (``RANK`` as set by accelerate/torchrun; a plain run has none)."""
+    import os
+
+    return os.environ.get("RANK", "0") == "0"
 
 
 def _has_complete_checkpoint(run_dir: Path) -> bool:
