@@ -259,3 +259,35 @@ def test_cli_rewrite_model_plumbing(tmp_path, capsys):
 def test_abbreviation_hyphen_and_space_variants_but_not_the_comparator():
     out, _ = substitute("BoNTA, BoNT-A and BoNT A beat BoNTB.", ["BoNT-A"], "kite", comparator_terms("BoNT-B"))
     assert out == "Kite, kite and kite beat BoNTB."
+
+
+# -- issue 25 -------------------------------------------------------------------------------------------
+def test_an_abbreviation_holding_the_terms_initials_is_an_alias():
+    """MedEvidence item 255: "nasal continuous positive airway pressure (nCPAP)" left "nasal <T'> (nCPAP)"."""
+    q = ("Is the need for mechanical ventilation in children with acute bronchiolitis higher, lower, or the same "
+         "when comparing continuous positive airway pressure (CPAP) to control?")
+    ev = ["Infants were randomized to receive standard care, or nasal continuous positive airway pressure (nCPAP) "
+          "in addition to standard care. Scores differed in the nCPAP and standard care groups."]
+    p = parse_question(q)
+    assert "nCPAP" in collect_aliases(p, [q, *ev])
+    # ... but not one of the comparator's: item 268 compares plasma exchange with sham exchange
+    q268 = Q + "plasma exchange with sham exchange?"
+    ev268 = ["Patients received 10 plasma-exchange (PE) or sham plasma-exchange (SPE) treatments."]
+    assert "SPE" not in collect_aliases(parse_question(q268), [q268, *ev268])
+    rec = {**REC, "question_id": 255, "question": q, "sources": {"1": {"content": ev[0]}}}
+    items, _ = build_items([(1, rec)], seed=0)
+    changed = [it for it in items if it["category"] != "original"]
+    assert len(changed) == 4
+    for it in changed:
+        assert "CPAP" not in it["question"] + it["evidence"][0], it["evidence"][0]
+
+
+def test_building_from_a_file_whose_rows_all_lack_their_fields_is_an_error(tmp_path, capsys):
+    src = tmp_path / "m.jsonl"
+    src.write_text("".join(json.dumps({"id": i, "text": "no fields"}) + "\n" for i in range(3)))
+    out = tmp_path / "o.jsonl"
+    assert main(["build-medcounterfact", "--data", str(src), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert str(src) in err and "no item kept from 3 record(s)" in err
+    assert "field 'answer': unknown label None (3 record(s), e.g. line 1)" in err
+    assert not out.exists()

@@ -125,6 +125,9 @@ def build_inference_backend(model_cfg, gen_cfg, *, prompt_settings: PromptSettin
         if adapter_path:
             from peft import PeftModel
 
+            from trainer.model.adapter_check import check_adapter_finite
+
+            check_adapter_finite(adapter_path, "adapter_path")
             model = PeftModel.from_pretrained(model, adapter_path)
     backend = make_backend(gen_cfg, model, tokenizer, model_path=model_cfg.path, prompt_settings=prompt_settings)
     if adapter_path and gen_cfg.backend != "hf":

@@ -382,3 +382,6 @@ class StageConfig:
 @dataclass
 class ChainTrainerConfig:
     run_dir: str = _f("runs/chain", "Chain directory: stage <name> trains in <run_dir>/stages/<name>/; chain.json sums up.")
+    rerun_stale_stages: bool = _f(False, "Retrain a stage whose recorded start (stage_start.json: content hash of the "
+                                         "previous stage's final/ or the base model) differs from its start now, "
+                                         "moving its directory to stages/<name>.old-<n> first; false refuses it.")

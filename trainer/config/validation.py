@@ -102,6 +102,17 @@ def _validate_init_adapter(cfg) -> None:
         raise ConfigError("generation=vllm_server with model.init_adapter_mode=merge: the server would sample from the "
                           "bare base plus the new adapter. Serve a merged model (python recipes/merge.py) as model.path, "
                           "or use model.init_adapter_mode=continue")
+    check_adapter_weights(m.init_adapter, m, "model.init_adapter")
+
+
+def check_adapter_weights(path: str, model_cfg, field: str) -> None:
+    """Finite values and shapes that fit ``model_cfg.path`` (``trainer/model/adapter_check.py``), as a ConfigError."""
+    from trainer.model.adapter_check import AdapterError, check_adapter
+
+    try:
+        check_adapter(path, model_cfg, field)
+    except AdapterError as e:
+        raise ConfigError(str(e)) from None
 
 
 def _validate_openai_chat(cfg) -> None:
@@ -129,6 +140,7 @@ def validate_merge(cfg) -> None:
         raise ConfigError("adapters: give at least one adapter directory to merge, e.g. adapters=[runs/x/final]")
     for i, adapter in enumerate(cfg.adapters):
         check_adapter_dir(adapter, f"adapters[{i}]")
+        check_adapter_weights(adapter, cfg.model, f"adapters[{i}]")
     if Path(cfg.out_dir).expanduser().exists():
         raise ConfigError(f"out_dir={cfg.out_dir!r} exists; merge writes a new directory")
 
