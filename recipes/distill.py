@@ -53,7 +53,7 @@ def run(cfg: DictConfig):
     from trainer.data.train_data import SamplerSource, ShuffleSampler
     from trainer.distill.views import check_task_disjoint, choice_token_ids, has_choice_position, load_views
     from trainer.distill.steps import DistillSteps, sample_teacher
-    from trainer.core.loop import train_evaluate_finish
+    from trainer.train import train_evaluate_finish
     from trainer.model.policy import Reference, build_optimizer, build_policy, build_scheduler
     from trainer.core.run import setup_run
 

@@ -38,7 +38,7 @@ def run(cfg: DictConfig):
     from trainer.data.train_data import apply_length_policy
     from trainer.evaluation import load_eval_rows, make_backend
     from trainer.model.logprobs import build_preference_batch, sequence_logprobs
-    from trainer.core.loop import train_evaluate_finish
+    from trainer.train import train_evaluate_finish
     from trainer.model.policy import Reference, build_optimizer, build_policy, build_scheduler
     from trainer.core.run import setup_run
 

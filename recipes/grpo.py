@@ -50,7 +50,7 @@ def run(cfg: DictConfig):
     from trainer.rl.envs import resolve_env
     from trainer.evaluation import load_eval_rows, make_backend
     from trainer.model.logprobs import sequence_logprobs
-    from trainer.core.loop import train_evaluate_finish
+    from trainer.train import train_evaluate_finish
     from trainer.model.policy import Reference, build_optimizer, build_policy, build_scheduler
     from trainer.rl.rewards import GuardedReward, resolve_reward
     from trainer.rl.rollout import Ranks, RolloutSettings, RolloutSource, check_prompt_lengths, load_rl_prompts

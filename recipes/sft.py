@@ -41,7 +41,7 @@ def run(cfg: DictConfig):
     from trainer.data.train_data import SamplerSource, ShuffleSampler, load_sft_examples, resolve_data_path
     from trainer.evaluation import load_eval_rows, make_backend
     from trainer.model.logprobs import sequence_logprobs
-    from trainer.core.loop import train_evaluate_finish
+    from trainer.train import train_evaluate_finish
     from trainer.model.policy import build_optimizer, build_policy, build_scheduler
     from trainer.core.run import setup_run
     from trainer.data.sft_data import WindowSource, apply_sft_length_policy, collate_sft
