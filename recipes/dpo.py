@@ -122,10 +122,11 @@ def reference_table(reference, policy, collate, n: int, batch_size: int, device,
 
 
 def dpo_step(model, mb: dict, *, algo, reference, policy, ref_table, device, logprobs):
-    """Loss and metrics of one micro-batch of pairs (chosen rows first, then rejected): the weighted sigmoid
-    DPO loss against the reference (precomputed or the adapter-disabled policy), or NLL on the chosen rows
-    for ``algo.sft_on_chosen``; every metric also per condition."""
-    from trainer.algos.dpo import dpo_row_metrics, per_group_metrics, sigmoid_dpo_loss
+    """Loss and metrics of one micro-batch of pairs (chosen rows first, then rejected): the weighted DPO-style
+    loss ``algo.loss_type`` (``trainer.algos.dpo.DPO_LOSSES``; sigmoid by default) against the reference
+    (precomputed or the adapter-disabled policy), or NLL on the chosen rows for ``algo.sft_on_chosen``; every
+    metric also per condition."""
+    from trainer.algos.dpo import dpo_loss, dpo_row_metrics, per_group_metrics
     from trainer.algos.sft import masked_nll_loss
 
     batch = mb["batch"].to(device)
@@ -143,8 +144,8 @@ def dpo_step(model, mb: dict, *, algo, reference, policy, ref_table, device, log
             ref_logps, _, _ = logprobs(ref_model, *inputs)
         rc, rr = ref_logps.chunk(2)
     weights = mb["weights"].to(device) if algo.weighting == "loss" else None
-    loss, metrics = sigmoid_dpo_loss(pc, pr, rc, rr, beta=algo.beta, label_smoothing=algo.label_smoothing,
-                                     weights=weights)
+    loss, metrics = dpo_loss(algo.loss_type)(pc, pr, rc, rr, beta=algo.beta, label_smoothing=algo.label_smoothing,
+                                             weights=weights)
     metrics.update(per_group_metrics(dpo_row_metrics(pc, pr, rc, rr, beta=algo.beta), mb["conditions"]))
     return loss, metrics
 

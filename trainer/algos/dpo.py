@@ -7,6 +7,12 @@ Public API (names are stable):
 - ``sigmoid_dpo_loss(policy_chosen_logps, policy_rejected_logps, ref_chosen_logps, ref_rejected_logps, *, beta,
   label_smoothing=0.0, weights=None) -> (loss, metrics)``
 - ``per_group_metrics(row_metrics, groups, *, names=...) -> dict[str, float]``
+- ``DPO_LOSSES``: ``{name: loss}``, the DPO-style losses ``algo.loss_type`` picks from (``dpo_loss(name)``
+  looks one up). Every loss has :func:`sigmoid_dpo_loss`'s signature ``(pc, pr, rc, rr, *, beta,
+  label_smoothing, weights) -> (scalar loss, metrics)`` and returns at least its metric keys; one that has no
+  use for ``label_smoothing`` raises ``ValueError`` when it is not 0. To add one: the function here, its
+  entry below, and its name in ``DPO_LOSS_TYPES`` (:mod:`trainer.algos.choices`, torch-free, so the config
+  can offer it); docs/architecture.md#how-to-add.
 
 All log-probs are *summed* over completion tokens (see ``trainer.model.logprobs.sequence_logprobs``).
 """
@@ -18,7 +24,9 @@ from collections.abc import Sequence
 import torch
 import torch.nn.functional as F
 
-__all__ = ["dpo_row_metrics", "sigmoid_dpo_loss", "per_group_metrics"]
+from .choices import DPO_LOSS_TYPES
+
+__all__ = ["dpo_row_metrics", "sigmoid_dpo_loss", "per_group_metrics", "DPO_LOSSES", "dpo_loss"]
 
 
 def _check_same_shape(**tensors: torch.Tensor) -> None:
@@ -121,6 +129,19 @@ def sigmoid_dpo_loss(
         "logps/rejected": policy_rejected_logps.detach().mean(),
     }
     return loss, metrics
+
+
+#: ``algo.loss_type`` -> the loss; the keys are ``trainer.algos.choices.DPO_LOSS_TYPES`` (tests/test_algos_dpo.py).
+DPO_LOSSES = {"sigmoid": sigmoid_dpo_loss}
+
+
+def dpo_loss(name: str):
+    """The DPO-style loss registered as ``name`` in :data:`DPO_LOSSES`."""
+    try:
+        return DPO_LOSSES[name]
+    except KeyError:
+        raise ValueError(f"unknown DPO loss {name!r}; registered: {sorted(DPO_LOSSES)} "
+                         f"(the config offers {DPO_LOSS_TYPES})") from None
 
 
 _DEFAULT_GROUP_NAMES = {"accuracies": "rewards/accuracies", "margins": "rewards/margins",

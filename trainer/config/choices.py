@@ -12,7 +12,7 @@ from enum import Enum
 
 from eval_hooks.families import FAMILIES
 from eval_hooks.vocab import MED_FORMATS, MED_MITIGATIONS
-from trainer.algos.choices import AGGREGATIONS, STD_SCALINGS
+from trainer.algos.choices import AGGREGATIONS, DPO_LOSS_TYPES, STD_SCALINGS
 from trainer.algos.choices import LEVELS as IS_LEVELS
 from trainer.algos.choices import SUPPORTS as TOPK_SUPPORTS
 from trainer.data.choices import ON_INVALID, TRUNCATIONS, WEIGHTINGS
@@ -56,6 +56,7 @@ MedJudge = _choices("MedJudge", ("keyword", "self"))
 Weighting = _choices("Weighting", WEIGHTINGS)
 Pairing = _choices("Pairing", ("matched", "unmatched"))
 Reference = _choices("Reference", ("auto", "precomputed"))
+DPOLossType = _choices("DPOLossType", DPO_LOSS_TYPES)
 Aggregation = _choices("Aggregation", AGGREGATIONS)
 StdScaling = _choices("StdScaling", STD_SCALINGS)
 ISCorrection = _choices("ISCorrection", ("none", *IS_LEVELS))

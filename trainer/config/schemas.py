@@ -20,7 +20,8 @@ from eval_hooks.vocab import MED_FORMATS, MED_MITIGATIONS
 from trainer.config.choices import (Aggregation, Backend, Device, DistillMode, DistillPipelineKind,
                                     DistillPromptStyle, DistillSource, DistillStage, DistillTeacher, Dtype, Family, InitAdapterMode, ISCorrection,
                                     LoggerKind, MedFormat, MedJudge, MedMitigation, MixedPrecision, OnInvalid,
-                                    Pairing, Reference, Scheduler, ServerKind, StdScaling, TopkSupport, Truncation, Weighting)
+                                    DPOLossType, Pairing, Reference, Scheduler, ServerKind, StdScaling, TopkSupport,
+                                    Truncation, Weighting)
 
 
 def schema_field(default: Any, help: str, **kw):
@@ -221,6 +222,8 @@ class DPOAlgoConfig:
     name: str = _f("scope", "Label for this variant (scope, standard_dpo, unmatched, no_clean, ...).")
     beta: float = _f(0.1, "DPO temperature β in s(z,r) = β log π/π_ref.")
     label_smoothing: float = _f(0.0, "Conservative-DPO label smoothing ε (0 = plain sigmoid DPO).")
+    loss_type: DPOLossType = _f("sigmoid", "The DPO-style loss (trainer.algos.dpo.DPO_LOSSES): sigmoid (Rafailov et al. "
+                                           "2023, with label_smoothing as cDPO).")
     lambda_m: float = _f(0.25, "λ_m: mass of the misleading pool.")
     lambda_c: float = _f(0.25, "λ_c: mass of the clean pool.")
     lambda_p: float = _f(0.50, "λ_p: mass of the non-adversarial pools (split by ρ).")
@@ -268,7 +271,8 @@ class GRPOAlgoConfig:
     stop: list[str] = _f([], "Stop strings for rollouts.")
     is_correction: ISCorrection = _f("none", "Rollout/trainer mismatch correction: none | token | sequence (truncated IS).")
     is_cap: float = _f(2.0, "Truncation cap of the importance-sampling correction.")
-    env: Optional[str] = _f(None, "Multi-turn environment (trainer.rl.envs): toy_lookup | webshop (template) | 'pkg.module:Class'; "
+    env: Optional[str] = _f(None, "Multi-turn environment: a name in trainer.rl.envs.ENVIRONMENTS (e.g. toy_lookup; webshop is a "
+                                  "template) or an import path 'pkg.module:Class'; "
                                   "None = single-turn prompts scored by algo.reward.")
     env_max_turns: Optional[int] = _f(None, "Maximum assistant turns per environment episode (reward 0 when exceeded); "
                                             "None = the environment's own max_turns (4 unless its class sets one).")

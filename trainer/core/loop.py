@@ -27,7 +27,7 @@ from typing import Any, Callable, Protocol
 
 import torch
 
-from trainer.core.checkpoint import CheckpointManager
+from trainer.core.checkpoint import CheckpointManager, step_of
 from trainer.core.distributed import all_gather_object, any_rank, uses_deepspeed
 from trainer.core.interrupt import StopRequested, StopSignals
 from trainer.core.interrupt import signum as _stop_signum
@@ -306,7 +306,7 @@ def _save_last_completed(ctx, ckpt, save, source, snapshot, step: int, error: Ba
     if snapshot is not None:
         source.load_state_dict(snapshot)
     latest = ckpt.latest()
-    if step > 0 and (latest is None or latest.name != f"step_{step}"):
+    if step > 0 and (latest is None or step_of(latest) != step):  # the layout is checkpoint.py's
         save(step)
     if ctx.is_main:
         saved = f"checkpoint of step {step} in {ckpt.root} (resume with trainer.resume=auto)" if step else \
