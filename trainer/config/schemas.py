@@ -17,11 +17,11 @@ from omegaconf import MISSING
 
 from eval_hooks.families import FAMILIES
 from eval_hooks.vocab import MED_FORMATS, MED_MITIGATIONS
-from trainer.config.choices import (Aggregation, Backend, Device, DistillMode, DistillPipelineKind,
-                                    DistillPromptStyle, DistillSource, DistillStage, DistillTeacher, Dtype, Family, InitAdapterMode, ISCorrection,
-                                    LoggerKind, MedFormat, MedJudge, MedMitigation, MixedPrecision, OnInvalid,
-                                    DPOLossType, Pairing, Reference, Scheduler, ServerKind, StdScaling, TopkSupport,
-                                    Truncation, Weighting)
+from trainer.config.choices import (Aggregation, Backend, Device, DistillMode, DistillPipelineKind, DistillPromptStyle,
+                                    DistillSource, DistillStage, DistillTeacher, DPOLossType, Dtype, Family,
+                                    InitAdapterMode, ISCorrection, LoggerKind, MedFormat, MedJudge, MedMitigation,
+                                    MixedPrecision, OnInvalid, Pairing, Reference, Scheduler, ServerKind, StdScaling,
+                                    TopkSupport, Truncation, Weighting)
 
 
 def schema_field(default: Any, help: str, **kw):
