@@ -65,7 +65,7 @@ Dtype = _choices("Dtype", ("float32", "bfloat16", "float16"))
 InitAdapterMode = _choices("InitAdapterMode", ("merge", "continue"))
 Scheduler = _choices("Scheduler", ("cosine", "linear", "constant"))
 Device = _choices("Device", ("auto", "cpu"))
-MixedPrecision = _choices("MixedPrecision", ("no", "bf16", "fp16"))
+MixedPrecision = _choices("MixedPrecision", ("no", "bf16", "fp16", "auto"))
 Truncation = _choices("Truncation", TRUNCATIONS)
 OnInvalid = _choices("OnInvalid", ON_INVALID)
 Family = _choices("Family", tuple(FAMILIES))
@@ -150,7 +150,10 @@ class TrainerConfig:
     overwrite: bool = _f(False, "Start a new run in a run_dir that holds a previous one: the old run is moved "
                                 "aside to <run_dir>.old-<n> first (without it, trainer.resume=none there is refused).")
     device: Device = _f("auto", "auto | cpu. 'cpu' forces CPU even when CUDA is present.")
-    mixed_precision: MixedPrecision = _f("no", "no | bf16 | fp16 (accelerate autocast).")
+    mixed_precision: MixedPrecision = _f("no", "no | bf16 | fp16 (accelerate autocast; weights, LoRA parameters, "
+                                               "optimizer state and log-probs stay fp32) | auto (bf16 where the "
+                                               "hardware has it: a CUDA GPU with bf16, or a CPU with AMX-BF16 or "
+                                               "AVX512-BF16; else no, with a message).")
     max_consecutive_skips: int = _f(5, "Stop after this many consecutive steps skipped for NaN/Inf loss or gradients.")
     spike_factor: float = _f(5.0, "Log a loss spike when the loss exceeds this multiple of its running mean.")
     spike_ema_decay: float = _f(0.9, "Decay of that running mean (an exponential moving average of the step loss): "
@@ -250,6 +253,9 @@ class DataConfig:
     group_by_length: bool = _f(False, "SFT and DPO: sort each window of 16 micro-batches of draws by length, cut it into "
                                       "micro-batches and shuffle their order (less padding; same draws, same mass).")
     on_invalid: OnInvalid = _f("drop", "Invalid examples (identical chosen/rejected, empty completion, ...): drop (counted, reported) | error.")
+    shared_prompt: bool = _f(True, "DPO: run each pair's prompt once for chosen and rejected (one packed prompt+chosen+rejected "
+                                   "row, block attention mask, restarted positions; equal to the two-sequence batch within "
+                                   "float round-off, fewer tokens). False = two sequences per pair, as TRL.")
 
 
 # ---------------------------------------------------------------------------------------------
