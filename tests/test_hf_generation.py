@@ -100,3 +100,26 @@ def test_results_come_back_in_request_order(tiny_model, tiny_tokenizer, batch_si
     single = [HFBackend(tiny_model, tiny_tokenizer, batch_size=1).generate([r])[0] for r in reqs]
     assert [r.request for r in res] == reqs
     assert [r.samples[0].token_ids for r in res] == [r.samples[0].token_ids for r in single]
+
+
+def test_bf16_autocast_generation_records_fp32_logprobs(tiny_model, tiny_tokenizer):
+    """generation.mixed_precision=bf16: generate under autocast; each recorded log-prob (fp32 from bf16 logits)
+    within 0.05 of the fp32 log-prob of the same token and prefix (bf16: 8-bit mantissa), and not identical
+    to it (autocast really ran)."""
+    from omegaconf import OmegaConf
+
+    from trainer.config import GenerationConfig
+    from trainer.evaluation import make_backend
+
+    cfg = OmegaConf.structured(GenerationConfig(mixed_precision="bf16"))
+    backend = make_backend(cfg, tiny_model, tiny_tokenizer, model_path="tiny")
+    assert backend.autocast_dtype == torch.bfloat16
+    prompts = _prompts(tiny_tokenizer, 3)
+    diffs = []
+    for p, s in zip(prompts, backend._generate_batch(prompts, 6, 0.0, 1.0, (), None)):
+        with torch.no_grad():
+            logp = torch.log_softmax(tiny_model(input_ids=torch.tensor([p + s.token_ids])).logits.float(), dim=-1)[0]
+        want = logp[len(p) - 1:-1].gather(-1, torch.tensor(s.token_ids).unsqueeze(-1)).squeeze(-1)
+        diffs.append((torch.tensor(s.logprobs) - want).abs())
+    diffs = torch.cat(diffs)
+    assert float(diffs.max()) < 0.05 and float(diffs.max()) > 0

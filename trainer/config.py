@@ -222,6 +222,9 @@ class PromptConfig:
 class GenerationConfig:
     backend: Backend = _f("hf", "hf (in-process, current weights) | vllm_server (HTTP client of a vLLM server).")
     batch_size: int = _f(32, "Generation batch size of the HF backend.")
+    mixed_precision: MixedPrecision = _f("no", "hf backend: no | bf16 | fp16 (generation under torch.autocast; the "
+                                               "recorded log-probs are computed in fp32) | auto (bf16 where the "
+                                               "hardware has it, as trainer.mixed_precision=auto).")
     url: str = _f("http://127.0.0.1:8000", "vllm_server: base URL of the server.")
     served_model_name: Optional[str] = _f(None, "vllm_server: the base model name the server serves (None = model.path).")
     timeout_s: float = _f(120.0, "vllm_server: per-request timeout.")

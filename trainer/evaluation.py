@@ -64,7 +64,15 @@ def make_backend(gen_cfg, model, tokenizer, *, model_path: str, prompt_settings:
     if gen_cfg.backend == "hf":
         from eval_hooks.backends.hf import HFBackend
 
-        return HFBackend(model, tokenizer, batch_size=gen_cfg.batch_size, prompt_settings=prompt_settings)
+        import torch
+
+        from trainer.run import resolve_mixed_precision
+
+        device = next(model.parameters()).device.type
+        mp = resolve_mixed_precision(getattr(gen_cfg, "mixed_precision", "no"), cpu=device == "cpu")
+        dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(mp)
+        return HFBackend(model, tokenizer, batch_size=gen_cfg.batch_size, prompt_settings=prompt_settings,
+                         autocast_dtype=dtype)
     from eval_hooks.backends.vllm_server import VLLMServerBackend
 
     return VLLMServerBackend(gen_cfg.url, gen_cfg.served_model_name or model_path, tokenizer=tokenizer,

@@ -103,7 +103,9 @@ class HFBackend(GenerationBackend):
     name = "hf"
 
     def __init__(self, model, tokenizer, *, batch_size: int = 32, adapter_path: str | None = None,
-                 prompt_settings: PromptSettings | None = None):
+                 prompt_settings: PromptSettings | None = None, autocast_dtype=None):
+        """``autocast_dtype`` (e.g. ``torch.bfloat16``): generate under ``torch.autocast`` in that dtype (weights
+        unchanged; recorded log-probs still computed in fp32). None: the model's own dtype."""
         if adapter_path:
             from peft import PeftModel
 
@@ -112,6 +114,7 @@ class HFBackend(GenerationBackend):
         self.tokenizer = tokenizer
         self.batch_size = batch_size
         self.prompt_settings = prompt_settings or PromptSettings()
+        self.autocast_dtype = autocast_dtype
 
     # -- prompt rendering -------------------------------------------------------------------
     def prompt_ids(self, prompt: str | None = None, messages: list[dict] | None = None) -> list[int]:
@@ -202,7 +205,9 @@ class HFBackend(GenerationBackend):
             kwargs.update(stop_strings=list(stop), tokenizer=self.tokenizer)
         if seed is not None:
             torch.manual_seed(seed)
-        with torch.no_grad():
+        autocast = torch.autocast(self.device.type, dtype=self.autocast_dtype or torch.float32,
+                                  enabled=self.autocast_dtype is not None)
+        with torch.no_grad(), autocast:
             out = self.model.generate(input_ids=input_ids.to(self.device), attention_mask=attention.to(self.device),
                                       **kwargs)
         new = out.sequences[:, width:].cpu()
