@@ -11,7 +11,9 @@ plain ``generate``, measured side by side in one run. The last line printed is o
   at the same batch size and budget, greedy, on held-out capital questions; ``eval_same_text``: the fraction of
   rows with the same text.
 - ``bf16_speedup``: our fp32 DPO step time over our bf16-autocast step time (> 1: bf16 faster), with
-  ``bf16_loss_diff``, the absolute difference of the two losses on the same batch at the same weights.
+  ``bf16_loss_diff``, the absolute difference of the two losses on the same batch at the same weights (0 at
+  the start: LoRA's B is zero, so policy and reference agree in either precision and the loss is log 2), and
+  ``bf16_logp_rel_diff``, the largest relative difference of a pair's summed log-prob, bf16 against fp32.
 - ``shared_prompt_token_fraction_saved``: 1 - packed tokens / two-sequence tokens on the pairs.
 - ``peak_rss_gib``: this process's peak resident memory (both sides run in it, one after the other).
 
@@ -145,6 +147,7 @@ def dpo_figures(path: str, pairs, steps: int, workdir: str) -> dict:
     import torch
 
     from eval_hooks.models import load_tokenizer
+    from trainer.shared_prompt import shared_prompt_logprobs
 
     tok = load_tokenizer(path)
     _, model = build_our_policy(path, rank=16)
@@ -152,6 +155,9 @@ def dpo_figures(path: str, pairs, steps: int, workdir: str) -> dict:
     packed = ours.mb["packed"]
     with torch.no_grad():
         loss32, loss16 = float(ours.loss()), float(ours.loss(bf16=True))
+        lp32 = shared_prompt_logprobs(model, packed)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            lp16 = shared_prompt_logprobs(model, packed)
     trl = TrlStep(path, tok, [p for p, _, _ in pairs], [c for _, c, _ in pairs], [r for _, _, r in pairs], rank=16,
                   seq_len=320, pairs=len(pairs), our_model=model, workdir=workdir)
     ours(), trl(), ours(bf16=True)  # warm-up
@@ -166,6 +172,7 @@ def dpo_figures(path: str, pairs, steps: int, workdir: str) -> dict:
         bf16.append(timed(partial(ours, bf16=True)))
     return {"dpo_time_ratio": statistics.median(ratios), "dpo_step_s_ours": statistics.median(fp32),
             "bf16_speedup": statistics.median(fp32) / statistics.median(bf16), "bf16_loss_diff": abs(loss32 - loss16),
+            "bf16_logp_rel_diff": float(((lp16 - lp32).abs() / lp32.abs()).max()),
             "shared_prompt_token_fraction_saved": packed.token_fraction_saved}
 
 
