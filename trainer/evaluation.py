@@ -61,7 +61,15 @@ def make_backend(gen_cfg, model, tokenizer, *, model_path: str, prompt_settings:
     if gen_cfg.backend == "hf":
         from eval_hooks.backends.hf import HFBackend
 
-        return HFBackend(model, tokenizer, batch_size=gen_cfg.batch_size, prompt_settings=prompt_settings)
+        import torch
+
+        from trainer.core.run import resolve_mixed_precision
+
+        device = next(model.parameters()).device.type
+        mp = resolve_mixed_precision(gen_cfg.mixed_precision, cpu=device == "cpu")
+        dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(mp)
+        return HFBackend(model, tokenizer, batch_size=gen_cfg.batch_size, prompt_settings=prompt_settings,
+                         autocast_dtype=dtype)
     if gen_cfg.backend == "openai_chat":  # the served model itself; the server applies its chat template
         from eval_hooks.backends.openai_chat import backend_from_config
 

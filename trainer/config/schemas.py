@@ -96,7 +96,10 @@ class TrainerConfig:
     overwrite: bool = _f(False, "Start a new run in a run_dir that holds a previous one: the old run is moved "
                                 "aside to <run_dir>.old-<n> first (without it, trainer.resume=none there is refused).")
     device: Device = _f("auto", "auto | cpu. 'cpu' forces CPU even when CUDA is present.")
-    mixed_precision: MixedPrecision = _f("no", "no | bf16 | fp16 (accelerate autocast).")
+    mixed_precision: MixedPrecision = _f("no", "no | bf16 | fp16 (accelerate autocast; weights, LoRA parameters, "
+                                               "optimizer state and log-probs stay fp32) | auto (bf16 where the "
+                                               "hardware has it: a CUDA GPU with bf16, or a CPU with AMX-BF16 or "
+                                               "AVX512-BF16; else no, with a message).")
     max_consecutive_skips: int = _f(5, "Stop after this many consecutive steps skipped for NaN/Inf loss or gradients.")
     spike_factor: float = _f(5.0, "Log a loss spike when the loss exceeds this multiple of its running mean.")
     spike_ema_decay: float = _f(0.9, "Decay of that running mean (an exponential moving average of the step loss): "
@@ -167,6 +170,9 @@ class GenerationConfig:
                                 "/v1/completions) | openai_chat (evaluate a model behind any OpenAI-compatible "
                                 "/v1/chat/completions endpoint; evaluation and mining only).")
     batch_size: int = _f(32, "Generation batch size of the HF backend.")
+    mixed_precision: MixedPrecision = _f("no", "hf backend: no | bf16 | fp16 (generation under torch.autocast; the "
+                                               "recorded log-probs are computed in fp32) | auto (bf16 where the "
+                                               "hardware has it, as trainer.mixed_precision=auto).")
     url: str = _f("http://127.0.0.1:8000", "vllm_server, openai_chat: base URL of the server (with or without /v1 "
                                            "for openai_chat).")
     served_model_name: Optional[str] = _f(None, "vllm_server: the base model name the server serves (None = model.path).")
@@ -212,6 +218,9 @@ class DataConfig:
     group_by_length: bool = _f(False, "SFT and DPO: sort each window of 16 micro-batches of draws by length, cut it into "
                                       "micro-batches and shuffle their order (less padding; same draws, same mass).")
     on_invalid: OnInvalid = _f("drop", "Invalid examples (identical chosen/rejected, empty completion, ...): drop (counted, reported) | error.")
+    shared_prompt: bool = _f(True, "DPO: run each pair's prompt once for chosen and rejected (one packed prompt+chosen+rejected "
+                                   "row, block attention mask, restarted positions; equal to the two-sequence batch within "
+                                   "float round-off, fewer tokens). False = two sequences per pair, as TRL.")
 
 
 # ---------------------------------------------------------------------------------------------
