@@ -39,8 +39,9 @@ def _cmd_score(args) -> int:
     rows = load_rows(args.family, args.rows)
     responses = read_responses(args.responses, rows)
     _check_responses(rows, responses, str(args.responses))
+    baseline = json.loads(Path(args.baseline).read_text()) if args.baseline else None
     metrics = score_responses(args.family, rows, responses, args.out, step=args.step, n_boot=args.n_boot,
-                              seed=args.seed, title=args.title)
+                              seed=args.seed, title=args.title, baseline=baseline)
     headline = {k: v for k, v in metrics.items() if k not in ("ci", "slices", "per_cell", "eval_settings")}
     print(json.dumps(headline, indent=1, default=str)[:4000])
     print(f"wrote {Path(args.out) / 'metrics.json'}, item_scores.jsonl and report.md")
@@ -128,6 +129,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--n-boot", type=int, default=1000, help="bootstrap resamples for the confidence intervals")
     s.add_argument("--seed", type=int, default=0, help="bootstrap seed")
     s.add_argument("--title", default=None, help="report title")
+    s.add_argument("--baseline", default=None, help="mist: a baseline evaluation's metrics.json; warn when format "
+                   "compliance drops by more than 20 points against it")
     s.set_defaults(func=_cmd_score)
 
     b = _builder(sub, "build-gsm8k", "build MIST quartets from a QA JSONL with numeric answers",

@@ -8,6 +8,7 @@ is the same scoring for generations that came from anywhere else (the ``score`` 
 from __future__ import annotations
 
 import shutil
+import sys
 from pathlib import Path
 from typing import Mapping, Sequence
 
@@ -100,15 +101,18 @@ def score_rows(family: str, rows: Sequence[dict], responses: Mapping[str, str]) 
 
 def score_responses(family: str, rows: Sequence[dict], responses: Mapping[str, str], out_dir: str | Path, *,
                     step: int | None = None, n_boot: int = 1000, seed: int = 0, title: str | None = None,
-                    extra: Mapping | None = None) -> dict:
+                    extra: Mapping | None = None, baseline: Mapping | None = None) -> dict:
     """Score ``responses`` (``{row_id: text}``, one per row) against ``rows``; write
     ``out_dir/{metrics.json, item_scores.jsonl, report.md, *.png}`` atomically; return the metrics.
 
     The files are built in a temporary directory beside ``out_dir`` and moved into place only when
     all of them exist, so a failure leaves no half-written output. ``step`` (and ``extra``) are
-    recorded in ``metrics.json``.
+    recorded in ``metrics.json``. ``baseline`` (MIST): a baseline evaluation's metrics; a format-compliance drop
+    against it is added to ``warnings`` (``eval_hooks.metrics.mist.quality_warnings``). Warnings are also
+    printed to stderr.
     """
     from .metrics import compute_metrics
+    from .metrics.mist import quality_warnings
     from .report import write_report
 
     item_scores = score_rows(family, rows, responses)
@@ -116,6 +120,10 @@ def score_responses(family: str, rows: Sequence[dict], responses: Mapping[str, s
     metrics.setdefault("family", family)
     metrics.setdefault("n_rows", len(item_scores))
     metrics.setdefault("n_unparsed_rows", sum(not s["parse_ok"] for s in item_scores))
+    if family == "mist":
+        metrics["warnings"] = quality_warnings(metrics, dict(baseline) if baseline else None)
+        for w in metrics["warnings"]:
+            print(f"warning: {w}", file=sys.stderr)
     if step is not None:
         metrics["step"] = step
     if extra:

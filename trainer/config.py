@@ -454,7 +454,9 @@ class MineRunConfig:
     items_path: str = _f(MISSING, "MIST-format training items: JSONL/Parquet file, save_to_disk directory, "
                                   "'hf:org/name[:config][:split]' or a registered data source.")
     out_dir: str = _f("runs/mine_pairs", "Writes pairs.jsonl (quartets) and mining_stats.json here.")
-    max_new_tokens: int = _f(64, "Generation budget for mining.")
+    max_new_tokens: Optional[int] = _f(None, "Generation budget for mining; None = the items' answer format's "
+                                       "(eval_hooks.parsers.answer_budget: short_text 32, reasoning formats 512, the "
+                                       "tiny model 4). Completions cut off by it are dropped (mining_stats.json: cut_off).")
     use_fallback: bool = _f(True, "Elicit r+ with a private diagnostic note when the clean answer is wrong.")
     fallback_note: str = _f("Private note for you only: the correct answer is {gold}. Answer the question normally and do not mention this note.",
                             "Template of the elicitation note ({gold} is filled in). Never part of the DPO prompt.")
@@ -581,11 +583,53 @@ def _positive(cfg, keys: tuple[str, ...], group: str, *, strict: bool = True) ->
             raise ConfigError(f"{group}.{k} must be {'> 0' if strict else '>= 0'}, got {v}")
 
 
+TOY_GROUPS = {"optim": ("tiny",), "data": ("toy_",), "eval": ("toy_",)}
+
+
+def _hydra_choices() -> dict:
+    try:
+        from hydra.core.hydra_config import HydraConfig
+
+        return dict(HydraConfig.get().runtime.choices) if HydraConfig.initialized() else {}
+    except Exception:  # composed without a Hydra run (tests, compose API)
+        return {}
+
+
+def check_real_model_settings(cfg, choices: dict | None = None) -> None:
+    """A real model (anything but the built-in tiny one) never runs with the toy's settings: a toy evaluation set or
+    toy data (``toy:`` paths), or a toy config group (optim=tiny, data=toy_*, eval=toy_*) chosen by
+    default. Refused here, before the model loads, naming what to use instead."""
+    from eval_hooks.model_source import is_toy_model
+
+    if is_toy_model(cfg.model.path):
+        return
+    found = []
+    ev = getattr(cfg, "eval", None)
+    if ev is not None and ev.enabled and str(ev.path or "").startswith("toy:"):
+        found.append(f"eval.path={ev.path} (a toy evaluation set)")
+    for key in ("data.train_path", "items_path"):
+        node, _, leaf = key.rpartition(".")
+        holder = getattr(cfg, node, None) if node else cfg
+        v = getattr(holder, leaf, None) if holder is not None and leaf in holder else None
+        if isinstance(v, str) and v.startswith("toy:"):
+            found.append(f"{key}={v} (toy data)")
+    choices = _hydra_choices() if choices is None else choices
+    for group, prefixes in TOY_GROUPS.items():
+        c = choices.get(group)
+        if c and c.startswith(prefixes) and not any(f.startswith(group) for f in found):
+            found.append(f"{group}={c} (the toy's settings)")
+    if found:
+        raise ConfigError(f"model.path={cfg.model.path} is a real model but the run has the toy model's settings: "
+                          f"{'; '.join(found)}. Use a matching recipe (e.g. recipe=scope_smollm2_135m) or set them: "
+                          f"eval=facts eval.path=<facts_heldout.jsonl>, data=facts_pairs, optim=small_real")
+
+
 def validate_common(cfg) -> None:
     from eval_hooks.models import check_model_path
 
     check_known_keys(cfg)
     check_model_path(cfg.model.path, "model.path")
+    check_real_model_settings(cfg)
     _validate_init_adapter(cfg)
     if cfg.model.logprob_chunk < 0:
         raise ConfigError(f"model.logprob_chunk must be >= 0 (0 = full logits), got {cfg.model.logprob_chunk}")

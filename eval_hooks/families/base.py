@@ -101,6 +101,7 @@ ANSWER_ACCEPTED = {
     "boolean": "true/false or \"yes\"/\"no\"",
     "choice": "A | B",
     "label": "Higher | Lower | No Difference",
+    "short_text": "a non-empty name such as \"Sofia\" (matched after normalising case, diacritics and a leading article)",
 }
 
 
