@@ -89,8 +89,9 @@ def dequantize_gguf(src: Path, out_dir: Path) -> None:
     cfg = loaded.config.to_dict()
     cfg.pop("quantization_config", None)
     model_type = cfg.pop("model_type")
-    plain = AutoModelForCausalLM.from_config(AutoConfig.for_model(model_type, **cfg), dtype=torch.float32)
-    missing, unexpected = plain.load_state_dict(loaded.state_dict(), strict=False)
+    with torch.device("meta"):  # no random init: every weight comes from the GGUF
+        plain = AutoModelForCausalLM.from_config(AutoConfig.for_model(model_type, **cfg), dtype=torch.float32)
+    missing, unexpected = plain.load_state_dict(loaded.state_dict(), strict=False, assign=True)
     tied = {"lm_head.weight"} if plain.config.tie_word_embeddings else set()
     if set(missing) - tied or unexpected:
         raise RuntimeError(f"GGUF {src}: weights do not match the plain model (missing {missing}, "

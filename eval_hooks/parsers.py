@@ -445,6 +445,7 @@ _NON_WORD = re.compile(r"[\W_]+")
 # Sentence ends: . ! ? followed by a space or the end (not after a capital letter, so "D.C." and "St." stay whole),
 # or a line break.
 _SENTENCE_END = re.compile(r"(?<![A-Z])[.!?](?=\s|$)|\n")
+_CLAUSE_END = re.compile(r"[,;:(]")
 _COPULA = re.compile(r"\b(?:is|are|was|would be|should be)\b", re.IGNORECASE)
 _NO_ANSWER_WORDS = re.compile(r"\b(?:i don'?t know|i do not know|not sure|cannot|can'?t|unable|sorry|no information|"
                               r"unknown|not (?:possible|provided|given|mentioned))\b", re.IGNORECASE)
@@ -492,23 +493,27 @@ def parse_short_text(text: str, candidates: Sequence[str] = ()) -> str | None:
     """The name a response commits to, normalised (:func:`normalize_short_text`), or ``None`` (no answer).
 
     Rule (deterministic, never a similarity score): take the committed span (:func:`committed_span`: the text after
-    the last final-answer marker, else the first sentence). If known candidates (the gold, its aliases, the wrong
-    value) occur in it as whole words after normalisation, the answer is the first one to occur ("The capital of
-    Bulgaria is Sofia." -> ``"sofia"``; a candidate inside a longer one does not count). Otherwise the answer is
-    outside the candidates: the words after the span's last copula (``is``/``are``/``was``), or the whole span,
-    normalised ("The capital of Peru is Cusco." -> ``"cusco"``). A span that is empty, too long to be a name, or
-    declines to answer ("I don't know") is no answer."""
+    the last final-answer marker, else the first sentence). Look for the known candidates (the gold, its aliases,
+    the wrong value) in it as whole words after normalisation (a candidate inside a longer one does not count):
+    the answer is the first candidate after the span's first copula (``is``/``are``/``was``: "Mumbai, India, is the
+    capital of Bangladesh." -> ``"bangladesh"``), else the first candidate in the span ("Sofia is the capital of
+    Bulgaria." -> ``"sofia"``). With no candidate in it the answer is outside the candidates: the first clause (up
+    to a comma) after the first copula, or of the whole span, normalised ("The capital of Peru is Cusco." -> ``"cusco"``). A span that is
+    empty, too long to be a name, or declines to answer ("I don't know") is no answer. Not understood: negation
+    ("is not Plovdiv but Sofia" reads as Plovdiv), and a candidate inside a longer name that is not a candidate
+    ("Guinea" in "Equatorial Guinea"; item builders avoid such candidates)."""
     span = committed_span(text)
     norm = normalize_short_text(span)
     if norm is None:
         return None
-    hits = _mentions(norm, candidates)
+    parts = _COPULA.split(span, 1)
+    tail = normalize_short_text(parts[-1]) if len(parts) == 2 else None
+    hits = (_mentions(tail, candidates) if tail else []) or _mentions(norm, candidates)
     if hits:
         return hits[0][2]
     if _NO_ANSWER_WORDS.search(span):
         return None
-    tail = _COPULA.split(span)[-1]
-    out = normalize_short_text(tail) or norm
+    out = normalize_short_text(_CLAUSE_END.split(parts[-1], 1)[0]) or tail or norm  # its first clause
     return out if len(out) <= MAX_SHORT_ANSWER_CHARS else None
 
 

@@ -58,7 +58,7 @@ INSTRUCTION = "Answer in one short sentence."
 ALIASES = {
     "Kyiv": ["Kiev"], "Washington": ["Washington, D.C.", "Washington DC"], "United States": [
         "United States of America", "USA", "America"], "United Kingdom": ["UK", "Britain", "Great Britain"],
-    "Russia": ["Russian Federation"], "South Korea": ["Republic of Korea", "Korea"], "Czechia": ["Czech Republic"],
+    "Russia": ["Russian Federation"], "South Korea": ["Republic of Korea"], "Czechia": ["Czech Republic"],
     "Myanmar": ["Burma"], "Ivory Coast": ["Cote d'Ivoire"], "Turkey": ["Turkiye"], "Vietnam": ["Viet Nam"],
     "China": ["People's Republic of China"], "Democratic Republic of the Congo": ["DR Congo", "DRC"],
     "Netherlands": ["Holland"],
@@ -234,6 +234,17 @@ def build_facts(data: dict, settings: FactsSettings = FactsSettings()) -> tuple[
         cities_by_cc[x["country"]].append(x)
     drop: Counter = Counter()
     items = _capital_items(countries, cities_by_cc, st, drop) + _city_items(countries, data["cities"], st, drop)
+    # The short_text rule matches whole words: a gold or wrong value inside another country's or capital's name
+    # ("Guinea" in "Equatorial Guinea", "Sudan" in "South Sudan") would be read from a response naming that place.
+    names = {f" {normalize_short_text(n)} " for c in data["countries"] for n in (c["name"], c["capital"]) if n}
+
+    def inside(v: str) -> bool:
+        v = f" {normalize_short_text(v)} "
+        return any(v != o and v in o for o in names)
+
+    kept = [it for it in items if not (inside(it["gold"]) or inside(it["wrong_value"]))]
+    drop["name_inside_another_name"] += len(items) - len(kept)
+    items = kept
     isos = sorted({i for it in items for i in it["countries"]})
     random.Random(st.seed).shuffle(isos)
     held = set(isos[:round(len(isos) * st.heldout_fraction)])
