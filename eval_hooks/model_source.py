@@ -68,7 +68,18 @@ def check_gguf_dependency(field: str = "model.path") -> None:
                                   f"(pip install gguf, or the project's [real] extra)")
 
 
+_HASHES: dict[tuple[str, int, int], str] = {}  # (path, size, mtime_ns) -> sha256: one hash per file per process
+
+
 def file_sha256(path: Path, chunk: int = 1 << 22) -> str:
+    st = Path(path).stat()
+    key = (str(Path(path).resolve()), st.st_size, st.st_mtime_ns)
+    if key not in _HASHES:
+        _HASHES[key] = _sha256(path, chunk)
+    return _HASHES[key]
+
+
+def _sha256(path: Path, chunk: int) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:
         while block := f.read(chunk):

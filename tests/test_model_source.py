@@ -57,10 +57,10 @@ def test_converted_once_per_file_content_and_keyed_by_sha256(tmp_path, monkeypat
     assert resolve_model_path(str(f)) == str(d1)
     info = json.loads((d1 / "gguf_source.json").read_text())
     assert info["sha256"] == ms.file_sha256(f) and d1.name == f"gguf-{info['sha256'][:16]}"
-    f.write_bytes(b"version two")  # same path, new content: a new cache entry
+    f.write_bytes(b"version two!")  # same path, new content: a new cache entry
     d2 = ms.ensure_gguf_converted(str(f))
-    assert d2 != d1 and calls == [b"version one", b"version two"]
-    assert (d2 / "model.safetensors").read_bytes() == b"weights of version two"
+    assert d2 != d1 and calls == [b"version one", b"version two!"]
+    assert (d2 / "model.safetensors").read_bytes() == b"weights of version two!"
 
 
 def test_failed_conversion_leaves_nothing_behind(tmp_path, monkeypatch):
