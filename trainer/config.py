@@ -603,20 +603,22 @@ def check_real_model_settings(cfg, choices: dict | None = None) -> None:
 
     if is_toy_model(cfg.model.path):
         return
+    from omegaconf import OmegaConf
+
     found = []
-    ev = getattr(cfg, "eval", None)
-    if ev is not None and ev.enabled and str(ev.path or "").startswith("toy:"):
-        found.append(f"eval.path={ev.path} (a toy evaluation set)")
+    ev_path = OmegaConf.select(cfg, "eval.path", default=None, throw_on_missing=False)
+    ev_on = bool(OmegaConf.select(cfg, "eval.enabled", default=False))
+    if ev_on and str(ev_path or "").startswith("toy:"):
+        found.append(f"eval.path={ev_path} (a toy evaluation set)")
+
     for key in ("data.train_path", "items_path"):
-        node, _, leaf = key.rpartition(".")
-        holder = getattr(cfg, node, None) if node else cfg
-        v = getattr(holder, leaf, None) if holder is not None and leaf in holder else None
+        v = OmegaConf.select(cfg, key, default=None, throw_on_missing=False)
         if isinstance(v, str) and v.startswith("toy:"):
             found.append(f"{key}={v} (toy data)")
     choices = _hydra_choices() if choices is None else choices
     for group, prefixes in TOY_GROUPS.items():
         c = choices.get(group)
-        if c and c.startswith(prefixes) and not any(f.startswith(group) for f in found):
+        if c and c.startswith(prefixes) and not any(f.startswith(group) for f in found) and (ev_on or group != "eval"):
             found.append(f"{group}={c} (the toy's settings)")
     if found:
         raise ConfigError(f"model.path={cfg.model.path} is a real model but the run has the toy model's settings: "
