@@ -119,7 +119,9 @@ def collate_pairs(rows: list[dict], tokenizer, batch_kwargs: dict, indices: list
 
     picked = [rows[i] for i in indices]
     batch = build_preference_batch(tokenizer, [r["prompt"] for r in picked], [r["chosen"] for r in picked],
-                                   [r["rejected"] for r in picked], **batch_kwargs)
+                                   [r["rejected"] for r in picked], **batch_kwargs,
+                                   chosen_cut=[r.get("chosen_finish") == "length" for r in picked],
+                                   rejected_cut=[r.get("rejected_finish") == "length" for r in picked])
     mb = {"batch": batch, "weights": torch.tensor(weights), "conditions": [r["pool"] for r in picked],
           "item_ids": [r["item_id"] for r in picked], "indices": indices}
     if shared_prompt:

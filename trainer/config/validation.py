@@ -39,11 +39,53 @@ def _positive(cfg, keys: tuple[str, ...], group: str, *, strict: bool = True) ->
             raise ConfigError(f"{group}.{k} must be {'> 0' if strict else '>= 0'}, got {v}")
 
 
+TOY_GROUPS = {"optim": ("tiny",), "data": ("toy_",), "eval": ("toy_",)}
+
+
+def _hydra_choices() -> dict:
+    """The config groups Hydra chose for this run (``{}`` when composed without a Hydra run: tests, compose API)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    return dict(HydraConfig.get().runtime.choices) if HydraConfig.initialized() else {}
+
+
+def check_real_model_settings(cfg, choices: dict | None = None) -> None:
+    """A real model (anything but the built-in tiny one) never runs with the toy's settings: a toy evaluation set or
+    toy data (``toy:`` paths), or a toy config group (optim=tiny, data=toy_*, eval=toy_*) chosen by
+    default. Refused here, before the model loads, naming what to use instead."""
+    from eval_hooks.model_source import is_toy_model
+
+    if is_toy_model(cfg.model.path):
+        return
+    from omegaconf import OmegaConf
+
+    found = []
+    ev_path = OmegaConf.select(cfg, "eval.path", default=None, throw_on_missing=False)
+    ev_on = bool(OmegaConf.select(cfg, "eval.enabled", default=False))
+    if ev_on and str(ev_path or "").startswith("toy:"):
+        found.append(f"eval.path={ev_path} (a toy evaluation set)")
+
+    for key in ("data.train_path", "items_path"):
+        v = OmegaConf.select(cfg, key, default=None, throw_on_missing=False)
+        if isinstance(v, str) and v.startswith("toy:"):
+            found.append(f"{key}={v} (toy data)")
+    choices = _hydra_choices() if choices is None else choices
+    for group, prefixes in TOY_GROUPS.items():
+        c = choices.get(group)
+        if c and c.startswith(prefixes) and not any(f.startswith(group) for f in found) and (ev_on or group != "eval"):
+            found.append(f"{group}={c} (the toy's settings)")
+    if found:
+        raise ConfigError(f"model.path={cfg.model.path} is a real model but the run has the toy model's settings: "
+                          f"{'; '.join(found)}. Use a matching recipe (e.g. recipe=scope_smollm2_135m) or set them: "
+                          f"eval=facts eval.path=<facts_heldout.jsonl>, data=facts_pairs, optim=small_real")
+
+
 def validate_common(cfg) -> None:
     from eval_hooks.models import check_model_path
 
     check_known_keys(cfg)
     check_model_path(cfg.model.path, "model.path")
+    check_real_model_settings(cfg)
     _validate_init_adapter(cfg)
     if cfg.model.logprob_chunk < 0:
         raise ConfigError(f"model.logprob_chunk must be >= 0 (0 = full logits), got {cfg.model.logprob_chunk}")
