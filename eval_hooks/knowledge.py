@@ -48,7 +48,7 @@ def estimate_knowledge(clean_rows: Sequence[dict], backend, *, k: int, temperatu
     docstring plus ``texts`` (the ``k`` raw completions, in sample order)."""
     from .backends.base import derive_seed
     from .evaluate import build_requests
-    from .parsers import answers_match, parse_answer
+    from .parsers import parse_row_answer, row_answer_matches
 
     if k < 1:
         raise ValueError(f"k must be >= 1, got {k}")
@@ -61,9 +61,8 @@ def estimate_knowledge(clean_rows: Sequence[dict], backend, *, k: int, temperatu
     est = {}
     for row, out in zip(clean_rows, outs):
         texts = [s.text for s in out.samples]
-        kw = dict(choices=row.get("choices"))
-        parsed = [parse_answer(t, row["answer_type"], **kw) for t in texts]
-        correct = [answers_match(p, row["gold"], row["answer_type"], **kw) for p in parsed]
+        parsed = [parse_row_answer(t, row) for t in texts]
+        correct = [row_answer_matches(p, row) for p in parsed]
         acc = sum(correct) / len(texts)
         counts = Counter(None if p is None else str(p) for p in parsed)
         modal, modal_n = counts.most_common(1)[0]

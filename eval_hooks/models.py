@@ -18,6 +18,8 @@ import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from .model_source import cache_root, ensure_gguf_converted, gguf_file, is_gguf_source
+
 # Special tokens of the byte tokenizer. Ids 0..N-1 are these, then the 256 bytes.
 SPECIAL_TOKENS = ["<pad>", "<s>", "</s>", "<|system|>", "<|user|>", "<|assistant|>", "<|end|>"]
 
@@ -64,9 +66,6 @@ TINY_PRESETS: dict[str, TinyModelSpec] = {
                               num_key_value_heads=8, intermediate_size=1376),
 }
 
-
-def cache_root() -> Path:
-    return Path(os.environ.get("SELECTRUST_CACHE", Path.home() / ".cache" / "selectrust"))
 
 
 def build_byte_tokenizer():
@@ -146,16 +145,22 @@ def ensure_tiny_model(name: str = "tiny", root: str | Path | None = None) -> Pat
 
 
 def resolve_model_path(path: str) -> str:
-    """``tiny`` / ``tiny:<preset>`` -> cached directory; anything else is returned unchanged."""
+    """``tiny`` / ``tiny:<preset>`` -> cached directory; a ``.gguf`` file or ``pkg:<module>`` -> its cached
+    dequantized safetensors directory (converted once, ``eval_hooks/model_source.py``); anything else unchanged."""
     if path == "tiny" or path.startswith("tiny:") or path in TINY_PRESETS:
         name = path.split(":", 1)[1] if ":" in path else path
         return str(ensure_tiny_model(name))
+    if is_gguf_source(path):
+        return str(ensure_gguf_converted(path))
     return path
 
 
 def check_model_path(path: str, field: str = "model.path") -> None:
     """Fail early (before loading anything heavy) on a local path that does not exist."""
     if path == "tiny" or path.startswith("tiny:") or path in TINY_PRESETS:
+        return
+    if is_gguf_source(path):
+        gguf_file(path, field)  # names the install command when a pkg: package is absent
         return
     looks_local = path.startswith(("/", ".", "~")) or os.sep in path and Path(path).parent.exists()
     if looks_local and not Path(path).expanduser().exists():

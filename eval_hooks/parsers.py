@@ -17,19 +17,25 @@ Canonical forms:
   ``\\frac{3}{4}``, ``\\dfrac34``, mixed numbers ``1 1/2`` / ``1\\frac{1}{2}``, ``40%`` (equal to a gold
   of 40, and of 0.4), scientific ``1.2e4`` / ``1.2 \\times 10^{4}``, the Unicode minus ``−``;
 - multiple_choice: the option letter (``"B"``); boolean: ``"true"`` / ``"false"``;
-- fork (Taste, the published runner's stricter rule, see ``parse_fork_answer``): ``"A"`` / ``"B"``; label (Med): ``Higher | Lower | No Difference | Uncertain``.
+- fork (Taste, the published runner's stricter rule, see ``parse_fork_answer``): ``"A"`` / ``"B"``; label (Med): ``Higher | Lower | No Difference | Uncertain``;
+- short_text (a name: a city, a country): the normalised answer text (``normalize_short_text``), see
+  ``parse_short_text`` for the rule.
 """
 
 from __future__ import annotations
 
 import re
+import unicodedata
 from decimal import Decimal, localcontext
 from fractions import Fraction
 from typing import Any, Iterator, Sequence
 
-ANSWER_TYPES = ("multiple_choice", "numeric", "boolean", "choice", "label")
+ANSWER_TYPES = ("multiple_choice", "numeric", "boolean", "choice", "label", "short_text")
 MED_LABELS = ("Higher", "Lower", "No Difference", "Uncertain")
 FORK_LETTERS = ("A", "B")
+#: Generation budget (new tokens) that fits each answer format: a name in a sentence, or reasoning then a final line.
+ANSWER_BUDGETS = {"short_text": 32, "multiple_choice": 512, "numeric": 512, "boolean": 512}
+TOY_ANSWER_BUDGET = 4  # the built-in tiny model answers one digit
 MAX_DIGITS = 60  # longer digit runs are not answers (and would hit int() limits)
 
 # -- final-answer markers -----------------------------------------------------------------------------
@@ -284,10 +290,15 @@ def _norm_text(s: str) -> str:
     return _WS.sub(" ", s.lower()).strip().strip(".,;:!?*_`\"'()[] ")
 
 
+# "A city called Kabul." / "I think ...": a bare A or I followed by a lower-case word is an English word, not an
+# option, unless that word says something about the option ("A is correct").
+_ARTICLE = re.compile(r"^[AI]\s+(?!(?:is|was|would|should|seems|looks|appears|it)\b)[a-z]")
+
+
 def _mc_span(span: str, letters: Sequence[str], texts: dict[str, str]) -> str | None:
     s = _clean(span)
     m = _LETTER_SPAN.match(s)
-    if m and m.group(1) in letters:
+    if m and m.group(1) in letters and not _ARTICLE.match(s):
         return m.group(1)
     if len(s.strip(".):(")) == 1 and s.strip(".):(").upper() in letters:  # a lone lowercase letter
         return s.strip(".):(").upper()
@@ -427,14 +438,141 @@ def normalize_label(value: Any, labels: Sequence[str] = MED_LABELS) -> str | Non
     return None
 
 
+# -- short text (a name: a city, a country) ---------------------------------------------------------------
+
+_ARTICLE_WORDS = ("the", "a", "an")
+_NON_WORD = re.compile(r"[\W_]+")
+# Sentence ends: . ! ? followed by a space or the end (not after a capital letter, so "D.C." and "St." stay whole),
+# or a line break.
+_SENTENCE_END = re.compile(r"(?<![A-Z])[.!?](?=\s|$)|\n")
+_CLAUSE_END = re.compile(r"[,;:(]")
+_COPULA = re.compile(r"\b(?:is|are|was|would be|should be)\b", re.IGNORECASE)
+_NO_ANSWER_WORDS = re.compile(r"\b(?:i don'?t know|i do not know|not sure|cannot|can'?t|unable|sorry|no information|"
+                              r"unknown|not (?:possible|provided|given|mentioned))\b", re.IGNORECASE)
+MAX_SHORT_ANSWER_CHARS = 80
+
+
+def normalize_short_text(value: Any) -> str | None:
+    """Case-folded, diacritics removed, punctuation turned to spaces, one leading article (the/a/an) dropped:
+    ``"The Hague"`` -> ``"hague"``, ``"Bogotá"`` -> ``"bogota"``, ``"Côte d'Ivoire"`` -> ``"cote d ivoire"``."""
+    if not isinstance(value, str):
+        return None
+    t = "".join(c for c in unicodedata.normalize("NFKD", value) if not unicodedata.combining(c))
+    words = _NON_WORD.sub(" ", t.casefold()).split()
+    if len(words) > 1 and words[0] in _ARTICLE_WORDS:
+        words = words[1:]
+    return " ".join(words) or None
+
+
+def committed_span(text: str) -> str:
+    """The part of a response that holds its answer: the text after the last final-answer marker that has any
+    (``The answer is Sofia.``, ``Answer: Sofia``), else the response itself; cut at its first sentence end."""
+    text = _as_text(text)
+    span = next((s for s in reversed(final_answer_spans(text)) if _clean(s)), text)
+    return _SENTENCE_END.split(_clean(span), 1)[0]
+
+
+def _mentions(norm_span: str, candidates: Sequence[str]) -> list[tuple[int, int, str]]:
+    """Whole-word occurrences ``(start, end, normalised candidate)`` of the candidates in a normalised span; an
+    occurrence inside a longer one ("Guinea" inside "Equatorial Guinea") is dropped."""
+    padded = f" {norm_span} "
+    hits = []
+    for c in candidates:
+        n = normalize_short_text(c)
+        if not n:
+            continue
+        start = padded.find(f" {n} ")
+        while start != -1:
+            hits.append((start, start + len(n) + 1, n))
+            start = padded.find(f" {n} ", start + 1)
+    return sorted(h for h in hits if not any(o[0] <= h[0] and h[1] <= o[1] and o[1] - o[0] > h[1] - h[0]
+                                             for o in hits))
+
+
+def parse_short_text(text: str, candidates: Sequence[str] = ()) -> str | None:
+    """The name a response commits to, normalised (:func:`normalize_short_text`), or ``None`` (no answer).
+
+    Rule (deterministic, never a similarity score): take the committed span (:func:`committed_span`: the text after
+    the last final-answer marker, else the first sentence). Look for the known candidates (the gold, its aliases,
+    the wrong value) in it as whole words after normalisation (a candidate inside a longer one does not count):
+    the answer is the first candidate after the span's first copula (``is``/``are``/``was``: "Mumbai, India, is the
+    capital of Bangladesh." -> ``"bangladesh"``), else the first candidate in the span ("Sofia is the capital of
+    Bulgaria." -> ``"sofia"``). With no candidate in it the answer is outside the candidates: the first clause (up
+    to a comma) after the first copula, or of the whole span, normalised ("The capital of Peru is Cusco." -> ``"cusco"``). A span that is
+    empty, too long to be a name, or declines to answer ("I don't know") is no answer. Not understood: negation
+    ("is not Plovdiv but Sofia" reads as Plovdiv), and a candidate inside a longer name that is not a candidate
+    ("Guinea" in "Equatorial Guinea"; item builders avoid such candidates)."""
+    span = committed_span(text)
+    norm = normalize_short_text(span)
+    if norm is None:
+        return None
+    parts = _COPULA.split(span, 1)
+    tail = normalize_short_text(parts[-1]) if len(parts) == 2 else None
+    hits = (_mentions(tail, candidates) if tail else []) or _mentions(norm, candidates)
+    if hits:
+        return hits[0][2]
+    if _NO_ANSWER_WORDS.search(span):
+        return None
+    out = normalize_short_text(_CLAUSE_END.split(parts[-1], 1)[0]) or tail or norm  # its first clause
+    return out if len(out) <= MAX_SHORT_ANSWER_CHARS else None
+
+
+def short_text_matches(parsed: str | None, gold: Any, aliases: Sequence[str] | None = None) -> bool:
+    if parsed is None:
+        return False
+    names = {normalize_short_text(g) for g in [gold, *(aliases or [])]}
+    return parsed in names - {None}
+
+
+def answer_budget(answer_types: Sequence[str], *, toy: bool = False) -> int:
+    """The generation budget that fits the answer formats ``answer_types`` (their largest :data:`ANSWER_BUDGETS`);
+    :data:`TOY_ANSWER_BUDGET` for the built-in tiny model."""
+    if toy:
+        return TOY_ANSWER_BUDGET
+    return max((ANSWER_BUDGETS.get(t, 512) for t in answer_types), default=512)
+
+
+def answer_candidates(row: dict) -> list[str]:
+    """A row's known answers: gold, ``gold_aliases``, ``wrong_value`` (short_text rows; others use ``choices``)."""
+    vals = [row.get("gold"), *(row.get("gold_aliases") or []), row.get("wrong_value")]
+    return [v for v in vals if isinstance(v, str)]
+
+
+def answer_status(parsed: str | None, row: dict) -> str:
+    """``no_answer`` (nothing parsed), ``candidate`` (the gold, an alias or the wrong value; for multiple choice
+    any option) or ``outside`` (an answer that is none of the known candidates)."""
+    if parsed is None:
+        return "no_answer"
+    at, kw = row["answer_type"], {"choices": row.get("choices"), "aliases": row.get("gold_aliases")}
+    if at == "multiple_choice" or answers_match(parsed, row["gold"], at, **kw):
+        return "candidate"
+    wrong = row.get("wrong_value")
+    if wrong is not None and answers_match(parsed, wrong, at, choices=row.get("choices")):
+        return "candidate"
+    return "outside"
+
+
+def parse_row_answer(text: str, row: dict) -> str | None:
+    """:func:`parse_answer` with the row's own choices and candidates."""
+    return parse_answer(text, row["answer_type"], choices=row.get("choices"), candidates=answer_candidates(row))
+
+
+def row_answer_matches(parsed: str | None, row: dict, field: str = "gold") -> bool:
+    """Whether ``parsed`` is the row's ``gold`` (with its ``gold_aliases``) or, with ``field="wrong_value"``, its
+    wrong value."""
+    aliases = row.get("gold_aliases") if field == "gold" else None
+    return answers_match(parsed, row[field], row["answer_type"], choices=row.get("choices"), aliases=aliases)
+
+
 # -- dispatch ------------------------------------------------------------------------------------------
 
 def _as_text(text: Any) -> str:
     return text if isinstance(text, str) else ("" if text is None else str(text))
 
 
-def parse_answer(text: str, answer_type: str, *, choices: Any = None) -> str | None:
-    """Canonical final answer of ``text`` for ``answer_type`` (see module docstring), or ``None``."""
+def parse_answer(text: str, answer_type: str, *, choices: Any = None, candidates: Sequence[str] = ()) -> str | None:
+    """Canonical final answer of ``text`` for ``answer_type`` (see module docstring), or ``None``. ``candidates``:
+    the known answers of a short_text row (:func:`answer_candidates`)."""
     if answer_type == "numeric":
         return parse_numeric(text)
     if answer_type == "multiple_choice":
@@ -445,6 +583,8 @@ def parse_answer(text: str, answer_type: str, *, choices: Any = None) -> str | N
         return parse_fork_answer(text)
     if answer_type == "label":
         return parse_label(text)
+    if answer_type == "short_text":
+        return parse_short_text(text, candidates)
     raise ValueError(f"unknown answer_type {answer_type!r}; accepted: {', '.join(ANSWER_TYPES)}")
 
 
@@ -461,13 +601,19 @@ def normalize_gold(gold: Any, answer_type: str, *, choices: Any = None) -> str |
         return gold.strip().upper() if isinstance(gold, str) and gold.strip().upper() in FORK_LETTERS else None
     if answer_type == "label":
         return normalize_label(gold)
+    if answer_type == "short_text":
+        return normalize_short_text(gold)
     raise ValueError(f"unknown answer_type {answer_type!r}; accepted: {', '.join(ANSWER_TYPES)}")
 
 
-def answers_match(parsed: str | None, gold: Any, answer_type: str, *, choices: Any = None) -> bool:
-    """Whether a parsed answer (canonical string) equals ``gold``; ``None`` never matches."""
+def answers_match(parsed: str | None, gold: Any, answer_type: str, *, choices: Any = None,
+                  aliases: Sequence[str] | None = None) -> bool:
+    """Whether a parsed answer (canonical string) equals ``gold`` (or, short_text, one of ``aliases``); ``None``
+    never matches."""
     if parsed is None:
         return False
+    if answer_type == "short_text":
+        return short_text_matches(parsed, gold, aliases)
     if answer_type == "numeric":
         a, b = parse_number(parsed), parse_number(gold)
         return a is not None and b is not None and numbers_equal(a, b)

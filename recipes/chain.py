@@ -12,6 +12,8 @@ A chain recipe (``conf/recipe/<name>.yaml``) names its stages in order; each is 
 merge it into the base and train a fresh LoRA, or continue training it; see ``trainer/model/policy.py``).
 Run the same command again after an interruption: finished stages are skipped, the interrupted one
 resumes from its newest complete checkpoint. ``"common=['k=v',...]"`` adds overrides to every stage.
+A stage trained from an earlier stage's ``final/`` that has since been retrained is refused (naming both
+content hashes); ``trainer.rerun_stale_stages=true`` retrains it instead.
 The stages run in this one process (``trainer/core/stages.py``), one after another.
 """
 
@@ -40,19 +42,22 @@ def compose(config_name: str, overrides: list[str]):
     return hydra_compose(config_name=config_name, overrides=list(overrides))
 
 
-def stage_runner(root, *, seed: int, common=(), log=None):
+def stage_runner(root, *, seed: int, common=(), log=None, rerun_stale: bool = False):
     from trainer.core.stages import SCRIPTS, StageRunner
 
     kw = {"log": log} if log is not None else {}
-    return StageRunner(root, seed=seed, compose=compose, runners=recipe_runners(SCRIPTS), common=common, **kw)
+    return StageRunner(root, seed=seed, compose=compose, runners=recipe_runners(SCRIPTS), common=common,
+                       rerun_stale=rerun_stale, **kw)
 
 
 def run(cfg: DictConfig) -> dict:
     """Run (or continue) the chain; returns ``{stage: record}`` as written to ``<run_dir>/chain.json``."""
-    from trainer.core.stages import validate_chain
+    from trainer.core.stages import chain_lock, validate_chain
 
     validate_chain(cfg, compose)  # a bad chain or stage config fails before any model loads
-    return stage_runner(cfg.trainer.run_dir, seed=cfg.seed, common=list(cfg.common)).run_all(cfg.stages)
+    with chain_lock(cfg.trainer.run_dir) as log:  # one chain per directory; chain.log written under the lock
+        return stage_runner(cfg.trainer.run_dir, seed=cfg.seed, common=list(cfg.common), log=log,
+                            rerun_stale=cfg.trainer.rerun_stale_stages).run_all(cfg.stages)
 
 
 @hydra.main(config_path="../conf", config_name="chain", version_base=None)

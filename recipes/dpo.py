@@ -23,6 +23,7 @@ import hydra
 import torch
 from omegaconf import DictConfig
 
+from eval_hooks.backends.transport import exit_on_server_error
 from trainer.config.cli_help import cli_main
 from trainer.config import register_schemas, validate_dpo
 
@@ -36,10 +37,10 @@ def run(cfg: DictConfig):
     from trainer.data.train_data import ConditionSampler, SamplerSource, check_pool_mass, load_pairs, pool_mass, unmatch_pairs
     from trainer.data.train_data import apply_length_policy
     from trainer.evaluation import load_eval_rows, make_backend
-    from trainer.model.logprobs import build_preference_batch, sequence_logprobs
-    from trainer.train import train_evaluate_finish
-    from trainer.model.policy import Reference, build_optimizer, build_policy, build_scheduler
     from trainer.core.run import setup_run
+    from trainer.model.logprobs import sequence_logprobs
+    from trainer.model.policy import Reference, build_optimizer, build_policy, build_scheduler
+    from trainer.train import train_evaluate_finish
 
     # ---- validate everything before any model loads -------------------------------------------------
     validate_dpo(cfg)
@@ -78,13 +79,7 @@ def run(cfg: DictConfig):
     batch_kwargs = dict(max_prompt_len=dcfg.max_prompt_len, max_completion_len=dcfg.max_completion_len,
                         truncation="keep_start" if dcfg.truncation == "keep_start" else "keep_end",
                         prompt_settings=prompt)
-
-    def collate(indices: list[int], weights: list[float]) -> dict:
-        picked = [rows[i] for i in indices]
-        batch = build_preference_batch(tokenizer, [r["prompt"] for r in picked], [r["chosen"] for r in picked],
-                                       [r["rejected"] for r in picked], **batch_kwargs)
-        return {"batch": batch, "weights": torch.tensor(weights), "conditions": [r["pool"] for r in picked],
-                "item_ids": [r["item_id"] for r in picked], "indices": indices}
+    collate = partial(collate_pairs, rows, tokenizer, batch_kwargs, shared_prompt=use_shared_prompt(cfg))
 
     # algo.reference=precomputed: one no-grad pass of the adapter-disabled (or frozen) reference over every
     # pair before training; each step then skips the reference forward (a third of a LoRA step's FLOPs).
@@ -107,6 +102,46 @@ def run(cfg: DictConfig):
                                                                       prompt_settings=prompt))
 
 
+def use_shared_prompt(cfg) -> bool:
+    """``data.shared_prompt`` where it is exact: the DPO loss (not ``algo.sft_on_chosen``) under an attention
+    kernel that takes a 4D mask (SDPA or eager; flash-attention kernels ignore it)."""
+    attn = cfg.model.attn_implementation
+    return bool(cfg.data.shared_prompt) and not cfg.algo.sft_on_chosen and attn in (None, "sdpa", "eager")
+
+
+def collate_pairs(rows: list[dict], tokenizer, batch_kwargs: dict, indices: list[int], weights: list[float], *,
+                  shared_prompt: bool) -> dict:
+    """The micro-batch of pairs ``rows[indices]``: the two-sequence ``batch`` (chosen rows, then rejected) and,
+    with ``shared_prompt`` (``data.shared_prompt``), ``packed``: one prompt+chosen+rejected row per pair
+    (trainer/model/shared_prompt.py), which the DPO step runs instead."""
+    from trainer.model.logprobs import build_preference_batch
+    from trainer.model.shared_prompt import pack_preference_batch
+
+    picked = [rows[i] for i in indices]
+    batch = build_preference_batch(tokenizer, [r["prompt"] for r in picked], [r["chosen"] for r in picked],
+                                   [r["rejected"] for r in picked], **batch_kwargs,
+                                   chosen_cut=[r.get("chosen_finish") == "length" for r in picked],
+                                   rejected_cut=[r.get("rejected_finish") == "length" for r in picked])
+    mb = {"batch": batch, "weights": torch.tensor(weights), "conditions": [r["pool"] for r in picked],
+          "item_ids": [r["item_id"] for r in picked], "indices": indices}
+    if shared_prompt:
+        mb["packed"] = pack_preference_batch(batch)
+    return mb
+
+
+def pair_logps(model, mb: dict, device, logprobs) -> torch.Tensor:
+    """Summed completion log-probs ``(2n,)`` (chosen, then rejected) of a micro-batch: from its packed rows
+    when it has them, else from the two-sequence batch (``logprobs``: ``sequence_logprobs`` with the run's
+    settings, whose ``logprob_chunk`` the packed path uses too)."""
+    from trainer.model.shared_prompt import shared_prompt_logprobs
+
+    if "packed" in mb:
+        chunk = getattr(logprobs, "keywords", {}).get("logprob_chunk", 0)
+        return shared_prompt_logprobs(model, mb["packed"].to(device), logprob_chunk=chunk)
+    b = mb["batch"].to(device)
+    return logprobs(model, b.input_ids, b.attention_mask, b.completion_mask)[0]
+
+
 def reference_table(reference, policy, collate, n: int, batch_size: int, device, *, logprobs) -> torch.Tensor:
     """``(n, 2)`` reference log-probs (chosen, rejected) of every pair, computed once with no grad
     (``logprobs``: ``trainer.model.logprobs.sequence_logprobs`` with the run's settings)."""
@@ -114,8 +149,7 @@ def reference_table(reference, policy, collate, n: int, batch_size: int, device,
     with torch.no_grad(), reference.context(policy) as ref_model:
         for start in range(0, n, batch_size):
             idx = list(range(start, min(start + batch_size, n)))
-            b = collate(idx, [1.0] * len(idx))["batch"].to(device)
-            ref, _, _ = logprobs(ref_model, b.input_ids, b.attention_mask, b.completion_mask)
+            ref = pair_logps(ref_model, collate(idx, [1.0] * len(idx)), device, logprobs)
             table[idx] = torch.stack(ref.float().cpu().chunk(2), dim=1)
     return table
 
@@ -134,13 +168,13 @@ def dpo_step(model, mb: dict, *, algo, reference, policy, ref_table, device, log
         n = len(mb["conditions"])
         _, token_logps, _ = logprobs(model, *[t[:n] for t in inputs])
         return masked_nll_loss(token_logps, None, batch.completion_mask[:n], aggregation="token_mean")
-    seq_logps, _, _ = logprobs(model, *inputs)
+    seq_logps = pair_logps(model, mb, device, logprobs)
     pc, pr = seq_logps.chunk(2)
     if ref_table is not None:
         rc, rr = ref_table[mb["indices"]].to(device=device, dtype=seq_logps.dtype).unbind(1)
     else:
         with torch.no_grad(), reference.context(policy) as ref_model:
-            ref_logps, _, _ = logprobs(ref_model, *inputs)
+            ref_logps = pair_logps(ref_model, mb, device, logprobs)
         rc, rr = ref_logps.chunk(2)
     weights = mb["weights"].to(device) if algo.weighting == "loss" else None
     loss, metrics = dpo_loss(algo.loss_type)(pc, pr, rc, rr, beta=algo.beta, label_smoothing=algo.label_smoothing,
@@ -150,6 +184,7 @@ def dpo_step(model, mb: dict, *, algo, reference, policy, ref_table, device, log
 
 
 @hydra.main(config_path="../conf", config_name="dpo", version_base=None)
+@exit_on_server_error
 def main(cfg: DictConfig) -> None:
     run(cfg)
 

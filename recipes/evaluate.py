@@ -18,8 +18,9 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
+from eval_hooks.backends.transport import exit_on_server_error
 from trainer.config.cli_help import cli_main
-from trainer.config import ConfigError, register_schemas, validate_common, validate_knowledge
+from trainer.config import ConfigError, check_adapter_weights, register_schemas, validate_common, validate_knowledge
 
 register_schemas()
 
@@ -40,6 +41,7 @@ def run(cfg: DictConfig) -> dict:
             check_adapter_path(cfg.adapter_path)
         except (FileNotFoundError, ValueError) as e:
             raise ConfigError(str(e)) from None
+        check_adapter_weights(cfg.adapter_path, cfg.model, "adapter_path")  # finite, and fits model.path
     validate_knowledge(cfg.knowledge)
     if cfg.knowledge.enabled and (cfg.eval.knowledge_path or cfg.eval.family != "mist"):
         raise ConfigError("knowledge.enabled estimates the evaluated model's knowledge of MIST items: it needs "
@@ -72,6 +74,7 @@ def estimate_and_attach(rows: list[dict], backend, cfg: DictConfig) -> list[dict
 
 
 @hydra.main(config_path="../conf", config_name="evaluate", version_base=None)
+@exit_on_server_error
 def main(cfg: DictConfig) -> None:
     run(cfg)
 

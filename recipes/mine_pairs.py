@@ -30,6 +30,7 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
+from eval_hooks.backends.transport import exit_on_server_error
 from eval_hooks.vocab import MIST_CONDITIONS as CONDITIONS
 from trainer.config.cli_help import cli_main
 from trainer.config import register_schemas, validate_common, validate_knowledge
@@ -59,7 +60,7 @@ def mine(rows: list[dict], backend, *, max_new_tokens: int, use_fallback: bool, 
     whether the model knows the answer (``eval_hooks.knowledge``); SCOPE quartets come from *known*
     items only, *unknown* items feed the unknown pools (:func:`unknown_pairs`), *uncertain* ones neither."""
     from eval_hooks.evaluate import build_requests
-    from eval_hooks.parsers import answers_match, parse_answer
+    from eval_hooks.parsers import parse_row_answer, row_answer_matches
     from eval_hooks.prompts import PromptSettings
 
     by_item: dict[str, dict[str, dict]] = defaultdict(dict)
@@ -77,15 +78,19 @@ def mine(rows: list[dict], backend, *, max_new_tokens: int, use_fallback: bool, 
     results = build_requests(asked, max_new_tokens=max_new_tokens, prompt_settings=settings)
     outs = backend.generate(results, progress=True, desc="mine")
     text = {(r["item_id"], r["condition"]): o.samples[0].text for r, o in zip(asked, outs)}
+    cut = {(r["item_id"], r["condition"]) for r, o in zip(asked, outs) if o.samples[0].finish_reason == "length"}
 
     def judge(row, response):
-        parsed = parse_answer(response, row["answer_type"], choices=row.get("choices"))
-        return parsed, answers_match(parsed, row["gold"], row["answer_type"], choices=row.get("choices")), \
-            answers_match(parsed, row["wrong_value"], row["answer_type"], choices=row.get("choices"))
+        parsed = parse_row_answer(response, row)
+        return parsed, row_answer_matches(parsed, row), row_answer_matches(parsed, row, "wrong_value")
 
     kept, dropped, need_fallback = {}, {}, []
     for i in items:
         clean, mis = by_item[i]["clean"], by_item[i]["misleading"]
+        cut_conds = [c for c in ("clean", "misleading") if (i, c) in cut]
+        if cut_conds:  # no EOS within the budget: the answer may be unfinished; never trained on
+            dropped[i] = f"{cut_conds[0]}_cut_off"
+            continue
         _, clean_ok, _ = judge(clean, text[(i, "clean")])
         parsed_m, mis_ok, follows = judge(mis, text[(i, "misleading")])
         if mis_ok:
@@ -109,7 +114,9 @@ def mine(rows: list[dict], backend, *, max_new_tokens: int, use_fallback: bool, 
         for i, row, o in zip(need_fallback, fb_rows, fb_out):
             response = o.samples[0].text
             _, ok, _ = judge(by_item[i]["clean"], response)
-            if not ok:
+            if o.samples[0].finish_reason == "length":
+                dropped[i] = "fallback_cut_off"
+            elif not ok:
                 dropped[i] = "fallback_wrong"
             elif leaks_note(response, patterns=leak_patterns, note=fallback_note):
                 dropped[i] = "fallback_leaks_note"
@@ -123,12 +130,17 @@ def mine(rows: list[dict], backend, *, max_new_tokens: int, use_fallback: bool, 
             src = by_item[i][c]
             pairs.append({"pair_id": f"pair-{i}", "item_id": i, "condition": c, "prompt": src["prompt"],
                           "chosen": kept[i]["chosen"], "rejected": kept[i]["rejected"],
-                          "chosen_source": kept[i]["chosen_source"], "gold": src["gold"],
+                          "chosen_source": kept[i]["chosen_source"], "chosen_finish": "stop",
+                          "rejected_finish": "stop", "gold": src["gold"],
                           "wrong_value": src["wrong_value"], "channel": src.get("channel"),
                           "mined_with": model_name, **_knowledge_fields(est, i)})
     stats = {"items": len(by_item), "kept": len(kept), "dropped": len(dropped),
              "kept_by_source": dict(Counter(k["chosen_source"] for k in kept.values())),
              "dropped_by_reason": dict(Counter(dropped.values())), "dropped_items": dropped,
+             "max_new_tokens": max_new_tokens,
+             "cut_off": {"clean": sum((i, "clean") in cut for i in items),
+                         "misleading": sum((i, "misleading") in cut for i in items),
+                         "dropped_items": sum(r.endswith("_cut_off") for r in dropped.values())},
              "prompt": (settings or PromptSettings()).describe()}
     if est is not None:
         stats.update(knowledge_stats(est, extra, unknown_dropped, knowledge))
@@ -185,7 +197,7 @@ def unknown_pairs(by_item: dict, est: dict, backend, *, knowledge, model_name: s
       only through the hint (so the correct pool teaches hint use, not the training item's fact).
     Returns (pair rows with ``pool``, {item_id: drop reason})."""
     from eval_hooks.evaluate import build_requests
-    from eval_hooks.parsers import answers_match, parse_answer
+    from eval_hooks.parsers import parse_row_answer, row_answer_matches
 
     unknown = [i for i in sorted(est) if est[i]["knowledge"] == "unknown"]
     rows = [by_item[i]["correct"] for i in unknown]
@@ -194,8 +206,10 @@ def unknown_pairs(by_item: dict, est: dict, backend, *, knowledge, model_name: s
     pairs, dropped = [], {}
     for i, row, o in zip(unknown, rows, outs):
         text, e = o.samples[0].text, est[i]
-        kw = dict(choices=row.get("choices"))
-        if not answers_match(parse_answer(text, row["answer_type"], **kw), row["gold"], row["answer_type"], **kw):
+        if o.samples[0].finish_reason == "length":
+            dropped[i] = "correct_context_cut_off"
+            continue
+        if not row_answer_matches(parse_row_answer(text, row), row):
             dropped[i] = "correct_context_wrong"
             continue
         wrong = next((t for t, ok in zip(e["texts"], e["correct"]) if not ok and t.strip()), None)
@@ -220,6 +234,8 @@ def run(cfg: DictConfig) -> dict:
     """Mine; returns the statistics written to ``<out_dir>/mining_stats.json``."""
     from eval_hooks import load_rows
     from eval_hooks.io import write_json_atomic, write_jsonl_atomic
+    from eval_hooks.model_source import is_toy_model
+    from eval_hooks.parsers import answer_budget
     from eval_hooks.prompts import PromptSettings
     from trainer.data.train_data import resolve_data_path
     from trainer.evaluation import build_inference_backend
@@ -230,8 +246,9 @@ def run(cfg: DictConfig) -> dict:
     rows = load_rows("mist", resolve_data_path(cfg.items_path))  # validated before the model loads
     seed_everything(cfg.seed)
     prompt = PromptSettings.from_config(cfg.prompt)
+    budget = cfg.max_new_tokens or answer_budget({r["answer_type"] for r in rows}, toy=is_toy_model(cfg.model.path))
     backend = build_inference_backend(cfg.model, cfg.generation, prompt_settings=prompt)
-    pairs, stats = mine(rows, backend, max_new_tokens=cfg.max_new_tokens, use_fallback=cfg.use_fallback,
+    pairs, stats = mine(rows, backend, max_new_tokens=budget, use_fallback=cfg.use_fallback,
                         fallback_note=cfg.fallback_note, leak_patterns=list(cfg.leak_patterns),
                         model_name=cfg.model.path, prompt_settings=prompt, knowledge=cfg.knowledge, seed=cfg.seed)
     out = Path(cfg.out_dir)
@@ -249,6 +266,7 @@ def run(cfg: DictConfig) -> dict:
 
 
 @hydra.main(config_path="../conf", config_name="mine_pairs", version_base=None)
+@exit_on_server_error
 def main(cfg: DictConfig) -> None:
     run(cfg)
 

@@ -6,21 +6,30 @@
 ``srv.requests`` records every request body and its headers; ``srv.fail_next`` is a list of HTTP
 status codes to answer (one per request) before replying normally; ``srv.top_logprobs(body)`` may be
 overridden through ``logprobs=`` (a function body -> list of {"token", "logprob"}).
+
+Faults for the client's bounds: ``drip_s`` sends the reply one byte every ``drip_s`` seconds (a slow
+server); ``pad_bytes`` pads the reply JSON with that many spaces (a huge body); ``shape_choices(choices)``
+rewrites the choices before they are sent (repeated or missing indexes).
 """
 
 from __future__ import annotations
 
 import json
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
 class ChatServer:
-    def __init__(self, reply, *, logprobs=None, retry_after: str | None = None):
+    def __init__(self, reply, *, logprobs=None, retry_after: str | None = None, drip_s: float = 0.0,
+                 pad_bytes: int = 0, shape_choices=None):
         self.reply, self.logprobs, self.retry_after = reply, logprobs, retry_after
+        self.drip_s, self.pad_bytes, self.shape_choices = drip_s, pad_bytes, shape_choices
+        self.drip_stopped = threading.Event()
         self.requests: list[dict] = []
         self.headers: list[dict] = []
         self.fail_next: list[int] = []
+        self.error_body: dict = {"error": "injected"}  # the body of the fail_next answers
         self._lock = threading.Lock()
         outer = self
 
@@ -37,7 +46,7 @@ class ChatServer:
                 if self.path != "/v1/chat/completions":
                     return self._send(404, {"error": f"no route {self.path}"})
                 if fail is not None:
-                    return self._send(fail, {"error": "injected"}, retry=True)
+                    return self._send(fail, outer.error_body, retry=True)
                 choices = []
                 for k in range(body.get("n", 1)):
                     ch = {"index": k, "finish_reason": "stop",
@@ -46,20 +55,39 @@ class ChatServer:
                         ch["logprobs"] = {"content": [{"token": "?", "logprob": 0.0,
                                                        "top_logprobs": outer.logprobs(body)}]}
                     choices.append(ch)
+                if outer.shape_choices is not None:
+                    choices = outer.shape_choices(choices)
                 self._send(200, {"id": "x", "object": "chat.completion", "model": body.get("model"),
                                  "choices": choices})
 
             def _send(self, code, obj, retry=False):
-                data = json.dumps(obj).encode()
+                data = json.dumps(obj).encode() + b" " * (outer.pad_bytes if code == 200 else 0)
                 self.send_response(code)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
                 if retry and outer.retry_after is not None:
                     self.send_header("Retry-After", outer.retry_after)
                 self.end_headers()
+                if code == 200 and outer.drip_s:
+                    try:
+                        for i in range(len(data)):
+                            self.wfile.write(data[i:i + 1])
+                            self.wfile.flush()
+                            time.sleep(outer.drip_s)
+                    except OSError:  # the client gave up and closed the connection
+                        outer.drip_stopped.set()
+                    return
+                if code == 200 and outer.pad_bytes:
+                    try:
+                        for i in range(0, len(data), 1 << 20):
+                            self.wfile.write(data[i:i + (1 << 20)])
+                    except OSError:  # the client refused the body and closed the connection
+                        pass
+                    return
                 self.wfile.write(data)
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 

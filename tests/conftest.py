@@ -4,20 +4,34 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED = ROOT.parent / "shared"
 # Subprocesses (python recipes/x.py, bench scripts) import this checkout's code, not an installed copy's
 # (the in-process imports see it through pyproject's [tool.pytest.ini_options] pythonpath).
 os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+# Real public data shipped with the package (GSM8K test split, MedEvidence; MIT, licences beside them)
+# and the published figures the reference tests reproduce (docs/data.md#shipped-data).
+SHIPPED_DATA = ROOT / "eval_hooks" / "data"
+REFERENCE_DIR = ROOT / "tests" / "data" / "reference"
 os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
 @pytest.fixture(scope="session")
-def shared_dir() -> Path:
-    if not SHARED.exists():
-        pytest.skip(f"shared data directory {SHARED} not present")
-    return SHARED
+def gsm8k_path() -> Path:
+    """The GSM8K test split (1,319 records), shipped in the repository."""
+    return SHIPPED_DATA / "gsm8k_test.jsonl"
+
+
+@pytest.fixture(scope="session")
+def medevidence_path() -> Path:
+    """MedEvidence, abstract version (284 records), shipped in the repository."""
+    return SHIPPED_DATA / "medevidence_abstract.jsonl"
+
+
+@pytest.fixture(scope="session")
+def reference_dir() -> Path:
+    """Published figures (SCOPE leaderboard, one Taste-Bench model's summary)."""
+    return REFERENCE_DIR
 
 
 @pytest.fixture(scope="session")

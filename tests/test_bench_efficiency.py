@@ -38,10 +38,8 @@ def test_logprob_memory_smoke():
 
 
 @pytest.mark.slow
-def test_dpo_lengths_smoke(tmp_path, shared_dir):
-    gsm = shared_dir / "data" / "external" / "gsm8k_test.jsonl"
-    if not gsm.exists():
-        pytest.skip(f"{gsm} not present")
+def test_dpo_lengths_smoke(tmp_path, gsm8k_path):
+    gsm = gsm8k_path
     data = tmp_path / "mist_gsm8k.jsonl"
     built = _run("-m", "eval_hooks", "build-gsm8k", "--data", str(gsm), "--out", str(data), "--seed", "0")
     assert built.returncode == 0, built.stderr[-2000:]

@@ -13,9 +13,6 @@ import math
 import pytest
 import torch
 
-pytest.importorskip("trl")
-pytest.importorskip("peft")
-
 
 @pytest.fixture(scope="module")
 def bench():

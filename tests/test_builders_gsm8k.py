@@ -90,8 +90,8 @@ def test_bad_source_records(tmp_path):
         build_quartets(recs(JANET, ROBE), channels=["oracle"])
 
 
-def test_real_gsm8k_subset_builds_valid_mist(shared_dir, tmp_path):
-    src = shared_dir / "data" / "external" / "gsm8k_test.jsonl"
+def test_real_gsm8k_subset_builds_valid_mist(gsm8k_path, tmp_path):
+    src = gsm8k_path
     out = tmp_path / "mist.jsonl"
     stats = build_file(src, out, seed=0, limit=60)
     assert stats["items"] == 60 and stats["rows"] == 240

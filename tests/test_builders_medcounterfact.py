@@ -2,6 +2,7 @@
 term lists, the rewrite path (deterministic fake model), bad input, and the real MedEvidence file."""
 
 import json
+from collections import Counter
 
 import pytest
 
@@ -97,7 +98,8 @@ def test_term_lists():
     assert sum(bool(t.note) for t in terms["toxic"]) >= 30
     assert nonce_rejection("drementol", set()) == "drug-name suffix -ol"
     assert nonce_rejection("kettle", {"kettle"}) == "an English word"
-    ew = pytest.importorskip("english_words")
+    import english_words as ew   # a dev dependency (.[dev]): missing, this fails rather than skips
+
     english = ew.get_english_words_set(["web2", "gcide"], lower=True)
     assert [t.term for t in terms["nonce"] if nonce_rejection(t.term, english)] == []
 
@@ -191,18 +193,26 @@ def test_bad_input_skipped_with_lines_or_rejected(tmp_path, capsys):
         build_items([(1, REC), (3, {**REC, "answer": "maybe"})], path="m.jsonl", on_invalid="error")
 
 
-def test_real_medevidence(shared_dir, tmp_path, capsys):
+def test_real_medevidence(medevidence_path, tmp_path, capsys):
     out = tmp_path / "med.jsonl"
-    src = shared_dir / "data" / "external" / "medevidence_abstract.jsonl"
+    src = medevidence_path
     assert main(["build-medcounterfact", "--data", str(src), "--out", str(out)]) == 0
     stats = json.loads(capsys.readouterr().out)
     # docs/medcounterfact.md#reference-numbers: 203 questions kept (Higher 26.1%, No Difference 46.3%, Lower 27.6%)
-    assert stats["questions"] == 203
+    assert stats["questions"] == 203 and stats["dropped_label"] == 81
     assert (stats["label_Higher"], stats["label_No Difference"], stats["label_Lower"]) == (53, 94, 56)
-    assert stats["questions_verified_every_category"] >= 110
+    # the builder's exact output on this file: 114 questions verified in all four categories, the same 89
+    # excluded from each (16 grammar, 73 needing a model rewrite); 203 + 4 x 114 = 659 items
+    assert stats["questions_verified_every_category"] == 114
     for cat, c in stats["per_category"].items():
-        assert c["verified_string"] >= 110 and c["verified_string"] + c["excluded"] == 203, cat
+        assert (c["verified_string"], c["verified_rewrite"], c["excluded"]) == (114, 0, 89), cat
+        assert (c["excluded_grammar"], c["excluded_rewrite_needed"], c["excluded_verifier"]) == (16, 73, 0), cat
+    assert sorted(stats["per_category"]) == ["medical", "non_medical", "nonce", "toxic"]
+    assert stats["items"] == 203 + 4 * 114 == 659
     items = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(items) == 659
+    assert Counter(it["category"] for it in items) == {"original": 203, "nonce": 114, "medical": 114,
+                                                        "non_medical": 114, "toxic": 114}
     originals = {it["question_id"]: it for it in items if it["category"] == "original"}
     assert len(originals) == 203
     n = 0
@@ -219,7 +229,7 @@ def test_real_medevidence(shared_dir, tmp_path, capsys):
         n += 1
     assert n == sum(c["verified_string"] for c in stats["per_category"].values())
     rows = load_rows("med", out)
-    assert len(rows) == 4 * len(items)
+    assert len(rows) == 4 * 659 == 2636
 
 
 def test_aliases_long_form_of_abbreviation_and_synonym_abbreviation():
@@ -249,3 +259,35 @@ def test_cli_rewrite_model_plumbing(tmp_path, capsys):
 def test_abbreviation_hyphen_and_space_variants_but_not_the_comparator():
     out, _ = substitute("BoNTA, BoNT-A and BoNT A beat BoNTB.", ["BoNT-A"], "kite", comparator_terms("BoNT-B"))
     assert out == "Kite, kite and kite beat BoNTB."
+
+
+# -- issue 25 -------------------------------------------------------------------------------------------
+def test_an_abbreviation_holding_the_terms_initials_is_an_alias():
+    """MedEvidence item 255: "nasal continuous positive airway pressure (nCPAP)" left "nasal <T'> (nCPAP)"."""
+    q = ("Is the need for mechanical ventilation in children with acute bronchiolitis higher, lower, or the same "
+         "when comparing continuous positive airway pressure (CPAP) to control?")
+    ev = ["Infants were randomized to receive standard care, or nasal continuous positive airway pressure (nCPAP) "
+          "in addition to standard care. Scores differed in the nCPAP and standard care groups."]
+    p = parse_question(q)
+    assert "nCPAP" in collect_aliases(p, [q, *ev])
+    # ... but not one of the comparator's: item 268 compares plasma exchange with sham exchange
+    q268 = Q + "plasma exchange with sham exchange?"
+    ev268 = ["Patients received 10 plasma-exchange (PE) or sham plasma-exchange (SPE) treatments."]
+    assert "SPE" not in collect_aliases(parse_question(q268), [q268, *ev268])
+    rec = {**REC, "question_id": 255, "question": q, "sources": {"1": {"content": ev[0]}}}
+    items, _ = build_items([(1, rec)], seed=0)
+    changed = [it for it in items if it["category"] != "original"]
+    assert len(changed) == 4
+    for it in changed:
+        assert "CPAP" not in it["question"] + it["evidence"][0], it["evidence"][0]
+
+
+def test_building_from_a_file_whose_rows_all_lack_their_fields_is_an_error(tmp_path, capsys):
+    src = tmp_path / "m.jsonl"
+    src.write_text("".join(json.dumps({"id": i, "text": "no fields"}) + "\n" for i in range(3)))
+    out = tmp_path / "o.jsonl"
+    assert main(["build-medcounterfact", "--data", str(src), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert str(src) in err and "no item kept from 3 record(s)" in err
+    assert "field 'answer': unknown label None (3 record(s), e.g. line 1)" in err
+    assert not out.exists()

@@ -63,7 +63,8 @@ def test_tiny_model_frozen_head_temperature_equal(tiny_model):
 
 
 def test_tiny_model_lora_equal(tiny_model):
-    peft = pytest.importorskip("peft")
+    import peft
+
     model = peft.get_peft_model(tiny_model, peft.LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"],
                                                             init_lora_weights=False))
     ids, att, comp = _batch(tiny_model.config.vocab_size, seed=2)

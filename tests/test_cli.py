@@ -79,9 +79,9 @@ def test_expand_error_exit_code_via_subprocess(tmp_path):
     assert not out.exists()
 
 
-def test_build_gsm8k_cli(tmp_path, shared_dir, capsys):
+def test_build_gsm8k_cli(tmp_path, gsm8k_path, capsys):
     out = tmp_path / "mist.jsonl"
-    src = shared_dir / "data" / "external" / "gsm8k_test.jsonl"
+    src = gsm8k_path
     assert main(["build-gsm8k", "--data", str(src), "--out", str(out), "--seed", "1", "--limit", "5",
                  "--shuffle"]) == 0
     stats = json.loads(capsys.readouterr().out)

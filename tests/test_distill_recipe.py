@@ -3,6 +3,7 @@
 
 import pytest
 
+import dist_helpers as dh
 from eval_hooks.builders.taste_toy import make_taste_toy
 from eval_hooks.folds import split_task_folds
 from eval_hooks.io import write_jsonl_atomic
@@ -39,9 +40,15 @@ def test_resume_mid_epoch_equals_uninterrupted(folds, tmp_path):
     b = {m["step"]: m for m in read_metrics(part) if "loss" in m}
     assert sorted(a) == sorted(b) == [1, 2, 3, 4, 5, 6]
     for s in a:
-        assert abs(a[s]["loss"] - b[s]["loss"]) <= 1e-6, s
+        for k in ("loss", "grad_norm", "lr"):
+            assert abs(a[s][k] - b[s][k]) <= 1e-6, (s, k, a[s][k], b[s][k])
         assert a[s]["data_hash"] == b[s]["data_hash"]
         assert a[s]["positions"] == b[s]["positions"]
+        assert a[s]["epoch"] == b[s]["epoch"]
+    assert [a[s]["epoch"] for s in sorted(a)] == [0, 0, 1, 1, 1, 2]      # 3 steps an epoch: the resumed part crosses two
+    # the trained weights are those of the uninterrupted run, bit for bit
+    dh.safetensors_equal(full / "final" / "adapter_model.safetensors", part / "final" / "adapter_model.safetensors")
+    assert (part / "run_complete.json").exists()
     assert a[6]["positions"] <= 8 * 3  # at most max_positions per view
     assert any(k.startswith("token_kl/parallel_") for k in a[1])  # per-cell metrics
 

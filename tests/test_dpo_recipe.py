@@ -50,8 +50,9 @@ def test_dpo_tiny_run_logs_per_condition_and_evaluates_each_epoch(tmp_path):
     ck = run_dir / "checkpoints" / "step_7"
     assert (ck / "COMPLETE").exists() and (ck / "adapter" / "adapter_model.safetensors").exists()
     assert {p.name for p in ck.iterdir()} >= {"optimizer.pt", "scheduler.json", "rng_rank0.json", "trainer_state.json"}
-    assert "sampler" in json.dumps(json.loads((ck / "trainer_state.json").read_text())["source"]) or \
-        set(json.loads((ck / "trainer_state.json").read_text())["source"]) == {"epoch", "position"}
+    state = json.loads((ck / "trainer_state.json").read_text())
+    # 7 steps x 8 draws = 56 = one epoch of 48 + 8: the sampler's whole state is (epoch, position)
+    assert state["step"] == 7 and state["source"] == {"epoch": 1, "position": 8} and state["epoch_done"] == 1
     assert (run_dir / "run_complete.json").exists() and (run_dir / "meta.json").exists()
     meta = json.loads((run_dir / "meta.json").read_text())
     assert meta["packages"]["torch"] and meta["command"]
@@ -128,3 +129,16 @@ def test_dpo_chunked_logprobs_and_length_grouping_match_the_default_path(tmp_pat
     for a, b in zip(runs[0], runs[5]):
         assert b["loss"] == pytest.approx(a["loss"], abs=1e-5)
         assert b["rewards/margins"] == pytest.approx(a["rewards/margins"], abs=1e-5)
+
+
+def test_shared_prompt_gives_the_same_run(tmp_path):
+    """data.shared_prompt (the default: one packed prompt+chosen+rejected row per pair) against two sequences per
+    pair, three LoRA steps in float32: the same losses, margins and gradient norms."""
+    common = [f"data.train_path={_pairs(tmp_path)}", "eval=none", "trainer.max_steps=3", "trainer.progress=false"]
+    run_recipe("dpo", "dpo", [*common, f"trainer.run_dir={tmp_path / 'a'}"])
+    run_recipe("dpo", "dpo", [*common, f"trainer.run_dir={tmp_path / 'b'}", "data.shared_prompt=false"])
+    a, b = read_metrics(tmp_path / "a"), read_metrics(tmp_path / "b")
+    assert len(a) == len(b) == 3
+    for x, y in zip(a, b):
+        for k in ("loss", "rewards/margins", "grad_norm"):
+            assert abs(x[k] - y[k]) < 1e-5, (x["step"], k, x[k], y[k])

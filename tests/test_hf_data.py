@@ -10,7 +10,7 @@ from eval_hooks.io import DataError, read_records
 from trainer.data.train_data import load_pairs, resolve_data_path
 from trainer.rl.rollout import load_rl_prompts
 
-datasets = pytest.importorskip("datasets")
+import datasets  # noqa: E402  (a dependency: a missing install fails, it does not skip)
 
 
 @pytest.fixture(autouse=True)

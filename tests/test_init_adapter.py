@@ -193,3 +193,79 @@ def test_bad_init_adapter_fails_before_loading(tmp_path):
         check(tmp_path / "bin", "model.init_adapter_mode=continue", "model.lora.enabled=false")
     with pytest.raises(Exception, match="init_adapter_mode"):  # refused at composition (a typed choice)
         check(tmp_path / "bin", "model.init_adapter_mode=stack")
+
+
+# -- issue 25: adapters are checked for finite values and for shapes that fit the base ------------------
+def _nan_adapter(sft_adapter, tmp_path):
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    bad = tmp_path / "nan_adapter"
+    shutil.copytree(sft_adapter, bad)
+    tensors = load_file(str(bad / "adapter_model.safetensors"))
+    name = sorted(k for k in tensors if "lora_A" in k)[0]
+    tensors[name][0, 0] = float("nan")
+    save_file(tensors, str(bad / "adapter_model.safetensors"))
+    return bad, name
+
+
+@pytest.fixture()
+def no_model_load(monkeypatch):
+    import eval_hooks.models
+
+    def refuse(*a, **k):
+        raise AssertionError("a model was loaded before the adapter check")
+
+    monkeypatch.setattr(eval_hooks.models, "load_model", refuse)
+
+
+def _refused_everywhere(adapter, tmp_path, pattern, *model):
+    """merge, model.init_adapter (an SFT run) and evaluate's adapter_path all refuse ``adapter`` before any model
+    loads, leaving no output and no run records."""
+    from recipe_utils import load_recipe
+
+    out = tmp_path / "merged"
+    with pytest.raises(ConfigError, match=pattern):
+        load_recipe("merge").run(compose("merge", [f"adapters=[{adapter}]", f"out_dir={out}", *model]))
+    assert not out.exists() and not list(tmp_path.glob(".merged-*"))
+    run = tmp_path / "run"
+    with pytest.raises(ConfigError, match=pattern):
+        run_recipe("sft", "sft", [*SFT, f"trainer.run_dir={run}", f"model.init_adapter={adapter}", *model])
+    assert not (run / "meta.json").exists() and not (run / "data_hashes.json").exists()
+    items = tmp_path / "items.jsonl"
+    items.write_text("")
+    with pytest.raises(ConfigError, match=pattern):
+        load_recipe("evaluate").run(compose("evaluate", [f"adapter_path={adapter}", f"eval.path={items}",
+                                                          f"out_dir={tmp_path / 'eval'}", *model]))
+
+
+def test_a_nan_adapter_is_refused_everywhere_naming_file_and_tensor(sft_adapter, tmp_path, no_model_load):
+    bad, name = _nan_adapter(sft_adapter, tmp_path)
+    pattern = rf"{bad / 'adapter_model.safetensors'}: tensor '{name}' holds 1 non-finite value"
+    _refused_everywhere(bad, tmp_path, pattern)
+
+
+def test_a_nan_adapter_is_refused_where_it_loads(sft_adapter, tmp_path):
+    """Code that loads an adapter without the config checks (a pipeline's own evaluation) refuses it too."""
+    from trainer.model.adapter_check import AdapterError
+    from trainer.evaluation import build_inference_backend
+    from trainer.model.policy import build_policy, load_base_with_adapters
+
+    bad, name = _nan_adapter(sft_adapter, tmp_path)
+    with pytest.raises(AdapterError, match=f"tensor '{name}'"):
+        load_base_with_adapters(_model_cfg(), [str(bad)])
+    with pytest.raises(AdapterError, match=f"tensor '{name}'"):
+        build_policy(_model_cfg(**{"init_adapter": str(bad), "init_adapter_mode": "continue",
+                                   "lora.enabled": True}), seed=0)
+    cfg = compose("evaluate", [])
+    with pytest.raises(AdapterError, match=f"tensor '{name}'"):
+        build_inference_backend(cfg.model, cfg.generation, adapter_path=str(bad))
+
+
+def test_an_adapter_of_another_base_is_refused_in_one_line_naming_both_shapes(sft_adapter, tmp_path,
+                                                                                no_model_load):
+    # trained on tiny (hidden 64); tiny-demo has hidden 128
+    pattern = (r"^[^\n]*tensor 'base_model.model.[a-z0-9_.]+' has shape \[\d+, 64\] but "
+               r"model.path='tiny-demo' needs \[\d+, 128\] there: the adapter was trained on another base[^\n]*$")
+    _refused_everywhere(sft_adapter, tmp_path, pattern, "model.path=tiny-demo")

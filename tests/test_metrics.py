@@ -352,3 +352,58 @@ def test_default_slices_skip_free_text_attributes_but_explicit_ones_are_kept():
     assert sorted(m["slices"]["plausibility"]) == ["high", "low"]
     from eval_hooks.families.mist.metrics import mist_metrics
     assert len(mist_metrics(rows, n_boot=0, slice_by=["provenance"])["slices"]["provenance"]) == 25
+
+
+# ---------------------------------------------------------------------------------------------
+# answer format: no answer vs outside the candidates, compliance, warnings
+# ---------------------------------------------------------------------------------------------
+
+
+def test_format_compliance_splits_no_answer_from_outside_answers():
+    rows = mist_rows(HAND)
+    # q0 misleading: no answer; q2 clean: an answer outside the candidates; q3 misleading: outside too
+    for r in rows:
+        if (r["item_id"], r["condition"]) == ("q0", "misleading"):
+            r.update(parsed=None, parse_ok=False, answer_status="no_answer")
+        elif (r["item_id"], r["condition"]) in {("q2", "clean"), ("q3", "misleading")}:
+            r.update(parsed="kisama", answer_status="outside")
+    m = compute_metrics("mist", rows, n_boot=0)
+    assert m["no_answer"] == {"clean": 0, "misleading": 1, "correct": 0, "irrelevant": 0} == m["unparsed"]
+    assert m["outside_candidates"] == {"clean": 1, "misleading": 1, "correct": 0, "irrelevant": 0}
+    assert m["format_compliance"] == {"clean": 1.0, "misleading": 0.8, "correct": 1.0, "irrelevant": 1.0}
+    assert m["n_clean_correct"] == 3
+    assert m["warnings"] == ["n_clean_correct=3 < 30: SC2W rests on too few clean-correct items"]
+    json.dumps(m)
+
+
+def test_compliance_drop_against_a_baseline_warns():
+    from eval_hooks.families.mist.metrics import quality_warnings
+
+    base = {"n_clean_correct": 40, "format_compliance": {"clean": 0.95, "misleading": 0.9}}
+    assert quality_warnings(base, base) == []
+    after = {"n_clean_correct": 40, "format_compliance": {"clean": 0.70, "misleading": 0.72}}
+    w = quality_warnings(after, base)
+    assert len(w) == 1 and w[0].startswith("format_compliance.clean fell from 0.95")  # 25 points; 18 is not
+    assert quality_warnings({"n_clean_correct": 29}) and not quality_warnings({"n_clean_correct": 30})
+
+
+def test_score_cli_warns_against_a_baseline(tmp_path, capsys):
+    from eval_hooks.__main__ import main
+
+    rows = [{"item_id": f"i{i}", "condition": c, "prompt": f"Q{i} {c}", "answer_type": "short_text", "gold": "Sofia",
+             "wrong_value": "Plovdiv"} for i in range(3) for c in MIST_CONDITIONS]
+    items = tmp_path / "items.jsonl"
+    items.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    good, bad = tmp_path / "good.jsonl", tmp_path / "bad.jsonl"
+    good.write_text("".join(json.dumps({"row_id": f"i{i}/{c}", "response": "The capital is Sofia."}) + "\n"
+                            for i in range(3) for c in MIST_CONDITIONS))
+    bad.write_text("".join(json.dumps({"row_id": f"i{i}/{c}", "response": "I don't know." if c == "clean" else
+                                       "Plovdiv."}) + "\n" for i in range(3) for c in MIST_CONDITIONS))
+    assert main(["score", "--family", "mist", "--rows", str(items), "--responses", str(good), "--out",
+                 str(tmp_path / "base"), "--n-boot", "0"]) == 0
+    assert main(["score", "--family", "mist", "--rows", str(items), "--responses", str(bad), "--out",
+                 str(tmp_path / "new"), "--n-boot", "0", "--baseline", str(tmp_path / "base" / "metrics.json")]) == 0
+    m = json.loads((tmp_path / "new" / "metrics.json").read_text())
+    assert m["format_compliance"]["clean"] == 0.0 and m["accuracy"]["misleading"] == 0.0
+    assert any(w.startswith("format_compliance.clean fell from 1.00") for w in m["warnings"])
+    assert "warning: format_compliance.clean" in capsys.readouterr().err

@@ -51,3 +51,56 @@ def test_no_fallback_drops_clean_wrong():
     pairs, stats = mine_mod.mine(rows_for(1, 4, 7), backend, max_new_tokens=4, use_fallback=False,
                                  fallback_note=NOTE, leak_patterns=[], model_name="m")
     assert pairs == [] and stats["dropped_by_reason"] == {"clean_wrong": 1}
+
+
+class _CutBackend:
+    """A TableBackend whose responses containing '...' are cut off by the budget (finish_reason 'length')."""
+
+    def __init__(self, table):
+        self.inner = TableBackend(table)
+
+    def generate(self, requests, *, progress=False, desc=""):
+        from eval_hooks.backends.base import GenerationResult, Sample
+
+        outs = self.inner.generate(requests)
+        return [GenerationResult(o.request, [Sample(s.text, [], [], "length" if "..." in s.text else "stop")
+                                             for s in o.samples]) for o in outs]
+
+
+def test_cut_off_completions_are_dropped_and_counted():
+    rows = rows_for(1, 4, 7) + rows_for(2, 5, 8) + rows_for(3, 6, 9)
+    backend = _CutBackend({"Q1 clean": "The answer is 4", "Q1 hint": "The answer is 7",
+                           "Q2 clean": "Let me think step by step...", "Q2 hint": "The answer is 8",
+                           "Q3 clean": "The answer is 6", "Q3 hint": "The answer is 9 because..."})
+    pairs, stats = mine_mod.mine(rows, backend, max_new_tokens=8, use_fallback=True, fallback_note=NOTE,
+                                 leak_patterns=[], model_name="m")
+    assert {p["item_id"] for p in pairs} == {"i1"}
+    assert stats["dropped_items"] == {"i2": "clean_cut_off", "i3": "misleading_cut_off"}
+    assert stats["cut_off"] == {"clean": 1, "misleading": 1, "dropped_items": 2}
+    assert {(p["chosen_finish"], p["rejected_finish"]) for p in pairs} == {("stop", "stop")}
+
+
+def test_a_cut_off_completion_gets_no_eos(tiny_tokenizer):
+    from trainer.model.logprobs import build_preference_batch
+
+    tok = tiny_tokenizer
+    b = build_preference_batch(tok, ["Q", "Q"], ["The answer is 4", "The ans"], ["The answer is 7", "The answer is 7"],
+                               max_prompt_len=64, max_completion_len=32, chosen_cut=[False, True])
+    last = [row[mask.bool()][-1].item() for row, mask in zip(b.input_ids, b.attention_mask)]
+    assert last[0] == tok.eos_token_id and last[1] != tok.eos_token_id  # chosen rows: finished, cut off
+    assert last[2] == last[3] == tok.eos_token_id  # rejected rows
+
+
+def test_default_budget_fits_the_answer_format():
+    from eval_hooks.parsers import answer_budget
+
+    assert answer_budget({"short_text"}) == 32
+    assert answer_budget({"short_text", "numeric"}) == 512
+    assert answer_budget({"numeric"}, toy=True) == 4
+    assert compose_mine_budget() is None
+
+
+def compose_mine_budget():
+    from recipe_utils import compose
+
+    return compose("mine_pairs", ["model=smollm2_135m"]).max_new_tokens  # null: chosen from the items

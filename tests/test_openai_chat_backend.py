@@ -112,3 +112,115 @@ def test_malformed_reply():
         b = OpenAIChatBackend(srv.url, "m")
         with pytest.raises(ServerResponseError, match="not a string"):
             b.generate([GenerationRequest(prompt="x")])
+
+
+# -- bounds of one request: a deadline over all attempts, a size bound, choice indexes (issue 25, item 4) --
+def test_a_server_that_drips_its_reply_cannot_outlive_the_deadline():
+    """One byte every 0.25 s: each socket read succeeds, so only a whole-request deadline stops it."""
+    with ChatServer(lambda body, k: "x" * 200, drip_s=0.25) as srv:
+        b = OpenAIChatBackend(srv.url, "m", timeout_s=2, max_retries=3, backoff_s=0.0)
+        with pytest.raises(ServerUnreachableError, match="deadline was reached") as e:
+            b.generate([GenerationRequest(prompt="x")])
+        assert e.value.timed_out
+        # the deadline covers the retries too: the attempt that hit it was the last one
+        assert e.value.attempts == len(srv.requests) == 1
+        assert srv.drip_stopped.wait(30)  # the client closed the connection; the server saw it
+
+
+def test_retries_stop_at_the_deadline_not_at_max_retries():
+    with ChatServer(echo, retry_after="0.6") as srv:
+        srv.fail_next = [503] * 50
+        b = OpenAIChatBackend(srv.url, "m", timeout_s=1.5, max_retries=20, backoff_s=0.0)
+        with pytest.raises(ServerResponseError, match=r"HTTP 503.*deadline was reached") as e:
+            b.generate([GenerationRequest(prompt="x")])
+    assert e.value.timed_out and e.value.attempts == len(srv.requests) < 21
+
+
+def test_a_reply_larger_than_the_bound_is_refused_not_read_whole():
+    with ChatServer(echo, pad_bytes=50 * 2 ** 20) as srv:  # a 50 MB body
+        b = OpenAIChatBackend(srv.url, "m", max_retries=2, backoff_s=0.0)  # default bound: 16 MiB
+        with pytest.raises(ServerResponseError, match=r"larger than the 16777216-byte bound \(Content-Length 524") as e:
+            b.generate([GenerationRequest(prompt="x")])
+        assert e.value.attempts == 1 and not e.value.timed_out and len(srv.requests) == 1  # refused, not retried
+        srv.pad_bytes = 2000  # a small reply still goes through a small bound
+        assert OpenAIChatBackend(srv.url, "m", max_response_bytes=4000).generate(
+            [GenerationRequest(prompt="x")])[0].samples[0].text == "x|0|seed=None"
+
+
+def test_a_body_without_content_length_is_cut_at_the_bound():
+    from eval_hooks.backends.transport import BodyTooLarge, _read_bounded
+
+    class Chunked:  # what http.client gives for a chunked reply: no Content-Length, read1 in pieces
+        def __init__(self):
+            self.sent = 0
+
+        def getheader(self, name):
+            return None
+
+        def read1(self, n):
+            self.sent += 1000
+            return b"x" * 1000
+
+    r = Chunked()
+    with pytest.raises(BodyTooLarge, match="more than 4500 bytes"):
+        _read_bounded(r, 4500)
+    assert r.sent == 5000  # stopped at the first chunk past the bound
+
+
+@pytest.mark.parametrize("shape, match", [
+    (lambda ch: [dict(c, index=0) for c in ch], r"indexes \[0, 0\] do not cover 0..1"),
+    (lambda ch: [dict(c, index=c["index"] + 1) for c in ch], r"indexes \[1, 2\] do not cover 0..1"),
+    (lambda ch: ch[:1], r"asked for n=2 choices, got 1; this server ignores n: set split_n=true"),
+])
+def test_choice_indexes_must_cover_0_to_n_minus_1_once(shape, match):
+    with ChatServer(echo, shape_choices=shape) as srv:
+        b = OpenAIChatBackend(srv.url, "m", max_retries=0)
+        with pytest.raises(ServerResponseError, match=match):
+            b.generate([GenerationRequest(prompt="x", n=2)])
+
+
+def test_choices_in_any_order_are_put_in_index_order():
+    with ChatServer(echo, shape_choices=lambda ch: ch[::-1]) as srv:
+        res = OpenAIChatBackend(srv.url, "m").generate([GenerationRequest(prompt="x", n=3)])
+    assert [s.text for s in res[0].samples] == ["x|0|seed=None", "x|1|seed=None", "x|2|seed=None"]
+
+
+def test_validation_error_is_not_retried_and_shows_every_field(caplog):
+    """A FastAPI-style validation error (here HTTP 500, as llama.cpp sends it): the server's own message
+    first, every item shown with a bounded input, no retry, and no 'retrying' in the log."""
+    detail = [{"type": "string_type", "loc": ["body", "messages", i], "msg": "Input should be a valid string",
+               "input": "y" * 5000} for i in range(21)]
+    detail.append({"type": "greater_than_equal", "loc": ["body", "top_k"], "msg": "Input should be >= 0",
+                   "input": -1})
+
+    with ChatServer(echo) as srv:
+        srv.fail_next = [500]
+        srv.error_body = {"detail": detail}
+        b = OpenAIChatBackend(srv.url, "m", max_retries=3, backoff_s=0.0)
+        with pytest.raises(ServerResponseError) as e:
+            b.generate([GenerationRequest(prompt="x")])
+    msg = str(e.value)
+    assert msg.startswith("22 validation error(s): body.messages.0: Input should be a valid string")
+    assert "body.top_k: Input should be >= 0 (input -1)" in msg and "not retried" in msg
+    assert e.value.validation and e.value.attempts == 1 and len(srv.requests) == 1
+    assert "retrying" not in caplog.text
+
+
+def test_the_last_attempt_does_not_say_retrying(caplog):
+    with ChatServer(echo) as srv:
+        srv.fail_next = [503, 503]
+        b = OpenAIChatBackend(srv.url, "m", max_retries=1, backoff_s=0.0)
+        with pytest.raises(ServerResponseError, match="after 2 attempts"):
+            b.generate([GenerationRequest(prompt="x")])
+    lines = [r.getMessage() for r in caplog.records if "HTTP 503" in r.getMessage()]
+    assert len(lines) == 2 and "retrying" in lines[0] and "retrying" not in lines[1] and "giving up" in lines[1]
+
+
+def test_multi_token_labels_are_refused_before_any_call():
+    from eval_hooks.backends.openai_chat import ServerCapabilityError
+
+    with ChatServer(echo, logprobs=lambda body: []) as srv:
+        b = OpenAIChatBackend(srv.url, "m")
+        with pytest.raises(ServerCapabilityError, match="not single first tokens.*eval.med.label_probs=false"):
+            b.score_labels(["q"], ["ANSWER: A", "ANSWER: B"])
+    assert srv.requests == []

@@ -62,8 +62,8 @@ def taste_rows_for_cell(cell, stats):
 
 
 @pytest.fixture(scope="module")
-def taste_reference(shared_dir):
-    summary = json.loads((shared_dir / "data/reference/tastebench_gpt-5.6-sol_summary.json").read_text())
+def taste_reference(reference_dir):
+    summary = json.loads((reference_dir / "tastebench_gpt-5.6-sol_summary.json").read_text())
     rows = [r for cell, stats in summary["per_cell"].items() for r in taste_rows_for_cell(cell, stats)]
     return summary, compute_metrics("taste", rows)
 
@@ -119,8 +119,8 @@ def test_taste_average_is_domain_weighted_not_pooled(taste_reference):
 N_MIST = 1000
 
 
-def leaderboard_rows(shared_dir):
-    data = json.loads((shared_dir / "data/reference/scope_leaderboard.json").read_text())
+def leaderboard_rows(reference_dir):
+    data = json.loads((reference_dir / "scope_leaderboard.json").read_text())
     assert len(data["rows"]) == 35
     return data["rows"]
 
@@ -147,11 +147,11 @@ def realise(row):
     return scores, (n_fail if feasible else None)
 
 
-def test_scope_leaderboard_overall_is_mean_of_four(shared_dir):
+def test_scope_leaderboard_overall_is_mean_of_four(reference_dir):
     """For all 35 rows: accuracies exact, Overall within rounding of the published ``ov`` (the inputs
     are themselves rounded to 0.1 pp, so |mean - ov| <= 0.05 pp plus float slack)."""
     unrealisable_sc = []
-    for row in leaderboard_rows(shared_dir):
+    for row in leaderboard_rows(reference_dir):
         scores, n_fail = realise(row)
         m = compute_metrics("mist", scores, n_boot=0)
         name = f"{row.get('base', '')} {row['name']}".strip()
@@ -167,10 +167,10 @@ def test_scope_leaderboard_overall_is_mean_of_four(shared_dir):
     assert unrealisable_sc == ["Qwen3-4B + SFT"]
 
 
-def test_scope_base_failures_match_the_papers_repair_count(shared_dir):
+def test_scope_base_failures_match_the_papers_repair_count(reference_dir):
     """Qwen3-4B: clean 94.5, SC2W 35.0 -> the only count is 331 failures, the number the paper's
     repair analysis starts from ("repaired 188 of 331")."""
-    row = next(r for r in leaderboard_rows(shared_dir) if r["name"] == "Qwen3-4B")
+    row = next(r for r in leaderboard_rows(reference_dir) if r["name"] == "Qwen3-4B")
     scores, n_fail = realise(row)
     assert n_fail == 331
     m = compute_metrics("mist", scores, n_boot=0)

@@ -2,8 +2,9 @@
 ``docs/<page>.md#<anchor>`` cited anywhere (code, configs, README, the docs themselves) names a page
 that exists and a heading on it (docs/architecture.md#import-rules, docs/data.md).
 
-Tests may still *read* data from outside the repository (they skip without it); only what a user
-reads is checked: the product folders, ``docs/``, ``README.md`` and ``DEMO.md``.
+The citation check covers the product folders, ``docs/``, ``README.md`` and ``DEMO.md`` (what a user
+reads). The tests read data only from inside the repository (docs/data.md#shipped-data), so that a
+fresh clone runs them all.
 """
 
 from __future__ import annotations
@@ -117,6 +118,20 @@ def test_every_cited_docs_anchor_resolves():
     problems, checked = broken_citations(ROOT)
     assert problems == [], "\n".join(problems)
     assert checked >= 30, f"only {checked} anchored docs citations found: is the scanner still finding them?"
+
+
+def test_tests_read_no_data_from_outside_the_repository():
+    """No test reads the folder beside the repository (it is absent in a fresh clone) and the data the
+    tests read instead is shipped."""
+    beside = re.compile(r"\.\./shared|\bparents?\b.*[\"']shared[\"']")
+    hits = [f"{p.relative_to(ROOT)}:{n}: {line.strip()}" for p in sorted((ROOT / "tests").rglob("*.py"))
+            if p.name != Path(__file__).name
+            for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), start=1) if beside.search(line)]
+    assert hits == [], "\n".join(hits)
+    shipped = ("eval_hooks/data/gsm8k_test.jsonl", "eval_hooks/data/LICENSE.gsm8k",
+               "eval_hooks/data/medevidence_abstract.jsonl", "eval_hooks/data/LICENSE.medevidence",
+               "tests/data/reference/scope_leaderboard.json", "tests/data/reference/tastebench_gpt-5.6-sol_summary.json")
+    assert [f for f in shipped if not (ROOT / f).is_file()] == []
 
 
 def test_the_system_pages_exist():

@@ -3,10 +3,12 @@ in the run directory, loss spikes logged. (One run directory for all ranks: test
 
 from __future__ import annotations
 
+import importlib.machinery
 import json
 import os
 import subprocess
 import sys
+import types
 from importlib.metadata import version
 
 import pytest
@@ -45,28 +47,73 @@ def test_run_dir_keeps_config_commit_versions_and_command(tmp_path, monkeypatch)
     saved = OmegaConf.load(tmp_path / "config.yaml")
     assert saved.algo.beta == 0.25 and saved.optim.lr == 0.01 and saved.trainer.run_dir == str(tmp_path)
     assert "${" not in (tmp_path / "config.yaml").read_text()     # resolved
+    # the logger stamps each line with the wall clock, rounded to the millisecond
+    monkeypatch.setattr(sys.modules[type(ctx.logger).__module__], "time", types.SimpleNamespace(time=lambda: 1.7e9 + 0.12345))
     ctx.logger.log(3, {"loss": torch.tensor(0.5), "nan": float("nan")})
-    assert read_metrics(tmp_path) == [{"step": 3, "time": pytest.approx(read_metrics(tmp_path)[0]["time"]),
-                                       "loss": 0.5, "nan": "nan"}]
+    assert read_metrics(tmp_path) == [{"step": 3, "time": 1700000000.123, "loss": 0.5, "nan": "nan"}]
 
 
-def test_logger_wandb_runs_offline_without_credentials(tmp_path, monkeypatch):
-    pytest.importorskip("wandb")
+class _FakeWandb(types.ModuleType):
+    """Stands in for the ``wandb`` package (an optional extra, absent from ``.[dev]``): records what
+    ``wandb.init`` was given, the ``WANDB_MODE`` it saw, every ``log`` call and ``finish``."""
+
+    def __init__(self):
+        super().__init__("wandb")
+        self.__spec__ = importlib.machinery.ModuleSpec("wandb", None)   # found by importlib.util.find_spec
+        self.inits, self.logged, self.finished = [], [], 0
+
+    def init(self, **kwargs):
+        self.inits.append({**kwargs, "WANDB_MODE": os.environ.get("WANDB_MODE")})
+        fake = self
+
+        class Run:
+            def log(self, data, step):
+                fake.logged.append((step, dict(data)))
+
+            def finish(self):
+                fake.finished += 1
+
+        return Run()
+
+
+@pytest.fixture()
+def fake_wandb(monkeypatch):
+    fake = _FakeWandb()
+    monkeypatch.setitem(sys.modules, "wandb", fake)
     for k in ("WANDB_API_KEY", "WANDB_MODE", "WANDB_DIR", "WANDB_BASE_URL"):
         monkeypatch.delenv(k, raising=False)
-    monkeypatch.setenv("WANDB_SILENT", "true")
+    yield fake
+    os.environ.pop("WANDB_MODE", None)    # the logger sets it in the process environment
+
+
+def test_logger_wandb_runs_offline_without_credentials(tmp_path, fake_wandb):
     pairs = dh.write_pairs(tmp_path / "pairs.jsonl", 3)
     run_dir = tmp_path / "run"
-    try:
-        run_recipe("dpo", "dpo", [f"data.train_path={pairs}", "eval=none", "logger=wandb", f"trainer.run_dir={run_dir}",
-                                  "trainer.max_steps=2", "trainer.progress=false", "optim.batch_size=4"])
-        assert os.environ.get("WANDB_MODE") == "offline"       # chosen because no credentials were present
-    finally:
-        os.environ.pop("WANDB_MODE", None)
-    offline = list((run_dir / "wandb").glob("offline-run-*"))
-    assert len(offline) == 1 and list(offline[0].glob("run-*.wandb")), list((run_dir / "wandb").iterdir())
-    # metrics.jsonl is written whatever the logger
-    assert [l["step"] for l in dh.step_rows(run_dir)] == [1, 2]
+    run_recipe("dpo", "dpo", [f"data.train_path={pairs}", "eval=none", "logger=wandb", f"trainer.run_dir={run_dir}",
+                              "trainer.max_steps=2", "trainer.progress=false", "optim.batch_size=4"])
+    assert len(fake_wandb.inits) == 1 and fake_wandb.finished == 1
+    init = fake_wandb.inits[0]
+    assert init["WANDB_MODE"] == "offline"            # chosen because no credentials were present
+    assert (init["project"], init["name"], init["dir"], init["resume"]) == ("selectrust", "run", str(run_dir), "allow")
+    assert init["config"]["algo"]["beta"] == compose("dpo", []).algo.beta
+    # metrics.jsonl is written whatever the logger, and W&B gets the same numbers at the same steps
+    rows = dh.step_rows(run_dir)
+    assert [l["step"] for l in rows] == [1, 2] and [s for s, _ in fake_wandb.logged] == [1, 2]
+    for (step, data), row in zip(fake_wandb.logged, rows):
+        assert data == {k: v for k, v in row.items() if isinstance(v, (int, float))}, step
+
+
+def test_logger_wandb_keeps_credentials_and_an_explicit_mode(tmp_path, fake_wandb, monkeypatch):
+    from trainer.core.run import MetricsLogger
+
+    monkeypatch.setenv("WANDB_API_KEY", "k" * 40)                      # credentials: no offline switch
+    MetricsLogger(tmp_path, is_main=True, kind="wandb", name="x").close()
+    monkeypatch.delenv("WANDB_API_KEY")
+    monkeypatch.setenv("WANDB_MODE", "disabled")                       # the user's own choice is kept
+    MetricsLogger(tmp_path, is_main=True, kind="wandb").close()
+    MetricsLogger(tmp_path, is_main=False, kind="wandb").close()       # other ranks never call wandb
+    assert [(i["WANDB_MODE"], i["name"]) for i in fake_wandb.inits] == [(None, "x"), ("disabled", tmp_path.name)]
+    assert fake_wandb.finished == 2
 
 
 class _Regression:

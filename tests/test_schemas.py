@@ -241,7 +241,7 @@ def test_rows_file_duplicate_row_id(tmp_path):
 
 @pytest.mark.parametrize("family", ["mist", "box2", "taste", "med"])
 def test_parquet_matches_jsonl(tmp_path, family):
-    pa = pytest.importorskip("pyarrow")
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
     recs = records(f"{family}_small.jsonl")

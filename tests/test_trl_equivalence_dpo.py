@@ -23,9 +23,7 @@ import torch
 from torch.testing import assert_close
 
 from trainer.algos.dpo import sigmoid_dpo_loss
-
-trl = pytest.importorskip("trl")
-from trl.trainer.dpo_trainer import DPOTrainer  # noqa: E402
+from trl.trainer.dpo_trainer import DPOTrainer
 
 
 # ---------------------------------------------------------------------------------------------------------------------

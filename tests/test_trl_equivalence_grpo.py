@@ -17,9 +17,7 @@ import torch
 from torch.testing import assert_close
 
 from trainer.algos.grpo import clipped_policy_loss
-
-pytest.importorskip("trl")
-from trl.trainer.grpo_trainer import GRPOTrainer  # noqa: E402
+from trl.trainer.grpo_trainer import GRPOTrainer
 
 
 class _Accel:

@@ -14,8 +14,6 @@ from torch.testing import assert_close
 
 from trainer.algos.sft import masked_nll_loss
 
-pytest.importorskip("trl")
-
 EXAMPLES = [
     ("Task: add 17 and 25.\nWorkflow: 1. subtract.\n", "17 + 25 = 42. ANSWER: 42"),
     ("Is 91 prime?\n", "91 = 7 * 13, so no."),

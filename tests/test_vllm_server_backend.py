@@ -1,4 +1,8 @@
-"""VLLMServerBackend against the loopback reference server: protocol, parity with HFBackend, faults."""
+"""VLLMServerBackend against the loopback reference server: protocol tests and faults.
+
+The reference server generates with ``HFBackend`` on the same weights, so the tests that compare its
+replies with HFBackend's check the *protocol* (rendering, token ids, log-prob transport, request grouping),
+not agreement between vLLM and HF: that needs a real vLLM (``launch/gpu_check.sh``)."""
 
 from __future__ import annotations
 
@@ -23,7 +27,8 @@ def server(tiny_model_dir, tiny_tokenizer):
 @pytest.fixture()
 def backend(server, tiny_tokenizer):
     server.faults.__init__()  # no fault leaks between tests
-    return VLLMServerBackend(server.url, "tiny", tiny_tokenizer, timeout_s=30, max_retries=2, backoff_s=0.01)
+    return VLLMServerBackend(server.url, "tiny", tiny_tokenizer, timeout_s=30, max_retries=2, backoff_s=0.01,
+                             server_kind="vllm")  # no /v1/models detection call: fault counts stay exact
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +47,7 @@ REQS = [
 ]
 
 
-def test_greedy_completions_through_http_match_hf_backend(backend, hf, server):
+def test_protocol_greedy_completions_round_trip_what_the_server_generated(backend, hf, server):
     served_before = server.requests_served
     got = backend.generate(REQS)
     want = hf.generate(REQS)
@@ -79,7 +84,7 @@ def test_stop_strings_and_max_tokens(backend, hf):
     assert len(short.token_ids) <= 3
 
 
-def test_prompt_logprobs_match_trainer_forward(backend, tiny_model_dir, tiny_tokenizer):
+def test_protocol_prompt_logprobs_round_trip_the_trainer_forward(backend, tiny_model_dir, tiny_tokenizer):
     from eval_hooks.models import load_model
     from trainer.rl.weight_sync import trainer_prompt_logprobs
 
@@ -89,7 +94,7 @@ def test_prompt_logprobs_match_trainer_forward(backend, tiny_model_dir, tiny_tok
     assert got == pytest.approx(trainer_prompt_logprobs(load_model(str(tiny_model_dir)), ids), abs=1e-5)
 
 
-def test_score_labels_matches_hf_backend(backend, hf):
+def test_protocol_score_labels_round_trip_prompt_logprobs(backend, hf):
     prompts = ["The answer is", [{"role": "user", "content": "Yes or no?"}]]
     labels = [" yes", " no", " maybe"]
     got = backend.score_labels(prompts, labels)
@@ -124,7 +129,8 @@ def test_too_many_dropped_connections_is_an_unreachable_error(backend, server):
 
 def test_timeouts_are_retried_then_reported(server, tiny_tokenizer):
     server.faults.__init__()
-    b = VLLMServerBackend(server.url, "tiny", tiny_tokenizer, timeout_s=0.3, max_retries=1, backoff_s=0.01)
+    b = VLLMServerBackend(server.url, "tiny", tiny_tokenizer, timeout_s=0.3, max_retries=1, backoff_s=0.01,
+                          server_kind="vllm")
     server.faults.delay_s, server.faults.slow_requests = 1.0, 1  # first attempt times out, the retry answers
     assert len(b.generate([GenerationRequest(prompt="hi", max_new_tokens=2)])[0].samples) == 1
     server.faults.slow_requests = 2
@@ -162,7 +168,7 @@ def test_fewer_samples_than_asked_names_the_request(backend, server):
 
 def test_unknown_model_is_a_4xx_error_not_a_retry(backend, server):
     before = server.requests_received
-    with pytest.raises(ServerResponseError, match="HTTP 404.*does not exist"):
+    with pytest.raises(ServerResponseError, match=r"^The model .no-such-adapter. does not exist.*HTTP 404"):
         backend.generate([GenerationRequest(prompt="x", adapter="no-such-adapter")])
     assert server.requests_received == before + 1  # a client error is not retried
 
@@ -185,7 +191,8 @@ def test_a_late_request_cannot_consume_a_fault_set_after_it_arrived(backend, ser
     the next test sets a fault; it must not take that fault (faults are claimed when a request arrives)."""
     import time
 
-    impatient = VLLMServerBackend(server.url, "tiny", tiny_tokenizer, timeout_s=0.2, max_retries=0, backoff_s=0.01)
+    impatient = VLLMServerBackend(server.url, "tiny", tiny_tokenizer, timeout_s=0.2, max_retries=0, backoff_s=0.01,
+                                  server_kind="vllm")
     server.faults.delay_s, server.faults.slow_requests = 1.0, 1
     with pytest.raises(ServerUnreachableError):
         impatient.generate([GenerationRequest(prompt="late", max_new_tokens=2)])

@@ -63,7 +63,10 @@ class Pipeline:
         final = self.runner.run(name, stage, start)
         self.timings[name] = round(time.time() - t0, 1)
         if final is None:
-            raise SystemExit(f"[demo] stage {name} did not complete")
+            from trainer.core.stages import exit_stopped
+
+            exit_stopped(f"[demo] stage {name} stopped early (its checkpoint is saved); run the same command "
+                         f"again to continue")
         return final
 
     def evaluate(self, name: str, model_path: Path, items: str, family: str, adapter: Path | None = None,

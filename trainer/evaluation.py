@@ -2,7 +2,8 @@
 
 ``load_eval_rows`` runs before any model loads, so a broken evaluation file fails the run at start-up
 rather than after the first epoch. ``make_backend`` builds the generation backend named by the
-``generation`` config: in-process HF over the live policy, or the vLLM server client.
+``generation`` config: in-process HF over the live policy, the vLLM server client, or (``openai_chat``)
+the client of a chat endpoint, which evaluates the model that server serves, not the policy.
 
 With ``generation=vllm_server`` the epoch-end evaluation of every trainer goes through the server, on the
 *current* weights: before each evaluation the LoRA adapter is saved, loaded on the server under a new
@@ -60,13 +61,26 @@ def make_backend(gen_cfg, model, tokenizer, *, model_path: str, prompt_settings:
     if gen_cfg.backend == "hf":
         from eval_hooks.backends.hf import HFBackend
 
-        return HFBackend(model, tokenizer, batch_size=gen_cfg.batch_size, prompt_settings=prompt_settings)
+        import torch
+
+        from trainer.core.run import resolve_mixed_precision
+
+        device = next(model.parameters()).device.type
+        mp = resolve_mixed_precision(gen_cfg.mixed_precision, cpu=device == "cpu")
+        dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(mp)
+        return HFBackend(model, tokenizer, batch_size=gen_cfg.batch_size, prompt_settings=prompt_settings,
+                         autocast_dtype=dtype)
+    if gen_cfg.backend == "openai_chat":  # the served model itself; the server applies its chat template
+        from eval_hooks.backends.openai_chat import backend_from_config
+
+        return backend_from_config(gen_cfg, prompt_settings)
     from eval_hooks.backends.vllm_server import VLLMServerBackend
 
     return VLLMServerBackend(gen_cfg.url, gen_cfg.served_model_name or model_path, tokenizer=tokenizer,
                              timeout_s=gen_cfg.timeout_s, max_retries=gen_cfg.max_retries,
                              prompt_settings=prompt_settings, adapter_prefix=adapter_prefix,
-                             error_context=server_log_context(gen_cfg))
+                             error_context=server_log_context(gen_cfg), concurrency=gen_cfg.concurrency,
+                             server_kind=gen_cfg.server_kind)
 
 
 def server_log_context(gen_cfg) -> Callable[[], str] | None:
@@ -88,7 +102,7 @@ def server_log_context(gen_cfg) -> Callable[[], str] | None:
 def server_errors(gen_cfg) -> tuple[type[BaseException], ...]:
     """Exceptions after which ``train_loop`` checkpoints before stopping (``checkpoint_on=``): the server's
     errors (dead, malformed reply, refused adapter) and a failed sync probe; none for in-process HF."""
-    if gen_cfg.backend != "vllm_server":
+    if gen_cfg.backend == "hf":
         return ()
     from eval_hooks.backends.vllm_server import ServerError
 
@@ -103,6 +117,8 @@ def build_inference_backend(model_cfg, gen_cfg, *, prompt_settings: PromptSettin
     present), optionally with a LoRA adapter, in-process or behind a vLLM server, rendering prompts
     under ``prompt_settings``. A ``model.init_adapter`` (``init_adapter_mode=merge``) is merged into the
     base first, as the trainers do."""
+    if gen_cfg.backend == "openai_chat":  # nothing loads here: the server holds the model
+        return make_backend(gen_cfg, None, None, model_path=model_cfg.path, prompt_settings=prompt_settings)
     from eval_hooks.models import load_tokenizer
 
     from trainer.model.policy import load_base_with_adapters
@@ -117,6 +133,9 @@ def build_inference_backend(model_cfg, gen_cfg, *, prompt_settings: PromptSettin
         if adapter_path:
             from peft import PeftModel
 
+            from trainer.model.adapter_check import check_adapter_finite
+
+            check_adapter_finite(adapter_path, "adapter_path")
             model = PeftModel.from_pretrained(model, adapter_path)
     backend = make_backend(gen_cfg, model, tokenizer, model_path=model_cfg.path, prompt_settings=prompt_settings)
     if adapter_path and gen_cfg.backend != "hf":

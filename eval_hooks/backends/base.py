@@ -3,7 +3,8 @@
 Three implementations speak it: the in-process Hugging Face backend (``hf``), the HTTP client for a
 vLLM server (``vllm_server``) and, through that client, the loopback reference server used in CPU
 tests; plus ``openai_chat``, a client of any OpenAI-compatible ``/v1/chat/completions`` endpoint
-(hosted judges; text only, no token ids or log-probs). Callers build :class:`GenerationRequest` objects and never branch on the backend kind.
+(judges, mining, evaluation of served models; text only, no token ids, first-token top_logprobs only).
+``transport`` is their shared HTTP layer (deadlines, size bounds, errors). Callers build :class:`GenerationRequest` objects and never branch on the backend kind.
 """
 
 from __future__ import annotations

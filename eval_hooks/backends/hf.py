@@ -9,6 +9,10 @@ draws its tokens from its own generator seeded with ``derive_seed(seed, j)`` (in
 the temperature/top-p distribution, see :func:`_make_row_sampler`), so requests with different seeds still
 share one batch and a sample does not depend on its batch. Greedy requests and unseeded sampling
 (``torch``'s global RNG) go through ``generate`` as before.
+
+Each sampled token's log-prob (under the raw, temperature-1 distribution) is recorded during decoding
+by :func:`_make_logprob_recorder`, one step at a time: memory scales with the answer, never with
+``batch x new tokens x vocabulary`` (``output_logits`` is never requested).
 """
 
 from __future__ import annotations
@@ -59,11 +63,49 @@ def _make_row_sampler(seeds: Sequence[int], max_new_tokens: int, temperature: fl
     return RowSampler()
 
 
+def _make_logprob_recorder():
+    """A ``LogitsProcessor`` that records the chosen token's log-prob at every decoding step.
+
+    It must come first among the custom processors: transformers applies its own processors (none for
+    our settings) before the custom ones and the sampling warpers (temperature, top-p) after them, so it
+    sees the raw logits, as ``output_logits`` would. At step ``t`` it keeps ``log_softmax`` of that
+    step's row (``(B, V)``, fp32) and, once the next call shows the token chosen at ``t`` (the last
+    column of ``input_ids``), keeps only that token's value (``(B,)``). ``finish(sequences)`` gathers the
+    last step from the final sequences and returns ``(B, T)`` log-probs. Peak extra memory: one
+    ``(B, V)`` row, whatever the number of new tokens.
+    """
+    import torch
+    from transformers import LogitsProcessor
+
+    class LogprobRecorder(LogitsProcessor):
+        def __init__(self):
+            self.kept: list = []      # (B,) log-prob of the chosen token, per finished step
+            self.pending = None       # (B, V) log_softmax of the step whose choice is not yet known
+
+        def __call__(self, input_ids, scores):
+            if self.pending is not None:
+                self.kept.append(self.pending.gather(1, input_ids[:, -1:]).squeeze(1))
+            self.pending = torch.log_softmax(scores.float(), dim=-1)
+            return scores
+
+        def finish(self, sequences):
+            if self.pending is not None:
+                self.kept.append(self.pending.gather(1, sequences[:, -1:].to(self.pending.device)).squeeze(1))
+                self.pending = None
+            if not self.kept:
+                return torch.zeros(sequences.shape[0], 0)
+            return torch.stack(self.kept, dim=1).cpu()
+
+    return LogprobRecorder()
+
+
 class HFBackend(GenerationBackend):
     name = "hf"
 
     def __init__(self, model, tokenizer, *, batch_size: int = 32, adapter_path: str | None = None,
-                 prompt_settings: PromptSettings | None = None):
+                 prompt_settings: PromptSettings | None = None, autocast_dtype=None):
+        """``autocast_dtype`` (e.g. ``torch.bfloat16``): generate under ``torch.autocast`` in that dtype (weights
+        unchanged; recorded log-probs still computed in fp32). None: the model's own dtype."""
         if adapter_path:
             from peft import PeftModel
 
@@ -72,6 +114,7 @@ class HFBackend(GenerationBackend):
         self.tokenizer = tokenizer
         self.batch_size = batch_size
         self.prompt_settings = prompt_settings or PromptSettings()
+        self.autocast_dtype = autocast_dtype
 
     # -- prompt rendering -------------------------------------------------------------------
     def prompt_ids(self, prompt: str | None = None, messages: list[dict] | None = None) -> list[int]:
@@ -143,16 +186,17 @@ class HFBackend(GenerationBackend):
         for row, p in enumerate(prompt_ids):  # left padding
             input_ids[row, width - len(p):] = torch.tensor(p)
             attention[row, width - len(p):] = 1
+        from transformers import LogitsProcessorList
+
+        recorder = _make_logprob_recorder()
+        processors = LogitsProcessorList([recorder])  # first: it must see the raw logits
         kwargs = dict(max_new_tokens=max_new_tokens, pad_token_id=pad, return_dict_in_generate=True,
-                      output_logits=True)
+                      logits_processor=processors)
         if temperature > 0 and row_seeds is not None:
             if len(row_seeds) != len(prompt_ids):
                 raise ValueError(f"{len(row_seeds)} row seeds for {len(prompt_ids)} prompts")
-            from transformers import LogitsProcessorList
-
-            sampler = _make_row_sampler(row_seeds, max_new_tokens, temperature, top_p, self.device)
-            kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None,
-                          logits_processor=LogitsProcessorList([sampler]))
+            processors.append(_make_row_sampler(row_seeds, max_new_tokens, temperature, top_p, self.device))
+            kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
         elif temperature > 0:
             kwargs.update(do_sample=True, temperature=temperature, top_p=top_p, top_k=0)
         else:
@@ -161,12 +205,13 @@ class HFBackend(GenerationBackend):
             kwargs.update(stop_strings=list(stop), tokenizer=self.tokenizer)
         if seed is not None:
             torch.manual_seed(seed)
-        with torch.no_grad():
+        autocast = torch.autocast(self.device.type, dtype=self.autocast_dtype or torch.float32,
+                                  enabled=self.autocast_dtype is not None)
+        with torch.no_grad(), autocast:
             out = self.model.generate(input_ids=input_ids.to(self.device), attention_mask=attention.to(self.device),
                                       **kwargs)
         new = out.sequences[:, width:].cpu()
-        logits = torch.stack(out.logits, dim=1).float().cpu()  # (B, T_new, V), raw (temperature-1) logits
-        logp = torch.log_softmax(logits, dim=-1).gather(-1, new.unsqueeze(-1)).squeeze(-1)
+        logp = recorder.finish(out.sequences)  # (B, T_new): raw (temperature-1) log-prob of each new token
         eos = self._eos_ids()
         results = []
         for row in range(new.shape[0]):

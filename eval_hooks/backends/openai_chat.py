@@ -35,35 +35,56 @@ Protocol
   (the key itself is never stored in configs or logs). A named but unset variable is an error at
   construction time.
 
-Errors (shared with the vLLM client): :class:`ServerUnreachableError` (refused, reset, timed out after all
-retries; names the URL), :class:`ServerResponseError` (4xx other than 429, malformed JSON, wrong number
-of choices; names the request). Connection errors, timeouts, HTTP 429 and 5xx are retried
-``max_retries`` times, waiting ``backoff_s * 2**attempt`` or the server's ``Retry-After`` (capped at
-60 s), whichever is longer.
+Evaluation (``generation=openai_chat``, :func:`backend_from_config`): ``prompt_settings`` holds the
+``prompt`` group; ``eval_hooks.evaluate.build_requests`` puts its system turn and prefix into each row's
+messages, as for the HF backend, and the server applies its own chat template.
+
+Bounds and errors (``transport``, shared with the vLLM client): ``timeout_s`` is a **deadline for the
+whole request**, attempts and the waits between them included (a server that sends one byte at a time is
+cut off when it passes); a reply body over ``max_response_bytes`` (16 MiB) is refused without being read
+whole; ``choices`` must carry indexes ``0..n-1`` once each (a reply of one choice for ``n > 1`` suggests
+``split_n=true``). :class:`ServerUnreachableError` (refused, reset, timed out; names the URL),
+:class:`ServerResponseError` (the server's own message first, then status, URL and request; malformed
+JSON; wrong choices), :class:`ServerCapabilityError` (no log-probs). Errors carry ``attempts`` and
+``timed_out``. Connection errors, HTTP 429 and 5xx are retried ``max_retries`` times, waiting
+``backoff_s * 2**attempt`` or the server's ``Retry-After`` (capped at 60 s), whichever is longer, within the
+deadline; validation errors (HTTP 422, or a 4xx/5xx whose body is a validation error) never are.
 """
 
 from __future__ import annotations
 
 import http.client
-import json
 import logging
 import math
 import os
-import socket
 import time
-import urllib.error
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Sequence
 
 from .base import GenerationBackend, GenerationRequest, GenerationResult, Sample, derive_seed
-from .vllm_server import ServerError, ServerResponseError, ServerUnreachableError
+from ..prompts import PromptSettings
+from . import transport as _http
+from .transport import ServerCapabilityError, ServerError, ServerResponseError, ServerUnreachableError
 
 log = logging.getLogger(__name__)
 
-__all__ = ["OpenAIChatBackend", "ServerError", "ServerResponseError", "ServerUnreachableError"]
+__all__ = ["OpenAIChatBackend", "ServerError", "ServerResponseError", "ServerUnreachableError", "ServerCapabilityError",
+           "check_choice_indexes"]
 
-RETRY_AFTER_CAP_S = 60.0
+RETRY_AFTER_CAP_S = _http.RETRY_AFTER_CAP_S
+
+
+def check_choice_indexes(choices: list, n: int, what: str, hint: str = "") -> list:
+    """``choices`` ordered by their ``index``, which must be exactly ``0..n-1`` (each once); choices without
+    any ``index`` are taken in order. Anything else is a :class:`ServerResponseError`."""
+    if len(choices) != n:
+        raise ServerResponseError(f"{what}: asked for n={n} choices, got {len(choices)}{hint}")
+    idx = [c.get("index") if isinstance(c, dict) else None for c in choices]
+    if all(i is None for i in idx):
+        return list(choices)
+    if sorted(i for i in idx if isinstance(i, int) and not isinstance(i, bool)) != list(range(n)):
+        raise ServerResponseError(f"{what}: choice indexes {idx[:20]} do not cover 0..{n - 1} once each; refused")
+    return [c for _, c in sorted(zip(idx, choices), key=lambda t: t[0])]
 
 
 def chat_url(base_url: str) -> str:
@@ -79,9 +100,11 @@ class OpenAIChatBackend(GenerationBackend):
     def __init__(self, base_url: str, model: str, *, api_key_env: str | None = None, timeout_s: float = 120.0,
                  max_retries: int = 3, backoff_s: float = 0.5, concurrency: int = 4, split_n: bool = False,
                  max_tokens_field: str = "max_tokens", system_prompt: str | None = None,
-                 extra_body: dict[str, Any] | None = None):
-        if max_retries < 0 or timeout_s <= 0 or backoff_s < 0 or concurrency < 1:
-            raise ValueError("OpenAIChatBackend: need max_retries >= 0, timeout_s > 0, backoff_s >= 0, concurrency >= 1")
+                 extra_body: dict[str, Any] | None = None, max_response_bytes: int = _http.DEFAULT_MAX_BODY_BYTES,
+                 prompt_settings: PromptSettings | None = None):
+        if max_retries < 0 or timeout_s <= 0 or backoff_s < 0 or concurrency < 1 or max_response_bytes < 1:
+            raise ValueError("OpenAIChatBackend: need max_retries >= 0, timeout_s > 0, backoff_s >= 0, concurrency >= 1, "
+                             "max_response_bytes >= 1")
         if not model:
             raise ValueError("OpenAIChatBackend: model name is empty")
         self.url = chat_url(base_url)
@@ -92,6 +115,10 @@ class OpenAIChatBackend(GenerationBackend):
         self.max_tokens_field = max_tokens_field
         self.system_prompt = system_prompt
         self.extra_body = dict(extra_body or {})
+        self.max_response_bytes = int(max_response_bytes)
+        # Evaluation (eval_hooks.evaluate.build_requests) puts this system turn and prefix into the request
+        # messages, as for the HF backend; the server applies its own chat template.
+        self.prompt_settings = prompt_settings or PromptSettings()
         self._headers = {"Content-Type": "application/json"}
         if api_key_env:
             key = os.environ.get(api_key_env)
@@ -101,53 +128,30 @@ class OpenAIChatBackend(GenerationBackend):
             self._headers["Authorization"] = f"Bearer {key}"
 
     # -- HTTP ---------------------------------------------------------------------------------
-    def _wait(self, attempt: int, retry_after: str | None) -> float:
-        wait = self.backoff_s * 2 ** attempt
-        try:
-            wait = max(wait, min(float(retry_after), RETRY_AFTER_CAP_S)) if retry_after else wait
-        except ValueError:  # an HTTP-date Retry-After: keep the exponential backoff
-            pass
-        return wait
-
     def post(self, body: dict, what: str) -> dict:
-        """POST ``body`` to the chat endpoint with bounded retries; the parsed JSON reply."""
-        data = json.dumps(body).encode()
-        last: BaseException | None = None
-        retry_after = None
-        for attempt in range(self.max_retries + 1):
-            if attempt:
-                time.sleep(self._wait(attempt - 1, retry_after))
-            retry_after = None
-            req = urllib.request.Request(self.url, data=data, method="POST", headers=self._headers)
-            try:
-                with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
-                    raw = resp.read()
-            except urllib.error.HTTPError as e:
-                detail = e.read().decode("utf-8", "replace")[:2000]
-                if e.code == 429 or e.code >= 500:
-                    retry_after = e.headers.get("Retry-After") if e.headers else None
-                    last = ServerResponseError(f"HTTP {e.code} from {self.url} for {what}: {detail}")
-                    log.warning("openai_chat: HTTP %s from %s (attempt %d/%d)", e.code, self.url, attempt + 1,
-                                self.max_retries + 1)
-                    continue
-                raise ServerResponseError(f"HTTP {e.code} from {self.url} for {what}: {detail}") from e
-            except (urllib.error.URLError, http.client.HTTPException, ConnectionError, socket.timeout,
-                    TimeoutError, OSError) as e:
-                last = e
-                log.warning("openai_chat: %s on %s (attempt %d/%d)", e, self.url, attempt + 1, self.max_retries + 1)
-                continue
-            try:
-                out = json.loads(raw)
-            except json.JSONDecodeError as e:
-                raise ServerResponseError(f"malformed JSON from {self.url} for {what}: {e}; body starts "
-                                          f"{raw[:200]!r}") from e
-            if not isinstance(out, dict) or not isinstance(out.get("choices"), list):
-                raise ServerResponseError(f"{what}: reply from {self.url} has no 'choices' list: {str(out)[:300]}")
-            return out
-        if isinstance(last, ServerResponseError):
-            raise ServerResponseError(f"{last} (after {self.max_retries + 1} attempts)") from last
-        raise ServerUnreachableError(f"chat endpoint {self.url} is unreachable ({type(last).__name__}: {last}) "
-                                     f"for {what}, after {self.max_retries + 1} attempts") from last
+        """POST ``body`` to the chat endpoint, within ``timeout_s`` in all (attempts and waits); the parsed
+        JSON reply (a dict with a ``choices`` list)."""
+        reply = _http.request("POST", self.url, body, what, attempt_timeout_s=self.timeout_s,
+                              deadline=time.monotonic() + self.timeout_s, max_retries=self.max_retries,
+                              backoff_s=self.backoff_s, headers=self._headers, max_body_bytes=self.max_response_bytes,
+                              client="chat endpoint", unreachable_hint=" Is the server running and the URL right?")
+        out = _http.parse_json(reply, self.url, what)
+        if not isinstance(out, dict) or not isinstance(out.get("choices"), list):
+            raise ServerResponseError(f"{what}: reply from {self.url} has no 'choices' list: {str(out)[:300]}")
+        return out
+
+    def check_reachable(self, timeout_s: float = 10.0) -> None:
+        """Raise :class:`ServerUnreachableError` unless the server answers ``GET <base>/models`` within
+        ``timeout_s`` (any HTTP status counts as an answer: some providers list no models). No generation."""
+        url = self.url[: -len("/chat/completions")] + "/models"
+        try:
+            _http._attempt("GET", url, None, self._headers, timeout_s, self.max_response_bytes)
+        except _http.BodyTooLarge:
+            pass
+        except (OSError, http.client.HTTPException) as e:
+            raise ServerUnreachableError(f"chat endpoint at {url} is unreachable ({type(e).__name__}: {e}) for "
+                                         "GET models (reachability check). Is the server running and the URL right?",
+                                         timed_out=isinstance(e, TimeoutError)) from None
 
     # -- generation -----------------------------------------------------------------------------
     def messages_of(self, req: GenerationRequest) -> list[dict]:
@@ -177,9 +181,9 @@ class OpenAIChatBackend(GenerationBackend):
         first = self.messages_of(req)[-1].get("content", "")
         what = f"POST chat/completions (model={self.model!r}, request {i}, n={n}, last turn {str(first)[:60]!r})"
         out = self.post(self._body(req, n, seed), what)
-        choices = sorted(out["choices"], key=lambda c: c.get("index", 0) if isinstance(c, dict) else 0)
-        if len(choices) != n:
-            raise ServerResponseError(f"{what}: asked for n={n} choices, got {len(choices)}")
+        hint = ("; this server ignores n: set split_n=true (generation.split_n=true) to send n calls of n=1"
+                if n > 1 and len(out["choices"]) == 1 else "")
+        choices = check_choice_indexes(out["choices"], n, what, hint)
         samples = []
         for k, ch in enumerate(choices):
             try:
@@ -211,7 +215,17 @@ class OpenAIChatBackend(GenerationBackend):
                 for i, r in enumerate(requests)]
 
     def score_labels(self, prompts: Sequence[str | list[dict]], labels: Sequence[str]) -> list[dict[str, float]]:
-        """Label probabilities from the first generated token's ``top_logprobs`` (see module docstring)."""
+        """Label probabilities from the first generated token's ``top_logprobs`` (see module docstring).
+
+        Labels that differ only after a shared start (``"ANSWER: A"`` / ``"ANSWER: B"``) cannot be told apart by
+        the first token: refused with :class:`ServerCapabilityError` before any call."""
+        stripped = [lab.strip() for lab in labels]
+        shared = os.path.commonprefix(stripped)
+        if len(labels) > 1 and (shared or any(len(s.split()) > 1 for s in stripped)):
+            raise ServerCapabilityError(
+                f"openai_chat at {self.url} cannot score the labels {list(labels)}: a chat endpoint gives log-probs of "
+                "the first generated token only (top_logprobs), and these labels are not single first tokens; "
+                "turn label probabilities off (eval.med.label_probs=false) or use generation=hf / a vLLM server")
         out = []
         for i, p in enumerate(prompts):
             req = GenerationRequest(messages=p) if isinstance(p, list) else GenerationRequest(prompt=p)
@@ -223,8 +237,9 @@ class OpenAIChatBackend(GenerationBackend):
                 top = reply["choices"][0]["logprobs"]["content"][0]["top_logprobs"]
                 pairs = [(str(t["token"]).strip(), float(t["logprob"])) for t in top]
             except (KeyError, IndexError, TypeError, ValueError) as e:
-                raise ServerResponseError(f"{what}: no logprobs.content[0].top_logprobs in the reply "
-                                          f"({type(e).__name__}: {e}); does the endpoint support logprobs?") from e
+                raise ServerCapabilityError(f"{what}: the reply has no logprobs.content[0].top_logprobs "
+                                            f"({type(e).__name__}: {e}): this server cannot provide label "
+                                            "probabilities (it does not support logprobs/top_logprobs)") from e
             lp = {lab: max((v for t, v in pairs if t == lab.strip()), default=-math.inf) for lab in labels}
             m = max(lp.values())
             if m == -math.inf:
@@ -233,3 +248,11 @@ class OpenAIChatBackend(GenerationBackend):
             z = sum(math.exp(v - m) for v in lp.values())
             out.append({lab: math.exp(v - m) / z for lab, v in lp.items()})
         return out
+
+
+def backend_from_config(gen, prompt_settings: PromptSettings | None = None) -> OpenAIChatBackend:
+    """The backend of a ``generation=openai_chat`` config node (``url, model, api_key_env, timeout_s, max_retries,
+    concurrency, split_n, max_tokens_field``), rendering evaluation prompts under ``prompt_settings``."""
+    return OpenAIChatBackend(gen.url, gen.model, api_key_env=gen.api_key_env or None, timeout_s=gen.timeout_s,
+                             max_retries=gen.max_retries, concurrency=gen.concurrency, split_n=gen.split_n,
+                             max_tokens_field=gen.max_tokens_field, prompt_settings=prompt_settings)

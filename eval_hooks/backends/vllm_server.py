@@ -29,7 +29,7 @@ Protocol (vLLM ``/v1/completions``; the reference server implements the same sub
 - ``logprobs=1`` + ``return_tokens_as_token_ids`` gives the sampled ids (``"token_id:<id>"``) and
   their log-probs. vLLM must run with ``--logprobs-mode raw_logprobs`` (the launcher passes it) so
   those are temperature-1 log-probs, as :class:`~eval_hooks.backends.base.Sample` documents.
-- ``top_k=-1, min_p=0, repetition_penalty=1`` are always sent, so a model's
+- ``top_k=-1, min_p=0, repetition_penalty=1`` are always sent to vLLM, so a model's
   ``generation_config.json`` cannot silently change the sampling distribution.
 - Prompt log-probs (probe, label scoring) use vLLM's ``prompt_logprobs`` extension: ``choices[0].
   prompt_logprobs`` is ``[None, {"<id>": {"logprob": ...}, ...}, ...]``.
@@ -40,30 +40,40 @@ Protocol (vLLM ``/v1/completions``; the reference server implements the same sub
   nonce), because a server may cache an adapter by name and keep serving stale weights under a reused
   one. ``use_adapter(path, version)`` routes a non-main rank to an adapter the main rank loaded.
 
-Errors: :class:`ServerUnreachableError` (names the URL), :class:`ServerResponseError` (malformed
-JSON, wrong number of samples, 4xx; names the request), :class:`AdapterLoadError` (never a silent
-fallback to the base model). Connection resets/refusals, timeouts and 5xx are retried
-``max_retries`` times with exponential backoff. ``error_context`` (e.g. the launcher's
-``last_log_lines``) is appended to every error so a dead server's last words reach the user.
+Servers that are not vLLM (``server_kind``: ``auto`` reads ``owned_by`` from ``GET /v1/models`` once, before
+the first generation; ``vllm`` | ``llama_cpp`` | ``openai`` set it): requests are rendered client side to
+*text* (the same renderer), sent one prompt and one sample per call (such servers may refuse token ids and
+prompt lists and drop ``n``; sample ``j`` of a seeded request gets ``derive_seed(seed, j)``), with the
+sampling fields in that server's terms (:data:`SAMPLING_FIELDS`: llama.cpp's ``repeat_penalty=1``,
+``top_k=0``, ``min_p=0``; nothing extra for an unknown server) and no vLLM-only field. Samples then carry
+text only. Adapters, prompt log-probs (the stale-weight probe, label probabilities) and so RL rollouts
+raise :class:`ServerCapabilityError` (one line) on such a server. :meth:`health` falls back to
+``/v1/models`` for servers without ``/health``.
+
+Errors: :class:`ServerUnreachableError` (names the URL), :class:`ServerResponseError` (the server's own
+message first; malformed JSON, wrong number of samples, 4xx, validation errors), :class:`AdapterLoadError`
+(never a silent fallback to the base model), :class:`ServerCapabilityError`. Connection resets/refusals,
+timeouts and 5xx other than validation errors are retried ``max_retries`` times with exponential backoff;
+``timeout_s`` bounds each attempt as a whole (not each socket read); reply bodies are bounded
+(``max_response_bytes``). ``error_context`` (e.g. the launcher's ``last_log_lines``) is appended to every
+error so a dead server's last words reach the user.
 """
 
 from __future__ import annotations
 
-import http.client
 import json
 import logging
 import secrets
-import socket
-import time
-import urllib.error
-import urllib.request
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable, Sequence
 
-from ..prompts import PromptSettings, request_prompt_ids
-from .base import GenerationBackend, GenerationRequest, GenerationResult, Sample, label_probabilities, label_sequences
+from ..prompts import PromptSettings, render_prompt_text, request_prompt_ids
+from . import transport as _http
+from .transport import ServerCapabilityError, ServerError, ServerResponseError, ServerUnreachableError
+from .base import (GenerationBackend, GenerationRequest, GenerationResult, Sample, derive_seed, label_probabilities,
+                   label_sequences)
 
 log = logging.getLogger(__name__)
 
@@ -71,24 +81,19 @@ log = logging.getLogger(__name__)
 CHECKSUM_FILE = "CHECKSUM.sha256"
 
 
-class ServerError(RuntimeError):
-    """Base class of the errors raised by :class:`VLLMServerBackend`."""
-
-
-class ServerUnreachableError(ServerError):
-    """The server did not answer (refused, reset, timed out) after all retries."""
-
-
-class ServerResponseError(ServerError):
-    """The server answered, but not with what was asked (HTTP 4xx, malformed JSON, missing samples)."""
-
-
 class AdapterLoadError(ServerError):
     """The server did not load an adapter. Never fall back to the base model on this error."""
 
 
-class _Transient(Exception):
-    """Internal: an attempt failed in a way worth retrying."""
+#: ``owned_by`` values of ``/v1/models`` entries -> server kind (``server_kind=auto``). The reference server
+#: implements vLLM's extensions, so it counts as vLLM.
+OWNED_BY_KIND = {"vllm": "vllm", "reference": "vllm", "llamacpp": "llama_cpp", "llama.cpp": "llama_cpp",
+                 "llama_cpp": "llama_cpp", "me": "llama_cpp"}  # llama-cpp-python's server reports "me"
+SERVER_KINDS = ("auto", "vllm", "llama_cpp", "openai")
+#: Sampling fields sent in each server's own terms, so that no server default changes the distribution.
+SAMPLING_FIELDS = {"vllm": {"top_k": -1, "min_p": 0.0, "repetition_penalty": 1.0},
+                   "llama_cpp": {"top_k": 0, "min_p": 0.0, "repeat_penalty": 1.0},
+                   "openai": {}}
 
 
 def _parse_token_id(tok, where: str) -> int:
@@ -112,9 +117,15 @@ class VLLMServerBackend(GenerationBackend):
     def __init__(self, base_url: str, model_name: str, tokenizer=None, *, timeout_s: float = 300.0,
                  max_retries: int = 3, backoff_s: float = 0.5, prompt_settings: PromptSettings | None = None,
                  max_prompts_per_call: int = 64, concurrency: int = 4, adapter_prefix: str = "policy",
-                 error_context: Callable[[], str] | None = None):
+                 error_context: Callable[[], str] | None = None, server_kind: str = "auto",
+                 max_response_bytes: int = _http.DEFAULT_MAX_BODY_BYTES):
         if max_retries < 0 or timeout_s <= 0 or backoff_s < 0:
             raise ValueError("VLLMServerBackend: need max_retries >= 0, timeout_s > 0, backoff_s >= 0")
+        if server_kind not in SERVER_KINDS:
+            raise ValueError(f"VLLMServerBackend: server_kind must be one of {SERVER_KINDS}, got {server_kind!r}")
+        self.server_kind = server_kind
+        self._kind: str | None = None if server_kind == "auto" else server_kind
+        self.max_response_bytes = int(max_response_bytes)
         self.base_url = base_url.rstrip("/")
         self.model_name = model_name
         self.tokenizer = tokenizer
@@ -142,62 +153,66 @@ class VLLMServerBackend(GenerationBackend):
 
     def _request(self, method: str, path: str, payload: dict | None, what: str, *,
                  timeout_s: float | None = None, parse_json: bool = True, retries: int | None = None):
-        """One HTTP call with bounded retries. Returns parsed JSON (or raw text if not parse_json)."""
+        """One HTTP call with bounded retries (``_http.request``: each attempt within ``timeout_s``, bounded
+        reply size, the server's message first). Returns parsed JSON (or the text if not parse_json)."""
         url = f"{self.base_url}{path}"
-        data = json.dumps(payload).encode() if payload is not None else None
-        retries = self.max_retries if retries is None else retries
-        last: BaseException | None = None
-        for attempt in range(retries + 1):
-            if attempt:
-                time.sleep(self.backoff_s * 2 ** (attempt - 1))
-            req = urllib.request.Request(url, data=data, method=method,
-                                         headers={"Content-Type": "application/json"} if data else {})
-            try:
-                with urllib.request.urlopen(req, timeout=timeout_s or self.timeout_s) as resp:
-                    body = resp.read()
-            except urllib.error.HTTPError as e:
-                detail = e.read().decode("utf-8", "replace")[:2000]
-                if e.code >= 500:
-                    last = ServerResponseError(f"HTTP {e.code} from {url} for {what}: {detail}")
-                    log.warning("vllm_server: HTTP %s from %s (attempt %d/%d), retrying", e.code, url,
-                                attempt + 1, retries + 1)
-                    continue
-                raise ServerResponseError(f"HTTP {e.code} from {url} for {what}: {detail}{self._context()}") from e
-            except (urllib.error.URLError, http.client.HTTPException, ConnectionError, socket.timeout,
-                    TimeoutError, OSError) as e:
-                last = e
-                log.warning("vllm_server: %s on %s (attempt %d/%d)", e, url, attempt + 1, retries + 1)
-                continue
-            if not parse_json:
-                return body.decode("utf-8", "replace")
-            try:
-                return json.loads(body)
-            except json.JSONDecodeError as e:
-                raise ServerResponseError(
-                    f"malformed JSON from {url} for {what}: {e}; body starts {body[:200]!r}{self._context()}"
-                ) from e
-        if isinstance(last, ServerResponseError):
-            raise ServerResponseError(f"{last} (after {retries + 1} attempts){self._context()}") from last
-        raise ServerUnreachableError(
-            f"vLLM server at {self.base_url} is unreachable ({type(last).__name__}: {last}) for {what}, "
-            f"after {retries + 1} attempts. Is it running (launch/vllm_server.sh) and is the URL right?"
-            f"{self._context()}") from last
+        reply = _http.request(method, url, payload, what, attempt_timeout_s=timeout_s or self.timeout_s,
+                              max_retries=self.max_retries if retries is None else retries, backoff_s=self.backoff_s,
+                              max_body_bytes=self.max_response_bytes, retry_429=False, client="vLLM server",
+                              unreachable_hint=" Is it running (launch/vllm_server.sh) and is the URL right?",
+                              context=self._context)
+        if not parse_json:
+            return reply.body.decode("utf-8", "replace")
+        return _http.parse_json(reply, url, what, self._context)
 
     def health(self, timeout_s: float = 5.0) -> bool:
-        """True if ``GET /health`` answers 200 (one attempt, no retries)."""
-        try:
-            self._request("GET", "/health", None, "GET /health", timeout_s=timeout_s, parse_json=False,
-                          retries=0)
-            return True
-        except ServerError:
-            return False
+        """True if ``GET /health`` answers 200, or, for servers without ``/health`` (llama.cpp's Python
+        server), ``GET /v1/models`` does (one attempt each, no retries)."""
+        for path in ("/health", "/v1/models"):
+            try:
+                self._request("GET", path, None, f"GET {path}", timeout_s=timeout_s, parse_json=False, retries=0)
+                return True
+            except ServerUnreachableError:
+                return False
+            except ServerError:
+                continue
+        return False
+
+    def models(self) -> list[dict]:
+        """The entries of ``GET /v1/models``."""
+        out = self._request("GET", "/v1/models", None, "GET /v1/models")
+        if not isinstance(out, dict) or not isinstance(out.get("data"), list):
+            raise ServerResponseError(f"GET {self.base_url}/v1/models: unexpected body {str(out)[:200]}")
+        return [m for m in out["data"] if isinstance(m, dict)]
+
+    @property
+    def kind(self) -> str:
+        """``vllm`` | ``llama_cpp`` | ``openai``: ``server_kind``, or (``auto``) detected once from the
+        ``owned_by`` of ``/v1/models`` (:data:`OWNED_BY_KIND`; anything else is a plain OpenAI-compatible server)."""
+        if self._kind is None:
+            owners = {str(m.get("owned_by", "")).lower() for m in self.models()}
+            kinds = {OWNED_BY_KIND[o] for o in owners if o in OWNED_BY_KIND}
+            self._kind = "vllm" if "vllm" in kinds else (kinds.pop() if len(kinds) == 1 else "openai")
+            if self._kind != "vllm":
+                log.warning("vllm_server: %s is not a vLLM server (/v1/models owned_by %s): text prompts, one prompt "
+                            "and one sample per call, standard sampling fields%s", self.base_url, sorted(owners),
+                            "" if self._kind == "llama_cpp" else "; server-side sampling defaults (top_k, repetition "
+                            "penalty) may apply")
+        return self._kind
+
+    def require_vllm(self, what: str) -> None:
+        """Raise :class:`ServerCapabilityError` (one line) unless the server is vLLM (or the reference server)."""
+        if self.kind != "vllm":
+            raise ServerCapabilityError(
+                f"{what} needs vLLM's token-exact features (token-id prompts, prompt_logprobs, sampled token ids, "
+                f"runtime LoRA loading), and the server at {self.base_url} is not vLLM (server kind {self.kind!r}, "
+                "from /v1/models or generation.server_kind); evaluate without an adapter, or use generation=openai_chat")
 
     def list_models(self) -> list[str]:
-        out = self._request("GET", "/v1/models", None, "GET /v1/models")
         try:
-            return [m["id"] for m in out["data"]]
-        except (KeyError, TypeError) as e:
-            raise ServerResponseError(f"GET {self.base_url}/v1/models: unexpected body {str(out)[:200]}") from e
+            return [m["id"] for m in self.models()]
+        except KeyError as e:
+            raise ServerResponseError(f"GET {self.base_url}/v1/models: an entry has no id") from e
 
     # -- prompts --------------------------------------------------------------------------------
     def prompt_ids(self, prompt: str | None = None, messages: list[dict] | None = None) -> list[int]:
@@ -233,6 +248,8 @@ class VLLMServerBackend(GenerationBackend):
                  desc: str = "generate") -> list[GenerationResult]:
         from tqdm.auto import tqdm
 
+        if self.kind != "vllm":
+            return self._generate_text(requests, progress=progress, desc=desc)
         payloads = [self._prompt_payload(r) for r in requests]
         groups: dict[tuple, list[int]] = defaultdict(list)
         for i, r in enumerate(requests):
@@ -260,11 +277,67 @@ class VLLMServerBackend(GenerationBackend):
             bar.close()
         return [results[i] for i in range(len(requests))]
 
+    def _prompt_text(self, r: GenerationRequest) -> str:
+        """Text mode: the request rendered client side by the one renderer (the server tokenizes it)."""
+        if r.messages is None:
+            return r.prompt
+        if self.tokenizer is None:
+            raise ValueError("VLLMServerBackend: chat messages need a tokenizer (pass tokenizer=) so the "
+                             "chat template is applied client side, as in training")
+        return render_prompt_text(self.tokenizer, r.messages, self.prompt_settings.transport())
+
+    def _generate_text(self, requests: Sequence[GenerationRequest], *, progress: bool,
+                       desc: str) -> list[GenerationResult]:
+        """A server that is not vLLM (:attr:`kind`): text prompts, one prompt and one sample per call (such
+        servers may refuse token ids and prompt lists and drop ``n``); sample ``j`` of a seeded request
+        gets seed ``derive_seed(seed, j)``. Samples carry text only (no token ids or log-probs)."""
+        from tqdm.auto import tqdm
+
+        if any(r.adapter is not None for r in requests) or self._adapters:
+            self.require_vllm("generation with a LoRA adapter")
+        jobs = [(i, j) for i, r in enumerate(requests) for j in range(r.n)]
+        texts = [self._prompt_text(r) for r in requests]
+        fields = SAMPLING_FIELDS[self.kind]
+
+        def one(job) -> Sample:
+            i, j = job
+            r = requests[i]
+            body = {"model": self.model_name, "prompt": texts[i], "n": 1, "max_tokens": r.max_new_tokens,
+                    "temperature": float(r.temperature), "top_p": float(r.top_p), **fields}
+            if r.stop:
+                body["stop"] = list(r.stop)
+            if r.seed is not None:
+                body["seed"] = r.seed if r.n == 1 else derive_seed(r.seed, j)
+            what = (f"POST /v1/completions (model={self.model_name!r}, text prompt {i}, sample {j} of n={r.n}, "
+                    f"prompt {texts[i][:60]!r})")
+            out = self._request("POST", "/v1/completions", body, what)
+            choices = out.get("choices") if isinstance(out, dict) else None
+            if not isinstance(choices, list) or len(choices) != 1 or not isinstance(choices[0], dict):
+                raise ServerResponseError(f"{what}: expected one choice, got {str(out)[:300]}{self._context()}")
+            ch = choices[0]
+            if not isinstance(ch.get("text"), str):
+                raise ServerResponseError(f"{what}: the choice has no text: {str(ch)[:200]}{self._context()}")
+            return Sample(text=ch["text"], token_ids=[], logprobs=[],
+                          finish_reason="length" if ch.get("finish_reason") == "length" else "stop")
+
+        bar = tqdm(total=len(jobs), desc=desc, disable=not progress, unit="call")
+        got: dict[int, list[Sample]] = {i: [] for i in range(len(requests))}
+        try:
+            with ThreadPoolExecutor(max_workers=min(self.concurrency, max(1, len(jobs)))) as pool:
+                for (i, _), sample in zip(jobs, pool.map(one, jobs)):  # map keeps the job order: j order per i
+                    got[i].append(sample)
+                    bar.update(1)
+        finally:
+            bar.close()
+        pids = [request_prompt_ids(self.tokenizer, self.prompt_settings, prompt=r.prompt, messages=r.messages)
+                if self.tokenizer is not None else [] for r in requests]
+        return [GenerationResult(request=r, samples=got[i], prompt_token_ids=pids[i]) for i, r in enumerate(requests)]
+
     def _complete(self, key: tuple, prompts: list, reqs: list[GenerationRequest]) -> list[GenerationResult]:
         model, n, max_tokens, temperature, top_p, stop, seed = key
         body = {"model": model, "prompt": prompts, "n": n, "max_tokens": max_tokens,
-                "temperature": temperature, "top_p": top_p, "top_k": -1, "min_p": 0.0,
-                "repetition_penalty": 1.0, "stop": list(stop), "logprobs": 1,
+                "temperature": temperature, "top_p": top_p, **SAMPLING_FIELDS["vllm"],
+                "stop": list(stop), "logprobs": 1,
                 "return_tokens_as_token_ids": True, "add_special_tokens": False,
                 "skip_special_tokens": True}
         if seed is not None:
@@ -314,6 +387,16 @@ class VLLMServerBackend(GenerationBackend):
         return self.prompt_logprobs_batch([prompt], adapter=adapter)[0]
 
     def prompt_logprobs_batch(self, prompts: Sequence[str | list[int]], adapter: str | None = None) -> list[list[float]]:
+        if self._kind is not None:
+            self.require_vllm("prompt log-probs (the stale-weight probe, label probabilities)")
+        try:
+            return self._prompt_logprobs_batch(prompts, adapter)
+        except ServerResponseError:
+            if self._kind is None:  # a failure is where a non-vLLM server shows: say what it lacks
+                self.require_vllm("prompt log-probs (the stale-weight probe, label probabilities)")
+            raise
+
+    def _prompt_logprobs_batch(self, prompts: Sequence[str | list[int]], adapter: str | None) -> list[list[float]]:
         sent = [self._prompt_payload(p) if isinstance(p, str) else list(p) for p in prompts]
         if not isinstance(sent[0], list):
             raise ValueError("prompt_logprobs of text needs a tokenizer; pass token ids instead")
@@ -373,11 +456,14 @@ class VLLMServerBackend(GenerationBackend):
             raise AdapterLoadError(f"adapter {name!r} (version {version!r}, {path}) is not loaded on "
                                    f"{self.base_url}; did the main process's sync fail?{self._context()}")
         self._adapters, self.current_version = [name], str(version)
+        self._kind = self._kind or "vllm"
 
     def load_adapter(self, path: str, version: str) -> None:
         """Load the adapter at ``path`` under a new name, route later requests to it, unload older
         versions loaded by this client. Raises :class:`AdapterLoadError` if the server refuses;
         requests keep going to the previous adapter only if the caller catches that and continues."""
+        if self._kind is not None:
+            self.require_vllm(f"loading the LoRA adapter {path}")
         name = self.adapter_name(str(version), self._read_checksum(path))
         if name in self._adapters:  # the same version saved again: never reuse the old copy
             self._request("POST", "/v1/unload_lora_adapter", {"lora_name": name},
@@ -388,6 +474,8 @@ class VLLMServerBackend(GenerationBackend):
             self._request("POST", "/v1/load_lora_adapter", {"lora_name": name, "lora_path": str(path)}, what,
                           parse_json=False)
         except ServerResponseError as e:
+            if self._kind is None and e.status in (404, 405):  # no such route: is this a vLLM server at all?
+                self.require_vllm(f"loading the LoRA adapter {path}")
             # Names are unique (checksum or nonce), so "already loaded" means an earlier attempt of this
             # very call succeeded before its reply was lost, or another rank loaded the same weights.
             if "already" not in str(e) or "load" not in str(e):
@@ -399,6 +487,7 @@ class VLLMServerBackend(GenerationBackend):
                                    f"in /v1/models{self._context()}")
         old, self._adapters = self._adapters, [name]
         self.current_version = str(version)
+        self._kind = self._kind or "vllm"  # it loaded and lists a runtime LoRA adapter: vLLM's API
         for stale in old:
             try:
                 self._request("POST", "/v1/unload_lora_adapter", {"lora_name": stale},

@@ -217,7 +217,9 @@ def collect_aliases(p: Parsed, texts: list[str]) -> list[str]:
         for t in texts:
             for m in defined.finditer(normalize(t)):
                 a = m.group("abbr")
-                if is_abbreviation(a) and a not in aliases and (_initials_fit(a, name) or _initials_fit(a, p.head)) \
+                fits = any(_initials_fit(a, n) for n in (name, p.head)) or \
+                    _variant_abbreviation(a, (name, p.head), normalize(t)[:m.start()], comp)
+                if is_abbreviation(a) and a not in aliases and fits \
                         and not re.search(rf"(?<!\w){re.escape(a)}(?!\w)", comp):
                     aliases.append(a)
     for abbr in [a for a in aliases if is_abbreviation(a)]:  # "modified vaccinia virus Ankara ... (MVA85A)"
@@ -244,6 +246,25 @@ def _long_form(text: str, abbr: str, names: list[str]) -> str | None:
         if seg[k][:1].lower() == abbr[0].lower() and _initials_fit(abbr, cand):
             return cand
     return None
+
+
+def _variant_abbreviation(abbr: str, names: tuple[str, ...], before: str, comp: str) -> bool:
+    """``abbr`` defined after one of ``names`` names a variant of it: it holds the name's initials after a letter
+    of the word before the name ("nasal continuous positive airway pressure (nCPAP)"), and that word is not the
+    comparator's ("sham plasma-exchange (SPE)" against "sham exchange" is the control, not T)."""
+    prev = before.split()[-1:] if before.strip() else []
+    if not prev or prev[0][:1].lower() != abbr[:1].lower():
+        return False
+    if prev[0].lower().strip(",;") in normalize(comp).lower().split():
+        return False
+    return any(_holds_initials(abbr, n) for n in names)
+
+
+def _holds_initials(abbr: str, name: str) -> bool:
+    """``abbr`` contains the initials of ``name``'s words (at least two): "nCPAP" for "continuous positive
+    airway pressure", a variant (nasal CPAP) of the same intervention, so an alias of it."""
+    initials = "".join(w[0] for w in re.split(r"[\s-]+", name) if w and w[0].isalpha())
+    return len(initials) >= 2 and initials.lower() in abbr.lower()
 
 
 def _initials_fit(abbr: str, head: str) -> bool:

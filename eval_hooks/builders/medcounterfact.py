@@ -260,6 +260,19 @@ def build_items(records: Sequence[tuple[int, dict]], *, seed: int = 0, categorie
     return items, out
 
 
+def _most_common_reason(stats: dict) -> str:
+    """Why records were not kept, the most frequent first: ``"field 'question': missing or empty question
+    (4 records, e.g. line 1)"``."""
+    reasons = Counter((b["field"], b["problem"]) for b in stats["invalid_records"])
+    if stats.get("dropped_label"):
+        reasons[("answer", "a label that is not kept (uncertain effect / insufficient data)")] = stats["dropped_label"]
+    if not reasons:
+        return "no record in the file"
+    (field, problem), n = reasons.most_common(1)[0]
+    first = next((b["line"] for b in stats["invalid_records"] if (b["field"], b["problem"]) == (field, problem)), None)
+    return f"field '{field}': {problem} ({n} record(s){f', e.g. line {first}' if first else ''})"
+
+
 def file_sha256(path: str | Path) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as fh:
@@ -273,7 +286,11 @@ def build_file(data: str | Path, out: str | Path, **kwargs) -> dict:
     with reasons, ``input_sha256``, ``term_list_versions``); returns the stats."""
     from ..io import write_json_atomic
 
-    items, stats = build_items(read_records(data), path=str(data), **kwargs)
+    records = read_records(data)
+    items, stats = build_items(records, path=str(data), **kwargs)
+    if not items:
+        raise DataError(f"no item kept from {len(records)} record(s); the most common reason: "
+                        f"{_most_common_reason(stats)} (nothing was written)", path=data)
     stats["input"] = str(data)
     stats["input_sha256"] = file_sha256(data)
     stats["out"] = str(out)

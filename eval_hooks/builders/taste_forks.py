@@ -39,7 +39,7 @@ import random
 import re
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from ..backends.base import GenerationBackend, GenerationRequest, derive_seed
 from ..parsers import parse_fork_answer
@@ -396,13 +396,15 @@ def _drop(c: dict, funnel: Funnel, stage: str, reason: str) -> bool:
 
 
 def _judge_all(judges: Sequence[tuple[str, GenerationBackend]], prompts: list[str], max_new_tokens: int,
-               stage: str) -> list[dict[str, str | None]]:
-    """Per prompt, ``{judge name: parsed letter or None}``."""
+               stage: str) -> tuple[list[dict[str, str | None]], list[dict[str, str]]]:
+    """Per prompt, ``{judge name: parsed letter or None}`` and ``{judge name: raw reply}``."""
     votes: list[dict[str, str | None]] = [{} for _ in prompts]
+    raws: list[dict[str, str]] = [{} for _ in prompts]
     for name, backend in judges:
-        for v, text in zip(votes, _generate(backend, prompts, max_new_tokens, f"{stage} judge {name}")):
+        for v, raw, text in zip(votes, raws, _generate(backend, prompts, max_new_tokens, f"{stage} judge {name}")):
             v[name] = parse_fork_answer(text)
-    return votes
+            raw[name] = text
+    return votes, raws
 
 
 def load_replies(path, trajectories: Sequence[Trajectory], st: MiningSettings) -> dict[str, str]:
@@ -446,21 +448,31 @@ def load_replies(path, trajectories: Sequence[Trajectory], st: MiningSettings) -
 
 def _votes(judges, cands: list[dict], prompts: list[str], stage: str, st, unparsed: dict) -> list[tuple[dict, dict]]:
     """Ask every judge about every candidate of ``stage``; store the votes on the candidate as
-    ``<stage>_votes``, count unparsed replies per judge into ``unparsed[stage]``; ``(candidate, votes)`` pairs."""
-    votes = _judge_all(judges, prompts, st.judge_max_new_tokens, stage)
-    for c, v in zip(cands, votes):
+    ``<stage>_votes`` and the judges' raw replies as ``<stage>_judge_replies`` (so an unparsed vote can be
+    diagnosed), count unparsed replies per judge into ``unparsed[stage]``; ``(candidate, votes)`` pairs."""
+    votes, raws = _judge_all(judges, prompts, st.judge_max_new_tokens, stage)
+    for c, v, raw in zip(cands, votes, raws):
         c[f"{stage}_votes"] = v
+        c[f"{stage}_judge_replies"] = raw
         for n, x in v.items():
             unparsed[stage][n] += x is None
     return list(zip(cands, votes))
 
+
+#: Generator prompts sent per ``generate`` call (replies are handed to ``on_reply`` chunk by chunk).
+REPLY_CHUNK = 32
+
+
 def mine_forks(trajectories: Sequence[Trajectory], generator: GenerationBackend | None,
                judges: Sequence[tuple[str, GenerationBackend]], st: MiningSettings, *,
-               replies: dict[str, str] | None = None) -> tuple[list[dict], dict, list[dict]]:
+               replies: dict[str, str] | None = None,
+               on_reply: Callable[[dict], None] | None = None) -> tuple[list[dict], dict, list[dict]]:
     """``(items, stats, candidates)``: released Taste items, the funnel (``mining_stats.json``) and every
     candidate with its ``fate`` (``released`` or ``dropped:<stage>:<reason>``). ``replies`` (from
     :func:`load_replies`) replace generator calls for their item ids; ``generator`` may be None when
-    every candidate has one."""
+    every candidate has one. ``on_reply({"item_id", "generator_reply", "fate"})`` is called for each new
+    generator reply as soon as its chunk of :data:`REPLY_CHUNK` prompts is back and checked (``fate``: the
+    drop so far, or None), so the CLI can append it to a file a rerun passes to :func:`load_replies`."""
     st.check()
     if not judges:
         raise ValueError("mine_forks needs at least one judge")
@@ -476,10 +488,17 @@ def mine_forks(trajectories: Sequence[Trajectory], generator: GenerationBackend 
     n_recorded = len(live) - len(ask)
     if ask and generator is None:
         raise ValueError(f"{len(ask)} candidate(s) have no recorded reply and no generator is given")
-    if ask:
-        new = _generate(generator, [c["prompt"] for c in ask], st.generator_max_new_tokens, "generator")
-        replies.update((c["item_id"], r) for c, r in zip(ask, new))
-    live = [c for c in live if _apply_reply(c, replies[c["item_id"]], st, funnel, pattern)]
+    ok: dict[str, bool] = {}
+    for start in range(0, len(ask), REPLY_CHUNK):
+        chunk = ask[start:start + REPLY_CHUNK]
+        new = _generate(generator, [c["prompt"] for c in chunk], st.generator_max_new_tokens,
+                        f"generator {start + len(chunk)}/{len(ask)}")
+        for c, r in zip(chunk, new):
+            ok[c["item_id"]] = _apply_reply(c, r, st, funnel, pattern)
+            if on_reply is not None:
+                on_reply({"item_id": c["item_id"], "generator_reply": r, "fate": c["fate"]})
+    live = [c for c in live if (ok[c["item_id"]] if c["item_id"] in ok
+                                else _apply_reply(c, replies[c["item_id"]], st, funnel, pattern))]
     unparsed = {"trivial": defaultdict(int), "undecidable": defaultdict(int)}
 
     kept = []

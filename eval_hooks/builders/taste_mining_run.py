@@ -7,13 +7,16 @@ The YAML is merged onto :class:`MineForksConfig` (a structured OmegaConf config)
 or a wrong type fails before anything loads; then the trajectory files are validated (errors name
 file, line and field), and so are recorded generator replies (``generator_replies``: their item ids and
 the steps their quotes cite); only then are the models built (no generator when every candidate has a
-recorded reply). Outputs in ``--out``: ``items.jsonl`` (released
-Taste items, with ``task_id``), ``candidates.jsonl`` (every candidate's fate, generator reply and judge
-votes), ``report.md`` (the funnel table) and ``mining_stats.json`` (written last).
+recorded reply), and every judge that is an endpoint must answer before the generator runs. Outputs in
+``--out``: ``generator_replies.jsonl`` (new generator replies, appended as they arrive: a rerun after a
+failure passes it as ``generator_replies``), ``items.jsonl`` (released Taste items, with ``task_id``),
+``candidates.jsonl`` (every candidate's fate, generator reply, judge votes and the judges' raw replies,
+``<stage>_judge_replies``), ``report.md`` (the funnel table) and ``mining_stats.json`` (written last).
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
@@ -122,19 +125,50 @@ def build_backend(spec: ModelSpec):
     return HFBackend(model, tok, batch_size=spec.batch_size)
 
 
+#: New generator replies, appended as they arrive (``{item_id, generator_reply, fate}`` lines): if a judge or the
+#: generator fails mid-run, ``generator_replies=<out>/generator_replies.jsonl`` reuses them on the rerun.
+REPLIES_FILE = "generator_replies.jsonl"
+
+
+class _ReplyLog:
+    """Appends ``{item_id, generator_reply, fate}`` lines to ``path`` (created on the first reply, flushed each line)."""
+
+    def __init__(self, path: Path):
+        self.path, self._f = path, None
+
+    def append(self, record: dict) -> None:
+        if self._f is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._f = open(self.path, "a", encoding="utf-8")
+        self._f.write(json.dumps(record, ensure_ascii=False) + "\n")
+        self._f.flush()
+
+    def __enter__(self) -> "_ReplyLog":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._f is not None:
+            self._f.close()
+
+
 def run(cfg: MineForksConfig) -> dict:
     """Validate, mine, write the outputs; returns the stats."""
     check_config(cfg)
     trajectories = load_trajectories(cfg.trajectories)  # DataError before any model is built
     replies = load_replies(cfg.generator_replies, trajectories, cfg.mining) if cfg.generator_replies else {}
     n_live = sum(c["fate"] is None for c in collect_candidates(trajectories, cfg.mining, Funnel()))
-    generator = build_backend(cfg.generator) if len(replies) < n_live else None
     judges = [(j.label, build_backend(j)) for j in cfg.judges]
-    items, stats, cands = mine_forks(trajectories, generator, judges, cfg.mining, replies=replies)
+    for _, backend in judges:  # a judge that is down fails the run now, not after the generator's work
+        if hasattr(backend, "check_reachable"):
+            backend.check_reachable()
+    generator = build_backend(cfg.generator) if len(replies) < n_live else None
+    out = Path(cfg.out_dir)
+    with _ReplyLog(out / REPLIES_FILE) as log:
+        items, stats, cands = mine_forks(trajectories, generator, judges, cfg.mining, replies=replies,
+                                         on_reply=log.append)
     stats["generator"] = cfg.generator.label
     stats["trajectory_files"] = list(cfg.trajectories)
     stats["n_trajectories"] = len(trajectories)
-    out = Path(cfg.out_dir)
     write_jsonl_atomic(out / "items.jsonl", items)
     write_jsonl_atomic(out / "candidates.jsonl", cands)
     write_text_atomic(out / "report.md", "# Taste fork mining\n\n"

@@ -4,6 +4,8 @@ shell, the generic run and the one atomic write-and-publish)."""
 
 from __future__ import annotations
 
+import sys
+
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -103,6 +105,7 @@ ANSWER_ACCEPTED = {
     "boolean": "true/false or \"yes\"/\"no\"",
     "choice": "A | B",
     "label": "Higher | Lower | No Difference",
+    "short_text": "a non-empty name such as \"Sofia\" (matched after normalising case, diacritics and a leading article)",
 }
 
 
@@ -267,20 +270,31 @@ class Family:
 
     def score_responses(self, rows: Sequence[dict], responses: Mapping[str, str], out_dir: str | Path, *,
                         step: int | None = None, n_boot: int = 1000, seed: int = 0, title: str | None = None,
-                        extra: Mapping | None = None) -> dict:
+                        extra: Mapping | None = None, baseline: Mapping | None = None) -> dict:
         """Score ``responses`` (``{row_id: text}``, one per row) against ``rows``, compute the metrics and
         :meth:`publish` them; return the metrics. ``step`` (and ``extra``, as ``eval_settings``) are
-        recorded in ``metrics.json``."""
+        recorded in ``metrics.json``. ``baseline``: a baseline evaluation's metrics, against which
+        :meth:`quality_warnings` may warn (the warnings are also printed to stderr)."""
         item_scores = self.score_rows(rows, responses)
         metrics = {"family": self.name, **self.metrics(item_scores, n_boot=n_boot, seed=seed)}
         metrics.setdefault("n_rows", len(item_scores))
         metrics.setdefault("n_unparsed_rows", sum(not s["parse_ok"] for s in item_scores))
+        warnings = self.quality_warnings(metrics, baseline)
+        if warnings is not None:
+            metrics["warnings"] = warnings
+            for w in warnings:
+                print(f"warning: {w}", file=sys.stderr)
         if step is not None:
             metrics["step"] = step
         if extra:
             metrics.setdefault("eval_settings", dict(extra))
         self.publish(item_scores, metrics, out_dir, title=title)
         return metrics
+
+    def quality_warnings(self, metrics: dict, baseline: Mapping | None) -> list[str] | None:
+        """Warnings about the evaluation itself (too few scorable items, a format-compliance drop against
+        ``baseline``), stored as ``metrics["warnings"]``; None (the default) = the family has none."""
+        return None
 
     def run(self, backend, rows: Sequence[dict], out_dir: str | Path, *, step: int | None = None,
             max_new_tokens: int = 256, temperature: float = 0.0, stop: Sequence[str] | None = None,

@@ -14,9 +14,9 @@ Modules, each with one job (none imports torch, so ``--help`` and composition st
 The names below are the package's public interface (``from trainer.config import validate_dpo``).
 """
 
-from trainer.config.choices import Aggregation, Backend, Choice, Device, DistillMode, DistillPipelineKind, DistillPromptStyle, DistillSource, DistillStage, DistillTeacher, Dtype, Family, ISCorrection, InitAdapterMode, LoggerKind, MedFormat, MedJudge, MedMitigation, MixedPrecision, OnInvalid, Pairing, Reference, Scheduler, StdScaling, TopkSupport, Truncation, Weighting  # noqa: F401
+from trainer.config.choices import Aggregation, Backend, Choice, Device, DistillMode, DistillPipelineKind, DistillPromptStyle, DistillSource, DistillStage, DistillTeacher, Dtype, Family, ISCorrection, InitAdapterMode, LoggerKind, MedFormat, MedJudge, MedMitigation, MixedPrecision, OnInvalid, Pairing, Reference, Scheduler, ServerKind, StdScaling, TopkSupport, Truncation, Weighting  # noqa: F401
 from trainer.config.schemas import AdviceConfig, ChainTrainerConfig, DPOAlgoConfig, DataConfig, DistillAlgoConfig, DistillDataConfig, DistillPipelineConfig, EvalConfig, GRPOAlgoConfig, GenerationConfig, KnowledgeConfig, LoggerConfig, LoraConfig, MedEvalConfig, ModelConfig, OptimConfig, PromptConfig, SFTAlgoConfig, StageConfig, TrainerConfig, schema_field  # noqa: F401
 from trainer.config.roots import ChainRunConfig, DPORunConfig, DistillRunConfig, EvaluateRunConfig, GRPORunConfig, MergeRunConfig, MineRunConfig, SFTRunConfig  # noqa: F401
 from trainer.config.registry import SCHEMAS, register_schema, register_schemas  # noqa: F401
-from trainer.config.validation import ConfigError, check_adapter_dir, check_grpo_geometry, check_known_keys, validate_common, validate_distill, validate_dpo, validate_grpo, validate_knowledge, validate_merge, validate_sft  # noqa: F401
+from trainer.config.validation import ConfigError, check_adapter_dir, check_adapter_weights, check_real_model_settings, check_grpo_geometry, check_known_keys, validate_common, validate_distill, validate_dpo, validate_grpo, validate_knowledge, validate_merge, validate_sft  # noqa: F401
 from trainer.config.cli_help import cli_main, exit_with_help_if_asked, help_text, render_help  # noqa: F401

@@ -17,10 +17,11 @@ from omegaconf import MISSING
 
 from eval_hooks.families import FAMILIES
 from eval_hooks.vocab import MED_FORMATS, MED_MITIGATIONS
-from trainer.config.choices import (Aggregation, Backend, Device, DistillMode, DistillPipelineKind,
-                                    DistillPromptStyle, DistillSource, DistillStage, DistillTeacher, Dtype, Family, InitAdapterMode, ISCorrection,
-                                    LoggerKind, MedFormat, MedJudge, MedMitigation, MixedPrecision, OnInvalid,
-                                    DPOLossType, Pairing, Reference, Scheduler, StdScaling, TopkSupport, Truncation, Weighting)
+from trainer.config.choices import (Aggregation, Backend, Device, DistillMode, DistillPipelineKind, DistillPromptStyle,
+                                    DistillSource, DistillStage, DistillTeacher, DPOLossType, Dtype, Family,
+                                    InitAdapterMode, ISCorrection, LoggerKind, MedFormat, MedJudge, MedMitigation,
+                                    MixedPrecision, OnInvalid, Pairing, Reference, Scheduler, ServerKind, StdScaling,
+                                    TopkSupport, Truncation, Weighting)
 
 
 def schema_field(default: Any, help: str, **kw):
@@ -95,7 +96,10 @@ class TrainerConfig:
     overwrite: bool = _f(False, "Start a new run in a run_dir that holds a previous one: the old run is moved "
                                 "aside to <run_dir>.old-<n> first (without it, trainer.resume=none there is refused).")
     device: Device = _f("auto", "auto | cpu. 'cpu' forces CPU even when CUDA is present.")
-    mixed_precision: MixedPrecision = _f("no", "no | bf16 | fp16 (accelerate autocast).")
+    mixed_precision: MixedPrecision = _f("no", "no | bf16 | fp16 (accelerate autocast; weights, LoRA parameters, "
+                                               "optimizer state and log-probs stay fp32) | auto (bf16 where the "
+                                               "hardware has it: a CUDA GPU with bf16, or a CPU with AMX-BF16 or "
+                                               "AVX512-BF16; else no, with a message).")
     max_consecutive_skips: int = _f(5, "Stop after this many consecutive steps skipped for NaN/Inf loss or gradients.")
     spike_factor: float = _f(5.0, "Log a loss spike when the loss exceeds this multiple of its running mean.")
     spike_ema_decay: float = _f(0.9, "Decay of that running mean (an exponential moving average of the step loss): "
@@ -162,12 +166,31 @@ class PromptConfig:
 
 @dataclass
 class GenerationConfig:
-    backend: Backend = _f("hf", "hf (in-process, current weights) | vllm_server (HTTP client of a vLLM server).")
+    backend: Backend = _f("hf", "hf (in-process, current weights) | vllm_server (HTTP client of a vLLM server's "
+                                "/v1/completions) | openai_chat (evaluate a model behind any OpenAI-compatible "
+                                "/v1/chat/completions endpoint; evaluation and mining only).")
     batch_size: int = _f(32, "Generation batch size of the HF backend.")
-    url: str = _f("http://127.0.0.1:8000", "vllm_server: base URL of the server.")
+    mixed_precision: MixedPrecision = _f("no", "hf backend: no | bf16 | fp16 (generation under torch.autocast; the "
+                                               "recorded log-probs are computed in fp32) | auto (bf16 where the "
+                                               "hardware has it, as trainer.mixed_precision=auto).")
+    url: str = _f("http://127.0.0.1:8000", "vllm_server, openai_chat: base URL of the server (with or without /v1 "
+                                           "for openai_chat).")
     served_model_name: Optional[str] = _f(None, "vllm_server: the base model name the server serves (None = model.path).")
-    timeout_s: float = _f(120.0, "vllm_server: per-request timeout.")
-    max_retries: int = _f(3, "vllm_server: retries on transient errors, with exponential backoff.")
+    model: Optional[str] = _f(None, "openai_chat: the model name sent in every request (required).")
+    api_key_env: Optional[str] = _f(None, "openai_chat: name of the environment variable that holds the API key (sent "
+                                          "as 'Authorization: Bearer'); the key itself never goes into a config.")
+    concurrency: int = _f(4, "vllm_server, openai_chat: HTTP requests in flight.")
+    split_n: bool = _f(False, "openai_chat: send n calls of n=1 (seeds derived per sample) for servers that ignore n "
+                              "(llama.cpp) or refuse n > 1.")
+    max_tokens_field: str = _f("max_tokens", "openai_chat: name of the length field (max_tokens | max_completion_tokens).")
+    server_kind: ServerKind = _f("auto", "vllm_server: auto (from GET /v1/models: owned_by 'vllm' is vLLM) | vllm | "
+                                         "llama_cpp | openai. Not vLLM: text prompts, one prompt and one sample per "
+                                         "call, sampling fields in the server's own terms; RL rollouts, the "
+                                         "stale-weight probe, adapters and label probabilities are refused.")
+    timeout_s: float = _f(120.0, "vllm_server, openai_chat: time limit of a request. openai_chat: a deadline for "
+                                 "the whole request, retries and waits included; vllm_server: each attempt.")
+    max_retries: int = _f(3, "vllm_server, openai_chat: retries on transient errors (connection, 5xx; 429 for "
+                             "openai_chat), with exponential backoff; validation errors are never retried.")
     sync_every: int = _f(1, "vllm_server: push the LoRA adapter to the server every this many optimizer steps.")
     probe_threshold: float = _f(0.05, "vllm_server: max mean |Δlogp| between server and trainer on the probe sequence.")
     adapter_dir: Optional[str] = _f(None, "vllm_server: shared directory for synced adapters (None = <run_dir>/adapters).")
@@ -195,6 +218,9 @@ class DataConfig:
     group_by_length: bool = _f(False, "SFT and DPO: sort each window of 16 micro-batches of draws by length, cut it into "
                                       "micro-batches and shuffle their order (less padding; same draws, same mass).")
     on_invalid: OnInvalid = _f("drop", "Invalid examples (identical chosen/rejected, empty completion, ...): drop (counted, reported) | error.")
+    shared_prompt: bool = _f(True, "DPO: run each pair's prompt once for chosen and rejected (one packed prompt+chosen+rejected "
+                                   "row, block attention mask, restarted positions; equal to the two-sequence batch within "
+                                   "float round-off, fewer tokens). False = two sequences per pair, as TRL.")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -369,3 +395,6 @@ class StageConfig:
 @dataclass
 class ChainTrainerConfig:
     run_dir: str = _f("runs/chain", "Chain directory: stage <name> trains in <run_dir>/stages/<name>/; chain.json sums up.")
+    rerun_stale_stages: bool = _f(False, "Retrain a stage whose recorded start (stage_start.json: content hash of the "
+                                         "previous stage's final/ or the base model) differs from its start now, "
+                                         "moving its directory to stages/<name>.old-<n> first; false refuses it.")

@@ -39,11 +39,53 @@ def _positive(cfg, keys: tuple[str, ...], group: str, *, strict: bool = True) ->
             raise ConfigError(f"{group}.{k} must be {'> 0' if strict else '>= 0'}, got {v}")
 
 
+TOY_GROUPS = {"optim": ("tiny",), "data": ("toy_",), "eval": ("toy_",)}
+
+
+def _hydra_choices() -> dict:
+    """The config groups Hydra chose for this run (``{}`` when composed without a Hydra run: tests, compose API)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    return dict(HydraConfig.get().runtime.choices) if HydraConfig.initialized() else {}
+
+
+def check_real_model_settings(cfg, choices: dict | None = None) -> None:
+    """A real model (anything but the built-in tiny one) never runs with the toy's settings: a toy evaluation set or
+    toy data (``toy:`` paths), or a toy config group (optim=tiny, data=toy_*, eval=toy_*) chosen by
+    default. Refused here, before the model loads, naming what to use instead."""
+    from eval_hooks.model_source import is_toy_model
+
+    if is_toy_model(cfg.model.path):
+        return
+    from omegaconf import OmegaConf
+
+    found = []
+    ev_path = OmegaConf.select(cfg, "eval.path", default=None, throw_on_missing=False)
+    ev_on = bool(OmegaConf.select(cfg, "eval.enabled", default=False))
+    if ev_on and str(ev_path or "").startswith("toy:"):
+        found.append(f"eval.path={ev_path} (a toy evaluation set)")
+
+    for key in ("data.train_path", "items_path"):
+        v = OmegaConf.select(cfg, key, default=None, throw_on_missing=False)
+        if isinstance(v, str) and v.startswith("toy:"):
+            found.append(f"{key}={v} (toy data)")
+    choices = _hydra_choices() if choices is None else choices
+    for group, prefixes in TOY_GROUPS.items():
+        c = choices.get(group)
+        if c and c.startswith(prefixes) and not any(f.startswith(group) for f in found) and (ev_on or group != "eval"):
+            found.append(f"{group}={c} (the toy's settings)")
+    if found:
+        raise ConfigError(f"model.path={cfg.model.path} is a real model but the run has the toy model's settings: "
+                          f"{'; '.join(found)}. Use a matching recipe (e.g. recipe=scope_smollm2_135m) or set them: "
+                          f"eval=facts eval.path=<facts_heldout.jsonl>, data=facts_pairs, optim=small_real")
+
+
 def validate_common(cfg) -> None:
     from eval_hooks.models import check_model_path
 
     check_known_keys(cfg)
     check_model_path(cfg.model.path, "model.path")
+    check_real_model_settings(cfg)
     _validate_init_adapter(cfg)
     if cfg.model.logprob_chunk < 0:
         raise ConfigError(f"model.logprob_chunk must be >= 0 (0 = full logits), got {cfg.model.logprob_chunk}")
@@ -75,7 +117,9 @@ def validate_common(cfg) -> None:
             if not Path(t.resume).expanduser().exists():
                 raise ConfigError(f"trainer.resume={t.resume!r}: no such checkpoint path (auto | none | <checkpoint dir>)")
     if hasattr(cfg, "generation"):
-        _positive(cfg.generation, ("batch_size", "sync_every", "timeout_s"), "generation")
+        _positive(cfg.generation, ("batch_size", "sync_every", "timeout_s", "concurrency"), "generation")
+        if cfg.generation.backend == "openai_chat":
+            _validate_openai_chat(cfg)
     if hasattr(cfg, "logger"):
         import importlib.util
 
@@ -100,6 +144,36 @@ def _validate_init_adapter(cfg) -> None:
         raise ConfigError("generation=vllm_server with model.init_adapter_mode=merge: the server would sample from the "
                           "bare base plus the new adapter. Serve a merged model (python recipes/merge.py) as model.path, "
                           "or use model.init_adapter_mode=continue")
+    check_adapter_weights(m.init_adapter, m, "model.init_adapter")
+
+
+def check_adapter_weights(path: str, model_cfg, field: str) -> None:
+    """Finite values and shapes that fit ``model_cfg.path`` (``trainer/model/adapter_check.py``), as a ConfigError."""
+    from trainer.model.adapter_check import AdapterError, check_adapter
+
+    try:
+        check_adapter(path, model_cfg, field)
+    except AdapterError as e:
+        raise ConfigError(str(e)) from None
+
+
+def _validate_openai_chat(cfg) -> None:
+    """generation=openai_chat: what a chat endpoint can serve, checked before anything runs."""
+    import os
+
+    g = cfg.generation
+    if not g.model:
+        raise ConfigError("generation=openai_chat needs generation.model: the model name the server serves "
+                          "(GET <url>/v1/models lists it)")
+    if g.api_key_env and not os.environ.get(g.api_key_env):
+        raise ConfigError(f"generation.api_key_env={g.api_key_env!r} names an environment variable that is not set")
+    if cfg.get("adapter_path"):
+        raise ConfigError("generation=openai_chat evaluates the model the server serves: adapter_path cannot be "
+                          "applied to it (serve the adapter, or use generation=hf)")
+    if hasattr(cfg, "eval") and cfg.eval.family == "med" and cfg.eval.med.label_probs:
+        raise ConfigError("generation=openai_chat cannot score MedCounterfact's label probabilities ('ANSWER: <label>' "
+                          "is several tokens; a chat endpoint gives first-token top_logprobs only): set "
+                          "eval.med.label_probs=false, or use generation=hf")
 
 
 def validate_merge(cfg) -> None:
@@ -108,6 +182,7 @@ def validate_merge(cfg) -> None:
         raise ConfigError("adapters: give at least one adapter directory to merge, e.g. adapters=[runs/x/final]")
     for i, adapter in enumerate(cfg.adapters):
         check_adapter_dir(adapter, f"adapters[{i}]")
+        check_adapter_weights(adapter, cfg.model, f"adapters[{i}]")
     if Path(cfg.out_dir).expanduser().exists():
         raise ConfigError(f"out_dir={cfg.out_dir!r} exists; merge writes a new directory")
 
@@ -177,6 +252,9 @@ def validate_grpo(cfg, world: int | None = None) -> None:
     if a.env is not None and a.is_correction != "none":
         raise ConfigError("algo.is_correction needs per-token rollout log-probs, which environment rollouts "
                           "(algo.env) do not keep; use algo.is_correction=none")
+    if cfg.generation.backend == "openai_chat":
+        raise ConfigError("generation=openai_chat cannot run GRPO rollouts: they need the sampled token ids and their "
+                          "log-probs, which chat endpoints do not return; use generation=hf or generation=vllm_server")
     if cfg.generation.backend == "vllm_server" and not cfg.model.lora.enabled:
         raise ConfigError("generation=vllm_server needs model.lora.enabled=true: only a LoRA adapter can be synced to "
                           "the running server; with full fine-tuning it would keep sampling from its base weights")

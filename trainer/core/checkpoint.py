@@ -58,6 +58,12 @@ def resumable(run_dir: Path | str) -> bool:
     return checkpoints_dir(run_dir).exists()
 
 
+def has_complete_checkpoint(run_dir: Path | str) -> bool:
+    """True when ``run_dir`` holds at least one complete checkpoint (a lone ``.tmp-step_N``, a save cut
+    short, is not one): what a stage runner resumes from."""
+    return bool(complete_checkpoints(checkpoints_dir(run_dir)))
+
+
 class DiskFullError(OSError):
     """No space left while writing a checkpoint (the earlier checkpoints are untouched)."""
 
@@ -80,7 +86,7 @@ def _writing(path: Path):
             raise
         shutil.rmtree(path, ignore_errors=True)
         raise DiskFullError(errno.ENOSPC, f"no space left while writing {path} ({type(e).__name__}: {e}); the "
-                                          f"earlier checkpoints in {path.parent} are kept") from e
+                                          f"earlier checkpoints in {path.parent} are kept") from None  # one message
 
 
 def _test_pause(phase: str, step: int) -> None:

@@ -4,8 +4,9 @@
   run (the kernel drops it when the process dies, so a crash never leaves it held); the file names the
   holder's host and pid, so a second run refuses at once saying who holds it, and a lock file left by a
   dead process on this host is taken over with a message;
-- **data pinned by hash**: ``data_hashes.json`` records the SHA-256 of every data file (training data and
-  evaluation items) when a run starts; a resume whose data differs is refused naming the file and both
+- **data pinned by hash**: ``data_hashes.json`` records the SHA-256 of every data source (training data and
+  evaluation items: a file, what a ``toy:`` source resolves to, a ``save_to_disk`` directory's files, an
+  ``hf:`` dataset's rows; ``trainer/data/pins.py``) when a run starts; a resume whose data differs is refused naming the file and both
   hashes (``trainer.allow_data_change=true`` overrides);
 - **resume or refuse**: ``trainer.resume=none`` into a directory that holds a previous run is refused;
   ``trainer.overwrite=true`` first moves the old run aside to ``<run_dir>.old-<n>``;
@@ -17,7 +18,6 @@
 from __future__ import annotations
 
 import errno
-import hashlib
 import json
 import os
 import shutil
@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 
 from trainer.config import ConfigError
+from trainer.data.pins import file_sha256  # noqa: F401 - the hash of a data file; kept importable from here
 
 LOCK_NAME = ".lock"
 DATA_HASHES = "data_hashes.json"
@@ -117,12 +118,6 @@ class RunLock:
 
 
 # -- data pinned by hash -------------------------------------------------------------------------
-def file_sha256(path: Path, chunk: int = 1 << 20) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(chunk):
-            h.update(block)
-    return h.hexdigest()
 
 
 def data_files(cfg) -> dict[str, str]:
@@ -135,8 +130,24 @@ def data_files(cfg) -> dict[str, str]:
     return {k: str(Path(p).expanduser().resolve()) for k, p in keys if p and Path(p).expanduser().is_file()}
 
 
+def data_paths(cfg) -> dict[str, str]:
+    """``config key -> path as configured`` of every data source the run reads (files, data sources,
+    ``hf:`` ids, saved-dataset directories)."""
+    keys = {}
+    if hasattr(cfg, "data") and cfg.data.train_path:
+        keys["data.train_path"] = str(cfg.data.train_path)
+    if hasattr(cfg, "eval") and cfg.eval.enabled and cfg.eval.path:
+        keys["eval.path"] = str(cfg.eval.path)
+    return keys
+
+
 def data_hashes(cfg) -> dict[str, dict]:
-    return {k: {"path": p, "sha256": file_sha256(Path(p))} for k, p in data_files(cfg).items()}
+    """``config key -> {"path", "sha256", "kind"}`` for every data source of the run, whatever its kind
+    (``trainer/data/pins.py``)."""
+    from trainer.data.pins import pin
+
+    pins = {k: pin(p) for k, p in data_paths(cfg).items()}
+    return {k: v for k, v in pins.items() if v is not None}
 
 
 def write_data_hashes(run_dir: Path, hashes: dict) -> None:
@@ -153,7 +164,8 @@ def check_data_unchanged(source_run: Path, hashes: dict, *, allow: bool) -> list
         return []
     recorded = json.loads(recorded_path.read_text())
     diffs = []
-    for key in sorted(set(recorded) | set(hashes)):
+    # a key the run did not record: a source kind that was not pinned when it started (no hash to compare)
+    for key in sorted(set(recorded) | (set(hashes) & _pinned_since(recorded, hashes))):
         a, b = recorded.get(key, {}), hashes.get(key, {})
         if a.get("sha256") != b.get("sha256"):
             diffs.append(f"{key}: {b.get('path', a.get('path', '?'))}: sha256 at the run's start "
@@ -163,6 +175,12 @@ def check_data_unchanged(source_run: Path, hashes: dict, *, allow: bool) -> list
                           f"(the saved sampler position would apply to different rows):\n  " + "\n  ".join(diffs)
                           + "\nRestore the data, use a new trainer.run_dir, or pass trainer.allow_data_change=true.")
     return diffs
+
+
+def _pinned_since(recorded: dict, hashes: dict) -> set[str]:
+    """Keys absent from ``recorded`` that count as a difference: a plain file (pinned since hashes were kept)."""
+    return {k for k, v in hashes.items() if k not in recorded and v.get("kind", "file") == "file"
+            and "source" not in v}
 
 
 # -- resume or refuse ----------------------------------------------------------------------------

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from trainer.config import ConfigError, StageConfig, validate_distill
+from trainer.core.stages import exit_stopped
 
 SUMMARY_KEYS = ("teacher.strict", "student.before.strict", "student.stage1.strict", "student.stage2.strict",
                 "student.stage1.ece", "student.stage2.ece")
@@ -55,7 +56,8 @@ class DistillPipeline:
         final = self.runner.run(name, stage, source)
         self.timings[name] = round(time.time() - t0, 1)
         if final is None:
-            raise SystemExit(f"[distill] stage {name} stopped early; run the same command again to continue")
+            exit_stopped(f"[distill] stage {name} stopped early (its checkpoint is saved); run the same command "
+                         f"again to continue")
         return final
 
     def prepare_toy(self) -> tuple[str, str, str | None]:

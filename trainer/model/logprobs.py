@@ -225,6 +225,7 @@ def build_pair_batch(
     truncation: str = "keep_end",
     prompt_settings: PromptSettings | None = None,
     add_eos: bool = True,
+    cut_off: Sequence[bool] | None = None,
 ) -> PairBatch:
     """Tokenise (prompt, completion) rows into one right-padded batch with a completion mask.
 
@@ -233,7 +234,9 @@ def build_pair_batch(
       template switch, system prompt, prefix, template kwargs; default ``PromptSettings()``), exactly
       as the generation backends render it.
     - Completion: tokenised on its own (no special tokens), then ``eos_token_id`` appended when
-      ``add_eos`` and it does not already end with it. Tokenising prompt and completion separately is
+      ``add_eos`` and it does not already end with it, except on rows flagged in ``cut_off`` (a generation cut
+      off by its token budget, ``finish_reason == "length"``: giving it an EOS would teach the model to stop
+      mid-answer). Tokenising prompt and completion separately is
       what a model sees when it generates the completion after the prompt (a BPE merge across the
       boundary can make this differ from tokenising the concatenated text, as TRL does).
     - Truncation (``truncation``): ``"keep_end"`` cuts an overlong prompt from the left (keeps the
@@ -268,7 +271,7 @@ def build_pair_batch(
         if not isinstance(completion, str):
             raise TypeError(f"row {i}: completion must be a string; got {type(completion).__name__}")
         c_ids = list(tokenizer(completion, add_special_tokens=False)["input_ids"])
-        if add_eos and (not c_ids or c_ids[-1] != eos):
+        if add_eos and not (cut_off is not None and cut_off[i]) and (not c_ids or c_ids[-1] != eos):
             c_ids.append(eos)
         if not c_ids:
             raise ValueError(f"row {i}: empty completion (and add_eos=False): nothing to score")
@@ -300,12 +303,19 @@ def build_preference_batch(
     prompts: Sequence[str | list[dict[str, str]]],
     chosen: Sequence[str],
     rejected: Sequence[str],
+    *,
+    chosen_cut: Sequence[bool] | None = None,
+    rejected_cut: Sequence[bool] | None = None,
     **kwargs,
 ) -> PairBatch:
     """``build_pair_batch`` over ``[prompts; prompts]`` and ``[chosen; rejected]``: rows ``0..n-1`` are the
     chosen completions and ``n..2n-1`` the rejected ones (split the results with ``.chunk(2)``).
-    Keyword arguments are those of :func:`build_pair_batch`."""
+    ``chosen_cut`` / ``rejected_cut``: completions cut off by a generation budget (no EOS is appended to them).
+    Other keyword arguments are those of :func:`build_pair_batch`."""
     if not (len(prompts) == len(chosen) == len(rejected)):
         raise ValueError(f"prompts, chosen and rejected must have equal lengths; got {len(prompts)}, "
                          f"{len(chosen)}, {len(rejected)}")
-    return build_pair_batch(tokenizer, list(prompts) + list(prompts), list(chosen) + list(rejected), **kwargs)
+    n = len(prompts)
+    cut = list(chosen_cut or [False] * n) + list(rejected_cut or [False] * n)
+    return build_pair_batch(tokenizer, list(prompts) + list(prompts), list(chosen) + list(rejected),
+                            cut_off=cut, **kwargs)

@@ -26,6 +26,7 @@ from typing import Callable
 import torch
 
 from trainer.config import check_adapter_dir
+from trainer.model.adapter_check import check_adapter_finite
 
 TRAINED_ADAPTER = "default"      # peft's name for the adapter a run trains
 REFERENCE_ADAPTER = "reference"  # the frozen copy of model.init_adapter (init_adapter_mode=continue)
@@ -40,6 +41,7 @@ def load_base_with_adapters(model_cfg, adapters: list[str], *, device: str | Non
     for adapter in adapters:
         from peft import PeftModel
 
+        check_adapter_finite(check_adapter_dir(adapter, "adapter"), "adapter")
         model = PeftModel.from_pretrained(model, str(check_adapter_dir(adapter, "adapter"))).merge_and_unload()
     return model
 
@@ -72,6 +74,7 @@ def build_policy(model_cfg, *, seed: int):
         from peft import PeftModel
 
         adapter = str(check_adapter_dir(init))
+        check_adapter_finite(adapter, "model.init_adapter")
         model = PeftModel.from_pretrained(model, adapter, adapter_name=TRAINED_ADAPTER, is_trainable=True)
         model.load_adapter(adapter, adapter_name=REFERENCE_ADAPTER, is_trainable=False)
         model.set_adapter(TRAINED_ADAPTER)

