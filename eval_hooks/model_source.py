@@ -113,22 +113,18 @@ def dequantize_gguf(src: Path, out_dir: Path) -> None:
     tokenizer.save_pretrained(str(out_dir))
 
 
-def ensure_gguf_converted(path: str, root: str | Path | None = None, field: str = "model.path") -> Path:
-    """The cached safetensors directory of the GGUF ``path`` names (``*.gguf`` or ``pkg:<module>``); converts once."""
-    src = gguf_file(path, field)
-    digest = file_sha256(src)
+def cached_build(root: str | Path | None, name: str, build) -> Path:
+    """``<root>/<name>`` (``root`` None = :func:`cache_root`), built once by ``build(tmp_dir)`` in a temporary
+    directory beside it, marked ``COMPLETE`` and moved into place atomically; safe under concurrent ranks (the
+    loser of a race drops its identical copy). The tiny model presets and GGUF conversions use it."""
     root = Path(root) if root is not None else cache_root()
-    target = root / f"gguf-{digest[:16]}"
+    target = root / name
     if (target / "COMPLETE").exists():
         return target
     root.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".gguf-{digest[:16]}-", dir=root))
+    tmp = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=root))
     try:
-        dequantize_gguf(src, tmp)
-        info = {"source": str(src), "sha256": digest, "size_bytes": src.stat().st_size,
-                "conversion": "transformers from_pretrained(gguf_file=...) dequantized to float32; "
-                              "quantization_config dropped"}
-        (tmp / "gguf_source.json").write_text(json.dumps(info, indent=2) + "\n")
+        build(tmp)
         (tmp / "COMPLETE").write_text("ok\n")
         try:
             os.replace(tmp, target)
@@ -138,6 +134,21 @@ def ensure_gguf_converted(path: str, root: str | Path | None = None, field: str 
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
     return target
+
+
+def ensure_gguf_converted(path: str, root: str | Path | None = None, field: str = "model.path") -> Path:
+    """The cached safetensors directory of the GGUF ``path`` names (``*.gguf`` or ``pkg:<module>``); converts once."""
+    src = gguf_file(path, field)
+    digest = file_sha256(src)
+
+    def build(tmp: Path) -> None:
+        dequantize_gguf(src, tmp)
+        info = {"source": str(src), "sha256": digest, "size_bytes": src.stat().st_size,
+                "conversion": "transformers from_pretrained(gguf_file=...) dequantized to float32; "
+                              "quantization_config dropped"}
+        (tmp / "gguf_source.json").write_text(json.dumps(info, indent=2) + "\n")
+
+    return cached_build(root, f"gguf-{digest[:16]}", build)
 
 
 def is_toy_model(path: str) -> bool:

@@ -13,12 +13,10 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
-import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from .model_source import cache_root, ensure_gguf_converted, gguf_file, is_gguf_source
+from .model_source import cache_root, cached_build, ensure_gguf_converted, gguf_file, is_gguf_source
 
 # Special tokens of the byte tokenizer. Ids 0..N-1 are these, then the 256 bytes.
 SPECIAL_TOKENS = ["<pad>", "<s>", "</s>", "<|system|>", "<|user|>", "<|assistant|>", "<|end|>"]
@@ -122,26 +120,14 @@ def ensure_tiny_model(name: str = "tiny", root: str | Path | None = None) -> Pat
     if name not in TINY_PRESETS:
         raise ValueError(f"unknown tiny model preset {name!r}; known: {sorted(TINY_PRESETS)}")
     spec = TINY_PRESETS[name]
-    root = Path(root) if root is not None else cache_root()
-    target = root / f"{name}-{spec.key()}"
-    if (target / "COMPLETE").exists():
-        return target
-    root.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=root))
-    try:
+
+    def build(tmp: Path) -> None:
         tok = build_byte_tokenizer()
         model = build_tiny_model(spec, len(tok), tok.pad_token_id, tok.eos_token_id, tok.bos_token_id)
         model.save_pretrained(tmp, safe_serialization=True)
         tok.save_pretrained(tmp)
-        (tmp / "COMPLETE").write_text("ok\n")
-        try:
-            os.replace(tmp, target)
-        except OSError:  # another process won the race; its copy is identical
-            shutil.rmtree(tmp, ignore_errors=True)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
-    return target
+
+    return cached_build(root, f"{name}-{spec.key()}", build)
 
 
 def resolve_model_path(path: str) -> str:
