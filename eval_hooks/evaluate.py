@@ -91,13 +91,15 @@ def score_responses(family: str, rows: Sequence[dict], responses: Mapping[str, s
 
 
 def run_matched_eval(backend, rows: Sequence[dict] | str | Path, family: str, out_dir: str | Path, *,
-                     step: int | None = None, max_new_tokens: int = 256, temperature: float = 0.0,
+                     step: int | None = None, max_new_tokens: int | None = None, temperature: float = 0.0,
                      stop: Sequence[str] | None = None, progress: bool = True,
                      n_boot: int = 1000, seed: int = 0, title: str | None = None, settings=None) -> dict:
     """The run of ``family`` (:meth:`eval_hooks.families.base.Family.run`): generate with ``backend`` (a
     ``GenerationBackend``; progress bar), score, write ``out_dir`` atomically. ``rows`` may also be a path,
     loaded with :func:`load_rows`. ``settings`` is the family's own section of the ``eval`` config
-    (``eval.<family>``, e.g. ``eval.med``), for a family whose run has settings.
+    (``eval.<family>``, e.g. ``eval.med``), for a family whose run has settings. ``max_new_tokens`` None =
+    the family's default budget for these rows (:meth:`~eval_hooks.families.base.Family.default_max_new_tokens`;
+    MIST: from the rows' answer types, e.g. 32 for short_text); an explicit value wins.
 
     The generic run (every family but MedCounterfact, whose run adds formats, label probabilities,
     mitigations and a refine chain) generates one response per row and calls :func:`score_responses`.

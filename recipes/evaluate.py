@@ -64,11 +64,13 @@ def estimate_and_attach(rows: list[dict], backend, cfg: DictConfig) -> list[dict
     so both runs split by the knowledge the model had *before* training) and attached to the rows."""
     from eval_hooks.io import write_jsonl_atomic
     from eval_hooks.knowledge import attach_knowledge, estimate_knowledge, knowledge_record
+    from trainer.evaluation import eval_budget
 
     k = cfg.knowledge
-    est = estimate_knowledge([r for r in rows if r["condition"] == "clean"], backend, k=k.k, temperature=k.temperature,
+    clean = [r for r in rows if r["condition"] == "clean"]
+    est = estimate_knowledge(clean, backend, k=k.k, temperature=k.temperature,
                              known_threshold=k.known_threshold, unknown_threshold=k.unknown_threshold,
-                             max_new_tokens=cfg.eval.max_new_tokens, seed=cfg.seed)
+                             max_new_tokens=eval_budget(cfg.eval, clean), seed=cfg.seed)
     path = write_jsonl_atomic(Path(cfg.out_dir) / "knowledge.jsonl", [knowledge_record(e) for e in est.values()])
     return attach_knowledge(rows, path)
 

@@ -47,11 +47,23 @@ def load_eval_rows(eval_cfg) -> list[dict] | None:
 def run_eval(backend, rows: list[dict], eval_cfg, out_dir, *, step: int | None = None, progress: bool = True) -> dict:
     """The evaluated family's run on ``rows`` (generation, scoring, metrics, report; written to ``out_dir``):
     the same for ``recipes/evaluate.py`` and the epoch ends. The family's own settings are ``eval.<family>``
-    (e.g. ``eval.med``), when its schema has them."""
+    (e.g. ``eval.med``), when its schema has them. ``eval.max_new_tokens`` None = the family's default budget
+    for ``rows`` (:func:`eval_budget`)."""
     from eval_hooks import run_matched_eval
 
-    return run_matched_eval(backend, rows, eval_cfg.family, out_dir, step=step, max_new_tokens=eval_cfg.max_new_tokens,
-                            progress=progress, settings=getattr(eval_cfg, eval_cfg.family, None))
+    return run_matched_eval(backend, rows, eval_cfg.family, out_dir, step=step,
+                            max_new_tokens=eval_budget(eval_cfg, rows), progress=progress,
+                            settings=getattr(eval_cfg, eval_cfg.family, None))
+
+
+def eval_budget(eval_cfg, rows: list[dict]) -> int:
+    """The generation budget per row of an evaluation: ``eval.max_new_tokens`` when set, else the family's
+    default for ``rows`` (``Family.default_max_new_tokens``, e.g. MIST short_text rows: 32)."""
+    if eval_cfg.max_new_tokens is not None:
+        return int(eval_cfg.max_new_tokens)
+    from eval_hooks.families import get_family
+
+    return get_family(eval_cfg.family).default_max_new_tokens(rows)
 
 
 def make_backend(gen_cfg, model, tokenizer, *, model_path: str, prompt_settings: PromptSettings | None = None,

@@ -14,6 +14,8 @@ from ..parsers import answers_match, normalize_gold, parse_answer
 from ..scoring import check_responses, generate_responses, publish_outputs
 
 ROW_CORE = ("row_id", "item_id", "condition", "prompt", "gold", "answer_type")
+#: the generation budget per row of a family without one of its own (:meth:`Family.default_max_new_tokens`)
+DEFAULT_MAX_NEW_TOKENS = 256
 
 
 class Ctx:
@@ -144,7 +146,8 @@ class Family:
       numbers trainers and :func:`eval_hooks.report.compare_table` show);
     - ``report_section`` (its part of ``report.md`` and its PNGs; ``write_report`` adds the shell);
     - ``run`` (generation + scoring + the atomic write of ``out_dir``): the generic one here, which a
-      family with its own pipelines overrides (MedCounterfact).
+      family with its own pipelines overrides (MedCounterfact); ``default_max_new_tokens`` (its
+      generation budget when none is given: a short-answer family generates only what it needs).
 
     Subclasses set ``name``, ``answer_types``, ``condition_accepted`` (and ``row_fields``), and implement
     ``is_condition``, ``expand_records``, ``metrics``, ``headline`` and ``report_section``. They are
@@ -296,15 +299,26 @@ class Family:
         ``baseline``), stored as ``metrics["warnings"]``; None (the default) = the family has none."""
         return None
 
+    def default_max_new_tokens(self, rows: Sequence[dict]) -> int:
+        """The generation budget per row for ``rows`` when the caller gives none (``eval.max_new_tokens=null``):
+        :data:`DEFAULT_MAX_NEW_TOKENS` here; a family whose answers have a known length overrides it (MIST:
+        from the rows' answer types)."""
+        return DEFAULT_MAX_NEW_TOKENS
+
+    def budget(self, rows: Sequence[dict], max_new_tokens: int | None) -> int:
+        """``max_new_tokens`` when given (an explicit value always wins), else :meth:`default_max_new_tokens`."""
+        return self.default_max_new_tokens(rows) if max_new_tokens is None else int(max_new_tokens)
+
     def run(self, backend, rows: Sequence[dict], out_dir: str | Path, *, step: int | None = None,
-            max_new_tokens: int = 256, temperature: float = 0.0, stop: Sequence[str] | None = None,
+            max_new_tokens: int | None = None, temperature: float = 0.0, stop: Sequence[str] | None = None,
             progress: bool = True, n_boot: int = 1000, seed: int = 0, title: str | None = None,
             settings: Any = None) -> dict:
         """Generate one response per row with ``backend`` (under its ``prompt_settings``), then
         :meth:`score_responses`; returns the metrics written to ``out_dir/metrics.json``. ``settings`` is
-        the family's own section of the ``eval`` config (``eval.<name>``); the generic run has none."""
+        the family's own section of the ``eval`` config (``eval.<name>``); the generic run has none.
+        ``max_new_tokens`` None = :meth:`default_max_new_tokens` of ``rows``."""
         responses, described = generate_responses(backend, rows, desc=f"eval {self.name}",
-                                                   max_new_tokens=max_new_tokens, temperature=temperature,
+                                                   max_new_tokens=self.budget(rows, max_new_tokens), temperature=temperature,
                                                    stop=stop, progress=progress)
         return self.score_responses(rows, responses, out_dir, step=step, n_boot=n_boot, seed=seed, title=title,
                                     extra=described)

@@ -132,7 +132,10 @@ class EvalConfig:
     max_rows: Optional[int] = _f(None, "Evaluate about this many rows: whole items (all their conditions) are kept "
                                        "together, so the last item may take the count past it (max_rows=3 of "
                                        "4-condition items evaluates 4 rows).")
-    max_new_tokens: int = _f(64, "Generation budget per row.")
+    max_new_tokens: Optional[int] = _f(None, "Generation budget per row; None = the family's default for the rows "
+                                             "(eval_hooks Family.default_max_new_tokens: MIST from the answer types, "
+                                             "short_text 32, numeric/boolean/multiple_choice 512; other families 256). "
+                                             "An explicit value (a preset's or the command line's) wins.")
     max_prompt_tokens: int = _f(65536, "taste only: prompt-token cap; longer prompts keep the prefix's first 25 lines, an "
                                        "omission marker and the longest tail of lines that fits (the published runner's rule).")
     prompt_tokenizer: Optional[str] = _f(None, "taste only: tokenizer (local dir or 'tiny') that counts tokens for the cap; "

@@ -129,7 +129,8 @@ def validate_common(cfg) -> None:
     if hasattr(cfg, "eval"):
         if cfg.eval.max_prompt_tokens < 1:
             raise ConfigError(f"eval.max_prompt_tokens must be >= 1, got {cfg.eval.max_prompt_tokens}")
-        _positive(cfg.eval, ("max_new_tokens",), "eval")
+        if cfg.eval.max_new_tokens is not None:  # None = the family's default budget for the rows
+            _positive(cfg.eval, ("max_new_tokens",), "eval")
 
 
 def _validate_init_adapter(cfg) -> None:

@@ -114,13 +114,15 @@ class MedFamily(Family):
     def report_section(self, metrics, item_scores, out_dir, title):
         return report_section(metrics, item_scores, out_dir, title)
 
-    def run(self, backend, rows: Sequence[dict], out_dir, *, step: int | None = None, max_new_tokens: int = 256,
+    def run(self, backend, rows: Sequence[dict], out_dir, *, step: int | None = None, max_new_tokens: int | None = None,
             title: str | None = None, settings: Any = None, **generic: Any) -> dict:
         """The Med run (:mod:`.pipelines`): every row in the answer formats, base and mitigation pipelines,
         with label probabilities and the refine chain for long evidence; then the atomic write of
         ``out_dir`` as for every family. ``settings`` is ``eval.med`` (formats, mitigations, label_probs,
         judge, prompt_token_budget, max_refine_chunks); None runs the pipelines' defaults with the keyword
-        judge. The generic run's sampling and bootstrap options (``generic``) do not apply."""
+        judge. The generic run's sampling and bootstrap options (``generic``) do not apply.
+        ``max_new_tokens`` None = :meth:`default_max_new_tokens` (the generic default)."""
+        max_new_tokens = self.budget(rows, max_new_tokens)
         budget = getattr(settings, "prompt_token_budget", None)
         if budget is None and settings is not None:  # None = model positions - max_new_tokens - 16
             positions = getattr(getattr(getattr(backend, "model", None), "config", None), "max_position_embeddings",

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...parsers import answer_status, numbers_equal, parse_number, parse_row_answer, row_answer_matches
+from ...parsers import answer_budget, answer_status, numbers_equal, parse_number, parse_row_answer, row_answer_matches
 from ..base import Ctx, Family, check_choices, check_gold, req_choice, req_item_id, req_str
 from ...vocab import MIST_CONDITIONS as CONDITIONS
 from .metrics import mist_metrics, quality_warnings
@@ -26,6 +26,11 @@ class MistFamily(Family):
 
     def is_condition(self, c: Any) -> bool:
         return c in CONDITIONS
+
+    def default_max_new_tokens(self, rows) -> int:
+        """The budget of the rows' answer formats (:func:`eval_hooks.parsers.answer_budget`, the one mining
+        uses): 32 when every row is short_text, 512 when any row reasons to a final ``ANSWER:`` line."""
+        return answer_budget({r["answer_type"] for r in rows})
 
     def expand_records(self, records: list[tuple[int, dict]], path) -> list[dict]:
         rows: list[dict] = []
