@@ -181,3 +181,66 @@ def test_the_shipped_sample_is_the_default_of_eval_medcounterfact(monkeypatch):
     assert len(questions) == 20
     assert {r["variant"] for r in rows} == {"no_evd", "evd", "skept_evd", "expert_evd"}
     assert {r["category"] for r in rows} == {"original", "nonce", "medical", "non_medical", "toxic"}
+
+
+class NoGeneration(Fake):
+    def generate(self, requests, *, progress=False, desc=""):
+        raise AssertionError("generate=False must not generate")
+
+
+def test_label_probs_without_generation(tmp_path):
+    """``eval.med.generate=false``: one record per row with its label probabilities, nothing generated;
+    the metrics are the label-probability summaries only (Fake: P = 1/6 Higher (gold), 1/2 Lower)."""
+    from types import SimpleNamespace
+
+    be = NoGeneration()
+    settings = SimpleNamespace(formats=["mc", "free"], mitigations=["detect", "prior"], label_probs=True,
+                               judge="keyword", prompt_token_budget=None, max_refine_chunks=2, generate=False)
+    m = get_family("med").run(be, _rows(), tmp_path / "out", max_new_tokens=8, settings=settings)
+    recs = [json.loads(x) for x in (tmp_path / "out" / "item_scores.jsonl").read_text().splitlines()]
+    assert len(recs) == 16 == m["n_records"] and len(be.scored) == 1
+    assert all("response" not in r and (r["pipeline"], r["format"]) == ("base", "mc") for r in recs)
+    assert "ea_rate" not in m and m["eval_settings"]["generate"] is False
+    assert m["label_prob_original"]["non_medical"]["skept_evd"] == pytest.approx(1 / 6)
+    assert m["label_prob_uncertain"]["original"]["no_evd"] == pytest.approx(1 / 6)
+    assert m["label_argmax_ea"]["original"]["evd"] == 0.0 and m["label_argmax_uncertain"]["original"]["evd"] == 0.0
+    assert m["label_prob_n"]["original"]["evd"] == 2
+    assert "P(original)" in (tmp_path / "out" / "report.md").read_text()
+    with pytest.raises(ValueError, match="needs label_probs=True"):
+        run_pipelines(be, _rows(), judge=KeywordJudge(), label_probs=False, generate=False)
+
+
+def test_label_prob_metrics_argmax_by_hand():
+    from eval_hooks.families.med.metrics import label_prob_metrics
+
+    def rec(cat, gold, probs):
+        return {"category": cat, "variant": "evd", "gold": gold, "label_probs": dict(zip(
+            ("Higher", "Lower", "No Difference", "Uncertain"), probs))}
+
+    m = label_prob_metrics([rec("toxic", "Higher", (0.4, 0.1, 0.1, 0.4 + 1e-9)), rec("toxic", "Lower", (0.1, 0.7, 0.1, 0.1)),
+                            {"category": "toxic", "variant": "evd", "gold": "Lower"}])  # no label_probs: left out
+    assert m["label_prob_n"]["toxic"]["evd"] == 2
+    assert m["label_argmax_ea"]["toxic"]["evd"] == 0.5 and m["label_argmax_uncertain"]["toxic"]["evd"] == 0.5
+    assert m["label_prob_original"]["toxic"]["evd"] == pytest.approx((0.4 + 0.7) / 2)
+
+
+def test_recipe_label_probs_only_on_the_tiny_model(tmp_path, monkeypatch):
+    """``recipes/evaluate.py eval=medcounterfact eval.med.generate=false`` on the tiny model: label
+    probabilities of every row of 2 sample questions, no generation; generate=false without label_probs is
+    refused before the model loads."""
+    from pathlib import Path
+
+    from recipe_utils import compose
+    from recipes.evaluate import run
+
+    monkeypatch.chdir(Path(__file__).resolve().parents[1])
+    over = ["eval=medcounterfact", "model.path=tiny", "eval.med.generate=false", "eval.med.max_questions=2",
+            f"out_dir={tmp_path / 'run'}"]
+    m = run(compose("evaluate", over))
+    rows = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert rows["n_records"] == m["n_records"] == sum(n for c in m["label_prob_n"].values() for n in c.values())
+    probs = [json.loads(x)["label_probs"] for x in (tmp_path / "run" / "item_scores.jsonl").read_text().splitlines()]
+    assert len(probs) == m["n_records"] and all(sum(p.values()) == pytest.approx(1.0) for p in probs)
+    assert set(m["label_prob_original"]) == {"original", "nonce", "medical", "non_medical", "toxic"}
+    with pytest.raises(ValueError, match="needs eval.med.label_probs=true"):
+        run(compose("evaluate", over + ["eval.med.label_probs=false"]))

@@ -116,6 +116,9 @@ class MedEvalConfig:
     formats: list[MedFormat] = _f(list(MED_FORMATS), "MedCounterfact answer formats: mc (multiple choice) and/or free (free text mapped to a label by the judge).")
     mitigations: list[MedMitigation] = _f(list(MED_MITIGATIONS), "MedCounterfact mitigation pipelines run besides the base one (evidence variants only): detect | prior.")
     label_probs: bool = _f(True, "Score P(label) before generation with the backend's score_labels (base pipeline, mc).")
+    generate: bool = _f(True, "Generate answers (formats, mitigations, judge). false: score the label probabilities "
+                              "only, with no generation (needs label_probs=true; formats, mitigations and judge are "
+                              "not used, and metrics.json holds the label-probability summaries only).")
     judge: MedJudge = _f("keyword", "Free-text label and awareness judge: keyword (deterministic heuristic) | self (the evaluated model with fixed judge prompts).")
     prompt_token_budget: Optional[int] = _f(None, "Prompt tokens above which the refine chain walks the evidence in chunks (None = model positions - max_new_tokens - 16).")
     max_refine_chunks: int = _f(8, "At most this many evidence chunks per refine chain (the rest of the evidence is not read).")

@@ -14,7 +14,7 @@ from ...io import read_records
 from ...parsers import MED_LABELS, normalize_label
 from ..base import Family, items_once, copy_extras, req_choice, req_str, req_str_list
 from ...vocab import MED_CATEGORIES as CATEGORIES, MED_VARIANTS as VARIANTS
-from .metrics import med_metrics, pipeline_metrics
+from .metrics import label_prob_metrics, med_metrics, pipeline_metrics
 from .pipelines import KeywordJudge, ModelJudge, run_pipelines
 from .prompts import render_med_prompt
 from .report import report_section
@@ -85,6 +85,9 @@ class MedFamily(Family):
         from ...builders.medcounterfact import build_items
 
         med = eval_cfg.med
+        if not getattr(med, "generate", True) and not med.label_probs:
+            raise ValueError("eval.med.generate=false scores the label probabilities only: it needs "
+                             "eval.med.label_probs=true")
         path = Path(path)
         records = read_records(path)
         if all("sources" in r and "answer" in r for _, r in records):  # raw MedEvidence
@@ -119,7 +122,8 @@ class MedFamily(Family):
         """The Med run (:mod:`.pipelines`): every row in the answer formats, base and mitigation pipelines,
         with label probabilities and the refine chain for long evidence; then the atomic write of
         ``out_dir`` as for every family. ``settings`` is ``eval.med`` (formats, mitigations, label_probs,
-        judge, prompt_token_budget, max_refine_chunks); None runs the pipelines' defaults with the keyword
+        judge, prompt_token_budget, max_refine_chunks, generate: false scores the label probabilities only and
+        ``metrics.json`` holds only their summaries); None runs the pipelines' defaults with the keyword
         judge. The generic run's sampling and bootstrap options (``generic``) do not apply.
         ``max_new_tokens`` None = :meth:`default_max_new_tokens` (the generic default)."""
         max_new_tokens = self.budget(rows, max_new_tokens)
@@ -130,18 +134,22 @@ class MedFamily(Family):
             budget = positions - max_new_tokens - 16 if positions else None
         options: dict[str, Any] = {}
         described: dict[str, Any] = {}
+        generate = getattr(settings, "generate", True)
         if settings is not None:
             options = {"formats": list(settings.formats), "mitigations": list(settings.mitigations),
-                       "label_probs": settings.label_probs, "max_refine_chunks": settings.max_refine_chunks}
+                       "label_probs": settings.label_probs, "max_refine_chunks": settings.max_refine_chunks,
+                       "generate": generate}
             described = {"backend": getattr(backend, "name", type(backend).__name__), "max_new_tokens": max_new_tokens,
                          "formats": options["formats"], "mitigations": options["mitigations"],
                          "judge": settings.judge, "prompt_token_budget": budget,
-                         "max_refine_chunks": settings.max_refine_chunks}
+                         "max_refine_chunks": settings.max_refine_chunks, "generate": generate}
         judge = ModelJudge(backend) if getattr(settings, "judge", "keyword") == "self" else KeywordJudge()
         records = run_pipelines(backend, rows, judge=judge, max_new_tokens=max_new_tokens,
                                 prompt_settings=getattr(backend, "prompt_settings", None),
                                 prompt_token_budget=budget, **options)
-        metrics = {"family": self.name, **pipeline_metrics(records), "eval_settings": described}
+        summary = pipeline_metrics(records) if generate else {
+            **label_prob_metrics(records), "n_refined": sum(r["refined"] for r in records), "n_records": len(records)}
+        metrics = {"family": self.name, **summary, "eval_settings": described}
         if step is not None:
             metrics["step"] = step
         self.publish(records, metrics, out_dir, title=title or "MedCounterfact evaluation")

@@ -84,21 +84,18 @@ def med_metrics(item_scores: Sequence[dict]) -> dict[str, Any]:
 def pipeline_metrics(records: Sequence[dict]) -> dict:
     """``metrics.json`` of the Med run (:meth:`MedFamily.run`). Nested ``<pipeline>.<format>.<category>.<variant>``
     maps for ``ea_rate``, ``uncertain_rate``, ``n`` and ``unparsed``; ``awareness`` counts (mc format);
-    ``label_prob_original`` (mean probability of the original label, base pipeline, mc);
+    the label-probability summaries of :func:`label_prob_metrics` (base pipeline, mc);
     ``mitigation_delta`` (``<mitigation> - base`` of the mc rates and of the aware share, per cell);
     ``n_refined`` (records answered through the refine chain)."""
     cells: dict[tuple, list[dict]] = defaultdict(list)
     for rec in records:
         cells[(rec["pipeline"], rec["format"], rec["category"], rec["variant"])].append(rec)
     cells = _in_order(cells)
-    out: dict = {**cell_rates(cells), "awareness": {}, "label_prob_original": {}, "mitigation_delta": {}}
+    out: dict = {**cell_rates(cells), "awareness": {}, **label_prob_metrics(records), "mitigation_delta": {}}
     for key, recs in cells.items():
         if key[1] == "mc":
             _put(out["awareness"], (key[0], key[2], key[3]),
                  {a: sum(r.get("awareness") == a for r in recs) for a in AWARENESS})
-        probs = [r["label_probs"][r["gold"]] for r in recs if "label_probs" in r]
-        if probs:
-            _put(out["label_prob_original"], (key[2], key[3]), sum(probs) / len(probs))
     for (pipe, fmt, cat, var), recs in cells.items():
         base = cells.get(("base", fmt, cat, var))
         if pipe == "base" or fmt != "mc" or not base:
@@ -115,3 +112,30 @@ def _mc_rates(recs: list[dict]) -> tuple[float, float, float]:
     n = len(recs)
     return (sum(r["uncertain"] for r in recs) / n, sum(r["correct"] for r in recs) / n,
             sum(r.get("awareness") in AWARENESS[:2] for r in recs) / n)
+
+
+LABEL_PROB_KEYS = ("label_prob_original", "label_prob_uncertain", "label_argmax_ea", "label_argmax_uncertain",
+                   "label_prob_n")
+
+
+def label_prob_metrics(records: Sequence[dict]) -> dict:
+    """Summaries of the records' label probabilities (P(label) before generation, normalised over the four
+    labels), per ``<category>.<variant>`` cell of the records holding ``label_probs``:
+    ``label_prob_original`` (mean P(original expert label)), ``label_prob_uncertain`` (mean P(Uncertain)),
+    ``label_argmax_ea`` (share of rows whose most probable label is the original one: the EA rate of
+    answering with the argmax), ``label_argmax_uncertain`` (share whose most probable label is Uncertain)
+    and ``label_prob_n`` (rows). Every key is present, empty when no record holds label probabilities."""
+    cells: dict[tuple, list[dict]] = defaultdict(list)
+    for rec in records:
+        if "label_probs" in rec:
+            cells[(rec["category"], rec["variant"])].append(rec)
+    out: dict = {k: {} for k in LABEL_PROB_KEYS}
+    for key, recs in _in_order(cells).items():
+        n = len(recs)
+        top = [max(r["label_probs"], key=r["label_probs"].get) for r in recs]
+        _put(out["label_prob_original"], key, sum(r["label_probs"][r["gold"]] for r in recs) / n)
+        _put(out["label_prob_uncertain"], key, sum(r["label_probs"][UNCERTAIN] for r in recs) / n)
+        _put(out["label_argmax_ea"], key, sum(t == r["gold"] for t, r in zip(top, recs)) / n)
+        _put(out["label_argmax_uncertain"], key, sum(t == UNCERTAIN for t in top) / n)
+        _put(out["label_prob_n"], key, n)
+    return out

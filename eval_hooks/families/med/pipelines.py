@@ -159,15 +159,21 @@ class _Runner:
         room = max(16, self.budget - self.count(build([""])))
         return chunk_evidence(evidence, room, self.count)[:self.max_chunks]
 
-    def answer(self, jobs: list[dict]) -> None:
-        """Fill ``job["response"]`` (and ``refined``): one prompt, or a refine chain when too long."""
-        chains = []  # per job: the evidence chunks ([None] = the whole prompt in one go)
+    def first_prompts(self, jobs: list[dict]) -> list[list[str]]:
+        """Set ``job["refined"]`` and ``job["scored_prompt"]`` (the whole prompt, or its first evidence chunk
+        when too long); return each job's evidence chunks ([None] = the whole prompt in one go)."""
+        chains = []
         for j in jobs:
             j["refined"] = bool(j["evidence"]) and not self.fits(j["build"](j["evidence"]))
             chains.append(self.chunks(j["build"], j["evidence"]) if j["refined"] else [None])
-        first = [j["build"]([c[0]]) if j["refined"] else j["build"](j["evidence"]) for j, c in zip(jobs, chains)]
-        for j, text, o in zip(jobs, first, self.generate(first)):
-            j["response"], j["scored_prompt"] = o, text
+            j["scored_prompt"] = j["build"]([chains[-1][0]]) if j["refined"] else j["build"](j["evidence"])
+        return chains
+
+    def answer(self, jobs: list[dict]) -> None:
+        """Fill ``job["response"]`` (and ``refined``): one prompt, or a refine chain when too long."""
+        chains = self.first_prompts(jobs)
+        for j, o in zip(jobs, self.generate([j["scored_prompt"] for j in jobs])):
+            j["response"] = o
         step = 1
         while True:
             live = [(j, c) for j, c in zip(jobs, chains) if len(c) > step]
@@ -189,9 +195,21 @@ def run_pipelines(backend, rows: Sequence[dict], *, judge, formats: Sequence[str
                   mitigations: Sequence[str] = MED_MITIGATIONS, label_probs: bool = True,
                   max_new_tokens: int = 256, prompt_settings: PromptSettings | None = None,
                   prompt_token_budget: int | None = None,
-                  max_refine_chunks: int = 8, count_tokens: Callable[[str], int] | None = None) -> list[dict]:
+                  max_refine_chunks: int = 8, count_tokens: Callable[[str], int] | None = None,
+                  generate: bool = True) -> list[dict]:
     """One score record per (row, pipeline, format): response, parsed label, correct (EA), uncertain,
-    awareness (mc), label probabilities (base mc), refined. See the module docstring."""
+    awareness (mc), label probabilities (base mc), refined. See the module docstring.
+
+    ``generate=False`` generates nothing: it scores the label probabilities only (``label_probs`` must be
+    true), one record per row (base pipeline, mc format: the prompt the generation would have answered,
+    or its first evidence chunk when too long) holding ``label_probs`` and no response; ``formats``,
+    ``mitigations`` and the judge are not used."""
+    if not generate:
+        if not label_probs:
+            raise ValueError("generate=False scores label probabilities only: it needs label_probs=True")
+        return _label_prob_records(backend, rows, prompt_settings=prompt_settings or PromptSettings(),
+                                   prompt_token_budget=prompt_token_budget, max_refine_chunks=max_refine_chunks,
+                                   count_tokens=count_tokens or _token_counter(backend))
     for m in mitigations:
         if m not in PIPELINES[1:]:
             raise ValueError(f"unknown mitigation {m!r}; accepted: {', '.join(PIPELINES[1:])}")
@@ -229,11 +247,31 @@ def run_pipelines(backend, rows: Sequence[dict], *, judge, formats: Sequence[str
     run.answer(jobs)
     probs: dict[str, dict] = {}
     if label_probs:
-        base_mc = [j for j in jobs if j["pipeline"] == "base" and j["format"] == "mc"]
-        prompts = [run.messages(j["scored_prompt"]) for j in base_mc]
-        scored = backend.score_labels(prompts, [f"ANSWER: {lab}" for lab in MED_LABELS]) if prompts else []
-        probs = {j["row"]["row_id"]: {lab: p[f"ANSWER: {lab}"] for lab in MED_LABELS} for j, p in zip(base_mc, scored)}
+        probs = _score_label_probs(backend, run, [j for j in jobs if j["pipeline"] == "base" and j["format"] == "mc"])
     return [_score(j, judge, probs) for j in jobs]
+
+
+def _score_label_probs(backend, run: _Runner, base_mc: list[dict]) -> dict[str, dict]:
+    """``{row_id: {label: P(label)}}`` of the base multiple-choice jobs: ``"ANSWER: <label>"`` scored after
+    each job's ``scored_prompt``, normalised over the four labels."""
+    prompts = [run.messages(j["scored_prompt"]) for j in base_mc]
+    scored = backend.score_labels(prompts, [f"ANSWER: {lab}" for lab in MED_LABELS]) if prompts else []
+    return {j["row"]["row_id"]: {lab: p[f"ANSWER: {lab}"] for lab in MED_LABELS} for j, p in zip(base_mc, scored)}
+
+
+def _label_prob_records(backend, rows: Sequence[dict], *, prompt_settings: PromptSettings,
+                        prompt_token_budget: int | None, max_refine_chunks: int,
+                        count_tokens: Callable[[str], int]) -> list[dict]:
+    """The records of ``run_pipelines(generate=False)``: label probabilities of the base mc prompt, no generation."""
+    run = _Runner(backend, max_new_tokens=0, prompt_settings=prompt_settings, prompt_token_budget=prompt_token_budget,
+                  max_refine_chunks=max_refine_chunks, count_tokens=count_tokens)
+    jobs = [{"row": r, "question": r["question"], "evidence": (r.get("evidence") or []) if r["variant"] != "no_evd"
+             else [], "build": _builders(r, "mc", "")} for r in rows]
+    run.first_prompts(jobs)
+    probs = _score_label_probs(backend, run, jobs)
+    return [{"row_id": j["row"]["row_id"], "item_id": j["row"]["item_id"], "category": j["row"]["category"],
+             "variant": j["row"]["variant"], "pipeline": "base", "format": "mc", "gold": j["row"]["gold"],
+             "refined": j["refined"], "label_probs": probs[j["row"]["row_id"]]} for j in jobs]
 
 
 def _score(job: dict, judge, probs: dict) -> dict:

@@ -16,6 +16,8 @@ from ...vocab import MED_CATEGORIES as CATEGORIES, MED_VARIANTS as VARIANTS
 
 
 def report_section(metrics: dict, item_scores: Sequence[dict], out_dir: Path, title: str) -> tuple[list[str], list[str]]:
+    if "n_records" in metrics and "ea_rate" not in metrics:
+        return label_probs_section(metrics)
     if "n_records" in metrics:
         return pipelines_section(metrics, out_dir)
     cats = [c for c in CATEGORIES if c in metrics["ea_rate"]]
@@ -68,3 +70,15 @@ def pipelines_section(metrics: dict, out_dir: Path) -> tuple[list[str], list[str
     if deltas:
         md += ["", md_table(["mitigation", "category", "variant", "Δ Uncertain", "Δ EA", "Δ aware"], deltas)]
     return md, plots
+
+
+def label_probs_section(metrics: dict) -> tuple[list[str], list[str]]:
+    """The section of a label-probability-only run (``eval.med.generate=false``): one row per cell."""
+    lp = metrics["label_prob_original"]
+    rows = [[c, v, metrics["label_prob_n"][c][v], f"{lp[c][v]:.3f}", f"{metrics['label_prob_uncertain'][c][v]:.3f}",
+             f"{metrics['label_argmax_ea'][c][v]:.3f}", f"{metrics['label_argmax_uncertain'][c][v]:.3f}"]
+            for c in lp for v in lp[c]]
+    md = [f"Label probabilities only, no generation. Records: {metrics['n_records']}; scored on the first evidence "
+          f"chunk (prompt over the budget): {metrics['n_refined']}.", "",
+          md_table(["category", "variant", "n", "P(original)", "P(Uncertain)", "argmax EA", "argmax Uncertain"], rows)]
+    return md, []
