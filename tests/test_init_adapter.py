@@ -138,8 +138,11 @@ def test_grpo_from_sft_adapter_first_step_kl_is_zero(sft_adapter, tmp_path, monk
 @pytest.mark.parametrize("mode", ["merge", "continue"])
 def test_dpo_from_sft_adapter_first_step_margins_are_zero(sft_adapter, tmp_path, monkeypatch, mode):
     seen = _spy_first_policy_forward(monkeypatch)
+    # the spy reads the two-sequence path (data.shared_prompt=false); the packed path equals it
+    # (tests/test_shared_prompt.py)
     run_recipe("dpo", "dpo", [*COMMON, "optim.batch_size=8", f"model.init_adapter={sft_adapter}",
-                              f"model.init_adapter_mode={mode}", f"trainer.run_dir={tmp_path}"])
+                              f"model.init_adapter_mode={mode}", f"trainer.run_dir={tmp_path}",
+                              "data.shared_prompt=false"])
     first = read_metrics(tmp_path)[0]
     assert first["step"] == 1 and abs(first["rewards/margins"]) <= 1e-6, first
     torch.testing.assert_close(seen["logps"], _logps(_sft_model(sft_adapter), seen["inputs"]), atol=1e-5, rtol=0)
