@@ -15,6 +15,7 @@ rewrites the choices before they are sent (repeated or missing indexes).
 from __future__ import annotations
 
 import json
+import socket
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -98,3 +99,11 @@ class ChatServer:
     def __exit__(self, *exc) -> None:
         self._server.shutdown()
         self._server.server_close()
+
+
+def unused_port() -> int:
+    """A loopback port nobody listens on (bound, read and released): for unreachable-server tests and for a
+    server the test starts itself."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

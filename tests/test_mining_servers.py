@@ -3,21 +3,16 @@ replies are on disk as they arrive (a rerun reuses them), judges' raw replies ar
 ends with one ``error:`` line."""
 
 import json
-import socket
 
 from eval_hooks.__main__ import main
-from tests._chat_server import ChatServer
+from tests._chat_server import ChatServer, unused_port
 from tests._taste_fakes import fake_reply, mining_corpus
 
 ARGS = ["mine-forks", "--config", "conf/mine_forks.yaml"]
 
 
 def _dead_url() -> str:
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return f"http://127.0.0.1:{port}"
+    return f"http://127.0.0.1:{unused_port()}"
 
 
 def _data(tmp_path):

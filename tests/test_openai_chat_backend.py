@@ -1,14 +1,13 @@
 """OpenAIChatBackend against a loopback chat-completions server (no external network)."""
 
 import math
-import socket
 
 import pytest
 
 from eval_hooks.backends import GenerationRequest
 from eval_hooks.backends.openai_chat import (OpenAIChatBackend, ServerResponseError, ServerUnreachableError,
                                              chat_url)
-from tests._chat_server import ChatServer
+from tests._chat_server import ChatServer, unused_port
 
 
 def echo(body, k):
@@ -77,10 +76,7 @@ def test_retries_exhausted_on_5xx():
 
 
 def test_unreachable_names_url():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()  # nothing listens here now
+    port = unused_port()  # nothing listens here
     b = OpenAIChatBackend(f"http://127.0.0.1:{port}", "m", max_retries=1, backoff_s=0.0, timeout_s=2)
     with pytest.raises(ServerUnreachableError, match=f"127.0.0.1:{port}/v1/chat/completions"):
         b.generate([GenerationRequest(prompt="x")])

@@ -10,18 +10,19 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 
 import pytest
 
+from _chat_server import unused_port
 from _llamacpp_server import MODEL_NAME, LlamaCppFakeServer
 from eval_hooks.backends.base import GenerationRequest
 from eval_hooks.backends.openai_chat import OpenAIChatBackend
 from eval_hooks.backends.transport import ServerCapabilityError, ServerResponseError
 from eval_hooks.backends.vllm_server import VLLMServerBackend
 from recipe_utils import ROOT, compose, load_recipe
+
 
 FIXTURES = ROOT / "tests" / "data" / "eval"
 
@@ -51,11 +52,7 @@ def server(hf):
 
 
 def _dead_url() -> str:
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return f"http://127.0.0.1:{port}"
+    return f"http://127.0.0.1:{unused_port()}"
 
 
 # -- vllm_server against a server that is not vLLM ------------------------------------------------
@@ -200,9 +197,7 @@ def test_real_llama_cpp_server_openai_chat_and_vllm_server(tmp_path):
                         "CMAKE_ARGS=-DGGML_NATIVE=OFF pip install llama-cpp-python==0.3.36 (a native build "
                         "can crash on first request on some CPUs)")
     gguf = _smollm2_gguf()
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = unused_port()
     log = open(tmp_path / "server.log", "w")
     proc = subprocess.Popen([sys.executable, "-m", "llama_cpp.server", "--model", str(gguf), "--host", "127.0.0.1",
                              "--port", str(port), "--n_ctx", "2048", "--model_alias", "smollm2"],

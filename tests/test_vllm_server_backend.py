@@ -7,10 +7,10 @@ not agreement between vLLM and HF: that needs a real vLLM (``launch/gpu_check.sh
 from __future__ import annotations
 
 import math
-import socket
 
 import pytest
 
+from _chat_server import unused_port
 from _vllm_helpers import reference_server
 from eval_hooks.backends.base import GenerationRequest
 from eval_hooks.backends.vllm_server import (ServerResponseError, ServerUnreachableError, VLLMServerBackend,
@@ -139,9 +139,7 @@ def test_timeouts_are_retried_then_reported(server, tiny_tokenizer):
 
 
 def test_unreachable_server_error_names_the_url(tiny_tokenizer):
-    with socket.socket() as s:  # a port nobody listens on
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = unused_port()  # a port nobody listens on
     url = f"http://127.0.0.1:{port}"
     b = VLLMServerBackend(url, "tiny", tiny_tokenizer, timeout_s=2, max_retries=1, backoff_s=0.01,
                           error_context=lambda: "engine died: CUDA out of memory")
