@@ -41,8 +41,9 @@ def load_base_with_adapters(model_cfg, adapters: list[str], *, device: str | Non
     for adapter in adapters:
         from peft import PeftModel
 
-        check_adapter_finite(check_adapter_dir(adapter, "adapter"), "adapter")
-        model = PeftModel.from_pretrained(model, str(check_adapter_dir(adapter, "adapter"))).merge_and_unload()
+        adapter_dir = check_adapter_dir(adapter, "adapter")
+        check_adapter_finite(adapter_dir, "adapter")
+        model = PeftModel.from_pretrained(model, str(adapter_dir)).merge_and_unload()
     return model
 
 
