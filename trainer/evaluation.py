@@ -58,12 +58,10 @@ def run_eval(backend, rows: list[dict], eval_cfg, out_dir, *, step: int | None =
 
 def eval_budget(eval_cfg, rows: list[dict]) -> int:
     """The generation budget per row of an evaluation: ``eval.max_new_tokens`` when set, else the family's
-    default for ``rows`` (``Family.default_max_new_tokens``, e.g. MIST short_text rows: 32)."""
-    if eval_cfg.max_new_tokens is not None:
-        return int(eval_cfg.max_new_tokens)
+    default for ``rows`` (``Family.budget``; e.g. MIST short_text rows: 32)."""
     from eval_hooks.families import get_family
 
-    return get_family(eval_cfg.family).default_max_new_tokens(rows)
+    return get_family(eval_cfg.family).budget(rows, eval_cfg.max_new_tokens)
 
 
 def make_backend(gen_cfg, model, tokenizer, *, model_path: str, prompt_settings: PromptSettings | None = None,
