@@ -157,9 +157,9 @@ def reference_table(reference, policy, collate, n: int, batch_size: int, device,
 def dpo_step(model, mb: dict, *, algo, reference, policy, ref_table, device, logprobs):
     """Loss and metrics of one micro-batch of pairs (chosen rows first, then rejected): the weighted DPO-style
     loss ``algo.loss_type`` (``trainer.algos.dpo.DPO_LOSSES``; sigmoid by default) against the reference
-    (precomputed or the adapter-disabled policy), or NLL on the chosen rows for ``algo.sft_on_chosen``; every
-    metric also per condition."""
-    from trainer.algos.dpo import dpo_loss, dpo_row_metrics, per_group_metrics
+    (precomputed or the adapter-disabled policy), plus ``algo.rpo_alpha`` times the chosen rows' NLL, or NLL on the
+    chosen rows alone for ``algo.sft_on_chosen``; every DPO metric also per condition."""
+    from trainer.algos.dpo import chosen_nll_loss, dpo_loss, dpo_row_metrics, per_group_metrics
     from trainer.algos.sft import masked_nll_loss
 
     batch = mb["batch"].to(device)
@@ -179,6 +179,10 @@ def dpo_step(model, mb: dict, *, algo, reference, policy, ref_table, device, log
     weights = mb["weights"].to(device) if algo.weighting == "loss" else None
     loss, metrics = dpo_loss(algo.loss_type)(pc, pr, rc, rr, beta=algo.beta, label_smoothing=algo.label_smoothing,
                                              weights=weights)
+    if algo.rpo_alpha:
+        nll, nll_metrics = chosen_nll_loss(pc, batch.completion_mask[:len(pc)].sum(dim=1))
+        loss = loss + algo.rpo_alpha * nll
+        metrics.update(nll_metrics)
     metrics.update(per_group_metrics(dpo_row_metrics(pc, pr, rc, rr, beta=algo.beta), mb["conditions"]))
     return loss, metrics
 

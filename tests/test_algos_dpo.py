@@ -20,7 +20,7 @@ import pytest
 import torch
 from torch.testing import assert_close
 
-from trainer.algos.dpo import dpo_row_metrics, per_group_metrics, sigmoid_dpo_loss
+from trainer.algos.dpo import chosen_nll_loss, dpo_row_metrics, per_group_metrics, sigmoid_dpo_loss
 
 # Hand values are written to 7 significant digits; check at that precision, not the default atol 1e-5.
 TIGHT = {"rtol": 1e-6, "atol": 1e-7}
@@ -136,3 +136,34 @@ def test_all_zero_weights_give_zero_loss_still_in_graph():
     loss, _ = sigmoid_dpo_loss(pc, PR, RC, RR, beta=0.1, weights=torch.zeros(2))
     loss.backward()
     assert loss.item() == 0.0 and torch.equal(pc.grad, torch.zeros(2))
+
+
+# -- RPO's NLL term (algo.rpo_alpha) --------------------------------------------------------------
+def test_chosen_nll_hand_values_are_the_token_mean_over_the_batch():
+    # rows of 2 and 3 tokens with summed log-probs -2 and -4: (2 + 4) / (2 + 3) = 1.2, not the mean of the
+    # per-row means (1.0 and 1.333...)
+    loss, metrics = chosen_nll_loss(torch.tensor([-2.0, -4.0]), torch.tensor([2, 3]))
+    assert_close(loss, torch.tensor(1.2))
+    assert_close(metrics["nll/chosen"], torch.tensor(1.2))
+
+
+def test_chosen_nll_equals_trl_sft_term_on_per_token_logps():
+    """TRL 1.16's ``loss_type="sft"`` term is ``-per_token_logps[chosen_mask].mean()``; summing per row first and
+    dividing by the counts gives the same number."""
+    g = torch.Generator().manual_seed(0)
+    per_token = -torch.rand(4, 7, generator=g)
+    mask = torch.tensor([[0, 1, 1, 1, 0, 0, 0], [0, 0, 1, 1, 1, 1, 1], [0, 1, 0, 0, 0, 0, 0], [0, 1, 1, 0, 0, 0, 0]])
+    trl_term = -per_token[mask.bool()].mean()
+    loss, _ = chosen_nll_loss((per_token * mask).sum(1), mask.sum(1))
+    assert_close(loss, trl_term)
+
+
+def test_chosen_nll_gradient_and_empty_batch():
+    logps = torch.tensor([-2.0, -4.0], requires_grad=True)
+    chosen_nll_loss(logps, torch.tensor([2, 3]))[0].backward()
+    assert_close(logps.grad, torch.tensor([-0.2, -0.2]))  # d/dlogp_i of -sum/5
+    empty = torch.tensor([0.0], requires_grad=True)
+    loss, _ = chosen_nll_loss(empty, torch.tensor([0]))
+    assert loss.item() == 0.0 and loss.requires_grad
+    with pytest.raises(ValueError):
+        chosen_nll_loss(torch.zeros(2), torch.ones(3))

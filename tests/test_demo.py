@@ -1,4 +1,4 @@
-"""The embedded demo (recipes/demo.py, toy_demo/pipeline.py): stages connect and the SCOPE direction
+"""The toy demo (recipes/demo.py demo=toy, toy_demo/pipeline.py): stages connect and the SCOPE direction
 holds (reduced, fast), the full targets hold for several seeds and reruns are identical (slow)."""
 
 import json
@@ -37,7 +37,7 @@ def _demo(out, seed=0, extra=()):
     GlobalHydra.instance().clear()
     demo = load_recipe("demo")
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base=None):
-        cfg = compose(config_name="demo", overrides=[f"out={out}", f"seed={seed}", *extra])
+        cfg = compose(config_name="demo", overrides=["demo=toy", f"out={out}", f"seed={seed}", *extra])
         return demo.run(cfg)
 
 

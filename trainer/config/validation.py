@@ -3,6 +3,8 @@ right after composition, before any model loads, and raises :class:`ConfigError`
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import fields, is_dataclass
 from pathlib import Path
 
@@ -203,6 +205,10 @@ def validate_dpo(cfg) -> None:
         raise ConfigError(f"algo.beta must be > 0, got {a.beta}")
     if not 0 <= a.label_smoothing < 0.5:
         raise ConfigError(f"algo.label_smoothing must be in [0, 0.5), got {a.label_smoothing}")
+    if not (a.rpo_alpha >= 0 and math.isfinite(a.rpo_alpha)):
+        raise ConfigError(f"algo.rpo_alpha must be a finite number >= 0, got {a.rpo_alpha}")
+    if a.rpo_alpha and a.sft_on_chosen:
+        raise ConfigError("algo.rpo_alpha adds an NLL term to the DPO loss; algo.sft_on_chosen has no DPO loss")
     if not 0.0 <= a.lambda_u <= 1.0:
         raise ConfigError(f"algo.lambda_u={a.lambda_u} must be in [0, 1]")
     if a.unknown_irrelevant and a.lambda_u == 0:

