@@ -27,6 +27,7 @@ register_schemas()
 
 def run(cfg: DictConfig) -> dict:
     """Evaluate; returns the metrics written to ``<out_dir>/metrics.json``."""
+    from eval_hooks.backends.base import GreedyMemo
     from eval_hooks.prompts import PromptSettings
     from trainer.evaluation import build_inference_backend, load_eval_rows, run_eval
     from trainer.core.run import seed_everything
@@ -48,8 +49,9 @@ def run(cfg: DictConfig) -> dict:
                           "eval.family=mist and no eval.knowledge_path (a given estimate)")
     rows = load_eval_rows(cfg.eval)  # validated before the model loads
     seed_everything(cfg.seed)
-    backend = build_inference_backend(cfg.model, cfg.generation, adapter_path=cfg.adapter_path,
-                                      prompt_settings=PromptSettings.from_config(cfg.prompt))
+    # fixed weights: with a k=1 knowledge estimate, its greedy clean answers are the clean rows' (generated once)
+    backend = GreedyMemo(build_inference_backend(cfg.model, cfg.generation, adapter_path=cfg.adapter_path,
+                                                 prompt_settings=PromptSettings.from_config(cfg.prompt)))
     if cfg.knowledge.enabled:
         rows = estimate_and_attach(rows, backend, cfg)
     metrics = run_eval(backend, rows, cfg.eval, cfg.out_dir)  # the family's run (Med: formats, mitigations, ...)

@@ -233,6 +233,7 @@ def unknown_pairs(by_item: dict, est: dict, backend, *, knowledge, model_name: s
 def run(cfg: DictConfig) -> dict:
     """Mine; returns the statistics written to ``<out_dir>/mining_stats.json``."""
     from eval_hooks import load_rows
+    from eval_hooks.backends.base import GreedyMemo
     from eval_hooks.io import write_json_atomic, write_jsonl_atomic
     from eval_hooks.model_source import is_toy_model
     from eval_hooks.parsers import answer_budget
@@ -247,7 +248,8 @@ def run(cfg: DictConfig) -> dict:
     seed_everything(cfg.seed)
     prompt = PromptSettings.from_config(cfg.prompt)
     budget = cfg.max_new_tokens or answer_budget({r["answer_type"] for r in rows}, toy=is_toy_model(cfg.model.path))
-    backend = build_inference_backend(cfg.model, cfg.generation, prompt_settings=prompt)
+    # fixed weights: a greedy answer asked twice (the k=1 knowledge estimate, then the clean row) is generated once
+    backend = GreedyMemo(build_inference_backend(cfg.model, cfg.generation, prompt_settings=prompt))
     pairs, stats = mine(rows, backend, max_new_tokens=budget, use_fallback=cfg.use_fallback,
                         fallback_note=cfg.fallback_note, leak_patterns=list(cfg.leak_patterns),
                         model_name=cfg.model.path, prompt_settings=prompt, knowledge=cfg.knowledge, seed=cfg.seed)

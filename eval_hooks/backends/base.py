@@ -134,3 +134,57 @@ def truncate_at_stop(text: str, stop: Sequence[str]) -> tuple[str, bool]:
             if i != -1:
                 cut = min(cut, i)
     return text[:cut], cut < len(text)
+
+
+class GreedyMemo(GenerationBackend):
+    """A backend over fixed weights that answers each greedy request once: a request with ``temperature == 0``,
+    ``n == 1`` and no adapter that asks again for a (prompt or messages, budget, stop strings) it already answered
+    gets the same sample back without generating. Everything else goes to ``inner``, and every other attribute
+    is ``inner``'s.
+
+    For a run whose weights do not change between calls, e.g. an evaluation with a knowledge estimate of
+    ``k == 1`` (its greedy clean answers are the evaluation's clean rows) or knowledge-aware mining. Never wrap a
+    backend over a policy that is being trained: a memo would return answers of older weights."""
+
+    def __init__(self, inner: GenerationBackend):
+        self.inner = inner
+        self.name = inner.name
+        self.memo: dict[tuple, tuple[Sample, list[int]]] = {}  # key -> (sample, prompt token ids)
+        self.hits = 0
+
+    def __getattr__(self, attr):  # only called for attributes not found on the memo itself
+        return getattr(self.__dict__["inner"], attr)
+
+    @staticmethod
+    def _key(r: GenerationRequest) -> tuple | None:
+        if r.temperature != 0 or r.n != 1 or r.adapter is not None:
+            return None
+        chat = None if r.messages is None else repr(r.messages)
+        return r.prompt, chat, r.max_new_tokens, tuple(r.stop)
+
+    def generate(self, requests: Sequence[GenerationRequest], *, progress: bool = False,
+                 desc: str = "generate") -> list[GenerationResult]:
+        keys = [self._key(r) for r in requests]
+        todo = [i for i, k in enumerate(keys) if k is None or k not in self.memo]
+        fresh = dict(zip(todo, self.inner.generate([requests[i] for i in todo], progress=progress, desc=desc)))
+        out = []
+        for i, (r, k) in enumerate(zip(requests, keys)):
+            if i in fresh:
+                res = fresh[i]
+                if k is not None:
+                    self.memo[k] = (res.samples[0], res.prompt_token_ids)
+            else:
+                self.hits += 1
+                sample, ids = self.memo[k]
+                res = GenerationResult(request=r, samples=[sample], prompt_token_ids=ids)
+            out.append(res)
+        return out
+
+    def score_labels(self, prompts: Sequence[str | list[dict]], labels: Sequence[str]) -> list[dict[str, float]]:
+        return self.inner.score_labels(prompts, labels)
+
+    def load_adapter(self, path: str, version: str) -> None:
+        raise NotImplementedError("GreedyMemo serves fixed weights; load the adapter into a backend without a memo")
+
+    def close(self) -> None:
+        self.inner.close()
