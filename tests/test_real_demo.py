@@ -123,3 +123,24 @@ def test_real_demo_meets_its_targets_on_seed_0(tmp_path):
     missed = [k for k, ok in check_targets(summary).items() if not ok and not k.startswith("wall time")]
     assert not missed, (missed, {a: {"acc": m["accuracy"], "sc2w": m["sc2w"]} for a, m in summary["real"].items()})
     assert "What this shows, and what it does not" in (tmp_path / "demo" / "report.md").read_text()
+
+
+@pytest.mark.parametrize("bad", ["real.stages.dpo=['optim.lrr=1e-4']", "real.stages.evaluate=['generation.batch_size=big']",
+                                 "real.stages.knowledge_aware=['algo.lambda_uu=0.2']", "real.stages.mine=['knowledge.kk=2']"])
+def test_a_bad_stage_override_fails_in_preflight_before_any_stage_runs(tmp_path, bad):
+    """Every stage's config is composed before the model is converted or loaded (toy_demo.real.RealPipeline.preflight)."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.errors import ConfigCompositionException
+
+    from toy_demo.config import register
+    from toy_demo.real import RealPipeline
+
+    register()
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base=None):
+        good = RealPipeline(compose(config_name="demo", overrides=[f"out={tmp_path}"]))
+        good.preflight()  # the defaults compose
+        with pytest.raises(ConfigCompositionException):
+            RealPipeline(compose(config_name="demo", overrides=[f"out={tmp_path}", bad])).preflight()
+    assert not (tmp_path / "stages").exists()

