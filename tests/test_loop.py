@@ -156,6 +156,20 @@ def test_the_checkpoint_module_owns_the_layout_and_the_resumable_rule(tmp_path):
     assert run_dir_of(ck) == run.resolve() and ck.name == "step_2"
 
 
+def test_a_run_whose_only_save_was_cut_short_is_not_resumable(tmp_path):
+    """One rule for "running this again continues it": a complete checkpoint. A checkpoints directory holding only
+    a save cut short (``.tmp-step_N``) starts over, so the stage runner retrains and the distillation trainer runs
+    its epoch-0 evaluation again."""
+    from trainer.core.checkpoint import checkpoints_dir, resumable
+
+    run = tmp_path / "run"
+    (checkpoints_dir(run) / ".tmp-step_2").mkdir(parents=True)
+    assert not resumable(run)
+    ctx = _ctx(run, "trainer.stop_at_step=2")
+    _train(ctx, Source())
+    assert resumable(run)
+
+
 def test_loop_state_is_saved_and_restored_field_by_field(tmp_path):
     from dataclasses import asdict
 

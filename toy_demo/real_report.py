@@ -184,6 +184,11 @@ def write_report(summary: dict, out: Path) -> Path:
               "deterministic short-answer parser (eval_hooks/FORMATS.md), not from a judge model.",
               "- The misleading-only arm is the paper's Standard-DPO comparison: trained on misleading contexts "
               "alone, resisting them can turn into ignoring context; its correct-context column is where that shows.",
+              "- Where a correct context is the only way to the answer (facts the base gets wrong when clean: the "
+              "`unknown_correct_accuracy` row), SCOPE trained on facts the model knows also learns some of \"ignore "
+              "context\". Knowledge-aware SCOPE adds pairs on facts the model does not know that prefer the answer "
+              "the correct context gives; compare its `unknown_correct_accuracy` with its SC2W to see what that "
+              "costs in resistance.",
               "- It does not show the paper's absolute numbers or anything about larger models: the model has "
               "135M parameters, the facts are two relations (capitals, city countries) in five context wordings "
               "made by one template each, held-out sets are small (CIs above are wide), and the run is one seed. "

@@ -79,6 +79,13 @@ def comparator_terms(comparator: str) -> list[str]:
     return [m.group("n").strip(), m.group("a").strip()] if m else [c]
 
 
+def alias_order(replaced: list[str]) -> list[str]:
+    """The distinct replaced surface forms in a fixed order: case-insensitive, then by case ("TXA" before "Txa").
+    Sorting by the lower-case form alone left forms that differ only in case in set order, which changes with
+    Python's per-process string hashing."""
+    return sorted(set(replaced), key=lambda a: (a.lower(), a))
+
+
 def substitute(text: str, aliases: list[str], new: str, protect: list[str]) -> tuple[str, list[str]]:
     """Replace every alias in ``text`` by ``new`` outside mentions of ``protect`` (C); capitalise at a
     sentence start and fix the preceding article. Returns the text and the surface forms replaced."""
@@ -140,7 +147,7 @@ def make_counterfactual(p: Parsed, question: str, evidence: list[str], term: Ter
             fails3 = verify(new_question=q2, new_evidence=ev3, **check)
             if not fails3:
                 ev2, fails, how = ev3, [], "rewrite"
-    fields = {"question": q2, "evidence": ev2, "aliases": sorted(set(reps), key=str.lower),
+    fields = {"question": q2, "evidence": ev2, "aliases": alias_order(reps),
               "verified_by": None if fails else how}
     return fields, fails
 

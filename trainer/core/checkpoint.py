@@ -53,14 +53,10 @@ def run_dir_of(checkpoint: Path) -> Path:
 
 
 def resumable(run_dir: Path | str) -> bool:
-    """True once a run in ``run_dir`` has started checkpointing: running it again continues it (from its
-    newest complete checkpoint, if any) rather than starting a fresh run."""
-    return checkpoints_dir(run_dir).exists()
-
-
-def has_complete_checkpoint(run_dir: Path | str) -> bool:
-    """True when ``run_dir`` holds at least one complete checkpoint (a lone ``.tmp-step_N``, a save cut
-    short, is not one): what a stage runner resumes from."""
+    """True when ``run_dir`` holds at least one complete checkpoint: running it again (``trainer.resume=auto``)
+    continues from there rather than starting fresh. A checkpoints directory with only a save cut short (a lone
+    ``.tmp-step_N``) is not resumable: the run starts over. The one rule the stage runner
+    (``trainer/core/stages.py``) and the distillation trainer's epoch-0 evaluation ask."""
     return bool(complete_checkpoints(checkpoints_dir(run_dir)))
 
 
@@ -115,7 +111,7 @@ def fsync_tree(root: Path) -> None:
 
 def file_manifest(root: Path) -> dict[str, dict]:
     """``relative path -> {"size", "sha256"}`` of every file under ``root`` except the marker."""
-    from trainer.core.run_dir import file_sha256
+    from trainer.data.pins import file_sha256
 
     return {str(p.relative_to(root)): {"size": p.stat().st_size, "sha256": file_sha256(p)}
             for p in sorted(root.rglob("*")) if p.is_file() and p.name != MARKER}
@@ -134,7 +130,7 @@ def verify_checkpoint(path: Path) -> str | None:
             return f"{f} is missing"
         if f.stat().st_size != want["size"]:
             return f"{f} has {f.stat().st_size} bytes, {want['size']} were written"
-        from trainer.core.run_dir import file_sha256
+        from trainer.data.pins import file_sha256
 
         if file_sha256(f) != want["sha256"]:
             return f"{f} does not match its checksum"

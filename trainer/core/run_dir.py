@@ -26,12 +26,13 @@ import time
 from pathlib import Path
 
 from trainer.config import ConfigError
+from trainer.core.checkpoint import CHECKPOINTS
 from trainer.data.pins import file_sha256  # noqa: F401 - the hash of a data file; kept importable from here
 
 LOCK_NAME = ".lock"
 DATA_HASHES = "data_hashes.json"
 # Entries that mean "a run started training here" (meta.json and data_hashes.json are written by any start).
-PREVIOUS_RUN_MARKERS = ("config.yaml", "metrics.jsonl", "checkpoints", "final", "run_complete.json")
+PREVIOUS_RUN_MARKERS = ("config.yaml", "metrics.jsonl", CHECKPOINTS, "final", "run_complete.json")
 
 
 class RunDirLocked(RuntimeError):

@@ -133,7 +133,7 @@ class StageRunner:
         """Train (or skip, or resume) one stage; returns its ``final/`` directory, or None when it stopped early."""
         from omegaconf import OmegaConf
 
-        from trainer.core.checkpoint import has_complete_checkpoint
+        from trainer.core.checkpoint import resumable
         from trainer.core.run_dir import config_differences
         from trainer.core.stage_start import read_start, write_start
 
@@ -154,7 +154,7 @@ class StageRunner:
             self.records[name] = {"status": "skipped", **json.loads(done.read_text())}
             return run_dir / "final"
         # a lone .tmp-step_N (a save cut short) is nothing to resume
-        resuming = retrain != "retrain" and has_complete_checkpoint(run_dir)
+        resuming = retrain != "retrain" and resumable(run_dir)
         self.log(f"{name}: {'resuming' if resuming else 'training'} ({stage.script}.py, from "
                  f"{source + '/final' if source else 'model.path'}) in {run_dir}")
         if read_start(run_dir) is None and not retrain and _main_process():
