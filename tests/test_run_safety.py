@@ -265,11 +265,17 @@ def test_sigint_checkpoints_the_last_step_and_exits_130(tmp_path, monkeypatch):
 
     monkeypatch.setattr(loop, "_step_record", record_then_ctrl_c)
     pairs = dh.write_pairs(tmp_path / "pairs.jsonl", 5)
-    with pytest.raises(SystemExit) as e:
-        _dpo(tmp_path / "run", pairs, "trainer.max_steps=8")
-    assert e.value.code == 130
-    assert (tmp_path / "run" / "checkpoints" / "step_3").is_dir()  # save_every=0: saved for the Ctrl-C
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    # Python's own handler to start from: a job started in the background by a non-interactive shell (nohup, `&`)
+    # inherits SIGINT ignored, and the run must hand back whatever it found
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(SystemExit) as e:
+            _dpo(tmp_path / "run", pairs, "trainer.max_steps=8")
+        assert e.value.code == 130
+        assert (tmp_path / "run" / "checkpoints" / "step_3").is_dir()  # save_every=0: saved for the Ctrl-C
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def test_a_start_that_fails_after_setup_leaves_no_config_to_clash_with(tmp_path, monkeypatch):
