@@ -359,14 +359,20 @@ def test_default_slices_skip_free_text_attributes_but_explicit_ones_are_kept():
 # ---------------------------------------------------------------------------------------------
 
 
-def test_format_compliance_splits_no_answer_from_outside_answers():
+def format_rows() -> list[dict]:
+    """The HAND rows with q0 misleading unanswered and two answers outside the candidates (q2 clean, q3
+    misleading); also used by tests/test_report.py."""
     rows = mist_rows(HAND)
-    # q0 misleading: no answer; q2 clean: an answer outside the candidates; q3 misleading: outside too
     for r in rows:
         if (r["item_id"], r["condition"]) == ("q0", "misleading"):
             r.update(parsed=None, parse_ok=False, answer_status="no_answer")
         elif (r["item_id"], r["condition"]) in {("q2", "clean"), ("q3", "misleading")}:
             r.update(parsed="kisama", answer_status="outside")
+    return rows
+
+
+def test_format_compliance_splits_no_answer_from_outside_answers():
+    rows = format_rows()
     m = compute_metrics("mist", rows, n_boot=0)
     assert m["no_answer"] == {"clean": 0, "misleading": 1, "correct": 0, "irrelevant": 0} == m["unparsed"]
     assert m["outside_candidates"] == {"clean": 1, "misleading": 1, "correct": 0, "irrelevant": 0}

@@ -6,7 +6,7 @@ import pytest
 
 from eval_hooks.metrics import compute_metrics
 from eval_hooks.report import compare_table, write_report
-from test_metrics import HAND, box2_rows, mist_rows, taste_hand_rows
+from test_metrics import HAND, box2_rows, format_rows, mist_rows, taste_hand_rows
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -91,12 +91,7 @@ def test_compare_table_counts_effects_and_three_runs():
 
 
 def test_mist_report_splits_unparsed_into_no_answer_and_outside_candidates(tmp_path):
-    rows = mist_rows(HAND)
-    for r in rows:
-        if (r["item_id"], r["condition"]) == ("q0", "misleading"):
-            r.update(parsed=None, parse_ok=False, answer_status="no_answer")
-        elif (r["item_id"], r["condition"]) in {("q2", "clean"), ("q3", "misleading")}:
-            r.update(parsed="kisama", answer_status="outside")
+    rows = format_rows()
     metrics = compute_metrics("mist", rows, n_boot=0)
     text = write_report("mist", metrics, rows, tmp_path).read_text()
     assert "| condition | accuracy | 95% CI | unparsed | no answer | outside candidates | format compliance |" in text

@@ -12,6 +12,8 @@ from pathlib import Path
 from eval_hooks.report_kit import ci_text, figure, md_table, pct, save
 from eval_hooks.vocab import MIST_CONDITIONS as CONDS
 
+from .report import draw_scope_training
+
 ARMS = ("base", "scope", "misleading_only", "knowledge_aware")
 LABEL = {"base": "base", "scope": "SCOPE", "misleading_only": "misleading-only", "knowledge_aware": "knowledge-aware"}
 # The targets (docs/real_model.md#the-real-model-demo), scored by the project's own parser on held-out items.
@@ -111,21 +113,8 @@ def _plots(summary: dict, out: Path) -> list[str]:
 
     metrics_path = out / "stages" / "scope" / "metrics.jsonl"
     if metrics_path.exists():
-        lines = [json.loads(line) for line in metrics_path.read_text().splitlines() if line.strip()]
         fig, (ax, ax2) = figure(10, 3.2, ncols=2)
-        for c in CONDS:
-            pts = [(m["step"], m[f"rewards/margins/{c}"]) for m in lines if f"rewards/margins/{c}" in m]
-            if pts:
-                ax.plot(*zip(*pts), label=c, lw=1)
-        ax.set_xlabel("step")
-        ax.set_ylabel("reward margin")
-        ax.set_title("SCOPE training: margin per condition", fontsize=9)
-        ax.legend(fontsize=7)
-        pts = [(m["step"], m["loss"]) for m in lines if "loss" in m]
-        if pts:
-            ax2.plot(*zip(*pts), lw=1)
-        ax2.set_xlabel("step")
-        ax2.set_ylabel("DPO loss")
+        draw_scope_training(ax, ax2, metrics_path)
         files.append(save(fig, out, "real_training.png"))
     return files
 

@@ -78,6 +78,25 @@ def print_table(summary: dict) -> None:
     print("\n[demo] targets: " + ", ".join(f"{k}: {'ok' if v else 'MISSED'}" for k, v in targets.items()))
 
 
+def draw_scope_training(ax, ax2, metrics_path: Path) -> None:
+    """The SCOPE run's training curves from its ``metrics.jsonl``: the reward margin per condition on ``ax``, the
+    DPO loss on ``ax2`` (both demos' reports)."""
+    lines = [json.loads(line) for line in metrics_path.read_text().splitlines() if line.strip()]
+    for c in CONDS:
+        pts = [(m["step"], m[f"rewards/margins/{c}"]) for m in lines if f"rewards/margins/{c}" in m]
+        if pts:
+            ax.plot(*zip(*pts), label=c, lw=1)
+    ax.set_xlabel("step")
+    ax.set_ylabel("reward margin")
+    ax.set_title("SCOPE training: margin per condition", fontsize=9)
+    ax.legend(fontsize=7)
+    pts = [(m["step"], m["loss"]) for m in lines if "loss" in m]
+    if pts:
+        ax2.plot(*zip(*pts), lw=1)
+    ax2.set_xlabel("step")
+    ax2.set_ylabel("DPO loss")
+
+
 def _plots(summary: dict, out: Path) -> list[str]:
     import matplotlib
 
@@ -108,21 +127,8 @@ def _plots(summary: dict, out: Path) -> list[str]:
 
     metrics_path = out / "stages" / "scope" / "metrics.jsonl"
     if metrics_path.exists():
-        lines = [json.loads(l) for l in metrics_path.read_text().splitlines() if l.strip()]
         fig = Figure(figsize=(9, 3.2))
-        ax, ax2 = fig.subplots(1, 2)
-        for c in CONDS:
-            pts = [(l["step"], l[f"rewards/margins/{c}"]) for l in lines if f"rewards/margins/{c}" in l]
-            if pts:
-                ax.plot(*zip(*pts), label=c, lw=1)
-        ax.set_xlabel("step")
-        ax.set_ylabel("reward margin")
-        ax.set_title("SCOPE training: margin per condition", fontsize=9)
-        ax.legend(fontsize=7)
-        pts = [(l["step"], l["loss"]) for l in lines if "loss" in l]
-        ax2.plot(*zip(*pts), lw=1)
-        ax2.set_xlabel("step")
-        ax2.set_ylabel("DPO loss")
+        draw_scope_training(*fig.subplots(1, 2), metrics_path)
         fig.tight_layout()
         fig.savefig(out / "demo_training.png", dpi=110)
         files.append("demo_training.png")
