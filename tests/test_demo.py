@@ -1,5 +1,5 @@
 """The toy demo (recipes/demo.py demo=toy, toy_demo/pipeline.py): stages connect and the SCOPE direction
-holds (reduced, fast), the full targets hold for several seeds and reruns are identical (slow)."""
+holds (reduced, fast), the full targets hold for several seeds (slow)."""
 
 import json
 
@@ -64,17 +64,18 @@ def test_reduced_demo_stages_connect_and_scope_direction_holds(tmp_path):
     assert (tmp_path / "demo" / "demo_conditions.png").exists()
 
 
-def _metrics_only(summary: dict) -> dict:
-    return {k: v for k, v in summary.items() if k not in ("wall_seconds", "stage_seconds")}
-
-
 @pytest.mark.slow
-def test_full_demo_three_seeds_meet_the_targets_and_rerun_identically(tmp_path):
+def test_full_demo_three_seeds_meet_the_targets(tmp_path):
     """Seeds 0, 1, 2 with the default stages meet every target of the demo (toy_demo.report.TARGETS:
     base SC2W >= 80%, SCOPE SC2W <= 15% with clean and correct-context accuracy >= 90% on held-out keys,
     Box2's Δbad closer to 0 after counterfactual SFT, <= 10 minutes); averaged over the seeds the
     misleading-only ablation's correct-context accuracy is below SCOPE's; seed 0 meets the knowledge-aware
-    claims (:func:`check_knowledge_aware_claims`); a rerun of seed 0 gives identical metrics.
+    claims (:func:`check_knowledge_aware_claims`).
+
+    A rerun of a seed is identical on one machine; that is asserted per stage rather than by a fourth demo run
+    (about six minutes of CI): the exact-resume tests of SFT, DPO and GRPO (``tests/test_resume.py``,
+    ``tests/test_grpo_recipe.py``) and the Box2 chain killed and resumed against an uninterrupted one
+    (``tests/test_chain.py``) compare weights bit for bit, and mining and evaluation are greedy.
 
     The ablation is compared where a correct hint carries information: on held-out keys the model knows
     every answer, so both sit at the ceiling and may tie (asserted: misleading-only is not above
@@ -93,8 +94,6 @@ def test_full_demo_three_seeds_meet_the_targets_and_rerun_identically(tmp_path):
     assert mean("scope", "misleading_only") <= mean("scope", "trained")
     assert mean("scope_unseen", "misleading_only") < mean("scope_unseen", "trained")
     check_knowledge_aware_claims(runs[0])
-    again = _demo(tmp_path / "demo0_again", seed=0)
-    assert _metrics_only(again) == _metrics_only(runs[0])
 
 
 # Knowledge-aware SCOPE's claims as asserted, with the margins measured over machines, seeds and thread

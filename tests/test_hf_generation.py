@@ -73,22 +73,37 @@ def test_seeded_row_sampling_logprobs_are_the_raw_distribution(tiny_model, tiny_
         assert torch.allclose(torch.tensor(s.logprobs), want, atol=1e-4, rtol=0)
 
 
-def test_generate_never_asks_for_every_logit(tiny_model, tiny_tokenizer, monkeypatch):
-    """No (B, T, V) tensor: ``output_logits`` / ``output_scores`` are never passed to ``generate``."""
-    seen = []
-    real = tiny_model.generate
-
-    def spy(*args, **kwargs):
-        seen.append(kwargs)
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(tiny_model, "generate", spy)
+def test_decoding_never_builds_every_logit(tiny_model, tiny_tokenizer):
+    """No (B, T, V) tensor: every forward pass of decoding returns logits for one position per row (the prompt's
+    forward included, ``logits_to_keep=1``), and every sample carries one log-prob per token."""
+    shapes = []
+    hook = tiny_model.register_forward_hook(lambda module, args, out: shapes.append(tuple(out.logits.shape)))
     backend = HFBackend(tiny_model, tiny_tokenizer, batch_size=2)
-    reqs = [GenerationRequest(prompt=f"key k{i}\n", max_new_tokens=5) for i in range(3)]
+    reqs = [GenerationRequest(prompt=f"key k{i} is is is\n", max_new_tokens=5) for i in range(3)]
     reqs.append(GenerationRequest(prompt="key k9\n", max_new_tokens=5, temperature=1.0, seed=3, n=2))
     res = backend.generate(reqs)
-    assert seen and all(not kw.get("output_logits") and not kw.get("output_scores") for kw in seen)
+    hook.remove()
+    assert shapes and all(s[1] == 1 for s in shapes), shapes
     assert all(len(s.logprobs) == len(s.token_ids) for r in res for s in r.samples)
+
+
+def test_finished_rows_leave_the_batch(tiny_model, tiny_tokenizer):
+    """A row that reaches EOS leaves the batch (its KV cache rows too): the rows of the later forward passes
+    shrink, and the tokens stay those of ``generate``, which keeps every row to the end."""
+    prompts = _prompts(tiny_tokenizer)
+    new, ref = _full_logits_reference(tiny_model, tiny_tokenizer, prompts, 12, do_sample=False)
+    eos = tiny_tokenizer.eos_token_id
+    lengths = [(row == eos).nonzero()[0].item() + 1 if (row == eos).any() else len(row) for row in new]
+    assert len(set(lengths)) > 1, lengths   # rows finish at different steps, else nothing is compacted
+    rows = []
+    hook = tiny_model.register_forward_hook(lambda module, args, kwargs, out: rows.append(kwargs["input_ids"].shape[0]),
+                                            with_kwargs=True)
+    out = HFBackend(tiny_model, tiny_tokenizer)._generate_batch(prompts, 12, 0.0, 1.0, (), None)
+    hook.remove()
+    assert _check(out, new, ref)
+    assert [len(s.token_ids) for s in out] == lengths
+    assert rows[0] == len(prompts) and rows[-1] < len(prompts), rows
+    assert rows == sorted(rows, reverse=True)
 
 
 @pytest.mark.parametrize("batch_size", [1, 3])
@@ -123,3 +138,33 @@ def test_bf16_autocast_generation_records_fp32_logprobs(tiny_model, tiny_tokeniz
         diffs.append((torch.tensor(s.logprobs) - want).abs())
     diffs = torch.cat(diffs)
     assert float(diffs.max()) < 0.05 and float(diffs.max()) > 0
+
+
+def test_a_shared_prefix_is_computed_once_and_changes_nothing(tiny_model, tiny_tokenizer):
+    """Prompts with a common prefix (a chat template's system turn): the prefix runs once (one row), its KV cache
+    is repeated for the batch, and tokens and log-probs equal ``generate``'s on the whole prompts."""
+    from eval_hooks.backends.hf import MIN_SHARED_PREFIX, _shared_prefix
+
+    head = "system: answer with the value. "
+    prompts = [tiny_tokenizer(head + f"key k{i}{' is' * (i % 3)}\n", add_special_tokens=False)["input_ids"]
+               for i in range(6)]
+    shared = _shared_prefix(prompts)
+    assert shared >= len(tiny_tokenizer(head, add_special_tokens=False)["input_ids"]) >= MIN_SHARED_PREFIX
+    new, ref = _full_logits_reference(tiny_model, tiny_tokenizer, prompts, 12, do_sample=False)
+    widths = []
+    hook = tiny_model.register_forward_hook(lambda module, args, kwargs, out: widths.append(tuple(kwargs["input_ids"].shape)),
+                                            with_kwargs=True)
+    out = HFBackend(tiny_model, tiny_tokenizer)._generate_batch(prompts, 12, 0.0, 1.0, (), None)
+    hook.remove()
+    assert widths[0] == (1, shared) and widths[1] == (6, max(map(len, prompts)) - shared), widths[:2]
+    assert _check(out, new, ref)
+
+
+def test_shared_prefix_rules():
+    from eval_hooks.backends.hf import MIN_SHARED_PREFIX, _shared_prefix
+
+    long = list(range(20))
+    assert _shared_prefix([long + [1], long + [2, 3]]) == 20
+    assert _shared_prefix([long, long + [5]]) == 19                 # the shortest prompt keeps one token of its own
+    assert _shared_prefix([long[:MIN_SHARED_PREFIX - 1] + [1], long[:MIN_SHARED_PREFIX - 1] + [2]]) == 0
+    assert _shared_prefix([[9] + long, long]) == 0
