@@ -2,7 +2,7 @@
 
     python bench/bench_grpo_step.py [--groups 4] [--group-size 4] [--max-new-tokens 16] [--steps 3]
 
-Same settings on both sides: CPU, fp32, LoRA r=8/alpha=16 on the same modules, G samples for P prompts
+Same settings on both sides: CPU, fp32, LoRA r=8/alpha=16 (``--lora-r``) on the same modules, G samples for P prompts
 per step (one rollout batch per step, no gradient accumulation), HF ``generate`` with temperature 1,
 the same outcome reward, beta=0 (no reference forward), no gradient checkpointing, a local tiny
 model directory and a tiny in-memory dataset. Each side runs ``--steps`` steps; the first is warm-up
@@ -25,7 +25,11 @@ def reward_fn(completion: str, row: dict) -> float:
     return float(len(set(completion)) % 2)
 
 
-def prompts(n: int) -> list[dict]:
+def prompts(n: int, rows: list[dict] | None = None) -> list[dict]:
+    """The first ``n`` prompt rows (``prompt``, ``gold``): ``rows`` when given (e.g. a real-model demo's held-out
+    questions, bench_real_model.py), else the toy GRPO prompts."""
+    if rows is not None:
+        return rows[:n]
     from trainer.rl.rollout import load_rl_prompts
 
     return load_rl_prompts("toy:0/grpo_prompts.jsonl")[:n]
@@ -48,10 +52,10 @@ def ours(args, model_dir: str) -> tuple[list[float], list[float]]:
 
     torch.manual_seed(0)
     mcfg = OmegaConf.structured(ModelConfig(path=model_dir))
-    mcfg.lora.r, mcfg.lora.alpha = 8, 16
+    mcfg.lora.r, mcfg.lora.alpha = args.lora_r, 2 * args.lora_r
     model, tok = build_policy(mcfg, seed=0)
     opt = build_optimizer(model, OmegaConf.structured(OptimConfig(lr=1e-3)))
-    rows = prompts(args.groups * args.steps)
+    rows = prompts(args.groups * args.steps, getattr(args, "rows", None))
     algo = GRPOAlgoConfig(group_size=args.group_size, max_new_tokens=args.max_new_tokens, temperature=1.0,
                           drop_zero_variance=False)
     s = RolloutSettings.from_config(algo, num_groups=args.groups, grad_accum=1, prompt_settings=PromptSettings(), seed=0)
@@ -85,7 +89,7 @@ def trl(args, model_dir: str, out_dir: str) -> list[float]:
 
     from eval_hooks.models import load_tokenizer
 
-    rows = prompts(args.groups * args.steps)
+    rows = prompts(args.groups * args.steps, getattr(args, "rows", None))
     ds = Dataset.from_list([{"prompt": [{"role": "user", "content": r["prompt"]}], "gold": r["gold"]} for r in rows])
 
     def trl_reward(completions, **kw):
@@ -107,7 +111,7 @@ def trl(args, model_dir: str, out_dir: str) -> list[float]:
                      gradient_checkpointing=False, logging_steps=1, save_strategy="no", beta=0.0,
                      shuffle_dataset=False, seed=0, loss_type="dapo", disable_tqdm=True)
     model = AutoModelForCausalLM.from_pretrained(model_dir)
-    lora = LoraConfig(r=8, lora_alpha=16, lora_dropout=0.0, task_type="CAUSAL_LM",
+    lora = LoraConfig(r=args.lora_r, lora_alpha=2 * args.lora_r, lora_dropout=0.0, task_type="CAUSAL_LM",
                       target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])
     trainer = GRPOTrainer(model=model, reward_funcs=trl_reward, args=cfg, train_dataset=ds,
                           processing_class=load_tokenizer(model_dir), peft_config=lora, callbacks=[Timer()])
@@ -120,6 +124,7 @@ def main() -> None:
     ap.add_argument("--groups", type=int, default=4, help="prompts per step (P)")
     ap.add_argument("--group-size", type=int, default=4, help="samples per prompt (G)")
     ap.add_argument("--max-new-tokens", type=int, default=16)
+    ap.add_argument("--lora-r", type=int, default=8, help="LoRA rank on both sides (alpha = 2r)")
     ap.add_argument("--steps", type=int, default=3, help="steps per side (the first is warm-up)")
     ap.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's choice)")
     args = ap.parse_args()

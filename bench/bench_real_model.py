@@ -4,9 +4,11 @@ plain ``generate``, measured side by side in one run. The last line printed is o
 - ``dpo_time_ratio``: our DPO optimizer step (``recipes/dpo.py``'s collate + step: shared-prompt packed pairs,
   adapter-disabled reference) over TRL ``DPOTrainer``'s (``bench_dpo_step.TrlStep``), same pairs, fp32, same
   batch; steps alternate (ours, TRL, TRL, ours, ...) and the median of the per-pair ratios is reported.
-- ``grpo_time_ratio``: ``bench_grpo_step``'s GRPO step of ours over TRL ``GRPOTrainer``'s on this model (LoRA r8
-  as in that bench, same prompts, group size and budget; median of the steps after the first).
-- ``eval_speedup``: rows/s of our ``HFBackend`` (length-sorted batches, log-probs recorded per step) over plain
+- ``grpo_time_ratio``: ``bench_grpo_step``'s GRPO step of ours over TRL ``GRPOTrainer``'s on this model (LoRA r16
+  on every linear layer on both sides, 2 prompts x 4 samples, temperature 1; with ``--demo`` the demo's training
+  prompts at 32 tokens, else the toy GRPO prompts at 16; median of the steps after the first).
+- ``eval_speedup``: rows/s of our ``HFBackend`` (length-sorted batches, the shared prompt prefix run once, finished
+  rows leaving the batch, log-probs recorded per step) over plain
   batched ``model.generate`` (left-padded in the rows' order, ``output_logits=True`` as the backend did before)
   at the same batch size and budget, greedy, on held-out capital questions; ``eval_same_text``: the fraction of
   rows with the same text.
@@ -204,10 +206,12 @@ def eval_figures(path: str, questions: list[str], batch: int, budget: int) -> di
     return {"eval_speedup": t_plain / t_ours, "eval_rows_per_s_ours": len(ours) / t_ours, "eval_same_text": same}
 
 
-def grpo_figures(path: str, steps: int) -> dict:
+def grpo_figures(path: str, steps: int, rows: list[dict] | None = None, budget: int = 16) -> dict:
+    """Our GRPO step over TRL's on SmolLM2 (LoRA r16 on every linear layer on both sides): 2 prompts x 4 samples a
+    step, temperature 1; ``rows`` (``prompt``, ``gold``; e.g. the demo's held-out questions) or the toy prompts."""
     from bench import bench_grpo_step as g
 
-    args = argparse.Namespace(groups=2, group_size=4, max_new_tokens=16, steps=steps)
+    args = argparse.Namespace(groups=2, group_size=4, max_new_tokens=budget, steps=steps, lora_r=16, rows=rows)
     ours_t, _ = g.ours(args, path)
     with tempfile.TemporaryDirectory() as d:
         trl_t = g.trl(args, path, d)
@@ -262,8 +266,12 @@ def main(argv=None) -> dict:
     print(f"[bench] dpo: {out}", file=sys.stderr, flush=True)
     out.update(eval_figures(path, held, 16, 32 if args.demo else 16))
     print(f"[bench] eval: {out}", file=sys.stderr, flush=True)
-    if not args.skip_grpo:
-        out.update(grpo_figures(path, 2 if args.quick else 3))
+    if not args.skip_grpo:  # on --demo: the demo's training prompts (four conditions per item) at 32 tokens
+        rows = None
+        if args.demo:
+            train = Path(args.demo) / "stages" / "facts" / "facts_train.jsonl"
+            rows = [{"prompt": r["prompt"], "gold": r["gold"]} for r in map(json.loads, train.read_text().splitlines())]
+        out.update(grpo_figures(path, 2 if args.quick else 3, rows, 32 if args.demo else 16))
     out["peak_rss_gib"] = peak_rss_gib()
     print(json.dumps(out), flush=True)
     return out

@@ -120,7 +120,10 @@ def _decode(model, prompt_ids: list[list[int]], max_new_tokens: int, pick, *, eo
     if shared:  # the batch's common prefix (a chat template's system turn): computed once, its KV cache repeated
         prefix = torch.tensor([prompt_ids[0][:shared]], device=device)
         cache = getattr(model(input_ids=prefix, use_cache=True, **{cache_arg: None}, **extra), cache_arg)
-        cache.batch_repeat_interleave(n)
+        if hasattr(cache, "batch_repeat_interleave"):
+            cache.batch_repeat_interleave(n)
+        else:  # a cache type that cannot be repeated along the batch: every row runs its whole prompt
+            cache, shared = None, 0
     width = max(len(p) for p in prompt_ids) - shared
     input_ids = torch.full((n, width), pad, dtype=torch.long)
     mask = torch.zeros((n, shared + width), dtype=torch.long)
@@ -155,11 +158,11 @@ def _decode(model, prompt_ids: list[list[int]], max_new_tokens: int, pick, *, eo
         if bool(done.all()):
             break
         keep = ~done[rows.cpu()]
-        if compact and not bool(keep.all()):
+        if compact and not bool(keep.all()) and hasattr(cache, "batch_select_indices"):
             idx = keep.nonzero().squeeze(1).to(device)
             cache.batch_select_indices(idx)
             rows, tokens, mask, positions = rows[idx], tokens[idx], mask[idx], positions[idx]
-        elif not compact:
+        elif not bool(keep.all()):  # finished rows stay (no compaction) and are fed padding, as generate does
             tokens = torch.where(keep.to(device), tokens, torch.full_like(tokens, pad))
         step_ids = tokens.unsqueeze(1)
         mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
@@ -246,12 +249,13 @@ class HFBackend(GenerationBackend):
         """Generate one sample per prompt. ``seed``: ``torch.manual_seed`` before sampling (global RNG);
         ``row_seeds`` (sampling only, one per prompt): per-row seeded sampling instead.
 
-        Departs from ``model.generate`` in one way: a row that has finished (EOS, or a stop string) leaves the
-        batch, and its KV cache rows with it (:func:`_decode`), so later steps cost what the unfinished rows
-        need. Short answers vary in length (SmolLM2's one-line answers: 4-33 tokens, mean 13, in batches of 64),
-        so ``generate`` spends about half its decoding steps on rows already done. Greedy rows give the tokens
-        ``generate`` gives, up to the last float bits of a smaller batch; unseeded sampling keeps every row in
-        the batch, so it draws from torch's global RNG exactly as ``generate(do_sample=True)`` does."""
+        Departs from ``model.generate`` in two ways (:func:`_decode`): the batch's common prompt prefix runs once,
+        and a row that has finished (EOS, or a stop string) leaves the batch with its KV cache rows, so later steps
+        cost what the unfinished rows need. Short answers vary in length (SmolLM2's one-line answers: 4-33 tokens,
+        mean 13, in batches of 64), so ``generate`` spends about half its decoding steps on rows already done.
+        Greedy rows give the tokens ``generate`` gives, up to the last float bits of other GEMM shapes; unseeded
+        sampling keeps every row in the batch, so it draws from torch's global RNG exactly as
+        ``generate(do_sample=True)`` does."""
         import torch
 
         if temperature > 0 and row_seeds is not None and len(row_seeds) != len(prompt_ids):
