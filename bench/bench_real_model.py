@@ -270,7 +270,8 @@ def main(argv=None) -> dict:
         rows = None
         if args.demo:
             train = Path(args.demo) / "stages" / "facts" / "facts_train.jsonl"
-            rows = [{"prompt": r["prompt"], "gold": r["gold"]} for r in map(json.loads, train.read_text().splitlines())]
+            rows = [{"item_id": f"{r['item_id']}/{r['condition']}", "prompt": r["prompt"], "gold": r["gold"]}
+                    for r in map(json.loads, train.read_text().splitlines())]
         out.update(grpo_figures(path, 2 if args.quick else 3, rows, 32 if args.demo else 16))
     out["peak_rss_gib"] = peak_rss_gib()
     print(json.dumps(out), flush=True)
