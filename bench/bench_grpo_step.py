@@ -2,10 +2,10 @@
 
     python bench/bench_grpo_step.py [--groups 4] [--group-size 4] [--max-new-tokens 16] [--steps 3]
 
-Same settings on both sides: CPU, fp32, LoRA r=8/alpha=16 (``--lora-r``) on the same modules, G samples for P prompts
-per step (one rollout batch per step, no gradient accumulation), HF ``generate`` with temperature 1,
-the same outcome reward, beta=0 (no reference forward), no gradient checkpointing, a local tiny
-model directory and a tiny in-memory dataset. Each side runs ``--steps`` steps; the first is warm-up
+Same settings on both sides: CPU, fp32, LoRA r=8/alpha=16 (``--lora-r``) on the same modules, G samples for
+P prompts per step (one rollout batch per step, no gradient accumulation), temperature 1 (ours: ``HFBackend``'s
+decoding loop; TRL: HF ``generate``), the same outcome reward, beta=0 (no reference forward), no gradient
+checkpointing, a local tiny model directory and a tiny in-memory dataset. Each side runs ``--steps`` steps; the first is warm-up
 and the median of the rest is reported. Prints the ratio ours/TRL (target <= 1.1) and the fraction
 of our step spent generating. CPU timings on a shared machine are noisy: run it on an idle one.
 """
@@ -26,8 +26,8 @@ def reward_fn(completion: str, row: dict) -> float:
 
 
 def prompts(n: int, rows: list[dict] | None = None) -> list[dict]:
-    """The first ``n`` prompt rows (``prompt``, ``gold``): ``rows`` when given (e.g. a real-model demo's held-out
-    questions, bench_real_model.py), else the toy GRPO prompts."""
+    """The first ``n`` prompt rows (``prompt``, ``gold``): ``rows`` when given (e.g. a real-model demo's training
+    prompts, bench_real_model.py), else the toy GRPO prompts."""
     if rows is not None:
         return rows[:n]
     from trainer.rl.rollout import load_rl_prompts

@@ -208,7 +208,7 @@ def eval_figures(path: str, questions: list[str], batch: int, budget: int) -> di
 
 def grpo_figures(path: str, steps: int, rows: list[dict] | None = None, budget: int = 16) -> dict:
     """Our GRPO step over TRL's on SmolLM2 (LoRA r16 on every linear layer on both sides): 2 prompts x 4 samples a
-    step, temperature 1; ``rows`` (``prompt``, ``gold``; e.g. the demo's held-out questions) or the toy prompts."""
+    step, temperature 1; ``rows`` (``item_id``, ``prompt``, ``gold``; e.g. the demo's training prompts) or the toy prompts."""
     from bench import bench_grpo_step as g
 
     args = argparse.Namespace(groups=2, group_size=4, max_new_tokens=budget, steps=steps, lora_r=16, rows=rows)

@@ -4,9 +4,9 @@ Trainers hand it their live (possibly LoRA-wrapped) policy, so evaluation and ro
 current weights with no copy. Requests are grouped by (sampling settings) and sorted by prompt length
 so that each batch wastes little padding.
 
-Decoding is our own loop (:func:`_decode`) rather than ``model.generate``: a row that finishes leaves the
-batch with its KV cache rows, so a batch of short answers of mixed length costs what its unfinished rows
-need.
+Decoding is our own loop (:func:`_decode`) rather than ``model.generate``: the batch's common prompt prefix
+runs once, and a row that finishes leaves the batch with its KV cache rows, so a batch of short answers of mixed
+length costs what its unfinished rows need.
 
 Seeded sampling (``temperature > 0`` and ``request.seed`` set) is per row: sample ``j`` of a request
 draws its tokens from its own generator seeded with ``derive_seed(seed, j)`` (inverse-CDF sampling of
