@@ -25,12 +25,7 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from . import task
-
-
-def _compose(config_name: str, overrides: list[str]):
-    from hydra import compose
-
-    return compose(config_name=config_name, overrides=overrides)
+from .common import compose, finish, set_threads
 
 
 class Pipeline:
@@ -81,7 +76,7 @@ class Pipeline:
         if knowledge is not None and self.cfg.knowledge_aware:
             over += ([*self.cfg.stages.knowledge, "knowledge.enabled=true"] if knowledge == "estimate" else
                      [f"eval.knowledge_path={self.stages / knowledge / 'knowledge.jsonl'}"])
-        metrics = self.recipes["evaluate"].run(_compose("evaluate", over))
+        metrics = self.recipes["evaluate"].run(compose("evaluate", over))
         self.timings[name] = round(time.time() - t0, 1)
         return metrics
 
@@ -96,7 +91,7 @@ class Pipeline:
         st = self.cfg.stages
         t0 = time.time()
         mine_dir = self.stages / "mine_knowledge"
-        stats = self.recipes["mine_pairs"].run(_compose("mine_pairs", [
+        stats = self.recipes["mine_pairs"].run(compose("mine_pairs", [
             *st.mine, *st.knowledge, "knowledge.enabled=true", f"model.path={base}",
             f"items_path={self.toy}/mist_train_knowledge.jsonl", f"out_dir={mine_dir}", f"seed={self.seed}"]))
         self.timings["mine_knowledge"] = round(time.time() - t0, 1)
@@ -128,7 +123,7 @@ class Pipeline:
         # 4. pair mining from the base's own outputs
         t0 = time.time()
         mine_dir = self.stages / "mine"
-        stats = self.recipes["mine_pairs"].run(_compose("mine_pairs", [
+        stats = self.recipes["mine_pairs"].run(compose("mine_pairs", [
             *st.mine, f"model.path={base}", f"items_path={self.toy}/mist_train.jsonl", f"out_dir={mine_dir}",
             f"seed={self.seed}"]))
         self.timings["mine"] = round(time.time() - t0, 1)
@@ -164,22 +159,12 @@ class Pipeline:
 def run(cfg: DictConfig) -> dict:
     """Run every stage of ``cfg`` (a composed ``conf/demo.yaml``); write ``summary.json``, ``report.md``
     and the plots into ``cfg.out``, print the table; return the summary."""
-    from eval_hooks.io import write_json_atomic
     from trainer.data.sources import register_data_source
 
     from .report import print_table, write_demo_report
 
     # the demo's own source, also when the package metadata (its entry point) is not installed
     register_data_source(task.SCHEME, task.resolve_source)
-    if cfg.torch_threads:
-        import torch
-
-        torch.set_num_threads(cfg.torch_threads)
+    set_threads(cfg.torch_threads)
     pipeline = Pipeline(cfg)
-    summary = pipeline.run()
-    write_json_atomic(pipeline.out / "summary.json", summary)
-    write_demo_report(summary, pipeline.out)
-    print_table(summary)
-    print(f"[demo] done in {summary['wall_seconds']:.0f} s: {pipeline.out / 'report.md'}, "
-          f"{pipeline.out / 'summary.json'}", flush=True)
-    return summary
+    return finish(pipeline.out, pipeline.run(), write_demo_report, print_table)

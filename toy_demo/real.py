@@ -32,14 +32,10 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
+from .common import compose, finish, set_threads
+
 ARMS = {"scope": "scope", "misleading_only": "standard_dpo", "knowledge_aware": "scope_knowledge_aware"}
 TRAIN_RECIPE = "recipe=scope_smollm2_135m"
-
-
-def _compose(config_name: str, overrides: list[str]):
-    from hydra import compose
-
-    return compose(config_name=config_name, overrides=overrides)
 
 
 class RealPipeline:
@@ -86,7 +82,7 @@ class RealPipeline:
         """Matched evaluation on ``items``; ``knowledge`` None estimates this model's own knowledge (the base),
         a path splits the metrics by that estimate (the arms, by the base's)."""
         t0 = time.time()
-        metrics = self.recipes["evaluate"].run(_compose("evaluate", self.eval_overrides(name, items, adapter, knowledge)))
+        metrics = self.recipes["evaluate"].run(compose("evaluate", self.eval_overrides(name, items, adapter, knowledge)))
         self._timed(name, t0)
         return metrics
 
@@ -122,16 +118,16 @@ class RealPipeline:
         fails in seconds rather than after the stages before it (paths are placeholders here)."""
         self.model_path = self.rc.model
         items, adapter = self.stages / "facts" / "facts_heldout.jsonl", self.stages / "scope" / "final"
-        _compose("evaluate", self.eval_overrides("eval_base", items, None, None))
-        _compose("evaluate", self.eval_overrides("eval_scope", items, adapter, self.stages / "knowledge.jsonl"))
-        _compose("mine_pairs", self.mine_overrides(items))
+        compose("evaluate", self.eval_overrides("eval_base", items, None, None))
+        compose("evaluate", self.eval_overrides("eval_scope", items, adapter, self.stages / "knowledge.jsonl"))
+        compose("mine_pairs", self.mine_overrides(items))
         for arm in self.arms():
             self.runner.compose_stage(arm, self.train_stage(arm, self.stages / "mine" / "pairs.jsonl"), None)
 
     def mine(self, items: Path) -> tuple[Path, dict]:
         t0 = time.time()
         mine_dir = self.stages / "mine"
-        stats = self.recipes["mine_pairs"].run(_compose("mine_pairs", self.mine_overrides(items)))
+        stats = self.recipes["mine_pairs"].run(compose("mine_pairs", self.mine_overrides(items)))
         self._timed("mine", t0)
         if not stats["kept"]:
             raise SystemExit("[demo] mining kept no quartet: the base never followed a misleading context")
@@ -175,20 +171,10 @@ class RealPipeline:
 def run(cfg: DictConfig) -> dict:
     """Run the real-model demo of ``cfg`` (a composed ``conf/demo.yaml``); write ``summary.json``, ``report.md``
     and the plots into ``cfg.out``, print the table; return the summary."""
-    from eval_hooks.io import write_json_atomic
-
     from .real_report import check_targets, print_table, write_report
 
-    if cfg.real.torch_threads:
-        import torch
-
-        torch.set_num_threads(cfg.real.torch_threads)
+    set_threads(cfg.real.torch_threads)
     pipeline = RealPipeline(cfg)
     summary = pipeline.run()
     summary["targets"] = check_targets(summary)
-    write_json_atomic(pipeline.out / "summary.json", summary)
-    write_report(summary, pipeline.out)
-    print_table(summary)
-    print(f"[demo] done in {summary['wall_seconds']:.0f} s: {pipeline.out / 'report.md'}, "
-          f"{pipeline.out / 'summary.json'}", flush=True)
-    return summary
+    return finish(pipeline.out, summary, write_report, print_table)
