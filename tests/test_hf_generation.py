@@ -168,3 +168,43 @@ def test_shared_prefix_rules():
     assert _shared_prefix([long, long + [5]]) == 19                 # the shortest prompt keeps one token of its own
     assert _shared_prefix([long[:MIN_SHARED_PREFIX - 1] + [1], long[:MIN_SHARED_PREFIX - 1] + [2]]) == 0
     assert _shared_prefix([[9] + long, long]) == 0
+
+
+def test_frozen_weights_are_cast_once_per_batch_under_autocast(tiny_model, tiny_tokenizer):
+    """torch.autocast caches its bf16 copy of a weight only for a weight that requires grad, so a frozen weight (a
+    peft model's base, a policy's frozen layers) was cast again at every decoding step. The backend sets the flag on
+    its frozen weights for the batch: fewer casts than decoding the same batch without it, the same tokens and
+    log-probs bit for bit, and every flag as it was afterwards, also after an error."""
+    import copy
+
+    from eval_hooks.backends.hf import _casts_cached, _decode, _token_picker
+
+    model = copy.deepcopy(tiny_model)
+    for i, p in enumerate(model.parameters()):  # half frozen, as a LoRA policy's base is
+        p.requires_grad_(i % 2 == 0)
+    flags = [p.requires_grad for p in model.parameters()]
+    backend = HFBackend(model, tiny_tokenizer, autocast_dtype=torch.bfloat16)
+    prompts = _prompts(tiny_tokenizer)
+
+    def casts(fn):
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+            out = fn()
+        return out, sum(e.name == "aten::_to_copy" for e in prof.events())
+
+    def uncached():
+        with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+            return _decode(model, prompts, 8, _token_picker(0.0, 1.0, None, 8, torch.device("cpu")),
+                           eos=backend._eos_ids(), pad=tiny_tokenizer.pad_token_id)
+
+    ours, n_ours = casts(lambda: backend._generate_batch(prompts, 8, 0.0, 1.0, (), None))
+    ref, n_ref = casts(uncached)
+    assert [s.token_ids for s in ours] == [ids for ids, _ in ref]
+    assert [s.logprobs for s in ours] == [logp for _, logp in ref]
+    assert max(len(s.token_ids) for s in ours) > 1  # several decoding steps, so recasting would show
+    assert n_ours < n_ref, (n_ours, n_ref)
+    assert [p.requires_grad for p in model.parameters()] == flags
+    with pytest.raises(RuntimeError, match="mid-batch"):
+        with _casts_cached(model, True):
+            assert all(p.requires_grad for p in model.parameters())
+            raise RuntimeError("mid-batch")
+    assert [p.requires_grad for p in model.parameters()] == flags

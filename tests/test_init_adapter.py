@@ -174,29 +174,19 @@ def test_standalone_evaluation_merges_the_init_adapter(sft_adapter):
                                atol=1e-5, rtol=0)
 
 
-def test_standalone_evaluation_of_an_adapter_lets_autocast_cache_its_weight_casts(sft_adapter):
-    """``adapter_path`` in a stand-alone evaluation: the adapter stays apart (log-probs equal the peft model's) and
-    every weight requires grad again, as a freshly loaded model's do: torch.autocast caches its bf16 copy only of
-    leaf tensors that require grad, so with peft's frozen weights each decoding step cast the whole model again.
-    Checked on autocast itself: a second forward of the frozen model casts again, ours reuses the cached copies."""
+def test_standalone_evaluation_of_an_adapter_keeps_it_apart(sft_adapter):
+    """``adapter_path`` in a stand-alone evaluation: the adapter is loaded as a peft adapter, not merged (bf16
+    rounding of W + BA would lose part of a small delta): log-probs equal the peft model's. Under bf16 autocast
+    its frozen base weights are cast once per batch (``test_hf_generation``)."""
+    from peft import PeftModel
+
     from trainer.evaluation import build_inference_backend
 
     cfg = compose("evaluate", [])
     model = build_inference_backend(cfg.model, cfg.generation, adapter_path=str(sft_adapter)).model.cpu()
-    assert all(p.requires_grad for p in model.parameters())
+    assert isinstance(model, PeftModel)
     batch = _batch()
     torch.testing.assert_close(_logps(model, batch), _logps(_sft_model(sft_adapter), batch), atol=1e-5, rtol=0)
-
-    def casts(m) -> int:
-        """bf16 copies autocast makes in two forward passes under one autocast context (one decoding batch)."""
-        with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16), \
-                torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
-            m(input_ids=batch[0], attention_mask=batch[1])
-            m(input_ids=batch[0], attention_mask=batch[1])
-        return sum(e.name == "aten::_to_copy" for e in prof.events())
-
-    ours, frozen = casts(model), casts(_sft_model(sft_adapter))
-    assert ours < frozen, (ours, frozen)
 
 
 def test_bad_init_adapter_fails_before_loading(tmp_path):

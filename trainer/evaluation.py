@@ -146,11 +146,9 @@ def build_inference_backend(model_cfg, gen_cfg, *, prompt_settings: PromptSettin
             from trainer.model.adapter_check import check_adapter_finite
 
             check_adapter_finite(adapter_path, "adapter_path")
-            # requires_grad back on (peft froze every weight), as the model was loaded: torch.autocast caches its bf16
-            # copy of a weight only for leaf tensors that require grad, so a frozen model is cast again at every
-            # decoding step (SmolLM2 with an adapter, bf16 autocast: 6.3 rows/s frozen, 11.3 with the cache). Under
-            # no_grad nothing else changes. Not merged: bf16 rounding of W + BA would lose part of a small LoRA delta.
-            model = PeftModel.from_pretrained(model, adapter_path).requires_grad_(True)
+            # Not merged: bf16 rounding of W + BA would lose part of a small LoRA delta. The backend lets autocast cache
+            # its casts of the frozen weights (eval_hooks.backends.hf._casts_cached).
+            model = PeftModel.from_pretrained(model, adapter_path)
     backend = make_backend(gen_cfg, model, tokenizer, model_path=model_cfg.path, prompt_settings=prompt_settings)
     if adapter_path and gen_cfg.backend != "hf":
         backend.load_adapter(str(Path(adapter_path).resolve()), "eval")
