@@ -1,17 +1,11 @@
-"""What both demos' orchestration shares (:mod:`toy_demo.pipeline`, :mod:`toy_demo.real`): composing a recipe's
-config, the thread setting, and writing the results at the end."""
+"""What both demos' orchestration shares (:mod:`toy_demo.pipeline`, :mod:`toy_demo.real`): the thread setting
+and writing the results at the end. A stage's config is composed by ``recipes.chain.compose``, as the chain runner
+composes it."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Callable
-
-
-def compose(config_name: str, overrides: list[str]):
-    """``conf/<config_name>.yaml`` with ``overrides`` (Hydra must be initialised: ``recipes/demo.py`` is)."""
-    from hydra import compose as hydra_compose
-
-    return hydra_compose(config_name=config_name, overrides=overrides)
 
 
 def set_threads(n: int | None) -> None:

@@ -24,8 +24,10 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
+from recipes.chain import compose
+
 from . import task
-from .common import compose, finish, set_threads
+from .common import finish, set_threads
 
 
 class Pipeline:

@@ -32,7 +32,9 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from .common import compose, finish, set_threads
+from recipes.chain import compose
+
+from .common import finish, set_threads
 
 ARMS = {"scope": "scope", "misleading_only": "standard_dpo", "knowledge_aware": "scope_knowledge_aware"}
 TRAIN_RECIPE = "recipe=scope_smollm2_135m"
