@@ -118,7 +118,8 @@ class DistillPipeline:
         from eval_hooks.models import load_tokenizer
         from eval_hooks.prompts import PromptSettings
 
-        from trainer.distill.views import eval_settings, evaluate_views, load_fork_views
+        from trainer.distill.evaluation import eval_settings, evaluate_views
+        from trainer.distill.views import load_fork_views
         from trainer.model.policy import load_base_with_adapters
 
         t0 = time.time()
