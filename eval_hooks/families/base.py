@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from ..io import DataError, read_records
+from ..parsers import answer_instruction as _answer_instruction
+from ..parsers import answer_type as _answer_type
 from ..parsers import answers_match, normalize_gold, parse_answer
 from ..scoring import check_responses, generate_responses, publish_outputs
 
@@ -101,20 +103,11 @@ def check_choices(rec: dict, ctx: Ctx) -> Any:
     return v
 
 
-ANSWER_ACCEPTED = {
-    "numeric": "a number such as 18, -2.5, \"1,000\", \"3/4\" or \"25%\"",
-    "multiple_choice": "an option letter (A, B, ...) within the choices, or the exact text of one choice",
-    "boolean": "true/false or \"yes\"/\"no\"",
-    "choice": "A | B",
-    "label": "Higher | Lower | No Difference",
-    "short_text": "a non-empty name such as \"Sofia\" (matched after normalising case, diacritics and a leading article)",
-}
-
-
 def check_gold(value: Any, answer_type: str, ctx: Ctx, *, field: str = "gold", choices: Any = None) -> str:
     g = normalize_gold(value, answer_type, choices=choices)
     if g is None:
-        raise ctx.error(f"{_show(value)} is not a valid {answer_type} answer", field, ANSWER_ACCEPTED[answer_type])
+        raise ctx.error(f"{_show(value)} is not a valid {answer_type} answer", field,
+                        _answer_type(answer_type).accepted)
     return g
 
 
@@ -325,14 +318,8 @@ class Family:
 
 
 def answer_instruction(answer_type: str, choices: Any = None) -> str:
-    """The closing instruction that makes a response parsable for this answer type."""
-    if answer_type == "numeric":
-        return 'End your response with a final line of the form "ANSWER: <number>".'
-    if answer_type == "boolean":
-        return 'End your response with a final line of the form "ANSWER: yes" or "ANSWER: no".'
-    if answer_type == "multiple_choice":
-        return 'End your response with a final line of the form "ANSWER: <letter>".'
-    raise ValueError(answer_type)
+    """The closing instruction that makes a response parsable for this answer type (``AnswerType.instruction``)."""
+    return _answer_instruction(answer_type)
 
 
 def render_choices(choices: Any) -> str:

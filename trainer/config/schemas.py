@@ -238,7 +238,11 @@ class DPOAlgoConfig:
     beta: float = _f(0.1, "DPO temperature β in s(z,r) = β log π/π_ref.")
     label_smoothing: float = _f(0.0, "Conservative-DPO label smoothing ε (0 = plain sigmoid DPO).")
     loss_type: DPOLossType = _f("sigmoid", "The DPO-style loss (trainer.algos.dpo.DPO_LOSSES): sigmoid (Rafailov et al. "
-                                           "2023, with label_smoothing as cDPO).")
+                                           "2023, with label_smoothing as cDPO) | simpo (Meng et al. 2024: "
+                                           "reference-free, on per-token mean log-probs, margin simpo_gamma; no "
+                                           "reference is built).")
+    simpo_gamma: float = _f(0.5, "SimPO's target reward margin γ (loss_type=simpo only): -log σ(β(logp_c - logp_r) - γ) "
+                                 "on per-token mean log-probs; TRL's CPOConfig.simpo_gamma. >= 0.")
     lambda_m: float = _f(0.25, "λ_m: mass of the misleading pool.")
     lambda_c: float = _f(0.25, "λ_c: mass of the clean pool.")
     lambda_p: float = _f(0.50, "λ_p: mass of the non-adversarial pools (split by ρ).")

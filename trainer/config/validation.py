@@ -205,6 +205,8 @@ def validate_dpo(cfg) -> None:
         raise ConfigError(f"algo.beta must be > 0, got {a.beta}")
     if not 0 <= a.label_smoothing < 0.5:
         raise ConfigError(f"algo.label_smoothing must be in [0, 0.5), got {a.label_smoothing}")
+    if not (a.simpo_gamma >= 0 and math.isfinite(a.simpo_gamma)):
+        raise ConfigError(f"algo.simpo_gamma must be a finite number >= 0, got {a.simpo_gamma}")
     if not (a.rpo_alpha >= 0 and math.isfinite(a.rpo_alpha)):
         raise ConfigError(f"algo.rpo_alpha must be a finite number >= 0, got {a.rpo_alpha}")
     if a.rpo_alpha and a.sft_on_chosen:
