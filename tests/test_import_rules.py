@@ -205,6 +205,15 @@ def test_no_family_is_chosen_by_name_outside_the_registry():
 
 # ---- the layout of trainer/ (docs/architecture.md#layout) -------------------------------------------
 
+def test_models_do_not_reach_up_into_the_config():
+    # trainer/model/ is used by the config checks (adapter checks), not the other way round: the config converts
+    # the model layer's errors into ConfigError (trainer/config/validation.py check_adapter_dir)
+    assert "trainer.model.adapter_check" in _imports(ROOT / "trainer" / "model" / "policy.py")  # the checker sees it
+    bad = [f"{p.relative_to(ROOT)} imports {m}" for p in _files("trainer/model") for m in sorted(_imports(p))
+           if m.split(".")[:2] == ["trainer", "config"]]
+    assert not bad, "\n".join(bad)
+
+
 def test_trainer_core_imports_neither_rl_nor_distill():
     # the machinery every trainer shares knows no single trainer's own code
     assert "trainer.core.checkpoint" in _imports(ROOT / "trainer" / "core" / "loop.py")  # the checker sees core

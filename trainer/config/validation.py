@@ -281,17 +281,15 @@ def check_grpo_geometry(cfg, world: int) -> None:
 
 
 def check_adapter_dir(path: str, field: str = "model.init_adapter") -> Path:
-    """A PEFT adapter directory with safetensors weights (never a pickled ``adapter_model.bin``)."""
-    d = Path(path).expanduser()
-    if not d.is_dir():
-        raise ConfigError(f"{field}={path!r}: no such directory")
-    if not (d / "adapter_config.json").is_file():
-        hint = " (it holds a full model: use it as model.path)" if (d / "config.json").is_file() else ""
-        raise ConfigError(f"{field}={path!r}: not a PEFT adapter directory, {d / 'adapter_config.json'} is missing{hint}")
-    if not (d / "adapter_model.safetensors").is_file():
-        raise ConfigError(f"{field}={path!r}: {d / 'adapter_model.safetensors'} is missing (only safetensors "
-                          f"adapters are loaded, never pickled adapter_model.bin)")
-    return d.resolve()
+    """A PEFT adapter directory with safetensors weights (``trainer.model.adapter_check.check_adapter_dir``), as
+    a ConfigError; returns the resolved directory."""
+    from trainer.model.adapter_check import AdapterError
+    from trainer.model.adapter_check import check_adapter_dir as check
+
+    try:
+        return check(path, field)
+    except AdapterError as e:
+        raise ConfigError(str(e)) from None
 
 
 def validate_distill(cfg) -> None:
