@@ -16,7 +16,7 @@ import hydra
 from omegaconf import DictConfig
 
 from trainer.config.cli_help import cli_main
-from trainer.config import ConfigError, register_schemas, validate_common
+from trainer.config import ConfigError, check_adapter_dir, register_schemas, validate_common
 
 register_schemas()
 
@@ -28,7 +28,7 @@ def run(cfg: DictConfig) -> list[dict]:
     from trainer.distill.advice import advice_from_log_odds
     from trainer.distill.evaluation import eval_settings, evaluate_views
     from trainer.distill.views import load_fork_views
-    from trainer.model.policy import check_adapter_dir, load_base_with_adapters
+    from trainer.model.policy import load_base_with_adapters
 
     adv, a = cfg.advice, cfg.algo
     validate_common(cfg)

@@ -196,7 +196,8 @@ def test_choices_come_from_the_tuples_the_code_checks():
     from eval_hooks.families import FAMILIES
     from eval_hooks.vocab import MED_MITIGATIONS
     from trainer.algos.grpo import AGGREGATIONS, STD_SCALINGS
-    from trainer.config import Aggregation, Family, MedMitigation, StdScaling, Truncation
+    from eval_hooks.families.med import MedMitigation  # the family's own settings declare their choices
+    from trainer.config import Aggregation, Family, StdScaling, Truncation
     from trainer.data.choices import TRUNCATIONS
 
     for enum, values in ((Aggregation, AGGREGATIONS), (StdScaling, STD_SCALINGS), (Family, tuple(FAMILIES)),

@@ -191,19 +191,83 @@ def test_no_import_cycle_among_eval_hooks_modules():
     assert not (cycles := _cycles(graph)), "import cycles: " + "; ".join(" <-> ".join(c) for c in cycles)
 
 
+FAMILY_REGISTRY = ROOT / "eval_hooks" / "families" / "__init__.py"
+MENTIONS_FAMILY = re.compile(r"famil(y|ies)", re.IGNORECASE)
+
+
+def _names_a_family(node: ast.AST) -> bool:
+    """An expression that holds a family or its name: a name, attribute or ``["family"]`` item whose identifier
+    says family (``cfg.eval.family``, ``family.name``, ``get_family(x).name``, ``row["family"]``, ``families``)."""
+    for sub in ast.walk(node):
+        ident = sub.id if isinstance(sub, ast.Name) else sub.attr if isinstance(sub, ast.Attribute) else \
+            sub.slice.value if isinstance(sub, ast.Subscript) and isinstance(sub.slice, ast.Constant) else None
+        if isinstance(ident, str) and MENTIONS_FAMILY.search(ident):
+            return True
+    return False
+
+
+def _is_literal(node: ast.AST) -> bool:
+    """A string literal, or a tuple, list or set of them (``"med"``, ``("mist", "med")``)."""
+    if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+        return bool(node.elts) and all(_is_literal(e) for e in node.elts)
+    return isinstance(node, ast.Constant) and isinstance(node.value, str)
+
+
+def _family_choices_by_name(tree: ast.AST) -> list[int]:
+    """Lines that choose by a family's name: a comparison (``==``, ``!=``, ``in``, ``not in``, ``is``) between an
+    expression holding a family and a string literal, a ``match`` on one with string cases, or a dispatch table
+    keyed by two or more built-in family names."""
+    from eval_hooks.families import BUILTIN
+
+    lines = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare):
+            sides = [node.left, *node.comparators]
+            if any(_names_a_family(x) for x in sides) and any(_is_literal(x) for x in sides):
+                lines.append(node.lineno)
+        elif isinstance(node, ast.Match) and _names_a_family(node.subject):
+            if any(isinstance(c.pattern, ast.MatchValue) and _is_literal(c.pattern.value) for c in node.cases):
+                lines.append(node.lineno)
+        elif isinstance(node, ast.Dict):
+            keys = [k.value for k in node.keys if isinstance(k, ast.Constant) and isinstance(k.value, str)]
+            if len(set(keys) & set(BUILTIN)) >= 2:
+                lines.append(node.lineno)
+    return sorted(lines)
+
+
+def test_the_family_choice_finder():
+    code = ('if family == "med": pass\nif cfg.eval.family != "taste": pass\nif cfg.eval.family in ("mist", "box2"): '
+            'pass\nif "med" in families: pass\nif get_family(x).name == "mist": pass\nif row["family"] == "box2": pass\n'
+            'table = {"mist": f, "med": g}\nmatch cfg.eval.family:\n    case "med": pass\n'
+            # not choices by a family's name: another setting compared with a word, a family asked by capability,
+            # the registry looked up by a variable
+            'if d.source == "mist": pass\nif get_family(cfg.eval.family).knowledge_labels: pass\n'
+            'if name in family_names(): pass\nif n == 2: pass\n')
+    assert _family_choices_by_name(ast.parse(code)) == [1, 2, 3, 4, 5, 6, 7, 8]
+
+
 def test_no_family_is_chosen_by_name_outside_the_registry():
-    """Metrics, reports, the run, the trainers' evaluation and the evaluate recipe ask the family registry
-    (eval_hooks/families/__init__.py); none of them compares a family name with a literal."""
-    by_name = re.compile(r"""family\b[^\n]*(==|!=|\bin\b)\s*[("']|["'](mist|box2|taste|med)["']\s*:\s*_""")
-    assert by_name.search('if family == "med":') and by_name.search('if cfg.eval.family != "taste":')
-    files = ["eval_hooks/metrics/__init__.py", "eval_hooks/report.py", "eval_hooks/evaluate.py",
-             "eval_hooks/scoring.py", "eval_hooks/families/base.py", "trainer/evaluation.py", "recipes/evaluate.py"]
-    bad = [f"{f}:{n}: {line.strip()}" for f in files for n, line in enumerate((ROOT / f).read_text().splitlines(), 1)
-           if by_name.search(line) and "knowledge" not in line]  # knowledge labels: a MIST-only setting, checked
+    """Metrics, reports, the run, the trainers' evaluation, the config checks and the recipes ask the family
+    registry (eval_hooks/families/__init__.py) for a family and ask the family what it has (its settings,
+    ``knowledge_labels``, ``backend_needs``); none compares a family or its name with a literal. Every module
+    of the product is scanned, the registry alone excepted."""
+    files = [p for p in _files(*PRODUCT) if p != FAMILY_REGISTRY]
+    assert ROOT / "trainer" / "config" / "validation.py" in files and ROOT / "recipes" / "evaluate.py" in files
+    bad = [f"{p.relative_to(ROOT)}:{n}: {p.read_text().splitlines()[n - 1].strip()}"
+           for p in files for n in _family_choices_by_name(ast.parse(p.read_text()))]
     assert not bad, "\n".join(bad)
 
 
 # ---- the layout of trainer/ (docs/architecture.md#layout) -------------------------------------------
+
+def test_models_do_not_reach_up_into_the_config():
+    # trainer/model/ is used by the config checks (adapter checks), not the other way round: the config converts
+    # the model layer's errors into ConfigError (trainer/config/validation.py check_adapter_dir)
+    assert "trainer.model.adapter_check" in _imports(ROOT / "trainer" / "model" / "policy.py")  # the checker sees it
+    bad = [f"{p.relative_to(ROOT)} imports {m}" for p in _files("trainer/model") for m in sorted(_imports(p))
+           if m.split(".")[:2] == ["trainer", "config"]]
+    assert not bad, "\n".join(bad)
+
 
 def test_trainer_core_imports_neither_rl_nor_distill():
     # the machinery every trainer shares knows no single trainer's own code

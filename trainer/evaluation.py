@@ -23,19 +23,22 @@ from eval_hooks.prompts import PromptSettings
 
 
 def load_eval_rows(eval_cfg) -> list[dict] | None:
-    """The rows of the ``eval`` group (the family's :meth:`~eval_hooks.families.base.Family.eval_rows`, which
-    reads its own settings, e.g. Taste's prompt cap or a raw MedEvidence file for Med), ``eval.max_rows``
-    whole items of them, and MIST's knowledge labels (``eval.knowledge_path``)."""
+    """The rows of the ``eval`` group (the family's :meth:`~eval_hooks.families.base.Family.eval_rows` under its
+    own settings, e.g. Taste's prompt cap or a raw MedEvidence file for Med), ``eval.max_rows`` whole items of
+    them, and their knowledge labels (``eval.knowledge_path``, for a family with ``knowledge_labels``)."""
     if not eval_cfg.enabled or not eval_cfg.path:
         return None
-    from eval_hooks.families import get_family
+    from eval_hooks.families import family_names, get_family
 
     from trainer.config import ConfigError
     from trainer.data.train_data import keep_whole_items, resolve_data_path
 
-    if eval_cfg.knowledge_path and eval_cfg.family != "mist":
-        raise ConfigError(f"eval.knowledge_path splits MIST metrics by knowledge; eval.family={eval_cfg.family}")
-    rows = get_family(eval_cfg.family).eval_rows(eval_cfg, resolve_data_path(eval_cfg.path))
+    family = get_family(eval_cfg.family)
+    if eval_cfg.knowledge_path and not family.knowledge_labels:
+        able = " | ".join(n for n in family_names() if get_family(n).knowledge_labels)
+        raise ConfigError(f"eval.knowledge_path splits the metrics by knowledge labels, which family {family.name}'s "
+                          f"metrics do not (families whose metrics do: {able}); eval.family={eval_cfg.family}")
+    rows = family.eval_rows(resolve_data_path(eval_cfg.path), family.settings_from(eval_cfg))
     rows = keep_whole_items(rows, eval_cfg.max_rows)
     if eval_cfg.knowledge_path:  # metrics per knowledge label (docs/scope.md#knowledge-aware-scope)
         from eval_hooks.knowledge import attach_knowledge
@@ -46,14 +49,14 @@ def load_eval_rows(eval_cfg) -> list[dict] | None:
 
 def run_eval(backend, rows: list[dict], eval_cfg, out_dir, *, step: int | None = None, progress: bool = True) -> dict:
     """The evaluated family's run on ``rows`` (generation, scoring, metrics, report; written to ``out_dir``):
-    the same for ``recipes/evaluate.py`` and the epoch ends. The family's own settings are ``eval.<family>``
-    (e.g. ``eval.med``), when its schema has them. ``eval.max_new_tokens`` None = the family's default budget
-    for ``rows`` (:func:`eval_budget`)."""
+    the same for ``recipes/evaluate.py`` and the epoch ends, under the family's own settings (``Family.settings_from``:
+    e.g. ``eval.med``). ``eval.max_new_tokens`` None = the family's default budget for ``rows`` (:func:`eval_budget`)."""
     from eval_hooks import run_matched_eval
+    from eval_hooks.families import get_family
 
     return run_matched_eval(backend, rows, eval_cfg.family, out_dir, step=step,
                             max_new_tokens=eval_budget(eval_cfg, rows), progress=progress,
-                            settings=getattr(eval_cfg, eval_cfg.family, None))
+                            settings=get_family(eval_cfg.family).settings_from(eval_cfg))
 
 
 def eval_budget(eval_cfg, rows: list[dict]) -> int:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import sys
 
+from dataclasses import fields
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -156,6 +157,48 @@ class Family:
 
     condition_accepted: str = ""
 
+    # -- its own settings and what it can do (asked by the trainers and the config checks, never by name) ----
+    #: the family's own settings: a dataclass whose fields (:func:`eval_hooks.settings.setting`: default and help
+    #: text; a :class:`~eval_hooks.settings.Choice` type for a choice) the trainer's config composes into its
+    #: ``eval`` group; None = it has none
+    settings: type | None = None
+    #: where its settings' keys sit in the ``eval`` group: False (any new family) the section ``eval.<name>``
+    #: (``eval.med.judge``); True at the top of the group (Taste's ``eval.max_prompt_tokens``, a key that
+    #: predates the sections and is kept as it is)
+    flat_settings: bool = False
+    #: its metrics split by per-item knowledge labels (row attribute ``knowledge``, :mod:`eval_hooks.knowledge`)
+    #: and it has ``clean`` rows to estimate them from: ``eval.knowledge_path`` and the evaluate recipe's
+    #: ``knowledge.enabled`` apply to it
+    knowledge_labels: bool = False
+
+    def setting_key(self, name: str) -> str:
+        """The config key of its setting ``name`` (``eval.<name>`` or ``eval.<family>.<name>``), for messages."""
+        return f"eval.{name}" if self.flat_settings else f"eval.{self.name}.{name}"
+
+    def settings_from(self, eval_cfg: Any) -> Any:
+        """Its settings (an instance of :attr:`settings`) read by attribute from the ``eval`` config group
+        ``eval_cfg`` (a composed config or a schema instance); None when it has none."""
+        if self.settings is None:
+            return None
+        source = eval_cfg if self.flat_settings else getattr(eval_cfg, self.name)
+        return self.settings(**{f.name: getattr(source, f.name) for f in fields(self.settings)})
+
+    def own_settings(self, settings: Any) -> Any:
+        """``settings``, or the declared defaults (:attr:`settings` built with no arguments) when None: the one
+        place a family's run or loader falls back on, so the defaults live only in its settings dataclass."""
+        return self.settings() if settings is None and self.settings is not None else settings
+
+    def check_settings(self, settings: Any) -> None:
+        """Range checks of its settings, run with the config checks before any model loads, whichever family
+        is evaluated (its keys are in every config); ValueError naming the key. None here."""
+
+    def backend_needs(self, settings: Any) -> dict[str, tuple[str, str]]:
+        """What its run needs from the generation backend beyond generating, with these settings:
+        ``{capability: (what needs it, the setting that turns it off)}``, e.g. Med's ``{"label_scores":
+        ("MedCounterfact's label probabilities ...", "eval.med.label_probs=false")}``; the config checks refuse
+        a backend that lacks one, before anything runs. None here (the generic run only generates)."""
+        return {}
+
     def configured(self, **options: Any) -> "Family":
         """A copy of this family with loading options (only Taste has any: ``max_prompt_tokens``,
         ``count_tokens``). Options that are all None return the family itself."""
@@ -179,10 +222,10 @@ class Family:
         """Load, validate and expand an items file (JSONL, Parquet or a ``datasets`` source) into rows."""
         return self.load_records(read_records(path), path)
 
-    def eval_rows(self, eval_cfg: Any, path) -> list[dict]:
-        """The rows to evaluate for the ``eval`` config group ``eval_cfg`` (read by attribute; the data path
-        already resolved to ``path``), before any model loads. A family reads its own settings from
-        ``eval_cfg`` here; the caller then keeps ``eval.max_rows`` whole items."""
+    def eval_rows(self, path, settings: Any = None) -> list[dict]:
+        """The rows to evaluate from the items at ``path`` (the ``eval.path`` already resolved) under the
+        family's own ``settings`` (:meth:`settings_from`; None = the defaults), before any model loads; the
+        caller then keeps ``eval.max_rows`` whole items."""
         return self.load(path)
 
     # -- rows files written by `expand` (read back by `score`) ---------------------------------------
@@ -308,7 +351,7 @@ class Family:
             settings: Any = None) -> dict:
         """Generate one response per row with ``backend`` (under its ``prompt_settings``), then
         :meth:`score_responses`; returns the metrics written to ``out_dir/metrics.json``. ``settings`` is
-        the family's own section of the ``eval`` config (``eval.<name>``); the generic run has none.
+        the family's own settings (:meth:`settings_from`); the generic run has none.
         ``max_new_tokens`` None = :meth:`default_max_new_tokens` of ``rows``."""
         responses, described = generate_responses(backend, rows, desc=f"eval {self.name}",
                                                    max_new_tokens=self.budget(rows, max_new_tokens), temperature=temperature,

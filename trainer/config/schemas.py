@@ -10,26 +10,17 @@ compose time, before any model or data loads. Field docs live in ``metadata["hel
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, make_dataclass
 from typing import Any, Optional
 
 from omegaconf import MISSING
 
-from eval_hooks.families import FAMILIES
-from eval_hooks.vocab import MED_FORMATS, MED_MITIGATIONS
+from eval_hooks.families import FAMILIES, settings_fields
+from eval_hooks.settings import setting as schema_field  # a field with its default and help text
 from trainer.config.choices import (Aggregation, Backend, Device, DistillMode, DistillPipelineKind, DistillPromptStyle,
                                     DistillSource, DistillStage, DistillTeacher, DPOLossType, Dtype, Family,
-                                    InitAdapterMode, ISCorrection, LoggerKind, MedFormat, MedJudge, MedMitigation,
-                                    MixedPrecision, OnInvalid, Pairing, Reference, Scheduler, ServerKind, StdScaling,
-                                    TopkSupport, Truncation, Weighting)
-
-
-def schema_field(default: Any, help: str, **kw):
-    """A schema field with its default and its help text (``--help`` and the docs read ``metadata["help"]``)."""
-    if isinstance(default, (list, dict)):
-        return field(default_factory=lambda d=default: type(d)(d), metadata={"help": help}, **kw)
-    return field(default=default, metadata={"help": help}, **kw)
-
+                                    InitAdapterMode, ISCorrection, LoggerKind, MixedPrecision, OnInvalid, Pairing,
+                                    Reference, Scheduler, ServerKind, StdScaling, TopkSupport, Truncation, Weighting)
 
 _f = schema_field
 
@@ -112,22 +103,9 @@ class TrainerConfig:
 
 
 @dataclass
-class MedEvalConfig:
-    formats: list[MedFormat] = _f(list(MED_FORMATS), "MedCounterfact answer formats: mc (multiple choice) and/or free (free text mapped to a label by the judge).")
-    mitigations: list[MedMitigation] = _f(list(MED_MITIGATIONS), "MedCounterfact mitigation pipelines run besides the base one (evidence variants only): detect | prior.")
-    label_probs: bool = _f(True, "Score P(label) before generation with the backend's score_labels (base pipeline, mc).")
-    generate: bool = _f(True, "Generate answers (formats, mitigations, judge). false: score the label probabilities "
-                              "only, with no generation (needs label_probs=true; formats, mitigations and judge are "
-                              "not used, and metrics.json holds the label-probability summaries only).")
-    judge: MedJudge = _f("keyword", "Free-text label and awareness judge: keyword (deterministic heuristic) | self (the evaluated model with fixed judge prompts).")
-    prompt_token_budget: Optional[int] = _f(None, "Prompt tokens above which the refine chain walks the evidence in chunks (None = model positions - max_new_tokens - 16).")
-    max_refine_chunks: int = _f(8, "At most this many evidence chunks per refine chain (the rest of the evidence is not read).")
-    max_questions: Optional[int] = _f(None, "Evaluate only the first N MedEvidence questions (all their items).")
-    seed: int = _f(0, "Term-draw seed when eval.path is a raw MedEvidence file (items are then built in memory).")
+class EvalGroupConfig:
+    """The ``eval`` group's own keys; :data:`EvalConfig` adds every family's settings to them."""
 
-
-@dataclass
-class EvalConfig:
     enabled: bool = _f(True, "Run matched evaluation at epoch ends.")
     path: Optional[str] = _f(None, "Evaluation items: JSONL/Parquet file, save_to_disk directory, "
                                    "'hf:org/name[:config][:split]' or a registered data source; None disables evaluation.")
@@ -139,15 +117,24 @@ class EvalConfig:
                                              "(eval_hooks Family.default_max_new_tokens: MIST from the answer types, "
                                              "short_text 32, numeric/boolean/multiple_choice 512; other families 256). "
                                              "An explicit value (a preset's or the command line's) wins.")
-    max_prompt_tokens: int = _f(65536, "taste only: prompt-token cap; longer prompts keep the prefix's first 25 lines, an "
-                                       "omission marker and the longest tail of lines that fits (the published runner's rule).")
-    prompt_tokenizer: Optional[str] = _f(None, "taste only: tokenizer (local dir or 'tiny') that counts tokens for the cap; "
-                                               "None = estimate of 4 UTF-8 bytes per token.")
-    knowledge_path: Optional[str] = _f(None, "mist only: per-item knowledge labels (knowledge.jsonl of recipes/mine_pairs.py "
-                                             "or recipes/evaluate.py with knowledge.enabled); metrics.json then has every "
+    knowledge_path: Optional[str] = _f(None, "Per-item knowledge labels (knowledge.jsonl of recipes/mine_pairs.py or "
+                                             "recipes/evaluate.py with knowledge.enabled), for a family whose metrics "
+                                             "split by them (Family.knowledge_labels: mist); metrics.json then has every "
                                              "MIST metric per label (by_knowledge) and unknown_correct_accuracy.")
 
-    med: MedEvalConfig = field(default_factory=MedEvalConfig)
+
+def eval_config_schema() -> type:
+    """The ``eval`` group's schema: :class:`EvalGroupConfig` plus every registered family's own settings
+    (``eval_hooks.families.settings_fields``: the section ``eval.<name>``, or keys at the top for a family with
+    ``flat_settings``), so each family declares its settings with its registration, an entry-point family too."""
+    own = [f.name for f in fields(EvalGroupConfig)]
+    doc = "The ``eval`` group: its own keys (:class:`EvalGroupConfig`) and every family's settings."
+    return make_dataclass("EvalConfig", settings_fields(own), bases=(EvalGroupConfig,),
+                          namespace={"__module__": __name__, "__doc__": doc})
+
+
+#: the ``eval`` group's schema, built once from the families registered when the config is first imported
+EvalConfig = eval_config_schema()
 
 
 @dataclass

@@ -129,10 +129,32 @@ def validate_common(cfg) -> None:
             raise ConfigError("logger=wandb needs the wandb package: install the extra (pip install -e '.[wandb]', "
                               "or pip install wandb), or use logger=jsonl")
     if hasattr(cfg, "eval"):
-        if cfg.eval.max_prompt_tokens < 1:
-            raise ConfigError(f"eval.max_prompt_tokens must be >= 1, got {cfg.eval.max_prompt_tokens}")
         if cfg.eval.max_new_tokens is not None:  # None = the family's default budget for the rows
             _positive(cfg.eval, ("max_new_tokens",), "eval")
+        check_family_settings(cfg.eval)
+
+
+def check_family_settings(eval_cfg) -> None:
+    """Every family's own checks of its settings (``Family.check_settings``; their keys are in every config,
+    whichever family is evaluated), as a ConfigError."""
+    from eval_hooks.families import family_settings, get_family
+
+    for name, settings in family_settings(eval_cfg).items():
+        try:
+            get_family(name).check_settings(settings)
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
+
+
+def backend_needs(cfg) -> dict[str, tuple[str, str]]:
+    """What the evaluated family's run needs from the generation backend (``Family.backend_needs``: capability
+    -> (what needs it, the setting that turns it off)); nothing for an entry point without an ``eval`` group."""
+    from eval_hooks.families import get_family
+
+    if not hasattr(cfg, "eval"):
+        return {}
+    family = get_family(cfg.eval.family)
+    return family.backend_needs(family.settings_from(cfg.eval))
 
 
 def _validate_init_adapter(cfg) -> None:
@@ -173,10 +195,10 @@ def _validate_openai_chat(cfg) -> None:
     if cfg.get("adapter_path"):
         raise ConfigError("generation=openai_chat evaluates the model the server serves: adapter_path cannot be "
                           "applied to it (serve the adapter, or use generation=hf)")
-    if hasattr(cfg, "eval") and cfg.eval.family == "med" and cfg.eval.med.label_probs:
-        raise ConfigError("generation=openai_chat cannot score MedCounterfact's label probabilities ('ANSWER: <label>' "
-                          "is several tokens; a chat endpoint gives first-token top_logprobs only): set "
-                          "eval.med.label_probs=false, or use generation=hf")
+    if "label_scores" in (needs := backend_needs(cfg)):
+        what, off = needs["label_scores"]
+        raise ConfigError(f"generation=openai_chat cannot score {what}: a chat endpoint gives first-token "
+                          f"top_logprobs only; set {off}, or use generation=hf")
 
 
 def validate_merge(cfg) -> None:
@@ -283,17 +305,15 @@ def check_grpo_geometry(cfg, world: int) -> None:
 
 
 def check_adapter_dir(path: str, field: str = "model.init_adapter") -> Path:
-    """A PEFT adapter directory with safetensors weights (never a pickled ``adapter_model.bin``)."""
-    d = Path(path).expanduser()
-    if not d.is_dir():
-        raise ConfigError(f"{field}={path!r}: no such directory")
-    if not (d / "adapter_config.json").is_file():
-        hint = " (it holds a full model: use it as model.path)" if (d / "config.json").is_file() else ""
-        raise ConfigError(f"{field}={path!r}: not a PEFT adapter directory, {d / 'adapter_config.json'} is missing{hint}")
-    if not (d / "adapter_model.safetensors").is_file():
-        raise ConfigError(f"{field}={path!r}: {d / 'adapter_model.safetensors'} is missing (only safetensors "
-                          f"adapters are loaded, never pickled adapter_model.bin)")
-    return d.resolve()
+    """A PEFT adapter directory with safetensors weights (``trainer.model.adapter_check.check_adapter_dir``), as
+    a ConfigError; returns the resolved directory."""
+    from trainer.model.adapter_check import AdapterError
+    from trainer.model.adapter_check import check_adapter_dir as check
+
+    try:
+        return check(path, field)
+    except AdapterError as e:
+        raise ConfigError(str(e)) from None
 
 
 def validate_distill(cfg) -> None:

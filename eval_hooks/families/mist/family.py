@@ -25,6 +25,7 @@ class MistFamily(Family):
     name = "mist"
     answer_types = ANSWER_TYPES
     condition_accepted = " | ".join(CONDITIONS)
+    knowledge_labels = True  # metrics by_knowledge (metrics.knowledge_split); clean rows estimate the labels
 
     def is_condition(self, c: Any) -> bool:
         return c in CONDITIONS
