@@ -2,14 +2,17 @@
 
 A field typed with one refuses any other value at composition. Where an algorithm, data or evaluation
 module owns the value set, the tuple comes from its torch-free home (:mod:`trainer.algos.choices`,
-:mod:`trainer.data.choices`, :mod:`eval_hooks.vocab`, :mod:`eval_hooks.families`), so importing this module
-does not import torch.
+:mod:`trainer.data.choices`, :mod:`eval_hooks.vocab`, :mod:`eval_hooks.families`,
+:mod:`eval_hooks.backends.registry`), so importing this module does not import torch. A generation backend's
+own choice-valued settings (e.g. ``server_kind``) become fields of this kind in
+:func:`trainer.config.schemas.generation_schema`.
 """
 
 from __future__ import annotations
 
 from enum import Enum
 
+from eval_hooks.backends.registry import BACKENDS
 from eval_hooks.families import FAMILIES
 from eval_hooks.vocab import MED_FORMATS, MED_MITIGATIONS
 from trainer.algos.choices import AGGREGATIONS, DPO_LOSS_TYPES, STD_SCALINGS
@@ -47,8 +50,7 @@ MixedPrecision = _choices("MixedPrecision", ("no", "bf16", "fp16", "auto"))
 Truncation = _choices("Truncation", TRUNCATIONS)
 OnInvalid = _choices("OnInvalid", ON_INVALID)
 Family = _choices("Family", tuple(FAMILIES))
-Backend = _choices("Backend", ("hf", "vllm_server", "openai_chat"))
-ServerKind = _choices("ServerKind", ("auto", "vllm", "llama_cpp", "openai"))
+Backend = _choices("Backend", tuple(BACKENDS))  # the backend registry
 LoggerKind = _choices("LoggerKind", ("jsonl", "wandb"))
 MedFormat = _choices("MedFormat", MED_FORMATS)
 MedMitigation = _choices("MedMitigation", MED_MITIGATIONS)
