@@ -3,11 +3,14 @@ declared in :mod:`eval_hooks.settings`, where the evaluation families type their
 
 A field typed with one refuses any other value at composition. Where an algorithm, data or evaluation
 module owns the value set, the tuple comes from its torch-free home (:mod:`trainer.algos.choices`,
-:mod:`trainer.data.choices`, :mod:`eval_hooks.families`), so importing this module does not import torch.
+:mod:`trainer.data.choices`, :mod:`eval_hooks.families`, :mod:`eval_hooks.backends.registry`), so importing
+this module does not import torch. A generation backend's own choice-valued settings (e.g. ``server_kind``)
+become fields of this kind in :func:`trainer.config.schemas.generation_schema`.
 """
 
 from __future__ import annotations
 
+from eval_hooks.backends.registry import BACKENDS
 from eval_hooks.families import FAMILIES
 from eval_hooks.settings import Choice, choice_type
 from trainer.algos.choices import AGGREGATIONS, DPO_LOSS_TYPES, STD_SCALINGS
@@ -30,8 +33,7 @@ MixedPrecision = _choices("MixedPrecision", ("no", "bf16", "fp16", "auto"))
 Truncation = _choices("Truncation", TRUNCATIONS)
 OnInvalid = _choices("OnInvalid", ON_INVALID)
 Family = _choices("Family", tuple(FAMILIES))
-Backend = _choices("Backend", ("hf", "vllm_server", "openai_chat"))
-ServerKind = _choices("ServerKind", ("auto", "vllm", "llama_cpp", "openai"))
+Backend = _choices("Backend", tuple(BACKENDS))  # the backend registry
 LoggerKind = _choices("LoggerKind", ("jsonl", "wandb"))
 Weighting = _choices("Weighting", WEIGHTINGS)
 Pairing = _choices("Pairing", ("matched", "unmatched"))

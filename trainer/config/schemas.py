@@ -15,12 +15,13 @@ from typing import Any, Optional
 
 from omegaconf import MISSING
 
+from eval_hooks.backends.registry import BACKENDS, get_backend
 from eval_hooks.families import FAMILIES, settings_fields
 from eval_hooks.settings import setting as schema_field  # a field with its default and help text
 from trainer.config.choices import (Aggregation, Backend, Device, DistillMode, DistillPipelineKind, DistillPromptStyle,
                                     DistillSource, DistillStage, DistillTeacher, DPOLossType, Dtype, Family,
                                     InitAdapterMode, ISCorrection, LoggerKind, MixedPrecision, OnInvalid, Pairing,
-                                    Reference, Scheduler, ServerKind, StdScaling, TopkSupport, Truncation, Weighting)
+                                    Reference, Scheduler, StdScaling, TopkSupport, Truncation, Weighting, _choices)
 
 _f = schema_field
 
@@ -157,38 +158,51 @@ class PromptConfig:
                                                   "client side with them).")
 
 
+def _backend_help() -> str:
+    return " | ".join(f"{n} ({get_backend(n).summary})" for n in BACKENDS) + (
+        ". Pick one with generation=<name> (conf/generation/<name>.yaml): the other keys of this group are that "
+        "backend's own (eval_hooks/backends/registry.py).")
+
+
 @dataclass
 class GenerationConfig:
-    backend: Backend = _f("hf", "hf (in-process, current weights) | vllm_server (HTTP client of a vLLM server's "
-                                "/v1/completions) | openai_chat (evaluate a model behind any OpenAI-compatible "
-                                "/v1/chat/completions endpoint; evaluation and mining only).")
-    batch_size: int = _f(32, "Generation batch size of the HF backend.")
-    mixed_precision: MixedPrecision = _f("no", "hf backend: no | bf16 | fp16 (generation under torch.autocast; the "
-                                               "recorded log-probs are computed in fp32) | auto (bf16 where the "
-                                               "hardware has it, as trainer.mixed_precision=auto).")
-    url: str = _f("http://127.0.0.1:8000", "vllm_server, openai_chat: base URL of the server (with or without /v1 "
-                                           "for openai_chat).")
-    served_model_name: Optional[str] = _f(None, "vllm_server: the base model name the server serves (None = model.path).")
-    model: Optional[str] = _f(None, "openai_chat: the model name sent in every request (required).")
-    api_key_env: Optional[str] = _f(None, "openai_chat: name of the environment variable that holds the API key (sent "
-                                          "as 'Authorization: Bearer'); the key itself never goes into a config.")
-    concurrency: int = _f(4, "vllm_server, openai_chat: HTTP requests in flight.")
-    split_n: bool = _f(False, "openai_chat: send n calls of n=1 (seeds derived per sample) for servers that ignore n "
-                              "(llama.cpp) or refuse n > 1.")
-    max_tokens_field: str = _f("max_tokens", "openai_chat: name of the length field (max_tokens | max_completion_tokens).")
-    server_kind: ServerKind = _f("auto", "vllm_server: auto (from GET /v1/models: owned_by 'vllm' is vLLM) | vllm | "
-                                         "llama_cpp | openai. Not vLLM: text prompts, one prompt and one sample per "
-                                         "call, sampling fields in the server's own terms; RL rollouts, the "
-                                         "stale-weight probe, adapters and label probabilities are refused.")
-    timeout_s: float = _f(120.0, "vllm_server, openai_chat: time limit of a request. openai_chat: a deadline for "
-                                 "the whole request, retries and waits included; vllm_server: each attempt.")
-    max_retries: int = _f(3, "vllm_server, openai_chat: retries on transient errors (connection, 5xx; 429 for "
-                             "openai_chat), with exponential backoff; validation errors are never retried.")
-    sync_every: int = _f(1, "vllm_server: push the LoRA adapter to the server every this many optimizer steps.")
-    probe_threshold: float = _f(0.05, "vllm_server: max mean |Δlogp| between server and trainer on the probe sequence.")
-    adapter_dir: Optional[str] = _f(None, "vllm_server: shared directory for synced adapters (None = <run_dir>/adapters).")
-    server_log: Optional[str] = _f(None, "vllm_server: log file of an externally started server (launch/vllm_server.py "
-                                         "--log-path); its last lines are appended to every server error, e.g. when it dies.")
+    """The ``generation`` group: which backend, then that backend's own keys. ``conf/generation/<name>.yaml`` starts
+    its defaults list with ``/generation_schema/<name>@_here_``, the subclass :func:`generation_schema` builds from
+    the backend's settings dataclass, so the group is typed by the chosen backend's schema (a key of another
+    backend, or a misspelt one, fails at composition)."""
+
+    backend: Backend = _f("hf", _backend_help())
+
+
+_GENERATION_SCHEMAS: dict[str, type[GenerationConfig]] = {}
+
+
+def generation_schema(name: str) -> type[GenerationConfig]:
+    """The typed ``generation`` node of backend ``name`` (a :class:`GenerationConfig` subclass, built once): ``backend``,
+    then the fields of the backend's settings dataclass with their defaults and help texts; a settings field with
+    ``choices`` becomes a :class:`~trainer.config.choices.Choice` field."""
+    import typing
+    from dataclasses import MISSING as NO_DEFAULT, fields, make_dataclass
+
+    spec = get_backend(name)
+    known = _GENERATION_SCHEMAS.get(spec.name)
+    if known is not None and known.backend_spec is spec:
+        return known
+    camel = "".join(part.title() for part in spec.name.split("_"))
+    kind = Backend if spec.name in Backend.__members__ else _choices(f"{camel}Backend", (*Backend.__members__, spec.name))
+    cols: list[tuple] = [("backend", kind, _f(spec.name, _backend_help()))]
+    hints = typing.get_type_hints(spec.settings)
+    for f in fields(spec.settings):
+        typ = hints[f.name]
+        if "choices" in f.metadata:
+            typ = _choices(f"{camel}{''.join(p.title() for p in f.name.split('_'))}", f.metadata["choices"])
+        default = ({"default_factory": f.default_factory} if f.default is NO_DEFAULT else {"default": f.default})
+        cols.append((f.name, typ, field(metadata=f.metadata, **default)))
+    schema = make_dataclass(f"{camel}GenerationConfig", cols, bases=(GenerationConfig,),
+                            namespace={"backend_spec": spec, "__doc__": f"generation={spec.name}: {spec.summary}."})
+    schema.__module__ = __name__
+    _GENERATION_SCHEMAS[spec.name] = schema
+    return schema
 
 
 @dataclass
