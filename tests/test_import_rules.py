@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PRODUCT = ("trainer", "eval_hooks", "recipes", "launch", "bench", "toy_demo")
+PRODUCT = ("trainer", "eval_hooks", "recipes", "launch", "bench", "demos")
 BY_PATH = ("spec_from_file_location", "module_from_spec", "SourceFileLoader", "exec_module", "run_path", "load_source")
 
 
@@ -79,23 +79,29 @@ def test_launch_never_imports_recipes():
 
 
 def test_the_toy_task_imports_only_eval_hooks():
-    # toy_demo/task.py builds data files and serves the toy:<seed>/<file> data source: eval_hooks below it,
-    # nothing of the trainer, the recipes, launch or the rest of the demo
-    bad = [m for m in sorted(_imports(ROOT / "toy_demo" / "task.py"))
-           if _top(m) in ("trainer", "recipes", "launch", "toy_demo")]
+    # demos/toy/task.py builds data files and serves the toy:<seed>/<file> data source: eval_hooks below it,
+    # nothing of the trainer, the recipes, launch or the rest of the demos
+    bad = [m for m in sorted(_imports(ROOT / "demos" / "toy" / "task.py"))
+           if _top(m) in ("trainer", "recipes", "launch", "demos")]
     assert not bad, bad
-    assert "eval_hooks.io" in _imports(ROOT / "toy_demo" / "task.py")  # the checker sees its imports
+    assert "eval_hooks.io" in _imports(ROOT / "demos" / "toy" / "task.py")  # the checker sees its imports
 
 
-def test_only_the_demo_entry_point_imports_the_demo_package():
-    bad = [o for o in _offenders(("trainer", "eval_hooks", "launch", "recipes"), {"toy_demo"})
+def test_only_the_demo_entry_point_imports_the_demos_package():
+    bad = [o for o in _offenders(("trainer", "eval_hooks", "launch", "recipes"), {"demos"})
            if not o.startswith(str(Path("recipes") / "demo.py"))]
     assert not bad, "\n".join(bad)
-    assert "toy_demo.pipeline" in _imports(ROOT / "recipes" / "demo.py")  # the checker sees the one that may
+    assert "demos.real.pipeline" in _imports(ROOT / "recipes" / "demo.py")  # the checker sees the one that may
+
+
+def test_the_demos_never_import_the_recipes():
+    # the demos name their stages' recipes; recipes/demo.py hands the recipes' run functions down
+    assert "trainer.core.stages" in _imports(ROOT / "demos" / "real" / "pipeline.py")  # the checker sees demos/
+    assert not (bad := _offenders(("demos",), {"recipes"})), "\n".join(bad)
 
 
 # What only the demo's toy task knows: its package, its builder, its data source's paths, its generator.
-TOY_TASK = re.compile(r"\btoy_demo\b|\bbuilders[./]toy\b|\btoy:(<seed>|\d|\{)|make_toy_task")
+TOY_TASK = re.compile(r"\bdemos[./]toy\b|\bbuilders[./]toy\b|\btoy:(<seed>|\d|\{)|make_toy_task")
 
 
 def test_the_generic_layers_do_not_know_the_toy_task():
