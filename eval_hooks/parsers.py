@@ -466,8 +466,8 @@ _NAME_ABBREVIATIONS = {"st": "saint", "ste": "sainte", "mt": "mount", "ft": "for
 _CLAUSE_END = re.compile(r"[,;:(]")
 _COPULA = re.compile(r"\b(?:is|are|was|would be|should be)\b", re.IGNORECASE)
 _NO_ANSWER_WORDS = re.compile(
-    r"\b(?:i don'?t know|i do not know|not sure|cannot|can'?t|unable|sorry|no information|unknown|"
-    r"not (?:possible|provided|given|mentioned|able)|won'?t|will not|refuse|decline|as an ai)\b", re.IGNORECASE)
+    r"\b(?:i don['’]?t know|i do not know|not sure|cannot|can['’]?t|unable|sorry|no information|unknown|"
+    r"not (?:possible|provided|given|mentioned|able)|won['’]?t|will not|refuse|decline|as an ai)\b", re.IGNORECASE)
 MAX_SHORT_ANSWER_CHARS = 80
 MAX_SENTENCE_CHARS = 1000  # a sentence is read up to here (a short answer is far shorter; bounds the work)
 
@@ -554,7 +554,6 @@ class _Sentence:
 
     def __init__(self, text: str):
         text = text[:MAX_SENTENCE_CHARS]
-        self.text = text
         self.words: list[str] = []
         self.clause: list[int] = []
         self.after_mark: list[bool] = []  # the word follows a clause mark directly
