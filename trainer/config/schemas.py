@@ -220,11 +220,13 @@ class DataConfig:
     train_family: Optional[Family] = _f(None, "For recipes that train on evaluation-format items (e.g. box2 for GRPO).")
     train_conditions: list[str] = _f([], "Keep only these conditions/regimes of train_family rows (empty = all).")
     max_prompt_len: int = _f(512, "Max prompt tokens; see truncation.")
-    max_completion_len: int = _f(256, "Max completion tokens; longer completions are cut at the end.")
+    max_completion_len: int = _f(256, "Max completion tokens; longer completions are cut at the end (a pair whose "
+                                      "chosen and rejected are then identical is invalid: see on_invalid).")
     truncation: Truncation = _f("keep_end", "Long prompts: keep_end (drop the start) | keep_start | drop (drop the example) | error.")
     group_by_length: bool = _f(False, "SFT and DPO: sort each window of 16 micro-batches of draws by length, cut it into "
                                       "micro-batches and shuffle their order (less padding; same draws, same mass).")
-    on_invalid: OnInvalid = _f("drop", "Invalid examples (identical chosen/rejected, empty completion, ...): drop (counted, reported) | error.")
+    on_invalid: OnInvalid = _f("drop", "Invalid examples (identical chosen/rejected, also once cut to max_completion_len; "
+                                       "empty completion, ...): drop (counted in data_stats.json by reason) | error.")
     shared_prompt: bool = _f(True, "DPO: run each pair's prompt once for chosen and rejected (one packed prompt+chosen+rejected "
                                    "row, block attention mask, restarted positions; equal to the two-sequence batch within "
                                    "float round-off, fewer tokens). False = two sequences per pair, as TRL.")
