@@ -11,6 +11,7 @@ from __future__ import annotations
 from enum import Enum
 
 from eval_hooks.families import FAMILIES
+from eval_hooks.knowledge import SCORES as KNOWLEDGE_SCORES
 from eval_hooks.vocab import MED_FORMATS, MED_MITIGATIONS
 from trainer.algos.choices import AGGREGATIONS, DPO_LOSS_TYPES, STD_SCALINGS
 from trainer.algos.choices import LEVELS as IS_LEVELS
@@ -67,3 +68,4 @@ TopkSupport = _choices("TopkSupport", TOPK_SUPPORTS)
 DistillSource = _choices("DistillSource", ("files", "toy", "mist"))  # mist: the old spelling of pipeline.kind=opsd
 DistillPipelineKind = _choices("DistillPipelineKind", ("taste", "opsd"))
 DistillPromptStyle = _choices("DistillPromptStyle", ("taste", "compact", "mist"))
+KnowledgeScore = _choices("KnowledgeScore", KNOWLEDGE_SCORES)

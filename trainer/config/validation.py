@@ -215,8 +215,9 @@ def validate_dpo(cfg) -> None:
         raise ConfigError("algo.unknown_irrelevant=true draws from the unknown pools, which have no mass at algo.lambda_u=0")
 
 
-def validate_knowledge(kcfg) -> None:
-    """The ``knowledge`` group of recipes/mine_pairs.py and recipes/evaluate.py (checked before any model loads)."""
+def validate_knowledge(kcfg, backend: str | None = None) -> None:
+    """The ``knowledge`` group of recipes/mine_pairs.py and recipes/evaluate.py (checked before any model loads);
+    ``backend``: the run's ``generation.backend``."""
     if not kcfg.enabled:
         return
     if kcfg.k < 1:
@@ -229,6 +230,14 @@ def validate_knowledge(kcfg) -> None:
     if not kcfg.unknown_threshold < kcfg.known_threshold:
         raise ConfigError(f"knowledge.unknown_threshold ({kcfg.unknown_threshold}) must be below "
                           f"knowledge.known_threshold ({kcfg.known_threshold})")
+    if kcfg.score == "greedy_prob":
+        if not kcfg.unknown_threshold < 0.5 < kcfg.known_threshold:
+            raise ConfigError(f"knowledge.score=greedy_prob scores a right greedy answer above 0.5 and a wrong one below: "
+                              f"it needs knowledge.unknown_threshold < 0.5 < knowledge.known_threshold, got "
+                              f"{kcfg.unknown_threshold} and {kcfg.known_threshold}")
+        if backend == "openai_chat":
+            raise ConfigError("knowledge.score=greedy_prob needs token log-probs, which generation.backend=openai_chat "
+                              "does not return; use knowledge.score=accuracy")
     if kcfg.unknown_irrelevant and not kcfg.stable_threshold > kcfg.unknown_threshold:
         raise ConfigError(f"knowledge.stable_threshold ({kcfg.stable_threshold}) must exceed knowledge.unknown_threshold "
                           f"({kcfg.unknown_threshold}) so that a stable unknown item's modal answer is a wrong one")
