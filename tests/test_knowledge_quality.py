@@ -263,17 +263,9 @@ def test_mining_with_greedy_prob_labels_by_the_greedy_answer_and_keeps_the_irrel
 def test_evaluation_with_greedy_prob_shares_the_greedy_answers_and_records_their_probability(tmp_path, monkeypatch):
     """recipes/evaluate.py, knowledge.score=greedy_prob with k=2 on the tiny model (HF backend): the estimate's
     greedy clean answers serve the evaluation's clean rows again, and knowledge.jsonl scores them by probability."""
-    from eval_hooks.backends import base
-    from recipe_utils import compose, load_recipe
+    from recipe_utils import compose, load_recipe, spy_greedy_memos
 
-    made = []
-    real_init = base.GreedyMemo.__init__
-
-    def spy(self, inner):
-        real_init(self, inner)
-        made.append(self)
-
-    monkeypatch.setattr(base.GreedyMemo, "__init__", spy)
+    made = spy_greedy_memos(monkeypatch)
     load_recipe("evaluate").run(compose("evaluate", [f"out_dir={tmp_path}", "eval.max_rows=8", "knowledge.enabled=true",
                                                      "knowledge.k=2", "knowledge.score=greedy_prob"]))
     assert len(made) == 1 and made[0].hits == 2  # 8 rows = 2 items x 4 conditions: both clean rows served again
