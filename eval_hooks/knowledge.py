@@ -15,7 +15,11 @@ The label comes from one per-item ``score`` in [0, 1] (``scored_by``, :data:`SCO
   with ``p >= 0.5``", ``score <= 0.25`` "wrong with ``p >= 0.5``". It needs a backend that returns
   token log-probs (not ``openai_chat``). With ``k > 1`` the greedy answer is asked besides the ``k``
   samples (in evaluation and mining the clean rows' own greedy answers, so under
-  :class:`~eval_hooks.backends.base.GreedyMemo` it costs nothing).
+  :class:`~eval_hooks.backends.base.GreedyMemo` it costs nothing);
+- ``combined`` (``k >= 2``): the mean of the two above, ``greedy_prob``'s score and the ``k`` samples'
+  accuracy. A wrong greedy answer scores below 0.75 and a right one above 0.25, so with thresholds
+  0.75 / 0.25 a known item is one the model answers right greedily, with confidence and mostly right
+  when sampled, and an unknown one it answers wrong greedily, confidently or mostly wrong when sampled.
 
 and the thresholds:
 
@@ -28,7 +32,7 @@ Knowledge files (``knowledge.jsonl``) hold one object per item::
     {"item_id": "toy-kqz", "knowledge": "known", "score": 1.0, "scored_by": "accuracy", "clean_accuracy": 1.0,
      "k": 4, "modal_share": 1.0, "modal_answer": "4", "samples": ["4", "4", "4", "4"]}
 
-plus, whenever a greedy answer was generated (``k == 1`` or ``greedy_prob``), ``greedy_answer`` (parsed),
+plus, whenever a greedy answer was generated (``k == 1``, ``greedy_prob`` or ``combined``), ``greedy_answer`` (parsed),
 ``greedy_correct`` and ``answer_prob`` (``null`` without log-probs). Files written before ``score``
 existed are read with ``clean_accuracy`` as the score.
 
@@ -49,7 +53,7 @@ from .io import DataError, read_records
 
 LABELS = ("known", "unknown", "uncertain")
 #: What a label's thresholds apply to (module docstring); ``knowledge.score``.
-SCORES = ("accuracy", "greedy_prob")
+SCORES = ("accuracy", "greedy_prob", "combined")
 #: Per-item numbers of a knowledge file that :func:`knowledge_quality` can rank items by.
 SCORE_FIELDS = ("score", "clean_accuracy", "modal_share", "answer_prob")
 RECORD_FIELDS = ("item_id", "knowledge", "score", "scored_by", "clean_accuracy", "k", "modal_share", "modal_answer",
@@ -92,7 +96,9 @@ def estimate_knowledge(clean_rows: Sequence[dict], backend, *, k: int, temperatu
         raise ValueError(f"k must be >= 1, got {k}")
     if score not in SCORES:
         raise ValueError(f"unknown knowledge score {score!r} (accepted: {'|'.join(SCORES)})")
-    greedy = k == 1 or score == "greedy_prob"
+    if score == "combined" and k < 2:
+        raise ValueError("knowledge score combined needs k >= 2 samples besides the greedy answer")
+    greedy = k == 1 or score in ("greedy_prob", "combined")
     base = build_requests(clean_rows, max_new_tokens=max_new_tokens, temperature=0.0, prompt_settings=prompt_settings)
     reqs = list(base) if greedy else []
     if k > 1:
@@ -116,11 +122,13 @@ def estimate_knowledge(clean_rows: Sequence[dict], backend, *, k: int, temperatu
             g_parsed = parse_row_answer(g_out.samples[0].text, row)
             e.update(greedy_answer=None if g_parsed is None else str(g_parsed),
                      greedy_correct=row_answer_matches(g_parsed, row), answer_prob=answer_prob(g_out.samples[0]))
-        if score == "greedy_prob":
+        if score != "accuracy":
             if e["answer_prob"] is None:
-                raise ValueError(f"knowledge score greedy_prob needs token log-probs; backend "
+                raise ValueError(f"knowledge score {score} needs token log-probs; backend "
                                  f"{getattr(backend, 'name', type(backend).__name__)!r} returned none")
             e["score"] = greedy_prob_score(e["greedy_correct"], e["answer_prob"])
+            if score == "combined":
+                e["score"] = (e["score"] + acc) / 2.0
         e["knowledge"] = classify(e["score"], known_threshold=known_threshold, unknown_threshold=unknown_threshold)
         est[row["item_id"]] = e
     return est

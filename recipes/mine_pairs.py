@@ -12,9 +12,9 @@ whose text matches ``leak_patterns`` (mentions of a note, hint, answer key, ...)
 wording are dropped. The same (r+, r-) is then written under all four contexts (a quartet).
 
 Knowledge-aware mining (``knowledge.enabled=true``, docs/scope.md#knowledge-aware-scope): each item's
-clean answer is first sampled ``knowledge.k`` times (and answered greedily with ``knowledge.score=greedy_prob``);
-quartets come from *known* items only and *unknown* items give the unknown pools (pair rows with
-``pool: unknown_correct`` / ``unknown_irrelevant``).
+clean answer is first sampled ``knowledge.k`` times (and answered greedily with ``knowledge.score=greedy_prob``
+or ``combined``); quartets come from *known* items only and *unknown* items give the unknown pools (pair rows
+with ``pool: unknown_correct`` / ``unknown_irrelevant``).
 
 Outputs in ``out_dir``: ``pairs.jsonl`` (the pair-file format of ``trainer/data/train_data.py``) and
 ``mining_stats.json`` (kept and dropped items, each drop with its reason; with knowledge estimation
@@ -220,7 +220,7 @@ def unknown_pairs(by_item: dict, est: dict, backend, *, knowledge, model_name: s
         pairs.append({"pair_id": f"unknown-{i}", "condition": "correct", "pool": "unknown_correct",
                       "prompt": row["prompt"], "chosen": text, "rejected": wrong,
                       "chosen_source": "correct_context", **common})
-        # the modal answer must be a wrong one (with score=accuracy the thresholds make it so; greedy_prob may not)
+        # the modal answer must be a wrong one (with score=accuracy the thresholds make it so; the others may not)
         own = next((t for t, s, ok in zip(e["texts"], e["samples"], e["correct"]) if s == e["modal_answer"] and not ok),
                    None)
         if knowledge.unknown_irrelevant and e["modal_answer"] is not None and own is not None and \

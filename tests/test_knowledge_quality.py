@@ -135,6 +135,13 @@ def test_greedy_prob_with_samples_scores_the_greedy_answer_and_keeps_the_samples
     assert est["score"] == pytest.approx(0.75) and est["knowledge"] == "known"  # right at p = .5
     assert est["clean_accuracy"] == pytest.approx(1 / 3) and est["samples"] == ["4", "2", "2"]
     assert est["modal_answer"] == "2" and est["modal_share"] == pytest.approx(2 / 3)
+    # combined: the mean of greedy_prob's .75 and the samples' accuracy 1/3 -> 13/24, uncertain
+    est = estimate_knowledge(clean_rows(4), backend, k=3, temperature=0.7, known_threshold=0.75,
+                             unknown_threshold=0.25, max_new_tokens=2, score="combined")["i1"]
+    assert (est["score"], est["knowledge"], est["scored_by"]) == (pytest.approx(13 / 24), "uncertain", "combined")
+    with pytest.raises(ValueError, match="k >= 2"):
+        estimate_knowledge(clean_rows(4), backend, k=1, temperature=0.7, known_threshold=0.75,
+                           unknown_threshold=0.25, max_new_tokens=2, score="combined")
 
 
 def test_accuracy_score_is_the_share_of_right_answers_and_k1_records_the_greedy_probability():
@@ -166,6 +173,13 @@ def test_knowledge_config_validates_the_score():
             validate_knowledge(cfg(score="greedy_prob", **bad))
     with pytest.raises(ConfigError, match="openai_chat"):
         validate_knowledge(cfg(score="greedy_prob"), backend="openai_chat")
+    validate_knowledge(cfg(score="combined", k=4, temperature=0.7))
+    with pytest.raises(ConfigError, match="k >= 2"):
+        validate_knowledge(cfg(score="combined", k=1))
+    with pytest.raises(ConfigError, match="0.5"):
+        validate_knowledge(cfg(score="combined", known_threshold=0.4, unknown_threshold=0.2))
+    with pytest.raises(ConfigError, match="openai_chat"):
+        validate_knowledge(cfg(score="combined"), backend="openai_chat")
     validate_knowledge(cfg(), backend="openai_chat")  # accuracy needs no log-probs
     validate_knowledge(cfg(known_threshold=0.5, unknown_threshold=0.0))  # no 0.5 rule for accuracy
     with pytest.raises(Exception, match="greedy_probs"):

@@ -384,10 +384,12 @@ class KnowledgeConfig:
     score: KnowledgeScore = _f("accuracy", "What the thresholds apply to: accuracy = the share of the k clean answers "
                                            "that are right (k=1: the greedy answer, 1 or 0); greedy_prob = the greedy "
                                            "clean answer's probability p (geometric mean over its tokens), (1+p)/2 "
-                                           "when right, (1-p)/2 when wrong (needs token log-probs: not openai_chat).")
-    known_threshold: float = _f(0.75, "Known: score >= this (greedy_prob: must be > 0.5; 0.75 = right with p >= 0.5).")
-    unknown_threshold: float = _f(0.25, "Unknown: score <= this (greedy_prob: must be < 0.5; 0.25 = wrong with "
-                                        "p >= 0.5); in between: uncertain (in no new pool).")
+                                           "when right, (1-p)/2 when wrong; combined (k>=2) = the mean of the two. "
+                                           "greedy_prob and combined need token log-probs (not openai_chat).")
+    known_threshold: float = _f(0.75, "Known: score >= this (greedy_prob, combined: must be > 0.5; greedy_prob 0.75 = "
+                                      "right with p >= 0.5).")
+    unknown_threshold: float = _f(0.25, "Unknown: score <= this (greedy_prob, combined: must be < 0.5; greedy_prob 0.25 "
+                                        "= wrong with p >= 0.5); in between: uncertain (in no new pool).")
     unknown_irrelevant: bool = _f(False, "Mining: also build the unknown_irrelevant pool for unknown items whose clean "
                                          "answer is stable.")
     stable_threshold: float = _f(0.75, "Stable: the most frequent clean answer has at least this share of the k samples.")

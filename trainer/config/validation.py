@@ -230,14 +230,17 @@ def validate_knowledge(kcfg, backend: str | None = None) -> None:
     if not kcfg.unknown_threshold < kcfg.known_threshold:
         raise ConfigError(f"knowledge.unknown_threshold ({kcfg.unknown_threshold}) must be below "
                           f"knowledge.known_threshold ({kcfg.known_threshold})")
-    if kcfg.score == "greedy_prob":
+    if kcfg.score != "accuracy":  # greedy_prob, combined: scored by the greedy answer's probability
+        if kcfg.score == "combined" and kcfg.k < 2:
+            raise ConfigError(f"knowledge.score=combined averages greedy_prob with the accuracy of k >= 2 samples; "
+                              f"got knowledge.k={kcfg.k}")
         if not kcfg.unknown_threshold < 0.5 < kcfg.known_threshold:
-            raise ConfigError(f"knowledge.score=greedy_prob scores a right greedy answer above 0.5 and a wrong one below: "
-                              f"it needs knowledge.unknown_threshold < 0.5 < knowledge.known_threshold, got "
-                              f"{kcfg.unknown_threshold} and {kcfg.known_threshold}")
+            raise ConfigError(f"knowledge.score={kcfg.score}: a right greedy answer weighs toward known, a wrong one "
+                              f"toward unknown; it needs knowledge.unknown_threshold < 0.5 < knowledge.known_threshold, "
+                              f"got {kcfg.unknown_threshold} and {kcfg.known_threshold}")
         if backend == "openai_chat":
-            raise ConfigError("knowledge.score=greedy_prob needs token log-probs, which generation.backend=openai_chat "
-                              "does not return; use knowledge.score=accuracy")
+            raise ConfigError(f"knowledge.score={kcfg.score} needs token log-probs, which generation.backend=openai_chat "
+                              f"does not return; use knowledge.score=accuracy")
     if kcfg.unknown_irrelevant and not kcfg.stable_threshold > kcfg.unknown_threshold:
         raise ConfigError(f"knowledge.stable_threshold ({kcfg.stable_threshold}) must exceed knowledge.unknown_threshold "
                           f"({kcfg.unknown_threshold}) so that a stable unknown item's modal answer is a wrong one")
