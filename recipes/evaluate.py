@@ -69,7 +69,8 @@ def estimate_and_attach(rows: list[dict], backend, cfg: DictConfig) -> list[dict
     from trainer.evaluation import eval_budget
 
     clean = [r for r in rows if r["condition"] == "clean"]
-    est = estimate_from_config(clean, backend, cfg.knowledge, max_new_tokens=eval_budget(cfg.eval, clean), seed=cfg.seed)
+    est = estimate_from_config(clean, backend, cfg.knowledge, max_new_tokens=eval_budget(cfg.eval, clean),
+                               seed=cfg.seed)
     path = write_jsonl_atomic(Path(cfg.out_dir) / "knowledge.jsonl", [knowledge_record(e) for e in est.values()])
     return attach_knowledge(rows, path)
 

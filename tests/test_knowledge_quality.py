@@ -89,7 +89,8 @@ class ProbBackend:
             self.asked.append((key, r.n, r.temperature))
             if r.temperature == 0:
                 text, probs = self.greedy[key]
-                samples = [Sample(text, [0] * len(probs), [math.log(p) for p in probs] if self.logprobs else [], "stop")]
+                logprobs = [math.log(p) for p in probs] if self.logprobs else []
+                samples = [Sample(text, [0] * len(probs), logprobs, "stop")]
             else:
                 samples = [Sample(t, [0], [math.log(0.5)], "stop") for t in self.sampled[key][:r.n]]
             out.append(GenerationResult(r, samples))
@@ -265,7 +266,8 @@ def test_mining_with_greedy_prob_labels_by_the_greedy_answer_and_keeps_the_irrel
                                                   model_name="m", knowledge=kcfg, seed=0)
     assert stats["knowledge"]["counts"] == {"known": 1, "unknown": 2, "uncertain": 0}
     assert stats["knowledge"]["settings"]["score"] == "greedy_prob"
-    pools = sorted((p["item_id"], p.get("pool", "quartet")) for p in pairs if p["condition"] in ("correct", "irrelevant"))
+    pools = sorted((p["item_id"], p.get("pool", "quartet")) for p in pairs
+                   if p["condition"] in ("correct", "irrelevant"))
     # i3's stable answer is the gold: no unknown_irrelevant pair prefers it over the hinted gold
     assert pools == [("i1", "quartet"), ("i1", "quartet"), ("i2", "unknown_correct"), ("i2", "unknown_irrelevant"),
                      ("i3", "unknown_correct")]

@@ -236,8 +236,8 @@ def validate_knowledge(kcfg, backend: str | None = None) -> None:
                               f"got knowledge.k={kcfg.k}")
         if not kcfg.unknown_threshold < 0.5 < kcfg.known_threshold:
             raise ConfigError(f"knowledge.score={kcfg.score}: a right greedy answer weighs toward known, a wrong one "
-                              f"toward unknown; it needs knowledge.unknown_threshold < 0.5 < knowledge.known_threshold, "
-                              f"got {kcfg.unknown_threshold} and {kcfg.known_threshold}")
+                              f"toward unknown; it needs knowledge.unknown_threshold < 0.5 < "
+                              f"knowledge.known_threshold, got {kcfg.unknown_threshold} and {kcfg.known_threshold}")
         if backend == "openai_chat":
             raise ConfigError(f"knowledge.score={kcfg.score} needs token log-probs, which generation.backend=openai_chat "
                               f"does not return; use knowledge.score=accuracy")
