@@ -20,8 +20,9 @@ from eval_hooks.families import FAMILIES, settings_fields
 from eval_hooks.settings import setting as schema_field  # a field with its default and help text
 from trainer.config.choices import (Aggregation, Backend, Device, DistillMode, DistillPipelineKind, DistillPromptStyle,
                                     DistillSource, DistillStage, DistillTeacher, DPOLossType, Dtype, Family,
-                                    InitAdapterMode, ISCorrection, LoggerKind, MixedPrecision, OnInvalid, Pairing,
-                                    Reference, Scheduler, StdScaling, TopkSupport, Truncation, Weighting, _choices)
+                                    InitAdapterMode, ISCorrection, KnowledgeScore, LoggerKind, MixedPrecision, OnInvalid,
+                                    Pairing, Reference, Scheduler, StdScaling, TopkSupport, Truncation, Weighting,
+                                    _choices)
 
 _f = schema_field
 
@@ -383,13 +384,20 @@ class AdviceConfig:
 
 @dataclass
 class KnowledgeConfig:
-    """Per-item knowledge estimate (docs/scope.md#knowledge-aware-scope)."""
+    """Per-item knowledge estimate (docs/scope.md#knowledge-aware-scope; eval_hooks/knowledge.py)."""
 
     enabled: bool = _f(False, "Estimate per item whether the model knows the answer without context.")
     k: int = _f(4, "Clean samples per item; 1 = one greedy answer.")
     temperature: float = _f(1.0, "Sampling temperature of the k clean samples (ignored when k=1).")
-    known_threshold: float = _f(0.75, "Known: clean accuracy over the k samples >= this.")
-    unknown_threshold: float = _f(0.25, "Unknown: clean accuracy <= this; in between: uncertain (in no new pool).")
+    score: KnowledgeScore = _f("accuracy", "What the thresholds apply to: accuracy = the share of the k clean answers "
+                                           "that are right (k=1: the greedy answer, 1 or 0); greedy_prob = the greedy "
+                                           "clean answer's probability p (geometric mean over its tokens), (1+p)/2 "
+                                           "when right, (1-p)/2 when wrong; combined (k>=2) = the mean of the two. "
+                                           "greedy_prob and combined need token log-probs (not openai_chat).")
+    known_threshold: float = _f(0.75, "Known: score >= this (greedy_prob, combined: must be > 0.5; greedy_prob 0.75 = "
+                                      "right with p >= 0.5).")
+    unknown_threshold: float = _f(0.25, "Unknown: score <= this (greedy_prob, combined: must be < 0.5; greedy_prob 0.25 "
+                                        "= wrong with p >= 0.5); in between: uncertain (in no new pool).")
     unknown_irrelevant: bool = _f(False, "Mining: also build the unknown_irrelevant pool for unknown items whose clean "
                                          "answer is stable.")
     stable_threshold: float = _f(0.75, "Stable: the most frequent clean answer has at least this share of the k samples.")
