@@ -64,7 +64,7 @@ import os, time, torch
 from peft import LoraConfig, get_peft_model
 from eval_hooks.backends.vllm_server import VLLMServerBackend
 from eval_hooks.models import load_model, load_tokenizer
-from trainer.rl.weight_sync import DEFAULT_PROBE_TEXT, AdapterSync, StaleWeightsError, sync_probe
+from trainer.evaluation.weight_sync import DEFAULT_PROBE_TEXT, AdapterSync, StaleWeightsError, sync_probe
 
 tok = load_tokenizer(os.environ["MODEL"])
 policy = get_peft_model(load_model(os.environ["MODEL"], device=os.environ.get("DEVICE", "cuda")),

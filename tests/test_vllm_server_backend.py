@@ -86,7 +86,7 @@ def test_stop_strings_and_max_tokens(backend, hf):
 
 def test_protocol_prompt_logprobs_round_trip_the_trainer_forward(backend, tiny_model_dir, tiny_tokenizer):
     from eval_hooks.models import load_model
-    from trainer.rl.weight_sync import trainer_prompt_logprobs
+    from trainer.evaluation.weight_sync import trainer_prompt_logprobs
 
     ids = tiny_tokenizer("probe sequence 123", add_special_tokens=False)["input_ids"]
     got = backend.prompt_logprobs(ids)
