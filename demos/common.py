@@ -1,11 +1,12 @@
 """What both demos share (:mod:`demos.real.pipeline`, :mod:`demos.toy.pipeline`): running their declared stages
-through the stage runner (``trainer/core/stages.py``), the thread setting, writing the results at the end, and the
-SCOPE training plot of both reports."""
+through the stage runner (``trainer/core/stages.py``) in an out dir that keeps one run (:class:`DemoRun`), the
+thread setting, writing the results at the end, and the SCOPE training plot of both reports."""
 
 from __future__ import annotations
 
+import contextlib
 import json
-import shutil
+import sys
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -21,9 +22,37 @@ def set_threads(n: int | None) -> None:
         torch.set_num_threads(n)
 
 
+RECORD = "demo.json"  # the out dir's demo, seed and settings
+WRITES = (RECORD, "stages", "summary.json", "report.md")  # what shows that an out dir holds a demo run
+
+
+def refuse(message: str) -> None:
+    """Refuse to run, in one line on stderr: exit 2 (nothing was run or changed)."""
+    print(f"[demo] refused: {message}", file=sys.stderr, flush=True)
+    raise SystemExit(2)
+
+
+def demo_settings(cfg) -> dict:
+    """What a demo run's results depend on (``demo.json``): the demo, the seed and the demo's own settings (every
+    key of ``conf/demo.yaml`` but ``out`` and ``overwrite``; demo=real: the ``real`` section; demo=toy: the rest)."""
+    from omegaconf import OmegaConf
+
+    keys = OmegaConf.to_container(cfg, resolve=True)
+    own = {"real": keys["real"]} if cfg.demo == "real" else {
+        k: v for k, v in keys.items() if k not in ("demo", "seed", "out", "overwrite", "real")}
+    return {"demo": keys["demo"], "seed": keys["seed"], "settings": own}
+
+
 class DemoRun:
     """One demo run into ``cfg.out``: its stages run by name through the stage runner, with the recipes' ``run``
-    functions (``runners``) and ``compose`` handed down by the entry point (``recipes/demo.py``)."""
+    functions (``runners``) and ``compose`` handed down by the entry point (``recipes/demo.py``).
+
+    The out dir is one run's: ``demo.json`` records its demo, seed and settings. The same command again (after an
+    interrupt, or after it finished) continues that run: every finished stage whose provenance matches is reused,
+    an interrupted training stage resumes from its newest complete checkpoint. Another demo, seed or settings into
+    it is refused in one line, or, with ``overwrite=true``, the old run is moved aside to ``<out>.old-<n>`` first.
+    A second demo into an out dir in use is refused by its lock (``<out>/.lock``); ``demo.log`` is written only
+    under the lock."""
 
     def __init__(self, cfg, *, compose: Callable[[str, list[str]], Any], runners: dict[str, Callable],
                  threads: int | None):
@@ -31,23 +60,58 @@ class DemoRun:
 
         self.cfg = cfg
         self.out = Path(cfg.out).expanduser().resolve()
-        self.runner = StageRunner(self.out, seed=cfg.seed, compose=compose, runners=runners, prefix="[demo]")
+        # a stage whose start or inputs changed since (e.g. the cached model converted again) is run again, the old
+        # one moved aside: the out dir's settings are fixed, so nothing else can have changed it
+        self.runner = StageRunner(self.out, seed=cfg.seed, compose=compose, runners=runners, prefix="[demo]",
+                                  rerun_stale=True)
         set_threads(threads)
 
-    def run(self, stages: list, summarise: Callable[[dict[str, Any]], dict]) -> dict:
-        """Compose every stage's config (a bad override fails before anything runs), then run the stages;
-        returns ``summarise(results)`` with the stage and wall times."""
+    def claim(self) -> None:
+        """Under the out dir's lock: the out dir is new, or holds a run of this demo, seed and settings (continued);
+        else refused, or moved aside with ``overwrite=true``. Then ``demo.json`` records this run's."""
+        from eval_hooks.io import write_json_atomic
+        from trainer.core.run_dir import config_differences, move_aside
+
+        now, record = demo_settings(self.cfg), self.out / RECORD
+        held = [name for name in WRITES if (self.out / name).exists()]
+        if held and self.cfg.overwrite:
+            self.runner.log(f"overwrite=true: moved the earlier run in {self.out} to {move_aside(self.out)}")
+        elif held:
+            saved = json.loads(record.read_text()) if record.is_file() else None
+            diffs = config_differences(saved, now) if saved is not None else [
+                f"no {RECORD} (a run of an earlier version, of unknown seed and settings: {', '.join(held)})"]
+            if diffs:
+                refuse(f"{self.out} holds a demo run of other settings ({'; '.join(diffs)}); it is kept. Pass "
+                       f"overwrite=true to move it aside to {self.out.name}.old-<n>, or choose another out=")
+            self.runner.log(f"continuing the run in {self.out} (same demo, seed and settings): finished stages are "
+                            f"reused")
+        write_json_atomic(record, now)
+
+    def run(self, stages: list, summarise: Callable[[dict[str, Any]], dict], write_report: Callable[[dict, Path], Any],
+            print_table: Callable[[dict], None], targets: Callable[[dict], dict] | None = None) -> dict:
+        """Compose every stage's config (a bad override fails before anything runs), take the out dir (lock,
+        ``demo.json``), run the stages and write ``summary.json`` (``summarise(results)`` with the stage and wall
+        times, and ``targets(summary)``) and the report; print the table; return the summary."""
+        from trainer.core.run_dir import RunDirLocked
+
         t_start = time.time()
         self.runner.check(stages)
-        if (self.out / "stages").exists():
-            shutil.rmtree(self.out / "stages")  # a demo run always starts from scratch (seeds make it repeatable)
-        (self.out / "stages").mkdir(parents=True)
-        summary = summarise(self.runner.run_all(stages))
-        summary["stage_seconds"] = self.runner.timings
-        summary["wall_seconds"] = round(time.time() - t_start, 1)
-        return summary
+        with contextlib.ExitStack() as held:
+            try:
+                held.enter_context(self.runner.hold("demo.log", claim=self.claim, key="out"))
+            except RunDirLocked as e:
+                refuse(str(e))
+            summary = summarise(self.runner.run_all(stages))
+            summary["stage_seconds"] = self.runner.timings
+            summary["wall_seconds"] = round(time.time() - t_start, 1)
+            reused = [name for name, r in self.runner.records.items() if r.get("status") == "skipped"]
+            if reused:  # finished by an earlier run of the same command: their time is not in this run's
+                summary["reused_stages"] = reused
+            if targets is not None:
+                summary["targets"] = targets(summary)
+            return self.finish(summary, write_report, print_table)
 
-    def finish(self, summary: dict, write_report: Callable[[dict, Path], None],
+    def finish(self, summary: dict, write_report: Callable[[dict, Path], Any],
                print_table: Callable[[dict], None]) -> dict:
         """Write ``<out>/summary.json`` and the report (``report.md`` and plots), print the table; return ``summary``."""
         from eval_hooks.io import write_json_atomic
@@ -58,6 +122,16 @@ class DemoRun:
         print(f"[demo] done in {summary['wall_seconds']:.0f} s: {self.out / 'report.md'}, {self.out / 'summary.json'}",
               flush=True)
         return summary
+
+
+def wall_line(summary: dict) -> str:
+    """The report's line of wall and stage times (and the stages a continued run reused, whose time is not in it)."""
+    line = (f"Wall time: {summary['wall_seconds']:.0f} s. Stage times (s): "
+            + ", ".join(f"{k} {v}" for k, v in summary.get("stage_seconds", {}).items()))
+    if summary.get("reused_stages"):
+        line += (". Reused from an earlier run of the same command (their time is not counted): "
+                 + ", ".join(summary["reused_stages"]))
+    return line
 
 
 def draw_scope_training(ax, ax2, metrics_path: Path) -> None:

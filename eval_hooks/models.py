@@ -16,7 +16,8 @@ import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from .model_source import cache_root, cached_build, ensure_gguf_converted, gguf_file, is_gguf_source
+from .model_cache import cache_root, cached_build, check_cache_entry  # noqa: F401 - cache_root is imported from here
+from .model_source import check_gguf_file, ensure_gguf_converted, gguf_file, is_gguf_source
 
 # Special tokens of the byte tokenizer. Ids 0..N-1 are these, then the 256 bytes.
 SPECIAL_TOKENS = ["<pad>", "<s>", "</s>", "<|system|>", "<|user|>", "<|assistant|>", "<|end|>"]
@@ -132,12 +133,15 @@ def ensure_tiny_model(name: str = "tiny", root: str | Path | None = None) -> Pat
 
 def resolve_model_path(path: str) -> str:
     """``tiny`` / ``tiny:<preset>`` -> cached directory; a ``.gguf`` file or ``pkg:<module>`` -> its cached
-    dequantized safetensors directory (converted once, ``eval_hooks/model_source.py``); anything else unchanged."""
+    dequantized safetensors directory (converted once, ``eval_hooks/model_source.py``); anything else unchanged.
+    Cache entries are checked on every call (``eval_hooks/model_cache.py``), also when named by their directory
+    (a damaged one is then refused, naming the remedy)."""
     if path == "tiny" or path.startswith("tiny:") or path in TINY_PRESETS:
         name = path.split(":", 1)[1] if ":" in path else path
         return str(ensure_tiny_model(name))
     if is_gguf_source(path):
         return str(ensure_gguf_converted(path))
+    check_cache_entry(path)
     return path
 
 
@@ -146,7 +150,7 @@ def check_model_path(path: str, field: str = "model.path") -> None:
     if path == "tiny" or path.startswith("tiny:") or path in TINY_PRESETS:
         return
     if is_gguf_source(path):
-        gguf_file(path, field)  # names the install command when a pkg: package is absent
+        check_gguf_file(gguf_file(path, field), field)  # names the install command when a pkg: package is absent
         return
     looks_local = path.startswith(("/", ".", "~")) or os.sep in path and Path(path).parent.exists()
     if looks_local and not Path(path).expanduser().exists():

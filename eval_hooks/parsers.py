@@ -18,8 +18,9 @@ Canonical forms:
   of 40, and of 0.4), scientific ``1.2e4`` / ``1.2 \\times 10^{4}``, the Unicode minus ``−``;
 - multiple_choice: the option letter (``"B"``); boolean: ``"true"`` / ``"false"``;
 - fork (Taste, the published runner's stricter rule, see ``parse_fork_answer``): ``"A"`` / ``"B"``; label (Med): ``Higher | Lower | No Difference | Uncertain``;
-- short_text (a name: a city, a country): the normalised answer text (``normalize_short_text``), see
-  ``parse_short_text`` for the rule.
+- short_text (a name: a city, a country): the normalised name the response commits to (``normalize_short_text``),
+  or None for no answer and for a hedge (two candidates offered as alternatives: status ``hedged``); see
+  ``read_short_text`` for the rule, eval_hooks/FORMATS.md for it in full.
 
 The answer types are a registry, :data:`ANSWER_TYPES` (name -> :class:`AnswerType`): each entry holds its parser,
 its normaliser and comparison, its candidates (what counts as ``candidate`` in :func:`answer_status`), the text that
@@ -35,7 +36,7 @@ import unicodedata
 from dataclasses import dataclass
 from decimal import Decimal, localcontext
 from fractions import Fraction
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, NamedTuple, Sequence
 
 MED_LABELS = ("Higher", "Lower", "No Difference", "Uncertain")
 FORK_LETTERS = ("A", "B")
@@ -447,80 +448,301 @@ def normalize_label(value: Any, labels: Sequence[str] = MED_LABELS) -> str | Non
 # -- short text (a name: a city, a country) ---------------------------------------------------------------
 
 _ARTICLE_WORDS = ("the", "a", "an")
+#: Words that are never a name: a short_text gold, alias or wrong value equal to one (after normalisation) is refused
+#: when the data loads (an alias "The" would match "It is the one in the west").
+STOP_WORDS = frozenset((
+    "the", "a", "an", "of", "and", "or", "in", "on", "at", "to", "from", "by", "for", "with", "as", "is", "are", "was",
+    "be", "it", "its", "this", "that", "not", "no", "yes", "but", "if", "so", "one", "he", "she", "they", "we", "i",
+    "you"))
 _NON_WORD = re.compile(r"[\W_]+")
-# Sentence ends: . ! ? followed by a space or the end (not after a capital letter, so "D.C." and "St." stay whole),
-# or a line break.
+# Sentence ends: . ! ? followed by a space or the end, or a line break; not after a capital letter ("D.C.") or an
+# abbreviation inside a name (_ABBREVIATIONS: "St. Petersburg", "Mt. Kenya", "Ft. Worth").
 _SENTENCE_END = re.compile(r"(?<![A-Z])[.!?](?=\s|$)|\n")
+_ABBREVIATIONS = frozenset(("st", "ste", "mt", "mts", "ft", "pt", "dr", "mr", "mrs", "ms", "jr", "sr", "prof", "gen",
+                            "lt", "col", "capt", "sgt", "rev", "fr", "vs", "approx"))
+_WORD_BEFORE = re.compile(r"(\w+)$")
+#: Abbreviations inside names, read as the word they stand for ("St. Petersburg" = "Saint Petersburg").
+_NAME_ABBREVIATIONS = {"st": "saint", "ste": "sainte", "mt": "mount", "ft": "fort"}
 _CLAUSE_END = re.compile(r"[,;:(]")
 _COPULA = re.compile(r"\b(?:is|are|was|would be|should be)\b", re.IGNORECASE)
-_NO_ANSWER_WORDS = re.compile(r"\b(?:i don'?t know|i do not know|not sure|cannot|can'?t|unable|sorry|no information|"
-                              r"unknown|not (?:possible|provided|given|mentioned))\b", re.IGNORECASE)
+_NO_ANSWER_WORDS = re.compile(
+    r"\b(?:i don['’]?t know|i do not know|not sure|cannot|can['’]?t|unable|sorry|no information|unknown|"
+    r"not (?:possible|provided|given|mentioned|able)|won['’]?t|will not|refuse|decline|as an ai)\b", re.IGNORECASE)
 MAX_SHORT_ANSWER_CHARS = 80
+MAX_SENTENCE_CHARS = 1000  # a sentence is read up to here (a short answer is far shorter; bounds the work)
+
+
+def _accented_script(c: str) -> bool:
+    """Latin and Greek letters, whose combining marks are accents (``á``, ``ç``, ``ά``) that a name is matched
+    without."""
+    return c < "\u0250" or unicodedata.name(c, "").startswith(("LATIN", "GREEK"))
+
+
+def _strip_accents(value: str) -> str:
+    """NFKD, the combining marks on Latin and Greek letters dropped (``Bogotá`` -> ``Bogota``), then NFC: a letter
+    of another script keeps its marks, so no base character changes (``パリ`` stays ``パリ``, not ``ハリ``; ``й``
+    stays ``й``)."""
+    out: list[str] = []
+    for c in unicodedata.normalize("NFKD", value):
+        if unicodedata.combining(c) and out and _accented_script(out[-1]):
+            continue
+        out.append(c)
+    return unicodedata.normalize("NFC", "".join(out))
 
 
 def normalize_short_text(value: Any) -> str | None:
-    """Case-folded, diacritics removed, punctuation turned to spaces, one leading article (the/a/an) dropped:
-    ``"The Hague"`` -> ``"hague"``, ``"Bogotá"`` -> ``"bogota"``, ``"Côte d'Ivoire"`` -> ``"cote d ivoire"``."""
+    """Case-folded, accents removed from Latin and Greek letters, punctuation turned to spaces, the abbreviations
+    St/Ste/Mt/Ft read as Saint/Sainte/Mount/Fort, one leading article (the/a/an) dropped: ``"The Hague"`` ->
+    ``"hague"``, ``"St. Petersburg"`` -> ``"saint petersburg"``, ``"Bogotá"`` -> ``"bogota"``, ``"Côte d'Ivoire"`` ->
+    ``"cote d ivoire"``; letters of other scripts are kept whole (``"パリ"`` -> ``"パリ"``, ``"Київ"`` -> ``"київ"``)."""
     if not isinstance(value, str):
         return None
-    t = "".join(c for c in unicodedata.normalize("NFKD", value) if not unicodedata.combining(c))
-    words = _NON_WORD.sub(" ", t.casefold()).split()
+    words = [_NAME_ABBREVIATIONS.get(w, w) for w in _NON_WORD.sub(" ", _strip_accents(value).casefold()).split()]
     if len(words) > 1 and words[0] in _ARTICLE_WORDS:
         words = words[1:]
     return " ".join(words) or None
 
 
-def committed_span(text: str) -> str:
-    """The part of a response that holds its answer: the text after the last final-answer marker that has any
-    (``The answer is Sofia.``, ``Answer: Sofia``), else the response itself; cut at its first sentence end."""
-    text = _as_text(text)
-    span = next((s for s in reversed(final_answer_spans(text)) if _clean(s)), text)
-    return _SENTENCE_END.split(_clean(span), 1)[0]
+def normalize_short_text_value(value: Any) -> str | None:
+    """A gold, alias or wrong value: :func:`normalize_short_text`, or None (invalid) for a stop word
+    (:data:`STOP_WORDS`: ``"The"``, ``"of"``, ...), which is no name."""
+    n = normalize_short_text(value)
+    return None if n in STOP_WORDS else n
 
 
-def _mentions(norm_span: str, candidates: Sequence[str]) -> list[tuple[int, int, str]]:
-    """Whole-word occurrences ``(start, end, normalised candidate)`` of the candidates in a normalised span; an
-    occurrence inside a longer one ("Guinea" inside "Equatorial Guinea") is dropped."""
-    padded = f" {norm_span} "
-    hits = []
-    for c in candidates:
-        n = normalize_short_text(c)
-        if not n:
+def _sentences(span: str) -> list[str]:
+    """``span`` cut at sentence ends (:data:`_SENTENCE_END`, not after an abbreviation of :data:`_ABBREVIATIONS`);
+    a piece that ends with a colon or a copula ("The capital of France is:") is joined with the next non-empty one,
+    so an answer after a colon or a line break is read through."""
+    pieces, start = [], 0
+    for m in _SENTENCE_END.finditer(span):
+        before = _WORD_BEFORE.search(span[max(0, m.start() - 8):m.start()])
+        if m.group() == "." and before and before.group(1).casefold() in _ABBREVIATIONS:
             continue
-        start = padded.find(f" {n} ")
-        while start != -1:
-            hits.append((start, start + len(n) + 1, n))
-            start = padded.find(f" {n} ", start + 1)
+        pieces.append(span[start:m.end()])
+        start = m.end()
+    pieces.append(span[start:])
+    out: list[str] = []
+    for piece in (p.strip() for p in pieces):
+        if not piece.strip(".!? \t"):
+            continue
+        if out and re.search(r"(?::|\b(?:is|are|was))\s*$", out[-1], re.IGNORECASE):
+            out[-1] = f"{out[-1]} {piece}"
+        else:
+            out.append(piece)
+    return out
+
+
+# Tokens of a folded sentence: words, and the punctuation marks that end a clause.
+_TOKEN = re.compile(r"[^\W_]+|[,;:()\[\]—–]|\s-\s")
+_CLAUSE_WORDS = frozenset(("but", "while", "whereas", "although", "though", "however", "yet", "unlike", "besides",
+                           "except"))
+_ASIDE_OPENERS = frozenset(("while", "whereas", "although", "though", "unlike", "besides", "except"))
+_NEGATIONS = frozenset(("not", "never", "nor", "neither"))
+_NEGATION_PHRASES = (("rather", "than"), ("instead", "of"), ("as", "opposed", "to"), ("other", "than"))
+_NT_VERBS = frozenset(("isn", "wasn", "aren", "weren", "doesn", "don", "didn", "can", "couldn", "won", "wouldn", "ain"))
+_COPULA_WORDS = frozenset(("is", "was", "are", "were", "be"))
+_WRONG_WORDS = frozenset(("wrong", "incorrect", "false", "mistaken", "inaccurate", "untrue", "erroneous", "mistake",
+                          "error"))
+_NOT_THE_ANSWER = frozenset(("capital", "answer", "correct", "right", "true"))
+_CORRECTIONS = (("no", "wait"), ("wait",), ("no", "actually"), ("no",), ("sorry",), ("correction",), ("i", "mean"),
+                ("i", "meant"), ("or", "rather"), ("rather",), ("scratch", "that"), ("my", "mistake"), ("oops",))
+
+
+class _Sentence:
+    """A sentence (or the part after a self-correction) as folded words with their clause numbers."""
+
+    def __init__(self, text: str):
+        text = text[:MAX_SENTENCE_CHARS]
+        self.words: list[str] = []
+        self.clause: list[int] = []
+        self.after_mark: list[bool] = []  # the word follows a clause mark directly
+        clause, marked = 0, True
+        for m in _TOKEN.finditer(_strip_accents(text).casefold()):  # "isn't" -> isn, t
+            tok = m.group().strip()
+            if not tok[0].isalnum():
+                clause, marked = clause + 1, True
+                continue
+            if tok in _CLAUSE_WORDS and self.words:
+                clause += 1
+            self.words.append(_NAME_ABBREVIATIONS.get(tok, tok))
+            self.clause.append(clause)
+            self.after_mark.append(marked)
+            marked = False
+
+    def starts_with(self, i: int, phrase: tuple[str, ...]) -> bool:
+        return tuple(self.words[i:i + len(phrase)]) == phrase
+
+    def negated(self, i: int) -> bool:
+        """A negation in the clause of word ``i``, before it ("not Lyon", "isn't Lyon", "rather than Lyon")."""
+        c, j = self.clause[i], i - 1
+        while j >= 0 and self.clause[j] == c:
+            w = self.words[j]
+            if w in _NEGATIONS or (w == "t" and j > 0 and self.words[j - 1] in _NT_VERBS):
+                return True
+            if any(self.starts_with(j, p) and j + len(p) <= i for p in _NEGATION_PHRASES):
+                return True
+            j -= 1
+        return False
+
+    def called_wrong(self, end: int) -> bool:
+        """The words after a mention (ending at ``end``), in its clause, say it is wrong: "Lyon is wrong",
+        "Lyon is not the capital", "Lyon isn't correct"."""
+        c = self.clause[end - 1]
+        rest = [w for k, w in enumerate(self.words[end:end + 6], start=end) if self.clause[k] == c]
+        if rest[:1] and rest[0] in _COPULA_WORDS | {"s"}:
+            rest = rest[1:]
+        elif rest[:2] and rest[0] in _NT_VERBS and rest[1] == "t":
+            rest = ["not", *rest[2:]]
+        if rest[:1] and rest[0] in _WRONG_WORDS:
+            return True
+        if rest[:1] == ["not"]:
+            rest = [w for w in rest[1:] if w not in _ARTICLE_WORDS]
+            return not rest or rest[0] in _NOT_THE_ANSWER
+        return rest[:2] in (["a", "mistake"], ["an", "error"])
+
+    def set_aside(self, i: int, end: int) -> bool:
+        """The mention ``words[i:end]`` is not offered as the answer: negated, called wrong, or inside an aside
+        clause ("while Lyon is a major city", "although the note says Lyon", "unlike Lyon")."""
+        first = next(k for k in range(i + 1) if self.clause[k] == self.clause[i])
+        return self.negated(i) or self.called_wrong(end) or self.words[first] in _ASIDE_OPENERS
+
+    def correction_at(self, i: int) -> int:
+        """The length of a self-correction marker at word ``i``, else 0: a phrase ("no wait", "i mean", "or
+        rather") anywhere; a single word ("no", "wait", "sorry") only where it opens a clause, and a bare "no" only
+        when a clause mark follows it ("No, it is Paris", not "No other city")."""
+        for p in _CORRECTIONS:
+            if not self.starts_with(i, p) or (len(p) == 1 and not self.after_mark[i]):
+                continue
+            if p == ("no",) and i + 1 < len(self.words) and not self.after_mark[i + 1]:
+                continue
+            return len(p)
+        return 0
+
+
+def _candidate_names(candidates: Sequence[Any]) -> list[tuple[int, tuple[str, ...]]]:
+    """``(answer number, normalised words)`` of each name: a string is an answer of its own, a tuple or list holds
+    the names of one answer (the gold with its aliases)."""
+    out = []
+    for k, group in enumerate(candidates):
+        for name in ([group] if isinstance(group, str) else group):
+            n = normalize_short_text(name)
+            if n:
+                out.append((k, tuple(n.split())))
+    return out
+
+
+def _mentions(words: Sequence[str], names: list[tuple[int, tuple[str, ...]]]) -> list[tuple[int, int, int, str]]:
+    """Whole-word occurrences ``(start, end, answer number, normalised name)`` of the names in ``words``; one inside
+    a longer occurrence ("Guinea" inside "Equatorial Guinea") is dropped."""
+    hits = []
+    for k, name in names:
+        for i in range(len(words) - len(name) + 1):
+            if tuple(words[i:i + len(name)]) == name:
+                hits.append((i, i + len(name), k, " ".join(name)))
     return sorted(h for h in hits if not any(o[0] <= h[0] and h[1] <= o[1] and o[1] - o[0] > h[1] - h[0]
                                              for o in hits))
 
 
-def parse_short_text(text: str, candidates: Sequence[str] = ()) -> str | None:
-    """The name a response commits to, normalised (:func:`normalize_short_text`), or ``None`` (no answer).
+class ShortTextReading(NamedTuple):
+    """What a short_text response commits to: ``answer``, the normalised name (or None), and ``status``:
+    ``answer`` (a candidate or a name outside them), ``hedged`` (two candidates offered as alternatives) or
+    ``no_answer``."""
 
-    Rule (deterministic, never a similarity score): take the committed span (:func:`committed_span`: the text after
-    the last final-answer marker, else the first sentence). Look for the known candidates (the gold, its aliases,
-    the wrong value) in it as whole words after normalisation (a candidate inside a longer one does not count):
-    the answer is the first candidate after the span's first copula (``is``/``are``/``was``: "Mumbai, India, is the
-    capital of Bangladesh." -> ``"bangladesh"``), else the first candidate in the span ("Sofia is the capital of
-    Bulgaria." -> ``"sofia"``). With no candidate in it the answer is outside the candidates: the first clause (up
-    to a comma) after the first copula, or of the whole span, normalised ("The capital of Peru is Cusco." -> ``"cusco"``). A span that is
-    empty, too long to be a name, or declines to answer ("I don't know") is no answer. Not understood: negation
-    ("is not Plovdiv but Sofia" reads as Plovdiv), and a candidate inside a longer name that is not a candidate
-    ("Guinea" in "Equatorial Guinea"; item builders avoid such candidates)."""
-    span = committed_span(text)
-    norm = normalize_short_text(span)
-    if norm is None:
+    answer: str | None
+    status: str
+
+
+_NONE = ShortTextReading(None, "no_answer")
+
+
+def _read_clauses(s: _Sentence, start: int, names) -> ShortTextReading | None:
+    """The reading of ``s.words[start:]``: the candidate it commits to, or a hedge; None when it offers no candidate
+    (names none, or sets aside every one it names)."""
+    mentions = _mentions(s.words[start:], names)
+    if not mentions:
         return None
-    parts = _COPULA.split(span, 1)
+    kept = [(i + start, j + start, k, n) for i, j, k, n in mentions if not s.set_aside(i + start, j + start)]
+    if not kept:
+        return None
+    for (i, _, k, _), (i2, _, k2, _) in zip(kept, kept[1:]):
+        between = s.words[i:i2]
+        if k2 != k and "or" in between and not any(s.starts_with(x, ("or", "rather")) for x in range(i, i2)):
+            return ShortTextReading(None, "hedged")
+    copula = next((x for x in range(start, len(s.words)) if s.words[x] in ("is", "are", "was")
+                   or (s.words[x] == "be" and x > 0 and s.words[x - 1] in ("would", "should"))), None)
+    after = [m for m in kept if copula is not None and m[0] > copula and s.clause[m[0]] == s.clause[copula]]
+    return ShortTextReading((after or kept)[0][3], "answer")
+
+
+def _outside_answer(text: str) -> ShortTextReading:
+    """A sentence naming no candidate: no answer when it declines ("I don't know", "As an AI, I won't answer"),
+    else the first clause after its first copula, normalised ("The capital of Peru is Cusco." -> ``cusco``)."""
+    norm = normalize_short_text(text)
+    if norm is None or _NO_ANSWER_WORDS.search(text):
+        return _NONE
+    parts = _COPULA.split(text, 1)
     tail = normalize_short_text(parts[-1]) if len(parts) == 2 else None
-    hits = (_mentions(tail, candidates) if tail else []) or _mentions(norm, candidates)
-    if hits:
-        return hits[0][2]
-    if _NO_ANSWER_WORDS.search(span):
-        return None
     out = normalize_short_text(_CLAUSE_END.split(parts[-1], 1)[0]) or tail or norm  # its first clause
-    return out if len(out) <= MAX_SHORT_ANSWER_CHARS else None
+    return ShortTextReading(out, "answer") if len(out) <= MAX_SHORT_ANSWER_CHARS else _NONE
+
+
+def _read_sentence(s: _Sentence, names, start: int = 0) -> ShortTextReading | None:
+    """The reading of ``s.words[start:]`` (:func:`_read_clauses`); a self-correction inside it ("Lyon, no wait,
+    Paris") commits to what follows it when that names a candidate."""
+    reading = _read_clauses(s, start, names)
+    for i in range(start + 1, len(s.words)):
+        n = s.correction_at(i)
+        corrected = _read_clauses(s, i + n, names) if n else None
+        if corrected is not None:
+            reading = corrected
+    return reading
+
+
+def _answer_source(text: Any) -> str:
+    text = _as_text(text)
+    return next((s for s in reversed(final_answer_spans(text)) if _clean(s)), text)
+
+
+def read_short_text(text: str, candidates: Sequence[Any] = ()) -> ShortTextReading:
+    """What a response commits to, as ``(answer, status)`` (:class:`ShortTextReading`); ``candidates``: the row's
+    known answers, each a name or a tuple of the names of one answer (``("Kyiv", "Kiev")``).
+
+    Rule (deterministic, never a similarity score), written out in eval_hooks/FORMATS.md: the text after the last
+    final-answer marker, else the whole response, in sentences (an abbreviation inside a name, "St. Petersburg",
+    ends none; a colon or a line break after "is" is read through). Questions ("Sofia? Plovdiv?") commit to nothing
+    while a statement follows; the first statement commits, and a later self-correction ("No wait, Paris.", "No, it
+    is Paris.") replaces it. In a sentence, candidates are found as whole words after normalisation; one the
+    sentence negates or sets aside ("not Lyon", "Lyon is wrong", "while Lyon is a major city") is not offered; two
+    different answers offered as alternatives ("either Paris or Lyon") are a hedge, no committed answer; of the
+    rest, the first after the first copula wins, else the first. A sentence whose candidates are all set aside
+    commits to none; one naming no candidate answers outside the candidates (the first clause after its copula), or
+    declines (``I don't know``, ``As an AI, I won't answer``: no answer)."""
+    names = _candidate_names(candidates)
+    sentences = _sentences(_clean(_answer_source(text)))
+    if not sentences:
+        return _NONE
+    first = next((k for k, s in enumerate(sentences) if not s.endswith("?")), 0)
+    reading = _read_sentence(_Sentence(sentences[first]), names) or _outside_answer(sentences[first])
+    for text_ in sentences[first + 1:]:
+        s = _Sentence(text_)
+        n = s.correction_at(0) if s.words else 0
+        corrected = _read_sentence(s, names, n) if n else None
+        if corrected is not None:
+            reading = corrected
+    return reading
+
+
+def parse_short_text(text: str, candidates: Sequence[Any] = ()) -> str | None:
+    """The name a response commits to, normalised (:func:`normalize_short_text`), or ``None`` (no answer, or a
+    hedge): :func:`read_short_text`'s answer."""
+    return read_short_text(text, candidates).answer
+
+
+def short_text_unanswered(text: str, choices: Any, candidates: Sequence[Any]) -> str:
+    """Why a short_text response has no answer: ``hedged`` (two candidates offered as alternatives) or
+    ``no_answer``."""
+    return "hedged" if read_short_text(text, candidates).status == "hedged" else "no_answer"
 
 
 def _as_text(text: Any) -> str:
@@ -541,8 +763,10 @@ class AnswerType:
       answer of this type (the families refuse such a gold when the data loads).
     - ``match(parsed, value, choices) -> bool``: whether a parsed answer is ``value`` (default: equal to its
       normalised form).
-    - ``candidates(row) -> list``: the row's known answers (default: ``gold``, ``gold_aliases`` when
-      ``aliases``, ``wrong_value``).
+    - ``candidates(row) -> list[tuple]``: the row's known answers, each a tuple of the names of one answer
+      (default: ``(gold, *gold_aliases)`` (the aliases when ``aliases``), ``(wrong_value,)``).
+    - ``unanswered(text, choices, candidates) -> str``: the status of a response that has no answer (default
+      ``no_answer``; short_text: ``hedged`` for two candidates offered as alternatives).
     - ``aliases``: rows of this type may carry ``gold_aliases`` (other names of the gold).
     - ``accepted``: what a valid gold looks like, for error messages.
     - ``budget``: the generation budget (new tokens) that fits a response (:func:`answer_budget`).
@@ -557,7 +781,8 @@ class AnswerType:
     normalize: Callable[[Any, Any], "str | None"]
     accepted: str
     match: "Callable[[str, Any, Any], bool] | None" = None
-    candidates: "Callable[[dict], list] | None" = None
+    candidates: "Callable[[dict], list[tuple]] | None" = None
+    unanswered: "Callable[[str, Any, Sequence[Any]], str] | None" = None
     aliases: bool = False
     budget: int = REASONING_ANSWER_BUDGET
     instruction: str | None = None
@@ -568,11 +793,12 @@ class AnswerType:
         g = self.normalize(value, choices)
         return g is not None and parsed == g
 
-    def known_answers(self, row: dict) -> list:
+    def known_answers(self, row: dict) -> list[tuple]:
         if self.candidates is not None:
             return self.candidates(row)
         aliases = (row.get("gold_aliases") or []) if self.aliases else []
-        return [v for v in (row.get("gold"), *aliases, row.get("wrong_value")) if v is not None]
+        groups = [(row.get("gold"), *aliases), (row.get("wrong_value"),)]
+        return [g for g in (tuple(v for v in group if v is not None) for group in groups) if g]
 
 
 def _numeric_match(parsed: str, value: Any, choices: Any = None) -> bool:
@@ -597,7 +823,7 @@ ANSWER_TYPES: dict[str, AnswerType] = {t.name: t for t in (
         "multiple_choice", parse=lambda text, choices, cands: parse_multiple_choice(text, choices),
         normalize=normalize_choice_gold,
         accepted="an option letter (A, B, ...) within the choices, or the exact text of one choice",
-        candidates=lambda row: choice_letters(row.get("choices")),  # any option is one of the row's answers
+        candidates=lambda row: [(c,) for c in choice_letters(row.get("choices"))],  # any option is an answer
         instruction=_ANSWER_LINE.format("<letter>")),
     AnswerType(
         "numeric", parse=lambda text, choices, cands: parse_numeric(text), normalize=_normalize_number,
@@ -615,9 +841,10 @@ ANSWER_TYPES: dict[str, AnswerType] = {t.name: t for t in (
         normalize=lambda value, choices=None: normalize_label(value), accepted="Higher | Lower | No Difference"),
     AnswerType(
         "short_text", parse=lambda text, choices, cands: parse_short_text(text, cands),
-        normalize=lambda value, choices=None: normalize_short_text(value), aliases=True, budget=32,
-        accepted="a non-empty name such as \"Sofia\" (matched after normalising case, diacritics and a leading "
-                 "article)"),
+        normalize=lambda value, choices=None: normalize_short_text_value(value), aliases=True, budget=32,
+        unanswered=short_text_unanswered,
+        accepted="a non-empty name such as \"Sofia\", not an article or stop word such as \"The\" (matched after "
+                 "normalising case, Latin diacritics and a leading article)"),
 )}
 
 
@@ -677,19 +904,24 @@ def answer_instruction(answer_type_name: str) -> str:
     return instruction
 
 
-def answer_candidates(row: dict) -> list[str]:
-    """A row's known answers that are text (:meth:`AnswerType.known_answers`: short_text: gold, ``gold_aliases``,
-    ``wrong_value``; multiple choice: the option letters), handed to the parser."""
-    return [v for v in answer_type(row["answer_type"]).known_answers(row) if isinstance(v, str)]
+def answer_candidates(row: dict) -> list[tuple[str, ...]]:
+    """A row's known answers, each a tuple of its names that are text (:meth:`AnswerType.known_answers`:
+    short_text: ``(gold, *gold_aliases)``, ``(wrong_value,)``; multiple choice: the option letters), handed to the
+    parser."""
+    groups = (tuple(v for v in g if isinstance(v, str)) for g in answer_type(row["answer_type"]).known_answers(row))
+    return [g for g in groups if g]
 
 
-def answer_status(parsed: str | None, row: dict) -> str:
-    """``no_answer`` (nothing parsed), ``candidate`` (one of the row's known answers: the gold, an alias or the
-    wrong value; for multiple choice any option) or ``outside`` (an answer that is none of them)."""
-    if parsed is None:
-        return "no_answer"
+def answer_status(parsed: str | None, row: dict, response: str | None = None) -> str:
+    """``candidate`` (one of the row's known answers: the gold, an alias or the wrong value; for multiple choice
+    any option), ``outside`` (an answer that is none of them), or, with nothing parsed, ``no_answer`` or what the
+    answer type's ``unanswered`` says of ``response`` (short_text: ``hedged``)."""
     t = answer_type(row["answer_type"])
-    if any(t.matches(parsed, v, row.get("choices")) for v in t.known_answers(row)):
+    if parsed is None:
+        if t.unanswered is None or response is None:
+            return "no_answer"
+        return t.unanswered(response, row.get("choices"), answer_candidates(row))
+    if any(t.matches(parsed, v, row.get("choices")) for g in t.known_answers(row) for v in g):
         return "candidate"
     return "outside"
 

@@ -63,7 +63,7 @@ def run(cfg: DictConfig):
     prompt = PromptSettings.from_config(cfg.prompt)
     pairs = apply_length_policy(pairs, tokenizer, max_prompt_len=dcfg.max_prompt_len,
                                 max_completion_len=dcfg.max_completion_len, truncation=dcfg.truncation,
-                                prompt_settings=prompt)
+                                prompt_settings=prompt, on_invalid=dcfg.on_invalid)
     if ctx.is_main:
         write_json_atomic(ctx.run_dir / "data_stats.json", {**pairs.stats, "sampling_mass": mass})
         print(f"[selectrust] pairs: {pairs.stats['per_condition']} dropped: {pairs.stats['dropped']} "

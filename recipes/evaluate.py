@@ -44,7 +44,7 @@ def run(cfg: DictConfig) -> dict:
         except (FileNotFoundError, ValueError) as e:
             raise ConfigError(str(e)) from None
         check_adapter_weights(cfg.adapter_path, cfg.model, "adapter_path")  # finite, and fits model.path
-    validate_knowledge(cfg.knowledge)
+    validate_knowledge(cfg.knowledge, cfg.generation)
     if cfg.knowledge.enabled and (cfg.eval.knowledge_path or not get_family(cfg.eval.family).knowledge_labels):
         raise ConfigError("knowledge.enabled estimates the evaluated model's knowledge of the items from their clean "
                           "rows: it needs a family whose metrics split by knowledge labels (eval.family=mist) and no "
@@ -67,14 +67,12 @@ def estimate_and_attach(rows: list[dict], backend, cfg: DictConfig) -> list[dict
     ``<out_dir>/knowledge.jsonl`` (pass it as ``eval.knowledge_path`` when evaluating the trained model,
     so both runs split by the knowledge the model had *before* training) and attached to the rows."""
     from eval_hooks.io import write_jsonl_atomic
-    from eval_hooks.knowledge import attach_knowledge, estimate_knowledge, knowledge_record
+    from eval_hooks.knowledge import attach_knowledge, estimate_from_config, knowledge_record
     from trainer.evaluation import eval_budget
 
-    k = cfg.knowledge
     clean = [r for r in rows if r["condition"] == "clean"]
-    est = estimate_knowledge(clean, backend, k=k.k, temperature=k.temperature,
-                             known_threshold=k.known_threshold, unknown_threshold=k.unknown_threshold,
-                             max_new_tokens=eval_budget(cfg.eval, clean), seed=cfg.seed)
+    est = estimate_from_config(clean, backend, cfg.knowledge, max_new_tokens=eval_budget(cfg.eval, clean),
+                               seed=cfg.seed)
     path = write_jsonl_atomic(Path(cfg.out_dir) / "knowledge.jsonl", [knowledge_record(e) for e in est.values()])
     return attach_knowledge(rows, path)
 

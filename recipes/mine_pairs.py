@@ -12,8 +12,9 @@ whose text matches ``leak_patterns`` (mentions of a note, hint, answer key, ...)
 wording are dropped. The same (r+, r-) is then written under all four contexts (a quartet).
 
 Knowledge-aware mining (``knowledge.enabled=true``, docs/scope.md#knowledge-aware-scope): each item's
-clean answer is first sampled ``knowledge.k`` times; quartets come from *known* items only and *unknown*
-items give the unknown pools (pair rows with ``pool: unknown_correct`` / ``unknown_irrelevant``).
+clean answer is first sampled ``knowledge.k`` times (and answered greedily with ``knowledge.score=greedy_prob``
+or ``combined``); quartets come from *known* items only and *unknown* items give the unknown pools (pair rows
+with ``pool: unknown_correct`` / ``unknown_irrelevant``).
 
 Outputs in ``out_dir``: ``pairs.jsonl`` (the pair-file format of ``trainer/data/train_data.py``) and
 ``mining_stats.json`` (kept and dropped items, each drop with its reason; with knowledge estimation
@@ -151,12 +152,10 @@ def knowledge_pools(by_item: dict, backend, *, knowledge, model_name: str, max_n
                     seed: int) -> tuple[dict, list[dict], dict]:
     """The knowledge estimate of every item's clean row, then the unknown pools: (estimates, pair rows,
     {item_id: drop reason})."""
-    from eval_hooks.knowledge import estimate_knowledge
+    from eval_hooks.knowledge import estimate_from_config
 
-    est = estimate_knowledge([by_item[i]["clean"] for i in sorted(by_item)], backend, k=knowledge.k,
-                             temperature=knowledge.temperature, known_threshold=knowledge.known_threshold,
-                             unknown_threshold=knowledge.unknown_threshold, max_new_tokens=max_new_tokens,
-                             prompt_settings=prompt_settings, seed=seed)
+    est = estimate_from_config([by_item[i]["clean"] for i in sorted(by_item)], backend, knowledge,
+                               max_new_tokens=max_new_tokens, prompt_settings=prompt_settings, seed=seed)
     extra, dropped = unknown_pairs(by_item, est, backend, knowledge=knowledge, model_name=model_name,
                                    max_new_tokens=max_new_tokens, prompt_settings=prompt_settings)
     return est, extra, dropped
@@ -221,9 +220,11 @@ def unknown_pairs(by_item: dict, est: dict, backend, *, knowledge, model_name: s
         pairs.append({"pair_id": f"unknown-{i}", "condition": "correct", "pool": "unknown_correct",
                       "prompt": row["prompt"], "chosen": text, "rejected": wrong,
                       "chosen_source": "correct_context", **common})
-        if knowledge.unknown_irrelevant and e["modal_answer"] is not None and \
+        # the modal answer must be a wrong one (with score=accuracy the thresholds make it so; the others may not)
+        own = next((t for t, s, ok in zip(e["texts"], e["samples"], e["correct"]) if s == e["modal_answer"] and not ok),
+                   None)
+        if knowledge.unknown_irrelevant and e["modal_answer"] is not None and own is not None and \
                 e["modal_share"] >= knowledge.stable_threshold:
-            own = next(t for t, s in zip(e["texts"], e["samples"]) if s == e["modal_answer"])
             pairs.append({"pair_id": f"unknown-{i}", "condition": "irrelevant", "pool": "unknown_irrelevant",
                           "prompt": by_item[i]["irrelevant"]["prompt"], "chosen": own, "rejected": text,
                           "chosen_source": "clean_modal", **common})
@@ -243,7 +244,7 @@ def run(cfg: DictConfig) -> dict:
     from trainer.core.run import seed_everything
 
     validate_common(cfg)
-    validate_knowledge(cfg.knowledge)
+    validate_knowledge(cfg.knowledge, cfg.generation)
     rows = load_rows("mist", resolve_data_path(cfg.items_path))  # validated before the model loads
     seed_everything(cfg.seed)
     prompt = PromptSettings.from_config(cfg.prompt)

@@ -28,6 +28,22 @@ def load_recipe(name: str):
     return importlib.import_module(f"recipes.{name}")
 
 
+def spy_greedy_memos(monkeypatch) -> list:
+    """The list every :class:`~eval_hooks.backends.base.GreedyMemo` made from now on is appended to (its ``hits``
+    say how many greedy answers it served again)."""
+    from eval_hooks.backends import base
+
+    made = []
+    real_init = base.GreedyMemo.__init__
+
+    def spy(self, inner):
+        real_init(self, inner)
+        made.append(self)
+
+    monkeypatch.setattr(base.GreedyMemo, "__init__", spy)
+    return made
+
+
 def reset_accelerate() -> None:
     from accelerate.state import AcceleratorState, GradientState, PartialState
 

@@ -102,6 +102,23 @@ def test_overlong_prompts_dropped_and_reported(tmp_path):
                                   "data.truncation=error", f"trainer.run_dir={tmp_path / 'r2'}"])
 
 
+def test_pairs_identical_once_truncated_are_dropped_and_reported(tmp_path):
+    """Two quartets whose chosen and rejected differ only past data.max_completion_len: their 8 rows are never
+    trained on, and data_stats.json counts them by reason."""
+    path = _pairs(tmp_path)
+    rows = [json.loads(x) for x in path.read_text().splitlines()]
+    for r in rows:
+        if r["pair_id"] in ("p0", "p1"):
+            r["chosen"], r["rejected"] = "7 because " * 3 + "yes", "7 because " * 3 + "no"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    run_dir = tmp_path / "run"
+    run_recipe("dpo", "dpo", [f"data.train_path={path}", "eval=none", "data.max_completion_len=8",
+                              f"trainer.run_dir={run_dir}", "trainer.max_steps=1", "trainer.progress=false"])
+    stats = json.loads((run_dir / "data_stats.json").read_text())
+    assert stats["dropped"] == {"identical_after_truncation": 8} and stats["rows"] == 40
+    assert stats["per_condition"] == {c: 10 for c in CONDS}
+
+
 def test_precomputed_reference_gives_the_same_run(tmp_path):
     """Reference log-probs computed once up front equal those computed every step (dropout 0, fp32)."""
     common = [f"data.train_path={_pairs(tmp_path)}", "eval=none", "trainer.max_steps=3", "trainer.progress=false"]

@@ -30,17 +30,9 @@ def test_an_evaluation_with_a_one_sample_knowledge_estimate_generates_each_clean
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
-    from eval_hooks.backends import base
-    from recipe_utils import ROOT, load_recipe
+    from recipe_utils import ROOT, load_recipe, spy_greedy_memos
 
-    made = []
-    real_init = base.GreedyMemo.__init__
-
-    def spy(self, inner):
-        real_init(self, inner)
-        made.append(self)
-
-    monkeypatch.setattr(base.GreedyMemo, "__init__", spy)
+    made = spy_greedy_memos(monkeypatch)
     evaluate = load_recipe("evaluate")
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base=None):

@@ -43,3 +43,33 @@ def test_pairs_and_sft_examples_go_through_it(tiny_tokenizer):
     with pytest.raises(DataError, match="example 'e1' has .* prompt and .* target tokens"):
         apply_sft_length_policy(examples, tiny_tokenizer, multi_turn=False, max_prompt_len=16, max_completion_len=8,
                                 truncation="error", prompt_settings=plain)
+
+
+def test_pairs_identical_once_cut_to_max_completion_len_are_dropped_and_counted(tiny_tokenizer):
+    """Chosen and rejected that differ only past data.max_completion_len are the same tokens in training (a DPO
+    margin of 0 by construction): dropped and counted by reason, or an error naming the pair with
+    data.on_invalid=error; a pair that differs within the limit, or is cut but still differs, is kept."""
+    plain = PromptSettings(use_chat_template=False)
+    shared = "The answer is 4 because "  # 24 tokens of the tiny (byte-level) tokenizer
+    rows = [{"pair_id": "same", "condition": "clean", "prompt": "q?", "chosen": shared + "two plus two",
+             "rejected": shared + "of four"},
+            {"pair_id": "differs", "condition": "clean", "prompt": "q?", "chosen": "4", "rejected": "5"},
+            {"pair_id": "cut", "condition": "clean", "prompt": "q?", "chosen": "4" + shared * 2, "rejected": "5" + shared * 2}]
+    pairs = PairSet(rows=rows, stats={"dropped": {"empty_completion": 2}})
+    out = apply_length_policy(pairs, tiny_tokenizer, max_prompt_len=16, max_completion_len=16, truncation="keep_end",
+                              prompt_settings=plain)
+    assert [r["pair_id"] for r in out.rows] == ["differs", "cut"] and out.stats["rows"] == 2
+    assert out.stats["dropped"] == {"empty_completion": 2, "identical_after_truncation": 1}
+    assert out.stats["truncated"]["completions_over_max"] == 2 and out.stats["truncated"]["dropped"] == 0
+    # the same pairs under a limit that reaches past the shared start: nothing identical, nothing dropped
+    wide = apply_length_policy(pairs, tiny_tokenizer, max_prompt_len=16, max_completion_len=32, truncation="keep_end",
+                               prompt_settings=plain)
+    assert len(wide.rows) == 3 and wide.stats["dropped"] == {"empty_completion": 2}
+    with pytest.raises(DataError, match=r"pair 'same' \(clean\): chosen and rejected are identical once cut to "
+                                        r"data.max_completion_len=16") as e:
+        apply_length_policy(pairs, tiny_tokenizer, max_prompt_len=16, max_completion_len=16, truncation="keep_end",
+                            prompt_settings=plain, on_invalid="error")
+    assert e.value.field == "chosen/rejected"
+    with pytest.raises(DataError, match="no usable pairs left"):
+        apply_length_policy(PairSet(rows=rows[:1], stats={}), tiny_tokenizer, max_prompt_len=16, max_completion_len=16,
+                            truncation="keep_start", prompt_settings=plain)

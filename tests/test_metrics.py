@@ -382,6 +382,47 @@ def test_format_compliance_splits_no_answer_from_outside_answers():
     json.dumps(m)
 
 
+def test_hedged_rows_are_counted_apart_and_are_not_compliant():
+    """A hedge is unparsed and commits to no answer (compliance falls), but is counted as ``hedged``, not
+    ``no_answer``; rows scored before the ``hedged`` status existed (no ``answer_status``) count as no answer."""
+    rows = format_rows()
+    for r in rows:
+        if (r["item_id"], r["condition"]) == ("q1", "correct"):
+            r.update(parsed=None, parse_ok=False, correct=False, answer_status="hedged")
+    m = compute_metrics("mist", rows, n_boot=0)
+    assert m["hedged"] == {"clean": 0, "misleading": 0, "correct": 1, "irrelevant": 0}
+    assert m["no_answer"] == {"clean": 0, "misleading": 1, "correct": 0, "irrelevant": 0}
+    assert m["unparsed"] == {"clean": 0, "misleading": 1, "correct": 1, "irrelevant": 0}
+    assert m["format_compliance"] == {"clean": 1.0, "misleading": 0.8, "correct": 0.8, "irrelevant": 1.0}
+    for r in rows:
+        r.pop("answer_status", None)
+    old = compute_metrics("mist", rows, n_boot=0)
+    assert old["hedged"]["correct"] == 0 and old["no_answer"]["correct"] == 1
+
+
+def test_score_cli_writes_hedged_rows_and_counts(tmp_path):
+    """End to end through ``python -m eval_hooks score``: a hedge is ``answer_status: hedged`` (parsed null, not
+    correct) in item_scores.jsonl and ``hedged.<condition>`` in metrics.json, apart from ``no_answer``."""
+    from eval_hooks.__main__ import main
+
+    rows = [{"item_id": f"i{i}", "condition": c, "prompt": f"Q{i} {c}", "answer_type": "short_text", "gold": "Sofia",
+             "wrong_value": "Plovdiv"} for i in range(3) for c in MIST_CONDITIONS]
+    items, responses = tmp_path / "items.jsonl", tmp_path / "responses.jsonl"
+    items.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    responses.write_text("".join(json.dumps({"row_id": f"i{i}/{c}", "response": "It is either Plovdiv or Sofia." if c ==
+                                             "misleading" else "The capital of Bulgaria is Sofia."}) + "\n"
+                                 for i in range(3) for c in MIST_CONDITIONS))
+    assert main(["score", "--family", "mist", "--rows", str(items), "--responses", str(responses), "--out",
+                 str(tmp_path / "out"), "--n-boot", "0"]) == 0
+    m = json.loads((tmp_path / "out" / "metrics.json").read_text())
+    assert m["hedged"] == {"clean": 0, "misleading": 3, "correct": 0, "irrelevant": 0}
+    assert m["no_answer"]["misleading"] == 0 and m["unparsed"]["misleading"] == 3
+    assert m["format_compliance"]["misleading"] == 0.0 and m["accuracy"]["misleading"] == 0.0
+    scores = [json.loads(l) for l in (tmp_path / "out" / "item_scores.jsonl").read_text().splitlines()]
+    hedged = [r for r in scores if r["condition"] == "misleading"]
+    assert all((r["answer_status"], r["parsed"], r["correct"]) == ("hedged", None, False) for r in hedged)
+
+
 def test_compliance_drop_against_a_baseline_warns():
     from eval_hooks.families.mist.metrics import quality_warnings
 

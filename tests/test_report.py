@@ -94,6 +94,18 @@ def test_mist_report_splits_unparsed_into_no_answer_and_outside_candidates(tmp_p
     rows = format_rows()
     metrics = compute_metrics("mist", rows, n_boot=0)
     text = write_report("mist", metrics, rows, tmp_path).read_text()
-    assert "| condition | accuracy | 95% CI | unparsed | no answer | outside candidates | format compliance |" in text
-    assert "| misleading | " in text and " | 1 | 1 | 1 | 80.0% |" in text
-    assert " | 0 | 0 | 1 | 100.0% |" in text  # clean: one answer outside the candidates, full compliance
+    assert ("| condition | accuracy | 95% CI | unparsed | no answer | hedged | outside candidates | format compliance |"
+            in text)
+    assert "| misleading | " in text and " | 1 | 1 | 0 | 1 | 80.0% |" in text
+    assert " | 0 | 0 | 0 | 1 | 100.0% |" in text  # clean: one answer outside the candidates, full compliance
+
+
+def test_mist_report_shows_hedged_rows_apart(tmp_path):
+    """A hedge ("Either Sofia or Plovdiv.") is unparsed and not compliant, but is its own column, not "no answer"."""
+    rows = format_rows()
+    for r in rows:
+        if (r["item_id"], r["condition"]) == ("q1", "correct"):
+            r.update(parsed=None, parse_ok=False, correct=False, answer_status="hedged")
+    metrics = compute_metrics("mist", rows, n_boot=0)
+    text = write_report("mist", metrics, rows, tmp_path).read_text()
+    assert "| hedged |" in text and "| correct | " in text and " | 1 | 0 | 1 | 0 | 80.0% |" in text

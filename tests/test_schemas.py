@@ -93,6 +93,29 @@ def test_mist_bad_input(tmp_path, mutate, line, field, match):
     assert_error(ei, p, line, field)
 
 
+def _short_text_quartet(**fields):
+    conds = ("clean", "misleading", "correct", "irrelevant")
+    return [{"item_id": "k1", "condition": c, "prompt": f"Where? ({c})", "answer_type": "short_text", "gold": "Kyiv",
+             "wrong_value": "Lviv", **fields} for c in conds]
+
+
+@pytest.mark.parametrize("fields, field, match", [
+    # issue 33 WEAK: the alias "The" was accepted, then matched "It is the one in the west: Lviv."
+    ({"gold_aliases": ["Kiev", "The"]}, "gold_aliases", "'The' is not a valid short_text answer.*stop word"),
+    ({"gold_aliases": ["of"]}, "gold_aliases", "'of' is not a valid short_text answer"),
+    ({"wrong_value": "A"}, "wrong_value", "'A' is not a valid short_text answer"),
+    # issue 33 WEAK: an alias equal to the wrong value was reported as the gold being equal to it
+    ({"gold_aliases": ["Kiev", "lviv"]}, "gold_aliases", "gold alias 'lviv' equals the wrong_value 'Lviv'"),
+])
+def test_mist_short_text_aliases_are_checked_when_the_data_loads(tmp_path, fields, field, match):
+    p = write(tmp_path, _short_text_quartet(**fields))
+    with pytest.raises(DataError, match=match) as ei:
+        load_rows("mist", p)
+    assert_error(ei, p, 1, field)
+    assert "equals the gold" not in str(ei.value)
+    assert len(load_rows("mist", write(tmp_path, _short_text_quartet(gold_aliases=["Kiev"])))) == 4
+
+
 def test_mist_gold_formatting_differences_are_not_disagreements(tmp_path):
     rs = records("mist_small.jsonl")
     rs[1]["gold"], rs[2]["gold"] = "18.0", 18

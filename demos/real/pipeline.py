@@ -38,7 +38,7 @@ from ..common import DemoRun
 
 ARMS = {"scope": "scope", "misleading_only": "standard_dpo", "knowledge_aware": "scope_knowledge_aware"}
 TRAIN_RECIPE = "recipe=scope_smollm2_135m"
-TRAIN_COMMON = ["trainer.resume=none", "eval=none", "logger=jsonl"]  # every arm
+TRAIN_COMMON = ["eval=none", "logger=jsonl"]  # every arm
 RECIPES = ("dpo", "evaluate", "mine_pairs")  # the recipes the stages name
 HELDOUT, TRAIN = "facts/facts_heldout.jsonl", "facts/facts_train.jsonl"
 
@@ -116,11 +116,11 @@ def summary_of(cfg: DictConfig, results: dict[str, Any]) -> dict:
 
 def run(cfg: DictConfig, *, compose, runners: dict) -> dict:
     """Run the real-model demo of ``cfg`` (a composed ``conf/demo.yaml``) with the recipes ``runners`` (by name,
-    handed down by ``recipes/demo.py``); write ``summary.json``, ``report.md`` and the plots into ``cfg.out``,
-    print the table; return the summary."""
+    handed down by ``recipes/demo.py``) in ``cfg.out`` (:class:`demos.common.DemoRun`: one run per out dir, continued by
+    the same command); write ``summary.json``, ``report.md`` and the plots there, print the table; return the
+    summary."""
     from .report import check_targets, print_table, write_report
 
     demo = DemoRun(cfg, compose=compose, runners=runners, threads=cfg.real.torch_threads)
-    summary = demo.run(stages(cfg), lambda results: summary_of(cfg, results))
-    summary["targets"] = check_targets(summary)
-    return demo.finish(summary, write_report, print_table)
+    return demo.run(stages(cfg), lambda results: summary_of(cfg, results), write_report, print_table,
+                    targets=check_targets)

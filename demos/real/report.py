@@ -12,7 +12,7 @@ from pathlib import Path
 from eval_hooks.report_kit import ci_text, figure, md_table, pct, save
 from eval_hooks.vocab import MIST_CONDITIONS as CONDS
 
-from ..common import draw_scope_training
+from ..common import draw_scope_training, wall_line
 
 ARMS = ("base", "scope", "misleading_only", "knowledge_aware")
 LABEL = {"base": "base", "scope": "SCOPE", "misleading_only": "misleading-only", "knowledge_aware": "knowledge-aware"}
@@ -46,7 +46,8 @@ def check_targets(summary: dict) -> dict[str, bool]:
             ka is not None and bu is not None and ka >= bu - t["knowledge_aware_unknown_correct_drop_max"])
     out[f"format_compliance >= {t['format_compliance_min']} in every arm and condition"] = all(
         (m["format_compliance"].get(c) or 0) >= t["format_compliance_min"] for m in r.values() for c in CONDS)
-    out[f"wall time <= {t['wall_seconds_max']} s"] = summary.get("wall_seconds", 0) <= t["wall_seconds_max"]
+    if not summary.get("reused_stages"):  # a continued run's wall time is not the pipeline's
+        out[f"wall time <= {t['wall_seconds_max']} s"] = summary.get("wall_seconds", 0) <= t["wall_seconds_max"]
     return out
 
 
@@ -141,8 +142,7 @@ def write_report(summary: dict, out: Path) -> Path:
     kn = m.get("knowledge", {})
     targets = summary.get("targets") or check_targets(summary)
     lines = [f"# selectrust real-model demo: SmolLM2-135M-Instruct on GeoNames facts (seed {summary['seed']})", "",
-             f"Wall time: {summary['wall_seconds']:.0f} s. Stage times (s): "
-             + ", ".join(f"{k} {v}" for k, v in summary.get("stage_seconds", {}).items()), "",
+             wall_line(summary), "",
              "## Matched 4-condition evaluation on held-out facts", "",
              "Held-out items are countries (and their cities) never seen in mining or training. Accuracy per "
              "condition with a 95% bootstrap CI over items; SC2W is the share of clean-correct items that switch "

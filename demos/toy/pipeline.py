@@ -25,7 +25,7 @@ from trainer.core.stages import Stage
 from ..common import DemoRun
 from . import task
 
-TRAIN_COMMON = ["trainer.resume=none", "eval=none", "logger=jsonl"]  # every training stage
+TRAIN_COMMON = ["eval=none", "logger=jsonl"]  # every training stage
 RECIPES = ("sft", "dpo", "grpo", "evaluate", "mine_pairs")  # the recipes the stages name
 
 
@@ -124,8 +124,8 @@ def summary_of(cfg: DictConfig, results: dict[str, Any]) -> dict:
 
 def run(cfg: DictConfig, *, compose, runners: dict) -> dict:
     """Run every stage of ``cfg`` (a composed ``conf/demo.yaml``) with the recipes ``runners`` (by name, handed
-    down by ``recipes/demo.py``); write ``summary.json``, ``report.md`` and the plots into ``cfg.out``, print the
-    table; return the summary."""
+    down by ``recipes/demo.py``) in ``cfg.out`` (:class:`demos.common.DemoRun`: one run per out dir, continued by the
+    same command); write ``summary.json``, ``report.md`` and the plots there, print the table; return the summary."""
     from eval_hooks.models import ensure_tiny_model
     from trainer.data.sources import register_data_source
 
@@ -134,6 +134,5 @@ def run(cfg: DictConfig, *, compose, runners: dict) -> dict:
     # the demo's own source, also when the package metadata (its entry point) is not installed
     register_data_source(task.SCHEME, task.resolve_source)
     demo = DemoRun(cfg, compose=compose, runners=runners, threads=cfg.torch_threads)
-    summary = demo.run(ToyStages(cfg, str(ensure_tiny_model(cfg.stages.model))).all(),
-                       lambda results: summary_of(cfg, results))
-    return demo.finish(summary, write_demo_report, print_table)
+    return demo.run(ToyStages(cfg, str(ensure_tiny_model(cfg.stages.model))).all(),
+                    lambda results: summary_of(cfg, results), write_demo_report, print_table)

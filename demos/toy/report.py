@@ -10,7 +10,7 @@ from pathlib import Path
 
 from eval_hooks.vocab import MIST_CONDITIONS as CONDS
 
-from ..common import draw_scope_training
+from ..common import draw_scope_training, wall_line
 
 TARGETS = {"base_sc2w_min": 0.80, "scope_sc2w_max": 0.15, "scope_clean_correct_min": 0.90,
            "knowledge_aware_unseen_correct_min": 0.90}
@@ -31,8 +31,9 @@ def check_targets(summary: dict) -> dict[str, bool]:
         "SCOPE SC2W <= 15%": s["trained"].get("sc2w") is not None and s["trained"]["sc2w"] <= TARGETS["scope_sc2w_max"],
         "SCOPE clean >= 90%": s["trained"]["accuracy"]["clean"] >= TARGETS["scope_clean_correct_min"],
         "SCOPE correct-context >= 90%": s["trained"]["accuracy"]["correct"] >= TARGETS["scope_clean_correct_min"],
-        "pipeline <= 10 min": summary.get("wall_seconds", 0) <= 600,
     }
+    if not summary.get("reused_stages"):  # a continued run's wall time is not the pipeline's
+        out["pipeline <= 10 min"] = summary.get("wall_seconds", 0) <= 600
     b = summary.get("box2") or {}
     if "base" in b and "sft" in b:
         db, ds = b["base"]["delta"]["bad"], b["sft"]["delta"]["bad"]
@@ -145,8 +146,7 @@ def write_demo_report(summary: dict, out: Path) -> Path:
     s, u, b = summary["scope"], summary.get("scope_unseen", {}), summary.get("box2") or {}
     label = LABEL
     lines = [f"# selectrust demo (seed {summary['seed']})", "",
-             f"Wall time: {summary['wall_seconds']:.0f} s. Stage times (s): "
-             + ", ".join(f"{k} {v}" for k, v in summary.get("stage_seconds", {}).items()), "",
+             wall_line(summary), "",
              "## SCOPE on held-out keys (matched 4-condition evaluation)", "",
              compare_table({label[n]: s[n] for n in ("base", "trained") if n in s}, "mist"), ""]
     if "misleading_only" in s:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from eval_hooks.backends.registry import BACKENDS
 from eval_hooks.families import FAMILIES
+from eval_hooks.knowledge import SCORES as KNOWLEDGE_SCORES
 from eval_hooks.settings import Choice, choice_type
 from trainer.algos.choices import AGGREGATIONS, DPO_LOSS_TYPES, STD_SCALINGS
 from trainer.algos.choices import LEVELS as IS_LEVELS
@@ -49,3 +50,4 @@ TopkSupport = _choices("TopkSupport", TOPK_SUPPORTS)
 DistillSource = _choices("DistillSource", ("files", "toy", "mist"))  # mist: the old spelling of pipeline.kind=opsd
 DistillPipelineKind = _choices("DistillPipelineKind", ("taste", "opsd"))
 DistillPromptStyle = _choices("DistillPromptStyle", ("taste", "compact", "mist"))
+KnowledgeScore = _choices("KnowledgeScore", KNOWLEDGE_SCORES)

@@ -20,8 +20,9 @@ from eval_hooks.families import FAMILIES, settings_fields
 from eval_hooks.settings import setting as schema_field  # a field with its default and help text
 from trainer.config.choices import (Aggregation, Backend, Device, DistillMode, DistillPipelineKind, DistillPromptStyle,
                                     DistillSource, DistillStage, DistillTeacher, DPOLossType, Dtype, Family,
-                                    InitAdapterMode, ISCorrection, LoggerKind, MixedPrecision, OnInvalid, Pairing,
-                                    Reference, Scheduler, StdScaling, TopkSupport, Truncation, Weighting, _choices)
+                                    InitAdapterMode, ISCorrection, KnowledgeScore, LoggerKind, MixedPrecision, OnInvalid,
+                                    Pairing, Reference, Scheduler, StdScaling, TopkSupport, Truncation, Weighting,
+                                    _choices)
 
 _f = schema_field
 
@@ -220,11 +221,13 @@ class DataConfig:
     train_family: Optional[Family] = _f(None, "For recipes that train on evaluation-format items (e.g. box2 for GRPO).")
     train_conditions: list[str] = _f([], "Keep only these conditions/regimes of train_family rows (empty = all).")
     max_prompt_len: int = _f(512, "Max prompt tokens; see truncation.")
-    max_completion_len: int = _f(256, "Max completion tokens; longer completions are cut at the end.")
+    max_completion_len: int = _f(256, "Max completion tokens; longer completions are cut at the end (a pair whose "
+                                      "chosen and rejected are then identical is invalid: see on_invalid).")
     truncation: Truncation = _f("keep_end", "Long prompts: keep_end (drop the start) | keep_start | drop (drop the example) | error.")
     group_by_length: bool = _f(False, "SFT and DPO: sort each window of 16 micro-batches of draws by length, cut it into "
                                       "micro-batches and shuffle their order (less padding; same draws, same mass).")
-    on_invalid: OnInvalid = _f("drop", "Invalid examples (identical chosen/rejected, empty completion, ...): drop (counted, reported) | error.")
+    on_invalid: OnInvalid = _f("drop", "Invalid examples (identical chosen/rejected, also once cut to max_completion_len; "
+                                       "empty completion, ...): drop (counted in data_stats.json by reason) | error.")
     shared_prompt: bool = _f(True, "DPO: run each pair's prompt once for chosen and rejected (one packed prompt+chosen+rejected "
                                    "row, block attention mask, restarted positions; equal to the two-sequence batch within "
                                    "float round-off, fewer tokens). False = two sequences per pair, as TRL.")
@@ -381,13 +384,20 @@ class AdviceConfig:
 
 @dataclass
 class KnowledgeConfig:
-    """Per-item knowledge estimate (docs/scope.md#knowledge-aware-scope)."""
+    """Per-item knowledge estimate (docs/scope.md#knowledge-aware-scope; eval_hooks/knowledge.py)."""
 
     enabled: bool = _f(False, "Estimate per item whether the model knows the answer without context.")
     k: int = _f(4, "Clean samples per item; 1 = one greedy answer.")
     temperature: float = _f(1.0, "Sampling temperature of the k clean samples (ignored when k=1).")
-    known_threshold: float = _f(0.75, "Known: clean accuracy over the k samples >= this.")
-    unknown_threshold: float = _f(0.25, "Unknown: clean accuracy <= this; in between: uncertain (in no new pool).")
+    score: KnowledgeScore = _f("accuracy", "What the thresholds apply to: accuracy = the share of the k clean answers "
+                                           "that are right (k=1: the greedy answer, 1 or 0); greedy_prob = the greedy "
+                                           "clean answer's probability p (geometric mean over its tokens), (1+p)/2 "
+                                           "when right, (1-p)/2 when wrong; combined (k>=2) = the mean of the two. "
+                                           "greedy_prob and combined need token log-probs (not openai_chat).")
+    known_threshold: float = _f(0.75, "Known: score >= this (greedy_prob, combined: must be > 0.5; greedy_prob 0.75 = "
+                                      "right with p >= 0.5).")
+    unknown_threshold: float = _f(0.25, "Unknown: score <= this (greedy_prob, combined: must be < 0.5; greedy_prob 0.25 "
+                                        "= wrong with p >= 0.5); in between: uncertain (in no new pool).")
     unknown_irrelevant: bool = _f(False, "Mining: also build the unknown_irrelevant pool for unknown items whose clean "
                                          "answer is stable.")
     stable_threshold: float = _f(0.75, "Stable: the most frequent clean answer has at least this share of the k samples.")

@@ -261,8 +261,9 @@ def validate_dpo(cfg) -> None:
         raise ConfigError("algo.unknown_irrelevant=true draws from the unknown pools, which have no mass at algo.lambda_u=0")
 
 
-def validate_knowledge(kcfg) -> None:
-    """The ``knowledge`` group of recipes/mine_pairs.py and recipes/evaluate.py (checked before any model loads)."""
+def validate_knowledge(kcfg, generation=None) -> None:
+    """The ``knowledge`` group of recipes/mine_pairs.py and recipes/evaluate.py (checked before any model loads);
+    ``generation``: the run's ``generation`` group (asked whether its backend returns token log-probs)."""
     if not kcfg.enabled:
         return
     if kcfg.k < 1:
@@ -275,6 +276,21 @@ def validate_knowledge(kcfg) -> None:
     if not kcfg.unknown_threshold < kcfg.known_threshold:
         raise ConfigError(f"knowledge.unknown_threshold ({kcfg.unknown_threshold}) must be below "
                           f"knowledge.known_threshold ({kcfg.known_threshold})")
+    if kcfg.score != "accuracy":  # greedy_prob, combined: scored by the greedy answer's probability
+        if kcfg.score == "combined" and kcfg.k < 2:
+            raise ConfigError(f"knowledge.score=combined averages greedy_prob with the accuracy of k >= 2 samples; "
+                              f"got knowledge.k={kcfg.k}")
+        if not kcfg.unknown_threshold < 0.5 < kcfg.known_threshold:
+            raise ConfigError(f"knowledge.score={kcfg.score}: a right greedy answer weighs toward known, a wrong one "
+                              f"toward unknown; it needs knowledge.unknown_threshold < 0.5 < "
+                              f"knowledge.known_threshold, got {kcfg.unknown_threshold} and {kcfg.known_threshold}")
+        if generation is not None:
+            from eval_hooks.backends.registry import capabilities
+
+            if not capabilities(generation.backend, generation).sampled_token_ids:
+                raise ConfigError(f"knowledge.score={kcfg.score} needs the greedy answer's token log-probs, which "
+                                  f"generation={generation.backend} does not return (use {backends_that('sampled_token_ids')}"
+                                  f", or knowledge.score=accuracy)")
     if kcfg.unknown_irrelevant and not kcfg.stable_threshold > kcfg.unknown_threshold:
         raise ConfigError(f"knowledge.stable_threshold ({kcfg.stable_threshold}) must exceed knowledge.unknown_threshold "
                           f"({kcfg.unknown_threshold}) so that a stable unknown item's modal answer is a wrong one")

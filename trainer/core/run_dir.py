@@ -55,9 +55,10 @@ _HELD: dict[str, "RunLock"] = {}  # run dirs this process holds (an in-process r
 class RunLock:
     """Exclusive lock on a run directory; :meth:`acquire` raises :class:`RunDirLocked` naming the holder."""
 
-    def __init__(self, run_dir: Path):
+    def __init__(self, run_dir: Path, key: str = "trainer.run_dir"):
         self.run_dir = Path(run_dir)
         self.path = self.run_dir / LOCK_NAME
+        self.key = key  # the setting that chose the directory (named in a refusal)
         self._fd: int | None = None
 
     def _holder(self) -> dict:
@@ -100,7 +101,7 @@ class RunLock:
         return RunDirLocked(
             f"{self.run_dir} is in use by another run (host {holder.get('host', '?')}, pid {holder.get('pid', '?')}, "
             f"started {holder.get('started', '?')}; lock file {self.path}). Wait for it to finish, stop it, "
-            f"or use another trainer.run_dir.")
+            f"or use another {self.key}.")
 
     def release(self) -> None:
         """Empty the lock file (so no stale holder is reported) and drop the lock; idempotent."""

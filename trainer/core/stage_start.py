@@ -9,6 +9,10 @@ sit on other weights than the ones it would start from now (an earlier stage was
 stage is not complete: the runner refuses, naming both hashes, or retrains it under
 ``trainer.rerun_stale_stages=true``.
 
+A stage's declared inputs (another stage's output: a pairs file, an adapter) are pinned the same way
+(:func:`path_identity`), in ``stage_start.json`` for a training stage and in ``stage_complete.json`` for any
+other (``trainer/core/stages.py``).
+
 A stage whose ``run_complete.json`` exists but whose ``final/`` lost its weights is not finished either:
 :func:`final_is_complete` tells the runner to resume it (from its newest complete checkpoint) or retrain it.
 """
@@ -59,6 +63,21 @@ def _local_dir(path: str) -> Path | None:
 
     p = Path(resolve_model_path(str(path))).expanduser()
     return p.resolve() if p.is_dir() else None
+
+
+def path_identity(path) -> dict:
+    """``{"path", "sha256"}`` of a stage's input: a file's SHA-256, a model or adapter directory's
+    :func:`weights_sha256`, any other directory's files (``trainer.data.pins.tree_sha256``); None for what is not a
+    local path (a hub id, recorded by name)."""
+    local = Path(str(path)).expanduser()
+    if local.is_file():
+        return {"path": str(path), "sha256": _file_sha256(local)}
+    local = _local_dir(path)
+    if local is None:
+        return {"path": str(path), "sha256": None}
+    from trainer.data.pins import tree_sha256
+
+    return {"path": str(path), "sha256": weights_sha256(local) or tree_sha256(local)}
 
 
 def start_identity(cfg) -> dict:

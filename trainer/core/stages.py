@@ -35,8 +35,17 @@ itself (its main process) moves or writes stage files.
 A training stage that stops early (SIGTERM or SIGUSR1, ``trainer.stop_at_step``) has saved its checkpoint: the
 runner prints one line and exits 0, the rule of every entry point (a requeue wrapper reruns a command that exits
 0 without ``run_complete.json``; 1 would mean a failure); running the same command again continues it. Ctrl-C
-exits 130 from the training loop itself, after the same save. :meth:`StageRunner.hold` holds the root's lock
-(one orchestrator per root) and its log file; ``record`` (a chain's ``chain.json``) records each stage.
+exits 130 from the training loop itself, after the same save. A stop signal while any other stage runs (an
+evaluation, a data build, a model loading) ends the process in one line too, exit 0 after SIGTERM and 130 after
+Ctrl-C: that stage keeps nothing, finished stages are kept. :meth:`StageRunner.hold` holds the root's lock (one
+orchestrator per root) and its log file; ``record`` (a chain's ``chain.json``) records each stage.
+
+A recipe stage that is not a training run (an evaluation, pair mining) is recorded when it finishes
+(``stage_complete.json`` in its directory: its composed config, the content hash of each input, its result) and
+reused while that record matches; a record that does not match (other settings, an input that changed) reruns the
+stage, the earlier run moved aside to ``<name>.old-<n>``. A step (``call``) runs every time: steps are cheap (a
+cached conversion, a data build), and the stages reading their output pin it by content. A training stage's
+inputs are pinned in its ``stage_start.json`` with its start weights, under the same rule as those.
 """
 
 from __future__ import annotations
@@ -52,6 +61,19 @@ from typing import Any, Callable
 from trainer.config import ConfigError
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+COMPLETE_RECORD = "stage_complete.json"  # a finished stage that is not a training run: its provenance and result
+
+
+class _StopSignal(Exception):
+    """SIGTERM arrived while a stage ran outside a training loop."""
+
+    def __init__(self, signum: int):
+        super().__init__(f"signal {signum}")
+        self.signum = signum
+
+
+def _read_json(path: Path) -> dict | None:
+    return json.loads(path.read_text()) if path.is_file() else None
 
 
 @dataclass
@@ -208,29 +230,109 @@ class StageRunner:
         return results
 
     def run_stage(self, stage: Stage) -> Any:
-        """Run (or skip, or resume) one stage and time it; a training stage that stopped early ends the process
-        (exit 0, its checkpoint saved). Returns the stage's result: a training stage's ``final/``, a recipe's
-        return value, a step's."""
+        """Run (or reuse, or resume) one stage and time it; a training stage that stopped early, or a stop signal
+        (SIGTERM, Ctrl-C) during any stage, ends the process in one line. Returns the stage's result: a training
+        stage's ``final/``, a recipe's return value, a step's."""
         self._declare(stage)
         t0 = time.time()
-        output = self.stage_dir(stage.name)
-        if stage.call is not None:
-            result = stage.call(output)
-            output = result if isinstance(result, (str, Path)) else output
-            self.records[stage.name] = {"status": "ran"}
-        elif is_training(cfg := self.compose_stage(stage)):
-            result = output = self.train(stage, cfg)
-            if result is None:
-                self._stopped(stage)
-        else:
-            result = self.runners[stage.recipe](cfg)
-            self.records[stage.name] = {"status": "ran"}
+        with self._signals_end(stage):
+            result, output = self._run(stage)
         self.outputs[stage.name] = str(output)
         self.timings[stage.name] = round(time.time() - t0, 1)
         self.log(f"{stage.name}: {self.timings[stage.name]:.0f} s")
         if stage.check is not None:
             stage.check(result)
         return result
+
+    def _run(self, stage: Stage) -> tuple[Any, Any]:
+        """(result, output) of one stage."""
+        out = self.stage_dir(stage.name)
+        if stage.call is not None:  # a step: cheap (a cached conversion, a data build), so run every time
+            result = stage.call(out)
+            self.records[stage.name] = {"status": "ran"}
+            return result, result if isinstance(result, (str, Path)) else out
+        cfg = self.compose_stage(stage)
+        if is_training(cfg):
+            final = self.train(stage, cfg)
+            if final is None:
+                self._stopped(stage)
+            return final, final
+        from omegaconf import OmegaConf
+
+        from .run_dir import schema_defaults
+
+        provenance = {"recipe": stage.recipe, "config": OmegaConf.to_container(cfg, resolve=True)}
+        return self._reuse_or_run(stage, provenance, lambda: self.runners[stage.recipe](cfg),
+                                  defaults=schema_defaults(cfg)), out
+
+    def _reuse_or_run(self, stage: Stage, provenance: dict, run: Callable[[], Any], defaults=None) -> Any:
+        """A recipe stage that is not a training run: reused when its completion record (``stage_complete.json``:
+        its recipe and config, the content hash of each input, its result) matches now; else run (an earlier run
+        of other provenance is moved aside to ``<name>.old-<n>`` first) and recorded."""
+        from eval_hooks.io import write_json_atomic
+
+        from .run_dir import config_differences, move_aside
+        from .stage_start import start_differences
+
+        out = self.stage_dir(stage.name)
+        now = {**provenance, "inputs": self.input_identity(stage)}
+        record = _read_json(out / COMPLETE_RECORD)
+        if record is not None:
+            diffs = [] if record.get("recipe") == stage.recipe else [f"recipe: {record.get('recipe')} != {stage.recipe}"]
+            diffs += config_differences(record.get("config", {}), now["config"], "config.", defaults=defaults)
+            diffs += start_differences(record.get("inputs", {}), now["inputs"])
+            if not diffs:
+                self.log(f"{stage.name}: already complete ({out / COMPLETE_RECORD}), reused")
+                self.records[stage.name] = {"status": "skipped"}
+                return record["result"]
+            self.log(f"{stage.name}: finished with other settings or inputs ({'; '.join(diffs)}): running it again "
+                     f"(the earlier one is moved to {out.name}.old-<n>)")
+            if _main_process():
+                move_aside(out)
+        result = run()
+        if _main_process():
+            write_json_atomic(out / COMPLETE_RECORD, {**now, "result": result})
+        self.records[stage.name] = {"status": "ran"}
+        return result
+
+    def input_identity(self, stage: Stage) -> dict:
+        """``{key: {"path", "sha256"}}`` of the stage's inputs as they are now (``stage_start.path_identity``)."""
+        from .stage_start import path_identity
+
+        out = {}
+        for key, ref in stage.inputs.items():
+            source, _, rest = ref.partition("/")
+            out[key] = path_identity(Path(self.outputs[source]) / rest if rest else self.outputs[source])
+        return out
+
+    @contextlib.contextmanager
+    def _signals_end(self, stage: Stage):
+        """While a stage runs (outside a training loop's own handling), SIGTERM and Ctrl-C end the process in one
+        line: exit 0 for SIGTERM (the stop rule of every entry point), 130 for Ctrl-C; finished stages are kept."""
+        import signal
+
+        def stop(signum, frame):
+            raise _StopSignal(signum)
+
+        try:
+            previous = signal.signal(signal.SIGTERM, stop)
+        except ValueError:  # not the main thread
+            previous = None
+        try:
+            yield
+        except (KeyboardInterrupt, _StopSignal) as e:
+            ctrl_c = isinstance(e, KeyboardInterrupt)
+            self.log(f"stage {stage.name} stopped by {'Ctrl-C' if ctrl_c else 'SIGTERM'} before it finished (finished "
+                     f"stages are kept); run the same command again to continue")
+            raise SystemExit(130 if ctrl_c else 0) from None
+        except SystemExit as e:
+            if e.code == 130:  # Ctrl-C in a training loop, which saved its checkpoint and exits 130 itself
+                self.log(f"stage {stage.name} stopped by Ctrl-C (its checkpoint is saved); run the same command again "
+                         f"to continue")
+            raise
+        finally:
+            if previous is not None:
+                signal.signal(signal.SIGTERM, previous)
 
     def _stopped(self, stage: Stage) -> None:
         """A training stage stopped early after saving its checkpoint: record it, say so in one line, exit 0."""
@@ -257,7 +359,7 @@ class StageRunner:
 
         name, run_dir = stage.name, self.stage_dir(stage.name)
         done = run_dir / "run_complete.json"
-        start, retrain = self._check_start(name, run_dir, cfg)
+        start, retrain = self._check_start(stage, cfg)
         retrain = retrain or (done.exists() and self._final_lost(name, run_dir))
         if retrain == "retrain":  # the trainer's main process moves the old stage to <name>.old-<n>
             cfg = self.compose_stage(stage, extra=("trainer.overwrite=true",))
@@ -288,12 +390,14 @@ class StageRunner:
                               **json.loads(done.read_text())}
         return run_dir / "final"
 
-    def _check_start(self, name: str, run_dir: Path, cfg) -> tuple[dict, str | None]:
-        """(the stage's start now (``stage_start.start_identity``), ``"retrain"`` or None). A recorded start that
-        differs makes the stage stale: refused naming both hashes, or (``rerun_stale``) retrained."""
+    def _check_start(self, stage: Stage, cfg) -> tuple[dict, str | None]:
+        """(the stage's start now (``stage_start.start_identity`` and its inputs' identity), ``"retrain"`` or None).
+        A recorded start that differs makes the stage stale: refused naming both hashes, or (``rerun_stale``)
+        retrained."""
         from .stage_start import read_start, start_differences, start_identity
 
-        now = start_identity(cfg)
+        name, run_dir = stage.name, self.stage_dir(stage.name)
+        now = {**self.input_identity(stage), **start_identity(cfg)}
         recorded = read_start(run_dir)
         diffs = start_differences(recorded, now) if recorded is not None else []
         if not diffs:
@@ -328,11 +432,12 @@ class StageRunner:
         return "retrain"
 
     @contextlib.contextmanager
-    def hold(self, log_name: str):
-        """Hold ``<root>/.lock`` (``trainer.core.run_dir.RunLock``) while the block runs and append this runner's
-        log to ``<root>/<log_name>`` only while holding it: a second orchestrator into the same root is refused
-        (naming the holder) before it writes anything. The log file also receives the process's logging records.
-        (The entry point turns off Hydra's own job log file: conf/chain.yaml.) Other ranks of a launch only print."""
+    def hold(self, log_name: str, *, claim: Callable[[], None] | None = None, key: str = "trainer.run_dir"):
+        """Hold ``<root>/.lock`` (``trainer.core.run_dir.RunLock``; a refusal names ``key``, the setting that chose the
+        root) while the block runs, call ``claim`` (e.g. to check or move aside what the root holds), then append this
+        runner's log to ``<root>/<log_name>``: a second orchestrator into the same root is refused (naming the
+        holder) before it writes anything. The log file also receives the process's logging records. (The entry
+        point turns off Hydra's own job log file: conf/chain.yaml.) Other ranks of a launch only print."""
         import logging
 
         from .run_dir import RunLock
@@ -341,8 +446,14 @@ class StageRunner:
             yield
             return
         self.root.mkdir(parents=True, exist_ok=True)
-        lock = RunLock(self.root).acquire()
-        handler = logging.FileHandler(self.root / log_name)
+        lock = RunLock(self.root, key=key).acquire()
+        try:
+            if claim is not None:
+                claim()
+            handler = logging.FileHandler(self.root / log_name)
+        except BaseException:
+            lock.release()
+            raise
         handler.setFormatter(logging.Formatter("[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"))
         logging.getLogger().addHandler(handler)
         printed = self.log

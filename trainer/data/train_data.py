@@ -389,12 +389,17 @@ def truncation_policy(rows: Sequence, measure: Callable[[Any], tuple[Any, tuple[
 
 
 def apply_length_policy(pairs: PairSet, tokenizer, *, max_prompt_len: int, max_completion_len: int,
-                        truncation: str, prompt_settings=None) -> PairSet:
+                        truncation: str, prompt_settings=None, on_invalid: str = "drop") -> PairSet:
     """:func:`truncation_policy` for preference pairs (prompts over ``max_prompt_len`` or a completion over
-    ``max_completion_len`` tokens); the counts land in ``pairs.stats['truncated']``."""
+    ``max_completion_len`` tokens); the counts land in ``pairs.stats['truncated']``. A kept pair whose chosen
+    and rejected are the same tokens once cut to ``max_completion_len`` (they differ only past it) teaches
+    nothing and its DPO margin is 0 by construction: it is dropped and counted in
+    ``pairs.stats['dropped']['identical_after_truncation']``, or a DataError naming it when ``on_invalid ==
+    'error'`` (``data.on_invalid``)."""
     from trainer.model.logprobs import build_pair_batch
 
     long = Counter()
+    identical: set[tuple[str, str]] = set()
 
     def measure(r):
         r = bound_characters(r, max_prompt_len=max_prompt_len, max_completion_len=max_completion_len,
@@ -404,6 +409,10 @@ def apply_length_policy(pairs: PairSet, tokenizer, *, max_prompt_len: int, max_c
                              truncation="keep_end", prompt_settings=prompt_settings)
         p_long, c_long = bool(b.prompt_truncated.any()), bool(b.completion_truncated.any())
         long.update(prompts=p_long, completions=c_long)
+        # one prompt for both rows: rows of one length and equal tokens are equal completions
+        same = b.completion_lengths[0] == b.completion_lengths[1] and bool((b.input_ids[0] == b.input_ids[1]).all())
+        if c_long and same:
+            identical.add((r["pair_id"], r["condition"]))
         over = None
         if p_long or c_long:
             over = (f"pair {r['pair_id']!r} ({r['condition']}) exceeds data.max_prompt_len={max_prompt_len} / "
@@ -412,7 +421,20 @@ def apply_length_policy(pairs: PairSet, tokenizer, *, max_prompt_len: int, max_c
 
     keep, dropped = truncation_policy(pairs.rows, measure, truncation=truncation, path=pairs.stats.get("path"),
                                       what=f"pair (max_prompt_len={max_prompt_len}, max_completion_len={max_completion_len})")
+    same = [r for r in keep if (r["pair_id"], r["condition"]) in identical]
+    if same and on_invalid == "error":
+        first = same[0]
+        raise DataError(f"pair {first['pair_id']!r} ({first['condition']}): chosen and rejected are identical once "
+                        f"cut to data.max_completion_len={max_completion_len} tokens", path=pairs.stats.get("path"),
+                        field="chosen/rejected", accepted="pairs that differ within data.max_completion_len tokens "
+                                                          "(raise it, or set data.on_invalid=drop)")
+    keep = [r for r in keep if (r["pair_id"], r["condition"]) not in identical]
+    if not keep:
+        raise DataError(f"no usable pairs left: every kept pair's chosen and rejected are identical once cut to "
+                        f"data.max_completion_len={max_completion_len} tokens", path=pairs.stats.get("path"))
     stats = dict(pairs.stats)
+    if same:
+        stats["dropped"] = {**stats.get("dropped", {}), "identical_after_truncation": len(same)}
     stats["truncated"] = {"prompts_over_max": long["prompts"], "completions_over_max": long["completions"],
                           "policy": truncation, "dropped": dropped}
     stats["rows"] = len(keep)

@@ -22,8 +22,7 @@ from eval_hooks.vocab import MIST_CONDITIONS as CONDITIONS
 from trainer.core.stages import Stage
 from trainer.distill.pipeline import DistillPipeline
 
-# The overrides the toy demo adds to every training stage (``TRAIN_COMMON`` of its stages), less
-# ``trainer.resume=none`` (which only matters for a resumed run: here a re-run resumes or skips a finished base).
+# The overrides the toy demo adds to every training stage (``TRAIN_COMMON`` of its stages).
 DEMO_COMMON = ["eval=none", "logger=jsonl"]
 
 

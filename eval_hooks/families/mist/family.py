@@ -50,9 +50,13 @@ class MistFamily(Family):
             gold = check_gold(rec.get("gold"), at, ctx, choices=choices)
             wrong = check_gold(rec.get("wrong_value"), at, ctx, field="wrong_value", choices=choices)
             aliases = _check_aliases(rec, at, ctx)
-            if _same_answer(gold, wrong, at) or wrong in aliases:
+            if _same_answer(gold, wrong, at):
                 raise ctx.error(f"wrong_value {rec['wrong_value']!r} equals the gold {rec['gold']!r}",
                                 "wrong_value", "a valid answer different from the gold")
+            if wrong in aliases:
+                alias = rec["gold_aliases"][aliases.index(wrong)]
+                raise ctx.error(f"gold alias {alias!r} equals the wrong_value {rec['wrong_value']!r}", "gold_aliases",
+                                "other names of the gold, none of them the wrong value")
             conds = by_item.setdefault(item_id, {})
             first_line.setdefault(item_id, line)
             if cond in conds:
@@ -93,11 +97,12 @@ class MistFamily(Family):
 
     def score_row(self, row: dict, response: str) -> dict:
         """Parsed with the row's candidates (short_text: gold, ``gold_aliases``, wrong value); ``answer_status``:
-        no_answer | candidate | outside (``eval_hooks.parsers.answer_status``)."""
+        candidate | outside | no_answer | hedged (short_text: two candidates offered as alternatives, ``parsed``
+        null; ``eval_hooks.parsers.answer_status``)."""
         parsed = parse_row_answer(response, row)
         out = {k: v for k, v in row.items() if k not in ("prompt", "messages")}
         out.update(response=response, parsed=parsed, parse_ok=parsed is not None,
-                   correct=row_answer_matches(parsed, row), answer_status=answer_status(parsed, row))
+                   correct=row_answer_matches(parsed, row), answer_status=answer_status(parsed, row, response))
         return out
 
     def validate_rows(self, records, path):

@@ -100,19 +100,23 @@ MAX_COMPLIANCE_DROP = 0.20   # a larger drop of format compliance against a base
 
 
 def answer_format(item_scores: Sequence[dict]) -> dict[str, dict[str, Any]]:
-    """Per condition: ``no_answer`` (rows with no committed answer), ``outside_candidates`` (an answer that is
-    none of the row's known candidates, row field ``answer_status``) and ``format_compliance`` (the fraction of
-    rows that commit to an answer, 1 - no_answer / rows)."""
+    """Per condition: ``no_answer`` (rows with no answer at all), ``hedged`` (rows offering two candidates as
+    alternatives, row field ``answer_status``: no committed answer either, counted apart), ``outside_candidates``
+    (an answer that is none of the row's known candidates) and ``format_compliance`` (the fraction of rows that
+    commit to an answer, 1 - (no_answer + hedged) / rows)."""
     n = {c: 0 for c in MIST_CONDITIONS}
     none = {c: 0 for c in MIST_CONDITIONS}
+    hedged = {c: 0 for c in MIST_CONDITIONS}
     outside = {c: 0 for c in MIST_CONDITIONS}
     for row in item_scores:
         c = row["condition"]
         n[c] += 1
-        none[c] += not row.get("parse_ok", True)
-        outside[c] += row.get("answer_status") == "outside"
-    return {"no_answer": none, "outside_candidates": outside,
-            "format_compliance": {c: (1.0 - none[c] / n[c]) if n[c] else None for c in MIST_CONDITIONS}}
+        status = row.get("answer_status")
+        hedged[c] += status == "hedged"
+        none[c] += not row.get("parse_ok", True) and status != "hedged"
+        outside[c] += status == "outside"
+    return {"no_answer": none, "hedged": hedged, "outside_candidates": outside,
+            "format_compliance": {c: (1.0 - (none[c] + hedged[c]) / n[c]) if n[c] else None for c in MIST_CONDITIONS}}
 
 
 def quality_warnings(metrics: dict, baseline: dict | None = None) -> list[str]:
@@ -133,7 +137,8 @@ def quality_warnings(metrics: dict, baseline: dict | None = None) -> list[str]:
 
 
 def unparsed_counts(item_scores: Sequence[dict]) -> dict[str, int]:
-    """Rows whose response had no parsable final answer (``parse_ok`` false), per condition."""
+    """Rows whose response had no parsable final answer (``parse_ok`` false: no answer, or a hedge), per
+    condition."""
     counts = {c: 0 for c in MIST_CONDITIONS}
     for row in item_scores:
         if not row.get("parse_ok", True):
@@ -235,8 +240,9 @@ def mist_metrics(item_scores: Sequence[dict], *, n_boot: int = 1000, seed: int =
 
     Keys: ``accuracy.{clean,misleading,correct,irrelevant}``, ``overall``, ``sc2w``, ``n_items``,
     ``n_clean_correct``, ``ci`` (same nesting, ``[lo, hi]`` 95% paired-bootstrap intervals; absent
-    when ``n_boot == 0``), ``bootstrap`` (settings), ``unparsed.<condition>`` (counts: no answer),
-    ``no_answer.<condition>``, ``outside_candidates.<condition>``, ``format_compliance.<condition>``
+    when ``n_boot == 0``), ``bootstrap`` (settings), ``unparsed.<condition>`` (counts: no answer or hedged),
+    ``no_answer.<condition>``, ``hedged.<condition>``, ``outside_candidates.<condition>``,
+    ``format_compliance.<condition>``
     (:func:`answer_format`), ``warnings`` (:func:`quality_warnings`, without a baseline) and
     ``slices.<attribute>.<value>`` (same keys per slice, no CIs); with knowledge-labelled rows also
     ``by_knowledge`` and ``unknown_correct_accuracy`` (:func:`knowledge_split`). ``slice_by`` defaults to those of

@@ -1,0 +1,285 @@
+"""Split, leak rule, size caps and the output files of the facts set (:func:`build_facts`, :func:`build_dir`)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+from collections import Counter
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+
+from ...io import DataError, write_json_atomic, write_jsonl_atomic
+from ...parsers import normalize_short_text
+from ...vocab import MIST_CONDITIONS
+from .relations import RELATIONS, Geo, related
+from .source import load_geonames
+from .wording import fixed_text, item_rows
+
+SIDES = ("train", "heldout", "transfer")
+
+
+@dataclass(frozen=True)
+class FactsSettings:
+    """What ``build-facts`` builds. The defaults are the ``small`` size (the default demo's); :data:`SIZES` holds the
+    other sizes' overrides, and :meth:`for_size` applies them."""
+
+    seed: int = field(default=0, metadata={"help": "seed of the split and of every draw"})
+    heldout_fraction: float = field(default=0.4, metadata={
+        "help": "share of the split groups (countries; US states for us_state) held out, strictly between 0 and 1"})
+    relations: tuple[str, ...] = field(default=("capital", "city_country"), metadata={
+        "help": "relations trained on and held out (the main held-out set), comma-separated"})
+    transfer_relation: str | None = field(default="continent", metadata={
+        "help": "the held-out relation, never trained on (facts_transfer.jsonl; its subjects may be trained on under "
+                "other relations); 'none' for none"})
+    min_country_population: int = field(default=500_000, metadata={
+        "help": "countries (and the countries of cities) this large"})
+    min_city_population: int = field(default=1_000_000, metadata={"help": "city_country: cities this large"})
+    max_cities_per_country: int = field(default=3, metadata={
+        "help": "city_country: at most this many (the largest) per country"})
+    min_us_city_population: int = field(default=500_000, metadata={"help": "us_state: US cities this large"})
+    max_cities_per_state: int = field(default=3, metadata={
+        "help": "us_state: at most this many (the largest) per state"})
+    min_wrong_city_population: int = field(default=100_000, metadata={
+        "help": "capital: a wrong capital is a city this large"})
+    max_train_items: int | None = field(default=None, metadata={
+        "help": "at most this many training items (a seeded sample keeping each relation's share); 'none': all"})
+    max_heldout_items: int | None = field(default=None, metadata={"help": "at most this many held-out items"})
+    max_transfer_items: int | None = field(default=60, metadata={"help": "at most this many transfer items"})
+
+    def __post_init__(self):
+        object.__setattr__(self, "relations", tuple(self.relations))
+        if not 0 < self.heldout_fraction < 1:  # NaN fails this too
+            raise DataError(f"must lie strictly between 0 and 1 (a share of the countries), got "
+                            f"{self.heldout_fraction}", field="heldout_fraction (--heldout-fraction)")
+        known = ", ".join(RELATIONS)
+        bad = [r for r in self.relations if r not in RELATIONS]
+        if bad or not self.relations or len(set(self.relations)) != len(self.relations):
+            raise DataError(f"expected distinct names among {known}, got {list(self.relations)}",
+                            field="relations (--relations)")
+        if self.transfer_relation is not None and (self.transfer_relation not in RELATIONS
+                                                   or self.transfer_relation in self.relations):
+            raise DataError(f"expected one of {known} that is not trained on ({list(self.relations)}), or none, got "
+                            f"{self.transfer_relation!r}", field="transfer_relation (--transfer-relation)")
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if f.name.startswith(("min_", "max_")) and v is not None and (not isinstance(v, int) or v < 0):
+                raise DataError(f"expected a whole number >= 0, got {v!r}", field=f.name)
+
+    @classmethod
+    def for_size(cls, size: str = "small", **overrides) -> "FactsSettings":
+        """The settings of ``size`` (:data:`SIZES`), with ``overrides`` on top."""
+        if size not in SIZES:
+            raise DataError(f"expected one of {', '.join(SIZES)}, got {size!r}", field="size (--size)")
+        return cls(**{**SIZES[size], **overrides})
+
+
+#: The named sizes: ``small`` for the default demo (within its 10 minutes; today's two relations and a small transfer
+#: set), ``full`` for ``demo=real_full`` (thresholds chosen by measuring the base's clean accuracy per relation,
+#: docs/data.md#facts: >= 600 training items and >= 150 held-out items the base answers right on seeds 0-4).
+SIZES = {
+    "small": {},
+    "full": {"relations": ("capital", "capital_country", "city_country", "us_state"), "heldout_fraction": 0.45,
+             "min_country_population": 100_000, "min_city_population": 200_000, "max_cities_per_country": 15,
+             "min_us_city_population": 100_000, "max_cities_per_state": 15, "max_transfer_items": None},
+}
+
+
+def _digest(obj) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _words(text: str) -> str:
+    return f" {normalize_short_text(text) or ''} "
+
+
+def _mentions_any(text: str, names: set[str]) -> bool:
+    w = _words(text)
+    return any(f" {n} " in w for n in names)
+
+
+def _names(item: dict) -> list[str]:
+    """An item's subject, gold and gold aliases, normalised (what the leak rule looks for)."""
+    return [normalize_short_text(v) for v in (item["subject"], item["gold"], *item["aliases"])]
+
+
+def _with_wrong(item: dict, banned: set[str], seed: int) -> dict | None:
+    """The item with its ``wrong_value``: seeded among the first ``draw_from`` of its options that name nothing in
+    ``banned``; its aliases lose any that name the wrong value. None when no option is left."""
+    options = [o for o in item["wrong_options"] if not _mentions_any(o, banned)]
+    if not options:
+        return None
+    wrong = options[random.Random(f"{seed}|wrong|{item['id']}").randrange(min(item["draw_from"], len(options)))]
+    out = {k: v for k, v in item.items() if k not in ("wrong_options", "draw_from")}
+    return out | {"wrong_value": wrong, "aliases": [a for a in item["aliases"] if not related(a, wrong)]}
+
+
+def _cap(items: list[dict], cap: int | None, seed: int, side: str, drops: dict) -> list[dict]:
+    """At most ``cap`` items: a seeded sample with each relation's share kept (largest remainders)."""
+    if cap is None or len(items) <= cap:
+        return items
+    by_rel: dict[str, list[dict]] = {}
+    for it in items:
+        by_rel.setdefault(it["relation"], []).append(it)
+    exact = {r: cap * len(v) / len(items) for r, v in by_rel.items()}
+    quota = {r: int(q) for r, q in exact.items()}
+    for r in sorted(exact, key=lambda r: (quota[r] - exact[r], r))[:cap - sum(quota.values())]:
+        quota[r] += 1
+    rng = random.Random(f"{seed}|cap|{side}")
+    keep = {id(it) for r, v in by_rel.items() for it in rng.sample(v, quota[r])}
+    for r, v in by_rel.items():
+        drops[r][f"over_{side}_cap"] += len(v) - quota[r]
+    return [it for it in items if id(it) in keep]
+
+
+def _split(items: list[dict], held: set[str], st: FactsSettings, drops: dict, wording: str) -> dict[str, list]:
+    """Items by side with their wrong values, capped: held-out and transfer items first (those whose subject or gold
+    is a word of the fixed wording go), then training items that name no held-out subject or gold (their wrong value
+    drawn among options that name none; an item naming one itself goes), then transfer items whose gold and wrong
+    value are no training item's answer. Transfer items come from every group: the relation is what is held out (no
+    training item has it; its subjects may be trained on under other relations)."""
+    sides = {s: [] for s in SIDES}
+    for it in items:
+        side = "transfer" if it["relation"] not in st.relations else "heldout" if it["group"] in held else "train"
+        if side != "train" and any(f" {n} " in wording for n in _names(it)):
+            drops[it["relation"]]["heldout_name_in_wording"] += 1
+        else:
+            sides[side].append(it)
+    out = {"heldout": _cap([_with_wrong(it, set(), st.seed) for it in sides["heldout"]], st.max_heldout_items,
+                           st.seed, "heldout", drops)}
+    banned = {n for it in out["heldout"] for n in _names(it)}
+    train = []
+    for it in sides["train"]:
+        drawn = None if any(_mentions_any(v, banned) for v in (it["subject"], it["gold"], *it["aliases"])) \
+            else _with_wrong(it, banned, st.seed)
+        if drawn is None:
+            drops[it["relation"]]["train_names_heldout"] += 1
+        else:
+            train.append(drawn)
+    out["train"] = _cap(train, st.max_train_items, st.seed, "train", drops)
+    trained = {normalize_short_text(v) for it in out["train"] for v in (it["gold"], it["wrong_value"])}
+    transfer = []
+    for it in sides["transfer"]:
+        drawn = _with_wrong(it, trained, st.seed)
+        if normalize_short_text(it["gold"]) in trained or drawn is None:
+            drops[it["relation"]]["transfer_answer_in_training"] += 1
+        else:
+            transfer.append(drawn)
+    out["transfer"] = _cap(transfer, st.max_transfer_items, st.seed, "transfer", drops)
+    return {s: out[s] for s in SIDES}
+
+
+def _check_no_leak(train_rows: list[dict], heldout_rows: list[dict]) -> dict:
+    """Every training prompt against every held-out subject, gold and alias; a leak here is a bug of the builder."""
+    banned = {n for r in heldout_rows if r["condition"] == "clean"
+              for n in [normalize_short_text(v) for v in (r["subject"], r["gold"], *r.get("gold_aliases", []))]}
+    leaks = [(r["item_id"], r["condition"]) for r in train_rows if _mentions_any(r["prompt"], banned)]
+    if leaks:
+        raise RuntimeError(f"build-facts: {len(leaks)} training prompts name a held-out subject or gold: {leaks[:5]}")
+    return {"heldout_names": len(banned), "train_prompts_checked": len(train_rows), "train_prompts_naming_heldout": 0}
+
+
+def _candidates(geo: Geo, data: dict, st: FactsSettings, drops: dict) -> list[dict]:
+    """Every relation's items, less those a response could not be read for: the short_text rule matches whole
+    words, so a gold or wrong place inside another country's, capital's or state's name ("Guinea" in "Equatorial
+    Guinea", "Sudan" in "South Sudan", "Virginia" in "West Virginia") would be read from a response naming that
+    place."""
+    places = [n for c in data["countries"] for n in (c["name"], c["capital"])] + list(geo.states.values())
+    names = {f" {normalize_short_text(n)} " for n in places if n}
+
+    def inside(v: str) -> bool:
+        v = f" {normalize_short_text(v)} "
+        return any(v != o and v in o for o in names)
+
+    out = []
+    chosen = [*st.relations, *([st.transfer_relation] if st.transfer_relation else [])]
+    for rel in [r for r in RELATIONS if r in chosen]:  # a fixed order: us_state keeps off city_country's cities
+        for it in RELATIONS[rel].make(geo, st, drops[rel]):
+            if not RELATIONS[rel].places:
+                out.append(it)
+                continue
+            options = [o for o in it["wrong_options"] if not inside(o)]
+            if inside(it["gold"]) or not options:
+                drops[rel]["name_inside_another_name"] += 1
+            else:
+                out.append(it | {"wrong_options": options})
+    return out
+
+
+def build_facts(data: dict, settings: FactsSettings = FactsSettings()) -> tuple[dict[str, list[dict]], dict]:
+    """``({"train": rows, "heldout": rows, "transfer": rows}, stats)`` from :func:`load_geonames` data. Raises
+    :class:`DataError` when a side keeps no item (the transfer side: when a transfer relation is set)."""
+    st = settings
+    drops = {rel: Counter() for rel in RELATIONS}
+    items = _candidates(Geo(data), data, st, drops)
+    made = Counter(it["relation"] for it in items)
+    groups = sorted({it["group"] for it in items if it["relation"] in st.relations})
+    random.Random(st.seed).shuffle(groups)
+    held = set(groups[:round(len(groups) * st.heldout_fraction)])
+    questions = [r.question for r in RELATIONS.values()]
+    sides = _split(items, held, st, drops, _words(fixed_text(questions, [r.fact for r in RELATIONS.values()])))
+    out = {s: [] for s in SIDES}
+    for side, chosen in sides.items():
+        for it in chosen:  # the irrelevant fact: another item of the same relation and side
+            same = [o for o in chosen if o["relation"] == it["relation"] and o is not it
+                    and o["gold"] not in (it["gold"], it["wrong_value"])]
+            if not same:
+                drops[it["relation"]]["no_irrelevant_fact"] += 1
+                continue
+            other = random.Random(f"{st.seed}|irrelevant|{it['id']}").choice(same)
+            rel = RELATIONS[it["relation"]]
+            out[side].extend(item_rows(it, other, rel.question, rel.fact, st.seed, side))
+    n = {s: len(r) // len(MIST_CONDITIONS) for s, r in out.items()}
+    if not n["train"] or not n["heldout"] or (st.transfer_relation and not n["transfer"]):
+        raise DataError(f"the build keeps {n['train']} training, {n['heldout']} held-out and {n['transfer']} transfer "
+                        f"items (of {len(groups)} countries and states, heldout_fraction {st.heldout_fraction}; "
+                        f"dropped: { {r: dict(c) for r, c in drops.items() if c} }); nothing written",
+                        path=data.get("origin"))
+    return out, _stats(data, st, out, drops, made, held, len(groups))
+
+
+def _stats(data: dict, st: FactsSettings, out: dict, drops: dict, made: Counter, held: set, n_groups: int) -> dict:
+    clean = {s: Counter(r["relation"] for r in rows if r["condition"] == "clean") for s, rows in out.items()}
+    chosen = [*st.relations, *([st.transfer_relation] if st.transfer_relation else [])]
+    return {
+        "settings": asdict(st), "origin": data.get("origin"), "attribution": data.get("attribution"),
+        "data_digest": _digest([data["countries"], data["cities"], data.get("us_states", [])]),
+        **{f"{s}_items": sum(c.values()) for s, c in clean.items()},
+        "relations": {rel: {"role": "main" if rel in st.relations else "transfer", "question": RELATIONS[rel].question,
+                            "candidates": made[rel], **{s: clean[s][rel] for s in SIDES},
+                            "dropped": dict(sorted(drops[rel].items()))} for rel in chosen},
+        "by_relation": {s: dict(c) for s, c in clean.items()},
+        "by_wording": {s: dict(sorted(Counter(r["wording"] for r in rows if r["condition"] == "clean").items()))
+                       for s, rows in out.items()},
+        "heldout_groups": len(held), "train_groups": n_groups - len(held),
+        "leak_check": _check_no_leak(out["train"], out["heldout"]),
+    }
+
+
+def check_out_dir(out_dir: str | Path) -> Path:
+    """``out_dir`` as a Path; :class:`DataError` when it, or the nearest existing folder above it, is not a folder."""
+    out = Path(out_dir)
+    existing = next((q for q in (out, *out.parents) if q.exists()), None)
+    if existing is not None and not existing.is_dir():
+        raise DataError("exists and is not a directory (--out names the folder to write the facts files into)",
+                        path=existing)
+    return out
+
+
+def build_dir(out_dir: str | Path, *, size: str = "small", seed: int = 0, source: str | Path | None = None,
+              **overrides) -> dict:
+    """Build the facts set of ``size`` (:data:`SIZES`, ``overrides`` on top) into ``out_dir``: ``facts_train.jsonl``,
+    ``facts_heldout.jsonl``, ``facts_transfer.jsonl`` (the held-out relation) and ``build_stats.json``. Settings,
+    ``out_dir`` and the source are checked before anything is written; a refused build writes nothing."""
+    st = FactsSettings.for_size(size, seed=seed, **overrides)
+    out = check_out_dir(out_dir)
+    splits, stats = build_facts(load_geonames(source), st)
+    stats = {"size": size, **stats}
+    for split, rows in splits.items():
+        path = out / f"facts_{split}.jsonl"
+        if split == "transfer" and not st.transfer_relation:
+            path.unlink(missing_ok=True)  # no held-out relation asked for: no stale file of an earlier build either
+            continue
+        write_jsonl_atomic(path, rows)
+    write_json_atomic(out / "build_stats.json", stats)
+    return stats

@@ -1,0 +1,302 @@
+"""A demo's out dir keeps one run and never mixes runs (issue 33): the stage runner reuses a finished stage whose
+provenance matches and reruns one whose inputs changed; ``demo.json`` records the demo, seed and settings, and
+another seed or settings is refused in one line (``overwrite=true`` moves the old run aside); a second demo into a
+busy out dir is refused by its lock; Ctrl-C or SIGTERM during a stage ends in one line with a truthful exit code.
+
+Fast tests drive the stage runner and ``demos.common.DemoRun`` with fake recipes; the slow ones run the toy demo
+itself (``python recipes/demo.py demo=toy`` with short stages) through the scenarios of the issue."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+from recipe_utils import ROOT
+
+
+# -- fakes: an "evaluate" recipe (a config with out_dir) and a data step ------------------------------------------
+class Fakes:
+    """``evaluate`` counts its calls and writes metrics.json; ``data`` writes items.txt with ``self.items``."""
+
+    def __init__(self):
+        self.calls: list[str] = []
+        self.items = "a b c"
+        self.during_eval = None  # called inside the evaluation (to interrupt it)
+
+    @staticmethod
+    def compose(recipe: str, overrides: list[str]):
+        return OmegaConf.merge({"out_dir": "", "seed": 0, "eval": {"path": None}, "model": {"path": None}},
+                               OmegaConf.from_dotlist(list(overrides)))
+
+    def evaluate(self, cfg) -> dict:
+        self.calls.append(Path(cfg.out_dir).name)
+        if self.during_eval is not None:
+            self.during_eval()
+        n = len(Path(cfg.eval.path).read_text().split())
+        Path(cfg.out_dir).mkdir(parents=True, exist_ok=True)
+        (Path(cfg.out_dir) / "metrics.json").write_text(json.dumps({"n": n, "model": cfg.model.path}))
+        return {"n": n, "model": cfg.model.path}
+
+    def data(self, out: Path) -> Path:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "items.txt").write_text(self.items)
+        return out
+
+    def stages(self, model: str = "m1"):
+        from trainer.core.stages import Stage
+
+        return [Stage("data", call=self.data),
+                Stage("eval_base", "evaluate", [f"model.path={model}"], inputs={"eval.path": "data/items.txt"})]
+
+
+def _runner(root, fakes, **kw):
+    from trainer.core.stages import StageRunner
+
+    return StageRunner(root, seed=0, compose=fakes.compose, runners={"evaluate": fakes.evaluate}, prefix="[demo]", **kw)
+
+
+def test_a_finished_stage_is_reused_while_its_provenance_matches_and_rerun_when_it_does_not(tmp_path):
+    fakes = Fakes()
+    assert _runner(tmp_path, fakes).run_all(fakes.stages())["eval_base"] == {"n": 3, "model": "m1"}
+    record = json.loads((tmp_path / "stages" / "eval_base" / "stage_complete.json").read_text())
+    assert record["recipe"] == "evaluate" and record["config"]["model"]["path"] == "m1"
+    assert record["inputs"]["eval.path"]["sha256"] == hashlib.sha256(b"a b c").hexdigest()
+
+    runner = _runner(tmp_path, fakes)  # the same command again: the evaluation is reused, its result too
+    assert runner.run_all(fakes.stages())["eval_base"] == {"n": 3, "model": "m1"}
+    assert fakes.calls == ["eval_base"] and runner.records["eval_base"]["status"] == "skipped"
+
+    fakes.items = "a b c d"  # an input that changed: run again, the earlier run moved aside (kept)
+    assert _runner(tmp_path, fakes).run_all(fakes.stages())["eval_base"]["n"] == 4
+    assert json.loads((tmp_path / "stages" / "eval_base.old-1" / "metrics.json").read_text())["n"] == 3
+    assert _runner(tmp_path, fakes).run_all(fakes.stages(model="m2"))["eval_base"]["model"] == "m2"  # a setting
+    assert fakes.calls == ["eval_base"] * 3 and (tmp_path / "stages" / "eval_base.old-2").is_dir()
+
+
+@pytest.mark.parametrize("interrupt, code, said", [
+    ("ctrl_c", 130, "stage eval_base stopped by Ctrl-C before it finished"),
+    ("sigterm", 0, "stage eval_base stopped by SIGTERM before it finished")])
+def test_ctrl_c_or_sigterm_during_an_evaluation_ends_in_one_line(tmp_path, capsys, interrupt, code, said):
+    def ctrl_c():
+        raise KeyboardInterrupt
+
+    def sigterm():
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)  # the signal arrives meanwhile
+
+    fakes = Fakes()
+    fakes.during_eval = ctrl_c if interrupt == "ctrl_c" else sigterm
+    handler = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(SystemExit) as e:
+        _runner(tmp_path, fakes).run_all(fakes.stages())
+    assert e.value.code == code and e.value.__suppress_context__  # no traceback of the interrupt
+    out = capsys.readouterr().out.strip().splitlines()
+    assert out[-1].startswith(f"[demo] {said}") and "run the same command again to continue" in out[-1]
+    assert (tmp_path / "stages" / "data" / "items.txt").exists()  # the finished stage is kept
+    assert not (tmp_path / "stages" / "eval_base" / "stage_complete.json").exists()  # the interrupted one is not done
+    assert signal.getsignal(signal.SIGTERM) == handler and fakes.calls == ["eval_base"]
+
+
+# -- DemoRun: the out dir records its run; others are refused or moved aside; one demo at a time -----------------
+def _demo_cfg(out, seed=0, overwrite=False, **real):
+    from demos.config import DemoRunConfig
+
+    return OmegaConf.merge(OmegaConf.structured(DemoRunConfig),
+                           {"out": str(out), "seed": seed, "overwrite": overwrite, "real": real})
+
+
+def _demo(cfg, fakes):
+    from demos.common import DemoRun
+
+    demo = DemoRun(cfg, compose=fakes.compose, runners={"evaluate": fakes.evaluate}, threads=None)
+    return demo.run(fakes.stages(), lambda results: {"seed": cfg.seed, "base": results["eval_base"]},
+                    lambda summary, out: (out / "report.md").write_text(f"seed {summary['seed']}\n"), lambda s: None)
+
+
+def _tree(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_another_seed_or_setting_is_refused_in_one_line_and_overwrite_moves_the_run_aside(tmp_path, capsys):
+    out, fakes = tmp_path / "out", Fakes()
+    summary = _demo(_demo_cfg(out), fakes)
+    assert summary["seed"] == 0 and "reused_stages" not in summary
+    assert json.loads((out / "demo.json").read_text())["seed"] == 0
+    assert _demo(_demo_cfg(out), fakes)["reused_stages"] == ["eval_base"]  # the same command: continued
+    before = _tree(out)
+    for cfg, diff in ((_demo_cfg(out, seed=1), "seed: saved 0 != now 1"),
+                      (_demo_cfg(out, torch_threads=1), "settings.real.torch_threads: saved None != now 1")):
+        capsys.readouterr()
+        with pytest.raises(SystemExit) as e:
+            _demo(cfg, fakes)
+        err = capsys.readouterr().err.strip().splitlines()
+        assert e.value.code == 2 and len(err) == 1 and err[0].startswith("[demo] refused: ") and diff in err[0]
+        assert "overwrite=true" in err[0]
+        assert _tree(out) == before  # nothing moved, deleted or written (demo.log aside: opened after the claim)
+    assert fakes.calls == ["eval_base"]
+
+    summary = _demo(_demo_cfg(out, seed=1, overwrite=True), fakes)
+    assert summary["seed"] == 1 and json.loads((out / "demo.json").read_text())["seed"] == 1
+    old = tmp_path / "out.old-1"
+    assert _tree(old) == {k: v for k, v in before.items() if k != ".lock"}  # all of it (the lock stays in out)
+    assert (out / "report.md").read_text() == "seed 1\n"
+
+
+def test_an_out_dir_of_an_earlier_version_is_refused(tmp_path, capsys):
+    out = tmp_path / "out"
+    (out / "stages" / "eval_base").mkdir(parents=True)
+    (out / "summary.json").write_text('{"seed": 0}')
+    with pytest.raises(SystemExit) as e:
+        _demo(_demo_cfg(out, seed=1), Fakes())
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "no demo.json (a run of an earlier version" in err
+    assert sorted(p.name for p in out.iterdir()) == [".lock", "stages", "summary.json"]
+
+
+HOLD = """
+import sys, time
+from pathlib import Path
+from trainer.core.run_dir import RunLock
+RunLock(Path(sys.argv[1])).acquire()
+print("held", flush=True)
+time.sleep(120)
+"""
+
+
+def test_a_second_demo_into_a_busy_out_dir_is_refused_by_its_lock(tmp_path, capsys):
+    out = tmp_path / "out"
+    out.mkdir()
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(out)], cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        fakes = Fakes()
+        with pytest.raises(SystemExit) as e:
+            _demo(_demo_cfg(out), fakes)
+        err = capsys.readouterr().err.strip().splitlines()
+        assert e.value.code == 2 and len(err) == 1
+        assert f"is in use by another run (host" in err[0] and f"pid {holder.pid}" in err[0] and "another out." in err[0]
+        assert fakes.calls == [] and sorted(p.name for p in out.iterdir()) == [".lock"]
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+# -- the toy demo itself through the issue's scenarios (slow) ------------------------------------------------------
+def _stage(name: str, *overrides: str) -> str:
+    return f"stages.{name}=[" + ",".join(f"'{o}'" for o in overrides) + "]"
+
+
+# Short stages: a base that follows hints after 150 SFT steps (mining keeps about 50 quartets at seed 0), a DPO arm
+# of 40 steps checkpointed every 5; the other arms and Box2 off.
+SHORT = ["demo=toy", "misleading_only=false", "knowledge_aware=false", "box2=false",
+         _stage("base_sft", "algo=sft", "model.lora.enabled=false", "optim.lr=3.0e-3", "optim.batch_size=64",
+                "optim.grad_accum=1", "trainer.max_steps=150", "trainer.save_every=0", "data.max_prompt_len=96",
+                "data.max_completion_len=4", "trainer.progress=false"),
+         _stage("dpo", "model.lora.r=16", "model.lora.alpha=32", "optim.lr=1.0e-3", "optim.batch_size=32",
+                "optim.grad_accum=1", "trainer.max_steps=40", "trainer.save_every=5", "algo.beta=0.5",
+                "data.max_prompt_len=96", "data.max_completion_len=4", "trainer.progress=false")]
+
+
+def _start(out, *args, seed=0):
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    return subprocess.Popen([sys.executable, str(ROOT / "recipes" / "demo.py"), *SHORT, f"out={out}", f"seed={seed}",
+                             *args], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def _wait_for(path: Path, proc, timeout=1800) -> None:
+    deadline = time.time() + timeout
+    while not path.exists():
+        assert proc.poll() is None, f"the demo ended before {path} appeared:\n{proc.stdout.read()[-3000:]}"
+        assert time.time() < deadline, f"no {path} after {timeout} s"
+        time.sleep(0.05)
+
+
+def _finish(proc, timeout=1800) -> tuple[int, str]:
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    finally:
+        if proc.poll() is None:  # timed out (or the test failed meanwhile): end it
+            proc.kill()
+            proc.wait()
+    return proc.returncode, out
+
+
+@pytest.fixture(scope="module")
+def finished_after_sigterm(tmp_path_factory):
+    """The issue's first scenario: SIGTERM while the SCOPE arm trains (after its step-5 checkpoint), then the same
+    command again. Returns (out dir, first output, second output, the files of the stages before the rerun)."""
+    out = tmp_path_factory.mktemp("demo") / "out"
+    proc = _start(out)
+    _wait_for(out / "stages" / "scope" / "checkpoints" / "step_5" / "COMPLETE", proc)
+    os.kill(proc.pid, signal.SIGTERM)
+    code, first = _finish(proc)
+    assert code == 0, first[-3000:]
+    done = {s: (out / "stages" / s / f).read_bytes() for s, f in (("base_sft", "run_complete.json"),
+                                                                  ("eval_base", "metrics.json"),
+                                                                  ("mine", "pairs.jsonl"))}
+    code, second = _finish(_start(out))
+    assert code == 0, second[-3000:]
+    return out, first, second, done
+
+
+@pytest.mark.slow
+def test_sigterm_while_an_arm_trains_then_the_same_command_resumes_it(finished_after_sigterm):
+    out, first, second, done = finished_after_sigterm
+    last = first.strip().splitlines()[-1]
+    assert last.startswith("[demo] stage scope stopped early (its checkpoint is saved); run the same command again")
+    assert "Traceback" not in first
+    # the rerun kept and reused every finished stage, resumed the arm, and wrote the summary of this seed
+    for stage in ("base_sft", "eval_base", "eval_base_unseen", "mine"):
+        assert f"[demo] {stage}: already complete" in second, stage
+    assert "[demo] scope: resuming" in second and "[selectrust] resumed from" in second
+    assert {s: (out / "stages" / s / f).read_bytes() for s, f in (("base_sft", "run_complete.json"),
+                                                                  ("eval_base", "metrics.json"),
+                                                                  ("mine", "pairs.jsonl"))} == done
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["seed"] == 0 and set(summary["reused_stages"]) >= {"base_sft", "eval_base", "mine"}
+    assert summary["scope"]["base"] == json.loads((out / "stages" / "eval_base" / "metrics.json").read_text())
+    assert json.loads((out / "stages" / "scope" / "run_complete.json").read_text())["step"] == 40
+
+
+@pytest.mark.slow
+def test_another_seed_into_a_finished_out_dir_is_refused_and_overwrite_moves_it_aside(finished_after_sigterm):
+    out = finished_after_sigterm[0]
+    before = _tree(out)
+    code, said = _finish(_start(out, seed=1), timeout=600)
+    assert code == 2 and said.strip().splitlines()[-1].startswith("[demo] refused: ") and "seed: saved 0 != now 1" in said
+    assert _tree(out) == before  # every seed-0 stage kept, nothing of seed 1 written
+
+    proc = _start(out, "overwrite=true", seed=1)
+    old = out.with_name("out.old-1")
+    _wait_for(old, proc)  # the seed-0 run is moved aside before any stage of seed 1 runs
+    _wait_for(out / "stages" / "base_sft", proc)
+    os.kill(proc.pid, signal.SIGTERM)
+    code, said = _finish(proc)
+    assert code == 0 and "Traceback" not in said and said.strip().splitlines()[-1].startswith("[demo] stage base_sft")
+    assert _tree(old) == {k: v for k, v in before.items() if k != ".lock"}  # all of it (the lock stays in out)
+    assert json.loads((out / "demo.json").read_text())["seed"] == 1 and not (out / "summary.json").exists()
+
+
+@pytest.mark.slow
+def test_a_second_demo_into_the_same_out_dir_is_refused_and_the_first_is_unharmed(tmp_path):
+    out = tmp_path / "out"
+    first = _start(out)
+    try:
+        _wait_for(out / "stages" / "base_sft", first)  # the first demo holds the out dir
+        code, said = _finish(_start(out, seed=1), timeout=600)
+        assert code == 2, said[-3000:]
+        assert said.strip().splitlines()[-1].startswith("[demo] refused: ") and f"pid {first.pid}" in said
+        assert json.loads((out / "demo.json").read_text())["seed"] == 0 and first.poll() is None
+        os.kill(first.pid, signal.SIGTERM)
+    finally:
+        code, said = _finish(first)
+    assert code == 0 and said.strip().splitlines()[-1].startswith("[demo] stage ")
