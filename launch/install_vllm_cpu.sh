@@ -73,7 +73,7 @@ LOG=$VENV/.install.log
 {
   "$BASE_PY" -m venv "$VENV"
   # torch's CPU build first, alone, so the extra index is asked about one package only
-  "$PY" -m pip install -q "torch==$(pin torch)" ${TORCH_INDEX:+--extra-index-url "$TORCH_INDEX"}
+  "$PY" -m pip install -q --no-deps "torch==$(pin torch)" ${TORCH_INDEX:+--extra-index-url "$TORCH_INDEX"}
   "$PY" -m pip install -q --no-deps -r "$REQS"
   "$PY" -m pip uninstall -q -y torchvision torchaudio torchcodec
 } >"$LOG" 2>&1 || { say "install failed; last lines of $LOG:"; grep -v "^WARNING: Location" "$LOG" | tail -n 20 >&2; exit 1; }
