@@ -130,7 +130,7 @@ def grpo(server: VLLMServer, st: Settings) -> dict:
            f"data.train_path={facts_train(st)}", "generation=vllm_server", f"generation.url={server.url}",
            f"generation.served_model_name={server.served_model_name}", "generation.sync_every=1",
            f"generation.server_log={server.log_path}", "generation.timeout_s=600", f"trainer.run_dir={run_dir}",
-           "trainer.max_steps=3", "trainer.progress=false", "trainer.resume=none"]
+           "trainer.max_steps=3", "trainer.progress=false", "trainer.resume=none", "algo.max_refill_rounds=0"]
     _say("$ " + " ".join(cmd))
     done = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True)
     if done.returncode != 0:
