@@ -7,8 +7,9 @@ Stages, each PASS or FAIL (a stage that cannot run because an earlier one failed
 2. ``hot_sync``: a LoRA policy on the trainer side (rank 16, attention) moves twice and is synced each time
    (:class:`trainer.rl.weight_sync.AdapterSync`: save, load under a new name, probe); every probe must pass. Then the
    trainer moves without a sync: the probe must raise ``StaleWeightsError``.
-3. ``grpo``: ``recipes/grpo.py recipe=grpo_smollm2_135m generation=vllm_server generation.sync_every=1``, 3 steps, as a
-   user runs it: each step's metrics line must carry a passed probe and a finite loss.
+3. ``grpo``: ``recipes/grpo.py recipe=grpo_smollm2_135m generation=vllm_server generation.sync_every=1``, 3 steps (2
+   prompts x 4 samples x at most 16 tokens, no refill rounds, to keep it short), as a user runs it: each step's
+   metrics line must carry a passed probe and a finite loss.
 4. ``throughput``: sampled rollouts through the HTTP backend (prompts x n x tokens): rows/s and tokens/s.
 
 The last line printed is one JSON object (``{"check": "vllm_check", "passed": ..., "stages": {...}, ...}``); the exit
@@ -130,7 +131,8 @@ def grpo(server: VLLMServer, st: Settings) -> dict:
            f"data.train_path={facts_train(st)}", "generation=vllm_server", f"generation.url={server.url}",
            f"generation.served_model_name={server.served_model_name}", "generation.sync_every=1",
            f"generation.server_log={server.log_path}", "generation.timeout_s=600", f"trainer.run_dir={run_dir}",
-           "trainer.max_steps=3", "trainer.progress=false", "trainer.resume=none", "algo.max_refill_rounds=0"]
+           "trainer.max_steps=3", "trainer.progress=false", "trainer.resume=none", "algo.max_refill_rounds=0",
+           "algo.prompts_per_step=2", "optim.batch_size=8", "algo.max_new_tokens=16"]
     _say("$ " + " ".join(cmd))
     done = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True)
     if done.returncode != 0:
