@@ -109,11 +109,13 @@ def test_evaluate_through_vllm_matches_the_hf_backend_on_the_heldout_facts(serve
 
 
 def test_epoch_end_evaluation_goes_through_vllm_on_the_trained_adapter(server, facts, tmp_path):
-    """GRPO on 4 training rows (one epoch a step): the epoch-end evaluation syncs the adapter, probes it and evaluates
-    through the server; the same adapter evaluated in-process gives the same responses."""
-    train = tmp_path / "train4.jsonl"
+    """GRPO on two training items (the recipe's clean and correct-context rows: 4 prompts, one epoch a step): the
+    epoch-end evaluation syncs the adapter, probes it and evaluates through the server; the same adapter evaluated
+    in-process gives the same responses."""
+    train = tmp_path / "train_2_items.jsonl"
     lines = [json.loads(line) for line in (facts / "facts_train.jsonl").read_text().splitlines() if line.strip()]
-    train.write_text("".join(json.dumps(r) + "\n" for r in [r for r in lines if r["condition"] == "misleading"][:4]))
+    items = list(dict.fromkeys(r["item_id"] for r in lines))[:2]
+    train.write_text("".join(json.dumps(r) + "\n" for r in lines if r["item_id"] in items))
     run = tmp_path / "grpo"
     evaluation = ["eval=facts", f"eval.path={facts / 'facts_heldout.jsonl'}", "eval.max_rows=16",
                   "eval.max_new_tokens=16"]
