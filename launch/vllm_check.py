@@ -5,8 +5,9 @@ Stages, each PASS or FAIL (a stage that cannot run because an earlier one failed
 1. ``server``: real vLLM through :class:`launch.vllm_server.VLLMServer` (the policy's LoRA rank and attention
    targets, float32), healthy; its start-up time.
 2. ``hot_sync``: a LoRA policy on the trainer side (rank 16, attention) moves twice and is synced each time
-   (:class:`trainer.rl.weight_sync.AdapterSync`: save, load under a new name, probe); every probe must pass. Then the
-   trainer moves without a sync: the probe must raise ``StaleWeightsError``.
+   (:class:`trainer.rl.weight_sync.AdapterSync`: save, load under a new name, probe, at the trainer's default
+   threshold); every probe must pass. Then it makes a small step (the size of a GRPO step's) that the server
+   acknowledges but does not load: the probe must raise ``StaleWeightsError``.
 3. ``grpo``: ``recipes/grpo.py recipe=grpo_smollm2_135m generation=vllm_server generation.sync_every=1``, 3 steps (2
    prompts x 4 samples x at most 16 tokens, no refill rounds, to keep it short), as a user runs it: each step's
    metrics line must carry a passed probe and a finite loss.
@@ -74,54 +75,54 @@ def facts_train(st: Settings) -> str:
     return str(out / "facts_train.jsonl")
 
 
-def perturb_lora(model, seed: int, scale: float) -> None:
+def perturb_lora(model, seed: int, scale: float, *, add: bool = False) -> None:
+    """Set the LoRA factors to random values of size ``scale`` (or, ``add``, move them by that much: a small step)."""
     import torch
 
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, p in model.named_parameters():
             if "lora_" in name:
-                p.copy_((torch.randn(p.shape, generator=g) * scale).to(p.device))
+                step = (torch.randn(p.shape, generator=g) * scale).to(p.device)
+                p.add_(step) if add else p.copy_(step)
 
 
 def hot_sync(server: VLLMServer, st: Settings) -> dict:
-    """Two synced moves (each probe must pass), then a move without a sync (the probe must catch it)."""
+    """Two synced moves (each probe must pass), then a small move that the server acknowledges but does not load
+    (the probe must call the adapter stale)."""
     import torch
     from peft import LoraConfig, get_peft_model
 
     from eval_hooks.models import load_model, load_tokenizer
-    from trainer.rl.weight_sync import DEFAULT_PROBE_TEXT, AdapterSync, StaleWeightsError, sync_probe
+    from trainer.rl.weight_sync import AdapterSync, StaleWeightsError
 
     tok = load_tokenizer(st.model)
     device = "cuda" if server.device == "gpu" and torch.cuda.is_available() else "cpu"
     policy = get_peft_model(load_model(st.model, device=device),
                             LoraConfig(r=LORA_RANK, lora_alpha=2 * LORA_RANK, target_modules=ATTENTION, lora_dropout=0.0))
     backend = server.backend(tok, timeout_s=600)
-    threshold = probe_threshold(server)
-    sync = AdapterSync(backend, st.out / "adapters", tokenizer=tok, probe_threshold=threshold)
+    sync = AdapterSync(backend, st.out / "adapters", tokenizer=tok)  # the trainer's default threshold
     probes = []
-    for step, seed in ((1, 1), (2, 2)):
-        perturb_lora(policy, seed, 0.05)
+    for step, (seed, scale, add) in ((1, (1, 0.05, False)), (2, (2, 0.002, True))):
+        perturb_lora(policy, seed, scale, add=add)
         m = sync.maybe_sync(policy, step)
         probes.append(m["probe_mean_abs_dlogp"])
         _say(f"sync step {step}: {m['adapter_version']} checksum {m['adapter_checksum'][:12]} probe mean |dlogp| "
-             f"{m['probe_mean_abs_dlogp']:.3e} (max {m['probe_max_abs_dlogp']:.3e}, threshold {threshold:g}, "
-             f"trainer moved {m.get('probe_trainer_shift', float('nan')):.3e})")
-    perturb_lora(policy, 3, 0.05)  # the trainer moves on; the server keeps step 2's adapter
+             f"{m['probe_mean_abs_dlogp']:.3e} (max {m['probe_max_abs_dlogp']:.3e}, threshold {sync.threshold:g}, "
+             f"noise floor {sync.noise_floor:.3e}); trainer moved {m.get('probe_trainer_shift', float('nan')):.3e}, "
+             f"server {m.get('probe_server_shift', float('nan')):.3e}")
+    perturb_lora(policy, 3, 0.002, add=True)  # a training step; the server acknowledges the adapter, keeps the old one
+    backend.load_adapter = lambda path, version: None
     try:
-        sync_probe(backend, policy, tok, DEFAULT_PROBE_TEXT, None, threshold)
+        sync.sync(policy, 3)
     except StaleWeightsError as e:
-        stale = e.metrics["probe_mean_abs_dlogp"]
-        _say(f"stale adapter caught: probe mean |dlogp| {stale:.3e} > {threshold:g}")
-        return {"probe": probes, "stale_probe": stale, "probe_threshold": threshold}
+        m = e.metrics
+        _say(f"stale adapter caught: probe mean |dlogp| {m['probe_mean_abs_dlogp']:.3e} (threshold {sync.threshold:g}); "
+             f"trainer moved {m['probe_trainer_shift']:.3e}, server {m['probe_server_shift']:.3e}")
+        return {"probe": probes, "probe_noise_floor": sync.noise_floor, "probe_threshold": sync.threshold,
+                "stale_probe": m["probe_mean_abs_dlogp"], "stale_trainer_shift": m["probe_trainer_shift"],
+                "stale_server_shift": m["probe_server_shift"]}
     raise AssertionError("the probe did not catch a stale adapter")
-
-
-def probe_threshold(server: VLLMServer) -> float:
-    """The probe threshold the trainer uses for this server (its default, ``generation.probe_threshold``)."""
-    from trainer.config.schemas import GenerationConfig
-
-    return GenerationConfig().probe_threshold
 
 
 def grpo(server: VLLMServer, st: Settings) -> dict:

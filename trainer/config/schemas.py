@@ -194,11 +194,21 @@ class GenerationConfig:
                                          "call, sampling fields in the server's own terms; RL rollouts, the "
                                          "stale-weight probe, adapters and label probabilities are refused.")
     timeout_s: float = _f(120.0, "vllm_server, openai_chat: time limit of a request. openai_chat: a deadline for "
-                                 "the whole request, retries and waits included; vllm_server: each attempt.")
+                                 "the whole request, retries and waits included; vllm_server: each attempt, plus "
+                                 "timeout_per_token_s for every token the call asks for.")
+    timeout_per_token_s: float = _f(0.02, "vllm_server: extra time per token a call asks the server to process (its "
+                                          "prompt tokens and prompts x n x max_tokens new ones, times the calls in "
+                                          "flight); a call of several prompts that runs out of time is split in two "
+                                          "halves, not resubmitted whole. 0.02 s covers the slowest rate measured "
+                                          "on a loaded 2-core CPU server with an adapter.")
     max_retries: int = _f(3, "vllm_server, openai_chat: retries on transient errors (connection, 5xx; 429 for "
                              "openai_chat), with exponential backoff; validation errors are never retried.")
     sync_every: int = _f(1, "vllm_server: push the LoRA adapter to the server every this many optimizer steps.")
-    probe_threshold: float = _f(0.05, "vllm_server: max mean |Δlogp| between server and trainer on the probe sequence.")
+    probe_threshold: Optional[float] = _f(None, "vllm_server: max mean |Δlogp| between server and trainer on the probe "
+                                                "sequence. None: by the server's precision, measured at the first sync "
+                                                "(0.05 for a float32 server, 0.3 for a 16-bit one; "
+                                                "trainer/rl/weight_sync.py). A server that did not follow the "
+                                                "trainer's move since the last sync is stale at any threshold.")
     adapter_dir: Optional[str] = _f(None, "vllm_server: shared directory for synced adapters (None = <run_dir>/adapters).")
     server_log: Optional[str] = _f(None, "vllm_server: log file of an externally started server (launch/vllm_server.py "
                                          "--log-path); its last lines are appended to every server error, e.g. when it dies.")

@@ -120,6 +120,9 @@ def validate_common(cfg) -> None:
                 raise ConfigError(f"trainer.resume={t.resume!r}: no such checkpoint path (auto | none | <checkpoint dir>)")
     if hasattr(cfg, "generation"):
         _positive(cfg.generation, ("batch_size", "sync_every", "timeout_s", "concurrency"), "generation")
+        _positive(cfg.generation, ("timeout_per_token_s",), "generation", strict=False)
+        if cfg.generation.probe_threshold is not None:
+            _positive(cfg.generation, ("probe_threshold",), "generation")
         if cfg.generation.backend == "openai_chat":
             _validate_openai_chat(cfg)
     if hasattr(cfg, "logger"):
