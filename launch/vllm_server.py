@@ -395,10 +395,13 @@ class VLLMServer:
         self.stop()
 
     def backend(self, tokenizer=None, **kwargs):
-        """A :class:`VLLMServerBackend` for this server whose errors include :meth:`describe`."""
+        """A :class:`VLLMServerBackend` for this server whose errors include :meth:`describe` and which checks adapters
+        against the server's LoRA settings."""
         from eval_hooks.backends.vllm_server import VLLMServerBackend
 
         kwargs.setdefault("error_context", self.describe)
+        if self.kind == "vllm":  # adapters the server cannot serve whole are refused before they are loaded
+            kwargs.setdefault("server_settings", self.settings())
         return VLLMServerBackend(self.url, self.served_model_name, tokenizer, **kwargs)
 
 

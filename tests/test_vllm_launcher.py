@@ -70,6 +70,14 @@ def test_cpu_command_line_follows_the_policy_lora_and_never_puts_lora_on_the_lm_
         max_lora_rank_for(513)
 
 
+def test_the_client_of_a_vllm_server_knows_its_lora_settings(tiny_model_dir):
+    s = VLLMServer(str(tiny_model_dir), venv_python="/opt/v/bin/python", device="cpu", lora_rank=4,
+                   lora_target_modules=["q_proj", "v_proj"])
+    settings = s.backend(None).server_settings  # adapters it cannot serve whole are refused before loading
+    assert settings["lora_target_modules"] == ["q_proj", "v_proj"] and settings["max_lora_rank"] == 8
+    assert VLLMServer(str(tiny_model_dir), kind="reference").backend(None).server_settings == {}
+
+
 def test_cpu_env_defaults(monkeypatch):
     for k in ("VLLM_CPU_KVCACHE_SPACE", "VLLM_CPU_NUM_OF_RESERVED_CPU"):
         monkeypatch.delenv(k, raising=False)

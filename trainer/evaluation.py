@@ -84,27 +84,32 @@ def make_backend(gen_cfg, model, tokenizer, *, model_path: str, prompt_settings:
         from eval_hooks.backends.openai_chat import backend_from_config
 
         return backend_from_config(gen_cfg, prompt_settings)
-    from eval_hooks.backends.vllm_server import VLLMServerBackend
+    from eval_hooks.backends.vllm_server import VLLMServerBackend, read_server_settings
 
     return VLLMServerBackend(gen_cfg.url, gen_cfg.served_model_name or model_path, tokenizer=tokenizer,
                              timeout_s=gen_cfg.timeout_s, max_retries=gen_cfg.max_retries,
                              prompt_settings=prompt_settings, adapter_prefix=adapter_prefix,
                              error_context=server_log_context(gen_cfg), concurrency=gen_cfg.concurrency,
-                             server_kind=gen_cfg.server_kind)
+                             server_kind=gen_cfg.server_kind, timeout_per_token_s=gen_cfg.timeout_per_token_s,
+                             server_settings=read_server_settings(gen_cfg.server_log))
 
 
 def server_log_context(gen_cfg) -> Callable[[], str] | None:
-    """``error_context`` for the server client: the last lines of ``generation.server_log`` (an external
-    server's log file), so a dead server's last words are part of the error. None when not set."""
+    """``error_context`` for the server client: the engine's own error line (``eval_hooks.io.root_error_line``) and
+    the last lines of ``generation.server_log`` (an external server's log file), so a dead server's last words are
+    part of the error. None when not set."""
     path = gen_cfg.get("server_log") if hasattr(gen_cfg, "get") else getattr(gen_cfg, "server_log", None)
     if not path:
         return None
 
     def context() -> str:
-        from eval_hooks.io import tail_file
+        from eval_hooks.io import root_error_line, tail_file
 
         tail = tail_file(path, 40)
-        return f"[{path}]\n{tail}" if tail else f"[{path}: missing or empty]"
+        if not tail:
+            return f"[{path}: missing or empty]"
+        err = root_error_line(tail_file(path, 400))
+        return f"[{path}]\n" + (f"server error: {err}\n" if err else "") + tail
 
     return context
 
