@@ -37,4 +37,5 @@ def test_real_vllm_probe_catches_a_stale_adapter_and_grpo_syncs_every_step(tmp_p
     assert out.returncode == 0, log[-6000:]
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert result["passed"] and result["device"] == "gpu", log[-6000:]
-    assert result["stale_probe"] > result["probe_threshold"] > max(result["probe"] + result["grpo_probes"])
+    assert result["probe_threshold"] > max(result["probe"] + result["grpo_probes"])
+    assert result["stale_server_shift"] < result["stale_trainer_shift"] / 2
