@@ -99,7 +99,7 @@ def setup(args, model_path, overrides=()):
 def timing(args) -> dict:
     from eval_hooks.models import ensure_tiny_model
     from trainer.algos.sft import masked_nll_loss
-    from trainer.distill.views import build_batch
+    from trainer.distill.aligned import build_batch
     from trainer.model.logprobs import sequence_logprobs
 
     model, tok, views, steps = setup(args, ensure_tiny_model(args.preset),
@@ -141,7 +141,7 @@ def dense_kl_step(steps, model, mb):
     import torch
 
     from trainer.algos.distill import choice_kl, topk_forward_kl
-    from trainer.distill.views import aligned_logits
+    from trainer.distill.aligned import aligned_logits
 
     a, views, pad = steps.a, mb["views"], steps.tokenizer.pad_token_id
     completions = [list(v.reasoning) + steps.answer_ids for v in views]

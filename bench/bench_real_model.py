@@ -121,9 +121,11 @@ class OurDPO:
         import torch
 
         from recipes.dpo import dpo_step
+        from trainer.algos.dpo import dpo_loss
 
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-            return dpo_step(self.model, self.mb, algo=self.algo, reference=self.reference, policy=self.model,
+            return dpo_step(self.model, self.mb, algo=self.algo, loss=dpo_loss(self.algo.loss_type),
+                            reference=self.reference, policy=self.model,
                             ref_table=None, device="cpu", logprobs=self.logprobs)[0]
 
     def __call__(self, *, bf16: bool = False) -> float:

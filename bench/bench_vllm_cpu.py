@@ -104,14 +104,13 @@ def generation(args, server, rows, adapter: Path) -> dict:
     return out
 
 
-def grpo_step_seconds(args, server, facts: Path, tmp: Path, backend: str) -> float:
-    """Median step_seconds after the first step of ``recipes/grpo.py recipe=grpo_smollm2_135m``."""
-    run = tmp / f"grpo_{backend}"
+def grpo_step_seconds(args, facts: Path, tmp: Path, label: str, generation_overrides: list[str]) -> float:
+    """Median step_seconds after the first step of ``recipes/grpo.py recipe=grpo_smollm2_135m`` with
+    ``generation_overrides`` (which backend, and its keys)."""
+    run = tmp / f"grpo_{label}"
     cmd = [sys.executable, "recipes/grpo.py", "recipe=grpo_smollm2_135m", f"data.train_path={facts / 'facts_train.jsonl'}",
            f"trainer.run_dir={run}", f"trainer.max_steps={args.grpo_steps}", "trainer.progress=false",
-           f"generation={backend}"]
-    if backend == "vllm_server":
-        cmd += [f"generation.url={server.url}", "generation.timeout_s=3600"]
+           *generation_overrides]
     subprocess.run(cmd, cwd=ROOT, check=True, capture_output=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
     lines = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
     steps = [line["step_seconds"] for line in lines if "step_seconds" in line]
@@ -151,8 +150,11 @@ def main(argv: list[str] | None = None) -> dict:
                       "max_new_tokens": args.max_new_tokens, "load_average": os.getloadavg()[0],
                       **generation(args, server, rows, adapter)}
             if not args.skip_grpo:
-                for backend in ("hf", "vllm_server"):
-                    result[f"grpo_step_s_{backend}"] = round(grpo_step_seconds(args, server, facts, tmp, backend), 2)
+                arms = {"hf": ["generation=hf"],
+                        "vllm_server": ["generation=vllm_server", f"generation.url={server.url}",
+                                        "generation.timeout_s=3600"]}
+                for label, overrides in arms.items():
+                    result[f"grpo_step_s_{label}"] = round(grpo_step_seconds(args, facts, tmp, label, overrides), 2)
                 print(f"GRPO step (recipe=grpo_smollm2_135m, median after the first): HF rollouts "
                       f"{result['grpo_step_s_hf']} s, vLLM rollouts {result['grpo_step_s_vllm_server']} s", flush=True)
     print(json.dumps(result), flush=True)

@@ -96,8 +96,9 @@ def run_matched_eval(backend, rows: Sequence[dict] | str | Path, family: str, ou
                      n_boot: int = 1000, seed: int = 0, title: str | None = None, settings=None) -> dict:
     """The run of ``family`` (:meth:`eval_hooks.families.base.Family.run`): generate with ``backend`` (a
     ``GenerationBackend``; progress bar), score, write ``out_dir`` atomically. ``rows`` may also be a path,
-    loaded with :func:`load_rows`. ``settings`` is the family's own section of the ``eval`` config
-    (``eval.<family>``, e.g. ``eval.med``), for a family whose run has settings. ``max_new_tokens`` None =
+    loaded with :func:`load_rows`. ``settings`` are the family's own settings (an instance of its ``settings``
+    dataclass, e.g. ``eval.med``; ``Family.settings_from`` reads them from the ``eval`` config; None = their
+    defaults), for a family whose run has settings. ``max_new_tokens`` None =
     the family's default budget for these rows (:meth:`~eval_hooks.families.base.Family.default_max_new_tokens`;
     MIST: from the rows' answer types, e.g. 32 for short_text); an explicit value wins.
 

@@ -20,21 +20,27 @@ Canonical forms:
 - fork (Taste, the published runner's stricter rule, see ``parse_fork_answer``): ``"A"`` / ``"B"``; label (Med): ``Higher | Lower | No Difference | Uncertain``;
 - short_text (a name: a city, a country): the normalised answer text (``normalize_short_text``), see
   ``parse_short_text`` for the rule.
+
+The answer types are a registry, :data:`ANSWER_TYPES` (name -> :class:`AnswerType`): each entry holds its parser,
+its normaliser and comparison, its candidates (what counts as ``candidate`` in :func:`answer_status`), the text that
+describes a valid gold, its generation budget and, for families that write prompts, its answer instruction.
+``parse_answer``, ``normalize_gold``, ``answers_match``, ``answer_status``, ``answer_budget`` and
+``answer_instruction`` only look an entry up, so a new answer type is one entry (docs/architecture.md#how-to-add).
 """
 
 from __future__ import annotations
 
 import re
 import unicodedata
+from dataclasses import dataclass
 from decimal import Decimal, localcontext
 from fractions import Fraction
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
-ANSWER_TYPES = ("multiple_choice", "numeric", "boolean", "choice", "label", "short_text")
 MED_LABELS = ("Higher", "Lower", "No Difference", "Uncertain")
 FORK_LETTERS = ("A", "B")
-#: Generation budget (new tokens) that fits each answer format: a name in a sentence, or reasoning then a final line.
-ANSWER_BUDGETS = {"short_text": 32, "multiple_choice": 512, "numeric": 512, "boolean": 512}
+#: Generation budget (new tokens) of an answer format that reasons to a final line (:attr:`AnswerType.budget`).
+REASONING_ANSWER_BUDGET = 512
 TOY_ANSWER_BUDGET = 4  # the built-in tiny model answers one digit
 MAX_DIGITS = 60  # longer digit runs are not answers (and would hit int() limits)
 
@@ -517,37 +523,173 @@ def parse_short_text(text: str, candidates: Sequence[str] = ()) -> str | None:
     return out if len(out) <= MAX_SHORT_ANSWER_CHARS else None
 
 
-def short_text_matches(parsed: str | None, gold: Any, aliases: Sequence[str] | None = None) -> bool:
+def _as_text(text: Any) -> str:
+    return text if isinstance(text, str) else ("" if text is None else str(text))
+
+
+# -- answer types: the registry ---------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class AnswerType:
+    """One answer format, whole: how a response is parsed, how a gold (or wrong) value is normalised and compared,
+    what a row's candidates are (the answers that count as ``candidate`` in :func:`answer_status`, and that a
+    parser may look for), and what the families and the generation budget need to know about it.
+
+    - ``parse(text, choices, candidates) -> str | None``: the canonical final answer of a response, or None (no
+      answer). ``choices``: the row's options; ``candidates``: its known answers (:func:`answer_candidates`).
+    - ``normalize(value, choices) -> str | None``: the canonical form of a gold or wrong value; None = not a valid
+      answer of this type (the families refuse such a gold when the data loads).
+    - ``match(parsed, value, choices) -> bool``: whether a parsed answer is ``value`` (default: equal to its
+      normalised form).
+    - ``candidates(row) -> list``: the row's known answers (default: ``gold``, ``gold_aliases`` when
+      ``aliases``, ``wrong_value``).
+    - ``aliases``: rows of this type may carry ``gold_aliases`` (other names of the gold).
+    - ``accepted``: what a valid gold looks like, for error messages.
+    - ``budget``: the generation budget (new tokens) that fits a response (:func:`answer_budget`).
+    - ``instruction``: the closing prompt line that makes a response parsable, for families that write the
+      prompt (:func:`answer_instruction`); None = the family or the data writes it.
+
+    A new answer type is one entry in :data:`ANSWER_TYPES` (with its functions beside it); nothing else
+    compares answer-type names (a family lists the names it accepts)."""
+
+    name: str
+    parse: Callable[[str, Any, Sequence[str]], "str | None"]
+    normalize: Callable[[Any, Any], "str | None"]
+    accepted: str
+    match: "Callable[[str, Any, Any], bool] | None" = None
+    candidates: "Callable[[dict], list] | None" = None
+    aliases: bool = False
+    budget: int = REASONING_ANSWER_BUDGET
+    instruction: str | None = None
+
+    def matches(self, parsed: str, value: Any, choices: Any = None) -> bool:
+        if self.match is not None:
+            return self.match(parsed, value, choices)
+        g = self.normalize(value, choices)
+        return g is not None and parsed == g
+
+    def known_answers(self, row: dict) -> list:
+        if self.candidates is not None:
+            return self.candidates(row)
+        aliases = (row.get("gold_aliases") or []) if self.aliases else []
+        return [v for v in (row.get("gold"), *aliases, row.get("wrong_value")) if v is not None]
+
+
+def _numeric_match(parsed: str, value: Any, choices: Any = None) -> bool:
+    a, b = parse_number(parsed), parse_number(value)
+    return a is not None and b is not None and numbers_equal(a, b)
+
+
+def _normalize_number(value: Any, choices: Any = None) -> str | None:
+    n = parse_number(value)
+    return None if n is None else n.canonical()
+
+
+def _normalize_fork(value: Any, choices: Any = None) -> str | None:
+    return value.strip().upper() if isinstance(value, str) and value.strip().upper() in FORK_LETTERS else None
+
+
+_ANSWER_LINE = 'End your response with a final line of the form "ANSWER: {}".'
+
+#: name -> :class:`AnswerType`: the only code that knows which answer types exist and what each one is.
+ANSWER_TYPES: dict[str, AnswerType] = {t.name: t for t in (
+    AnswerType(
+        "multiple_choice", parse=lambda text, choices, cands: parse_multiple_choice(text, choices),
+        normalize=normalize_choice_gold,
+        accepted="an option letter (A, B, ...) within the choices, or the exact text of one choice",
+        candidates=lambda row: choice_letters(row.get("choices")),  # any option is one of the row's answers
+        instruction=_ANSWER_LINE.format("<letter>")),
+    AnswerType(
+        "numeric", parse=lambda text, choices, cands: parse_numeric(text), normalize=_normalize_number,
+        match=_numeric_match, accepted="a number such as 18, -2.5, \"1,000\", \"3/4\" or \"25%\"",
+        instruction=_ANSWER_LINE.format("<number>")),
+    AnswerType(
+        "boolean", parse=lambda text, choices, cands: parse_boolean(text),
+        normalize=lambda value, choices=None: normalize_boolean_gold(value), accepted="true/false or \"yes\"/\"no\"",
+        instruction='End your response with a final line of the form "ANSWER: yes" or "ANSWER: no".'),
+    AnswerType(
+        "choice", parse=lambda text, choices, cands: parse_fork_answer(text), normalize=_normalize_fork,
+        accepted="A | B"),
+    AnswerType(
+        "label", parse=lambda text, choices, cands: parse_label(text),
+        normalize=lambda value, choices=None: normalize_label(value), accepted="Higher | Lower | No Difference"),
+    AnswerType(
+        "short_text", parse=lambda text, choices, cands: parse_short_text(text, cands),
+        normalize=lambda value, choices=None: normalize_short_text(value), aliases=True, budget=32,
+        accepted="a non-empty name such as \"Sofia\" (matched after normalising case, diacritics and a leading "
+                 "article)"),
+)}
+
+
+def answer_type(name: str) -> AnswerType:
+    """The registered :class:`AnswerType` called ``name``; ``ValueError`` naming the accepted ones otherwise."""
+    try:
+        return ANSWER_TYPES[name]
+    except (KeyError, TypeError):
+        raise ValueError(f"unknown answer_type {name!r}; accepted: {', '.join(ANSWER_TYPES)}") from None
+
+
+# -- what callers use ------------------------------------------------------------------------------------
+
+def parse_answer(text: str, answer_type_name: str, *, choices: Any = None,
+                 candidates: Sequence[str] = ()) -> str | None:
+    """Canonical final answer of ``text`` for the answer type (see module docstring), or ``None``. ``candidates``:
+    the known answers of a short_text row (:func:`answer_candidates`)."""
+    return answer_type(answer_type_name).parse(text, choices, candidates)
+
+
+def normalize_gold(gold: Any, answer_type_name: str, *, choices: Any = None) -> str | None:
+    """Canonical form of a gold (or wrong) value, or ``None`` if it is not valid for the answer type."""
+    return answer_type(answer_type_name).normalize(gold, choices)
+
+
+def answers_match(parsed: str | None, gold: Any, answer_type_name: str, *, choices: Any = None,
+                  aliases: Sequence[str] | None = None) -> bool:
+    """Whether a parsed answer (canonical string) equals ``gold`` (or, for a type with aliases, one of
+    ``aliases``); ``None`` never matches."""
     if parsed is None:
         return False
-    names = {normalize_short_text(g) for g in [gold, *(aliases or [])]}
-    return parsed in names - {None}
+    t = answer_type(answer_type_name)
+    values = [gold, *(aliases or [])] if t.aliases else [gold]
+    return any(t.matches(parsed, v, choices) for v in values)
+
+
+def short_text_matches(parsed: str | None, gold: Any, aliases: Sequence[str] | None = None) -> bool:
+    return answers_match(parsed, gold, "short_text", aliases=aliases)
 
 
 def answer_budget(answer_types: Sequence[str], *, toy: bool = False) -> int:
-    """The generation budget that fits the answer formats ``answer_types`` (their largest :data:`ANSWER_BUDGETS`);
-    :data:`TOY_ANSWER_BUDGET` for the built-in tiny model."""
+    """The generation budget that fits the answer formats ``answer_types`` (their largest :attr:`AnswerType.budget`;
+    :data:`REASONING_ANSWER_BUDGET` for a name not registered); :data:`TOY_ANSWER_BUDGET` for the built-in tiny
+    model."""
     if toy:
         return TOY_ANSWER_BUDGET
-    return max((ANSWER_BUDGETS.get(t, 512) for t in answer_types), default=512)
+    return max((ANSWER_TYPES[t].budget if t in ANSWER_TYPES else REASONING_ANSWER_BUDGET for t in answer_types),
+               default=REASONING_ANSWER_BUDGET)
+
+
+def answer_instruction(answer_type_name: str) -> str:
+    """The closing instruction that makes a response parsable (:attr:`AnswerType.instruction`); ``ValueError`` for
+    a type without one."""
+    instruction = answer_type(answer_type_name).instruction
+    if instruction is None:
+        raise ValueError(answer_type_name)
+    return instruction
 
 
 def answer_candidates(row: dict) -> list[str]:
-    """A row's known answers: gold, ``gold_aliases``, ``wrong_value`` (short_text rows; others use ``choices``)."""
-    vals = [row.get("gold"), *(row.get("gold_aliases") or []), row.get("wrong_value")]
-    return [v for v in vals if isinstance(v, str)]
+    """A row's known answers that are text (:meth:`AnswerType.known_answers`: short_text: gold, ``gold_aliases``,
+    ``wrong_value``; multiple choice: the option letters), handed to the parser."""
+    return [v for v in answer_type(row["answer_type"]).known_answers(row) if isinstance(v, str)]
 
 
 def answer_status(parsed: str | None, row: dict) -> str:
-    """``no_answer`` (nothing parsed), ``candidate`` (the gold, an alias or the wrong value; for multiple choice
-    any option) or ``outside`` (an answer that is none of the known candidates)."""
+    """``no_answer`` (nothing parsed), ``candidate`` (one of the row's known answers: the gold, an alias or the
+    wrong value; for multiple choice any option) or ``outside`` (an answer that is none of them)."""
     if parsed is None:
         return "no_answer"
-    at, kw = row["answer_type"], {"choices": row.get("choices"), "aliases": row.get("gold_aliases")}
-    if at == "multiple_choice" or answers_match(parsed, row["gold"], at, **kw):
-        return "candidate"
-    wrong = row.get("wrong_value")
-    if wrong is not None and answers_match(parsed, wrong, at, choices=row.get("choices")):
+    t = answer_type(row["answer_type"])
+    if any(t.matches(parsed, v, row.get("choices")) for v in t.known_answers(row)):
         return "candidate"
     return "outside"
 
@@ -562,60 +704,3 @@ def row_answer_matches(parsed: str | None, row: dict, field: str = "gold") -> bo
     wrong value."""
     aliases = row.get("gold_aliases") if field == "gold" else None
     return answers_match(parsed, row[field], row["answer_type"], choices=row.get("choices"), aliases=aliases)
-
-
-# -- dispatch ------------------------------------------------------------------------------------------
-
-def _as_text(text: Any) -> str:
-    return text if isinstance(text, str) else ("" if text is None else str(text))
-
-
-def parse_answer(text: str, answer_type: str, *, choices: Any = None, candidates: Sequence[str] = ()) -> str | None:
-    """Canonical final answer of ``text`` for ``answer_type`` (see module docstring), or ``None``. ``candidates``:
-    the known answers of a short_text row (:func:`answer_candidates`)."""
-    if answer_type == "numeric":
-        return parse_numeric(text)
-    if answer_type == "multiple_choice":
-        return parse_multiple_choice(text, choices)
-    if answer_type == "boolean":
-        return parse_boolean(text)
-    if answer_type == "choice":
-        return parse_fork_answer(text)
-    if answer_type == "label":
-        return parse_label(text)
-    if answer_type == "short_text":
-        return parse_short_text(text, candidates)
-    raise ValueError(f"unknown answer_type {answer_type!r}; accepted: {', '.join(ANSWER_TYPES)}")
-
-
-def normalize_gold(gold: Any, answer_type: str, *, choices: Any = None) -> str | None:
-    """Canonical form of a gold (or wrong) value, or ``None`` if it is not valid for ``answer_type``."""
-    if answer_type == "numeric":
-        n = parse_number(gold)
-        return None if n is None else n.canonical()
-    if answer_type == "multiple_choice":
-        return normalize_choice_gold(gold, choices)
-    if answer_type == "boolean":
-        return normalize_boolean_gold(gold)
-    if answer_type == "choice":
-        return gold.strip().upper() if isinstance(gold, str) and gold.strip().upper() in FORK_LETTERS else None
-    if answer_type == "label":
-        return normalize_label(gold)
-    if answer_type == "short_text":
-        return normalize_short_text(gold)
-    raise ValueError(f"unknown answer_type {answer_type!r}; accepted: {', '.join(ANSWER_TYPES)}")
-
-
-def answers_match(parsed: str | None, gold: Any, answer_type: str, *, choices: Any = None,
-                  aliases: Sequence[str] | None = None) -> bool:
-    """Whether a parsed answer (canonical string) equals ``gold`` (or, short_text, one of ``aliases``); ``None``
-    never matches."""
-    if parsed is None:
-        return False
-    if answer_type == "short_text":
-        return short_text_matches(parsed, gold, aliases)
-    if answer_type == "numeric":
-        a, b = parse_number(parsed), parse_number(gold)
-        return a is not None and b is not None and numbers_equal(a, b)
-    g = normalize_gold(gold, answer_type, choices=choices)
-    return g is not None and parsed == g

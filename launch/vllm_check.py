@@ -5,7 +5,7 @@ Stages, each PASS or FAIL (a stage that cannot run because an earlier one failed
 1. ``server``: real vLLM through :class:`launch.vllm_server.VLLMServer` (the policy's LoRA rank and attention
    targets, float32), healthy; its start-up time.
 2. ``hot_sync``: a LoRA policy on the trainer side (rank 16, attention) moves twice and is synced each time
-   (:class:`trainer.rl.weight_sync.AdapterSync`: save, load under a new name, probe, at the trainer's default
+   (:class:`trainer.evaluation.weight_sync.AdapterSync`: save, load under a new name, probe, at the trainer's default
    threshold); every probe must pass. Then it makes a small step (the size of a GRPO step's) that the server
    acknowledges but does not load: the probe must raise ``StaleWeightsError``.
 3. ``grpo``: ``recipes/grpo.py recipe=grpo_smollm2_135m generation=vllm_server generation.sync_every=1``, 3 steps (2
@@ -94,7 +94,7 @@ def hot_sync(server: VLLMServer, st: Settings) -> dict:
     from peft import LoraConfig, get_peft_model
 
     from eval_hooks.models import load_model, load_tokenizer
-    from trainer.rl.weight_sync import AdapterSync, StaleWeightsError
+    from trainer.evaluation.weight_sync import AdapterSync, StaleWeightsError
 
     tok = load_tokenizer(st.model)
     device = "cuda" if server.device == "gpu" and torch.cuda.is_available() else "cpu"

@@ -16,7 +16,7 @@ import hydra
 from omegaconf import DictConfig
 
 from trainer.config.cli_help import cli_main
-from trainer.config import ConfigError, register_schemas, validate_common
+from trainer.config import ConfigError, check_adapter_dir, register_schemas, validate_common
 
 register_schemas()
 
@@ -25,8 +25,10 @@ def run(cfg: DictConfig) -> list[dict]:
     from eval_hooks.io import read_records, write_jsonl_atomic
     from eval_hooks.models import load_tokenizer
     from eval_hooks.prompts import PromptSettings
-    from trainer.distill.views import advice_from_log_odds, eval_settings, evaluate_views, load_fork_views
-    from trainer.model.policy import check_adapter_dir, load_base_with_adapters
+    from trainer.distill.advice import advice_from_log_odds
+    from trainer.distill.evaluation import eval_settings, evaluate_views
+    from trainer.distill.views import load_fork_views
+    from trainer.model.policy import load_base_with_adapters
 
     adv, a = cfg.advice, cfg.algo
     validate_common(cfg)

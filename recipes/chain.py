@@ -31,7 +31,8 @@ register_schemas()
 
 
 def recipe_runners(scripts) -> dict:
-    """``{script: recipes/<script>.py's run}`` (imported as modules of the ``recipes`` namespace)."""
+    """``{script: recipes/<script>.py's run}`` (imported as modules of the ``recipes`` namespace): what an entry
+    point hands down to the stage runner, which runs a stage's recipe by name."""
     return {s: importlib.import_module(f"recipes.{s}").run for s in scripts}
 
 
@@ -42,22 +43,32 @@ def compose(config_name: str, overrides: list[str]):
     return hydra_compose(config_name=config_name, overrides=list(overrides))
 
 
-def stage_runner(root, *, seed: int, common=(), log=None, rerun_stale: bool = False):
-    from trainer.core.stages import SCRIPTS, StageRunner
+def trainers() -> dict:
+    """The recipes a chain stage may name (``script``), each with the check of its config."""
+    from trainer.config import validate_distill, validate_dpo, validate_grpo, validate_sft
 
-    kw = {"log": log} if log is not None else {}
-    return StageRunner(root, seed=seed, compose=compose, runners=recipe_runners(SCRIPTS), common=common,
-                       rerun_stale=rerun_stale, **kw)
+    return {"sft": validate_sft, "dpo": validate_dpo, "grpo": validate_grpo, "distill": validate_distill}
+
+
+def chain_runner(cfg: DictConfig):
+    """The chain's stage runner and its stages, every stage's config composed and checked (a bad chain or stage
+    config fails here, before any model loads)."""
+    from trainer.core.stages import StageRunner, chain_stages
+
+    checks = trainers()
+    stages = chain_stages(cfg.stages, list(cfg.common), checks)
+    runner = StageRunner(cfg.trainer.run_dir, seed=cfg.seed, compose=compose, runners=recipe_runners(checks),
+                         prefix="[chain]", rerun_stale=cfg.trainer.rerun_stale_stages, record="chain.json")
+    runner.check(stages, checks)
+    return runner, stages
 
 
 def run(cfg: DictConfig) -> dict:
     """Run (or continue) the chain; returns ``{stage: record}`` as written to ``<run_dir>/chain.json``."""
-    from trainer.core.stages import chain_lock, validate_chain
-
-    validate_chain(cfg, compose)  # a bad chain or stage config fails before any model loads
-    with chain_lock(cfg.trainer.run_dir) as log:  # one chain per directory; chain.log written under the lock
-        return stage_runner(cfg.trainer.run_dir, seed=cfg.seed, common=list(cfg.common), log=log,
-                            rerun_stale=cfg.trainer.rerun_stale_stages).run_all(cfg.stages)
+    runner, stages = chain_runner(cfg)
+    with runner.hold("chain.log"):  # one chain per directory; chain.log written under the lock
+        runner.run_all(stages)
+    return runner.records
 
 
 @hydra.main(config_path="../conf", config_name="chain", version_base=None)

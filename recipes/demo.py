@@ -4,11 +4,11 @@
     python recipes/demo.py out=/tmp/d seed=3    # another facts split; writes /tmp/d/report.md and summary.json
     python recipes/demo.py demo=toy             # the random-init toy model: the SCOPE effect and a Box2 stage
 
-This file is the entry point only. The demos live in their own package, ``toy_demo/``: this entry point's
-schema (``toy_demo/config.py``); the real-model demo's orchestration and report (``toy_demo/real.py``,
-``toy_demo/real_report.py``; docs/real_model.md#the-real-model-demo); the toy key->digit task and its
-``toy:<seed>/<file>`` data source (``toy_demo/task.py``), the toy demo's orchestration and report
-(``toy_demo/pipeline.py``, ``toy_demo/report.py``; docs/demo.md).
+This file is the entry point only. The demos live in their own package, ``demos/``: this entry point's schema
+(``demos/config.py``); the real-model demo's stages and report (``demos/real/``; docs/real_model.md#the-real-model-demo);
+the toy key->digit task and its ``toy:<seed>/<file>`` data source, the toy demo's stages and report (``demos/toy/``;
+docs/demo.md). A demo names its stages' recipes; this entry point hands their ``run`` functions down (the demos
+package never imports ``recipes``).
 """
 
 from __future__ import annotations
@@ -16,18 +16,21 @@ from __future__ import annotations
 import hydra
 from omegaconf import DictConfig
 
+from demos.config import register
 from trainer.config.cli_help import cli_main
-from toy_demo.config import register
 
 register()
 
 
 def run(cfg: DictConfig) -> dict:
-    """Every stage of the chosen demo (``toy_demo.real.run`` or, with demo=toy, ``toy_demo.pipeline.run``);
+    """Every stage of the chosen demo (``demos.real.pipeline.run`` or, with demo=toy, ``demos.toy.pipeline.run``);
     returns the summary."""
-    from toy_demo import pipeline, real
+    from demos.real import pipeline as real
+    from demos.toy import pipeline as toy
+    from recipes.chain import compose, recipe_runners
 
-    return (real if cfg.demo == "real" else pipeline).run(cfg)
+    demo = real if cfg.demo == "real" else toy
+    return demo.run(cfg, compose=compose, runners=recipe_runners(demo.RECIPES))
 
 
 @hydra.main(config_path="../conf", config_name="demo", version_base=None)

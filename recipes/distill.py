@@ -109,36 +109,18 @@ def pipeline(cfg: DictConfig, overrides: list[str] | None = None) -> dict:
     """``pipeline.kind=taste``: toy data + base (data.source=toy), stage 1, stage 2, held-out evaluation,
     ``summary.json``; ``pipeline.kind=opsd`` (e.g. recipe=opsd_tiny): an optional base SFT, OPSD and the MIST
     evaluation (``trainer/distill/opsd_pipeline.py``). ``overrides``: the stages' overrides (default: the command line's)."""
+    from recipes.chain import compose, recipe_runners
     from trainer.distill.pipeline import DistillPipeline
     from trainer.distill.opsd_pipeline import OpsdPipeline
 
     t0 = time.time()
-    runners = {"sft": _sft_run, "distill": run}
+    runners = {**recipe_runners(("sft", "evaluate")), "distill": run}
     if cfg.pipeline.kind == "opsd":
-        summary = OpsdPipeline(cfg, compose=_compose, runners=runners, evaluate=_evaluate_run,
-                               overrides=overrides).run()
+        summary = OpsdPipeline(cfg, compose=compose, runners=runners, overrides=overrides).run()
     else:
-        summary = DistillPipeline(cfg, compose=_compose, runners=runners, overrides=overrides).run()
+        summary = DistillPipeline(cfg, compose=compose, runners=runners, overrides=overrides).run()
         summary["wall_seconds"] = round(time.time() - t0, 1)
     return summary
-
-
-def _compose(config_name: str, overrides: list[str]):
-    from recipes.chain import compose
-
-    return compose(config_name, overrides)
-
-
-def _sft_run(cfg):
-    from recipes.sft import run as sft_run
-
-    return sft_run(cfg)
-
-
-def _evaluate_run(cfg):
-    from recipes.evaluate import run as evaluate_run
-
-    return evaluate_run(cfg)
 
 
 @hydra.main(config_path="../conf", config_name="distill", version_base=None)

@@ -41,9 +41,11 @@ def run(cfg: DictConfig):
     from trainer.model.logprobs import sequence_logprobs
     from trainer.model.policy import Reference, build_optimizer, build_policy, build_scheduler
     from trainer.train import train_evaluate_finish
+    from trainer.algos.dpo import dpo_loss
 
     # ---- validate everything before any model loads -------------------------------------------------
     validate_dpo(cfg)
+    loss = dpo_loss(cfg.algo.loss_type)  # what it needs: a reference or none, summed or per-token log-probs
     logprobs = partial(sequence_logprobs, logprob_chunk=cfg.model.logprob_chunk)  # 0 = full logits
     algo, dcfg = cfg.algo, cfg.data
     pairs = load_pairs(dcfg.train_path, on_invalid=dcfg.on_invalid, require_quartets=algo.pairing == "matched")
@@ -66,11 +68,13 @@ def run(cfg: DictConfig):
         write_json_atomic(ctx.run_dir / "data_stats.json", {**pairs.stats, "sampling_mass": mass})
         print(f"[selectrust] pairs: {pairs.stats['per_condition']} dropped: {pairs.stats['dropped']} "
               f"truncated: {pairs.stats.get('truncated', {})}", flush=True)
-    reference = Reference(model, lora=cfg.model.lora.enabled)
+    # a reference-free loss (and SFT on chosen) builds none: no frozen copy, no table, no reference forward
+    reference = Reference(model, lora=cfg.model.lora.enabled) if loss.reference and not algo.sft_on_chosen else None
     optimizer = build_optimizer(model, cfg.optim)
     scheduler = build_scheduler(optimizer, cfg.optim, max_steps=cfg.trainer.max_steps)
     model, optimizer = acc.prepare(model, optimizer)
-    reference.to(acc.device)
+    if reference is not None:
+        reference.to(acc.device)
     unwrapped = acc.unwrap_model(model)
     rows = pairs.rows
     sampler = ConditionSampler([r["pool"] for r in rows], mass, seed=cfg.seed, mode=algo.weighting,
@@ -84,14 +88,14 @@ def run(cfg: DictConfig):
     # algo.reference=precomputed: one no-grad pass of the adapter-disabled (or frozen) reference over every
     # pair before training; each step then skips the reference forward (a third of a LoRA step's FLOPs).
     ref_table = None
-    if algo.reference == "precomputed" and not algo.sft_on_chosen:
+    if algo.reference == "precomputed" and reference is not None:
         ref_table = reference_table(reference, unwrapped, collate, len(rows), cfg.optim.batch_size, acc.device,
                                     logprobs=logprobs)
     source = SamplerSource(sampler, collate, batch_size=cfg.optim.batch_size, rank=acc.process_index,
                            world=acc.num_processes)
 
     # ---- one micro-batch ----------------------------------------------------------------------------
-    step_fn = partial(dpo_step, algo=algo, reference=reference, policy=unwrapped, ref_table=ref_table,
+    step_fn = partial(dpo_step, algo=algo, loss=loss, reference=reference, policy=unwrapped, ref_table=ref_table,
                       device=acc.device, logprobs=logprobs)
 
     # ---- loop, evaluation, save ------------------------------------------------------------------------
@@ -154,12 +158,13 @@ def reference_table(reference, policy, collate, n: int, batch_size: int, device,
     return table
 
 
-def dpo_step(model, mb: dict, *, algo, reference, policy, ref_table, device, logprobs):
+def dpo_step(model, mb: dict, *, algo, loss, reference, policy, ref_table, device, logprobs):
     """Loss and metrics of one micro-batch of pairs (chosen rows first, then rejected): the weighted DPO-style
-    loss ``algo.loss_type`` (``trainer.algos.dpo.DPO_LOSSES``; sigmoid by default) against the reference
-    (precomputed or the adapter-disabled policy), plus ``algo.rpo_alpha`` times the chosen rows' NLL, or NLL on the
-    chosen rows alone for ``algo.sft_on_chosen``; every DPO metric also per condition."""
-    from trainer.algos.dpo import chosen_nll_loss, dpo_loss, dpo_row_metrics, per_group_metrics
+    loss ``loss`` (``algo.loss_type``'s ``trainer.algos.dpo.DPOLoss``; sigmoid by default) on the log-probs it
+    declares (summed or per token), against the reference (precomputed or the adapter-disabled policy) when it has
+    one, plus ``algo.rpo_alpha`` times the chosen rows' NLL, or NLL on the chosen rows alone for
+    ``algo.sft_on_chosen``; every DPO metric also per condition."""
+    from trainer.algos.dpo import chosen_nll_loss, dpo_row_metrics, per_group_metrics
     from trainer.algos.sft import masked_nll_loss
 
     batch = mb["batch"].to(device)
@@ -168,23 +173,28 @@ def dpo_step(model, mb: dict, *, algo, reference, policy, ref_table, device, log
         n = len(mb["conditions"])
         _, token_logps, _ = logprobs(model, *[t[:n] for t in inputs])
         return masked_nll_loss(token_logps, None, batch.completion_mask[:n], aggregation="token_mean")
-    seq_logps = pair_logps(model, mb, device, logprobs)
-    pc, pr = seq_logps.chunk(2)
-    if ref_table is not None:
-        rc, rr = ref_table[mb["indices"]].to(device=device, dtype=seq_logps.dtype).unbind(1)
-    else:
-        with torch.no_grad(), reference.context(policy) as ref_model:
-            ref_logps = pair_logps(ref_model, mb, device, logprobs)
-        rc, rr = ref_logps.chunk(2)
+    summed = pair_logps(model, mb, device, logprobs).chunk(2)  # chosen, rejected
+    counts = batch.completion_mask.sum(dim=1).chunk(2)
+    pc, pr = (loss.sequence_logps(s, n) for s, n in zip(summed, counts))  # summed, or per-token means
+    refs = ()
+    if loss.reference:
+        if ref_table is not None:
+            ref_summed = ref_table[mb["indices"]].to(device=device, dtype=pc.dtype).unbind(1)
+        else:
+            with torch.no_grad(), reference.context(policy) as ref_model:
+                ref_summed = pair_logps(ref_model, mb, device, logprobs).chunk(2)
+        refs = tuple(loss.sequence_logps(s, n) for s, n in zip(ref_summed, counts))
     weights = mb["weights"].to(device) if algo.weighting == "loss" else None
-    loss, metrics = dpo_loss(algo.loss_type)(pc, pr, rc, rr, beta=algo.beta, label_smoothing=algo.label_smoothing,
-                                             weights=weights)
+    hyperparameters = {kw: getattr(algo, key) for kw, key in loss.hyperparameters.items()}
+    value, metrics = loss(pc, pr, *refs, beta=algo.beta, label_smoothing=algo.label_smoothing, weights=weights,
+                          **hyperparameters)
     if algo.rpo_alpha:
-        nll, nll_metrics = chosen_nll_loss(pc, batch.completion_mask[:len(pc)].sum(dim=1))
-        loss = loss + algo.rpo_alpha * nll
+        nll, nll_metrics = chosen_nll_loss(summed[0], counts[0])
+        value = value + algo.rpo_alpha * nll
         metrics.update(nll_metrics)
-    metrics.update(per_group_metrics(dpo_row_metrics(pc, pr, rc, rr, beta=algo.beta), mb["conditions"]))
-    return loss, metrics
+    metrics.update(per_group_metrics(dpo_row_metrics(pc, pr, *(refs or (None, None)), beta=algo.beta),
+                                     mb["conditions"]))
+    return value, metrics
 
 
 @hydra.main(config_path="../conf", config_name="dpo", version_base=None)

@@ -28,6 +28,7 @@ register_schemas()
 def run(cfg: DictConfig) -> dict:
     """Evaluate; returns the metrics written to ``<out_dir>/metrics.json``."""
     from eval_hooks.backends.base import GreedyMemo
+    from eval_hooks.families import get_family
     from eval_hooks.prompts import PromptSettings
     from trainer.evaluation import build_inference_backend, load_eval_rows, run_eval
     from trainer.core.run import seed_everything
@@ -44,9 +45,10 @@ def run(cfg: DictConfig) -> dict:
             raise ConfigError(str(e)) from None
         check_adapter_weights(cfg.adapter_path, cfg.model, "adapter_path")  # finite, and fits model.path
     validate_knowledge(cfg.knowledge)
-    if cfg.knowledge.enabled and (cfg.eval.knowledge_path or cfg.eval.family != "mist"):
-        raise ConfigError("knowledge.enabled estimates the evaluated model's knowledge of MIST items: it needs "
-                          "eval.family=mist and no eval.knowledge_path (a given estimate)")
+    if cfg.knowledge.enabled and (cfg.eval.knowledge_path or not get_family(cfg.eval.family).knowledge_labels):
+        raise ConfigError("knowledge.enabled estimates the evaluated model's knowledge of the items from their clean "
+                          "rows: it needs a family whose metrics split by knowledge labels (eval.family=mist) and no "
+                          "eval.knowledge_path (a given estimate)")
     rows = load_eval_rows(cfg.eval)  # validated before the model loads
     seed_everything(cfg.seed)
     # fixed weights: with a k=1 knowledge estimate, its greedy clean answers are the clean rows' (generated once)

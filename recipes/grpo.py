@@ -48,7 +48,7 @@ def run(cfg: DictConfig):
     from eval_hooks.prompts import PromptSettings
     from trainer.data.train_data import ShuffleSampler
     from trainer.rl.envs import resolve_env
-    from trainer.evaluation import load_eval_rows, make_backend
+    from trainer.evaluation import generation_capabilities, load_eval_rows, make_backend
     from trainer.model.logprobs import sequence_logprobs
     from trainer.train import train_evaluate_finish
     from trainer.model.policy import Reference, build_optimizer, build_policy, build_scheduler
@@ -56,7 +56,7 @@ def run(cfg: DictConfig):
     from trainer.rl.rollout import Ranks, RolloutSettings, RolloutSource, check_prompt_lengths, load_rl_prompts
     from trainer.rl.rollout_modes import EnvironmentMode, SingleTurnMode
     from trainer.core.run import setup_run
-    from trainer.rl.weight_sync import rollout_sync_hook
+    from trainer.rl.rollout_sync import rollout_sync_hook
 
     # ---- validate everything before any model loads (and long before any generation) -------------------
     validate_grpo(cfg, world=int(os.environ.get("WORLD_SIZE", "1")))
@@ -92,7 +92,7 @@ def run(cfg: DictConfig):
             else SingleTurnMode(settings, tokenizer, reward))
     source = RolloutSource(rows, ShuffleSampler(len(rows), seed=cfg.seed), mode, settings=settings,
                            backend_factory=backend_factory, old_logps_fn=old_logps_fn, ranks=Ranks.of(acc))
-    if cfg.generation.backend == "vllm_server":  # the server samples from this step's adapter, synced and probed
+    if generation_capabilities(cfg.generation).weight_sync:  # the server samples this step's adapter, synced, probed
         source.pre_generate = rollout_sync_hook(ctx, lambda: source.backend, unwrapped, tokenizer)
 
     # ---- one micro-batch, then loop, evaluation, save ----------------------------------------------------

@@ -167,3 +167,71 @@ def test_chosen_nll_gradient_and_empty_batch():
     assert loss.item() == 0.0 and loss.requires_grad
     with pytest.raises(ValueError):
         chosen_nll_loss(torch.zeros(2), torch.ones(3))
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# SimPO: reference-free, on per-token mean log-probs, target margin gamma
+# ---------------------------------------------------------------------------------------------------------------------
+#
+# Two pairs, beta = 2, gamma = 0.5 (log-probs are per-token means):
+#     pair 1: pi_c=-1.0, pi_r=-1.5 -> z = 2*0.5 - 0.5 = 0.5    loss = log(1 + e^-0.5) = 0.4740770, correct
+#     pair 2: pi_c=-2.0, pi_r=-1.0 -> z = 2*(-1) - 0.5 = -2.5  loss = log(1 + e^2.5) = 2.5788897, wrong
+#     mean = 1.5264834; rewards are beta*pi: chosen (-2 - 4)/2 = -3, rejected (-3 - 2)/2 = -2.5, margin -0.5
+#     label smoothing eps = 0.2: l(z) + eps*z = 0.5740770 and 2.0788897, mean 1.3264834
+#     weights (3, 1): (3*0.4740770 + 2.5788897) / 4 = 1.0002802
+
+SC = torch.tensor([-1.0, -2.0])
+SR = torch.tensor([-1.5, -1.0])
+
+
+def test_simpo_hand_values_loss_metrics_smoothing_and_weights():
+    from trainer.algos.dpo import simpo_loss
+
+    loss, m = simpo_loss(SC, SR, beta=2.0, gamma=0.5)
+    assert_close(loss, torch.tensor(1.5264834), **TIGHT)
+    assert_close(m["rewards/chosen"], torch.tensor(-3.0))
+    assert_close(m["rewards/rejected"], torch.tensor(-2.5))
+    assert_close(m["rewards/margins"], torch.tensor(-0.5))  # beta*(pi_c - pi_r): the margin gamma is not in it
+    assert_close(m["rewards/accuracies"], torch.tensor(0.5))
+    assert_close(m["logps/chosen"], torch.tensor(-1.5))
+    assert_close(m["loss"], loss.detach())
+    smoothed, _ = simpo_loss(SC, SR, beta=2.0, gamma=0.5, label_smoothing=0.2)
+    assert_close(smoothed, torch.tensor(1.3264834), **TIGHT)
+    weighted, _ = simpo_loss(SC, SR, beta=2.0, gamma=0.5, weights=torch.tensor([3.0, 1.0]))
+    assert_close(weighted, torch.tensor(1.0002802), **TIGHT)
+    no_margin, _ = simpo_loss(SC, SR, beta=2.0, gamma=0.0)  # gamma = 0: plain sigmoid of beta*(pi_c - pi_r)
+    assert_close(no_margin, torch.tensor((math.log1p(math.exp(-1.0)) + math.log1p(math.exp(2.0))) / 2), **TIGHT)
+
+
+def test_simpo_hand_gradient():
+    """d loss / d pi_c_i = -beta * sigma(-z_i) / B: pair 1: -2 * sigma(-0.5) / 2 = -0.3775407, pair 2:
+    -2 * sigma(2.5) / 2 = -0.9241418; d/d pi_r is the negative."""
+    from trainer.algos.dpo import simpo_loss
+
+    pc, pr = SC.clone().requires_grad_(True), SR.clone().requires_grad_(True)
+    simpo_loss(pc, pr, beta=2.0, gamma=0.5)[0].backward()
+    assert_close(pc.grad, torch.tensor([-0.3775407, -0.9241418]), **TIGHT)
+    assert_close(pr.grad, -pc.grad)
+
+
+def test_reference_free_row_metrics_and_the_registered_declarations():
+    from trainer.algos.dpo import DPOLoss, dpo_loss, simpo_loss
+
+    rows = dpo_row_metrics(SC, SR, None, None, beta=2.0)  # reference-free: rewards are beta * pi
+    assert_close(rows["margins"], torch.tensor([1.0, -2.0]))
+    assert_close(rows["accuracies"], torch.tensor([1.0, 0.0]))
+    with pytest.raises(ValueError, match="both"):
+        dpo_row_metrics(SC, SR, SC, None, beta=2.0)
+    sigmoid, simpo = dpo_loss("sigmoid"), dpo_loss("simpo")
+    assert (sigmoid.reference, sigmoid.logps, dict(sigmoid.hyperparameters)) == (True, "sum", {})
+    assert (simpo.reference, simpo.logps, dict(simpo.hyperparameters)) == (False, "mean", {"gamma": "simpo_gamma"})
+    summed, counts = torch.tensor([-6.0, -3.0, -2.0]), torch.tensor([3, 2, 0])
+    assert_close(sigmoid.sequence_logps(summed, counts), summed)
+    assert_close(simpo.sequence_logps(summed, counts), torch.tensor([-2.0, -1.5, -2.0]))  # no tokens: counts 1
+    with pytest.raises(ValueError, match="reference-free"):
+        simpo(SC, SR, SC, SR, beta=2.0, gamma=0.5)
+    with pytest.raises(ValueError, match="needs reference"):
+        sigmoid(PC, PR, beta=0.5)
+    assert_close(simpo(SC, SR, beta=2.0, gamma=0.5)[0], simpo_loss(SC, SR, beta=2.0, gamma=0.5)[0])
+    with pytest.raises(ValueError, match="logps"):
+        DPOLoss(simpo_loss, logps="max")

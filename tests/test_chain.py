@@ -101,17 +101,20 @@ def test_sft_then_dpo_chain_hands_on_the_adapter_and_skips_finished_stages(tmp_p
 def test_bad_chains_fail_before_training():
     from trainer.core.stages import stage_sources
 
+    trainers = load_recipe("chain").trainers()
     assert stage_sources(_stages({"a": {"script": "sft", "init_from": None}, "b": {"script": "dpo"},
-                                  "c": {"script": "grpo", "init_from": "a"}})) == {"a": None, "b": "a", "c": "a"}
+                                  "c": {"script": "grpo", "init_from": "a"}}), trainers) == {"a": None, "b": "a", "c": "a"}
     with pytest.raises(ConfigError, match="stages.b.init_from='c': no earlier stage"):
         stage_sources(_stages({"a": {"script": "sft"}, "b": {"script": "dpo", "init_from": "c"},
-                               "c": {"script": "sft"}}))
+                               "c": {"script": "sft"}}), trainers)
     with pytest.raises(ConfigError, match="stages.a.script='ppo'"):
-        stage_sources(_stages({"a": {"script": "ppo"}}))
+        stage_sources(_stages({"a": {"script": "ppo"}}), trainers)
+    with pytest.raises(ConfigError, match="stages.a.script='evaluate'"):  # a chain's stages train
+        stage_sources(_stages({"a": {"script": "evaluate"}}), trainers)
     with pytest.raises(ValidationError, match="init_mode"):  # a typed choice: refused when the config is built
-        stage_sources(_stages({"a": {"script": "sft", "init_mode": "stack"}}))
+        stage_sources(_stages({"a": {"script": "sft", "init_mode": "stack"}}), trainers)
     with pytest.raises(ConfigError, match="names no stage"):
-        stage_sources(_stages({}))
+        stage_sources(_stages({}), trainers)
 
 
 def test_a_misspelt_override_in_a_later_stage_fails_before_the_first_trains(tmp_path):
@@ -235,7 +238,7 @@ class _FakeStages:
         return OmegaConf.create({"model": {"path": kv.get("model.path", str(self.base)).strip("'"),
                                            "init_adapter": kv.get("model.init_adapter", "").strip("'") or None,
                                            "init_adapter_mode": "merge"},
-                                 "trainer": {"run_dir": kv["trainer.run_dir"].strip("'"), "resume": "auto",
+                                 "trainer": {"run_dir": "set by the runner", "resume": "auto",
                                              "overwrite": kv.get("trainer.overwrite") == "true"},
                                  "lr": kv.get("lr")})
 
@@ -261,10 +264,13 @@ class _FakeStages:
         return types.SimpleNamespace(stopped_early=False, step=2)
 
     def run(self, lr=None):
+        from trainer.core.stages import chain_stages
+
         stages = _stages({"sft": {"script": "sft", "init_from": None, "extra": [f"lr={lr}"] if lr else []},
                           "dpo": {"script": "dpo"}})
         self.calls.clear()
-        return {k: v["status"] for k, v in self.runner.run_all(stages).items()}
+        self.runner.run_all(chain_stages(stages, [], ("sft", "dpo")))
+        return {k: v["status"] for k, v in self.runner.records.items()}
 
 
 def _base_model(tmp_path):

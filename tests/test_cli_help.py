@@ -71,8 +71,8 @@ def test_recipe_help_from_the_command_line():
 
 
 def test_demo_help_from_the_command_line_lists_its_package_schema():
-    """The demo's schema lives in toy_demo/config.py; its entry point registers it before --help."""
-    from toy_demo.config import DemoRunConfig
+    """The demo's schema lives in demos/config.py; its entry point registers it before --help."""
+    from demos.config import DemoRunConfig
 
     proc = subprocess.run([sys.executable, str(ROOT / "recipes" / "demo.py"), "--help", "seed=3"],
                           capture_output=True, text=True, timeout=120, cwd=ROOT)

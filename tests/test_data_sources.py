@@ -62,13 +62,13 @@ def test_an_unknown_source_is_an_error_listing_the_known_ones(empty_registry):
 
 def test_entry_points_are_discovered_lazily_and_loaded_when_used(empty_registry, monkeypatch, tmp_path):
     monkeypatch.setenv("SELECTRUST_CACHE", str(tmp_path))
-    empty_registry.append(EntryPoint(name="toy", value="toy_demo.task:resolve_source", group=ds.ENTRY_POINT_GROUP))
+    empty_registry.append(EntryPoint(name="toy", value="demos.toy.task:resolve_source", group=ds.ENTRY_POINT_GROUP))
     empty_registry.append(EntryPoint(name="broken", value="no_such_module_xyz:f", group=ds.ENTRY_POINT_GROUP))
-    empty_registry.append(EntryPoint(name="other", value="toy_demo.task:resolve_source", group="another.group"))
+    empty_registry.append(EntryPoint(name="other", value="demos.toy.task:resolve_source", group="another.group"))
     assert ds.known_data_sources() == ["broken", "toy"]
     assert ds._SOURCES == {}  # listed, not loaded
     path = ds.resolve_data_path("toy:1/mist_heldout.jsonl")
-    from toy_demo import task
+    from demos.toy import task
 
     assert ds._SOURCES == {"toy": task.resolve_source}
     assert Path(path) == task.cache_dir(1) / "mist_heldout.jsonl" and Path(path).is_file()
@@ -79,14 +79,14 @@ def test_entry_points_are_discovered_lazily_and_loaded_when_used(empty_registry,
 def test_pyproject_declares_the_demo_source_and_packages_it():
     import tomllib
 
-    from toy_demo import task
+    from demos.toy import task
 
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())
     declared = project["project"]["entry-points"][ds.ENTRY_POINT_GROUP]
-    assert declared == {task.SCHEME: "toy_demo.task:resolve_source"}
+    assert declared == {task.SCHEME: "demos.toy.task:resolve_source"}
     ep = EntryPoint(name=task.SCHEME, value=declared[task.SCHEME], group=ds.ENTRY_POINT_GROUP)
     assert ep.load() is task.resolve_source
-    assert "toy_demo*" in project["tool"]["setuptools"]["packages"]["find"]["include"]
+    assert "demos*" in project["tool"]["setuptools"]["packages"]["find"]["include"]
 
 
 def test_the_installed_package_declares_the_toy_source():
@@ -95,6 +95,6 @@ def test_the_installed_package_declares_the_toy_source():
     from importlib.metadata import entry_points
 
     names = {ep.name: ep.value for ep in entry_points(group=ds.ENTRY_POINT_GROUP)}
-    assert names.get("toy") == "toy_demo.task:resolve_source", (
+    assert names.get("toy") == "demos.toy.task:resolve_source", (
         f"entry points of {ds.ENTRY_POINT_GROUP}: {names}; reinstall the package (pip install --no-deps -e .) "
         f"so its metadata matches pyproject.toml ({sys.executable})")

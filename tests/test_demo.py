@@ -1,4 +1,4 @@
-"""The toy demo (recipes/demo.py demo=toy, toy_demo/pipeline.py): stages connect and the SCOPE direction
+"""The toy demo (recipes/demo.py demo=toy, demos/toy/pipeline.py): stages connect and the SCOPE direction
 holds (reduced, fast), the full targets hold for several seeds (slow)."""
 
 import json
@@ -30,7 +30,7 @@ def _demo(out, seed=0, extra=()):
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
-    from toy_demo.config import register
+    from demos.config import register
 
     register()
     reset_accelerate()
@@ -69,7 +69,7 @@ WALL_TARGET = "pipeline <= 10 min"  # a target of the report, not asserted (a CI
 
 @pytest.mark.slow
 def test_full_demo_three_seeds_meet_the_targets(tmp_path):
-    """Seeds 0, 1, 2 with the default stages meet every target of the demo (toy_demo.report.TARGETS:
+    """Seeds 0, 1, 2 with the default stages meet every target of the demo (demos.toy.report.TARGETS:
     base SC2W >= 80%, SCOPE SC2W <= 15% with clean and correct-context accuracy >= 90% on held-out keys,
     Box2's Δbad closer to 0 after counterfactual SFT; not the 10-minute wall time, which depends on the machine's
     load: 677 s two at a time at a load average of ~5, DEMO.md); averaged over the seeds the
@@ -84,7 +84,7 @@ def test_full_demo_three_seeds_meet_the_targets(tmp_path):
     The ablation is compared where a correct hint carries information: on held-out keys the model knows
     every answer, so both sit at the ceiling and may tie (asserted: misleading-only is not above
     SCOPE); on unseen keys only the hint can answer, and there it must be strictly below."""
-    from toy_demo.report import check_targets
+    from demos.toy.report import check_targets
 
     runs = {seed: _demo(tmp_path / f"demo{seed}", seed=seed) for seed in (0, 1, 2)}
     for seed, s in runs.items():

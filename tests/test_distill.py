@@ -8,8 +8,9 @@ import torch
 from eval_hooks.builders.taste_toy import base_sft_mix, compact_prompt, make_taste_toy
 from eval_hooks.io import DataError, write_jsonl_atomic
 from distill_fixtures import make_steps
-from trainer.distill.views import (aligned_logits, build_batch, check_task_disjoint, expected_calibration_error,
-                             load_fork_views, sample_positions)
+from trainer.distill.aligned import aligned_logits, build_batch, sample_positions
+from trainer.distill.calibration import expected_calibration_error
+from trainer.distill.views import check_task_disjoint, load_fork_views
 
 
 @pytest.fixture(scope="module")
@@ -104,7 +105,7 @@ def test_advice_sums_log_odds_over_both_orders(tmp_path):
     """Seeded view log-odds +1.0 (A = candidate_a favoured), reversed -0.4 (there A = candidate_b, so
     candidate_a again): score = 1.0 - (-0.4) = 1.4 -> candidate_a. Second item: +0.2 and +0.5 -> -0.3 ->
     candidate_b (the reversed order's stronger preference for its A wins)."""
-    from trainer.distill.views import advice_from_log_odds
+    from trainer.distill.advice import advice_from_log_odds
 
     toy = make_taste_toy(2, n_tasks=1)
     path = tmp_path / "f.jsonl"

@@ -1,4 +1,4 @@
-"""The gathered-log-probs path of the distillation step (trainer/distill/views.py:distill_logprobs) against the dense one.
+"""The gathered-log-probs path of the distillation step (trainer/distill/gathered.py:distill_logprobs) against the dense one.
 
 ``dense_reference_kl_terms`` below is the stage-1 step as it was written on full logits: both models'
 ``(B, P, V)`` logits at the aligned positions (``aligned_logits``), ``topk_forward_kl`` on them and
@@ -17,7 +17,8 @@ from torch.testing import assert_close
 
 from distill_fixtures import make_steps
 from trainer.algos.distill import choice_kl, topk_forward_kl, topk_support_index
-from trainer.distill.views import aligned_hidden, aligned_logits, distill_logprobs, sample_positions
+from trainer.distill.aligned import aligned_hidden, aligned_logits, sample_positions
+from trainer.distill.gathered import distill_logprobs
 
 TOL = {"rtol": 1e-5, "atol": 1e-7}
 

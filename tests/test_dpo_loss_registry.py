@@ -1,5 +1,6 @@
 """The DPO-style loss registry (``algo.loss_type``): what docs/architecture.md's "A new DPO-style loss" walk
-relies on. The toy loss here is IPO's squared loss (Azar et al. 2023), registered for the test only."""
+relies on. The toy loss here is IPO's squared loss (Azar et al. 2023), registered for the test only; the shipped
+reference-free example is SimPO (``algo=simpo``)."""
 
 import pytest
 import torch
@@ -17,7 +18,9 @@ def test_registry_config_choice_and_default_agree():
 
     assert tuple(dpo.DPO_LOSSES) == DPO_LOSS_TYPES  # a name in one but not the other is a half-done walk
     assert tuple(m.value for m in DPOLossType) == DPO_LOSS_TYPES
-    assert DPOAlgoConfig().loss_type == "sigmoid" and dpo.dpo_loss("sigmoid") is dpo.sigmoid_dpo_loss
+    assert DPOAlgoConfig().loss_type == "sigmoid" and dpo.dpo_loss("sigmoid").fn is dpo.sigmoid_dpo_loss
+    for name, loss in dpo.DPO_LOSSES.items():  # every loss's own hyperparameters are DPOAlgoConfig fields
+        assert isinstance(loss, dpo.DPOLoss) and set(loss.hyperparameters.values()) <= set(vars(DPOAlgoConfig())), name
     with pytest.raises(ValueError, match="unknown DPO loss 'nope'.*sigmoid"):
         dpo.dpo_loss("nope")
 
@@ -60,7 +63,7 @@ def test_a_registered_loss_trains_through_the_recipe(tmp_path, monkeypatch):
         calls.append(kwargs)
         return ipo_loss(*args, **kwargs)
 
-    monkeypatch.setitem(dpo.DPO_LOSSES, "ipo", recorded)
+    monkeypatch.setitem(dpo.DPO_LOSSES, "ipo", dpo.DPOLoss(recorded))  # with a reference, summed log-probs
     run_dir = tmp_path / "run"
     cfg = compose("dpo", [f"data.train_path={dh.write_pairs(tmp_path / 'pairs.jsonl', 12)}", "eval=none",
                           f"trainer.run_dir={run_dir}", "trainer.max_steps=2", "trainer.progress=false",
@@ -83,3 +86,57 @@ def test_ipo_toy_loss_hand_value():
     loss, m = ipo_loss(torch.tensor([-4.0, -3.0]), torch.tensor([-6.0, -2.0]), torch.tensor([-5.0, -3.0]),
                        torch.tensor([-5.0, -3.0]), beta=0.5)
     assert loss.item() == pytest.approx(2.5) and m["rewards/margins"].item() == pytest.approx(0.25)
+
+
+def _reference_forbidden(monkeypatch):
+    """Make building a reference, or precomputing its table, fail the test."""
+    from trainer.model import policy
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a reference-free loss built a reference")
+
+    monkeypatch.setattr(policy, "Reference", refuse)
+    monkeypatch.setattr(load_recipe("dpo"), "reference_table", refuse)
+
+
+@pytest.mark.parametrize("lora", [True, False])
+def test_simpo_builds_no_reference_and_trains_on_per_token_means(tmp_path, monkeypatch, lora):
+    """``algo=simpo`` through recipes/dpo.py: no reference is built (no frozen copy without LoRA, no precomputed
+    table even with ``algo.reference=precomputed``), so no reference forward runs; the loss gets two log-prob
+    arguments (per-token means: between -log(vocab) - a few nats and 0, far from a completion's sum) and the
+    config's ``simpo_gamma``; its rewards are beta times them."""
+    from trainer.algos import dpo
+
+    calls = []
+
+    def recorded(pc, pr, *refs, **kwargs):
+        calls.append((len(refs), kwargs, pc.detach().clone()))
+        return dpo.simpo_loss(pc, pr, *refs, **kwargs)
+
+    monkeypatch.setitem(dpo.DPO_LOSSES, "simpo", dpo.DPOLoss(recorded, reference=False, logps="mean",
+                                                            hyperparameters={"gamma": "simpo_gamma"}))
+    _reference_forbidden(monkeypatch)
+    run_dir = tmp_path / "run"
+    cfg = compose("dpo", [f"data.train_path={dh.write_pairs(tmp_path / 'pairs.jsonl', 12)}", "eval=none",
+                          f"trainer.run_dir={run_dir}", "trainer.max_steps=2", "trainer.progress=false", "algo=simpo",
+                          "algo.simpo_gamma=0.75", "algo.reference=precomputed", f"model.lora.enabled={lora}"])
+    reset_accelerate()
+    load_recipe("dpo").run(cfg)
+    lines = [l for l in read_metrics(run_dir) if "loss" in l]
+    assert [l["step"] for l in lines] == [1, 2] and all(torch.isfinite(torch.tensor(l["loss"])) for l in lines)
+    assert calls and all(n_refs == 0 and kw["gamma"] == 0.75 and kw["beta"] == 2.0 for n_refs, kw, _ in calls)
+    first = calls[0][2]
+    assert bool((first < 0).all()) and bool((first > -15.0).all()), first  # tiny vocab: log(512) = 6.2 per token
+    assert lines[0]["rewards/margins"] == pytest.approx(2.0 * (lines[0]["logps/chosen"] - lines[0]["logps/rejected"]),
+                                                        abs=1e-5)
+    assert {k for k in lines[0] if k.startswith("rewards/accuracies/")}  # per-condition metrics still logged
+
+
+def test_simpo_gamma_is_checked_before_any_model_loads():
+    from trainer.config import validate_dpo
+    from trainer.config.validation import ConfigError
+
+    for bad in ("-0.5", "nan", "inf"):
+        with pytest.raises(ConfigError, match="algo.simpo_gamma"):
+            validate_dpo(compose("dpo", ["algo=simpo", f"algo.simpo_gamma={bad}"]))
+    validate_dpo(compose("dpo", ["algo=simpo"]))

@@ -1,12 +1,18 @@
 """The family registry: a minimal fifth family, defined here, added through the registry (in code and as an
 installed package's entry point) and taken through expand -> score -> metrics -> report -> run by the same
-public functions the CLI and the trainers use. This is the worked example of docs/architecture.md, "How to
-add an evaluation family"."""
+public functions the CLI and the trainers use; its own setting (``eval.echo.hinted``) is composed into the
+``eval`` config group and set on the command line. This is the worked example of docs/architecture.md, "How
+to add an evaluation family"."""
 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
 from importlib.metadata import EntryPoint
+from pathlib import Path
 
 import pytest
 
@@ -19,6 +25,16 @@ from eval_hooks.metrics import compute_metrics, headline
 from eval_hooks.metrics.common import check_rows, rate
 from eval_hooks.report import compare_table, write_report
 from eval_hooks.report_kit import md_table, pct
+from eval_hooks.settings import setting
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@dataclass
+class EchoSettings:
+    """The echo family's own settings: the section ``eval.echo`` of every recipe's config."""
+
+    hinted: bool = setting(True, "Also ask each question with its hint (condition hinted); false = plain rows only.")
 
 
 class EchoFamily(Family):
@@ -27,6 +43,11 @@ class EchoFamily(Family):
     name = "echo"
     answer_types = ("boolean",)
     condition_accepted = "plain | hinted"
+    settings = EchoSettings  # composed into the eval group as eval.echo.hinted
+
+    def eval_rows(self, path, settings=None):
+        rows = self.load(path)
+        return rows if self.own_settings(settings).hinted else [r for r in rows if r["condition"] == "plain"]
 
     def is_condition(self, c):
         return c in ("plain", "hinted")
@@ -125,6 +146,70 @@ def test_a_family_from_an_installed_packages_entry_point(monkeypatch, tmp_path):
     fam = get_family("echo")
     assert isinstance(fam, EchoFamily) and get_family("echo") is fam
     assert len(load_rows("echo", _write(tmp_path, ITEMS))) == 4
+
+
+def test_a_familys_settings_are_composed_into_the_eval_group(echo, tmp_path):
+    """Registered before the schema is built, the family's settings are the section ``eval.echo``: typed, with
+    their default and help text, settable from a composed config, read back by the family."""
+    from omegaconf import OmegaConf
+    from omegaconf.errors import ConfigKeyError, ValidationError
+
+    from trainer.config import eval_config_schema, help_text
+
+    schema = eval_config_schema()  # the schema the recipes get with echo installed (EvalConfig: at first import)
+    cfg = OmegaConf.structured(schema)
+    assert cfg.echo.hinted is True and cfg.med.judge == "keyword" and cfg.max_prompt_tokens == 65536  # the others too
+    assert ("echo.hinted", EchoSettings.__dataclass_fields__["hinted"].metadata["help"], True, ()) in help_text(schema)
+    cfg = OmegaConf.merge(cfg, OmegaConf.from_dotlist(["echo.hinted=false"]))
+    assert echo.settings_from(cfg) == EchoSettings(hinted=False)
+    assert [r["condition"] for r in echo.eval_rows(_write(tmp_path, ITEMS), echo.settings_from(cfg))] == ["plain"] * 2
+    with pytest.raises(ValidationError, match="hinted"):
+        OmegaConf.merge(cfg, OmegaConf.from_dotlist(["echo.hinted=perhaps"]))
+    with pytest.raises(ConfigKeyError, match="hint"):
+        OmegaConf.merge(cfg, OmegaConf.from_dotlist(["echo.hint=true"]))
+
+
+def test_a_settings_key_used_twice_is_refused():
+    """A family whose settings would take a key of the eval group, or of another family, is an error naming both."""
+    flat = dataclass(type("FlatSettings", (), {"__annotations__": {"max_prompt_tokens": "int"},
+                                               "max_prompt_tokens": setting(1, "Taste's key, declared again.")}))
+    clash = type("Clash", (EchoFamily,), {"name": "clash", "settings": flat, "flat_settings": True})()
+    named_path = type("PathFamily", (EchoFamily,), {"name": "path"})()  # its section would be eval.path
+    for family, match in ((clash, "eval.max_prompt_tokens: family 'clash' declares a setting that family 'taste' "
+                                  "already has"),
+                          (named_path, "eval.path: family 'path' declares a setting that the eval group itself "
+                                       "already has")):
+        register_family(family)
+        try:
+            with pytest.raises(ValueError, match=match):
+                families.settings_fields(["enabled", "path"])
+        finally:
+            unregister_family(family.name)
+
+
+def test_an_installed_packages_family_has_its_settings_on_the_command_line(tmp_path, tiny_model_dir):
+    """An installed package's entry point (a distribution's metadata on the path, as ``pip install`` leaves it)
+    adds the family *and* its settings: ``--help`` lists ``eval.echo.hinted`` with its help text, and
+    ``recipes/evaluate.py eval.family=echo eval.echo.hinted=false`` evaluates the plain rows only."""
+    site = tmp_path / "site"
+    dist = site / "echo_family-0.1.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: echo-family\nVersion: 0.1\n")
+    (dist / "entry_points.txt").write_text(f"[{families.ENTRY_POINT_GROUP}]\necho = tests.test_families:EchoFamily\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), os.environ["PYTHONPATH"]])}
+    items, out = _write(tmp_path, ITEMS), tmp_path / "out"
+    args = ["eval.family=echo", f"eval.path={items}", "eval.echo.hinted=false"]
+    shown = subprocess.run([sys.executable, "recipes/evaluate.py", "--help", *args], capture_output=True, text=True,
+                           cwd=ROOT, env=env, timeout=300)
+    assert shown.returncode == 0, shown.stderr
+    assert "  eval.echo.hinted = False  [default True]\n      Also ask each question with its hint" in shown.stdout
+    assert "  eval.family = echo  [default mist; mist | box2 | taste | med | echo]" in shown.stdout
+    ran = subprocess.run([sys.executable, "recipes/evaluate.py", "model.path=tiny", *args, "eval.max_new_tokens=2",
+                          f"out_dir={out}"], capture_output=True, text=True, cwd=ROOT, env=env, timeout=600)
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["family"] == "echo" and metrics["n_rows"] == 2 and set(metrics["accuracy"]) == {"plain", "hinted"}
+    assert {json.loads(x)["condition"] for x in (out / "item_scores.jsonl").read_text().splitlines()} == {"plain"}
 
 
 def test_unknown_and_clashing_families_are_refused():

@@ -123,10 +123,10 @@ def test_bf16_autocast_generation_records_fp32_logprobs(tiny_model, tiny_tokeniz
     to it (autocast really ran)."""
     from omegaconf import OmegaConf
 
-    from trainer.config import GenerationConfig
+    from trainer.config import generation_schema
     from trainer.evaluation import make_backend
 
-    cfg = OmegaConf.structured(GenerationConfig(mixed_precision="bf16"))
+    cfg = OmegaConf.structured(generation_schema("hf")(mixed_precision="bf16"))
     backend = make_backend(cfg, tiny_model, tiny_tokenizer, model_path="tiny")
     assert backend.autocast_dtype == torch.bfloat16
     prompts = _prompts(tiny_tokenizer, 3)

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PRODUCT = ("trainer", "eval_hooks", "recipes", "launch", "bench", "toy_demo")
+PRODUCT = ("trainer", "eval_hooks", "recipes", "launch", "bench", "demos")
 BY_PATH = ("spec_from_file_location", "module_from_spec", "SourceFileLoader", "exec_module", "run_path", "load_source")
 
 
@@ -79,23 +79,29 @@ def test_launch_never_imports_recipes():
 
 
 def test_the_toy_task_imports_only_eval_hooks():
-    # toy_demo/task.py builds data files and serves the toy:<seed>/<file> data source: eval_hooks below it,
-    # nothing of the trainer, the recipes, launch or the rest of the demo
-    bad = [m for m in sorted(_imports(ROOT / "toy_demo" / "task.py"))
-           if _top(m) in ("trainer", "recipes", "launch", "toy_demo")]
+    # demos/toy/task.py builds data files and serves the toy:<seed>/<file> data source: eval_hooks below it,
+    # nothing of the trainer, the recipes, launch or the rest of the demos
+    bad = [m for m in sorted(_imports(ROOT / "demos" / "toy" / "task.py"))
+           if _top(m) in ("trainer", "recipes", "launch", "demos")]
     assert not bad, bad
-    assert "eval_hooks.io" in _imports(ROOT / "toy_demo" / "task.py")  # the checker sees its imports
+    assert "eval_hooks.io" in _imports(ROOT / "demos" / "toy" / "task.py")  # the checker sees its imports
 
 
-def test_only_the_demo_entry_point_imports_the_demo_package():
-    bad = [o for o in _offenders(("trainer", "eval_hooks", "launch", "recipes"), {"toy_demo"})
+def test_only_the_demo_entry_point_imports_the_demos_package():
+    bad = [o for o in _offenders(("trainer", "eval_hooks", "launch", "recipes"), {"demos"})
            if not o.startswith(str(Path("recipes") / "demo.py"))]
     assert not bad, "\n".join(bad)
-    assert "toy_demo.pipeline" in _imports(ROOT / "recipes" / "demo.py")  # the checker sees the one that may
+    assert "demos.real.pipeline" in _imports(ROOT / "recipes" / "demo.py")  # the checker sees the one that may
+
+
+def test_the_demos_never_import_the_recipes():
+    # the demos name their stages' recipes; recipes/demo.py hands the recipes' run functions down
+    assert "trainer.core.stages" in _imports(ROOT / "demos" / "real" / "pipeline.py")  # the checker sees demos/
+    assert not (bad := _offenders(("demos",), {"recipes"})), "\n".join(bad)
 
 
 # What only the demo's toy task knows: its package, its builder, its data source's paths, its generator.
-TOY_TASK = re.compile(r"\btoy_demo\b|\bbuilders[./]toy\b|\btoy:(<seed>|\d|\{)|make_toy_task")
+TOY_TASK = re.compile(r"\bdemos[./]toy\b|\bbuilders[./]toy\b|\btoy:(<seed>|\d|\{)|make_toy_task")
 
 
 def test_the_generic_layers_do_not_know_the_toy_task():
@@ -191,19 +197,83 @@ def test_no_import_cycle_among_eval_hooks_modules():
     assert not (cycles := _cycles(graph)), "import cycles: " + "; ".join(" <-> ".join(c) for c in cycles)
 
 
+FAMILY_REGISTRY = ROOT / "eval_hooks" / "families" / "__init__.py"
+MENTIONS_FAMILY = re.compile(r"famil(y|ies)", re.IGNORECASE)
+
+
+def _names_a_family(node: ast.AST) -> bool:
+    """An expression that holds a family or its name: a name, attribute or ``["family"]`` item whose identifier
+    says family (``cfg.eval.family``, ``family.name``, ``get_family(x).name``, ``row["family"]``, ``families``)."""
+    for sub in ast.walk(node):
+        ident = sub.id if isinstance(sub, ast.Name) else sub.attr if isinstance(sub, ast.Attribute) else \
+            sub.slice.value if isinstance(sub, ast.Subscript) and isinstance(sub.slice, ast.Constant) else None
+        if isinstance(ident, str) and MENTIONS_FAMILY.search(ident):
+            return True
+    return False
+
+
+def _is_literal(node: ast.AST) -> bool:
+    """A string literal, or a tuple, list or set of them (``"med"``, ``("mist", "med")``)."""
+    if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+        return bool(node.elts) and all(_is_literal(e) for e in node.elts)
+    return isinstance(node, ast.Constant) and isinstance(node.value, str)
+
+
+def _family_choices_by_name(tree: ast.AST) -> list[int]:
+    """Lines that choose by a family's name: a comparison (``==``, ``!=``, ``in``, ``not in``, ``is``) between an
+    expression holding a family and a string literal, a ``match`` on one with string cases, or a dispatch table
+    keyed by two or more built-in family names."""
+    from eval_hooks.families import BUILTIN
+
+    lines = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare):
+            sides = [node.left, *node.comparators]
+            if any(_names_a_family(x) for x in sides) and any(_is_literal(x) for x in sides):
+                lines.append(node.lineno)
+        elif isinstance(node, ast.Match) and _names_a_family(node.subject):
+            if any(isinstance(c.pattern, ast.MatchValue) and _is_literal(c.pattern.value) for c in node.cases):
+                lines.append(node.lineno)
+        elif isinstance(node, ast.Dict):
+            keys = [k.value for k in node.keys if isinstance(k, ast.Constant) and isinstance(k.value, str)]
+            if len(set(keys) & set(BUILTIN)) >= 2:
+                lines.append(node.lineno)
+    return sorted(lines)
+
+
+def test_the_family_choice_finder():
+    code = ('if family == "med": pass\nif cfg.eval.family != "taste": pass\nif cfg.eval.family in ("mist", "box2"): '
+            'pass\nif "med" in families: pass\nif get_family(x).name == "mist": pass\nif row["family"] == "box2": pass\n'
+            'table = {"mist": f, "med": g}\nmatch cfg.eval.family:\n    case "med": pass\n'
+            # not choices by a family's name: another setting compared with a word, a family asked by capability,
+            # the registry looked up by a variable
+            'if d.source == "mist": pass\nif get_family(cfg.eval.family).knowledge_labels: pass\n'
+            'if name in family_names(): pass\nif n == 2: pass\n')
+    assert _family_choices_by_name(ast.parse(code)) == [1, 2, 3, 4, 5, 6, 7, 8]
+
+
 def test_no_family_is_chosen_by_name_outside_the_registry():
-    """Metrics, reports, the run, the trainers' evaluation and the evaluate recipe ask the family registry
-    (eval_hooks/families/__init__.py); none of them compares a family name with a literal."""
-    by_name = re.compile(r"""family\b[^\n]*(==|!=|\bin\b)\s*[("']|["'](mist|box2|taste|med)["']\s*:\s*_""")
-    assert by_name.search('if family == "med":') and by_name.search('if cfg.eval.family != "taste":')
-    files = ["eval_hooks/metrics/__init__.py", "eval_hooks/report.py", "eval_hooks/evaluate.py",
-             "eval_hooks/scoring.py", "eval_hooks/families/base.py", "trainer/evaluation.py", "recipes/evaluate.py"]
-    bad = [f"{f}:{n}: {line.strip()}" for f in files for n, line in enumerate((ROOT / f).read_text().splitlines(), 1)
-           if by_name.search(line) and "knowledge" not in line]  # knowledge labels: a MIST-only setting, checked
+    """Metrics, reports, the run, the trainers' evaluation, the config checks and the recipes ask the family
+    registry (eval_hooks/families/__init__.py) for a family and ask the family what it has (its settings,
+    ``knowledge_labels``, ``backend_needs``); none compares a family or its name with a literal. Every module
+    of the product is scanned, the registry alone excepted."""
+    files = [p for p in _files(*PRODUCT) if p != FAMILY_REGISTRY]
+    assert ROOT / "trainer" / "config" / "validation.py" in files and ROOT / "recipes" / "evaluate.py" in files
+    bad = [f"{p.relative_to(ROOT)}:{n}: {p.read_text().splitlines()[n - 1].strip()}"
+           for p in files for n in _family_choices_by_name(ast.parse(p.read_text()))]
     assert not bad, "\n".join(bad)
 
 
 # ---- the layout of trainer/ (docs/architecture.md#layout) -------------------------------------------
+
+def test_models_do_not_reach_up_into_the_config():
+    # trainer/model/ is used by the config checks (adapter checks), not the other way round: the config converts
+    # the model layer's errors into ConfigError (trainer/config/validation.py check_adapter_dir)
+    assert "trainer.model.adapter_check" in _imports(ROOT / "trainer" / "model" / "policy.py")  # the checker sees it
+    bad = [f"{p.relative_to(ROOT)} imports {m}" for p in _files("trainer/model") for m in sorted(_imports(p))
+           if m.split(".")[:2] == ["trainer", "config"]]
+    assert not bad, "\n".join(bad)
+
 
 def test_trainer_core_imports_neither_rl_nor_distill():
     # the machinery every trainer shares knows no single trainer's own code

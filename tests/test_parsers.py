@@ -293,3 +293,38 @@ def test_short_text_gold_aliases_and_normalisation():
 ])
 def test_multiple_choice_article_is_not_an_option(text, parsed):
     assert parse_answer(text, "multiple_choice", choices=["Herat", "Kandahar", "Mazar", "Jalalabad"]) == parsed
+
+
+def test_a_new_answer_type_is_one_registry_entry(monkeypatch):
+    """docs/architecture.md's walk "A new answer type": one :class:`AnswerType` entry (here a colour name) is parsed,
+    normalised, compared, given its candidates and status, its budget and its accepted text through the same public
+    functions the families and trainers call; nothing else names it."""
+    import re
+
+    from eval_hooks import parsers
+    from eval_hooks.errors import DataError
+    from eval_hooks.families.base import Ctx, check_gold
+
+    colours = ("red", "green", "blue")
+
+    def parse(text, choices, candidates):
+        words = [w for w in re.findall(r"[a-z]+", str(text).lower()) if w in colours]
+        return words[-1] if words else None
+
+    monkeypatch.setitem(parsers.ANSWER_TYPES, "colour", parsers.AnswerType(
+        "colour", parse=parse, normalize=lambda v, choices=None: v.strip().lower() if isinstance(v, str)
+        and v.strip().lower() in colours else None, accepted="red | green | blue", budget=8))
+    row = {"answer_type": "colour", "gold": "Red", "wrong_value": "Blue"}
+    parsed = parsers.parse_row_answer("Green? No: RED.", row)
+    assert parsed == "red" and parsers.row_answer_matches(parsed, row)
+    assert parsers.answer_status(parsed, row) == "candidate"
+    assert parsers.answer_status(parsers.parse_row_answer("green", row), row) == "outside"
+    assert parsers.answer_status(parsers.parse_row_answer("grey", row), row) == "no_answer"
+    assert parsers.row_answer_matches("blue", row, "wrong_value") and not parsers.answers_match("blue", "red", "colour")
+    assert parsers.answer_budget({"colour"}) == 8 and parsers.answer_budget({"colour", "numeric"}) == 512
+    with pytest.raises(DataError, match=re.escape("accepted: red | green | blue")):
+        check_gold("pink", "colour", Ctx("items.jsonl", 3))
+    with pytest.raises(ValueError, match="colour"):  # no instruction declared: a family cannot write its prompt line
+        parsers.answer_instruction("colour")
+    with pytest.raises(ValueError, match="accepted: .*short_text, colour"):
+        parse_answer("1", "essay")

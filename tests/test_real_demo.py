@@ -1,4 +1,4 @@
-"""The real-model demo (``python recipes/demo.py``, toy_demo/real.py): its config, its targets and report (fast),
+"""The real-model demo (``python recipes/demo.py``, demos/real/pipeline.py): its config, its targets and report (fast),
 and one full run on SmolLM2-135M-Instruct that meets its targets (slow)."""
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ def _summary() -> dict:
 
 
 def test_targets_are_the_issue_thresholds():
-    from toy_demo.real_report import check_targets
+    from demos.real.report import check_targets
 
     assert all(check_targets(_summary()).values()), check_targets(_summary())
 
@@ -60,7 +60,7 @@ def test_targets_are_the_issue_thresholds():
 
 
 def test_report_has_the_table_targets_and_the_honest_notes(tmp_path):
-    from toy_demo.real_report import check_targets, write_report
+    from demos.real.report import check_targets, write_report
 
     s = _summary()
     s["targets"] = check_targets(s)
@@ -75,7 +75,7 @@ def _compose(overrides: list[str]):
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
-    from toy_demo.config import register
+    from demos.config import register
 
     register()
     GlobalHydra.instance().clear()
@@ -114,7 +114,7 @@ KA_CORRECT_DROP_MEASURED = 0.06
 
 def check_real_demo_claims(summary: dict) -> list[str]:
     """The claims of one real-demo run that the slow test asserts (the names of those that fail)."""
-    from toy_demo.real_report import check_targets
+    from demos.real.report import check_targets
 
     r = summary["real"]
     base, scope, ka = r["base"], r["scope"], r["knowledge_aware"]
@@ -152,7 +152,7 @@ def test_real_demo_meets_its_claims_on_seed_0(tmp_path):
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
-    from toy_demo.config import register
+    from demos.config import register
 
     register()
     reset_accelerate()
@@ -172,19 +172,25 @@ def test_real_demo_meets_its_claims_on_seed_0(tmp_path):
 @pytest.mark.parametrize("bad", ["real.stages.dpo=['optim.lrr=1e-4']", "real.stages.evaluate=['generation.batch_size=big']",
                                  "real.stages.knowledge_aware=['algo.lambda_uu=0.2']", "real.stages.mine=['knowledge.kk=2']"])
 def test_a_bad_stage_override_fails_in_preflight_before_any_stage_runs(tmp_path, bad):
-    """Every stage's config is composed before the model is converted or loaded (toy_demo.real.RealPipeline.preflight)."""
+    """Every stage's config is composed before the model is converted or loaded (the stage runner's ``check``)."""
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
     from hydra.errors import ConfigCompositionException
 
-    from toy_demo.config import register
-    from toy_demo.real import RealPipeline
+    from demos.config import register
+    from demos.real.pipeline import stages
+    from recipes.chain import compose as compose_recipe
+    from trainer.config import ConfigError
+    from trainer.core.stages import StageRunner
 
     register()
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base=None):
-        good = RealPipeline(compose(config_name="demo", overrides=[f"out={tmp_path}"]))
-        good.preflight()  # the defaults compose
-        with pytest.raises(ConfigCompositionException):
-            RealPipeline(compose(config_name="demo", overrides=[f"out={tmp_path}", bad])).preflight()
+        def check(cfg):
+            StageRunner(tmp_path, seed=0, compose=compose_recipe, runners={}).check(stages(cfg))
+
+        check(compose(config_name="demo", overrides=[f"out={tmp_path}"]))  # the defaults compose
+        with pytest.raises(ConfigError, match=r"stages\.\w+ \((dpo|evaluate|mine_pairs)\.py") as e:
+            check(compose(config_name="demo", overrides=[f"out={tmp_path}", bad]))
+        assert isinstance(e.value.__cause__, ConfigCompositionException)
     assert not (tmp_path / "stages").exists()

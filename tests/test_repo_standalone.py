@@ -13,7 +13,7 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PRODUCT_DIRS = ("trainer", "eval_hooks", "recipes", "launch", "bench", "toy_demo", "conf", "docs")
+PRODUCT_DIRS = ("trainer", "eval_hooks", "recipes", "launch", "bench", "demos", "conf", "docs")
 TOP_FILES = ("README.md", "DEMO.md")
 TEXT_SUFFIXES = {".py", ".md", ".yaml", ".yml", ".sh", ".txt", ".toml", ".cfg", ".jinja", ".json"}
 SKIP_PARTS = {"__pycache__", ".git", ".pytest_cache"}

@@ -1,5 +1,5 @@
-"""launch/sweep.py: expansion of Hydra sweep syntax, local runs (skip finished, keep going past failures),
-summary table, SLURM array script. Uses a fake recipe written into tmp_path, not the real trainers."""
+"""launch/sweep.py and launch/sweeper/: expansion of Hydra sweep syntax, local runs (skip finished, keep going
+past failures), summary table, SLURM array script. Uses a fake recipe written into tmp_path, not the real trainers."""
 
 from __future__ import annotations
 
@@ -17,6 +17,9 @@ from pathlib import Path
 import pytest
 
 from launch import sweep
+from launch.sweeper.grid import build_jobs, expand
+from launch.sweeper.jobs import SweepError
+from launch.sweeper.naming import MAX_NAME_LEN
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -62,7 +65,7 @@ def _calls(sweep_dir: Path) -> list[str]:
 # ---------------------------------------------------------------------------------------------- expansion
 
 def test_cartesian_product_names_and_run_dirs(tmp_path):
-    jobs = sweep.build_jobs("recipes/dpo.py", "bl", tmp_path, [
+    jobs = build_jobs("recipes/dpo.py", "bl", tmp_path, [
         "algo.beta=0.05,0.1", "algo.lambda_m=0.25,0.5", "trainer.max_steps=7"])
     assert [j.swept for j in jobs] == [
         {"algo.beta": "0.05", "algo.lambda_m": "0.25"}, {"algo.beta": "0.05", "algo.lambda_m": "0.5"},
@@ -79,7 +82,7 @@ def test_cartesian_product_names_and_run_dirs(tmp_path):
 
 
 def test_range_choice_quoted_commas_and_prefixes(tmp_path):
-    fixed, combos, names = sweep.expand(["seed=range(1,4)", "lr=choice(1e-5,2e-5)", "msg='a, b',c",
+    fixed, combos, names = expand(["seed=range(1,4)", "lr=choice(1e-5,2e-5)", "msg='a, b',c",
                                          "+extra=1", "~dropme", "data.path=/x/y.jsonl"])
     assert fixed == ["+extra=1", "~dropme", "data.path=/x/y.jsonl"]
     assert len(combos) == 3 * 2 * 2
@@ -92,27 +95,27 @@ def test_range_choice_quoted_commas_and_prefixes(tmp_path):
 
 
 def test_range_with_step_and_no_sweep():
-    _, combos, _ = sweep.expand(["x=range(0,10,4)"])
+    _, combos, _ = expand(["x=range(0,10,4)"])
     assert [c["x"] for c in combos] == ["0", "4", "8"]
-    fixed, combos, names = sweep.expand(["a=1"])
+    fixed, combos, names = expand(["a=1"])
     assert fixed == ["a=1"] and combos == [{}] and names == ["base"]
 
 
 def test_sanitising_collisions_get_distinct_names():
-    _, combos, names = sweep.expand(["p='a/b','a b',a-b"])
+    _, combos, names = expand(["p='a/b','a b',a-b"])
     assert len(combos) == 3 and len(set(names)) == 3
     assert all(n.startswith("p-a-b") for n in names)
 
 
 def test_same_last_component_uses_full_key():
-    _, _, names = sweep.expand(["algo.beta=1,2", "model.beta=3,4"])
+    _, _, names = expand(["algo.beta=1,2", "model.beta=3,4"])
     assert names == ["algo.beta-1__model.beta-3", "algo.beta-1__model.beta-4",
                      "algo.beta-2__model.beta-3", "algo.beta-2__model.beta-4"]
 
 
 def test_long_names_are_shortened_with_a_hash():
-    _, _, names = sweep.expand([f"k=x{'y' * 200},z{'w' * 200}"])
-    assert len(set(names)) == 2 and all(len(n) <= sweep.MAX_NAME_LEN for n in names)
+    _, _, names = expand([f"k=x{'y' * 200},z{'w' * 200}"])
+    assert len(set(names)) == 2 and all(len(n) <= MAX_NAME_LEN for n in names)
 
 
 @pytest.mark.parametrize("overrides, msg", [
@@ -124,25 +127,25 @@ def test_long_names_are_shortened_with_a_hash():
     (["a=(("], "not valid Hydra override syntax"),
 ])
 def test_bad_sweeps_are_refused_with_the_override_named(overrides, msg):
-    with pytest.raises(sweep.SweepError, match=msg) as e:
-        sweep.expand(overrides)
+    with pytest.raises(SweepError, match=msg) as e:
+        expand(overrides)
     assert repr(overrides[-1]) in str(e.value) or repr(overrides[0]) in str(e.value)
 
 
 def test_accelerate_command(tmp_path):
-    (job,) = sweep.build_jobs("recipes/dpo.py", "s", tmp_path, ["a=1"], accelerate_config="launch/ddp.yaml",
+    (job,) = build_jobs("recipes/dpo.py", "s", tmp_path, ["a=1"], accelerate_config="launch/ddp.yaml",
                               accelerate_args="--num_processes 8")
     assert job.command[:3] == [sys.executable, "-m", "accelerate.commands.launch"]
     assert job.command[3:8] == ["--config_file", "launch/ddp.yaml", "--num_processes", "8", "recipes/dpo.py"]
-    with pytest.raises(sweep.SweepError, match="needs --accelerate-config"):
-        sweep.build_jobs("r.py", "s", tmp_path, [], accelerate_args="--num_processes 8")
-    with pytest.raises(sweep.SweepError, match="--name"):
-        sweep.build_jobs("r.py", "bad/name", tmp_path, [])
+    with pytest.raises(SweepError, match="needs --accelerate-config"):
+        build_jobs("r.py", "s", tmp_path, [], accelerate_args="--num_processes 8")
+    with pytest.raises(SweepError, match="--name"):
+        build_jobs("r.py", "bad/name", tmp_path, [])
 
 
 def test_run_dir_with_odd_characters_is_hydra_quoted(tmp_path):
     out = tmp_path / "my sweeps,v1"
-    (job,) = sweep.build_jobs("r.py", "s", out, [])
+    (job,) = build_jobs("r.py", "s", out, [])
     assert job.command[-1] == "trainer.run_dir='" + str(out.resolve() / "s" / "base") + "'"
     from hydra.core.override_parser.overrides_parser import OverridesParser
     (ov,) = OverridesParser.create().parse_overrides([job.command[-1]])

@@ -1,4 +1,4 @@
-"""The synthetic toy task of the demo (toy_demo/task.py): determinism, frozen files per format version,
+"""The synthetic toy task of the demo (demos/toy/task.py): determinism, frozen files per format version,
 splits, matched formats, that every file loads through the eval_hooks family loaders, and its data source."""
 
 import hashlib
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from toy_demo import task as toy
+from demos.toy import task as toy
 
 SMALL = dict(n_keys=60, n_heldout=15, n_unseen=10)
 
@@ -50,8 +50,8 @@ def test_same_seed_same_bytes_other_seed_differs(tmp_path):
     assert all(da[name] != dc[name] for name in da)
 
 
-# sha256 of every file of seed 0 at the default sizes (python -m toy_demo.task --out DIR --seed 0), as
-# measured when the builder moved to toy_demo/ (format 7). A change of any byte must bump FORMAT_VERSION
+# sha256 of every file of seed 0 at the default sizes (python -m demos.toy.task --out DIR --seed 0), as
+# measured when the builder moved to the demo package (format 7; now demos/toy/). A change of any byte must bump FORMAT_VERSION
 # (cached copies are keyed by it) and re-measure the demo's numbers (docs/demo.md).
 FROZEN = {7: {
     "box2_heldout.jsonl": "4b4098035ff10bdb25ab6b4df8aa01234eb0917db651e98c3444122d11b6f8f6",
@@ -73,7 +73,7 @@ def test_the_files_of_a_format_version_are_frozen(tmp_path):
     got = _digest(tmp_path)
     if toy.FORMAT_VERSION not in FROZEN:   # a new format must record its hashes, not turn this guard off
         entry = "".join(f'    "{name}": "{h}",\n' for name, h in sorted(got.items()))
-        pytest.fail(f"toy_demo format {toy.FORMAT_VERSION} has no frozen hashes: if the change is meant, add to "
+        pytest.fail(f"toy task format {toy.FORMAT_VERSION} has no frozen hashes: if the change is meant, add to "
                     f"FROZEN in {Path(__file__).name}:\n{toy.FORMAT_VERSION}: {{\n{entry}}}", pytrace=False)
     assert got == FROZEN[toy.FORMAT_VERSION]
 

@@ -175,3 +175,73 @@ def test_model_level_loss_and_gradients_match_trl_dpo_trainer(tiny_model_dir, ti
     trl_metrics = {k: v[-1] for k, v in trainer._metrics["train"].items()}
     assert metrics["rewards/margins"].item() == pytest.approx(trl_metrics["rewards/margins"], abs=1e-5)
     assert metrics["rewards/accuracies"].item() == pytest.approx(trl_metrics["rewards/accuracies"])
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# SimPO (reference-free, length-normalised) against TRL 1.16's CPOTrainer(loss_type="simpo", cpo_alpha=0)
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def _trl_simpo(policy_c, policy_r, *, beta, gamma, label_smoothing=0.0):
+    """TRL's ``CPOTrainer.cpo_loss`` run unbound with a stand-in ``self`` (the attributes it reads); per-pair losses
+    and TRL's rewards."""
+    from trl.experimental.cpo.cpo_trainer import CPOTrainer
+
+    fake_self = SimpleNamespace(alpha=0.0, loss_type="simpo", simpo_gamma=gamma, beta=beta,
+                                label_smoothing=label_smoothing, accelerator=_Accel())
+    return CPOTrainer.cpo_loss(fake_self, policy_c, policy_r)
+
+
+@pytest.mark.parametrize("beta, gamma, eps", [(2.0, 1.0, 0.0), (0.5, 0.25, 0.0), (10.0, 5.0, 0.1), (2.5, 0.0, 0.3)])
+def test_simpo_loss_and_rewards_match_trl_cpo_simpo_on_identical_logps(beta, gamma, eps):
+    from trainer.algos.dpo import simpo_loss
+
+    g = torch.Generator().manual_seed(int(beta * 10 + gamma))
+    pc, pr = (torch.randn(8, generator=g, dtype=torch.float32) * 0.5 - 2.0 for _ in range(2))  # per-token means
+    ours, m = simpo_loss(pc, pr, beta=beta, gamma=gamma, label_smoothing=eps)
+    losses, chosen_rewards, rejected_rewards = _trl_simpo(pc, pr, beta=beta, gamma=gamma, label_smoothing=eps)
+    assert_close(ours, losses.mean(), rtol=1e-6, atol=1e-6)
+    assert m["rewards/chosen"].item() == pytest.approx(chosen_rewards.mean().item(), rel=1e-6, abs=1e-6)
+    assert m["rewards/rejected"].item() == pytest.approx(rejected_rewards.mean().item(), rel=1e-6, abs=1e-6)
+    assert m["rewards/margins"].item() == pytest.approx((chosen_rewards - rejected_rewards).mean().item(), abs=1e-6)
+    assert m["rewards/accuracies"].item() == (chosen_rewards > rejected_rewards).float().mean().item()
+
+
+def test_model_level_simpo_matches_trl_cpo_length_normalised_logps_loss_and_gradients(tiny_model_dir, tiny_tokenizer):
+    """On the tiny Llama in fp32: our pipeline (``build_preference_batch`` -> ``sequence_logprobs`` -> the registered
+    loss's ``sequence_logps`` (per-token means) -> ``simpo_loss``) against TRL's CPO path (``get_batch_logps`` with
+    ``average_log_prob=True`` on the same logits, then ``cpo_loss``): same per-token means, loss and gradients."""
+    from trl.experimental.cpo.cpo_trainer import CPOTrainer
+
+    from eval_hooks.models import load_model
+    from trainer.algos.dpo import dpo_loss
+    from trainer.model.logprobs import build_preference_batch, sequence_logprobs
+
+    beta, gamma = 2.0, 1.0
+    simpo = dpo_loss("simpo")
+    assert not simpo.reference and simpo.logps == "mean"
+    model = load_model(str(tiny_model_dir)).float().train()
+    b = build_preference_batch(tiny_tokenizer, [p for p, _, _ in PAIRS], [c for _, c, _ in PAIRS],
+                               [r for _, _, r in PAIRS], max_prompt_len=256, max_completion_len=256)
+    assert len(set(b.completion_mask.sum(1).tolist())) > 1  # lengths differ, so sum and mean disagree
+
+    logits = model(input_ids=b.input_ids, attention_mask=b.attention_mask).logits
+    labels = b.input_ids.masked_fill(b.completion_mask == 0, -100)
+    trl_logps = CPOTrainer.get_batch_logps(logits, labels, average_log_prob=True)
+    losses, _, _ = _trl_simpo(*trl_logps.chunk(2), beta=beta, gamma=gamma)
+    trl_loss = losses.mean()
+    model.zero_grad(set_to_none=True)
+    trl_loss.backward()
+    trl_grads = {n: p.grad.detach().clone() for n, p in model.named_parameters()}
+    model.zero_grad(set_to_none=True)
+
+    summed, _, _ = sequence_logprobs(model, b.input_ids, b.attention_mask, b.completion_mask)
+    ours_logps = simpo.sequence_logps(summed, b.completion_mask.sum(1))
+    assert_close(ours_logps, trl_logps.detach(), rtol=1e-5, atol=1e-5)
+    assert not torch.allclose(summed, ours_logps)
+    our_loss, _ = simpo(*ours_logps.chunk(2), beta=beta, gamma=gamma, label_smoothing=0.0, weights=None)
+    our_loss.backward()
+    assert_close(our_loss, trl_loss.detach(), rtol=1e-5, atol=1e-5)
+    for name, p in model.named_parameters():
+        assert_close(p.grad, trl_grads[name], rtol=1e-5, atol=1e-5, msg=lambda m, n=name: f"{n}: {m}")
+    assert any(g.abs().sum() > 0 for g in trl_grads.values())

@@ -86,7 +86,7 @@ def test_stop_strings_and_max_tokens(backend, hf):
 
 def test_protocol_prompt_logprobs_round_trip_the_trainer_forward(backend, tiny_model_dir, tiny_tokenizer):
     from eval_hooks.models import load_model
-    from trainer.rl.weight_sync import trainer_prompt_logprobs
+    from trainer.evaluation.weight_sync import trainer_prompt_logprobs
 
     ids = tiny_tokenizer("probe sequence 123", add_special_tokens=False)["input_ids"]
     got = backend.prompt_logprobs(ids)
@@ -297,7 +297,7 @@ def test_an_adapter_the_server_cannot_serve_whole_is_refused_before_it_is_loaded
     from _vllm_helpers import make_lora_policy
     from eval_hooks.backends.vllm_server import AdapterLoadError, read_server_settings
     from eval_hooks.models import load_model
-    from trainer.rl.weight_sync import save_adapter_atomically
+    from trainer.evaluation.weight_sync import save_adapter_atomically
 
     server.faults.__init__()
     log = tmp_path / "vllm_server.log"
@@ -317,3 +317,25 @@ def test_an_adapter_the_server_cannot_serve_whole_is_refused_before_it_is_loaded
         with pytest.raises(AdapterLoadError, match=why):
             b.load_adapter(path, "s2")
         assert server.requests_received == before and b.current_adapter == served  # nothing was sent
+
+
+def test_the_generation_group_sizes_time_by_tokens_reads_the_launchers_settings_and_checks_its_keys(tmp_path):
+    from omegaconf import OmegaConf
+
+    from eval_hooks.backends.registry import BuildContext, get_backend
+    from recipe_utils import compose
+    from trainer.config import ConfigError, validate_common
+
+    log = tmp_path / "vllm_server.log"
+    (tmp_path / "vllm_server.json").write_text('{"max_lora_rank": 8, "lora_target_modules": ["q_proj"]}')
+    cfg = compose("grpo", ["generation=vllm_server", f"generation.server_log={log}", "generation.timeout_per_token_s=0.5"])
+    assert cfg.generation.probe_threshold is None  # by the server's precision, measured at the first sync
+    validate_common(cfg)
+    b = get_backend("vllm_server").build(cfg.generation, BuildContext(model_path="m"))
+    assert b.timeout_per_token_s == 0.5 and b.server_settings == {"max_lora_rank": 8, "lora_target_modules": ["q_proj"]}
+    for key, value, match in (("timeout_per_token_s", -1.0, r"timeout_per_token_s must be >= 0"),
+                              ("probe_threshold", 0.0, r"probe_threshold must be > 0")):
+        bad = OmegaConf.create(OmegaConf.to_container(cfg))
+        bad.generation = OmegaConf.merge(cfg.generation, {key: value})
+        with pytest.raises(ConfigError, match=rf"^generation\.{match}"):
+            validate_common(bad)

@@ -99,7 +99,7 @@ def _served_name(line: dict) -> str:
 
 
 def test_grpo_rollouts_and_adapter_sync_every_step_through_http(tmp_path, server, no_local_generation):
-    from trainer.rl.weight_sync import adapter_checksum
+    from trainer.evaluation.weight_sync import adapter_checksum
 
     run = tmp_path / "run"
     run_recipe("grpo", "grpo", _overrides(run, server.url, "trainer.max_steps=2", "generation.sync_every=1",
@@ -148,7 +148,7 @@ def test_sync_every_k_steps_and_is_correction_of_stale_rollouts(tmp_path, server
 
 def test_probe_catches_a_stale_adapter_and_checkpoints(tmp_path, server):
     from trainer.core.checkpoint import complete_checkpoints
-    from trainer.rl.weight_sync import StaleWeightsError
+    from trainer.evaluation.weight_sync import StaleWeightsError
 
     def arm(i):  # during step 1's rewards: the next load (step-1 sync) is acknowledged but not applied
         if i == 1:

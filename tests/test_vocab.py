@@ -18,7 +18,7 @@ def _literal_sets(tree):
 
 def test_no_vocabulary_is_spelled_out_twice():
     found = []
-    for layer in ("trainer", "eval_hooks", "recipes", "launch", "toy_demo"):
+    for layer in ("trainer", "eval_hooks", "recipes", "launch", "demos"):
         for path in sorted((ROOT / layer).rglob("*.py")):
             if path == ROOT / "eval_hooks" / "vocab.py":
                 continue

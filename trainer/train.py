@@ -2,8 +2,9 @@
 epoch-end matched evaluation (``trainer/evaluation.py``) and the finish (``<run_dir>/final``,
 ``run_complete.json``).
 
-It sits above ``trainer/core/`` because the epoch-end evaluation may go through a generation server whose
-adapter sync lives in ``trainer/rl/weight_sync.py``; ``core`` imports neither ``rl`` nor ``distill``.
+It sits above ``trainer/core/`` because the epoch-end evaluation (``trainer/evaluation/``, with its adapter sync
+to a generation server, ``trainer/evaluation/weight_sync.py``) is not part of the shared loop machinery;
+``core`` imports neither ``rl`` nor ``distill``.
 """
 
 from __future__ import annotations

@@ -23,11 +23,13 @@ from __future__ import annotations
 import contextlib
 import functools
 from collections import defaultdict
+from dataclasses import dataclass
 from typing import Sequence
 
 from ..prompts import PromptSettings, request_prompt_ids
 from .base import (GenerationBackend, GenerationRequest, GenerationResult, Sample, derive_seed, label_probabilities,
                    label_sequences, truncate_at_stop)
+from .registry import BackendSpec, BuildContext, Capabilities, check_positive, setting
 
 PER_ROW = "per-row"  # group key of seeded sampling: every row carries its own seed, batch freely
 
@@ -201,7 +203,7 @@ class HFBackend(GenerationBackend):
 
     def __init__(self, model, tokenizer, *, batch_size: int = 32, prompt_settings: PromptSettings | None = None,
                  autocast_dtype=None):
-        """``model``: a causal LM, or a peft model with its adapter (``trainer.evaluation.build_inference_backend``
+        """``model``: a causal LM, or a peft model with its adapter (``trainer.evaluation.backend.build_inference_backend``
         loads one after checking it). ``autocast_dtype`` (e.g. ``torch.bfloat16``): generate under
         ``torch.autocast`` in that dtype (weights unchanged; recorded log-probs still computed in fp32). None: the
         model's own dtype. Each weight is cast once per batch, also a frozen one (:func:`_casts_cached`)."""
@@ -342,3 +344,42 @@ class HFBackend(GenerationBackend):
             if was_training:
                 self.model.train()
         return label_probabilities(scores, labels)
+
+
+# ---- registration (eval_hooks/backends/registry.py): generation=hf ---------------------------------
+@dataclass
+class HFSettings:
+    """The keys of ``generation=hf``."""
+
+    batch_size: int = setting(32, "Generation batch size of the HF backend.")
+    mixed_precision: str = setting("no", "no | bf16 | fp16 (generation under torch.autocast; the recorded log-probs "
+                                         "are computed in fp32) | auto (bf16 where the hardware has it, as "
+                                         "trainer.mixed_precision=auto).", choices=("no", "bf16", "fp16", "auto"))
+
+    def check(self, group: str) -> None:
+        check_positive(self, ("batch_size",), group)
+
+
+def build(settings: HFSettings, ctx: BuildContext) -> HFBackend:
+    """Over ``ctx.model`` (the live policy, with ``ctx.tokenizer``), or standalone over ``ctx.model_path`` loaded
+    here (on CUDA when present)."""
+    import torch
+
+    from ..precision import resolve_mixed_precision
+
+    model, tokenizer = ctx.model, ctx.tokenizer
+    if model is None:
+        from ..models import load_model, load_tokenizer
+
+        tokenizer = load_tokenizer(ctx.model_path)
+        model = load_model(ctx.model_path, device="cuda" if torch.cuda.is_available() else "cpu")
+    device = next(model.parameters()).device.type
+    mp = resolve_mixed_precision(settings.mixed_precision, cpu=device == "cpu")
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(mp)
+    return HFBackend(model, tokenizer, batch_size=settings.batch_size, prompt_settings=ctx.prompt_settings,
+                     autocast_dtype=dtype)
+
+
+BACKEND = BackendSpec(
+    name="hf", settings=HFSettings, factory=build, summary="in-process, current weights",
+    capabilities=Capabilities(in_process=True, standalone=True, label_scores=True, sampled_token_ids=True))

@@ -35,9 +35,10 @@ Protocol
   (the key itself is never stored in configs or logs). A named but unset variable is an error at
   construction time.
 
-Evaluation (``generation=openai_chat``, :func:`backend_from_config`): ``prompt_settings`` holds the
-``prompt`` group; ``eval_hooks.evaluate.build_requests`` puts its system turn and prefix into each row's
-messages, as for the HF backend, and the server applies its own chat template.
+Evaluation (``generation=openai_chat``; registered as :data:`BACKEND`: keys :class:`OpenAIChatSettings`, factory
+:func:`build`): ``prompt_settings`` holds the ``prompt`` group; ``eval_hooks.evaluate.build_requests`` puts its
+system turn and prefix into each row's messages, as for the HF backend, and the server applies its own chat
+template.
 
 Bounds and errors (``transport``, shared with the vLLM client): ``timeout_s`` is a **deadline for the
 whole request**, attempts and the waits between them included (a server that sends one byte at a time is
@@ -59,11 +60,13 @@ import math
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Sequence
+from dataclasses import dataclass
+from typing import Any, Optional, Sequence
 
 from .base import GenerationBackend, GenerationRequest, GenerationResult, Sample, derive_seed
 from ..prompts import PromptSettings
 from . import transport as _http
+from .registry import BackendSpec, BuildContext, Capabilities, check_positive, setting
 from .transport import ServerCapabilityError, ServerError, ServerResponseError, ServerUnreachableError
 
 log = logging.getLogger(__name__)
@@ -250,9 +253,45 @@ class OpenAIChatBackend(GenerationBackend):
         return out
 
 
-def backend_from_config(gen, prompt_settings: PromptSettings | None = None) -> OpenAIChatBackend:
-    """The backend of a ``generation=openai_chat`` config node (``url, model, api_key_env, timeout_s, max_retries,
-    concurrency, split_n, max_tokens_field``), rendering evaluation prompts under ``prompt_settings``."""
-    return OpenAIChatBackend(gen.url, gen.model, api_key_env=gen.api_key_env or None, timeout_s=gen.timeout_s,
-                             max_retries=gen.max_retries, concurrency=gen.concurrency, split_n=gen.split_n,
-                             max_tokens_field=gen.max_tokens_field, prompt_settings=prompt_settings)
+# ---- registration (eval_hooks/backends/registry.py): generation=openai_chat --------------------------
+@dataclass
+class OpenAIChatSettings:
+    """The keys of ``generation=openai_chat`` (and of a ``mine-forks`` model with ``backend: openai_chat``)."""
+
+    url: str = setting("http://127.0.0.1:8000", "Base URL of the server (with or without /v1).")
+    model: Optional[str] = setting(None, "The model name sent in every request (required).")
+    api_key_env: Optional[str] = setting(None, "Name of the environment variable that holds the API key (sent as "
+                                               "'Authorization: Bearer'); the key itself never goes into a config.")
+    concurrency: int = setting(4, "HTTP requests in flight.")
+    split_n: bool = setting(False, "Send n calls of n=1 (seeds derived per sample) for servers that ignore n "
+                                   "(llama.cpp) or refuse n > 1.")
+    max_tokens_field: str = setting("max_tokens", "Name of the length field (max_tokens | max_completion_tokens).")
+    timeout_s: float = setting(120.0, "A deadline for the whole request, retries and waits included.")
+    max_retries: int = setting(3, "Retries on transient errors (connection, 429, 5xx), with exponential backoff; "
+                                  "validation errors are never retried.")
+    extra_body: dict[str, Any] = setting({}, "Extra fields merged into every request body.")
+
+    def check(self, group: str) -> None:
+        check_positive(self, ("timeout_s", "concurrency"), group)
+        if not self.model:
+            raise ValueError(f"{group}=openai_chat needs {group}.model: the model name the server serves "
+                             "(GET <url>/v1/models lists it)")
+        if self.api_key_env and not os.environ.get(self.api_key_env):
+            raise ValueError(f"{group}.api_key_env={self.api_key_env!r} names an environment variable that is not set")
+
+
+def build(settings: OpenAIChatSettings, ctx: BuildContext) -> OpenAIChatBackend:
+    """The client of the chat endpoint, rendering evaluation prompts under ``ctx.prompt_settings``; it evaluates
+    the model the server serves (``settings.model``), not the run's."""
+    return OpenAIChatBackend(settings.url, settings.model, api_key_env=settings.api_key_env or None,
+                             timeout_s=settings.timeout_s, max_retries=settings.max_retries,
+                             concurrency=settings.concurrency, split_n=settings.split_n,
+                             max_tokens_field=settings.max_tokens_field, extra_body=settings.extra_body,
+                             prompt_settings=ctx.prompt_settings)
+
+
+BACKEND = BackendSpec(
+    name="openai_chat", settings=OpenAIChatSettings, factory=build, errors=(ServerError,),
+    capabilities=Capabilities(policy_model=False, standalone=True),
+    summary="evaluate a model behind any OpenAI-compatible /v1/chat/completions endpoint; evaluation and mining "
+            "only")

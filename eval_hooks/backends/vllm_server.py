@@ -40,14 +40,17 @@ Protocol (vLLM ``/v1/completions``; the reference server implements the same sub
   nonce), because a server may cache an adapter by name and keep serving stale weights under a reused
   one. ``use_adapter(path, version)`` routes a non-main rank to an adapter the main rank loaded.
 
-Servers that are not vLLM (``server_kind``: ``auto`` reads ``owned_by`` from ``GET /v1/models`` once, before
-the first generation; ``vllm`` | ``llama_cpp`` | ``openai`` set it): requests are rendered client side to
-*text* (the same renderer), sent one prompt and one sample per call (such servers may refuse token ids and
-prompt lists and drop ``n``; sample ``j`` of a seeded request gets ``derive_seed(seed, j)``), with the
-sampling fields in that server's terms (:data:`SAMPLING_FIELDS`: llama.cpp's ``repeat_penalty=1``,
-``top_k=0``, ``min_p=0``; nothing extra for an unknown server) and no vLLM-only field. Samples then carry
-text only. Adapters, prompt log-probs (the stale-weight probe, label probabilities) and so RL rollouts
-raise :class:`ServerCapabilityError` (one line) on such a server. :meth:`health` falls back to
+Servers that are not vLLM are declared flavours of this backend (:data:`FLAVOURS`, registered with their own
+capabilities; ``server_kind``: ``auto`` reads ``owned_by`` from ``GET /v1/models`` once, before the first
+generation; ``vllm`` | ``llama_cpp`` | ``openai`` set it). ``llama_cpp`` and ``openai`` are plain OpenAI-style
+``/v1/completions`` servers (:data:`TEXT_COMPLETIONS`): requests are rendered client side to *text* (the same
+renderer), sent one prompt and one sample per call (such servers may refuse token ids and prompt lists and drop
+``n``; sample ``j`` of a seeded request gets ``derive_seed(seed, j)``), with the sampling fields in that server's
+terms (:data:`SAMPLING_FIELDS`: llama.cpp's ``repeat_penalty=1``, ``top_k=0``, ``min_p=0``; nothing extra for an
+unknown server) and no vLLM-only field. Samples then carry text only. Adapters, prompt log-probs (the
+stale-weight probe, label probabilities) and so RL rollouts raise :class:`ServerCapabilityError` (one line) on
+such a server (:meth:`VLLMServerBackend.require` asks the flavour's capabilities); with a declared
+``server_kind`` the config checks refuse them before anything runs. :meth:`health` falls back to
 ``/v1/models`` for servers without ``/health``.
 
 Errors: :class:`ServerUnreachableError` (names the URL, and the server's last error answer when it gave one before
@@ -77,18 +80,20 @@ import logging
 import secrets
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Optional, Sequence
 
 from ..prompts import PromptSettings, render_prompt_text, request_prompt_ids
 from . import transport as _http
 from .transport import ServerCapabilityError, ServerError, ServerResponseError, ServerUnreachableError
 from .base import (GenerationBackend, GenerationRequest, GenerationResult, Sample, derive_seed, label_probabilities,
                    label_sequences)
+from .registry import BackendSpec, BuildContext, Capabilities, check_positive, setting
 
 log = logging.getLogger(__name__)
 
-# Written by trainer.rl.weight_sync.save_adapter_atomically inside each adapter directory.
+# Written by trainer.evaluation.weight_sync.save_adapter_atomically inside each adapter directory.
 CHECKSUM_FILE = "CHECKSUM.sha256"
 
 
@@ -100,7 +105,15 @@ class AdapterLoadError(ServerError):
 #: implements vLLM's extensions, so it counts as vLLM.
 OWNED_BY_KIND = {"vllm": "vllm", "reference": "vllm", "llamacpp": "llama_cpp", "llama.cpp": "llama_cpp",
                  "llama_cpp": "llama_cpp", "me": "llama_cpp"}  # llama-cpp-python's server reports "me"
-SERVER_KINDS = ("auto", "vllm", "llama_cpp", "openai")
+#: A vLLM server (or the reference server): token-id prompts, sampled token ids and log-probs, prompt log-probs,
+#: runtime LoRA loading, so the trainer's adapter can be synced to it and probed.
+TOKEN_EXACT = Capabilities(loads_adapters=True, prompt_logprobs=True, label_scores=True, sampled_token_ids=True,
+                           weight_sync=True)
+#: A plain OpenAI-style ``/v1/completions`` server (llama.cpp's, or unknown): text in, text out, nothing else.
+TEXT_COMPLETIONS = Capabilities()
+#: The server kinds this backend speaks (``server_kind``), each with what it can do.
+FLAVOURS = {"vllm": TOKEN_EXACT, "llama_cpp": TEXT_COMPLETIONS, "openai": TEXT_COMPLETIONS}
+SERVER_KINDS = ("auto", *FLAVOURS)
 #: Sampling fields sent in each server's own terms, so that no server default changes the distribution.
 SAMPLING_FIELDS = {"vllm": {"top_k": -1, "min_p": 0.0, "repetition_penalty": 1.0},
                    "llama_cpp": {"top_k": 0, "min_p": 0.0, "repeat_penalty": 1.0},
@@ -248,9 +261,15 @@ class VLLMServerBackend(GenerationBackend):
                             "penalty) may apply")
         return self._kind
 
-    def require_vllm(self, what: str) -> None:
-        """Raise :class:`ServerCapabilityError` (one line) unless the server is vLLM (or the reference server)."""
-        if self.kind != "vllm":
+    @property
+    def capabilities(self) -> Capabilities:
+        """What this server can do: its flavour's capabilities (:data:`FLAVOURS`, by :attr:`kind`)."""
+        return FLAVOURS[self.kind]
+
+    def require(self, capability: str, what: str) -> None:
+        """Raise :class:`ServerCapabilityError` (one line) unless the server's flavour has ``capability`` (only
+        vLLM, or the reference server, has vLLM's token-exact features)."""
+        if not getattr(self.capabilities, capability):
             raise ServerCapabilityError(
                 f"{what} needs vLLM's token-exact features (token-id prompts, prompt_logprobs, sampled token ids, "
                 f"runtime LoRA loading), and the server at {self.base_url} is not vLLM (server kind {self.kind!r}, "
@@ -296,7 +315,7 @@ class VLLMServerBackend(GenerationBackend):
                  desc: str = "generate") -> list[GenerationResult]:
         from tqdm.auto import tqdm
 
-        if self.kind != "vllm":
+        if not self.capabilities.sampled_token_ids:
             return self._generate_text(requests, progress=progress, desc=desc)
         payloads = [self._prompt_payload(r) for r in requests]
         groups: dict[tuple, list[int]] = defaultdict(list)
@@ -346,7 +365,7 @@ class VLLMServerBackend(GenerationBackend):
         from tqdm.auto import tqdm
 
         if any(r.adapter is not None for r in requests) or self._adapters:
-            self.require_vllm("generation with a LoRA adapter")
+            self.require("loads_adapters", "generation with a LoRA adapter")
         jobs = [(i, j) for i, r in enumerate(requests) for j in range(r.n)]
         texts = [self._prompt_text(r) for r in requests]
         fields = SAMPLING_FIELDS[self.kind]
@@ -444,13 +463,13 @@ class VLLMServerBackend(GenerationBackend):
 
     def prompt_logprobs_batch(self, prompts: Sequence[str | list[int]], adapter: str | None = None) -> list[list[float]]:
         if self._kind is not None:
-            self.require_vllm("prompt log-probs (the stale-weight probe, label probabilities)")
+            self.require("prompt_logprobs", "prompt log-probs (the stale-weight probe, label probabilities)")
         try:
             return self._prompt_logprobs_batch(prompts, adapter)
         except ServerResponseError as e:
             if self._kind is None:  # a failure is where a non-vLLM server shows: say what it lacks
                 try:
-                    self.require_vllm("prompt log-probs (the stale-weight probe, label probabilities)")
+                    self.require("prompt_logprobs", "prompt log-probs (the stale-weight probe, label probabilities)")
                 except ServerUnreachableError:  # it answered, then died: its own answer is the error to show
                     raise e from None
             raise
@@ -554,7 +573,7 @@ class VLLMServerBackend(GenerationBackend):
         versions loaded by this client. Raises :class:`AdapterLoadError` if the server refuses;
         requests keep going to the previous adapter only if the caller catches that and continues."""
         if self._kind is not None:
-            self.require_vllm(f"loading the LoRA adapter {path}")
+            self.require("loads_adapters", f"loading the LoRA adapter {path}")
         self.check_adapter_fits(path)
         name = self.adapter_name(str(version), self._read_checksum(path))
         if name in self._adapters:  # the same version saved again: never reuse the old copy
@@ -567,7 +586,7 @@ class VLLMServerBackend(GenerationBackend):
                           parse_json=False)
         except ServerResponseError as e:
             if self._kind is None and e.status in (404, 405):  # no such route: is this a vLLM server at all?
-                self.require_vllm(f"loading the LoRA adapter {path}")
+                self.require("loads_adapters", f"loading the LoRA adapter {path}")
             # Names are unique (checksum or nonce), so "already loaded" means an earlier attempt of this
             # very call succeeded before its reply was lost, or another rank loaded the same weights.
             if "already" not in str(e) or "load" not in str(e):
@@ -589,3 +608,82 @@ class VLLMServerBackend(GenerationBackend):
 
     def close(self) -> None:
         pass
+
+# ---- registration (eval_hooks/backends/registry.py): generation=vllm_server --------------------------
+@dataclass
+class VLLMServerSettings:
+    """The keys of ``generation=vllm_server``."""
+
+    url: str = setting("http://127.0.0.1:8000", "Base URL of the server.")
+    served_model_name: Optional[str] = setting(None, "The base model name the server serves (None = model.path).")
+    concurrency: int = setting(4, "HTTP requests in flight.")
+    server_kind: str = setting("auto", "auto (from GET /v1/models: owned_by 'vllm' is vLLM) | vllm | llama_cpp | "
+                                       "openai. Not vLLM: text prompts, one prompt and one sample per call, sampling "
+                                       "fields in the server's own terms; RL rollouts, the stale-weight probe, "
+                                       "adapters and label probabilities are refused.", choices=SERVER_KINDS)
+    timeout_s: float = setting(120.0, "Time limit of each attempt of a request, plus timeout_per_token_s for every "
+                                      "token the call asks for.")
+    timeout_per_token_s: float = setting(0.02, "Extra time per token a call asks the server to process (its prompt "
+                                               "tokens and prompts x n x max_tokens new ones, times the calls in "
+                                               "flight); a call of several prompts that runs out of time is split in "
+                                               "two halves, not resubmitted whole. 0.02 s covers the slowest rate "
+                                               "measured on a loaded 2-core CPU server with an adapter.")
+    max_retries: int = setting(3, "Retries on transient errors (connection, 5xx), with exponential backoff; "
+                                  "validation errors are never retried.")
+    sync_every: int = setting(1, "Push the LoRA adapter to the server every this many optimizer steps.")
+    probe_threshold: Optional[float] = setting(None, "Max mean |Δlogp| between server and trainer on the probe "
+                                                     "sequence. None: by the server's precision, measured at the "
+                                                     "first sync (0.05 for a float32 server, 0.3 for a 16-bit one; "
+                                                     "trainer/evaluation/weight_sync.py). A server that did not follow "
+                                                     "the trainer's move since the last sync is stale at any threshold.")
+    adapter_dir: Optional[str] = setting(None, "Shared directory for synced adapters (None = <run_dir>/adapters).")
+    server_log: Optional[str] = setting(None, "Log file of an externally started server (launch/vllm_server.py "
+                                              "--log-path); its last lines are appended to every server error, "
+                                              "e.g. when it dies. The launcher's settings file beside it (max LoRA "
+                                              "rank, LoRA target modules) lets an adapter the server cannot serve "
+                                              "whole be refused before it is loaded.")
+
+    def check(self, group: str) -> None:
+        check_positive(self, ("sync_every", "timeout_s", "concurrency"), group)
+        if self.timeout_per_token_s < 0:
+            raise ValueError(f"{group}.timeout_per_token_s must be >= 0, got {self.timeout_per_token_s}")
+        if self.probe_threshold is not None:
+            check_positive(self, ("probe_threshold",), group)
+
+
+def server_log_context(path: str | None) -> Callable[[], str] | None:
+    """``error_context`` for the client: the engine's own error line (:func:`eval_hooks.io.root_error_line`) and the
+    last lines of ``path`` (an external server's log file), so a dead server's last words are part of the error.
+    None when not set."""
+    if not path:
+        return None
+
+    def context() -> str:
+        from ..io import root_error_line, tail_file
+
+        tail = tail_file(path, 40)
+        if not tail:
+            return f"[{path}: missing or empty]"
+        err = root_error_line(tail_file(path, 400))
+        return f"[{path}]\n" + (f"server error: {err}\n" if err else "") + tail
+
+    return context
+
+
+def build(settings: VLLMServerSettings, ctx: BuildContext) -> VLLMServerBackend:
+    """The client of the server at ``settings.url``, serving ``served_model_name`` (default: the run's model),
+    rendering prompts with the run's tokenizer."""
+    return VLLMServerBackend(settings.url, settings.served_model_name or ctx.model_path, tokenizer=ctx.tokenizer,
+                             timeout_s=settings.timeout_s, max_retries=settings.max_retries,
+                             prompt_settings=ctx.prompt_settings, adapter_prefix=ctx.adapter_prefix,
+                             error_context=server_log_context(settings.server_log),
+                             concurrency=settings.concurrency, server_kind=settings.server_kind,
+                             timeout_per_token_s=settings.timeout_per_token_s,
+                             server_settings=read_server_settings(settings.server_log))
+
+
+BACKEND = BackendSpec(
+    name="vllm_server", settings=VLLMServerSettings, factory=build, capabilities=TOKEN_EXACT,
+    flavours=FLAVOURS, flavour_key="server_kind", errors=(ServerError,),
+    summary="HTTP client of a vLLM server's /v1/completions; server_kind: also llama.cpp's or another "
+            "completions server, text only")

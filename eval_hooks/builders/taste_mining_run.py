@@ -21,20 +21,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
+from ..backends.registry import BuildContext, backends_with, get_backend
 from ..io import write_json_atomic, write_jsonl_atomic, write_text_atomic
 from .taste_forks import Funnel, MiningSettings, collect_candidates, funnel_markdown, load_replies, mine_forks
 from .trajectories import load_trajectories
 
-BACKENDS = ("openai_chat", "hf")
 _MISSING = object()
 
 
 @dataclass
 class ModelSpec:
-    """One generator or judge model."""
+    """One generator or judge model: a generation backend that can be built from a model name alone (capability
+    ``standalone`` in ``eval_hooks/backends/registry.py``), with the keys of the backends' settings that apply."""
 
     name: str = field(default="", metadata={"help": "Label in stats and votes (judges: unique; empty = model)."})
-    backend: str = field(default="openai_chat", metadata={"help": "openai_chat (an OpenAI-compatible chat endpoint, "
+    backend: str = field(default="openai_chat", metadata={"help": "A generation backend that needs no trainer: "
+                                                                  "openai_chat (an OpenAI-compatible chat endpoint, "
                                                                   "e.g. vLLM's or a hosted API) | hf (in-process)."})
     model: str = field(default="", metadata={"help": "Served model name (openai_chat) or model path / 'tiny' (hf)."})
     url: str = field(default="http://127.0.0.1:8000", metadata={"help": "openai_chat: base URL (with or without /v1)."})
@@ -94,9 +96,10 @@ def check_config(cfg: MineForksConfig) -> None:
         raise ValueError("mine-forks: out_dir is not set (--out)")
     if not cfg.judges:
         raise ValueError("mine-forks: judges is empty; list at least one judge model")
+    accepted = backends_with("standalone")
     for where, spec in [("generator", cfg.generator)] + [(f"judges[{i}]", j) for i, j in enumerate(cfg.judges)]:
-        if spec.backend not in BACKENDS:
-            raise ValueError(f"mine-forks: {where}.backend={spec.backend!r}; accepted {' | '.join(BACKENDS)}")
+        if spec.backend not in accepted:
+            raise ValueError(f"mine-forks: {where}.backend={spec.backend!r}; accepted {' | '.join(accepted)}")
         if not spec.model:
             raise ValueError(f"mine-forks: {where}.model is empty")
     labels = [j.label for j in cfg.judges]
@@ -109,20 +112,9 @@ def check_config(cfg: MineForksConfig) -> None:
 
 
 def build_backend(spec: ModelSpec):
-    if spec.backend == "openai_chat":
-        from ..backends.openai_chat import OpenAIChatBackend
-
-        return OpenAIChatBackend(spec.url, spec.model, api_key_env=spec.api_key_env, timeout_s=spec.timeout_s,
-                                 max_retries=spec.max_retries, concurrency=spec.concurrency, split_n=spec.split_n,
-                                 max_tokens_field=spec.max_tokens_field, extra_body=spec.extra_body)
-    import torch
-
-    from ..backends.hf import HFBackend
-    from ..models import load_model, load_tokenizer
-
-    tok = load_tokenizer(spec.model)
-    model = load_model(spec.model, device="cuda" if torch.cuda.is_available() else "cpu")
-    return HFBackend(model, tok, batch_size=spec.batch_size)
+    """The registered backend ``spec.backend`` (unknown: an error listing the known ones), built standalone from
+    ``spec.model`` with the spec's keys that are the backend's settings (``url``, ``timeout_s``, ...)."""
+    return get_backend(spec.backend).build(spec, BuildContext(model_path=spec.model))
 
 
 #: New generator replies, appended as they arrive (``{item_id, generator_reply, fate}`` lines): if a judge or the

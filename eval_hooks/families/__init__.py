@@ -16,15 +16,22 @@ Families come from three places, looked up in this order:
       myfam = "mypackage.myfam:MyFamily"
 
 The group is read once, the first time the names of all families are needed (``FAMILIES``, an unknown
-name); a family's module is imported only when that family is used. The attribute named may be a
-``Family`` subclass (instantiated without arguments) or an instance. Input formats of the built-in
-families: ``eval_hooks/FORMATS.md``; how to add one: docs/architecture.md.
+name); a family's module is imported when that family is used, or when the trainer's config schema is built
+(:func:`settings_fields`). The attribute named may be a ``Family`` subclass (instantiated without arguments)
+or an instance. Input formats of the built-in families: ``eval_hooks/FORMATS.md``; how to add one:
+docs/architecture.md.
+
+A family's own settings are declared with it (``Family.settings``, a dataclass) and composed from here into
+the ``eval`` config group (:func:`settings_fields`): the section ``eval.<name>``, or keys at the top of the
+group for a family with ``flat_settings``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING
+import typing
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import MISSING, Field, field, fields
+from typing import TYPE_CHECKING, Any
 
 from ..io import DataError
 from .base import Family
@@ -113,6 +120,53 @@ def get_family(name: str) -> Family:
     return _loaded[name]
 
 
+def settings_fields(taken: Iterable[str] = ()) -> list[tuple[str, Any, Field]]:
+    """Every family's own settings as fields of the ``eval`` config group, in :func:`family_names` order:
+    ``(key, type, dataclasses.Field)`` for :func:`dataclasses.make_dataclass`. A family's settings are one
+    section ``<name>`` typed with its settings dataclass, or, with ``flat_settings``, each of their fields at
+    the top of the group. ``taken``: the group's own keys. A key that two families, or a family and the group,
+    would both use is a ValueError naming both."""
+    owner = {key: "the eval group itself" for key in taken}
+    out: list[tuple[str, Any, Field]] = []
+    for name in family_names():
+        family = get_family(name)
+        if family.settings is None:
+            continue
+        if family.flat_settings:
+            hints = typing.get_type_hints(family.settings)
+            entries = [(f.name, hints[f.name], _copy(f)) for f in fields(family.settings)]
+        else:
+            entries = [(name, family.settings, field(default_factory=family.settings,
+                                                     metadata={"help": f"The settings of family {name}."}))]
+        for key, _, _ in entries:
+            if key in owner:
+                raise ValueError(f"eval.{key}: family {name!r} declares a setting that {owner[key]} already has")
+            owner[key] = f"family {name!r}"
+        out += entries
+    return out
+
+
+def _copy(f: Field) -> Field:
+    """A fresh field with ``f``'s default and help (a Field object belongs to the one dataclass it was made in)."""
+    default = {"default": f.default} if f.default is not MISSING else {"default_factory": f.default_factory}
+    return field(**default, metadata=f.metadata)
+
+
+def family_settings(eval_cfg: Any) -> dict[str, Any]:
+    """``{name: settings}`` (``Family.settings_from``) of every family with settings whose keys the ``eval``
+    config group ``eval_cfg`` holds: all of them in a config composed after they were registered (a family
+    registered in code later has none there)."""
+    out = {}
+    for name in family_names():
+        family = get_family(name)
+        if family.settings is None:
+            continue
+        keys = [f.name for f in fields(family.settings)] if family.flat_settings else [name]
+        if all(hasattr(eval_cfg, k) for k in keys):
+            out[name] = family.settings_from(eval_cfg)
+    return out
+
+
 class _Families(Mapping):
     """``FAMILIES[name]`` is :func:`get_family`; iterating gives :func:`family_names`."""
 
@@ -137,5 +191,5 @@ class _Families(Mapping):
 
 FAMILIES: Mapping[str, Family] = _Families()
 
-__all__ = ["BUILTIN", "ENTRY_POINT_GROUP", "FAMILIES", "Family", "family_names", "get_family", "register_family",
-           "unregister_family"]
+__all__ = ["BUILTIN", "ENTRY_POINT_GROUP", "FAMILIES", "Family", "family_names", "family_settings", "get_family",
+           "register_family", "settings_fields", "unregister_family"]

@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import sys
 
+from dataclasses import fields
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from ..io import DataError, read_records
+from ..parsers import answer_instruction as _answer_instruction
+from ..parsers import answer_type as _answer_type
 from ..parsers import answers_match, normalize_gold, parse_answer
 from ..scoring import check_responses, generate_responses, publish_outputs
 
@@ -101,20 +104,11 @@ def check_choices(rec: dict, ctx: Ctx) -> Any:
     return v
 
 
-ANSWER_ACCEPTED = {
-    "numeric": "a number such as 18, -2.5, \"1,000\", \"3/4\" or \"25%\"",
-    "multiple_choice": "an option letter (A, B, ...) within the choices, or the exact text of one choice",
-    "boolean": "true/false or \"yes\"/\"no\"",
-    "choice": "A | B",
-    "label": "Higher | Lower | No Difference",
-    "short_text": "a non-empty name such as \"Sofia\" (matched after normalising case, diacritics and a leading article)",
-}
-
-
 def check_gold(value: Any, answer_type: str, ctx: Ctx, *, field: str = "gold", choices: Any = None) -> str:
     g = normalize_gold(value, answer_type, choices=choices)
     if g is None:
-        raise ctx.error(f"{_show(value)} is not a valid {answer_type} answer", field, ANSWER_ACCEPTED[answer_type])
+        raise ctx.error(f"{_show(value)} is not a valid {answer_type} answer", field,
+                        _answer_type(answer_type).accepted)
     return g
 
 
@@ -163,6 +157,48 @@ class Family:
 
     condition_accepted: str = ""
 
+    # -- its own settings and what it can do (asked by the trainers and the config checks, never by name) ----
+    #: the family's own settings: a dataclass whose fields (:func:`eval_hooks.settings.setting`: default and help
+    #: text; a :class:`~eval_hooks.settings.Choice` type for a choice) the trainer's config composes into its
+    #: ``eval`` group; None = it has none
+    settings: type | None = None
+    #: where its settings' keys sit in the ``eval`` group: False (any new family) the section ``eval.<name>``
+    #: (``eval.med.judge``); True at the top of the group (Taste's ``eval.max_prompt_tokens``, a key that
+    #: predates the sections and is kept as it is)
+    flat_settings: bool = False
+    #: its metrics split by per-item knowledge labels (row attribute ``knowledge``, :mod:`eval_hooks.knowledge`)
+    #: and it has ``clean`` rows to estimate them from: ``eval.knowledge_path`` and the evaluate recipe's
+    #: ``knowledge.enabled`` apply to it
+    knowledge_labels: bool = False
+
+    def setting_key(self, name: str) -> str:
+        """The config key of its setting ``name`` (``eval.<name>`` or ``eval.<family>.<name>``), for messages."""
+        return f"eval.{name}" if self.flat_settings else f"eval.{self.name}.{name}"
+
+    def settings_from(self, eval_cfg: Any) -> Any:
+        """Its settings (an instance of :attr:`settings`) read by attribute from the ``eval`` config group
+        ``eval_cfg`` (a composed config or a schema instance); None when it has none."""
+        if self.settings is None:
+            return None
+        source = eval_cfg if self.flat_settings else getattr(eval_cfg, self.name)
+        return self.settings(**{f.name: getattr(source, f.name) for f in fields(self.settings)})
+
+    def own_settings(self, settings: Any) -> Any:
+        """``settings``, or the declared defaults (:attr:`settings` built with no arguments) when None: the one
+        place a family's run or loader falls back on, so the defaults live only in its settings dataclass."""
+        return self.settings() if settings is None and self.settings is not None else settings
+
+    def check_settings(self, settings: Any) -> None:
+        """Range checks of its settings, run with the config checks before any model loads, whichever family
+        is evaluated (its keys are in every config); ValueError naming the key. None here."""
+
+    def backend_needs(self, settings: Any) -> dict[str, tuple[str, str]]:
+        """What its run needs from the generation backend beyond generating, with these settings:
+        ``{capability: (what needs it, the setting that turns it off)}``, e.g. Med's ``{"label_scores":
+        ("MedCounterfact's label probabilities ...", "eval.med.label_probs=false")}``; the config checks refuse
+        a backend that lacks one, before anything runs. None here (the generic run only generates)."""
+        return {}
+
     def configured(self, **options: Any) -> "Family":
         """A copy of this family with loading options (only Taste has any: ``max_prompt_tokens``,
         ``count_tokens``). Options that are all None return the family itself."""
@@ -186,10 +222,10 @@ class Family:
         """Load, validate and expand an items file (JSONL, Parquet or a ``datasets`` source) into rows."""
         return self.load_records(read_records(path), path)
 
-    def eval_rows(self, eval_cfg: Any, path) -> list[dict]:
-        """The rows to evaluate for the ``eval`` config group ``eval_cfg`` (read by attribute; the data path
-        already resolved to ``path``), before any model loads. A family reads its own settings from
-        ``eval_cfg`` here; the caller then keeps ``eval.max_rows`` whole items."""
+    def eval_rows(self, path, settings: Any = None) -> list[dict]:
+        """The rows to evaluate from the items at ``path`` (the ``eval.path`` already resolved) under the
+        family's own ``settings`` (:meth:`settings_from`; None = the defaults), before any model loads; the
+        caller then keeps ``eval.max_rows`` whole items."""
         return self.load(path)
 
     # -- rows files written by `expand` (read back by `score`) ---------------------------------------
@@ -315,7 +351,7 @@ class Family:
             settings: Any = None) -> dict:
         """Generate one response per row with ``backend`` (under its ``prompt_settings``), then
         :meth:`score_responses`; returns the metrics written to ``out_dir/metrics.json``. ``settings`` is
-        the family's own section of the ``eval`` config (``eval.<name>``); the generic run has none.
+        the family's own settings (:meth:`settings_from`); the generic run has none.
         ``max_new_tokens`` None = :meth:`default_max_new_tokens` of ``rows``."""
         responses, described = generate_responses(backend, rows, desc=f"eval {self.name}",
                                                    max_new_tokens=self.budget(rows, max_new_tokens), temperature=temperature,
@@ -325,14 +361,8 @@ class Family:
 
 
 def answer_instruction(answer_type: str, choices: Any = None) -> str:
-    """The closing instruction that makes a response parsable for this answer type."""
-    if answer_type == "numeric":
-        return 'End your response with a final line of the form "ANSWER: <number>".'
-    if answer_type == "boolean":
-        return 'End your response with a final line of the form "ANSWER: yes" or "ANSWER: no".'
-    if answer_type == "multiple_choice":
-        return 'End your response with a final line of the form "ANSWER: <letter>".'
-    raise ValueError(answer_type)
+    """The closing instruction that makes a response parsable for this answer type (``AnswerType.instruction``)."""
+    return _answer_instruction(answer_type)
 
 
 def render_choices(choices: Any) -> str:

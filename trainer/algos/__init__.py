@@ -2,7 +2,7 @@
 
 Modules and their public functions (see each module docstring for shapes and formulas):
 
-- ``dpo``: ``sigmoid_dpo_loss``, ``dpo_row_metrics``, ``per_group_metrics``
+- ``dpo``: ``sigmoid_dpo_loss``, ``simpo_loss``, ``dpo_row_metrics``, ``per_group_metrics``
 - ``sft``: ``masked_nll_loss``
 - ``grpo``: ``group_advantages``, ``clipped_policy_loss``, ``k3_kl``
 - ``distill``: ``topk_forward_kl``, ``choice_kl``, ``choice_ce``
@@ -17,7 +17,7 @@ import importlib
 
 _HOMES = {
     "choice_ce": "distill", "choice_kl": "distill", "topk_forward_kl": "distill",
-    "dpo_row_metrics": "dpo", "per_group_metrics": "dpo", "sigmoid_dpo_loss": "dpo",
+    "dpo_row_metrics": "dpo", "per_group_metrics": "dpo", "sigmoid_dpo_loss": "dpo", "simpo_loss": "dpo",
     "clipped_policy_loss": "grpo", "group_advantages": "grpo", "k3_kl": "grpo",
     "truncated_is_weights": "is_correction",
     "masked_nll_loss": "sft",

@@ -13,4 +13,4 @@ SUPPORTS = ("teacher", "student", "union")
 #: is_correction.truncated_is_weights: token- or sequence-level importance ratios.
 LEVELS = ("token", "sequence")
 #: dpo.DPO_LOSSES: the names ``algo.loss_type`` accepts (one per registered DPO-style loss).
-DPO_LOSS_TYPES = ("sigmoid",)
+DPO_LOSS_TYPES = ("sigmoid", "simpo")

@@ -78,7 +78,7 @@ def gathered_forward_kl(
         KL_S = sum_{v in S} p_T(v) log(p_T(v) / p_S(v)) + p_T(R) log(p_T(R) / p_S(R)),  p(R) = 1 - sum_S p(v)
 
     Returns the mean of ``KL_S`` over the masked positions and the metrics of ``topk_forward_kl``. Lets a
-    caller that never builds ``(..., V)`` logits (``trainer/distill/views.py:distill_logprobs`` projects hidden
+    caller that never builds ``(..., V)`` logits (``trainer/distill/gathered.py:distill_logprobs`` projects hidden
     states ``chunk`` positions at a time and keeps only the gathered values) use the same formula.
     """
     if teacher_logp.shape != student_logp.shape or valid.shape != teacher_logp.shape:

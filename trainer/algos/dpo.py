@@ -1,33 +1,42 @@
-"""Sigmoid DPO on full-completion log-probs, as pure tensor functions.
+"""DPO-style preference losses on completion log-probs, as pure tensor functions.
 
 Public API (names are stable):
 
 - ``dpo_row_metrics(policy_chosen_logps, policy_rejected_logps, ref_chosen_logps, ref_rejected_logps, *, beta)
-  -> dict[str, Tensor (B,)]``
+  -> dict[str, Tensor (B,)]`` (reference log-probs None for a reference-free loss)
 - ``sigmoid_dpo_loss(policy_chosen_logps, policy_rejected_logps, ref_chosen_logps, ref_rejected_logps, *, beta,
   label_smoothing=0.0, weights=None) -> (loss, metrics)``
+- ``simpo_loss(policy_chosen_logps, policy_rejected_logps, *, beta, gamma, label_smoothing=0.0, weights=None)
+  -> (loss, metrics)``: reference-free, on length-normalised log-probs
 - ``chosen_nll_loss(policy_chosen_logps, chosen_token_counts) -> (loss, metrics)``: RPO's NLL term
 - ``per_group_metrics(row_metrics, groups, *, names=...) -> dict[str, float]``
-- ``DPO_LOSSES``: ``{name: loss}``, the DPO-style losses ``algo.loss_type`` picks from (``dpo_loss(name)``
-  looks one up). Every loss has :func:`sigmoid_dpo_loss`'s signature ``(pc, pr, rc, rr, *, beta,
-  label_smoothing, weights) -> (scalar loss, metrics)`` and returns at least its metric keys; one that has no
-  use for ``label_smoothing`` raises ``ValueError`` when it is not 0. To add one: the function here, its
-  entry below, and its name in ``DPO_LOSS_TYPES`` (:mod:`trainer.algos.choices`, torch-free, so the config
-  can offer it); docs/architecture.md#how-to-add.
+- ``DPOLoss``: a registered loss and what it needs: a reference or none, summed or length-normalised (mean per
+  completion token) log-probs, and its own hyperparameters (``{keyword: algo config key}``).
+- ``DPO_LOSSES``: ``{name: DPOLoss}``, the losses ``algo.loss_type`` picks from (``dpo_loss(name)`` looks one up).
+  A loss with a reference has :func:`sigmoid_dpo_loss`'s signature ``(pc, pr, rc, rr, *, beta, label_smoothing,
+  weights, **its hyperparameters)``; a reference-free one ``(pc, pr, *, ...)``; both return ``(scalar loss,
+  metrics)`` with at least :func:`sigmoid_dpo_loss`'s metric keys; one that has no use for ``label_smoothing``
+  raises ``ValueError`` when it is not 0. To add one: the function here, its entry below, and its name in
+  ``DPO_LOSS_TYPES`` (:mod:`trainer.algos.choices`, torch-free, so the config can offer it); a new hyperparameter
+  is also a field of ``DPOAlgoConfig``; docs/architecture.md#how-to-add.
 
-All log-probs are *summed* over completion tokens (see ``trainer.model.logprobs.sequence_logprobs``).
+The step (``recipes/dpo.py``) computes log-probs *summed* over completion tokens (see
+``trainer.model.logprobs.sequence_logprobs``) and hands each loss the kind it declares
+(:meth:`DPOLoss.sequence_logps`); it builds no reference for a reference-free loss.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
 
 from .choices import DPO_LOSS_TYPES
 
-__all__ = ["dpo_row_metrics", "sigmoid_dpo_loss", "chosen_nll_loss", "per_group_metrics", "DPO_LOSSES", "dpo_loss"]
+__all__ = ["dpo_row_metrics", "sigmoid_dpo_loss", "simpo_loss", "chosen_nll_loss", "per_group_metrics", "DPOLoss",
+           "DPO_LOSSES", "dpo_loss"]
 
 
 def _check_same_shape(**tensors: torch.Tensor) -> None:
@@ -40,20 +49,25 @@ def _check_same_shape(**tensors: torch.Tensor) -> None:
 def dpo_row_metrics(
     policy_chosen_logps: torch.Tensor,
     policy_rejected_logps: torch.Tensor,
-    ref_chosen_logps: torch.Tensor,
-    ref_rejected_logps: torch.Tensor,
+    ref_chosen_logps: torch.Tensor | None,
+    ref_rejected_logps: torch.Tensor | None,
     *,
     beta: float,
 ) -> dict[str, torch.Tensor]:
     """Per-pair DPO statistics, detached: the rows a per-condition breakdown is computed from.
 
-    Shapes: every input ``(B,)`` (summed completion log-probs); every output ``(B,)``.
+    Shapes: every input ``(B,)`` (the log-probs the loss takes: summed, or mean per token); every output ``(B,)``.
+    ``ref_*_logps`` None (both): a reference-free loss, whose rewards are ``beta * pi`` (as TRL's CPO/SimPO log them).
 
     Returns ``chosen_rewards = beta*(pi_c - ref_c)``, ``rejected_rewards = beta*(pi_r - ref_r)``,
     ``margins = chosen_rewards - rejected_rewards`` (= beta*Delta of docs/scope.md#objective) and
     ``accuracies = 1[chosen_rewards > rejected_rewards]`` (strict, as TRL: a tie counts as wrong, so
     at step 0 with policy == reference the accuracy is 0).
     """
+    if (ref_chosen_logps is None) != (ref_rejected_logps is None):
+        raise ValueError("ref_chosen_logps and ref_rejected_logps must both be given, or both be None (no reference)")
+    if ref_chosen_logps is None:
+        ref_chosen_logps = ref_rejected_logps = torch.zeros_like(policy_chosen_logps)
     _check_same_shape(policy_chosen_logps=policy_chosen_logps, policy_rejected_logps=policy_rejected_logps,
                       ref_chosen_logps=ref_chosen_logps, ref_rejected_logps=ref_rejected_logps)
     with torch.no_grad():
@@ -101,26 +115,81 @@ def sigmoid_dpo_loss(
     ``rewards/chosen``, ``rewards/rejected``, ``rewards/margins``, ``rewards/accuracies``,
     ``logps/chosen``, ``logps/rejected``.
     """
-    if not 0.0 <= label_smoothing < 0.5:
-        raise ValueError(f"label_smoothing must be in [0, 0.5); got {label_smoothing}")
+    _check_label_smoothing(label_smoothing)
     rows = dpo_row_metrics(policy_chosen_logps, policy_rejected_logps, ref_chosen_logps, ref_rejected_logps,
                            beta=beta)
     delta = (policy_chosen_logps - ref_chosen_logps) - (policy_rejected_logps - ref_rejected_logps)
-    losses = -F.logsigmoid(beta * delta)
+    losses = _smoothed_logsigmoid_loss(beta, delta, label_smoothing)
+    loss = _weighted_mean(losses, weights)
+    return loss, _pair_metrics(loss, rows, policy_chosen_logps, policy_rejected_logps)
+
+
+def simpo_loss(
+    policy_chosen_logps: torch.Tensor,
+    policy_rejected_logps: torch.Tensor,
+    *,
+    beta: float,
+    gamma: float,
+    label_smoothing: float = 0.0,
+    weights: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """SimPO (Meng et al. 2024, "SimPO: Simple Preference Optimization with a Reference-Free Reward", eq. 6):
+    reference-free, on length-normalised log-probs, with a target reward margin ``gamma``.
+
+    Shapes: ``policy_*_logps``: ``(B,)`` *mean per-token* log-probs of the full completion (the summed log-prob
+    over the completion's token count; registered with ``logps="mean"``); ``weights``: ``(B,)`` non-negative, or
+    None. Returns a scalar loss and scalar metrics.
+
+    Per pair, with ``z = beta * (pi_c - pi_r) - gamma`` and ``eps = label_smoothing``::
+
+        l_i = -[(1 - eps) * log sigma(z) + eps * log sigma(-z)]
+
+    Reduction as :func:`sigmoid_dpo_loss` (plain or weighted mean). The same value as TRL 1.16's
+    ``CPOTrainer`` with ``loss_type="simpo"``, ``simpo_gamma=gamma`` and ``cpo_alpha=0`` (its ``logits = (pi_c -
+    pi_r) - gamma / beta``, then the same smoothed log-sigmoid of ``beta * logits``); TRL has no per-row weights.
+    ``algo.rpo_alpha`` adds CPO's NLL term on the chosen completions (TRL: ``cpo_alpha``).
+
+    Metrics: as :func:`sigmoid_dpo_loss`, with the reference-free rewards ``beta * pi`` (TRL's CPO/SimPO rewards:
+    ``rewards/margins`` is ``beta * (pi_c - pi_r)``, without ``gamma``).
+    """
+    _check_label_smoothing(label_smoothing)
+    rows = dpo_row_metrics(policy_chosen_logps, policy_rejected_logps, None, None, beta=beta)
+    logits = (policy_chosen_logps - policy_rejected_logps) - gamma / beta  # TRL's form: beta * logits = z
+    losses = _smoothed_logsigmoid_loss(beta, logits, label_smoothing)
+    loss = _weighted_mean(losses, weights)
+    return loss, _pair_metrics(loss, rows, policy_chosen_logps, policy_rejected_logps)
+
+
+def _check_label_smoothing(label_smoothing: float) -> None:
+    if not 0.0 <= label_smoothing < 0.5:
+        raise ValueError(f"label_smoothing must be in [0, 0.5); got {label_smoothing}")
+
+
+def _smoothed_logsigmoid_loss(beta: float, x: torch.Tensor, label_smoothing: float) -> torch.Tensor:
+    """``-[(1 - eps) log sigma(beta x) + eps log sigma(-beta x)]`` per pair, ``(B,) -> (B,)`` (``eps = 0``:
+    ``-log sigma(beta x)``)."""
+    losses = -F.logsigmoid(beta * x)
     if label_smoothing > 0.0:
-        losses = (1.0 - label_smoothing) * losses - label_smoothing * F.logsigmoid(-beta * delta)
+        losses = (1.0 - label_smoothing) * losses - label_smoothing * F.logsigmoid(-beta * x)
+    return losses
 
+
+def _weighted_mean(losses: torch.Tensor, weights: torch.Tensor | None) -> torch.Tensor:
+    """``(B,) -> ()``: the plain mean, or ``sum_i w_i l_i / sum_i w_i`` (0, still in the graph, when all w are 0)."""
     if weights is None:
-        loss = losses.mean()
-    else:
-        weights = torch.as_tensor(weights, dtype=losses.dtype, device=losses.device)
-        if weights.shape != losses.shape:
-            raise ValueError(f"weights must have shape {tuple(losses.shape)} (one per pair); got {tuple(weights.shape)}")
-        if bool((weights < 0).any()) or not bool(torch.isfinite(weights).all()):
-            raise ValueError(f"weights must be finite and >= 0; got {weights.tolist()}")
-        loss = (weights * losses).sum() / weights.sum().clamp_min(torch.finfo(losses.dtype).tiny)
+        return losses.mean()
+    weights = torch.as_tensor(weights, dtype=losses.dtype, device=losses.device)
+    if weights.shape != losses.shape:
+        raise ValueError(f"weights must have shape {tuple(losses.shape)} (one per pair); got {tuple(weights.shape)}")
+    if bool((weights < 0).any()) or not bool(torch.isfinite(weights).all()):
+        raise ValueError(f"weights must be finite and >= 0; got {weights.tolist()}")
+    return (weights * losses).sum() / weights.sum().clamp_min(torch.finfo(losses.dtype).tiny)
 
-    metrics = {
+
+def _pair_metrics(loss: torch.Tensor, rows: dict[str, torch.Tensor], policy_chosen_logps: torch.Tensor,
+                  policy_rejected_logps: torch.Tensor) -> dict[str, torch.Tensor]:
+    """The scalar metrics every DPO-style loss returns, from :func:`dpo_row_metrics`' rows (unweighted means)."""
+    return {
         "loss": loss.detach(),
         "rewards/chosen": rows["chosen_rewards"].mean(),
         "rewards/rejected": rows["rejected_rewards"].mean(),
@@ -129,7 +198,6 @@ def sigmoid_dpo_loss(
         "logps/chosen": policy_chosen_logps.detach().mean(),
         "logps/rejected": policy_rejected_logps.detach().mean(),
     }
-    return loss, metrics
 
 
 def chosen_nll_loss(
@@ -155,11 +223,62 @@ def chosen_nll_loss(
     return loss, {"nll/chosen": loss.detach()}
 
 
-#: ``algo.loss_type`` -> the loss; the keys are ``trainer.algos.choices.DPO_LOSS_TYPES`` (tests/test_algos_dpo.py).
-DPO_LOSSES = {"sigmoid": sigmoid_dpo_loss}
+LOGPS_KINDS = ("sum", "mean")
 
 
-def dpo_loss(name: str):
+@dataclass(frozen=True)
+class DPOLoss:
+    """A DPO-style loss and what it needs from the step; ``recipes/dpo.py`` asks these, never the loss's name.
+
+    - ``fn``: the pure loss. With ``reference``: ``fn(pc, pr, rc, rr, *, beta, label_smoothing, weights, **hp)``;
+      reference-free: ``fn(pc, pr, *, beta, label_smoothing, weights, **hp)``.
+    - ``reference``: whether it compares the policy with reference log-probs. False: the step builds no
+      reference (no frozen copy, no precomputed table) and runs no reference forward.
+    - ``logps``: ``"sum"`` (summed over completion tokens) or ``"mean"`` (length-normalised: the sum over the
+      completion's token count), for the policy and the reference alike (:meth:`sequence_logps`).
+    - ``hyperparameters``: ``{fn keyword: DPOAlgoConfig field}``, the loss's own settings beyond ``beta`` and
+      ``label_smoothing`` (e.g. ``{"gamma": "simpo_gamma"}``), passed from ``algo.<field>``.
+    """
+
+    fn: Callable[..., tuple[torch.Tensor, dict[str, torch.Tensor]]]
+    reference: bool = True
+    logps: str = "sum"
+    hyperparameters: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self):
+        if self.logps not in LOGPS_KINDS:
+            raise ValueError(f"DPOLoss.logps must be one of {LOGPS_KINDS}; got {self.logps!r}")
+
+    def sequence_logps(self, summed_logps: torch.Tensor, token_counts: torch.Tensor) -> torch.Tensor:
+        """The log-probs this loss takes, ``(N,)``, from summed completion log-probs ``(N,)`` and the completions'
+        token counts ``(N,)``: the sums themselves, or per-token means (a completion without tokens counts 1)."""
+        if self.logps == "sum":
+            return summed_logps
+        return summed_logps / token_counts.to(summed_logps.dtype).clamp_min(1.0)
+
+    def __call__(self, policy_chosen_logps: torch.Tensor, policy_rejected_logps: torch.Tensor,
+                 ref_chosen_logps: torch.Tensor | None = None, ref_rejected_logps: torch.Tensor | None = None,
+                 **kwargs) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """``fn`` on ``(B,)`` log-probs of :meth:`sequence_logps`' kind: the reference's for a loss with one (then
+        required), none for a reference-free loss (then refused)."""
+        given = ref_chosen_logps is not None or ref_rejected_logps is not None
+        if given != self.reference:
+            raise ValueError(f"{getattr(self.fn, '__name__', self.fn)} "
+                             + ("needs reference log-probs" if self.reference else "is reference-free; got reference "
+                                "log-probs"))
+        refs = (ref_chosen_logps, ref_rejected_logps) if self.reference else ()
+        return self.fn(policy_chosen_logps, policy_rejected_logps, *refs, **kwargs)
+
+
+#: ``algo.loss_type`` -> :class:`DPOLoss`; the keys are ``trainer.algos.choices.DPO_LOSS_TYPES``
+#: (tests/test_dpo_loss_registry.py).
+DPO_LOSSES = {
+    "sigmoid": DPOLoss(sigmoid_dpo_loss),
+    "simpo": DPOLoss(simpo_loss, reference=False, logps="mean", hyperparameters={"gamma": "simpo_gamma"}),
+}
+
+
+def dpo_loss(name: str) -> DPOLoss:
     """The DPO-style loss registered as ``name`` in :data:`DPO_LOSSES`."""
     try:
         return DPO_LOSSES[name]

@@ -2,10 +2,10 @@
 
 Modules, each with one job (none imports torch, so ``--help`` and composition stay light):
 
-- :mod:`~trainer.config.choices`: :class:`Choice` and the choice-valued field kinds (their value sets come
-  from :mod:`trainer.algos.choices`, :mod:`trainer.data.choices` and :mod:`eval_hooks.vocab`);
-- :mod:`~trainer.config.schemas`: the group schemas (model, optim, trainer, eval, data, algo, ...) and
-  :func:`schema_field`;
+- :mod:`~trainer.config.choices`: the choice-valued field kinds (:class:`Choice` subclasses; their value sets
+  come from :mod:`trainer.algos.choices`, :mod:`trainer.data.choices` and the family registry);
+- :mod:`~trainer.config.schemas`: the group schemas (model, optim, trainer, eval, data, algo, ...; ``eval``
+  composed with the evaluation families' own settings) and :func:`schema_field`;
 - :mod:`~trainer.config.roots`: one root schema per entry point;
 - :mod:`~trainer.config.registry`: :data:`SCHEMAS` and their registration with Hydra's ConfigStore;
 - :mod:`~trainer.config.validation`: ``validate_<recipe>`` and :class:`ConfigError`, run before any model loads;
@@ -14,8 +14,8 @@ Modules, each with one job (none imports torch, so ``--help`` and composition st
 The names below are the package's public interface (``from trainer.config import validate_dpo``).
 """
 
-from trainer.config.choices import Aggregation, Backend, Choice, Device, DistillMode, DistillPipelineKind, DistillPromptStyle, DistillSource, DistillStage, DistillTeacher, Dtype, Family, ISCorrection, InitAdapterMode, LoggerKind, MedFormat, MedJudge, MedMitigation, MixedPrecision, OnInvalid, Pairing, Reference, Scheduler, ServerKind, StdScaling, TopkSupport, Truncation, Weighting  # noqa: F401
-from trainer.config.schemas import AdviceConfig, ChainTrainerConfig, DPOAlgoConfig, DataConfig, DistillAlgoConfig, DistillDataConfig, DistillPipelineConfig, EvalConfig, GRPOAlgoConfig, GenerationConfig, KnowledgeConfig, LoggerConfig, LoraConfig, MedEvalConfig, ModelConfig, OptimConfig, PromptConfig, SFTAlgoConfig, StageConfig, TrainerConfig, schema_field  # noqa: F401
+from trainer.config.choices import Aggregation, Backend, Choice, Device, DistillMode, DistillPipelineKind, DistillPromptStyle, DistillSource, DistillStage, DistillTeacher, Dtype, Family, ISCorrection, InitAdapterMode, LoggerKind, MixedPrecision, OnInvalid, Pairing, Reference, Scheduler, StdScaling, TopkSupport, Truncation, Weighting  # noqa: F401
+from trainer.config.schemas import AdviceConfig, ChainTrainerConfig, DPOAlgoConfig, DataConfig, DistillAlgoConfig, DistillDataConfig, DistillPipelineConfig, EvalConfig, EvalGroupConfig, GRPOAlgoConfig, GenerationConfig, KnowledgeConfig, LoggerConfig, LoraConfig, ModelConfig, OptimConfig, PromptConfig, SFTAlgoConfig, StageConfig, TrainerConfig, eval_config_schema, generation_schema, schema_field  # noqa: F401
 from trainer.config.roots import ChainRunConfig, DPORunConfig, DistillRunConfig, EvaluateRunConfig, GRPORunConfig, MergeRunConfig, MineRunConfig, SFTRunConfig  # noqa: F401
 from trainer.config.registry import SCHEMAS, register_schema, register_schemas  # noqa: F401
 from trainer.config.validation import ConfigError, check_adapter_dir, check_adapter_weights, check_real_model_settings, check_grpo_geometry, check_known_keys, validate_common, validate_distill, validate_dpo, validate_grpo, validate_knowledge, validate_merge, validate_sft  # noqa: F401

@@ -50,10 +50,12 @@ def _show(value: Any) -> str:
     return str(value)
 
 
-def help_text(schema: type, prefix: str = "") -> list[tuple[str, str, Any, tuple[str, ...]]]:
+def help_text(schema: type, prefix: str = "", cfg=None) -> list[tuple[str, str, Any, tuple[str, ...]]]:
     """(key, help, schema default, choices) for every leaf of a schema, in field order: the ``--help`` of
     every entry point. ``choices`` are a :class:`Choice` field's values (also of a
-    list of them); a ``dict[str, <schema>]`` field is listed, then its entries' keys as ``<key>.<name>.*``."""
+    list of them); a ``dict[str, <schema>]`` field is listed, then its entries' keys as ``<key>.<name>.*``.
+    ``cfg`` (the composed config): a group whose node has a schema of its own that extends the field's (the
+    chosen generation backend's) is listed with that schema's keys."""
     import dataclasses
     import typing
 
@@ -63,7 +65,7 @@ def help_text(schema: type, prefix: str = "") -> list[tuple[str, str, Any, tuple
         key, hint = f"{prefix}{f.name}", hints[f.name]
         args = typing.get_args(hint)
         if is_dataclass(hint):
-            out.extend(help_text(hint, key + "."))
+            out.extend(help_text(_node_schema(cfg, key, hint), key + ".", cfg))
             continue
         default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
         choice = next((t for t in (hint, *args) if isinstance(t, type) and issubclass(t, Choice)), None)
@@ -71,6 +73,17 @@ def help_text(schema: type, prefix: str = "") -> list[tuple[str, str, Any, tuple
         if typing.get_origin(hint) is dict and is_dataclass(args[-1]):
             out.extend(help_text(args[-1], key + ".<name>."))
     return out
+
+
+def _node_schema(cfg, key: str, hint: type) -> type:
+    """The schema of ``cfg``'s node at ``key`` when it is a subclass of ``hint`` (a generation backend's), else ``hint``."""
+    if cfg is None:
+        return hint
+    from omegaconf import OmegaConf
+
+    node = OmegaConf.select(cfg, key, default=None)
+    node_type = OmegaConf.get_type(node) if OmegaConf.is_config(node) else None
+    return node_type if isinstance(node_type, type) and issubclass(node_type, hint) else hint
 
 
 def _compose(config_name: str, overrides: list[str]):
@@ -119,7 +132,7 @@ def render_help(config_name: str, overrides: Sequence[str] = (), *, script: str 
         lines += [f"(this command line does not compose, so values are the schema defaults: {error})", ""]
     lines.append("Keys: KEY = value on this command line  [schema default if different; choices]  then the help.")
     sections: dict[str, list] = {"": []}
-    for entry in help_text(schema):
+    for entry in help_text(schema, cfg=cfg):
         sections.setdefault(entry[0].split(".", 1)[0] if "." in entry[0] else "", []).append(entry)
     for group, entries in sections.items():
         picked = f"  ({group}={choices[group]})" if group in choices else ""

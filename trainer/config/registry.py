@@ -1,5 +1,6 @@
 """The registry of root schemas: :data:`SCHEMAS` (name in ``conf/<x>.yaml``'s defaults list -> root schema)
-and their registration with Hydra's ConfigStore."""
+and their registration with Hydra's ConfigStore, with the typed ``generation`` node of every generation backend
+(group ``generation_schema``: ``conf/generation/<name>.yaml`` extends ``/generation_schema/<name>@_here_``)."""
 
 from __future__ import annotations
 
@@ -30,9 +31,15 @@ def register_schema(name: str, node: type) -> None:
 
 
 def register_schemas() -> None:
-    """Register the root schemas of :data:`SCHEMAS` with Hydra's ConfigStore (idempotent)."""
+    """Register the root schemas of :data:`SCHEMAS` and each generation backend's schema
+    (:func:`~trainer.config.schemas.generation_schema`) with Hydra's ConfigStore (idempotent)."""
     from hydra.core.config_store import ConfigStore
+
+    from eval_hooks.backends.registry import backend_names
+    from trainer.config.schemas import generation_schema
 
     cs = ConfigStore.instance()
     for name, node in SCHEMAS.items():
         cs.store(name=name, node=node)
+    for name in backend_names():
+        cs.store(group="generation_schema", name=name, node=generation_schema(name))

@@ -10,26 +10,18 @@ compose time, before any model or data loads. Field docs live in ``metadata["hel
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, make_dataclass
 from typing import Any, Optional
 
 from omegaconf import MISSING
 
-from eval_hooks.families import FAMILIES
-from eval_hooks.vocab import MED_FORMATS, MED_MITIGATIONS
+from eval_hooks.backends.registry import BACKENDS, get_backend
+from eval_hooks.families import FAMILIES, settings_fields
+from eval_hooks.settings import setting as schema_field  # a field with its default and help text
 from trainer.config.choices import (Aggregation, Backend, Device, DistillMode, DistillPipelineKind, DistillPromptStyle,
                                     DistillSource, DistillStage, DistillTeacher, DPOLossType, Dtype, Family,
-                                    InitAdapterMode, ISCorrection, LoggerKind, MedFormat, MedJudge, MedMitigation,
-                                    MixedPrecision, OnInvalid, Pairing, Reference, Scheduler, ServerKind, StdScaling,
-                                    TopkSupport, Truncation, Weighting)
-
-
-def schema_field(default: Any, help: str, **kw):
-    """A schema field with its default and its help text (``--help`` and the docs read ``metadata["help"]``)."""
-    if isinstance(default, (list, dict)):
-        return field(default_factory=lambda d=default: type(d)(d), metadata={"help": help}, **kw)
-    return field(default=default, metadata={"help": help}, **kw)
-
+                                    InitAdapterMode, ISCorrection, LoggerKind, MixedPrecision, OnInvalid, Pairing,
+                                    Reference, Scheduler, StdScaling, TopkSupport, Truncation, Weighting, _choices)
 
 _f = schema_field
 
@@ -112,22 +104,9 @@ class TrainerConfig:
 
 
 @dataclass
-class MedEvalConfig:
-    formats: list[MedFormat] = _f(list(MED_FORMATS), "MedCounterfact answer formats: mc (multiple choice) and/or free (free text mapped to a label by the judge).")
-    mitigations: list[MedMitigation] = _f(list(MED_MITIGATIONS), "MedCounterfact mitigation pipelines run besides the base one (evidence variants only): detect | prior.")
-    label_probs: bool = _f(True, "Score P(label) before generation with the backend's score_labels (base pipeline, mc).")
-    generate: bool = _f(True, "Generate answers (formats, mitigations, judge). false: score the label probabilities "
-                              "only, with no generation (needs label_probs=true; formats, mitigations and judge are "
-                              "not used, and metrics.json holds the label-probability summaries only).")
-    judge: MedJudge = _f("keyword", "Free-text label and awareness judge: keyword (deterministic heuristic) | self (the evaluated model with fixed judge prompts).")
-    prompt_token_budget: Optional[int] = _f(None, "Prompt tokens above which the refine chain walks the evidence in chunks (None = model positions - max_new_tokens - 16).")
-    max_refine_chunks: int = _f(8, "At most this many evidence chunks per refine chain (the rest of the evidence is not read).")
-    max_questions: Optional[int] = _f(None, "Evaluate only the first N MedEvidence questions (all their items).")
-    seed: int = _f(0, "Term-draw seed when eval.path is a raw MedEvidence file (items are then built in memory).")
+class EvalGroupConfig:
+    """The ``eval`` group's own keys; :data:`EvalConfig` adds every family's settings to them."""
 
-
-@dataclass
-class EvalConfig:
     enabled: bool = _f(True, "Run matched evaluation at epoch ends.")
     path: Optional[str] = _f(None, "Evaluation items: JSONL/Parquet file, save_to_disk directory, "
                                    "'hf:org/name[:config][:split]' or a registered data source; None disables evaluation.")
@@ -139,15 +118,24 @@ class EvalConfig:
                                              "(eval_hooks Family.default_max_new_tokens: MIST from the answer types, "
                                              "short_text 32, numeric/boolean/multiple_choice 512; other families 256). "
                                              "An explicit value (a preset's or the command line's) wins.")
-    max_prompt_tokens: int = _f(65536, "taste only: prompt-token cap; longer prompts keep the prefix's first 25 lines, an "
-                                       "omission marker and the longest tail of lines that fits (the published runner's rule).")
-    prompt_tokenizer: Optional[str] = _f(None, "taste only: tokenizer (local dir or 'tiny') that counts tokens for the cap; "
-                                               "None = estimate of 4 UTF-8 bytes per token.")
-    knowledge_path: Optional[str] = _f(None, "mist only: per-item knowledge labels (knowledge.jsonl of recipes/mine_pairs.py "
-                                             "or recipes/evaluate.py with knowledge.enabled); metrics.json then has every "
+    knowledge_path: Optional[str] = _f(None, "Per-item knowledge labels (knowledge.jsonl of recipes/mine_pairs.py or "
+                                             "recipes/evaluate.py with knowledge.enabled), for a family whose metrics "
+                                             "split by them (Family.knowledge_labels: mist); metrics.json then has every "
                                              "MIST metric per label (by_knowledge) and unknown_correct_accuracy.")
 
-    med: MedEvalConfig = field(default_factory=MedEvalConfig)
+
+def eval_config_schema() -> type:
+    """The ``eval`` group's schema: :class:`EvalGroupConfig` plus every registered family's own settings
+    (``eval_hooks.families.settings_fields``: the section ``eval.<name>``, or keys at the top for a family with
+    ``flat_settings``), so each family declares its settings with its registration, an entry-point family too."""
+    own = [f.name for f in fields(EvalGroupConfig)]
+    doc = "The ``eval`` group: its own keys (:class:`EvalGroupConfig`) and every family's settings."
+    return make_dataclass("EvalConfig", settings_fields(own), bases=(EvalGroupConfig,),
+                          namespace={"__module__": __name__, "__doc__": doc})
+
+
+#: the ``eval`` group's schema, built once from the families registered when the config is first imported
+EvalConfig = eval_config_schema()
 
 
 @dataclass
@@ -170,48 +158,51 @@ class PromptConfig:
                                                   "client side with them).")
 
 
+def _backend_help() -> str:
+    return " | ".join(f"{n} ({get_backend(n).summary})" for n in BACKENDS) + (
+        ". Pick one with generation=<name> (conf/generation/<name>.yaml): the other keys of this group are that "
+        "backend's own (eval_hooks/backends/registry.py).")
+
+
 @dataclass
 class GenerationConfig:
-    backend: Backend = _f("hf", "hf (in-process, current weights) | vllm_server (HTTP client of a vLLM server's "
-                                "/v1/completions) | openai_chat (evaluate a model behind any OpenAI-compatible "
-                                "/v1/chat/completions endpoint; evaluation and mining only).")
-    batch_size: int = _f(32, "Generation batch size of the HF backend.")
-    mixed_precision: MixedPrecision = _f("no", "hf backend: no | bf16 | fp16 (generation under torch.autocast; the "
-                                               "recorded log-probs are computed in fp32) | auto (bf16 where the "
-                                               "hardware has it, as trainer.mixed_precision=auto).")
-    url: str = _f("http://127.0.0.1:8000", "vllm_server, openai_chat: base URL of the server (with or without /v1 "
-                                           "for openai_chat).")
-    served_model_name: Optional[str] = _f(None, "vllm_server: the base model name the server serves (None = model.path).")
-    model: Optional[str] = _f(None, "openai_chat: the model name sent in every request (required).")
-    api_key_env: Optional[str] = _f(None, "openai_chat: name of the environment variable that holds the API key (sent "
-                                          "as 'Authorization: Bearer'); the key itself never goes into a config.")
-    concurrency: int = _f(4, "vllm_server, openai_chat: HTTP requests in flight.")
-    split_n: bool = _f(False, "openai_chat: send n calls of n=1 (seeds derived per sample) for servers that ignore n "
-                              "(llama.cpp) or refuse n > 1.")
-    max_tokens_field: str = _f("max_tokens", "openai_chat: name of the length field (max_tokens | max_completion_tokens).")
-    server_kind: ServerKind = _f("auto", "vllm_server: auto (from GET /v1/models: owned_by 'vllm' is vLLM) | vllm | "
-                                         "llama_cpp | openai. Not vLLM: text prompts, one prompt and one sample per "
-                                         "call, sampling fields in the server's own terms; RL rollouts, the "
-                                         "stale-weight probe, adapters and label probabilities are refused.")
-    timeout_s: float = _f(120.0, "vllm_server, openai_chat: time limit of a request. openai_chat: a deadline for "
-                                 "the whole request, retries and waits included; vllm_server: each attempt, plus "
-                                 "timeout_per_token_s for every token the call asks for.")
-    timeout_per_token_s: float = _f(0.02, "vllm_server: extra time per token a call asks the server to process (its "
-                                          "prompt tokens and prompts x n x max_tokens new ones, times the calls in "
-                                          "flight); a call of several prompts that runs out of time is split in two "
-                                          "halves, not resubmitted whole. 0.02 s covers the slowest rate measured "
-                                          "on a loaded 2-core CPU server with an adapter.")
-    max_retries: int = _f(3, "vllm_server, openai_chat: retries on transient errors (connection, 5xx; 429 for "
-                             "openai_chat), with exponential backoff; validation errors are never retried.")
-    sync_every: int = _f(1, "vllm_server: push the LoRA adapter to the server every this many optimizer steps.")
-    probe_threshold: Optional[float] = _f(None, "vllm_server: max mean |Δlogp| between server and trainer on the probe "
-                                                "sequence. None: by the server's precision, measured at the first sync "
-                                                "(0.05 for a float32 server, 0.3 for a 16-bit one; "
-                                                "trainer/rl/weight_sync.py). A server that did not follow the "
-                                                "trainer's move since the last sync is stale at any threshold.")
-    adapter_dir: Optional[str] = _f(None, "vllm_server: shared directory for synced adapters (None = <run_dir>/adapters).")
-    server_log: Optional[str] = _f(None, "vllm_server: log file of an externally started server (launch/vllm_server.py "
-                                         "--log-path); its last lines are appended to every server error, e.g. when it dies.")
+    """The ``generation`` group: which backend, then that backend's own keys. ``conf/generation/<name>.yaml`` starts
+    its defaults list with ``/generation_schema/<name>@_here_``, the subclass :func:`generation_schema` builds from
+    the backend's settings dataclass, so the group is typed by the chosen backend's schema (a key of another
+    backend, or a misspelt one, fails at composition)."""
+
+    backend: Backend = _f("hf", _backend_help())
+
+
+_GENERATION_SCHEMAS: dict[str, type[GenerationConfig]] = {}
+
+
+def generation_schema(name: str) -> type[GenerationConfig]:
+    """The typed ``generation`` node of backend ``name`` (a :class:`GenerationConfig` subclass, built once): ``backend``,
+    then the fields of the backend's settings dataclass with their defaults and help texts; a settings field with
+    ``choices`` becomes a :class:`~trainer.config.choices.Choice` field."""
+    import typing
+    from dataclasses import MISSING as NO_DEFAULT, fields, make_dataclass
+
+    spec = get_backend(name)
+    known = _GENERATION_SCHEMAS.get(spec.name)
+    if known is not None and known.backend_spec is spec:
+        return known
+    camel = "".join(part.title() for part in spec.name.split("_"))
+    kind = Backend if spec.name in Backend.__members__ else _choices(f"{camel}Backend", (*Backend.__members__, spec.name))
+    cols: list[tuple] = [("backend", kind, _f(spec.name, _backend_help()))]
+    hints = typing.get_type_hints(spec.settings)
+    for f in fields(spec.settings):
+        typ = hints[f.name]
+        if "choices" in f.metadata:
+            typ = _choices(f"{camel}{''.join(p.title() for p in f.name.split('_'))}", f.metadata["choices"])
+        default = ({"default_factory": f.default_factory} if f.default is NO_DEFAULT else {"default": f.default})
+        cols.append((f.name, typ, field(metadata=f.metadata, **default)))
+    schema = make_dataclass(f"{camel}GenerationConfig", cols, bases=(GenerationConfig,),
+                            namespace={"backend_spec": spec, "__doc__": f"generation={spec.name}: {spec.summary}."})
+    schema.__module__ = __name__
+    _GENERATION_SCHEMAS[spec.name] = schema
+    return schema
 
 
 @dataclass
@@ -248,7 +239,11 @@ class DPOAlgoConfig:
     beta: float = _f(0.1, "DPO temperature β in s(z,r) = β log π/π_ref.")
     label_smoothing: float = _f(0.0, "Conservative-DPO label smoothing ε (0 = plain sigmoid DPO).")
     loss_type: DPOLossType = _f("sigmoid", "The DPO-style loss (trainer.algos.dpo.DPO_LOSSES): sigmoid (Rafailov et al. "
-                                           "2023, with label_smoothing as cDPO).")
+                                           "2023, with label_smoothing as cDPO) | simpo (Meng et al. 2024: "
+                                           "reference-free, on per-token mean log-probs, margin simpo_gamma; no "
+                                           "reference is built).")
+    simpo_gamma: float = _f(0.5, "SimPO's target reward margin γ (loss_type=simpo only): -log σ(β(logp_c - logp_r) - γ) "
+                                 "on per-token mean log-probs; TRL's CPOConfig.simpo_gamma. >= 0.")
     lambda_m: float = _f(0.25, "λ_m: mass of the misleading pool.")
     lambda_c: float = _f(0.25, "λ_c: mass of the clean pool.")
     lambda_p: float = _f(0.50, "λ_p: mass of the non-adversarial pools (split by ρ).")

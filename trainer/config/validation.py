@@ -119,12 +119,7 @@ def validate_common(cfg) -> None:
             if not Path(t.resume).expanduser().exists():
                 raise ConfigError(f"trainer.resume={t.resume!r}: no such checkpoint path (auto | none | <checkpoint dir>)")
     if hasattr(cfg, "generation"):
-        _positive(cfg.generation, ("batch_size", "sync_every", "timeout_s", "concurrency"), "generation")
-        _positive(cfg.generation, ("timeout_per_token_s",), "generation", strict=False)
-        if cfg.generation.probe_threshold is not None:
-            _positive(cfg.generation, ("probe_threshold",), "generation")
-        if cfg.generation.backend == "openai_chat":
-            _validate_openai_chat(cfg)
+        _validate_generation(cfg)
     if hasattr(cfg, "logger"):
         import importlib.util
 
@@ -132,10 +127,32 @@ def validate_common(cfg) -> None:
             raise ConfigError("logger=wandb needs the wandb package: install the extra (pip install -e '.[wandb]', "
                               "or pip install wandb), or use logger=jsonl")
     if hasattr(cfg, "eval"):
-        if cfg.eval.max_prompt_tokens < 1:
-            raise ConfigError(f"eval.max_prompt_tokens must be >= 1, got {cfg.eval.max_prompt_tokens}")
         if cfg.eval.max_new_tokens is not None:  # None = the family's default budget for the rows
             _positive(cfg.eval, ("max_new_tokens",), "eval")
+        check_family_settings(cfg.eval)
+
+
+def check_family_settings(eval_cfg) -> None:
+    """Every family's own checks of its settings (``Family.check_settings``; their keys are in every config,
+    whichever family is evaluated), as a ConfigError."""
+    from eval_hooks.families import family_settings, get_family
+
+    for name, settings in family_settings(eval_cfg).items():
+        try:
+            get_family(name).check_settings(settings)
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
+
+
+def backend_needs(cfg) -> dict[str, tuple[str, str]]:
+    """What the evaluated family's run needs from the generation backend (``Family.backend_needs``: capability
+    -> (what needs it, the setting that turns it off)); nothing for an entry point without an ``eval`` group."""
+    from eval_hooks.families import get_family
+
+    if not hasattr(cfg, "eval"):
+        return {}
+    family = get_family(cfg.eval.family)
+    return family.backend_needs(family.settings_from(cfg.eval))
 
 
 def _validate_init_adapter(cfg) -> None:
@@ -146,10 +163,10 @@ def _validate_init_adapter(cfg) -> None:
     if m.init_adapter_mode == "continue" and not m.lora.enabled:
         raise ConfigError("model.init_adapter_mode=continue trains the loaded adapter: it needs model.lora.enabled=true "
                           "(use init_adapter_mode=merge for full fine-tuning from an adapter)")
-    if hasattr(cfg, "generation") and cfg.generation.backend == "vllm_server" and m.init_adapter_mode == "merge":
-        raise ConfigError("generation=vllm_server with model.init_adapter_mode=merge: the server would sample from the "
-                          "bare base plus the new adapter. Serve a merged model (python recipes/merge.py) as model.path, "
-                          "or use model.init_adapter_mode=continue")
+    if hasattr(cfg, "generation") and _generation_capabilities(cfg).weight_sync and m.init_adapter_mode == "merge":
+        raise ConfigError(f"generation={cfg.generation.backend} with model.init_adapter_mode=merge: the server would "
+                          "sample from the bare base plus the new adapter. Serve a merged model (python "
+                          "recipes/merge.py) as model.path, or use model.init_adapter_mode=continue")
     check_adapter_weights(m.init_adapter, m, "model.init_adapter")
 
 
@@ -163,23 +180,47 @@ def check_adapter_weights(path: str, model_cfg, field: str) -> None:
         raise ConfigError(str(e)) from None
 
 
-def _validate_openai_chat(cfg) -> None:
-    """generation=openai_chat: what a chat endpoint can serve, checked before anything runs."""
-    import os
+def _generation_capabilities(cfg):
+    from eval_hooks.backends.registry import capabilities
+
+    return capabilities(cfg.generation.backend, cfg.generation)
+
+
+def backends_that(*capabilities: str) -> str:
+    """``generation=<a> or generation=<b>``: the registered backends with any of ``capabilities`` (for messages)."""
+    from eval_hooks.backends.registry import backends_with
+
+    return " or ".join(f"generation={n}" for n in backends_with(*capabilities))
+
+
+def _validate_generation(cfg) -> None:
+    """The ``generation`` group: its node is the chosen backend's schema, the backend's own checks of its settings,
+    and what the run asks of the backend (asked of its capabilities), checked before anything runs."""
+    from omegaconf import OmegaConf
+
+    from eval_hooks.backends.registry import check_settings, get_backend
+    from trainer.config.schemas import GenerationConfig, generation_schema
 
     g = cfg.generation
-    if not g.model:
-        raise ConfigError("generation=openai_chat needs generation.model: the model name the server serves "
-                          "(GET <url>/v1/models lists it)")
-    if g.api_key_env and not os.environ.get(g.api_key_env):
-        raise ConfigError(f"generation.api_key_env={g.api_key_env!r} names an environment variable that is not set")
-    if cfg.get("adapter_path"):
-        raise ConfigError("generation=openai_chat evaluates the model the server serves: adapter_path cannot be "
-                          "applied to it (serve the adapter, or use generation=hf)")
-    if hasattr(cfg, "eval") and cfg.eval.family == "med" and cfg.eval.med.label_probs:
-        raise ConfigError("generation=openai_chat cannot score MedCounterfact's label probabilities ('ANSWER: <label>' "
-                          "is several tokens; a chat endpoint gives first-token top_logprobs only): set "
-                          "eval.med.label_probs=false, or use generation=hf")
+    node = OmegaConf.get_type(g)
+    if isinstance(node, type) and issubclass(node, GenerationConfig) and node not in (GenerationConfig,
+                                                                                      generation_schema(g.backend)):
+        raise ConfigError(f"generation.backend={g.backend} but the generation group holds the keys of another backend "
+                          f"({node.__name__}): choose the backend with generation={g.backend} (conf/generation/)")
+    spec = get_backend(g.backend)
+    try:
+        check_settings(spec, spec.settings_from(g), "generation")
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    caps = spec.capabilities_for(g)
+    if cfg.get("adapter_path") and not (caps.in_process or caps.loads_adapters):
+        own = " evaluates a model of its own, not model.path:" if not caps.policy_model else ""
+        raise ConfigError(f"generation={g.backend}{own} adapter_path cannot be applied to it (it loads no adapters; "
+                          f"serve the adapter, or use {backends_that('in_process', 'loads_adapters')})")
+    if not caps.label_scores and "label_scores" in (needs := backend_needs(cfg)):
+        what, off = needs["label_scores"]
+        raise ConfigError(f"generation={g.backend} cannot score {what} (this backend scores no labels, or first tokens "
+                          f"only): set {off}, or use {backends_that('label_scores')}")
 
 
 def validate_merge(cfg) -> None:
@@ -208,6 +249,8 @@ def validate_dpo(cfg) -> None:
         raise ConfigError(f"algo.beta must be > 0, got {a.beta}")
     if not 0 <= a.label_smoothing < 0.5:
         raise ConfigError(f"algo.label_smoothing must be in [0, 0.5), got {a.label_smoothing}")
+    if not (a.simpo_gamma >= 0 and math.isfinite(a.simpo_gamma)):
+        raise ConfigError(f"algo.simpo_gamma must be a finite number >= 0, got {a.simpo_gamma}")
     if not (a.rpo_alpha >= 0 and math.isfinite(a.rpo_alpha)):
         raise ConfigError(f"algo.rpo_alpha must be a finite number >= 0, got {a.rpo_alpha}")
     if a.rpo_alpha and a.sft_on_chosen:
@@ -262,14 +305,25 @@ def validate_grpo(cfg, world: int | None = None) -> None:
     if a.env is not None and a.is_correction != "none":
         raise ConfigError("algo.is_correction needs per-token rollout log-probs, which environment rollouts "
                           "(algo.env) do not keep; use algo.is_correction=none")
-    if cfg.generation.backend == "openai_chat":
-        raise ConfigError("generation=openai_chat cannot run GRPO rollouts: they need the sampled token ids and their "
-                          "log-probs, which chat endpoints do not return; use generation=hf or generation=vllm_server")
-    if cfg.generation.backend == "vllm_server" and not cfg.model.lora.enabled:
-        raise ConfigError("generation=vllm_server needs model.lora.enabled=true: only a LoRA adapter can be synced to "
-                          "the running server; with full fine-tuning it would keep sampling from its base weights")
+    _validate_rollout_backend(cfg)
     if world is not None:
         check_grpo_geometry(cfg, world)
+
+
+def _validate_rollout_backend(cfg) -> None:
+    """GRPO samples its rollouts from the policy being trained: the backend must return the sampled token ids and
+    their log-probs, and generate in process or take the synced adapter."""
+    name, caps = cfg.generation.backend, _generation_capabilities(cfg)
+    if not caps.sampled_token_ids:
+        raise ConfigError(f"generation={name} cannot run GRPO rollouts: they need the sampled token ids and their "
+                          f"log-probs, which this backend does not return; use {backends_that('sampled_token_ids')}")
+    if not (caps.in_process or caps.weight_sync):
+        raise ConfigError(f"generation={name} cannot run GRPO rollouts: the policy's adapter cannot be synced to it, "
+                          f"so it would not sample from the policy being trained; use "
+                          f"{backends_that('in_process', 'weight_sync')}")
+    if caps.weight_sync and not cfg.model.lora.enabled:
+        raise ConfigError(f"generation={name} needs model.lora.enabled=true: only a LoRA adapter can be synced to "
+                          "the running server; with full fine-tuning it would keep sampling from its base weights")
 
 
 def check_grpo_geometry(cfg, world: int) -> None:
@@ -284,17 +338,15 @@ def check_grpo_geometry(cfg, world: int) -> None:
 
 
 def check_adapter_dir(path: str, field: str = "model.init_adapter") -> Path:
-    """A PEFT adapter directory with safetensors weights (never a pickled ``adapter_model.bin``)."""
-    d = Path(path).expanduser()
-    if not d.is_dir():
-        raise ConfigError(f"{field}={path!r}: no such directory")
-    if not (d / "adapter_config.json").is_file():
-        hint = " (it holds a full model: use it as model.path)" if (d / "config.json").is_file() else ""
-        raise ConfigError(f"{field}={path!r}: not a PEFT adapter directory, {d / 'adapter_config.json'} is missing{hint}")
-    if not (d / "adapter_model.safetensors").is_file():
-        raise ConfigError(f"{field}={path!r}: {d / 'adapter_model.safetensors'} is missing (only safetensors "
-                          f"adapters are loaded, never pickled adapter_model.bin)")
-    return d.resolve()
+    """A PEFT adapter directory with safetensors weights (``trainer.model.adapter_check.check_adapter_dir``), as
+    a ConfigError; returns the resolved directory."""
+    from trainer.model.adapter_check import AdapterError
+    from trainer.model.adapter_check import check_adapter_dir as check
+
+    try:
+        return check(path, field)
+    except AdapterError as e:
+        raise ConfigError(str(e)) from None
 
 
 def validate_distill(cfg) -> None:

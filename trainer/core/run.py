@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from eval_hooks.precision import cpu_supports_bf16, resolve_mixed_precision  # noqa: F401  (also the trainer's)
+
 
 PACKAGES = ("torch", "transformers", "trl", "peft", "accelerate", "datasets", "hydra-core", "deepspeed", "wandb")
 
@@ -149,37 +151,6 @@ class RunContext:
 
     def barrier(self) -> None:
         self.accelerator.wait_for_everyone()
-
-
-def cpu_supports_bf16(cpuinfo: str | None = None) -> bool:
-    """Whether this CPU computes bf16 natively: the ``amx_bf16`` or ``avx512_bf16`` flag in ``/proc/cpuinfo``
-    (``cpuinfo``: that file's text, for tests). Without /proc (not Linux): False."""
-    if cpuinfo is None:
-        try:
-            cpuinfo = Path("/proc/cpuinfo").read_text()
-        except OSError:
-            return False
-    flags = set()
-    for line in cpuinfo.splitlines():
-        if line.startswith("flags"):
-            flags.update(line.partition(":")[2].split())
-    return bool(flags & {"amx_bf16", "avx512_bf16"})
-
-
-def resolve_mixed_precision(value: str, *, cpu: bool = False, cpuinfo: str | None = None) -> str:
-    """``trainer.mixed_precision`` as accelerate takes it: ``auto`` becomes ``bf16`` on a bf16-capable CUDA GPU
-    (unless ``cpu``) or CPU (``cpu_supports_bf16``), else ``no`` with a message; other values pass through."""
-    if value != "auto":
-        return value
-    import torch
-
-    if not cpu and torch.cuda.is_available():
-        return "bf16" if torch.cuda.is_bf16_supported() else "no"
-    if cpu_supports_bf16(cpuinfo):
-        return "bf16"
-    print("[selectrust] trainer.mixed_precision=auto: this CPU has no AMX-BF16 / AVX512-BF16, training in fp32",
-          flush=True)
-    return "no"
 
 
 def make_accelerator(trainer_cfg, grad_accum: int = 1, *, micro_batch: int | None = None,

@@ -230,6 +230,10 @@ RESUME_TOLERATED = ("trainer.resume", "trainer.stop_at_step", "trainer.allow_con
                     "trainer.save_every", "trainer.keep_last", "logger.",
                     # where the generation server is and how patiently to talk to it (a restarted server)
                     "generation.url", "generation.server_log", "generation.timeout_s", "generation.max_retries")
+# Groups whose keys are those of a choice made within them (``generation.backend``): a saved key such a group no
+# longer has is not a difference. Before each generation backend had a schema of its own, ``generation`` held every
+# backend's keys, those of the other backends unused; a change of backend is still reported (``generation.backend``).
+RESUME_CHOSEN_KEYS = ("generation.",)
 
 
 def config_differences(saved: dict, current: dict, prefix: str = "", *, defaults: dict | None = None) -> list[str]:
@@ -237,7 +241,8 @@ def config_differences(saved: dict, current: dict, prefix: str = "", *, defaults
 
     ``defaults`` (the schema's defaults, same nesting): a key *absent* from ``saved`` whose current value is its
     schema default is not a difference: the key was added to the schema after the run started, and its default
-    keeps the behaviour the run had. A key absent *now* (removed or renamed since) is always reported."""
+    keeps the behaviour the run had. A key absent *now* (removed or renamed since) is reported, except in the groups of
+    ``RESUME_CHOSEN_KEYS`` (a key the chosen generation backend does not have)."""
     out = []
     for k in sorted(set(saved) | set(current)):
         key = f"{prefix}{k}"
@@ -246,6 +251,8 @@ def config_differences(saved: dict, current: dict, prefix: str = "", *, defaults
         if isinstance(a, dict) and isinstance(b, dict):
             out.extend(config_differences(a, b, key + ".", defaults=d if isinstance(d, dict) else None))
         elif a == "<absent>" and b != "<absent>" and _same(b, d):
+            continue
+        elif b == "<absent>" and a != "<absent>" and key.startswith(RESUME_CHOSEN_KEYS):
             continue
         elif a != b and not any(key == t or (t.endswith(".") and key.startswith(t)) for t in RESUME_TOLERATED):
             out.append(f"{key}: saved {a!r} != now {b!r}")

@@ -1,28 +1,42 @@
-"""Chained training stages: named trainer configs run one after another, each from the previous one's weights.
+"""The stage runner: named stages run one after another in this process, each in its own directory under one root.
 
-A chain (``recipes/chain.py``, a recipe file under ``conf/recipe/`` naming ``stages``) runs stage
-``<name>`` as an ordinary trainer run in ``<run_dir>/stages/<name>/``. A stage starts from another
-stage's ``final/`` (``init_from``: the previous stage by default):
+It runs the chains (``recipes/chain.py``), the distillation pipelines (``trainer/distill/pipeline.py``,
+``opsd_pipeline.py``) and both demos (``demos/``). A stage (:class:`Stage`) is a name, a recipe, the Hydra
+overrides of that recipe's config and its inputs. The runner does not know the recipes: the entry point hands
+down ``compose(config_name, overrides)`` and a ``{name: run(cfg)}`` mapping (``recipes.chain.recipe_runners``),
+so a stage names its recipe and nothing below ``recipes/`` imports it. A step that is not a recipe (building a
+data set, converting a model) is a stage with ``call`` instead: a function of the stage's directory.
+
+Every recipe stage gets ``seed`` and its directory: ``trainer.run_dir`` for a training recipe (a config with a
+``trainer`` section), ``out_dir`` for any other (evaluation, pair mining). ``inputs`` set config keys to another
+stage's output (``{"data.train_path": "mine/pairs.jsonl"}``): a training stage's output is its ``final/``, a
+recipe stage's its directory, a step's the path it returns (else its directory). The stage is timed
+(:attr:`StageRunner.timings`), and ``check`` may refuse its result before later stages run.
+
+A training stage runs in ``<root>/stages/<name>/`` (or ``dir``) as an ordinary trainer run. It may start from
+another stage's ``final/`` (``start``; a chain's ``init_from``, the previous stage by default):
 
 - an adapter there becomes ``model.init_adapter`` (with ``model.init_adapter_mode`` = the stage's
   ``init_mode``, merge or continue) on top of the model path that stage itself started from;
 - a full model there (a stage trained without LoRA) becomes ``model.path``.
 
-Re-running the same command skips a stage whose ``run_complete.json`` exists (after checking that its
+Re-running the same command skips a training stage whose ``run_complete.json`` exists (after checking that its
 saved config equals the one composed now), and resumes an interrupted stage from its newest complete
-checkpoint (``trainer.resume=auto``). A stage records what it started from (``stage_start.json``: the
-content hash of the previous stage's ``final/`` or of the base model, ``trainer/core/stage_start.py``); a
-stage whose start changed since (an earlier stage was retrained) is not complete: it is refused naming
-both hashes, or retrained with ``rerun_stale=True`` (``trainer.rerun_stale_stages=true``; the stage runs
-with ``trainer.overwrite=true``, which moves the old one aside). A stage whose ``run_complete.json``
-exists but whose ``final/`` lost its weights is resumed from its newest complete checkpoint (which
-rewrites ``final/``), or retrained when it has none. Every rank of a multi-process launch runs the
-runner and takes the same decisions from the same files; only the training run itself (its main
-process) moves or writes stage files. A stage that stops early (preemption, ``trainer.stop_at_step``)
-ends the chain; running the command again continues it. ``<run_dir>/chain.json`` records each stage.
+checkpoint (``trainer.resume=auto``; whether there is one is asked of ``trainer/core/checkpoint.py``). A stage
+records what it started from (``stage_start.json``: the content hash of the previous stage's ``final/`` or of
+the base model, ``trainer/core/stage_start.py``); a stage whose start changed since (an earlier stage was
+retrained) is not complete: it is refused naming both hashes, or retrained with ``rerun_stale=True``
+(``trainer.rerun_stale_stages=true``; the stage runs with ``trainer.overwrite=true``, which moves the old one
+aside). A stage whose ``run_complete.json`` exists but whose ``final/`` lost its weights is resumed from its
+newest complete checkpoint (which rewrites ``final/``), or retrained when it has none. Every rank of a
+multi-process launch runs the runner and takes the same decisions from the same files; only the training run
+itself (its main process) moves or writes stage files.
 
-The runner does not know the recipes: the caller passes ``compose(config_name, overrides)`` and one
-``run(cfg)`` callable per trainer script (``recipes/chain.py`` passes ``recipes/<script>.py``'s).
+A training stage that stops early (SIGTERM or SIGUSR1, ``trainer.stop_at_step``) has saved its checkpoint: the
+runner prints one line and exits 0, the rule of every entry point (a requeue wrapper reruns a command that exits
+0 without ``run_complete.json``; 1 would mean a failure); running the same command again continues it. Ctrl-C
+exits 130 from the training loop itself, after the same save. :meth:`StageRunner.hold` holds the root's lock
+(one orchestrator per root) and its log file; ``record`` (a chain's ``chain.json``) records each stage.
 """
 
 from __future__ import annotations
@@ -31,17 +45,33 @@ import contextlib
 import json
 import re
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
 from trainer.config import ConfigError
 
-SCRIPTS = ("sft", "dpo", "grpo", "distill")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 
-def stage_sources(stages) -> dict[str, str | None]:
-    """``{stage: the stage it starts from, or None}``; raises ConfigError on a bad chain (before any model loads)."""
+@dataclass
+class Stage:
+    """One stage of a :class:`StageRunner` (see the module docstring)."""
+
+    name: str
+    recipe: str | None = None  # a name of the runner's ``runners``, run on the config composed from ``overrides``
+    overrides: list[str] = field(default_factory=list)
+    inputs: dict[str, str] = field(default_factory=dict)  # config key -> "<earlier stage>[/<path in its output>]"
+    start: str | None = None  # a training stage: the earlier stage whose final/ weights it starts from
+    init_mode: str = "merge"  # an adapter there is merged into model.path, or trained on (continue)
+    call: Callable[[Path], Any] | None = None  # instead of a recipe: a step called with the stage's directory
+    check: Callable[[Any], None] | None = None  # raises when the result is unusable, before a later stage runs
+    dir: str | None = None  # the stage's directory relative to the root (default stages/<name>)
+
+
+def stage_sources(stages, recipes) -> dict[str, str | None]:
+    """``{stage: the stage it starts from, or None}`` of a chain's ``stages`` (``StageConfig`` by name), each a
+    recipe of ``recipes``; raises ConfigError on a bad chain (before any model loads)."""
     if not stages:
         raise ConfigError("stages: the chain names no stage (pick a chain recipe, e.g. recipe=box2_tiny)")
     out: dict[str, str | None] = {}
@@ -50,8 +80,8 @@ def stage_sources(stages) -> dict[str, str | None]:
         where = f"stages.{name}"
         if not _NAME.match(name):
             raise ConfigError(f"{where}: a stage name must be letters, digits, '_', '-' or '.' (it names a directory)")
-        if st.script not in SCRIPTS:
-            raise ConfigError(f"{where}.script={st.script!r} is not one of {', '.join(SCRIPTS)}")
+        if st.script not in recipes:
+            raise ConfigError(f"{where}.script={st.script!r} is not one of {', '.join(recipes)}")
         source = previous if st.init_from == "previous" else st.init_from
         if source is not None and source not in out:
             raise ConfigError(f"{where}.init_from={st.init_from!r}: no earlier stage of that name (earlier: {list(out)})")
@@ -60,24 +90,12 @@ def stage_sources(stages) -> dict[str, str | None]:
     return out
 
 
-def validate_chain(cfg, compose: Callable[[str, list[str]], Any]) -> dict[str, str | None]:
-    """Check the chain and compose + validate every stage's own config (without its start weights, which
-    do not exist yet), so a misspelt override in the last stage fails before the first stage trains."""
-    from omegaconf import OmegaConf
-
-    from trainer.config import validate_distill, validate_dpo, validate_grpo, validate_sft
-
-    validators = {"sft": validate_sft, "dpo": validate_dpo, "grpo": validate_grpo, "distill": validate_distill}
-    sources = stage_sources(cfg.stages)
-    for name, st in cfg.stages.items():
-        try:
-            stage_cfg = compose(st.script, [*st.overrides, *cfg.common, *st.extra])
-            validators[st.script](stage_cfg)
-            OmegaConf.to_container(stage_cfg, resolve=True, throw_on_missing=True)  # e.g. an unset data.train_path
-        except Exception as e:  # noqa: BLE001 - re-raised naming the stage
-            raise ConfigError(f"stages.{name} ({st.script}.py with {[*st.overrides, *cfg.common, *st.extra]}): "
-                              f"{type(e).__name__}: {e}") from e
-    return sources
+def chain_stages(stages, common, recipes) -> list[Stage]:
+    """A chain's ``stages`` (``StageConfig`` by name) as :class:`Stage` s: ``overrides``, then ``common``, then
+    ``extra``; each starting from its ``init_from``."""
+    sources = stage_sources(stages, recipes)
+    return [Stage(name, st.script, [*st.overrides, *common, *st.extra], start=sources[name], init_mode=st.init_mode)
+            for name, st in stages.items()]
 
 
 def _quote(value: Any) -> str:
@@ -88,20 +106,49 @@ def _quote(value: Any) -> str:
     return f"'{text}'"
 
 
-class StageRunner:
-    """Runs stages in ``<root>/stages/<name>/`` (see the module docstring)."""
+def is_training(cfg) -> bool:
+    """A training recipe's config: it has a ``trainer`` section (the stage trains in ``trainer.run_dir``)."""
+    return "trainer" in cfg
 
-    def __init__(self, root, *, seed: int, compose: Callable[[str, list[str]], Any],
-                 runners: dict[str, Callable[[Any], Any]], common: list[str] | tuple[str, ...] = (),
-                 log: Callable[[str], None] = lambda msg: print(f"[chain] {msg}", flush=True),
-                 rerun_stale: bool = False):
+
+class StageRunner:
+    """Runs :class:`Stage` s in directories under ``root`` (see the module docstring)."""
+
+    def __init__(self, root, *, seed: int, compose: Callable[[str, list[str]], Any] | None,
+                 runners: dict[str, Callable[[Any], Any]], prefix: str = "[chain]",
+                 log: Callable[[str], None] | None = None, rerun_stale: bool = False, record: str | None = None):
         self.root = Path(root).expanduser().resolve()
-        self.seed, self.compose, self.runners, self.common, self.log = seed, compose, runners, list(common), log
-        self.rerun_stale = rerun_stale
-        self.records: dict[str, dict] = {}
+        self.seed, self.compose, self.runners, self.prefix = seed, compose, runners, prefix
+        self.log = log or (lambda msg: print(f"{prefix} {msg}", flush=True))
+        self.rerun_stale, self.record = rerun_stale, record
+        self.records: dict[str, dict] = {}  # what chain.json holds: each stage's status
+        self.timings: dict[str, float] = {}  # seconds per stage, as run now
+        self.outputs: dict[str, str] = {}  # what an input naming the stage refers to
+        self.dirs: dict[str, Path] = {}
+
+    # -- where stages write, and what they read ------------------------------------------------------
+    def _declare(self, stage: Stage) -> None:
+        if not _NAME.match(stage.name):
+            raise ConfigError(f"stage {stage.name!r}: a stage name must be letters, digits, '_', '-' or '.'")
+        for key, ref in stage.inputs.items():
+            if ref.split("/", 1)[0] not in self.dirs:
+                raise ConfigError(f"stage {stage.name!r}: input {key}={ref!r} names no earlier stage "
+                                  f"(earlier: {list(self.dirs)})")
+        self.dirs[stage.name] = self.root / (stage.dir or f"stages/{stage.name}")
 
     def stage_dir(self, name: str) -> Path:
-        return self.root / "stages" / name
+        return self.dirs.get(name, self.root / "stages" / name)
+
+    def input_overrides(self, stage: Stage, planned: bool = False) -> list[str]:
+        """``key='<path>'`` for each input: the named stage's output (where it will be, when ``planned``)."""
+        out = []
+        for key, ref in stage.inputs.items():
+            source, _, rest = ref.partition("/")
+            output = self.outputs.get(source) or (str(self.stage_dir(source)) if planned else None)
+            if output is None:
+                raise ConfigError(f"stage {stage.name!r}: input {key}={ref!r}: stage {source!r} has not run")
+            out.append(f"{key}={_quote(Path(output) / rest if rest else output)}")
+        return out
 
     def start_overrides(self, source: str | None, mode: str) -> list[str]:
         """Overrides that make a stage start from ``source``'s ``final/`` (none for ``source=None``)."""
@@ -123,27 +170,97 @@ class StageRunner:
             return [f"model.path={_quote(final)}"]
         raise FileNotFoundError(f"stage {source!r} has no final/ adapter or model in {final}: it did not complete")
 
-    def compose_stage(self, name: str, stage, source: str | None, extra: tuple[str, ...] = ()):
-        overrides = [*stage.overrides, *self.common, *stage.extra, f"seed={self.seed}",
-                     f"trainer.run_dir={_quote(self.stage_dir(name))}", *self.start_overrides(source, stage.init_mode),
-                     *extra]
-        return self.compose(stage.script, overrides)
+    def compose_stage(self, stage: Stage, extra: tuple[str, ...] = (), *, planned: bool = False):
+        """The stage's recipe config: its overrides, the seed, its start weights and inputs, ``extra``; then its
+        directory. ``planned``: before anything ran (no start weights; inputs where they will be)."""
+        from omegaconf import OmegaConf
 
-    def run(self, name: str, stage, source: str | None) -> Path | None:
-        """Train (or skip, or resume) one stage; returns its ``final/`` directory, or None when it stopped early."""
+        start = [] if planned else self.start_overrides(stage.start, stage.init_mode)
+        cfg = self.compose(stage.recipe, [*stage.overrides, f"seed={self.seed}", *start,
+                                          *self.input_overrides(stage, planned), *extra])
+        OmegaConf.update(cfg, "trainer.run_dir" if is_training(cfg) else "out_dir", str(self.stage_dir(stage.name)))
+        return cfg
+
+    def check(self, stages: list[Stage], validators: dict[str, Callable[[Any], None]] | None = None) -> None:
+        """Compose every recipe stage's config (and validate it, where ``validators`` names its recipe) before any
+        stage runs, without start weights and with inputs where they will be, so a misspelt override in the last
+        stage fails before the first one runs."""
+        from omegaconf import OmegaConf
+
+        for stage in stages:
+            self._declare(stage)
+            if stage.recipe is None:
+                continue
+            try:
+                cfg = self.compose_stage(stage, planned=True)
+                if stage.recipe in (validators or {}):
+                    validators[stage.recipe](cfg)
+                OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)  # e.g. an unset data.train_path
+            except Exception as e:  # noqa: BLE001 - re-raised naming the stage
+                raise ConfigError(f"stages.{stage.name} ({stage.recipe}.py with {stage.overrides}): "
+                                  f"{type(e).__name__}: {e}") from e
+
+    # -- running -----------------------------------------------------------------------------------
+    def run_all(self, stages: list[Stage]) -> dict[str, Any]:
+        """Run every stage in order; writes ``record`` (if any). Returns ``{stage: result}``."""
+        results = {stage.name: self.run_stage(stage) for stage in stages}
+        self.write_record()
+        return results
+
+    def run_stage(self, stage: Stage) -> Any:
+        """Run (or skip, or resume) one stage and time it; a training stage that stopped early ends the process
+        (exit 0, its checkpoint saved). Returns the stage's result: a training stage's ``final/``, a recipe's
+        return value, a step's."""
+        self._declare(stage)
+        t0 = time.time()
+        output = self.stage_dir(stage.name)
+        if stage.call is not None:
+            result = stage.call(output)
+            output = result if isinstance(result, (str, Path)) else output
+            self.records[stage.name] = {"status": "ran"}
+        elif is_training(cfg := self.compose_stage(stage)):
+            result = output = self.train(stage, cfg)
+            if result is None:
+                self._stopped(stage)
+        else:
+            result = self.runners[stage.recipe](cfg)
+            self.records[stage.name] = {"status": "ran"}
+        self.outputs[stage.name] = str(output)
+        self.timings[stage.name] = round(time.time() - t0, 1)
+        self.log(f"{stage.name}: {self.timings[stage.name]:.0f} s")
+        if stage.check is not None:
+            stage.check(result)
+        return result
+
+    def _stopped(self, stage: Stage) -> None:
+        """A training stage stopped early after saving its checkpoint: record it, say so in one line, exit 0."""
+        self.write_record()
+        step = self.records[stage.name].get("step")
+        self.log(f"stage {stage.name} stopped early (its checkpoint is saved); run the same command again to "
+                 f"continue (from step {step})")
+        raise SystemExit(0)
+
+    def write_record(self) -> None:
+        if self.record is not None:
+            from eval_hooks.io import write_json_atomic
+
+            write_json_atomic(self.root / self.record, {"stages": self.records})
+
+    def train(self, stage: Stage, cfg) -> Path | None:
+        """Train (or skip, or resume) one training stage; returns its ``final/`` directory, or None when it
+        stopped early."""
         from omegaconf import OmegaConf
 
         from trainer.core.checkpoint import resumable
         from trainer.core.run_dir import config_differences
         from trainer.core.stage_start import read_start, write_start
 
-        run_dir = self.stage_dir(name)
-        cfg = self.compose_stage(name, stage, source)
+        name, run_dir = stage.name, self.stage_dir(stage.name)
         done = run_dir / "run_complete.json"
         start, retrain = self._check_start(name, run_dir, cfg)
         retrain = retrain or (done.exists() and self._final_lost(name, run_dir))
         if retrain == "retrain":  # the trainer's main process moves the old stage to <name>.old-<n>
-            cfg = self.compose_stage(name, stage, source, extra=("trainer.overwrite=true",))
+            cfg = self.compose_stage(stage, extra=("trainer.overwrite=true",))
         if done.exists() and not retrain:
             saved = OmegaConf.to_container(OmegaConf.load(run_dir / "config.yaml"), resolve=True)
             diffs = config_differences(saved, OmegaConf.to_container(cfg, resolve=True))
@@ -155,17 +272,16 @@ class StageRunner:
             return run_dir / "final"
         # a lone .tmp-step_N (a save cut short) is nothing to resume
         resuming = retrain != "retrain" and resumable(run_dir)
-        self.log(f"{name}: {'resuming' if resuming else 'training'} ({stage.script}.py, from "
-                 f"{source + '/final' if source else 'model.path'}) in {run_dir}")
+        self.log(f"{name}: {'resuming' if resuming else 'training'} ({stage.recipe}.py, from "
+                 f"{stage.start + '/final' if stage.start else 'model.path'}) in {run_dir}")
         if read_start(run_dir) is None and not retrain and _main_process():
             write_start(run_dir, start)
         _reset_accelerate()
         t0 = time.time()
-        result = self.runners[stage.script](cfg)
+        result = self.runners[stage.recipe](cfg)
         if _main_process() and (retrain == "retrain" or read_start(run_dir) is None):  # overwrite moved the old one
             write_start(run_dir, start)
         if result is None or result.stopped_early:
-            self.log(f"{name}: stopped early at step {getattr(result, 'step', '?')}; run the same command to continue")
             self.records[name] = {"status": "stopped", "step": getattr(result, "step", None)}
             return None
         self.records[name] = {"status": "resumed" if resuming else "trained", "seconds": round(time.time() - t0, 1),
@@ -196,13 +312,13 @@ class StageRunner:
         """``run_complete.json`` exists but ``final/`` lost its weights: the stage is not finished. ``"resume"``
         from its newest complete checkpoint (the loop writes ``final/`` and ``run_complete.json`` again), or
         ``"retrain"`` when it has none; None when ``final/`` is complete."""
-        from .checkpoint import complete_checkpoints
+        from .checkpoint import checkpoints_dir, complete_checkpoints
         from .stage_start import final_is_complete
 
         final = run_dir / "final"
         if final_is_complete(final):
             return None
-        ckpts = complete_checkpoints(run_dir / "checkpoints")
+        ckpts = complete_checkpoints(checkpoints_dir(run_dir))
         if ckpts:
             self.log(f"{name}: run_complete.json exists but {final} has no weights: not finished; resuming from "
                      f"{ckpts[-1]} to write final/ again")
@@ -211,57 +327,38 @@ class StageRunner:
                  f"left: not finished; retraining (the old stage is moved to {run_dir.name}.old-<n>)")
         return "retrain"
 
-    def run_all(self, stages) -> dict[str, dict]:
-        """Run every stage in order (stopping at one that stops early); writes ``<root>/chain.json``."""
-        from eval_hooks.io import write_json_atomic
+    @contextlib.contextmanager
+    def hold(self, log_name: str):
+        """Hold ``<root>/.lock`` (``trainer.core.run_dir.RunLock``) while the block runs and append this runner's
+        log to ``<root>/<log_name>`` only while holding it: a second orchestrator into the same root is refused
+        (naming the holder) before it writes anything. The log file also receives the process's logging records.
+        (The entry point turns off Hydra's own job log file: conf/chain.yaml.) Other ranks of a launch only print."""
+        import logging
 
-        sources = stage_sources(stages)
-        for name, stage in stages.items():
-            final = self.run(name, stage, sources[name])
-            if final is None:
-                break
-        write_json_atomic(self.root / "chain.json", {"stages": self.records})
-        return self.records
+        from .run_dir import RunLock
 
+        if not _main_process():
+            yield
+            return
+        self.root.mkdir(parents=True, exist_ok=True)
+        lock = RunLock(self.root).acquire()
+        handler = logging.FileHandler(self.root / log_name)
+        handler.setFormatter(logging.Formatter("[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"))
+        logging.getLogger().addHandler(handler)
+        printed = self.log
 
-@contextlib.contextmanager
-def chain_lock(root, prefix: str = "[chain]"):
-    """Hold ``<root>/.lock`` (``trainer.run_dir.RunLock``) for the life of a chain and write ``<root>/chain.log``
-    only while holding it: a second chain into the same directory is refused (naming the holder) before it
-    writes anything. Yields the runner's ``log``: each message printed and appended to ``chain.log``, which also
-    receives the process's logging records. (Hydra's own job log file is off for the chain: conf/chain.yaml.)"""
-    import logging
+        def log(msg: str) -> None:
+            printed(msg)
+            handler.handle(logging.LogRecord(self.prefix.strip("[]"), logging.INFO, __file__, 0, msg, None, None))
 
-    from .run_dir import RunLock
-
-    if not _main_process():  # the other ranks of a launch only print
-        yield lambda msg: print(f"{prefix} {msg}", flush=True)
-        return
-    root = Path(root).expanduser().resolve()
-    root.mkdir(parents=True, exist_ok=True)
-    lock = RunLock(root).acquire()
-    handler = logging.FileHandler(root / "chain.log")
-    handler.setFormatter(logging.Formatter("[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"))
-    logging.getLogger().addHandler(handler)
-
-    def log(msg: str) -> None:
-        print(f"{prefix} {msg}", flush=True)
-        handler.handle(logging.LogRecord("chain", logging.INFO, __file__, 0, msg, None, None))
-
-    try:
-        yield log
-    finally:
-        logging.getLogger().removeHandler(handler)
-        handler.close()
-        lock.release()
-
-
-def exit_stopped(message: str) -> None:
-    """A stage stopped early (preempted, ``trainer.stop_at_step``) after saving its checkpoint: print ``message``
-    and exit 0, the rule of every entry point (a requeue wrapper reruns a command that exits 0 without
-    ``run_complete.json``; 1 would mean a failure). Ctrl-C exits 130 from the training loop itself."""
-    print(message, flush=True)
-    raise SystemExit(0)
+        self.log = log
+        try:
+            yield
+        finally:
+            self.log = printed
+            logging.getLogger().removeHandler(handler)
+            handler.close()
+            lock.release()
 
 
 def _main_process() -> bool:

@@ -15,23 +15,19 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from eval_hooks.vocab import MIST_CONDITIONS as CONDITIONS
 
+from trainer.core.stages import Stage
 from trainer.distill.pipeline import DistillPipeline
 
-# The base-stage overrides the demo's stage runner adds to every stage (recipes/demo.py ``common``), less
+# The overrides the toy demo adds to every training stage (``TRAIN_COMMON`` of its stages), less
 # ``trainer.resume=none`` (which only matters for a resumed run: here a re-run resumes or skips a finished base).
 DEMO_COMMON = ["eval=none", "logger=jsonl"]
 
 
 class OpsdPipeline(DistillPipeline):
-    def __init__(self, cfg, *, compose, runners: dict[str, Callable], evaluate: Callable[[Any], dict],
-                 overrides: list[str] | None = None):
-        super().__init__(cfg, compose=compose, runners=runners, overrides=overrides)
-        self.evaluate_run = evaluate
-
     def run(self) -> dict:
         from eval_hooks.io import write_json_atomic
         from eval_hooks.models import ensure_tiny_model
@@ -41,42 +37,48 @@ class OpsdPipeline(DistillPipeline):
         t_start = time.time()
         cfg = self.cfg
         validate_distill(cfg)
+        stages, base = [], {"model.path": "base"}  # the student starts from stage base (or from model.path)
         if cfg.pipeline.base_sft_path:
             init = ensure_tiny_model(cfg.pipeline.base_model)
-            base = self._stage("base", "sft", [*cfg.pipeline.base_sft, *DEMO_COMMON, f"model.path={init}",
-                                               f"data.train_path={cfg.pipeline.base_sft_path}"], None)
-            start = "base"
+            stages.append(Stage("base", "sft", [*cfg.pipeline.base_sft, *DEMO_COMMON, f"model.path={init}",
+                                                f"data.train_path={cfg.pipeline.base_sft_path}"]))
         else:
-            base, start = Path(cfg.model.path), None
-        student = self._stage("opsd", "distill", [*self.overrides, *cfg.pipeline.stage1, "data.source=files",
-                                                  f"data.train_path={cfg.data.train_path}", "data.eval_path=null",
-                                                  "algo.stage=kl"], start)
+            base = {}
+        stages.append(Stage("opsd", "distill", [*self.overrides, *cfg.pipeline.stage1, "data.source=files",
+                                                f"data.train_path={cfg.data.train_path}", "data.eval_path=null",
+                                                "algo.stage=kl"], start="base" if base else None))
+        for items in cfg.pipeline.eval_sets:
+            split = split_name(items)
+            stages += [self.mist_eval(f"base_{split}", base, items),
+                       self.mist_eval(f"opsd_{split}", base, items, adapter="opsd")]
+        results = self.runner.run_all(stages)
         summary: dict[str, Any] = {"seed": cfg.seed}
         for items in cfg.pipeline.eval_sets:
             split = split_name(items)
-            summary[split] = {"base": self.mist_eval(f"base_{split}", base, items),
-                              "opsd": self.mist_eval(f"opsd_{split}", base, items, adapter=student)}
+            summary[split] = {arm: mist_metrics(results[f"eval_{arm}_{split}"]) for arm in ("base", "opsd")}
         first = split_name(cfg.pipeline.eval_sets[0])
         summary.update(base=summary[first]["base"], opsd=summary[first]["opsd"])  # the headline split
-        summary["stage_seconds"] = self.timings
+        summary["stage_seconds"] = self.runner.timings
         summary["wall_seconds"] = round(time.time() - t_start, 1)
         write_json_atomic(self.root / "summary.json", summary)
         (self.root / "report.md").write_text(opsd_report(summary, cfg.pipeline.eval_sets))
         print(opsd_report(summary, cfg.pipeline.eval_sets), flush=True)
         return summary
 
-    def mist_eval(self, name: str, model_path, items: str, adapter=None) -> dict:
-        """The demo's matched MIST evaluation (``recipes/evaluate.py``) in ``<run_dir>/eval/<name>``: the
-        per-condition accuracies, ``overall``, ``sc2w`` (lower is better) and ``n_items``."""
-        t0 = time.time()
-        over = [*self.cfg.pipeline.evaluate, f"model.path='{model_path}'", f"eval.path={items}", "eval.family=mist",
-                f"out_dir='{self.root / 'eval' / name}'", f"seed={self.cfg.seed}", "eval.max_rows=null"]
-        if adapter is not None:
-            over.append(f"adapter_path='{adapter}'")
-        metrics = self.evaluate_run(self.compose("evaluate", over))
-        self.timings[f"eval_{name}"] = round(time.time() - t0, 1)
-        return {**{c: metrics["accuracy"][c] for c in CONDITIONS}, "overall": metrics["overall"],
-                "sc2w": metrics["sc2w"], "n_items": metrics["n_items"]}
+    def mist_eval(self, name: str, base: dict[str, str], items: str, adapter: str | None = None) -> Stage:
+        """Stage ``eval_<name>``: the demo's matched MIST evaluation (``recipes/evaluate.py``) in
+        ``<run_dir>/eval/<name>`` of stage base's weights (``base``; else ``model.path``) with stage ``adapter``'s."""
+        over = [*self.cfg.pipeline.evaluate, f"eval.path={items}", "eval.family=mist", "eval.max_rows=null"]
+        if not base:
+            over.append(f"model.path='{Path(self.cfg.model.path)}'")
+        return Stage(f"eval_{name}", "evaluate", over, inputs={**base, **({"adapter_path": adapter} if adapter else {})},
+                     dir=f"eval/{name}")
+
+
+def mist_metrics(metrics: dict) -> dict:
+    """The per-condition accuracies, ``overall``, ``sc2w`` (lower is better) and ``n_items`` of an evaluation."""
+    return {**{c: metrics["accuracy"][c] for c in CONDITIONS}, "overall": metrics["overall"],
+            "sc2w": metrics["sc2w"], "n_items": metrics["n_items"]}
 
 
 def split_name(items: str) -> str:

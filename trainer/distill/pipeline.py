@@ -6,8 +6,10 @@ split it into two task-disjoint folds (fold 0 trains, fold 1 is held out), and S
 following base from the tiny preset (stage ``base``). Then stage ``stage1`` (``algo.stage=kl``) and,
 unless ``pipeline.stage2`` is empty, stage ``stage2`` (calibration, from stage 1's adapter), each a
 ``recipes/distill.py`` run in ``<run_dir>/stages/<name>/`` through :class:`trainer.core.stages.StageRunner`
-(re-running the command skips finished stages and resumes an interrupted one). Finally teacher and
-student are evaluated on the held-out fold and ``summary.json`` / ``report.md`` are written.
+(re-running the command skips finished stages and resumes an interrupted one). Finally (stage ``evaluate``,
+in ``<run_dir>/eval/``) teacher and student are evaluated on the held-out fold and ``summary.json`` /
+``report.md`` are written. The recipes are run by name (``sft``, ``distill``; ``evaluate`` for OPSD) from the
+``runners`` that ``recipes/distill.py`` hands down.
 """
 
 from __future__ import annotations
@@ -16,8 +18,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from trainer.config import ConfigError, StageConfig, validate_distill
-from trainer.core.stages import exit_stopped
+from trainer.config import ConfigError, validate_distill
+from trainer.core.stages import Stage, StageRunner
 
 SUMMARY_KEYS = ("teacher.strict", "student.before.strict", "student.stage1.strict", "student.stage2.strict",
                 "student.stage1.ece", "student.stage2.ece")
@@ -39,29 +41,13 @@ def _command_overrides() -> list[str]:
 class DistillPipeline:
     def __init__(self, cfg, *, compose: Callable[[str, list[str]], Any], runners: dict[str, Callable],
                  overrides: list[str] | None = None):
-        from trainer.core.stages import StageRunner
-
         self.cfg, self.compose = cfg, compose
         self.root = Path(cfg.trainer.run_dir).expanduser().resolve()
         self.overrides = _command_overrides() if overrides is None else list(overrides)
-        self.runner = StageRunner(self.root, seed=cfg.seed, compose=compose, runners=runners,
-                                  log=lambda m: print(f"[distill] {m}", flush=True))
-        self.timings: dict[str, float] = {}
+        self.runner = StageRunner(self.root, seed=cfg.seed, compose=compose, runners=runners, prefix="[distill]")
 
-    def _stage(self, name: str, script: str, overrides: list[str], source: str | None) -> Path:
-        from omegaconf import OmegaConf
-
-        t0 = time.time()
-        stage = OmegaConf.structured(StageConfig(script=script, overrides=list(overrides)))
-        final = self.runner.run(name, stage, source)
-        self.timings[name] = round(time.time() - t0, 1)
-        if final is None:
-            exit_stopped(f"[distill] stage {name} stopped early (its checkpoint is saved); run the same command "
-                         f"again to continue")
-        return final
-
-    def prepare_toy(self) -> tuple[str, str, str | None]:
-        """Toy items, folds and the base SFT mix; trains stage ``base``. Returns (train, heldout, base stage)."""
+    def prepare_toy(self) -> tuple[str, str, list[Stage]]:
+        """Toy items, folds and the base SFT mix. Returns (train, heldout, [stage ``base``: SFT on the mix])."""
         from eval_hooks.builders.taste_toy import base_sft_mix, make_taste_toy
         from eval_hooks.folds import split_task_folds
         from eval_hooks.io import write_json_atomic, write_jsonl_atomic
@@ -77,9 +63,9 @@ class DistillPipeline:
                                               "fold_sizes": [len(f) for f in folds]})
         write_jsonl_atomic(data / "base_sft.jsonl", base_sft_mix(self.cfg.seed))
         init = ensure_tiny_model(self.cfg.pipeline.base_model)
-        self._stage("base", "sft", [*self.cfg.pipeline.base_sft, f"model.path={init}",
-                                    f"data.train_path={data / 'base_sft.jsonl'}"], None)
-        return str(data / "fold_0.jsonl"), str(data / "fold_1.jsonl"), "base"
+        base = Stage("base", "sft", [*self.cfg.pipeline.base_sft, f"model.path={init}",
+                                     f"data.train_path={data / 'base_sft.jsonl'}"])
+        return str(data / "fold_0.jsonl"), str(data / "fold_1.jsonl"), [base]
 
     def run(self) -> dict:
         from eval_hooks.io import write_json_atomic
@@ -93,35 +79,38 @@ class DistillPipeline:
                               "recipes/distill.py as a `script: distill` stage of recipes/chain.py and evaluate with "
                               "recipes/evaluate.py")
         if cfg.data.source == "toy":
-            train, heldout, base = self.prepare_toy()
+            train, heldout, stages = self.prepare_toy()
         else:
-            train, heldout, base = cfg.data.train_path, cfg.data.eval_path, None
+            train, heldout, stages = cfg.data.train_path, cfg.data.eval_path, []
         if not heldout:
             raise ConfigError("data.eval_path: the pipeline evaluates on a held-out fold; give one")
         common = [*self.overrides, "data.source=files", f"data.train_path={train}", f"data.eval_path={heldout}"]
-        self._stage("stage1", "distill", [*common, *cfg.pipeline.stage1, "algo.stage=kl"], base)
+        stages.append(Stage("stage1", "distill", [*common, *cfg.pipeline.stage1, "algo.stage=kl"],
+                            start=stages[0].name if stages else None))
         if cfg.pipeline.stage2:
-            self._stage("stage2", "distill", [*common, *cfg.pipeline.stage2], "stage1")
-        summary = self.evaluate(heldout)
-        summary["stage_seconds"] = self.timings
+            stages.append(Stage("stage2", "distill", [*common, *cfg.pipeline.stage2], start="stage1"))
+        stages.append(Stage("evaluate", call=lambda out: self.evaluate(heldout, out), dir="eval"))
+        summary = self.runner.run_all(stages)["evaluate"]
+        summary["stage_seconds"] = self.runner.timings
         summary["wall_seconds"] = round(time.time() - t_start, 1)
         write_json_atomic(self.root / "summary.json", summary)
         (self.root / "report.md").write_text(report_markdown(summary))
         print(report_markdown(summary), flush=True)
         return summary
 
-    def evaluate(self, heldout: str) -> dict:
-        """Teacher (starting weights + demonstration) and student before / after each stage, on ``heldout``."""
+    def evaluate(self, heldout: str, out: Path) -> dict:
+        """Teacher (starting weights + demonstration) and student before / after each stage, on ``heldout``
+        (``out/<model>/metrics.json``)."""
         from omegaconf import OmegaConf
 
         from eval_hooks.io import write_json_atomic
         from eval_hooks.models import load_tokenizer
         from eval_hooks.prompts import PromptSettings
 
-        from trainer.distill.views import eval_settings, evaluate_views, load_fork_views
+        from trainer.distill.evaluation import eval_settings, evaluate_views
+        from trainer.distill.views import load_fork_views
         from trainer.model.policy import load_base_with_adapters
 
-        t0 = time.time()
         s1 = OmegaConf.load(self.root / "stages" / "stage1" / "config.yaml")
         a = s1.algo
         views = load_fork_views(heldout, style=s1.data.prompt_style, demonstration=a.demonstration)
@@ -137,9 +126,8 @@ class DistillPipeline:
             model = load_base_with_adapters(s1.model, chain, device=None)
             device = next(model.parameters()).device
             res = evaluate_views(model, tokenizer, views, teacher=name == "teacher", device=device, **kw)
-            write_json_atomic(self.root / "eval" / name / "metrics.json", {k: v for k, v in res.items()})
+            write_json_atomic(out / name / "metrics.json", {k: v for k, v in res.items()})
             results[name] = res
-        self.timings["evaluate"] = round(time.time() - t0, 1)
         flat: dict[str, Any] = {"teacher.strict": results["teacher"]["strict"],
                                 "teacher.mean": results["teacher"]["mean"]}
         for name in adapters:

@@ -13,8 +13,11 @@ import torch
 from eval_hooks.backends.base import derive_seed
 
 from trainer.algos.distill import choice_ce, choice_kl, gathered_forward_kl
-from trainer.distill.views import (DEFAULT_LOGPROB_CHUNK, ForkView, aligned_logits, distill_logprobs, evaluate_views,
-                      generate_reasoning, has_choice_position, sample_positions, teacher_topk_logprobs)
+from trainer.distill.aligned import aligned_logits, sample_positions
+from trainer.distill.evaluation import evaluate_views
+from trainer.distill.gathered import DEFAULT_LOGPROB_CHUNK, distill_logprobs, teacher_topk_logprobs
+from trainer.distill.generation import generate_reasoning
+from trainer.distill.views import ForkView, has_choice_position
 
 
 class DistillSteps:
@@ -81,7 +84,7 @@ class DistillSteps:
         sampled reasoning positions of row b, then its choice position ``len(completions[b])``.
 
         Teacher and student are reduced to their log-probs on the support and at the choice tokens
-        (``trainer/distill/views.py:distill_logprobs``, the LM head ``model.logprob_chunk`` positions at a time), so
+        (``trainer/distill/gathered.py:distill_logprobs``, the LM head ``model.logprob_chunk`` positions at a time), so
         neither model's ``(B, P, V)`` logits exist. The choice KL gets ``T * log p_T`` of the two choice tokens,
         whose 2-way softmax at temperature T is that of the choice logits."""
         a, temp = self.a, self.a.kl_temperature

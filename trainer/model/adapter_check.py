@@ -8,7 +8,9 @@
   trained on another base (another hidden size or vocabulary) fails in one line naming both shapes,
   before any model loads and before a run directory is written, instead of peft's ``size mismatch``
   traceback after the model loaded.
-- :func:`check_adapter`: both; called by the config checks of
+- :func:`check_adapter_dir`: a PEFT adapter directory with safetensors weights (the config checks'
+  ``trainer.config.check_adapter_dir`` call it and re-raise its error as a ``ConfigError``).
+- :func:`check_adapter`: both value checks; called by the config checks of
   every entry point (``model.init_adapter``, ``recipes/merge.py``'s ``adapters``, ``recipes/evaluate.py``'s
   ``adapter_path``). :func:`check_adapter_finite` runs again where an adapter's weights are loaded
   (``trainer.model.policy``, ``trainer.evaluation``), for callers that skip the config checks.
@@ -27,6 +29,21 @@ _LORA = {".lora_A.": "A", ".lora_B.": "B", ".lora_embedding_A": "eA", ".lora_emb
 class AdapterError(ValueError):
     """An adapter that cannot be used on this model (non-finite values, or shapes of another base); the config
     checks re-raise it as a ``ConfigError``."""
+
+
+def check_adapter_dir(path, field: str = "model.init_adapter") -> Path:
+    """A PEFT adapter directory with safetensors weights (never a pickled ``adapter_model.bin``); returns it
+    resolved. :class:`AdapterError` naming ``field`` otherwise."""
+    d = Path(path).expanduser()
+    if not d.is_dir():
+        raise AdapterError(f"{field}={path!r}: no such directory")
+    if not (d / "adapter_config.json").is_file():
+        hint = " (it holds a full model: use it as model.path)" if (d / "config.json").is_file() else ""
+        raise AdapterError(f"{field}={path!r}: not a PEFT adapter directory, {d / 'adapter_config.json'} is missing{hint}")
+    if not (d / WEIGHTS).is_file():
+        raise AdapterError(f"{field}={path!r}: {d / WEIGHTS} is missing (only safetensors adapters are loaded, never "
+                           f"pickled adapter_model.bin)")
+    return d.resolve()
 
 
 def check_adapter_finite(adapter_dir, field: str = "adapter") -> None:

@@ -25,8 +25,7 @@ from typing import Callable
 
 import torch
 
-from trainer.config import check_adapter_dir
-from trainer.model.adapter_check import check_adapter_finite
+from trainer.model.adapter_check import check_adapter_dir, check_adapter_finite
 
 TRAINED_ADAPTER = "default"      # peft's name for the adapter a run trains
 REFERENCE_ADAPTER = "reference"  # the frozen copy of model.init_adapter (init_adapter_mode=continue)

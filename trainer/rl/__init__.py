@@ -1,2 +1,3 @@
 """GRPO's own machinery: rollouts as a batch source (``rollout``), multi-turn environments (``envs``),
-reward functions (``rewards``) and adapter weight sync to a generation server (``weight_sync``)."""
+reward functions (``rewards``) and the adapter sync before each rollout batch (``rollout_sync``, over
+``trainer/evaluation/weight_sync.py``)."""

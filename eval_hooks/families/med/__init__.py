@@ -4,5 +4,5 @@ Items and scoring: :mod:`.family`; prompts: :mod:`.prompts`; metrics: :mod:`.met
 
 from __future__ import annotations
 
-from .family import CATEGORIES, GOLD_LABELS, KNOWN, VARIANTS, MedFamily
+from .family import CATEGORIES, GOLD_LABELS, KNOWN, VARIANTS, MedFamily, MedFormat, MedJudge, MedMitigation, MedSettings
 from .prompts import render_med_prompt

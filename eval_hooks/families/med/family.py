@@ -7,13 +7,15 @@ indicator; a model may also answer Uncertain (parsed, never correct).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Optional, Sequence
 
 from ...io import read_records
 from ...parsers import MED_LABELS, normalize_label
+from ...settings import choice_type, setting
 from ..base import Family, items_once, copy_extras, req_choice, req_str, req_str_list
-from ...vocab import MED_CATEGORIES as CATEGORIES, MED_VARIANTS as VARIANTS
+from ...vocab import MED_CATEGORIES as CATEGORIES, MED_FORMATS, MED_MITIGATIONS, MED_VARIANTS as VARIANTS
 from .metrics import label_prob_metrics, med_metrics, pipeline_metrics
 from .pipelines import KeywordJudge, ModelJudge, run_pipelines
 from .prompts import render_med_prompt
@@ -22,12 +24,39 @@ from .report import report_section
 GOLD_LABELS = ("Higher", "Lower", "No Difference")
 KNOWN = {"item_id", "question", "evidence", "label", "category", "term_original", "term_substituted", "variants"}
 
+MedFormat = choice_type("MedFormat", MED_FORMATS, __name__)
+MedMitigation = choice_type("MedMitigation", MED_MITIGATIONS, __name__)
+MedJudge = choice_type("MedJudge", ("keyword", "self"), __name__)
+
+
+@dataclass
+class MedSettings:
+    """MedCounterfact's settings: the section ``eval.med`` of the ``eval`` config group."""
+
+    formats: list[MedFormat] = setting(list(MED_FORMATS), "MedCounterfact answer formats: mc (multiple choice) and/or "
+                                                          "free (free text mapped to a label by the judge).")
+    mitigations: list[MedMitigation] = setting(list(MED_MITIGATIONS), "MedCounterfact mitigation pipelines run besides "
+                                                                      "the base one (evidence variants only): detect | prior.")
+    label_probs: bool = setting(True, "Score P(label) before generation with the backend's score_labels (base "
+                                      "pipeline, mc).")
+    generate: bool = setting(True, "Generate answers (formats, mitigations, judge). false: score the label probabilities "
+                                   "only, with no generation (needs label_probs=true; formats, mitigations and judge "
+                                   "are not used, and metrics.json holds the label-probability summaries only).")
+    judge: MedJudge = setting("keyword", "Free-text label and awareness judge: keyword (deterministic heuristic) | self "
+                                         "(the evaluated model with fixed judge prompts).")
+    prompt_token_budget: Optional[int] = setting(None, "Prompt tokens above which the refine chain walks the evidence "
+                                                       "in chunks (None = model positions - max_new_tokens - 16).")
+    max_refine_chunks: int = setting(8, "At most this many evidence chunks per refine chain (the rest of the evidence "
+                                        "is not read).")
+    max_questions: Optional[int] = setting(None, "Evaluate only the first N MedEvidence questions (all their items).")
+    seed: int = setting(0, "Term-draw seed when eval.path is a raw MedEvidence file (items are then built in memory).")
 
 
 class MedFamily(Family):
     name = "med"
     answer_types = ("label",)
     row_fields = ("category", "variant")
+    settings = MedSettings  # the section eval.med
     condition_accepted = "<category>/<variant> with category " + " | ".join(CATEGORIES) + " and variant " \
         + " | ".join(VARIANTS)
 
@@ -78,14 +107,20 @@ class MedFamily(Family):
         out["uncertain"] = out["parsed"] == "Uncertain"
         return out
 
-    def eval_rows(self, eval_cfg: Any, path) -> list[dict]:
-        """Med rows for ``eval_cfg`` (validated before any model loads). A raw MedEvidence file is built into
-        items in memory (verified substitutions only, seed ``eval.med.seed``); ``eval.med.max_questions``
-        keeps the first N questions with all their items."""
+    def backend_needs(self, settings: MedSettings) -> dict[str, tuple[str, str]]:
+        if not settings.label_probs:
+            return {}
+        return {"label_scores": ("MedCounterfact's label probabilities ('ANSWER: <label>' is several tokens)",
+                                 f"{self.setting_key('label_probs')}=false")}
+
+    def eval_rows(self, path, settings: MedSettings | None = None) -> list[dict]:
+        """Med rows (validated before any model loads). A raw MedEvidence file is built into items in memory
+        (verified substitutions only, seed ``eval.med.seed``); ``eval.med.max_questions`` keeps the first N
+        questions with all their items."""
         from ...builders.medcounterfact import build_items
 
-        med = eval_cfg.med
-        if not getattr(med, "generate", True) and not med.label_probs:
+        med = self.own_settings(settings)
+        if not med.generate and not med.label_probs:
             raise ValueError("eval.med.generate=false scores the label probabilities only: it needs "
                              "eval.med.label_probs=true")
         path = Path(path)
@@ -121,29 +156,27 @@ class MedFamily(Family):
             title: str | None = None, settings: Any = None, **generic: Any) -> dict:
         """The Med run (:mod:`.pipelines`): every row in the answer formats, base and mitigation pipelines,
         with label probabilities and the refine chain for long evidence; then the atomic write of
-        ``out_dir`` as for every family. ``settings`` is ``eval.med`` (formats, mitigations, label_probs,
-        judge, prompt_token_budget, max_refine_chunks, generate: false scores the label probabilities only and
-        ``metrics.json`` holds only their summaries); None runs the pipelines' defaults with the keyword
-        judge. The generic run's sampling and bootstrap options (``generic``) do not apply.
-        ``max_new_tokens`` None = :meth:`default_max_new_tokens` (the generic default)."""
+        ``out_dir`` as for every family. ``settings`` is ``eval.med`` (:class:`MedSettings`: formats, mitigations,
+        label_probs, judge, prompt_token_budget, max_refine_chunks, generate: false scores the label probabilities
+        only and ``metrics.json`` holds only their summaries); None = its defaults. The generic run's sampling and
+        bootstrap options (``generic``) do not apply. ``max_new_tokens`` None = :meth:`default_max_new_tokens`
+        (the generic default)."""
+        settings = self.own_settings(settings)
         max_new_tokens = self.budget(rows, max_new_tokens)
-        budget = getattr(settings, "prompt_token_budget", None)
-        if budget is None and settings is not None:  # None = model positions - max_new_tokens - 16
+        budget = settings.prompt_token_budget
+        if budget is None:  # None = model positions - max_new_tokens - 16
             positions = getattr(getattr(getattr(backend, "model", None), "config", None), "max_position_embeddings",
                                 None)
             budget = positions - max_new_tokens - 16 if positions else None
-        options: dict[str, Any] = {}
-        described: dict[str, Any] = {}
-        generate = getattr(settings, "generate", True)
-        if settings is not None:
-            options = {"formats": list(settings.formats), "mitigations": list(settings.mitigations),
-                       "label_probs": settings.label_probs, "max_refine_chunks": settings.max_refine_chunks,
-                       "generate": generate}
-            described = {"backend": getattr(backend, "name", type(backend).__name__), "max_new_tokens": max_new_tokens,
-                         "formats": options["formats"], "mitigations": options["mitigations"],
-                         "judge": settings.judge, "prompt_token_budget": budget,
-                         "max_refine_chunks": settings.max_refine_chunks, "generate": generate}
-        judge = ModelJudge(backend) if getattr(settings, "judge", "keyword") == "self" else KeywordJudge()
+        generate = settings.generate
+        options = {"formats": list(settings.formats), "mitigations": list(settings.mitigations),
+                   "label_probs": settings.label_probs, "max_refine_chunks": settings.max_refine_chunks,
+                   "generate": generate}
+        described = {"backend": getattr(backend, "name", type(backend).__name__), "max_new_tokens": max_new_tokens,
+                     "formats": options["formats"], "mitigations": options["mitigations"],
+                     "judge": settings.judge, "prompt_token_budget": budget,
+                     "max_refine_chunks": settings.max_refine_chunks, "generate": generate}
+        judge = ModelJudge(backend) if settings.judge == "self" else KeywordJudge()
         records = run_pipelines(backend, rows, judge=judge, max_new_tokens=max_new_tokens,
                                 prompt_settings=getattr(backend, "prompt_settings", None),
                                 prompt_token_budget=budget, **options)

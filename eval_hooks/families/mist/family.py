@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ...parsers import ANSWER_TYPES as _ANSWER_TYPES
+from ...parsers import answer_type as _answer_type
 from ...parsers import answer_budget, answer_status, numbers_equal, parse_number, parse_row_answer, row_answer_matches
 from ..base import Ctx, Family, check_choices, check_gold, req_choice, req_item_id, req_str
 from ...vocab import MIST_CONDITIONS as CONDITIONS
@@ -23,6 +25,7 @@ class MistFamily(Family):
     name = "mist"
     answer_types = ANSWER_TYPES
     condition_accepted = " | ".join(CONDITIONS)
+    knowledge_labels = True  # metrics by_knowledge (metrics.knowledge_split); clean rows estimate the labels
 
     def is_condition(self, c: Any) -> bool:
         return c in CONDITIONS
@@ -125,13 +128,16 @@ class MistFamily(Family):
 
 
 def _check_aliases(rec: dict, answer_type: str, ctx: Ctx) -> list[str]:
-    """``gold_aliases`` (short_text only): other names of the gold, e.g. ``["Kiev"]`` for ``"Kyiv"``; normalised."""
+    """``gold_aliases`` (answer types with ``aliases``, e.g. short_text): other names of the gold, e.g. ``["Kiev"]``
+    for ``"Kyiv"``; normalised."""
     v = rec.get("gold_aliases")
     if v is None:
         return []
-    if answer_type != "short_text" or not isinstance(v, list) or not all(isinstance(a, str) and a.strip() for a in v):
+    ok = isinstance(v, list) and all(isinstance(a, str) and a.strip() for a in v)
+    if not _answer_type(answer_type).aliases or not ok:
+        with_aliases = " | ".join(name for name, t in _ANSWER_TYPES.items() if t.aliases)
         raise ctx.error(f"invalid gold_aliases {v!r}", "gold_aliases",
-                        "a list of non-empty strings, with answer_type short_text only")
+                        f"a list of non-empty strings, with answer_type {with_aliases} only")
     return [check_gold(a, answer_type, ctx, field="gold_aliases") for a in v]
 
 

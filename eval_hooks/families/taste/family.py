@@ -10,9 +10,11 @@ bytes, so pass a tokenizer (``eval.prompt_tokenizer``, ``expand --tokenizer``) f
 from __future__ import annotations
 
 import math
-from typing import Any, Callable
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
 
 from ..base import Family, _show, items_once, copy_extras, req_choice, req_str
+from ...settings import setting
 from ...vocab import TASTE_CONDITIONS as CONDITIONS
 from .metrics import taste_metrics
 from .report import report_section
@@ -80,11 +82,24 @@ def render_taste_prompt(task: str, prefix: str | list[str], first: str, second: 
     )
 
 
+@dataclass
+class TasteSettings:
+    """Taste's settings: the keys ``eval.max_prompt_tokens`` and ``eval.prompt_tokenizer`` (at the top of the
+    ``eval`` group, where they were before families declared their settings)."""
+
+    max_prompt_tokens: int = setting(MAX_PROMPT_TOKENS, "taste only: prompt-token cap; longer prompts keep the prefix's "
+                                                        "first 25 lines, an omission marker and the longest tail of "
+                                                        "lines that fits (the published runner's rule).")
+    prompt_tokenizer: Optional[str] = setting(None, "taste only: tokenizer (local dir or 'tiny') that counts tokens for "
+                                                    "the cap; None = estimate of 4 UTF-8 bytes per token.")
+
+
 class TasteFamily(Family):
     name = "taste"
     answer_types = ("choice",)
     row_fields = ("construction", "domain")
     condition_accepted = " | ".join(CONDITIONS)
+    settings, flat_settings = TasteSettings, True
 
     def __init__(self, max_prompt_tokens: int = MAX_PROMPT_TOKENS,
                  count_tokens: Callable[[str], int] = approx_tokens):
@@ -99,16 +114,21 @@ class TasteFamily(Family):
     def is_condition(self, c: Any) -> bool:
         return c in CONDITIONS
 
-    def eval_rows(self, eval_cfg: Any, path) -> list[dict]:
+    def check_settings(self, settings: TasteSettings) -> None:
+        if settings.max_prompt_tokens < 1:
+            raise ValueError(f"{self.setting_key('max_prompt_tokens')} must be >= 1, got {settings.max_prompt_tokens}")
+
+    def eval_rows(self, path, settings: TasteSettings | None = None) -> list[dict]:
         """``eval.max_prompt_tokens`` caps the prompts, counted by the tokenizer ``eval.prompt_tokenizer``
         (None: the 4-bytes-per-token estimate)."""
+        settings = self.own_settings(settings)
         count = None
-        if eval_cfg.prompt_tokenizer:
+        if settings.prompt_tokenizer:
             from ...models import load_tokenizer
 
-            tok = load_tokenizer(eval_cfg.prompt_tokenizer)
+            tok = load_tokenizer(settings.prompt_tokenizer)
             count = lambda text: len(tok(text, add_special_tokens=False)["input_ids"])  # noqa: E731
-        return self.configured(max_prompt_tokens=eval_cfg.max_prompt_tokens, count_tokens=count).load(path)
+        return self.configured(max_prompt_tokens=settings.max_prompt_tokens, count_tokens=count).load(path)
 
     def expand_records(self, records: list[tuple[int, dict]], path) -> list[dict]:
         rows: list[dict] = []

@@ -35,7 +35,7 @@ class DemoStages:
 
 @dataclass
 class RealDemoStages:
-    """Per-stage overrides (Hydra override strings) of the real-model demo (toy_demo/real.py), applied on top of
+    """Per-stage overrides (Hydra override strings) of the real-model demo (demos/real/pipeline.py), applied on top of
     each recipe's own config plus ``recipe=scope_smollm2_135m`` (model, LoRA, optimizer, data lengths, eval)."""
 
     evaluate: list[str] = _f([], "Overrides for every recipes/evaluate.py stage (the base and each arm, held-out items).")
@@ -63,7 +63,7 @@ class RealDemoConfig:
 
 @dataclass
 class DemoRunConfig:
-    """`python recipes/demo.py` (toy_demo/real.py; demo=toy: toy_demo/pipeline.py)."""
+    """`python recipes/demo.py` (demos/real/pipeline.py; demo=toy: demos/toy/pipeline.py)."""
 
     demo: DemoKind = _f("real", "real: SmolLM2-135M-Instruct on real facts (the `real` keys) | toy: the random-init "
                                 "toy model, SCOPE and Box2 (the other keys).")

@@ -91,7 +91,7 @@ in ``pyproject.toml``'s entry-point group ``selectrust.data_sources``): ``toy:0/
 any config is the file of :data:`OUTPUT_FILES` for seed 0, written once by :func:`write_all` into
 ``cache_root()/toy/v<FORMAT_VERSION>/seed_<seed>`` (``eval_hooks.models.cache_root``).
 
-CLI: ``python -m toy_demo.task --out DIR --seed S`` writes every file of
+CLI: ``python -m demos.toy.task --out DIR --seed S`` writes every file of
 :data:`OUTPUT_FILES` plus ``task.json``. Same seed -> byte-identical files.
 
 This module imports only ``eval_hooks`` and the standard library (tests/test_import_rules.py).
@@ -557,7 +557,7 @@ def resolve_source(spec: str) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m toy_demo.task",
+    ap = argparse.ArgumentParser(prog="python -m demos.toy.task",
                                  description="Write the synthetic toy task files (deterministic from --seed).")
     ap.add_argument("--out", required=True, help="output directory")
     ap.add_argument("--seed", type=int, default=0, help="task seed (default 0)")

@@ -1,4 +1,4 @@
-"""Report of the real-model demo (:mod:`toy_demo.real`): tables with CIs, targets, plots, samples, honest notes.
+"""Report of the real-model demo (:mod:`demos.real.pipeline`): tables with CIs, targets, plots, samples, honest notes.
 
 Every number shown comes from the stages' ``metrics.json`` and ``item_scores.jsonl`` (written by ``eval_hooks``)
 and the SCOPE run's ``metrics.jsonl``; nothing is recomputed here except differences for display.
@@ -12,7 +12,7 @@ from pathlib import Path
 from eval_hooks.report_kit import ci_text, figure, md_table, pct, save
 from eval_hooks.vocab import MIST_CONDITIONS as CONDS
 
-from .report import draw_scope_training
+from ..common import draw_scope_training
 
 ARMS = ("base", "scope", "misleading_only", "knowledge_aware")
 LABEL = {"base": "base", "scope": "SCOPE", "misleading_only": "misleading-only", "knowledge_aware": "knowledge-aware"}

@@ -6,10 +6,11 @@ run's ``metrics.jsonl``; nothing is recomputed here except differences for displ
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from eval_hooks.vocab import MIST_CONDITIONS as CONDS
+
+from ..common import draw_scope_training
 
 TARGETS = {"base_sc2w_min": 0.80, "scope_sc2w_max": 0.15, "scope_clean_correct_min": 0.90,
            "knowledge_aware_unseen_correct_min": 0.90}
@@ -76,25 +77,6 @@ def print_table(summary: dict) -> None:
             print("  " + f"{'Δ' + k:<22}" + "".join(f"{'–' if v is None else f'{100 * v:+.1f} pp':>17}" for v in vals))
     targets = {**check_targets(summary), **check_knowledge_aware_targets(summary)}
     print("\n[demo] targets: " + ", ".join(f"{k}: {'ok' if v else 'MISSED'}" for k, v in targets.items()))
-
-
-def draw_scope_training(ax, ax2, metrics_path: Path) -> None:
-    """The SCOPE run's training curves from its ``metrics.jsonl``: the reward margin per condition on ``ax``, the
-    DPO loss on ``ax2`` (both demos' reports)."""
-    lines = [json.loads(line) for line in metrics_path.read_text().splitlines() if line.strip()]
-    for c in CONDS:
-        pts = [(m["step"], m[f"rewards/margins/{c}"]) for m in lines if f"rewards/margins/{c}" in m]
-        if pts:
-            ax.plot(*zip(*pts), label=c, lw=1)
-    ax.set_xlabel("step")
-    ax.set_ylabel("reward margin")
-    ax.set_title("SCOPE training: margin per condition", fontsize=9)
-    ax.legend(fontsize=7)
-    pts = [(m["step"], m["loss"]) for m in lines if "loss" in m]
-    if pts:
-        ax2.plot(*zip(*pts), lw=1)
-    ax2.set_xlabel("step")
-    ax2.set_ylabel("DPO loss")
 
 
 def _plots(summary: dict, out: Path) -> list[str]:

@@ -1,5 +1,9 @@
 """LoRA weight sync from the trainer to a generation server, and the sync probe that proves it worked.
 
+It sits next to the evaluation it serves: every trainer's epoch-end evaluation through a server that takes the
+adapter (``trainer/evaluation/__init__.py``) pushes the current adapter with it; GRPO's rollouts do too
+(``trainer/rl/rollout_sync.py``, the collective hook before each rollout batch).
+
 API (call from the trainer loop; see the bottom of this docstring)
 ---
     save_adapter_atomically(peft_model, root, version) -> (path, sha256)
@@ -362,37 +366,3 @@ def lazy_adapter_sync(make_backend, root: str | Path, **kwargs):
         return built[0]
 
     return get
-
-
-def rollout_sync_hook(ctx, get_backend, policy, tokenizer):
-    """``pre_generate(step) -> metrics`` for GRPO rollouts through a generation server.
-
-    The server must sample from *this* step's adapter: every ``generation.sync_every`` steps the main
-    process saves it atomically, loads it on the server under a new name and probes it; the other ranks
-    wait at the barrier, then route their requests to it. Every rank then agrees on success, so a failure
-    on the main process (stale weights, refused load) stops all ranks together (and the loop checkpoints
-    collectively). ``get_backend()`` is the rollout backend (built on first use)."""
-    from eval_hooks.backends.vllm_server import ServerError
-
-    from trainer.core.distributed import reduce_max
-
-    acc, gen = ctx.accelerator, ctx.cfg.generation
-    get_sync = lazy_adapter_sync(get_backend, adapter_root(ctx), every_k_steps=gen.sync_every, tokenizer=tokenizer,
-                                 probe_threshold=gen.probe_threshold, main_process=acc.is_main_process)
-
-    def sync_before_rollouts(step: int) -> dict:
-        sync = get_sync()
-        error, metrics = None, {}
-        try:
-            metrics = sync.maybe_sync(policy, step, barrier=acc.wait_for_everyone)
-        except (ServerError, StaleWeightsError) as e:
-            error = e
-            if isinstance(e, StaleWeightsError) and ctx.is_main:  # the probe difference is logged every time
-                ctx.logger.log(step + 1, {"sync_failed": 1, **{k: v for k, v in e.metrics.items()
-                                                               if isinstance(v, (int, float, str))}})
-        if reduce_max(acc, 1 if error is not None else 0):
-            raise error if error is not None else ServerError(
-                f"rank {acc.process_index}: the adapter sync failed on another rank (see its error); stopping")
-        return {**metrics, **sync.current(), "served_adapter": sync.backend.current_adapter}
-
-    return sync_before_rollouts
