@@ -190,3 +190,25 @@ def tail_file(path: str | Path, n: int = 40) -> str:
     except OSError:
         return ""
     return "\n".join(lines)
+
+
+#: Exception types that only wrap an earlier error (vLLM's engine and asyncio): the root cause is elsewhere in the log.
+_WRAPPER_ERRORS = ("EngineDeadError", "EngineGenerateError", "CancelledError", "SystemExit", "KeyboardInterrupt")
+
+
+def root_error_line(text: str) -> str | None:
+    """The first ``SomeError: message`` line of a server log that names a root cause (vLLM's ``RuntimeError:
+    einsum(): ...`` rather than the ``EngineDeadError`` it causes, or a message that only says "see above"), without
+    the log's line prefix; else the last error line; None when there is none."""
+    import re
+
+    pat = re.compile(r"(?:^|[\s\]])((?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Exit|Interrupt)): (\S.*)$")
+    found = []
+    for line in text.splitlines():
+        m = pat.search(line)
+        if m:
+            found.append((m.group(1), m.group(0).strip().lstrip("]").strip()))
+    for kind, line in found:
+        if not kind.endswith(_WRAPPER_ERRORS) and "above" not in line:
+            return line
+    return found[-1][1] if found else None

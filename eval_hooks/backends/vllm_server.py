@@ -53,13 +53,24 @@ such a server (:meth:`VLLMServerBackend.require` asks the flavour's capabilities
 ``server_kind`` the config checks refuse them before anything runs. :meth:`health` falls back to
 ``/v1/models`` for servers without ``/health``.
 
-Errors: :class:`ServerUnreachableError` (names the URL), :class:`ServerResponseError` (the server's own
-message first; malformed JSON, wrong number of samples, 4xx, validation errors), :class:`AdapterLoadError`
-(never a silent fallback to the base model), :class:`ServerCapabilityError`. Connection resets/refusals,
-timeouts and 5xx other than validation errors are retried ``max_retries`` times with exponential backoff;
-``timeout_s`` bounds each attempt as a whole (not each socket read); reply bodies are bounded
-(``max_response_bytes``). ``error_context`` (e.g. the launcher's ``last_log_lines``) is appended to every
-error so a dead server's last words reach the user.
+Errors: :class:`ServerUnreachableError` (names the URL, and the server's last error answer when it gave one before
+going silent), :class:`ServerResponseError` (the server's own message first; malformed JSON, wrong number of
+samples, 4xx, validation errors), :class:`AdapterLoadError` (never a silent fallback to the base model),
+:class:`ServerCapabilityError`. Connection resets/refusals and 5xx other than validation errors are retried
+``max_retries`` times with exponential backoff; reply bodies are bounded (``max_response_bytes``).
+``error_context`` (e.g. the launcher's :meth:`~launch.vllm_server.VLLMServer.describe`: the engine's own error line
+and the log's last lines) is appended to every error so a dead server's last words reach the user.
+
+Time: each attempt of a call is bounded as a whole (not each socket read) by ``timeout_s`` plus
+``timeout_per_token_s`` for every token the call asks the server to process: its prompt tokens and ``prompts x n x
+max_tokens`` new ones, times the calls in flight beside it (they share the server). A call of several prompts that
+runs out of time is split in two halves, each sized and sent again (down to one prompt, which is retried as a
+whole), never resubmitted whole: on a slow CPU server a 64-prompt call that timed out would time out again.
+
+Adapters: with ``server_settings`` (what ``launch/vllm_server.py`` writes beside its log: ``max_lora_rank``,
+``lora_target_modules``) an adapter whose rank is above the server's ``--max-lora-rank`` or whose target modules
+the server does not apply LoRA to is refused before it is loaded (:class:`AdapterLoadError`): vLLM would load it and
+silently ignore the weights of the modules outside ``--lora-target-modules``.
 """
 
 from __future__ import annotations
@@ -109,6 +120,19 @@ SAMPLING_FIELDS = {"vllm": {"top_k": -1, "min_p": 0.0, "repetition_penalty": 1.0
                    "openai": {}}
 
 
+def read_server_settings(server_log: str | None) -> dict | None:
+    """The settings ``launch/vllm_server.py`` wrote beside its log (``<log without suffix>.json``: ``max_lora_rank``,
+    ``lora_target_modules``, ``dtype``, ...), or None when there is no such file."""
+    if not server_log:
+        return None
+    path = Path(server_log).with_suffix(".json")
+    try:
+        settings = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return settings if isinstance(settings, dict) else None
+
+
 def _parse_token_id(tok, where: str) -> int:
     if isinstance(tok, int):
         return tok
@@ -131,9 +155,11 @@ class VLLMServerBackend(GenerationBackend):
                  max_retries: int = 3, backoff_s: float = 0.5, prompt_settings: PromptSettings | None = None,
                  max_prompts_per_call: int = 64, concurrency: int = 4, adapter_prefix: str = "policy",
                  error_context: Callable[[], str] | None = None, server_kind: str = "auto",
-                 max_response_bytes: int = _http.DEFAULT_MAX_BODY_BYTES):
-        if max_retries < 0 or timeout_s <= 0 or backoff_s < 0:
-            raise ValueError("VLLMServerBackend: need max_retries >= 0, timeout_s > 0, backoff_s >= 0")
+                 max_response_bytes: int = _http.DEFAULT_MAX_BODY_BYTES, timeout_per_token_s: float = 0.02,
+                 server_settings: dict | None = None):
+        if max_retries < 0 or timeout_s <= 0 or backoff_s < 0 or timeout_per_token_s < 0:
+            raise ValueError("VLLMServerBackend: need max_retries >= 0, timeout_s > 0, backoff_s >= 0, "
+                             "timeout_per_token_s >= 0")
         if server_kind not in SERVER_KINDS:
             raise ValueError(f"VLLMServerBackend: server_kind must be one of {SERVER_KINDS}, got {server_kind!r}")
         self.server_kind = server_kind
@@ -143,6 +169,8 @@ class VLLMServerBackend(GenerationBackend):
         self.model_name = model_name
         self.tokenizer = tokenizer
         self.timeout_s = float(timeout_s)
+        self.timeout_per_token_s = float(timeout_per_token_s)
+        self.server_settings = dict(server_settings or {})
         self.max_retries = int(max_retries)
         self.backoff_s = float(backoff_s)
         self.prompt_settings = prompt_settings or PromptSettings()
@@ -165,7 +193,8 @@ class VLLMServerBackend(GenerationBackend):
         return f"\n--- server log (last lines) ---\n{extra}" if extra else ""
 
     def _request(self, method: str, path: str, payload: dict | None, what: str, *,
-                 timeout_s: float | None = None, parse_json: bool = True, retries: int | None = None):
+                 timeout_s: float | None = None, parse_json: bool = True, retries: int | None = None,
+                 retry_timeouts: bool = True):
         """One HTTP call with bounded retries (``_http.request``: each attempt within ``timeout_s``, bounded
         reply size, the server's message first). Returns parsed JSON (or the text if not parse_json)."""
         url = f"{self.base_url}{path}"
@@ -173,10 +202,29 @@ class VLLMServerBackend(GenerationBackend):
                               max_retries=self.max_retries if retries is None else retries, backoff_s=self.backoff_s,
                               max_body_bytes=self.max_response_bytes, retry_429=False, client="vLLM server",
                               unreachable_hint=" Is it running (launch/vllm_server.sh) and is the URL right?",
-                              context=self._context)
+                              context=self._context, retry_timeouts=retry_timeouts)
         if not parse_json:
             return reply.body.decode("utf-8", "replace")
         return _http.parse_json(reply, url, what, self._context)
+
+    def call_timeout_s(self, tokens: int, in_flight: int = 1) -> float:
+        """Time limit of one attempt of a call that asks the server to process ``tokens`` tokens (prompt and new),
+        with ``in_flight`` calls (this one included) sharing the server (module docstring)."""
+        return self.timeout_s + self.timeout_per_token_s * tokens * max(1, in_flight)
+
+    def _split_on_timeout(self, items: list, call: Callable[[list, bool], list], what: str) -> list:
+        """``call(items, last_try)`` for a call of several items (prompts): if an attempt runs out of time, the two
+        halves are sent instead (each split again if needed); one item is retried as a whole (``last_try``)."""
+        single = len(items) == 1
+        try:
+            return call(items, single)
+        except ServerUnreachableError as e:
+            if single or not e.timed_out:
+                raise
+        half = len(items) // 2
+        log.warning("vllm_server: %s ran out of time with %d prompts; sending it as two calls of %d and %d",
+                    what, len(items), half, len(items) - half)
+        return self._split_on_timeout(items[:half], call, what) + self._split_on_timeout(items[half:], call, what)
 
     def health(self, timeout_s: float = 5.0) -> bool:
         """True if ``GET /health`` answers 200, or, for servers without ``/health`` (llama.cpp's Python
@@ -280,13 +328,17 @@ class VLLMServerBackend(GenerationBackend):
         results: dict[int, GenerationResult] = {}
         bar = tqdm(total=len(requests), desc=desc, disable=not progress, unit="prompt")
 
+        largest = max((len(idx) for _, idx in calls), default=1)
+        workers = min(len(calls) or 1, self.concurrency * max(1, self.max_prompts_per_call // largest))
+
         def run(call):
             key, idx = call
-            return idx, self._complete(key, [payloads[i] for i in idx], [requests[i] for i in idx])
+            jobs = [(payloads[i], requests[i]) for i in idx]
+            out = self._split_on_timeout(jobs, lambda part, last: self._complete(key, part, in_flight=workers,
+                                                                                 last_try=last), f"a call of {key[0]!r}")
+            return idx, out
 
         try:
-            largest = max((len(idx) for _, idx in calls), default=1)
-            workers = min(len(calls) or 1, self.concurrency * max(1, self.max_prompts_per_call // largest))
             with ThreadPoolExecutor(max_workers=workers) as pool:
                 for idx, out in pool.map(run, calls):
                     for i, res in zip(idx, out):
@@ -352,7 +404,9 @@ class VLLMServerBackend(GenerationBackend):
                 if self.tokenizer is not None else [] for r in requests]
         return [GenerationResult(request=r, samples=got[i], prompt_token_ids=pids[i]) for i, r in enumerate(requests)]
 
-    def _complete(self, key: tuple, prompts: list, reqs: list[GenerationRequest]) -> list[GenerationResult]:
+    def _complete(self, key: tuple, jobs: list, *, in_flight: int = 1, last_try: bool = True) -> list[GenerationResult]:
+        """One ``/v1/completions`` call for ``jobs`` (``(prompt payload, request)`` pairs sharing ``key``)."""
+        prompts, reqs = [p for p, _ in jobs], [r for _, r in jobs]
         model, n, max_tokens, temperature, top_p, stop, seed = key
         body = {"model": model, "prompt": prompts, "n": n, "max_tokens": max_tokens,
                 "temperature": temperature, "top_p": top_p, **SAMPLING_FIELDS["vllm"],
@@ -364,7 +418,9 @@ class VLLMServerBackend(GenerationBackend):
         first = reqs[0].prompt if reqs[0].prompt is not None else json.dumps(reqs[0].messages)
         what = (f"POST /v1/completions (model={model!r}, {len(prompts)} prompt(s) x n={n}, "
                 f"max_tokens={max_tokens}, first prompt {first[:60]!r})")
-        out = self._request("POST", "/v1/completions", body, what)
+        tokens = sum(len(p) if isinstance(p, list) else len(p) // 4 for p in prompts) + len(prompts) * n * max_tokens
+        out = self._request("POST", "/v1/completions", body, what, timeout_s=self.call_timeout_s(tokens, in_flight),
+                            retry_timeouts=last_try)
         choices = out.get("choices") if isinstance(out, dict) else None
         if not isinstance(choices, list):
             raise ServerResponseError(f"{what}: response has no 'choices' list: {str(out)[:300]}{self._context()}")
@@ -410,9 +466,12 @@ class VLLMServerBackend(GenerationBackend):
             self.require("prompt_logprobs", "prompt log-probs (the stale-weight probe, label probabilities)")
         try:
             return self._prompt_logprobs_batch(prompts, adapter)
-        except ServerResponseError:
+        except ServerResponseError as e:
             if self._kind is None:  # a failure is where a non-vLLM server shows: say what it lacks
-                self.require("prompt_logprobs", "prompt log-probs (the stale-weight probe, label probabilities)")
+                try:
+                    self.require("prompt_logprobs", "prompt log-probs (the stale-weight probe, label probabilities)")
+                except ServerUnreachableError:  # it answered, then died: its own answer is the error to show
+                    raise e from None
             raise
 
     def _prompt_logprobs_batch(self, prompts: Sequence[str | list[int]], adapter: str | None) -> list[list[float]]:
@@ -422,25 +481,32 @@ class VLLMServerBackend(GenerationBackend):
         model = self._model_for(adapter)
         out_all: list[list[float]] = []
         for s in range(0, len(sent), self.max_prompts_per_call):
-            chunk = sent[s:s + self.max_prompts_per_call]
-            what = f"POST /v1/completions prompt_logprobs (model={model!r}, {len(chunk)} sequence(s))"
-            body = {"model": model, "prompt": chunk, "n": 1, "max_tokens": 1, "temperature": 0.0,
-                    "prompt_logprobs": 1, "add_special_tokens": False}
-            out = self._request("POST", "/v1/completions", body, what)
-            choices = out.get("choices") if isinstance(out, dict) else None
-            if not isinstance(choices, list) or len(choices) != len(chunk):
-                raise ServerResponseError(f"{what}: expected {len(chunk)} choices, got "
-                                          f"{len(choices) if isinstance(choices, list) else str(out)[:200]}{self._context()}")
-            for k, ch in enumerate(sorted(choices, key=lambda c: c.get("index", 0))):
-                ids = chunk[k]
-                try:
-                    plp = ch["prompt_logprobs"]
-                    if len(plp) != len(ids):
-                        raise ValueError(f"{len(plp)} prompt log-prob entries for {len(ids)} prompt tokens")
-                    out_all.append([float(plp[t][str(ids[t])]["logprob"]) for t in range(1, len(ids))])
-                except (KeyError, TypeError, ValueError) as e:
-                    raise ServerResponseError(f"{what}: sequence {k} has malformed prompt_logprobs "
-                                              f"({type(e).__name__}: {e}){self._context()}") from e
+            out_all += self._split_on_timeout(sent[s:s + self.max_prompts_per_call],
+                                              lambda part, last: self._prompt_logprobs_call(model, part, last),
+                                              f"a prompt log-probs call of {model!r}")
+        return out_all
+
+    def _prompt_logprobs_call(self, model: str, chunk: list[list[int]], last_try: bool) -> list[list[float]]:
+        out_all: list[list[float]] = []
+        what = f"POST /v1/completions prompt_logprobs (model={model!r}, {len(chunk)} sequence(s))"
+        body = {"model": model, "prompt": chunk, "n": 1, "max_tokens": 1, "temperature": 0.0,
+                "prompt_logprobs": 1, "add_special_tokens": False}
+        out = self._request("POST", "/v1/completions", body, what,
+                            timeout_s=self.call_timeout_s(sum(len(c) + 1 for c in chunk)), retry_timeouts=last_try)
+        choices = out.get("choices") if isinstance(out, dict) else None
+        if not isinstance(choices, list) or len(choices) != len(chunk):
+            raise ServerResponseError(f"{what}: expected {len(chunk)} choices, got "
+                                      f"{len(choices) if isinstance(choices, list) else str(out)[:200]}{self._context()}")
+        for k, ch in enumerate(sorted(choices, key=lambda c: c.get("index", 0))):
+            ids = chunk[k]
+            try:
+                plp = ch["prompt_logprobs"]
+                if len(plp) != len(ids):
+                    raise ValueError(f"{len(plp)} prompt log-prob entries for {len(ids)} prompt tokens")
+                out_all.append([float(plp[t][str(ids[t])]["logprob"]) for t in range(1, len(ids))])
+            except (KeyError, TypeError, ValueError) as e:
+                raise ServerResponseError(f"{what}: sequence {k} has malformed prompt_logprobs "
+                                          f"({type(e).__name__}: {e}){self._context()}") from e
         return out_all
 
     def score_labels(self, prompts: Sequence[str | list[dict]], labels: Sequence[str]) -> list[dict[str, float]]:
@@ -467,6 +533,31 @@ class VLLMServerBackend(GenerationBackend):
         except OSError:
             return None
 
+    def check_adapter_fits(self, path: str) -> None:
+        """Raise :class:`AdapterLoadError` if ``server_settings`` say the server cannot serve the adapter at ``path``
+        whole: its rank is above ``max_lora_rank`` or it has LoRA weights on modules outside ``lora_target_modules``
+        (vLLM would load it and ignore those weights). Nothing is checked without the settings."""
+        settings = self.server_settings
+        config = Path(path) / "adapter_config.json"
+        if not settings or not config.is_file():  # a missing config is the server's error to report
+            return
+        cfg = json.loads(config.read_text())
+        targets = cfg.get("target_modules") or []
+        targets = [targets] if isinstance(targets, str) else list(targets)
+        covered = settings.get("lora_target_modules")
+        missing = sorted(set(targets) - set(covered)) if covered is not None else []
+        rank, max_rank = int(cfg.get("r", 0)), settings.get("max_lora_rank")
+        problems = ([f"LoRA on {missing}, which the server does not apply LoRA to (its --lora-target-modules "
+                     f"{sorted(covered)}): vLLM would load the adapter and silently ignore those weights"]
+                    if missing else [])
+        if max_rank is not None and rank > int(max_rank):
+            problems.append(f"rank {rank}, above the server's --max-lora-rank {max_rank}")
+        if problems:
+            raise AdapterLoadError(f"adapter {path} cannot be served by {self.base_url}: it has "
+                                   f"{'; and '.join(problems)}. Restart the server with the policy's LoRA "
+                                   f"(launch/vllm_server.py --lora-rank {rank} --lora-target-modules "
+                                   f"{' '.join(sorted(targets))}, or --like-adapter {path}).")
+
     def use_adapter(self, path: str, version: str) -> None:
         """Route later requests to an adapter another process already loaded (non-main ranks).
         Raises :class:`AdapterLoadError` if the server does not list it."""
@@ -483,6 +574,7 @@ class VLLMServerBackend(GenerationBackend):
         requests keep going to the previous adapter only if the caller catches that and continues."""
         if self._kind is not None:
             self.require("loads_adapters", f"loading the LoRA adapter {path}")
+        self.check_adapter_fits(path)
         name = self.adapter_name(str(version), self._read_checksum(path))
         if name in self._adapters:  # the same version saved again: never reuse the old copy
             self._request("POST", "/v1/unload_lora_adapter", {"lora_name": name},
@@ -529,31 +621,51 @@ class VLLMServerSettings:
                                        "openai. Not vLLM: text prompts, one prompt and one sample per call, sampling "
                                        "fields in the server's own terms; RL rollouts, the stale-weight probe, "
                                        "adapters and label probabilities are refused.", choices=SERVER_KINDS)
-    timeout_s: float = setting(120.0, "Time limit of each attempt of a request.")
+    timeout_s: float = setting(120.0, "Time limit of each attempt of a request, plus timeout_per_token_s for every "
+                                      "token the call asks for.")
+    timeout_per_token_s: float = setting(0.02, "Extra time per token a call asks the server to process (its prompt "
+                                               "tokens and prompts x n x max_tokens new ones, times the calls in "
+                                               "flight); a call of several prompts that runs out of time is split in "
+                                               "two halves, not resubmitted whole. 0.02 s covers the slowest rate "
+                                               "measured on a loaded 2-core CPU server with an adapter.")
     max_retries: int = setting(3, "Retries on transient errors (connection, 5xx), with exponential backoff; "
                                   "validation errors are never retried.")
     sync_every: int = setting(1, "Push the LoRA adapter to the server every this many optimizer steps.")
-    probe_threshold: float = setting(0.05, "Max mean |Δlogp| between server and trainer on the probe sequence.")
+    probe_threshold: Optional[float] = setting(None, "Max mean |Δlogp| between server and trainer on the probe "
+                                                     "sequence. None: by the server's precision, measured at the "
+                                                     "first sync (0.05 for a float32 server, 0.3 for a 16-bit one; "
+                                                     "trainer/evaluation/weight_sync.py). A server that did not follow "
+                                                     "the trainer's move since the last sync is stale at any threshold.")
     adapter_dir: Optional[str] = setting(None, "Shared directory for synced adapters (None = <run_dir>/adapters).")
     server_log: Optional[str] = setting(None, "Log file of an externally started server (launch/vllm_server.py "
                                               "--log-path); its last lines are appended to every server error, "
-                                              "e.g. when it dies.")
+                                              "e.g. when it dies. The launcher's settings file beside it (max LoRA "
+                                              "rank, LoRA target modules) lets an adapter the server cannot serve "
+                                              "whole be refused before it is loaded.")
 
     def check(self, group: str) -> None:
         check_positive(self, ("sync_every", "timeout_s", "concurrency"), group)
+        if self.timeout_per_token_s < 0:
+            raise ValueError(f"{group}.timeout_per_token_s must be >= 0, got {self.timeout_per_token_s}")
+        if self.probe_threshold is not None:
+            check_positive(self, ("probe_threshold",), group)
 
 
 def server_log_context(path: str | None) -> Callable[[], str] | None:
-    """``error_context`` for the client: the last lines of ``path`` (an external server's log file), so a dead
-    server's last words are part of the error. None when not set."""
+    """``error_context`` for the client: the engine's own error line (:func:`eval_hooks.io.root_error_line`) and the
+    last lines of ``path`` (an external server's log file), so a dead server's last words are part of the error.
+    None when not set."""
     if not path:
         return None
 
     def context() -> str:
-        from ..io import tail_file
+        from ..io import root_error_line, tail_file
 
         tail = tail_file(path, 40)
-        return f"[{path}]\n{tail}" if tail else f"[{path}: missing or empty]"
+        if not tail:
+            return f"[{path}: missing or empty]"
+        err = root_error_line(tail_file(path, 400))
+        return f"[{path}]\n" + (f"server error: {err}\n" if err else "") + tail
 
     return context
 
@@ -565,7 +677,9 @@ def build(settings: VLLMServerSettings, ctx: BuildContext) -> VLLMServerBackend:
                              timeout_s=settings.timeout_s, max_retries=settings.max_retries,
                              prompt_settings=ctx.prompt_settings, adapter_prefix=ctx.adapter_prefix,
                              error_context=server_log_context(settings.server_log),
-                             concurrency=settings.concurrency, server_kind=settings.server_kind)
+                             concurrency=settings.concurrency, server_kind=settings.server_kind,
+                             timeout_per_token_s=settings.timeout_per_token_s,
+                             server_settings=read_server_settings(settings.server_log))
 
 
 BACKEND = BackendSpec(

