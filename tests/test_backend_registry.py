@@ -216,7 +216,7 @@ def test_no_backend_is_chosen_by_name_outside_the_registry():
     assert BY_NAME.search('if gen_cfg.backend == "hf":') and BY_NAME.search("if cfg.generation.backend != 'vllm_server'")
     assert BY_NAME.search('BACKENDS = ("openai_chat", "hf")') and not BY_NAME.search('name = "hf"')
     own = ROOT / "eval_hooks" / "backends"  # the registry and the backends' own modules
-    files = [p for d in ("trainer", "recipes", "eval_hooks", "launch", "bench", "toy_demo")
+    files = [p for d in ("trainer", "recipes", "eval_hooks", "launch", "bench", "demos")
              for p in sorted((ROOT / d).rglob("*.py")) if own not in p.parents]
     bad = [f"{p.relative_to(ROOT)}:{n}: {line.strip()}" for p in files
            for n, line in enumerate(p.read_text().splitlines(), 1) if BY_NAME.search(line)]

@@ -1,5 +1,5 @@
 """The tail every trainer shares: the optimizer-step loop (:func:`trainer.core.loop.train_loop`), the
-epoch-end matched evaluation (``trainer/evaluation.py``) and the finish (``<run_dir>/final``,
+epoch-end matched evaluation (``trainer/evaluation/``) and the finish (``<run_dir>/final``,
 ``run_complete.json``).
 
 It sits above ``trainer/core/`` because the epoch-end evaluation (``trainer/evaluation/``, with its adapter sync
