@@ -9,7 +9,8 @@ overridden through ``logprobs=`` (a function body -> list of {"token", "logprob"
 
 Faults for the client's bounds: ``drip_s`` sends the reply one byte every ``drip_s`` seconds (a slow
 server); ``pad_bytes`` pads the reply JSON with that many spaces (a huge body); ``shape_choices(choices)``
-rewrites the choices before they are sent (repeated or missing indexes).
+rewrites the choices before they are sent (repeated or missing indexes); ``srv.cut_next`` (a count) sends that
+many 200 replies with their full ``Content-Length`` but only half the body, then closes the connection.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ class ChatServer:
         self.requests: list[dict] = []
         self.headers: list[dict] = []
         self.fail_next: list[int] = []
+        self.cut_next = 0
         self.error_body: dict = {"error": "injected"}  # the body of the fail_next answers
         self._lock = threading.Lock()
         outer = self
@@ -69,6 +71,14 @@ class ChatServer:
                 if retry and outer.retry_after is not None:
                     self.send_header("Retry-After", outer.retry_after)
                 self.end_headers()
+                with outer._lock:
+                    cut = code == 200 and outer.cut_next > 0
+                    outer.cut_next -= cut
+                if cut:  # half the promised body, then the connection closes
+                    self.wfile.write(data[:len(data) // 2])
+                    self.wfile.flush()
+                    self.close_connection = True
+                    return
                 if code == 200 and outer.drip_s:
                     try:
                         for i in range(len(data)):

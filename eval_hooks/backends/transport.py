@@ -11,7 +11,8 @@ the server's own words in every error.
   ``detail`` list shown item by item as ``loc: msg (input ...)``, bounded per item and in count), then
   the HTTP status, URL and request. Validation errors (HTTP 422, or any 4xx/5xx whose body is a
   validation error, e.g. llama.cpp's HTTP 500 with a ``detail`` list) are never retried, whatever the
-  status. Connection errors, HTTP 429 and other 5xx are retried; the log says "retrying in X s" only
+  status. Connection errors (a connection closed mid-body, before ``Content-Length`` bytes came,
+  included: ``IncompleteRead``), HTTP 429 and other 5xx are retried; the log says "retrying in X s" only
   when another attempt follows.
 
 Errors raised carry ``attempts`` (how many were made), ``timed_out`` (the limit was hit) and, for
@@ -143,6 +144,8 @@ def _read_bounded(resp, limit_bytes: int) -> bytes:
     while True:
         chunk = resp.read1(65536)
         if not chunk:
+            if resp.length:  # the connection closed before Content-Length bytes came: a transport error, retried
+                raise http.client.IncompleteRead(b"".join(chunks), resp.length)
             return b"".join(chunks)
         total += len(chunk)
         if total > limit_bytes:
