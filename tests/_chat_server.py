@@ -1,6 +1,6 @@
 """A loopback OpenAI-compatible ``/v1/chat/completions`` server for tests (no network beyond 127.0.0.1).
 
-    with ChatServer(reply) as srv:          # reply(body: dict, k: int) -> str  (k = choice index)
+    with ChatServer(reply) as srv:          # reply(body: dict, k: int) -> str  (k = choice index); port=0: any
         backend = OpenAIChatBackend(srv.url, "m")
 
 ``srv.requests`` records every request body and its headers; ``srv.fail_next`` is a list of HTTP
@@ -24,7 +24,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 class ChatServer:
     def __init__(self, reply, *, logprobs=None, retry_after: str | None = None, drip_s: float = 0.0,
-                 pad_bytes: int = 0, shape_choices=None):
+                 pad_bytes: int = 0, shape_choices=None, port: int = 0):
         self.reply, self.logprobs, self.retry_after = reply, logprobs, retry_after
         self.drip_s, self.pad_bytes, self.shape_choices = drip_s, pad_bytes, shape_choices
         self.drip_stopped = threading.Event()
@@ -97,7 +97,7 @@ class ChatServer:
                     return
                 self.wfile.write(data)
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
         self._server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
