@@ -147,3 +147,39 @@ def test_hf_length_finishes_are_counted_and_changed_weights_are_never_reused(tin
         with torch.no_grad():
             next(tiny_model.parameters()).sub_(1e-3)
     assert calls == [8]  # changed weights: generated again
+
+
+def test_vllm_server_length_finishes_are_counted_and_a_rerun_reuses_them(tiny_model_dir, tiny_tokenizer, tmp_path,
+                                                                       capsys):
+    from eval_hooks.backends.vllm_server import VLLMServerBackend
+    from tests._vllm_helpers import reference_server
+
+    rows, out = load_rows("mist", DATA / "mist_small.jsonl")[:8], tmp_path / "eval"
+    srv = reference_server(tiny_model_dir, tiny_tokenizer)
+    try:
+        backend = VLLMServerBackend(srv.url, "tiny", tiny_tokenizer, max_retries=0, server_kind="vllm")
+        m = run_matched_eval(backend, rows, "mist", out, max_new_tokens=2, progress=False, n_boot=20)
+        cut = sum(s["finish_reason"] == "length" for s in _lines(out / "item_scores.jsonl"))
+        assert cut > 0 and m["generation"]["n_finish_length"] == cut
+        assert any(f"{cut} of 8 rows stopped at the token budget" in w for w in m["warnings"])
+        capsys.readouterr()
+        again = run_matched_eval(VLLMServerBackend(srv.url, "tiny", tiny_tokenizer, max_retries=0,
+                                                   server_kind="vllm"),
+                                 rows, "mist", out, max_new_tokens=2, progress=False, n_boot=20)
+    finally:
+        srv.shutdown()
+    assert "8 request(s) answered from saved responses, 0 generated" in capsys.readouterr().err
+    assert again["overall"] == m["overall"] and again["generation"] == m["generation"]
+
+
+def test_a_torn_last_line_is_skipped_and_the_next_record_starts_on_its_own_line(tmp_path):
+    rows, out = load_rows("mist", DATA / "mist_small.jsonl")[:4], tmp_path / "eval"
+    with ChatServer(_Answers()) as srv:
+        run_matched_eval(OpenAIChatBackend(srv.url, "m", max_retries=0), rows, "mist", out, progress=False, n_boot=20)
+        path = out / "responses.jsonl"
+        text = path.read_text().splitlines(keepends=True)
+        path.write_text("".join(text[:3]) + text[3][:20])  # the fourth record torn mid-write
+        run_matched_eval(OpenAIChatBackend(srv.url, "m", max_retries=0), rows, "mist", out, progress=False, n_boot=20)
+        assert len(srv.requests) == 5  # the three whole records reused, the torn one asked again
+    lines = path.read_text().splitlines()
+    assert len(lines) == 5 and json.loads(lines[4])["row_id"] == rows[3]["row_id"]
