@@ -8,6 +8,8 @@ verb). Each is a thin call into the family (:mod:`eval_hooks.families`), which h
 
 from __future__ import annotations
 
+import os
+import sys
 from pathlib import Path
 from typing import Mapping, Sequence
 
@@ -108,12 +110,44 @@ def run_matched_eval(backend, rows: Sequence[dict] | str | Path, family: str, ou
     switch, system prompt, prefix; the Prompt-Defense baseline is ``prompt=prompt_defense``, see
     :data:`PROMPT_DEFENSE`), the same settings training used. Returns the metrics dict also written to
     ``out_dir/metrics.json``.
+
+    The run keeps its work, for every family and backend: each finished generation is appended to
+    ``out_dir/responses.jsonl`` as it arrives, and a rerun into the same ``out_dir`` reuses the saved responses
+    whose request (prompt, sampling settings, prompt settings, model/backend identity) matches
+    (:mod:`eval_hooks.response_log`; stderr says how many). A failed run never leaves an earlier
+    ``metrics.json`` looking current: at the start an existing ``out_dir/metrics.json`` is renamed to
+    ``metrics.previous.json`` (said on stderr), which the run's own publish removes; while a run is under way,
+    and after it failed, ``out_dir`` holds no ``metrics.json``.
     """
+    from .response_log import RESPONSES_FILE, ResponseLog
+
     fam = get_family(family)
     if isinstance(rows, (str, Path)):
         rows = fam.load(rows)
-    return fam.run(backend, rows, out_dir, step=step, max_new_tokens=max_new_tokens, temperature=temperature,
-                   stop=stop, progress=progress, n_boot=n_boot, seed=seed, title=title, settings=settings)
+    out = Path(out_dir)
+    previous = _set_aside_metrics(out)
+    log = ResponseLog(backend, out / RESPONSES_FILE)
+    try:
+        metrics = fam.run(log, rows, out, step=step, max_new_tokens=max_new_tokens, temperature=temperature,
+                          stop=stop, progress=progress, n_boot=n_boot, seed=seed, title=title, settings=settings)
+    finally:
+        log.close()
+        print(f"eval: {log.reused} request(s) answered from saved responses, {log.generated} generated and saved "
+              f"in {log.path}", file=sys.stderr)
+    previous.unlink(missing_ok=True)
+    return metrics
+
+
+def _set_aside_metrics(out_dir: Path) -> Path:
+    """Rename an earlier ``out_dir/metrics.json`` to ``metrics.previous.json`` (replacing an older one), so that
+    only a run that finishes publishes a ``metrics.json`` there; returns the ``metrics.previous.json`` path."""
+    previous = out_dir / "metrics.previous.json"
+    current = out_dir / "metrics.json"
+    if current.is_file():
+        os.replace(current, previous)
+        print(f"eval: moved the earlier {current} to {previous.name}; a new metrics.json is written only when this "
+              "evaluation finishes", file=sys.stderr)
+    return previous
 
 
 __all__ = ["FAMILIES", "PROMPT_DEFENSE", "load_rows", "read_responses", "score_rows", "score_responses",

@@ -138,7 +138,8 @@ def write_json_atomic(path: str | os.PathLike, obj: Any) -> Path:
 
 
 def _is_ours(name: str) -> bool:
-    return name in {"metrics.json", "item_scores.jsonl", "report.md"} or name.endswith(".png")
+    return name in {"metrics.json", "item_scores.jsonl", "report.md", "responses.jsonl", "metrics.previous.json"} \
+        or name.endswith(".png")
 
 
 def publish_dir(tmp_dir: Path, out_dir: Path) -> Path:

@@ -13,6 +13,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from .io import DataError, make_tmp_dir_beside, publish_dir, write_json_atomic, write_jsonl_atomic
 from .prompts import PromptSettings, prompt_messages
+from .response_log import RESPONSES_FILE, ResponseLog
 
 
 def build_requests(rows: Sequence[dict], *, max_new_tokens: int = 256, temperature: float = 0.0,
@@ -30,19 +31,42 @@ def build_requests(rows: Sequence[dict], *, max_new_tokens: int = 256, temperatu
 
 def generate_responses(backend, rows: Sequence[dict], *, desc: str, max_new_tokens: int = 256,
                        temperature: float = 0.0, stop: Sequence[str] | None = None,
-                       progress: bool = True) -> tuple[dict[str, str], dict[str, Any]]:
+                       progress: bool = True) -> tuple[dict[str, str], dict[str, Any], dict[str, dict]]:
     """One greedy (or sampled) response per row from ``backend``, under the backend's ``prompt_settings``:
-    ``({row_id: text}, settings)``, the settings being what ``metrics.json`` records as ``eval_settings``."""
+    ``({row_id: text}, settings, {row_id: {"finish_reason": ..., "null_content": ...}})``, the settings being
+    what ``metrics.json`` records as ``eval_settings``. A :class:`~eval_hooks.response_log.ResponseLog` backend
+    is told each request's row id (written beside its saved response)."""
     settings = getattr(backend, "prompt_settings", None) or PromptSettings()
     reqs = build_requests(rows, max_new_tokens=max_new_tokens, temperature=temperature, stop=stop,
                           prompt_settings=settings)
-    results = backend.generate(reqs, progress=progress, desc=desc)
+    named = {"row_ids": [r["row_id"] for r in rows]} if isinstance(backend, ResponseLog) else {}
+    results = backend.generate(reqs, progress=progress, desc=desc, **named)
     if len(results) != len(rows):
         raise RuntimeError(f"backend returned {len(results)} results for {len(rows)} requests")
     responses = {r["row_id"]: res.samples[0].text for r, res in zip(rows, results)}
+    finishes = {r["row_id"]: {"finish_reason": res.samples[0].finish_reason,
+                              "null_content": getattr(res.samples[0], "null_content", False)}
+                for r, res in zip(rows, results)}
     described = {"backend": getattr(backend, "name", type(backend).__name__), "max_new_tokens": max_new_tokens,
                  "temperature": temperature, "stop": list(stop or []), **settings.describe()}
-    return responses, described
+    return responses, described, finishes
+
+
+def generation_warnings(finishes: Mapping[str, Mapping], max_new_tokens: Any = None) -> tuple[dict, list[str]]:
+    """``({"n_null_content": .., "n_finish_length": ..}, warnings)`` of the per-row finishes of
+    :func:`generate_responses`: rows the server sent no text for, and rows cut at the token budget."""
+    n = len(finishes)
+    null = sum(bool(f.get("null_content")) for f in finishes.values())
+    length = sum(f.get("finish_reason") == "length" for f in finishes.values())
+    warnings = []
+    if null:
+        warnings.append(f"{null} of {n} rows got no content from the server (content: null); they are scored as "
+                        "no answer")
+    if length:
+        budget = f" (max_new_tokens={max_new_tokens})" if max_new_tokens is not None else ""
+        warnings.append(f"{length} of {n} rows stopped at the token budget{budget} (finish_reason 'length'); their "
+                        "answers may be cut off")
+    return {"n_null_content": null, "n_finish_length": length}, warnings
 
 
 def check_responses(rows: Sequence[dict], responses: Mapping[str, str], source: str | None) -> None:
@@ -68,9 +92,13 @@ def publish_outputs(out_dir: str | Path, item_scores: Sequence[dict], metrics: d
                     write_report: Callable[[Path], Any]) -> None:
     """Write ``item_scores.jsonl``, ``metrics.json`` and the report (``write_report(tmp_dir)``) into a
     temporary directory beside ``out_dir`` and move them into place only when all of them exist, so a
-    failure leaves no half-written output (and any previous output intact)."""
+    failure leaves no half-written output (and any previous output intact). The run's saved responses
+    (``responses.jsonl``, :mod:`eval_hooks.response_log`) are carried into the published set."""
     tmp = make_tmp_dir_beside(out_dir)
     try:
+        saved = Path(out_dir) / RESPONSES_FILE
+        if saved.is_file():
+            shutil.copy2(saved, tmp / RESPONSES_FILE)
         write_jsonl_atomic(tmp / "item_scores.jsonl", item_scores)
         write_json_atomic(tmp / "metrics.json", metrics)
         write_report(tmp)

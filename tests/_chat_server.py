@@ -1,6 +1,6 @@
 """A loopback OpenAI-compatible ``/v1/chat/completions`` server for tests (no network beyond 127.0.0.1).
 
-    with ChatServer(reply) as srv:          # reply(body: dict, k: int) -> str  (k = choice index)
+    with ChatServer(reply) as srv:          # reply(body: dict, k: int) -> str  (k = choice index); port=0: any
         backend = OpenAIChatBackend(srv.url, "m")
 
 ``srv.requests`` records every request body and its headers; ``srv.fail_next`` is a list of HTTP
@@ -9,7 +9,8 @@ overridden through ``logprobs=`` (a function body -> list of {"token", "logprob"
 
 Faults for the client's bounds: ``drip_s`` sends the reply one byte every ``drip_s`` seconds (a slow
 server); ``pad_bytes`` pads the reply JSON with that many spaces (a huge body); ``shape_choices(choices)``
-rewrites the choices before they are sent (repeated or missing indexes).
+rewrites the choices before they are sent (repeated or missing indexes); ``srv.cut_next`` (a count) sends that
+many 200 replies with their full ``Content-Length`` but only half the body, then closes the connection.
 """
 
 from __future__ import annotations
@@ -23,13 +24,14 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 class ChatServer:
     def __init__(self, reply, *, logprobs=None, retry_after: str | None = None, drip_s: float = 0.0,
-                 pad_bytes: int = 0, shape_choices=None):
+                 pad_bytes: int = 0, shape_choices=None, port: int = 0):
         self.reply, self.logprobs, self.retry_after = reply, logprobs, retry_after
         self.drip_s, self.pad_bytes, self.shape_choices = drip_s, pad_bytes, shape_choices
         self.drip_stopped = threading.Event()
         self.requests: list[dict] = []
         self.headers: list[dict] = []
         self.fail_next: list[int] = []
+        self.cut_next = 0
         self.error_body: dict = {"error": "injected"}  # the body of the fail_next answers
         self._lock = threading.Lock()
         outer = self
@@ -69,6 +71,14 @@ class ChatServer:
                 if retry and outer.retry_after is not None:
                     self.send_header("Retry-After", outer.retry_after)
                 self.end_headers()
+                with outer._lock:
+                    cut = code == 200 and outer.cut_next > 0
+                    outer.cut_next -= cut
+                if cut:  # half the promised body, then the connection closes
+                    self.wfile.write(data[:len(data) // 2])
+                    self.wfile.flush()
+                    self.close_connection = True
+                    return
                 if code == 200 and outer.drip_s:
                     try:
                         for i in range(len(data)):
@@ -87,7 +97,7 @@ class ChatServer:
                     return
                 self.wfile.write(data)
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
         self._server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)

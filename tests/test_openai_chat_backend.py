@@ -220,3 +220,15 @@ def test_multi_token_labels_are_refused_before_any_call():
         with pytest.raises(ServerCapabilityError, match="not single first tokens.*eval.med.label_probs=false"):
             b.score_labels(["q"], ["ANSWER: A", "ANSWER: B"])
     assert srv.requests == []
+
+
+def test_a_connection_closed_mid_body_is_a_transport_error_and_is_retried():
+    with ChatServer(echo) as srv:
+        srv.cut_next = 1
+        b = OpenAIChatBackend(srv.url, "m", max_retries=1, backoff_s=0.0)
+        res = b.generate([GenerationRequest(prompt="x")])
+        assert res[0].samples[0].text == "x|0|seed=None" and len(srv.requests) == 2
+        srv.cut_next = 2
+        with pytest.raises(ServerUnreachableError, match="IncompleteRead") as e:
+            b.generate([GenerationRequest(prompt="y")])
+    assert e.value.attempts == 2 and "malformed JSON" not in str(e.value)

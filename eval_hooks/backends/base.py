@@ -67,6 +67,8 @@ class Sample:
     token_ids: list[int]
     logprobs: list[float]
     finish_reason: str  # "stop" (EOS or stop string) | "length"
+    #: the server sent no text at all (a chat reply with ``content: null``); ``text`` is then ""
+    null_content: bool = False
 
 
 @dataclass
@@ -95,6 +97,12 @@ class GenerationBackend(ABC):
 
     def load_adapter(self, path: str, version: str) -> None:  # pragma: no cover - server backends
         raise NotImplementedError(f"backend {self.name!r} does not load adapters")
+
+    def identity(self) -> dict | None:
+        """What makes this backend's answers its own (model, server, weights), JSON-able: an evaluation's saved
+        responses (:mod:`eval_hooks.response_log`) are reused only under the same identity. None (this default):
+        unknown, so saved responses are never reused."""
+        return None
 
     def close(self) -> None:
         """Release resources (server connections, processes)."""
@@ -188,6 +196,9 @@ class GreedyMemo(GenerationBackend):
 
     def load_adapter(self, path: str, version: str) -> None:
         raise NotImplementedError("GreedyMemo serves fixed weights; load the adapter into a backend without a memo")
+
+    def identity(self) -> dict | None:
+        return self.inner.identity()
 
     def close(self) -> None:
         self.inner.close()

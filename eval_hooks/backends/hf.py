@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import hashlib
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import Sequence
@@ -224,6 +225,24 @@ class HFBackend(GenerationBackend):
     @property
     def device(self):
         return next(self.model.parameters()).device
+
+    def identity(self) -> dict:
+        """The model's name, the generation dtype and a fingerprint of the current weights (per parameter: name,
+        shape, dtype and its sum, absolute sum and norm, in float64, rounded to 10 significant digits), so answers
+        of weights that changed since (a trained policy) are never taken for these
+        (:meth:`GenerationBackend.identity`). Costs one reduction pass over the weights."""
+        import torch
+
+        h = hashlib.sha256()
+        with torch.no_grad():
+            for name, p in self.model.named_parameters():
+                stats = (p.sum(dtype=torch.float64), p.abs().sum(dtype=torch.float64),
+                         torch.linalg.vector_norm(p, dtype=torch.float64))
+                h.update(f"{name}:{tuple(p.shape)}:{p.dtype}:{','.join(f'{float(v):.10g}' for v in stats)};".encode())
+        config = getattr(self.model, "config", None)
+        return {"backend": self.name, "model": getattr(config, "_name_or_path", None),
+                "tokenizer": getattr(self.tokenizer, "name_or_path", None), "autocast": str(self.autocast_dtype),
+                "weights": h.hexdigest()[:16]}
 
     def _eos_ids(self) -> set[int]:
         eos = self.model.generation_config.eos_token_id

@@ -156,6 +156,11 @@ class OpenAIChatBackend(GenerationBackend):
                                          "GET models (reachability check). Is the server running and the URL right?",
                                          timed_out=isinstance(e, TimeoutError)) from None
 
+    def identity(self) -> dict:
+        """The endpoint, model name and body settings (:meth:`GenerationBackend.identity`)."""
+        return {"backend": self.name, "url": self.url, "model": self.model, "system_prompt": self.system_prompt,
+                "max_tokens_field": self.max_tokens_field, "split_n": self.split_n, "extra_body": self.extra_body}
+
     # -- generation -----------------------------------------------------------------------------
     def messages_of(self, req: GenerationRequest) -> list[dict]:
         msgs = [{"role": "user", "content": req.prompt}] if req.messages is None else list(req.messages)
@@ -190,12 +195,12 @@ class OpenAIChatBackend(GenerationBackend):
         samples = []
         for k, ch in enumerate(choices):
             try:
-                text = ch["message"].get("content") or ""
+                text = ch["message"].get("content")
             except (KeyError, TypeError, AttributeError) as e:
                 raise ServerResponseError(f"{what}: choice {k} has no message ({str(ch)[:200]})") from e
-            if not isinstance(text, str):
+            if text is not None and not isinstance(text, str):
                 raise ServerResponseError(f"{what}: choice {k} content is not a string: {str(text)[:200]}")
-            samples.append(Sample(text=text, token_ids=[], logprobs=[],
+            samples.append(Sample(text=text or "", token_ids=[], logprobs=[], null_content=text is None,
                                   finish_reason="length" if ch.get("finish_reason") == "length" else "stop"))
         return samples
 

@@ -11,7 +11,8 @@ the server's own words in every error.
   ``detail`` list shown item by item as ``loc: msg (input ...)``, bounded per item and in count), then
   the HTTP status, URL and request. Validation errors (HTTP 422, or any 4xx/5xx whose body is a
   validation error, e.g. llama.cpp's HTTP 500 with a ``detail`` list) are never retried, whatever the
-  status. Connection errors, HTTP 429 and other 5xx are retried; the log says "retrying in X s" only
+  status. Connection errors (a connection closed mid-body, before ``Content-Length`` bytes came,
+  included: ``IncompleteRead``), HTTP 429 and other 5xx are retried; the log says "retrying in X s" only
   when another attempt follows. A server that answered with an error and then stopped answering (a vLLM engine
   that died: HTTP 500, then connection refused) is reported with its last answer, not only as unreachable.
   ``retry_timeouts=False``: an attempt that ran out of time is not repeated (the caller splits the work instead).
@@ -145,6 +146,8 @@ def _read_bounded(resp, limit_bytes: int) -> bytes:
     while True:
         chunk = resp.read1(65536)
         if not chunk:
+            if resp.length:  # the connection closed before Content-Length bytes came: a transport error, retried
+                raise http.client.IncompleteRead(b"".join(chunks), resp.length)
             return b"".join(chunks)
         total += len(chunk)
         if total > limit_bytes:

@@ -310,6 +310,12 @@ class VLLMServerBackend(GenerationBackend):
         """Served name of the adapter that requests without ``adapter=`` go to (None = base)."""
         return self._adapters[-1] if self._adapters else None
 
+    def identity(self) -> dict:
+        """The server, served model, current adapter (its name holds its checksum) and the client-side tokenizer
+        (:meth:`GenerationBackend.identity`)."""
+        return {"backend": self.name, "url": self.base_url, "model": self.model_name, "server_kind": self.server_kind,
+                "adapter": self.current_adapter, "tokenizer": getattr(self.tokenizer, "name_or_path", None)}
+
     # -- generation -----------------------------------------------------------------------------
     def generate(self, requests: Sequence[GenerationRequest], *, progress: bool = False,
                  desc: str = "generate") -> list[GenerationResult]:

@@ -14,7 +14,7 @@ from ..io import DataError, read_records
 from ..parsers import answer_instruction as _answer_instruction
 from ..parsers import answer_type as _answer_type
 from ..parsers import answers_match, normalize_gold, parse_answer
-from ..scoring import check_responses, generate_responses, publish_outputs
+from ..scoring import check_responses, generate_responses, generation_warnings, publish_outputs
 
 ROW_CORE = ("row_id", "item_id", "condition", "prompt", "gold", "answer_type")
 #: the generation budget per row of a family without one of its own (:meth:`Family.default_max_new_tokens`)
@@ -309,16 +309,25 @@ class Family:
 
     def score_responses(self, rows: Sequence[dict], responses: Mapping[str, str], out_dir: str | Path, *,
                         step: int | None = None, n_boot: int = 1000, seed: int = 0, title: str | None = None,
-                        extra: Mapping | None = None, baseline: Mapping | None = None) -> dict:
+                        extra: Mapping | None = None, baseline: Mapping | None = None,
+                        finishes: Mapping[str, Mapping] | None = None) -> dict:
         """Score ``responses`` (``{row_id: text}``, one per row) against ``rows``, compute the metrics and
         :meth:`publish` them; return the metrics. ``step`` (and ``extra``, as ``eval_settings``) are
         recorded in ``metrics.json``. ``baseline``: a baseline evaluation's metrics, against which
-        :meth:`quality_warnings` may warn (the warnings are also printed to stderr)."""
+        :meth:`quality_warnings` may warn (the warnings are also printed to stderr). ``finishes`` (the run's
+        ``{row_id: {"finish_reason", "null_content"}}``): kept on each row of ``item_scores.jsonl``, counted in
+        ``metrics["generation"]``, and null contents and ``length`` finishes reported in ``warnings`` (then always
+        present, an empty list when there is nothing to say)."""
         item_scores = self.score_rows(rows, responses)
         metrics = {"family": self.name, **self.metrics(item_scores, n_boot=n_boot, seed=seed)}
         metrics.setdefault("n_rows", len(item_scores))
         metrics.setdefault("n_unparsed_rows", sum(not s["parse_ok"] for s in item_scores))
         warnings = self.quality_warnings(metrics, baseline)
+        if finishes is not None:
+            for s in item_scores:
+                s.update(finishes[s["row_id"]])
+            metrics["generation"], more = generation_warnings(finishes, (extra or {}).get("max_new_tokens"))
+            warnings = [*(warnings or []), *more]  # a generated run always has the key
         if warnings is not None:
             metrics["warnings"] = warnings
             for w in warnings:
@@ -353,11 +362,11 @@ class Family:
         :meth:`score_responses`; returns the metrics written to ``out_dir/metrics.json``. ``settings`` is
         the family's own settings (:meth:`settings_from`); the generic run has none.
         ``max_new_tokens`` None = :meth:`default_max_new_tokens` of ``rows``."""
-        responses, described = generate_responses(backend, rows, desc=f"eval {self.name}",
-                                                   max_new_tokens=self.budget(rows, max_new_tokens), temperature=temperature,
-                                                   stop=stop, progress=progress)
+        responses, described, finishes = generate_responses(
+            backend, rows, desc=f"eval {self.name}", max_new_tokens=self.budget(rows, max_new_tokens),
+            temperature=temperature, stop=stop, progress=progress)
         return self.score_responses(rows, responses, out_dir, step=step, n_boot=n_boot, seed=seed, title=title,
-                                    extra=described)
+                                    extra=described, finishes=finishes)
 
 
 def answer_instruction(answer_type: str, choices: Any = None) -> str:
