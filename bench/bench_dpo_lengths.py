@@ -71,15 +71,15 @@ def load_pairs(path: str, *, pairs: int, lo: int, hi: int, seed: int = 0) -> lis
             raise DataError("expected a GSM8K quartet builder row with item_id, condition and prompt", path=path,
                             line=line, field="prompt")
         items[rec["item_id"]][rec["condition"]] = rec["prompt"]
-    quartets = [q for q in items.values() if len(q) == 4][:pairs // 4]
+    quartets = [(item_id, q) for item_id, q in items.items() if len(q) == 4][:pairs // 4]
     if len(quartets) * 4 < pairs:
         raise DataError(f"only {len(quartets)} complete quartets for {pairs} pairs", path=path)
     rng = random.Random(seed)
     rows = []
-    for q in quartets:
+    for item_id, q in quartets:
         for cond in CONDITIONS:
             chosen = _random_text(rng, rng.randint(lo, hi) - 1)  # the batch builder appends EOS
-            rows.append({"condition": cond, "prompt": q[cond], "chosen": chosen,
+            rows.append({"pair_id": item_id, "item_id": item_id, "condition": cond, "prompt": q[cond], "chosen": chosen,
                          "rejected": _random_text(rng, rng.randint(lo, hi) - 1)})
     return rows
 

@@ -34,8 +34,6 @@ the evaluation of teacher and student on the held-out fold, ``summary.json`` and
 
 from __future__ import annotations
 
-import time
-
 import hydra
 from omegaconf import DictConfig
 
@@ -113,14 +111,9 @@ def pipeline(cfg: DictConfig, overrides: list[str] | None = None) -> dict:
     from trainer.distill.pipeline import DistillPipeline
     from trainer.distill.opsd_pipeline import OpsdPipeline
 
-    t0 = time.time()
     runners = {**recipe_runners(("sft", "evaluate")), "distill": run}
-    if cfg.pipeline.kind == "opsd":
-        summary = OpsdPipeline(cfg, compose=compose, runners=runners, overrides=overrides).run()
-    else:
-        summary = DistillPipeline(cfg, compose=compose, runners=runners, overrides=overrides).run()
-        summary["wall_seconds"] = round(time.time() - t0, 1)
-    return summary
+    kind = OpsdPipeline if cfg.pipeline.kind == "opsd" else DistillPipeline
+    return kind(cfg, compose=compose, runners=runners, overrides=overrides).run()  # summary.json as returned
 
 
 @hydra.main(config_path="../conf", config_name="distill", version_base=None)
