@@ -225,3 +225,105 @@ def test_a_bad_stage_override_fails_in_preflight_before_any_stage_runs(tmp_path,
             check(compose(config_name="demo", overrides=[f"out={tmp_path}", bad]))
         assert isinstance(e.value.__cause__, ConfigCompositionException)
     assert not (tmp_path / "stages").exists()
+
+
+def test_stages_add_transfer_evaluations_and_the_scope_grpo_arm(tmp_path, monkeypatch):
+    """Every arm (and the base) is evaluated on the held-out items and on the held-out relation; scope_grpo writes its
+    prompts, then continues the SCOPE adapter by GRPO; demo=real_full builds the full facts set."""
+    from demos.real.pipeline import stages
+
+    names = [s.name for s in stages(_compose([f"out={tmp_path}"]))]
+    arms = ("scope", "misleading_only", "knowledge_aware", "scope_grpo")
+    assert names == ["convert", "facts", "eval_base", "transfer_base", "mine", "scope", "eval_scope", "transfer_scope",
+                     "misleading_only", "eval_misleading_only", "transfer_misleading_only", "knowledge_aware",
+                     "eval_knowledge_aware", "transfer_knowledge_aware", "grpo_prompts", "scope_grpo",
+                     "eval_scope_grpo", "transfer_scope_grpo"]
+    by = {s.name: s for s in stages(_compose([f"out={tmp_path}"]))}
+    grpo = by["scope_grpo"]
+    assert (grpo.recipe, grpo.start, grpo.init_mode) == ("grpo", "scope", "continue")
+    assert "recipe=scope_grpo_smollm2_135m" in grpo.overrides
+    assert grpo.inputs == {"data.train_path": "grpo_prompts/prompts.jsonl"} and by["grpo_prompts"].call is not None
+    for a in ("base", *arms):
+        assert by[f"eval_{a}"].inputs["eval.path"] == "facts/facts_heldout.jsonl"
+        assert by[f"transfer_{a}"].inputs["eval.path"] == "facts/facts_transfer.jsonl"
+    assert by["transfer_scope_grpo"].inputs["adapter_path"] == "scope_grpo"
+    assert by["transfer_scope"].inputs["eval.knowledge_path"] == "transfer_base/knowledge.jsonl"
+    assert "knowledge.enabled=true" in by["transfer_base"].overrides
+    off = [s.name for s in stages(_compose([f"out={tmp_path}", "real.scope_grpo=false"]))]
+    assert not any("grpo" in n for n in off) and "transfer_knowledge_aware" in off
+
+    sizes = []
+    import eval_hooks.builders.facts as facts
+
+    monkeypatch.setattr(facts, "build_dir", lambda out, *, seed, size: sizes.append((seed, size)))
+    for demo in ("real", "real_full"):
+        facts_stage = next(s for s in stages(_compose([f"out={tmp_path}", f"demo={demo}", "seed=3"]))
+                           if s.name == "facts")
+        facts_stage.call(tmp_path)
+    assert sizes == [(3, "small"), (3, "full")]
+
+
+def _facts_rows(items: dict[str, str]) -> list[dict]:
+    """Four MIST rows per item (``items``: item -> gold)."""
+    rows = []
+    for i, gold in items.items():
+        for c, ctx in (("clean", None), ("misleading", "It is Xland."), ("correct", f"It is {gold}."),
+                       ("irrelevant", "Paris is in France.")):
+            rows.append({"item_id": i, "condition": c, "question": f"Where is {i}?", "context": ctx,
+                         "prompt": (ctx + "\n\n" if ctx else "") + f"Question: Where is {i}?", "gold": gold,
+                         "wrong_value": "Xland", "answer_type": "short_text", "relation": "r"})
+    return rows
+
+
+def test_grpo_prompts_are_balanced_over_known_and_unknown_items(tmp_path):
+    from demos.real.pipeline import balanced_by_knowledge, grpo_prompts
+    from eval_hooks.io import write_jsonl_atomic
+    from trainer.rl.rollout import load_rl_prompts
+
+    items = {f"i{n}": f"Land{n}" for n in range(10)}
+    labels = {f"i{n}": ("known" if n < 6 else "unknown" if n < 8 else "uncertain") for n in range(10)}
+    rows, counts = balanced_by_knowledge(_facts_rows(items), labels, seed=0)
+    assert counts == {"known": 6, "unknown": 2, "uncertain": 2, "per_label": 2}
+    kept = {r["item_id"] for r in rows}
+    assert len(rows) == 16 and {"i6", "i7"} <= kept and len(kept & {f"i{n}" for n in range(6)}) == 2
+    assert rows == balanced_by_knowledge(_facts_rows(items), labels, seed=0)[0]  # seeded
+    with pytest.raises(SystemExit, match="0 unknown"):
+        balanced_by_knowledge(_facts_rows(items), {i: "known" for i in items}, seed=0)
+
+    # the stage step: the training facts and mine's labels next to its directory -> a GRPO prompt file (mist rows)
+    stages_dir = tmp_path / "stages"
+    write_jsonl_atomic(stages_dir / "facts" / "facts_train.jsonl", _facts_rows(items))
+    write_jsonl_atomic(stages_dir / "mine" / "knowledge.jsonl",
+                       [{"item_id": i, "knowledge": lab, "score": 0.5} for i, lab in labels.items()])
+    result = grpo_prompts(0)(stages_dir / "grpo_prompts")
+    assert result == {**counts, "rows": 16}
+    prompts = load_rl_prompts(str(stages_dir / "grpo_prompts" / "prompts.jsonl"), family="mist")
+    assert len(prompts) == 16 and {p["condition"] for p in prompts} == set(CONDS)
+
+
+def test_summary_has_real_and_transfer_for_every_arm_and_the_knowledge_quality(tmp_path):
+    from demos.real.pipeline import arms, summary_of
+    from eval_hooks.io import write_jsonl_atomic
+
+    cfg = _compose([f"out={tmp_path}"])
+    for prefix in ("eval", "transfer"):
+        stage = tmp_path / "stages" / f"{prefix}_base"
+        write_jsonl_atomic(stage / "knowledge.jsonl", [
+            {"item_id": f"i{n}", "knowledge": "known" if n < 2 else "unknown", "score": 1.0 - n / 4,
+             "clean_accuracy": 1.0 - n / 4} for n in range(4)])
+        write_jsonl_atomic(stage / "item_scores.jsonl", [
+            {"item_id": f"i{n}", "condition": "clean", "correct": n < 2} for n in range(4)])
+    names = ("base", *arms(cfg))
+    results = {f"{p}_{a}": {"stage": f"{p}_{a}"} for p in ("eval", "transfer") for a in names}
+    results["mine"] = {"kept": 3, "dropped_items": [], "knowledge_items": [],
+                       "knowledge": {"counts": {}, "unknown_dropped_items": []}}
+    results["grpo_prompts"] = {"known": 2, "unknown": 2, "uncertain": 0, "per_label": 2, "rows": 16}
+    s = summary_of(cfg, results)
+    assert (s["demo"], s["size"]) == ("real", "small")
+    assert set(s["real"]) == set(s["transfer"]) == {"base", "scope", "misleading_only", "knowledge_aware",
+                                                    "scope_grpo"}
+    assert s["transfer"]["scope_grpo"] == {"stage": "transfer_scope_grpo"}
+    assert s["real"]["knowledge_aware"] == {"stage": "eval_knowledge_aware"}
+    assert s["knowledge_quality"]["transfer"]["score"]["auc"] == 1.0
+    assert s["knowledge_quality"]["real"]["clean_accuracy"]["counts"] == {"known": 2, "unknown": 2, "uncertain": 0}
+    assert s["grpo_prompts"]["rows"] == 16 and "dropped_items" not in s["mining"]
