@@ -150,7 +150,8 @@ def check_real_demo_claims(summary: dict) -> list[str]:
     r = summary["real"]
     base, scope, ka = r["base"], r["scope"], r["knowledge_aware"]
     kept = {k: ok for k, ok in check_targets(summary, "scope").items()
-            if not k.startswith(("wall time", "SCOPE clean", "SCOPE correct", "SCOPE unknown", "SCOPE on the held-out"))}
+            if not k.startswith(("wall time", "SCOPE clean", "SCOPE correct", "SCOPE unknown",
+                                 "SCOPE on the held-out"))}
     kept[f"SCOPE clean >= base - {CLEAN_DROP_MEASURED}"] = (
         scope["accuracy"]["clean"] >= base["accuracy"]["clean"] - CLEAN_DROP_MEASURED)
     kept[f"SCOPE correct >= base - {CORRECT_DROP_MEASURED}"] = (
