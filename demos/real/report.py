@@ -214,7 +214,7 @@ def _plots(summary: dict, out: Path) -> list[str]:
 def _tradeoff_plot(summary: dict, out: Path) -> str:
     """SC2W against correct-context accuracy, one point per arm (the base included), on the held-out items and on
     the held-out relation."""
-    fig, ax = figure(6, 4.2)
+    fig, ax = figure(8, 4.2)
     colors = dict(zip(ARMS, ("#4C72B0", "#DD8452", "#55A868", "#8172B3", "#C44E52")))
     for key, marker in zip(SETS, ("o", "^")):
         for n in _arms(summary, key):
@@ -229,7 +229,7 @@ def _tradeoff_plot(summary: dict, out: Path) -> str:
     ax.set_ylabel("correct-context accuracy (higher is better)")
     ax.set_xlim(0, 1.05)
     ax.set_title("Selective trust trade-off (o held-out items, ^ held-out relation)", fontsize=9)
-    ax.legend(fontsize=6, loc="lower left", ncols=2)
+    ax.legend(fontsize=6, loc="center left", bbox_to_anchor=(1.01, 0.5))
     return save(fig, out, "real_tradeoff.png")
 
 
