@@ -34,11 +34,14 @@ def refuse(message: str) -> None:
 
 def demo_settings(cfg) -> dict:
     """What a demo run's results depend on (``demo.json``): the demo, the seed and the demo's own settings (every
-    key of ``conf/demo.yaml`` but ``out`` and ``overwrite``; demo=real: the ``real`` section; demo=toy: the rest)."""
+    key of ``conf/demo.yaml`` but ``out`` and ``overwrite``; demo=real or real_full: the ``real`` section; demo=toy: the
+    rest)."""
     from omegaconf import OmegaConf
 
+    from .config import FACTS_SIZE
+
     keys = OmegaConf.to_container(cfg, resolve=True)
-    own = {"real": keys["real"]} if cfg.demo == "real" else {
+    own = {"real": keys["real"]} if cfg.demo in FACTS_SIZE else {
         k: v for k, v in keys.items() if k not in ("demo", "seed", "out", "overwrite", "real")}
     return {"demo": keys["demo"], "seed": keys["seed"], "settings": own}
 

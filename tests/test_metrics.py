@@ -136,6 +136,16 @@ def test_slice_by_channel_of_the_misleading_row():
     assert m["slices"]["channel"] == s
 
 
+def test_facts_rows_are_sliced_by_relation_by_default():
+    """The facts set's rows carry ``relation``: every MIST evaluation of them reports it per relation."""
+    rel = {i: "capital" if i < 2 else "city_country" for i in range(5)}
+    rows = mist_rows(HAND, {i: {c: {"relation": r} for c in ("clean", "misleading", "correct", "irrelevant")}
+                            for i, r in rel.items()})
+    m = compute_metrics("mist", rows, n_boot=0)
+    assert m["slices"]["relation"] == slice_metrics(rows, by="relation")
+    assert {k: v["n_items"] for k, v in m["slices"]["relation"].items()} == {"capital": 2, "city_country": 3}
+
+
 def test_slice_falls_back_to_other_rows_and_takes_any_attribute():
     attrs = {i: {"source": "gsm8k" if i < 3 else "arc"} for i in range(5)}  # item-level, on every row
     s = slice_metrics(mist_rows(HAND, attrs), by="source", n_boot=20)

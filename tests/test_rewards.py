@@ -24,6 +24,19 @@ def test_registry_scores_outcome_only():
     assert REGISTRY["answer_match"]("ANSWER: no", {"gold": "false", "answer_type": "boolean"}) == 1.0
 
 
+def test_answer_match_judges_a_short_text_row_as_evaluation_does():
+    """The facts set's rows: the answer sits in a sentence and may be a gold alias (as the evaluation parser reads
+    it); the wrong value is not the gold."""
+    from eval_hooks.parsers import parse_row_answer, row_answer_matches
+
+    row = {"gold": "Asia", "gold_aliases": ["Asian"], "wrong_value": "Africa", "answer_type": "short_text"}
+    fn = REGISTRY["answer_match"]
+    for text, right in (("It is an Asian country.", True), ("Asia.", True), ("It lies in Africa.", False),
+                        ("The continent of Peru is Asia.", True), ("I am not sure.", False)):
+        assert fn(text, row) == float(right), text
+        assert row_answer_matches(parse_row_answer(text, row), row) is right, text
+
+
 def test_resolve_names_and_import_paths():
     assert resolve_reward("numeric_match") is REGISTRY["numeric_match"]
     fn = resolve_reward("tests.box2_fakes:distinct_chars_parity")

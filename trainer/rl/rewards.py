@@ -9,7 +9,8 @@ Registry (docs/box2.md#rewards: the reward is the task outcome only; nothing rew
 - ``numeric_match``   1.0 iff the parsed final number equals ``gold`` (``eval_hooks.parsers``), else 0.0
 - ``multiple_choice`` 1.0 iff the parsed option letter equals ``gold`` (letters or option text)
 - ``boolean``         1.0 iff the parsed yes/no equals ``gold``
-- ``answer_match``    dispatch on ``row["answer_type"]`` (any of the three above)
+- ``answer_match``    dispatch on ``row["answer_type"]`` (any answer type, short_text included), judged as
+                      evaluation judges it: the row's candidates and ``gold_aliases`` count
 
 Any other name must be an import path ``pkg.module:function``. :func:`resolve_reward` checks the
 name before anything is generated. :class:`GuardedReward` turns a raising or non-finite reward into
@@ -25,7 +26,7 @@ import signal
 import threading
 from typing import Any, Callable
 
-from eval_hooks.parsers import answers_match, parse_answer
+from eval_hooks.parsers import answers_match, parse_answer, parse_row_answer, row_answer_matches
 from trainer.core.errors import RewardError  # noqa: F401  (raised here; the loop checkpoints on it)
 
 RewardFn = Callable[[str, dict], float]
@@ -81,8 +82,10 @@ def _match(answer_type: str) -> RewardFn:
 
 
 def answer_match(completion: str, row: dict) -> float:
-    """1.0 iff the final answer parsed by the row's ``answer_type`` equals the row's ``gold``."""
-    return _match(row["answer_type"])(completion, row)
+    """1.0 iff the final answer parsed by the row's ``answer_type`` is the row's ``gold``, as evaluation judges it
+    (``eval_hooks.parsers.parse_row_answer`` and ``row_answer_matches``: the row's own candidates and
+    ``gold_aliases``, e.g. a short_text answer found inside a sentence)."""
+    return 1.0 if row_answer_matches(parse_row_answer(completion, row), row) else 0.0
 
 
 REGISTRY: dict[str, RewardFn] = {

@@ -24,7 +24,7 @@ from ...metrics.common import (CI_LEVEL, bootstrap_indices, check_rows, group_by
 from ...vocab import MIST_CONDITIONS
 CLEAN, MIS = 0, 1
 # Row attributes that compute_metrics slices by when rows carry them (any other: slice_metrics).
-DEFAULT_SLICE_KEYS = ("answer_type", "source", "topic", "channel", "plausibility", "provenance")
+DEFAULT_SLICE_KEYS = ("answer_type", "source", "topic", "relation", "channel", "plausibility", "provenance")
 MAX_DEFAULT_SLICES = 20
 
 
