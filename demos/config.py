@@ -67,6 +67,8 @@ class RealDemoConfig:
     scope_grpo: bool = _f(True, "Train and evaluate scope_grpo: the SCOPE adapter continued by GRPO (outcome reward: "
                                 "the answer is right) on training items of all four conditions, drawn balanced over "
                                 "items the base knows and does not know.")
+    transfer: bool = _f(True, "Evaluate the base and every arm on the held-out relation too (facts_transfer.jsonl: "
+                              "a relation no training item uses; summary key transfer.<arm>).")
     torch_threads: Optional[int] = _f(None, "torch intra-op threads (None = torch's default: every core).")
     stages: RealDemoStages = field(default_factory=RealDemoStages)
 

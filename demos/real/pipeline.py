@@ -126,12 +126,18 @@ def arms(cfg: DictConfig) -> list[str]:
     return [a for a in (*ARMS, GRPO_ARM) if a == "scope" or cfg.real[a]]
 
 
-def evaluations(arm_name: str, st, adapter: str | None = None) -> list[Stage]:
+def eval_sets(cfg: DictConfig) -> dict[str, tuple[str, str]]:
+    """The :data:`EVAL_SETS` this run evaluates: the held-out items always, the held-out relation unless
+    ``real.transfer=false``."""
+    return {k: v for k, v in EVAL_SETS.items() if k == "real" or cfg.real.transfer}
+
+
+def evaluations(arm_name: str, st, sets: dict[str, tuple[str, str]], adapter: str | None = None) -> list[Stage]:
     """Matched evaluations of the base (``adapter`` None: with its own knowledge estimate) or of an arm's adapter
-    (its metrics split by the base's estimate on the same items): one stage per set of :data:`EVAL_SETS`
+    (its metrics split by the base's estimate on the same items): one stage per set of ``sets``
     (``eval_<arm>`` on the held-out items, ``transfer_<arm>`` on the held-out relation)."""
     out = []
-    for prefix, items in EVAL_SETS.values():
+    for prefix, items in sets.values():
         over = ["model=smollm2_135m", "eval=facts", *st.evaluate, "eval.max_rows=null"]
         inputs = {"model.path": "convert", "eval.path": items}
         if adapter is None:
@@ -160,13 +166,14 @@ def stages(cfg: DictConfig) -> list[Stage]:
     mine = Stage("mine", "mine_pairs", ["model=smollm2_135m", *st.mine, *st.knowledge, "knowledge.enabled=true"],
                  inputs={"model.path": "convert", "items_path": TRAIN}, check=mined_quartets)
     out = [Stage("convert", call=convert(cfg.real.model)),
-           Stage("facts", call=build_facts(cfg.seed, FACTS_SIZE[cfg.demo])), *evaluations("base", st), mine]
+           Stage("facts", call=build_facts(cfg.seed, FACTS_SIZE[cfg.demo])), *evaluations("base", st, eval_sets(cfg)),
+           mine]
     for name in arms(cfg):
-        out += [*arm(name, st, cfg.seed), *evaluations(name, st, adapter=name)]
+        out += [*arm(name, st, cfg.seed), *evaluations(name, st, eval_sets(cfg), adapter=name)]
     return out
 
 
-def knowledge_quality(out: Path) -> dict:
+def knowledge_quality(out: Path, sets: dict[str, tuple[str, str]]) -> dict:
     """How well the base's knowledge estimate predicts its clean correctness, per evaluation set
     (:func:`eval_hooks.knowledge.knowledge_quality`): by the estimate's ``score`` and by the ``k`` samples alone
     (``clean_accuracy``; the score of ``combined`` includes the greedy answer the clean row itself gives)."""
@@ -176,7 +183,7 @@ def knowledge_quality(out: Path) -> dict:
     return {key: {field: quality(stage / f"{prefix}_base" / "knowledge.jsonl",
                                  stage / f"{prefix}_base" / "item_scores.jsonl", score=field)
                   for field in ("score", "clean_accuracy")}
-            for key, (prefix, _) in EVAL_SETS.items()}
+            for key, (prefix, _) in sets.items()}
 
 
 def summary_of(cfg: DictConfig, results: dict[str, Any]) -> dict:
@@ -187,9 +194,9 @@ def summary_of(cfg: DictConfig, results: dict[str, Any]) -> dict:
     mining = {k: v for k, v in stats.items() if k not in ("dropped_items", "knowledge_items")}
     mining["knowledge"] = {k: v for k, v in stats["knowledge"].items() if k != "unknown_dropped_items"}
     out = {"demo": cfg.demo, "size": FACTS_SIZE[cfg.demo], "seed": cfg.seed, "model": cfg.real.model}
-    for key, (prefix, _) in EVAL_SETS.items():
+    for key, (prefix, _) in eval_sets(cfg).items():
         out[key] = {a: results[f"{prefix}_{a}"] for a in ("base", *arms(cfg))}
-    out.update({"mining": mining, "knowledge_quality": knowledge_quality(cfg.out)})
+    out.update({"mining": mining, "knowledge_quality": knowledge_quality(cfg.out, eval_sets(cfg))})
     if "grpo_prompts" in results:
         out["grpo_prompts"] = results["grpo_prompts"]
     return out
