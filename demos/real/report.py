@@ -152,20 +152,22 @@ def _knowledge_lines(summary: dict) -> list[str]:
     for key, by_field in kq.items():
         for field, q in by_field.items():
             acc = q.get("accuracy", {})
-            rows.append([SETS.get(key, key), field, q["items"], q["positives"],
+            rows.append([SETS.get(key, key), q["score"], q["condition"], q["items"], q["positives"],
                          "–" if q.get("auc") is None else f"{q['auc']:.3f}",
                          "–" if q.get("ece") is None else f"{q['ece']:.3f}",
                          ", ".join(f"{lab} {q['counts'][lab]} ({pct(acc.get(lab))})" for lab in q["counts"])])
     if not rows:
         return []
     return ["## The knowledge estimate", "",
-            "How well the base's knowledge estimate predicts its own greedy clean correctness on the evaluated items "
+            "How well the base's knowledge estimate predicts its own greedy correctness on the evaluated items "
             "(`eval_hooks.knowledge.knowledge_quality`): ROC AUC and expected calibration error of the score, and "
-            "items per label with the base's clean accuracy on them. `score` is what the labels threshold (with "
-            "`combined` it includes the greedy answer's own correctness, so its AUC flatters it); `clean_accuracy` "
-            "is the k sampled answers alone, the estimate's part that does not see the graded answer.", "",
-            md_table(["items", "ranked by", "items", "clean-correct", "AUC", "ECE", "label: items (clean accuracy)"],
-                     rows), ""]
+            "items per label with the base's accuracy on them in the graded condition. `score` is what the labels "
+            "threshold. Graded on the clean rows it sees the graded answer itself (with `k=1` it is that answer, "
+            "AUC 1 by construction; `combined` includes it, so its AUC flatters it); `clean_accuracy` is the k "
+            "sampled answers alone. Graded on the irrelevant-context rows, it asks what the estimate is for: whether "
+            "the base keeps the fact beside a distracting text.", "",
+            md_table(["items", "ranked by", "graded on", "items", "correct", "AUC", "ECE",
+                      "label: items (accuracy)"], rows), ""]
 
 
 def _stage_time_lines(summary: dict) -> list[str]:
