@@ -807,8 +807,13 @@ def _numeric_match(parsed: str, value: Any, choices: Any = None) -> bool:
 
 
 def _normalize_number(value: Any, choices: Any = None) -> str | None:
+    """The canonical form, or ``None`` when there is none or it would not parse back (an int gold longer than
+    :data:`MAX_DIGITS` digits: no response could ever match it)."""
     n = parse_number(value)
-    return None if n is None else n.canonical()
+    if n is None:
+        return None
+    canonical = n.canonical()
+    return canonical if parse_number(canonical) is not None else None
 
 
 def _normalize_fork(value: Any, choices: Any = None) -> str | None:
