@@ -803,17 +803,16 @@ class AnswerType:
 
 def _numeric_match(parsed: str, value: Any, choices: Any = None) -> bool:
     a, b = parse_number(parsed), parse_number(value)
-    return a is not None and b is not None and numbers_equal(a, b)
+    if a is None or b is None:  # a canonical form longer than MAX_DIGITS ("1E100") does not parse back: as written
+        if isinstance(value, bool) or parsed is None:
+            return False
+        return parsed == value or parsed == _normalize_number(value)
+    return numbers_equal(a, b)
 
 
 def _normalize_number(value: Any, choices: Any = None) -> str | None:
-    """The canonical form, or ``None`` when there is none or it would not parse back (an int gold longer than
-    :data:`MAX_DIGITS` digits: no response could ever match it)."""
     n = parse_number(value)
-    if n is None:
-        return None
-    canonical = n.canonical()
-    return canonical if parse_number(canonical) is not None else None
+    return None if n is None else n.canonical()
 
 
 def _normalize_fork(value: Any, choices: Any = None) -> str | None:

@@ -1,7 +1,7 @@
 """Answer parsers: formats each type must read, the last-answer-wins rule, and no crash on any input."""
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import example, HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from eval_hooks.parsers import (answers_match, final_answer_spans, normalize_gold, parse_answer, parse_boolean,
@@ -142,6 +142,7 @@ _texts = st.one_of(st.text(max_size=300), st.lists(_alphabet, max_size=60).map("
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(_texts, st.sampled_from(["numeric", "multiple_choice", "boolean", "choice", "label"]),
        st.sampled_from([None, ["x", "y", "z"], {"A": "p", "B": "q"}]))
+@example(text="1E100", answer_type="numeric", choices=None)  # a canonical form longer than MAX_DIGITS matches itself
 def test_no_input_crashes_a_parser(text, answer_type, choices):
     out = parse_answer(text, answer_type, choices=choices)
     assert out is None or isinstance(out, str)

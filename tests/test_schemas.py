@@ -80,8 +80,9 @@ def test_mist_loads_quartets_with_extras():
     (lambda rs: rs.__setitem__(0, {**rs[0], "answer_type": "essay"}), 1, "answer_type", "unknown value"),
     (lambda rs: rs.__setitem__(0, {**rs[0], "condition": "noisy"}), 1, "condition", "unknown value"),
     (lambda rs: rs.__setitem__(0, {**rs[0], "gold": "eighteen"}), 1, "gold", "not a valid numeric"),
-    # an int gold of more digits than any response can carry: refused, not a crash when compared with wrong_value
-    (lambda rs: rs.__setitem__(0, {**rs[0], "gold": int("1" * 70)}), 1, "gold", "not a valid numeric"),
+    # int golds of more digits than parse back (MAX_DIGITS): compared as canonical strings, not a crash
+    (lambda rs: [r.update(gold=int("1" * 70), wrong_value=int("1" * 70)) for r in rs[:4]], 1, "wrong_value",
+     "equals the gold"),
     (lambda rs: [r.__setitem__("wrong_value", "18.0") for r in rs[:4]], 1, "wrong_value", "equals the gold"),
     (lambda rs: rs[0].pop("prompt"), 1, "prompt", "missing"),
     (lambda rs: rs.__setitem__(5, {**rs[5], "gold": "E"}), 6, "gold", "multiple_choice"),

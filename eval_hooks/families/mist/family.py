@@ -149,5 +149,7 @@ def _check_aliases(rec: dict, answer_type: str, ctx: Ctx) -> list[str]:
 def _same_answer(a: str, b: str, answer_type: str) -> bool:
     if answer_type == "numeric":
         na, nb = parse_number(a), parse_number(b)
+        if na is None or nb is None:  # a canonical form too long to parse back (an int of > MAX_DIGITS digits)
+            return a == b
         return numbers_equal(na, nb)
     return a == b
