@@ -804,8 +804,6 @@ class AnswerType:
 def _numeric_match(parsed: str, value: Any, choices: Any = None) -> bool:
     a, b = parse_number(parsed), parse_number(value)
     if a is None or b is None:  # a canonical form longer than MAX_DIGITS ("1E100") does not parse back: as written
-        if isinstance(value, bool) or parsed is None:
-            return False
         return parsed == value or parsed == _normalize_number(value)
     return numbers_equal(a, b)
 

@@ -165,11 +165,11 @@ def stages(cfg: DictConfig) -> list[Stage]:
     st = cfg.real.stages
     mine = Stage("mine", "mine_pairs", ["model=smollm2_135m", *st.mine, *st.knowledge, "knowledge.enabled=true"],
                  inputs={"model.path": "convert", "items_path": TRAIN}, check=mined_quartets)
+    sets = eval_sets(cfg)
     out = [Stage("convert", call=convert(cfg.real.model)),
-           Stage("facts", call=build_facts(cfg.seed, FACTS_SIZE[cfg.demo])), *evaluations("base", st, eval_sets(cfg)),
-           mine]
+           Stage("facts", call=build_facts(cfg.seed, FACTS_SIZE[cfg.demo])), *evaluations("base", st, sets), mine]
     for name in arms(cfg):
-        out += [*arm(name, st, cfg.seed), *evaluations(name, st, eval_sets(cfg), adapter=name)]
+        out += [*arm(name, st, cfg.seed), *evaluations(name, st, sets, adapter=name)]
     return out
 
 
@@ -198,9 +198,10 @@ def summary_of(cfg: DictConfig, results: dict[str, Any]) -> dict:
     mining = {k: v for k, v in stats.items() if k not in ("dropped_items", "knowledge_items")}
     mining["knowledge"] = {k: v for k, v in stats["knowledge"].items() if k != "unknown_dropped_items"}
     out = {"demo": cfg.demo, "size": FACTS_SIZE[cfg.demo], "seed": cfg.seed, "model": cfg.real.model}
-    for key, (prefix, _) in eval_sets(cfg).items():
+    sets = eval_sets(cfg)
+    for key, (prefix, _) in sets.items():
         out[key] = {a: results[f"{prefix}_{a}"] for a in ("base", *arms(cfg))}
-    out.update({"mining": mining, "knowledge_quality": knowledge_quality(cfg.out, eval_sets(cfg))})
+    out.update({"mining": mining, "knowledge_quality": knowledge_quality(cfg.out, sets)})
     if "grpo_prompts" in results:
         out["grpo_prompts"] = results["grpo_prompts"]
     return out

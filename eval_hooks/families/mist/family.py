@@ -11,7 +11,7 @@ from typing import Any
 
 from ...parsers import ANSWER_TYPES as _ANSWER_TYPES
 from ...parsers import answer_type as _answer_type
-from ...parsers import answer_budget, answer_status, numbers_equal, parse_number, parse_row_answer, row_answer_matches
+from ...parsers import answer_budget, answer_status, answers_match, parse_row_answer, row_answer_matches
 from ..base import Ctx, Family, check_choices, check_gold, req_choice, req_item_id, req_str
 from ...vocab import MIST_CONDITIONS as CONDITIONS
 from .metrics import mist_metrics, quality_warnings
@@ -147,9 +147,6 @@ def _check_aliases(rec: dict, answer_type: str, ctx: Ctx) -> list[str]:
 
 
 def _same_answer(a: str, b: str, answer_type: str) -> bool:
-    if answer_type == "numeric":
-        na, nb = parse_number(a), parse_number(b)
-        if na is None or nb is None:  # a canonical form too long to parse back (an int of > MAX_DIGITS digits)
-            return a == b
-        return numbers_equal(na, nb)
-    return a == b
+    """Whether two canonical values are one answer: numbers as the numeric matcher compares them (within its
+    tolerance; as written when too long to parse back), any other type as written."""
+    return answers_match(a, b, "numeric") if answer_type == "numeric" else a == b
