@@ -3,7 +3,10 @@
 Stages, each PASS or FAIL (a stage that cannot run because an earlier one failed is SKIPPED):
 
 1. ``server``: real vLLM through :class:`launch.vllm_server.VLLMServer` (the policy's LoRA rank and attention
-   targets, float32), healthy; its start-up time.
+   targets, float32), healthy; its start-up time. With ``SERVER_SETTINGS`` (the settings file a server started by
+   ``launch/vllm_server.py`` wrote beside its log) the check uses that running server instead (its settings must
+   be the check's: float32, rank 16, the attention projections) and leaves it running; the slow tests do this to
+   share one server start (about 45 s on 2 cores) with the evaluation tests.
 2. ``hot_sync``: a LoRA policy on the trainer side (rank 16, attention) moves twice and is synced each time
    (:class:`trainer.evaluation.weight_sync.AdapterSync`: save, load under a new name, probe, at the trainer's default
    threshold); every probe must pass. Then it makes a small step (the size of a GRPO step's) that the server
@@ -49,6 +52,7 @@ class Settings:
     bench_n: int = 4
     bench_tokens: int = 32
     extra_args: list[str] = field(default_factory=list)
+    server_settings: str | None = None
 
     @classmethod
     def from_env(cls, env=os.environ) -> "Settings":
@@ -57,7 +61,7 @@ class Settings:
                    device=env.get("DEVICE", cls.device), dtype=env.get("DTYPE", cls.dtype),
                    facts_train=env.get("FACTS") or None, bench_prompts=int(env.get("BENCH_PROMPTS", cls.bench_prompts)),
                    bench_n=int(env.get("BENCH_N", cls.bench_n)), bench_tokens=int(env.get("BENCH_TOKENS", cls.bench_tokens)),
-                   extra_args=env.get("VLLM_EXTRA", "").split())
+                   extra_args=env.get("VLLM_EXTRA", "").split(), server_settings=env.get("SERVER_SETTINGS") or None)
 
 
 def _say(msg: str) -> None:
@@ -174,6 +178,21 @@ def throughput(server: VLLMServer, st: Settings) -> dict:
                            "tokens_per_s": round(tokens / dt, 2)}}
 
 
+def check_attached(server: VLLMServer, st: Settings) -> None:
+    """A server started elsewhere must serve what the check assumes: its model, dtype, a LoRA rank and targets
+    that hold the check's policy (rank 16 on the attention projections)."""
+    if not server.attached:
+        return
+    got = server.settings()
+    want = {"base_model": st.model, "dtype": st.dtype}
+    bad = {k: got.get(k) for k, v in want.items() if got.get(k) != v}
+    if got.get("max_lora_rank", 0) < LORA_RANK or not set(ATTENTION) <= set(got.get("lora_target_modules") or []):
+        bad["lora"] = (got.get("max_lora_rank"), got.get("lora_target_modules"))
+    if bad:
+        raise ValueError(f"SERVER_SETTINGS={st.server_settings}: the running server does not fit the check "
+                         f"(model {st.model}, dtype {st.dtype}, LoRA rank {LORA_RANK} on {ATTENTION}): {bad}")
+
+
 def run_check(st: Settings) -> dict:
     result: dict = {"check": "vllm_check", "model": st.model, "dtype": st.dtype, "stages": {}}
     stages = result["stages"]
@@ -192,12 +211,17 @@ def run_check(st: Settings) -> dict:
 
     st.out.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
-    server = VLLMServer(st.model, st.port, st.venv_python, st.out / "vllm_server.log", st.extra_args,
-                        lora_rank=LORA_RANK, lora_target_modules=ATTENTION, device=st.device, dtype=st.dtype,
-                        startup_timeout_s=900)
+    if st.server_settings:
+        server = VLLMServer.attach(st.server_settings)
+        result["server"] = f"attached: {server.url} (log {server.log_path})"
+    else:
+        server = VLLMServer(st.model, st.port, st.venv_python, st.out / "vllm_server.log", st.extra_args,
+                            lora_rank=LORA_RANK, lora_target_modules=ATTENTION, device=st.device, dtype=st.dtype,
+                            startup_timeout_s=900)
+        result["server"] = "started"
     try:
-        stage("server", lambda: (server.start(), {"device": server.device,
-                                                  "startup_s": round(time.time() - t0, 1)})[1])
+        stage("server", lambda: (server.start(), check_attached(server, st),
+                                 {"device": server.device, "startup_s": round(time.time() - t0, 1)})[-1])
         stage("hot_sync", hot_sync, server, st)
         stage("grpo", grpo, server, st)
         if stages.get("server") == "PASS":

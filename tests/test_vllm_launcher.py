@@ -136,6 +136,27 @@ def test_launcher_starts_reference_server_serves_and_reports_death(tmp_path, tin
     assert "reference_server" in tail_file(log)
 
 
+def test_a_running_server_is_attached_from_its_settings_used_and_left_running(tmp_path, tiny_model_dir,
+                                                                              tiny_tokenizer):
+    log = tmp_path / "run" / "vllm_server.log"
+    with VLLMServer(str(tiny_model_dir), kind="reference", served_model_name="tiny", log_path=log,
+                    lora_target_modules=["q_proj"], startup_timeout_s=120) as owner:
+        other = VLLMServer.attach(owner.settings_path, startup_timeout_s=30)
+        assert other.attached and not owner.attached and other.url == owner.url
+        assert other.settings() == json.loads(owner.settings_path.read_text()) == owner.settings()
+        with other:  # waits until healthy, starts nothing
+            assert other.proc is None and "started elsewhere" in other.describe()
+            out = other.backend(tiny_tokenizer, timeout_s=30).generate([GenerationRequest(prompt="hi", max_new_tokens=2)])
+            assert len(out[0].samples) == 1
+        assert owner.is_alive() and _port_open(owner.port)  # the attached side's exit left it running
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"url": owner.url}))
+    with pytest.raises(ValueError, match=r"bad\.json: not the settings of a server started by launch/vllm_server.py"):
+        VLLMServer.attach(bad)
+    with pytest.raises(ServerStartError, match="not healthy after 1s"):  # its owner stopped it
+        VLLMServer.attach(owner.settings_path, startup_timeout_s=1).start()
+
+
 def test_launcher_start_failure_shows_last_log_lines(tmp_path):
     log = tmp_path / "server.log"
     with pytest.raises(ServerStartError, match=r"(?s)exited with code 1 before it became healthy at http\S+: "
