@@ -340,3 +340,35 @@ def test_summary_has_real_and_transfer_for_every_arm_and_the_knowledge_quality(t
     assert s["grpo_prompts"]["rows"] == 16 and "dropped_items" not in s["mining"]
     held_only = summary_of(_compose([f"out={tmp_path}", "real.transfer=false"]), results)
     assert "transfer" not in held_only and set(held_only["knowledge_quality"]) == {"real"}
+
+
+def _seed_run(tmp_path, seed: int, settings: dict | None = None, **edits):
+    s = copy.deepcopy(_summary())
+    s.update(seed=seed, **edits)
+    d = tmp_path / f"s{seed}"
+    d.mkdir()
+    (d / "summary.json").write_text(json.dumps(s))
+    (d / "demo.json").write_text(json.dumps({"demo": "real", "seed": seed, "settings": settings or {"real": {"k": 1}}}))
+    return d
+
+
+def test_seed_table_and_frontier_read_the_runs_and_refuse_mixed_settings(tmp_path):
+    from demos.real.seeds import main
+
+    runs = [_seed_run(tmp_path, 1, wall_seconds=700.0), _seed_run(tmp_path, 0)]
+    main([*map(str, runs), "--out", str(tmp_path / "out")])
+    table = (tmp_path / "out" / "seed_table.md").read_text()
+    assert (tmp_path / "out" / "frontier.png").stat().st_size > 10_000
+    # rows in seed order, read from the summaries: SCOPE+GRPO's SC2W 40% is 0.50x the base's 80%
+    assert table.index("| 0 | base |") < table.index("| 1 | base |") < table.index("**Held-out relation**")
+    assert "| 0 | SCOPE+GRPO | 56.0% | 50.0% | 92.0% | 32.0% | 40.0% | 0.50× | 46 | 84.0% | 100.0% |" in table
+    assert "| 1 | 700 |" in table and "**missed** |" in table.split("| 1 | 700 |")[1].splitlines()[0]
+    assert "| 0 | 590 |" in table and "missed" not in table.split("| 0 | 590 |")[1].splitlines()[0]
+    assert "| scope_grpo | 200–200 |" in table and "| **whole run** | 590–700 |" in table
+    other = _seed_run(tmp_path, 2, settings={"real": {"k": 4}})
+    with pytest.raises(SystemExit, match="settings differ"):
+        main([str(runs[0]), str(other), "--out", str(tmp_path / "out2")])
+    main([str(runs[0]), "--extra", f"k=4 est.={other}", "--out", str(tmp_path / "out3")])  # drawn, not tabled
+    assert "| 2 |" not in (tmp_path / "out3" / "seed_table.md").read_text()
+    with pytest.raises(SystemExit, match="not a finished real-demo run"):
+        main([str(tmp_path / "nowhere"), "--out", str(tmp_path / "out4")])

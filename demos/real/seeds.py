@@ -1,0 +1,189 @@
+"""The seed table and the frontier plot of several real-demo runs (one per seed), for docs/real_model.md.
+
+    python -m demos.real.seeds RUN_DIR [RUN_DIR ...] --out DIR [--extra LABEL=RUN_DIR ...]
+
+Reads each run's ``summary.json`` (``python recipes/demo.py seed=N out=RUN_DIR``) and writes, in ``DIR``:
+
+- ``seed_table.md``: per evaluation set (held-out items, held-out relation), one row per seed and arm: accuracy in
+  the four conditions, SC2W and its ratio to that seed's base, ``n_clean_correct``, ``unknown_correct_accuracy``
+  and the lowest format compliance; then the targets per seed (:func:`demos.real.report.check_targets`, on the
+  arm the runs checked), the wall time and each stage's time range over the runs;
+- ``frontier.png``: every arm of every run against its own seed's base, SC2W as a share of the base's against the
+  change in correct-context accuracy, held-out items and held-out relation side by side, the targets' corner shaded
+  and an arrow from each seed's SCOPE to its SCOPE+GRPO (the lever GRPO pulls); ``--extra`` runs (other settings,
+  e.g. another knowledge estimate) are drawn as hollow points labelled ``LABEL``.
+
+Every number is read from the summaries; nothing is recomputed but ratios and ranges. Runs of different demos
+(``small`` / ``full``) or settings are refused unless given as ``--extra``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from eval_hooks.report_kit import figure, md_table, pct, save
+from eval_hooks.vocab import MIST_CONDITIONS as CONDS
+
+from .report import ARMS, LABEL, SETS, checked_arm, check_targets
+
+COLORS = dict(zip(ARMS, ("#4C72B0", "#DD8452", "#55A868", "#8172B3", "#C44E52")))
+
+
+def load_run(run_dir: Path) -> dict:
+    """A run's ``summary.json`` with its ``demo.json`` settings (``_settings``); SystemExit naming the file when
+    either is missing or unreadable."""
+    out = {}
+    for name in ("summary.json", "demo.json"):
+        path = Path(run_dir) / name
+        try:
+            out[name] = json.loads(path.read_text())
+        except (OSError, ValueError) as e:
+            raise SystemExit(f"error: {path}: not a finished real-demo run ({type(e).__name__}: {e})") from None
+    summary = out["summary.json"]
+    if "real" not in summary or "seed" not in summary:
+        raise SystemExit(f"error: {Path(run_dir) / 'summary.json'}: no `real` or `seed` key: not a real-demo summary")
+    return {**summary, "_settings": out["demo.json"].get("settings"), "_dir": str(run_dir)}
+
+
+def _ratio(x: float | None, base: float | None) -> str:
+    return "–" if x is None or not base else f"{x / base:.2f}×"
+
+
+def seed_rows(runs: list[dict], key: str) -> list[list[str]]:
+    rows = []
+    for s in sorted(runs, key=lambda r: r["seed"]):
+        if key not in s:
+            continue
+        base = s[key]["base"]
+        for arm in (a for a in ARMS if a in s[key]):
+            m = s[key][arm]
+            rows.append([s["seed"], LABEL[arm], *(pct(m["accuracy"][c]) for c in CONDS), pct(m.get("sc2w")),
+                         "–" if arm == "base" else _ratio(m.get("sc2w"), base.get("sc2w")), m["n_clean_correct"],
+                         pct(m.get("unknown_correct_accuracy")), pct(min(m["format_compliance"].values()))])
+    return rows
+
+
+def target_rows(runs: list[dict]) -> tuple[list[str], list[list[str]]]:
+    checks = {s["seed"]: check_targets(s) for s in runs}
+    names = list(dict.fromkeys(k for c in checks.values() for k in c))
+    rows = [[seed, f"{s['wall_seconds']:.0f}", *("met" if checks[seed].get(n) else "–" if n not in checks[seed]
+                                                    else "**missed**" for n in names)]
+            for seed, s in sorted(((s["seed"], s) for s in runs))]
+    return ["seed", "wall (s)", *names], rows
+
+
+def stage_rows(runs: list[dict]) -> list[list[str]]:
+    stages = list(dict.fromkeys(k for s in runs for k in s.get("stage_seconds", {})))
+    out = []
+    for st in stages:
+        vals = [s["stage_seconds"][st] for s in runs if st in s.get("stage_seconds", {})]
+        out.append([st, f"{min(vals):.0f}–{max(vals):.0f}" if len(vals) > 1 else f"{vals[0]:.0f}"])
+    walls = [s["wall_seconds"] for s in runs]
+    out.append(["**whole run**", f"{min(walls):.0f}–{max(walls):.0f}"])
+    return out
+
+
+def seed_table(runs: list[dict]) -> str:
+    arm = checked_arm(runs[0])
+    header = ["seed", "arm", *CONDS, "SC2W", "SC2W / base", "n_clean_correct", "unknown correct", "min format"]
+    parts = [f"Runs: {', '.join(s['_dir'] for s in runs)} ({runs[0].get('demo')}, facts set {runs[0].get('size')}); "
+             f"targets checked on {LABEL[arm]}.", ""]
+    for key, what in SETS.items():
+        rows = seed_rows(runs, key)
+        if rows:
+            parts += [f"**{what[0].upper() + what[1:]}**", "", md_table(header, rows), ""]
+    header, rows = target_rows(runs)
+    parts += ["**Targets per seed**", "", md_table(header, rows), "",
+              "**Stage times (seconds, min–max over the runs)**", "", md_table(["stage", "seconds"], stage_rows(runs)), ""]
+    return "\n".join(parts)
+
+
+def _rel(m: dict, base: dict) -> tuple[float, float] | None:
+    """(SC2W / the base's, correct-context accuracy - the base's) of one arm, or None without an SC2W."""
+    if m.get("sc2w") is None or not base.get("sc2w"):
+        return None
+    return m["sc2w"] / base["sc2w"], m["accuracy"]["correct"] - base["accuracy"]["correct"]
+
+
+def frontier_plot(runs: list[dict], extras: dict[str, dict], out: Path) -> str:
+    """The frontier against each seed's own base: SC2W as a share of the base's (x) and correct-context accuracy
+    minus the base's (y), every arm of every run, one panel per evaluation set, the targets' corner shaded (x <= 0.5,
+    y >= -0.03 on the held-out items; x <= 0.7, y >= -0.05 on the held-out relation); see the module docstring."""
+    from .report import TARGETS as T
+
+    fig, axes = figure(11, 4.6, ncols=2)
+    boxes = {"real": (T["sc2w_ratio_max"], -T["accuracy_drop_max"]),
+             "transfer": (T["transfer_sc2w_ratio_max"], -T["transfer_correct_drop_max"])}
+    for ax, (key, what) in zip(axes, SETS.items()):
+        x_max, y_min = boxes[key]
+        ax.fill_between([0, x_max], y_min, 0.3, color="#55A868", alpha=0.12, label="targets")
+        ax.axhline(0, color="#bbbbbb", lw=0.6)
+        ax.axvline(1, color="#bbbbbb", lw=0.6)
+        seen = set()
+        for s in runs:
+            r = s.get(key) or {}
+            pts = {a: _rel(r[a], r["base"]) for a in ARMS if a in r and a != "base"}
+            for arm, xy in pts.items():
+                if xy is not None:
+                    ax.scatter(*xy, color=COLORS[arm], s=30, label=None if arm in seen else LABEL[arm])
+                    seen.add(arm)
+            if pts.get("scope") and pts.get("scope_grpo"):
+                ax.annotate("", xy=pts["scope_grpo"], xytext=pts["scope"],
+                            arrowprops={"arrowstyle": "->", "color": "#999999", "lw": 0.8})
+        for label, s in extras.items():
+            r = s.get(key) or {}
+            for arm in (a for a in ARMS if a in r and a != "base"):
+                xy = _rel(r[arm], r["base"])
+                if xy is not None:
+                    ax.scatter(*xy, facecolors="none", edgecolors=COLORS[arm], s=40)
+                    ax.annotate(label, xy, fontsize=6, xytext=(3, -8), textcoords="offset points")
+        ax.set_xlim(0, 1.5)
+        ax.set_ylim(min(-0.45, ax.get_ylim()[0]), 0.15)
+        ax.set_xlabel("SC2W / the base's (lower is better)")
+        ax.set_ylabel("correct-context accuracy - the base's")
+        ax.set_title(f"{what}: {len(runs)} seeds (arrows: SCOPE -> SCOPE+GRPO)", fontsize=9)
+        ax.legend(fontsize=7, loc="lower right")
+    return save(fig, out, "frontier.png")
+
+
+def check_same_settings(runs: list[dict]) -> None:
+    first = runs[0]
+    for s in runs[1:]:
+        for k in ("demo", "size"):
+            if s.get(k) != first.get(k):
+                raise SystemExit(f"error: {s['_dir']}: {k}={s.get(k)!r} but {first['_dir']} has {first.get(k)!r}: "
+                                 "give runs of other settings as --extra LABEL=RUN_DIR")
+        if s["_settings"] != first["_settings"]:
+            raise SystemExit(f"error: {s['_dir']}/demo.json: settings differ from {first['_dir']}'s: give runs of "
+                             "other settings as --extra LABEL=RUN_DIR")
+    seeds = [s["seed"] for s in runs]
+    if len(set(seeds)) != len(seeds):
+        raise SystemExit(f"error: two runs of the same seed: {seeds}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m demos.real.seeds", description=__doc__.split("\n\n")[0])
+    ap.add_argument("runs", nargs="+", type=Path, help="real-demo out dirs of the same settings, one per seed")
+    ap.add_argument("--out", type=Path, required=True, help="where seed_table.md and frontier.png go")
+    ap.add_argument("--extra", action="append", default=[], metavar="LABEL=RUN_DIR",
+                    help="a run of other settings, drawn as hollow points labelled LABEL")
+    args = ap.parse_args(argv)
+    extras = {}
+    for spec in args.extra:
+        label, sep, path = spec.rpartition("=")
+        if not sep or not label or not path:
+            ap.error(f"--extra {spec!r}: expected LABEL=RUN_DIR")
+        extras[label] = load_run(Path(path))
+    runs = [load_run(d) for d in args.runs]
+    check_same_settings(runs)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "seed_table.md").write_text(seed_table(runs))
+    frontier_plot(runs, extras, args.out)
+    print(f"wrote {args.out / 'seed_table.md'} and {args.out / 'frontier.png'} ({len(runs)} runs)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
