@@ -46,6 +46,26 @@ def demo_settings(cfg) -> dict:
     return {"demo": keys["demo"], "seed": keys["seed"], "settings": own}
 
 
+def with_new_keys(saved: dict, demo: str) -> dict:
+    """A ``demo.json`` record (:func:`demo_settings`) with every settings key it lacks set to the schema's default:
+    a key added to ``demos/config.py`` after the run was recorded, whose default is what runs did before it existed
+    (the rule for adding a key), so an earlier run of the same settings still reads as the same run."""
+    from omegaconf import OmegaConf
+
+    from .config import FACTS_SIZE, DemoRunConfig
+
+    defaults = OmegaConf.to_container(OmegaConf.structured(DemoRunConfig(demo=demo)), resolve=True)
+    own = {"real": defaults["real"]} if demo in FACTS_SIZE else {
+        k: v for k, v in defaults.items() if k not in ("demo", "seed", "out", "overwrite", "real")}
+
+    def fill(have, default):
+        if not isinstance(have, dict) or not isinstance(default, dict):
+            return have
+        return {**{k: v for k, v in default.items() if k not in have}, **{k: fill(v, default.get(k)) for k, v in have.items()}}
+
+    return {**saved, "settings": fill(saved.get("settings") or {}, own)}
+
+
 class DemoRun:
     """One demo run into ``cfg.out``: its stages run by name through the stage runner, with the recipes' ``run``
     functions (``runners``) and ``compose`` handed down by the entry point (``recipes/demo.py``).
@@ -80,7 +100,7 @@ class DemoRun:
         if held and self.cfg.overwrite:
             self.runner.log(f"overwrite=true: moved the earlier run in {self.out} to {move_aside(self.out)}")
         elif held:
-            saved = json.loads(record.read_text()) if record.is_file() else None
+            saved = with_new_keys(json.loads(record.read_text()), self.cfg.demo) if record.is_file() else None
             diffs = config_differences(saved, now) if saved is not None else [
                 f"no {RECORD} (a run of an earlier version, of unknown seed and settings: {', '.join(held)})"]
             if diffs:

@@ -18,6 +18,7 @@ DemoKind = Choice("DemoKind", [("real", "real"), ("real_full", "real_full"), ("t
 #: The real-model demos (demos/real/pipeline.py) and the size of their facts set (``build-facts --size``); any
 #: other demo is the toy's.
 FACTS_SIZE = {"real": "small", "real_full": "full"}
+GrpoRows = Choice("GrpoRows", [("all", "all"), ("informative", "informative")], module=__name__, qualname="GrpoRows")
 
 
 @dataclass
@@ -67,6 +68,10 @@ class RealDemoConfig:
     scope_grpo: bool = _f(True, "Train and evaluate scope_grpo: the SCOPE adapter continued by GRPO (outcome reward: "
                                 "the answer is right) on training items of all four conditions, drawn balanced over "
                                 "items the base knows and does not know.")
+    grpo_rows: GrpoRows = _f("all", "scope_grpo's prompts (stage grpo_prompts), balanced over known and unknown "
+                                    "training items: all = every condition's row | informative = only rows whose "
+                                    "outcome reward can vary under the base (known items under a misleading or "
+                                    "irrelevant context, unknown items under the correct one; as many rows per side).")
     transfer: bool = _f(True, "Evaluate the base and every arm on the held-out relation too (facts_transfer.jsonl: "
                               "a relation no training item uses; summary key transfer.<arm>).")
     torch_threads: Optional[int] = _f(None, "torch intra-op threads (None = torch's default: every core).")

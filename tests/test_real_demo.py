@@ -259,6 +259,9 @@ def test_stages_add_transfer_evaluations_and_the_scope_grpo_arm(tmp_path, monkey
     assert not any("grpo" in n for n in off) and "transfer_knowledge_aware" in off
     held_only = [s.name for s in stages(_compose([f"out={tmp_path}", "real.transfer=false"]))]
     assert held_only == [n for n in names if not n.startswith("transfer_")]
+    assert "data.train_family=null" not in grpo.overrides  # whole quartets, expanded by the mist family
+    informative = {s.name: s for s in stages(_compose([f"out={tmp_path}", "real.grpo_rows=informative"]))}
+    assert informative["scope_grpo"].overrides == [*grpo.overrides, "data.train_family=null"]  # plain prompt rows
 
     sizes = []
     import eval_hooks.builders.facts as facts
@@ -307,6 +310,38 @@ def test_grpo_prompts_are_balanced_over_known_and_unknown_items(tmp_path):
     assert result == {**counts, "rows": 16}
     prompts = load_rl_prompts(str(stages_dir / "grpo_prompts" / "prompts.jsonl"), family="mist")
     assert len(prompts) == 16 and {p["condition"] for p in prompts} == set(CONDS)
+
+
+def test_informative_grpo_rows_keep_only_rows_whose_reward_can_vary_as_many_per_side(tmp_path):
+    from demos.real.pipeline import grpo_prompts, informative_by_knowledge
+    from eval_hooks.io import write_jsonl_atomic
+    from trainer.rl.rollout import load_rl_prompts
+
+    items = {f"i{n}": f"Land{n}" for n in range(12)}
+    labels = {f"i{n}": ("known" if n < 5 else "unknown" if n < 11 else "uncertain") for n in range(12)}
+    rows, counts = informative_by_knowledge(_facts_rows(items), labels, seed=0)
+    assert counts == {"known": 5, "unknown": 6, "uncertain": 1, "per_label": 6}
+    known = [r for r in rows if labels[r["fact_id"]] == "known"]
+    unknown = [r for r in rows if labels[r["fact_id"]] == "unknown"]
+    # 3 known items x (misleading, irrelevant) and all 6 unknown items x correct: 6 rows a side
+    assert len(known) == len(unknown) == 6 and len({r["fact_id"] for r in known}) == 3
+    assert {r["condition"] for r in known} == {"misleading", "irrelevant"}
+    assert {r["condition"] for r in unknown} == {"correct"} and len({r["fact_id"] for r in unknown}) == 6
+    assert all(r["item_id"] == f"{r['fact_id']}/{r['condition']}" for r in rows)  # the mist family's row ids
+    assert rows == informative_by_knowledge(_facts_rows(items), labels, seed=0)[0]  # seeded
+    assert rows != informative_by_knowledge(_facts_rows(items), labels, seed=1)[0]
+    with pytest.raises(SystemExit, match="1 unknown"):
+        informative_by_knowledge(_facts_rows(items), {**labels, **{f"i{n}": "uncertain" for n in range(6, 11)}},
+                                 seed=0)
+
+    stages_dir = tmp_path / "stages"
+    write_jsonl_atomic(stages_dir / "facts" / "facts_train.jsonl", _facts_rows(items))
+    write_jsonl_atomic(stages_dir / "mine" / "knowledge.jsonl",
+                       [{"item_id": i, "knowledge": lab, "score": 0.5} for i, lab in labels.items()])
+    assert grpo_prompts(0, "informative")(stages_dir / "grpo_prompts") == {**counts, "rows": 12}
+    prompts = load_rl_prompts(str(stages_dir / "grpo_prompts" / "prompts.jsonl"))  # plain rows (train_family=null)
+    assert len(prompts) == 12 and {p["condition"] for p in prompts} == {"misleading", "irrelevant", "correct"}
+    assert {p["item_id"] for p in prompts} == {r["item_id"] for r in rows}
 
 
 def test_summary_has_real_and_transfer_for_every_arm_and_the_knowledge_quality(tmp_path):
@@ -372,3 +407,19 @@ def test_seed_table_and_frontier_read_the_runs_and_refuse_mixed_settings(tmp_pat
     assert "| 2 |" not in (tmp_path / "out3" / "seed_table.md").read_text()
     with pytest.raises(SystemExit, match="not a finished real-demo run"):
         main([str(tmp_path / "nowhere"), "--out", str(tmp_path / "out4")])
+
+
+def test_a_settings_key_added_after_a_run_reads_as_its_default():
+    """demo.json of a run made before ``real.grpo_rows`` existed is the same run as one with its default, not with
+    another value (continuing an out dir, the seed table's settings check)."""
+    from demos.common import demo_settings, with_new_keys
+    from trainer.core.run_dir import config_differences
+
+    now = demo_settings(_compose(["out=x"]))
+    old = copy.deepcopy(now)
+    del old["settings"]["real"]["grpo_rows"]
+    assert now["settings"]["real"]["grpo_rows"] == "all"
+    assert config_differences(old, now) and not config_differences(with_new_keys(old, "real"), now)
+    other = demo_settings(_compose(["out=x", "real.grpo_rows=informative"]))
+    assert config_differences(with_new_keys(old, "real"), other)
+    assert with_new_keys(old, "real")["settings"]["real"]["stages"] == old["settings"]["real"]["stages"]  # kept

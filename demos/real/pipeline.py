@@ -97,10 +97,47 @@ def balanced_by_knowledge(rows: list[dict], labels: dict[str, str], *, seed: int
     return [r for r in rows if r["item_id"] in keep], {**counts, "per_label": n}
 
 
-def grpo_prompts(seed: int) -> Callable[[Path], dict]:
-    """Stage ``grpo_prompts``: the GRPO prompt file (``prompts.jsonl``: MIST rows of all four conditions) of the
-    training items, balanced over the items the base knows and does not know by the ``mine`` stage's estimate
-    (``stages/mine/knowledge.jsonl`` next to this stage's directory). Returns the counts (the summary's)."""
+#: ``real.grpo_rows=informative``: the conditions kept per knowledge label, those where the base's outcome reward
+#: varies (a known fact under a misleading or irrelevant context, an unknown one under the correct context).
+INFORMATIVE = {"known": ("misleading", "irrelevant"), "unknown": ("correct",)}
+
+
+def informative_by_knowledge(rows: list[dict], labels: dict[str, str], *, seed: int) -> tuple[list[dict], dict]:
+    """The rows whose outcome reward can vary under the base (:data:`INFORMATIVE`), as many from known items as from
+    unknown ones: ``n`` unknown items' correct-context rows and ``n / 2`` known items' misleading and irrelevant
+    rows, ``n`` as large as the items allow (drawn with ``seed``; uncertain items left out); the counts
+    ``{"known", "unknown", "uncertain", "per_label"}`` (``per_label``: rows per side). The rows are no longer whole
+    quartets, so they are written as plain RL prompt rows (``item_id`` = the row id, as the mist family would name
+    it; ``fact_id`` = the item; the GRPO stage reads them with ``data.train_family=null``). Raises SystemExit when
+    either side is empty.
+
+    Why: under the base the other rows' four rewards are all equal (a known fact's clean and correct-context rows are
+    right, an unknown fact's clean, misleading and irrelevant rows wrong), so GRPO drops those groups and draws again
+    (``algo.max_refill_rounds``) or pads the step with them: generation that teaches nothing."""
+    import random
+
+    items = sorted({r["item_id"] for r in rows})
+    by = {lab: [i for i in items if labels.get(i) == lab] for lab in ("known", "unknown", "uncertain")}
+    n_known = min(len(by["known"]), len(by["unknown"]) // 2)
+    if n_known == 0:
+        raise SystemExit(f"[demo] grpo_prompts: no balanced draw of informative rows: {len(by['known'])} known and "
+                         f"{len(by['unknown'])} unknown training items")
+    rng = random.Random(seed)
+    keep = {**{i: "known" for i in rng.sample(by["known"], n_known)},
+            **{i: "unknown" for i in rng.sample(by["unknown"], 2 * n_known)}}
+    kept = [{**r, "item_id": r.get("row_id") or f"{r['item_id']}/{r['condition']}", "fact_id": r["item_id"]}
+            for r in rows if r["item_id"] in keep and r["condition"] in INFORMATIVE[keep[r["item_id"]]]]
+    return kept, {**{lab: len(v) for lab, v in by.items()}, "per_label": 2 * n_known}
+
+
+def grpo_prompts(seed: int, rows_mode: str = "all") -> Callable[[Path], dict]:
+    """Stage ``grpo_prompts``: the GRPO prompt file (``prompts.jsonl``: MIST rows) of the training items, balanced
+    over the items the base knows and does not know by the ``mine`` stage's estimate (``stages/mine/knowledge.jsonl``
+    next to this stage's directory): ``rows_mode="all"``, every condition of as many known as unknown items
+    (:func:`balanced_by_knowledge`); ``"informative"``, only the rows whose reward can vary
+    (:func:`informative_by_knowledge`). Returns the counts (the summary's)."""
+    draw = {"all": balanced_by_knowledge, "informative": informative_by_knowledge}[rows_mode]
+
     def step(out: Path) -> dict:
         from eval_hooks.io import read_records, write_jsonl_atomic
         from eval_hooks.knowledge import read_estimates
@@ -108,7 +145,7 @@ def grpo_prompts(seed: int) -> Callable[[Path], dict]:
         stages_dir = out.parent
         rows = [rec for _, rec in read_records(stages_dir / TRAIN)]
         labels = {i: e["knowledge"] for i, e in read_estimates(stages_dir / "mine" / "knowledge.jsonl").items()}
-        kept, counts = balanced_by_knowledge(rows, labels, seed=seed)
+        kept, counts = draw(rows, labels, seed=seed)
         out.mkdir(parents=True, exist_ok=True)
         write_jsonl_atomic(out / GRPO_PROMPTS, kept)
         return {**counts, "rows": len(kept)}
@@ -148,12 +185,13 @@ def evaluations(arm_name: str, st, sets: dict[str, tuple[str, str]], adapter: st
     return out
 
 
-def arm(name: str, st, seed: int) -> list[Stage]:
+def arm(name: str, st, seed: int, rows_mode: str = "all") -> list[Stage]:
     """One arm's training stages: a DPO arm is a fresh LoRA adapter on the base (``<out>/stages/<arm>/final``);
     ``scope_grpo`` writes its prompts (``grpo_prompts``), then continues the SCOPE arm's adapter by GRPO."""
     if name == GRPO_ARM:
-        return [Stage("grpo_prompts", call=grpo_prompts(seed)),
-                Stage(name, "grpo", [GRPO_RECIPE, *st.grpo, *TRAIN_COMMON],
+        plain = ["data.train_family=null"] if rows_mode == "informative" else []  # rows, not whole quartets
+        return [Stage("grpo_prompts", call=grpo_prompts(seed, rows_mode)),
+                Stage(name, "grpo", [GRPO_RECIPE, *st.grpo, *TRAIN_COMMON, *plain],
                       inputs={"data.train_path": f"grpo_prompts/{GRPO_PROMPTS}"}, start="scope", init_mode="continue")]
     extra = [f"algo={ARMS[name]}", *(st.knowledge_aware if name == "knowledge_aware" else [])]
     return [Stage(name, "dpo", [TRAIN_RECIPE, *st.dpo, *TRAIN_COMMON, *extra],
@@ -169,7 +207,7 @@ def stages(cfg: DictConfig) -> list[Stage]:
     out = [Stage("convert", call=convert(cfg.real.model)),
            Stage("facts", call=build_facts(cfg.seed, FACTS_SIZE[cfg.demo])), *evaluations("base", st, sets), mine]
     for name in arms(cfg):
-        out += [*arm(name, st, cfg.seed), *evaluations(name, st, sets, adapter=name)]
+        out += [*arm(name, st, cfg.seed, str(cfg.real.grpo_rows)), *evaluations(name, st, sets, adapter=name)]
     return out
 
 

@@ -14,7 +14,8 @@ Reads each run's ``summary.json`` (``python recipes/demo.py seed=N out=RUN_DIR``
   e.g. another knowledge estimate) are drawn as hollow points labelled ``LABEL``.
 
 Every number is read from the summaries; nothing is recomputed but ratios and ranges. Runs of different demos
-(``small`` / ``full``) or settings are refused unless given as ``--extra``.
+(``small`` / ``full``) or settings are refused unless given as ``--extra`` (a settings key a run's ``demo.json``
+lacks, added to the schema after it ran, counts as its default: :func:`demos.common.with_new_keys`).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from pathlib import Path
 from eval_hooks.report_kit import figure, md_table, pct, save
 from eval_hooks.vocab import MIST_CONDITIONS as CONDS
 
+from ..common import with_new_keys
 from .report import ARMS, LABEL, SETS, checked_arm, check_targets
 
 COLORS = dict(zip(ARMS, ("#4C72B0", "#DD8452", "#55A868", "#8172B3", "#C44E52")))
@@ -42,9 +44,10 @@ def load_run(run_dir: Path) -> dict:
         except (OSError, ValueError) as e:
             raise SystemExit(f"error: {path}: not a finished real-demo run ({type(e).__name__}: {e})") from None
     summary = out["summary.json"]
+    record = with_new_keys(out["demo.json"], str(summary.get("demo", "real")))
     if "real" not in summary or "seed" not in summary:
         raise SystemExit(f"error: {Path(run_dir) / 'summary.json'}: no `real` or `seed` key: not a real-demo summary")
-    return {**summary, "_settings": out["demo.json"].get("settings"), "_dir": str(run_dir)}
+    return {**summary, "_settings": record.get("settings"), "_dir": str(run_dir)}
 
 
 def _ratio(x: float | None, base: float | None) -> str:
