@@ -259,9 +259,9 @@ def test_stages_add_transfer_evaluations_and_the_scope_grpo_arm(tmp_path, monkey
     assert not any("grpo" in n for n in off) and "transfer_knowledge_aware" in off
     held_only = [s.name for s in stages(_compose([f"out={tmp_path}", "real.transfer=false"]))]
     assert held_only == [n for n in names if not n.startswith("transfer_")]
-    assert "data.train_family=null" not in grpo.overrides  # whole quartets, expanded by the mist family
-    informative = {s.name: s for s in stages(_compose([f"out={tmp_path}", "real.grpo_rows=informative"]))}
-    assert informative["scope_grpo"].overrides == [*grpo.overrides, "data.train_family=null"]  # plain prompt rows
+    assert grpo.overrides[-1] == "data.train_family=null"  # the demo's informative rows: plain prompt rows
+    every = {s.name: s for s in stages(_compose([f"out={tmp_path}", "real.grpo_rows=all"]))}
+    assert every["scope_grpo"].overrides == grpo.overrides[:-1]  # whole quartets, expanded by the mist family
 
     sizes = []
     import eval_hooks.builders.facts as facts
