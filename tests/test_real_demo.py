@@ -415,11 +415,11 @@ def test_a_settings_key_added_after_a_run_reads_as_its_default():
     from demos.common import demo_settings, with_new_keys
     from trainer.core.run_dir import config_differences
 
-    now = demo_settings(_compose(["out=x"]))
+    now = demo_settings(_compose(["out=x", "real.grpo_rows=all"]))  # the schema's default: what runs did before
     old = copy.deepcopy(now)
     del old["settings"]["real"]["grpo_rows"]
-    assert now["settings"]["real"]["grpo_rows"] == "all"
     assert config_differences(old, now) and not config_differences(with_new_keys(old, "real"), now)
-    other = demo_settings(_compose(["out=x", "real.grpo_rows=informative"]))
+    other = demo_settings(_compose(["out=x"]))  # conf/demo.yaml's choice
+    assert other["settings"]["real"]["grpo_rows"] == "informative"
     assert config_differences(with_new_keys(old, "real"), other)
     assert with_new_keys(old, "real")["settings"]["real"]["stages"] == old["settings"]["real"]["stages"]  # kept
