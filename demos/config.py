@@ -66,8 +66,8 @@ class RealDemoConfig:
     knowledge_aware: bool = _f(True, "Train and evaluate knowledge-aware SCOPE (its unknown_correct pool: training "
                                      "items the base answers wrong when clean).")
     scope_grpo: bool = _f(True, "Train and evaluate scope_grpo: the SCOPE adapter continued by GRPO (outcome reward: "
-                                "the answer is right) on training items of all four conditions, drawn balanced over "
-                                "items the base knows and does not know.")
+                                "the answer is right) on training rows drawn balanced over items the base knows and "
+                                "does not know (which rows: grpo_rows).")
     grpo_rows: GrpoRows = _f("all", "scope_grpo's prompts (stage grpo_prompts), balanced over known and unknown "
                                     "training items: all = every condition's row | informative = only rows whose "
                                     "outcome reward can vary under the base (known items under a misleading or "

@@ -22,9 +22,10 @@ Stages, each in ``<out>/stages/<name>/``:
 5. three DPO arms on that one pairs file, each a fresh LoRA adapter on the base: ``scope`` (the four balanced
    pools), ``misleading_only`` (the Standard-DPO ablation: misleading pairs only) and ``knowledge_aware``
    (SCOPE plus the unknown_correct pool, mass λ_u);
-6. ``scope_grpo`` (Box2's second stage on these facts): ``grpo_prompts`` writes the training items' rows of all
-   four conditions, as many items the base knows as items it does not (by ``mine``'s labels), and GRPO with an
-   outcome reward (``answer_match``) continues the ``scope`` adapter on them (``init_adapter_mode=continue``);
+6. ``scope_grpo`` (Box2's second stage on these facts): ``grpo_prompts`` writes training rows balanced over the
+   items the base knows and does not (by ``mine``'s labels; ``real.grpo_rows``: ``informative``, the demo's choice,
+   only the rows whose reward can vary under the base, or ``all`` four conditions' rows), and GRPO with an outcome
+   reward (``answer_match``) continues the ``scope`` adapter on them (``init_adapter_mode=continue``);
 7. every arm evaluated like the base: ``eval_<arm>`` (held-out items, ``summary.json``'s ``real.<arm>``) and
    ``transfer_<arm>`` (held-out relation, ``transfer.<arm>``).
 
