@@ -9,9 +9,11 @@ Reads each run's ``summary.json`` (``python recipes/demo.py seed=N out=RUN_DIR``
   and the lowest format compliance; then the targets per seed (:func:`demos.real.report.check_targets`, on the
   arm the runs checked), the wall time and each stage's time range over the runs;
 - ``frontier.png``: every arm of every run against its own seed's base, SC2W as a share of the base's against the
-  change in correct-context accuracy, held-out items and held-out relation side by side, the targets' corner shaded
+  change in correct-context accuracy (held-out items), in ``unknown_correct_accuracy`` (held-out items) and in
+  correct-context accuracy (held-out relation), three panels, the targets' corner shaded
   and an arrow from each seed's SCOPE to its SCOPE+GRPO (the lever GRPO pulls); ``--extra`` runs (other settings,
-  e.g. another knowledge estimate) are drawn as hollow points labelled ``LABEL``.
+  e.g. another knowledge estimate or GRPO's prompt rows) are drawn as hollow points labelled ``LABEL`` (only the
+  ``--extra-arms``, default SCOPE+GRPO), with a dotted arrow to the same seed's tabled run (that lever's move).
 
 Every number is read from the summaries; nothing is recomputed but ratios and ranges. Runs of different demos
 (``small`` / ``full``) or settings are refused unless given as ``--extra`` (a settings key a run's ``demo.json``
@@ -103,31 +105,46 @@ def seed_table(runs: list[dict]) -> str:
     return "\n".join(parts)
 
 
-def _rel(m: dict, base: dict) -> tuple[float, float] | None:
-    """(SC2W / the base's, correct-context accuracy - the base's) of one arm, or None without an SC2W."""
-    if m.get("sc2w") is None or not base.get("sc2w"):
+def _correct(m: dict) -> float | None:
+    return m["accuracy"]["correct"]
+
+
+def _unknown_correct(m: dict) -> float | None:
+    return m.get("unknown_correct_accuracy")
+
+
+def _rel(m: dict, base: dict, metric=_correct) -> tuple[float, float] | None:
+    """(SC2W / the base's, ``metric`` - the base's) of one arm, or None without an SC2W or the metric."""
+    if m.get("sc2w") is None or not base.get("sc2w") or metric(m) is None or metric(base) is None:
         return None
-    return m["sc2w"] / base["sc2w"], m["accuracy"]["correct"] - base["accuracy"]["correct"]
+    return m["sc2w"] / base["sc2w"], metric(m) - metric(base)
 
 
-def frontier_plot(runs: list[dict], extras: dict[str, dict], out: Path) -> str:
-    """The frontier against each seed's own base: SC2W as a share of the base's (x) and correct-context accuracy
-    minus the base's (y), every arm of every run, one panel per evaluation set, the targets' corner shaded (x <= 0.5,
-    y >= -0.03 on the held-out items; x <= 0.7, y >= -0.05 on the held-out relation); see the module docstring."""
+def _panels() -> list[tuple]:
+    """(evaluation set, y metric, y label, the targets' corner: SC2W share at most, y change at least)."""
     from .report import TARGETS as T
 
-    fig, axes = figure(11, 4.6, ncols=2)
-    boxes = {"real": (T["sc2w_ratio_max"], -T["accuracy_drop_max"]),
-             "transfer": (T["transfer_sc2w_ratio_max"], -T["transfer_correct_drop_max"])}
-    for ax, (key, what) in zip(axes, SETS.items()):
-        x_max, y_min = boxes[key]
+    return [("real", _correct, "correct-context accuracy", T["sc2w_ratio_max"], -T["accuracy_drop_max"]),
+            ("real", _unknown_correct, "unknown_correct_accuracy", T["sc2w_ratio_max"], -T["unknown_correct_drop_max"]),
+            ("transfer", _correct, "correct-context accuracy", T["transfer_sc2w_ratio_max"], -T["transfer_correct_drop_max"])]
+
+
+def frontier_plot(runs: list[dict], extras: list[tuple[str, dict]], out: Path,
+                  extra_arms: tuple[str, ...] = ("scope_grpo",)) -> str:
+    """The frontier against each seed's own base: SC2W as a share of the base's (x) and the change from the base's
+    (y) in correct-context accuracy (held-out items), ``unknown_correct_accuracy`` (held-out items) and
+    correct-context accuracy (held-out relation), every arm of every run, the targets' corner shaded; see the
+    module docstring."""
+    fig, axes = figure(15, 4.6, ncols=3)
+    by_seed = {s["seed"]: s for s in runs}
+    for ax, (key, metric, what, x_max, y_min) in zip(axes, _panels()):
         ax.fill_between([0, x_max], y_min, 0.3, color="#55A868", alpha=0.12, label="targets")
         ax.axhline(0, color="#bbbbbb", lw=0.6)
         ax.axvline(1, color="#bbbbbb", lw=0.6)
         seen = set()
         for s in runs:
             r = s.get(key) or {}
-            pts = {a: _rel(r[a], r["base"]) for a in ARMS if a in r and a != "base"}
+            pts = {a: _rel(r[a], r["base"], metric) for a in ARMS if a in r and a != "base"}
             for arm, xy in pts.items():
                 if xy is not None:
                     ax.scatter(*xy, color=COLORS[arm], s=30, label=None if arm in seen else LABEL[arm])
@@ -135,19 +152,27 @@ def frontier_plot(runs: list[dict], extras: dict[str, dict], out: Path) -> str:
             if pts.get("scope") and pts.get("scope_grpo"):
                 ax.annotate("", xy=pts["scope_grpo"], xytext=pts["scope"],
                             arrowprops={"arrowstyle": "->", "color": "#999999", "lw": 0.8})
-        for label, s in extras.items():
+        for label, s in extras:
             r = s.get(key) or {}
-            for arm in (a for a in ARMS if a in r and a != "base"):
-                xy = _rel(r[arm], r["base"])
-                if xy is not None:
-                    ax.scatter(*xy, facecolors="none", edgecolors=COLORS[arm], s=40)
-                    ax.annotate(label, xy, fontsize=6, xytext=(3, -8), textcoords="offset points")
+            for arm in (a for a in extra_arms if a in r):
+                xy = _rel(r[arm], r["base"], metric)
+                if xy is None:
+                    continue
+                ax.scatter(*xy, facecolors="none", edgecolors=COLORS[arm], s=40)
+                ax.annotate(label, xy, fontsize=6, xytext=(3, -8), textcoords="offset points")
+                main = (by_seed.get(s["seed"]) or {}).get(key) or {}
+                to = _rel(main[arm], main["base"], metric) if arm in main else None
+                if to is not None:  # the lever: this seed's run of other settings -> the tabled run
+                    ax.annotate("", xy=to, xytext=xy, arrowprops={"arrowstyle": "->", "color": COLORS[arm],
+                                                                  "lw": 0.8, "linestyle": ":"})
         ax.set_xlim(0, 1.5)
-        ax.set_ylim(min(-0.45, ax.get_ylim()[0]), 0.15)
+        ax.set_ylim(min(-0.6, ax.get_ylim()[0]), 0.15)
         ax.set_xlabel("SC2W / the base's (lower is better)")
-        ax.set_ylabel("correct-context accuracy - the base's")
-        ax.set_title(f"{what}: {len(runs)} seeds (arrows: SCOPE -> SCOPE+GRPO)", fontsize=9)
+        ax.set_ylabel(f"{what} - the base's")
+        ax.set_title(f"{SETS[key]}: {what}", fontsize=9)
         ax.legend(fontsize=7, loc="lower right")
+    fig.suptitle(f"{len(runs)} seeds against their own base. Grey arrows: SCOPE -> SCOPE+GRPO; dotted: a run of "
+                 "other settings (hollow) -> the tabled run of the same seed", fontsize=9)
     return save(fig, out, "frontier.png")
 
 
@@ -171,19 +196,25 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("runs", nargs="+", type=Path, help="real-demo out dirs of the same settings, one per seed")
     ap.add_argument("--out", type=Path, required=True, help="where seed_table.md and frontier.png go")
     ap.add_argument("--extra", action="append", default=[], metavar="LABEL=RUN_DIR",
-                    help="a run of other settings, drawn as hollow points labelled LABEL")
+                    help="a run of other settings, drawn as hollow points labelled LABEL, with a dotted arrow to "
+                         "the same seed's tabled run")
+    ap.add_argument("--extra-arms", nargs="+", default=["scope_grpo"], metavar="ARM",
+                    help="the arms drawn for --extra runs (default: scope_grpo, the arm the settings tried change)")
     args = ap.parse_args(argv)
-    extras = {}
+    extras = []
     for spec in args.extra:
         label, sep, path = spec.rpartition("=")
         if not sep or not label or not path:
             ap.error(f"--extra {spec!r}: expected LABEL=RUN_DIR")
-        extras[label] = load_run(Path(path))
+        extras.append((label, load_run(Path(path))))
+    bad = [a for a in args.extra_arms if a not in ARMS]
+    if bad:
+        ap.error(f"--extra-arms: {bad} are not arms ({', '.join(ARMS)})")
     runs = [load_run(d) for d in args.runs]
     check_same_settings(runs)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "seed_table.md").write_text(seed_table(runs))
-    frontier_plot(runs, extras, args.out)
+    frontier_plot(runs, extras, args.out, tuple(args.extra_arms))
     print(f"wrote {args.out / 'seed_table.md'} and {args.out / 'frontier.png'} ({len(runs)} runs)")
     return 0
 
