@@ -399,7 +399,12 @@ def test_seed_table_and_frontier_read_the_runs_and_refuse_mixed_settings(tmp_pat
     assert "| 0 | SCOPE+GRPO | 56.0% | 50.0% | 92.0% | 32.0% | 40.0% | 0.50× | 46 | 84.0% | 100.0% |" in table
     assert "| 1 | 700 |" in table and "**missed** |" in table.split("| 1 | 700 |")[1].splitlines()[0]
     assert "| 0 | 590 |" in table and "missed" not in table.split("| 0 | 590 |")[1].splitlines()[0]
-    assert "| scope_grpo | 200–200 |" in table and "| **whole run** | 590–700 |" in table
+    assert "| scope_grpo | 200–200 (2 runs) |" in table and "| **whole run** (runs that reused no stage) | 590–700 (2 runs) |" in table
+    continued = _seed_run(tmp_path, 5, reused_stages=["eval_base"], wall_seconds=100.0)
+    main([str(runs[1]), str(continued), "--out", str(tmp_path / "out5")])
+    table = (tmp_path / "out5" / "seed_table.md").read_text()
+    assert "| 5 | 100 (1 stages reused) |" in table and "| eval_base | 60 (1 run) |" in table
+    assert "| **whole run** (runs that reused no stage) | 590 (1 run) |" in table
     other = _seed_run(tmp_path, 2, settings={"real": {"k": 4}})
     with pytest.raises(SystemExit, match="settings differ"):
         main([str(runs[0]), str(other), "--out", str(tmp_path / "out2")])

@@ -73,20 +73,34 @@ def seed_rows(runs: list[dict], key: str) -> list[list[str]]:
 def target_rows(runs: list[dict]) -> tuple[list[str], list[list[str]]]:
     checks = {s["seed"]: check_targets(s) for s in runs}
     names = list(dict.fromkeys(k for c in checks.values() for k in c))
-    rows = [[seed, f"{s['wall_seconds']:.0f}", *("met" if checks[seed].get(n) else "–" if n not in checks[seed]
-                                                    else "**missed**" for n in names)]
+    rows = [[seed, _wall(s), *("met" if checks[seed].get(n) else "–" if n not in checks[seed] else "**missed**"
+                               for n in names)]
             for seed, s in sorted(((s["seed"], s) for s in runs))]
     return ["seed", "wall (s)", *names], rows
 
 
+def _wall(s: dict) -> str:
+    """A run's wall time, or why it is not the pipeline's (a continued run reused finished stages)."""
+    reused = s.get("reused_stages") or []
+    return f"{s['wall_seconds']:.0f}" if not reused else f"{s['wall_seconds']:.0f} ({len(reused)} stages reused)"
+
+
+def _range(vals: list[float]) -> str:
+    return f"{min(vals):.0f}–{max(vals):.0f} ({len(vals)} runs)" if len(vals) > 1 else f"{vals[0]:.0f} (1 run)"
+
+
 def stage_rows(runs: list[dict]) -> list[list[str]]:
+    """Each stage's time range over the runs that ran it (a stage a continued run reused took no time there)."""
     stages = list(dict.fromkeys(k for s in runs for k in s.get("stage_seconds", {})))
     out = []
     for st in stages:
-        vals = [s["stage_seconds"][st] for s in runs if st in s.get("stage_seconds", {})]
-        out.append([st, f"{min(vals):.0f}–{max(vals):.0f}" if len(vals) > 1 else f"{vals[0]:.0f}"])
-    walls = [s["wall_seconds"] for s in runs]
-    out.append(["**whole run**", f"{min(walls):.0f}–{max(walls):.0f}"])
+        vals = [s["stage_seconds"][st] for s in runs
+                if st in s.get("stage_seconds", {}) and st not in (s.get("reused_stages") or [])]
+        if vals:
+            out.append([st, _range(vals)])
+    walls = [s["wall_seconds"] for s in runs if not s.get("reused_stages")]
+    if walls:
+        out.append(["**whole run** (runs that reused no stage)", _range(walls)])
     return out
 
 
