@@ -38,12 +38,17 @@ def demo_settings(cfg) -> dict:
     rest)."""
     from omegaconf import OmegaConf
 
+    keys = OmegaConf.to_container(cfg, resolve=True)
+    return {"demo": keys["demo"], "seed": keys["seed"], "settings": _own_settings(keys, str(cfg.demo))}
+
+
+def _own_settings(keys: dict, demo: str) -> dict:
+    """The settings a run of ``demo`` depends on, out of a whole demo config (``keys``): the ``real`` section for
+    the real-model demos, every other key but the run's identity and out dir for the toy."""
     from .config import FACTS_SIZE
 
-    keys = OmegaConf.to_container(cfg, resolve=True)
-    own = {"real": keys["real"]} if cfg.demo in FACTS_SIZE else {
+    return {"real": keys["real"]} if demo in FACTS_SIZE else {
         k: v for k, v in keys.items() if k not in ("demo", "seed", "out", "overwrite", "real")}
-    return {"demo": keys["demo"], "seed": keys["seed"], "settings": own}
 
 
 def with_new_keys(saved: dict, demo: str) -> dict:
@@ -52,11 +57,9 @@ def with_new_keys(saved: dict, demo: str) -> dict:
     (the rule for adding a key), so an earlier run of the same settings still reads as the same run."""
     from omegaconf import OmegaConf
 
-    from .config import FACTS_SIZE, DemoRunConfig
+    from .config import DemoRunConfig
 
-    defaults = OmegaConf.to_container(OmegaConf.structured(DemoRunConfig(demo=demo)), resolve=True)
-    own = {"real": defaults["real"]} if demo in FACTS_SIZE else {
-        k: v for k, v in defaults.items() if k not in ("demo", "seed", "out", "overwrite", "real")}
+    own = _own_settings(OmegaConf.to_container(OmegaConf.structured(DemoRunConfig(demo=demo)), resolve=True), demo)
 
     def fill(have, default):
         if not isinstance(have, dict) or not isinstance(default, dict):

@@ -423,7 +423,7 @@ class VLLMServer:
         atexit.unregister(self.stop)
 
     def __enter__(self) -> "VLLMServer":
-        return self if self.is_alive() and not self.attached else self.start()
+        return self if self.is_alive() else self.start()
 
     def __exit__(self, *exc) -> None:
         self.stop()

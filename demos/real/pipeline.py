@@ -80,14 +80,19 @@ def build_facts(seed: int, size: str) -> Callable[[Path], Path]:
     return step
 
 
+def _items_by_label(rows: list[dict], labels: dict[str, str]) -> dict[str, list[str]]:
+    """The rows' items (sorted) per knowledge label: ``{"known": [...], "unknown": [...], "uncertain": [...]}``."""
+    items = sorted({r["item_id"] for r in rows})
+    return {lab: [i for i in items if labels.get(i) == lab] for lab in ("known", "unknown", "uncertain")}
+
+
 def balanced_by_knowledge(rows: list[dict], labels: dict[str, str], *, seed: int) -> tuple[list[dict], dict]:
     """The rows (every condition) of as many items the model knows as items it does not know (``labels``:
     item -> known | unknown | uncertain; the larger side drawn at random with ``seed``; uncertain items left out),
     and the counts ``{"known", "unknown", "uncertain", "per_label"}``. Raises SystemExit when either side is empty."""
     import random
 
-    items = sorted({r["item_id"] for r in rows})
-    by = {lab: [i for i in items if labels.get(i) == lab] for lab in ("known", "unknown", "uncertain")}
+    by = _items_by_label(rows, labels)
     n = min(len(by["known"]), len(by["unknown"]))
     if n == 0:
         raise SystemExit(f"[demo] grpo_prompts: no balanced draw: {len(by['known'])} known and "
@@ -112,13 +117,12 @@ def informative_by_knowledge(rows: list[dict], labels: dict[str, str], *, seed: 
     it; ``fact_id`` = the item; the GRPO stage reads them with ``data.train_family=null``). Raises SystemExit when
     either side is empty.
 
-    Why: under the base the other rows' four rewards are all equal (a known fact's clean and correct-context rows are
-    right, an unknown fact's clean, misleading and irrelevant rows wrong), so GRPO drops those groups and draws again
-    (``algo.max_refill_rounds``) or pads the step with them: generation that teaches nothing."""
+    Why: on the other rows the base's greedy answer is right (a known fact clean or under its correct context) or
+    wrong (an unknown fact clean, misleading or irrelevant) throughout, so their four sampled rewards are mostly
+    equal, and GRPO drops those groups and draws again (``algo.max_refill_rounds``) or pads the step with them."""
     import random
 
-    items = sorted({r["item_id"] for r in rows})
-    by = {lab: [i for i in items if labels.get(i) == lab] for lab in ("known", "unknown", "uncertain")}
+    by = _items_by_label(rows, labels)
     n_known = min(len(by["known"]), len(by["unknown"]) // 2)
     if n_known == 0:
         raise SystemExit(f"[demo] grpo_prompts: no balanced draw of informative rows: {len(by['known'])} known and "
@@ -131,13 +135,19 @@ def informative_by_knowledge(rows: list[dict], labels: dict[str, str], *, seed: 
     return kept, {**{lab: len(v) for lab, v in by.items()}, "per_label": 2 * n_known}
 
 
+#: ``real.grpo_rows`` -> (the draw of the GRPO prompt rows, the GRPO stage's extra overrides to read them):
+#: ``informative`` rows are no longer whole quartets, so the stage reads them as plain RL prompt rows.
+GRPO_ROWS = {"all": (balanced_by_knowledge, []),
+             "informative": (informative_by_knowledge, ["data.train_family=null"])}
+
+
 def grpo_prompts(seed: int, rows_mode: str = "all") -> Callable[[Path], dict]:
     """Stage ``grpo_prompts``: the GRPO prompt file (``prompts.jsonl``: MIST rows) of the training items, balanced
     over the items the base knows and does not know by the ``mine`` stage's estimate (``stages/mine/knowledge.jsonl``
     next to this stage's directory): ``rows_mode="all"``, every condition of as many known as unknown items
     (:func:`balanced_by_knowledge`); ``"informative"``, only the rows whose reward can vary
     (:func:`informative_by_knowledge`). Returns the counts (the summary's)."""
-    draw = {"all": balanced_by_knowledge, "informative": informative_by_knowledge}[rows_mode]
+    draw = GRPO_ROWS[rows_mode][0]
 
     def step(out: Path) -> dict:
         from eval_hooks.io import read_records, write_jsonl_atomic
@@ -190,9 +200,8 @@ def arm(name: str, st, seed: int, rows_mode: str = "all") -> list[Stage]:
     """One arm's training stages: a DPO arm is a fresh LoRA adapter on the base (``<out>/stages/<arm>/final``);
     ``scope_grpo`` writes its prompts (``grpo_prompts``), then continues the SCOPE arm's adapter by GRPO."""
     if name == GRPO_ARM:
-        plain = ["data.train_family=null"] if rows_mode == "informative" else []  # rows, not whole quartets
         return [Stage("grpo_prompts", call=grpo_prompts(seed, rows_mode)),
-                Stage(name, "grpo", [GRPO_RECIPE, *st.grpo, *TRAIN_COMMON, *plain],
+                Stage(name, "grpo", [GRPO_RECIPE, *st.grpo, *TRAIN_COMMON, *GRPO_ROWS[rows_mode][1]],
                       inputs={"data.train_path": f"grpo_prompts/{GRPO_PROMPTS}"}, start="scope", init_mode="continue")]
     extra = [f"algo={ARMS[name]}", *(st.knowledge_aware if name == "knowledge_aware" else [])]
     return [Stage(name, "dpo", [TRAIN_RECIPE, *st.dpo, *TRAIN_COMMON, *extra],

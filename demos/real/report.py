@@ -18,6 +18,7 @@ ARMS = ("base", "scope", "misleading_only", "knowledge_aware", "scope_grpo")
 LABEL = {"base": "base", "scope": "SCOPE", "misleading_only": "misleading-only", "knowledge_aware": "knowledge-aware",
          "scope_grpo": "SCOPE+GRPO"}
 SETS = {"real": "held-out items", "transfer": "held-out relation"}  # summary key -> what it evaluates
+COLORS = dict(zip(ARMS, ("#4C72B0", "#DD8452", "#55A868", "#8172B3", "#C44E52")))  # every plot's colour per arm
 # The issue's targets (docs/real_model.md#the-real-model-demo), scored by the project's own parser on held-out items.
 TARGETS = {"base_sc2w_min": 0.40, "base_n_clean_correct_min": 40, "sc2w_ratio_max": 0.5, "accuracy_drop_max": 0.03,
            "unknown_correct_drop_max": 0.05, "transfer_sc2w_ratio_max": 0.7, "transfer_correct_drop_max": 0.05,
@@ -217,13 +218,12 @@ def _tradeoff_plot(summary: dict, out: Path) -> str:
     """SC2W against correct-context accuracy, one point per arm (the base included), on the held-out items and on
     the held-out relation."""
     fig, ax = figure(8, 4.2)
-    colors = dict(zip(ARMS, ("#4C72B0", "#DD8452", "#55A868", "#8172B3", "#C44E52")))
     for key, marker in zip(SETS, ("o", "^")):
         for n in _arms(summary, key):
             m = summary[key][n]
             if m.get("sc2w") is None:
                 continue
-            ax.scatter(m["sc2w"], m["accuracy"]["correct"], marker=marker, color=colors[n], s=45,
+            ax.scatter(m["sc2w"], m["accuracy"]["correct"], marker=marker, color=COLORS[n], s=45,
                        label=f"{LABEL[n]} ({SETS[key]})")
             ax.annotate(LABEL[n], (m["sc2w"], m["accuracy"]["correct"]), fontsize=7, xytext=(4, 3),
                         textcoords="offset points")

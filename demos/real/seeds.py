@@ -30,9 +30,7 @@ from eval_hooks.report_kit import figure, md_table, pct, save
 from eval_hooks.vocab import MIST_CONDITIONS as CONDS
 
 from ..common import with_new_keys
-from .report import ARMS, LABEL, SETS, checked_arm, check_targets
-
-COLORS = dict(zip(ARMS, ("#4C72B0", "#DD8452", "#55A868", "#8172B3", "#C44E52")))
+from .report import ARMS, COLORS, LABEL, SETS, checked_arm, check_targets
 
 
 def load_run(run_dir: Path) -> dict:
