@@ -15,6 +15,7 @@ from trainer.core.run import cpu_supports_bf16, resolve_mixed_precision
 from trainer.model.shared_prompt import pack_preference_batch, shared_prompt_logprobs
 
 AMX = "processor\t: 0\nflags\t\t: fpu sse avx512f amx_bf16 amx_tile\n"
+AVX512_BF16 = "processor\t: 0\nflags\t\t: fpu sse avx512f avx512_bf16 avx512_fp16\n"  # bf16, but slower than fp32
 OLD = "processor\t: 0\nflags\t\t: fpu sse avx2 avx512f\n"
 
 
@@ -22,7 +23,11 @@ def test_cpu_bf16_detection_and_auto_resolution(capsys):
     assert cpu_supports_bf16(AMX) and cpu_supports_bf16("flags : avx512_bf16\n") and not cpu_supports_bf16(OLD)
     assert resolve_mixed_precision("auto", cpu=True, cpuinfo=AMX) == "bf16"
     assert resolve_mixed_precision("auto", cpu=True, cpuinfo=OLD) == "no"
-    assert "no AMX-BF16" in capsys.readouterr().out
+    assert "no AMX-BF16 (no bf16 support)" in capsys.readouterr().out
+    # AVX512-BF16 alone: bf16 GEMMs ran at half fp32's speed (eval_hooks/precision.py), so auto stays fp32 there
+    assert cpu_supports_bf16(AVX512_BF16) and resolve_mixed_precision("auto", cpu=True, cpuinfo=AVX512_BF16) == "no"
+    assert "slower than fp32 without AMX" in capsys.readouterr().out
+    assert resolve_mixed_precision("bf16", cpu=True, cpuinfo=AVX512_BF16) == "bf16"  # asked for: kept
     assert resolve_mixed_precision("no", cpu=True, cpuinfo=AMX) == "no"  # an explicit value is kept
     assert resolve_mixed_precision("bf16", cpu=True, cpuinfo=OLD) == "bf16"
 

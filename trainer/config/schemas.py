@@ -91,8 +91,9 @@ class TrainerConfig:
     device: Device = _f("auto", "auto | cpu. 'cpu' forces CPU even when CUDA is present.")
     mixed_precision: MixedPrecision = _f("no", "no | bf16 | fp16 (accelerate autocast; weights, LoRA parameters, "
                                                "optimizer state and log-probs stay fp32) | auto (bf16 where the "
-                                               "hardware has it: a CUDA GPU with bf16, or a CPU with AMX-BF16 or "
-                                               "AVX512-BF16; else no, with a message).")
+                                               "hardware gains from it: a CUDA GPU with bf16, or a CPU with AMX-BF16 "
+                                               "(not AVX512-BF16 alone, where bf16 GEMMs ran at half fp32's speed); "
+                                               "else no, with a message).")
     max_consecutive_skips: int = _f(5, "Stop after this many consecutive steps skipped for NaN/Inf loss or gradients.")
     spike_factor: float = _f(5.0, "Log a loss spike when the loss exceeds this multiple of its running mean.")
     spike_ema_decay: float = _f(0.9, "Decay of that running mean (an exponential moving average of the step loss): "
