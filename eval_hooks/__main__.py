@@ -76,7 +76,7 @@ def _facts_flags(t: argparse.ArgumentParser) -> None:
         return tuple(n.strip() for n in v.split(",") if n.strip())
 
     t.add_argument("--size", choices=sorted(SIZES), default="small",
-                   help="small: the default demo's set; full: demo=real_full's (the flags below go on top)")
+                   help="small: both real demos' set; full: the larger set (real.facts_size=full; the flags below go on top)")
     for f in fields(FactsSettings):
         if f.name == "seed":
             continue

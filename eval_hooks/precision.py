@@ -39,10 +39,11 @@ def cpu_has_amx_bf16(cpuinfo: str | None = None) -> bool:
     return "amx_bf16" in _cpu_flags(cpuinfo)
 
 
-def resolve_mixed_precision(value: str, *, cpu: bool = False, cpuinfo: str | None = None) -> str:
+def resolve_mixed_precision(value: str, *, cpu: bool = False, cpuinfo: str | None = None, quiet: bool = False) -> str:
     """A mixed-precision setting (``trainer.mixed_precision``, the HF backend's ``mixed_precision``) as accelerate
     and autocast take it: ``auto`` becomes ``bf16`` on a bf16-capable CUDA GPU (unless ``cpu``) or on a CPU with
-    AMX-BF16 (:func:`cpu_has_amx_bf16`), else ``no`` with a message; other values pass through."""
+    AMX-BF16 (:func:`cpu_has_amx_bf16`), else ``no`` with a message (none with ``quiet``); other values pass
+    through."""
     if value != "auto":
         return value
     import torch
@@ -51,6 +52,8 @@ def resolve_mixed_precision(value: str, *, cpu: bool = False, cpuinfo: str | Non
         return "bf16" if torch.cuda.is_bf16_supported() else "no"
     if cpu_has_amx_bf16(cpuinfo):
         return "bf16"
+    if quiet:
+        return "no"
     why = "its bf16 GEMMs are slower than fp32 without AMX" if cpu_supports_bf16(cpuinfo) else "no bf16 support"
     print(f"[selectrust] mixed_precision=auto: this CPU has no AMX-BF16 ({why}), running in fp32", flush=True)
     return "no"

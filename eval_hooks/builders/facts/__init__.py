@@ -37,8 +37,8 @@ options that name none; a training item whose own subject or gold names one is d
 as is a held-out item whose subject or gold is a word of the fixed wording. The builder checks every training prompt
 at the end (``leak_check`` in ``build_stats.json``).
 
-Sizes (:data:`SIZES`): ``small`` (the defaults of :class:`FactsSettings`, the default demo's) and ``full``
-(``demo=real_full``); every setting can be given on top.
+Sizes (:data:`SIZES`): ``small`` (the defaults of :class:`FactsSettings`, both real demos') and ``full`` (the
+demos' ``real.facts_size=full``); every setting can be given on top.
 
 A build that keeps no item on a side is refused (:class:`~eval_hooks.io.DataError`), as is a ``--source`` that is
 missing, not JSON, or without non-empty ``countries`` and ``cities`` lists of the fields the builder reads. When

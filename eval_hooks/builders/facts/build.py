@@ -74,8 +74,9 @@ class FactsSettings:
         return cls(**{**SIZES[size], **overrides})
 
 
-#: The named sizes: ``small`` for the default demo (within its 10 minutes; today's two relations and a small transfer
-#: set), ``full`` for ``demo=real_full`` (thresholds chosen by measuring the base's clean accuracy per relation,
+#: The named sizes: ``small`` for both real demos (two relations and a small transfer set: the quick demo within its
+#: 10 minutes, the full experiment within 40), ``full`` for ``real.facts_size=full`` (thresholds chosen by measuring
+#: the base's clean accuracy per relation,
 #: docs/data.md#facts-geonames: >= 600 training items and >= 150 held-out items the base answers right on seeds 0-4).
 SIZES = {
     "small": {},
