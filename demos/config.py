@@ -25,19 +25,22 @@ class RealDemoKind:
     stages, settings and facts set, and these."""
 
     comparison_arms: bool  # misleading-only and knowledge-aware SCOPE run unless real.<arm> says otherwise
-    grpo_steps: Optional[int]  # scope_grpo's GRPO steps unless real.grpo_steps says; None: the recipe's (20)
+    grpo: tuple[str, ...]  # scope_grpo's overrides, before real.stages.grpo (which wins); (): the recipe's settings
     wall_seconds_max: int  # the issue's wall-time target on 2 idle cores
     what: str  # how its report names it, in its first lines
 
 
 #: The real-model demos (demos/real/pipeline.py); any other demo is the toy's. ``real`` is the quick demo, the
-#: README's main command, within 10 minutes: the base, SCOPE and SCOPE+GRPO at 5 GRPO steps, on the same facts set.
+#: README's main command, within 10 minutes: the base, SCOPE and SCOPE+GRPO at 5 short GRPO steps, on the same facts set.
 #: ``real_full`` is the experiment behind docs/real_model.md's seed table: every arm, 20 GRPO steps, within 40 minutes.
 REAL_DEMOS = {
-    "real": RealDemoKind(comparison_arms=False, grpo_steps=5, wall_seconds_max=600,
-                         what="the quick demo: `python recipes/demo.py` (base, SCOPE and SCOPE+GRPO at 5 GRPO steps; "
-                              "the full experiment, every arm at 20 steps, is `demo=real_full`)"),
-    "real_full": RealDemoKind(comparison_arms=True, grpo_steps=None, wall_seconds_max=2400,
+    # 5 GRPO steps of 4 prompts x 4 samples: a fifth of the full experiment's 20 x 8 x 4 rollouts; at 8 prompts the
+    # run took 584-593 s on 2 cores without AMX, too close to its 600
+    "real": RealDemoKind(comparison_arms=False, grpo=("trainer.max_steps=5", "algo.prompts_per_step=4",
+                                                      "optim.batch_size=16"), wall_seconds_max=600,
+                         what="the quick demo: `python recipes/demo.py` (base, SCOPE and SCOPE+GRPO at 5 GRPO steps "
+                              "of 4 prompts; the full experiment, every arm at 20 steps of 8, is `demo=real_full`)"),
+    "real_full": RealDemoKind(comparison_arms=True, grpo=(), wall_seconds_max=2400,
                               what="the full experiment: `python recipes/demo.py demo=real_full` (every arm, 20 GRPO "
                                    "steps; the one docs/real_model.md's seed table comes from)"),
 }
@@ -99,8 +102,6 @@ class RealDemoConfig:
                                     "training items: all = every condition's row | informative = only rows whose "
                                     "outcome reward can vary under the base (known items under a misleading or "
                                     "irrelevant context, unknown items under the correct one; as many rows per side).")
-    grpo_steps: Optional[int] = _f(None, "scope_grpo's GRPO steps (trainer.max_steps, before stages.grpo); None: the "
-                                         "demo's own (demo=real: 5; demo=real_full: the recipe's 20).")
     transfer: bool = _f(True, "Evaluate the base and every arm on the held-out relation too (facts_transfer.jsonl: "
                               "a relation no training item uses; summary key transfer.<arm>).")
     torch_threads: Optional[int] = _f(None, "torch intra-op threads (None = torch's default: every core).")
@@ -139,9 +140,6 @@ def real_arm_on(cfg, arm: str) -> bool:
     return bool(REAL_DEMOS[cfg.demo].comparison_arms if chosen is None else chosen)
 
 
-def real_grpo_steps(cfg) -> Optional[int]:
-    """scope_grpo's GRPO steps: ``real.grpo_steps``, or the demo's own (None: the recipe's)."""
-    return cfg.real.grpo_steps if cfg.real.grpo_steps is not None else REAL_DEMOS[cfg.demo].grpo_steps
 
 
 def register() -> None:

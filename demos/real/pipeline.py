@@ -26,7 +26,7 @@ Stages, each in ``<out>/stages/<name>/``:
    items the base knows and does not (by ``mine``'s labels; ``real.grpo_rows``: ``informative``, the demo's choice,
    only the rows whose reward can vary under the base, or ``all`` four conditions' rows), and GRPO with an outcome
    reward (``answer_match``) continues the ``scope`` adapter on them (``init_adapter_mode=continue``) for the demo's
-   GRPO steps (5 in the quick demo, 20 in the full experiment);
+   GRPO steps (5 of 4 prompts in the quick demo, 20 of 8 in the full experiment);
 7. every arm evaluated like the base: ``eval_<arm>`` (held-out items, ``summary.json``'s ``real.<arm>``) and
    ``transfer_<arm>`` (held-out relation, ``transfer.<arm>``).
 
@@ -45,7 +45,7 @@ from omegaconf import DictConfig
 from trainer.core.stages import Stage
 
 from ..common import DemoRun
-from ..config import real_arm_on, real_grpo_steps
+from ..config import REAL_DEMOS, real_arm_on
 
 ARMS = {"scope": "scope", "misleading_only": "standard_dpo", "knowledge_aware": "scope_knowledge_aware"}  # DPO
 GRPO_ARM = "scope_grpo"  # the SCOPE adapter continued by GRPO
@@ -198,14 +198,13 @@ def evaluations(arm_name: str, st, sets: dict[str, tuple[str, str]], adapter: st
     return out
 
 
-def arm(name: str, st, seed: int, rows_mode: str = "all", grpo_steps: int | None = None) -> list[Stage]:
+def arm(name: str, st, seed: int, rows_mode: str = "all", grpo: tuple[str, ...] = ()) -> list[Stage]:
     """One arm's training stages: a DPO arm is a fresh LoRA adapter on the base (``<out>/stages/<arm>/final``);
     ``scope_grpo`` writes its prompts (``grpo_prompts``), then continues the SCOPE arm's adapter by GRPO for
-    ``grpo_steps`` steps (None: the recipe's; ``stages.grpo`` comes after and wins)."""
+    the demo's own ``grpo`` overrides (``REAL_DEMOS``; ``stages.grpo`` comes after and wins)."""
     if name == GRPO_ARM:
-        steps = [f"trainer.max_steps={grpo_steps}"] if grpo_steps is not None else []
         return [Stage("grpo_prompts", call=grpo_prompts(seed, rows_mode)),
-                Stage(name, "grpo", [GRPO_RECIPE, *steps, *st.grpo, *TRAIN_COMMON, *GRPO_ROWS[rows_mode][1]],
+                Stage(name, "grpo", [GRPO_RECIPE, *grpo, *st.grpo, *TRAIN_COMMON, *GRPO_ROWS[rows_mode][1]],
                       inputs={"data.train_path": f"grpo_prompts/{GRPO_PROMPTS}"}, start="scope", init_mode="continue")]
     extra = [f"algo={ARMS[name]}", *(st.knowledge_aware if name == "knowledge_aware" else [])]
     return [Stage(name, "dpo", [TRAIN_RECIPE, *st.dpo, *TRAIN_COMMON, *extra],
@@ -221,7 +220,7 @@ def stages(cfg: DictConfig) -> list[Stage]:
     out = [Stage("convert", call=convert(cfg.real.model)),
            Stage("facts", call=build_facts(cfg.seed, str(cfg.real.facts_size))), *evaluations("base", st, sets), mine]
     for name in arms(cfg):
-        out += [*arm(name, st, cfg.seed, str(cfg.real.grpo_rows), real_grpo_steps(cfg)),
+        out += [*arm(name, st, cfg.seed, str(cfg.real.grpo_rows), REAL_DEMOS[cfg.demo].grpo),
                 *evaluations(name, st, sets, adapter=name)]
     return out
 
