@@ -140,8 +140,6 @@ def real_arm_on(cfg, arm: str) -> bool:
     return bool(REAL_DEMOS[cfg.demo].comparison_arms if chosen is None else chosen)
 
 
-
-
 def register() -> None:
     """Register ``demo_schema`` (:class:`DemoRunConfig`) so ``conf/demo.yaml`` composes (idempotent)."""
     register_schema(SCHEMA_NAME, DemoRunConfig)
