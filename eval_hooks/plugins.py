@@ -1,7 +1,19 @@
-"""A registry of named components of one kind (generation backends; the pattern of the families' registry):
-built-in ones (``name -> "module:attribute"``), ones registered in code, and the entry points of installed
-packages (one entry-point group per kind), looked up in that order. A component's module is imported the first
-time it is used; the group is read once, the first time a name is not built in or registered."""
+"""The one registry of named components: every kind of component that code picks by a name from the config
+(generation backends, evaluation families, data sources, DPO-style losses, multi-turn environments, rewards) is a
+:class:`Registry`. A kind's components come from three places, looked up in this order:
+
+- built-in ones, ``name -> "module:attribute"`` (the module is imported the first time the name is used, so a
+  torch-free caller such as the config schema can list and check the names without importing it);
+- ones registered in code (:meth:`Registry.register`);
+- the entry points of installed packages, one entry-point group per kind (``selectrust.<kind>``), read once, the
+  first time a name is not built in or registered (:func:`entry_points`, the repository's one reader of package
+  metadata)::
+
+      [project.entry-points."selectrust.dpo_losses"]
+      ipo = "mypackage.losses:IPO"
+
+How a kind checks what a name loads, and which exceptions it raises for an unknown or a broken name, is the
+kind's own (``accept``, ``error``, ``unknown``, ``broken``), so each keeps its error type and message."""
 
 from __future__ import annotations
 
@@ -15,7 +27,8 @@ T = TypeVar("T")
 
 
 def entry_points(group: str):
-    """The installed packages' entry points of ``group`` (``importlib.metadata``, imported on first use)."""
+    """The installed packages' entry points of ``group`` (``importlib.metadata``, imported on first use): the one
+    place that reads them (tests monkeypatch this function to install a component)."""
     from importlib.metadata import entry_points as installed
 
     return installed(group=group)
@@ -24,13 +37,22 @@ def entry_points(group: str):
 class Registry(Mapping, Generic[T]):
     """``registry[name]`` is :meth:`get` (``KeyError`` when unknown); iterating gives :meth:`names`.
 
-    ``accept(name, obj) -> component`` checks what an entry point (or a built-in line) names and returns the
-    component (e.g. instantiates a class); ``error(message)`` is the exception of an unknown or broken name."""
+    - ``kind``: the words of messages ("generation backend"); ``group``: the entry-point group;
+      ``builtin``: ``{name: "module:attribute"}`` in the order :meth:`names` lists them.
+    - ``accept(name, obj) -> component`` checks what a built-in line or an entry point names and returns the
+      component (e.g. instantiates a class); it raises the kind's own error for a wrong object.
+    - ``error(message) -> Exception``: the exception of an unknown name.
+    - ``unknown(name, known) -> Exception`` (optional): replaces ``error("unknown <kind> ...; known: a | b")``
+      for a name that is nowhere; ``known`` is :meth:`names`.
+    - ``broken(name, value, exc) -> Exception`` (optional): the exception raised (from ``exc``) when importing
+      ``value`` (``"module:attribute"``) fails; without it the import's own exception propagates."""
 
     def __init__(self, kind: str, group: str, builtin: dict[str, str], *, accept: Callable[[str, object], T],
-                 error: Callable[[str], Exception]):
+                 error: Callable[[str], Exception],
+                 unknown: Callable[[str, list[str]], Exception] | None = None,
+                 broken: Callable[[str, str, Exception], Exception] | None = None):
         self.kind, self.group, self.builtin = kind, group, builtin
-        self.accept, self.error = accept, error
+        self.accept, self.error, self.unknown, self.broken = accept, error, unknown, broken
         self.loaded: dict[str, T] = {}  # built-in and entry-point components, once imported
         self.registered: dict[str, T] = {}  # register()
         self.installed: dict[str, EntryPoint] | None = None  # the group, read once
@@ -51,6 +73,7 @@ class Registry(Mapping, Generic[T]):
         self.registered.pop(name, None)
 
     def discovered(self) -> dict[str, EntryPoint]:
+        """``{name: EntryPoint}`` of the group, read on the first call."""
         if self.installed is None:  # the first distribution on sys.path wins a name, as for imports
             self.installed = {ep.name: ep for ep in reversed(list(entry_points(group=self.group)))}
         return self.installed
@@ -60,8 +83,16 @@ class Registry(Mapping, Generic[T]):
         names = list(self.builtin) + [n for n in self.registered if n not in self.builtin]
         return names + sorted(n for n in self.discovered() if n not in names)
 
+    def source(self, name: str) -> str | None:
+        """The ``"module:attribute"`` that ``name`` loads from (a built-in line or an entry point); None for a
+        component registered in code or an unknown name."""
+        if name in self.builtin:
+            return self.builtin[name]
+        ep = None if name in self.registered else self.discovered().get(name)
+        return None if ep is None else ep.value
+
     def get(self, name: str) -> T:
-        """The component called ``name``; ``error`` listing the known ones otherwise."""
+        """The component called ``name``; ``unknown`` (or ``error``) listing the known ones otherwise."""
         if name in self.registered:
             return self.registered[name]
         if name not in self.loaded:
@@ -70,8 +101,16 @@ class Registry(Mapping, Generic[T]):
             value = self.builtin.get(name)
             ep = EntryPoint(name, value, self.group) if value else self.discovered().get(name)
             if ep is None:
+                if self.unknown is not None:
+                    raise self.unknown(name, self.names())
                 raise self.error(f"unknown {self.kind} {name!r}; known: {' | '.join(self.names())}")
-            self.loaded[name] = self.accept(name, ep.load())
+            try:
+                obj = ep.load()
+            except Exception as e:  # noqa: BLE001 - any import error of the component, named by the kind
+                if self.broken is None:
+                    raise
+                raise self.broken(name, ep.value, e) from e
+            self.loaded[name] = self.accept(name, obj)
         return self.loaded[name]
 
     def __getitem__(self, name: str) -> T:
@@ -80,7 +119,8 @@ class Registry(Mapping, Generic[T]):
         return self.get(name)
 
     def __contains__(self, name: object) -> bool:
-        return isinstance(name, str) and name in self.names()
+        """Whether ``name`` is known; the group is read only for a name neither built in nor registered."""
+        return isinstance(name, str) and (name in self.builtin or name in self.registered or name in self.discovered())
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.names())
