@@ -121,7 +121,7 @@ class OurDPO:
         import torch
 
         from recipes.dpo import dpo_step
-        from trainer.algos.dpo import dpo_loss
+        from trainer.dpo_losses import dpo_loss
 
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
             return dpo_step(self.model, self.mb, algo=self.algo, loss=dpo_loss(self.algo.loss_type),

@@ -41,7 +41,7 @@ def run(cfg: DictConfig):
     from trainer.model.logprobs import sequence_logprobs
     from trainer.model.policy import Reference, build_optimizer, build_policy, build_scheduler
     from trainer.train import train_evaluate_finish
-    from trainer.algos.dpo import dpo_loss
+    from trainer.dpo_losses import dpo_loss
 
     # ---- validate everything before any model loads -------------------------------------------------
     validate_dpo(cfg)

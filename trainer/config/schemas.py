@@ -242,7 +242,7 @@ class DPOAlgoConfig:
     name: str = _f("scope", "Label for this variant (scope, standard_dpo, unmatched, no_clean, ...).")
     beta: float = _f(0.1, "DPO temperature β in s(z,r) = β log π/π_ref.")
     label_smoothing: float = _f(0.0, "Conservative-DPO label smoothing ε (0 = plain sigmoid DPO).")
-    loss_type: DPOLossType = _f("sigmoid", "The DPO-style loss (trainer.algos.dpo.DPO_LOSSES): sigmoid (Rafailov et al. "
+    loss_type: DPOLossType = _f("sigmoid", "The DPO-style loss (trainer.dpo_losses.DPO_LOSSES): sigmoid (Rafailov et al. "
                                            "2023, with label_smoothing as cDPO) | simpo (Meng et al. 2024: "
                                            "reference-free, on per-token mean log-probs, margin simpo_gamma; no "
                                            "reference is built).")
