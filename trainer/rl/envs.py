@@ -14,8 +14,9 @@ workflow). :func:`run_episodes` drives many episodes in lock-step through any
 :class:`~eval_hooks.backends.base.GenerationBackend`, one batched ``generate`` per turn.
 
 Environments are named in ``algo.env``: ``toy_lookup`` (tests, CPU demo), ``webshop`` (template,
-raises until you implement it) or an import path ``pkg.module:Class`` (a zero-argument callable
-returning an :class:`Environment`).
+raises until you implement it), another package's entry point in group ``selectrust.environments``
+(:data:`ENVIRONMENTS`) or an import path ``pkg.module:Class`` (a zero-argument callable returning an
+:class:`Environment`).
 """
 
 from __future__ import annotations
@@ -25,6 +26,10 @@ import re
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
+
+from eval_hooks.plugins import Registry
+from trainer.rl.registry import callable_registry
+
 
 
 @dataclass
@@ -117,7 +122,15 @@ class WebShopEnv(Environment):
         raise NotImplementedError(self.MESSAGE)
 
 
-ENVIRONMENTS: dict[str, Callable[[], Environment]] = {"toy_lookup": ToyLookupEnv, "webshop": WebShopEnv}
+ENTRY_POINT_GROUP = "selectrust.environments"
+BUILTIN: dict[str, str] = {"toy_lookup": "trainer.rl.envs:ToyLookupEnv", "webshop": "trainer.rl.envs:WebShopEnv"}
+
+
+#: ``algo.env`` names: :data:`BUILTIN`, ``ENVIRONMENTS.register(name, cls)`` in code, or an installed package's
+#: entry point in group :data:`ENTRY_POINT_GROUP` (``maze = "my_pkg.maze:MazeEnv"``); each a zero-argument
+#: callable returning an :class:`Environment`.
+ENVIRONMENTS: Registry[Callable[[], Environment]] = callable_registry("environment", "env", ENTRY_POINT_GROUP,
+                                                                      BUILTIN)
 
 
 def resolve_env(name: str, *, max_turns: int | None = None) -> Callable[[], Environment]:
@@ -128,7 +141,7 @@ def resolve_env(name: str, *, max_turns: int | None = None) -> Callable[[], Envi
 
     accepted = f"one of {', '.join(sorted(ENVIRONMENTS))}, or an import path 'pkg.module:Class'"
     if name in ENVIRONMENTS:
-        cls = ENVIRONMENTS[name]
+        cls = ENVIRONMENTS.get(name)
     elif ":" in name:
         mod, _, attr = name.partition(":")
         try:
