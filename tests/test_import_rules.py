@@ -392,3 +392,54 @@ def test_each_recipe_run_is_under_80_lines():
     assert {p.stem for p, _, _ in runs} >= {"dpo", "sft", "grpo", "evaluate", "mine_pairs"}
     bad = [f"{p.relative_to(ROOT)} run: {length} lines" for p, _, length in runs if length >= 80]
     assert not bad, "\n".join(bad)
+
+
+# ---- registries (eval_hooks/plugins.py) -------------------------------------------------------------
+
+ENTRY_POINT_READERS = ("entry_points", "iter_entry_points")
+
+
+def _entry_point_reads(tree: ast.AST) -> list[int]:
+    """Lines that read installed packages' entry points: a call of ``entry_points`` / ``iter_entry_points`` (a
+    name or an attribute, ``importlib.metadata.entry_points(...)``), or an import of one of them."""
+    lines = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            f = node.func
+            if (f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else None) \
+                    in ENTRY_POINT_READERS:
+                lines.append(node.lineno)
+        elif isinstance(node, ast.ImportFrom) and any(a.name in ENTRY_POINT_READERS for a in node.names):
+            lines.append(node.lineno)
+    return sorted(set(lines))
+
+
+def test_the_entry_point_read_finder():
+    code = ("from importlib.metadata import entry_points\nimport importlib.metadata as md\nmd.entry_points(group='g')\n"
+            "entry_points(group='g')\nimport pkg_resources\npkg_resources.iter_entry_points('g')\n"
+            # not reads: an EntryPoint built from a known value, the word in a string
+            "from importlib.metadata import EntryPoint\nEntryPoint('a', 'm:f', 'g').load()\nx = 'entry_points('\n")
+    assert _entry_point_reads(ast.parse(code)) == [1, 3, 4, 6]
+
+
+def test_entry_points_are_read_in_one_product_module():
+    """Entry-point discovery exists once: eval_hooks/plugins.py's ``entry_points``, used by every ``Registry``."""
+    readers = sorted(str(p.relative_to(ROOT)) for p in _files(*PRODUCT) if _entry_point_reads(ast.parse(p.read_text())))
+    assert readers == ["eval_hooks/plugins.py"], readers
+
+
+def test_every_registry_of_named_components_is_a_plugins_registry():
+    """Backends, families, data sources, DPO losses, environments and rewards: one style, one entry-point group
+    each (``selectrust.<kind>``)."""
+    from eval_hooks.backends.registry import BACKENDS
+    from eval_hooks.families import FAMILIES
+    from eval_hooks.plugins import Registry
+    from trainer.data.sources import DATA_SOURCES
+    from trainer.dpo_losses import DPO_LOSSES
+    from trainer.rl.envs import ENVIRONMENTS
+    from trainer.rl.rewards import REGISTRY as REWARDS
+
+    registries = (BACKENDS, FAMILIES, DATA_SOURCES, DPO_LOSSES, ENVIRONMENTS, REWARDS)
+    assert all(isinstance(r, Registry) for r in registries), [type(r) for r in registries]
+    assert [r.group for r in registries] == ["selectrust.backends", "selectrust.families", "selectrust.data_sources",
+                                            "selectrust.dpo_losses", "selectrust.environments", "selectrust.rewards"]
