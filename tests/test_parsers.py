@@ -490,3 +490,31 @@ def test_no_input_crashes_the_short_text_reader(text):
 
     out = read_short_text(text, [("Paris", "Paname"), ("Lyon",)])
     assert out.status in ("answer", "hedged", "no_answer") and (out.answer is None) == (out.status != "answer")
+
+
+#: An answer type as an installed package would declare it (test_an_installed_packages_answer_type_is_found).
+WORD_COUNT = parsers_module.AnswerType(
+    "word_count", parse=lambda text, choices, cands: str(len(str(text).split())),
+    normalize=lambda value, choices=None: str(value) if str(value).isdigit() else None, accepted="a whole number",
+    budget=16)
+
+
+def test_an_installed_packages_answer_type_is_found(monkeypatch):
+    """An entry point of the group ``selectrust.answer_types`` is an answer type like a built-in one, after them in
+    the list of accepted names; one that names something else is refused."""
+    from importlib.metadata import EntryPoint
+
+    from eval_hooks.errors import DataError
+
+    group = parsers_module.ENTRY_POINT_GROUP
+    assert group == "selectrust.answer_types"
+    installed = [EntryPoint("word_count", f"{__name__}:WORD_COUNT", group),
+                 EntryPoint("broken", f"{__name__}:WORD_COUNT", group)]
+    monkeypatch.setattr("eval_hooks.plugins.entry_points", lambda group: installed)
+    monkeypatch.setattr(parsers_module.ANSWER_TYPES, "installed", None)  # read the group again, then forget it
+    monkeypatch.setattr(parsers_module.ANSWER_TYPES, "loaded", {})
+    assert parse_answer("one two three", "word_count") == "3" and answers_match("3", 3, "word_count")
+    assert parsers_module.answer_budget({"word_count"}) == 16
+    assert list(parsers_module.ANSWER_TYPES)[-2:] == ["broken", "word_count"]
+    with pytest.raises(DataError, match="not an AnswerType named 'broken'"):
+        parse_answer("x", "broken")
