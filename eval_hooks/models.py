@@ -65,6 +65,9 @@ TINY_PRESETS: dict[str, TinyModelSpec] = {
                               num_key_value_heads=8, intermediate_size=1376),
 }
 
+#: Generation budget (new tokens) for the built-in tiny model, which answers one digit (mining's default for it,
+#: where a real model gets :func:`eval_hooks.parsers.answer_budget`).
+TOY_ANSWER_BUDGET = 4
 
 
 def build_byte_tokenizer():

@@ -237,6 +237,7 @@ def run(cfg: DictConfig) -> dict:
     from eval_hooks.backends.base import GreedyMemo
     from eval_hooks.io import write_json_atomic, write_jsonl_atomic
     from eval_hooks.model_source import is_toy_model
+    from eval_hooks.models import TOY_ANSWER_BUDGET
     from eval_hooks.parsers import answer_budget
     from eval_hooks.prompts import PromptSettings
     from trainer.data.train_data import resolve_data_path
@@ -248,7 +249,8 @@ def run(cfg: DictConfig) -> dict:
     rows = load_rows("mist", resolve_data_path(cfg.items_path))  # validated before the model loads
     seed_everything(cfg.seed)
     prompt = PromptSettings.from_config(cfg.prompt)
-    budget = cfg.max_new_tokens or answer_budget({r["answer_type"] for r in rows}, toy=is_toy_model(cfg.model.path))
+    budget = cfg.max_new_tokens or (TOY_ANSWER_BUDGET if is_toy_model(cfg.model.path)
+                                    else answer_budget({r["answer_type"] for r in rows}))
     # fixed weights: a greedy answer asked twice (the k=1 knowledge estimate, then the clean row) is generated once
     backend = GreedyMemo(build_inference_backend(cfg.model, cfg.generation, prompt_settings=prompt))
     pairs, stats = mine(rows, backend, max_new_tokens=budget, use_fallback=cfg.use_fallback,

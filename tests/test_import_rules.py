@@ -443,3 +443,53 @@ def test_every_registry_of_named_components_is_a_plugins_registry():
     assert all(isinstance(r, Registry) for r in registries), [type(r) for r in registries]
     assert [r.group for r in registries] == ["selectrust.backends", "selectrust.families", "selectrust.data_sources",
                                             "selectrust.dpo_losses", "selectrust.environments", "selectrust.rewards"]
+
+
+# ---- answer types (eval_hooks/parsers/__init__.py: the registry) ------------------------------------------------
+
+PARSERS = ROOT / "eval_hooks" / "parsers"
+MAX_PARSER_MODULE_LINES = 400
+
+
+def _answer_type_choices_by_name(tree: ast.AST, names: set[str]) -> list[int]:
+    """Lines that choose by an answer type's name: a comparison (``==``, ``!=``, ``in``, ``not in``, ``is``) of
+    anything with a string literal (or a tuple, list or set of them) naming a registered answer type
+    (``answer_type == "numeric"``, ``at in ("short_text",)``). A name used as a dict key (``row["label"]``) is
+    not a comparison with it."""
+    def names_one(node: ast.AST) -> bool:
+        elts = node.elts if isinstance(node, (ast.Tuple, ast.List, ast.Set)) else [node]
+        return _is_literal(node) and any(isinstance(e, ast.Constant) and e.value in names for e in elts)
+
+    return sorted(node.lineno for node in ast.walk(tree)
+                  if isinstance(node, ast.Compare) and any(names_one(x) for x in [node.left, *node.comparators]))
+
+
+def test_the_answer_type_choice_finder():
+    names = {"numeric", "short_text", "label"}
+    code = ('if answer_type == "numeric": pass\nif at != "short_text": pass\nif row["answer_type"] in ("label", "x"): '
+            'pass\nif "numeric" == t: pass\n'
+            # not choices by an answer type's name: a dict key, another word, a family's list of accepted names
+            'if it["label"] == v: pass\nif kind == "essay": pass\nANSWER_TYPES = ("numeric", "label")\n')
+    assert _answer_type_choices_by_name(ast.parse(code), names) == [1, 2, 3, 4]
+
+
+def test_no_answer_type_is_chosen_by_name_outside_the_registry():
+    """A new answer type is one registry entry (eval_hooks/parsers/__init__.py: BUILTIN, register_answer_type or the
+    selectrust.answer_types entry points): no module of the product outside the answer types' package compares an
+    answer-type name with a literal; it asks the type's entry (leaked_answer, MIST's wrong-value check, ...)."""
+    from eval_hooks.parsers import ANSWER_TYPES
+
+    names = set(ANSWER_TYPES)
+    assert {"numeric", "short_text", "label", "choice"} <= names
+    files = [p for p in _files(*PRODUCT) if PARSERS not in p.parents]
+    assert ROOT / "eval_hooks" / "builders" / "workflows.py" in files
+    bad = [f"{p.relative_to(ROOT)}:{n}: {p.read_text().splitlines()[n - 1].strip()}"
+           for p in files for n in _answer_type_choices_by_name(ast.parse(p.read_text()), names)]
+    assert not bad, "\n".join(bad)
+
+
+def test_each_parsers_module_is_under_400_lines():
+    modules = sorted(PARSERS.glob("*.py"))
+    assert {p.name for p in modules} >= {"__init__.py", "markers.py", "numeric.py", "choice.py", "short_text.py"}
+    bad = [f"{p.relative_to(ROOT)}: {n} lines" for p in modules if (n := len(p.read_text().splitlines())) >= 400]
+    assert not bad, "\n".join(bad)

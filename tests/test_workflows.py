@@ -25,6 +25,26 @@ def test_leak_check_finds_gold_value_in_any_notation():
     assert leaked_answer("answer: yes", True, "boolean") and leaked_answer("answer: no", True, "boolean") is None
 
 
+def test_leak_check_is_the_answer_types_own_and_an_unknown_type_is_an_error():
+    """``leaked_answer`` asks the answer-type registry: a registered type's ``leak`` is used, a type without one finds
+    nothing, and an unknown type is a DataError naming it and the known ones (it used to pass silently as None)."""
+    from eval_hooks import parsers
+    from eval_hooks.errors import DataError
+
+    assert leaked_answer("the answer is Paris", "Paris", "short_text") is None  # short_text has no leak check
+    colour = parsers.AnswerType("colour", parse=lambda text, choices, cands: None,
+                                normalize=lambda value, choices=None: value, accepted="a colour",
+                                leak=lambda text, gold, choices: "says it" if gold in text else None)
+    parsers.register_answer_type(colour)
+    try:
+        assert leaked_answer("paint it red", "red", "colour") == "says it"
+        assert leaked_answer("paint it blue", "red", "colour") is None
+    finally:
+        parsers.unregister_answer_type("colour")
+    with pytest.raises(DataError, match=r"unknown answer_type 'essay'; accepted: multiple_choice, .*short_text"):
+        leaked_answer("204", 204, "essay")
+
+
 def test_build_rejects_and_reports_leaks_and_verifier_failures():
     leaky = dict(REC, item_id="m2", bad_steps=["note 204 is wrong", "x", "y"])
     judged = dict(REC, item_id="m3")

@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from ..backends.base import GenerationBackend, GenerationRequest, derive_seed
+from ..families.taste.answers import FORK_LETTERS
 from ..parsers import parse_fork_answer
 from .trajectories import Step, Trajectory, normalize_ws
 
@@ -402,7 +403,7 @@ def _judge_all(judges: Sequence[tuple[str, GenerationBackend]], prompts: list[st
     raws: list[dict[str, str]] = [{} for _ in prompts]
     for name, backend in judges:
         for v, raw, text in zip(votes, raws, _generate(backend, prompts, max_new_tokens, f"{stage} judge {name}")):
-            v[name] = parse_fork_answer(text)
+            v[name] = parse_fork_answer(text, FORK_LETTERS)
             raw[name] = text
     return votes, raws
 

@@ -28,9 +28,10 @@ import re
 from typing import Callable, Sequence
 
 from ...backends.base import GenerationRequest
-from ...parsers import MED_LABELS, normalize_label, parse_label
+from ...parsers import normalize_label, parse_label
 from ...prompts import PromptSettings, prompt_messages
 from ...vocab import MED_FORMATS as FORMATS, MED_MITIGATIONS, MED_PIPELINES as PIPELINES
+from .labels import MED_LABELS
 from .metrics import AWARENESS
 from .prompts import render_med_prompt
 
