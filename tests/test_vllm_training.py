@@ -99,7 +99,7 @@ def _served_name(line: dict) -> str:
 
 
 def test_grpo_rollouts_and_adapter_sync_every_step_through_http(tmp_path, server, no_local_generation):
-    from trainer.evaluation.weight_sync import adapter_checksum
+    from eval_hooks.backends.adapter_checksum import adapter_checksum
 
     run = tmp_path / "run"
     run_recipe("grpo", "grpo", _overrides(run, server.url, "trainer.max_steps=2", "generation.sync_every=1",

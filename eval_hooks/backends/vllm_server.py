@@ -87,15 +87,12 @@ from typing import Callable, Optional, Sequence
 from ..prompts import PromptSettings, render_prompt_text, request_prompt_ids
 from . import transport as _http
 from .transport import ServerCapabilityError, ServerError, ServerResponseError, ServerUnreachableError
+from .adapter_checksum import checksum_or_none
 from .base import (GenerationBackend, GenerationRequest, GenerationResult, Sample, derive_seed, label_probabilities,
                    label_sequences)
 from .registry import BackendSpec, BuildContext, Capabilities, check_positive, setting
 
 log = logging.getLogger(__name__)
-
-# Written by trainer.evaluation.weight_sync.save_adapter_atomically inside each adapter directory.
-CHECKSUM_FILE = "CHECKSUM.sha256"
-
 
 class AdapterLoadError(ServerError):
     """The server did not load an adapter. Never fall back to the base model on this error."""
@@ -532,13 +529,6 @@ class VLLMServerBackend(GenerationBackend):
             return f"{self.adapter_prefix}-{version}-{checksum[:12]}"
         return f"{self.adapter_prefix}-{self._nonce}-{version}"
 
-    @staticmethod
-    def _read_checksum(path: str) -> str | None:
-        try:
-            return (Path(path) / CHECKSUM_FILE).read_text().strip() or None
-        except OSError:
-            return None
-
     def check_adapter_fits(self, path: str) -> None:
         """Raise :class:`AdapterLoadError` if ``server_settings`` say the server cannot serve the adapter at ``path``
         whole: its rank is above ``max_lora_rank`` or it has LoRA weights on modules outside ``lora_target_modules``
@@ -567,7 +557,7 @@ class VLLMServerBackend(GenerationBackend):
     def use_adapter(self, path: str, version: str) -> None:
         """Route later requests to an adapter another process already loaded (non-main ranks).
         Raises :class:`AdapterLoadError` if the server does not list it."""
-        name = self.adapter_name(str(version), self._read_checksum(path))
+        name = self.adapter_name(str(version), checksum_or_none(path))
         if name not in self.list_models():
             raise AdapterLoadError(f"adapter {name!r} (version {version!r}, {path}) is not loaded on "
                                    f"{self.base_url}; did the main process's sync fail?{self._context()}")
@@ -581,7 +571,7 @@ class VLLMServerBackend(GenerationBackend):
         if self._kind is not None:
             self.require("loads_adapters", f"loading the LoRA adapter {path}")
         self.check_adapter_fits(path)
-        name = self.adapter_name(str(version), self._read_checksum(path))
+        name = self.adapter_name(str(version), checksum_or_none(path))
         if name in self._adapters:  # the same version saved again: never reuse the old copy
             self._request("POST", "/v1/unload_lora_adapter", {"lora_name": name},
                           f"POST /v1/unload_lora_adapter (lora_name={name!r})", parse_json=False)
