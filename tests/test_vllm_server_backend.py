@@ -302,7 +302,7 @@ def test_an_adapter_the_server_cannot_serve_whole_is_refused_before_it_is_loaded
     server.faults.__init__()
     log = tmp_path / "vllm_server.log"
     (tmp_path / "vllm_server.json").write_text('{"max_lora_rank": 8, "lora_target_modules": ["q_proj", "v_proj"]}')
-    settings = read_server_settings(str(log))  # what launch/vllm_server.py wrote beside its log
+    settings = read_server_settings(str(log))  # what launch/vllm_launcher.py wrote beside its log
     assert read_server_settings(str(tmp_path / "other.log")) is None
     b = VLLMServerBackend(server.url, "tiny", tiny_tokenizer, timeout_s=30, max_retries=0, server_kind="vllm",
                           server_settings=settings)

@@ -58,7 +58,7 @@ going silent), :class:`ServerResponseError` (the server's own message first; mal
 samples, 4xx, validation errors), :class:`AdapterLoadError` (never a silent fallback to the base model),
 :class:`ServerCapabilityError`. Connection resets/refusals and 5xx other than validation errors are retried
 ``max_retries`` times with exponential backoff; reply bodies are bounded (``max_response_bytes``).
-``error_context`` (e.g. the launcher's :meth:`~launch.vllm_server.VLLMServer.describe`: the engine's own error line
+``error_context`` (e.g. the launcher's :meth:`~launch.vllm_launcher.VLLMServer.describe`: the engine's own error line
 and the log's last lines) is appended to every error so a dead server's last words reach the user.
 
 Time: each attempt of a call is bounded as a whole (not each socket read) by ``timeout_s`` plus
@@ -67,7 +67,7 @@ max_tokens`` new ones, times the calls in flight beside it (they share the serve
 runs out of time is split in two halves, each sized and sent again (down to one prompt, which is retried as a
 whole), never resubmitted whole: on a slow CPU server a 64-prompt call that timed out would time out again.
 
-Adapters: with ``server_settings`` (what ``launch/vllm_server.py`` writes beside its log: ``max_lora_rank``,
+Adapters: with ``server_settings`` (what ``launch/vllm_launcher.py`` writes beside its log: ``max_lora_rank``,
 ``lora_target_modules``) an adapter whose rank is above the server's ``--max-lora-rank`` or whose target modules
 the server does not apply LoRA to is refused before it is loaded (:class:`AdapterLoadError`): vLLM would load it and
 silently ignore the weights of the modules outside ``--lora-target-modules``.
@@ -118,7 +118,7 @@ SAMPLING_FIELDS = {"vllm": {"top_k": -1, "min_p": 0.0, "repetition_penalty": 1.0
 
 
 def read_server_settings(server_log: str | None) -> dict | None:
-    """The settings ``launch/vllm_server.py`` wrote beside its log (``<log without suffix>.json``: ``max_lora_rank``,
+    """The settings ``launch/vllm_launcher.py`` wrote beside its log (``<log without suffix>.json``: ``max_lora_rank``,
     ``lora_target_modules``, ``dtype``, ...), or None when there is no such file."""
     if not server_log:
         return None
@@ -551,7 +551,7 @@ class VLLMServerBackend(GenerationBackend):
         if problems:
             raise AdapterLoadError(f"adapter {path} cannot be served by {self.base_url}: it has "
                                    f"{'; and '.join(problems)}. Restart the server with the policy's LoRA "
-                                   f"(launch/vllm_server.py --lora-rank {rank} --lora-target-modules "
+                                   f"(launch/vllm_launcher.py --lora-rank {rank} --lora-target-modules "
                                    f"{' '.join(sorted(targets))}, or --like-adapter {path}).")
 
     def use_adapter(self, path: str, version: str) -> None:
@@ -633,7 +633,7 @@ class VLLMServerSettings:
                                                      "trainer/evaluation/weight_sync.py). A server that did not follow "
                                                      "the trainer's move since the last sync is stale at any threshold.")
     adapter_dir: Optional[str] = setting(None, "Shared directory for synced adapters (None = <run_dir>/adapters).")
-    server_log: Optional[str] = setting(None, "Log file of an externally started server (launch/vllm_server.py "
+    server_log: Optional[str] = setting(None, "Log file of an externally started server (launch/vllm_launcher.py "
                                               "--log-path); its last lines are appended to every server error, "
                                               "e.g. when it dies. The launcher's settings file beside it (max LoRA "
                                               "rank, LoRA target modules) lets an adapter the server cannot serve "
