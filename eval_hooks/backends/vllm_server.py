@@ -33,12 +33,9 @@ Protocol (vLLM ``/v1/completions``; the reference server implements the same sub
   ``generation_config.json`` cannot silently change the sampling distribution.
 - Prompt log-probs (probe, label scoring) use vLLM's ``prompt_logprobs`` extension: ``choices[0].
   prompt_logprobs`` is ``[None, {"<id>": {"logprob": ...}, ...}, ...]``.
-- Adapters: ``POST /v1/load_lora_adapter {lora_name, lora_path}`` (server needs ``--enable-lora``
-  and ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True``), requests name the adapter in ``model``, old ones
-  go through ``POST /v1/unload_lora_adapter``. Each version gets a new name
-  (``<prefix>-<version>-<sha256[:12]>`` from the adapter's ``CHECKSUM.sha256``, else a per-client
-  nonce), because a server may cache an adapter by name and keep serving stale weights under a reused
-  one. ``use_adapter(path, version)`` routes a non-main rank to an adapter the main rank loaded.
+- Adapters (``vllm_adapters.py``: the protocol and how versions are named, the check below):
+  each version is loaded under a new name, requests name it in ``model``, older ones are unloaded.
+  ``use_adapter(path, version)`` routes a non-main rank to an adapter the main rank loaded.
 
 Servers that are not vLLM are declared flavours of this backend (:data:`FLAVOURS`, registered with their own
 capabilities; ``server_kind``: ``auto`` reads ``owned_by`` from ``GET /v1/models`` once, before the first
@@ -58,8 +55,8 @@ going silent), :class:`ServerResponseError` (the server's own message first; mal
 samples, 4xx, validation errors), :class:`AdapterLoadError` (never a silent fallback to the base model),
 :class:`ServerCapabilityError`. Connection resets/refusals and 5xx other than validation errors are retried
 ``max_retries`` times with exponential backoff; reply bodies are bounded (``max_response_bytes``).
-``error_context`` (e.g. the launcher's :meth:`~launch.vllm_launcher.VLLMServer.describe`: the engine's own error line
-and the log's last lines) is appended to every error so a dead server's last words reach the user.
+``error_context`` (e.g. the launcher's :meth:`~launch.vllm_launcher.VLLMServer.describe`: the engine's own error
+line and the log's last lines) is appended to every error so a dead server's last words reach the user.
 
 Time: each attempt of a call is bounded as a whole (not each socket read) by ``timeout_s`` plus
 ``timeout_per_token_s`` for every token the call asks the server to process: its prompt tokens and ``prompts x n x
@@ -67,10 +64,8 @@ max_tokens`` new ones, times the calls in flight beside it (they share the serve
 runs out of time is split in two halves, each sized and sent again (down to one prompt, which is retried as a
 whole), never resubmitted whole: on a slow CPU server a 64-prompt call that timed out would time out again.
 
-Adapters: with ``server_settings`` (what ``launch/vllm_launcher.py`` writes beside its log: ``max_lora_rank``,
-``lora_target_modules``) an adapter whose rank is above the server's ``--max-lora-rank`` or whose target modules
-the server does not apply LoRA to is refused before it is loaded (:class:`AdapterLoadError`): vLLM would load it and
-silently ignore the weights of the modules outside ``--lora-target-modules``.
+Adapters: with ``server_settings`` (what ``launch/vllm_launcher.py`` writes beside its log) an adapter the server
+cannot serve whole is refused before it is loaded (:func:`~eval_hooks.backends.vllm_adapters.check_adapter_fits`).
 """
 
 from __future__ import annotations
@@ -81,7 +76,6 @@ import secrets
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Callable, Optional, Sequence
 
 from ..prompts import PromptSettings, render_prompt_text, request_prompt_ids
@@ -91,12 +85,9 @@ from .adapter_checksum import checksum_or_none
 from .base import (GenerationBackend, GenerationRequest, GenerationResult, Sample, derive_seed, label_probabilities,
                    label_sequences)
 from .registry import BackendSpec, BuildContext, Capabilities, check_positive, setting
+from .vllm_adapters import AdapterLoadError, check_adapter_fits, read_server_settings
 
 log = logging.getLogger(__name__)
-
-class AdapterLoadError(ServerError):
-    """The server did not load an adapter. Never fall back to the base model on this error."""
-
 
 #: ``owned_by`` values of ``/v1/models`` entries -> server kind (``server_kind=auto``). The reference server
 #: implements vLLM's extensions, so it counts as vLLM.
@@ -115,19 +106,6 @@ SERVER_KINDS = ("auto", *FLAVOURS)
 SAMPLING_FIELDS = {"vllm": {"top_k": -1, "min_p": 0.0, "repetition_penalty": 1.0},
                    "llama_cpp": {"top_k": 0, "min_p": 0.0, "repeat_penalty": 1.0},
                    "openai": {}}
-
-
-def read_server_settings(server_log: str | None) -> dict | None:
-    """The settings ``launch/vllm_launcher.py`` wrote beside its log (``<log without suffix>.json``: ``max_lora_rank``,
-    ``lora_target_modules``, ``dtype``, ...), or None when there is no such file."""
-    if not server_log:
-        return None
-    path = Path(server_log).with_suffix(".json")
-    try:
-        settings = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    return settings if isinstance(settings, dict) else None
 
 
 def _parse_token_id(tok, where: str) -> int:
@@ -531,28 +509,8 @@ class VLLMServerBackend(GenerationBackend):
 
     def check_adapter_fits(self, path: str) -> None:
         """Raise :class:`AdapterLoadError` if ``server_settings`` say the server cannot serve the adapter at ``path``
-        whole: its rank is above ``max_lora_rank`` or it has LoRA weights on modules outside ``lora_target_modules``
-        (vLLM would load it and ignore those weights). Nothing is checked without the settings."""
-        settings = self.server_settings
-        config = Path(path) / "adapter_config.json"
-        if not settings or not config.is_file():  # a missing config is the server's error to report
-            return
-        cfg = json.loads(config.read_text())
-        targets = cfg.get("target_modules") or []
-        targets = [targets] if isinstance(targets, str) else list(targets)
-        covered = settings.get("lora_target_modules")
-        missing = sorted(set(targets) - set(covered)) if covered is not None else []
-        rank, max_rank = int(cfg.get("r", 0)), settings.get("max_lora_rank")
-        problems = ([f"LoRA on {missing}, which the server does not apply LoRA to (its --lora-target-modules "
-                     f"{sorted(covered)}): vLLM would load the adapter and silently ignore those weights"]
-                    if missing else [])
-        if max_rank is not None and rank > int(max_rank):
-            problems.append(f"rank {rank}, above the server's --max-lora-rank {max_rank}")
-        if problems:
-            raise AdapterLoadError(f"adapter {path} cannot be served by {self.base_url}: it has "
-                                   f"{'; and '.join(problems)}. Restart the server with the policy's LoRA "
-                                   f"(launch/vllm_launcher.py --lora-rank {rank} --lora-target-modules "
-                                   f"{' '.join(sorted(targets))}, or --like-adapter {path}).")
+        whole (:func:`eval_hooks.backends.vllm_adapters.check_adapter_fits`)."""
+        check_adapter_fits(path, self.server_settings, self.base_url)
 
     def use_adapter(self, path: str, version: str) -> None:
         """Route later requests to an adapter another process already loaded (non-main ranks).
