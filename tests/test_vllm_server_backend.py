@@ -13,8 +13,8 @@ import pytest
 from _chat_server import unused_port
 from _vllm_helpers import reference_server
 from eval_hooks.backends.base import GenerationRequest
-from eval_hooks.backends.vllm_server import (ServerResponseError, ServerUnreachableError, VLLMServerBackend,
-                                             _parse_token_id)
+from eval_hooks.backends.completions_wire import parse_token_id
+from eval_hooks.backends.vllm_server import ServerResponseError, ServerUnreachableError, VLLMServerBackend
 
 
 @pytest.fixture(scope="module")
@@ -172,9 +172,9 @@ def test_unknown_model_is_a_4xx_error_not_a_retry(backend, server):
 
 
 def test_parse_token_id():
-    assert _parse_token_id("token_id:17", "w") == 17
+    assert parse_token_id("token_id:17", "w") == 17
     with pytest.raises(ValueError, match="token_id"):
-        _parse_token_id("hello", "w")
+        parse_token_id("hello", "w")
 
 
 def test_reference_server_refuses_non_loopback(tiny_model_dir, tiny_tokenizer):

@@ -13,26 +13,23 @@ API
     lp = backend.prompt_logprobs(token_ids)     # log p(x_t | x_<t), t = 1..L-1, current adapter
     probs = backend.score_labels(prompts, ["yes", "no"])
 
-Protocol (vLLM ``/v1/completions``; the reference server implements the same subset):
+Protocol (vLLM ``/v1/completions``; the reference server implements the same subset; the request bodies and the
+parsing of replies, with sampled ids, log-probs and vLLM's ``prompt_logprobs``, are ``completions_wire.py``):
 
 - Requests that share sampling settings, seed and adapter are sent together (``prompt`` is a list, ``n``
-  samples each); ``choices[k]`` with ``index = prompt_idx * n + sample_idx``. The API takes one
-  ``seed`` per call, so requests with seeds of their own (GRPO rollouts: one per prompt, which makes
-  the samples independent of the batch and of the rank layout) go one call per prompt; calls run
-  concurrently with at most ``concurrency * max_prompts_per_call`` prompts in flight, so the server
+  samples each). The API takes one ``seed`` per call, so requests with seeds of their own (GRPO rollouts: one
+  per prompt, which makes the samples independent of the batch and of the rank layout) go one call per prompt;
+  calls run concurrently with at most ``concurrency * max_prompts_per_call`` prompts in flight, so the server
   still batches as many prompts as with shared-seed calls.
 - With a tokenizer, prompts are rendered and tokenized *client side* by the one renderer
   (:func:`eval_hooks.prompts.render_prompt`, with the ``prompt`` group's template switch and
   ``chat_template_kwargs``) and sent as token ids, so the server sees exactly the ids the trainer
   trains on (sending text would let the server re-tokenize and add a BOS). Without a tokenizer, only
   raw ``prompt=`` requests work; their text is sent with ``add_special_tokens=false``.
-- ``logprobs=1`` + ``return_tokens_as_token_ids`` gives the sampled ids (``"token_id:<id>"``) and
-  their log-probs. vLLM must run with ``--logprobs-mode raw_logprobs`` (the launcher passes it) so
-  those are temperature-1 log-probs, as :class:`~eval_hooks.backends.base.Sample` documents.
-- ``top_k=-1, min_p=0, repetition_penalty=1`` are always sent to vLLM, so a model's
-  ``generation_config.json`` cannot silently change the sampling distribution.
-- Prompt log-probs (probe, label scoring) use vLLM's ``prompt_logprobs`` extension: ``choices[0].
-  prompt_logprobs`` is ``[None, {"<id>": {"logprob": ...}, ...}, ...]``.
+- vLLM must run with ``--logprobs-mode raw_logprobs`` (the launcher passes it), so the sampled tokens'
+  log-probs are temperature-1 log-probs, as :class:`~eval_hooks.backends.base.Sample` documents; ``top_k=-1,
+  min_p=0, repetition_penalty=1`` are always sent, so a model's ``generation_config.json`` cannot silently change
+  the sampling distribution.
 - Adapters (``vllm_adapters.py``: the protocol and how versions are named, the check below):
   each version is loaded under a new name, requests name it in ``model``, older ones are unloaded.
   ``use_adapter(path, version)`` routes a non-main rank to an adapter the main rank loaded.
@@ -43,12 +40,12 @@ generation; ``vllm`` | ``llama_cpp`` | ``openai`` set it). ``llama_cpp`` and ``o
 ``/v1/completions`` servers (:data:`TEXT_COMPLETIONS`): requests are rendered client side to *text* (the same
 renderer), sent one prompt and one sample per call (such servers may refuse token ids and prompt lists and drop
 ``n``; sample ``j`` of a seeded request gets ``derive_seed(seed, j)``), with the sampling fields in that server's
-terms (:data:`SAMPLING_FIELDS`: llama.cpp's ``repeat_penalty=1``, ``top_k=0``, ``min_p=0``; nothing extra for an
-unknown server) and no vLLM-only field. Samples then carry text only. Adapters, prompt log-probs (the
-stale-weight probe, label probabilities) and so RL rollouts raise :class:`ServerCapabilityError` (one line) on
-such a server (:meth:`VLLMServerBackend.require` asks the flavour's capabilities); with a declared
-``server_kind`` the config checks refuse them before anything runs. :meth:`health` falls back to
-``/v1/models`` for servers without ``/health``.
+terms (:data:`~eval_hooks.backends.completions_wire.SAMPLING_FIELDS`: llama.cpp's ``repeat_penalty=1``,
+``top_k=0``, ``min_p=0``; nothing extra for an unknown server) and no vLLM-only field. Samples then carry text
+only. Adapters, prompt log-probs (the stale-weight probe, label probabilities) and so RL rollouts raise
+:class:`ServerCapabilityError` (one line) on such a server (:meth:`VLLMServerBackend.require` asks the flavour's
+capabilities); with a declared ``server_kind`` the config checks refuse them before anything runs. :meth:`health`
+falls back to ``/v1/models`` for servers without ``/health``.
 
 Errors: :class:`ServerUnreachableError` (names the URL, and the server's last error answer when it gave one before
 going silent), :class:`ServerResponseError` (the server's own message first; malformed JSON, wrong number of
@@ -82,8 +79,9 @@ from ..prompts import PromptSettings, render_prompt_text, request_prompt_ids
 from . import transport as _http
 from .transport import ServerCapabilityError, ServerError, ServerResponseError, ServerUnreachableError
 from .adapter_checksum import checksum_or_none
-from .base import (GenerationBackend, GenerationRequest, GenerationResult, Sample, derive_seed, label_probabilities,
-                   label_sequences)
+from .base import GenerationBackend, GenerationRequest, GenerationResult, Sample, label_probabilities, label_sequences
+from .completions_wire import (parse_prompt_logprobs, parse_text_choice, parse_token_choices, prompt_logprobs_body,
+                               text_completion_body, token_completion_body)
 from .registry import BackendSpec, BuildContext, Capabilities, check_positive, setting
 from .vllm_adapters import AdapterLoadError, check_adapter_fits, read_server_settings
 
@@ -102,18 +100,6 @@ TEXT_COMPLETIONS = Capabilities()
 #: The server kinds this backend speaks (``server_kind``), each with what it can do.
 FLAVOURS = {"vllm": TOKEN_EXACT, "llama_cpp": TEXT_COMPLETIONS, "openai": TEXT_COMPLETIONS}
 SERVER_KINDS = ("auto", *FLAVOURS)
-#: Sampling fields sent in each server's own terms, so that no server default changes the distribution.
-SAMPLING_FIELDS = {"vllm": {"top_k": -1, "min_p": 0.0, "repetition_penalty": 1.0},
-                   "llama_cpp": {"top_k": 0, "min_p": 0.0, "repeat_penalty": 1.0},
-                   "openai": {}}
-
-
-def _parse_token_id(tok, where: str) -> int:
-    if isinstance(tok, int):
-        return tok
-    if isinstance(tok, str) and tok.startswith("token_id:"):
-        return int(tok.split(":", 1)[1])
-    raise ValueError(f"{where}: expected 'token_id:<int>' (return_tokens_as_token_ids), got {tok!r}")
 
 
 class VLLMServerBackend(GenerationBackend):
@@ -349,28 +335,16 @@ class VLLMServerBackend(GenerationBackend):
             self.require("loads_adapters", "generation with a LoRA adapter")
         jobs = [(i, j) for i, r in enumerate(requests) for j in range(r.n)]
         texts = [self._prompt_text(r) for r in requests]
-        fields = SAMPLING_FIELDS[self.kind]
+        kind = self.kind
 
         def one(job) -> Sample:
             i, j = job
             r = requests[i]
-            body = {"model": self.model_name, "prompt": texts[i], "n": 1, "max_tokens": r.max_new_tokens,
-                    "temperature": float(r.temperature), "top_p": float(r.top_p), **fields}
-            if r.stop:
-                body["stop"] = list(r.stop)
-            if r.seed is not None:
-                body["seed"] = r.seed if r.n == 1 else derive_seed(r.seed, j)
             what = (f"POST /v1/completions (model={self.model_name!r}, text prompt {i}, sample {j} of n={r.n}, "
                     f"prompt {texts[i][:60]!r})")
-            out = self._request("POST", "/v1/completions", body, what)
-            choices = out.get("choices") if isinstance(out, dict) else None
-            if not isinstance(choices, list) or len(choices) != 1 or not isinstance(choices[0], dict):
-                raise ServerResponseError(f"{what}: expected one choice, got {str(out)[:300]}{self._context()}")
-            ch = choices[0]
-            if not isinstance(ch.get("text"), str):
-                raise ServerResponseError(f"{what}: the choice has no text: {str(ch)[:200]}{self._context()}")
-            return Sample(text=ch["text"], token_ids=[], logprobs=[],
-                          finish_reason="length" if ch.get("finish_reason") == "length" else "stop")
+            out = self._request("POST", "/v1/completions",
+                                text_completion_body(self.model_name, texts[i], r, j, kind), what)
+            return parse_text_choice(out, what, self._context)
 
         bar = tqdm(total=len(jobs), desc=desc, disable=not progress, unit="call")
         got: dict[int, list[Sample]] = {i: [] for i in range(len(requests))}
@@ -389,51 +363,16 @@ class VLLMServerBackend(GenerationBackend):
         """One ``/v1/completions`` call for ``jobs`` (``(prompt payload, request)`` pairs sharing ``key``)."""
         prompts, reqs = [p for p, _ in jobs], [r for _, r in jobs]
         model, n, max_tokens, temperature, top_p, stop, seed = key
-        body = {"model": model, "prompt": prompts, "n": n, "max_tokens": max_tokens,
-                "temperature": temperature, "top_p": top_p, **SAMPLING_FIELDS["vllm"],
-                "stop": list(stop), "logprobs": 1,
-                "return_tokens_as_token_ids": True, "add_special_tokens": False,
-                "skip_special_tokens": True}
-        if seed is not None:
-            body["seed"] = seed
+        body = token_completion_body(model, prompts, n, max_tokens, temperature, top_p, stop, seed)
         first = reqs[0].prompt if reqs[0].prompt is not None else json.dumps(reqs[0].messages)
         what = (f"POST /v1/completions (model={model!r}, {len(prompts)} prompt(s) x n={n}, "
                 f"max_tokens={max_tokens}, first prompt {first[:60]!r})")
         tokens = sum(len(p) if isinstance(p, list) else len(p) // 4 for p in prompts) + len(prompts) * n * max_tokens
         out = self._request("POST", "/v1/completions", body, what, timeout_s=self.call_timeout_s(tokens, in_flight),
                             retry_timeouts=last_try)
-        choices = out.get("choices") if isinstance(out, dict) else None
-        if not isinstance(choices, list):
-            raise ServerResponseError(f"{what}: response has no 'choices' list: {str(out)[:300]}{self._context()}")
-        want = len(prompts) * n
-        if len(choices) != want:
-            raise ServerResponseError(f"{what}: asked for {want} samples ({len(prompts)} prompts x n={n}), "
-                                      f"server returned {len(choices)}{self._context()}")
-        by_index: dict[int, dict] = {}
-        for k, ch in enumerate(choices):
-            idx = ch.get("index", k) if isinstance(ch, dict) else None
-            if idx is None or idx in by_index or not 0 <= idx < want:
-                raise ServerResponseError(f"{what}: bad or duplicate choice index {idx!r}{self._context()}")
-            by_index[idx] = ch
-        results = []
-        for p, (prompt, req) in enumerate(zip(prompts, reqs)):
-            samples = []
-            for j in range(n):
-                ch = by_index[p * n + j]
-                try:
-                    lp = ch["logprobs"]
-                    ids = ch.get("token_ids") or [_parse_token_id(t, what) for t in lp["tokens"]]
-                    logprobs = [float(x) for x in lp["token_logprobs"]]
-                    if len(ids) != len(logprobs):
-                        raise ValueError(f"{len(ids)} tokens but {len(logprobs)} log-probs")
-                    samples.append(Sample(text=ch["text"], token_ids=[int(t) for t in ids], logprobs=logprobs,
-                                          finish_reason="length" if ch.get("finish_reason") == "length" else "stop"))
-                except (KeyError, TypeError, ValueError) as e:
-                    raise ServerResponseError(f"{what}: choice {p * n + j} is malformed ({type(e).__name__}: {e})"
-                                              f"{self._context()}") from e
-            pids = prompt if isinstance(prompt, list) else []
-            results.append(GenerationResult(request=req, samples=samples, prompt_token_ids=pids))
-        return results
+        samples = parse_token_choices(out, len(prompts), n, what, self._context)
+        return [GenerationResult(request=req, samples=got, prompt_token_ids=prompt if isinstance(prompt, list) else [])
+                for prompt, req, got in zip(prompts, reqs, samples)]
 
     # -- prompt log-probs: sync probe and label scoring ----------------------------------------
     def prompt_logprobs(self, prompt: str | list[int], adapter: str | None = None) -> list[float]:
@@ -468,27 +407,10 @@ class VLLMServerBackend(GenerationBackend):
         return out_all
 
     def _prompt_logprobs_call(self, model: str, chunk: list[list[int]], last_try: bool) -> list[list[float]]:
-        out_all: list[list[float]] = []
         what = f"POST /v1/completions prompt_logprobs (model={model!r}, {len(chunk)} sequence(s))"
-        body = {"model": model, "prompt": chunk, "n": 1, "max_tokens": 1, "temperature": 0.0,
-                "prompt_logprobs": 1, "add_special_tokens": False}
-        out = self._request("POST", "/v1/completions", body, what,
+        out = self._request("POST", "/v1/completions", prompt_logprobs_body(model, chunk), what,
                             timeout_s=self.call_timeout_s(sum(len(c) + 1 for c in chunk)), retry_timeouts=last_try)
-        choices = out.get("choices") if isinstance(out, dict) else None
-        if not isinstance(choices, list) or len(choices) != len(chunk):
-            raise ServerResponseError(f"{what}: expected {len(chunk)} choices, got "
-                                      f"{len(choices) if isinstance(choices, list) else str(out)[:200]}{self._context()}")
-        for k, ch in enumerate(sorted(choices, key=lambda c: c.get("index", 0))):
-            ids = chunk[k]
-            try:
-                plp = ch["prompt_logprobs"]
-                if len(plp) != len(ids):
-                    raise ValueError(f"{len(plp)} prompt log-prob entries for {len(ids)} prompt tokens")
-                out_all.append([float(plp[t][str(ids[t])]["logprob"]) for t in range(1, len(ids))])
-            except (KeyError, TypeError, ValueError) as e:
-                raise ServerResponseError(f"{what}: sequence {k} has malformed prompt_logprobs "
-                                          f"({type(e).__name__}: {e}){self._context()}") from e
-        return out_all
+        return parse_prompt_logprobs(out, chunk, what, self._context)
 
     def score_labels(self, prompts: Sequence[str | list[dict]], labels: Sequence[str]) -> list[dict[str, float]]:
         """Same definition as :meth:`HFBackend.score_labels`, from server prompt log-probs of
