@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 
 from eval_hooks.backends.base import GenerationRequest, derive_seed
-from eval_hooks.backends.completions_wire import (SAMPLING_FIELDS, parse_prompt_logprobs, parse_text_choice,
-                                                  parse_token_choices, prompt_logprobs_body, text_completion_body,
-                                                  token_completion_body)
+from eval_hooks.backends.completions_wire import (parse_prompt_logprobs, parse_text_choice, parse_token_choices,
+                                                  prompt_logprobs_body, text_completion_body, token_completion_body)
 from eval_hooks.backends.transport import ServerResponseError
+from eval_hooks.backends.vllm_server import SAMPLING_FIELDS
 
 
 def _ctx() -> str:
@@ -21,12 +21,12 @@ def _choice(index: int, ids: list[int], finish: str = "stop") -> dict:
             "logprobs": {"tokens": [f"token_id:{i}" for i in ids], "token_logprobs": [-0.5] * len(ids)}}
 
 
-def test_token_body_always_pins_vllm_sampling_and_asks_for_token_ids():
-    body = token_completion_body("m", [[1, 2]], 2, 8, 1.0, 0.9, ("\n",), None)
+def test_token_body_pins_the_sampling_fields_and_asks_for_token_ids():
+    body = token_completion_body("m", [[1, 2]], 2, 8, 1.0, 0.9, ("\n",), None, sampling=SAMPLING_FIELDS["vllm"])
     assert body["top_k"] == -1 and body["min_p"] == 0.0 and body["repetition_penalty"] == 1.0
     assert body["logprobs"] == 1 and body["return_tokens_as_token_ids"] and not body["add_special_tokens"]
     assert body["stop"] == ["\n"] and "seed" not in body
-    assert token_completion_body("m", [[1]], 1, 8, 1.0, 1.0, (), 7)["seed"] == 7
+    assert token_completion_body("m", [[1]], 1, 8, 1.0, 1.0, (), 7, sampling={})["seed"] == 7
 
 
 def test_token_choices_are_grouped_by_index_per_prompt():
@@ -65,11 +65,11 @@ def test_prompt_logprobs_skip_the_first_token_and_follow_the_index():
 
 def test_text_calls_use_each_servers_own_sampling_fields_and_derived_seeds():
     r = GenerationRequest(prompt="p", n=3, max_new_tokens=4, stop=["."], seed=11)
-    body = text_completion_body("m", "hello", r, 2, "llama_cpp")
+    body = text_completion_body("m", "hello", r, 2, sampling=SAMPLING_FIELDS["llama_cpp"])
     assert body["seed"] == derive_seed(11, 2) and body["n"] == 1 and body["stop"] == ["."]
     assert {k: body[k] for k in SAMPLING_FIELDS["llama_cpp"]} == {"top_k": 0, "min_p": 0.0, "repeat_penalty": 1.0}
     assert "return_tokens_as_token_ids" not in body and "repetition_penalty" not in body
-    assert text_completion_body("m", "x", GenerationRequest(prompt="p", seed=11), 0, "openai")["seed"] == 11
+    assert text_completion_body("m", "x", GenerationRequest(prompt="p", seed=11), 0, sampling={})["seed"] == 11
     sample = parse_text_choice({"choices": [{"text": "ok", "finish_reason": "length"}]}, "t", _ctx)
     assert (sample.text, sample.token_ids, sample.finish_reason) == ("ok", [], "length")
     with pytest.raises(ServerResponseError, match=r"^t: the choice has no text"):

@@ -8,14 +8,15 @@ vLLM (and the reference server, ``reference_server.py``, which implements the sa
 - ``logprobs=1`` + ``return_tokens_as_token_ids`` gives the sampled ids (``"token_id:<id>"``) and their log-probs.
   vLLM must run with ``--logprobs-mode raw_logprobs`` (the launcher passes it) so those are temperature-1
   log-probs, as :class:`~eval_hooks.backends.base.Sample` documents.
-- ``top_k=-1, min_p=0, repetition_penalty=1`` are always sent to vLLM (:data:`SAMPLING_FIELDS`), so a model's
-  ``generation_config.json`` cannot silently change the sampling distribution.
+- ``top_k=-1, min_p=0, repetition_penalty=1`` are always sent to vLLM (``sampling``: the client's
+  ``SAMPLING_FIELDS``, declared with each server kind), so a model's ``generation_config.json`` cannot silently
+  change the sampling distribution.
 - Prompt log-probs (probe, label scoring) use vLLM's ``prompt_logprobs`` extension: ``choices[k].
   prompt_logprobs`` is ``[None, {"<id>": {"logprob": ...}, ...}, ...]``, one entry per prompt token
   (:func:`prompt_logprobs_body`, :func:`parse_prompt_logprobs`).
 
 A plain OpenAI-style server (llama.cpp's, or unknown): one text prompt and one sample per call, the sampling fields
-in that server's own terms (:data:`SAMPLING_FIELDS`) and no vLLM-only field; the one choice carries text only
+in that server's own terms (``sampling``) and no vLLM-only field; the one choice carries text only
 (:func:`text_completion_body`, :func:`parse_text_choice`).
 
 Every parser raises :class:`~eval_hooks.backends.transport.ServerResponseError` naming ``what`` (the call) and
@@ -28,11 +29,6 @@ from typing import Callable, Sequence
 
 from .base import GenerationRequest, Sample, derive_seed
 from .transport import ServerResponseError
-
-#: Sampling fields sent in each server's own terms, so that no server default changes the distribution.
-SAMPLING_FIELDS = {"vllm": {"top_k": -1, "min_p": 0.0, "repetition_penalty": 1.0},
-                   "llama_cpp": {"top_k": 0, "min_p": 0.0, "repeat_penalty": 1.0},
-                   "openai": {}}
 
 
 def parse_token_id(tok, where: str) -> int:
@@ -50,11 +46,11 @@ def _finish_reason(choice: dict) -> str:
 
 
 def token_completion_body(model: str, prompts: list, n: int, max_tokens: int, temperature: float, top_p: float,
-                          stop: Sequence[str], seed: int | None) -> dict:
+                          stop: Sequence[str], seed: int | None, *, sampling: dict) -> dict:
     """The body of one vLLM call: ``prompts`` (token-id lists, or texts) x ``n`` samples each, sampled ids and their
-    log-probs returned, ``seed`` (one per call) when not None."""
+    log-probs returned, ``seed`` (one per call) when not None, ``sampling`` (vLLM's sampling fields) pinned."""
     body = {"model": model, "prompt": prompts, "n": n, "max_tokens": max_tokens,
-            "temperature": temperature, "top_p": top_p, **SAMPLING_FIELDS["vllm"],
+            "temperature": temperature, "top_p": top_p, **sampling,
             "stop": list(stop), "logprobs": 1,
             "return_tokens_as_token_ids": True, "add_special_tokens": False,
             "skip_special_tokens": True}
@@ -125,12 +121,13 @@ def parse_prompt_logprobs(out, chunk: list[list[int]], what: str, context: Calla
     return out_all
 
 
-def text_completion_body(model: str, text: str, request: GenerationRequest, sample: int, kind: str) -> dict:
-    """The body of one call to a server of ``kind`` that is not vLLM: sample ``sample`` of ``request``, rendered to
-    ``text``; a seeded request with ``n > 1`` gives sample ``j`` the seed ``derive_seed(seed, j)``."""
+def text_completion_body(model: str, text: str, request: GenerationRequest, sample: int, *, sampling: dict) -> dict:
+    """The body of one call to a server that is not vLLM: sample ``sample`` of ``request``, rendered to ``text``, with
+    ``sampling`` (that server's own sampling fields); a seeded request with ``n > 1`` gives sample ``j`` the seed
+    ``derive_seed(seed, j)``."""
     r = request
     body = {"model": model, "prompt": text, "n": 1, "max_tokens": r.max_new_tokens,
-            "temperature": float(r.temperature), "top_p": float(r.top_p), **SAMPLING_FIELDS[kind]}
+            "temperature": float(r.temperature), "top_p": float(r.top_p), **sampling}
     if r.stop:
         body["stop"] = list(r.stop)
     if r.seed is not None:

@@ -40,12 +40,12 @@ generation; ``vllm`` | ``llama_cpp`` | ``openai`` set it). ``llama_cpp`` and ``o
 ``/v1/completions`` servers (:data:`TEXT_COMPLETIONS`): requests are rendered client side to *text* (the same
 renderer), sent one prompt and one sample per call (such servers may refuse token ids and prompt lists and drop
 ``n``; sample ``j`` of a seeded request gets ``derive_seed(seed, j)``), with the sampling fields in that server's
-terms (:data:`~eval_hooks.backends.completions_wire.SAMPLING_FIELDS`: llama.cpp's ``repeat_penalty=1``,
-``top_k=0``, ``min_p=0``; nothing extra for an unknown server) and no vLLM-only field. Samples then carry text
-only. Adapters, prompt log-probs (the stale-weight probe, label probabilities) and so RL rollouts raise
-:class:`ServerCapabilityError` (one line) on such a server (:meth:`VLLMServerBackend.require` asks the flavour's
-capabilities); with a declared ``server_kind`` the config checks refuse them before anything runs. :meth:`health`
-falls back to ``/v1/models`` for servers without ``/health``.
+terms (:data:`SAMPLING_FIELDS`: llama.cpp's ``repeat_penalty=1``, ``top_k=0``, ``min_p=0``; nothing extra for an
+unknown server) and no vLLM-only field. Samples then carry text only. Adapters, prompt log-probs (the
+stale-weight probe, label probabilities) and so RL rollouts raise :class:`ServerCapabilityError` (one line) on
+such a server (:meth:`VLLMServerBackend.require` asks the flavour's capabilities); with a declared
+``server_kind`` the config checks refuse them before anything runs. :meth:`health` falls back to
+``/v1/models`` for servers without ``/health``.
 
 Errors: :class:`ServerUnreachableError` (names the URL, and the server's last error answer when it gave one before
 going silent), :class:`ServerResponseError` (the server's own message first; malformed JSON, wrong number of
@@ -100,6 +100,10 @@ TEXT_COMPLETIONS = Capabilities()
 #: The server kinds this backend speaks (``server_kind``), each with what it can do.
 FLAVOURS = {"vllm": TOKEN_EXACT, "llama_cpp": TEXT_COMPLETIONS, "openai": TEXT_COMPLETIONS}
 SERVER_KINDS = ("auto", *FLAVOURS)
+#: Sampling fields sent in each server's own terms, so that no server default changes the distribution.
+SAMPLING_FIELDS = {"vllm": {"top_k": -1, "min_p": 0.0, "repetition_penalty": 1.0},
+                   "llama_cpp": {"top_k": 0, "min_p": 0.0, "repeat_penalty": 1.0},
+                   "openai": {}}
 
 
 class VLLMServerBackend(GenerationBackend):
@@ -335,7 +339,7 @@ class VLLMServerBackend(GenerationBackend):
             self.require("loads_adapters", "generation with a LoRA adapter")
         jobs = [(i, j) for i, r in enumerate(requests) for j in range(r.n)]
         texts = [self._prompt_text(r) for r in requests]
-        kind = self.kind
+        fields = SAMPLING_FIELDS[self.kind]
 
         def one(job) -> Sample:
             i, j = job
@@ -343,7 +347,7 @@ class VLLMServerBackend(GenerationBackend):
             what = (f"POST /v1/completions (model={self.model_name!r}, text prompt {i}, sample {j} of n={r.n}, "
                     f"prompt {texts[i][:60]!r})")
             out = self._request("POST", "/v1/completions",
-                                text_completion_body(self.model_name, texts[i], r, j, kind), what)
+                                text_completion_body(self.model_name, texts[i], r, j, sampling=fields), what)
             return parse_text_choice(out, what, self._context)
 
         bar = tqdm(total=len(jobs), desc=desc, disable=not progress, unit="call")
@@ -363,7 +367,8 @@ class VLLMServerBackend(GenerationBackend):
         """One ``/v1/completions`` call for ``jobs`` (``(prompt payload, request)`` pairs sharing ``key``)."""
         prompts, reqs = [p for p, _ in jobs], [r for _, r in jobs]
         model, n, max_tokens, temperature, top_p, stop, seed = key
-        body = token_completion_body(model, prompts, n, max_tokens, temperature, top_p, stop, seed)
+        body = token_completion_body(model, prompts, n, max_tokens, temperature, top_p, stop, seed,
+                                     sampling=SAMPLING_FIELDS["vllm"])
         first = reqs[0].prompt if reqs[0].prompt is not None else json.dumps(reqs[0].messages)
         what = (f"POST /v1/completions (model={model!r}, {len(prompts)} prompt(s) x n={n}, "
                 f"max_tokens={max_tokens}, first prompt {first[:60]!r})")
