@@ -13,7 +13,7 @@
     python bench/bench_vllm_cpu.py --skip-grpo --vllm-python /path/to/venv/bin/python
 
 The last line printed is one JSON object. Not a unit test: the load average is printed; run it on a quiet machine.
-vLLM's threads: ``VLLM_CPU_NUM_OF_RESERVED_CPU=0`` on up to 4 cores (launch/vllm_server.py); the HF side uses
+vLLM's threads: ``VLLM_CPU_NUM_OF_RESERVED_CPU=0`` on up to 4 cores (launch/vllm_launcher.py); the HF side uses
 torch's default threads unless ``--threads``.
 """
 
@@ -133,7 +133,7 @@ def main(argv: list[str] | None = None) -> dict:
     import torch
 
     from eval_hooks.evaluate import load_rows
-    from launch.vllm_server import VLLMServer
+    from launch.vllm_launcher import VLLMServer
 
     if args.threads:
         torch.set_num_threads(args.threads)

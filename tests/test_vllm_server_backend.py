@@ -13,8 +13,8 @@ import pytest
 from _chat_server import unused_port
 from _vllm_helpers import reference_server
 from eval_hooks.backends.base import GenerationRequest
-from eval_hooks.backends.vllm_server import (ServerResponseError, ServerUnreachableError, VLLMServerBackend,
-                                             _parse_token_id)
+from eval_hooks.backends.completions_wire import parse_token_id
+from eval_hooks.backends.vllm_server import ServerResponseError, ServerUnreachableError, VLLMServerBackend
 
 
 @pytest.fixture(scope="module")
@@ -172,9 +172,9 @@ def test_unknown_model_is_a_4xx_error_not_a_retry(backend, server):
 
 
 def test_parse_token_id():
-    assert _parse_token_id("token_id:17", "w") == 17
+    assert parse_token_id("token_id:17", "w") == 17
     with pytest.raises(ValueError, match="token_id"):
-        _parse_token_id("hello", "w")
+        parse_token_id("hello", "w")
 
 
 def test_reference_server_refuses_non_loopback(tiny_model_dir, tiny_tokenizer):
@@ -302,7 +302,7 @@ def test_an_adapter_the_server_cannot_serve_whole_is_refused_before_it_is_loaded
     server.faults.__init__()
     log = tmp_path / "vllm_server.log"
     (tmp_path / "vllm_server.json").write_text('{"max_lora_rank": 8, "lora_target_modules": ["q_proj", "v_proj"]}')
-    settings = read_server_settings(str(log))  # what launch/vllm_server.py wrote beside its log
+    settings = read_server_settings(str(log))  # what launch/vllm_launcher.py wrote beside its log
     assert read_server_settings(str(tmp_path / "other.log")) is None
     b = VLLMServerBackend(server.url, "tiny", tiny_tokenizer, timeout_s=30, max_retries=0, server_kind="vllm",
                           server_settings=settings)

@@ -99,7 +99,7 @@ def _served_name(line: dict) -> str:
 
 
 def test_grpo_rollouts_and_adapter_sync_every_step_through_http(tmp_path, server, no_local_generation):
-    from trainer.evaluation.weight_sync import adapter_checksum
+    from eval_hooks.backends.adapter_checksum import adapter_checksum
 
     run = tmp_path / "run"
     run_recipe("grpo", "grpo", _overrides(run, server.url, "trainer.max_steps=2", "generation.sync_every=1",
@@ -213,10 +213,10 @@ def test_adapter_load_failure_stops_never_falls_back_to_base(tmp_path, server):
 
 
 def test_dead_server_saves_checkpoint_and_fails_with_its_last_log_lines(tmp_path, tiny_model_dir):
-    """A server *process* (launch/vllm_server.py, reference kind) is killed during step 2; the next request
+    """A server *process* (launch/vllm_launcher.py, reference kind) is killed during step 2; the next request
     (the step-2 sync) fails fast with the URL and the server log's last lines; step 2 is checkpointed."""
     from eval_hooks.backends.vllm_server import ServerUnreachableError
-    from launch.vllm_server import VLLMServer
+    from launch.vllm_launcher import VLLMServer
     from trainer.core.checkpoint import complete_checkpoints
 
     log = tmp_path / "server.log"

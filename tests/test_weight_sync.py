@@ -9,10 +9,11 @@ import pytest
 
 from _vllm_helpers import make_lora_policy, perturb_lora, reference_server
 from eval_hooks.backends.base import GenerationRequest
+from eval_hooks.backends.adapter_checksum import CHECKSUM_FILE, adapter_checksum
 from eval_hooks.backends.vllm_server import AdapterLoadError, VLLMServerBackend
-from trainer.evaluation.weight_sync import (CHECKSUM_FILE, FLOAT32_NOISE_MAX, PROBE_THRESHOLDS, AdapterSync,
-                                         StaleWeightsError, adapter_checksum, save_adapter_atomically, sync_probe,
-                                         threshold_for_noise, trainer_prompt_logprobs)
+from trainer.evaluation.weight_sync import (FLOAT32_NOISE_MAX, PROBE_THRESHOLDS, AdapterSync, StaleWeightsError,
+                                         save_adapter_atomically, sync_probe, threshold_for_noise,
+                                         trainer_prompt_logprobs)
 
 
 @pytest.fixture()

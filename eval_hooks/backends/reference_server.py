@@ -11,7 +11,7 @@ In process (tests)::
     server.faults.drop_connections = 1      # fault injection, see :class:`Faults`
     server.shutdown()
 
-As a process (what ``launch/vllm_server.py`` starts with ``kind="reference"``)::
+As a process (what ``launch/vllm_launcher.py`` starts with ``kind="reference"``)::
 
     python -m eval_hooks.backends.reference_server --model tiny --port 0 [--served-model-name NAME]
 

