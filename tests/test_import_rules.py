@@ -396,7 +396,7 @@ def test_each_recipe_run_is_under_80_lines():
 
 # ---- one owner of "give me a model" (eval_hooks/model/), one file hasher (eval_hooks/core/hashing.py) --------------
 
-_PRETRAINED = re.compile(r"^(Auto\w*|\w+ForCausalLM|\w*Tokenizer\w*)$")  # transformers' model, config, tokenizer classes
+_PRETRAINED = re.compile(r"^(Auto\w*|\w+ForCausalLM|\w*Tokenizer\w*)$")  # transformers' model/config/tokenizer
 
 
 def _pretrained_loads(tree: ast.AST) -> list[int]:
@@ -408,8 +408,9 @@ def _pretrained_loads(tree: ast.AST) -> list[int]:
 
 
 def test_the_pretrained_load_finder():
-    code = ("AutoModelForCausalLM.from_pretrained(p)\nAutoTokenizer.from_pretrained(p)\nPeftModel.from_pretrained(m, a)\n"
-            "LlamaForCausalLM.from_pretrained(p)\nAutoModelForCausalLM.from_config(c)\n")
+    code = ("AutoModelForCausalLM.from_pretrained(p)\nAutoTokenizer.from_pretrained(p)\n"
+            "PeftModel.from_pretrained(m, a)\nLlamaForCausalLM.from_pretrained(p)\n"
+            "AutoModelForCausalLM.from_config(c)\n")
     assert _pretrained_loads(ast.parse(code)) == [1, 2, 4]
 
 

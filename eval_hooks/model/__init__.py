@@ -32,6 +32,6 @@ __all__ = [
     "TRAINED_ADAPTER", "TinyModelSpec", "cache_root", "check_adapter", "check_adapter_dir", "check_adapter_finite",
     "check_adapter_fits", "check_adapter_path", "check_model_path", "cpu_has_amx_bf16", "cpu_supports_bf16",
     "ensure_gguf_converted", "ensure_tiny_model", "export_merged", "is_gguf_source", "is_toy_model",
-    "load_base_with_adapters", "load_model", "load_policy", "load_policy_for_inference", "load_tokenizer", "resolve_mixed_precision",
-    "resolve_model_path", "save_policy",
+    "load_base_with_adapters", "load_model", "load_policy", "load_policy_for_inference", "load_tokenizer",
+    "resolve_mixed_precision", "resolve_model_path", "save_policy",
 ]
