@@ -459,3 +459,12 @@ def test_exactly_one_file_hash_helper_in_product_code():
     defined = [p.relative_to(ROOT).as_posix() for p in _files(*PRODUCT) for n in ast.walk(ast.parse(p.read_text()))
                if isinstance(n, ast.FunctionDef) and n.name in ("file_sha256", "tree_sha256", "_sha256")]
     assert defined == ["eval_hooks/core/hashing.py"], defined
+
+
+def test_the_model_entry_exports_its_calls_without_importing_torch():
+    # the config checks (trainer/config/validation.py) and the CLIs reach eval_hooks.model before any model loads
+    code = ("import sys, eval_hooks.model as m\nassert all(hasattr(m, n) for n in m.__all__)\n"
+            "assert {'load_model', 'load_tokenizer', 'load_policy'} <= set(m.__all__)\nprint('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "False"
