@@ -102,7 +102,7 @@ def _cmd_build_med(args) -> int:
     rewriter = None
     if args.rewrite_model:  # an in-process HF model rewrites abstracts that name T differently
         from .backends.hf import HFBackend
-        from .models import check_model_path, load_model, load_tokenizer
+        from .model import check_model_path, load_model, load_tokenizer
 
         check_model_path(args.rewrite_model, "--rewrite-model")
         rewriter = HFBackend(load_model(args.rewrite_model), load_tokenizer(args.rewrite_model), batch_size=4)

@@ -165,9 +165,9 @@ def cpu_server_env(kv_cache_gib: int | None = None, reserved_cpus: int | None = 
 
 
 def resolve_model(model: str) -> str:
-    """A ``pkg:<module>`` or ``.gguf`` model (``eval_hooks.model_source``) -> its converted, cached directory (converted
+    """A ``pkg:<module>`` or ``.gguf`` model (``eval_hooks.model.source``) -> its converted, cached directory (converted
     once); anything else unchanged."""
-    from eval_hooks.model_source import ensure_gguf_converted, is_gguf_source
+    from eval_hooks.model import ensure_gguf_converted, is_gguf_source
 
     return str(ensure_gguf_converted(model)) if is_gguf_source(model) else model
 

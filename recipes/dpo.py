@@ -9,7 +9,7 @@ How this departs from TRL's DPOTrainer (same loss, checked by tests/test_trl_equ
   ``algo=scope_knowledge_aware`` adds the unknown-item pools with mass λ_u (docs/scope.md#knowledge-aware-scope),
   and their metrics per pool (``rewards/accuracies/unknown_correct``);
 - the reference is the same LoRA model with its adapter disabled (no second copy): the base, or the
-  SFT policy when starting from ``model.init_adapter`` (trainer/model/policy.py);
+  SFT policy when starting from ``model.init_adapter`` (eval_hooks/model/policy.py);
 - baselines are configs: ``algo=standard_dpo`` (misleading only), ``algo=unmatched``, ``algo=no_clean``
   / ``no_correct`` / ``no_irrelevant``, ``algo=sft_on_chosen``, and Prompt-Defense via ``prompt=prompt_defense``
   with ``trainer.max_steps`` irrelevant (use ``recipes/evaluate.py``).
@@ -39,7 +39,8 @@ def run(cfg: DictConfig):
     from trainer.evaluation import load_eval_rows, make_backend
     from trainer.core.run import setup_run
     from trainer.model.logprobs import sequence_logprobs
-    from trainer.model.policy import Reference, build_optimizer, build_policy, build_scheduler
+    from eval_hooks.model import Reference, load_policy
+    from trainer.core.optim import build_optimizer, build_scheduler
     from trainer.train import train_evaluate_finish
     from trainer.dpo_losses import dpo_loss
 
@@ -59,7 +60,7 @@ def run(cfg: DictConfig):
     # ---- build ------------------------------------------------------------------------------------
     ctx = setup_run(cfg, "dpo")
     acc = ctx.accelerator
-    model, tokenizer = build_policy(cfg.model, seed=cfg.seed)
+    model, tokenizer = load_policy(cfg.model, seed=cfg.seed)
     prompt = PromptSettings.from_config(cfg.prompt)
     pairs = apply_length_policy(pairs, tokenizer, max_prompt_len=dcfg.max_prompt_len,
                                 max_completion_len=dcfg.max_completion_len, truncation=dcfg.truncation,

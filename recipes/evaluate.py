@@ -37,7 +37,7 @@ def run(cfg: DictConfig) -> dict:
     if not cfg.eval.path:
         raise ConfigError("eval.path is not set: point it at an items file of family eval.family")
     if cfg.adapter_path:
-        from eval_hooks.models import check_adapter_path
+        from eval_hooks.model import check_adapter_path
 
         try:
             check_adapter_path(cfg.adapter_path)

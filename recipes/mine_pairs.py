@@ -236,8 +236,8 @@ def run(cfg: DictConfig) -> dict:
     from eval_hooks import load_rows
     from eval_hooks.backends.base import GreedyMemo
     from eval_hooks.io import write_json_atomic, write_jsonl_atomic
-    from eval_hooks.model_source import is_toy_model
-    from eval_hooks.models import TOY_ANSWER_BUDGET
+    from eval_hooks.model import is_toy_model
+    from eval_hooks.model.load import TOY_ANSWER_BUDGET
     from eval_hooks.parsers import answer_budget
     from eval_hooks.prompts import PromptSettings
     from trainer.data.train_data import resolve_data_path

@@ -18,14 +18,14 @@ def make_steps(tmp_path, overrides: list[str], reasoning_len: Callable[[int], in
     from recipe_utils import compose
     from trainer.distill.views import choice_token_ids, load_fork_views
     from trainer.distill.steps import DistillSteps
-    from trainer.model.policy import Reference, build_policy
+    from eval_hooks.model import Reference, load_policy
 
     path = tmp_path / "items.jsonl"
     write_jsonl_atomic(path, make_taste_toy(0, n_tasks=2).items)
     cfg = compose("distill", ["recipe=taste_tiny", "model.path=tiny", "algo.topk=7", "algo.max_positions=3",
                               *overrides])
     views = load_fork_views(path, style="compact", demonstration="")
-    model, tok = build_policy(cfg.model, seed=0)
+    model, tok = load_policy(cfg.model, seed=0)
     with torch.no_grad():
         for n, p in model.named_parameters():
             if "lora_B" in n:

@@ -46,7 +46,7 @@ def _start_logps(cfg, pairs_path, adapter=None) -> tuple[float, float]:
     import torch
     from peft import PeftModel
 
-    from eval_hooks.models import load_model, load_tokenizer
+    from eval_hooks.model import load_model, load_tokenizer
     from eval_hooks.prompts import PromptSettings
     from trainer.model.logprobs import build_preference_batch, sequence_logprobs
 

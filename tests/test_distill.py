@@ -15,7 +15,7 @@ from trainer.distill.views import check_task_disjoint, load_fork_views
 
 @pytest.fixture(scope="module")
 def tiny():
-    from eval_hooks.models import load_model, load_tokenizer
+    from eval_hooks.model import load_model, load_tokenizer
 
     torch.manual_seed(0)
     return load_model("tiny", dtype="float32").eval(), load_tokenizer("tiny")

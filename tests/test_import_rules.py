@@ -267,11 +267,11 @@ def test_no_family_is_chosen_by_name_outside_the_registry():
 # ---- the layout of trainer/ (docs/architecture.md#layout) -------------------------------------------
 
 def test_models_do_not_reach_up_into_the_config():
-    # trainer/model/ is used by the config checks (adapter checks), not the other way round: the config converts
+    # the model layers are used by the config checks (adapter checks), not the other way round: the config converts
     # the model layer's errors into ConfigError (trainer/config/validation.py check_adapter_dir)
-    assert "trainer.model.adapter_check" in _imports(ROOT / "trainer" / "model" / "policy.py")  # the checker sees it
-    bad = [f"{p.relative_to(ROOT)} imports {m}" for p in _files("trainer/model") for m in sorted(_imports(p))
-           if m.split(".")[:2] == ["trainer", "config"]]
+    assert "eval_hooks.model.adapter" in _imports(ROOT / "eval_hooks" / "model" / "policy.py")  # the checker sees it
+    bad = [f"{p.relative_to(ROOT)} imports {m}" for p in _files("trainer/model", "eval_hooks/model")
+           for m in sorted(_imports(p)) if m.split(".")[:2] == ["trainer", "config"]]
     assert not bad, "\n".join(bad)
 
 
@@ -525,3 +525,79 @@ def test_no_launcher_module_shares_a_name_with_a_backend_module():
     launch, backends = _stems("launch"), _stems("eval_hooks/backends")
     assert {"vllm_launcher", "sweep"} <= launch and {"vllm_server", "reference_server"} <= backends
     assert not (same := sorted(launch & backends)), f"launch/ and eval_hooks/backends/ both have modules named {same}"
+
+
+# ---- one owner of "give me a model" (eval_hooks/model/), one file hasher (eval_hooks/core/hashing.py) --------------
+
+_PRETRAINED = re.compile(r"^(Auto\w*|\w+ForCausalLM|\w*Tokenizer\w*)$")  # transformers' model/config/tokenizer
+
+
+def _pretrained_loads(tree: ast.AST) -> list[int]:
+    """Lines that call ``<transformers class>.from_pretrained``: an ``Auto*`` class, a ``*ForCausalLM`` or a tokenizer
+    class (``PeftModel.from_pretrained``, an adapter put on a model already loaded, is not one)."""
+    return sorted(n.lineno for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+                  and n.func.attr == "from_pretrained" and isinstance(n.func.value, ast.Name)
+                  and _PRETRAINED.match(n.func.value.id))
+
+
+def test_the_pretrained_load_finder():
+    code = ("AutoModelForCausalLM.from_pretrained(p)\nAutoTokenizer.from_pretrained(p)\n"
+            "PeftModel.from_pretrained(m, a)\nLlamaForCausalLM.from_pretrained(p)\n"
+            "AutoModelForCausalLM.from_config(c)\n")
+    assert _pretrained_loads(ast.parse(code)) == [1, 2, 4]
+
+
+def test_only_eval_hooks_model_loads_a_model_or_tokenizer():
+    # one owner of "give me a model": sources, the cache, loading, adapters and the training policy are all in
+    # eval_hooks/model/ (bench/ measures transformers' and TRL's own loaders against ours, and is excepted)
+    owner = ROOT / "eval_hooks" / "model"
+    assert _pretrained_loads(ast.parse((owner / "load.py").read_text()))  # the finder sees the owner's loads
+    bad = [f"{p.relative_to(ROOT)}:{n}" for p in _files(*(f for f in PRODUCT if f != "bench"))
+           if owner not in p.parents for n in _pretrained_loads(ast.parse(p.read_text()))]
+    assert not bad, "a model or tokenizer loaded outside eval_hooks/model/ at " + ", ".join(bad)
+    assert not [p for p in _files("trainer/model") if p.stem in ("policy", "adapter_check")]  # no second home
+
+
+def _file_hashers(tree: ast.AST) -> list[str]:
+    """Functions that feed a file's bytes to ``hashlib``: a ``hashlib.*`` call and a file read (``open(...)`` or
+    ``.read_bytes()``) in the same function."""
+    out = []
+    for fn in (n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))):
+        calls = [n.func for n in ast.walk(fn) if isinstance(n, ast.Call)]
+        hashes = any(isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.value.id == "hashlib"
+                     for f in calls)
+        reads = any((isinstance(f, ast.Name) and f.id == "open") or (isinstance(f, ast.Attribute)
+                                                                      and f.attr == "read_bytes") for f in calls)
+        if hashes and reads:
+            out.append(fn.name)
+    return out
+
+
+def test_the_file_hasher_finder():
+    code = ("import hashlib\ndef a(p):\n    return hashlib.sha256(open(p, 'rb').read()).hexdigest()\n"
+            "def b(p):\n    return hashlib.sha256(p.read_bytes()).hexdigest()\n"
+            "def c(s):\n    return hashlib.sha256(s.encode()).hexdigest()\n")
+    assert _file_hashers(ast.parse(code)) == ["a", "b"]
+
+
+# adapter_checksum streams the files' bytes themselves (not their sha256) into one digest: the value the vLLM server
+# names a served adapter by and CHECKSUM.sha256 holds; it stays what it is, so the served names do not change
+_OTHER_DIGESTS = {("trainer/evaluation/weight_sync.py", "adapter_checksum")}
+
+
+def test_exactly_one_file_hash_helper_in_product_code():
+    found = {(p.relative_to(ROOT).as_posix(), name) for p in _files(*PRODUCT)
+             for name in _file_hashers(ast.parse(p.read_text()))}
+    assert found - _OTHER_DIGESTS == {("eval_hooks/core/hashing.py", "file_sha256")}, sorted(found)
+    defined = [p.relative_to(ROOT).as_posix() for p in _files(*PRODUCT) for n in ast.walk(ast.parse(p.read_text()))
+               if isinstance(n, ast.FunctionDef) and n.name in ("file_sha256", "tree_sha256", "_sha256")]
+    assert defined == ["eval_hooks/core/hashing.py"], defined
+
+
+def test_the_model_entry_exports_its_calls_without_importing_torch():
+    # the config checks (trainer/config/validation.py) and the CLIs reach eval_hooks.model before any model loads
+    code = ("import sys, eval_hooks.model as m\nassert all(hasattr(m, n) for n in m.__all__)\n"
+            "assert {'load_model', 'load_tokenizer', 'load_policy'} <= set(m.__all__)\nprint('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "False"

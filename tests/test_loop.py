@@ -11,7 +11,7 @@ from trainer.core.checkpoint import CheckpointManager, complete_checkpoints
 from trainer.config import ConfigError
 from trainer.core.loop import NumericalError, train_loop
 from trainer.core.run_dir import check_resume_config
-from trainer.model.policy import build_optimizer, build_scheduler
+from trainer.core.optim import build_optimizer, build_scheduler
 from trainer.core.run import setup_run, write_config
 
 

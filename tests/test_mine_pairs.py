@@ -92,7 +92,7 @@ def test_a_cut_off_completion_gets_no_eos(tiny_tokenizer):
 
 
 def test_default_budget_fits_the_answer_format():
-    from eval_hooks.models import TOY_ANSWER_BUDGET
+    from eval_hooks.model.load import TOY_ANSWER_BUDGET
     from eval_hooks.parsers import answer_budget
 
     assert answer_budget({"short_text"}) == 32

@@ -30,7 +30,7 @@ FIXTURES = ROOT / "tests" / "data" / "eval"
 @pytest.fixture(scope="module")
 def hf(tiny_model_dir, tiny_tokenizer):
     from eval_hooks.backends.hf import HFBackend
-    from eval_hooks.models import load_model
+    from eval_hooks.model import load_model
 
     return HFBackend(load_model(str(tiny_model_dir)), tiny_tokenizer)
 

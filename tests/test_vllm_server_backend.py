@@ -34,7 +34,7 @@ def backend(server, tiny_tokenizer):
 @pytest.fixture(scope="module")
 def hf(tiny_model_dir, tiny_tokenizer):
     from eval_hooks.backends.hf import HFBackend
-    from eval_hooks.models import load_model
+    from eval_hooks.model import load_model
 
     return HFBackend(load_model(str(tiny_model_dir)), tiny_tokenizer)
 
@@ -85,7 +85,7 @@ def test_stop_strings_and_max_tokens(backend, hf):
 
 
 def test_protocol_prompt_logprobs_round_trip_the_trainer_forward(backend, tiny_model_dir, tiny_tokenizer):
-    from eval_hooks.models import load_model
+    from eval_hooks.model import load_model
     from trainer.evaluation.weight_sync import trainer_prompt_logprobs
 
     ids = tiny_tokenizer("probe sequence 123", add_special_tokens=False)["input_ids"]
@@ -296,7 +296,7 @@ def test_an_adapter_the_server_cannot_serve_whole_is_refused_before_it_is_loaded
 
     from _vllm_helpers import make_lora_policy
     from eval_hooks.backends.vllm_server import AdapterLoadError, read_server_settings
-    from eval_hooks.models import load_model
+    from eval_hooks.model import load_model
     from trainer.evaluation.weight_sync import save_adapter_atomically
 
     server.faults.__init__()

@@ -246,7 +246,7 @@ def test_dead_server_saves_checkpoint_and_fails_with_its_last_log_lines(tmp_path
 
     # a restarted server (new port: generation.url may change on resume) lets the run finish from step 2
     from eval_hooks.backends.reference_server import ReferenceServer
-    from eval_hooks.models import load_model, load_tokenizer
+    from eval_hooks.model import load_model, load_tokenizer
 
     _hooks().ON_REWARD = None
     with ReferenceServer(load_model(str(tiny_model_dir)), load_tokenizer(str(tiny_model_dir)),

@@ -195,7 +195,7 @@ def test_a_server_with_another_base_model_is_refused(tmp_path, tiny_model_dir, t
     import torch
 
     from eval_hooks.backends.reference_server import ReferenceServer
-    from eval_hooks.models import load_model
+    from eval_hooks.model import load_model
 
     other = load_model(str(tiny_model_dir))
     with torch.no_grad():

@@ -384,11 +384,11 @@ def build(settings: HFSettings, ctx: BuildContext) -> HFBackend:
     here (on CUDA when present)."""
     import torch
 
-    from ..precision import resolve_mixed_precision
+    from ..model import resolve_mixed_precision
 
     model, tokenizer = ctx.model, ctx.tokenizer
     if model is None:
-        from ..models import load_model, load_tokenizer
+        from ..model import load_model, load_tokenizer
 
         tokenizer = load_tokenizer(ctx.model_path)
         model = load_model(ctx.model_path, device="cuda" if torch.cuda.is_available() else "cpu")

@@ -501,7 +501,7 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:  # vLLM flags the launcher may pass (--enable-lora, ...) are meaningless here
         print(f"reference_server: ignoring vLLM arguments {unknown}", flush=True)
 
-    from eval_hooks.models import check_model_path, load_model, load_tokenizer
+    from eval_hooks.model import check_model_path, load_model, load_tokenizer
 
     check_model_path(args.model, "--model")  # fail before the slow torch import
     model = load_model(args.model, dtype=args.dtype)

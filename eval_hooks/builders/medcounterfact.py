@@ -28,13 +28,13 @@ items get the substance's lethal-dose note appended after its first mention in t
 
 from __future__ import annotations
 
-import hashlib
 import random
 import re
 from collections import Counter
 from pathlib import Path
 from typing import Sequence
 
+from ..core.hashing import file_sha256
 from ..io import DataError, read_records, write_jsonl_atomic
 from .med_grammar import Parsed, alias_pattern, collect_aliases, normalize, parse_question
 from .med_terms import Term, load_all
@@ -278,14 +278,6 @@ def _most_common_reason(stats: dict) -> str:
     (field, problem), n = reasons.most_common(1)[0]
     first = next((b["line"] for b in stats["invalid_records"] if (b["field"], b["problem"]) == (field, problem)), None)
     return f"field '{field}': {problem} ({n} record(s){f', e.g. line {first}' if first else ''})"
-
-
-def file_sha256(path: str | Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def build_file(data: str | Path, out: str | Path, **kwargs) -> dict:

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
+from eval_hooks.core.hashing import file_sha256
 from eval_hooks.io import DataError
 
 #: ``verifier(item, kind, steps) -> (ok, reason)``; ``kind`` is "good" or "bad"
@@ -177,7 +178,7 @@ def freeze_workflows(items: Sequence[dict], path: str | Path, *, report: BuildRe
 
     frozen = [{**it, "workflow_hash": workflow_hash(it)} for it in items]
     p = write_jsonl_atomic(path, frozen)
-    manifest = {"n_items": len(frozen), "file_sha256": hashlib.sha256(Path(p).read_bytes()).hexdigest(),
+    manifest = {"n_items": len(frozen), "file_sha256": file_sha256(p),
                 "hashes": {str(it["item_id"]): it["workflow_hash"] for it in frozen},
                 "build_report": report.to_json() if report is not None else None}
     write_json_atomic(str(p) + ".manifest.json", manifest)

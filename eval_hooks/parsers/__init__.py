@@ -151,7 +151,7 @@ def short_text_matches(parsed: str | None, gold: Any, aliases: Sequence[str] | N
 def answer_budget(answer_types: Sequence[str]) -> int:
     """The generation budget that fits the answer formats ``answer_types`` (their largest :attr:`AnswerType.budget`;
     :data:`REASONING_ANSWER_BUDGET` for a name not registered). The built-in tiny model's own budget:
-    :data:`eval_hooks.models.TOY_ANSWER_BUDGET`."""
+    :data:`eval_hooks.model.load.TOY_ANSWER_BUDGET`."""
     return max((ANSWER_TYPES[t].budget if t in ANSWER_TYPES else REASONING_ANSWER_BUDGET for t in answer_types),
                default=REASONING_ANSWER_BUDGET)
 

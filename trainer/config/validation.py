@@ -55,7 +55,7 @@ def check_real_model_settings(cfg, choices: dict | None = None) -> None:
     """A real model (anything but the built-in tiny one) never runs with the toy's settings: a toy evaluation set or
     toy data (``toy:`` paths), or a toy config group (optim=tiny, data=toy_*, eval=toy_*) chosen by
     default. Refused here, before the model loads, naming what to use instead."""
-    from eval_hooks.model_source import is_toy_model
+    from eval_hooks.model import is_toy_model
 
     if is_toy_model(cfg.model.path):
         return
@@ -83,7 +83,7 @@ def check_real_model_settings(cfg, choices: dict | None = None) -> None:
 
 
 def validate_common(cfg) -> None:
-    from eval_hooks.models import check_model_path
+    from eval_hooks.model import check_model_path
 
     check_known_keys(cfg)
     check_model_path(cfg.model.path, "model.path")
@@ -171,8 +171,8 @@ def _validate_init_adapter(cfg) -> None:
 
 
 def check_adapter_weights(path: str, model_cfg, field: str) -> None:
-    """Finite values and shapes that fit ``model_cfg.path`` (``trainer/model/adapter_check.py``), as a ConfigError."""
-    from trainer.model.adapter_check import AdapterError, check_adapter
+    """Finite values and shapes that fit ``model_cfg.path`` (``eval_hooks/model/adapter.py``), as a ConfigError."""
+    from eval_hooks.model import AdapterError, check_adapter
 
     try:
         check_adapter(path, model_cfg, field)
@@ -354,10 +354,9 @@ def check_grpo_geometry(cfg, world: int) -> None:
 
 
 def check_adapter_dir(path: str, field: str = "model.init_adapter") -> Path:
-    """A PEFT adapter directory with safetensors weights (``trainer.model.adapter_check.check_adapter_dir``), as
+    """A PEFT adapter directory with safetensors weights (``eval_hooks.model.adapter.check_adapter_dir``), as
     a ConfigError; returns the resolved directory."""
-    from trainer.model.adapter_check import AdapterError
-    from trainer.model.adapter_check import check_adapter_dir as check
+    from eval_hooks.model import AdapterError, check_adapter_dir as check
 
     try:
         return check(path, field)

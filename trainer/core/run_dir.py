@@ -27,7 +27,6 @@ from pathlib import Path
 
 from trainer.config import ConfigError
 from trainer.core.checkpoint import CHECKPOINTS
-from trainer.data.pins import file_sha256  # noqa: F401 - the hash of a data file; kept importable from here
 
 LOCK_NAME = ".lock"
 DATA_HASHES = "data_hashes.json"

@@ -111,7 +111,7 @@ def save_adapter_atomically(peft_model, root: str | Path, version: str | int) ->
     target = root / f"adapter-{version}"
     tmp = Path(tempfile.mkdtemp(prefix=f".adapter-{version}-", dir=root))
     try:
-        from trainer.model.policy import save_policy
+        from eval_hooks.model import save_policy
 
         save_policy(peft_model, tmp)  # the trained adapter only (not a frozen reference copy)
         if not (tmp / "adapter_model.safetensors").is_file():

@@ -124,7 +124,7 @@ class TasteFamily(Family):
         settings = self.own_settings(settings)
         count = None
         if settings.prompt_tokenizer:
-            from ...models import load_tokenizer
+            from ...model import load_tokenizer
 
             tok = load_tokenizer(settings.prompt_tokenizer)
             count = lambda text: len(tok(text, add_special_tokens=False)["input_ids"])  # noqa: E731

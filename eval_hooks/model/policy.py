@@ -1,4 +1,8 @@
-"""Policy, reference model, optimizer and LR schedule shared by every trainer.
+"""The training policy and its reference, shared by every trainer; merged models and saved adapters.
+
+:func:`load_policy` is the one call that gives a trainer its model: the base model (:func:`eval_hooks.model.load.
+load_model`), an optional starting adapter, and a fresh LoRA adapter when ``model.lora.enabled``. The optimizer and
+LR schedule are the trainer's (``trainer/core/optim.py``).
 
 Reference model: with LoRA the reference is the *same* model with its adapter disabled
 (``peft``'s ``disable_adapter()`` context), so no second copy of the weights exists. For full
@@ -19,21 +23,19 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import math
 from pathlib import Path
-from typing import Callable
 
-import torch
-
-from trainer.model.adapter_check import check_adapter_dir, check_adapter_finite
+from .adapter import check_adapter_dir, check_adapter_finite
 
 TRAINED_ADAPTER = "default"      # peft's name for the adapter a run trains
 REFERENCE_ADAPTER = "reference"  # the frozen copy of model.init_adapter (init_adapter_mode=continue)
 
 
 def load_base_with_adapters(model_cfg, adapters: list[str], *, device: str | None = None):
-    """The base model of ``model_cfg`` with each adapter in ``adapters`` merged into its weights, in order."""
-    from eval_hooks.models import load_model
+    """The base model of ``model_cfg`` (a ``ModelConfig``: path, dtype, trust_remote_code, attn_implementation) with
+    each adapter directory in ``adapters`` merged into its weights, in order (each checked for safetensors weights
+    and finite values first)."""
+    from .load import load_model  # looked up at call time: a test can refuse every load at eval_hooks.model.load
 
     model = load_model(model_cfg.path, dtype=model_cfg.dtype, trust_remote_code=model_cfg.trust_remote_code,
                        attn_implementation=model_cfg.attn_implementation, device=device)
@@ -47,6 +49,8 @@ def load_base_with_adapters(model_cfg, adapters: list[str], *, device: str | Non
 
 
 def _add_lora(model, model_cfg, *, seed: int):
+    """``model`` wrapped in a fresh LoRA adapter of ``model_cfg.lora`` (initialised under ``seed``)."""
+    import torch
     from peft import LoraConfig, get_peft_model
 
     targets = list(model_cfg.lora.target_modules)
@@ -57,10 +61,11 @@ def _add_lora(model, model_cfg, *, seed: int):
     return get_peft_model(model, lora)
 
 
-def build_policy(model_cfg, *, seed: int):
-    """Load the base model and tokenizer; start from ``model.init_adapter`` (merged, or continued with a
-    frozen ``reference`` copy); wrap in a fresh LoRA adapter when ``model.lora.enabled`` (not when continuing)."""
-    from eval_hooks.models import load_tokenizer
+def load_policy(model_cfg, *, seed: int):
+    """``(model, tokenizer)`` of a training run: load the base model and tokenizer; start from
+    ``model.init_adapter`` (merged, or continued with a frozen ``reference`` copy); wrap in a fresh LoRA adapter
+    when ``model.lora.enabled`` (not when continuing)."""
+    from .load import load_tokenizer
 
     tokenizer = load_tokenizer(model_cfg.path, trust_remote_code=model_cfg.trust_remote_code)
     init, mode = model_cfg.init_adapter, model_cfg.init_adapter_mode
@@ -91,7 +96,7 @@ def export_merged(model_cfg, adapters: list[str], out_dir) -> Path:
     import shutil
     import tempfile
 
-    from eval_hooks.models import load_tokenizer
+    from .load import load_tokenizer
 
     out = Path(out_dir).expanduser().resolve()
     if out.exists():
@@ -110,6 +115,30 @@ def export_merged(model_cfg, adapters: list[str], out_dir) -> Path:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return out
+
+
+def load_policy_for_inference(model_cfg, adapter_path: str | None, *, merge_adapter: bool = False):
+    """``model.path`` with a merged ``model.init_adapter`` (``init_adapter_mode=merge``) and, on top, the LoRA adapter
+    at ``adapter_path`` (checked first), on CUDA when present: merged into the weights with ``merge_adapter`` (an fp32
+    model generating in fp32: the caller knows its generation settings), else kept apart as a peft adapter.
+
+    Why both: under bf16 (autocast or bf16 weights) rounding W + BA would lose part of a small LoRA delta, so the
+    adapter stays apart and the backend lets autocast cache its casts of the frozen weights
+    (``eval_hooks.backends.hf._casts_cached``). In fp32 the merge rounds at 1e-7 and saves peft's LoRA layers: 192
+    held-out rows of the real demo took 20.5 s against 22.3 s on SmolLM2-135M with its attention-only SCOPE adapter,
+    and gave the same 348 of 348 responses over the whole held-out set."""
+    import torch
+
+    merged = [model_cfg.init_adapter] if model_cfg.init_adapter and model_cfg.init_adapter_mode == "merge" else []
+    model = load_base_with_adapters(model_cfg, merged, device="cuda" if torch.cuda.is_available() else "cpu")
+    if adapter_path:
+        from peft import PeftModel
+
+        check_adapter_finite(adapter_path, "adapter_path")
+        model = PeftModel.from_pretrained(model, adapter_path)
+        if merge_adapter:
+            model = model.merge_and_unload()
+    return model
 
 
 def save_policy(model, out_dir) -> None:
@@ -156,40 +185,3 @@ class Reference:
         if self.frozen is not None:
             self.frozen.to(device)
         return self
-
-
-def build_optimizer(model, optim_cfg) -> torch.optim.Optimizer:
-    params = [p for p in model.parameters() if p.requires_grad]
-    if not params:
-        raise ValueError("no trainable parameters (is model.lora.target_modules matching any module?)")
-    return torch.optim.AdamW(params, lr=optim_cfg.lr, betas=tuple(optim_cfg.betas), eps=optim_cfg.eps,
-                             weight_decay=optim_cfg.weight_decay)
-
-
-def lr_lambda(kind: str, *, max_steps: int, warmup_steps: int) -> Callable[[int], float]:
-    """Multiplier of the peak LR at optimizer step ``s`` (0-based): linear warmup, then the decay.
-
-    Departs from ``transformers.get_scheduler`` in one place only: warm-up step ``s`` runs at ``(s + 1) / warmup``
-    (the first step already moves the weights) where transformers starts at LR 0. The decay after warm-up is the
-    same formula. It stays hand-written because switching shifts every run's first steps and with them every
-    measured number in ``docs/`` (the demo tables, the knowledge-aware and Taste seed tables); adopting the
-    library schedule means re-measuring those first (``tests/test_lr_schedule.py`` pins both facts)."""
-
-    def f(s: int) -> float:
-        if warmup_steps > 0 and s < warmup_steps:
-            return (s + 1) / warmup_steps
-        if kind == "constant":
-            return 1.0
-        progress = (s - warmup_steps) / max(1, max_steps - warmup_steps)
-        progress = min(max(progress, 0.0), 1.0)
-        if kind == "linear":
-            return 1.0 - progress
-        return 0.5 * (1.0 + math.cos(math.pi * progress))
-
-    return f
-
-
-def build_scheduler(optimizer, optim_cfg, *, max_steps: int):
-    warmup = int(round(optim_cfg.warmup_ratio * max_steps))
-    return torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(optim_cfg.scheduler, max_steps=max_steps,
-                                                                  warmup_steps=warmup))

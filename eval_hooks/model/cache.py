@@ -28,7 +28,6 @@ line naming it.
 from __future__ import annotations
 
 import errno
-import hashlib
 import json
 import os
 import re
@@ -37,6 +36,8 @@ import tempfile
 import time
 from contextlib import contextmanager
 from pathlib import Path
+
+from ..core import hashing
 
 MARKER = "COMPLETE"
 FORMAT = "selectrust-model-cache/1"
@@ -54,37 +55,14 @@ def cache_root() -> Path:
     return Path(os.environ.get("SELECTRUST_CACHE", Path.home() / ".cache" / "selectrust")).expanduser()
 
 
-_HASHES: dict[tuple, str] = {}  # (path, size, mtime_ns, ctime_ns, inode, device) -> sha256: once per process
-
-
-def _hash_key(path: Path) -> tuple:
-    st = Path(path).stat()
-    return str(Path(path).resolve()), st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev
-
-
-def file_sha256(path: Path, chunk: int = 1 << 22) -> str:
-    """sha256 of a file, computed once per process for each (path, size, mtime, ctime, inode)."""
-    key = _hash_key(path)
-    if key not in _HASHES:
-        _HASHES[key] = _sha256(path, chunk)
-    return _HASHES[key]
-
-
-def _sha256(path: Path, chunk: int = 1 << 22) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(chunk):
-            h.update(block)
-    return h.hexdigest()
-
-
 def _files(entry: Path) -> list[str]:
     return sorted(p.relative_to(entry).as_posix() for p in entry.rglob("*") if p.is_file() and p.name != MARKER)
 
 
 def write_manifest(entry: Path) -> dict:
     """Write ``COMPLETE``: the size and sha256 of every file under ``entry``; returns the manifest."""
-    files = {rel: {"size": (entry / rel).stat().st_size, "sha256": _sha256(entry / rel)} for rel in _files(entry)}
+    files = {rel: {"size": (entry / rel).stat().st_size, "sha256": hashing.file_sha256(entry / rel)}
+             for rel in _files(entry)}
     manifest = {"format": FORMAT, "files": files}
     (entry / MARKER).write_text(json.dumps(manifest, indent=1) + "\n")
     return manifest
@@ -124,7 +102,8 @@ def entry_problem(entry: Path) -> str | None:
                 return f"{rel} has {size} bytes, {want['size']} were written"
         for rel, want in sorted(files.items(), key=lambda kv: kv[1]["size"]):  # the config first, weights last
             small = want["size"] < HASH_EVERY_LOAD_BELOW
-            if (_sha256(entry / rel) if small else file_sha256(entry / rel)) != want["sha256"]:
+            digest = hashing.file_sha256(entry / rel) if small else hashing.file_sha256_once(entry / rel)
+            if digest != want["sha256"]:
                 return f"{rel} does not match its recorded sha256"
     except OSError as e:
         return f"unreadable: {e.strerror or e}: {e.filename}"
@@ -287,5 +266,5 @@ def cached_build(root: str | Path | None, name: str, build) -> Path:
                 shutil.rmtree(tmp, ignore_errors=True)
     if moved:  # hashed as written: the first load in this process need not hash them again
         for rel, rec in manifest["files"].items():
-            _HASHES[_hash_key(target / rel)] = rec["sha256"]
+            hashing.remember_file_sha256(target / rel, rec["sha256"])
     return target

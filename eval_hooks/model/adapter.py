@@ -10,10 +10,12 @@
   traceback after the model loaded.
 - :func:`check_adapter_dir`: a PEFT adapter directory with safetensors weights (the config checks'
   ``trainer.config.check_adapter_dir`` call it and re-raise its error as a ``ConfigError``).
+- :func:`check_adapter_path`: the same question in ``recipes/evaluate.py``'s words (``adapter_path``: a
+  ``FileNotFoundError`` or ``ValueError`` naming how to convert a pickled ``adapter_model.bin``).
 - :func:`check_adapter`: both value checks; called by the config checks of
   every entry point (``model.init_adapter``, ``recipes/merge.py``'s ``adapters``, ``recipes/evaluate.py``'s
   ``adapter_path``). :func:`check_adapter_finite` runs again where an adapter's weights are loaded
-  (``trainer.model.policy``, ``trainer.evaluation``), for callers that skip the config checks.
+  (``eval_hooks.model.policy``, ``trainer.evaluation``), for callers that skip the config checks.
 """
 
 from __future__ import annotations
@@ -44,6 +46,19 @@ def check_adapter_dir(path, field: str = "model.init_adapter") -> Path:
         raise AdapterError(f"{field}={path!r}: {d / WEIGHTS} is missing (only safetensors adapters are loaded, never "
                            f"pickled adapter_model.bin)")
     return d.resolve()
+
+
+def check_adapter_path(path: str, field: str = "adapter_path") -> None:
+    """A LoRA adapter directory with safetensors weights: ``adapter_model.bin`` (a pickle, which peft would
+    unpickle) is refused, naming the field and how to convert it."""
+    p = Path(path).expanduser()
+    if not p.is_dir() or not (p / "adapter_config.json").is_file():
+        raise FileNotFoundError(f"{field}={path!r}: not a LoRA adapter directory (no adapter_config.json)")
+    if not (p / "adapter_model.safetensors").is_file():
+        found = sorted(x.name for x in p.iterdir() if x.name.startswith("adapter_model"))
+        raise ValueError(f"{field}={path!r}: no adapter_model.safetensors (found {found or 'no weights'}); only "
+                         f"safetensors adapters are loaded (a .bin is a pickle): convert it with "
+                         f"safetensors.torch.save_file in a trusted environment")
 
 
 def check_adapter_finite(adapter_dir, field: str = "adapter") -> None:
@@ -81,7 +96,7 @@ def _meta_model(model_path: str, trust_remote_code: bool):
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from eval_hooks.models import resolve_model_path
+    from .load import resolve_model_path
 
     try:
         config = AutoConfig.from_pretrained(resolve_model_path(model_path), trust_remote_code=trust_remote_code)

@@ -16,8 +16,8 @@ import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from .model_cache import cache_root, cached_build, check_cache_entry  # noqa: F401 - cache_root is imported from here
-from .model_source import check_gguf_file, ensure_gguf_converted, gguf_file, is_gguf_source
+from .cache import cached_build, check_cache_entry
+from .source import check_gguf_file, ensure_gguf_converted, gguf_file, is_gguf_source
 
 # Special tokens of the byte tokenizer. Ids 0..N-1 are these, then the 256 bytes.
 SPECIAL_TOKENS = ["<pad>", "<s>", "</s>", "<|system|>", "<|user|>", "<|assistant|>", "<|end|>"]
@@ -136,8 +136,8 @@ def ensure_tiny_model(name: str = "tiny", root: str | Path | None = None) -> Pat
 
 def resolve_model_path(path: str) -> str:
     """``tiny`` / ``tiny:<preset>`` -> cached directory; a ``.gguf`` file or ``pkg:<module>`` -> its cached
-    dequantized safetensors directory (converted once, ``eval_hooks/model_source.py``); anything else unchanged.
-    Cache entries are checked on every call (``eval_hooks/model_cache.py``), also when named by their directory
+    dequantized safetensors directory (converted once, ``eval_hooks/model/source.py``); anything else unchanged.
+    Cache entries are checked on every call (``eval_hooks/model/cache.py``), also when named by their directory
     (a damaged one is then refused, naming the remedy)."""
     if path == "tiny" or path.startswith("tiny:") or path in TINY_PRESETS:
         name = path.split(":", 1)[1] if ":" in path else path
@@ -158,19 +158,6 @@ def check_model_path(path: str, field: str = "model.path") -> None:
     looks_local = path.startswith(("/", ".", "~")) or os.sep in path and Path(path).parent.exists()
     if looks_local and not Path(path).expanduser().exists():
         raise FileNotFoundError(f"{field}: model directory {path!r} does not exist")
-
-
-def check_adapter_path(path: str, field: str = "adapter_path") -> None:
-    """A LoRA adapter directory with safetensors weights: ``adapter_model.bin`` (a pickle, which peft would
-    unpickle) is refused, naming the field and how to convert it."""
-    p = Path(path).expanduser()
-    if not p.is_dir() or not (p / "adapter_config.json").is_file():
-        raise FileNotFoundError(f"{field}={path!r}: not a LoRA adapter directory (no adapter_config.json)")
-    if not (p / "adapter_model.safetensors").is_file():
-        found = sorted(x.name for x in p.iterdir() if x.name.startswith("adapter_model"))
-        raise ValueError(f"{field}={path!r}: no adapter_model.safetensors (found {found or 'no weights'}); only "
-                         f"safetensors adapters are loaded (a .bin is a pickle): convert it with "
-                         f"safetensors.torch.save_file in a trusted environment")
 
 
 def load_tokenizer(path: str, *, trust_remote_code: bool = False):

@@ -1,0 +1,1 @@
+"""Foundation modules every other package may use (they import only the standard library)."""
