@@ -582,7 +582,7 @@ def test_the_file_hasher_finder():
 
 # adapter_checksum streams the files' bytes themselves (not their sha256) into one digest: the value the vLLM server
 # names a served adapter by and CHECKSUM.sha256 holds; it stays what it is, so the served names do not change
-_OTHER_DIGESTS = {("trainer/evaluation/weight_sync.py", "adapter_checksum")}
+_OTHER_DIGESTS = {("eval_hooks/backends/adapter_checksum.py", "adapter_checksum")}
 
 
 def test_exactly_one_file_hash_helper_in_product_code():
