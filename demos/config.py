@@ -131,15 +131,6 @@ class DemoRunConfig:
     stages: DemoStages = field(default_factory=DemoStages)
 
 
-def real_arm_on(cfg, arm: str) -> bool:
-    """Whether the real demo of ``cfg`` trains ``arm`` (``scope`` always): ``real.<arm>``, or, where that is None,
-    the demo's own choice (:data:`REAL_DEMOS`)."""
-    if arm == "scope":
-        return True
-    chosen = cfg.real[arm]
-    return bool(REAL_DEMOS[cfg.demo].comparison_arms if chosen is None else chosen)
-
-
 def register() -> None:
     """Register ``demo_schema`` (:class:`DemoRunConfig`) so ``conf/demo.yaml`` composes (idempotent)."""
     register_schema(SCHEMA_NAME, DemoRunConfig)
