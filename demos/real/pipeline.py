@@ -45,7 +45,7 @@ from omegaconf import DictConfig
 from trainer.core.stages import Stage
 
 from ..common import DemoRun
-from .arms import BASE, preflight, run_arms
+from .arms import ARMS, BASE, preflight, run_arms
 from .prompts import TRAIN
 
 RECIPES = ("dpo", "evaluate", "grpo", "mine_pairs")  # the recipes the stages name
@@ -112,15 +112,13 @@ def stages(cfg: DictConfig) -> list[Stage]:
     """The demo's stages in run order (the module docstring), after :func:`demos.real.arms.preflight` has checked
     every arm the run trains, reports and plots; each arm's training stages are its entry's
     (:data:`demos.real.arms.ARMS`)."""
-    from .arms import ARMS
-
     running = preflight(cfg)
     st = cfg.real.stages
     mine = Stage("mine", "mine_pairs", ["model=smollm2_135m", *st.mine, *st.knowledge, "knowledge.enabled=true"],
                  inputs={"model.path": "convert", "items_path": TRAIN}, check=mined_quartets)
     sets = eval_sets(cfg)
-    out = [Stage("convert", call=convert(cfg.real.model)),
-           Stage("facts", call=build_facts(cfg.seed, str(cfg.real.facts_size))), *evaluations(BASE.name, st, sets), mine]
+    facts = Stage("facts", call=build_facts(cfg.seed, str(cfg.real.facts_size)))
+    out = [Stage("convert", call=convert(cfg.real.model)), facts, *evaluations(BASE.name, st, sets), mine]
     for name in running:
         arm = ARMS.get(name)
         out += [*arm.train(arm, cfg), *evaluations(name, st, sets, adapter=name)]
