@@ -601,3 +601,37 @@ def test_the_model_entry_exports_its_calls_without_importing_torch():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False"
+
+
+# ---- the real demo's arms ----------------------------------------------------------------------------
+
+ARM_REGISTRY = Path("demos") / "real" / "arms.py"
+
+
+def _arm_name_compares(tree: ast.AST, names: set[str]) -> list[int]:
+    """Lines of ``tree`` comparing something with an arm name literal (``x == "scope"``, ``"scope" in r``,
+    ``x in ("base", "scope")``)."""
+    lines = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare):
+            sides = [node.left, *node.comparators]
+            items = [e for s in sides for e in (s.elts if isinstance(s, (ast.Tuple, ast.List, ast.Set)) else [s])]
+            if any(isinstance(e, ast.Constant) and e.value in names for e in items):
+                lines.append(node.lineno)
+    return lines
+
+
+def test_no_demo_arm_name_is_compared_outside_the_arm_registry():
+    # what an arm does, how it is labelled, coloured and checked is its entry's (demos/real/arms.py): the real demo,
+    # the shared demo modules and the demo entry point never branch on an arm's name (the toy demo has no registry)
+    from demos.real.arms import ARMS
+
+    names = set(ARMS.builtin)
+    assert {"base", "scope", "scope_grpo"} <= names
+    probe = ast.parse('arm == "scope"\n"misleading_only" in r\na in ("x", "base")\na == b\nr.get("scope")')
+    assert _arm_name_compares(probe, names) == [1, 2, 3]  # the checker sees all three forms, and only them
+    files = [*_files("demos/real"), *sorted((ROOT / "demos").glob("*.py")), ROOT / "recipes" / "demo.py"]
+    assert ROOT / ARM_REGISTRY in files
+    bad = [f"{p.relative_to(ROOT)}:{n}" for p in files if p.relative_to(ROOT) != ARM_REGISTRY
+           for n in _arm_name_compares(ast.parse(p.read_text()), names)]
+    assert not bad, "an arm name compared outside demos/real/arms.py: " + ", ".join(bad)

@@ -158,7 +158,7 @@ def test_base_and_evaluation_are_the_demos():
     """The OPSD base is the demo's base SFT and its evaluation the demo's (so the numbers compare at a seed)."""
     from omegaconf import OmegaConf
 
-    demo = OmegaConf.load(CONF / "demo.yaml").stages
+    demo = OmegaConf.load(CONF / "demo.yaml").toy.stages
     recipe = OmegaConf.load(CONF / "recipe" / "opsd_tiny.yaml").pipeline
     assert list(recipe.base_sft) == list(demo.base_sft)
     assert recipe.base_model == demo.model

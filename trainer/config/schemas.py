@@ -361,14 +361,14 @@ class DistillPipelineConfig:
                                             "eval_sets; needs data.prompt_style=mist).")
     base_model: str = _f("tiny-demo", "data.source=toy or kind=opsd: the tiny preset the base SFT starts from.")
     base_sft: list[str] = _f([], "data.source=toy or kind=opsd: overrides of recipes/sft.py for the base (toy: a demonstration "
-                                 "follower; recipe=opsd_tiny: the demo's hint follower, conf/demo.yaml stages.base_sft).")
+                                 "follower; recipe=opsd_tiny: the demo's hint follower, conf/demo.yaml toy.stages.base_sft).")
     base_sft_path: Optional[str] = _f(None, "kind=opsd: SFT data of the base stage (trained from base_model with "
                                             "base_sft); null = no base stage, the student starts from model.path.")
     stage1: list[str] = _f([], "Overrides of the stage-1 (KL) run, on top of this config.")
     stage2: list[str] = _f([], "Overrides of the stage-2 (calibration) run; empty list = no stage 2.")
     eval_batch_size: int = _f(64, "Views per forward in the pipeline's evaluations.")
     evaluate: list[str] = _f([], "kind=opsd: overrides of recipes/evaluate.py for the MIST evaluations of "
-                                 "base and student (like conf/demo.yaml stages.evaluate).")
+                                 "base and student (like conf/demo.yaml toy.stages.evaluate).")
     eval_sets: list[str] = _f([], "kind=opsd: MIST item files on which base and student are evaluated (the first is "
                                   "the headline split of summary.json; each split is keyed by its file name's stem).")
 
