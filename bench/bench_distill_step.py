@@ -72,8 +72,8 @@ def setup(args, model_path, overrides=()):
     import torch
 
     from eval_hooks.builders.taste_toy import make_taste_toy
-    from eval_hooks.io import write_jsonl_atomic
-    from eval_hooks.prompts import PromptSettings
+    from eval_hooks.core.io import write_jsonl_atomic
+    from eval_hooks.generation.prompts import PromptSettings
     from trainer.distill.views import choice_token_ids, load_fork_views
     from trainer.distill.steps import DistillSteps
     from eval_hooks.model import Reference, load_policy

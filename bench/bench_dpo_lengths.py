@@ -63,7 +63,7 @@ def parse_args(argv):
 def load_pairs(path: str, *, pairs: int, lo: int, hi: int, seed: int = 0) -> list[dict]:
     """``pairs / 4`` whole quartets of builder rows (first items in file order), each row given random
     chosen/rejected completions of ``lo``-``hi`` tokens."""
-    from eval_hooks.io import DataError, read_records
+    from eval_hooks.core.io import DataError, read_records
 
     items: dict[str, dict[str, str]] = defaultdict(dict)
     for line, rec in read_records(path):

@@ -43,10 +43,10 @@ def main(argv: list[str] | None = None) -> float:
     if args.threads > 0:
         torch.set_num_threads(args.threads)
 
-    from eval_hooks.backends.hf import HFBackend
+    from eval_hooks.generation.backends.hf import HFBackend
     from eval_hooks.builders.gsm8k import build_quartets
     from eval_hooks.evaluate import build_requests
-    from eval_hooks.io import read_records
+    from eval_hooks.core.io import read_records
     from eval_hooks.model import ensure_tiny_model, load_model, load_tokenizer
 
     rows = build_quartets(read_records(args.data), limit=args.items, seed=0)

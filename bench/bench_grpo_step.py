@@ -39,8 +39,8 @@ def ours(args, model_dir: str) -> tuple[list[float], list[float]]:
     import torch
     from omegaconf import OmegaConf
 
-    from eval_hooks.backends.hf import HFBackend
-    from eval_hooks.prompts import PromptSettings
+    from eval_hooks.generation.backends.hf import HFBackend
+    from eval_hooks.generation.prompts import PromptSettings
     from trainer.algos.grpo import clipped_policy_loss
     from trainer.config import GRPOAlgoConfig, ModelConfig, OptimConfig
     from trainer.data.train_data import ShuffleSampler

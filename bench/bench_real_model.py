@@ -184,8 +184,8 @@ def dpo_figures(path: str, pairs, steps: int, workdir: str) -> dict:
 def eval_figures(path: str, questions: list[str], batch: int, budget: int) -> dict:
     import torch
 
-    from eval_hooks.backends.base import GenerationRequest
-    from eval_hooks.backends.hf import HFBackend
+    from eval_hooks.generation.backends.base import GenerationRequest
+    from eval_hooks.generation.backends.hf import HFBackend
     from eval_hooks.model import load_model, load_tokenizer
 
     tok, model = load_tokenizer(path), load_model(path).eval()

@@ -79,7 +79,7 @@ def generation(args, server, rows, adapter: Path) -> dict:
     import torch
     from peft import PeftModel
 
-    from eval_hooks.backends.hf import HFBackend
+    from eval_hooks.generation.backends.hf import HFBackend
     from eval_hooks.evaluate import build_requests
     from eval_hooks.model import load_model, load_tokenizer
 

@@ -157,8 +157,8 @@ def grpo(server: VLLMServer, st: Settings) -> dict:
 
 def throughput(server: VLLMServer, st: Settings) -> dict:
     """Sampled rollouts (temperature 1, seeded) of the facts prompts through HTTP: rows/s and tokens/s."""
-    from eval_hooks.backends.base import GenerationRequest
-    from eval_hooks.io import read_records
+    from eval_hooks.generation.backends.base import GenerationRequest
+    from eval_hooks.core.io import read_records
     from eval_hooks.model import load_tokenizer
 
     backend = server.backend(load_tokenizer(st.model), timeout_s=600)

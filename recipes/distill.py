@@ -45,8 +45,8 @@ register_schemas()
 
 def run(cfg: DictConfig):
     """Train one stage (``algo.stage``); returns the loop's ``LoopResult``."""
-    from eval_hooks.io import write_json_atomic
-    from eval_hooks.prompts import PromptSettings
+    from eval_hooks.core.io import write_json_atomic
+    from eval_hooks.generation.prompts import PromptSettings
     from trainer.core.checkpoint import resumable
     from trainer.data.train_data import SamplerSource, ShuffleSampler
     from trainer.distill.views import check_task_disjoint, choice_token_ids, has_choice_position, load_views

@@ -23,7 +23,7 @@ import hydra
 import torch
 from omegaconf import DictConfig
 
-from eval_hooks.backends.transport import exit_on_server_error
+from eval_hooks.generation.backends.transport import exit_on_server_error
 from trainer.config.cli_help import cli_main
 from trainer.config import register_schemas, validate_dpo
 
@@ -32,8 +32,8 @@ register_schemas()
 
 def run(cfg: DictConfig):
     """Train; returns the loop's ``LoopResult`` (step, preempted, final metrics)."""
-    from eval_hooks.io import write_json_atomic
-    from eval_hooks.prompts import PromptSettings
+    from eval_hooks.core.io import write_json_atomic
+    from eval_hooks.generation.prompts import PromptSettings
     from trainer.data.train_data import ConditionSampler, SamplerSource, check_pool_mass, load_pairs, pool_mass, unmatch_pairs
     from trainer.data.train_data import apply_length_policy
     from trainer.evaluation import load_eval_rows, make_backend

@@ -25,7 +25,7 @@ from functools import partial
 import hydra
 from omegaconf import DictConfig
 
-from eval_hooks.backends.transport import exit_on_server_error
+from eval_hooks.generation.backends.transport import exit_on_server_error
 from trainer.config.cli_help import cli_main
 from trainer.config import register_schemas, validate_sft
 
@@ -34,8 +34,8 @@ register_schemas()
 
 def run(cfg: DictConfig):
     """Train; returns the loop's ``LoopResult`` (step, preempted, final metrics)."""
-    from eval_hooks.io import write_json_atomic
-    from eval_hooks.prompts import PromptSettings
+    from eval_hooks.core.io import write_json_atomic
+    from eval_hooks.generation.prompts import PromptSettings
     from trainer.algos.sft import masked_nll_loss
     from trainer.core.distributed import reduce_sum
     from trainer.data.train_data import SamplerSource, ShuffleSampler, load_sft_examples, resolve_data_path

@@ -27,7 +27,7 @@ def perturb_lora(model, *, seed: int, scale: float = 0.5) -> None:
 
 def reference_server(model_dir, tokenizer, *, model_name: str = "tiny"):
     """A started in-process ``ReferenceServer`` on the tiny model (call ``.shutdown()`` when done)."""
-    from eval_hooks.backends.reference_server import ReferenceServer
+    from eval_hooks.generation.backends.reference_server import ReferenceServer
     from eval_hooks.model import load_model
 
     return ReferenceServer(load_model(str(model_dir)), tokenizer, model_name=model_name).start()

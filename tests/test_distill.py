@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from eval_hooks.builders.taste_toy import base_sft_mix, compact_prompt, make_taste_toy
-from eval_hooks.io import DataError, write_jsonl_atomic
+from eval_hooks.core.io import DataError, write_jsonl_atomic
 from distill_fixtures import make_steps
 from trainer.distill.aligned import aligned_logits, build_batch, sample_positions
 from trainer.distill.calibration import expected_calibration_error

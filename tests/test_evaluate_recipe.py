@@ -15,7 +15,7 @@ KEYS = {"mist": {"accuracy", "overall", "sc2w"}, "box2": {"score", "delta"},
 
 @pytest.mark.parametrize("family", sorted(KEYS))
 def test_evaluate_recipe_each_family(tmp_path, family, monkeypatch):
-    from eval_hooks.backends.hf import HFBackend
+    from eval_hooks.generation.backends.hf import HFBackend
 
     generate, lengths = HFBackend.generate, []
 
@@ -49,7 +49,7 @@ def test_evaluate_recipe_rejects_missing_eval_path(tmp_path):
 def test_evaluate_recipe_bad_items_fail_before_model_load(tmp_path, monkeypatch):
     import eval_hooks.model
     import eval_hooks.model.load
-    from eval_hooks.io import DataError
+    from eval_hooks.core.io import DataError
 
     for module in (eval_hooks.model, eval_hooks.model.load):  # the entry, and where the policy loader looks it up
         monkeypatch.setattr(module, "load_model", lambda *a, **k: (_ for _ in ()).throw(AssertionError("model loaded")))

@@ -56,7 +56,7 @@ def test_imports_are_resolved_the_way_python_resolves_them():
     # from-import naming a class, a function-level import (trainer/core/loop.py imports tqdm inside train_loop)
     assert "trainer.core.checkpoint" in _imports(ROOT / "trainer" / "core" / "loop.py")
     assert "tqdm.auto" in _imports(ROOT / "trainer" / "core" / "loop.py")
-    assert "eval_hooks.io.DataError" in _imports(ROOT / "trainer" / "data" / "train_data.py")
+    assert "eval_hooks.core.io.DataError" in _imports(ROOT / "trainer" / "data" / "train_data.py")
 
 
 def test_algos_import_only_torch_and_the_standard_library():
@@ -84,7 +84,7 @@ def test_the_toy_task_imports_only_eval_hooks():
     bad = [m for m in sorted(_imports(ROOT / "demos" / "toy" / "task.py"))
            if _top(m) in ("trainer", "recipes", "launch", "demos")]
     assert not bad, bad
-    assert "eval_hooks.io" in _imports(ROOT / "demos" / "toy" / "task.py")  # the checker sees its imports
+    assert "eval_hooks.core.io" in _imports(ROOT / "demos" / "toy" / "task.py")  # the checker sees its imports
 
 
 def test_only_the_demo_entry_point_imports_the_demos_package():
@@ -190,10 +190,10 @@ def test_no_import_cycle_anywhere_in_the_repository():
 
 
 def test_no_import_cycle_among_eval_hooks_modules():
-    # eval_hooks.io <-> eval_hooks.hf_data was one: DataError now lives below both, in eval_hooks.errors
+    # eval_hooks.core.io <-> eval_hooks.core.hf_data was one: DataError now lives below both, in eval_hooks.core.errors
     modules = {_module_name(p): p for p in _files("eval_hooks")}
     graph = {m: {t for t in _imports(p) if t in modules and t != m} for m, p in modules.items()}
-    assert "eval_hooks.errors" in graph["eval_hooks.hf_data"]  # the checker sees the edges
+    assert "eval_hooks.core.errors" in graph["eval_hooks.core.hf_data"]  # the checker sees the edges
     assert not (cycles := _cycles(graph)), "import cycles: " + "; ".join(" <-> ".join(c) for c in cycles)
 
 
@@ -394,7 +394,7 @@ def test_each_recipe_run_is_under_80_lines():
     assert not bad, "\n".join(bad)
 
 
-# ---- registries (eval_hooks/plugins.py) -------------------------------------------------------------
+# ---- registries (eval_hooks/core/plugins.py) -------------------------------------------------------------
 
 ENTRY_POINT_READERS = ("entry_points", "iter_entry_points")
 
@@ -423,17 +423,17 @@ def test_the_entry_point_read_finder():
 
 
 def test_entry_points_are_read_in_one_product_module():
-    """Entry-point discovery exists once: eval_hooks/plugins.py's ``entry_points``, used by every ``Registry``."""
+    """Entry-point discovery exists once: eval_hooks/core/plugins.py's ``entry_points``, used by every ``Registry``."""
     readers = sorted(str(p.relative_to(ROOT)) for p in _files(*PRODUCT) if _entry_point_reads(ast.parse(p.read_text())))
-    assert readers == ["eval_hooks/plugins.py"], readers
+    assert readers == ["eval_hooks/core/plugins.py"], readers
 
 
 def test_every_registry_of_named_components_is_a_plugins_registry():
     """Backends, families, data sources, DPO losses, environments and rewards: one style, one entry-point group
     each (``selectrust.<kind>``)."""
-    from eval_hooks.backends.registry import BACKENDS
+    from eval_hooks.generation.backends.registry import BACKENDS
     from eval_hooks.families import FAMILIES
-    from eval_hooks.plugins import Registry
+    from eval_hooks.core.plugins import Registry
     from trainer.data.sources import DATA_SOURCES
     from trainer.dpo_losses import DPO_LOSSES
     from trainer.rl.envs import ENVIRONMENTS
@@ -513,7 +513,7 @@ def test_no_product_module_is_longer_than_600_lines():
     stale = [p for p in sorted(OVER_LIMIT) if lines.get(p, 0) <= MAX_MODULE_LINES]
     assert not stale, f"no longer over {MAX_MODULE_LINES} lines: remove from OVER_LIMIT: {stale}"
     # the counter counts: the vLLM client is a few hundred lines
-    assert 300 < lines["eval_hooks/backends/vllm_server.py"] <= MAX_MODULE_LINES
+    assert 300 < lines["eval_hooks/generation/backends/vllm_server.py"] <= MAX_MODULE_LINES
 
 
 def _stems(folder: str) -> set[str]:
@@ -524,7 +524,7 @@ def test_no_launcher_module_shares_a_name_with_a_backend_module():
     # the vLLM server's launcher and the client that talks to the server it starts are told apart by name
     launch, backends = _stems("launch"), _stems("eval_hooks/backends")
     assert {"vllm_launcher", "sweep"} <= launch and {"vllm_server", "reference_server"} <= backends
-    assert not (same := sorted(launch & backends)), f"launch/ and eval_hooks/backends/ both have modules named {same}"
+    assert not (same := sorted(launch & backends)), f"launch/ and eval_hooks/generation/backends/ both have modules named {same}"
 
 
 # ---- one owner of "give me a model" (eval_hooks/model/), one file hasher (eval_hooks/core/hashing.py) --------------
@@ -582,7 +582,7 @@ def test_the_file_hasher_finder():
 
 # adapter_checksum streams the files' bytes themselves (not their sha256) into one digest: the value the vLLM server
 # names a served adapter by and CHECKSUM.sha256 holds; it stays what it is, so the served names do not change
-_OTHER_DIGESTS = {("eval_hooks/backends/adapter_checksum.py", "adapter_checksum")}
+_OTHER_DIGESTS = {("eval_hooks/generation/backends/adapter_checksum.py", "adapter_checksum")}
 
 
 def test_exactly_one_file_hash_helper_in_product_code():

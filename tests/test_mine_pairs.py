@@ -60,7 +60,7 @@ class _CutBackend:
         self.inner = TableBackend(table)
 
     def generate(self, requests, *, progress=False, desc=""):
-        from eval_hooks.backends.base import GenerationResult, Sample
+        from eval_hooks.generation.backends.base import GenerationResult, Sample
 
         outs = self.inner.generate(requests)
         return [GenerationResult(o.request, [Sample(s.text, [], [], "length" if "..." in s.text else "stop")

@@ -71,9 +71,9 @@ def test_gguf_loads_as_a_plain_cached_model(real):
 
 
 def test_training_and_evaluation_ids_are_identical_under_the_real_template(real):
-    from eval_hooks.backends.hf import HFBackend
+    from eval_hooks.generation.backends.hf import HFBackend
     from eval_hooks.evaluate import build_requests
-    from eval_hooks.prompts import PromptSettings
+    from eval_hooks.generation.prompts import PromptSettings
     from trainer.model.logprobs import build_preference_batch
 
     _, tok, _ = real
@@ -131,7 +131,7 @@ def test_one_dpo_step_with_lora_and_the_adapter_disabled_reference(real):
 
 
 def test_one_batched_generation_answers_and_parses(real):
-    from eval_hooks.backends.hf import HFBackend
+    from eval_hooks.generation.backends.hf import HFBackend
     from eval_hooks.evaluate import build_requests
     from eval_hooks.parsers import parse_short_text
 

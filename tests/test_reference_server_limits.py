@@ -8,7 +8,7 @@ import socket
 
 import pytest
 
-from eval_hooks.backends.reference_server import MAX_CHARS_PER_TOKEN, ReferenceServer
+from eval_hooks.generation.backends.reference_server import MAX_CHARS_PER_TOKEN, ReferenceServer
 
 
 @pytest.fixture(scope="module")
@@ -109,7 +109,7 @@ def test_a_valid_request_still_works_after_the_refusals(server):
 
 
 def test_non_loopback_host_is_refused_before_the_model_loads(monkeypatch):
-    from eval_hooks.backends.reference_server import main
+    from eval_hooks.generation.backends.reference_server import main
 
     import eval_hooks.model as em
 

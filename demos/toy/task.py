@@ -110,7 +110,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from eval_hooks.io import DataError, write_jsonl_atomic, write_text_atomic
+from eval_hooks.core.io import DataError, write_jsonl_atomic, write_text_atomic
 from eval_hooks.vocab import MIST_CONDITIONS as CONDITIONS
 
 #: The data-source scheme: ``toy:<seed>/<file>`` (:func:`resolve_source`).

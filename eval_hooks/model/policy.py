@@ -124,7 +124,7 @@ def load_policy_for_inference(model_cfg, adapter_path: str | None, *, merge_adap
 
     Why both: under bf16 (autocast or bf16 weights) rounding W + BA would lose part of a small LoRA delta, so the
     adapter stays apart and the backend lets autocast cache its casts of the frozen weights
-    (``eval_hooks.backends.hf._casts_cached``). In fp32 the merge rounds at 1e-7 and saves peft's LoRA layers: 192
+    (``eval_hooks.generation.backends.hf._casts_cached``). In fp32 the merge rounds at 1e-7 and saves peft's LoRA layers: 192
     held-out rows of the real demo took 20.5 s against 22.3 s on SmolLM2-135M with its attention-only SCOPE adapter,
     and gave the same 348 of 348 responses over the whole held-out set."""
     import torch

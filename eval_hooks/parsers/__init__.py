@@ -22,7 +22,7 @@ Canonical forms:
   or None for no answer and for a hedge (two candidates offered as alternatives: status ``hedged``); see
   ``read_short_text`` for the rule, eval_hooks/FORMATS.md for it in full.
 
-The answer types are a registry, :data:`ANSWER_TYPES` (an :class:`eval_hooks.plugins.Registry` of
+The answer types are a registry, :data:`ANSWER_TYPES` (an :class:`eval_hooks.core.plugins.Registry` of
 :class:`AnswerType`): each entry holds its parser, its normaliser and comparison, its "same answer" check, its
 candidates (what counts as ``candidate`` in :func:`answer_status`), the text that describes a valid gold, its
 generation budget, its leak check (:func:`eval_hooks.builders.workflows.leaked_answer`) and, for families that write
@@ -34,7 +34,7 @@ prompts, its answer instruction. ``parse_answer``, ``normalize_gold``, ``answers
     [project.entry-points."selectrust.answer_types"]
     colour = "mypackage.colour:COLOUR"        # an AnswerType named "colour"
 
-An unknown name is a :class:`~eval_hooks.errors.DataError` naming it and the known ones.
+An unknown name is a :class:`~eval_hooks.core.errors.DataError` naming it and the known ones.
 
 Modules: :mod:`.markers` (final-answer markers, shared helpers), :mod:`.numeric`, :mod:`.choice` (multiple choice,
 boolean, the fork and label readers), :mod:`.short_text` and :mod:`.sentences`, :mod:`.base` (:class:`AnswerType`).
@@ -46,8 +46,8 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from ..errors import DataError
-from ..plugins import Registry
+from eval_hooks.core.errors import DataError
+from eval_hooks.core.plugins import Registry
 from .base import ANSWER_LINE, REASONING_ANSWER_BUDGET, AnswerType
 from .choice import (boolean_leak, choice_leak, choice_letters, choice_texts, normalize_boolean_gold,
                      normalize_choice_gold, normalize_fork, normalize_label, parse_boolean, parse_fork_answer,

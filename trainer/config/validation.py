@@ -181,14 +181,14 @@ def check_adapter_weights(path: str, model_cfg, field: str) -> None:
 
 
 def _generation_capabilities(cfg):
-    from eval_hooks.backends.registry import capabilities
+    from eval_hooks.generation.backends.registry import capabilities
 
     return capabilities(cfg.generation.backend, cfg.generation)
 
 
 def backends_that(*capabilities: str) -> str:
     """``generation=<a> or generation=<b>``: the registered backends with any of ``capabilities`` (for messages)."""
-    from eval_hooks.backends.registry import backends_with
+    from eval_hooks.generation.backends.registry import backends_with
 
     return " or ".join(f"generation={n}" for n in backends_with(*capabilities))
 
@@ -198,7 +198,7 @@ def _validate_generation(cfg) -> None:
     and what the run asks of the backend (asked of its capabilities), checked before anything runs."""
     from omegaconf import OmegaConf
 
-    from eval_hooks.backends.registry import check_settings, get_backend
+    from eval_hooks.generation.backends.registry import check_settings, get_backend
     from trainer.config.schemas import GenerationConfig, generation_schema
 
     g = cfg.generation
@@ -285,7 +285,7 @@ def validate_knowledge(kcfg, generation=None) -> None:
                               f"toward unknown; it needs knowledge.unknown_threshold < 0.5 < "
                               f"knowledge.known_threshold, got {kcfg.unknown_threshold} and {kcfg.known_threshold}")
         if generation is not None:
-            from eval_hooks.backends.registry import capabilities
+            from eval_hooks.generation.backends.registry import capabilities
 
             if not capabilities(generation.backend, generation).sampled_token_ids:
                 raise ConfigError(f"knowledge.score={kcfg.score} needs the greedy answer's token log-probs, which "

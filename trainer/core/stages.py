@@ -272,7 +272,7 @@ class StageRunner:
         """A recipe stage that is not a training run: reused when its completion record (``stage_complete.json``:
         its recipe and config, the content hash of each input, its result) matches now; else run (an earlier run
         of other provenance is moved aside to ``<name>.old-<n>`` first) and recorded."""
-        from eval_hooks.io import write_json_atomic
+        from eval_hooks.core.io import write_json_atomic
 
         from .run_dir import config_differences, move_aside
         from .stage_start import start_differences
@@ -352,7 +352,7 @@ class StageRunner:
 
     def write_record(self) -> None:
         if self.record is not None:
-            from eval_hooks.io import write_json_atomic
+            from eval_hooks.core.io import write_json_atomic
 
             write_json_atomic(self.root / self.record, {"stages": self.records})
 

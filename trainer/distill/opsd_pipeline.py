@@ -28,7 +28,7 @@ DEMO_COMMON = ["eval=none", "logger=jsonl"]
 
 class OpsdPipeline(DistillPipeline):
     def run(self) -> dict:
-        from eval_hooks.io import write_json_atomic
+        from eval_hooks.core.io import write_json_atomic
         from eval_hooks.model import ensure_tiny_model
 
         from trainer.config import validate_distill

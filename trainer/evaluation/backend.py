@@ -1,4 +1,4 @@
-"""The trainer's side of the generation-backend registry (``eval_hooks.backends.registry``): the backend of a
+"""The trainer's side of the generation-backend registry (``eval_hooks.generation.backends.registry``): the backend of a
 ``generation`` config node, what it can do, and what a run stops on when it fails.
 
 Nothing here knows a backend by name. :func:`make_backend` hands the node's settings to the backend's factory;
@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from eval_hooks.backends.registry import BuildContext, Capabilities, capabilities, get_backend
-from eval_hooks.prompts import PromptSettings
+from eval_hooks.generation.backends.registry import BuildContext, Capabilities, capabilities, get_backend
+from eval_hooks.generation.prompts import PromptSettings
 
 
 def generation_capabilities(gen_cfg) -> Capabilities:

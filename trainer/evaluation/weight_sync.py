@@ -59,7 +59,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from eval_hooks.backends.adapter_checksum import read_checksum, write_checksum  # stdlib only: cheap to import
+from eval_hooks.generation.backends.adapter_checksum import read_checksum, write_checksum  # stdlib only: cheap to import
 
 DEFAULT_PROBE_TEXT = (
     "The quick brown fox jumps over the lazy dog. Question: what is 12 + 30? Answer: 42.\n"
@@ -104,7 +104,7 @@ def save_adapter_atomically(peft_model, root: str | Path, version: str | int) ->
     Written to a temporary sibling directory, every file fsynced, then renamed into place, so a reader
     (the server) never sees a partial adapter. An existing directory of the same version is replaced.
     Returns ``(path, sha256)``; the checksum is also written to ``CHECKSUM.sha256`` inside (the adapter-checksum
-    protocol: ``eval_hooks/backends/adapter_checksum.py``).
+    protocol: ``eval_hooks/generation/backends/adapter_checksum.py``).
     """
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)

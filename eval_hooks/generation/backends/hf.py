@@ -216,7 +216,7 @@ class HFBackend(GenerationBackend):
 
     # -- prompt rendering -------------------------------------------------------------------
     def prompt_ids(self, prompt: str | None = None, messages: list[dict] | None = None) -> list[int]:
-        """Token ids a request is generated from (``eval_hooks.prompts.request_prompt_ids``)."""
+        """Token ids a request is generated from (``eval_hooks.generation.prompts.request_prompt_ids``)."""
         return request_prompt_ids(self.tokenizer, self.prompt_settings, prompt=prompt, messages=messages)
 
     def _encode(self, text: str) -> list[int]:
@@ -365,7 +365,7 @@ class HFBackend(GenerationBackend):
         return label_probabilities(scores, labels)
 
 
-# ---- registration (eval_hooks/backends/registry.py): generation=hf ---------------------------------
+# ---- registration (eval_hooks/generation/backends/registry.py): generation=hf ---------------------------------
 @dataclass
 class HFSettings:
     """The keys of ``generation=hf``."""
@@ -384,11 +384,11 @@ def build(settings: HFSettings, ctx: BuildContext) -> HFBackend:
     here (on CUDA when present)."""
     import torch
 
-    from ..model import resolve_mixed_precision
+    from eval_hooks.model import resolve_mixed_precision
 
     model, tokenizer = ctx.model, ctx.tokenizer
     if model is None:
-        from ..model import load_model, load_tokenizer
+        from eval_hooks.model import load_model, load_tokenizer
 
         tokenizer = load_tokenizer(ctx.model_path)
         model = load_model(ctx.model_path, device="cuda" if torch.cuda.is_available() else "cpu")

@@ -1,6 +1,6 @@
 """Which data paths name a Hugging Face ``datasets`` source (``hf:...`` ids and ``save_to_disk``
 directories, optionally with ``:<split>``): string and directory checks only, so the error type
-(:mod:`eval_hooks.errors`) can word a location as a row, and :mod:`eval_hooks.hf_data` loads them."""
+(:mod:`eval_hooks.core.errors`) can word a location as a row, and :mod:`eval_hooks.core.hf_data` loads them."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Records from Hugging Face ``datasets``: ``hf:org/name[:config][:split]`` ids and ``save_to_disk`` directories.
 
-:func:`eval_hooks.io.read_records` hands these sources here; the rows come back as ``(row, record)``
+:func:`eval_hooks.core.io.read_records` hands these sources here; the rows come back as ``(row, record)``
 pairs (``row`` 1-based, null cells dropped, as for Parquet) and are then validated exactly like a
 file's lines, so an error names the dataset and the row (``hf:org/name:main:test, row 3, field 'gold'``).
 
@@ -20,10 +20,10 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from eval_hooks.dataset_ids import HF_PREFIX, is_dataset_source, is_saved_dataset, split_disk_spec
-from eval_hooks.errors import DataError
+from eval_hooks.core.dataset_ids import HF_PREFIX, is_dataset_source, is_saved_dataset, split_disk_spec
+from eval_hooks.core.errors import DataError
 
-# Which paths are ``datasets`` sources is decided in :mod:`eval_hooks.dataset_ids` (DataError's messages need
+# Which paths are ``datasets`` sources is decided in :mod:`eval_hooks.core.dataset_ids` (DataError's messages need
 # it); the names are re-exported here, where callers look for them.
 __all__ = ["HF_PREFIX", "is_dataset_source", "is_saved_dataset", "split_disk_spec", "parse_hf_spec",
            "load_dataset_records"]

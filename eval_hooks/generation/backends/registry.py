@@ -38,7 +38,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Callable
 
-from ..plugins import Registry
+from eval_hooks.core.plugins import Registry
 
 if TYPE_CHECKING:
     from ..prompts import PromptSettings
@@ -47,9 +47,9 @@ if TYPE_CHECKING:
 ENTRY_POINT_GROUP = "selectrust.backends"
 
 BUILTIN: dict[str, str] = {
-    "hf": "eval_hooks.backends.hf:BACKEND",
-    "vllm_server": "eval_hooks.backends.vllm_server:BACKEND",
-    "openai_chat": "eval_hooks.backends.openai_chat:BACKEND",
+    "hf": "eval_hooks.generation.backends.hf:BACKEND",
+    "vllm_server": "eval_hooks.generation.backends.vllm_server:BACKEND",
+    "openai_chat": "eval_hooks.generation.backends.openai_chat:BACKEND",
 }
 
 
