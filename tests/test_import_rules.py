@@ -522,9 +522,10 @@ def _stems(folder: str) -> set[str]:
 
 def test_no_launcher_module_shares_a_name_with_a_backend_module():
     # the vLLM server's launcher and the client that talks to the server it starts are told apart by name
-    launch, backends = _stems("launch"), _stems("eval_hooks/backends")
+    launch, backends = _stems("launch"), _stems("eval_hooks/generation/backends")
     assert {"vllm_launcher", "sweep"} <= launch and {"vllm_server", "reference_server"} <= backends
-    assert not (same := sorted(launch & backends)), f"launch/ and eval_hooks/generation/backends/ both have modules named {same}"
+    assert not (same := sorted(launch & backends)), \
+        f"launch/ and eval_hooks/generation/backends/ both have modules named {same}"
 
 
 # ---- one owner of "give me a model" (eval_hooks/model/), one file hasher (eval_hooks/core/hashing.py) --------------
@@ -635,3 +636,53 @@ def test_no_demo_arm_name_is_compared_outside_the_arm_registry():
     bad = [f"{p.relative_to(ROOT)}:{n}" for p in files if p.relative_to(ROOT) != ARM_REGISTRY
            for n in _arm_name_compares(ast.parse(p.read_text()), names)]
     assert not bad, "an arm name compared outside demos/real/arms.py: " + ", ".join(bad)
+
+
+# ---- eval_hooks' rooms ----------------------------------------------------------------------------------------
+
+#: The root of eval_hooks holds the public evaluation entry points only; everything else sits in a named room.
+EVAL_ROOT_MODULES = {"__init__", "__main__", "evaluate", "scoring", "knowledge", "report", "report_kit", "folds",
+                     "vocab"}
+#: The rooms of eval_hooks and the other rooms each may import (the foundation ones only; the evaluation rooms,
+#: families/, builders/, metrics/ and the root, may import any of these).
+EVAL_ROOMS = {
+    "core": set(),
+    "model": {"core"},
+    "generation": {"core", "model"},
+    "parsers": {"core"},
+    "families": None, "builders": None, "metrics": None, "data": None,
+}
+
+
+def _eval_room(module: str) -> str | None:
+    parts = module.split(".")
+    if parts[0] != "eval_hooks":
+        return None
+    return parts[1] if len(parts) > 1 and parts[1] in EVAL_ROOMS else "root"
+
+
+def test_the_eval_hooks_root_holds_only_the_evaluation_entry_points():
+    root = ROOT / "eval_hooks"
+    modules = {p.stem for p in root.glob("*.py")}
+    folders = {p.name for p in root.iterdir() if p.is_dir() and p.name != "__pycache__"}
+    assert modules == EVAL_ROOT_MODULES, f"eval_hooks/ root: unexpected {sorted(modules ^ EVAL_ROOT_MODULES)}"
+    assert folders == set(EVAL_ROOMS), f"eval_hooks/ rooms: unexpected {sorted(folders ^ set(EVAL_ROOMS))}"
+
+
+def test_the_foundation_rooms_of_eval_hooks_import_only_downward():
+    bad = []
+    for room, allowed in EVAL_ROOMS.items():
+        if allowed is None:
+            continue
+        for path in _files(f"eval_hooks/{room}"):
+            for module in sorted(_imports(path)):
+                other = _eval_room(module)
+                if other is not None and other != room and other not in allowed:
+                    bad.append(f"{path.relative_to(ROOT)} imports {module} (room {other!r})")
+    assert not bad, "\n".join(bad)
+
+
+def test_the_room_finder():
+    assert _eval_room("eval_hooks.core.io.DataError") == "core"
+    assert _eval_room("eval_hooks.evaluate") == "root" and _eval_room("eval_hooks") == "root"
+    assert _eval_room("trainer.core.run") is None
