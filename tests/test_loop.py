@@ -50,7 +50,7 @@ def _ctx(tmp_path, *extra):
     cfg = compose("dpo", [f"trainer.run_dir={tmp_path}", "trainer.progress=false", "optim.grad_accum=2",
                           "optim.lr=0.05", "trainer.max_steps=8", "trainer.save_every=2", *extra])
     ctx = setup_run(cfg, "test")
-    check_resume_config(ctx)
+    check_resume_config(ctx.cfg, ctx.run_dir / "config.yaml")
     write_config(ctx)
     return ctx
 
