@@ -99,7 +99,7 @@ class OurDPO:
     def __init__(self, model, tok, pairs, *, shared_prompt: bool = True):
         from omegaconf import OmegaConf
 
-        from recipes.dpo import collate_pairs
+        from trainer.model.pairs import collate_pairs
         from trainer.config import DPOAlgoConfig
         from trainer.model.logprobs import sequence_logprobs
         from eval_hooks.model import Reference
@@ -225,7 +225,7 @@ def demo_data(demo: Path, path: str) -> tuple[list[tuple[str, str, str]], list[s
     """A real-model demo run's mined pairs (prompt, chosen, rejected), its held-out prompts, and the token fraction
     the shared-prompt packing saves over all of its pairs."""
     from eval_hooks.model import load_tokenizer
-    from recipes.dpo import collate_pairs
+    from trainer.model.pairs import collate_pairs
 
     read = lambda f: [json.loads(line) for line in f.read_text().splitlines() if line.strip()]  # noqa: E731
     rows = read(demo / "stages" / "mine" / "pairs.jsonl")

@@ -43,6 +43,7 @@ def run(cfg: DictConfig):
     from trainer.core.optim import build_optimizer, build_scheduler
     from trainer.train import train_evaluate_finish
     from trainer.dpo_losses import dpo_loss
+    from trainer.model.pairs import collate_pairs, reference_table, use_shared_prompt
 
     # ---- validate everything before any model loads -------------------------------------------------
     validate_dpo(cfg)
@@ -107,58 +108,6 @@ def run(cfg: DictConfig):
                                                                       prompt_settings=prompt))
 
 
-def use_shared_prompt(cfg) -> bool:
-    """``data.shared_prompt`` where it is exact: the DPO loss (not ``algo.sft_on_chosen``) under an attention
-    kernel that takes a 4D mask (SDPA or eager; flash-attention kernels ignore it)."""
-    attn = cfg.model.attn_implementation
-    return bool(cfg.data.shared_prompt) and not cfg.algo.sft_on_chosen and attn in (None, "sdpa", "eager")
-
-
-def collate_pairs(rows: list[dict], tokenizer, batch_kwargs: dict, indices: list[int], weights: list[float], *,
-                  shared_prompt: bool) -> dict:
-    """The micro-batch of pairs ``rows[indices]``: the two-sequence ``batch`` (chosen rows, then rejected) and,
-    with ``shared_prompt`` (``data.shared_prompt``), ``packed``: one prompt+chosen+rejected row per pair
-    (trainer/model/shared_prompt.py), which the DPO step runs instead."""
-    from trainer.model.logprobs import build_preference_batch
-    from trainer.model.shared_prompt import pack_preference_batch
-
-    picked = [rows[i] for i in indices]
-    batch = build_preference_batch(tokenizer, [r["prompt"] for r in picked], [r["chosen"] for r in picked],
-                                   [r["rejected"] for r in picked], **batch_kwargs,
-                                   chosen_cut=[r.get("chosen_finish") == "length" for r in picked],
-                                   rejected_cut=[r.get("rejected_finish") == "length" for r in picked])
-    mb = {"batch": batch, "weights": torch.tensor(weights), "conditions": [r["pool"] for r in picked],
-          "item_ids": [r["item_id"] for r in picked], "indices": indices}
-    if shared_prompt:
-        mb["packed"] = pack_preference_batch(batch)
-    return mb
-
-
-def pair_logps(model, mb: dict, device, logprobs) -> torch.Tensor:
-    """Summed completion log-probs ``(2n,)`` (chosen, then rejected) of a micro-batch: from its packed rows
-    when it has them, else from the two-sequence batch (``logprobs``: ``sequence_logprobs`` with the run's
-    settings, whose ``logprob_chunk`` the packed path uses too)."""
-    from trainer.model.shared_prompt import shared_prompt_logprobs
-
-    if "packed" in mb:
-        chunk = getattr(logprobs, "keywords", {}).get("logprob_chunk", 0)
-        return shared_prompt_logprobs(model, mb["packed"].to(device), logprob_chunk=chunk)
-    b = mb["batch"].to(device)
-    return logprobs(model, b.input_ids, b.attention_mask, b.completion_mask)[0]
-
-
-def reference_table(reference, policy, collate, n: int, batch_size: int, device, *, logprobs) -> torch.Tensor:
-    """``(n, 2)`` reference log-probs (chosen, rejected) of every pair, computed once with no grad
-    (``logprobs``: ``trainer.model.logprobs.sequence_logprobs`` with the run's settings)."""
-    table = torch.zeros(n, 2)
-    with torch.no_grad(), reference.context(policy) as ref_model:
-        for start in range(0, n, batch_size):
-            idx = list(range(start, min(start + batch_size, n)))
-            ref = pair_logps(ref_model, collate(idx, [1.0] * len(idx)), device, logprobs)
-            table[idx] = torch.stack(ref.float().cpu().chunk(2), dim=1)
-    return table
-
-
 def dpo_step(model, mb: dict, *, algo, loss, reference, policy, ref_table, device, logprobs):
     """Loss and metrics of one micro-batch of pairs (chosen rows first, then rejected): the weighted DPO-style
     loss ``loss`` (``algo.loss_type``'s ``trainer.algos.dpo.DPOLoss``; sigmoid by default) on the log-probs it
@@ -167,6 +116,7 @@ def dpo_step(model, mb: dict, *, algo, loss, reference, policy, ref_table, devic
     ``algo.sft_on_chosen``; every DPO metric also per condition."""
     from trainer.algos.dpo import chosen_nll_loss, dpo_row_metrics, per_group_metrics
     from trainer.algos.sft import masked_nll_loss
+    from trainer.model.pairs import pair_logps
 
     batch = mb["batch"].to(device)
     inputs = (batch.input_ids, batch.attention_mask, batch.completion_mask)

@@ -97,7 +97,7 @@ def _reference_forbidden(monkeypatch):
         raise AssertionError("a reference-free loss built a reference")
 
     monkeypatch.setattr(policy, "Reference", refuse)
-    monkeypatch.setattr(load_recipe("dpo"), "reference_table", refuse)
+    monkeypatch.setattr("trainer.model.pairs.reference_table", refuse)
 
 
 @pytest.mark.parametrize("lora", [True, False])

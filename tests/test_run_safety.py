@@ -451,3 +451,17 @@ def test_two_rank_run_into_a_held_run_dir_stops_every_rank(tmp_path):
     assert r.returncode != 0
     assert f"pid {other.pid}" in r.stderr and "the main process could not start the run" in r.stderr
     assert not (run / "metrics.jsonl").exists() and not (run / "checkpoints").exists()
+
+
+def test_open_run_dir_releases_the_lock_when_it_refuses(tmp_path):
+    # the one decision "fresh start or resume" (trainer/core/run_dir.py): a refused start leaves the directory free
+    from types import SimpleNamespace
+
+    from trainer.core.run_dir import RunLock, open_run_dir
+
+    (tmp_path / "metrics.jsonl").write_text('{"step": 1}\n')  # a previous run trained here
+    cfg = SimpleNamespace(trainer=SimpleNamespace(overwrite=False, resume="none"))
+    acc = SimpleNamespace(is_main_process=True, num_processes=1)
+    with pytest.raises(ConfigError, match="trainer.resume=none but"):
+        open_run_dir(cfg, acc, tmp_path)
+    RunLock(tmp_path).acquire().release()  # free again: no other holder
