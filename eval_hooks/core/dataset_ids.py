@@ -5,6 +5,7 @@ directories, optionally with ``:<split>``): string and directory checks only, so
 from __future__ import annotations
 
 from pathlib import Path
+from typing import NamedTuple
 
 HF_PREFIX = "hf:"
 _DISK_MARKERS = ("dataset_info.json", "state.json", "dataset_dict.json")
@@ -24,7 +25,25 @@ def split_disk_spec(path: str) -> tuple[str, str | None]:
     return str(path), None
 
 
+class DatasetSource(NamedTuple):
+    """A data path that names a ``datasets`` source, parsed once: ``label`` is the path as given (what errors
+    name); for a ``save_to_disk`` directory, ``directory`` and its ``split`` (None: the only split); for an
+    ``hf:`` id both are None (:func:`eval_hooks.core.hf_data.parse_hf_spec` reads the id)."""
+
+    label: str
+    directory: str | None = None
+    split: str | None = None
+
+
+def dataset_source(path: str | Path) -> DatasetSource | None:
+    """The :class:`DatasetSource` that ``path`` names, or None for any other path (a file, a missing path)."""
+    s = str(path)
+    if s.startswith(HF_PREFIX):
+        return DatasetSource(s)
+    directory, split = split_disk_spec(s)
+    return DatasetSource(s, directory, split) if is_saved_dataset(directory) else None
+
+
 def is_dataset_source(path: str | Path) -> bool:
     """``hf:...``, a saved-dataset directory, or one with a ``:split`` suffix."""
-    s = str(path)
-    return s.startswith(HF_PREFIX) or is_saved_dataset(split_disk_spec(s)[0])
+    return dataset_source(path) is not None

@@ -20,13 +20,14 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from eval_hooks.core.dataset_ids import HF_PREFIX, is_dataset_source, is_saved_dataset, split_disk_spec
+from eval_hooks.core.dataset_ids import (HF_PREFIX, DatasetSource, dataset_source, is_dataset_source, is_saved_dataset,
+                                         split_disk_spec)
 from eval_hooks.core.errors import DataError
 
 # Which paths are ``datasets`` sources is decided in :mod:`eval_hooks.core.dataset_ids` (DataError's messages need
 # it); the names are re-exported here, where callers look for them.
-__all__ = ["HF_PREFIX", "is_dataset_source", "is_saved_dataset", "split_disk_spec", "parse_hf_spec",
-           "load_dataset_records"]
+__all__ = ["HF_PREFIX", "DatasetSource", "dataset_source", "is_dataset_source", "is_saved_dataset", "split_disk_spec",
+           "parse_hf_spec", "load_dataset_records"]
 
 _SPLIT = re.compile(r"^(train|test|validation|valid|dev|eval)(\[.*\])?$|^[A-Za-z_]\w*\[.*\]$")
 
@@ -58,26 +59,27 @@ def _pick_split(ds, split: str | None, label: str):
     return ds[split]
 
 
-def load_dataset_records(source: str) -> tuple[list[tuple[int, dict]], str]:
-    """(``(row, record)`` pairs, label naming the dataset and split for error messages)."""
+def load_dataset_records(source: DatasetSource) -> tuple[list[tuple[int, dict]], str]:
+    """(``(row, record)`` pairs, label naming the dataset and split for error messages) of a source parsed by
+    :func:`eval_hooks.core.dataset_ids.dataset_source`."""
+    label = source.label
     try:
         import datasets
     except ImportError as e:  # pragma: no cover - datasets is a dependency
-        raise DataError(f"reading {source!r} needs the 'datasets' package", path=source) from e
+        raise DataError(f"reading {label!r} needs the 'datasets' package", path=label) from e
     try:
-        if source.startswith(HF_PREFIX):
-            name, config, split = parse_hf_spec(source)
-            ds = _pick_split(datasets.load_dataset(name, config, split=split), None, source)
+        if source.directory is None:
+            name, config, split = parse_hf_spec(label)
+            ds = _pick_split(datasets.load_dataset(name, config, split=split), None, label)
         else:
-            path, split = split_disk_spec(source)
-            ds = _pick_split(datasets.load_from_disk(path), split, source)
+            ds = _pick_split(datasets.load_from_disk(source.directory), source.split, label)
     except DataError:
         raise
     except Exception as e:  # datasets raises many types (missing config, file not found, offline, ...)
-        raise DataError(f"cannot load dataset ({type(e).__name__}: {e})", path=source) from None
+        raise DataError(f"cannot load dataset ({type(e).__name__}: {e})", path=label) from None
     records = [(i, {k: _plain(v) for k, v in rec.items() if v is not None})
                for i, rec in enumerate(ds, start=1)]
-    return records, source
+    return records, label
 
 
 def _plain(value: Any) -> Any:

@@ -15,7 +15,7 @@ from collections import deque
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
-from eval_hooks.core.dataset_ids import is_dataset_source
+from eval_hooks.core.dataset_ids import dataset_source
 from eval_hooks.core.errors import DataError  # noqa: F401  (the readers' error; imported from here too)
 
 PARQUET_SUFFIXES = (".parquet", ".pq")
@@ -32,8 +32,9 @@ def read_records(path: str | os.PathLike) -> list[tuple[int, dict]]:
     """
     from .hf_data import load_dataset_records
 
-    if is_dataset_source(path):
-        records, label = load_dataset_records(str(path))
+    source = dataset_source(path)
+    if source is not None:
+        records, label = load_dataset_records(source)
         if not records:
             raise DataError("dataset holds no rows", path=label)
         return records

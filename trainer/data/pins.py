@@ -24,10 +24,10 @@ from eval_hooks.core.hashing import dir_sha256, file_sha256
 
 def rows_sha256(source: str) -> str:
     """SHA-256 of the rows of a dataset source as read, in order (canonical JSON, one row a line)."""
-    from eval_hooks.core.hf_data import load_dataset_records
+    from eval_hooks.core.hf_data import DatasetSource, load_dataset_records
 
     h = hashlib.sha256()
-    for row, rec in load_dataset_records(source)[0]:
+    for row, rec in load_dataset_records(DatasetSource(source))[0]:
         h.update(json.dumps([row, rec], sort_keys=True, default=str).encode() + b"\n")
     return h.hexdigest()
 
