@@ -72,11 +72,11 @@ def setup(args, model_path, overrides=()):
     import torch
 
     from eval_hooks.builders.taste_toy import make_taste_toy
-    from eval_hooks.io import write_jsonl_atomic
-    from eval_hooks.prompts import PromptSettings
+    from eval_hooks.core.io import write_jsonl_atomic
+    from eval_hooks.generation.prompts import PromptSettings
     from trainer.distill.views import choice_token_ids, load_fork_views
     from trainer.distill.steps import DistillSteps
-    from trainer.model.policy import Reference, build_policy
+    from eval_hooks.model import Reference, load_policy
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -85,7 +85,7 @@ def setup(args, model_path, overrides=()):
     cfg = _cfg(["recipe=taste_tiny", f"model.path={model_path}", f"algo.topk={args.topk}", "algo.max_positions=0",
                 *overrides])
     views = load_fork_views(path, style="compact", demonstration="")[:args.views]
-    model, tok = build_policy(cfg.model, seed=0)
+    model, tok = load_policy(cfg.model, seed=0)
     g = torch.Generator().manual_seed(0)
     for v in views:
         v.reasoning = torch.randint(40, 120, (args.reasoning,), generator=g).tolist()
@@ -97,7 +97,7 @@ def setup(args, model_path, overrides=()):
 
 
 def timing(args) -> dict:
-    from eval_hooks.models import ensure_tiny_model
+    from eval_hooks.model import ensure_tiny_model
     from trainer.algos.sft import masked_nll_loss
     from trainer.distill.aligned import build_batch
     from trainer.model.logprobs import sequence_logprobs
@@ -178,7 +178,7 @@ def memory(args) -> dict:
     """Both paths in fresh subprocesses on a copy of the preset with ``--vocab`` tokens."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from eval_hooks.models import ensure_tiny_model
+    from eval_hooks.model import ensure_tiny_model
 
     src = ensure_tiny_model(args.preset)
     model_dir = Path(tempfile.mkdtemp()) / f"{args.preset}-v{args.vocab}"

@@ -39,13 +39,14 @@ def ours(args, model_dir: str) -> tuple[list[float], list[float]]:
     import torch
     from omegaconf import OmegaConf
 
-    from eval_hooks.backends.hf import HFBackend
-    from eval_hooks.prompts import PromptSettings
+    from eval_hooks.generation.backends.hf import HFBackend
+    from eval_hooks.generation.prompts import PromptSettings
     from trainer.algos.grpo import clipped_policy_loss
     from trainer.config import GRPOAlgoConfig, ModelConfig, OptimConfig
     from trainer.data.train_data import ShuffleSampler
     from trainer.model.logprobs import sequence_logprobs
-    from trainer.model.policy import build_optimizer, build_policy
+    from eval_hooks.model import load_policy
+    from trainer.core.optim import build_optimizer
     from trainer.rl.rewards import GuardedReward
     from trainer.rl.rollout import RolloutSettings, RolloutSource
     from trainer.rl.rollout_modes import SingleTurnMode
@@ -53,7 +54,7 @@ def ours(args, model_dir: str) -> tuple[list[float], list[float]]:
     torch.manual_seed(0)
     mcfg = OmegaConf.structured(ModelConfig(path=model_dir))
     mcfg.lora.r, mcfg.lora.alpha = args.lora_r, 2 * args.lora_r
-    model, tok = build_policy(mcfg, seed=0)
+    model, tok = load_policy(mcfg, seed=0)
     opt = build_optimizer(model, OmegaConf.structured(OptimConfig(lr=1e-3)))
     rows = prompts(args.groups * args.steps, getattr(args, "rows", None))
     algo = GRPOAlgoConfig(group_size=args.group_size, max_new_tokens=args.max_new_tokens, temperature=1.0,
@@ -87,7 +88,7 @@ def trl(args, model_dir: str, out_dir: str) -> list[float]:
     from transformers import AutoModelForCausalLM, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    from eval_hooks.models import load_tokenizer
+    from eval_hooks.model import load_tokenizer
 
     rows = prompts(args.groups * args.steps, getattr(args, "rows", None))
     ds = Dataset.from_list([{"prompt": [{"role": "user", "content": r["prompt"]}], "gold": r["gold"]} for r in rows])
@@ -132,7 +133,7 @@ def main() -> None:
 
     import torch
 
-    from eval_hooks.models import ensure_tiny_model
+    from eval_hooks.model import ensure_tiny_model
 
     if args.threads:
         torch.set_num_threads(args.threads)

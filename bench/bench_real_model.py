@@ -99,10 +99,11 @@ class OurDPO:
     def __init__(self, model, tok, pairs, *, shared_prompt: bool = True):
         from omegaconf import OmegaConf
 
-        from recipes.dpo import collate_pairs
+        from trainer.model.pairs import collate_pairs
         from trainer.config import DPOAlgoConfig
         from trainer.model.logprobs import sequence_logprobs
-        from trainer.model.policy import Reference, build_optimizer, build_scheduler
+        from eval_hooks.model import Reference
+        from trainer.core.optim import build_optimizer, build_scheduler
 
         self.model = model
         rows = [{"prompt": p, "chosen": c, "rejected": r, "pool": "misleading", "item_id": str(i)}
@@ -121,7 +122,7 @@ class OurDPO:
         import torch
 
         from recipes.dpo import dpo_step
-        from trainer.algos.dpo import dpo_loss
+        from trainer.dpo_losses import dpo_loss
 
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
             return dpo_step(self.model, self.mb, algo=self.algo, loss=dpo_loss(self.algo.loss_type),
@@ -150,7 +151,7 @@ def timed(fn) -> float:
 def dpo_figures(path: str, pairs, steps: int, workdir: str) -> dict:
     import torch
 
-    from eval_hooks.models import load_tokenizer
+    from eval_hooks.model import load_tokenizer
     from trainer.model.shared_prompt import shared_prompt_logprobs
 
     tok = load_tokenizer(path)
@@ -183,9 +184,9 @@ def dpo_figures(path: str, pairs, steps: int, workdir: str) -> dict:
 def eval_figures(path: str, questions: list[str], batch: int, budget: int) -> dict:
     import torch
 
-    from eval_hooks.backends.base import GenerationRequest
-    from eval_hooks.backends.hf import HFBackend
-    from eval_hooks.models import load_model, load_tokenizer
+    from eval_hooks.generation.backends.base import GenerationRequest
+    from eval_hooks.generation.backends.hf import HFBackend
+    from eval_hooks.model import load_model, load_tokenizer
 
     tok, model = load_tokenizer(path), load_model(path).eval()
     backend = HFBackend(model, tok, batch_size=batch)
@@ -223,8 +224,8 @@ def grpo_figures(path: str, steps: int, rows: list[dict] | None = None, budget: 
 def demo_data(demo: Path, path: str) -> tuple[list[tuple[str, str, str]], list[str], float]:
     """A real-model demo run's mined pairs (prompt, chosen, rejected), its held-out prompts, and the token fraction
     the shared-prompt packing saves over all of its pairs."""
-    from eval_hooks.models import load_tokenizer
-    from recipes.dpo import collate_pairs
+    from eval_hooks.model import load_tokenizer
+    from trainer.model.pairs import collate_pairs
 
     read = lambda f: [json.loads(line) for line in f.read_text().splitlines() if line.strip()]  # noqa: E731
     rows = read(demo / "stages" / "mine" / "pairs.jsonl")

@@ -13,7 +13,7 @@
     python bench/bench_vllm_cpu.py --skip-grpo --vllm-python /path/to/venv/bin/python
 
 The last line printed is one JSON object. Not a unit test: the load average is printed; run it on a quiet machine.
-vLLM's threads: ``VLLM_CPU_NUM_OF_RESERVED_CPU=0`` on up to 4 cores (launch/vllm_server.py); the HF side uses
+vLLM's threads: ``VLLM_CPU_NUM_OF_RESERVED_CPU=0`` on up to 4 cores (launch/vllm_launcher.py); the HF side uses
 torch's default threads unless ``--threads``.
 """
 
@@ -54,7 +54,7 @@ def random_adapter(out: Path, rank: int = 16, seed: int = 0, scale: float = 0.02
     import torch
     from peft import LoraConfig, get_peft_model
 
-    from eval_hooks.models import load_model
+    from eval_hooks.model import load_model
 
     model = get_peft_model(load_model(MODEL), LoraConfig(r=rank, lora_alpha=2 * rank, target_modules=ATTENTION))
     g = torch.Generator().manual_seed(seed)
@@ -79,9 +79,9 @@ def generation(args, server, rows, adapter: Path) -> dict:
     import torch
     from peft import PeftModel
 
-    from eval_hooks.backends.hf import HFBackend
+    from eval_hooks.generation.backends.hf import HFBackend
     from eval_hooks.evaluate import build_requests
-    from eval_hooks.models import load_model, load_tokenizer
+    from eval_hooks.model import load_model, load_tokenizer
 
     tok = load_tokenizer(MODEL)
     reqs = build_requests(rows, max_new_tokens=args.max_new_tokens, temperature=0.0)
@@ -133,7 +133,7 @@ def main(argv: list[str] | None = None) -> dict:
     import torch
 
     from eval_hooks.evaluate import load_rows
-    from launch.vllm_server import VLLMServer
+    from launch.vllm_launcher import VLLMServer
 
     if args.threads:
         torch.set_num_threads(args.threads)

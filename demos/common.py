@@ -33,9 +33,8 @@ def refuse(message: str) -> None:
 
 
 def demo_settings(cfg) -> dict:
-    """What a demo run's results depend on (``demo.json``): the demo, the seed and the demo's own settings (every
-    key of ``conf/demo.yaml`` but ``out`` and ``overwrite``; demo=real or real_full: the ``real`` section; demo=toy: the
-    rest)."""
+    """What a demo run's results depend on (``demo.json``): the demo, the seed and the demo's own settings (demo=real
+    or real_full: the ``real`` section of ``conf/demo.yaml``; demo=toy: the ``toy`` section)."""
     from omegaconf import OmegaConf
 
     keys = OmegaConf.to_container(cfg, resolve=True)
@@ -44,17 +43,31 @@ def demo_settings(cfg) -> dict:
 
 def _own_settings(keys: dict, demo: str) -> dict:
     """The settings a run of ``demo`` depends on, out of a whole demo config (``keys``): the ``real`` section for
-    the real-model demos, every other key but the run's identity and out dir for the toy."""
+    the real-model demos, the ``toy`` section for the toy."""
     from .config import REAL_DEMOS
 
-    return {"real": keys["real"]} if demo in REAL_DEMOS else {
-        k: v for k, v in keys.items() if k not in ("demo", "seed", "out", "overwrite", "real")}
+    section = "real" if demo in REAL_DEMOS else "toy"
+    return {section: keys[section]}
+
+
+#: The toy demo's keys that sat at the config's root before they moved under ``toy`` (issue 41).
+TOY_KEYS_MOVED = ("box2", "misleading_only", "knowledge_aware", "torch_threads", "stages")
+
+
+def _moved_toy_keys(settings: dict) -> dict:
+    """A toy run's recorded settings from before its keys moved under ``toy`` (:data:`TOY_KEYS_MOVED` at the
+    root), as they read now; any other settings as they are."""
+    if "toy" in settings or not any(k in settings for k in TOY_KEYS_MOVED):
+        return settings
+    return {"toy": {k: v for k, v in settings.items() if k in TOY_KEYS_MOVED},
+            **{k: v for k, v in settings.items() if k not in TOY_KEYS_MOVED}}
 
 
 def with_new_keys(saved: dict, demo: str) -> dict:
     """A ``demo.json`` record (:func:`demo_settings`) with every settings key it lacks set to the schema's default:
     a key added to ``demos/config.py`` after the run was recorded, whose default is what runs did before it existed
-    (the rule for adding a key), so an earlier run of the same settings still reads as the same run."""
+    (the rule for adding a key), so an earlier run of the same settings still reads as the same run; a toy run's
+    keys recorded before they moved under ``toy`` are read there."""
     from omegaconf import OmegaConf
 
     from .config import DemoRunConfig
@@ -66,7 +79,7 @@ def with_new_keys(saved: dict, demo: str) -> dict:
             return have
         return {**{k: v for k, v in default.items() if k not in have}, **{k: fill(v, default.get(k)) for k, v in have.items()}}
 
-    return {**saved, "settings": fill(saved.get("settings") or {}, own)}
+    return {**saved, "settings": fill(_moved_toy_keys(saved.get("settings") or {}), own)}
 
 
 class DemoRun:
@@ -95,7 +108,7 @@ class DemoRun:
     def claim(self) -> None:
         """Under the out dir's lock: the out dir is new, or holds a run of this demo, seed and settings (continued);
         else refused, or moved aside with ``overwrite=true``. Then ``demo.json`` records this run's."""
-        from eval_hooks.io import write_json_atomic
+        from eval_hooks.core.io import write_json_atomic
         from trainer.core.run_dir import config_differences, move_aside
 
         now, record = demo_settings(self.cfg), self.out / RECORD
@@ -140,7 +153,7 @@ class DemoRun:
     def finish(self, summary: dict, write_report: Callable[[dict, Path], Any],
                print_table: Callable[[dict], None]) -> dict:
         """Write ``<out>/summary.json`` and the report (``report.md`` and plots), print the table; return ``summary``."""
-        from eval_hooks.io import write_json_atomic
+        from eval_hooks.core.io import write_json_atomic
 
         write_json_atomic(self.out / "summary.json", summary)
         write_report(summary, self.out)

@@ -48,9 +48,10 @@ REAL_DEMOS = {
 
 @dataclass
 class DemoStages:
-    """demo=toy: per-stage overrides (Hydra override strings) applied on top of each recipe's own config."""
+    """The toy demo's per-stage overrides (``toy.stages``; Hydra override strings) applied on top of each recipe's
+    own config."""
 
-    model: str = _f("tiny-demo", "Tiny model preset built for the demo (eval_hooks.models.TINY_PRESETS).")
+    model: str = _f("tiny-demo", "Tiny model preset built for the demo (eval_hooks.model.TINY_PRESETS).")
     base_sft: list[str] = _f([], "Overrides for recipes/sft.py: SFT on the always-right-hints mix (full fine-tuning).")
     evaluate: list[str] = _f([], "Overrides for every recipes/evaluate.py stage.")
     mine: list[str] = _f([], "Overrides for recipes/mine_pairs.py.")
@@ -109,12 +110,25 @@ class RealDemoConfig:
 
 
 @dataclass
+class ToyDemoConfig:
+    """The toy demo (``demo=toy``, demos/toy/pipeline.py): the random-init toy model on the key->digit task."""
+
+    box2: bool = _f(True, "Run the Box2 stage (counterfactual SFT + GRPO).")
+    misleading_only: bool = _f(True, "Run the Standard-DPO (misleading-only pairs) ablation.")
+    knowledge_aware: bool = _f(True, "Run knowledge-aware SCOPE (unknown pools from the toy's untaught keys) and split "
+                                     "every evaluation by the base's knowledge.")
+    torch_threads: Optional[int] = _f(None, "torch intra-op threads (None = torch's default). 1 is often much faster "
+                                            "for this tiny model on a busy machine.")
+    stages: DemoStages = field(default_factory=DemoStages)
+
+
+@dataclass
 class DemoRunConfig:
     """`python recipes/demo.py` (demos/real/pipeline.py; demo=toy: demos/toy/pipeline.py)."""
 
     demo: DemoKind = _f("real", "real: the quick demo, SmolLM2-135M-Instruct on real facts (the `real` keys): base, "
                                 "SCOPE, SCOPE+GRPO, within 10 minutes | real_full: the full experiment, every arm, "
-                                "within 40 minutes | toy: the random-init toy model, SCOPE and Box2 (the other keys).")
+                                "within 40 minutes | toy: the random-init toy model, SCOPE and Box2 (the `toy` keys).")
     seed: int = _f(0, "Seed of the data (facts split / toy task) and of every stage.")
     out: str = _f("demo_out", "Output directory: report.md, summary.json, stages/ (each stage's run or eval dir), "
                               "demo.json (the run's demo, seed and settings). The same command continues a run there "
@@ -122,22 +136,7 @@ class DemoRunConfig:
     overwrite: bool = _f(False, "Move a run already in `out` aside to <out>.old-<n> and start afresh (false: continue a "
                                 "run of the same demo, seed and settings; refuse one of others).")
     real: RealDemoConfig = field(default_factory=RealDemoConfig)
-    box2: bool = _f(True, "demo=toy: run the Box2 stage (counterfactual SFT + GRPO).")
-    misleading_only: bool = _f(True, "demo=toy: run the Standard-DPO (misleading-only pairs) ablation.")
-    knowledge_aware: bool = _f(True, "demo=toy: run knowledge-aware SCOPE (unknown pools from the toy's untaught keys) and split "
-                                     "every evaluation by the base's knowledge.")
-    torch_threads: Optional[int] = _f(None, "demo=toy: torch intra-op threads (None = torch's default). 1 is often "
-                                            "much faster for this tiny model on a busy machine.")
-    stages: DemoStages = field(default_factory=DemoStages)
-
-
-def real_arm_on(cfg, arm: str) -> bool:
-    """Whether the real demo of ``cfg`` trains ``arm`` (``scope`` always): ``real.<arm>``, or, where that is None,
-    the demo's own choice (:data:`REAL_DEMOS`)."""
-    if arm == "scope":
-        return True
-    chosen = cfg.real[arm]
-    return bool(REAL_DEMOS[cfg.demo].comparison_arms if chosen is None else chosen)
+    toy: ToyDemoConfig = field(default_factory=ToyDemoConfig)
 
 
 def register() -> None:

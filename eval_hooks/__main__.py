@@ -22,8 +22,8 @@ from collections import Counter
 from dataclasses import fields
 from pathlib import Path
 
-from .backends.transport import ServerError
-from .io import DataError, write_jsonl_atomic
+from eval_hooks.generation.backends.transport import ServerError
+from eval_hooks.core.io import DataError, write_jsonl_atomic
 
 
 def _cmd_expand(args) -> int:
@@ -101,8 +101,8 @@ def _cmd_build_med(args) -> int:
 
     rewriter = None
     if args.rewrite_model:  # an in-process HF model rewrites abstracts that name T differently
-        from .backends.hf import HFBackend
-        from .models import check_model_path, load_model, load_tokenizer
+        from eval_hooks.generation.backends.hf import HFBackend
+        from .model import check_model_path, load_model, load_tokenizer
 
         check_model_path(args.rewrite_model, "--rewrite-model")
         rewriter = HFBackend(load_model(args.rewrite_model), load_tokenizer(args.rewrite_model), batch_size=4)

@@ -34,7 +34,7 @@ self_check() {  # one line on stderr; exit status 0 iff healthy
 import importlib.util, sys
 want = dict(zip(("vllm", "torch", "transformers"), sys.argv[1:]))
 import torch, transformers, vllm
-import vllm.entrypoints.openai.api_server  # noqa: F401  (what launch/vllm_server.py runs)
+import vllm.entrypoints.openai.api_server  # noqa: F401  (what launch/vllm_launcher.py runs)
 got = {"vllm": vllm.__version__, "torch": torch.__version__, "transformers": transformers.__version__}
 extra = [m for m in ("torchvision", "torchaudio", "torchcodec") if importlib.util.find_spec(m)]
 bad = {k: got[k] for k in want if got[k] != want[k]}

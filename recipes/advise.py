@@ -22,13 +22,12 @@ register_schemas()
 
 
 def run(cfg: DictConfig) -> list[dict]:
-    from eval_hooks.io import read_records, write_jsonl_atomic
-    from eval_hooks.models import load_tokenizer
-    from eval_hooks.prompts import PromptSettings
+    from eval_hooks.core.io import read_records, write_jsonl_atomic
+    from eval_hooks.model import load_base_with_adapters, load_tokenizer
+    from eval_hooks.generation.prompts import PromptSettings
     from trainer.distill.advice import advice_from_log_odds
     from trainer.distill.evaluation import eval_settings, evaluate_views
     from trainer.distill.views import load_fork_views
-    from trainer.model.policy import load_base_with_adapters
 
     adv, a = cfg.advice, cfg.algo
     validate_common(cfg)

@@ -45,14 +45,15 @@ register_schemas()
 
 def run(cfg: DictConfig):
     """Train one stage (``algo.stage``); returns the loop's ``LoopResult``."""
-    from eval_hooks.io import write_json_atomic
-    from eval_hooks.prompts import PromptSettings
+    from eval_hooks.core.io import write_json_atomic
+    from eval_hooks.generation.prompts import PromptSettings
     from trainer.core.checkpoint import resumable
     from trainer.data.train_data import SamplerSource, ShuffleSampler
     from trainer.distill.views import check_task_disjoint, choice_token_ids, has_choice_position, load_views
     from trainer.distill.steps import DistillSteps, sample_teacher
     from trainer.train import train_evaluate_finish
-    from trainer.model.policy import Reference, build_optimizer, build_policy, build_scheduler
+    from eval_hooks.model import Reference, load_policy
+    from trainer.core.optim import build_optimizer, build_scheduler
     from trainer.core.run import setup_run
 
     # ---- validate everything before any model loads -------------------------------------------------
@@ -67,7 +68,7 @@ def run(cfg: DictConfig):
     # ---- build ------------------------------------------------------------------------------------
     ctx = setup_run(cfg, "distill")
     acc = ctx.accelerator
-    model, tokenizer = build_policy(cfg.model, seed=cfg.seed)
+    model, tokenizer = load_policy(cfg.model, seed=cfg.seed)
     prompt = PromptSettings.from_config(cfg.prompt)
     has_choice = has_choice_position(d.prompt_style)  # MIST views (OPSD): no answer prefix, no A/B position
     choice_ids = choice_token_ids(tokenizer, a.choice_tokens) if has_choice else []

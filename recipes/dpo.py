@@ -9,7 +9,7 @@ How this departs from TRL's DPOTrainer (same loss, checked by tests/test_trl_equ
   ``algo=scope_knowledge_aware`` adds the unknown-item pools with mass λ_u (docs/scope.md#knowledge-aware-scope),
   and their metrics per pool (``rewards/accuracies/unknown_correct``);
 - the reference is the same LoRA model with its adapter disabled (no second copy): the base, or the
-  SFT policy when starting from ``model.init_adapter`` (trainer/model/policy.py);
+  SFT policy when starting from ``model.init_adapter`` (eval_hooks/model/policy.py);
 - baselines are configs: ``algo=standard_dpo`` (misleading only), ``algo=unmatched``, ``algo=no_clean``
   / ``no_correct`` / ``no_irrelevant``, ``algo=sft_on_chosen``, and Prompt-Defense via ``prompt=prompt_defense``
   with ``trainer.max_steps`` irrelevant (use ``recipes/evaluate.py``).
@@ -23,7 +23,7 @@ import hydra
 import torch
 from omegaconf import DictConfig
 
-from eval_hooks.backends.transport import exit_on_server_error
+from eval_hooks.generation.backends.transport import exit_on_server_error
 from trainer.config.cli_help import cli_main
 from trainer.config import register_schemas, validate_dpo
 
@@ -32,16 +32,18 @@ register_schemas()
 
 def run(cfg: DictConfig):
     """Train; returns the loop's ``LoopResult`` (step, preempted, final metrics)."""
-    from eval_hooks.io import write_json_atomic
-    from eval_hooks.prompts import PromptSettings
+    from eval_hooks.core.io import write_json_atomic
+    from eval_hooks.generation.prompts import PromptSettings
     from trainer.data.train_data import ConditionSampler, SamplerSource, check_pool_mass, load_pairs, pool_mass, unmatch_pairs
     from trainer.data.train_data import apply_length_policy
     from trainer.evaluation import load_eval_rows, make_backend
     from trainer.core.run import setup_run
     from trainer.model.logprobs import sequence_logprobs
-    from trainer.model.policy import Reference, build_optimizer, build_policy, build_scheduler
+    from eval_hooks.model import Reference, load_policy
+    from trainer.core.optim import build_optimizer, build_scheduler
     from trainer.train import train_evaluate_finish
-    from trainer.algos.dpo import dpo_loss
+    from trainer.dpo_losses import dpo_loss
+    from trainer.model.pairs import collate_pairs, reference_table, use_shared_prompt
 
     # ---- validate everything before any model loads -------------------------------------------------
     validate_dpo(cfg)
@@ -59,7 +61,7 @@ def run(cfg: DictConfig):
     # ---- build ------------------------------------------------------------------------------------
     ctx = setup_run(cfg, "dpo")
     acc = ctx.accelerator
-    model, tokenizer = build_policy(cfg.model, seed=cfg.seed)
+    model, tokenizer = load_policy(cfg.model, seed=cfg.seed)
     prompt = PromptSettings.from_config(cfg.prompt)
     pairs = apply_length_policy(pairs, tokenizer, max_prompt_len=dcfg.max_prompt_len,
                                 max_completion_len=dcfg.max_completion_len, truncation=dcfg.truncation,
@@ -106,58 +108,6 @@ def run(cfg: DictConfig):
                                                                       prompt_settings=prompt))
 
 
-def use_shared_prompt(cfg) -> bool:
-    """``data.shared_prompt`` where it is exact: the DPO loss (not ``algo.sft_on_chosen``) under an attention
-    kernel that takes a 4D mask (SDPA or eager; flash-attention kernels ignore it)."""
-    attn = cfg.model.attn_implementation
-    return bool(cfg.data.shared_prompt) and not cfg.algo.sft_on_chosen and attn in (None, "sdpa", "eager")
-
-
-def collate_pairs(rows: list[dict], tokenizer, batch_kwargs: dict, indices: list[int], weights: list[float], *,
-                  shared_prompt: bool) -> dict:
-    """The micro-batch of pairs ``rows[indices]``: the two-sequence ``batch`` (chosen rows, then rejected) and,
-    with ``shared_prompt`` (``data.shared_prompt``), ``packed``: one prompt+chosen+rejected row per pair
-    (trainer/model/shared_prompt.py), which the DPO step runs instead."""
-    from trainer.model.logprobs import build_preference_batch
-    from trainer.model.shared_prompt import pack_preference_batch
-
-    picked = [rows[i] for i in indices]
-    batch = build_preference_batch(tokenizer, [r["prompt"] for r in picked], [r["chosen"] for r in picked],
-                                   [r["rejected"] for r in picked], **batch_kwargs,
-                                   chosen_cut=[r.get("chosen_finish") == "length" for r in picked],
-                                   rejected_cut=[r.get("rejected_finish") == "length" for r in picked])
-    mb = {"batch": batch, "weights": torch.tensor(weights), "conditions": [r["pool"] for r in picked],
-          "item_ids": [r["item_id"] for r in picked], "indices": indices}
-    if shared_prompt:
-        mb["packed"] = pack_preference_batch(batch)
-    return mb
-
-
-def pair_logps(model, mb: dict, device, logprobs) -> torch.Tensor:
-    """Summed completion log-probs ``(2n,)`` (chosen, then rejected) of a micro-batch: from its packed rows
-    when it has them, else from the two-sequence batch (``logprobs``: ``sequence_logprobs`` with the run's
-    settings, whose ``logprob_chunk`` the packed path uses too)."""
-    from trainer.model.shared_prompt import shared_prompt_logprobs
-
-    if "packed" in mb:
-        chunk = getattr(logprobs, "keywords", {}).get("logprob_chunk", 0)
-        return shared_prompt_logprobs(model, mb["packed"].to(device), logprob_chunk=chunk)
-    b = mb["batch"].to(device)
-    return logprobs(model, b.input_ids, b.attention_mask, b.completion_mask)[0]
-
-
-def reference_table(reference, policy, collate, n: int, batch_size: int, device, *, logprobs) -> torch.Tensor:
-    """``(n, 2)`` reference log-probs (chosen, rejected) of every pair, computed once with no grad
-    (``logprobs``: ``trainer.model.logprobs.sequence_logprobs`` with the run's settings)."""
-    table = torch.zeros(n, 2)
-    with torch.no_grad(), reference.context(policy) as ref_model:
-        for start in range(0, n, batch_size):
-            idx = list(range(start, min(start + batch_size, n)))
-            ref = pair_logps(ref_model, collate(idx, [1.0] * len(idx)), device, logprobs)
-            table[idx] = torch.stack(ref.float().cpu().chunk(2), dim=1)
-    return table
-
-
 def dpo_step(model, mb: dict, *, algo, loss, reference, policy, ref_table, device, logprobs):
     """Loss and metrics of one micro-batch of pairs (chosen rows first, then rejected): the weighted DPO-style
     loss ``loss`` (``algo.loss_type``'s ``trainer.algos.dpo.DPOLoss``; sigmoid by default) on the log-probs it
@@ -166,6 +116,7 @@ def dpo_step(model, mb: dict, *, algo, loss, reference, policy, ref_table, devic
     ``algo.sft_on_chosen``; every DPO metric also per condition."""
     from trainer.algos.dpo import chosen_nll_loss, dpo_row_metrics, per_group_metrics
     from trainer.algos.sft import masked_nll_loss
+    from trainer.model.pairs import pair_logps
 
     batch = mb["batch"].to(device)
     inputs = (batch.input_ids, batch.attention_mask, batch.completion_mask)

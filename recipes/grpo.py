@@ -24,7 +24,7 @@ How this departs from TRL's GRPOTrainer (same loss on the same inputs, tests/tes
   the drop/refill, advantage (``std_scaling=batch``) and ``token_mean`` normalisation decisions on the
   global batch, so an N-rank run equals a 1-rank run with the same global batch (trainer/rl/rollout.py);
 - the reference for the KL term is the LoRA adapter disabled (no second model copy): the base, or the
-  SFT policy when starting from ``model.init_adapter`` (see trainer/model/policy.py).
+  SFT policy when starting from ``model.init_adapter`` (see eval_hooks/model/policy.py).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ import hydra
 import torch
 from omegaconf import DictConfig
 
-from eval_hooks.backends.transport import exit_on_server_error
+from eval_hooks.generation.backends.transport import exit_on_server_error
 from trainer.config.cli_help import cli_main
 from trainer.config import register_schemas, validate_grpo
 
@@ -45,13 +45,14 @@ register_schemas()
 
 def run(cfg: DictConfig):
     """Train; returns the loop's ``LoopResult`` (step, preempted, final metrics)."""
-    from eval_hooks.prompts import PromptSettings
+    from eval_hooks.generation.prompts import PromptSettings
     from trainer.data.train_data import ShuffleSampler
     from trainer.rl.envs import resolve_env
     from trainer.evaluation import generation_capabilities, load_eval_rows, make_backend
     from trainer.model.logprobs import sequence_logprobs
     from trainer.train import train_evaluate_finish
-    from trainer.model.policy import Reference, build_optimizer, build_policy, build_scheduler
+    from eval_hooks.model import Reference, load_policy
+    from trainer.core.optim import build_optimizer, build_scheduler
     from trainer.rl.rewards import GuardedReward, resolve_reward
     from trainer.rl.rollout import Ranks, RolloutSettings, RolloutSource, check_prompt_lengths, load_rl_prompts
     from trainer.rl.rollout_modes import EnvironmentMode, SingleTurnMode
@@ -71,7 +72,7 @@ def run(cfg: DictConfig):
     # ---- build -------------------------------------------------------------------------------------------
     ctx = setup_run(cfg, "grpo")
     acc = ctx.accelerator
-    model, tokenizer = build_policy(cfg.model, seed=cfg.seed)
+    model, tokenizer = load_policy(cfg.model, seed=cfg.seed)
     prompt = PromptSettings.from_config(cfg.prompt)
     check_prompt_lengths(rows, tokenizer, max_prompt_len=dcfg.max_prompt_len, prompt_settings=prompt)
     reference = Reference(model, lora=cfg.model.lora.enabled) if algo.kl_beta > 0 else None

@@ -24,7 +24,7 @@ register_schemas()
 
 def run(cfg: DictConfig) -> Path:
     """Merge and write; returns the output directory."""
-    from trainer.model.policy import export_merged
+    from eval_hooks.model import export_merged
 
     validate_merge(cfg)
     out = export_merged(cfg.model, list(cfg.adapters), cfg.out_dir)

@@ -31,7 +31,7 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
-from eval_hooks.backends.transport import exit_on_server_error
+from eval_hooks.generation.backends.transport import exit_on_server_error
 from eval_hooks.vocab import MIST_CONDITIONS as CONDITIONS
 from trainer.config.cli_help import cli_main
 from trainer.config import register_schemas, validate_common, validate_knowledge
@@ -62,7 +62,7 @@ def mine(rows: list[dict], backend, *, max_new_tokens: int, use_fallback: bool, 
     items only, *unknown* items feed the unknown pools (:func:`unknown_pairs`), *uncertain* ones neither."""
     from eval_hooks.evaluate import build_requests
     from eval_hooks.parsers import parse_row_answer, row_answer_matches
-    from eval_hooks.prompts import PromptSettings
+    from eval_hooks.generation.prompts import PromptSettings
 
     by_item: dict[str, dict[str, dict]] = defaultdict(dict)
     for r in rows:
@@ -234,11 +234,12 @@ def unknown_pairs(by_item: dict, est: dict, backend, *, knowledge, model_name: s
 def run(cfg: DictConfig) -> dict:
     """Mine; returns the statistics written to ``<out_dir>/mining_stats.json``."""
     from eval_hooks import load_rows
-    from eval_hooks.backends.base import GreedyMemo
-    from eval_hooks.io import write_json_atomic, write_jsonl_atomic
-    from eval_hooks.model_source import is_toy_model
+    from eval_hooks.generation.backends.base import GreedyMemo
+    from eval_hooks.core.io import write_json_atomic, write_jsonl_atomic
+    from eval_hooks.model import is_toy_model
+    from eval_hooks.model.load import TOY_ANSWER_BUDGET
     from eval_hooks.parsers import answer_budget
-    from eval_hooks.prompts import PromptSettings
+    from eval_hooks.generation.prompts import PromptSettings
     from trainer.data.train_data import resolve_data_path
     from trainer.evaluation import build_inference_backend
     from trainer.core.run import seed_everything
@@ -248,7 +249,8 @@ def run(cfg: DictConfig) -> dict:
     rows = load_rows("mist", resolve_data_path(cfg.items_path))  # validated before the model loads
     seed_everything(cfg.seed)
     prompt = PromptSettings.from_config(cfg.prompt)
-    budget = cfg.max_new_tokens or answer_budget({r["answer_type"] for r in rows}, toy=is_toy_model(cfg.model.path))
+    budget = cfg.max_new_tokens or (TOY_ANSWER_BUDGET if is_toy_model(cfg.model.path)
+                                    else answer_budget({r["answer_type"] for r in rows}))
     # fixed weights: a greedy answer asked twice (the k=1 knowledge estimate, then the clean row) is generated once
     backend = GreedyMemo(build_inference_backend(cfg.model, cfg.generation, prompt_settings=prompt))
     pairs, stats = mine(rows, backend, max_new_tokens=budget, use_fallback=cfg.use_fallback,

@@ -25,7 +25,7 @@ from functools import partial
 import hydra
 from omegaconf import DictConfig
 
-from eval_hooks.backends.transport import exit_on_server_error
+from eval_hooks.generation.backends.transport import exit_on_server_error
 from trainer.config.cli_help import cli_main
 from trainer.config import register_schemas, validate_sft
 
@@ -34,15 +34,16 @@ register_schemas()
 
 def run(cfg: DictConfig):
     """Train; returns the loop's ``LoopResult`` (step, preempted, final metrics)."""
-    from eval_hooks.io import write_json_atomic
-    from eval_hooks.prompts import PromptSettings
+    from eval_hooks.core.io import write_json_atomic
+    from eval_hooks.generation.prompts import PromptSettings
     from trainer.algos.sft import masked_nll_loss
     from trainer.core.distributed import reduce_sum
     from trainer.data.train_data import SamplerSource, ShuffleSampler, load_sft_examples, resolve_data_path
     from trainer.evaluation import load_eval_rows, make_backend
     from trainer.model.logprobs import sequence_logprobs
     from trainer.train import train_evaluate_finish
-    from trainer.model.policy import build_optimizer, build_policy, build_scheduler
+    from eval_hooks.model import load_policy
+    from trainer.core.optim import build_optimizer, build_scheduler
     from trainer.core.run import setup_run
     from trainer.data.sft_data import WindowSource, apply_sft_length_policy, collate_sft
 
@@ -56,7 +57,7 @@ def run(cfg: DictConfig):
     # ---- build ------------------------------------------------------------------------------------
     ctx = setup_run(cfg, "sft")
     acc = ctx.accelerator
-    model, tokenizer = build_policy(cfg.model, seed=cfg.seed)
+    model, tokenizer = load_policy(cfg.model, seed=cfg.seed)
     prompt = PromptSettings.from_config(cfg.prompt)
     lengths = dict(multi_turn=algo.multi_turn, max_prompt_len=dcfg.max_prompt_len,
                    max_completion_len=dcfg.max_completion_len, truncation=dcfg.truncation, prompt_settings=prompt)

@@ -46,8 +46,8 @@ def _start_logps(cfg, pairs_path, adapter=None) -> tuple[float, float]:
     import torch
     from peft import PeftModel
 
-    from eval_hooks.models import load_model, load_tokenizer
-    from eval_hooks.prompts import PromptSettings
+    from eval_hooks.model import load_model, load_tokenizer
+    from eval_hooks.generation.prompts import PromptSettings
     from trainer.model.logprobs import build_preference_batch, sequence_logprobs
 
     model, tok = load_model(cfg.model.path), load_tokenizer(cfg.model.path)

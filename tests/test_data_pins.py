@@ -69,7 +69,7 @@ def test_an_edited_toy_source_file_is_refused_on_resume(tmp_path, monkeypatch):
 
     cache = tmp_path / "cache.jsonl"
     cache.write_text("".join(json.dumps(r) + "\n" for r in _rows(tmp_path)))
-    monkeypatch.setitem(ds._SOURCES, "pinsrc", lambda rest: str(cache))
+    monkeypatch.setitem(ds.DATA_SOURCES.registered, "pinsrc", lambda rest: str(cache))
     run = tmp_path / "run"
     _dpo(run, "pinsrc:0/pairs.jsonl", "trainer.stop_at_step=2")
     recorded = json.loads((run / "data_hashes.json").read_text())["data.train_path"]
@@ -81,7 +81,7 @@ def test_an_edited_toy_source_file_is_refused_on_resume(tmp_path, monkeypatch):
 
 
 def test_a_hub_dataset_is_pinned_by_the_rows_read(tmp_path, monkeypatch):
-    import eval_hooks.hf_data as hf
+    import eval_hooks.core.hf_data as hf
     from trainer.data.pins import pin
 
     rows = [(1, {"prompt": "a", "chosen": "b"}), (2, {"prompt": "c", "chosen": "d"})]

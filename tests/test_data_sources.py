@@ -7,18 +7,20 @@ from pathlib import Path
 
 import pytest
 
+import eval_hooks.core.plugins as plugins
 import trainer.data.sources as ds
-from eval_hooks.io import DataError
+from eval_hooks.core.io import DataError
 from recipe_utils import ROOT
 
 
 @pytest.fixture()
 def empty_registry(monkeypatch):
-    """No source registered, and the entry points as ``eps`` (monkeypatched ``entry_points``)."""
+    """No source registered, and the entry points as ``eps`` (monkeypatched ``eval_hooks.core.plugins.entry_points``)."""
     eps: list[EntryPoint] = []
-    monkeypatch.setattr(ds, "_SOURCES", {})
-    monkeypatch.setattr(ds, "_entry_points", None)
-    monkeypatch.setattr(ds, "entry_points", lambda group: [e for e in eps if e.group == group])
+    monkeypatch.setattr(ds.DATA_SOURCES, "registered", {})
+    monkeypatch.setattr(ds.DATA_SOURCES, "loaded", {})
+    monkeypatch.setattr(ds.DATA_SOURCES, "installed", None)
+    monkeypatch.setattr(plugins, "entry_points", lambda group: [e for e in eps if e.group == group])
     return eps
 
 
@@ -66,11 +68,11 @@ def test_entry_points_are_discovered_lazily_and_loaded_when_used(empty_registry,
     empty_registry.append(EntryPoint(name="broken", value="no_such_module_xyz:f", group=ds.ENTRY_POINT_GROUP))
     empty_registry.append(EntryPoint(name="other", value="demos.toy.task:resolve_source", group="another.group"))
     assert ds.known_data_sources() == ["broken", "toy"]
-    assert ds._SOURCES == {}  # listed, not loaded
+    assert ds.DATA_SOURCES.loaded == {}  # listed, not loaded
     path = ds.resolve_data_path("toy:1/mist_heldout.jsonl")
     from demos.toy import task
 
-    assert ds._SOURCES == {"toy": task.resolve_source}
+    assert ds.DATA_SOURCES.loaded == {"toy": task.resolve_source}
     assert Path(path) == task.cache_dir(1) / "mist_heldout.jsonl" and Path(path).is_file()
     with pytest.raises(DataError, match=r"data source 'broken': entry point 'no_such_module_xyz:f'.*failed to load"):
         ds.resolve_data_path("broken:x")

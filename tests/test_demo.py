@@ -11,7 +11,7 @@ from recipe_utils import ROOT, load_recipe, reset_accelerate
 # keeps its default length because mining needs a base that knows the keys.
 def _stage(name: str, *overrides: str) -> str:
     """A Hydra override setting one stage's override list (each element quoted: it contains '=')."""
-    return f"stages.{name}=[" + ",".join(f"'{o}'" for o in overrides) + "]"
+    return f"toy.stages.{name}=[" + ",".join(f"'{o}'" for o in overrides) + "]"
 
 
 REDUCED = [
@@ -42,7 +42,7 @@ def _demo(out, seed=0, extra=()):
 
 
 def test_reduced_demo_stages_connect_and_scope_direction_holds(tmp_path):
-    summary = _demo(tmp_path / "demo", extra=["misleading_only=false", *REDUCED])
+    summary = _demo(tmp_path / "demo", extra=["toy.misleading_only=false", *REDUCED])
     on_disk = json.loads((tmp_path / "demo" / "summary.json").read_text())
     assert on_disk["scope"]["base"]["sc2w"] == summary["scope"]["base"]["sc2w"]
     for section, stages in (("scope", ("base", "trained")), ("box2", ("base", "sft", "grpo"))):

@@ -162,6 +162,33 @@ def test_an_out_dir_of_an_earlier_version_is_refused(tmp_path, capsys):
     assert sorted(p.name for p in out.iterdir()) == [".lock", "stages", "summary.json"]
 
 
+def test_the_toy_demos_keys_are_under_toy_and_a_run_recorded_before_they_moved_continues(tmp_path):
+    """The toy demo's settings sit under ``toy`` as the real demo's under ``real``; a toy run whose ``demo.json``
+    has them at the root (recorded before they moved) reads as the same run now, and one of other settings does
+    not."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.errors import ConfigCompositionException
+
+    from demos.common import demo_settings, with_new_keys
+    from demos.config import register
+    from trainer.core.run_dir import config_differences
+
+    register()
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base=None):
+        cfg = compose(config_name="demo", overrides=["demo=toy", "out=x", "toy.box2=false"])
+        with pytest.raises(ConfigCompositionException):
+            compose(config_name="demo", overrides=["demo=toy", "box2=false"])  # no longer a root key
+    assert cfg.toy.box2 is False and cfg.toy.torch_threads == 1 and cfg.toy.stages.model == "tiny"
+    now = demo_settings(cfg)
+    assert list(now["settings"]) == ["toy"] and now["settings"]["toy"]["stages"]["dpo"]
+    before = {**now, "settings": dict(now["settings"]["toy"])}  # the same settings at the root, as recorded then
+    assert config_differences(before, now) and not config_differences(with_new_keys(before, "toy"), now)
+    other = {**now, "settings": {**now["settings"]["toy"], "box2": True}}
+    assert config_differences(with_new_keys(other, "toy"), now) == ["settings.toy.box2: saved True != now False"]
+
+
 HOLD = """
 import sys, time
 from pathlib import Path
@@ -192,12 +219,12 @@ def test_a_second_demo_into_a_busy_out_dir_is_refused_by_its_lock(tmp_path, caps
 
 # -- the toy demo itself through the issue's scenarios (slow) ------------------------------------------------------
 def _stage(name: str, *overrides: str) -> str:
-    return f"stages.{name}=[" + ",".join(f"'{o}'" for o in overrides) + "]"
+    return f"toy.stages.{name}=[" + ",".join(f"'{o}'" for o in overrides) + "]"
 
 
 # Short stages: a base that follows hints after 150 SFT steps (mining keeps about 50 quartets at seed 0), a DPO arm
 # of 40 steps checkpointed every 5; the other arms and Box2 off.
-SHORT = ["demo=toy", "misleading_only=false", "knowledge_aware=false", "box2=false",
+SHORT = ["demo=toy", "toy.misleading_only=false", "toy.knowledge_aware=false", "toy.box2=false",
          _stage("base_sft", "algo=sft", "model.lora.enabled=false", "optim.lr=3.0e-3", "optim.batch_size=64",
                 "optim.grad_accum=1", "trainer.max_steps=150", "trainer.save_every=0", "data.max_prompt_len=96",
                 "data.max_completion_len=4", "trainer.progress=false"),

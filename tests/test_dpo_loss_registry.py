@@ -8,21 +8,22 @@ from omegaconf import OmegaConf
 
 import dist_helpers as dh
 from recipe_utils import compose, read_metrics, reset_accelerate, load_recipe
+from trainer.dpo_losses import DPO_LOSSES
 
 
 def test_registry_config_choice_and_default_agree():
     from trainer.algos import dpo
-    from trainer.algos.choices import DPO_LOSS_TYPES
     from trainer.config.choices import DPOLossType
     from trainer.config.schemas import DPOAlgoConfig
+    from trainer.dpo_losses import dpo_loss
 
-    assert tuple(dpo.DPO_LOSSES) == DPO_LOSS_TYPES  # a name in one but not the other is a half-done walk
-    assert tuple(m.value for m in DPOLossType) == DPO_LOSS_TYPES
-    assert DPOAlgoConfig().loss_type == "sigmoid" and dpo.dpo_loss("sigmoid").fn is dpo.sigmoid_dpo_loss
-    for name, loss in dpo.DPO_LOSSES.items():  # every loss's own hyperparameters are DPOAlgoConfig fields
+    assert tuple(m.value for m in DPOLossType) == tuple(DPO_LOSSES) == ("sigmoid", "simpo")  # the config's choice
+    assert DPOAlgoConfig().loss_type == "sigmoid" and dpo_loss("sigmoid").fn is dpo.sigmoid_dpo_loss
+    assert dpo_loss("simpo") is dpo.SIMPO and not dpo.SIMPO.reference
+    for name, loss in DPO_LOSSES.items():  # every loss's own hyperparameters are DPOAlgoConfig fields
         assert isinstance(loss, dpo.DPOLoss) and set(loss.hyperparameters.values()) <= set(vars(DPOAlgoConfig())), name
-    with pytest.raises(ValueError, match="unknown DPO loss 'nope'.*sigmoid"):
-        dpo.dpo_loss("nope")
+    with pytest.raises(ValueError, match=r"unknown DPO loss 'nope'; registered: \['sigmoid', 'simpo'\]"):
+        dpo_loss("nope")
 
 
 def test_loss_type_is_a_checked_choice():
@@ -63,12 +64,12 @@ def test_a_registered_loss_trains_through_the_recipe(tmp_path, monkeypatch):
         calls.append(kwargs)
         return ipo_loss(*args, **kwargs)
 
-    monkeypatch.setitem(dpo.DPO_LOSSES, "ipo", dpo.DPOLoss(recorded))  # with a reference, summed log-probs
+    monkeypatch.setitem(DPO_LOSSES.registered, "ipo", dpo.DPOLoss(recorded))  # with a reference, summed log-probs
     run_dir = tmp_path / "run"
     cfg = compose("dpo", [f"data.train_path={dh.write_pairs(tmp_path / 'pairs.jsonl', 12)}", "eval=none",
                           f"trainer.run_dir={run_dir}", "trainer.max_steps=2", "trainer.progress=false",
                           "algo.beta=0.5"])
-    # the config's choice is built from trainer/algos/choices.py at import; the test-local name bypasses it
+    # the config's choice is built from the registry's names at import; the test-local name bypasses it
     cfg = OmegaConf.create(OmegaConf.to_container(cfg))
     cfg.algo.loss_type = "ipo"
     reset_accelerate()
@@ -90,13 +91,13 @@ def test_ipo_toy_loss_hand_value():
 
 def _reference_forbidden(monkeypatch):
     """Make building a reference, or precomputing its table, fail the test."""
-    from trainer.model import policy
+    from eval_hooks import model as policy
 
     def refuse(*args, **kwargs):
         raise AssertionError("a reference-free loss built a reference")
 
     monkeypatch.setattr(policy, "Reference", refuse)
-    monkeypatch.setattr(load_recipe("dpo"), "reference_table", refuse)
+    monkeypatch.setattr("trainer.model.pairs.reference_table", refuse)
 
 
 @pytest.mark.parametrize("lora", [True, False])
@@ -113,8 +114,8 @@ def test_simpo_builds_no_reference_and_trains_on_per_token_means(tmp_path, monke
         calls.append((len(refs), kwargs, pc.detach().clone()))
         return dpo.simpo_loss(pc, pr, *refs, **kwargs)
 
-    monkeypatch.setitem(dpo.DPO_LOSSES, "simpo", dpo.DPOLoss(recorded, reference=False, logps="mean",
-                                                            hyperparameters={"gamma": "simpo_gamma"}))
+    monkeypatch.setitem(DPO_LOSSES.registered, "simpo", dpo.DPOLoss(recorded, reference=False, logps="mean",
+                                                                   hyperparameters={"gamma": "simpo_gamma"}))
     _reference_forbidden(monkeypatch)
     run_dir = tmp_path / "run"
     cfg = compose("dpo", [f"data.train_path={dh.write_pairs(tmp_path / 'pairs.jsonl', 12)}", "eval=none",

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from eval_hooks.prompts import PromptSettings
+from eval_hooks.generation.prompts import PromptSettings
 from tests.box2_fakes import ScriptedBackend
 from trainer.config import ConfigError, GRPOAlgoConfig
 from trainer.data.train_data import ShuffleSampler
@@ -115,7 +115,7 @@ def test_the_environments_max_turns_holds_unless_the_config_sets_one(monkeypatch
     assert resolve_env(cfg.algo.env, max_turns=cfg.algo.env_max_turns)().max_turns == 2
     import trainer.rl.envs as envs
 
-    monkeypatch.setitem(envs.ENVIRONMENTS, "patient", Patient)
+    monkeypatch.setitem(envs.ENVIRONMENTS.registered, "patient", Patient)
     assert resolve_env("patient")().max_turns == 9 and resolve_env("patient", max_turns=4)().max_turns == 4
     with pytest.raises(ConfigError, match="env_max_turns must be >= 1"):
         validate_grpo(compose("grpo", ["recipe=grpo_env_tiny", "algo.env_max_turns=0"]))

@@ -17,15 +17,16 @@ from pathlib import Path
 import pytest
 
 import eval_hooks.families as families
+import eval_hooks.core.plugins as plugins
 from eval_hooks import FAMILIES, DataError, load_rows, run_matched_eval, score_responses
-from eval_hooks.backends.base import GenerationBackend, GenerationResult, Sample
+from eval_hooks.generation.backends.base import GenerationBackend, GenerationResult, Sample
 from eval_hooks.families import Family, get_family, register_family, unregister_family
 from eval_hooks.families.base import check_gold, items_once, req_str
 from eval_hooks.metrics import compute_metrics, headline
 from eval_hooks.metrics.common import check_rows, rate
 from eval_hooks.report import compare_table, write_report
 from eval_hooks.report_kit import md_table, pct
-from eval_hooks.settings import setting
+from eval_hooks.core.settings import setting
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -139,9 +140,9 @@ def test_a_family_from_an_installed_packages_entry_point(monkeypatch, tmp_path):
     """A separate package declares ``[project.entry-points."selectrust.families"] echo = "mod:EchoFamily"``:
     the group is read when the names are needed and the module imported only when the family is used."""
     ep = EntryPoint("echo", f"{__name__}:EchoFamily", families.ENTRY_POINT_GROUP)
-    monkeypatch.setattr(families, "_entry_points", None)
-    monkeypatch.setattr(families, "_loaded", {})
-    monkeypatch.setattr(families, "entry_points", lambda group: [ep] if group == families.ENTRY_POINT_GROUP else [])
+    monkeypatch.setattr(FAMILIES, "installed", None)
+    monkeypatch.setattr(FAMILIES, "loaded", {})
+    monkeypatch.setattr(plugins, "entry_points", lambda group: [ep] if group == families.ENTRY_POINT_GROUP else [])
     assert list(FAMILIES) == ["mist", "box2", "taste", "med", "echo"]
     fam = get_family("echo")
     assert isinstance(fam, EchoFamily) and get_family("echo") is fam

@@ -56,7 +56,7 @@ def test_imports_are_resolved_the_way_python_resolves_them():
     # from-import naming a class, a function-level import (trainer/core/loop.py imports tqdm inside train_loop)
     assert "trainer.core.checkpoint" in _imports(ROOT / "trainer" / "core" / "loop.py")
     assert "tqdm.auto" in _imports(ROOT / "trainer" / "core" / "loop.py")
-    assert "eval_hooks.io.DataError" in _imports(ROOT / "trainer" / "data" / "train_data.py")
+    assert "eval_hooks.core.io.DataError" in _imports(ROOT / "trainer" / "data" / "train_data.py")
 
 
 def test_algos_import_only_torch_and_the_standard_library():
@@ -84,7 +84,7 @@ def test_the_toy_task_imports_only_eval_hooks():
     bad = [m for m in sorted(_imports(ROOT / "demos" / "toy" / "task.py"))
            if _top(m) in ("trainer", "recipes", "launch", "demos")]
     assert not bad, bad
-    assert "eval_hooks.io" in _imports(ROOT / "demos" / "toy" / "task.py")  # the checker sees its imports
+    assert "eval_hooks.core.io" in _imports(ROOT / "demos" / "toy" / "task.py")  # the checker sees its imports
 
 
 def test_only_the_demo_entry_point_imports_the_demos_package():
@@ -190,10 +190,10 @@ def test_no_import_cycle_anywhere_in_the_repository():
 
 
 def test_no_import_cycle_among_eval_hooks_modules():
-    # eval_hooks.io <-> eval_hooks.hf_data was one: DataError now lives below both, in eval_hooks.errors
+    # eval_hooks.core.io <-> eval_hooks.core.hf_data was one: DataError now lives below both, in eval_hooks.core.errors
     modules = {_module_name(p): p for p in _files("eval_hooks")}
     graph = {m: {t for t in _imports(p) if t in modules and t != m} for m, p in modules.items()}
-    assert "eval_hooks.errors" in graph["eval_hooks.hf_data"]  # the checker sees the edges
+    assert "eval_hooks.core.errors" in graph["eval_hooks.core.hf_data"]  # the checker sees the edges
     assert not (cycles := _cycles(graph)), "import cycles: " + "; ".join(" <-> ".join(c) for c in cycles)
 
 
@@ -267,11 +267,11 @@ def test_no_family_is_chosen_by_name_outside_the_registry():
 # ---- the layout of trainer/ (docs/architecture.md#layout) -------------------------------------------
 
 def test_models_do_not_reach_up_into_the_config():
-    # trainer/model/ is used by the config checks (adapter checks), not the other way round: the config converts
+    # the model layers are used by the config checks (adapter checks), not the other way round: the config converts
     # the model layer's errors into ConfigError (trainer/config/validation.py check_adapter_dir)
-    assert "trainer.model.adapter_check" in _imports(ROOT / "trainer" / "model" / "policy.py")  # the checker sees it
-    bad = [f"{p.relative_to(ROOT)} imports {m}" for p in _files("trainer/model") for m in sorted(_imports(p))
-           if m.split(".")[:2] == ["trainer", "config"]]
+    assert "eval_hooks.model.adapter" in _imports(ROOT / "eval_hooks" / "model" / "policy.py")  # the checker sees it
+    bad = [f"{p.relative_to(ROOT)} imports {m}" for p in _files("trainer/model", "eval_hooks/model")
+           for m in sorted(_imports(p)) if m.split(".")[:2] == ["trainer", "config"]]
     assert not bad, "\n".join(bad)
 
 
@@ -392,3 +392,297 @@ def test_each_recipe_run_is_under_80_lines():
     assert {p.stem for p, _, _ in runs} >= {"dpo", "sft", "grpo", "evaluate", "mine_pairs"}
     bad = [f"{p.relative_to(ROOT)} run: {length} lines" for p, _, length in runs if length >= 80]
     assert not bad, "\n".join(bad)
+
+
+# ---- registries (eval_hooks/core/plugins.py) -------------------------------------------------------------
+
+ENTRY_POINT_READERS = ("entry_points", "iter_entry_points")
+
+
+def _entry_point_reads(tree: ast.AST) -> list[int]:
+    """Lines that read installed packages' entry points: a call of ``entry_points`` / ``iter_entry_points`` (a
+    name or an attribute, ``importlib.metadata.entry_points(...)``), or an import of one of them."""
+    lines = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            f = node.func
+            if (f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else None) \
+                    in ENTRY_POINT_READERS:
+                lines.append(node.lineno)
+        elif isinstance(node, ast.ImportFrom) and any(a.name in ENTRY_POINT_READERS for a in node.names):
+            lines.append(node.lineno)
+    return sorted(set(lines))
+
+
+def test_the_entry_point_read_finder():
+    code = ("from importlib.metadata import entry_points\nimport importlib.metadata as md\nmd.entry_points(group='g')\n"
+            "entry_points(group='g')\nimport pkg_resources\npkg_resources.iter_entry_points('g')\n"
+            # not reads: an EntryPoint built from a known value, the word in a string
+            "from importlib.metadata import EntryPoint\nEntryPoint('a', 'm:f', 'g').load()\nx = 'entry_points('\n")
+    assert _entry_point_reads(ast.parse(code)) == [1, 3, 4, 6]
+
+
+def test_entry_points_are_read_in_one_product_module():
+    """Entry-point discovery exists once: eval_hooks/core/plugins.py's ``entry_points``, used by every ``Registry``."""
+    readers = sorted(str(p.relative_to(ROOT)) for p in _files(*PRODUCT) if _entry_point_reads(ast.parse(p.read_text())))
+    assert readers == ["eval_hooks/core/plugins.py"], readers
+
+
+def test_every_registry_of_named_components_is_a_plugins_registry():
+    """Backends, families, data sources, DPO losses, environments and rewards: one style, one entry-point group
+    each (``selectrust.<kind>``)."""
+    from eval_hooks.generation.backends.registry import BACKENDS
+    from eval_hooks.families import FAMILIES
+    from eval_hooks.core.plugins import Registry
+    from trainer.data.sources import DATA_SOURCES
+    from trainer.dpo_losses import DPO_LOSSES
+    from trainer.rl.envs import ENVIRONMENTS
+    from trainer.rl.rewards import REGISTRY as REWARDS
+
+    registries = (BACKENDS, FAMILIES, DATA_SOURCES, DPO_LOSSES, ENVIRONMENTS, REWARDS)
+    assert all(isinstance(r, Registry) for r in registries), [type(r) for r in registries]
+    assert [r.group for r in registries] == ["selectrust.backends", "selectrust.families", "selectrust.data_sources",
+                                            "selectrust.dpo_losses", "selectrust.environments", "selectrust.rewards"]
+
+
+# ---- answer types (eval_hooks/parsers/__init__.py: the registry) ------------------------------------------------
+
+PARSERS = ROOT / "eval_hooks" / "parsers"
+MAX_PARSER_MODULE_LINES = 400
+
+
+def _answer_type_choices_by_name(tree: ast.AST, names: set[str]) -> list[int]:
+    """Lines that choose by an answer type's name: a comparison (``==``, ``!=``, ``in``, ``not in``, ``is``) of
+    anything with a string literal (or a tuple, list or set of them) naming a registered answer type
+    (``answer_type == "numeric"``, ``at in ("short_text",)``). A name used as a dict key (``row["label"]``) is
+    not a comparison with it."""
+    def names_one(node: ast.AST) -> bool:
+        elts = node.elts if isinstance(node, (ast.Tuple, ast.List, ast.Set)) else [node]
+        return _is_literal(node) and any(isinstance(e, ast.Constant) and e.value in names for e in elts)
+
+    return sorted(node.lineno for node in ast.walk(tree)
+                  if isinstance(node, ast.Compare) and any(names_one(x) for x in [node.left, *node.comparators]))
+
+
+def test_the_answer_type_choice_finder():
+    names = {"numeric", "short_text", "label"}
+    code = ('if answer_type == "numeric": pass\nif at != "short_text": pass\nif row["answer_type"] in ("label", "x"): '
+            'pass\nif "numeric" == t: pass\n'
+            # not choices by an answer type's name: a dict key, another word, a family's list of accepted names
+            'if it["label"] == v: pass\nif kind == "essay": pass\nANSWER_TYPES = ("numeric", "label")\n')
+    assert _answer_type_choices_by_name(ast.parse(code), names) == [1, 2, 3, 4]
+
+
+def test_no_answer_type_is_chosen_by_name_outside_the_registry():
+    """A new answer type is one registry entry (eval_hooks/parsers/__init__.py: BUILTIN, register_answer_type or the
+    selectrust.answer_types entry points): no module of the product outside the answer types' package compares an
+    answer-type name with a literal; it asks the type's entry (leaked_answer, MIST's wrong-value check, ...)."""
+    from eval_hooks.parsers import ANSWER_TYPES
+
+    names = set(ANSWER_TYPES)
+    assert {"numeric", "short_text", "label", "choice"} <= names
+    files = [p for p in _files(*PRODUCT) if PARSERS not in p.parents]
+    assert ROOT / "eval_hooks" / "builders" / "workflows.py" in files
+    bad = [f"{p.relative_to(ROOT)}:{n}: {p.read_text().splitlines()[n - 1].strip()}"
+           for p in files for n in _answer_type_choices_by_name(ast.parse(p.read_text()), names)]
+    assert not bad, "\n".join(bad)
+
+
+def test_each_parsers_module_is_under_400_lines():
+    modules = sorted(PARSERS.glob("*.py"))
+    assert {p.name for p in modules} >= {"__init__.py", "markers.py", "numeric.py", "choice.py", "short_text.py"}
+    bad = [f"{p.relative_to(ROOT)}: {n} lines" for p in modules if (n := len(p.read_text().splitlines())) >= 400]
+    assert not bad, "\n".join(bad)
+
+
+# ---- module size and names ------------------------------------------------------------------------------
+
+MAX_MODULE_LINES = 600
+#: Product modules allowed over MAX_MODULE_LINES, each until its split lands (none now).
+OVER_LIMIT: set[str] = set()
+
+
+def _module_lines(folders: tuple[str, ...]) -> dict[str, int]:
+    return {p.relative_to(ROOT).as_posix(): len(p.read_text().splitlines()) for p in _files(*folders)}
+
+
+def test_no_product_module_is_longer_than_600_lines():
+    lines = _module_lines(tuple(f for f in PRODUCT if f != "bench"))  # bench: measurement scripts, excepted
+    bad = [f"{p}: {n} lines" for p, n in sorted(lines.items()) if n > MAX_MODULE_LINES and p not in OVER_LIMIT]
+    assert not bad, "\n".join(bad)
+    stale = [p for p in sorted(OVER_LIMIT) if lines.get(p, 0) <= MAX_MODULE_LINES]
+    assert not stale, f"no longer over {MAX_MODULE_LINES} lines: remove from OVER_LIMIT: {stale}"
+    # the counter counts: the vLLM client is a few hundred lines
+    assert 300 < lines["eval_hooks/generation/backends/vllm_server.py"] <= MAX_MODULE_LINES
+
+
+def _stems(folder: str) -> set[str]:
+    return {p.stem for p in _files(folder) if p.stem != "__init__"}
+
+
+def test_no_launcher_module_shares_a_name_with_a_backend_module():
+    # the vLLM server's launcher and the client that talks to the server it starts are told apart by name
+    launch, backends = _stems("launch"), _stems("eval_hooks/generation/backends")
+    assert {"vllm_launcher", "sweep"} <= launch and {"vllm_server", "reference_server"} <= backends
+    assert not (same := sorted(launch & backends)), \
+        f"launch/ and eval_hooks/generation/backends/ both have modules named {same}"
+
+
+# ---- one owner of "give me a model" (eval_hooks/model/), one file hasher (eval_hooks/core/hashing.py) --------------
+
+_PRETRAINED = re.compile(r"^(Auto\w*|\w+ForCausalLM|\w*Tokenizer\w*)$")  # transformers' model/config/tokenizer
+
+
+def _pretrained_loads(tree: ast.AST) -> list[int]:
+    """Lines that call ``<transformers class>.from_pretrained``: an ``Auto*`` class, a ``*ForCausalLM`` or a tokenizer
+    class (``PeftModel.from_pretrained``, an adapter put on a model already loaded, is not one)."""
+    return sorted(n.lineno for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+                  and n.func.attr == "from_pretrained" and isinstance(n.func.value, ast.Name)
+                  and _PRETRAINED.match(n.func.value.id))
+
+
+def test_the_pretrained_load_finder():
+    code = ("AutoModelForCausalLM.from_pretrained(p)\nAutoTokenizer.from_pretrained(p)\n"
+            "PeftModel.from_pretrained(m, a)\nLlamaForCausalLM.from_pretrained(p)\n"
+            "AutoModelForCausalLM.from_config(c)\n")
+    assert _pretrained_loads(ast.parse(code)) == [1, 2, 4]
+
+
+def test_only_eval_hooks_model_loads_a_model_or_tokenizer():
+    # one owner of "give me a model": sources, the cache, loading, adapters and the training policy are all in
+    # eval_hooks/model/ (bench/ measures transformers' and TRL's own loaders against ours, and is excepted)
+    owner = ROOT / "eval_hooks" / "model"
+    assert _pretrained_loads(ast.parse((owner / "load.py").read_text()))  # the finder sees the owner's loads
+    bad = [f"{p.relative_to(ROOT)}:{n}" for p in _files(*(f for f in PRODUCT if f != "bench"))
+           if owner not in p.parents for n in _pretrained_loads(ast.parse(p.read_text()))]
+    assert not bad, "a model or tokenizer loaded outside eval_hooks/model/ at " + ", ".join(bad)
+    assert not [p for p in _files("trainer/model") if p.stem in ("policy", "adapter_check")]  # no second home
+
+
+def _file_hashers(tree: ast.AST) -> list[str]:
+    """Functions that feed a file's bytes to ``hashlib``: a ``hashlib.*`` call and a file read (``open(...)`` or
+    ``.read_bytes()``) in the same function."""
+    out = []
+    for fn in (n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))):
+        calls = [n.func for n in ast.walk(fn) if isinstance(n, ast.Call)]
+        hashes = any(isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.value.id == "hashlib"
+                     for f in calls)
+        reads = any((isinstance(f, ast.Name) and f.id == "open") or (isinstance(f, ast.Attribute)
+                                                                      and f.attr == "read_bytes") for f in calls)
+        if hashes and reads:
+            out.append(fn.name)
+    return out
+
+
+def test_the_file_hasher_finder():
+    code = ("import hashlib\ndef a(p):\n    return hashlib.sha256(open(p, 'rb').read()).hexdigest()\n"
+            "def b(p):\n    return hashlib.sha256(p.read_bytes()).hexdigest()\n"
+            "def c(s):\n    return hashlib.sha256(s.encode()).hexdigest()\n")
+    assert _file_hashers(ast.parse(code)) == ["a", "b"]
+
+
+# adapter_checksum streams the files' bytes themselves (not their sha256) into one digest: the value the vLLM server
+# names a served adapter by and CHECKSUM.sha256 holds; it stays what it is, so the served names do not change
+_OTHER_DIGESTS = {("eval_hooks/generation/backends/adapter_checksum.py", "adapter_checksum")}
+
+
+def test_exactly_one_file_hash_helper_in_product_code():
+    found = {(p.relative_to(ROOT).as_posix(), name) for p in _files(*PRODUCT)
+             for name in _file_hashers(ast.parse(p.read_text()))}
+    assert found - _OTHER_DIGESTS == {("eval_hooks/core/hashing.py", "file_sha256")}, sorted(found)
+    defined = [p.relative_to(ROOT).as_posix() for p in _files(*PRODUCT) for n in ast.walk(ast.parse(p.read_text()))
+               if isinstance(n, ast.FunctionDef) and n.name in ("file_sha256", "tree_sha256", "_sha256")]
+    assert defined == ["eval_hooks/core/hashing.py"], defined
+
+
+def test_the_model_entry_exports_its_calls_without_importing_torch():
+    # the config checks (trainer/config/validation.py) and the CLIs reach eval_hooks.model before any model loads
+    code = ("import sys, eval_hooks.model as m\nassert all(hasattr(m, n) for n in m.__all__)\n"
+            "assert {'load_model', 'load_tokenizer', 'load_policy'} <= set(m.__all__)\nprint('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "False"
+
+
+# ---- the real demo's arms ----------------------------------------------------------------------------
+
+ARM_REGISTRY = Path("demos") / "real" / "arms.py"
+
+
+def _arm_name_compares(tree: ast.AST, names: set[str]) -> list[int]:
+    """Lines of ``tree`` comparing something with an arm name literal (``x == "scope"``, ``"scope" in r``,
+    ``x in ("base", "scope")``)."""
+    lines = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare):
+            sides = [node.left, *node.comparators]
+            items = [e for s in sides for e in (s.elts if isinstance(s, (ast.Tuple, ast.List, ast.Set)) else [s])]
+            if any(isinstance(e, ast.Constant) and e.value in names for e in items):
+                lines.append(node.lineno)
+    return lines
+
+
+def test_no_demo_arm_name_is_compared_outside_the_arm_registry():
+    # what an arm does, how it is labelled, coloured and checked is its entry's (demos/real/arms.py): the real demo,
+    # the shared demo modules and the demo entry point never branch on an arm's name (the toy demo has no registry)
+    from demos.real.arms import ARMS
+
+    names = set(ARMS.builtin)
+    assert {"base", "scope", "scope_grpo"} <= names
+    probe = ast.parse('arm == "scope"\n"misleading_only" in r\na in ("x", "base")\na == b\nr.get("scope")')
+    assert _arm_name_compares(probe, names) == [1, 2, 3]  # the checker sees all three forms, and only them
+    files = [*_files("demos/real"), *sorted((ROOT / "demos").glob("*.py")), ROOT / "recipes" / "demo.py"]
+    assert ROOT / ARM_REGISTRY in files
+    bad = [f"{p.relative_to(ROOT)}:{n}" for p in files if p.relative_to(ROOT) != ARM_REGISTRY
+           for n in _arm_name_compares(ast.parse(p.read_text()), names)]
+    assert not bad, "an arm name compared outside demos/real/arms.py: " + ", ".join(bad)
+
+
+# ---- eval_hooks' rooms ----------------------------------------------------------------------------------------
+
+#: The root of eval_hooks holds the public evaluation entry points only; everything else sits in a named room.
+EVAL_ROOT_MODULES = {"__init__", "__main__", "evaluate", "scoring", "knowledge", "report", "report_kit", "folds",
+                     "vocab"}
+#: The rooms of eval_hooks and the other rooms each may import (the foundation ones only; the evaluation rooms,
+#: families/, builders/, metrics/ and the root, may import any of these).
+EVAL_ROOMS = {
+    "core": set(),
+    "model": {"core"},
+    "generation": {"core", "model"},
+    "parsers": {"core"},
+    "families": None, "builders": None, "metrics": None, "data": None,
+}
+
+
+def _eval_room(module: str) -> str | None:
+    parts = module.split(".")
+    if parts[0] != "eval_hooks":
+        return None
+    return parts[1] if len(parts) > 1 and parts[1] in EVAL_ROOMS else "root"
+
+
+def test_the_eval_hooks_root_holds_only_the_evaluation_entry_points():
+    root = ROOT / "eval_hooks"
+    modules = {p.stem for p in root.glob("*.py")}
+    folders = {p.name for p in root.iterdir() if p.is_dir() and p.name != "__pycache__"}
+    assert modules == EVAL_ROOT_MODULES, f"eval_hooks/ root: unexpected {sorted(modules ^ EVAL_ROOT_MODULES)}"
+    assert folders == set(EVAL_ROOMS), f"eval_hooks/ rooms: unexpected {sorted(folders ^ set(EVAL_ROOMS))}"
+
+
+def test_the_foundation_rooms_of_eval_hooks_import_only_downward():
+    bad = []
+    for room, allowed in EVAL_ROOMS.items():
+        if allowed is None:
+            continue
+        for path in _files(f"eval_hooks/{room}"):
+            for module in sorted(_imports(path)):
+                other = _eval_room(module)
+                if other is not None and other != room and other not in allowed:
+                    bad.append(f"{path.relative_to(ROOT)} imports {module} (room {other!r})")
+    assert not bad, "\n".join(bad)
+
+
+def test_the_room_finder():
+    assert _eval_room("eval_hooks.core.io.DataError") == "core"
+    assert _eval_room("eval_hooks.evaluate") == "root" and _eval_room("eval_hooks") == "root"
+    assert _eval_room("trainer.core.run") is None

@@ -31,7 +31,7 @@ def _model_cfg(**kw):
 
 
 def _batch():
-    from eval_hooks.models import load_tokenizer
+    from eval_hooks.model import load_tokenizer
 
     tok = load_tokenizer("tiny")
     texts = ["Task: 3 + 4. Workflow: add them. Answer: 7", "Key q17? Hint: 5. Answer: 2"]
@@ -51,15 +51,14 @@ def _logps(model, batch):
 def _sft_model(adapter):
     from peft import PeftModel
 
-    from eval_hooks.models import load_model
+    from eval_hooks.model import load_model
 
     return PeftModel.from_pretrained(load_model("tiny"), str(adapter)).eval()
 
 
 @pytest.mark.parametrize("mode, lora", [("merge", True), ("continue", True), ("merge", False)])
 def test_policy_and_reference_start_as_the_sft_model(sft_adapter, mode, lora):
-    from eval_hooks.models import load_model
-    from trainer.model.policy import Reference, build_policy
+    from eval_hooks.model import Reference, load_model, load_policy
 
     batch = _batch()
     sft = _logps(_sft_model(sft_adapter), batch)
@@ -67,7 +66,7 @@ def test_policy_and_reference_start_as_the_sft_model(sft_adapter, mode, lora):
     assert (sft - base).abs().max() > 1e-2  # the SFT adapter moved the model: the checks below can fail
 
     cfg = _model_cfg(init_adapter=str(sft_adapter), init_adapter_mode=mode, **{"lora.enabled": lora})
-    policy, _ = build_policy(cfg, seed=0)
+    policy, _ = load_policy(cfg, seed=0)
     policy.eval()
     ref = Reference(policy, lora=lora)
     got = _logps(policy, batch)
@@ -78,11 +77,12 @@ def test_policy_and_reference_start_as_the_sft_model(sft_adapter, mode, lora):
 
 
 def test_continue_trains_the_loaded_adapter_and_keeps_a_frozen_reference_copy(sft_adapter, tmp_path):
-    from trainer.model.policy import REFERENCE_ADAPTER, Reference, build_optimizer, build_policy, save_policy
+    from eval_hooks.model import REFERENCE_ADAPTER, Reference, load_policy, save_policy
+    from trainer.core.optim import build_optimizer
 
     batch = _batch()
     sft = _logps(_sft_model(sft_adapter), batch)
-    policy, _ = build_policy(_model_cfg(init_adapter=str(sft_adapter), init_adapter_mode="continue"), seed=0)
+    policy, _ = load_policy(_model_cfg(init_adapter=str(sft_adapter), init_adapter_mode="continue"), seed=0)
     ref = Reference(policy, lora=True)
     trainable = {n for n, p in policy.named_parameters() if p.requires_grad}
     assert trainable and all("lora_" in n and f".{REFERENCE_ADAPTER}." not in n for n in trainable)
@@ -149,7 +149,7 @@ def test_dpo_from_sft_adapter_first_step_margins_are_zero(sft_adapter, tmp_path,
 
 
 def test_merge_export_writes_the_merged_model(sft_adapter, tmp_path):
-    from eval_hooks.models import load_model
+    from eval_hooks.model import load_model
     from recipe_utils import load_recipe
 
     out = tmp_path / "merged"
@@ -232,12 +232,14 @@ def _nan_adapter(sft_adapter, tmp_path):
 
 @pytest.fixture()
 def no_model_load(monkeypatch):
-    import eval_hooks.models
+    import eval_hooks.model
+    import eval_hooks.model.load
 
     def refuse(*a, **k):
         raise AssertionError("a model was loaded before the adapter check")
 
-    monkeypatch.setattr(eval_hooks.models, "load_model", refuse)
+    for module in (eval_hooks.model, eval_hooks.model.load):  # the entry, and where the policy loader looks it up
+        monkeypatch.setattr(module, "load_model", refuse)
 
 
 def _refused_everywhere(adapter, tmp_path, pattern, *model):
@@ -268,15 +270,14 @@ def test_a_nan_adapter_is_refused_everywhere_naming_file_and_tensor(sft_adapter,
 
 def test_a_nan_adapter_is_refused_where_it_loads(sft_adapter, tmp_path):
     """Code that loads an adapter without the config checks (a pipeline's own evaluation) refuses it too."""
-    from trainer.model.adapter_check import AdapterError
+    from eval_hooks.model import AdapterError, load_base_with_adapters, load_policy
     from trainer.evaluation import build_inference_backend
-    from trainer.model.policy import build_policy, load_base_with_adapters
 
     bad, name = _nan_adapter(sft_adapter, tmp_path)
     with pytest.raises(AdapterError, match=f"tensor '{name}'"):
         load_base_with_adapters(_model_cfg(), [str(bad)])
     with pytest.raises(AdapterError, match=f"tensor '{name}'"):
-        build_policy(_model_cfg(**{"init_adapter": str(bad), "init_adapter_mode": "continue",
+        load_policy(_model_cfg(**{"init_adapter": str(bad), "init_adapter_mode": "continue",
                                    "lora.enabled": True}), seed=0)
     cfg = compose("evaluate", [])
     with pytest.raises(AdapterError, match=f"tensor '{name}'"):

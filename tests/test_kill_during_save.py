@@ -97,9 +97,10 @@ def test_sigkill_during_checkpoint_write(tmp_path, reference, phase_step):
     assert (picked.name if picked else None) == (expected[-1] if expected else None)
     if picked is not None:
         # The previous checkpoint loads into a freshly built model, optimizer and scheduler.
-        from trainer.model.policy import build_optimizer, build_policy, build_scheduler
+        from eval_hooks.model import load_policy
+        from trainer.core.optim import build_optimizer, build_scheduler
 
-        model, _ = build_policy(acc_cfg.model, seed=acc_cfg.seed)
+        model, _ = load_policy(acc_cfg.model, seed=acc_cfg.seed)
         opt = build_optimizer(model, acc_cfg.optim)
         sched = build_scheduler(opt, acc_cfg.optim, max_steps=acc_cfg.trainer.max_steps)
         state = mgr.load(picked, model=model, optimizer=opt, scheduler=sched)

@@ -11,7 +11,7 @@ from trainer.core.checkpoint import CheckpointManager, complete_checkpoints
 from trainer.config import ConfigError
 from trainer.core.loop import NumericalError, train_loop
 from trainer.core.run_dir import check_resume_config
-from trainer.model.policy import build_optimizer, build_scheduler
+from trainer.core.optim import build_optimizer, build_scheduler
 from trainer.core.run import setup_run, write_config
 
 
@@ -50,7 +50,7 @@ def _ctx(tmp_path, *extra):
     cfg = compose("dpo", [f"trainer.run_dir={tmp_path}", "trainer.progress=false", "optim.grad_accum=2",
                           "optim.lr=0.05", "trainer.max_steps=8", "trainer.save_every=2", *extra])
     ctx = setup_run(cfg, "test")
-    check_resume_config(ctx)
+    check_resume_config(ctx.cfg, ctx.run_dir / "config.yaml")
     write_config(ctx)
     return ctx
 
@@ -198,3 +198,30 @@ def test_deepspeed_is_detected_in_one_place(monkeypatch):
     assert uses_deepspeed()
     monkeypatch.setenv("ACCELERATE_USE_DEEPSPEED", "false")
     assert not uses_deepspeed()
+
+
+def test_a_step_record_gathers_metrics_and_item_ids_in_one_collective(monkeypatch):
+    # two ranks, faked: one all_gather_object carries (metrics, item ids); the metrics are averaged over the ranks and
+    # the data hash is that of the global draw order (micro-batch by micro-batch, rank slices in rank order)
+    import hashlib
+    from types import SimpleNamespace
+
+    from trainer.core import loop
+
+    other = ({"mse": 3.0, "loss": 5.0}, [["c"], ["d"]])
+    calls = []
+
+    def gather(acc, obj):
+        calls.append(obj)
+        return [obj, other]
+
+    monkeypatch.setattr("trainer.core.loop.all_gather_object", gather)
+    tcfg = SimpleNamespace(spike_warmup_steps=0, spike_factor=10.0, spike_ema_decay=0.9)
+    ctx = SimpleNamespace(accelerator=SimpleNamespace(num_processes=2), cfg=SimpleNamespace(trainer=tcfg), is_main=True)
+    source = SimpleNamespace(epoch=0)
+    last, loss_f = loop._step_record(ctx, loop.LoopState(), source, step=1, micro_metrics=[{"mse": 1.0}],
+                                     loss_value=torch.tensor(1.0), lr=0.1, grad_norm=None,
+                                     per_micro_ids=[["a"], ["b"]], t0=0.0)
+    assert len(calls) == 1 and calls[0] == ({"mse": 1.0, "loss": 1.0}, [["a"], ["b"]])
+    assert last["mse"] == 2.0 and loss_f == 3.0
+    assert last["data_hash"] == hashlib.sha1("\x1f".join(["a", "c", "b", "d"]).encode()).hexdigest()[:16]

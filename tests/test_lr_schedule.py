@@ -1,4 +1,4 @@
-"""The hand-written LR schedule (trainer.model.policy.lr_lambda): hand-worked values, and exactly how it departs from
+"""The hand-written LR schedule (trainer.core.optim.lr_lambda): hand-worked values, and exactly how it departs from
 transformers' schedules (warm-up one step ahead; the same decay)."""
 
 import math
@@ -7,7 +7,7 @@ import pytest
 import torch
 from transformers import get_scheduler
 
-from trainer.model.policy import lr_lambda
+from trainer.core.optim import lr_lambda
 
 
 def test_hand_worked_values():

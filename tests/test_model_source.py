@@ -1,4 +1,4 @@
-"""Model sources (eval_hooks/model_source.py) without a real model: where a GGUF is found, the install command when
+"""Model sources (eval_hooks/model/source.py) without a real model: where a GGUF is found, the install command when
 its package is absent, the sha256-keyed cache converted once and written atomically, and the toy-model test.
 The real conversion is exercised by tests/test_real_model_smoke.py."""
 
@@ -9,9 +9,10 @@ import os
 
 import pytest
 
-from eval_hooks import model_cache as mc
-from eval_hooks import model_source as ms
-from eval_hooks.models import check_model_path, resolve_model_path
+from eval_hooks.core import hashing
+from eval_hooks.model import cache as mc
+from eval_hooks.model import check_model_path, resolve_model_path
+from eval_hooks.model import source as ms
 
 
 def test_missing_package_error_names_the_install_command(monkeypatch):
@@ -64,7 +65,7 @@ def test_converted_once_per_file_content_and_keyed_by_sha256(tmp_path, monkeypat
     assert ms.ensure_gguf_converted(str(f)) == d1 and calls == [b"version one"]  # the second call reads the cache
     assert resolve_model_path(str(f)) == str(d1)
     info = json.loads((d1 / "gguf_source.json").read_text())
-    assert info["sha256"] == ms.file_sha256(f) and d1.name == f"gguf-{info['sha256'][:16]}"
+    assert info["sha256"] == hashing.file_sha256(f) and d1.name == f"gguf-{info['sha256'][:16]}"
     f.write_bytes(b"version two!")  # same path, new content: a new cache entry
     d2 = ms.ensure_gguf_converted(str(f))
     assert d2 != d1 and calls == [b"version one", b"version two!"]
@@ -93,7 +94,7 @@ def test_is_toy_model(tmp_path):
     assert not ms.is_toy_model(str(tmp_path))
 
 
-# --- the checked cache (eval_hooks/model_cache.py) ---------------------------------------------------------------
+# --- the checked cache (eval_hooks/model/cache.py) ---------------------------------------------------------------
 
 def _fake_weights(seed: int):
     import torch
@@ -127,7 +128,7 @@ def test_the_manifest_records_every_file_size_and_sha256(converted):
     manifest = json.loads((entry / "COMPLETE").read_text())
     assert sorted(manifest["files"]) == ["config.json", "gguf_source.json", "model.safetensors", "tokenizer.json"]
     for rel, rec in manifest["files"].items():
-        assert rec == {"size": (entry / rel).stat().st_size, "sha256": mc._sha256(entry / rel)}
+        assert rec == {"size": (entry / rel).stat().st_size, "sha256": hashing.file_sha256(entry / rel)}
 
 
 def _overwrite(path, offset: int, data: bytes) -> None:
@@ -182,11 +183,11 @@ def test_weights_are_hashed_on_the_first_load_in_a_process_and_again_once_change
     _, _, entry = converted
     monkeypatch.setattr(mc, "HASH_EVERY_LOAD_BELOW", 100)  # the config and tokenizer (< 100 bytes): every load
     hashed = []
-    real = mc._sha256
-    monkeypatch.setattr(mc, "_sha256", lambda p, *a: hashed.append(p.name) or real(p, *a))
+    real = hashing.file_sha256
+    monkeypatch.setattr(hashing, "file_sha256", lambda p, *a: hashed.append(p.name) or real(p, *a))
     # gguf_source.json and the weights: hashed as they were written, by the conversion in this process
     assert mc.entry_problem(entry) is None and hashed == ["tokenizer.json", "config.json"]
-    mc._HASHES.clear()  # as a new process finds it
+    hashing._ONCE.clear()  # as a new process finds it
     hashed.clear()
     assert mc.entry_problem(entry) is None and mc.entry_problem(entry) is None
     assert sorted(hashed) == sorted(["tokenizer.json", "config.json", "gguf_source.json", "model.safetensors",
@@ -246,7 +247,7 @@ def test_pkg_names_a_module_without_a_gguf_as_such(tmp_path, monkeypatch):
 SLOW_CONVERSION = """
 import sys, time
 from pathlib import Path
-from eval_hooks import model_source as ms
+from eval_hooks.model import source as ms
 
 def dequantize(src, out_dir):
     (out_dir / "model.safetensors").write_bytes(b"partial")

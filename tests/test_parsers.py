@@ -7,6 +7,8 @@ from hypothesis import strategies as st
 from eval_hooks.parsers import (answers_match, final_answer_spans, normalize_gold, parse_answer, parse_boolean,
                                 parse_fork_answer, parse_label, parse_multiple_choice, parse_number,
                                 parse_numeric)
+from eval_hooks import parsers as parsers_module
+from eval_hooks.families.taste.answers import FORK_LETTERS
 
 
 @pytest.mark.parametrize("text, expected", [
@@ -100,7 +102,7 @@ def test_boolean_gold_forms():
     ("B is better", None), ("", None),
 ])
 def test_parse_fork_answer(text, expected):
-    assert parse_fork_answer(text) == expected
+    assert parse_fork_answer(text, FORK_LETTERS) == expected
 
 
 @pytest.mark.parametrize("text, expected", [
@@ -120,6 +122,57 @@ def test_dispatch_rejects_unknown_type():
         parse_answer("1", "essay")
 
 
+@pytest.mark.parametrize("call", [
+    lambda: parse_answer("1", "essay"), lambda: normalize_gold("1", "essay"), lambda: answers_match("1", "1", "essay"),
+    lambda: parsers_module.answer_type(["numeric"]),
+])
+def test_an_unknown_answer_type_is_a_data_error_naming_the_known_ones(call):
+    from eval_hooks.core.errors import DataError
+
+    with pytest.raises(DataError, match=r"unknown answer_type .*; accepted: multiple_choice, numeric, boolean, choice, "
+                                        r"label, short_text"):
+        call()
+
+
+def test_the_registry_takes_only_answer_types_named_as_registered():
+    """A built-in line or entry point must name an AnswerType of that name; register_answer_type takes only one."""
+    from eval_hooks import parsers
+    from eval_hooks.core.errors import DataError
+
+    with pytest.raises(DataError, match="not an AnswerType named 'colour'"):
+        parsers._accept("colour", parsers.answer_type("numeric"))
+    with pytest.raises(TypeError, match="needs an AnswerType"):
+        parsers.register_answer_type(parse_numeric)
+    with pytest.raises(ValueError, match="already registered"):
+        parsers.register_answer_type(parsers.answer_type("numeric"))
+
+
+def test_the_families_own_their_answer_types_vocabulary():
+    """The fork (``choice``) and Med ``label`` types are declared by their families with the families' constants."""
+    from eval_hooks.families.med.labels import MED_LABELS
+    from eval_hooks.parsers import answer_type
+
+    assert [normalize_gold(lab.upper(), "label") for lab in MED_LABELS] == list(MED_LABELS)
+    assert normalize_gold("Maybe", "label") is None
+    assert [normalize_gold(f" {x.lower()} ", "choice") for x in FORK_LETTERS] == list(FORK_LETTERS)
+    assert normalize_gold("C", "choice") is None and parse_answer("ANSWER: C", "choice") is None
+    assert parse_answer("thinking...\nANSWER: b", "choice") == "B"
+    assert answer_type("label").accepted == "Higher | Lower | No Difference"
+
+
+def test_same_answer_is_the_types_own():
+    """Numbers are one answer within the numeric matcher's tolerance (as written when too long to parse back);
+    another type's canonical values are one answer only when equal."""
+    from eval_hooks.parsers import answer_type
+
+    numeric = answer_type("numeric")
+    assert numeric.same_answer("18", "18.0000001") and not numeric.same_answer("18", "19")
+    assert numeric.same_answer("25%", "0.25") and numeric.same_answer("1E100", "1E100")
+    short = answer_type("short_text")
+    assert short.same_answer("paris", "paris") and not short.same_answer("paris", "lyon")
+    assert not answer_type("boolean").same_answer("true", "false")
+
+
 def test_parse_number_needs_exactly_one_number():
     assert parse_number("1,000").canonical() == "1000"
     assert parse_number("3 or 4") is None
@@ -129,7 +182,7 @@ def test_parse_number_needs_exactly_one_number():
 def test_huge_and_pathological_inputs_are_fast_and_safe():
     assert parse_numeric("9" * 10000) is None                    # beyond int() digit limits: not an answer
     assert parse_numeric("answer:" + " " * 50000 + "x") is None  # no quadratic backtracking
-    assert parse_fork_answer("answer:" + " " * 50000 + "C") is None
+    assert parse_fork_answer("answer:" + " " * 50000 + "C", FORK_LETTERS) is None
     assert final_answer_spans(r"\boxed{" * 3000) != []
 
 
@@ -296,14 +349,14 @@ def test_multiple_choice_article_is_not_an_option(text, parsed):
     assert parse_answer(text, "multiple_choice", choices=["Herat", "Kandahar", "Mazar", "Jalalabad"]) == parsed
 
 
-def test_a_new_answer_type_is_one_registry_entry(monkeypatch):
+def test_a_new_answer_type_is_one_registry_entry():
     """docs/architecture.md's walk "A new answer type": one :class:`AnswerType` entry (here a colour name) is parsed,
     normalised, compared, given its candidates and status, its budget and its accepted text through the same public
     functions the families and trainers call; nothing else names it."""
     import re
 
     from eval_hooks import parsers
-    from eval_hooks.errors import DataError
+    from eval_hooks.core.errors import DataError
     from eval_hooks.families.base import Ctx, check_gold
 
     colours = ("red", "green", "blue")
@@ -312,9 +365,19 @@ def test_a_new_answer_type_is_one_registry_entry(monkeypatch):
         words = [w for w in re.findall(r"[a-z]+", str(text).lower()) if w in colours]
         return words[-1] if words else None
 
-    monkeypatch.setitem(parsers.ANSWER_TYPES, "colour", parsers.AnswerType(
+    parsers.register_answer_type(parsers.AnswerType(
         "colour", parse=parse, normalize=lambda v, choices=None: v.strip().lower() if isinstance(v, str)
         and v.strip().lower() in colours else None, accepted="red | green | blue", budget=8))
+    try:
+        _check_the_colour_type(parsers, DataError, check_gold, Ctx)
+    finally:
+        parsers.unregister_answer_type("colour")
+    assert "colour" not in parsers.ANSWER_TYPES
+
+
+def _check_the_colour_type(parsers, DataError, check_gold, Ctx):
+    import re
+
     row = {"answer_type": "colour", "gold": "Red", "wrong_value": "Blue"}
     parsed = parsers.parse_row_answer("Green? No: RED.", row)
     assert parsed == "red" and parsers.row_answer_matches(parsed, row)
@@ -427,3 +490,31 @@ def test_no_input_crashes_the_short_text_reader(text):
 
     out = read_short_text(text, [("Paris", "Paname"), ("Lyon",)])
     assert out.status in ("answer", "hedged", "no_answer") and (out.answer is None) == (out.status != "answer")
+
+
+#: An answer type as an installed package would declare it (test_an_installed_packages_answer_type_is_found).
+WORD_COUNT = parsers_module.AnswerType(
+    "word_count", parse=lambda text, choices, cands: str(len(str(text).split())),
+    normalize=lambda value, choices=None: str(value) if str(value).isdigit() else None, accepted="a whole number",
+    budget=16)
+
+
+def test_an_installed_packages_answer_type_is_found(monkeypatch):
+    """An entry point of the group ``selectrust.answer_types`` is an answer type like a built-in one, after them in
+    the list of accepted names; one that names something else is refused."""
+    from importlib.metadata import EntryPoint
+
+    from eval_hooks.core.errors import DataError
+
+    group = parsers_module.ENTRY_POINT_GROUP
+    assert group == "selectrust.answer_types"
+    installed = [EntryPoint("word_count", f"{__name__}:WORD_COUNT", group),
+                 EntryPoint("broken", f"{__name__}:WORD_COUNT", group)]
+    monkeypatch.setattr("eval_hooks.core.plugins.entry_points", lambda group: installed)
+    monkeypatch.setattr(parsers_module.ANSWER_TYPES, "installed", None)  # read the group again, then forget it
+    monkeypatch.setattr(parsers_module.ANSWER_TYPES, "loaded", {})
+    assert parse_answer("one two three", "word_count") == "3" and answers_match("3", 3, "word_count")
+    assert parsers_module.answer_budget({"word_count"}) == 16
+    assert list(parsers_module.ANSWER_TYPES)[-2:] == ["broken", "word_count"]
+    with pytest.raises(DataError, match="not an AnswerType named 'broken'"):
+        parse_answer("x", "broken")

@@ -124,7 +124,8 @@ def test_the_default_demo_is_the_real_one_and_toy_is_one_override_away():
     assert _compose(["demo=toy"]).demo == "toy"
     # the quick demo trains SCOPE and SCOPE+GRPO at 5 GRPO steps; the full experiment every arm at the recipe's 20;
     # either is one override away from the other's arms
-    from demos.config import REAL_DEMOS, real_arm_on
+    from demos.config import REAL_DEMOS
+    from demos.real.arms import arm_on as real_arm_on
     from demos.real.pipeline import arms
 
     quick, full = _compose([]), _compose(["demo=real_full"])
@@ -342,8 +343,8 @@ def _facts_rows(items: dict[str, str]) -> list[dict]:
 
 
 def test_grpo_prompts_are_balanced_over_known_and_unknown_items(tmp_path):
-    from demos.real.pipeline import balanced_by_knowledge, grpo_prompts
-    from eval_hooks.io import write_jsonl_atomic
+    from demos.real.prompts import balanced_by_knowledge, grpo_prompts
+    from eval_hooks.core.io import write_jsonl_atomic
     from trainer.rl.rollout import load_rl_prompts
 
     items = {f"i{n}": f"Land{n}" for n in range(10)}
@@ -356,20 +357,21 @@ def test_grpo_prompts_are_balanced_over_known_and_unknown_items(tmp_path):
     with pytest.raises(SystemExit, match="0 unknown"):
         balanced_by_knowledge(_facts_rows(items), {i: "known" for i in items}, seed=0)
 
-    # the stage step: the training facts and mine's labels next to its directory -> a GRPO prompt file (mist rows)
+    # the stage step: the training facts and mine's labels, its declared inputs -> a GRPO prompt file (mist rows)
     stages_dir = tmp_path / "stages"
     write_jsonl_atomic(stages_dir / "facts" / "facts_train.jsonl", _facts_rows(items))
     write_jsonl_atomic(stages_dir / "mine" / "knowledge.jsonl",
                        [{"item_id": i, "knowledge": lab, "score": 0.5} for i, lab in labels.items()])
-    result = grpo_prompts(0)(stages_dir / "grpo_prompts")
+    declared = {"rows": stages_dir / "facts" / "facts_train.jsonl", "labels": stages_dir / "mine" / "knowledge.jsonl"}
+    result = grpo_prompts(0)(stages_dir / "grpo_prompts", declared)
     assert result == {**counts, "rows": 16}
     prompts = load_rl_prompts(str(stages_dir / "grpo_prompts" / "prompts.jsonl"), family="mist")
     assert len(prompts) == 16 and {p["condition"] for p in prompts} == set(CONDS)
 
 
 def test_informative_grpo_rows_keep_only_rows_whose_reward_can_vary_as_many_per_side(tmp_path):
-    from demos.real.pipeline import grpo_prompts, informative_by_knowledge
-    from eval_hooks.io import write_jsonl_atomic
+    from demos.real.prompts import grpo_prompts, informative_by_knowledge
+    from eval_hooks.core.io import write_jsonl_atomic
     from trainer.rl.rollout import load_rl_prompts
 
     items = {f"i{n}": f"Land{n}" for n in range(12)}
@@ -393,7 +395,8 @@ def test_informative_grpo_rows_keep_only_rows_whose_reward_can_vary_as_many_per_
     write_jsonl_atomic(stages_dir / "facts" / "facts_train.jsonl", _facts_rows(items))
     write_jsonl_atomic(stages_dir / "mine" / "knowledge.jsonl",
                        [{"item_id": i, "knowledge": lab, "score": 0.5} for i, lab in labels.items()])
-    assert grpo_prompts(0, "informative")(stages_dir / "grpo_prompts") == {**counts, "rows": 12}
+    declared = {"rows": stages_dir / "facts" / "facts_train.jsonl", "labels": stages_dir / "mine" / "knowledge.jsonl"}
+    assert grpo_prompts(0, "informative")(stages_dir / "grpo_prompts", declared) == {**counts, "rows": 12}
     prompts = load_rl_prompts(str(stages_dir / "grpo_prompts" / "prompts.jsonl"))  # plain rows (train_family=null)
     assert len(prompts) == 12 and {p["condition"] for p in prompts} == {"misleading", "irrelevant", "correct"}
     assert {p["item_id"] for p in prompts} == {r["item_id"] for r in rows}
@@ -401,7 +404,7 @@ def test_informative_grpo_rows_keep_only_rows_whose_reward_can_vary_as_many_per_
 
 def test_summary_has_real_and_transfer_for_every_arm_and_the_knowledge_quality(tmp_path):
     from demos.real.pipeline import arms, summary_of
-    from eval_hooks.io import write_jsonl_atomic
+    from eval_hooks.core.io import write_jsonl_atomic
 
     cfg = _compose([f"out={tmp_path}", "demo=real_full"])
     for prefix in ("eval", "transfer"):

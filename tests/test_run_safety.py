@@ -161,9 +161,9 @@ def test_unreadable_metrics_line_in_the_middle_names_file_and_line(tmp_path):
 # -- 6. '+key' unknown to the schema -----------------------------------------------------------------
 @pytest.mark.parametrize("override", ["+optim.learning_rate=1e-3", "+trainer.max_step=5", "+foo=1"])
 def test_plus_key_unknown_to_the_schema_fails_before_any_model_loads(tmp_path, override, monkeypatch):
-    import trainer.model.policy
+    import eval_hooks.model
 
-    monkeypatch.setattr(trainer.model.policy, "build_policy", lambda *a, **k: pytest.fail("model loaded"))
+    monkeypatch.setattr(eval_hooks.model, "load_policy", lambda *a, **k: pytest.fail("model loaded"))
     pairs = dh.write_pairs(tmp_path / "pairs.jsonl", 5)
     key = override[1:].split("=")[0]
     with pytest.raises(ConfigError, match=rf"unknown config key '{key}'"):
@@ -279,15 +279,15 @@ def test_sigint_checkpoints_the_last_step_and_exits_130(tmp_path, monkeypatch):
 
 
 def test_a_start_that_fails_after_setup_leaves_no_config_to_clash_with(tmp_path, monkeypatch):
-    import trainer.model.policy
+    import trainer.core.optim
 
-    real = trainer.model.policy.build_optimizer
-    monkeypatch.setattr(trainer.model.policy, "build_optimizer", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("boom")))
+    real = trainer.core.optim.build_optimizer
+    monkeypatch.setattr(trainer.core.optim, "build_optimizer", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("boom")))
     pairs = dh.write_pairs(tmp_path / "pairs.jsonl", 5)
     with pytest.raises(RuntimeError, match="boom"):
         _dpo(tmp_path / "run", pairs, "optim.lr=1e-2")
     assert not (tmp_path / "run" / "config.yaml").exists()
-    monkeypatch.setattr(trainer.model.policy, "build_optimizer", real)
+    monkeypatch.setattr(trainer.core.optim, "build_optimizer", real)
     assert _dpo(tmp_path / "run", pairs, "optim.lr=1e-3").step == 4  # the corrected command is not "changed"
 
 
@@ -392,7 +392,7 @@ def test_disk_full_while_saving_names_the_path_and_keeps_earlier_checkpoints(tmp
 
 
 def test_a_huge_prompt_is_cut_by_characters_before_it_is_tokenised(tiny_tokenizer):
-    from eval_hooks.prompts import PromptSettings
+    from eval_hooks.generation.prompts import PromptSettings
     from trainer.data.train_data import MAX_CHARS_PER_TOKEN, PairSet, apply_length_policy
 
     huge = "lorem ipsum " * 200_000 + "key k1?"  # 2.4 MB
@@ -420,9 +420,11 @@ def test_a_huge_prompt_is_cut_by_characters_before_it_is_tokenised(tiny_tokenize
 
 
 def test_a_bin_adapter_is_refused_before_any_model_loads(tmp_path, monkeypatch):
-    import eval_hooks.models
+    import eval_hooks.model
+    import eval_hooks.model.load
 
-    monkeypatch.setattr(eval_hooks.models, "load_model", lambda *a, **k: pytest.fail("model loaded"))
+    for module in (eval_hooks.model, eval_hooks.model.load):  # the entry, and where the policy loader looks it up
+        monkeypatch.setattr(module, "load_model", lambda *a, **k: pytest.fail("model loaded"))
     adapter = tmp_path / "adapter"
     adapter.mkdir()
     (adapter / "adapter_config.json").write_text("{}")
@@ -449,3 +451,17 @@ def test_two_rank_run_into_a_held_run_dir_stops_every_rank(tmp_path):
     assert r.returncode != 0
     assert f"pid {other.pid}" in r.stderr and "the main process could not start the run" in r.stderr
     assert not (run / "metrics.jsonl").exists() and not (run / "checkpoints").exists()
+
+
+def test_open_run_dir_releases_the_lock_when_it_refuses(tmp_path):
+    # the one decision "fresh start or resume" (trainer/core/run_dir.py): a refused start leaves the directory free
+    from types import SimpleNamespace
+
+    from trainer.core.run_dir import RunLock, open_run_dir
+
+    (tmp_path / "metrics.jsonl").write_text('{"step": 1}\n')  # a previous run trained here
+    cfg = SimpleNamespace(trainer=SimpleNamespace(overwrite=False, resume="none"))
+    acc = SimpleNamespace(is_main_process=True, num_processes=1)
+    with pytest.raises(ConfigError, match="trainer.resume=none but"):
+        open_run_dir(cfg, acc, tmp_path)
+    RunLock(tmp_path).acquire().release()  # free again: no other holder

@@ -70,7 +70,7 @@ def test_tiny_lora_shared_prompt_equals_two_sequences(tiny_model, tiny_tokenizer
 
 
 def test_tiny_eager_attention_shared_prompt(tiny_model_dir, tiny_tokenizer):
-    from eval_hooks.models import load_model
+    from eval_hooks.model import load_model
 
     model = load_model(str(tiny_model_dir), attn_implementation="eager")
     _assert_paths_equal(_lora(model), tiny_tokenizer)
@@ -125,3 +125,18 @@ def test_smollm2_shared_prompt_equals_two_sequences():
                for c in ("France", "Peru")]
     _assert_paths_equal(_lora(model), tok, chunk=64, prompts=prompts, chosen=["Paris", "Lima"],
                         rejected=["Lyon", "The capital of Peru is Cusco."], grad_rtol=5e-5)
+
+
+def test_the_shared_prompt_is_used_only_where_it_is_exact():
+    from types import SimpleNamespace
+
+    from trainer.model.pairs import use_shared_prompt
+
+    def cfg(shared=True, sft=False, attn="sdpa"):
+        return SimpleNamespace(data=SimpleNamespace(shared_prompt=shared), algo=SimpleNamespace(sft_on_chosen=sft),
+                               model=SimpleNamespace(attn_implementation=attn))
+
+    assert use_shared_prompt(cfg()) and use_shared_prompt(cfg(attn=None)) and use_shared_prompt(cfg(attn="eager"))
+    assert not use_shared_prompt(cfg(shared=False))
+    assert not use_shared_prompt(cfg(sft=True))  # SFT on the chosen rows has no pairs to pack
+    assert not use_shared_prompt(cfg(attn="flash_attention_2"))  # that kernel ignores a 4D mask

@@ -64,7 +64,7 @@ def facts(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def server(vllm_python, tmp_path_factory):
-    from launch.vllm_server import VLLMServer
+    from launch.vllm_launcher import VLLMServer
 
     log = tmp_path_factory.mktemp("vllm") / "vllm_server.log"
     with VLLMServer(MODEL, venv_python=vllm_python, log_path=log, lora_rank=16, lora_target_modules=ATTENTION,

@@ -1,4 +1,4 @@
-"""launch/vllm_server.py: start the reference server as a subprocess, use it, see it die, tear it down."""
+"""launch/vllm_launcher.py: start the reference server as a subprocess, use it, see it die, tear it down."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ import socket
 
 import pytest
 
-from eval_hooks.backends.base import GenerationRequest
-from eval_hooks.backends.vllm_server import ServerUnreachableError
-from eval_hooks.io import root_error_line
-from launch.vllm_server import (ServerDiedError, ServerStartError, VLLMServer, cpu_server_env, max_lora_rank_for,
-                                model_linear_modules, server_lora_targets, tail_file)
+from eval_hooks.generation.backends.base import GenerationRequest
+from eval_hooks.generation.backends.vllm_server import ServerUnreachableError
+from eval_hooks.core.io import root_error_line
+from launch.vllm_launcher import (ServerDiedError, ServerStartError, VLLMServer, cpu_server_env, max_lora_rank_for,
+                                  model_linear_modules, server_lora_targets, tail_file)
 
 
 def _port_open(port: int) -> bool:
@@ -151,7 +151,7 @@ def test_a_running_server_is_attached_from_its_settings_used_and_left_running(tm
         assert owner.is_alive() and _port_open(owner.port)  # the attached side's exit left it running
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"url": owner.url}))
-    with pytest.raises(ValueError, match=r"bad\.json: not the settings of a server started by launch/vllm_server.py"):
+    with pytest.raises(ValueError, match=r"bad\.json: not the settings of a server started by launch/vllm_launcher.py"):
         VLLMServer.attach(bad)
     with pytest.raises(ServerStartError, match="not healthy after 1s"):  # its owner stopped it
         VLLMServer.attach(owner.settings_path, startup_timeout_s=1).start()

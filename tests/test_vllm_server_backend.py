@@ -12,9 +12,9 @@ import pytest
 
 from _chat_server import unused_port
 from _vllm_helpers import reference_server
-from eval_hooks.backends.base import GenerationRequest
-from eval_hooks.backends.vllm_server import (ServerResponseError, ServerUnreachableError, VLLMServerBackend,
-                                             _parse_token_id)
+from eval_hooks.generation.backends.base import GenerationRequest
+from eval_hooks.generation.backends.completions_wire import parse_token_id
+from eval_hooks.generation.backends.vllm_server import ServerResponseError, ServerUnreachableError, VLLMServerBackend
 
 
 @pytest.fixture(scope="module")
@@ -33,8 +33,8 @@ def backend(server, tiny_tokenizer):
 
 @pytest.fixture(scope="module")
 def hf(tiny_model_dir, tiny_tokenizer):
-    from eval_hooks.backends.hf import HFBackend
-    from eval_hooks.models import load_model
+    from eval_hooks.generation.backends.hf import HFBackend
+    from eval_hooks.model import load_model
 
     return HFBackend(load_model(str(tiny_model_dir)), tiny_tokenizer)
 
@@ -85,7 +85,7 @@ def test_stop_strings_and_max_tokens(backend, hf):
 
 
 def test_protocol_prompt_logprobs_round_trip_the_trainer_forward(backend, tiny_model_dir, tiny_tokenizer):
-    from eval_hooks.models import load_model
+    from eval_hooks.model import load_model
     from trainer.evaluation.weight_sync import trainer_prompt_logprobs
 
     ids = tiny_tokenizer("probe sequence 123", add_special_tokens=False)["input_ids"]
@@ -172,13 +172,13 @@ def test_unknown_model_is_a_4xx_error_not_a_retry(backend, server):
 
 
 def test_parse_token_id():
-    assert _parse_token_id("token_id:17", "w") == 17
+    assert parse_token_id("token_id:17", "w") == 17
     with pytest.raises(ValueError, match="token_id"):
-        _parse_token_id("hello", "w")
+        parse_token_id("hello", "w")
 
 
 def test_reference_server_refuses_non_loopback(tiny_model_dir, tiny_tokenizer):
-    from eval_hooks.backends.reference_server import ReferenceServer
+    from eval_hooks.generation.backends.reference_server import ReferenceServer
 
     with pytest.raises(ValueError, match="loopback"):
         ReferenceServer(object(), tiny_tokenizer, host="0.0.0.0")
@@ -219,7 +219,7 @@ def recorded(server):
 
 def _dying_engine(server):
     """The next /v1/completions gets vLLM's answer when its engine dies (HTTP 500), and nothing answers after it."""
-    from eval_hooks.backends.reference_server import _HTTPError
+    from eval_hooks.generation.backends.reference_server import _HTTPError
 
     inner = server._completions
 
@@ -295,14 +295,14 @@ def test_an_adapter_the_server_cannot_serve_whole_is_refused_before_it_is_loaded
     from peft import LoraConfig, get_peft_model
 
     from _vllm_helpers import make_lora_policy
-    from eval_hooks.backends.vllm_server import AdapterLoadError, read_server_settings
-    from eval_hooks.models import load_model
+    from eval_hooks.generation.backends.vllm_server import AdapterLoadError, read_server_settings
+    from eval_hooks.model import load_model
     from trainer.evaluation.weight_sync import save_adapter_atomically
 
     server.faults.__init__()
     log = tmp_path / "vllm_server.log"
     (tmp_path / "vllm_server.json").write_text('{"max_lora_rank": 8, "lora_target_modules": ["q_proj", "v_proj"]}')
-    settings = read_server_settings(str(log))  # what launch/vllm_server.py wrote beside its log
+    settings = read_server_settings(str(log))  # what launch/vllm_launcher.py wrote beside its log
     assert read_server_settings(str(tmp_path / "other.log")) is None
     b = VLLMServerBackend(server.url, "tiny", tiny_tokenizer, timeout_s=30, max_retries=0, server_kind="vllm",
                           server_settings=settings)
@@ -322,7 +322,7 @@ def test_an_adapter_the_server_cannot_serve_whole_is_refused_before_it_is_loaded
 def test_the_generation_group_sizes_time_by_tokens_reads_the_launchers_settings_and_checks_its_keys(tmp_path):
     from omegaconf import OmegaConf
 
-    from eval_hooks.backends.registry import BuildContext, get_backend
+    from eval_hooks.generation.backends.registry import BuildContext, get_backend
     from recipe_utils import compose
     from trainer.config import ConfigError, validate_common
 

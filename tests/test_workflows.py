@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from eval_hooks.io import DataError
+from eval_hooks.core.io import DataError
 from eval_hooks.builders.workflows import (build_workflow_items, counterfactual_sft_rows, expand_conditions, freeze_workflows,
                                leaked_answer, load_frozen, rl_prompt_rows, workflow_hash)
 
@@ -23,6 +23,26 @@ def test_leak_check_finds_gold_value_in_any_notation():
     assert leaked_answer("pick the dog", "B", "multiple_choice", ["cat", "dog"])
     assert leaked_answer("Both options are plausible", "B", "multiple_choice", ["cat", "dog"]) is None
     assert leaked_answer("answer: yes", True, "boolean") and leaked_answer("answer: no", True, "boolean") is None
+
+
+def test_leak_check_is_the_answer_types_own_and_an_unknown_type_is_an_error():
+    """``leaked_answer`` asks the answer-type registry: a registered type's ``leak`` is used, a type without one finds
+    nothing, and an unknown type is a DataError naming it and the known ones (it used to pass silently as None)."""
+    from eval_hooks import parsers
+    from eval_hooks.core.errors import DataError
+
+    assert leaked_answer("the answer is Paris", "Paris", "short_text") is None  # short_text has no leak check
+    colour = parsers.AnswerType("colour", parse=lambda text, choices, cands: None,
+                                normalize=lambda value, choices=None: value, accepted="a colour",
+                                leak=lambda text, gold, choices: "says it" if gold in text else None)
+    parsers.register_answer_type(colour)
+    try:
+        assert leaked_answer("paint it red", "red", "colour") == "says it"
+        assert leaked_answer("paint it blue", "red", "colour") is None
+    finally:
+        parsers.unregister_answer_type("colour")
+    with pytest.raises(DataError, match=r"unknown answer_type 'essay'; accepted: multiple_choice, .*short_text"):
+        leaked_answer("204", 204, "essay")
 
 
 def test_build_rejects_and_reports_leaks_and_verifier_failures():

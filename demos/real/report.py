@@ -13,22 +13,18 @@ from eval_hooks.report_kit import ci_text, figure, md_table, pct, save
 from eval_hooks.vocab import MIST_CONDITIONS as CONDS
 
 from ..common import draw_scope_training, wall_line
+from .arms import ARMS, CHECKED_ARMS, color, drop_ok, label
 
-ARMS = ("base", "scope", "misleading_only", "knowledge_aware", "scope_grpo")
-LABEL = {"base": "base", "scope": "SCOPE", "misleading_only": "misleading-only", "knowledge_aware": "knowledge-aware",
-         "scope_grpo": "SCOPE+GRPO"}
 SETS = {"real": "held-out items", "transfer": "held-out relation"}  # summary key -> what it evaluates
-COLORS = dict(zip(ARMS, ("#4C72B0", "#DD8452", "#55A868", "#8172B3", "#C44E52")))  # every plot's colour per arm
 # The issue's targets (docs/real_model.md#the-real-model-demo), scored by the project's own parser on held-out items.
 TARGETS = {"base_sc2w_min": 0.40, "base_n_clean_correct_min": 40, "sc2w_ratio_max": 0.5, "accuracy_drop_max": 0.03,
            "unknown_correct_drop_max": 0.05, "transfer_sc2w_ratio_max": 0.7, "transfer_correct_drop_max": 0.05,
            "format_compliance_min": 0.9}  # and the wall time per demo: demos.config.REAL_DEMOS
-#: The arm the targets are checked on: the first of these the run trained.
-CHECKED_ARMS = ("scope_grpo", "scope")
 SAMPLES_PER_ARM = 5
 
 
 def checked_arm(summary: dict) -> str:
+    """The arm the targets are checked on: the first of :data:`demos.real.arms.CHECKED_ARMS` the run trained."""
     return next(a for a in CHECKED_ARMS if a in summary["real"])
 
 
@@ -37,7 +33,7 @@ def check_targets(summary: dict, arm: str | None = None) -> dict[str, bool]:
     evaluation was not run is left out."""
     r, t = summary["real"], TARGETS
     arm = arm or checked_arm(summary)
-    base, a, name = r["base"], r[arm], LABEL[arm]
+    base, a, name = r["base"], r[arm], label(arm)
     b_sc2w, a_sc2w = base.get("sc2w"), a.get("sc2w")
     out = {
         f"base SC2W >= {t['base_sc2w_min']:.2f} with n_clean_correct >= {t['base_n_clean_correct_min']}":
@@ -47,7 +43,7 @@ def check_targets(summary: dict, arm: str | None = None) -> dict[str, bool]:
     for c in ("clean", "correct", "irrelevant"):
         out[f"{name} {c} accuracy >= base - {t['accuracy_drop_max']:.2f}"] = (
             a["accuracy"][c] >= base["accuracy"][c] - t["accuracy_drop_max"])
-    out[f"{name} unknown_correct_accuracy >= base - {t['unknown_correct_drop_max']:.2f}"] = _drop_ok(
+    out[f"{name} unknown_correct_accuracy >= base - {t['unknown_correct_drop_max']:.2f}"] = drop_ok(
         a.get("unknown_correct_accuracy"), base.get("unknown_correct_accuracy"), t["unknown_correct_drop_max"])
     tr = summary.get("transfer") or {}
     if arm in tr:
@@ -55,13 +51,10 @@ def check_targets(summary: dict, arm: str | None = None) -> dict[str, bool]:
             tr[arm].get("sc2w"), tr["base"].get("sc2w"), t["transfer_sc2w_ratio_max"])
         out[f"{name} on the held-out relation: correct accuracy >= base - {t['transfer_correct_drop_max']:.2f}"] = (
             tr[arm]["accuracy"]["correct"] >= tr["base"]["accuracy"]["correct"] - t["transfer_correct_drop_max"])
-    if "misleading_only" in r:
-        out[f"misleading-only correct-context accuracy < {name}'s"] = (
-            r["misleading_only"]["accuracy"]["correct"] < a["accuracy"]["correct"])
-    if "knowledge_aware" in r:
-        out[f"knowledge-aware unknown_correct_accuracy >= base - {t['unknown_correct_drop_max']:.2f}"] = _drop_ok(
-            r["knowledge_aware"].get("unknown_correct_accuracy"), base.get("unknown_correct_accuracy"),
-            t["unknown_correct_drop_max"])
+    for other in _arms(summary):  # the arms' own targets (their entries'), of those that ran
+        own = ARMS.get(other).targets
+        if own is not None:
+            out.update(own(r[other], base, a, name, t))
     out[f"format_compliance >= {t['format_compliance_min']} in every arm and condition"] = all(
         (m["format_compliance"].get(c) or 0) >= t["format_compliance_min"] for m in r.values() for c in CONDS)
     if not summary.get("reused_stages"):  # a continued run's wall time is not the pipeline's
@@ -74,10 +67,6 @@ def _ratio_ok(x: float | None, base: float | None, ratio: float) -> bool:
     return x is not None and base is not None and x <= ratio * base
 
 
-def _drop_ok(x: float | None, base: float | None, drop: float) -> bool:
-    return x is not None and base is not None and x >= base - drop
-
-
 def _arms(summary: dict, key: str = "real") -> list[str]:
     return [a for a in ARMS if a in summary.get(key, {})]
 
@@ -88,7 +77,7 @@ def print_table(summary: dict) -> None:
             continue
         r, names = summary[key], _arms(summary, key)
         print(f"\n[demo] SmolLM2-135M-Instruct, matched evaluation on the {what} ({run_kind(summary)})")
-        print("  " + f"{'metric':<26}" + "".join(f"{LABEL[n]:>17}" for n in names))
+        print("  " + f"{'metric':<26}" + "".join(f"{label(n):>17}" for n in names))
         for c in CONDS:
             print("  " + f"{'accuracy ' + c:<26}" + "".join(f"{pct(r[n]['accuracy'][c]):>17}" for n in names))
         print("  " + f"{'SC2W':<26}" + "".join(f"{pct(r[n].get('sc2w')):>17}" for n in names))
@@ -98,7 +87,7 @@ def print_table(summary: dict) -> None:
         print("  " + f"{'min format_compliance':<26}" + "".join(
             f"{pct(min(r[n]['format_compliance'].values())):>17}" for n in names))
     targets = summary.get("targets") or check_targets(summary)
-    print(f"\n[demo] targets ({LABEL[checked_arm(summary)]}): "
+    print(f"\n[demo] targets ({label(checked_arm(summary))}): "
           + "; ".join(f"{k}: {'ok' if v else 'MISSED'}" for k, v in targets.items()))
 
 
@@ -125,7 +114,7 @@ def _table(summary: dict, key: str = "real") -> str:
     rows.append(["unknown_correct_accuracy", *(pct(r[n].get("unknown_correct_accuracy")) for n in names)])
     for c in CONDS:
         rows.append([f"format_compliance {c}", *(pct(r[n]["format_compliance"][c]) for n in names)])
-    return md_table([SETS[key], *(LABEL[n] for n in names)], rows)
+    return md_table([SETS[key], *(label(n) for n in names)], rows)
 
 
 def _slice_tables(summary: dict) -> list[str]:
@@ -146,7 +135,7 @@ def _slice_tables(summary: dict) -> list[str]:
                 n_items = summary[key]["base"]["slices"][by].get(v, {}).get("n_items")
                 rows.append([f"{v} ({n_items} items)", *cells])
             lines += [f"**{SETS[key]}, per {by}** (SC2W / correct-context accuracy)", "",
-                      md_table([by, *(LABEL[n] for n in names)], rows), ""]
+                      md_table([by, *(label(n) for n in names)], rows), ""]
     return lines
 
 
@@ -196,14 +185,14 @@ def _plots(summary: dict, out: Path) -> list[str]:
         cis = [r[n]["ci"]["accuracy"][c] for c in CONDS]
         xs = [i + (j - (len(names) - 1) / 2) * width for i in range(len(CONDS))]
         err = [[max(0.0, v - lo) for v, (lo, _) in zip(vals, cis)], [max(0.0, hi - v) for v, (_, hi) in zip(vals, cis)]]
-        ax.bar(xs, vals, width, yerr=err, capsize=2, label=LABEL[n])
+        ax.bar(xs, vals, width, yerr=err, capsize=2, label=label(n))
     ax.set_xticks(range(len(CONDS)), CONDS)
     ax.set_ylim(0, 1.1)
     ax.set_ylabel("accuracy (held-out facts, 95% CI)")
     ax.legend(fontsize=8, loc="upper left", ncols=2)
     sc = [r[n].get("sc2w") or 0 for n in names]
     ci = [r[n]["ci"].get("sc2w") or (v, v) for n, v in zip(names, sc)]
-    ax2.bar([LABEL[n] for n in names], sc, color="#C44E52", capsize=3,
+    ax2.bar([label(n) for n in names], sc, color="#C44E52", capsize=3,
             yerr=[[max(0.0, v - lo) for v, (lo, _) in zip(sc, ci)], [max(0.0, hi - v) for v, (_, hi) in zip(sc, ci)]])
     ax2.set_ylim(0, 1.05)
     ax2.set_title("SC2W (lower is better)", fontsize=9)
@@ -227,9 +216,9 @@ def _tradeoff_plot(summary: dict, out: Path) -> str:
             m = summary[key][n]
             if m.get("sc2w") is None:
                 continue
-            ax.scatter(m["sc2w"], m["accuracy"]["correct"], marker=marker, color=COLORS[n], s=45,
-                       label=f"{LABEL[n]} ({SETS[key]})")
-            ax.annotate(LABEL[n], (m["sc2w"], m["accuracy"]["correct"]), fontsize=7, xytext=(4, 3),
+            ax.scatter(m["sc2w"], m["accuracy"]["correct"], marker=marker, color=color(n), s=45,
+                       label=f"{label(n)} ({SETS[key]})")
+            ax.annotate(label(n), (m["sc2w"], m["accuracy"]["correct"]), fontsize=7, xytext=(4, 3),
                         textcoords="offset points")
     ax.set_xlabel("SC2W (lower is better)")
     ax.set_ylabel("correct-context accuracy (higher is better)")
@@ -269,12 +258,12 @@ def _sample_lines(summary: dict, out: Path) -> list[str]:
                      "right" if s["correct"] else "wrong"] for s in sample_responses(out, n, condition=condition,
                                                                                      knowledge=knowledge)]
             if rows:
-                lines += [f"**{LABEL[n]}**", "", md_table(["item", claim, "gold", "response", "verdict"], rows), ""]
+                lines += [f"**{label(n)}**", "", md_table(["item", claim, "gold", "response", "verdict"], rows), ""]
     return lines
 
 
 def write_report(summary: dict, out: Path) -> Path:
-    from eval_hooks.io import write_text_atomic
+    from eval_hooks.core.io import write_text_atomic
 
     out = Path(out)
     plots = _plots(summary, out)
@@ -307,7 +296,7 @@ def write_report(summary: dict, out: Path) -> Path:
                   f" SCOPE+GRPO's prompts: {gp['rows']} rows, {gp['per_label']} per side (known and unknown "
                   f"training items; of {gp['known']} known, {gp['unknown']} unknown, {gp['uncertain']} "
                   "uncertain)." if gp else ""), "",
-              f"## Targets (checked on {LABEL[checked_arm(summary)]})", ""]
+              f"## Targets (checked on {label(checked_arm(summary))})", ""]
     lines += [f"- {k}: {'met' if v else '**missed**'}" for k, v in targets.items()] + [""]
     lines += _stage_time_lines(summary) + _sample_lines(summary, out) + _notes()
     path = out / "report.md"

@@ -30,7 +30,10 @@ from eval_hooks.report_kit import figure, md_table, pct, save
 from eval_hooks.vocab import MIST_CONDITIONS as CONDS
 
 from ..common import with_new_keys
-from .report import ARMS, COLORS, LABEL, SETS, checked_arm, check_targets
+from .arms import ARMS, trained
+from .arms import color as arm_color
+from .arms import label as arm_label
+from .report import SETS, checked_arm, check_targets
 
 
 def load_run(run_dir: Path) -> dict:
@@ -62,8 +65,8 @@ def seed_rows(runs: list[dict], key: str) -> list[list[str]]:
         base = s[key]["base"]
         for arm in (a for a in ARMS if a in s[key]):
             m = s[key][arm]
-            rows.append([s["seed"], LABEL[arm], *(pct(m["accuracy"][c]) for c in CONDS), pct(m.get("sc2w")),
-                         "–" if arm == "base" else _ratio(m.get("sc2w"), base.get("sc2w")), m["n_clean_correct"],
+            rows.append([s["seed"], arm_label(arm), *(pct(m["accuracy"][c]) for c in CONDS), pct(m.get("sc2w")),
+                         _ratio(m.get("sc2w"), base.get("sc2w")) if trained(arm) else "–", m["n_clean_correct"],
                          pct(m.get("unknown_correct_accuracy")), pct(min(m["format_compliance"].values()))])
     return rows
 
@@ -106,7 +109,7 @@ def seed_table(runs: list[dict]) -> str:
     arm = checked_arm(runs[0])
     header = ["seed", "arm", *CONDS, "SC2W", "SC2W / base", "n_clean_correct", "unknown correct", "min format"]
     parts = [f"Runs: {', '.join(s['_dir'] for s in runs)} ({runs[0].get('demo')}, facts set {runs[0].get('size')}); "
-             f"targets checked on {LABEL[arm]}.", ""]
+             f"targets checked on {arm_label(arm)}.", ""]
     for key, what in SETS.items():
         rows = seed_rows(runs, key)
         if rows:
@@ -156,26 +159,28 @@ def frontier_plot(runs: list[dict], extras: list[tuple[str, dict]], out: Path,
         seen = set()
         for s in runs:
             r = s.get(key) or {}
-            pts = {a: _rel(r[a], r["base"], metric) for a in ARMS if a in r and a != "base"}
+            pts = {a: _rel(r[a], r["base"], metric) for a in ARMS if a in r and trained(a)}
             for arm, xy in pts.items():
                 if xy is not None:
-                    ax.scatter(*xy, color=COLORS[arm], s=30, label=None if arm in seen else LABEL[arm])
+                    ax.scatter(*xy, color=arm_color(arm), s=30, label=None if arm in seen else arm_label(arm))
                     seen.add(arm)
-            if pts.get("scope") and pts.get("scope_grpo"):
-                ax.annotate("", xy=pts["scope_grpo"], xytext=pts["scope"],
-                            arrowprops={"arrowstyle": "->", "color": "#999999", "lw": 0.8})
+            for arm in pts:  # an arm that continues another: the lever it pulls, from that arm's point to its own
+                source = ARMS.get(arm).continues
+                if pts[arm] and source is not None and pts.get(source):
+                    ax.annotate("", xy=pts[arm], xytext=pts[source],
+                                arrowprops={"arrowstyle": "->", "color": "#999999", "lw": 0.8})
         for label, s in extras:
             r = s.get(key) or {}
             for arm in (a for a in extra_arms if a in r):
                 xy = _rel(r[arm], r["base"], metric)
                 if xy is None:
                     continue
-                ax.scatter(*xy, facecolors="none", edgecolors=COLORS[arm], s=40)
+                ax.scatter(*xy, facecolors="none", edgecolors=arm_color(arm), s=40)
                 ax.annotate(label, xy, fontsize=6, xytext=(3, -8), textcoords="offset points")
                 main = (by_seed.get(s["seed"]) or {}).get(key) or {}
                 to = _rel(main[arm], main["base"], metric) if arm in main else None
                 if to is not None:  # the lever: this seed's run of other settings -> the tabled run
-                    ax.annotate("", xy=to, xytext=xy, arrowprops={"arrowstyle": "->", "color": COLORS[arm],
+                    ax.annotate("", xy=to, xytext=xy, arrowprops={"arrowstyle": "->", "color": arm_color(arm),
                                                                   "lw": 0.8, "linestyle": ":"})
         ax.set_xlim(0, 1.5)
         ax.set_ylim(min(-0.6, ax.get_ylim()[0]), 0.15)

@@ -38,7 +38,7 @@ class ToyStages:
     """The toy demo's stages for ``cfg``, declared in run order by :meth:`all`."""
 
     def __init__(self, cfg: DictConfig, init: str):
-        self.cfg, self.st, self.init = cfg, cfg.stages, init
+        self.cfg, self.st, self.init = cfg, cfg.toy.stages, init
         self.toy = f"{task.SCHEME}:{cfg.seed}"
 
     def train(self, recipe: str, name: str, overrides, extra: list[str], start: str | None = "base_sft") -> Stage:
@@ -52,9 +52,9 @@ class ToyStages:
         splits the metrics by that stage's estimate."""
         over = [*self.st.evaluate, f"eval.path={self.toy}/{items}", f"eval.family={family}", "eval.max_rows=null"]
         inputs = {"model.path": model, **({"adapter_path": adapter} if adapter else {})}
-        if knowledge == "estimate" and self.cfg.knowledge_aware:
+        if knowledge == "estimate" and self.cfg.toy.knowledge_aware:
             over += [*self.st.knowledge, "knowledge.enabled=true"]
-        elif knowledge is not None and self.cfg.knowledge_aware:
+        elif knowledge is not None and self.cfg.toy.knowledge_aware:
             inputs["eval.knowledge_path"] = f"{knowledge}/knowledge.jsonl"
         return Stage(name, "evaluate", over, inputs=inputs)
 
@@ -84,18 +84,18 @@ class ToyStages:
         out += [Stage("scope", "dpo", [*st.dpo, *TRAIN_COMMON, "algo=scope"], inputs=pairs, start="base_sft"),
                 *self.evaluate_arm("scope")]
         # 7. the Standard-DPO ablation: the same pairs, misleading contexts only
-        if cfg.misleading_only:
+        if cfg.toy.misleading_only:
             out += [Stage("misleading_only", "dpo", [*st.dpo, *TRAIN_COMMON, "algo=standard_dpo"], inputs=pairs,
                           start="base_sft"), *self.evaluate_arm("misleading_only")]
         # 7b. knowledge-aware SCOPE: quartets from known train keys + unknown_correct from the untaught keys
-        if cfg.knowledge_aware:
+        if cfg.toy.knowledge_aware:
             out += [self.mine("mine_knowledge", "mist_train_knowledge.jsonl", knowledge=True),
                     Stage("knowledge_aware", "dpo", [*st.dpo, *st.knowledge_aware, *TRAIN_COMMON,
                                                      "algo=scope_knowledge_aware"],
                           inputs={"data.train_path": "mine_knowledge/pairs.jsonl"}, start="base_sft"),
                     *self.evaluate_arm("knowledge_aware")]
         # 8. Box2: base -> counterfactual SFT on bad workflows -> short GRPO
-        if cfg.box2:
+        if cfg.toy.box2:
             out += [self.evaluate("box2_eval_base", "base_sft", "box2_heldout.jsonl", "box2"),
                     self.train("sft", "box2_sft", st.box2_sft, [f"data.train_path={toy}/box2_sft.jsonl"]),
                     self.evaluate("box2_eval_sft", "box2_sft", "box2_heldout.jsonl", "box2"),
@@ -126,13 +126,13 @@ def run(cfg: DictConfig, *, compose, runners: dict) -> dict:
     """Run every stage of ``cfg`` (a composed ``conf/demo.yaml``) with the recipes ``runners`` (by name, handed
     down by ``recipes/demo.py``) in ``cfg.out`` (:class:`demos.common.DemoRun`: one run per out dir, continued by the
     same command); write ``summary.json``, ``report.md`` and the plots there, print the table; return the summary."""
-    from eval_hooks.models import ensure_tiny_model
+    from eval_hooks.model import ensure_tiny_model
     from trainer.data.sources import register_data_source
 
     from .report import print_table, write_demo_report
 
     # the demo's own source, also when the package metadata (its entry point) is not installed
     register_data_source(task.SCHEME, task.resolve_source)
-    demo = DemoRun(cfg, compose=compose, runners=runners, threads=cfg.torch_threads)
-    return demo.run(ToyStages(cfg, str(ensure_tiny_model(cfg.stages.model))).all(),
+    demo = DemoRun(cfg, compose=compose, runners=runners, threads=cfg.toy.torch_threads)
+    return demo.run(ToyStages(cfg, str(ensure_tiny_model(cfg.toy.stages.model))).all(),
                     lambda results: summary_of(cfg, results), write_demo_report, print_table)

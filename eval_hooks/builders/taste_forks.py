@@ -41,7 +41,8 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
-from ..backends.base import GenerationBackend, GenerationRequest, derive_seed
+from eval_hooks.generation.backends.base import GenerationBackend, GenerationRequest, derive_seed
+from ..families.taste.answers import FORK_LETTERS
 from ..parsers import parse_fork_answer
 from .trajectories import Step, Trajectory, normalize_ws
 
@@ -402,7 +403,7 @@ def _judge_all(judges: Sequence[tuple[str, GenerationBackend]], prompts: list[st
     raws: list[dict[str, str]] = [{} for _ in prompts]
     for name, backend in judges:
         for v, raw, text in zip(votes, raws, _generate(backend, prompts, max_new_tokens, f"{stage} judge {name}")):
-            v[name] = parse_fork_answer(text)
+            v[name] = parse_fork_answer(text, FORK_LETTERS)
             raw[name] = text
     return votes, raws
 
@@ -415,7 +416,7 @@ def load_replies(path, trajectories: Sequence[Trajectory], st: MiningSettings) -
     that very drop (``fate: dropped:checks:cited_step_missing``, as a previous run wrote it); such a
     reply is counted again as ``cited_step_missing``."""
     from ..families.base import Ctx
-    from ..io import read_records
+    from eval_hooks.core.io import read_records
 
     cands = {c["item_id"]: c for c in collect_candidates(trajectories, st, Funnel())}
     out: dict[str, str] = {}

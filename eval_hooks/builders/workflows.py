@@ -24,13 +24,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
-from eval_hooks.io import DataError
+from eval_hooks.core.hashing import file_sha256
+from eval_hooks.core.io import DataError
 
 #: ``verifier(item, kind, steps) -> (ok, reason)``; ``kind`` is "good" or "bad"
 Verifier = Callable[[dict, str, list], "tuple[bool, str]"]
@@ -40,40 +40,14 @@ Verifier = Callable[[dict, str, list], "tuple[bool, str]"]
 # Verifiers
 # ---------------------------------------------------------------------------------------------------
 def leaked_answer(step: str, gold: Any, answer_type: str, choices: Any = None) -> str | None:
-    """What in ``step`` reveals the gold answer, or None. Numeric: any number in the step equal to
-    the gold's value (``1,000`` = ``1000`` = ``1000.0``), or the gold's text itself. Multiple choice:
-    the gold option's text, or "answer/option/choice (is) <letter>". Boolean: "answer (is|:) yes/no"."""
-    from eval_hooks.parsers import (choice_texts, iter_numbers, normalize_gold, numbers_equal,
-                                    parse_number)
+    """What in ``step`` reveals the gold answer, or None: the answer type's leak check
+    (:meth:`eval_hooks.parsers.AnswerType.leaked`). Numeric: any number in the step equal to the gold's value
+    (``1,000`` = ``1000`` = ``1000.0``), or the gold's text itself. Multiple choice: the gold option's text, or
+    "answer/option/choice (is) <letter>". Boolean: "answer (is|:) yes/no". A type without a leak check finds
+    nothing; an unknown answer type is a :class:`DataError` naming the known ones."""
+    from eval_hooks.parsers import answer_type as lookup
 
-    text = step or ""
-    if answer_type == "numeric":
-        g = parse_number(gold)
-        if g is None:
-            return None
-        for n in iter_numbers(text):
-            if numbers_equal(n, g):
-                return f"states the gold value {g.canonical()}"
-        if str(gold).strip() and str(gold).strip() in text:
-            return f"contains the gold text {str(gold).strip()!r}"
-        return None
-    if answer_type == "multiple_choice":
-        letter = normalize_gold(gold, answer_type, choices=choices)
-        if letter is None:
-            return None
-        option = choice_texts(choices).get(letter) if choices is not None else None
-        if option and len(option.strip()) > 2 and option.strip().lower() in text.lower():
-            return f"contains the gold option text {option.strip()!r}"
-        if re.search(rf"\b(answer|option|choice)\s*(is|:)?\s*\(?{letter}\)?(?![\w])", text, re.I):
-            return f"names the gold option {letter}"
-        return None
-    if answer_type == "boolean":
-        g = normalize_gold(gold, answer_type)
-        words = ("yes", "true") if g == "true" else ("no", "false")
-        if re.search(rf"\banswer\s*(is|:)\s*({'|'.join(words)})\b", text, re.I):
-            return f"states the gold answer {g}"
-        return None
-    return None
+    return lookup(answer_type).leaked(step or "", gold, choices)
 
 
 def leakage_verifier(item: dict, kind: str, steps: list) -> tuple[bool, str]:
@@ -96,7 +70,7 @@ def judge_verifier(backend, *, template: str = JUDGE_TEMPLATE, accept: str = "YE
                    kinds: Sequence[str] = ("good", "bad")) -> Verifier:
     """A model-based verifier over any GenerationBackend (greedy): the item passes iff the reply
     starts with ``accept`` (case-insensitive). ``template`` gets ``{task}``, ``{kind}``, ``{steps}``."""
-    from eval_hooks.backends.base import GenerationRequest
+    from eval_hooks.generation.backends.base import GenerationRequest
 
     def verify(item: dict, kind: str, steps: list) -> tuple[bool, str]:
         if kind not in kinds:
@@ -200,11 +174,11 @@ def workflow_hash(item: dict) -> str:
 def freeze_workflows(items: Sequence[dict], path: str | Path, *, report: BuildReport | None = None) -> dict:
     """Write ``items`` (each with its ``workflow_hash``) to ``path`` (JSONL) and ``<path>.manifest.json``
     (count, per-item hashes, the file's sha256, the build report). Returns the manifest."""
-    from eval_hooks.io import write_json_atomic, write_jsonl_atomic
+    from eval_hooks.core.io import write_json_atomic, write_jsonl_atomic
 
     frozen = [{**it, "workflow_hash": workflow_hash(it)} for it in items]
     p = write_jsonl_atomic(path, frozen)
-    manifest = {"n_items": len(frozen), "file_sha256": hashlib.sha256(Path(p).read_bytes()).hexdigest(),
+    manifest = {"n_items": len(frozen), "file_sha256": file_sha256(p),
                 "hashes": {str(it["item_id"]): it["workflow_hash"] for it in frozen},
                 "build_report": report.to_json() if report is not None else None}
     write_json_atomic(str(p) + ".manifest.json", manifest)
@@ -213,7 +187,7 @@ def freeze_workflows(items: Sequence[dict], path: str | Path, *, report: BuildRe
 
 def load_frozen(path: str | Path) -> list[dict]:
     """Read frozen items back, refusing any item whose content no longer matches its hash."""
-    from eval_hooks.io import read_records
+    from eval_hooks.core.io import read_records
 
     items = []
     for line, rec in read_records(path):

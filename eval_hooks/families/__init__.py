@@ -5,7 +5,7 @@ run) in its own package ``eval_hooks/families/<name>/``. Nothing outside this re
 family's name: :func:`eval_hooks.metrics.compute_metrics`, :func:`eval_hooks.report.write_report`,
 :func:`eval_hooks.run_matched_eval`, the CLI and the trainers all ask :func:`get_family`.
 
-Families come from three places, looked up in this order:
+Families come from three places (:data:`FAMILIES`, an :class:`eval_hooks.core.plugins.Registry`), looked up in this order:
 
 - :data:`BUILTIN`: one line per family of this repository, ``name -> "module:attribute"``;
 - :func:`register_family`, in code;
@@ -29,15 +29,13 @@ group for a family with ``flat_settings``.
 from __future__ import annotations
 
 import typing
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable
 from dataclasses import MISSING, Field, field, fields
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from ..io import DataError
+from eval_hooks.core.io import DataError
+from eval_hooks.core.plugins import Registry
 from .base import Family
-
-if TYPE_CHECKING:
-    from importlib.metadata import EntryPoint
 
 ENTRY_POINT_GROUP = "selectrust.families"
 
@@ -48,9 +46,31 @@ BUILTIN: dict[str, str] = {
     "med": "eval_hooks.families.med:MedFamily",
 }
 
-_loaded: dict[str, Family] = {}  # built-in and entry-point families, once imported
-_registered: dict[str, Family] = {}  # register_family
-_entry_points: dict[str, EntryPoint] | None = None  # read once, lazily
+
+def _accept(name: str, obj: object) -> Family:
+    """What a built-in line or an entry point names -> the family: a ``Family`` subclass is instantiated without
+    arguments; anything but a ``Family`` called ``name`` is a :class:`DataError` (field ``family``)."""
+    try:
+        family = obj() if isinstance(obj, type) else obj
+    except Exception as e:  # noqa: BLE001 - the family's constructor failed: reported as a failed load
+        raise _broken(name, FAMILIES.source(name), e) from e
+    if not isinstance(family, Family) or family.name != name:
+        raise DataError(f"{FAMILIES.source(name)!r} is not a Family named {name!r} (got {family!r})", field="family")
+    return family
+
+
+def _broken(name: str, value: str | None, e: Exception) -> DataError:
+    return DataError(f"cannot load family {name!r} from {value!r} ({type(e).__name__}: {e})", field="family")
+
+
+def _unknown(name: str, known: list[str]) -> DataError:
+    return DataError(f"unknown family {name!r}", field="family", accepted=" | ".join(known))
+
+
+#: ``FAMILIES[name]`` is :func:`get_family`; iterating gives :func:`family_names`.
+FAMILIES: Registry[Family] = Registry("family", ENTRY_POINT_GROUP, BUILTIN, accept=_accept,
+                                      error=lambda message: DataError(message, field="family"), unknown=_unknown,
+                                      broken=_broken)
 
 
 def register_family(family: Family) -> Family:
@@ -58,66 +78,23 @@ def register_family(family: Family) -> Family:
     again is a no-op; another family under a name already in use is an error."""
     if not isinstance(family, Family) or not family.name:
         raise TypeError(f"register_family needs a Family instance with a name, got {family!r}")
-    known = _registered.get(family.name)
-    if known is family:
-        return family
-    if known is not None or family.name in BUILTIN:
-        raise ValueError(f"family {family.name!r} is already registered")
-    _registered[family.name] = family
-    return family
+    return FAMILIES.register(family.name, family)
 
 
 def unregister_family(name: str) -> None:
     """Remove a family added with :func:`register_family` (tests, notebooks)."""
-    _registered.pop(name, None)
-
-
-def entry_points(group: str):
-    """The installed packages' entry points of ``group`` (``importlib.metadata``, imported on first use)."""
-    from importlib.metadata import entry_points as installed
-
-    return installed(group=group)
-
-
-def _discovered() -> dict[str, EntryPoint]:
-    global _entry_points
-    if _entry_points is None:  # the first distribution on sys.path wins a name, as for imports
-        _entry_points = {ep.name: ep for ep in reversed(list(entry_points(group=ENTRY_POINT_GROUP)))}
-    return _entry_points
+    FAMILIES.unregister(name)
 
 
 def family_names() -> list[str]:
     """Every known family: the built-in ones in :data:`BUILTIN` order, then those registered in code, then
     those of installed packages' entry points (sorted)."""
-    names = list(BUILTIN) + [n for n in _registered if n not in BUILTIN]
-    return names + sorted(n for n in _discovered() if n not in names)
-
-
-def _load(name: str, ep: EntryPoint) -> Family:
-    try:
-        obj = ep.load()
-        family = obj() if isinstance(obj, type) else obj
-    except Exception as e:
-        raise DataError(f"cannot load family {name!r} from {ep.value!r} ({type(e).__name__}: {e})",
-                        field="family") from e
-    if not isinstance(family, Family) or family.name != name:
-        raise DataError(f"{ep.value!r} is not a Family named {name!r} (got {family!r})", field="family")
-    return family
+    return FAMILIES.names()
 
 
 def get_family(name: str) -> Family:
     """The family called ``name``; :class:`DataError` (field ``family``) listing the known ones otherwise."""
-    if name in _registered:
-        return _registered[name]
-    if name not in _loaded:
-        from importlib.metadata import EntryPoint
-
-        value = BUILTIN.get(name)
-        ep = EntryPoint(name, value, ENTRY_POINT_GROUP) if value else _discovered().get(name)
-        if ep is None:
-            raise DataError(f"unknown family {name!r}", field="family", accepted=" | ".join(family_names()))
-        _loaded[name] = _load(name, ep)
-    return _loaded[name]
+    return FAMILIES.get(name)
 
 
 def settings_fields(taken: Iterable[str] = ()) -> list[tuple[str, Any, Field]]:
@@ -166,30 +143,6 @@ def family_settings(eval_cfg: Any) -> dict[str, Any]:
             out[name] = family.settings_from(eval_cfg)
     return out
 
-
-class _Families(Mapping):
-    """``FAMILIES[name]`` is :func:`get_family`; iterating gives :func:`family_names`."""
-
-    def __getitem__(self, name: str) -> Family:
-        try:
-            return get_family(name)
-        except DataError:
-            raise KeyError(name) from None
-
-    def __contains__(self, name: object) -> bool:
-        return isinstance(name, str) and name in family_names()
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(family_names())
-
-    def __len__(self) -> int:
-        return len(family_names())
-
-    def __repr__(self) -> str:
-        return f"FAMILIES({family_names()})"
-
-
-FAMILIES: Mapping[str, Family] = _Families()
 
 __all__ = ["BUILTIN", "ENTRY_POINT_GROUP", "FAMILIES", "Family", "family_names", "family_settings", "get_family",
            "register_family", "settings_fields", "unregister_family"]

@@ -12,5 +12,3 @@ STD_SCALINGS = ("group", "batch", "none")
 SUPPORTS = ("teacher", "student", "union")
 #: is_correction.truncated_is_weights: token- or sequence-level importance ratios.
 LEVELS = ("token", "sequence")
-#: dpo.DPO_LOSSES: the names ``algo.loss_type`` accepts (one per registered DPO-style loss).
-DPO_LOSS_TYPES = ("sigmoid", "simpo")

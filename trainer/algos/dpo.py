@@ -10,15 +10,17 @@ Public API (names are stable):
   -> (loss, metrics)``: reference-free, on length-normalised log-probs
 - ``chosen_nll_loss(policy_chosen_logps, chosen_token_counts) -> (loss, metrics)``: RPO's NLL term
 - ``per_group_metrics(row_metrics, groups, *, names=...) -> dict[str, float]``
-- ``DPOLoss``: a registered loss and what it needs: a reference or none, summed or length-normalised (mean per
-  completion token) log-probs, and its own hyperparameters (``{keyword: algo config key}``).
-- ``DPO_LOSSES``: ``{name: DPOLoss}``, the losses ``algo.loss_type`` picks from (``dpo_loss(name)`` looks one up).
-  A loss with a reference has :func:`sigmoid_dpo_loss`'s signature ``(pc, pr, rc, rr, *, beta, label_smoothing,
-  weights, **its hyperparameters)``; a reference-free one ``(pc, pr, *, ...)``; both return ``(scalar loss,
-  metrics)`` with at least :func:`sigmoid_dpo_loss`'s metric keys; one that has no use for ``label_smoothing``
-  raises ``ValueError`` when it is not 0. To add one: the function here, its entry below, and its name in
-  ``DPO_LOSS_TYPES`` (:mod:`trainer.algos.choices`, torch-free, so the config can offer it); a new hyperparameter
-  is also a field of ``DPOAlgoConfig``; docs/architecture.md#how-to-add.
+- ``DPOLoss``: a loss and what it needs: a reference or none, summed or length-normalised (mean per completion
+  token) log-probs, and its own hyperparameters (``{keyword: algo config key}``).
+- ``SIGMOID``, ``SIMPO``: the shipped losses as :class:`DPOLoss` objects; ``algo.loss_type`` names them through
+  the registry ``trainer.dpo_losses.DPO_LOSSES`` (torch-free, so the config can check a name without importing this
+  module; ``dpo_loss(name)`` there looks one up). A loss with a reference has :func:`sigmoid_dpo_loss`'s signature
+  ``(pc, pr, rc, rr, *, beta, label_smoothing, weights, **its hyperparameters)``; a reference-free one
+  ``(pc, pr, *, ...)``; both return ``(scalar loss, metrics)`` with at least :func:`sigmoid_dpo_loss`'s metric
+  keys; one that has no use for ``label_smoothing`` raises ``ValueError`` when it is not 0. To add one: the
+  function and its ``DPOLoss`` here, and its line in ``trainer/dpo_losses.py``'s ``BUILTIN`` (or, from another
+  package, an entry point in group ``selectrust.dpo_losses``); a new hyperparameter is also a field of
+  ``DPOAlgoConfig``; docs/architecture.md#how-to-add.
 
 The step (``recipes/dpo.py``) computes log-probs *summed* over completion tokens (see
 ``trainer.model.logprobs.sequence_logprobs``) and hands each loss the kind it declares
@@ -33,10 +35,8 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
-from .choices import DPO_LOSS_TYPES
-
 __all__ = ["dpo_row_metrics", "sigmoid_dpo_loss", "simpo_loss", "chosen_nll_loss", "per_group_metrics", "DPOLoss",
-           "DPO_LOSSES", "dpo_loss"]
+           "SIGMOID", "SIMPO"]
 
 
 def _check_same_shape(**tensors: torch.Tensor) -> None:
@@ -270,21 +270,10 @@ class DPOLoss:
         return self.fn(policy_chosen_logps, policy_rejected_logps, *refs, **kwargs)
 
 
-#: ``algo.loss_type`` -> :class:`DPOLoss`; the keys are ``trainer.algos.choices.DPO_LOSS_TYPES``
+#: The shipped losses; their names (``algo.loss_type``) are their lines in ``trainer/dpo_losses.py``'s ``BUILTIN``
 #: (tests/test_dpo_loss_registry.py).
-DPO_LOSSES = {
-    "sigmoid": DPOLoss(sigmoid_dpo_loss),
-    "simpo": DPOLoss(simpo_loss, reference=False, logps="mean", hyperparameters={"gamma": "simpo_gamma"}),
-}
-
-
-def dpo_loss(name: str) -> DPOLoss:
-    """The DPO-style loss registered as ``name`` in :data:`DPO_LOSSES`."""
-    try:
-        return DPO_LOSSES[name]
-    except KeyError:
-        raise ValueError(f"unknown DPO loss {name!r}; registered: {sorted(DPO_LOSSES)} "
-                         f"(the config offers {DPO_LOSS_TYPES})") from None
+SIGMOID = DPOLoss(sigmoid_dpo_loss)
+SIMPO = DPOLoss(simpo_loss, reference=False, logps="mean", hyperparameters={"gamma": "simpo_gamma"})
 
 
 _DEFAULT_GROUP_NAMES = {"accuracies": "rewards/accuracies", "margins": "rewards/margins",

@@ -15,9 +15,9 @@ from typing import Any, Optional
 
 from omegaconf import MISSING
 
-from eval_hooks.backends.registry import BACKENDS, get_backend
+from eval_hooks.generation.backends.registry import BACKENDS, get_backend
 from eval_hooks.families import FAMILIES, settings_fields
-from eval_hooks.settings import setting as schema_field  # a field with its default and help text
+from eval_hooks.core.settings import setting as schema_field  # a field with its default and help text
 from trainer.config.choices import (Aggregation, Backend, Device, DistillMode, DistillPipelineKind, DistillPromptStyle,
                                     DistillSource, DistillStage, DistillTeacher, DPOLossType, Dtype, Family,
                                     InitAdapterMode, ISCorrection, KnowledgeScore, LoggerKind, MixedPrecision, OnInvalid,
@@ -143,7 +143,7 @@ EvalConfig = eval_config_schema()
 @dataclass
 class PromptConfig:
     """How every prompt becomes token ids, read alike by mining, every trainer and evaluation
-    (``eval_hooks.prompts.render_prompt``; its docstring states the BOS and separator rules)."""
+    (``eval_hooks.generation.prompts.render_prompt``; its docstring states the BOS and separator rules)."""
 
     use_chat_template: bool = _f(True, "Render prompts with the tokenizer's chat template (generation prompt added, "
                                        "no extra BOS). False (or a tokenizer without a template): plain text, turns "
@@ -163,7 +163,7 @@ class PromptConfig:
 def _backend_help() -> str:
     return " | ".join(f"{n} ({get_backend(n).summary})" for n in BACKENDS) + (
         ". Pick one with generation=<name> (conf/generation/<name>.yaml): the other keys of this group are that "
-        "backend's own (eval_hooks/backends/registry.py).")
+        "backend's own (eval_hooks/generation/backends/registry.py).")
 
 
 @dataclass
@@ -242,7 +242,7 @@ class DPOAlgoConfig:
     name: str = _f("scope", "Label for this variant (scope, standard_dpo, unmatched, no_clean, ...).")
     beta: float = _f(0.1, "DPO temperature β in s(z,r) = β log π/π_ref.")
     label_smoothing: float = _f(0.0, "Conservative-DPO label smoothing ε (0 = plain sigmoid DPO).")
-    loss_type: DPOLossType = _f("sigmoid", "The DPO-style loss (trainer.algos.dpo.DPO_LOSSES): sigmoid (Rafailov et al. "
+    loss_type: DPOLossType = _f("sigmoid", "The DPO-style loss (trainer.dpo_losses.DPO_LOSSES): sigmoid (Rafailov et al. "
                                            "2023, with label_smoothing as cDPO) | simpo (Meng et al. 2024: "
                                            "reference-free, on per-token mean log-probs, margin simpo_gamma; no "
                                            "reference is built).")
@@ -361,14 +361,14 @@ class DistillPipelineConfig:
                                             "eval_sets; needs data.prompt_style=mist).")
     base_model: str = _f("tiny-demo", "data.source=toy or kind=opsd: the tiny preset the base SFT starts from.")
     base_sft: list[str] = _f([], "data.source=toy or kind=opsd: overrides of recipes/sft.py for the base (toy: a demonstration "
-                                 "follower; recipe=opsd_tiny: the demo's hint follower, conf/demo.yaml stages.base_sft).")
+                                 "follower; recipe=opsd_tiny: the demo's hint follower, conf/demo.yaml toy.stages.base_sft).")
     base_sft_path: Optional[str] = _f(None, "kind=opsd: SFT data of the base stage (trained from base_model with "
                                             "base_sft); null = no base stage, the student starts from model.path.")
     stage1: list[str] = _f([], "Overrides of the stage-1 (KL) run, on top of this config.")
     stage2: list[str] = _f([], "Overrides of the stage-2 (calibration) run; empty list = no stage 2.")
     eval_batch_size: int = _f(64, "Views per forward in the pipeline's evaluations.")
     evaluate: list[str] = _f([], "kind=opsd: overrides of recipes/evaluate.py for the MIST evaluations of "
-                                 "base and student (like conf/demo.yaml stages.evaluate).")
+                                 "base and student (like conf/demo.yaml toy.stages.evaluate).")
     eval_sets: list[str] = _f([], "kind=opsd: MIST item files on which base and student are evaluated (the first is "
                                   "the headline split of summary.json; each split is keyed by its file name's stem).")
 

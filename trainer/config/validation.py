@@ -55,7 +55,7 @@ def check_real_model_settings(cfg, choices: dict | None = None) -> None:
     """A real model (anything but the built-in tiny one) never runs with the toy's settings: a toy evaluation set or
     toy data (``toy:`` paths), or a toy config group (optim=tiny, data=toy_*, eval=toy_*) chosen by
     default. Refused here, before the model loads, naming what to use instead."""
-    from eval_hooks.model_source import is_toy_model
+    from eval_hooks.model import is_toy_model
 
     if is_toy_model(cfg.model.path):
         return
@@ -83,7 +83,7 @@ def check_real_model_settings(cfg, choices: dict | None = None) -> None:
 
 
 def validate_common(cfg) -> None:
-    from eval_hooks.models import check_model_path
+    from eval_hooks.model import check_model_path
 
     check_known_keys(cfg)
     check_model_path(cfg.model.path, "model.path")
@@ -171,8 +171,8 @@ def _validate_init_adapter(cfg) -> None:
 
 
 def check_adapter_weights(path: str, model_cfg, field: str) -> None:
-    """Finite values and shapes that fit ``model_cfg.path`` (``trainer/model/adapter_check.py``), as a ConfigError."""
-    from trainer.model.adapter_check import AdapterError, check_adapter
+    """Finite values and shapes that fit ``model_cfg.path`` (``eval_hooks/model/adapter.py``), as a ConfigError."""
+    from eval_hooks.model import AdapterError, check_adapter
 
     try:
         check_adapter(path, model_cfg, field)
@@ -181,14 +181,14 @@ def check_adapter_weights(path: str, model_cfg, field: str) -> None:
 
 
 def _generation_capabilities(cfg):
-    from eval_hooks.backends.registry import capabilities
+    from eval_hooks.generation.backends.registry import capabilities
 
     return capabilities(cfg.generation.backend, cfg.generation)
 
 
 def backends_that(*capabilities: str) -> str:
     """``generation=<a> or generation=<b>``: the registered backends with any of ``capabilities`` (for messages)."""
-    from eval_hooks.backends.registry import backends_with
+    from eval_hooks.generation.backends.registry import backends_with
 
     return " or ".join(f"generation={n}" for n in backends_with(*capabilities))
 
@@ -198,7 +198,7 @@ def _validate_generation(cfg) -> None:
     and what the run asks of the backend (asked of its capabilities), checked before anything runs."""
     from omegaconf import OmegaConf
 
-    from eval_hooks.backends.registry import check_settings, get_backend
+    from eval_hooks.generation.backends.registry import check_settings, get_backend
     from trainer.config.schemas import GenerationConfig, generation_schema
 
     g = cfg.generation
@@ -285,7 +285,7 @@ def validate_knowledge(kcfg, generation=None) -> None:
                               f"toward unknown; it needs knowledge.unknown_threshold < 0.5 < "
                               f"knowledge.known_threshold, got {kcfg.unknown_threshold} and {kcfg.known_threshold}")
         if generation is not None:
-            from eval_hooks.backends.registry import capabilities
+            from eval_hooks.generation.backends.registry import capabilities
 
             if not capabilities(generation.backend, generation).sampled_token_ids:
                 raise ConfigError(f"knowledge.score={kcfg.score} needs the greedy answer's token log-probs, which "
@@ -354,10 +354,9 @@ def check_grpo_geometry(cfg, world: int) -> None:
 
 
 def check_adapter_dir(path: str, field: str = "model.init_adapter") -> Path:
-    """A PEFT adapter directory with safetensors weights (``trainer.model.adapter_check.check_adapter_dir``), as
+    """A PEFT adapter directory with safetensors weights (``eval_hooks.model.adapter.check_adapter_dir``), as
     a ConfigError; returns the resolved directory."""
-    from trainer.model.adapter_check import AdapterError
-    from trainer.model.adapter_check import check_adapter_dir as check
+    from eval_hooks.model import AdapterError, check_adapter_dir as check
 
     try:
         return check(path, field)

@@ -84,15 +84,10 @@ def _mean_dicts(dicts: list[dict]) -> dict[str, float]:
     return {k: sums[k] / counts[k] for k in sums}
 
 
-def _gather_mean(acc, metrics: dict[str, float]) -> dict[str, float]:
-    return metrics if acc.num_processes == 1 else _mean_dicts(all_gather_object(acc, metrics))
-
-
-def _data_hash(acc, per_micro_ids: list[list[str]]) -> str:
+def _order_hash(per_micro_ids: list[list[str]], gathered: list[list[list[str]]]) -> str:
     """A hash of the step's item ids in the order one process with the global batch would draw them
-    (micro-batch by micro-batch, rank slices in rank order), so runs on 1 or N ranks, and a resumed
-    run, can be compared step by step for an identical data order."""
-    gathered = all_gather_object(acc, per_micro_ids)
+    (micro-batch by micro-batch, rank slices in rank order; ``gathered``: every rank's ``per_micro_ids``),
+    so runs on 1 or N ranks, and a resumed run, can be compared step by step for an identical data order."""
     order = [x for i in range(len(per_micro_ids)) for rank_ids in gathered for x in rank_ids[i]]
     return hashlib.sha1("\x1f".join(map(str, order)).encode()).hexdigest()[:16]
 
@@ -143,14 +138,16 @@ def _step_record(ctx, state: LoopState, source: BatchSource, *, step: int, micro
     step ``trainer.spike_warmup_steps``), and the loss; updates ``state.loss_ema`` (decay
     ``trainer.spike_ema_decay``)."""
     acc, tcfg = ctx.accelerator, ctx.cfg.trainer
-    metrics = _gather_mean(acc, {**_mean_dicts(micro_metrics), "loss": _to_float(loss_value)})
+    local = {**_mean_dicts(micro_metrics), "loss": _to_float(loss_value)}
+    gathered = all_gather_object(acc, (local, per_micro_ids))  # one collective: every rank's metrics and item ids
+    metrics = local if acc.num_processes == 1 else _mean_dicts([m for m, _ in gathered])
     loss_f, ema = metrics["loss"], state.loss_ema
     spike = ema is not None and step > tcfg.spike_warmup_steps and loss_f > tcfg.spike_factor * max(ema, 1e-8)
     decay = tcfg.spike_ema_decay
     state.loss_ema = loss_f if ema is None else decay * ema + (1 - decay) * loss_f
     extra = source.pop_metrics() if hasattr(source, "pop_metrics") else {}
     last = {**metrics, **extra, "lr": lr, "grad_norm": grad_norm, "epoch": source.epoch,
-            "data_hash": _data_hash(acc, per_micro_ids),
+            "data_hash": _order_hash(per_micro_ids, [ids for _, ids in gathered]),
             "step_seconds": round(time.time() - t0, 4), "skipped_total": state.skipped_total}
     if spike:
         last["loss_spike"] = 1
@@ -160,7 +157,7 @@ def _step_record(ctx, state: LoopState, source: BatchSource, *, step: int, micro
 
 
 def _start(ctx, ckpt, state: LoopState, *, model, optimizer, scheduler, source) -> int:
-    """Load the checkpoint to resume from (``ctx.resume_from``, resolved and verified by ``setup_run``
+    """Load the checkpoint to resume from (``ctx.resume_from``, chosen and verified by ``setup_run``
     before any model loaded) into model, optimizer, scheduler, data source and ``state``; write the run's
     ``config.yaml``; drop metrics lines past the starting step. Returns the starting step."""
     from trainer.core.run import write_config
@@ -219,8 +216,12 @@ def train_loop(ctx, *, model, optimizer, scheduler, source: BatchSource,
     cfg, acc = ctx.cfg, ctx.accelerator
     tcfg, ocfg = cfg.trainer, cfg.optim
     ckpt = CheckpointManager(ctx.run_dir, acc, keep_last=tcfg.keep_last)
-
     state = LoopState()
+
+    def save(at_step: int):  # a checkpoint of the step just completed: the loop's state beside the data position
+        ckpt.save(at_step, model=model, optimizer=optimizer, scheduler=scheduler,
+                  train_state={**asdict(state), "source": source.state_dict()})
+
     step = _start(ctx, ckpt, state, model=model, optimizer=optimizer, scheduler=scheduler, source=source)
 
     stop_at = min(tcfg.max_steps, tcfg.stop_at_step or tcfg.max_steps)
@@ -232,10 +233,6 @@ def train_loop(ctx, *, model, optimizer, scheduler, source: BatchSource,
     last: dict[str, Any] = {}
     preempted = False
     deepspeed = uses_deepspeed(acc)
-
-    def save(at_step: int):
-        ckpt.save(at_step, model=model, optimizer=optimizer, scheduler=scheduler,
-                  train_state={**asdict(state), "source": source.state_dict()})
 
     snapshot = None  # source state at the start of the step in progress (None between steps)
     try:

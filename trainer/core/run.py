@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from eval_hooks.precision import cpu_supports_bf16, resolve_mixed_precision  # noqa: F401  (also the trainer's)
+from eval_hooks.model import cpu_supports_bf16, resolve_mixed_precision  # noqa: F401  (also the trainer's)
 
 
 PACKAGES = ("torch", "transformers", "trl", "peft", "accelerate", "datasets", "hydra-core", "deepspeed", "wandb")
@@ -134,7 +134,7 @@ class RunContext:
     logger: MetricsLogger
     recipe: str
     started: float = field(default_factory=time.time)
-    lock: Any = None  # trainer.run_dir.RunLock held by the main process for the life of the run
+    lock: Any = None  # trainer.core.run_dir.RunLock held by the main process for the life of the run
     resume_from: Path | None = None  # the checkpoint this run continues (resolved before any model loads)
 
     def release(self) -> None:
@@ -191,35 +191,14 @@ def setup_run(cfg, recipe: str) -> RunContext:
     run (``trainer.overwrite`` moves it aside) and a resume with a changed config or changed data, record
     meta and data hashes, seed, open the logger. ``config.yaml`` is written later, by the training loop,
     so a start that fails before training leaves no config that a corrected command would clash with."""
-    from omegaconf import OmegaConf
-
-    from trainer.core.checkpoint import CheckpointManager
-    from trainer.core.run_dir import RunLock, data_hashes, prepare_fresh_or_refuse
+    from trainer.core.run_dir import open_run_dir
 
     accelerator = make_accelerator(cfg.trainer, grad_accum=cfg.optim.grad_accum, micro_batch=cfg.optim.batch_size,
                                    max_grad_norm=cfg.optim.max_grad_norm)
     run_dir = Path(cfg.trainer.run_dir).expanduser().resolve()
-    lock, error, resume_from = None, None, None
-    if accelerator.is_main_process:
-        try:
-            run_dir.mkdir(parents=True, exist_ok=True)
-            lock = RunLock(run_dir).acquire()
-            prepare_fresh_or_refuse(run_dir, cfg.trainer)
-            resume_from = CheckpointManager(run_dir, accelerator).resolve_resume(cfg.trainer.resume)
-        except Exception as e:  # noqa: BLE001 - re-raised below; the other ranks learn of it first
-            error = e
-            if lock is not None:
-                lock.release()
-    resume_from = _agree_on_start(accelerator, error, resume_from)
-    try:
-        hashes = data_hashes(cfg) if accelerator.is_main_process else {}
-        ctx = RunContext(cfg=cfg, accelerator=accelerator, run_dir=run_dir, logger=None, recipe=recipe,  # type: ignore[arg-type]
-                         lock=lock, resume_from=resume_from)
-        _check_resume(ctx, resume_from, hashes)
-    except BaseException:
-        if lock is not None:
-            lock.release()
-        raise
+    lock, resume_from = open_run_dir(cfg, accelerator, run_dir)
+    ctx = RunContext(cfg=cfg, accelerator=accelerator, run_dir=run_dir, logger=None, recipe=recipe,  # type: ignore[arg-type]
+                     lock=lock, resume_from=resume_from)
     if accelerator.is_main_process:
         meta = {
             "recipe": recipe,
@@ -243,41 +222,6 @@ def _open_logger(cfg, run_dir: Path, is_main: bool) -> MetricsLogger:
 
     return MetricsLogger(run_dir, is_main=is_main, kind=cfg.logger.kind, project=cfg.logger.project,
                          name=cfg.logger.name, config=OmegaConf.to_container(cfg, resolve=True))
-
-
-def _agree_on_start(accelerator, error: BaseException | None, resume_from: Path | None) -> Path | None:
-    """The main process took the lock and chose (and verified) the checkpoint to resume, or failed to:
-    every rank learns the outcome before anything starts, so no rank trains in a directory another run
-    holds. Returns the checkpoint to resume from (None: a fresh start)."""
-    message = [f"{type(error).__name__}: {error}" if error is not None else None,
-               None if resume_from is None else str(resume_from)]
-    if accelerator.num_processes > 1:
-        from accelerate.utils import broadcast_object_list
-
-        broadcast_object_list(message, from_process=0)
-    if error is not None:
-        raise error
-    if message[0] is not None:
-        raise RuntimeError(f"the main process could not start the run: {message[0]}")
-    return None if message[1] is None else Path(message[1])
-
-
-def _check_resume(ctx: RunContext, resume_from: Path | None, hashes: dict) -> None:
-    """A resume must see the config and the data of the run it continues (this run, or the run owning
-    the checkpoint given as ``trainer.resume=<path>``); a fresh start records the data hashes."""
-    from trainer.core.run_dir import check_data_unchanged, check_resume_config, write_data_hashes
-
-    from .checkpoint import run_dir_of
-
-    source_run = run_dir_of(resume_from) if resume_from is not None else ctx.run_dir
-    check_resume_config(ctx, source_run / "config.yaml")
-    if not ctx.is_main:
-        return
-    if resume_from is not None:
-        for line in check_data_unchanged(source_run, hashes, allow=ctx.cfg.trainer.allow_data_change):
-            print(f"[selectrust] warning: data changed (trainer.allow_data_change=true): {line}", flush=True)
-    if resume_from is None or source_run != ctx.run_dir or ctx.cfg.trainer.allow_data_change:
-        write_data_hashes(ctx.run_dir, hashes)
 
 
 def write_config(ctx: RunContext) -> None:

@@ -26,8 +26,7 @@ import time
 from pathlib import Path
 
 from trainer.config import ConfigError
-from trainer.core.checkpoint import CHECKPOINTS
-from trainer.data.pins import file_sha256  # noqa: F401 - the hash of a data file; kept importable from here
+from trainer.core.checkpoint import CHECKPOINTS, CheckpointManager, run_dir_of
 
 LOCK_NAME = ".lock"
 DATA_HASHES = "data_hashes.json"
@@ -277,19 +276,82 @@ def schema_defaults(cfg) -> dict | None:
     return OmegaConf.to_container(OmegaConf.structured(schema), resolve=False, throw_on_missing=False)
 
 
-def check_resume_config(ctx, saved_path=None) -> None:
-    """Refuse a changed config against ``saved_path`` (default: this run's ``config.yaml``; for
-    ``trainer.resume=<path>`` the config of the run owning that checkpoint)."""
+def check_resume_config(cfg, saved_path: Path) -> None:
+    """Refuse a config ``cfg`` that differs from the saved one at ``saved_path`` (this run's ``config.yaml``;
+    for ``trainer.resume=<path>`` the config of the run owning that checkpoint). No saved config: nothing to check."""
     from omegaconf import OmegaConf
 
-    saved_path = saved_path or ctx.run_dir / "config.yaml"
-    if not saved_path.exists() or ctx.cfg.trainer.allow_config_change:
+    if not saved_path.exists() or cfg.trainer.allow_config_change:
         return
     saved = OmegaConf.to_container(OmegaConf.load(saved_path), resolve=True)
-    current = OmegaConf.to_container(ctx.cfg, resolve=True)
-    diffs = config_differences(saved, current, defaults=schema_defaults(ctx.cfg))
+    current = OmegaConf.to_container(cfg, resolve=True)
+    diffs = config_differences(saved, current, defaults=schema_defaults(cfg))
     if diffs:
         raise ConfigError(
             f"refusing to resume {saved_path.parent} with a changed config ({len(diffs)} differing keys):\n  "
             + "\n  ".join(diffs)
             + "\nPass trainer.allow_config_change=true to resume anyway, or use a new trainer.run_dir.")
+
+
+# -- fresh start or resume: the one decision, taken once per run -----------------------------------------------
+def open_run_dir(cfg, accelerator, run_dir: Path) -> tuple[RunLock | None, Path | None]:
+    """Claim ``run_dir`` for this run and decide how it starts. The main process takes the lock (one writer),
+    moves aside or refuses a previous run (:func:`prepare_fresh_or_refuse`) and picks the checkpoint to resume
+    (``trainer.resume``; verified, ``CheckpointManager.resolve_resume``); every rank learns the outcome before
+    anything starts. A resume must then see the config and the data of the run it continues; a fresh start
+    records the data hashes. Returns ``(lock, resume_from)``: the lock on the main process (None elsewhere),
+    the checkpoint to continue (None: a fresh start). A refusal releases the lock and raises on every rank."""
+    lock, error, resume_from, source_run = None, None, None, run_dir
+    if accelerator.is_main_process:
+        try:
+            run_dir.mkdir(parents=True, exist_ok=True)
+            lock = RunLock(run_dir).acquire()
+            prepare_fresh_or_refuse(run_dir, cfg.trainer)
+            resume_from = CheckpointManager(run_dir, accelerator).resolve_resume(cfg.trainer.resume)
+            source_run = run_dir_of(resume_from) if resume_from is not None else run_dir
+        except Exception as e:  # noqa: BLE001 - re-raised below; the other ranks learn of it first
+            error = e
+            if lock is not None:
+                lock.release()
+    resume_from, source_run = _agree_on_start(accelerator, error, resume_from, source_run)
+    try:
+        hashes = data_hashes(cfg) if accelerator.is_main_process else {}
+        _check_resume(cfg, run_dir, resume_from, source_run, hashes, is_main=accelerator.is_main_process)
+    except BaseException:
+        if lock is not None:
+            lock.release()
+        raise
+    return lock, resume_from
+
+
+def _agree_on_start(accelerator, error: BaseException | None, resume_from: Path | None,
+                    source_run: Path) -> tuple[Path | None, Path]:
+    """The main process took the lock and chose (and verified) the checkpoint to resume, or failed to:
+    every rank learns the outcome before anything starts, so no rank trains in a directory another run
+    holds. Returns ``(resume_from, source_run)``: the checkpoint to resume from (None: a fresh start) and the
+    run directory whose config and data it must match."""
+    message = [f"{type(error).__name__}: {error}" if error is not None else None,
+               None if resume_from is None else str(resume_from), str(source_run)]
+    if accelerator.num_processes > 1:
+        from accelerate.utils import broadcast_object_list
+
+        broadcast_object_list(message, from_process=0)
+    if error is not None:
+        raise error
+    if message[0] is not None:
+        raise RuntimeError(f"the main process could not start the run: {message[0]}")
+    return (None if message[1] is None else Path(message[1])), Path(message[2])
+
+
+def _check_resume(cfg, run_dir: Path, resume_from: Path | None, source_run: Path, hashes: dict, *,
+                  is_main: bool) -> None:
+    """A resume must see the config and the data of the run it continues (``source_run``: this run, or the run
+    owning the checkpoint given as ``trainer.resume=<path>``); a fresh start records the data hashes."""
+    check_resume_config(cfg, source_run / "config.yaml")
+    if not is_main:
+        return
+    if resume_from is not None:
+        for line in check_data_unchanged(source_run, hashes, allow=cfg.trainer.allow_data_change):
+            print(f"[selectrust] warning: data changed (trainer.allow_data_change=true): {line}", flush=True)
+    if resume_from is None or source_run != run_dir or cfg.trainer.allow_data_change:
+        write_data_hashes(run_dir, hashes)

@@ -19,37 +19,25 @@ A stage whose ``run_complete.json`` exists but whose ``final/`` lost its weights
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from pathlib import Path
 
+from eval_hooks.core.hashing import dir_sha256, file_sha256_once
+
 START_RECORD = "stage_start.json"
 _WEIGHT_FILES = ("*.safetensors", "config.json", "adapter_config.json")
-_CACHE: dict[tuple, str] = {}  # (path, size, mtime_ns) -> sha256: a chain hashes its base model once
-
-
-def _file_sha256(path: Path) -> str:
-    from trainer.data.pins import file_sha256
-
-    st = path.stat()
-    key = (str(path.resolve()), st.st_size, st.st_mtime_ns)
-    if key not in _CACHE:
-        _CACHE[key] = file_sha256(path)
-    return _CACHE[key]
 
 
 def weights_sha256(directory: Path) -> str | None:
     """One SHA-256 over the weight and config files of a model or adapter directory (name and content of
-    each, in name order); None when the directory holds no weights."""
+    each, in name order: :func:`eval_hooks.core.hashing.dir_sha256`, each file hashed once per process, so a
+    chain hashes its base model once); None when the directory holds no weights."""
     d = Path(directory)
-    files = sorted({p for pattern in _WEIGHT_FILES for p in d.glob(pattern) if p.is_file()})
+    files = {p for pattern in _WEIGHT_FILES for p in d.glob(pattern) if p.is_file()}
     if not any(p.suffix == ".safetensors" for p in files):
         return None
-    h = hashlib.sha256()
-    for p in files:
-        h.update(f"{p.name}\0{_file_sha256(p)}\n".encode())
-    return h.hexdigest()
+    return dir_sha256(d, files, file_hash=file_sha256_once)
 
 
 def final_is_complete(final: Path) -> bool:
@@ -59,7 +47,7 @@ def final_is_complete(final: Path) -> bool:
 
 
 def _local_dir(path: str) -> Path | None:
-    from eval_hooks.models import resolve_model_path
+    from eval_hooks.model import resolve_model_path
 
     p = Path(resolve_model_path(str(path))).expanduser()
     return p.resolve() if p.is_dir() else None
@@ -67,17 +55,15 @@ def _local_dir(path: str) -> Path | None:
 
 def path_identity(path) -> dict:
     """``{"path", "sha256"}`` of a stage's input: a file's SHA-256, a model or adapter directory's
-    :func:`weights_sha256`, any other directory's files (``trainer.data.pins.tree_sha256``); None for what is not a
+    :func:`weights_sha256`, any other directory's files (``eval_hooks.core.hashing.dir_sha256``); None for what is not a
     local path (a hub id, recorded by name)."""
     local = Path(str(path)).expanduser()
     if local.is_file():
-        return {"path": str(path), "sha256": _file_sha256(local)}
+        return {"path": str(path), "sha256": file_sha256_once(local)}
     local = _local_dir(path)
     if local is None:
         return {"path": str(path), "sha256": None}
-    from trainer.data.pins import tree_sha256
-
-    return {"path": str(path), "sha256": weights_sha256(local) or tree_sha256(local)}
+    return {"path": str(path), "sha256": weights_sha256(local) or dir_sha256(local)}
 
 
 def start_identity(cfg) -> dict:

@@ -5,7 +5,9 @@ It runs the chains (``recipes/chain.py``), the distillation pipelines (``trainer
 overrides of that recipe's config and its inputs. The runner does not know the recipes: the entry point hands
 down ``compose(config_name, overrides)`` and a ``{name: run(cfg)}`` mapping (``recipes.chain.recipe_runners``),
 so a stage names its recipe and nothing below ``recipes/`` imports it. A step that is not a recipe (building a
-data set, converting a model) is a stage with ``call`` instead: a function of the stage's directory.
+data set, converting a model) is a stage with ``call`` instead: a function of the stage's directory, and, when the
+step declares ``inputs`` (``{name: "<earlier stage>[/<path>]"}``), of their paths too (``call(dir, {name: path})``),
+so a step reads another stage's output where the runner says it is, never by a path of its own.
 
 Every recipe stage gets ``seed`` and its directory: ``trainer.run_dir`` for a training recipe (a config with a
 ``trainer`` section), ``out_dir`` for any other (evaluation, pair mining). ``inputs`` set config keys to another
@@ -86,7 +88,8 @@ class Stage:
     inputs: dict[str, str] = field(default_factory=dict)  # config key -> "<earlier stage>[/<path in its output>]"
     start: str | None = None  # a training stage: the earlier stage whose final/ weights it starts from
     init_mode: str = "merge"  # an adapter there is merged into model.path, or trained on (continue)
-    call: Callable[[Path], Any] | None = None  # instead of a recipe: a step called with the stage's directory
+    call: Callable[..., Any] | None = None  # instead of a recipe: a step called with the stage's directory (and
+    # {input name: path} when it declares inputs)
     check: Callable[[Any], None] | None = None  # raises when the result is unusable, before a later stage runs
     dir: str | None = None  # the stage's directory relative to the root (default stages/<name>)
 
@@ -248,7 +251,7 @@ class StageRunner:
         """(result, output) of one stage."""
         out = self.stage_dir(stage.name)
         if stage.call is not None:  # a step: cheap (a cached conversion, a data build), so run every time
-            result = stage.call(out)
+            result = stage.call(out, self.input_paths(stage)) if stage.inputs else stage.call(out)
             self.records[stage.name] = {"status": "ran"}
             return result, result if isinstance(result, (str, Path)) else out
         cfg = self.compose_stage(stage)
@@ -269,7 +272,7 @@ class StageRunner:
         """A recipe stage that is not a training run: reused when its completion record (``stage_complete.json``:
         its recipe and config, the content hash of each input, its result) matches now; else run (an earlier run
         of other provenance is moved aside to ``<name>.old-<n>`` first) and recorded."""
-        from eval_hooks.io import write_json_atomic
+        from eval_hooks.core.io import write_json_atomic
 
         from .run_dir import config_differences, move_aside
         from .stage_start import start_differences
@@ -295,15 +298,20 @@ class StageRunner:
         self.records[stage.name] = {"status": "ran"}
         return result
 
+    def input_paths(self, stage: Stage) -> dict[str, Path | str]:
+        """``{key: path}`` of the stage's inputs: each named earlier stage's output (which has run) joined with the
+        path inside it, or that output as the stage gave it (a str; e.g. a hub id) when the input names no path."""
+        out = {}
+        for key, ref in stage.inputs.items():
+            source, _, rest = ref.partition("/")
+            out[key] = Path(self.outputs[source]) / rest if rest else self.outputs[source]
+        return out
+
     def input_identity(self, stage: Stage) -> dict:
         """``{key: {"path", "sha256"}}`` of the stage's inputs as they are now (``stage_start.path_identity``)."""
         from .stage_start import path_identity
 
-        out = {}
-        for key, ref in stage.inputs.items():
-            source, _, rest = ref.partition("/")
-            out[key] = path_identity(Path(self.outputs[source]) / rest if rest else self.outputs[source])
-        return out
+        return {key: path_identity(path) for key, path in self.input_paths(stage).items()}
 
     @contextlib.contextmanager
     def _signals_end(self, stage: Stage):
@@ -344,7 +352,7 @@ class StageRunner:
 
     def write_record(self) -> None:
         if self.record is not None:
-            from eval_hooks.io import write_json_atomic
+            from eval_hooks.core.io import write_json_atomic
 
             write_json_atomic(self.root / self.record, {"stages": self.records})
 

@@ -5,8 +5,9 @@ differs from the pinned one):
 
 - ``file``: a plain file, or what a registered data source (``toy:...``) resolves to: SHA-256 of the file;
 - ``dataset_dir``: a ``save_to_disk`` directory (``/dir`` or ``/dir:split``), or an ``hf:<local dir>`` id:
-  one SHA-256 over every file under the directory (relative name and content, in name order);
-- ``rows``: an ``hf:<hub id>`` dataset: SHA-256 of the rows as read (``eval_hooks.hf_data``), in order,
+  one SHA-256 over every file under the directory (relative name and content, in name order:
+  ``eval_hooks.core.hashing.dir_sha256``);
+- ``rows``: an ``hf:<hub id>`` dataset: SHA-256 of the rows as read (``eval_hooks.core.hf_data``), in order,
   as canonical JSON; the rows come from the ``datasets`` cache the recipe just filled.
 
 So an edited dataset of any kind is refused on resume like an edited file.
@@ -18,29 +19,15 @@ import hashlib
 import json
 from pathlib import Path
 
-
-def file_sha256(path: Path, chunk: int = 1 << 20) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(chunk):
-            h.update(block)
-    return h.hexdigest()
-
-
-def tree_sha256(root: Path) -> str:
-    """One SHA-256 over every file below ``root`` (relative path and content of each, in path order)."""
-    h = hashlib.sha256()
-    for p in sorted(q for q in Path(root).rglob("*") if q.is_file()):
-        h.update(f"{p.relative_to(root).as_posix()}\0{file_sha256(p)}\n".encode())
-    return h.hexdigest()
+from eval_hooks.core.hashing import dir_sha256, file_sha256
 
 
 def rows_sha256(source: str) -> str:
     """SHA-256 of the rows of a dataset source as read, in order (canonical JSON, one row a line)."""
-    from eval_hooks.hf_data import load_dataset_records
+    from eval_hooks.core.hf_data import DatasetSource, load_dataset_records
 
     h = hashlib.sha256()
-    for row, rec in load_dataset_records(source)[0]:
+    for row, rec in load_dataset_records(DatasetSource(source))[0]:
         h.update(json.dumps([row, rec], sort_keys=True, default=str).encode() + b"\n")
     return h.hexdigest()
 
@@ -48,7 +35,7 @@ def rows_sha256(source: str) -> str:
 def pin(path: str) -> dict | None:
     """The pin of one configured data path (None for a path that names nothing readable: the loader
     reports that)."""
-    from eval_hooks.hf_data import HF_PREFIX, is_saved_dataset, parse_hf_spec, split_disk_spec
+    from eval_hooks.core.hf_data import HF_PREFIX, is_saved_dataset, parse_hf_spec, split_disk_spec
 
     from trainer.data.sources import resolve_data_path
 
@@ -57,7 +44,7 @@ def pin(path: str) -> dict | None:
     if real.startswith(HF_PREFIX):
         name = Path(parse_hf_spec(real)[0]).expanduser()
         if name.is_dir():
-            return {"path": str(name.resolve()), "sha256": tree_sha256(name), "kind": "dataset_dir", **extra,
+            return {"path": str(name.resolve()), "sha256": dir_sha256(name), "kind": "dataset_dir", **extra,
                     "source": real}
         return {"path": real, "sha256": rows_sha256(real), "kind": "rows", **extra}
     p = Path(real).expanduser()
@@ -65,6 +52,6 @@ def pin(path: str) -> dict | None:
         return {"path": str(p.resolve()), "sha256": file_sha256(p), "kind": "file", **extra}
     directory = Path(split_disk_spec(real)[0]).expanduser()
     if is_saved_dataset(directory):
-        return {"path": str(directory.resolve()), "sha256": tree_sha256(directory), "kind": "dataset_dir",
+        return {"path": str(directory.resolve()), "sha256": dir_sha256(directory), "kind": "dataset_dir",
                 **extra, **({"source": real} if real != str(directory) else {})}
     return None

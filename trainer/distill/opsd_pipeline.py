@@ -2,7 +2,7 @@
 
 Stage ``base`` (only with ``pipeline.base_sft_path``): ``recipes/sft.py`` from the tiny preset
 ``pipeline.base_model`` with ``pipeline.base_sft`` (recipe=opsd_tiny: the demo's base SFT, conf/demo.yaml
-``stages.model`` / ``stages.base_sft``, with the demo's ``eval=none logger=jsonl``, so the base is the one
+``toy.stages.model`` / ``toy.stages.base_sft``, with the demo's ``eval=none logger=jsonl``, so the base is the one
 ``recipes/demo.py`` trains at the same seed); without it the student starts from ``model.path``. Stage
 ``opsd``: a ``recipes/distill.py`` run on ``data.train_path`` with ``data.prompt_style=mist`` (student: an
 item's misleading prompt; teacher: the adapter-disabled base on its clean prompt; on-policy tokens). Then
@@ -28,8 +28,8 @@ DEMO_COMMON = ["eval=none", "logger=jsonl"]
 
 class OpsdPipeline(DistillPipeline):
     def run(self) -> dict:
-        from eval_hooks.io import write_json_atomic
-        from eval_hooks.models import ensure_tiny_model
+        from eval_hooks.core.io import write_json_atomic
+        from eval_hooks.model import ensure_tiny_model
 
         from trainer.config import validate_distill
 

@@ -1,4 +1,4 @@
-"""The trainer's side of the generation-backend registry (``eval_hooks.backends.registry``): the backend of a
+"""The trainer's side of the generation-backend registry (``eval_hooks.generation.backends.registry``): the backend of a
 ``generation`` config node, what it can do, and what a run stops on when it fails.
 
 Nothing here knows a backend by name. :func:`make_backend` hands the node's settings to the backend's factory;
@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from eval_hooks.backends.registry import BuildContext, Capabilities, capabilities, get_backend
-from eval_hooks.prompts import PromptSettings
+from eval_hooks.generation.backends.registry import BuildContext, Capabilities, capabilities, get_backend
+from eval_hooks.generation.prompts import PromptSettings
 
 
 def generation_capabilities(gen_cfg) -> Capabilities:
@@ -53,7 +53,7 @@ def build_inference_backend(model_cfg, gen_cfg, *, prompt_settings: PromptSettin
     caps = generation_capabilities(gen_cfg)
     if not caps.policy_model:  # nothing loads here: the server holds the model
         return make_backend(gen_cfg, None, None, model_path=model_cfg.path, prompt_settings=prompt_settings)
-    from eval_hooks.models import load_tokenizer
+    from eval_hooks.model import load_policy_for_inference, load_tokenizer
 
     tokenizer = load_tokenizer(model_cfg.path, trust_remote_code=model_cfg.trust_remote_code)
     model = load_policy_for_inference(model_cfg, adapter_path, merge_adapter=generates_in_fp32(model_cfg, gen_cfg)
@@ -69,36 +69,8 @@ def generates_in_fp32(model_cfg, gen_cfg) -> bool:
     (``generation.mixed_precision`` resolved on this machine: ``auto`` is fp32 on a CPU without AMX-BF16)."""
     import torch
 
-    from eval_hooks.precision import resolve_mixed_precision
+    from eval_hooks.model import resolve_mixed_precision
 
     mp = resolve_mixed_precision(getattr(gen_cfg, "mixed_precision", "no"), cpu=not torch.cuda.is_available(),
                                  quiet=True)
     return str(model_cfg.dtype) == "float32" and mp == "no"
-
-
-def load_policy_for_inference(model_cfg, adapter_path: str | None, *, merge_adapter: bool = False):
-    """``model.path`` with a merged ``model.init_adapter`` (``init_adapter_mode=merge``) and, on top, the LoRA adapter
-    at ``adapter_path`` (checked first), on CUDA when present: merged into the weights with ``merge_adapter`` (an fp32
-    model generating in fp32, :func:`generates_in_fp32`), else kept apart as a peft adapter.
-
-    Why both: under bf16 (autocast or bf16 weights) rounding W + BA would lose part of a small LoRA delta, so the
-    adapter stays apart and the backend lets autocast cache its casts of the frozen weights
-    (``eval_hooks.backends.hf._casts_cached``). In fp32 the merge rounds at 1e-7 and saves peft's LoRA layers: 192
-    held-out rows of the real demo took 20.5 s against 22.3 s on SmolLM2-135M with its attention-only SCOPE adapter,
-    and gave the same 348 of 348 responses over the whole held-out set."""
-    import torch
-
-    from trainer.model.policy import load_base_with_adapters
-
-    merged = [model_cfg.init_adapter] if model_cfg.init_adapter and model_cfg.init_adapter_mode == "merge" else []
-    model = load_base_with_adapters(model_cfg, merged, device="cuda" if torch.cuda.is_available() else "cpu")
-    if adapter_path:
-        from peft import PeftModel
-
-        from trainer.model.adapter_check import check_adapter_finite
-
-        check_adapter_finite(adapter_path, "adapter_path")
-        model = PeftModel.from_pretrained(model, adapter_path)
-        if merge_adapter:
-            model = model.merge_and_unload()
-    return model

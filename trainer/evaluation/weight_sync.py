@@ -54,13 +54,12 @@ adapter, MLP weights the server did not apply). A stale adapter one small step b
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import tempfile
 from pathlib import Path
 
-from eval_hooks.backends.vllm_server import CHECKSUM_FILE  # stdlib-only module: cheap to import
+from eval_hooks.generation.backends.adapter_checksum import read_checksum, write_checksum  # stdlib only: cheap to import
 
 DEFAULT_PROBE_TEXT = (
     "The quick brown fox jumps over the lazy dog. Question: what is 12 + 30? Answer: 42.\n"
@@ -99,39 +98,26 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def adapter_checksum(directory: str | Path) -> str:
-    """sha256 over the adapter's files (sorted by name; name, NUL, bytes for each), excluding the
-    checksum file itself. Covers the weights and the config (rank, alpha, target modules)."""
-    h = hashlib.sha256()
-    for p in sorted(Path(directory).iterdir()):
-        if p.is_file() and p.name != CHECKSUM_FILE:
-            h.update(p.name.encode() + b"\0")
-            with open(p, "rb") as f:
-                for block in iter(lambda: f.read(1 << 20), b""):
-                    h.update(block)
-    return h.hexdigest()
-
-
 def save_adapter_atomically(peft_model, root: str | Path, version: str | int) -> tuple[str, str]:
     """Save ``peft_model``'s adapter as safetensors to ``<root>/adapter-<version>`` atomically.
 
     Written to a temporary sibling directory, every file fsynced, then renamed into place, so a reader
     (the server) never sees a partial adapter. An existing directory of the same version is replaced.
-    Returns ``(path, sha256)``; the checksum is also written to ``CHECKSUM.sha256`` inside.
+    Returns ``(path, sha256)``; the checksum is also written to ``CHECKSUM.sha256`` inside (the adapter-checksum
+    protocol: ``eval_hooks/generation/backends/adapter_checksum.py``).
     """
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
     target = root / f"adapter-{version}"
     tmp = Path(tempfile.mkdtemp(prefix=f".adapter-{version}-", dir=root))
     try:
-        from trainer.model.policy import save_policy
+        from eval_hooks.model import save_policy
 
         save_policy(peft_model, tmp)  # the trained adapter only (not a frozen reference copy)
         if not (tmp / "adapter_model.safetensors").is_file():
             raise RuntimeError(f"save_adapter_atomically: {type(peft_model).__name__}.save_pretrained wrote no "
                                f"adapter_model.safetensors in {tmp}; is it a peft LoRA model?")
-        checksum = adapter_checksum(tmp)
-        (tmp / CHECKSUM_FILE).write_text(checksum + "\n")
+        checksum = write_checksum(tmp)
         for p in tmp.iterdir():
             if p.is_file():
                 with open(p, "rb") as f:
@@ -293,7 +279,7 @@ class AdapterSync:
             path = str(self.root / f"adapter-{version}")
             self.backend.use_adapter(path, version)
             self.version = version
-            self.checksum = (Path(path) / CHECKSUM_FILE).read_text().strip()
+            self.checksum = read_checksum(path)
             return {"adapter_version": version, "adapter_checksum": self.checksum, "adapter_path": path}
         try:
             return self._sync_main(model, step, version)

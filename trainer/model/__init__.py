@@ -1,2 +1,4 @@
-"""Models: policy, reference, optimizer and LR schedule (``policy``), per-sequence log-probs
-(``logprobs``) and their chunked path through the LM head (``chunked_logprobs``)."""
+"""Per-sequence log-probs (``logprobs``), their chunked path through the LM head (``chunked_logprobs``) and the
+shared-prompt forward (``shared_prompt``), and the DPO recipe's micro-batch of preference pairs (``pairs``: collation,
+log-probs, the precomputed reference table). The policy, its reference and every model load live in
+:mod:`eval_hooks.model`; the optimizer and LR schedule in ``trainer/core/optim.py``."""

@@ -131,16 +131,7 @@ def shared_prompt_logprobs(model, batch: SharedPromptBatch, *, temperature: floa
     seg = batch.segments
     target = seg > 0
     n = seg.shape[0]
-    if logprob_chunk:
-        from trainer.model.chunked_logprobs import chunked_token_logprobs
-
-        hidden, head = _packed_hidden_or_logits(model, batch, start=0, hidden=True)
-        rows = torch.arange(n, device=seg.device).unsqueeze(1).expand_as(seg)
-        h = hidden[rows[target], batch.pred_index[target]]
-        lp, _ = chunked_token_logprobs(h, head.weight, batch.input_ids[target], temperature=temperature,
-                                       chunk=logprob_chunk)
-        token_lp = torch.zeros(seg.shape, dtype=lp.dtype, device=lp.device).masked_scatter(target, lp)
-    else:
+    if not logprob_chunk:
         start = int(batch.pred_index[target].min()) if bool(target.any()) else 0
         logits = _packed_hidden_or_logits(model, batch, start=start, hidden=False)[0]
         dtype = torch.float64 if logits.dtype == torch.float64 else torch.float32
@@ -150,6 +141,15 @@ def shared_prompt_logprobs(model, batch: SharedPromptBatch, *, temperature: floa
         if temperature != 1.0:
             x = x / temperature
         lp = x.gather(-1, batch.input_ids[target].unsqueeze(-1)).squeeze(-1) - torch.logsumexp(x, dim=-1)
+        token_lp = torch.zeros(seg.shape, dtype=lp.dtype, device=lp.device).masked_scatter(target, lp)
+    else:
+        from trainer.model.chunked_logprobs import chunked_token_logprobs
+
+        hidden, head = _packed_hidden_or_logits(model, batch, start=0, hidden=True)
+        rows = torch.arange(n, device=seg.device).unsqueeze(1).expand_as(seg)
+        h = hidden[rows[target], batch.pred_index[target]]
+        lp, _ = chunked_token_logprobs(h, head.weight, batch.input_ids[target], temperature=temperature,
+                                       chunk=logprob_chunk)
         token_lp = torch.zeros(seg.shape, dtype=lp.dtype, device=lp.device).masked_scatter(target, lp)
     chosen = (token_lp * (seg == CHOSEN)).sum(1)
     rejected = (token_lp * (seg == REJECTED)).sum(1)

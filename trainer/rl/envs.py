@@ -11,11 +11,12 @@ An episode is a chat: ``[user: obs_0, assistant: a_1, user: obs_1, ..., assistan
 policy is trained on every assistant turn (environment turns are masked), and the whole episode
 gets the final ``reward`` as its outcome (docs/box2.md#rewards: environment return; never agreement with a
 workflow). :func:`run_episodes` drives many episodes in lock-step through any
-:class:`~eval_hooks.backends.base.GenerationBackend`, one batched ``generate`` per turn.
+:class:`~eval_hooks.generation.backends.base.GenerationBackend`, one batched ``generate`` per turn.
 
 Environments are named in ``algo.env``: ``toy_lookup`` (tests, CPU demo), ``webshop`` (template,
-raises until you implement it) or an import path ``pkg.module:Class`` (a zero-argument callable
-returning an :class:`Environment`).
+raises until you implement it), another package's entry point in group ``selectrust.environments``
+(:data:`ENVIRONMENTS`) or an import path ``pkg.module:Class`` (a zero-argument callable returning an
+:class:`Environment`).
 """
 
 from __future__ import annotations
@@ -25,6 +26,10 @@ import re
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
+
+from eval_hooks.core.plugins import Registry
+from trainer.rl.registry import callable_registry
+
 
 
 @dataclass
@@ -117,7 +122,15 @@ class WebShopEnv(Environment):
         raise NotImplementedError(self.MESSAGE)
 
 
-ENVIRONMENTS: dict[str, Callable[[], Environment]] = {"toy_lookup": ToyLookupEnv, "webshop": WebShopEnv}
+ENTRY_POINT_GROUP = "selectrust.environments"
+BUILTIN: dict[str, str] = {"toy_lookup": "trainer.rl.envs:ToyLookupEnv", "webshop": "trainer.rl.envs:WebShopEnv"}
+
+
+#: ``algo.env`` names: :data:`BUILTIN`, ``ENVIRONMENTS.register(name, cls)`` in code, or an installed package's
+#: entry point in group :data:`ENTRY_POINT_GROUP` (``maze = "my_pkg.maze:MazeEnv"``); each a zero-argument
+#: callable returning an :class:`Environment`.
+ENVIRONMENTS: Registry[Callable[[], Environment]] = callable_registry("environment", "env", ENTRY_POINT_GROUP,
+                                                                      BUILTIN)
 
 
 def resolve_env(name: str, *, max_turns: int | None = None) -> Callable[[], Environment]:
@@ -128,7 +141,7 @@ def resolve_env(name: str, *, max_turns: int | None = None) -> Callable[[], Envi
 
     accepted = f"one of {', '.join(sorted(ENVIRONMENTS))}, or an import path 'pkg.module:Class'"
     if name in ENVIRONMENTS:
-        cls = ENVIRONMENTS[name]
+        cls = ENVIRONMENTS.get(name)
     elif ":" in name:
         mod, _, attr = name.partition(":")
         try:
@@ -161,7 +174,7 @@ class Episode:
 
 def episode_seed(item_seed: int, episode: int, turn: int) -> int:
     """Request seed of one episode's turn: a stable hash of (the item's seed, episode index, turn)."""
-    from eval_hooks.backends.base import derive_seed
+    from eval_hooks.generation.backends.base import derive_seed
 
     return derive_seed("episode", item_seed, episode, turn)
 
@@ -177,7 +190,7 @@ def run_episodes(backend, factory: Callable[[], Environment], items: Sequence[di
     ``seeds[i]``. So an item's episodes are a function of (weights, item, its seed) alone, whatever
     other items share the call.
     """
-    from eval_hooks.backends.base import GenerationRequest
+    from eval_hooks.generation.backends.base import GenerationRequest
 
     if len(seeds) != len(items):
         raise ValueError(f"run_episodes: {len(seeds)} seeds for {len(items)} items (one per item)")

@@ -12,7 +12,8 @@ Registry (docs/box2.md#rewards: the reward is the task outcome only; nothing rew
 - ``answer_match``    dispatch on ``row["answer_type"]`` (any answer type, short_text included), judged as
                       evaluation judges it: the row's candidates and ``gold_aliases`` count
 
-Any other name must be an import path ``pkg.module:function``. :func:`resolve_reward` checks the
+Another package adds one with an entry point in group ``selectrust.rewards`` (:data:`REGISTRY`); any other name
+must be an import path ``pkg.module:function``. :func:`resolve_reward` checks the
 name before anything is generated. :class:`GuardedReward` turns a raising or non-finite reward into
 an *error sample* (reward 0.0, counted, logged) and stops the run after ``max_errors`` with a message
 that names the function and shows an example input.
@@ -27,7 +28,9 @@ import threading
 from typing import Any, Callable
 
 from eval_hooks.parsers import answers_match, parse_answer, parse_row_answer, row_answer_matches
+from eval_hooks.core.plugins import Registry
 from trainer.core.errors import RewardError  # noqa: F401  (raised here; the loop checkpoints on it)
+from trainer.rl.registry import callable_registry
 
 RewardFn = Callable[[str, dict], float]
 
@@ -88,12 +91,21 @@ def answer_match(completion: str, row: dict) -> float:
     return 1.0 if row_answer_matches(parse_row_answer(completion, row), row) else 0.0
 
 
-REGISTRY: dict[str, RewardFn] = {
-    "numeric_match": _match("numeric"),
-    "multiple_choice": _match("multiple_choice"),
-    "boolean": _match("boolean"),
-    "answer_match": answer_match,
+numeric_match = _match("numeric")
+multiple_choice_match = _match("multiple_choice")
+boolean_match = _match("boolean")
+
+ENTRY_POINT_GROUP = "selectrust.rewards"
+BUILTIN: dict[str, str] = {
+    "numeric_match": "trainer.rl.rewards:numeric_match",
+    "multiple_choice": "trainer.rl.rewards:multiple_choice_match",
+    "boolean": "trainer.rl.rewards:boolean_match",
+    "answer_match": "trainer.rl.rewards:answer_match",
 }
+
+#: ``algo.reward`` names: :data:`BUILTIN`, ``REGISTRY.register(name, fn)`` in code, or an installed package's entry
+#: point in group :data:`ENTRY_POINT_GROUP` (``exact = "my_pkg.rewards:exact"``).
+REGISTRY: Registry[RewardFn] = callable_registry("reward", "reward", ENTRY_POINT_GROUP, BUILTIN)
 
 
 def resolve_reward(name: str) -> RewardFn:
@@ -104,7 +116,7 @@ def resolve_reward(name: str) -> RewardFn:
 
     accepted = f"one of {', '.join(sorted(REGISTRY))}, or an import path 'pkg.module:function'"
     if name in REGISTRY:
-        return REGISTRY[name]
+        return REGISTRY.get(name)
     if ":" not in name:
         raise ConfigError(f"algo.reward={name!r} is not a registered reward ({accepted})")
     module_name, _, attr = name.partition(":")

@@ -11,7 +11,7 @@ from typing import Any
 
 from ...parsers import ANSWER_TYPES as _ANSWER_TYPES
 from ...parsers import answer_type as _answer_type
-from ...parsers import answer_budget, answer_status, answers_match, parse_row_answer, row_answer_matches
+from ...parsers import answer_budget, answer_status, parse_row_answer, row_answer_matches
 from ..base import Ctx, Family, check_choices, check_gold, req_choice, req_item_id, req_str
 from ...vocab import MIST_CONDITIONS as CONDITIONS
 from .metrics import mist_metrics, quality_warnings
@@ -50,7 +50,7 @@ class MistFamily(Family):
             gold = check_gold(rec.get("gold"), at, ctx, choices=choices)
             wrong = check_gold(rec.get("wrong_value"), at, ctx, field="wrong_value", choices=choices)
             aliases = _check_aliases(rec, at, ctx)
-            if _same_answer(gold, wrong, at):
+            if _answer_type(at).same_answer(gold, wrong):
                 raise ctx.error(f"wrong_value {rec['wrong_value']!r} equals the gold {rec['gold']!r}",
                                 "wrong_value", "a valid answer different from the gold")
             if wrong in aliases:
@@ -145,8 +145,3 @@ def _check_aliases(rec: dict, answer_type: str, ctx: Ctx) -> list[str]:
                         f"a list of non-empty strings, with answer_type {with_aliases} only")
     return [check_gold(a, answer_type, ctx, field="gold_aliases") for a in v]
 
-
-def _same_answer(a: str, b: str, answer_type: str) -> bool:
-    """Whether two canonical values are one answer: numbers as the numeric matcher compares them (within its
-    tolerance; as written when too long to parse back), any other type as written."""
-    return answers_match(a, b, "numeric") if answer_type == "numeric" else a == b

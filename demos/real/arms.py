@@ -1,0 +1,208 @@
+"""The real demo's arms (:mod:`demos.real.pipeline`): one :class:`DemoArm` entry per arm in :data:`ARMS`, the one
+place that knows an arm by name.
+
+An entry is all a run needs of its arm: its summary key (``name``: ``summary.json``'s ``real.<name>`` and
+``transfer.<name>``, its stages ``<name>``, ``eval_<name>`` and ``transfer_<name>``), its label and colour in the
+report, the seed table and the plots, its training stages (None: the base, evaluated only), the ``real.<switch>``
+key that turns it on or off, the arm it continues (the seed plot's arrow) and its own targets. The pipeline,
+the report and the seed table read arms only from :data:`ARMS` (in its order), so adding an arm is one entry here,
+or, from another package, an entry point in the group ``selectrust.demo_arms`` naming a :class:`DemoArm`.
+:func:`preflight` checks every arm a run will train, evaluate and plot before its first stage runs.
+
+Override order (:func:`merge_overrides`): a training stage's Hydra overrides come from up to six sources, merged
+in the order of :data:`OVERRIDE_ORDER`, so a later one wins a key both set.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+from eval_hooks.core.plugins import Registry
+from trainer.config import ConfigError
+from trainer.core.stages import Stage
+
+from .prompts import GRPO_PROMPTS, GRPO_ROWS, INPUTS, TRAIN, grpo_prompts
+
+TRAIN_RECIPE = "recipe=scope_smollm2_135m"
+GRPO_RECIPE = "recipe=scope_grpo_smollm2_135m"
+TRAIN_COMMON = ["eval=none", "logger=jsonl"]  # every arm
+GROUP = "selectrust.demo_arms"  # the entry-point group of arms from other packages
+
+#: The sources of a training stage's overrides, earliest first: a later source wins a key an earlier one set.
+#: ``recipe``: the recipe preset; ``demo``: the demo's own (``demos.config.REAL_DEMOS``, e.g. the quick demo's
+#: GRPO steps); ``stage``: ``real.stages.<recipe stage>`` (the user's); ``common``: what every arm sets
+#: (:data:`TRAIN_COMMON`); ``arm``: what makes the arm this arm (its algorithm, its prompt rows' format);
+#: ``arm_stage``: ``real.stages.<arm>`` (the user's, for this arm only).
+OVERRIDE_ORDER = ("recipe", "demo", "stage", "common", "arm", "arm_stage")
+
+
+def merge_overrides(**sources: Sequence[str]) -> list[str]:
+    """The Hydra overrides of one stage: each source's list (keyword by name, any of :data:`OVERRIDE_ORDER`)
+    concatenated in :data:`OVERRIDE_ORDER`, whatever order they are passed in (Hydra applies them in turn, so a
+    later source wins). Raises TypeError naming a source that is not one of them."""
+    unknown = [k for k in sources if k not in OVERRIDE_ORDER]
+    if unknown:
+        raise TypeError(f"merge_overrides: unknown override source(s) {unknown}; known: {', '.join(OVERRIDE_ORDER)}")
+    return [o for name in OVERRIDE_ORDER for o in sources.get(name, ())]
+
+
+@dataclass(frozen=True)
+class DemoArm:
+    """One arm of the real demo (see the module docstring).
+
+    ``train(arm, cfg) -> [Stage]``: its training stages (the last one's ``final/`` is the adapter evaluated), of a
+    composed ``conf/demo.yaml``; None for the base. ``switch``: the ``real.<switch>`` key that turns it on (true)
+    or off (false); where it is None or the arm has none, the arm runs unless it is a ``comparison`` arm, which
+    runs only in a demo with comparison arms (``REAL_DEMOS[demo].comparison_arms``). ``targets(mine, base,
+    checked, checked_label, limits) -> {target: met}``: its own targets against the arm the targets are checked
+    on (``limits``: ``demos.real.report.TARGETS``), when it ran."""
+
+    name: str
+    label: str
+    color: str
+    train: Callable[["DemoArm", object], list[Stage]] | None = None
+    switch: str | None = None
+    comparison: bool = False
+    continues: str | None = None
+    targets: Callable[[dict, dict, dict, str, dict], dict[str, bool]] | None = None
+
+
+def drop_ok(x: float | None, base: float | None, drop: float) -> bool:
+    """``x`` is at most ``drop`` below ``base`` (False when either is missing)."""
+    return x is not None and base is not None and x >= base - drop
+
+
+def dpo(algo: str, own: str | None = None) -> Callable[[DemoArm, object], list[Stage]]:
+    """A DPO arm's stage: a fresh LoRA adapter on the base (``<out>/stages/<arm>/final``) trained with
+    ``algo=<algo>`` on ``mine``'s pairs, after ``real.stages.dpo``; ``own``: the ``real.stages`` key of this arm's
+    own overrides (last)."""
+    def train(arm: DemoArm, cfg) -> list[Stage]:
+        st = cfg.real.stages
+        over = merge_overrides(recipe=[TRAIN_RECIPE], stage=st.dpo, common=TRAIN_COMMON, arm=[f"algo={algo}"],
+                               arm_stage=st[own] if own else [])
+        return [Stage(arm.name, "dpo", over, inputs={"model.path": "convert", "data.train_path": "mine/pairs.jsonl"})]
+
+    return train
+
+
+def grpo_after(start: str) -> Callable[[DemoArm, object], list[Stage]]:
+    """A GRPO arm's stages: ``grpo_prompts`` writes its prompts (``real.grpo_rows``), then GRPO continues
+    ``start``'s adapter on them for the demo's own ``grpo`` overrides (``REAL_DEMOS``; ``real.stages.grpo`` comes
+    after and wins)."""
+    def train(arm: DemoArm, cfg) -> list[Stage]:
+        from ..config import REAL_DEMOS
+
+        rows_mode = str(cfg.real.grpo_rows)
+        over = merge_overrides(recipe=[GRPO_RECIPE], demo=REAL_DEMOS[cfg.demo].grpo, stage=cfg.real.stages.grpo,
+                               common=TRAIN_COMMON, arm=GRPO_ROWS[rows_mode][1])
+        return [Stage("grpo_prompts", call=grpo_prompts(cfg.seed, rows_mode), inputs=dict(INPUTS)),
+                Stage(arm.name, "grpo", over, inputs={"data.train_path": f"grpo_prompts/{GRPO_PROMPTS}"}, start=start,
+                      init_mode="continue")]
+
+    return train
+
+
+def _misleading_only_targets(mine: dict, base: dict, checked: dict, checked_label: str, limits: dict) -> dict:
+    """The Standard-DPO ablation: its correct-context accuracy is below the checked arm's."""
+    return {f"misleading-only correct-context accuracy < {checked_label}'s":
+            mine["accuracy"]["correct"] < checked["accuracy"]["correct"]}
+
+
+def _knowledge_aware_targets(mine: dict, base: dict, checked: dict, checked_label: str, limits: dict) -> dict:
+    """Knowledge-aware SCOPE keeps the base's unknown_correct_accuracy."""
+    drop = limits["unknown_correct_drop_max"]
+    return {f"knowledge-aware unknown_correct_accuracy >= base - {drop:.2f}":
+            drop_ok(mine.get("unknown_correct_accuracy"), base.get("unknown_correct_accuracy"), drop)}
+
+
+BASE = DemoArm("base", "base", "#4C72B0")
+SCOPE = DemoArm("scope", "SCOPE", "#DD8452", train=dpo("scope"))
+MISLEADING_ONLY = DemoArm("misleading_only", "misleading-only", "#55A868", train=dpo("standard_dpo"),
+                          switch="misleading_only", comparison=True, targets=_misleading_only_targets)
+KNOWLEDGE_AWARE = DemoArm("knowledge_aware", "knowledge-aware", "#8172B3",
+                          train=dpo("scope_knowledge_aware", own="knowledge_aware"), switch="knowledge_aware",
+                          comparison=True, targets=_knowledge_aware_targets)
+SCOPE_GRPO = DemoArm("scope_grpo", "SCOPE+GRPO", "#C44E52", train=grpo_after("scope"), switch="scope_grpo",
+                     continues="scope")
+
+#: The arm the targets are checked on: the first of these the run trained.
+CHECKED_ARMS = ("scope_grpo", "scope")
+
+
+def _accept(name: str, obj: object) -> DemoArm:
+    """An entry (built in or an entry point) is a :class:`DemoArm` of its own name, with a label and a colour."""
+    if not isinstance(obj, DemoArm):
+        raise ConfigError(f"demo arm {name!r}: {obj!r} is not a demos.real.arms.DemoArm")
+    if obj.name != name or not obj.label or not obj.color:
+        raise ConfigError(f"demo arm {name!r}: its entry is named {obj.name!r}, label {obj.label!r}, colour "
+                          f"{obj.color!r} (its own name, a label and a colour are required)")
+    return obj
+
+
+#: Every arm, in run and report order: the base, then the trained arms (a later arm may continue an earlier one).
+ARMS: Registry[DemoArm] = Registry(
+    "demo arm", GROUP, {a.name: f"{__name__}:{const}" for a, const in (
+        (BASE, "BASE"), (SCOPE, "SCOPE"), (MISLEADING_ONLY, "MISLEADING_ONLY"), (KNOWLEDGE_AWARE, "KNOWLEDGE_AWARE"),
+        (SCOPE_GRPO, "SCOPE_GRPO"))},
+    accept=_accept, error=ConfigError)
+
+
+def label(name: str) -> str:
+    """The arm's label in tables and plots."""
+    return ARMS.get(name).label
+
+
+def color(name: str) -> str:
+    """The arm's colour in every plot."""
+    return ARMS.get(name).color
+
+
+def trained(name: str) -> bool:
+    """Whether the arm trains (every arm but the base)."""
+    return ARMS.get(name).train is not None
+
+
+def arm_on(cfg, name: str) -> bool:
+    """Whether the real demo of ``cfg`` runs arm ``name``: ``real.<switch>``, or, where that is None or the arm has
+    no switch, every arm but a comparison arm, which runs where the demo runs comparison arms
+    (``demos.config.REAL_DEMOS``)."""
+    from ..config import REAL_DEMOS
+
+    arm = ARMS.get(name)
+    chosen = cfg.real[arm.switch] if arm.switch else None
+    if chosen is None:
+        return not arm.comparison or REAL_DEMOS[cfg.demo].comparison_arms
+    return bool(chosen)
+
+
+def run_arms(cfg) -> list[str]:
+    """The trained arms this run runs, in :data:`ARMS` order."""
+    return [n for n in ARMS if trained(n) and arm_on(cfg, n)]
+
+
+def preflight(cfg) -> list[str]:
+    """Check, before any stage runs, everything a run of ``cfg`` will train, plot and report, and return the
+    trained arms it runs (:func:`run_arms`): every entry loads as a :class:`DemoArm` (a name, a label, a colour
+    matplotlib knows), a switch is a key of ``real``, the arm an arm continues runs before it, and the run trains
+    one of :data:`CHECKED_ARMS`. Raises ConfigError in one line otherwise."""
+    from matplotlib.colors import is_color_like
+
+    running: list[str] = []
+    for name in ARMS:
+        arm = ARMS.get(name)
+        if not is_color_like(arm.color):
+            raise ConfigError(f"demo arm {name!r}: colour {arm.color!r} is not a matplotlib colour")
+        if arm.switch is not None and arm.switch not in cfg.real:
+            raise ConfigError(f"demo arm {name!r}: its switch real.{arm.switch} is not a key of the demo's `real` "
+                              "settings (demos/config.py)")
+        if arm.train is None or not arm_on(cfg, name):
+            continue
+        if arm.continues is not None and arm.continues not in running:
+            raise ConfigError(f"demo arm {name!r} continues {arm.continues!r}, which this run does not train before "
+                              f"it (arms: {running})")
+        running.append(name)
+    if not any(n in running for n in CHECKED_ARMS):
+        raise ConfigError(f"the real demo's targets are checked on one of {list(CHECKED_ARMS)}; this run trains "
+                          f"{running}")
+    return running

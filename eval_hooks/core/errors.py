@@ -1,0 +1,38 @@
+"""The error every reader of input data raises: :class:`DataError`, whose message names the file (or
+dataset), the line (for Parquet and datasets: the 1-based row), the field and what would have been accepted.
+The CLI turns it into one clean message and a non-zero exit. (:mod:`eval_hooks.core.io` re-exports it.)"""
+
+from __future__ import annotations
+
+import os
+
+from eval_hooks.core.dataset_ids import is_dataset_source
+
+
+class DataError(ValueError):
+    """Bad input data. ``path``/``line``/``field`` locate the problem (any may be ``None``)."""
+
+    def __init__(self, problem: str, *, path: str | os.PathLike | None = None, line: int | None = None,
+                 field: str | None = None, accepted: str | None = None):
+        self.problem = problem
+        self.path = None if path is None else str(path)
+        self.line = line
+        self.field = field
+        self.accepted = accepted
+        where = []
+        if self.path is not None:
+            where.append(self.path)
+        if line is not None:
+            where.append(f"{'row' if _is_dataset_label(self.path) else 'line'} {line}")
+        if field is not None:
+            where.append(f"field '{field}'")
+        msg = (", ".join(where) + ": " if where else "") + problem
+        if accepted:
+            msg += f" (accepted: {accepted})"
+        super().__init__(msg)
+
+
+def _is_dataset_label(path: str | None) -> bool:
+    if path is None:
+        return False
+    return is_dataset_source(path)

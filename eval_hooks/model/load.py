@@ -1,0 +1,189 @@
+"""Model and tokenizer loading, including the tiny built-in model used as the CPU default.
+
+The tiny model is a random-init Llama-family causal LM with a byte-level tokenizer, built from code
+(nothing is downloaded) and cached on disk with ``save_pretrained``. ``model.path: tiny`` (or
+``tiny:<name>``) anywhere a model path is accepted resolves to it.
+
+Why Llama and not Qwen2: transformers 5 replaces a saved Qwen2 tokenizer with its own on reload.
+Why not ByT5Tokenizer: it appends EOS to every prompt, which breaks assistant masks and generation.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from .cache import cached_build, check_cache_entry
+from .source import check_gguf_file, ensure_gguf_converted, gguf_file, is_gguf_source
+
+# Special tokens of the byte tokenizer. Ids 0..N-1 are these, then the 256 bytes.
+SPECIAL_TOKENS = ["<pad>", "<s>", "</s>", "<|system|>", "<|user|>", "<|assistant|>", "<|end|>"]
+
+# `{% generation %}` marks assistant tokens so `return_assistant_tokens_mask` works (SFT/TRL).
+CHAT_TEMPLATE = (
+    "{% for message in messages %}"
+    "{% if message['role'] == 'assistant' %}"
+    "<|assistant|>\n{% generation %}{{ message['content'] }}<|end|>{% endgeneration %}\n"
+    "{% else %}"
+    "<|{{ message['role'] }}|>\n{{ message['content'] }}<|end|>\n"
+    "{% endif %}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>\n{% endif %}"
+)
+
+
+@dataclass(frozen=True)
+class TinyModelSpec:
+    """Shape of the built-in tiny Llama. The default is ~0.4M parameters: fast enough for CI."""
+
+    hidden_size: int = 64
+    num_hidden_layers: int = 2
+    num_attention_heads: int = 4
+    num_key_value_heads: int = 2
+    intermediate_size: int = 176
+    max_position_embeddings: int = 1024
+    seed: int = 0
+
+    def key(self) -> str:
+        blob = json.dumps(asdict(self), sort_keys=True) + "|tok-v1"
+        return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+
+TINY_PRESETS: dict[str, TinyModelSpec] = {
+    "tiny": TinyModelSpec(),
+    # ~3M parameters: the size the evaluation benchmark uses.
+    "tiny-3m": TinyModelSpec(hidden_size=256, num_hidden_layers=4, num_attention_heads=8,
+                             num_key_value_heads=4, intermediate_size=688),
+    # ~0.44M parameters: the embedded demo's model (learns the toy key->digit task in about a minute).
+    "tiny-demo": TinyModelSpec(hidden_size=128, num_hidden_layers=2, num_attention_heads=4,
+                               num_key_value_heads=2, intermediate_size=344),
+    # ~25M parameters: the size the DPO benchmark uses.
+    "tiny-25m": TinyModelSpec(hidden_size=512, num_hidden_layers=8, num_attention_heads=8,
+                              num_key_value_heads=8, intermediate_size=1376),
+}
+
+#: Generation budget (new tokens) for the built-in tiny model, which answers one digit (mining's default for it,
+#: where a real model gets :func:`eval_hooks.parsers.answer_budget`).
+TOY_ANSWER_BUDGET = 4
+
+
+def build_byte_tokenizer():
+    """A byte-level ``PreTrainedTokenizerFast`` with a chat template; no BOS/EOS added on encode."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    alphabet = pre_tokenizers.ByteLevel.alphabet()  # the 256 byte symbols, GPT-2 style
+    vocab = {tok: i for i, tok in enumerate(SPECIAL_TOKENS)}
+    for sym in sorted(alphabet):
+        vocab[sym] = len(vocab)
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[], fuse_unk=False))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.add_special_tokens(SPECIAL_TOKENS)
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        bos_token="<s>",
+        eos_token="<|end|>",
+        pad_token="<pad>",
+        padding_side="left",
+        additional_special_tokens=[t for t in SPECIAL_TOKENS if t not in ("<pad>", "<s>", "<|end|>")],
+    )
+    fast.chat_template = CHAT_TEMPLATE
+    return fast
+
+
+def build_tiny_model(spec: TinyModelSpec, vocab_size: int, pad_id: int, eos_id: int, bos_id: int):
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(
+        vocab_size=vocab_size,
+        hidden_size=spec.hidden_size,
+        intermediate_size=spec.intermediate_size,
+        num_hidden_layers=spec.num_hidden_layers,
+        num_attention_heads=spec.num_attention_heads,
+        num_key_value_heads=spec.num_key_value_heads,
+        max_position_embeddings=spec.max_position_embeddings,
+        pad_token_id=pad_id,
+        eos_token_id=eos_id,
+        bos_token_id=bos_id,
+        tie_word_embeddings=False,
+    )
+    torch.manual_seed(spec.seed)
+    model = LlamaForCausalLM(config)
+    model.generation_config.pad_token_id = pad_id
+    model.generation_config.eos_token_id = eos_id
+    return model
+
+
+def ensure_tiny_model(name: str = "tiny", root: str | Path | None = None) -> Path:
+    """Build (once) and return the directory of a tiny model preset; safe under concurrent ranks."""
+    if name not in TINY_PRESETS:
+        raise ValueError(f"unknown tiny model preset {name!r}; known: {sorted(TINY_PRESETS)}")
+    spec = TINY_PRESETS[name]
+
+    def build(tmp: Path) -> None:
+        tok = build_byte_tokenizer()
+        model = build_tiny_model(spec, len(tok), tok.pad_token_id, tok.eos_token_id, tok.bos_token_id)
+        model.save_pretrained(tmp, safe_serialization=True)
+        tok.save_pretrained(tmp)
+
+    return cached_build(root, f"{name}-{spec.key()}", build)
+
+
+def resolve_model_path(path: str) -> str:
+    """``tiny`` / ``tiny:<preset>`` -> cached directory; a ``.gguf`` file or ``pkg:<module>`` -> its cached
+    dequantized safetensors directory (converted once, ``eval_hooks/model/source.py``); anything else unchanged.
+    Cache entries are checked on every call (``eval_hooks/model/cache.py``), also when named by their directory
+    (a damaged one is then refused, naming the remedy)."""
+    if path == "tiny" or path.startswith("tiny:") or path in TINY_PRESETS:
+        name = path.split(":", 1)[1] if ":" in path else path
+        return str(ensure_tiny_model(name))
+    if is_gguf_source(path):
+        return str(ensure_gguf_converted(path))
+    check_cache_entry(path)
+    return path
+
+
+def check_model_path(path: str, field: str = "model.path") -> None:
+    """Fail early (before loading anything heavy) on a local path that does not exist."""
+    if path == "tiny" or path.startswith("tiny:") or path in TINY_PRESETS:
+        return
+    if is_gguf_source(path):
+        check_gguf_file(gguf_file(path, field), field)  # names the install command when a pkg: package is absent
+        return
+    looks_local = path.startswith(("/", ".", "~")) or os.sep in path and Path(path).parent.exists()
+    if looks_local and not Path(path).expanduser().exists():
+        raise FileNotFoundError(f"{field}: model directory {path!r} does not exist")
+
+
+def load_tokenizer(path: str, *, trust_remote_code: bool = False):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(resolve_model_path(path), trust_remote_code=trust_remote_code)
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    return tok
+
+
+def load_model(path: str, *, dtype: str = "float32", device: str | None = None,
+               trust_remote_code: bool = False, attn_implementation: str | None = None):
+    """Load a causal LM from safetensors weights only (``use_safetensors=True``: never unpickles)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    torch_dtype = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16,
+                   "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16}[dtype]
+    kwargs = {}
+    if attn_implementation:
+        kwargs["attn_implementation"] = attn_implementation
+    model = AutoModelForCausalLM.from_pretrained(
+        resolve_model_path(path), dtype=torch_dtype, use_safetensors=True,
+        trust_remote_code=trust_remote_code, **kwargs,
+    )
+    if device is not None:
+        model.to(device)
+    return model

@@ -1,0 +1,187 @@
+"""The real demo's arm registry (demos/real/arms.py): one entry per arm, checked before any stage runs; the
+override order of its training stages; the declared inputs of its step stages (trainer/core/stages.py)."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+
+from demos.real.arms import DemoArm, dpo
+from test_real_demo import _compose, _facts_rows, _metrics, _summary
+
+# An arm from elsewhere (registered in code, or named by an entry point of the group selectrust.demo_arms), and
+# broken ones.
+EXTRA = DemoArm("extra_arm", "extra", "#937860", train=dpo("scope"), comparison=True)
+BAD_COLOUR = DemoArm("extra_arm", "extra", "blurple", train=dpo("scope"))
+BAD_SWITCH = DemoArm("extra_arm", "extra", "#000000", train=dpo("scope"), switch="extra_arm")
+BEFORE_ITS_START = DemoArm("extra_arm", "extra", "#000000", train=dpo("scope"), continues="misleading_only")
+
+
+def test_every_arm_is_one_entry_in_run_and_report_order():
+    from demos.real.arms import ARMS, arm_on, color, label, trained
+
+    assert list(ARMS) == ["base", "scope", "misleading_only", "knowledge_aware", "scope_grpo"]
+    assert [label(n) for n in ARMS] == ["base", "SCOPE", "misleading-only", "knowledge-aware", "SCOPE+GRPO"]
+    assert len({color(n) for n in ARMS}) == len(ARMS)
+    assert [n for n in ARMS if not trained(n)] == ["base"]
+    quick, full = _compose([]), _compose(["demo=real_full"])
+    assert [n for n in ARMS if trained(n) and arm_on(quick, n)] == ["scope", "scope_grpo"]
+    assert arm_on(_compose(["real.scope_grpo=false"]), "scope") and not arm_on(
+        _compose(["real.scope_grpo=false"]), "scope_grpo")
+    assert all(arm_on(full, n) for n in ARMS)
+
+
+def test_an_unknown_arm_name_fails_in_one_line():
+    from demos.real.arms import ARMS
+    from trainer.config import ConfigError
+
+    with pytest.raises(ConfigError, match=r"^unknown demo arm 'scope_rl'; known: base \| scope \|") as e:
+        ARMS.get("scope_rl")
+    assert "\n" not in str(e.value)
+
+
+def test_a_sixth_arm_is_one_entry_and_runs_reports_and_plots(tmp_path):
+    """An arm registered in code (or by an entry point: the next test) trains, is evaluated, tabled and plotted in
+    its own colour (before the registry, a sixth arm's plot colour was a KeyError once every stage had run)."""
+    from demos.real.arms import ARMS
+    from demos.real.pipeline import arms, stages
+    from demos.real.report import check_targets, write_report
+    from demos.real.seeds import main as seeds_main
+
+    ARMS.register("extra_arm", EXTRA)
+    try:
+        full = _compose([f"out={tmp_path}", "demo=real_full"])
+        assert [s.name for s in stages(full)][-3:] == ["extra_arm", "eval_extra_arm", "transfer_extra_arm"]
+        assert arms(full)[-1] == "extra_arm" and "extra_arm" not in arms(_compose([]))  # a comparison arm
+        s = _summary()
+        s["real"]["extra_arm"] = _metrics((0.50, 0.55, 0.90, 0.30), 0.35, 44, 0.80)
+        s["targets"] = check_targets(s)
+        text = write_report(s, tmp_path).read_text()
+        assert "| knowledge-aware | SCOPE+GRPO | extra |" in text
+        assert (tmp_path / "real_tradeoff.png").stat().st_size > 0
+        run = tmp_path / "s0"
+        run.mkdir()
+        (run / "summary.json").write_text(json.dumps(s))
+        (run / "demo.json").write_text(json.dumps({"demo": "real", "seed": 0, "settings": {"real": {}}}))
+        seeds_main([str(run), "--out", str(tmp_path / "seeds")])
+        assert "| 0 | extra |" in (tmp_path / "seeds" / "seed_table.md").read_text()
+    finally:
+        ARMS.unregister("extra_arm")
+
+
+def test_an_arm_from_an_entry_point_is_found_and_a_broken_one_fails_before_any_stage(tmp_path, monkeypatch):
+    from importlib.metadata import EntryPoint
+
+    import eval_hooks.core.plugins as plugins
+    from demos.real.arms import ARMS, GROUP
+    from demos.real.pipeline import stages
+    from trainer.config import ConfigError
+
+    def installed(value: str):
+        def entry_points(group: str):
+            return [EntryPoint("extra_arm", value, group)] if group == GROUP else []
+        return entry_points
+
+    full = [f"out={tmp_path}", "demo=real_full", "real.misleading_only=false"]
+    loaded = {k: v for k, v in ARMS.loaded.items() if k != "extra_arm"}
+    for value, error in (("demos.real.arms:SCOPE", r"^demo arm 'extra_arm': its entry is named 'scope'"),
+                         ("demos.real.arms:TRAIN_COMMON", r"^demo arm 'extra_arm': \['eval=none'.* is not a "),
+                         ("test_demo_arms:BAD_COLOUR", r"^demo arm 'extra_arm': colour 'blurple' is not a"),
+                         ("test_demo_arms:BAD_SWITCH", r"^demo arm 'extra_arm': its switch real.extra_arm is not"),
+                         ("test_demo_arms:BEFORE_ITS_START",
+                          r"^demo arm 'extra_arm' continues 'misleading_only', which this run does not train")):
+        monkeypatch.setattr(plugins, "entry_points", installed(value))
+        monkeypatch.setattr(ARMS, "installed", None)
+        monkeypatch.setattr(ARMS, "loaded", dict(loaded))
+        with pytest.raises(ConfigError, match=error) as e:
+            stages(_compose(full))
+        assert "\n" not in str(e.value)
+    monkeypatch.setattr(plugins, "entry_points", installed("test_demo_arms:EXTRA"))
+    monkeypatch.setattr(ARMS, "installed", None)
+    monkeypatch.setattr(ARMS, "loaded", dict(loaded))
+    assert [s.name for s in stages(_compose(full))][-3:] == ["extra_arm", "eval_extra_arm", "transfer_extra_arm"]
+
+
+def test_override_sources_merge_in_one_documented_order():
+    from demos.real.arms import OVERRIDE_ORDER, merge_overrides
+
+    assert OVERRIDE_ORDER == ("recipe", "demo", "stage", "common", "arm", "arm_stage")
+    assert merge_overrides(arm_stage=["f=1"], common=["d=1"], recipe=["a=1"], arm=["e=1"], stage=["c=1"],
+                           demo=["b=1"]) == ["a=1", "b=1", "c=1", "d=1", "e=1", "f=1"]
+    assert merge_overrides(stage=["x=2"], demo=["x=1"]) == ["x=1", "x=2"]  # the user's stage overrides win
+    with pytest.raises(TypeError, match="unknown override source"):
+        merge_overrides(user=["x=1"])
+
+
+def test_the_users_grpo_overrides_win_over_the_demos_own(tmp_path):
+    """Composed: ``real.stages.grpo`` (stage) comes after the quick demo's GRPO steps (demo), so it wins; the arm's
+    own overrides (its prompt rows' format) come after both."""
+    from demos.real.pipeline import stages
+    from recipes.chain import compose as compose_recipe
+    from trainer.core.stages import StageRunner
+
+    def grpo_cfg(extra: list[str]):
+        from hydra import initialize_config_dir
+        from hydra.core.global_hydra import GlobalHydra
+
+        from recipe_utils import CONF
+
+        stage = next(s for s in stages(_compose([f"out={tmp_path}", *extra])) if s.name == "scope_grpo")
+        GlobalHydra.instance().clear()
+        with initialize_config_dir(config_dir=str(CONF), version_base=None):
+            return StageRunner(tmp_path, seed=0, compose=compose_recipe, runners={}).compose_stage(stage, planned=True)
+
+    assert grpo_cfg([]).trainer.max_steps == 5
+    cfg = grpo_cfg(["real.stages.grpo=['trainer.max_steps=7','data.train_family=mist']"])
+    assert cfg.trainer.max_steps == 7 and cfg.data.train_family is None  # the arm's rows format comes last
+
+
+def test_a_step_gets_its_declared_inputs_from_the_runner(tmp_path):
+    from trainer.core.stages import Stage, StageRunner
+
+    def write(out):
+        out.mkdir(parents=True)
+        (out / "f.txt").write_text("x")
+
+    seen = {}
+    plan = [Stage("a", call=write), Stage("b", call=lambda out, inputs: seen.update(inputs) or "b-done",
+                                          inputs={"file": "a/f.txt", "dir": "a"}),
+            Stage("c", call=lambda out: "no inputs, called with its directory only")]
+    results = StageRunner(tmp_path, seed=0, compose=None, runners={}, log=lambda m: None).run_all(plan)
+    assert results["b"] == "b-done" and seen == {"file": tmp_path / "stages" / "a" / "f.txt",
+                                                 "dir": str(tmp_path / "stages" / "a")}
+
+
+def test_grpo_prompts_declares_its_inputs_and_reads_only_them(tmp_path):
+    """The stage declares the training facts and ``mine``'s estimate; its step reads the paths handed to it (here
+    outside any stages directory), not files next to its own directory."""
+    from demos.real.pipeline import stages
+    from demos.real.prompts import grpo_prompts
+    from eval_hooks.core.io import write_jsonl_atomic
+
+    stage = next(s for s in stages(_compose([f"out={tmp_path}"])) if s.name == "grpo_prompts")
+    assert stage.inputs == {"rows": "facts/facts_train.jsonl", "labels": "mine/knowledge.jsonl"}
+    items = {f"i{n}": f"Land{n}" for n in range(4)}
+    write_jsonl_atomic(tmp_path / "elsewhere" / "rows.jsonl", _facts_rows(items))
+    write_jsonl_atomic(tmp_path / "elsewhere" / "labels.jsonl",
+                       [{"item_id": i, "knowledge": "known" if n < 2 else "unknown", "score": 0.5}
+                        for n, i in enumerate(items)])
+    out = tmp_path / "stages" / "grpo_prompts"
+    got = grpo_prompts(0)(out, {"rows": tmp_path / "elsewhere" / "rows.jsonl",
+                                "labels": tmp_path / "elsewhere" / "labels.jsonl"})
+    assert got == {"known": 2, "unknown": 2, "uncertain": 0, "per_label": 2, "rows": 16}
+    assert not (tmp_path / "stages" / "mine").exists()
+
+
+def test_the_arms_own_targets_come_from_their_entries():
+    from demos.real.arms import ARMS
+    from demos.real.report import check_targets
+
+    s = copy.deepcopy(_summary())
+    names = list(check_targets(s))
+    assert names.index("misleading-only correct-context accuracy < SCOPE+GRPO's") < names.index(
+        "knowledge-aware unknown_correct_accuracy >= base - 0.05") < names.index(
+        "format_compliance >= 0.9 in every arm and condition")
+    assert ARMS.get("misleading_only").targets is not None and ARMS.get("scope").targets is None
