@@ -295,6 +295,21 @@ def test_a_bad_source_is_refused_in_one_line(tmp_path, capsys, case, text, expec
     assert len(err.strip().splitlines()) == 1 and str(src) in err and expect in err
 
 
+@pytest.mark.parametrize("key,field,value", [("countries", "name", ""), ("countries", "name", "  "),
+                                               ("cities", "name", ""), ("cities", "country", "")])
+def test_an_empty_name_in_the_source_is_refused_in_one_line(tmp_path, capsys, key, field, value):
+    """Issue 42 #4: an empty country name was built into "What is the capital of ?" and exited 0."""
+    data = _sample()
+    data[key][1][field] = value
+    src = tmp_path / "empty_name.json"
+    src.write_text(json.dumps(data), encoding="utf-8")
+    out = tmp_path / "out"
+    rc, err = _cli(capsys, "--out", str(out), "--source", str(src))
+    assert rc == 2 and not out.exists()
+    assert len(err.strip().splitlines()) == 1 and str(src) in err
+    assert f"field '{key}[1].{field}': expected a non-empty name" in err
+
+
 @pytest.mark.parametrize("where", ["out", "parent"])
 def test_an_out_that_is_a_file_is_refused_in_one_line(tmp_path, capsys, where):
     f = tmp_path / "a_file"
