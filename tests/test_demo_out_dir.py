@@ -141,6 +141,26 @@ def test_a_stage_setting_refused_by_its_recipes_check_stops_the_demo_before_any_
     assert not (out / "demo.json").exists() and not (out / "stages").exists()
 
 
+def test_after_a_refused_setting_the_corrected_command_continues_the_finished_run(tmp_path, capsys):
+    """Issue 42 #3: a refused setting never reached a stage (nor ``demo.json``), so the corrected command into the
+    same out dir is not refused as "other settings" and reuses every finished stage."""
+    out, fakes = tmp_path / "out", Fakes()
+
+    def check_evaluate(cfg):
+        if cfg.model.path == "bad":
+            raise ValueError("model.path must not be 'bad'")
+
+    checks = {"evaluate": check_evaluate}
+    assert "reused_stages" not in _demo(_demo_cfg(out), fakes, checks)
+    good = fakes.stages
+    fakes.stages = lambda model="bad": good(model)
+    with pytest.raises(SystemExit):
+        _demo(_demo_cfg(out), fakes, checks)
+    fakes.stages = good
+    assert _demo(_demo_cfg(out), fakes, checks)["reused_stages"] == ["eval_base"]
+    assert fakes.calls == ["eval_base"]  # evaluated once, by the first run
+
+
 def _tree(root: Path) -> dict[str, bytes]:
     return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
