@@ -201,12 +201,51 @@ def _demo_cfg(out, seed=0, overwrite=False, **real):
                            {"out": str(out), "seed": seed, "overwrite": overwrite, "real": real})
 
 
-def _demo(cfg, fakes):
+def _demo(cfg, fakes, checks=None):
     from demos.common import DemoRun
 
-    demo = DemoRun(cfg, compose=fakes.compose, runners={"evaluate": fakes.evaluate}, threads=None)
+    demo = DemoRun(cfg, compose=fakes.compose, runners={"evaluate": fakes.evaluate}, checks=checks or {},
+                   threads=None)
     return demo.run(fakes.stages(), lambda results: {"seed": cfg.seed, "base": results["eval_base"]},
                     lambda summary, out: (out / "report.md").write_text(f"seed {summary['seed']}\n"), lambda s: None)
+
+
+def test_a_stage_setting_refused_by_its_recipes_check_stops_the_demo_before_any_stage(tmp_path, capsys):
+    """Issue 42 #3: the demo checks every stage's composed config with the chain's validators (handed down as
+    ``checks``) before the first stage runs: one line, exit 2, nothing run or written."""
+    out, fakes = tmp_path / "out", Fakes()
+
+    def check_evaluate(cfg):
+        if cfg.model.path == "bad":
+            raise ValueError("model.path must not be 'bad'")
+
+    fakes.stages = lambda model="bad", real=fakes.stages: real(model)
+    with pytest.raises(SystemExit) as e:
+        _demo(_demo_cfg(out), fakes, checks={"evaluate": check_evaluate})
+    assert e.value.code == 2 and fakes.calls == []
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "stages.eval_base" in err[0] and "model.path must not be 'bad'" in err[0]
+    assert not (out / "demo.json").exists() and not (out / "stages").exists()
+
+
+def test_after_a_refused_setting_the_corrected_command_continues_the_finished_run(tmp_path, capsys):
+    """Issue 42 #3: a refused setting never reached a stage (nor ``demo.json``), so the corrected command into the
+    same out dir is not refused as "other settings" and reuses every finished stage."""
+    out, fakes = tmp_path / "out", Fakes()
+
+    def check_evaluate(cfg):
+        if cfg.model.path == "bad":
+            raise ValueError("model.path must not be 'bad'")
+
+    checks = {"evaluate": check_evaluate}
+    assert "reused_stages" not in _demo(_demo_cfg(out), fakes, checks)
+    good = fakes.stages
+    fakes.stages = lambda model="bad": good(model)
+    with pytest.raises(SystemExit):
+        _demo(_demo_cfg(out), fakes, checks)
+    fakes.stages = good
+    assert _demo(_demo_cfg(out), fakes, checks)["reused_stages"] == ["eval_base"]
+    assert fakes.calls == ["eval_base"]  # evaluated once, by the first run
 
 
 def _tree(root: Path) -> dict[str, bytes]:
