@@ -221,3 +221,12 @@ def test_no_backend_is_chosen_by_name_outside_the_registry():
     bad = [f"{p.relative_to(ROOT)}:{n}: {line.strip()}" for p in files
            for n, line in enumerate(p.read_text().splitlines(), 1) if BY_NAME.search(line)]
     assert not bad, "\n".join(bad)
+
+
+@pytest.mark.parametrize("kind", ["openai", "llama_cpp"])
+def test_grpo_on_a_text_only_server_kind_names_the_server_kind_fix_at_config_check(kind):
+    """Issue 42 #7: the refusal names generation.server_kind=vllm (not only other backends), as a ConfigError of
+    the config checks, before any model loads."""
+    cfg = compose("grpo", ["generation=vllm_server", f"generation.server_kind={kind}"])
+    with pytest.raises(ConfigError, match=r"cannot run GRPO rollouts.*use generation\.server_kind=vllm or generation=hf"):
+        validate_grpo(cfg)
