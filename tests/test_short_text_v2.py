@@ -43,3 +43,20 @@ def test_multiple_is_counted_apart_like_hedged():
     out = answer_format(rows)
     assert (out["multiple"]["clean"], out["hedged"]["clean"], out["no_answer"]["clean"]) == (2, 1, 1)
     assert out["format_compliance"]["clean"] == pytest.approx(0.2)
+
+
+def test_rescore_prints_changed_verdicts(tmp_path, capsys):
+    from demos.real.rescore import main
+
+    stage = tmp_path / "stages" / "eval_base"
+    stage.mkdir(parents=True)
+    (stage / "stage_complete.json").write_text("{}")
+    rows = [{"row_id": f"r{i}/clean", "item_id": f"r{i}", "condition": "clean", "answer_type": "short_text",
+             "gold": "Abu Dhabi", "wrong_value": "Dubai", "response": text, "parsed": "abu dhabi", "parse_ok": True,
+             "correct": True, "answer_status": "candidate"} for i, text in enumerate(["Abu Dhabi and Dubai.", "Abu Dhabi."])]
+    (stage / "item_scores.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert main([str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "r0/clean\tcorrect/candidate -> wrong/multiple" in out and "r1/clean" not in out
+    assert "changed verdicts or statuses: 1" in out
+    assert main([str(tmp_path / "nope")]) == 2
