@@ -264,13 +264,15 @@ def _agree_on_start(accelerator, error: BaseException | None, resume_from: Path 
 
 def _check_resume(ctx: RunContext, resume_from: Path | None, hashes: dict) -> None:
     """A resume must see the config and the data of the run it continues (this run, or the run owning
-    the checkpoint given as ``trainer.resume=<path>``); a fresh start records the data hashes."""
-    from trainer.core.run_dir import check_data_unchanged, check_resume_config, write_data_hashes
+    the checkpoint given as ``trainer.resume=<path>``), and so must a fresh start over a run that left work to keep
+    (a ``final/`` without checkpoints); a fresh start records the data hashes."""
+    from trainer.core.run_dir import check_data_unchanged, check_resume_config, nothing_to_keep, write_data_hashes
 
     from .checkpoint import run_dir_of
 
     source_run = run_dir_of(resume_from) if resume_from is not None else ctx.run_dir
-    check_resume_config(ctx, source_run / "config.yaml")
+    if resume_from is not None or not nothing_to_keep(ctx.run_dir):  # else a failed start's config.yaml: rewritten
+        check_resume_config(ctx, source_run / "config.yaml")
     if not ctx.is_main:
         return
     if resume_from is not None:

@@ -12,7 +12,8 @@
   ``trainer.overwrite=true`` first moves the old run aside to ``<run_dir>.old-<n>``;
 - **same config on resume**: :func:`check_resume_config` refuses a resume whose config differs from the
   saved ``config.yaml`` in any key outside :data:`RESUME_TOLERATED` (``trainer.allow_config_change=true``
-  overrides).
+  overrides); a directory with nothing to resume (:func:`nothing_to_keep`: a ``config.yaml`` but no checkpoint,
+  ``final/`` or ``run_complete.json``) takes a corrected command as a fresh start.
 """
 
 from __future__ import annotations
@@ -194,6 +195,14 @@ def previous_run(run_dir: Path) -> list[str]:
         if p.is_dir() and any(p.iterdir()) or p.is_file() and p.stat().st_size > 0:
             found.append(name)
     return found
+
+
+def nothing_to_keep(run_dir: Path) -> bool:
+    """True when ``run_dir`` holds no checkpoint, ``final/`` or ``run_complete.json``: at most a ``config.yaml`` and
+    metrics of a start that failed before its first checkpoint (``optim.lr=inf``). A fresh start there rewrites
+    both (``config.yaml`` when training starts, the metrics truncated to step 0), so its config need not equal the
+    one saved: there is nothing to resume."""
+    return not set(previous_run(run_dir)) - {"config.yaml", "metrics.jsonl"}
 
 
 def move_aside(run_dir: Path) -> Path:
