@@ -142,6 +142,18 @@ def test_an_out_dir_under_a_file_is_one_line_exit_2_for_python_m_eval_hooks(tmp_
     assert _one_line(p.stderr).startswith("error: cannot write ")
 
 
+@pytest.mark.parametrize("module,args,text", [
+    ("demos.real.seeds", ["{tmp}/nowhere", "--out", "{tmp}/table"], "error: {tmp}/nowhere/summary.json: not a finished "
+                                                                   "real-demo run"),
+    ("demos.toy.task", ["--out", "{tmp}/taken/task"], "error: cannot write {tmp}/taken/task: "),
+])
+def test_the_demos_own_commands_keep_the_contract(tmp_path, module, args, text):
+    (tmp_path / "taken").write_text("a file")
+    p = _run([sys.executable, "-m", module, *(a.replace("{tmp}", str(tmp_path)) for a in args)])
+    assert p.returncode == 2, p.stderr[-3000:]
+    assert _one_line(p.stderr).startswith(text.replace("{tmp}", str(tmp_path)))
+
+
 @pytest.mark.parametrize("error,code,text", [
     (PermissionError(errno.EACCES, "Permission denied", "/srv/runs/x"), 2, "error: cannot write /srv/runs/x: "
                                                                             "Permission denied"),
