@@ -18,6 +18,7 @@ import hydra
 from omegaconf import DictConfig
 
 from demos.config import REAL_DEMOS, register
+from eval_hooks.cli_contract import under_contract
 from trainer.config.cli_help import cli_main
 
 register()
@@ -35,6 +36,7 @@ def run(cfg: DictConfig) -> dict:
 
 
 @hydra.main(config_path="../conf", config_name="demo", version_base=None)
+@under_contract
 def main(cfg: DictConfig) -> None:
     run(cfg)
 

@@ -31,7 +31,7 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
-from eval_hooks.generation.backends.transport import exit_on_server_error
+from eval_hooks.cli_contract import under_contract
 from eval_hooks.vocab import MIST_CONDITIONS as CONDITIONS
 from trainer.config.cli_help import cli_main
 from trainer.config import register_schemas, validate_common, validate_knowledge
@@ -277,7 +277,7 @@ def say_if_empty(stats: dict) -> None:
 
 
 @hydra.main(config_path="../conf", config_name="mine_pairs", version_base=None)
-@exit_on_server_error
+@under_contract
 def main(cfg: DictConfig) -> None:
     say_if_empty(run(cfg))
 

@@ -34,6 +34,24 @@ def check_known_keys(cfg, prefix: str = "") -> None:
             check_known_keys(node, f"{prefix}{key}.")
 
 
+def check_finite_numbers(cfg, prefix: str = "") -> None:
+    """Refuse a float that is nan or ±inf anywhere in ``cfg`` (every group, lists such as ``optim.betas`` too),
+    naming its key: no setting of this project means anything at nan or inf (0 is how a limit is turned off), and
+    ``optim.lr=nan`` would otherwise fail inside the optimizer, ``inf`` only after steps were skipped."""
+    from omegaconf import DictConfig, ListConfig
+
+    keys = cfg.keys() if isinstance(cfg, DictConfig) else range(len(cfg))
+    for key in keys:
+        name = f"{prefix}{key}" if isinstance(cfg, DictConfig) else f"{prefix.rstrip('.')}[{key}]"
+        node = cfg._get_node(key)
+        if node is None or node._is_missing() or node._is_none():  # an unset key is reported where it is needed
+            continue
+        if isinstance(node, (DictConfig, ListConfig)):
+            check_finite_numbers(node, name + ".")
+        elif isinstance(node._value(), float) and not math.isfinite(node._value()):
+            raise ConfigError(f"{name} must be a finite number, got {node._value()}")
+
+
 def _positive(cfg, keys: tuple[str, ...], group: str, *, strict: bool = True) -> None:
     for k in keys:
         v = getattr(cfg, k)
@@ -86,6 +104,7 @@ def validate_common(cfg) -> None:
     from eval_hooks.model import check_model_path
 
     check_known_keys(cfg)
+    check_finite_numbers(cfg)
     check_model_path(cfg.model.path, "model.path")
     check_real_model_settings(cfg)
     _validate_init_adapter(cfg)
