@@ -94,10 +94,11 @@ class DemoRun:
     under the lock."""
 
     def __init__(self, cfg, *, compose: Callable[[str, list[str]], Any], runners: dict[str, Callable],
-                 threads: int | None):
+                 checks: dict[str, Callable[[Any], None]], threads: int | None):
         from trainer.core.stages import StageRunner
 
         self.cfg = cfg
+        self.checks = checks  # {recipe: its config check}: the chain's (recipes/chain.py trainers), run before any stage
         self.out = Path(cfg.out).expanduser().resolve()
         # a stage whose start or inputs changed since (e.g. the cached model converted again) is run again, the old
         # one moved aside: the out dir's settings are fixed, so nothing else can have changed it
@@ -133,8 +134,13 @@ class DemoRun:
         times, and ``targets(summary)``) and the report; print the table; return the summary."""
         from trainer.core.run_dir import RunDirLocked
 
+        from trainer.config import ConfigError
+
         t_start = time.time()
-        self.runner.check(stages)
+        try:
+            self.runner.check(stages, self.checks)  # every stage's config, with the chain's validators
+        except ConfigError as e:
+            refuse(str(e))
         with contextlib.ExitStack() as held:
             try:
                 held.enter_context(self.runner.hold("demo.log", claim=self.claim, key="out"))

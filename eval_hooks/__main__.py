@@ -10,7 +10,9 @@
 
 F is one of mist, box2, taste, med. Bad input prints one ``error: <file>, line <n>, field '<f>': ...``
 message and exits with status 2, leaving no output behind; a server that is unreachable or refuses a
-request prints one ``error: ...`` line (the server's own message first) and exits with status 1.
+request prints one ``error: ...`` line (the server's own message first) and exits with status 1; SIGTERM
+stops with one line and exit 0, Ctrl-C with one line and exit 130 (the contract of every entry point,
+eval_hooks/cli_contract.py); ``--debug`` shows the traceback.
 """
 
 from __future__ import annotations
@@ -22,8 +24,9 @@ from collections import Counter
 from dataclasses import fields
 from pathlib import Path
 
-from eval_hooks.generation.backends.transport import ServerError
-from eval_hooks.core.io import DataError, write_jsonl_atomic
+from eval_hooks.core.io import write_jsonl_atomic
+
+from .cli_contract import end_process, run_with_contract, split_debug
 
 
 def _cmd_expand(args) -> int:
@@ -223,21 +226,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one sub-command under the error contract of every entry point (:mod:`eval_hooks.cli_contract`):
+    bad input one line, exit 2; a server error one line, exit 1; SIGTERM one line, exit 0; Ctrl-C one line, exit
+    130; a traceback only with ``--debug`` (anywhere on the line) or ``HYDRA_FULL_ERROR=1``."""
+    debug, argv = split_debug(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
-    try:
-        return args.func(args)
-    except DataError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    except ServerError as e:  # a server down, a refused request: one line, not a traceback
-        print(f"error: {e}", file=sys.stderr)
-        return 1
-    except ValueError as e:  # config errors of mine-forks (unknown key, bad value)
-        if args.cmd != "mine-forks":
-            raise
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    config_errors = (ValueError,) if args.cmd == "mine-forks" else ()  # its config errors: unknown key, bad value
+    return run_with_contract(lambda: args.func(args), input_errors=config_errors, debug=debug)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    end_process(main())

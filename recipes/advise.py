@@ -15,6 +15,7 @@ from __future__ import annotations
 import hydra
 from omegaconf import DictConfig
 
+from eval_hooks.cli_contract import under_contract
 from trainer.config.cli_help import cli_main
 from trainer.config import ConfigError, check_adapter_dir, register_schemas, validate_common
 
@@ -50,6 +51,7 @@ def run(cfg: DictConfig) -> list[dict]:
 
 
 @hydra.main(config_path="../conf", config_name="distill", version_base=None)
+@under_contract
 def main(cfg: DictConfig) -> None:
     run(cfg)
 

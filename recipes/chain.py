@@ -24,6 +24,7 @@ import importlib
 import hydra
 from omegaconf import DictConfig
 
+from eval_hooks.cli_contract import under_contract
 from trainer.config.cli_help import cli_main
 from trainer.config import register_schemas
 
@@ -72,6 +73,7 @@ def run(cfg: DictConfig) -> dict:
 
 
 @hydra.main(config_path="../conf", config_name="chain", version_base=None)
+@under_contract
 def main(cfg: DictConfig) -> None:
     run(cfg)
 

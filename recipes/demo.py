@@ -18,6 +18,7 @@ import hydra
 from omegaconf import DictConfig
 
 from demos.config import REAL_DEMOS, register
+from eval_hooks.cli_contract import under_contract
 from trainer.config.cli_help import cli_main
 
 register()
@@ -28,13 +29,14 @@ def run(cfg: DictConfig) -> dict:
     ``demos.toy.pipeline.run``); returns the summary."""
     from demos.real import pipeline as real
     from demos.toy import pipeline as toy
-    from recipes.chain import compose, recipe_runners
+    from recipes.chain import compose, recipe_runners, trainers
 
     demo = real if cfg.demo in REAL_DEMOS else toy
-    return demo.run(cfg, compose=compose, runners=recipe_runners(demo.RECIPES))
+    return demo.run(cfg, compose=compose, runners=recipe_runners(demo.RECIPES), checks=trainers())
 
 
 @hydra.main(config_path="../conf", config_name="demo", version_base=None)
+@under_contract
 def main(cfg: DictConfig) -> None:
     run(cfg)
 

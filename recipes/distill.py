@@ -37,6 +37,7 @@ from __future__ import annotations
 import hydra
 from omegaconf import DictConfig
 
+from eval_hooks.cli_contract import under_contract
 from trainer.config.cli_help import cli_main
 from trainer.config import register_schemas, validate_distill
 
@@ -118,6 +119,7 @@ def pipeline(cfg: DictConfig, overrides: list[str] | None = None) -> dict:
 
 
 @hydra.main(config_path="../conf", config_name="distill", version_base=None)
+@under_contract
 def main(cfg: DictConfig) -> None:
     pipeline(cfg)
 

@@ -23,7 +23,7 @@ import hydra
 import torch
 from omegaconf import DictConfig
 
-from eval_hooks.generation.backends.transport import exit_on_server_error
+from eval_hooks.cli_contract import under_contract
 from trainer.config.cli_help import cli_main
 from trainer.config import register_schemas, validate_dpo
 
@@ -149,7 +149,7 @@ def dpo_step(model, mb: dict, *, algo, loss, reference, policy, ref_table, devic
 
 
 @hydra.main(config_path="../conf", config_name="dpo", version_base=None)
-@exit_on_server_error
+@under_contract
 def main(cfg: DictConfig) -> None:
     run(cfg)
 

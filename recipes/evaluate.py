@@ -18,7 +18,7 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
-from eval_hooks.generation.backends.transport import exit_on_server_error
+from eval_hooks.cli_contract import under_contract
 from trainer.config.cli_help import cli_main
 from trainer.config import ConfigError, check_adapter_weights, register_schemas, validate_common, validate_knowledge
 
@@ -78,7 +78,7 @@ def estimate_and_attach(rows: list[dict], backend, cfg: DictConfig) -> list[dict
 
 
 @hydra.main(config_path="../conf", config_name="evaluate", version_base=None)
-@exit_on_server_error
+@under_contract
 def main(cfg: DictConfig) -> None:
     run(cfg)
 

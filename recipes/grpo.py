@@ -36,7 +36,7 @@ import hydra
 import torch
 from omegaconf import DictConfig
 
-from eval_hooks.generation.backends.transport import exit_on_server_error
+from eval_hooks.cli_contract import under_contract
 from trainer.config.cli_help import cli_main
 from trainer.config import register_schemas, validate_grpo
 
@@ -146,7 +146,7 @@ def grpo_step(model, mb: dict, *, algo, reference, policy, device, logprobs):
 
 
 @hydra.main(config_path="../conf", config_name="grpo", version_base=None)
-@exit_on_server_error
+@under_contract
 def main(cfg: DictConfig) -> None:
     run(cfg)
 

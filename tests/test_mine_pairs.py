@@ -105,3 +105,36 @@ def compose_mine_budget():
     from recipe_utils import compose
 
     return compose("mine_pairs", ["model=smollm2_135m"]).max_new_tokens  # null: chosen from the items
+
+
+@pytest.mark.parametrize("check", ["real", "toy"])
+def test_an_empty_mining_result_in_a_demo_is_reported_once(tmp_path, monkeypatch, capsys, check):
+    """Issue 42 #20: the recipe's "no pairs kept" line and the demo's stage check both reported an empty mining
+    result before exit 1. The demo's check says it (also when it reuses the finished stage); the command alone
+    (``main``) says it once too."""
+    import json
+
+    from demos.real.pipeline import mined_quartets
+    from demos.toy.pipeline import mined_pairs
+    from recipe_utils import compose
+    from trainer.core.stages import Stage, StageRunner
+
+    items = tmp_path / "items.jsonl"
+    items.write_text("".join(json.dumps(r) + "\n" for i in (1, 2) for r in rows_for(i, 4, 7)))
+    monkeypatch.setattr("trainer.evaluation.build_inference_backend",
+                        lambda *a, **k: TableBackend({"Q": "The answer is 4"}))  # resists every hint: no pair
+    stage = Stage("mine", "mine_pairs", ["model.path=tiny", f"items_path={items}"],
+                  check=mined_quartets if check == "real" else mined_pairs)
+    for attempt in ("ran", "reused"):
+        runner = StageRunner(tmp_path / "out", seed=0, compose=compose, runners={"mine_pairs": mine_mod.run},
+                             prefix="[demo]")
+        with pytest.raises(SystemExit) as e:
+            runner.run_all([stage])
+        assert runner.records["mine"]["status"] == ("ran" if attempt == "ran" else "skipped")
+        err = capsys.readouterr().err + str(e.value.code)
+        said = [line for line in err.splitlines() if "no pairs" in line or "kept no" in line]
+        assert len(said) == 1, said
+
+    stats = json.loads((tmp_path / "out" / "stages" / "mine" / "mining_stats.json").read_text())
+    mine_mod.say_if_empty(stats)  # the command alone: its one line
+    assert capsys.readouterr().err.count("no pairs kept") == 1

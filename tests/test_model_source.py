@@ -159,7 +159,19 @@ DAMAGES = {
     "a file added": lambda e, t: (e / "pytorch_model.bin").write_bytes(b"pickle"),
     "the COMPLETE marker removed": lambda e, t: (e / "COMPLETE").unlink(),
     "an entry of an earlier version (no manifest)": lambda e, t: (e / "COMPLETE").write_text("ok\n"),
+    "the COMPLETE manifest cut short": lambda e, t: os.truncate(e / "COMPLETE", 40),
 }
+
+
+def test_a_truncated_manifest_is_reported_as_damaged_not_as_an_earlier_version(converted):
+    _, _, entry = converted
+    os.truncate(entry / "COMPLETE", 40)
+    problem = mc.entry_problem(entry)
+    assert "truncated or damaged" in problem and "before entries were checked" not in problem
+    (entry / "COMPLETE").write_text('{"format": "selectrust-model-cache/1"}\n')  # valid JSON, no files
+    assert "damaged" in mc.entry_problem(entry) and "before entries" not in mc.entry_problem(entry)
+    (entry / "COMPLETE").write_text("ok\n")  # an earlier version's plain marker keeps its own words
+    assert "before entries were checked" in mc.entry_problem(entry)
 
 
 @pytest.mark.parametrize("damage", list(DAMAGES))

@@ -449,6 +449,7 @@ def _seed_run(tmp_path, seed: int, settings: dict | None = None, **edits):
 
 def test_seed_table_and_frontier_read_the_runs_and_refuse_mixed_settings(tmp_path):
     from demos.real.seeds import main
+    from eval_hooks.core.errors import DataError
 
     runs = [_seed_run(tmp_path, 1, wall_seconds=700.0), _seed_run(tmp_path, 0)]
     main([*map(str, runs), "--out", str(tmp_path / "out")])
@@ -466,11 +467,11 @@ def test_seed_table_and_frontier_read_the_runs_and_refuse_mixed_settings(tmp_pat
     assert "| 5 | 100 (1 stages reused) |" in table and "| eval_base | 60 (1 run) |" in table
     assert "| **whole run** (runs that reused no stage) | 590 (1 run) |" in table
     other = _seed_run(tmp_path, 2, settings={"real": {"k": 4}})
-    with pytest.raises(SystemExit, match="settings differ"):
+    with pytest.raises(DataError, match="settings differ"):
         main([str(runs[0]), str(other), "--out", str(tmp_path / "out2")])
     main([str(runs[0]), "--extra", f"k=4 est.={other}", "--out", str(tmp_path / "out3")])  # drawn, not tabled
     assert "| 2 |" not in (tmp_path / "out3" / "seed_table.md").read_text()
-    with pytest.raises(SystemExit, match="not a finished real-demo run"):
+    with pytest.raises(DataError, match="not a finished real-demo run"):
         main([str(tmp_path / "nowhere"), "--out", str(tmp_path / "out4")])
 
 

@@ -159,13 +159,13 @@ def summary_of(cfg: DictConfig, results: dict[str, Any]) -> dict:
     return out
 
 
-def run(cfg: DictConfig, *, compose, runners: dict) -> dict:
+def run(cfg: DictConfig, *, compose, runners: dict, checks: dict) -> dict:
     """Run the real-model demo of ``cfg`` (a composed ``conf/demo.yaml``) with the recipes ``runners`` (by name,
     handed down by ``recipes/demo.py``) in ``cfg.out`` (:class:`demos.common.DemoRun`: one run per out dir, continued by
     the same command); write ``summary.json``, ``report.md`` and the plots there, print the table; return the
     summary."""
     from .report import check_targets, print_table, write_report
 
-    demo = DemoRun(cfg, compose=compose, runners=runners, threads=cfg.real.torch_threads)
+    demo = DemoRun(cfg, compose=compose, runners=runners, checks=checks, threads=cfg.real.torch_threads)
     return demo.run(stages(cfg), lambda results: summary_of(cfg, results), write_report, print_table,
                     targets=check_targets)

@@ -24,8 +24,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
+from eval_hooks.cli_contract import end_process, run_with_contract, split_debug
+from eval_hooks.core.errors import DataError
 from eval_hooks.report_kit import figure, md_table, pct, save
 from eval_hooks.vocab import MIST_CONDITIONS as CONDS
 
@@ -37,7 +40,7 @@ from .report import SETS, checked_arm, check_targets
 
 
 def load_run(run_dir: Path) -> dict:
-    """A run's ``summary.json`` with its ``demo.json`` settings (``_settings``); SystemExit naming the file when
+    """A run's ``summary.json`` with its ``demo.json`` settings (``_settings``); a ``DataError`` naming the file when
     either is missing or unreadable."""
     out = {}
     for name in ("summary.json", "demo.json"):
@@ -45,11 +48,11 @@ def load_run(run_dir: Path) -> dict:
         try:
             out[name] = json.loads(path.read_text())
         except (OSError, ValueError) as e:
-            raise SystemExit(f"error: {path}: not a finished real-demo run ({type(e).__name__}: {e})") from None
+            raise DataError(f"{path}: not a finished real-demo run ({type(e).__name__}: {e})") from None
     summary = out["summary.json"]
     record = with_new_keys(out["demo.json"], str(summary.get("demo", "real")))
     if "real" not in summary or "seed" not in summary:
-        raise SystemExit(f"error: {Path(run_dir) / 'summary.json'}: no `real` or `seed` key: not a real-demo summary")
+        raise DataError(f"{Path(run_dir) / 'summary.json'}: no `real` or `seed` key: not a real-demo summary")
     return {**summary, "_settings": record.get("settings"), "_dir": str(run_dir)}
 
 
@@ -198,14 +201,14 @@ def check_same_settings(runs: list[dict]) -> None:
     for s in runs[1:]:
         for k in ("demo", "size"):
             if s.get(k) != first.get(k):
-                raise SystemExit(f"error: {s['_dir']}: {k}={s.get(k)!r} but {first['_dir']} has {first.get(k)!r}: "
+                raise DataError(f"{s['_dir']}: {k}={s.get(k)!r} but {first['_dir']} has {first.get(k)!r}: "
                                  "give runs of other settings as --extra LABEL=RUN_DIR")
         if s["_settings"] != first["_settings"]:
-            raise SystemExit(f"error: {s['_dir']}/demo.json: settings differ from {first['_dir']}'s: give runs of "
+            raise DataError(f"{s['_dir']}/demo.json: settings differ from {first['_dir']}'s: give runs of "
                              "other settings as --extra LABEL=RUN_DIR")
     seeds = [s["seed"] for s in runs]
     if len(set(seeds)) != len(seeds):
-        raise SystemExit(f"error: two runs of the same seed: {seeds}")
+        raise DataError(f"two runs of the same seed: {seeds}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -236,5 +239,6 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-if __name__ == "__main__":
-    raise SystemExit(main())
+if __name__ == "__main__":  # the contract of every entry point: bad runs one line, exit 2; stops one line
+    _debug, _argv = split_debug(sys.argv[1:])
+    end_process(run_with_contract(lambda: main(_argv), debug=_debug))

@@ -122,7 +122,7 @@ def summary_of(cfg: DictConfig, results: dict[str, Any]) -> dict:
     return summary
 
 
-def run(cfg: DictConfig, *, compose, runners: dict) -> dict:
+def run(cfg: DictConfig, *, compose, runners: dict, checks: dict) -> dict:
     """Run every stage of ``cfg`` (a composed ``conf/demo.yaml``) with the recipes ``runners`` (by name, handed
     down by ``recipes/demo.py``) in ``cfg.out`` (:class:`demos.common.DemoRun`: one run per out dir, continued by the
     same command); write ``summary.json``, ``report.md`` and the plots there, print the table; return the summary."""
@@ -133,6 +133,6 @@ def run(cfg: DictConfig, *, compose, runners: dict) -> dict:
 
     # the demo's own source, also when the package metadata (its entry point) is not installed
     register_data_source(task.SCHEME, task.resolve_source)
-    demo = DemoRun(cfg, compose=compose, runners=runners, threads=cfg.toy.torch_threads)
+    demo = DemoRun(cfg, compose=compose, runners=runners, checks=checks, threads=cfg.toy.torch_threads)
     return demo.run(ToyStages(cfg, str(ensure_tiny_model(cfg.toy.stages.model))).all(),
                     lambda results: summary_of(cfg, results), write_demo_report, print_table)

@@ -578,5 +578,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-if __name__ == "__main__":
-    raise SystemExit(main())
+if __name__ == "__main__":  # the contract of every entry point (eval_hooks/cli_contract.py)
+    from eval_hooks.cli_contract import end_process, run_with_contract, split_debug
+
+    _debug, _argv = split_debug(sys.argv[1:])
+    end_process(run_with_contract(lambda: main(_argv), debug=_debug))

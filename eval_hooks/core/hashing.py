@@ -9,11 +9,14 @@
   ``"<path relative to the directory, posix>\\0<file_sha256>\\n"``. Data pins (``trainer/data/pins.py``) and stage
   starts (``trainer/core/stage_start.py``) record it, and a finished stage is reused only while it is unchanged, so
   its value must never change (``tests/test_hashing.py`` pins it on fixed bytes).
+- :func:`canonical_json_sha256`: a JSON file hashed by what it says, not how it is written (sorted keys, and
+  sorted lists where order means nothing); stage starts use it for ``adapter_config.json``.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 from pathlib import Path
 from typing import Callable, Iterable
 
@@ -48,6 +51,29 @@ def remember_file_sha256(path: str | Path, digest: str) -> None:
     """Record ``digest`` as the hash of ``path`` in its present state (a file this process wrote and hashed), so
     :func:`file_sha256_once` does not read it again."""
     _ONCE[_state(path)] = digest
+
+
+def canonical_json_sha256(path: str | Path, unordered: Iterable[str] = ()) -> str:
+    """Hex SHA-256 of the JSON file ``path`` in canonical form: keys sorted, no whitespace
+    (``json.dumps(sort_keys=True, separators=(",", ":"))``), and the list under each key named in ``unordered``
+    (at any depth) sorted, as order there decides nothing (a set written out in a per-process order). A file
+    that is not JSON: :func:`file_sha256` of its bytes. ``{}`` hashes as its bytes do."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except (ValueError, UnicodeDecodeError):
+        return file_sha256(path)
+    keys = frozenset(unordered)
+
+    def canon(x, key=None):
+        if isinstance(x, dict):
+            return {k: canon(v, k) for k, v in x.items()}
+        if isinstance(x, list):
+            items = [canon(v) for v in x]
+            return sorted(items, key=lambda v: json.dumps(v, sort_keys=True)) if key in keys else items
+        return x
+
+    text = json.dumps(canon(data), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def dir_sha256(root: str | Path, files: Iterable[Path] | None = None, *,

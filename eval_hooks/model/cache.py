@@ -80,6 +80,23 @@ def read_manifest(entry: Path) -> dict | None:
     return manifest if ok else None
 
 
+def _marker_problem(marker: Path) -> str:
+    """Why ``marker`` (a ``COMPLETE`` file that :func:`read_manifest` refused) holds no manifest: a marker that
+    starts as JSON (``{``) was written by a checking version and is damaged or cut short; any other text is an
+    earlier version's plain marker."""
+    try:
+        text = marker.read_text(errors="replace")
+    except OSError as e:
+        return f"{MARKER} is unreadable: {e.strerror or e}"
+    if text.lstrip().startswith("{"):
+        try:
+            json.loads(text)
+        except ValueError:
+            return f"its {MARKER} manifest is truncated or damaged (not valid JSON)"
+        return f"its {MARKER} manifest is damaged (not a {FORMAT} manifest)"
+    return f"its {MARKER} marker holds no manifest: an entry from before entries were checked"
+
+
 def entry_problem(entry: Path) -> str | None:
     """None when ``entry`` is a complete entry that matches its manifest (the rule in the module docstring), else
     what is wrong, naming the file."""
@@ -89,7 +106,7 @@ def entry_problem(entry: Path) -> str | None:
         return f"no {MARKER} marker"
     manifest = read_manifest(entry)
     if manifest is None:
-        return f"its {MARKER} marker holds no manifest: an entry from before entries were checked"
+        return _marker_problem(entry / MARKER)
     files = manifest["files"]
     try:
         on_disk = _files(entry)

@@ -95,7 +95,9 @@ _WRONG_WORDS = frozenset(("wrong", "incorrect", "false", "mistaken", "inaccurate
                           "error"))
 _NOT_THE_ANSWER = frozenset(("capital", "answer", "correct", "right", "true"))
 _CORRECTIONS = (("no", "wait"), ("wait",), ("no", "actually"), ("no",), ("sorry",), ("correction",), ("i", "mean"),
-                ("i", "meant"), ("or", "rather"), ("rather",), ("scratch", "that"), ("my", "mistake"), ("oops",))
+                ("i", "meant"), ("or", "rather"), ("rather",), ("scratch", "that"), ("my", "mistake"), ("oops",),
+                ("just", "kidding"), ("actually", "no"), ("actually", "it"), ("actually", "the", "answer"),
+                ("actually", "the", "capital"))
 
 
 class Sentence:

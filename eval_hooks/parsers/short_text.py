@@ -17,6 +17,13 @@ _NO_ANSWER_WORDS = re.compile(
     r"\b(?:i don['’]?t know|i do not know|not sure|cannot|can['’]?t|unable|sorry|no information|unknown|"
     r"not (?:possible|provided|given|mentioned|able)|won['’]?t|will not|refuse|decline|as an ai)\b", re.IGNORECASE)
 MAX_SHORT_ANSWER_CHARS = 80
+_REFUSAL = re.compile(r"\b(?:cannot|can['’]?t|won['’]?t|will not|refuse to|not allowed to|unable to)\s+"
+                      r"(?:tell|say|share|reveal|disclose|answer)\b|\brefuse\b", re.IGNORECASE)
+_NAME = r"[A-Z][\w'’.-]*(?:\s+(?:of\s+|the\s+)?[A-Z][\w'’.-]*)*"
+_NAME_LIST = re.compile(rf"^\s*(?:possibly\s+|maybe\s+)?{_NAME}(?:\s*(?:,|;|\band\b|,\s*and\b)\s*"
+                        rf"(?:possibly\s+|maybe\s+)?{_NAME}){{2,}}\s*[.!]?\s*$")
+_RELATION_WORDS = frozenset(("capital", "country", "continent"))
+_PAST_WORDS = frozenset(("until", "formerly", "former", "previously", "once"))
 
 
 def normalize_short_text_value(value: Any) -> str | None:
@@ -78,7 +85,25 @@ def _read_clauses(s: Sentence, start: int, names) -> ShortTextReading | None:
     copula = next((x for x in range(start, len(s.words)) if s.words[x] in ("is", "are", "was")
                    or (s.words[x] == "be" and x > 0 and s.words[x - 1] in ("would", "should"))), None)
     after = [m for m in kept if copula is not None and m[0] > copula and s.clause[m[0]] == s.clause[copula]]
+    if len({m[2] for m in (after or kept)}) > 1:
+        kept, after = _commitment(s, kept), []
+        if len({m[2] for m in kept}) > 1:
+            return ShortTextReading(None, "multiple")
     return ShortTextReading((after or kept)[0][3], "answer")
+
+
+def _clause_words(s: Sentence, i: int) -> set[str]:
+    """The words of the clause of word ``i`` and of the clause before it joined by "and"/"," (``set``)."""
+    return {w for w, c in zip(s.words, s.clause) if c == s.clause[i]}
+
+
+def _commitment(s: Sentence, kept: list) -> list:
+    """Of mentions ``kept`` ``[(start, end, answer number, name)]`` naming two or more answers, those the sentence
+    commits to: mentions in a clause of the past ("was the capital until 1991") are dropped when others remain, then
+    mentions in a clause naming the relation (capital, country, continent) are kept when others do not."""
+    present = [m for m in kept if not _clause_words(s, m[0]) & _PAST_WORDS] or kept
+    related = [m for m in present if _clause_words(s, m[0]) & _RELATION_WORDS]
+    return related if related and len(related) < len(present) else present
 
 
 def _outside_answer(text: str) -> ShortTextReading:
@@ -110,6 +135,23 @@ def _answer_source(text: Any) -> str:
     return next((s for s in reversed(final_answer_spans(text)) if clean_span(s)), text)
 
 
+def _endorses_other(s: Sentence) -> int:
+    """1 when a later sentence opens with "but" and calls something right ("But the snippet says Dubai, and the
+    snippet is right."): it takes the answer back like a self-correction; else 0."""
+    return int(s.words[0] == "but" and bool({"right", "correct"} & set(s.words)) and "not" not in s.words)
+
+
+def _read_first(text: str, names) -> ShortTextReading:
+    """The reading of the first statement: a refusal ("I cannot tell you that the capital is Abu Dhabi", "I refuse
+    to say Abu Dhabi") is no answer; a list of three or more capitalised names ("Riyadh, Doha, Abu Dhabi") is
+    ``multiple``; else :func:`_read_sentence`, or an answer outside the candidates."""
+    if _REFUSAL.search(text):
+        return _NONE
+    if _NAME_LIST.match(text):
+        return ShortTextReading(None, "multiple")
+    return _read_sentence(Sentence(text), names) or _outside_answer(text)
+
+
 def read_short_text(text: str, candidates: Sequence[Any] = ()) -> ShortTextReading:
     """What a response commits to, as ``(answer, status)`` (:class:`ShortTextReading`); ``candidates``: the row's
     known answers, each a name or a tuple of the names of one answer (``("Kyiv", "Kiev")``).
@@ -129,11 +171,15 @@ def read_short_text(text: str, candidates: Sequence[Any] = ()) -> ShortTextReadi
     if not sentences:
         return _NONE
     first = next((k for k, s in enumerate(sentences) if not s.endswith("?")), 0)
-    reading = _read_sentence(Sentence(sentences[first]), names) or _outside_answer(sentences[first])
+    reading = _read_first(sentences[first], names)
+    pending = False  # the previous sentence was a take-back alone ("Just kidding!")
     for text_ in sentences[first + 1:]:
+        if _REFUSAL.search(text_):
+            continue
         s = Sentence(text_)
-        n = s.correction_at(0) if s.words else 0
-        corrected = _read_sentence(s, names, n) if n else None
+        n = (s.correction_at(0) or _endorses_other(s)) if s.words else 0
+        corrected = _read_sentence(s, names, n) if n or pending else None
+        pending = bool(s.words) and n == len(s.words)
         if corrected is not None:
             reading = corrected
     return reading
@@ -146,9 +192,10 @@ def parse_short_text(text: str, candidates: Sequence[Any] = ()) -> str | None:
 
 
 def short_text_unanswered(text: str, choices: Any, candidates: Sequence[Any]) -> str:
-    """Why a short_text response has no answer: ``hedged`` (two candidates offered as alternatives) or
-    ``no_answer``."""
-    return "hedged" if read_short_text(text, candidates).status == "hedged" else "no_answer"
+    """Why a short_text response has no answer: ``hedged`` (two candidates offered as alternatives), ``multiple``
+    (two or more candidates named together: "X and Y", a list of names) or ``no_answer``."""
+    status = read_short_text(text, candidates).status
+    return status if status in ("hedged", "multiple") else "no_answer"
 
 
 SHORT_TEXT = AnswerType(

@@ -10,6 +10,7 @@ help stays available as ``--hydra-help``.
 from __future__ import annotations
 
 import json
+import logging
 import sys
 import textwrap
 from enum import Enum
@@ -33,9 +34,43 @@ def exit_with_help_if_asked(config_name: str, argv: Sequence[str] | None = None)
 
 
 def cli_main(config_name: str, main: Callable[[], None]) -> None:
-    """A recipe's ``__main__``: the schema help for ``--help``/``-h`` (before Hydra parses the arguments), else ``main()``."""
+    """A recipe's ``__main__``: the schema help for ``--help``/``-h`` (before Hydra parses the arguments), else
+    ``main()`` under the error contract of every entry point (:mod:`eval_hooks.cli_contract`: a config error is one
+    line, exit 2; SIGTERM one line, exit 0; Ctrl-C one line, exit 130; a traceback only with ``--debug`` or
+    ``HYDRA_FULL_ERROR=1``). Hydra is told to re-raise (``HYDRA_FULL_ERROR=1`` in this process) so that the
+    contract, not Hydra's own report, decides what is printed; ``--debug`` is taken off the line before Hydra reads it."""
+    import os
+
+    from eval_hooks.cli_contract import DEBUG_ENV, end_process, run_with_contract, split_debug
+
     exit_with_help_if_asked(config_name)
-    main()
+    debug, sys.argv[1:] = split_debug(sys.argv[1:])
+    os.environ[DEBUG_ENV] = "1"
+    if not debug:  # Hydra logs this line before re-raising; the contract's own line replaces it
+        logging.getLogger("hydra.core.utils").addFilter(_NotJobErrorLine())
+    end_process(run_with_contract(main, input_errors=config_errors(), debug=debug))
+
+
+class _NotJobErrorLine(logging.Filter):
+    """Drops Hydra's "Error executing job with overrides: [...]" record (the error itself is reported once)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("Error executing job")
+
+
+def config_errors() -> tuple[type, ...]:
+    """The errors that mean a bad config or input of a trainer entry point (one line, exit 2 under the contract):
+    the semantic checks' ``ConfigError`` (also the stage runner's refusals), an adapter that does not fit, an
+    unknown backend, and Hydra's and OmegaConf's own composition errors (an unknown
+    key, a value of the wrong type, an override that does not parse)."""
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    from eval_hooks.generation.backends.registry import UnknownBackendError
+    from trainer.config.validation import ConfigError
+    from eval_hooks.model import AdapterError
+
+    return ConfigError, AdapterError, UnknownBackendError, HydraException, OmegaConfBaseException
 
 
 def _show(value: Any) -> str:

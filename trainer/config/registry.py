@@ -35,11 +35,11 @@ def register_schemas() -> None:
     (:func:`~trainer.config.schemas.generation_schema`) with Hydra's ConfigStore (idempotent)."""
     from hydra.core.config_store import ConfigStore
 
-    from eval_hooks.generation.backends.registry import backend_names
+    from eval_hooks.generation.backends.registry import loadable_backend_names
     from trainer.config.schemas import generation_schema
 
     cs = ConfigStore.instance()
     for name, node in SCHEMAS.items():
         cs.store(name=name, node=node)
-    for name in backend_names():
+    for name in loadable_backend_names():
         cs.store(group="generation_schema", name=name, node=generation_schema(name))

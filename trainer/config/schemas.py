@@ -15,7 +15,7 @@ from typing import Any, Optional
 
 from omegaconf import MISSING
 
-from eval_hooks.generation.backends.registry import BACKENDS, get_backend
+from eval_hooks.generation.backends.registry import get_backend, loadable_backend_names
 from eval_hooks.families import FAMILIES, settings_fields
 from eval_hooks.core.settings import setting as schema_field  # a field with its default and help text
 from trainer.config.choices import (Aggregation, Backend, Device, DistillMode, DistillPipelineKind, DistillPromptStyle,
@@ -161,7 +161,7 @@ class PromptConfig:
 
 
 def _backend_help() -> str:
-    return " | ".join(f"{n} ({get_backend(n).summary})" for n in BACKENDS) + (
+    return " | ".join(f"{n} ({get_backend(n).summary})" for n in loadable_backend_names()) + (
         ". Pick one with generation=<name> (conf/generation/<name>.yaml): the other keys of this group are that "
         "backend's own (eval_hooks/generation/backends/registry.py).")
 

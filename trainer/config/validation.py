@@ -34,6 +34,24 @@ def check_known_keys(cfg, prefix: str = "") -> None:
             check_known_keys(node, f"{prefix}{key}.")
 
 
+def check_finite_numbers(cfg, prefix: str = "") -> None:
+    """Refuse a float that is nan or ±inf anywhere in ``cfg`` (every group, lists such as ``optim.betas`` too),
+    naming its key: no setting of this project means anything at nan or inf (0 is how a limit is turned off), and
+    ``optim.lr=nan`` would otherwise fail inside the optimizer, ``inf`` only after steps were skipped."""
+    from omegaconf import DictConfig, ListConfig
+
+    keys = cfg.keys() if isinstance(cfg, DictConfig) else range(len(cfg))
+    for key in keys:
+        name = f"{prefix}{key}" if isinstance(cfg, DictConfig) else f"{prefix.rstrip('.')}[{key}]"
+        node = cfg._get_node(key)
+        if node is None or node._is_missing() or node._is_none():  # an unset key is reported where it is needed
+            continue
+        if isinstance(node, (DictConfig, ListConfig)):
+            check_finite_numbers(node, name + ".")
+        elif isinstance(node._value(), float) and not math.isfinite(node._value()):
+            raise ConfigError(f"{name} must be a finite number, got {node._value()}")
+
+
 def _positive(cfg, keys: tuple[str, ...], group: str, *, strict: bool = True) -> None:
     for k in keys:
         v = getattr(cfg, k)
@@ -86,6 +104,7 @@ def validate_common(cfg) -> None:
     from eval_hooks.model import check_model_path
 
     check_known_keys(cfg)
+    check_finite_numbers(cfg)
     check_model_path(cfg.model.path, "model.path")
     check_real_model_settings(cfg)
     _validate_init_adapter(cfg)
@@ -186,11 +205,19 @@ def _generation_capabilities(cfg):
     return capabilities(cfg.generation.backend, cfg.generation)
 
 
-def backends_that(*capabilities: str) -> str:
-    """``generation=<a> or generation=<b>``: the registered backends with any of ``capabilities`` (for messages)."""
-    from eval_hooks.generation.backends.registry import backends_with
+def backends_that(*capabilities: str, generation=None) -> str:
+    """``generation=<a> or generation=<b>``: the registered backends with any of ``capabilities`` (for messages).
+    With ``generation`` (the chosen ``generation`` node) of a backend with flavours (vllm_server's ``server_kind``),
+    the flavours that give one of ``capabilities`` come first, as the fix ``generation.server_kind=vllm``."""
+    from eval_hooks.generation.backends.registry import backends_with, get_backend
 
-    return " or ".join(f"generation={n}" for n in backends_with(*capabilities))
+    fixes = [f"generation={n}" for n in backends_with(*capabilities)]
+    if generation is not None:
+        spec = get_backend(generation.backend)
+        current = str(generation.get(spec.flavour_key)) if spec.flavours else None
+        fixes[:0] = [f"generation.{spec.flavour_key}={k}" for k, caps in spec.flavours.items()
+                     if k != current and any(getattr(caps, c) for c in capabilities)]
+    return " or ".join(fixes)
 
 
 def _validate_generation(cfg) -> None:
@@ -216,11 +243,11 @@ def _validate_generation(cfg) -> None:
     if cfg.get("adapter_path") and not (caps.in_process or caps.loads_adapters):
         own = " evaluates a model of its own, not model.path:" if not caps.policy_model else ""
         raise ConfigError(f"generation={g.backend}{own} adapter_path cannot be applied to it (it loads no adapters; "
-                          f"serve the adapter, or use {backends_that('in_process', 'loads_adapters')})")
+                          f"serve the adapter, or use {backends_that('in_process', 'loads_adapters', generation=g)})")
     if not caps.label_scores and "label_scores" in (needs := backend_needs(cfg)):
         what, off = needs["label_scores"]
         raise ConfigError(f"generation={g.backend} cannot score {what} (this backend scores no labels, or first tokens "
-                          f"only): set {off}, or use {backends_that('label_scores')}")
+                          f"only): set {off}, or use {backends_that('label_scores', generation=g)}")
 
 
 def validate_merge(cfg) -> None:
@@ -332,11 +359,11 @@ def _validate_rollout_backend(cfg) -> None:
     name, caps = cfg.generation.backend, _generation_capabilities(cfg)
     if not caps.sampled_token_ids:
         raise ConfigError(f"generation={name} cannot run GRPO rollouts: they need the sampled token ids and their "
-                          f"log-probs, which this backend does not return; use {backends_that('sampled_token_ids')}")
+                          f"log-probs, which this backend does not return; use {backends_that('sampled_token_ids', generation=cfg.generation)}")
     if not (caps.in_process or caps.weight_sync):
         raise ConfigError(f"generation={name} cannot run GRPO rollouts: the policy's adapter cannot be synced to it, "
                           f"so it would not sample from the policy being trained; use "
-                          f"{backends_that('in_process', 'weight_sync')}")
+                          f"{backends_that('in_process', 'weight_sync', generation=cfg.generation)}")
     if caps.weight_sync and not cfg.model.lora.enabled:
         raise ConfigError(f"generation={name} needs model.lora.enabled=true: only a LoRA adapter can be synced to "
                           "the running server; with full fine-tuning it would keep sampling from its base weights")

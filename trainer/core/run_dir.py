@@ -12,7 +12,8 @@
   ``trainer.overwrite=true`` first moves the old run aside to ``<run_dir>.old-<n>``;
 - **same config on resume**: :func:`check_resume_config` refuses a resume whose config differs from the
   saved ``config.yaml`` in any key outside :data:`RESUME_TOLERATED` (``trainer.allow_config_change=true``
-  overrides).
+  overrides); a directory with nothing to resume (:func:`nothing_to_keep`: a ``config.yaml`` but no checkpoint,
+  ``final/`` or ``run_complete.json``) takes a corrected command as a fresh start.
 """
 
 from __future__ import annotations
@@ -195,6 +196,14 @@ def previous_run(run_dir: Path) -> list[str]:
     return found
 
 
+def nothing_to_keep(run_dir: Path) -> bool:
+    """True when ``run_dir`` holds no checkpoint, ``final/`` or ``run_complete.json``: at most a ``config.yaml`` and
+    metrics of a start that failed before its first checkpoint (``optim.lr=inf``). A fresh start there rewrites
+    both (``config.yaml`` when training starts, the metrics truncated to step 0), so its config need not equal the
+    one saved: there is nothing to resume."""
+    return not set(previous_run(run_dir)) - {"config.yaml", "metrics.jsonl"}
+
+
 def move_aside(run_dir: Path) -> Path:
     """Move everything but the lock file into a fresh ``<run_dir>.old-<n>``; returns that directory."""
     n = 1
@@ -346,8 +355,10 @@ def _agree_on_start(accelerator, error: BaseException | None, resume_from: Path 
 def _check_resume(cfg, run_dir: Path, resume_from: Path | None, source_run: Path, hashes: dict, *,
                   is_main: bool) -> None:
     """A resume must see the config and the data of the run it continues (``source_run``: this run, or the run
-    owning the checkpoint given as ``trainer.resume=<path>``); a fresh start records the data hashes."""
-    check_resume_config(cfg, source_run / "config.yaml")
+    owning the checkpoint given as ``trainer.resume=<path>``), and so must a fresh start over a run that left work
+    to keep (a ``final/`` without checkpoints); a fresh start records the data hashes."""
+    if resume_from is not None or not nothing_to_keep(run_dir):  # else a failed start's config.yaml: rewritten
+        check_resume_config(cfg, source_run / "config.yaml")
     if not is_main:
         return
     if resume_from is not None:

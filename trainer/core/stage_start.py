@@ -23,21 +23,33 @@ import json
 import os
 from pathlib import Path
 
-from eval_hooks.core.hashing import dir_sha256, file_sha256_once
+from eval_hooks.core.hashing import canonical_json_sha256, dir_sha256, file_sha256_once
 
 START_RECORD = "stage_start.json"
 _WEIGHT_FILES = ("*.safetensors", "config.json", "adapter_config.json")
+# adapter_config.json lists that PEFT writes from a set, in an order that differs from process to process
+_ADAPTER_UNORDERED = ("target_modules", "modules_to_save")
+
+
+def _weight_file_sha256(path: Path) -> str:
+    """The hash of one weight or config file: ``adapter_config.json`` canonically
+    (:func:`eval_hooks.core.hashing.canonical_json_sha256`, its set-like lists sorted), every other file by its
+    bytes, once per process."""
+    if path.name == "adapter_config.json":
+        return canonical_json_sha256(path, _ADAPTER_UNORDERED)
+    return file_sha256_once(path)
 
 
 def weights_sha256(directory: Path) -> str | None:
     """One SHA-256 over the weight and config files of a model or adapter directory (name and content of
     each, in name order: :func:`eval_hooks.core.hashing.dir_sha256`, each file hashed once per process, so a
-    chain hashes its base model once); None when the directory holds no weights."""
+    chain hashes its base model once; ``adapter_config.json`` by its canonical JSON, so the order PEFT writes
+    ``target_modules`` in does not count); None when the directory holds no weights."""
     d = Path(directory)
     files = {p for pattern in _WEIGHT_FILES for p in d.glob(pattern) if p.is_file()}
     if not any(p.suffix == ".safetensors" for p in files):
         return None
-    return dir_sha256(d, files, file_hash=file_sha256_once)
+    return dir_sha256(d, files, file_hash=_weight_file_sha256)
 
 
 def final_is_complete(final: Path) -> bool:

@@ -43,9 +43,11 @@ Ctrl-C: that stage keeps nothing, finished stages are kept. :meth:`StageRunner.h
 orchestrator per root) and its log file; ``record`` (a chain's ``chain.json``) records each stage.
 
 A recipe stage that is not a training run (an evaluation, pair mining) is recorded when it finishes
-(``stage_complete.json`` in its directory: its composed config, the content hash of each input, its result) and
-reused while that record matches; a record that does not match (other settings, an input that changed) reruns the
-stage, the earlier run moved aside to ``<name>.old-<n>``. A step (``call``) runs every time: steps are cheap (a
+(``stage_complete.json`` in its directory: its composed config, the content hash of each input, its result, the
+hash of each file it wrote) and reused while that record matches and the stage's files match their hashes, its
+result then read from the stage's own result file (``metrics.json``; ``trainer/core/stage_record.py``); a record
+that does not match (other settings, an input that changed, an output edited or missing) or cannot be read (cut
+short) reruns the stage, the earlier run moved aside to ``<name>.old-<n>``. A step (``call``) runs every time: steps are cheap (a
 cached conversion, a data build), and the stages reading their output pin it by content. A training stage's
 inputs are pinned in its ``stage_start.json`` with its start weights, under the same rule as those.
 """
@@ -62,8 +64,9 @@ from typing import Any, Callable
 
 from trainer.config import ConfigError
 
+from .stage_record import COMPLETE_RECORD  # a finished stage that is not a training run: its record
+
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-COMPLETE_RECORD = "stage_complete.json"  # a finished stage that is not a training run: its provenance and result
 
 
 class _StopSignal(Exception):
@@ -72,10 +75,6 @@ class _StopSignal(Exception):
     def __init__(self, signum: int):
         super().__init__(f"signal {signum}")
         self.signum = signum
-
-
-def _read_json(path: Path) -> dict | None:
-    return json.loads(path.read_text()) if path.is_file() else None
 
 
 @dataclass
@@ -270,31 +269,41 @@ class StageRunner:
 
     def _reuse_or_run(self, stage: Stage, provenance: dict, run: Callable[[], Any], defaults=None) -> Any:
         """A recipe stage that is not a training run: reused when its completion record (``stage_complete.json``:
-        its recipe and config, the content hash of each input, its result) matches now; else run (an earlier run
-        of other provenance is moved aside to ``<name>.old-<n>`` first) and recorded."""
+        its recipe and config, the content hash of each input, its result, the hashes of its outputs) matches now
+        and its outputs match their hashes (the result then read from the stage's own result file:
+        ``trainer/core/stage_record.py``); else run (an earlier run is moved aside to ``<name>.old-<n>`` first) and
+        recorded. A record that cannot be read (cut short) is no completion: the stage runs again, said in one line."""
         from eval_hooks.core.io import write_json_atomic
 
         from .run_dir import config_differences, move_aside
+        from .stage_record import read_record, seal, verified_result
         from .stage_start import start_differences
 
         out = self.stage_dir(stage.name)
         now = {**provenance, "inputs": self.input_identity(stage)}
-        record = _read_json(out / COMPLETE_RECORD)
+        record, unreadable = read_record(out / COMPLETE_RECORD)
+        why = unreadable and f"not complete: {unreadable}"
         if record is not None:
             diffs = [] if record.get("recipe") == stage.recipe else [f"recipe: {record.get('recipe')} != {stage.recipe}"]
             diffs += config_differences(record.get("config", {}), now["config"], "config.", defaults=defaults)
             diffs += start_differences(record.get("inputs", {}), now["inputs"])
-            if not diffs:
+            result, untrusted, note = (None, None, None) if diffs else verified_result(record, out)
+            if not diffs and not untrusted:
+                if note:
+                    self.log(f"{stage.name}: {note}")
                 self.log(f"{stage.name}: already complete ({out / COMPLETE_RECORD}), reused")
                 self.records[stage.name] = {"status": "skipped"}
-                return record["result"]
-            self.log(f"{stage.name}: finished with other settings or inputs ({'; '.join(diffs)}): running it again "
-                     f"(the earlier one is moved to {out.name}.old-<n>)")
+                return result
+            why = (f"finished with other settings or inputs ({'; '.join(diffs)})" if diffs
+                   else f"not reused: {untrusted}")
+        if why:
+            self.log(f"{stage.name}: {why}: running it again (the earlier one is moved to {out.name}.old-<n>)")
             if _main_process():
                 move_aside(out)
         result = run()
         if _main_process():
             write_json_atomic(out / COMPLETE_RECORD, {**now, "result": result})
+            seal(out / COMPLETE_RECORD)
         self.records[stage.name] = {"status": "ran"}
         return result
 

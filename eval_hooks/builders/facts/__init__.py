@@ -34,8 +34,10 @@ held-out fact is trained on. ``heldout_fraction`` (strictly between 0 and 1) of 
 held out. No leak: no held-out subject or gold (or gold alias) appears, as whole words after
 normalisation, in any training prompt, the contexts included. A training item's wrong value is drawn from its
 options that name none; a training item whose own subject or gold names one is dropped (``train_names_heldout``),
-as is a held-out item whose subject or gold is a word of the fixed wording. The builder checks every training prompt
-at the end (``leak_check`` in ``build_stats.json``).
+as is a held-out item whose subject or gold is a word of the fixed wording. No training prompt states a transfer fact
+(names a transfer item's subject together with its gold or an alias): such a transfer item is dropped
+(``transfer_fact_in_training``). The builder checks every training prompt at the end (``leak_check`` in
+``build_stats.json``).
 
 Sizes (:data:`SIZES`): ``small`` (the defaults of :class:`FactsSettings`, both real demos') and ``full`` (the
 demos' ``real.facts_size=full``); every setting can be given on top.

@@ -166,18 +166,66 @@ def _split(items: list[dict], held: set[str], st: FactsSettings, drops: dict, wo
             drops[it["relation"]]["transfer_answer_in_training"] += 1
         else:
             transfer.append(drawn)
-    out["transfer"] = _cap(transfer, st.max_transfer_items, st.seed, "transfer", drops)
+    out["transfer"] = transfer  # capped by build_facts, once the training prompts are known (_states_transfer_fact)
     return {s: out[s] for s in SIDES}
 
 
-def _check_no_leak(train_rows: list[dict], heldout_rows: list[dict]) -> dict:
-    """Every training prompt against every held-out subject, gold and alias; a leak here is a bug of the builder."""
+def _states_transfer_fact(prompts: list[str], subject: str, golds: list[str], places: set[str]) -> bool:
+    """Some prompt of ``prompts`` (each already :func:`_words`) names ``subject`` and one of ``golds`` (the gold and
+    its aliases), as whole words after normalisation: a training prompt that holds a transfer fact (training's
+    "The capital of Vietnam is Ho Chi Minh City." and the transfer question "In which country is Ho Chi Minh City?",
+    gold Vietnam). A gold met only inside a longer name of ``places`` (normalised; "African" in "Central African
+    Republic"), or inside the subject's own name ("Australia", an alias of Oceania, for Australia), is not named."""
+    s = f" {normalize_short_text(subject)} "
+    gs = [g for g in (normalize_short_text(g) for g in golds) if f" {g} " not in s]
+    longer = {g: [f" {p} " for p in places if p != g and f" {g} " in f" {p} "] for g in gs}
+
+    def names(p: str, g: str) -> bool:
+        for name in longer[g]:
+            p = p.replace(name, "  ")
+        return f" {g} " in p
+
+    return any(s in p and any(names(p, g) for g in gs) for p in prompts)
+
+
+def _places(*sides: list[dict]) -> set[str]:
+    """Every subject, gold, alias and wrong value of ``sides`` (items or rows), normalised."""
+    return {normalize_short_text(v) for rows in sides for r in rows
+            for v in (r["subject"], r["gold"], r["wrong_value"], *r.get("aliases", ()), *r.get("gold_aliases", ()))}
+
+
+def _unstated(transfer: list[dict], train_rows: list[dict], drops: dict) -> list[dict]:
+    """The transfer items whose fact no training prompt states (:func:`_states_transfer_fact`); the others are
+    counted as ``transfer_fact_in_training``."""
+    prompts = [_words(r["prompt"]) for r in train_rows]
+    places = _places(train_rows, transfer)
+    kept = []
+    for it in transfer:
+        if _states_transfer_fact(prompts, it["subject"], [it["gold"], *it["aliases"]], places):
+            drops[it["relation"]]["transfer_fact_in_training"] += 1
+        else:
+            kept.append(it)
+    return kept
+
+
+def _check_no_leak(train_rows: list[dict], heldout_rows: list[dict], transfer_rows: list[dict] = ()) -> dict:
+    """Every training prompt against every held-out subject, gold and alias, and against every transfer fact (its
+    subject together with its gold or an alias); a leak here is a bug of the builder."""
     banned = {n for r in heldout_rows if r["condition"] == "clean"
               for n in [normalize_short_text(v) for v in (r["subject"], r["gold"], *r.get("gold_aliases", []))]}
     leaks = [(r["item_id"], r["condition"]) for r in train_rows if _mentions_any(r["prompt"], banned)]
     if leaks:
         raise RuntimeError(f"build-facts: {len(leaks)} training prompts name a held-out subject or gold: {leaks[:5]}")
-    return {"heldout_names": len(banned), "train_prompts_checked": len(train_rows), "train_prompts_naming_heldout": 0}
+    prompts = [_words(r["prompt"]) for r in train_rows]
+    facts = [r for r in transfer_rows if r["condition"] == "clean"]
+    places = _places(train_rows, facts)
+    stated = [r["item_id"] for r in facts
+              if _states_transfer_fact(prompts, r["subject"], [r["gold"], *r.get("gold_aliases", [])], places)]
+    if stated:
+        raise RuntimeError(f"build-facts: training prompts name {len(stated)} transfer facts (subject and gold): "
+                           f"{stated[:5]}")
+    return {"heldout_names": len(banned), "train_prompts_checked": len(train_rows), "train_prompts_naming_heldout": 0,
+            "transfer_facts_checked": len(facts), "train_prompts_stating_transfer": 0}
 
 
 def _candidates(geo: Geo, data: dict, st: FactsSettings, drops: dict) -> list[dict]:
@@ -220,7 +268,10 @@ def build_facts(data: dict, settings: FactsSettings = FactsSettings()) -> tuple[
     questions = [r.question for r in RELATIONS.values()]
     sides = _split(items, held, st, drops, _words(fixed_text(questions, [r.fact for r in RELATIONS.values()])))
     out = {s: [] for s in SIDES}
-    for side, chosen in sides.items():
+    for side in SIDES:  # training rows first: a transfer item whose fact a training prompt states goes
+        chosen = sides[side]
+        if side == "transfer":
+            chosen = _cap(_unstated(chosen, out["train"], drops), st.max_transfer_items, st.seed, "transfer", drops)
         for it in chosen:  # the irrelevant fact: another item of the same relation and side
             same = [o for o in chosen if o["relation"] == it["relation"] and o is not it
                     and o["gold"] not in (it["gold"], it["wrong_value"])]
@@ -253,7 +304,7 @@ def _stats(data: dict, st: FactsSettings, out: dict, drops: dict, made: Counter,
         "by_wording": {s: dict(sorted(Counter(r["wording"] for r in rows if r["condition"] == "clean").items()))
                        for s, rows in out.items()},
         "heldout_groups": len(held), "train_groups": n_groups - len(held),
-        "leak_check": _check_no_leak(out["train"], out["heldout"]),
+        "leak_check": _check_no_leak(out["train"], out["heldout"], out["transfer"]),
     }
 
 

@@ -20,6 +20,10 @@ SOURCE_FIELDS = {"countries": {"iso": str, "name": str, "capital": str, "populat
 # city's first-level division (its US state), and the US states' codes and names.
 OPTIONAL_FIELDS = {"countries": {"currency": str}, "cities": {"admin1": str}}
 US_STATE_FIELDS = {"code": str, "name": str}
+# Text fields that name something a prompt or a split shows: an empty (or blank) one is refused, not built into
+# "What is the capital of ?". (An empty capital, continent or neighbours is allowed: the item is dropped, counted.)
+NON_EMPTY = {("countries", "iso"), ("countries", "name"), ("cities", "name"), ("cities", "country"),
+             ("us_states", "code"), ("us_states", "name")}
 ACCEPTED = ("a JSON object with non-empty 'countries' and 'cities' lists (and optionally 'us_states'), like "
             "eval_hooks/data/geonames_sample.json")
 
@@ -73,6 +77,9 @@ def _check_records(p: Path, key: str, recs, required: dict, optional: dict) -> N
             if not isinstance(v, typ) or isinstance(v, bool):
                 names = " or ".join(t.__name__ for t in (typ if isinstance(typ, tuple) else (typ,)))
                 raise DataError(f"expected {names}, got {v!r}", path=p, field=f"{key}[{i}].{f}", accepted=ACCEPTED)
+            if (key, f) in NON_EMPTY and not v.strip():
+                raise DataError(f"expected a non-empty name, got {v!r}", path=p, field=f"{key}[{i}].{f}",
+                                accepted=ACCEPTED)
 
 
 def _read_source(p: Path) -> dict:

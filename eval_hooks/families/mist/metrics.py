@@ -101,22 +101,26 @@ MAX_COMPLIANCE_DROP = 0.20   # a larger drop of format compliance against a base
 
 def answer_format(item_scores: Sequence[dict]) -> dict[str, dict[str, Any]]:
     """Per condition: ``no_answer`` (rows with no answer at all), ``hedged`` (rows offering two candidates as
-    alternatives, row field ``answer_status``: no committed answer either, counted apart), ``outside_candidates``
+    alternatives, row field ``answer_status``: no committed answer either, counted apart), ``multiple`` (rows naming
+    two or more candidates together, "X and Y" or a list: counted apart the same way), ``outside_candidates``
     (an answer that is none of the row's known candidates) and ``format_compliance`` (the fraction of rows that
-    commit to an answer, 1 - (no_answer + hedged) / rows)."""
+    commit to an answer, 1 - (no_answer + hedged + multiple) / rows)."""
     n = {c: 0 for c in MIST_CONDITIONS}
     none = {c: 0 for c in MIST_CONDITIONS}
     hedged = {c: 0 for c in MIST_CONDITIONS}
+    multiple = {c: 0 for c in MIST_CONDITIONS}
     outside = {c: 0 for c in MIST_CONDITIONS}
     for row in item_scores:
         c = row["condition"]
         n[c] += 1
         status = row.get("answer_status")
         hedged[c] += status == "hedged"
-        none[c] += not row.get("parse_ok", True) and status != "hedged"
+        multiple[c] += status == "multiple"
+        none[c] += not row.get("parse_ok", True) and status not in ("hedged", "multiple")
         outside[c] += status == "outside"
-    return {"no_answer": none, "hedged": hedged, "outside_candidates": outside,
-            "format_compliance": {c: (1.0 - (none[c] + hedged[c]) / n[c]) if n[c] else None for c in MIST_CONDITIONS}}
+    return {"no_answer": none, "hedged": hedged, "multiple": multiple, "outside_candidates": outside,
+            "format_compliance": {c: (1.0 - (none[c] + hedged[c] + multiple[c]) / n[c]) if n[c] else None
+                                  for c in MIST_CONDITIONS}}
 
 
 def quality_warnings(metrics: dict, baseline: dict | None = None) -> list[str]:
@@ -241,7 +245,7 @@ def mist_metrics(item_scores: Sequence[dict], *, n_boot: int = 1000, seed: int =
     Keys: ``accuracy.{clean,misleading,correct,irrelevant}``, ``overall``, ``sc2w``, ``n_items``,
     ``n_clean_correct``, ``ci`` (same nesting, ``[lo, hi]`` 95% paired-bootstrap intervals; absent
     when ``n_boot == 0``), ``bootstrap`` (settings), ``unparsed.<condition>`` (counts: no answer or hedged),
-    ``no_answer.<condition>``, ``hedged.<condition>``, ``outside_candidates.<condition>``,
+    ``no_answer.<condition>``, ``hedged.<condition>``, ``multiple.<condition>``, ``outside_candidates.<condition>``,
     ``format_compliance.<condition>``
     (:func:`answer_format`), ``warnings`` (:func:`quality_warnings`, without a baseline) and
     ``slices.<attribute>.<value>`` (same keys per slice, no CIs); with knowledge-labelled rows also

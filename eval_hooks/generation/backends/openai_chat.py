@@ -59,7 +59,6 @@ import logging
 import math
 import os
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
@@ -67,7 +66,7 @@ from .base import GenerationBackend, GenerationRequest, GenerationResult, Sample
 from ..prompts import PromptSettings
 from . import transport as _http
 from .registry import BackendSpec, BuildContext, Capabilities, check_positive, setting
-from .transport import ServerCapabilityError, ServerError, ServerResponseError, ServerUnreachableError
+from .transport import ServerCapabilityError, ServerError, ServerResponseError, ServerUnreachableError, request_pool
 
 log = logging.getLogger(__name__)
 
@@ -212,7 +211,7 @@ class OpenAIChatBackend(GenerationBackend):
         got: dict[int, list[list[Sample]]] = {i: [] for i in range(len(requests))}
         bar = tqdm(total=len(jobs), desc=desc, disable=not progress, unit="call")
         try:
-            with ThreadPoolExecutor(max_workers=min(self.concurrency, max(1, len(jobs)))) as pool:
+            with request_pool(min(self.concurrency, max(1, len(jobs)))) as pool:
                 outs = pool.map(lambda j: self._one(j[0], requests[j[0]], j[1], j[2]), jobs)
                 for (i, _, _), samples in zip(jobs, outs):  # map keeps job order: samples stay in j order
                     got[i].append(samples)

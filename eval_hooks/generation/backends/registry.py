@@ -28,7 +28,9 @@ Backends come from three places, looked up in this order:
       mybackend = "mypackage.mybackend:BACKEND"
 
 A backend's module is imported when the backend is first used (its settings are part of the config schema,
-so a command that composes a config imports them all; every backend module is torch-free at import). How to
+so a command that composes a config imports them all; every backend module is torch-free at import). A plugin
+whose module cannot be imported is left out of the schema and the messages (:func:`loadable_backend_names`) and
+fails, in one line naming the plugin and the group, only when chosen (:class:`BrokenBackendError`). How to
 add one: docs/architecture.md.
 """
 
@@ -177,9 +179,18 @@ def _accept(name: str, spec) -> BackendSpec:
     return spec
 
 
+class BrokenBackendError(UnknownBackendError):
+    """An installed backend plugin whose module cannot be imported: one line naming the plugin and the group."""
+
+
+def _broken(name: str, value: str | None, e: Exception) -> BrokenBackendError:
+    return BrokenBackendError(f"generation backend plugin {name!r} (entry point {value!r} of group "
+                              f"{ENTRY_POINT_GROUP!r}) cannot be loaded: {type(e).__name__}: {e}")
+
+
 #: ``BACKENDS[name]`` is :func:`get_backend`; iterating gives :func:`backend_names`.
 BACKENDS: Registry[BackendSpec] = Registry("generation backend", ENTRY_POINT_GROUP, BUILTIN, accept=_accept,
-                                           error=UnknownBackendError)
+                                           error=UnknownBackendError, broken=_broken)
 
 
 def register_backend(spec: BackendSpec) -> BackendSpec:
@@ -214,7 +225,21 @@ def capabilities(name: str, settings=None) -> Capabilities:
 
 def backends_with(*capabilities: str) -> list[str]:
     """The backends whose own capabilities include any of ``capabilities`` (for messages naming what to use)."""
-    return [n for n in backend_names() if any(getattr(get_backend(n).capabilities, c) for c in capabilities)]
+    return [n for n in loadable_backend_names() if any(getattr(get_backend(n).capabilities, c) for c in capabilities)]
+
+
+def loadable_backend_names() -> list[str]:
+    """:func:`backend_names` less the installed plugins whose module cannot be imported (those fail, naming plugin
+    and group, only when chosen): what the config schema and the messages list, so that a broken plugin breaks
+    no command that does not choose it."""
+    names = []
+    for name in backend_names():
+        try:
+            get_backend(name)
+        except BrokenBackendError:
+            continue
+        names.append(name)
+    return names
 
 
 __all__ = ["BACKENDS", "BUILTIN", "ENTRY_POINT_GROUP", "BackendSpec", "BuildContext", "Capabilities",

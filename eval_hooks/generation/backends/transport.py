@@ -23,6 +23,8 @@ HTTP errors, ``status``.
 
 from __future__ import annotations
 
+import contextlib
+
 import ast
 import http.client
 import json
@@ -283,19 +285,18 @@ def parse_json(reply: Reply, url: str, what: str, context: Callable[[], str] = l
                                   f"{reply.body[:200]!r}{context()}") from None
 
 
-def exit_on_server_error(main: Callable) -> Callable:
-    """Decorate a command-line entry point: a :class:`ServerError` (server down, refused request, missing
-    capability) ends the command with one ``error: ...`` line on stderr and exit status 1, not a traceback.
-    (Trainers have already checkpointed by then: ``train_loop``'s ``checkpoint_on``.)"""
-    import functools
-    import sys
+@contextlib.contextmanager
+def request_pool(workers: int):
+    """A ``ThreadPoolExecutor`` of ``workers`` HTTP request threads that, when the block ends in an error or a stop
+    (SIGTERM, Ctrl-C), is shut down without waiting: requests not started are cancelled, and one in flight is
+    left to its timeout instead of holding the stop up (the entry point exits without joining it:
+    ``eval_hooks.cli_contract.end_process``)."""
+    from concurrent.futures import ThreadPoolExecutor
 
-    @functools.wraps(main)
-    def wrapped(*args, **kwargs):
-        try:
-            return main(*args, **kwargs)
-        except ServerError as e:
-            print(f"error: {e}", file=sys.stderr)
-            raise SystemExit(1) from None
-
-    return wrapped
+    pool = ThreadPoolExecutor(max_workers=workers)
+    try:
+        yield pool
+    except BaseException:
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown(wait=True)

@@ -71,13 +71,12 @@ import json
 import logging
 import secrets
 from collections import defaultdict
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Callable, Optional, Sequence
 
 from ..prompts import PromptSettings, render_prompt_text, request_prompt_ids
 from . import transport as _http
-from .transport import ServerCapabilityError, ServerError, ServerResponseError, ServerUnreachableError
+from .transport import ServerCapabilityError, ServerError, ServerResponseError, ServerUnreachableError, request_pool
 from .adapter_checksum import checksum_or_none
 from .base import GenerationBackend, GenerationRequest, GenerationResult, Sample, label_probabilities, label_sequences
 from .completions_wire import (parse_prompt_logprobs, parse_text_choice, parse_token_choices, prompt_logprobs_body,
@@ -310,7 +309,7 @@ class VLLMServerBackend(GenerationBackend):
             return idx, out
 
         try:
-            with ThreadPoolExecutor(max_workers=workers) as pool:
+            with request_pool(workers) as pool:
                 for idx, out in pool.map(run, calls):
                     for i, res in zip(idx, out):
                         results[i] = res
@@ -353,7 +352,7 @@ class VLLMServerBackend(GenerationBackend):
         bar = tqdm(total=len(jobs), desc=desc, disable=not progress, unit="call")
         got: dict[int, list[Sample]] = {i: [] for i in range(len(requests))}
         try:
-            with ThreadPoolExecutor(max_workers=min(self.concurrency, max(1, len(jobs)))) as pool:
+            with request_pool(min(self.concurrency, max(1, len(jobs)))) as pool:
                 for (i, _), sample in zip(jobs, pool.map(one, jobs)):  # map keeps the job order: j order per i
                     got[i].append(sample)
                     bar.update(1)
