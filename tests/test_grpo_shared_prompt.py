@@ -169,3 +169,31 @@ def test_pack_refuses_left_padding():
     ids, att, cm = torch.tensor([[0, 5, 6]]), torch.tensor([[0, 1, 1]]), torch.tensor([[0, 0, 1]])
     with pytest.raises(ValueError, match="right-padded"):
         pack_groups(ids, att, cm)
+
+
+def test_algo_shared_prompt_is_on_by_default_and_falls_back_visibly(caplog):
+    """``algo.shared_prompt`` defaults to true; under a flash-attention kernel (which ignores the block mask) the
+    recipe runs unshared and says so in the log; ``algo.oversample_cap`` below 1 is a config error."""
+    from pathlib import Path
+
+    from hydra import compose, initialize_config_dir
+
+    from recipes.grpo import use_shared_prompt
+    from trainer.config import register_schemas, validate_grpo
+    from trainer.config.validation import ConfigError
+
+    register_schemas()
+    with initialize_config_dir(str(Path(__file__).resolve().parents[1] / "conf"), version_base=None):
+        cfg = compose(config_name="grpo", overrides=["recipe=grpo_tiny"])
+        assert cfg.algo.shared_prompt is True and cfg.algo.oversample_cap == 2.0
+        with caplog.at_level(logging.WARNING):
+            assert use_shared_prompt(cfg)
+            assert not use_shared_prompt(compose(config_name="grpo", overrides=["recipe=grpo_tiny",
+                                                                                  "algo.shared_prompt=false"]))
+        assert caplog.text == ""
+        flash = compose(config_name="grpo", overrides=["recipe=grpo_tiny", "model.attn_implementation=flash_attention_2"])
+        with caplog.at_level(logging.WARNING):
+            assert not use_shared_prompt(flash)
+        assert "algo.shared_prompt falls back" in caplog.text and "flash_attention_2" in caplog.text
+        with pytest.raises(ConfigError, match="algo.oversample_cap must be >= 1"):
+            validate_grpo(compose(config_name="grpo", overrides=["recipe=grpo_tiny", "algo.oversample_cap=0.5"]))
