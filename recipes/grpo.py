@@ -128,7 +128,8 @@ def use_shared_prompt(cfg) -> bool:
 
 def old_logprobs(policy, device, logprobs, ids, att, cm):
     """Per-token log-probs of the sampled completions under the rollout-time policy (no grad), on CPU
-    (``logprobs``: ``trainer.model.logprobs.sequence_logprobs`` with the run's settings)."""
+    (``logprobs``: ``trainer.model.logprobs.sequence_logprobs``, or ``group_sequence_logprobs`` with
+    ``algo.shared_prompt``, with the run's settings)."""
     with torch.no_grad():
         return logprobs(policy, ids.to(device), att.to(device), cm.to(device))[1].cpu()
 
