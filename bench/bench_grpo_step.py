@@ -1,6 +1,6 @@
 """One GRPO optimizer step on the tiny model: selectrust's rollout source + loss vs TRL GRPOTrainer.
 
-    python bench/bench_grpo_step.py [--groups 4] [--group-size 4] [--max-new-tokens 16] [--steps 3]
+    python bench/bench_grpo_step.py [--groups 4] [--group-size 4] [--max-new-tokens 16] [--steps 3] [--shared both]
 
 Same settings on both sides: CPU, fp32, LoRA r=8/alpha=16 (``--lora-r``) on the same modules, G samples for
 P prompts per step (one rollout batch per step, no gradient accumulation), temperature 1 (ours: ``HFBackend``'s
@@ -8,11 +8,18 @@ decoding loop; TRL: HF ``generate``), the same outcome reward, beta=0 (no refere
 checkpointing, a local tiny model directory and a tiny in-memory dataset. Each side runs ``--steps`` steps; the first is warm-up
 and the median of the rest is reported. Prints the ratio ours/TRL (target <= 1.1) and the fraction
 of our step spent generating. CPU timings on a shared machine are noisy: run it on an idle one.
+
+``--shared on|off|both`` (default both): our step with ``algo.shared_prompt`` (each group's prompt run once in
+the loss's forward, trainer/model/group_packing.py), without it, or both side by side. The last line is one JSON
+object: ``grpo_time_ratio`` (ours with the prompts shared, else unshared, over TRL), ``grpo_time_ratio_unshared``
+(with ``both``), ``grpo_prompt_token_fraction_saved`` (1 - packed tokens / unshared tokens of the forward),
+``tokens_per_step`` and ``tokens_per_step_shared`` (means over the steps).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import time
@@ -35,7 +42,9 @@ def prompts(n: int, rows: list[dict] | None = None) -> list[dict]:
     return load_rl_prompts("toy:0/grpo_prompts.jsonl")[:n]
 
 
-def ours(args, model_dir: str) -> tuple[list[float], list[float]]:
+def ours(args, model_dir: str, *, shared_prompt: bool = True) -> tuple[list[float], list[float], dict]:
+    """Our steps: their times (s), the fraction of each spent generating, and the mean token counts of the
+    loss's forward (``tokens_per_step``, ``tokens_per_step_shared``, ``prompt_token_fraction_saved``)."""
     import torch
     from omegaconf import OmegaConf
 
@@ -44,6 +53,7 @@ def ours(args, model_dir: str) -> tuple[list[float], list[float]]:
     from trainer.algos.grpo import clipped_policy_loss
     from trainer.config import GRPOAlgoConfig, ModelConfig, OptimConfig
     from trainer.data.train_data import ShuffleSampler
+    from trainer.model.group_packing import group_sequence_logprobs
     from trainer.model.logprobs import sequence_logprobs
     from eval_hooks.model import load_policy
     from trainer.core.optim import build_optimizer
@@ -58,17 +68,18 @@ def ours(args, model_dir: str) -> tuple[list[float], list[float]]:
     opt = build_optimizer(model, OmegaConf.structured(OptimConfig(lr=1e-3)))
     rows = prompts(args.groups * args.steps, getattr(args, "rows", None))
     algo = GRPOAlgoConfig(group_size=args.group_size, max_new_tokens=args.max_new_tokens, temperature=1.0,
-                          drop_zero_variance=False)
+                          drop_zero_variance=False, shared_prompt=True)  # True: the source counts packed tokens
+    logprobs = group_sequence_logprobs if shared_prompt else sequence_logprobs
     s = RolloutSettings.from_config(algo, num_groups=args.groups, grad_accum=1, prompt_settings=PromptSettings(), seed=0)
     src = RolloutSource(rows, ShuffleSampler(len(rows), seed=0), SingleTurnMode(s, tok, GuardedReward(reward_fn)),
                         settings=s,
                         backend_factory=lambda: HFBackend(model, tok, batch_size=args.groups * args.group_size))
-    times, gen_fracs = [], []
+    times, gen_fracs, tokens = [], [], []
     for _ in range(args.steps):
         t0 = time.perf_counter()
         model.train()
         mb = src.next_microbatch()
-        _, logps, _ = sequence_logprobs(model, mb["input_ids"], mb["attention_mask"], mb["completion_mask"])
+        _, logps, _ = logprobs(model, mb["input_ids"], mb["attention_mask"], mb["completion_mask"])
         loss, _ = clipped_policy_loss(logps, logps.detach(), mb["advantages"], mb["completion_mask"], eps_low=0.2,
                                       eps_high=0.2, aggregation="token_mean", num_tokens=mb["num_tokens"])
         loss.backward()
@@ -78,8 +89,16 @@ def ours(args, model_dir: str) -> tuple[list[float], list[float]]:
         dt = time.perf_counter() - t0
         times.append(dt)
         gen_fracs.append(src._gen_time / dt)
-        src.pop_metrics()
-    return times, gen_fracs
+        m = src.pop_metrics()
+        tokens.append((m["tokens_per_step"], m["tokens_per_step_shared"]))
+    whole, packed = (statistics.mean(x) for x in zip(*tokens))
+    return times, gen_fracs, {"tokens_per_step": whole, "tokens_per_step_shared": packed,
+                              "prompt_token_fraction_saved": 1.0 - packed / whole}
+
+
+def step_median(times: list[float]) -> float:
+    """Median step time after the first (warm-up) step."""
+    return statistics.median(times[1:] or times)
 
 
 def trl(args, model_dir: str, out_dir: str) -> list[float]:
@@ -128,6 +147,8 @@ def main() -> None:
     ap.add_argument("--lora-r", type=int, default=8, help="LoRA rank on both sides (alpha = 2r)")
     ap.add_argument("--steps", type=int, default=3, help="steps per side (the first is warm-up)")
     ap.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's choice)")
+    ap.add_argument("--shared", choices=("on", "off", "both"), default="both",
+                    help="our step with algo.shared_prompt on, off, or both side by side")
     args = ap.parse_args()
     import tempfile
 
@@ -138,16 +159,26 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     model_dir = str(ensure_tiny_model("tiny"))
-    ours_t, fracs = ours(args, model_dir)
+    runs = {flag: ours(args, model_dir, shared_prompt=flag) for flag in {"on": [True], "off": [False],
+                                                                         "both": [False, True]}[args.shared]}
     with tempfile.TemporaryDirectory() as d:
         trl_t = trl(args, model_dir, d)
-    o, t = statistics.median(ours_t[1:] or ours_t), statistics.median(trl_t[1:] or trl_t)
+    t = step_median(trl_t)
     print(f"P={args.groups} G={args.group_size} max_new_tokens={args.max_new_tokens} threads={torch.get_num_threads()}")
-    print(f"ours step  s: {[round(x, 3) for x in ours_t]}  median(after warm-up) {o:.3f}")
     print(f"TRL  step  s: {[round(x, 3) for x in trl_t]}  median(after warm-up) {t:.3f}")
-    print(f"ratio ours/TRL = {o / t:.3f} (medians)  {min(ours_t[1:] or ours_t) / min(trl_t[1:] or trl_t):.3f} "
-          f"(fastest steps: least disturbed by other load)  (target <= 1.1)")
-    print(f"our generation fraction of the step = {statistics.median(fracs[1:] or fracs):.3f}")
+    for flag, (ours_t, fracs, _) in runs.items():
+        o = step_median(ours_t)
+        print(f"ours step  s (shared_prompt={flag}): {[round(x, 3) for x in ours_t]}  median(after warm-up) {o:.3f}"
+              f"  ratio ours/TRL {o / t:.3f} (medians), {min(ours_t[1:] or ours_t) / min(trl_t[1:] or trl_t):.3f} "
+              f"(fastest steps)  generation fraction {statistics.median(fracs[1:] or fracs):.3f}")
+    main_run = runs.get(True, runs.get(False))
+    out = {"grpo_time_ratio": step_median(main_run[0]) / t, "grpo_shared_prompt": True in runs,
+           "grpo_prompt_token_fraction_saved": main_run[2]["prompt_token_fraction_saved"],
+           "tokens_per_step": main_run[2]["tokens_per_step"],
+           "tokens_per_step_shared": main_run[2]["tokens_per_step_shared"]}
+    if len(runs) == 2:
+        out["grpo_time_ratio_unshared"] = step_median(runs[False][0]) / t
+    print(json.dumps(out), flush=True)
 
 
 if __name__ == "__main__":

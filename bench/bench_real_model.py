@@ -4,9 +4,12 @@ plain ``generate``, measured side by side in one run. The last line printed is o
 - ``dpo_time_ratio``: our DPO optimizer step (``recipes/dpo.py``'s collate + step: shared-prompt packed pairs,
   adapter-disabled reference) over TRL ``DPOTrainer``'s (``bench_dpo_step.TrlStep``), same pairs, fp32, same
   batch; steps alternate (ours, TRL, TRL, ours, ...) and the median of the per-pair ratios is reported.
-- ``grpo_time_ratio``: ``bench_grpo_step``'s GRPO step of ours over TRL ``GRPOTrainer``'s on this model (LoRA r16
-  on every linear layer on both sides, 2 prompts x 4 samples, temperature 1; with ``--demo`` the demo's training
-  prompts at 32 tokens, else the toy GRPO prompts at 16; median of the steps after the first).
+- ``grpo_time_ratio``: ``bench_grpo_step``'s GRPO step of ours (``algo.shared_prompt``: each group's prompt run
+  once) over TRL ``GRPOTrainer``'s on this model (LoRA r16 on every linear layer on both sides, ``--grpo-groups``
+  prompts (2) x 4 samples, temperature 1; with ``--demo`` the demo's training prompts at 32 tokens, else the toy
+  GRPO prompts at 16; median of the steps after the first); ``grpo_time_ratio_unshared``: ours without sharing;
+  ``grpo_prompt_token_fraction_saved``: 1 - packed tokens / unshared tokens of the loss's forward, with
+  ``grpo_tokens_per_step`` and ``grpo_tokens_per_step_shared`` (means over the steps).
 - ``eval_speedup``: rows/s of our ``HFBackend`` (length-sorted batches, the shared prompt prefix run once, finished
   rows leaving the batch, log-probs recorded per step) over plain
   batched ``model.generate`` (left-padded in the rows' order, ``output_logits=True`` as the backend did before)
@@ -209,16 +212,22 @@ def eval_figures(path: str, questions: list[str], batch: int, budget: int) -> di
     return {"eval_speedup": t_plain / t_ours, "eval_rows_per_s_ours": len(ours) / t_ours, "eval_same_text": same}
 
 
-def grpo_figures(path: str, steps: int, rows: list[dict] | None = None, budget: int = 16) -> dict:
-    """Our GRPO step over TRL's on SmolLM2 (LoRA r16 on every linear layer on both sides): 2 prompts x 4 samples a
-    step, temperature 1; ``rows`` (``item_id``, ``prompt``, ``gold``; e.g. the demo's training prompts) or the toy prompts."""
+def grpo_figures(path: str, steps: int, rows: list[dict] | None = None, budget: int = 16, groups: int = 2) -> dict:
+    """Our GRPO step over TRL's on SmolLM2 (LoRA r16 on every linear layer on both sides): ``groups`` prompts x 4
+    samples a step, temperature 1; ``rows`` (``item_id``, ``prompt``, ``gold``; e.g. the demo's training prompts) or
+    the toy prompts. Ours with each group's prompt run once (``algo.shared_prompt``) and without, side by side."""
     from bench import bench_grpo_step as g
 
-    args = argparse.Namespace(groups=2, group_size=4, max_new_tokens=budget, steps=steps, lora_r=16, rows=rows)
-    ours_t, _ = g.ours(args, path)
+    args = argparse.Namespace(groups=groups, group_size=4, max_new_tokens=budget, steps=steps, lora_r=16, rows=rows)
+    unshared_t, _, _ = g.ours(args, path, shared_prompt=False)
+    shared_t, _, tokens = g.ours(args, path, shared_prompt=True)
     with tempfile.TemporaryDirectory() as d:
         trl_t = g.trl(args, path, d)
-    return {"grpo_time_ratio": statistics.median(ours_t[1:] or ours_t) / statistics.median(trl_t[1:] or trl_t)}
+    t = g.step_median(trl_t)
+    return {"grpo_time_ratio": g.step_median(shared_t) / t, "grpo_time_ratio_unshared": g.step_median(unshared_t) / t,
+            "grpo_prompt_token_fraction_saved": tokens["prompt_token_fraction_saved"],
+            "grpo_tokens_per_step": tokens["tokens_per_step"],
+            "grpo_tokens_per_step_shared": tokens["tokens_per_step_shared"]}
 
 
 def demo_data(demo: Path, path: str) -> tuple[list[tuple[str, str, str]], list[str], float]:
@@ -249,6 +258,7 @@ def main(argv=None) -> dict:
     ap.add_argument("--pairs", type=int, default=4, help="DPO batch (pairs)")
     ap.add_argument("--cache", default=str(Path.home() / ".cache" / "selectrust"))
     ap.add_argument("--skip-grpo", action="store_true")
+    ap.add_argument("--grpo-groups", type=int, default=2, help="GRPO prompts per step (x 4 samples; the demo: 8)")
     ap.add_argument("--demo", default=None, help="a real-model demo's output directory (python recipes/demo.py "
                     "out=DIR): the DPO batch is its first --pairs mined pairs, the saved-token fraction is over all of "
                     "them, and the evaluation rows are its held-out prompts (default: the built-in capital pairs)")
@@ -275,7 +285,7 @@ def main(argv=None) -> dict:
             train = Path(args.demo) / "stages" / "facts" / "facts_train.jsonl"
             rows = [{"item_id": f"{r['item_id']}/{r['condition']}", "prompt": r["prompt"], "gold": r["gold"]}
                     for r in map(json.loads, train.read_text().splitlines())]
-        out.update(grpo_figures(path, 2 if args.quick else 3, rows, 32 if args.demo else 16))
+        out.update(grpo_figures(path, 2 if args.quick else 3, rows, 32 if args.demo else 16, args.grpo_groups))
     out["peak_rss_gib"] = peak_rss_gib()
     print(json.dumps(out), flush=True)
     return out

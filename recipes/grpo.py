@@ -16,7 +16,10 @@ adapter or a failed probe checkpoints the last completed step and stops); outcom
 loss of ``trainer.algos.grpo``.
 
 How this departs from TRL's GRPOTrainer (same loss on the same inputs, tests/test_trl_equivalence_grpo.py):
-- groups whose rewards all agree are dropped and the batch refilled (``algo.max_refill_rounds``);
+- groups whose rewards all agree are dropped and the batch refilled (``algo.max_refill_rounds``), the first
+  generation round over-sampled from the running zero-variance rate (``algo.oversample_cap``);
+- each group's prompt runs once in the policy, old-policy and reference forward (``algo.shared_prompt``,
+  one packed row per group: trainer/model/group_packing.py; equal to the unshared loss, tests/test_grpo_shared_prompt.py);
 - ``optim.batch_size * optim.grad_accum * world == algo.prompts_per_step * algo.group_size``: one
   rollout batch per optimizer step, replayed ``algo.num_iterations`` times with stored old log-probs;
 - rollouts are seeded per (seed, rollout batch, round, global prompt index), so a resumed run regenerates
@@ -29,6 +32,7 @@ How this departs from TRL's GRPOTrainer (same loss on the same inputs, tests/tes
 
 from __future__ import annotations
 
+import logging
 import os
 from functools import partial
 
@@ -41,6 +45,7 @@ from trainer.config.cli_help import cli_main
 from trainer.config import register_schemas, validate_grpo
 
 register_schemas()
+logger = logging.getLogger(__name__)
 
 
 def run(cfg: DictConfig):
@@ -49,6 +54,7 @@ def run(cfg: DictConfig):
     from trainer.data.train_data import ShuffleSampler
     from trainer.rl.envs import resolve_env
     from trainer.evaluation import generation_capabilities, load_eval_rows, make_backend
+    from trainer.model.group_packing import group_sequence_logprobs
     from trainer.model.logprobs import sequence_logprobs
     from trainer.train import train_evaluate_finish
     from eval_hooks.model import Reference, load_policy
@@ -61,7 +67,9 @@ def run(cfg: DictConfig):
 
     # ---- validate everything before any model loads (and long before any generation) -------------------
     validate_grpo(cfg, world=int(os.environ.get("WORLD_SIZE", "1")))
-    logprobs = partial(sequence_logprobs, logprob_chunk=cfg.model.logprob_chunk)  # 0 = full logits
+    shared = use_shared_prompt(cfg)  # each group's prompt once in every forward of the loss
+    logprobs = partial(group_sequence_logprobs if shared else sequence_logprobs,
+                       logprob_chunk=cfg.model.logprob_chunk)  # 0 = full logits
     algo, dcfg = cfg.algo, cfg.data
     env_factory = resolve_env(algo.env, max_turns=algo.env_max_turns) if algo.env else None
     reward = None if env_factory else GuardedReward(resolve_reward(algo.reward), max_errors=algo.max_reward_errors,
@@ -88,6 +96,7 @@ def run(cfg: DictConfig):
 
     settings = RolloutSettings.from_config(algo, num_groups=algo.prompts_per_step, grad_accum=cfg.optim.grad_accum,
                                            prompt_settings=prompt, seed=cfg.seed)
+    settings.shared_prompt = shared
     old_logps_fn = partial(old_logprobs, unwrapped, acc.device, logprobs) if algo.num_iterations > 1 else None
     mode = (EnvironmentMode(settings, tokenizer, env_factory) if env_factory
             else SingleTurnMode(settings, tokenizer, reward))
@@ -104,9 +113,24 @@ def run(cfg: DictConfig):
                                  backend_factory=backend_factory)
 
 
+def use_shared_prompt(cfg) -> bool:
+    """``algo.shared_prompt`` where it is exact: under an attention kernel that takes the 4D block mask (SDPA
+    or eager); otherwise a log line says the run falls back to unshared rows."""
+    from trainer.model.shared_prompt import attention_takes_4d_mask
+
+    if not cfg.algo.shared_prompt:
+        return False
+    if not attention_takes_4d_mask(cfg.model.attn_implementation):
+        logger.warning("algo.shared_prompt falls back to unshared rows: model.attn_implementation=%s ignores the "
+                       "block attention mask (sdpa or eager take it)", cfg.model.attn_implementation)
+        return False
+    return True
+
+
 def old_logprobs(policy, device, logprobs, ids, att, cm):
     """Per-token log-probs of the sampled completions under the rollout-time policy (no grad), on CPU
-    (``logprobs``: ``trainer.model.logprobs.sequence_logprobs`` with the run's settings)."""
+    (``logprobs``: ``trainer.model.logprobs.sequence_logprobs``, or ``group_sequence_logprobs`` with
+    ``algo.shared_prompt``, with the run's settings)."""
     with torch.no_grad():
         return logprobs(policy, ids.to(device), att.to(device), cm.to(device))[1].cpu()
 

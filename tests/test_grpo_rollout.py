@@ -37,7 +37,8 @@ def test_fill_batch_drops_refills_and_pads():
     assert asked == [(3, 0), (2, 1), (1, 2)]
     assert [g.rewards for g in groups] == [[1, 0], [0, 1], [1, 1]]  # kept, kept, then the first dropped group
     assert stats == {"groups_generated": 6, "groups_dropped": 4, "groups_refilled": 1, "refill_rounds": 2,
-                     "groups_padded_zero_variance": 1, "zero_variance_frac": 2 / 3}
+                     "groups_padded_zero_variance": 1, "zero_variance_frac": 2 / 3, "zero_variance_groups": 4,
+                     "rounds": 3, "groups_oversampled": 0, "groups_surplus": 0}
 
 
 def test_fill_batch_without_refill_or_without_dropping():
@@ -50,6 +51,46 @@ def test_fill_batch_without_refill_or_without_dropping():
     assert stats["zero_variance_frac"] == 0.5
     with pytest.raises(RuntimeError, match="returned 1 groups, expected 2"):
         fill_batch(lambda n, r: _groups([[1, 0]]), num_groups=2, max_refill_rounds=0, drop_zero_variance=True)
+
+
+def test_fill_batch_oversampled_first_round_keeps_exactly_num_groups():
+    """Round 0 draws ``first_round`` groups: the kept ones beyond num_groups are surplus (counted, not kept);
+    a refill round still asks for the number missing when the draw falls short."""
+    asked = []
+
+    def gen(n, rnd):
+        asked.append((n, rnd))
+        return _groups({0: [[1, 0], [1, 1], [0, 1], [1, 0], [0, 1]], 1: [[1, 0], [0, 1]]}[rnd][:n])
+
+    groups, stats = fill_batch(gen, num_groups=3, max_refill_rounds=2, drop_zero_variance=True, first_round=5)
+    assert asked == [(5, 0)] and len(groups) == 3
+    assert [g.item_id for g in groups] == ["g0", "g2", "g3"]  # the first three with signal, in generation order
+    assert stats["rounds"] == 1 and stats["refill_rounds"] == 0 and stats["groups_generated"] == 5
+    assert stats["groups_oversampled"] == 2 and stats["groups_surplus"] == 1 and stats["zero_variance_groups"] == 1
+    asked.clear()
+    groups, stats = fill_batch(lambda n, r: gen(n, r) if r else _groups([[1, 1], [0, 0], [1, 0], [0, 0]]),
+                               num_groups=3, max_refill_rounds=2, drop_zero_variance=True, first_round=4)
+    assert asked == [(2, 1)] and len(groups) == 3 and stats["rounds"] == 2  # 1 kept of 4: refill asks for 2
+    with pytest.raises(ValueError, match="first_round=2 must be >= num_groups=3"):
+        fill_batch(gen, num_groups=3, max_refill_rounds=0, drop_zero_variance=True, first_round=2)
+
+
+def test_first_round_size_from_the_running_rate():
+    from trainer.rl.oversample import ZeroVarianceRate, first_round_size
+
+    assert first_round_size(8, None, 2.0) == 8          # nothing seen yet
+    assert first_round_size(8, 0.0, 2.0) == 8
+    assert first_round_size(8, 0.25, 2.0) == 11         # ceil(8 / 0.75): 11 x 0.75 >= 8
+    assert first_round_size(8, 0.5, 2.0) == 16
+    assert first_round_size(8, 0.6, 2.0) == 16          # capped at 2 x 8
+    assert first_round_size(8, 1.0, 1.5) == 12
+    assert first_round_size(8, 0.5, 1.0) == 8           # cap 1: no over-sampling
+    with pytest.raises(ValueError, match="oversample_cap must be >= 1"):
+        first_round_size(8, 0.5, 0.5)
+    rate = ZeroVarianceRate()
+    rate.update({"zero_variance_groups": 3, "groups_generated": 12})
+    rate.update({"zero_variance_groups": 1, "groups_generated": 4})
+    assert rate.rate == 0.25 and ZeroVarianceRate(**rate.state_dict()).rate == 0.25
 
 
 ROWS = [{"item_id": f"i{k}", "prompt": f"key k{k}?", "gold": k, "answer_type": "numeric"} for k in range(6)]
@@ -262,7 +303,7 @@ def test_two_ranks_build_exactly_the_single_process_batch(tiny_tokenizer, std_sc
                                  num_iterations=num_iterations)
     ranks = _run_ranks(tiny_tokenizer, 2, grad_accum=2, steps=steps, std_scaling=std_scaling,
                        num_iterations=num_iterations)
-    dropped = refilled = 0
+    dropped = refilled = oversampled = 0
     for step in range(steps):
         s_mbs, s_m = single[step]
         for i in range(2):
@@ -280,14 +321,44 @@ def test_two_ranks_build_exactly_the_single_process_batch(tiny_tokenizer, std_sc
         for r in range(2):
             m = ranks[r][0][step][1]
             for k in ("groups_generated", "groups_dropped", "groups_refilled", "refill_rounds",
-                      "groups_padded_zero_variance", "reward_mean", "reward_std", "reward_mean_trained"):
+                      "groups_padded_zero_variance", "reward_mean", "reward_std", "reward_mean_trained",
+                      "rounds", "zero_variance_groups", "groups_oversampled", "groups_surplus"):
                 if k in s_m:
                     assert m[k] == s_m[k], (step, r, k)
         dropped += s_m.get("groups_dropped", 0)
         refilled += s_m.get("groups_refilled", 0)
-    assert dropped > 0 and refilled > 0  # the test exercises drop + refill
+        oversampled += s_m.get("groups_oversampled", 0)
+    assert dropped > 0 and refilled > 0 and oversampled > 0  # the test exercises drop, refill and over-sampling
     # the two ranks generated disjoint shares: together as many requests as the single process
     assert ranks[0][1] + ranks[1][1] == single_requests(tiny_tokenizer, steps, std_scaling, num_iterations)
+
+
+def test_oversampled_first_round_from_the_running_rate_and_exact_resume(tiny_tokenizer):
+    """After a batch with zero-variance groups, the next batch's first round draws more prompts (one
+    generation round where the refill rounds were); the rate is saved with the source, so a source resumed
+    at the batch boundary draws the same prompts and builds the same batch."""
+    src, _ = _dist_source(tiny_tokenizer, 0, 1, None, grad_accum=2, std_scaling="group", num_iterations=1)
+    steps = []
+    for _ in range(3):
+        mbs = [src.next_microbatch() for _ in range(2)]
+        steps.append((mbs, src.pop_metrics()))
+        if _ == 0:
+            state = json.loads(json.dumps(src.state_dict()))
+    first, later = steps[0][1], [m for _, m in steps[1:]]
+    assert first["groups_oversampled"] == 0 and first["zero_variance_groups"] > 0
+    assert all(m["groups_oversampled"] > 0 for m in later)
+    assert all(m["groups_generated"] == m["groups_generated_per_kept"] * 4 for _, m in steps)
+    assert state["zero_variance"] == {"zero_variance": int(first["zero_variance_groups"]),
+                                      "generated": int(first["groups_generated"])}
+    resumed, _ = _dist_source(tiny_tokenizer, 0, 1, None, grad_accum=2, std_scaling="group", num_iterations=1)
+    resumed.load_state_dict(state)
+    again = [resumed.next_microbatch() for _ in range(2)]
+    assert [_unpadded(mb) for mb in again] == [_unpadded(mb) for mb in steps[1][0]]
+    assert resumed.pop_metrics()["groups_oversampled"] == later[0]["groups_oversampled"]
+    # tokens per step: every row whole, and with the prompts shared
+    m = steps[0][1]
+    assert m["tokens_per_step_shared"] < m["tokens_per_step"] and 0 < m["prompt_token_fraction_saved"] < 1
+    assert m["shared_prompt_fallback_groups"] == 0
 
 
 def single_requests(tokenizer, steps, std_scaling, num_iterations):

@@ -107,18 +107,23 @@ def test_continue_trains_the_loaded_adapter_and_keeps_a_frozen_reference_copy(sf
 
 
 def _spy_first_policy_forward(monkeypatch):
-    """Records the inputs and token log-probs of the first gradient-enabled forward (step 1's policy)."""
+    """Records the inputs and token log-probs of the first gradient-enabled forward (step 1's policy), through
+    the unshared path or GRPO's shared-prompt one (``algo.shared_prompt``, trainer/model/group_packing.py)."""
+    import trainer.model.group_packing as gp
     import trainer.model.logprobs as lp
 
-    real, seen = lp.sequence_logprobs, {}
+    seen = {}
 
-    def spy(model, ids, att, cm, **kw):
-        out = real(model, ids, att, cm, **kw)
-        if torch.is_grad_enabled() and "logps" not in seen:
-            seen.update(inputs=(ids.cpu(), att.cpu(), cm.cpu()), logps=out[1].detach().cpu())
-        return out
+    def spying(real):
+        def spy(model, ids, att, cm, **kw):
+            out = real(model, ids, att, cm, **kw)
+            if torch.is_grad_enabled() and "logps" not in seen:
+                seen.update(inputs=(ids.cpu(), att.cpu(), cm.cpu()), logps=out[1].detach().cpu())
+            return out
+        return spy
 
-    monkeypatch.setattr(lp, "sequence_logprobs", spy)
+    monkeypatch.setattr(lp, "sequence_logprobs", spying(lp.sequence_logprobs))
+    monkeypatch.setattr(gp, "group_sequence_logprobs", spying(gp.group_sequence_logprobs))
     return seen
 
 

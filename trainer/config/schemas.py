@@ -292,6 +292,16 @@ class GRPOAlgoConfig:
     mask_truncated: bool = _f(False, "Exclude completions that hit max_new_tokens from the loss.")
     drop_zero_variance: bool = _f(True, "Drop groups whose rewards all agree, then refill the batch.")
     max_refill_rounds: int = _f(2, "Extra generation rounds allowed to refill dropped groups.")
+    oversample_cap: float = _f(2.0, "The first generation round of a rollout batch draws enough prompts to expect the "
+                                    "batch full from the running zero-variance rate z (ceil(P / (1 - z)) for P = "
+                                    "prompts_per_step), at most oversample_cap * P (trainer/rl/oversample.py); refill "
+                                    "rounds top it up if still short. 1 = no over-sampling.")
+    shared_prompt: bool = _f(True, "Run each group's prompt once in the policy, old-policy and reference forward (one "
+                                   "packed prompt+G completions row, block attention mask, restarted positions; equal to "
+                                   "the unshared batch within float round-off, fewer tokens; multi-turn episodes share "
+                                   "their first turn). Applies under model.attn_implementation sdpa or eager (flash "
+                                   "kernels ignore the mask: a log line says it falls back). False = every sample "
+                                   "whole, as TRL.")
     reward: str = _f("numeric_match", "Reward registry name (numeric_match | multiple_choice | boolean) or 'pkg.module:function'.")
     max_reward_errors: int = _f(20, "Stop after this many reward-function errors (raise or non-finite).")
     reward_timeout_s: float = _f(30.0, "A reward call running longer than this counts as a reward error (0 = no limit).")

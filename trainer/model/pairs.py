@@ -16,8 +16,10 @@ import torch
 def use_shared_prompt(cfg) -> bool:
     """``data.shared_prompt`` where it is exact: the DPO loss (not ``algo.sft_on_chosen``) under an attention
     kernel that takes a 4D mask (SDPA or eager; flash-attention kernels ignore it)."""
-    attn = cfg.model.attn_implementation
-    return bool(cfg.data.shared_prompt) and not cfg.algo.sft_on_chosen and attn in (None, "sdpa", "eager")
+    from trainer.model.shared_prompt import attention_takes_4d_mask
+
+    return (bool(cfg.data.shared_prompt) and not cfg.algo.sft_on_chosen
+            and attention_takes_4d_mask(cfg.model.attn_implementation))
 
 
 def collate_pairs(rows: list[dict], tokenizer, batch_kwargs: dict, indices: list[int], weights: list[float], *,

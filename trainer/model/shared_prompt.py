@@ -19,6 +19,9 @@ Public API:
 - ``shared_prompt_logprobs(model, batch, *, temperature=1.0, logprob_chunk=0) -> (2n,)`` summed
   completion log-probs in the layout ``[chosen_0..chosen_{n-1}, rejected_0..rejected_{n-1}]``
 - ``SharedPromptBatch.token_fraction_saved``: 1 - packed tokens / two-sequence tokens (no padding)
+- ``block_attention_mask(segments, dtype)``, ``packed_forward(model, batch, *, start, hidden)``,
+  ``attention_takes_4d_mask(attn_implementation)``: the pieces GRPO's group packing
+  (``trainer.model.group_packing``) shares with this module
 """
 
 from __future__ import annotations
@@ -26,7 +29,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["SharedPromptBatch", "pack_preference_batch", "shared_prompt_logprobs"]
+__all__ = ["SharedPromptBatch", "attention_takes_4d_mask", "block_attention_mask", "pack_preference_batch",
+           "packed_forward", "shared_prompt_logprobs"]
 
 PROMPT, CHOSEN, REJECTED, PAD = 0, 1, 2, -1
 
@@ -59,16 +63,30 @@ class SharedPromptBatch:
 
     def attention_mask_4d(self, dtype):
         """``(n, 1, L, L)`` additive mask: 0 where query ``i`` may attend key ``j``, ``finfo(dtype).min`` elsewhere."""
-        import torch
+        return block_attention_mask(self.segments, dtype)
 
-        seg = self.segments
-        L = seg.shape[1]
-        causal = torch.ones(L, L, dtype=torch.bool, device=seg.device).tril()
-        q, k = seg.unsqueeze(2), seg.unsqueeze(1)
-        allowed = causal & (k >= 0) & ((k == PROMPT) | (k == q))
-        allowed = allowed | torch.eye(L, dtype=torch.bool, device=seg.device)  # padding rows: themselves only
-        mask = torch.zeros(allowed.shape, dtype=dtype, device=seg.device)
-        return mask.masked_fill_(~allowed, torch.finfo(dtype).min).unsqueeze(1)
+
+def block_attention_mask(segments, dtype):
+    """``(n, 1, L, L)`` additive mask of packed rows whose ``segments (n, L)`` are 0 for a shared prefix,
+    k >= 1 for the k-th sequence packed after it and -1 for padding: query ``i`` may attend key ``j <= i``
+    when ``j`` is in the prefix or in ``i``'s own segment (0 there, ``finfo(dtype).min`` elsewhere);
+    padding positions attend to themselves only (no NaN rows)."""
+    import torch
+
+    seg = segments
+    L = seg.shape[1]
+    causal = torch.ones(L, L, dtype=torch.bool, device=seg.device).tril()
+    q, k = seg.unsqueeze(2), seg.unsqueeze(1)
+    allowed = causal & (k >= 0) & ((k == PROMPT) | (k == q))
+    allowed = allowed | torch.eye(L, dtype=torch.bool, device=seg.device)  # padding rows: themselves only
+    mask = torch.zeros(allowed.shape, dtype=dtype, device=seg.device)
+    return mask.masked_fill_(~allowed, torch.finfo(dtype).min).unsqueeze(1)
+
+
+def attention_takes_4d_mask(attn_implementation) -> bool:
+    """Whether ``model.attn_implementation`` applies a 4D block mask as given (SDPA, eager; None = the
+    transformers default, SDPA). Flash-attention kernels ignore it, so packing is exact only on these."""
+    return attn_implementation in (None, "sdpa", "eager")
 
 
 def pack_preference_batch(batch) -> SharedPromptBatch:
@@ -101,9 +119,11 @@ def pack_preference_batch(batch) -> SharedPromptBatch:
     return SharedPromptBatch(ids, seg - 1, position_ids, pred_index, int(batch.attention_mask.sum()))
 
 
-def _packed_hidden_or_logits(model, batch: SharedPromptBatch, *, start: int, hidden: bool):
-    """Run the packed rows once. ``hidden``: the decoder's final hidden states ``(n, L, H)`` and the LM
-    head (the chunked path); else logits of columns ``start..L-1``."""
+def packed_forward(model, batch, *, start: int, hidden: bool):
+    """Run the packed rows once (``batch``: any packed batch with ``input_ids``, ``position_ids`` and
+    ``attention_mask_4d(dtype)``, e.g. a ``SharedPromptBatch`` or ``trainer.model.group_packing.PackedGroups``).
+    ``hidden``: the decoder's final hidden states ``(n, L, H)`` and the LM head (the chunked path); else logits
+    of columns ``start..L-1``."""
     dtype = next(model.parameters()).dtype
     kwargs = dict(input_ids=batch.input_ids, attention_mask=batch.attention_mask_4d(dtype),
                   position_ids=batch.position_ids, use_cache=False)
@@ -133,7 +153,7 @@ def shared_prompt_logprobs(model, batch: SharedPromptBatch, *, temperature: floa
     n = seg.shape[0]
     if not logprob_chunk:
         start = int(batch.pred_index[target].min()) if bool(target.any()) else 0
-        logits = _packed_hidden_or_logits(model, batch, start=start, hidden=False)[0]
+        logits = packed_forward(model, batch, start=start, hidden=False)[0]
         dtype = torch.float64 if logits.dtype == torch.float64 else torch.float32
         rows = torch.arange(n, device=seg.device).unsqueeze(1).expand_as(seg)[target]
         cols = batch.pred_index[target] - start
@@ -145,7 +165,7 @@ def shared_prompt_logprobs(model, batch: SharedPromptBatch, *, temperature: floa
     else:
         from trainer.model.chunked_logprobs import chunked_token_logprobs
 
-        hidden, head = _packed_hidden_or_logits(model, batch, start=0, hidden=True)
+        hidden, head = packed_forward(model, batch, start=0, hidden=True)
         rows = torch.arange(n, device=seg.device).unsqueeze(1).expand_as(seg)
         h = hidden[rows[target], batch.pred_index[target]]
         lp, _ = chunked_token_logprobs(h, head.weight, batch.input_ids[target], temperature=temperature,

@@ -2,7 +2,8 @@
 
 One *rollout batch* per ``num_iterations`` optimizer steps:
 
-    prompts (sampler) --backend.generate(n=G)--> completions --rewards (guarded)--> groups
+    prompts (sampler; round 0 over-sampled from the zero-variance rate, trainer/rl/oversample.py)
+        --backend.generate(n=G)--> completions --rewards (guarded)--> groups
         --drop zero-variance groups, refill (<= max_refill_rounds extra rounds)--> B = P*G samples
         --group advantages (trainer.algos.grpo)--> [old log-probs if num_iterations > 1]
         --> grad_accum micro-batches, replayed num_iterations times
@@ -48,6 +49,8 @@ from typing import Any, Callable, Sequence
 
 from eval_hooks.core.io import DataError
 from eval_hooks.generation.prompts import PromptSettings, render_prompt
+
+from trainer.rl.oversample import ZeroVarianceRate, first_round_size
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -172,35 +175,45 @@ class Group:
 
 
 def fill_batch(generate_round: Callable[[int, int], list[Group]], *, num_groups: int, max_refill_rounds: int,
-               drop_zero_variance: bool) -> tuple[list[Group], dict]:
+               drop_zero_variance: bool, first_round: int | None = None) -> tuple[list[Group], dict]:
     """Collect ``num_groups`` groups. ``generate_round(n, r)`` returns ``n`` fresh groups for round ``r``.
 
-    Round 0 asks for ``num_groups``; with ``drop_zero_variance`` the groups whose rewards all agree are
-    dropped and rounds 1..``max_refill_rounds`` each ask for the number still missing. If still short,
+    Round 0 asks for ``first_round`` groups (``>= num_groups``; default ``num_groups``; over-sampled from
+    the zero-variance rate by ``trainer.rl.oversample.first_round_size``); with ``drop_zero_variance`` the
+    groups whose rewards all agree are dropped, the kept ones beyond ``num_groups`` are surplus (not
+    trained on), and rounds 1..``max_refill_rounds`` each ask for the number still missing. If still short,
     dropped groups top the batch up (advantage 0). With several ranks this runs on the *global* groups
     (``generate_round`` returns every rank's share, in global order), so every rank takes the same
     decisions as one process would. Returns the groups
     (kept first, in generation order) and counts: ``groups_generated``, ``groups_dropped``,
     ``groups_refilled`` (kept groups that came from refill rounds), ``refill_rounds``,
-    ``groups_padded_zero_variance``, ``zero_variance_frac`` (of round 0).
+    ``groups_padded_zero_variance``, ``zero_variance_frac`` (of round 0), ``zero_variance_groups`` (all
+    rounds), ``rounds`` (generation rounds run: 1 + refill rounds), ``groups_oversampled`` (round 0's
+    draw beyond ``num_groups``), ``groups_surplus`` (groups with signal generated but not kept).
     """
     if num_groups < 1:
         raise ValueError(f"num_groups must be >= 1, got {num_groups}")
+    first_round = num_groups if first_round is None else first_round
+    if first_round < num_groups:
+        raise ValueError(f"first_round={first_round} must be >= num_groups={num_groups}")
     kept: list[Group] = []
     dropped: list[Group] = []
     stats = {"groups_generated": 0, "groups_dropped": 0, "groups_refilled": 0, "refill_rounds": 0,
-             "groups_padded_zero_variance": 0, "zero_variance_frac": 0.0}
+             "groups_padded_zero_variance": 0, "zero_variance_frac": 0.0, "zero_variance_groups": 0, "rounds": 0,
+             "groups_oversampled": first_round - num_groups, "groups_surplus": 0}
     for rnd in range(max_refill_rounds + 1):
-        need = num_groups - len(kept)
+        need = (first_round if rnd == 0 else num_groups) - len(kept)
         if need <= 0:
             break
         groups = generate_round(need, rnd)
         if len(groups) != need:
             raise RuntimeError(f"generation round {rnd} returned {len(groups)} groups, expected {need}")
         stats["groups_generated"] += len(groups)
+        stats["rounds"] += 1
         if rnd > 0:
             stats["refill_rounds"] += 1
         zv = [g.zero_variance for g in groups]
+        stats["zero_variance_groups"] += sum(zv)
         if rnd == 0:
             stats["zero_variance_frac"] = sum(zv) / len(groups)
         for g, z in zip(groups, zv):
@@ -210,6 +223,8 @@ def fill_batch(generate_round: Callable[[int, int], list[Group]], *, num_groups:
             elif len(kept) < num_groups:
                 kept.append(g)
                 stats["groups_refilled"] += rnd > 0
+            else:
+                stats["groups_surplus"] += 1
         if not drop_zero_variance:
             break
     if len(kept) < num_groups:
@@ -238,9 +253,11 @@ class RolloutSettings:
     std_scaling: str
     drop_zero_variance: bool
     max_refill_rounds: int
+    oversample_cap: float
     mask_truncated: bool
     prompt_settings: PromptSettings
     seed: int
+    shared_prompt: bool  # the loss runs each group's prompt once: report the groups that cannot share it
 
     @classmethod
     def from_config(cls, algo, *, num_groups: int, grad_accum: int, prompt_settings: PromptSettings, seed: int):
@@ -249,8 +266,9 @@ class RolloutSettings:
                    num_iterations=algo.num_iterations, max_new_tokens=algo.max_new_tokens,
                    temperature=algo.temperature, top_p=algo.top_p, stop=list(algo.stop),
                    std_scaling=algo.std_scaling, drop_zero_variance=algo.drop_zero_variance,
-                   max_refill_rounds=algo.max_refill_rounds, mask_truncated=algo.mask_truncated,
-                   prompt_settings=prompt_settings, seed=seed)
+                   max_refill_rounds=algo.max_refill_rounds, oversample_cap=algo.oversample_cap,
+                   mask_truncated=algo.mask_truncated, prompt_settings=prompt_settings, seed=seed,
+                   shared_prompt=algo.shared_prompt)
 
 
 @dataclass
@@ -322,6 +340,7 @@ class RolloutSource:
         self._adapter_info: dict[str, str] = {}  # version + checksum of the weights in use
         self._step_started = time.time()
         self._gen_time = 0.0
+        self.zero_variance = ZeroVarianceRate()  # over every rollout batch so far: sizes the first round
 
     # -- BatchSource protocol ------------------------------------------------------------------------
     @property
@@ -346,7 +365,7 @@ class RolloutSource:
         mid = self._batch is not None and 0 < self.cursor < total
         state = {"sampler": self.sampler.state_dict(), "rollout_index": self.rollout_index, "cursor": self.cursor,
                  "optimizer_steps": self.optimizer_steps,
-                 "reward": self.mode.state_dict(),
+                 "reward": self.mode.state_dict(), "zero_variance": self.zero_variance.state_dict(),
                  "batch": _batch_to_json(self._batch) if mid else None}
         return state
 
@@ -356,6 +375,7 @@ class RolloutSource:
         self.cursor = int(state["cursor"])
         self.optimizer_steps = int(state.get("optimizer_steps", 0))
         self.mode.load_state_dict(state.get("reward", {}))
+        self.zero_variance.load_state_dict(state.get("zero_variance", ZeroVarianceRate().state_dict()))
         self._batch = _batch_from_json(state["batch"]) if state.get("batch") else None
         if self._batch is None:
             self.cursor = self.s.grad_accum * self.s.num_iterations  # next call collects a fresh batch
@@ -430,8 +450,11 @@ class RolloutSource:
                 first_round.extend(x for g in groups for x in g.rewards)
             return groups
 
+        first = (first_round_size(s.num_groups, self.zero_variance.rate, s.oversample_cap) if s.drop_zero_variance
+                 else s.num_groups)
         groups, stats = fill_batch(generate_round, num_groups=s.num_groups, max_refill_rounds=s.max_refill_rounds,
-                                   drop_zero_variance=s.drop_zero_variance)
+                                   drop_zero_variance=s.drop_zero_variance, first_round=first)
+        self.zero_variance.update(stats)
         samples = [x for g in groups for x in g.samples]
         rewards = torch.tensor([x.reward for x in samples], dtype=torch.float32)
         advantages, _ = group_advantages(rewards, s.group_size, std_scaling=s.std_scaling)
@@ -448,6 +471,7 @@ class RolloutSource:
         n_tok = sum(sum(m) for m in masks)
         batch["num_tokens"] = n_tok / (s.grad_accum * self.world)
         self.rollout_index += 1
+        tokens = self._token_metrics(samples, masks)
 
         rt = torch.tensor(first_round, dtype=torch.float64)
         lens = [x.completion_len for x in samples]
@@ -457,8 +481,28 @@ class RolloutSource:
             "completion_len_mean": sum(lens) / len(lens), "completion_len_max": max(lens),
             "truncated_frac": sum(x.truncated for x in samples) / len(samples),
             "rollout_index": self.rollout_index, **{k: float(v) for k, v in stats.items()},
+            "groups_generated_per_kept": stats["groups_generated"] / s.num_groups, **tokens,
         })
         return batch
+
+    def _token_metrics(self, samples: list[Rollout], masks: list[list[int]]) -> dict[str, float]:
+        """Tokens of the batch's forward pass: ``tokens_per_step`` (every row whole) and, with
+        ``shared_prompt``, ``tokens_per_step_shared`` (each micro-batch's groups packed,
+        ``trainer.model.group_packing``) and ``prompt_token_fraction_saved``; logs the groups that cannot
+        share their prompt (``report_unshared_groups``)."""
+        from trainer.model.group_packing import packed_token_counts, report_unshared_groups
+
+        unshared = sum(len(x.input_ids) for x in samples)
+        if not self.s.shared_prompt:
+            return {"tokens_per_step": float(unshared)}
+        per = len(samples) // (self.s.grad_accum * self.world)  # global micro-batches: consecutive chunks
+        chunks = [range(i, i + per) for i in range(0, len(samples), per)]
+        packed = sum(packed_token_counts([samples[k].input_ids for k in c], [masks[k] for k in c])[0] for c in chunks)
+        fallbacks = sum(report_unshared_groups([samples[k].input_ids for k in c], [masks[k] for k in c],
+                                               [samples[k].item_id for k in c]) for c in chunks)
+        return {"tokens_per_step": float(unshared), "tokens_per_step_shared": float(packed),
+                "prompt_token_fraction_saved": 1.0 - packed / max(unshared, 1),
+                "shared_prompt_fallback_groups": float(fallbacks)}
 
     def _micro_rows(self, n: int) -> list[list[int]]:
         """This rank's rows of an ``n``-sample global batch (:func:`rank_rows`), one list per micro-batch."""
