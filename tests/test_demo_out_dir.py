@@ -453,3 +453,28 @@ def test_a_second_demo_into_the_same_out_dir_is_refused_and_the_first_is_unharme
     finally:
         code, said = _finish(first)
     assert code == 0 and said.strip().splitlines()[-1].startswith("[demo] stage ")
+
+
+def test_the_pre_check_tolerates_only_a_missing_path_an_earlier_stage_will_write(tmp_path):
+    """The demos check every stage's config with its recipe's validator before anything runs (issue 42 #3). A
+    stage whose model is an earlier step stage's output (the real demo's SCOPE on ``stages/convert``) names a path
+    that does not exist yet: a missing path inside the run directory is left to the stage's own start; one
+    outside it is refused before any stage runs."""
+    from omegaconf import OmegaConf
+
+    from trainer.config import ConfigError
+    from trainer.core.stages import Stage, StageRunner
+
+    root = tmp_path / "run"
+    runner = StageRunner(root, seed=0, compose=lambda recipe, overrides: OmegaConf.create({"out_dir": None}),
+                         runners={"dpo": lambda cfg: None})
+
+    def missing(path):
+        def validate(cfg):
+            raise FileNotFoundError(f"model.path: model directory {str(path)!r} does not exist")
+        return validate
+
+    stages = [Stage("convert", call=lambda out: None), Stage("scope", recipe="dpo")]
+    runner.check(stages, {"dpo": missing(root.resolve() / "stages" / "convert")})
+    with pytest.raises(ConfigError, match="stages.scope .*does not exist"):
+        runner.check(stages, {"dpo": missing(tmp_path / "elsewhere")})

@@ -218,7 +218,11 @@ class StageRunner:
             try:
                 cfg = self.compose_stage(stage, planned=True)
                 if stage.recipe in (validators or {}):
-                    validators[stage.recipe](cfg)
+                    try:
+                        validators[stage.recipe](cfg)
+                    except FileNotFoundError as e:
+                        if str(self.root) not in str(e):
+                            raise  # a path inside the run directory is an earlier stage's output, not made yet
                 OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)  # e.g. an unset data.train_path
             except Exception as e:  # noqa: BLE001 - re-raised naming the stage
                 raise ConfigError(f"stages.{stage.name} ({stage.recipe}.py with {stage.overrides}): "
