@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from eval_hooks.core.plugins import Registry
+from eval_hooks.core.plugins import Registry, load_failure
 
 if TYPE_CHECKING:
     from trainer.algos.dpo import DPOLoss
@@ -46,8 +46,7 @@ def _unknown(name: str, known: list[str]) -> ValueError:
 
 
 def _broken(name: str, value: str, e: Exception) -> ValueError:
-    return ValueError(f"DPO loss {name!r}: entry point {value!r} (group {ENTRY_POINT_GROUP}) failed to load: "
-                      f"{type(e).__name__}: {e}")
+    return ValueError(f"DPO loss {name!r}: {load_failure(value, ENTRY_POINT_GROUP, e)}")
 
 
 #: ``DPO_LOSSES[name]`` is :func:`dpo_loss`; iterating gives the names ``algo.loss_type`` accepts.

@@ -34,6 +34,11 @@ def entry_points(group: str):
     return installed(group=group)
 
 
+def load_failure(value: str, group: str, exc: Exception) -> str:
+    """The words every kind's ``broken`` uses for an entry point that failed to import (after its own prefix)."""
+    return f"entry point {value!r} (group {group}) failed to load: {type(exc).__name__}: {exc}"
+
+
 class Registry(Mapping, Generic[T]):
     """``registry[name]`` is :meth:`get` (``KeyError`` when unknown); iterating gives :meth:`names`.
 

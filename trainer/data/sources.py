@@ -29,7 +29,7 @@ from typing import Callable
 
 from eval_hooks.core.dataset_ids import HF_PREFIX, is_dataset_source
 from eval_hooks.core.io import DataError
-from eval_hooks.core.plugins import Registry
+from eval_hooks.core.plugins import Registry, load_failure
 
 ENTRY_POINT_GROUP = "selectrust.data_sources"
 # At least two characters (``C:`` is a drive) and no ``//`` after the colon (a URL is not a source).
@@ -51,8 +51,7 @@ def _checked(scheme: str, resolver: object) -> Resolver:
 
 
 def _broken(scheme: str, value: str, e: Exception) -> DataError:
-    return DataError(f"data source {scheme!r}: entry point {value!r} (group {ENTRY_POINT_GROUP}) failed to load: "
-                     f"{type(e).__name__}: {e}")
+    return DataError(f"data source {scheme!r}: {load_failure(value, ENTRY_POINT_GROUP, e)}")
 
 
 #: The data sources: none built in; registered in code (:func:`register_data_source`) or declared by an installed

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from eval_hooks.core.plugins import Registry
+from eval_hooks.core.plugins import Registry, load_failure
 
 
 def config_error(message: str) -> Exception:
@@ -27,8 +27,7 @@ def callable_registry(kind: str, key: str, group: str, builtin: dict[str, str]) 
         return obj
 
     def broken(name: str, value: str, e: Exception) -> Exception:
-        return config_error(f"algo.{key}={name!r}: entry point {value!r} (group {group}) failed to load: "
-                            f"{type(e).__name__}: {e}")
+        return config_error(f"algo.{key}={name!r}: {load_failure(value, group, e)}")
 
     registry: Registry[Callable] = Registry(kind, group, builtin, accept=accept, error=config_error, broken=broken)
     return registry
