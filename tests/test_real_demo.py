@@ -439,7 +439,7 @@ def test_summary_has_real_and_transfer_for_every_arm_and_the_knowledge_quality(t
 
 def _seed_run(tmp_path, seed: int, settings: dict | None = None, **edits):
     s = copy.deepcopy(_summary())
-    s.update(seed=seed, **edits)
+    s.update(seed=seed, provenance={"precision": "fp32"}, **edits)
     d = tmp_path / f"s{seed}"
     d.mkdir()
     (d / "summary.json").write_text(json.dumps(s))
@@ -452,7 +452,7 @@ def test_seed_table_and_frontier_read_the_runs_and_refuse_mixed_settings(tmp_pat
     from eval_hooks.core.errors import DataError
 
     runs = [_seed_run(tmp_path, 1, wall_seconds=700.0), _seed_run(tmp_path, 0)]
-    main([*map(str, runs), "--out", str(tmp_path / "out")])
+    main([*map(str, runs), "--out", str(tmp_path / "out"), "--no-pooled"])  # no item scores: tests/test_real_pooled.py
     table = (tmp_path / "out" / "seed_table.md").read_text()
     assert (tmp_path / "out" / "frontier.png").stat().st_size > 10_000
     # rows in seed order, read from the summaries: SCOPE+GRPO's SC2W 40% is 0.50x the base's 80%
@@ -462,14 +462,14 @@ def test_seed_table_and_frontier_read_the_runs_and_refuse_mixed_settings(tmp_pat
     assert "| 0 | 590 |" in table and "missed" not in table.split("| 0 | 590 |")[1].splitlines()[0]
     assert "| scope_grpo | 200–200 (2 runs) |" in table and "| **whole run** (runs that reused no stage) | 590–700 (2 runs) |" in table
     continued = _seed_run(tmp_path, 5, reused_stages=["eval_base"], wall_seconds=100.0)
-    main([str(runs[1]), str(continued), "--out", str(tmp_path / "out5")])
+    main([str(runs[1]), str(continued), "--out", str(tmp_path / "out5"), "--no-pooled"])
     table = (tmp_path / "out5" / "seed_table.md").read_text()
     assert "| 5 | 100 (1 stages reused) |" in table and "| eval_base | 60 (1 run) |" in table
     assert "| **whole run** (runs that reused no stage) | 590 (1 run) |" in table
     other = _seed_run(tmp_path, 2, settings={"real": {"k": 4}})
     with pytest.raises(DataError, match="settings differ"):
-        main([str(runs[0]), str(other), "--out", str(tmp_path / "out2")])
-    main([str(runs[0]), "--extra", f"k=4 est.={other}", "--out", str(tmp_path / "out3")])  # drawn, not tabled
+        main([str(runs[0]), str(other), "--out", str(tmp_path / "out2"), "--no-pooled"])
+    main([str(runs[0]), "--extra", f"k=4 est.={other}", "--out", str(tmp_path / "out3"), "--no-pooled"])  # drawn, not tabled
     assert "| 2 |" not in (tmp_path / "out3" / "seed_table.md").read_text()
     with pytest.raises(DataError, match="not a finished real-demo run"):
         main([str(tmp_path / "nowhere"), "--out", str(tmp_path / "out4")])

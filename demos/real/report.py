@@ -19,7 +19,10 @@ SETS = {"real": "held-out items", "transfer": "held-out relation"}  # summary ke
 # The targets (docs/real_model.md#the-real-model-demo), scored by the project's own parser on held-out items.
 TARGETS = {"base_sc2w_min": 0.40, "base_n_clean_correct_min": 40, "sc2w_ratio_max": 0.5, "accuracy_drop_max": 0.03,
            "unknown_correct_drop_max": 0.05, "transfer_sc2w_ratio_max": 0.7, "transfer_correct_drop_max": 0.05,
-           "format_compliance_min": 0.9}  # and the wall time per demo: demos.config.REAL_DEMOS
+           "format_compliance_min": 0.9,
+           # on every single seed (the pooled table, demos/real/pooled.py)
+           "seed_correct_drop_max": 0.06, "seed_unknown_correct_drop_max": 0.10}
+# and the wall time per demo: demos.config.REAL_DEMOS
 SAMPLES_PER_ARM = 5
 
 
