@@ -104,6 +104,45 @@ def test_report_has_the_tables_tradeoff_slices_knowledge_and_says_which_run(tmp_
         assert (tmp_path / png).stat().st_size > 0
 
 
+def test_the_report_says_what_ran_and_names_only_the_arms_it_trained(tmp_path):
+    """The report's notes come from summary.json's ``training`` (the DPO steps run, GRPO's steps and prompt rows),
+    and a quick-demo summary's report names no arm the quick demo does not train."""
+    from demos.real.arms import label
+    from demos.real.report import write_report
+
+    s = _summary()
+    del s["real"]["misleading_only"], s["real"]["knowledge_aware"]
+    s["training"] = {"scope": {"recipe": "dpo", "algo": "scope", "continues": None, "steps": 30},
+                     "scope_grpo": {"recipe": "grpo", "algo": None, "continues": "scope", "steps": 5,
+                                    "rows": "informative"}}
+    text = write_report(s, tmp_path).read_text()
+    assert "a few dozen" not in text and "30 DPO steps on its own mined answers" in text
+    assert "This run trained 2 arms: SCOPE: 30 DPO steps (scope); SCOPE+GRPO: 5 GRPO steps continuing SCOPE, prompt " \
+           "rows `informative`." in text
+    assert "SCOPE+GRPO continues the SCOPE adapter for 5 GRPO steps with an outcome reward (the answer is right) on " \
+           "the rows whose reward can vary under the base" in text
+    assert "all four contexts" not in text and "Every DPO arm trains on this one pairs file: SCOPE on the four " \
+           "balanced pools." in text
+    for untrained in ("misleading_only", "knowledge_aware"):
+        assert label(untrained) not in text, untrained
+    assert "Standard-DPO" not in text and "unknown_correct pool" not in text
+
+    full = _summary()
+    full["training"] = {**s["training"], "misleading_only": {"recipe": "dpo", "algo": "standard_dpo", "steps": 28},
+                        "knowledge_aware": {"recipe": "dpo", "algo": "scope_knowledge_aware", "steps": 30}}
+    full["training"]["scope_grpo"].update(steps=20, rows="all")
+    text = write_report(full, tmp_path).read_text()
+    assert "28-30 DPO steps on its own mined answers" in text and "for 20 GRPO steps" in text
+    assert "on known and unknown items under all four contexts" in text
+    assert "misleading-only is the paper's Standard-DPO comparison" in text
+    assert "knowledge-aware adds pairs on facts the model does not know" in text
+    assert "misleading-only on the misleading pairs alone, knowledge-aware on the four balanced pools and the " \
+           "unknown_correct pool" in text
+    old = _summary()  # a summary written before `training`: no step count is made up
+    text = write_report(old, tmp_path).read_text()
+    assert "DPO training (its step count is not in this summary)" in text and "a few dozen" not in text
+
+
 def _compose(overrides: list[str]):
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
@@ -510,6 +549,14 @@ def test_summary_has_real_and_transfer_for_every_arm_and_the_knowledge_quality(t
     beside = s["knowledge_quality"]["real"]["score@irrelevant"]  # graded on a condition the estimate never saw
     assert (beside["condition"], beside["positives"], beside["auc"]) == ("irrelevant", 2, 0.5)
     assert s["grpo_prompts"]["rows"] == 16 and "dropped_items" not in s["mining"]
+    # what each arm's training ran: its recipe and algorithm, the steps its run_complete.json records, GRPO's rows
+    assert s["training"]["scope"] == {"recipe": "dpo", "algo": "scope", "continues": None, "steps": None}
+    (tmp_path / "stages" / "scope").mkdir(parents=True)
+    (tmp_path / "stages" / "scope" / "run_complete.json").write_text(json.dumps({"step": 30}))
+    t = summary_of(cfg, results)["training"]
+    assert t["scope"]["steps"] == 30 and t["misleading_only"]["algo"] == "standard_dpo"
+    assert t["scope_grpo"] == {"recipe": "grpo", "algo": None, "continues": "scope", "steps": None,
+                               "rows": "informative"}
     held_only = summary_of(_compose([f"out={tmp_path}", "demo=real_full", "real.transfer=false"]), results)
     assert "transfer" not in held_only and set(held_only["knowledge_quality"]) == {"real"}
     quick = summary_of(_compose([f"out={tmp_path}"]), results)  # the quick demo: its own arms only
