@@ -142,6 +142,7 @@ def test_the_cli_writes_the_pooled_table_and_refuses_mixed_splits_and_provenance
     assert "- SCOPE+GRPO correct >= base - 0.06 on every seed: **missed**" in table
     pooled = json.loads((out / "pooled.json").read_text())
     assert pooled["n_boot"] == 200 and pooled["provenance"]["precision"] == "fp32"
+    assert "Provenance: precision fp32, torch_threads 2, commit abc." in table
     assert "facts set small, test items)" in (out / "seed_table.md").read_text()
 
     dev = _run(tmp_path / "d", 2, {"base": BASE, "scope": BASE, "scope_grpo": BASE}, split="dev")

@@ -85,7 +85,8 @@ def check_provenance(runs: list[dict], allow_mixed: bool = False) -> str | None:
                         "(--allow-mixed-provenance pools them, and says so in the tables)",
                         path=Path(r["_dir"]) / "summary.json", field="provenance")
     dirs = ", ".join(r["_dir"] for r in odd)
-    return f"**Mixed provenance, pooled with --allow-mixed-provenance**: {dirs} differ from {runs[0]['_dir']} or lack it."
+    return (f"**Mixed provenance, pooled with --allow-mixed-provenance**: {dirs} differ from {runs[0]['_dir']} "
+            "or lack it.")
 
 
 def _differences(a: Any, b: Any) -> str:
@@ -189,7 +190,8 @@ def pool(per_seed: dict[int, dict[str, np.ndarray]], *, n_boot: int = 2000, boot
         entry["n_unknown"] = int(point[a][_F["unknown"]])
         entry["minus_base"] = {k: {"value": _value(pt[k] - base_pt[k]), "ci": percentile_ci(bt[k] - base_bt[k], level)}
                                for k in DIFFS}
-        entry["paired"] = {**{k: int(point[a][_F[k]]) for k in ("paired_n", "kept", "lost", "gained", "still_switched")},
+        counts = ("paired_n", "kept", "lost", "gained", "still_switched")
+        entry["paired"] = {**{k: int(point[a][_F[k]]) for k in counts},
                            **{k: {"value": _value(pt[k]), "ci": percentile_ci(bt[k], level)}
                               for k in ("paired_sc2w", "base_paired_sc2w", "paired_ratio")}}
         entry["per_seed"] = per_seed_values(per_seed, a)
@@ -250,7 +252,8 @@ def check_pooled_targets(pooled: dict[str, dict], arm: str, runs: list[dict], t:
             ratio is not None and ratio <= t["transfer_sc2w_ratio_max"] + EPS)
         out[f"{name} on the held-out relation: correct accuracy >= base - {t['transfer_correct_drop_max']:.2f} "
             "(pooled)"] = _at_least(tr[arm]["minus_base"]["correct"]["value"], -t["transfer_correct_drop_max"])
-    for k, drop in (("correct", t["seed_correct_drop_max"]), ("unknown_correct_accuracy", t["seed_unknown_correct_drop_max"])):
+    for k, drop in (("correct", t["seed_correct_drop_max"]),
+                    ("unknown_correct_accuracy", t["seed_unknown_correct_drop_max"])):
         spread = a["per_seed"].get(k)
         out[f"{name} {k} >= base - {drop:.2f} on every seed"] = spread is not None and _at_least(spread["min"], -drop)
     for other in (o for o in r if trained(o)):
@@ -280,7 +283,10 @@ def pooled_table(result: dict) -> str:
     parts = [f"Pooled over seeds {', '.join(map(str, result['seeds']))} ({result['split']} items); item-level "
              f"bootstrap stratified by seed, {result['n_boot']} replicates (seed {result['boot_seed']}), "
              f"{result['level']:.0%} percentile intervals; targets checked on {arm_label(arm)}.", ""]
-    parts += [result["provenance_note"], ""] if result.get("provenance_note") else []
+    prov = result.get("provenance")
+    parts += [result["provenance_note"] if result.get("provenance_note") else
+              "Provenance: " + (", ".join(f"{k} {v}" for k, v in prov.items()) if isinstance(prov, dict) else "unknown")
+              + ".", ""]
     for key, by_arm in result["sets"].items():
         what = SETS[key][0].upper() + SETS[key][1:]
         rows = [[arm_label(a), e["n_items"], *(_with_ci(e[c]) for c in CONDS), _with_ci(e["sc2w"]),
@@ -295,7 +301,7 @@ def pooled_table(result: dict) -> str:
             p = by_arm[a]["paired"]
             rows.append([arm_label(a), p["paired_n"], p["kept"], p["lost"], p["gained"], p["still_switched"],
                          _with_ci(p["paired_sc2w"]), pct(p["base_paired_sc2w"]["value"]),
-                         f"{_times(p['paired_ratio']['value'])} [{', '.join(_times(v) for v in p['paired_ratio']['ci'] or [None, None])}]"])
+                         _with_ci(p["paired_ratio"], _times)])
         parts += [f"**{what}: paired SC2W on the base's clean-correct items** (kept: both resist; lost: the base "
                   "resists, the arm switches; gained: the base switches, the arm resists)", "",
                   md_table(["arm", "base clean-correct", "kept", "lost", "gained", "still switched", "paired SC2W",
