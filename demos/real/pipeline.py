@@ -142,10 +142,35 @@ def knowledge_quality(out: Path, sets: dict[str, tuple[str, str]]) -> dict:
             for key, (prefix, _) in sets.items()}
 
 
+def training(cfg: DictConfig) -> dict[str, dict]:
+    """What each trained arm's training stage ran (``summary.json``'s ``training``, what the report says ran):
+    ``recipe`` (``dpo``, ``grpo``), ``algo`` (the stage's ``algo=`` override; None: the recipe preset's), ``continues``
+    (the stage whose adapter it continues, or None), ``steps`` (the optimizer steps it ran: its
+    ``run_complete.json``'s ``step``; None without one) and, for GRPO, ``rows`` (``real.grpo_rows``)."""
+    import json
+
+    stage_dir = Path(cfg.out).expanduser().resolve() / "stages"
+    out = {}
+    for name in arms(cfg):
+        arm = ARMS.get(name)
+        stage = arm.train(arm, cfg)[-1]  # the stage whose final/ adapter is evaluated
+        algos = [o.split("=", 1)[1] for o in stage.overrides if o.startswith("algo=")]
+        done = stage_dir / stage.name / "run_complete.json"
+        try:
+            steps = json.loads(done.read_text()).get("step") if done.exists() else None
+        except (OSError, ValueError):
+            steps = None
+        out[name] = {"recipe": stage.recipe, "algo": algos[-1] if algos else None, "continues": stage.start,
+                     "steps": steps}
+        if stage.recipe == "grpo":
+            out[name]["rows"] = str(cfg.real.grpo_rows)
+    return out
+
+
 def summary_of(cfg: DictConfig, results: dict[str, Any]) -> dict:
     """``summary.json`` (less the timings) from the stages' results: ``real.<arm>`` (held-out items) and
     ``transfer.<arm>`` (the held-out relation), each arm's metrics with the base's; mining; the GRPO prompts'
-    counts; the knowledge estimate's quality."""
+    counts; the knowledge estimate's quality; what each arm's training ran (:func:`training`)."""
     stats = results["mine"]
     mining = {k: v for k, v in stats.items() if k not in ("dropped_items", "knowledge_items")}
     mining["knowledge"] = {k: v for k, v in stats["knowledge"].items() if k != "unknown_dropped_items"}
@@ -153,7 +178,7 @@ def summary_of(cfg: DictConfig, results: dict[str, Any]) -> dict:
     sets = eval_sets(cfg)
     for key, (prefix, _) in sets.items():
         out[key] = {a: results[f"{prefix}_{a}"] for a in (BASE.name, *arms(cfg))}
-    out.update({"mining": mining, "knowledge_quality": knowledge_quality(cfg.out, sets)})
+    out.update({"mining": mining, "knowledge_quality": knowledge_quality(cfg.out, sets), "training": training(cfg)})
     if "grpo_prompts" in results:
         out["grpo_prompts"] = results["grpo_prompts"]
     return out

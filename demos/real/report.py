@@ -19,7 +19,10 @@ SETS = {"real": "held-out items", "transfer": "held-out relation"}  # summary ke
 # The issue's targets (docs/real_model.md#the-real-model-demo), scored by the project's own parser on held-out items.
 TARGETS = {"base_sc2w_min": 0.40, "base_n_clean_correct_min": 40, "sc2w_ratio_max": 0.5, "accuracy_drop_max": 0.03,
            "unknown_correct_drop_max": 0.05, "transfer_sc2w_ratio_max": 0.7, "transfer_correct_drop_max": 0.05,
-           "format_compliance_min": 0.9}  # and the wall time per demo: demos.config.REAL_DEMOS
+           "format_compliance_min": 0.9,
+           # on every single seed (the pooled table, demos/real/pooled.py)
+           "seed_correct_drop_max": 0.06, "seed_unknown_correct_drop_max": 0.10}
+# and the wall time per demo: demos.config.REAL_DEMOS
 SAMPLES_PER_ARM = 5
 
 
@@ -290,38 +293,121 @@ def write_report(summary: dict, out: Path) -> Path:
     lines += ["## Mining", "",
               f"Knowledge-aware mining on {m.get('items')} training items kept {m.get('kept')} quartets "
               f"(dropped: {m.get('dropped_by_reason')}); knowledge estimate {kn.get('counts')}; unknown pools "
-              f"{kn.get('per_pool')}. Every DPO arm trains on this one pairs file: SCOPE and knowledge-aware on "
-              "the four balanced pools (knowledge-aware adds the unknown_correct pool), misleading-only on the "
-              "misleading pairs alone." + (
-                  f" SCOPE+GRPO's prompts: {gp['rows']} rows, {gp['per_label']} per side (known and unknown "
-                  f"training items; of {gp['known']} known, {gp['unknown']} unknown, {gp['uncertain']} "
+              f"{kn.get('per_pool')}. " + _pools_sentence(summary) + (
+                  f" {_grpo_labels(summary)}'s prompts: {gp['rows']} rows, {gp['per_label']} per side (known and "
+                  f"unknown training items; of {gp['known']} known, {gp['unknown']} unknown, {gp['uncertain']} "
                   "uncertain)." if gp else ""), "",
               f"## Targets (checked on {label(checked_arm(summary))})", ""]
     lines += [f"- {k}: {'met' if v else '**missed**'}" for k, v in targets.items()] + [""]
-    lines += _stage_time_lines(summary) + _sample_lines(summary, out) + _notes()
+    lines += _stage_time_lines(summary) + _sample_lines(summary, out) + _notes(summary)
     path = out / "report.md"
     write_text_atomic(path, "\n".join(lines) + "\n")
     return path
 
 
-def _notes() -> list[str]:
+def _pools_sentence(summary: dict) -> str:
+    """Which pools of the one pairs file each DPO arm of the run trained on (``training.<arm>.algo``)."""
+    training = summary.get("training") or {}
+    runs = [(n, training[n]) for n in _arms(summary) if n in training]
+    parts = [f"{label(n)} on {DPO_ALGOS[t['algo']][0]}" for n, t in runs
+             if t.get("recipe") == "dpo" and t.get("algo") in DPO_ALGOS]
+    return f"Every DPO arm trains on this one pairs file: {', '.join(parts)}." if parts else (
+        "Every DPO arm trains on this one pairs file.")
+
+
+def _grpo_labels(summary: dict) -> str:
+    training = summary.get("training") or {}
+    names = [label(n) for n in _arms(summary) if (training.get(n) or {}).get("recipe") == "grpo"]
+    return " and ".join(names) or "GRPO"
+
+
+#: What a DPO algorithm trains on (``summary.json``'s ``training.<arm>.algo``): the pools of the mined pairs file, and
+#: the note an arm trained by it adds to the report (``{label}``: the arm's).
+DPO_ALGOS = {
+    "scope": ("the four balanced pools", None),
+    "scope_knowledge_aware": (
+        "the four balanced pools and the unknown_correct pool",
+        "{label} adds pairs on facts the model does not know that prefer the answer the correct context gives."),
+    "standard_dpo": (
+        "the misleading pairs alone",
+        "{label} is the paper's Standard-DPO comparison: trained on misleading contexts alone, resisting them can turn "
+        "into ignoring context; its correct-context column is where that shows."),
+}
+#: GRPO's prompt rows (``real.grpo_rows``, ``summary.json``'s ``training.<arm>.rows``), in words.
+GRPO_ROWS_WORDS = {
+    "informative": "the rows whose reward can vary under the base (known items under the misleading and irrelevant "
+                   "contexts, unknown items under the correct one)",
+    "all": "known and unknown items under all four contexts",
+}
+
+
+def _steps(t: dict) -> str:
+    return "an unrecorded number of" if t.get("steps") is None else str(t["steps"])
+
+
+def what_ran(summary: dict) -> list[str]:
+    """One phrase per trained arm of the run, from ``summary.json``'s ``training`` (runs before it: the arms
+    alone)."""
+    training = summary.get("training") or {}
+    out = []
+    for n in (a for a in _arms(summary) if ARMS.get(a).train is not None):
+        t = training.get(n)
+        if t is None:
+            out.append(label(n))
+            continue
+        how = f"{_steps(t)} {str(t.get('recipe')).upper()} steps" + (f" ({t['algo']})" if t.get("algo") else "")
+        if t.get("continues"):
+            how += f" continuing {label(t['continues'])}"
+        if t.get("rows"):
+            how += f", prompt rows `{t['rows']}`"
+        out.append(f"{label(n)}: {how}")
+    return out
+
+
+def _dpo_phrase(summary: dict) -> str:
+    """"30 DPO steps" (the DPO arms' steps, a range where they differ), from ``summary.json``'s ``training``."""
+    steps = sorted({t["steps"] for t in (summary.get("training") or {}).values()
+                    if t.get("recipe") == "dpo" and t.get("steps") is not None})
+    if not steps:
+        return "DPO training (its step count is not in this summary)"
+    return f"{steps[0]} DPO steps" if len(steps) == 1 else f"{steps[0]}-{steps[-1]} DPO steps"
+
+
+def _arm_notes(summary: dict) -> list[str]:
+    """The sentences about the arms this run trained: each DPO algorithm's own, and what each GRPO arm's reward was
+    given."""
+    training = summary.get("training") or {}
+    out = []
+    for n in _arms(summary):
+        t = training.get(n) or {}
+        note = DPO_ALGOS.get(t.get("algo"), (None, None))[1]
+        if note:
+            out.append(note.format(label=label(n)))
+        if t.get("recipe") == "grpo":
+            rows = GRPO_ROWS_WORDS.get(t.get("rows"), f"its prompt rows (`{t.get('rows')}`)")
+            start = f"the {label(t['continues'])} adapter" if t.get("continues") else "the base"
+            out.append(f"{label(n)} continues {start} for {_steps(t)} GRPO steps with an outcome reward (the answer is "
+                       f"right) on {rows}, which rewards using a correct context and resisting a misleading one "
+                       "alike.")
+    return out
+
+
+def _notes(summary: dict) -> list[str]:
+    ran = what_ran(summary)
     return ["## What this shows, and what it does not", "",
             "- It shows, on a real pretrained instruct model and real facts, the effect SCOPE is about: the base "
-            "follows a confident wrong context on most facts it knows (SC2W), and a few dozen DPO steps on its own "
+            f"follows a confident wrong context on most facts it knows (SC2W), and {_dpo_phrase(summary)} on its own "
             "mined answers make it keep its answer, while the per-condition table shows what happened to clean, "
             "correct-context and irrelevant-context accuracy. Every verdict comes from the project's "
             "deterministic short-answer parser (eval_hooks/FORMATS.md), not from a judge model.",
-            "- The misleading-only arm is the paper's Standard-DPO comparison: trained on misleading contexts "
-            "alone, resisting them can turn into ignoring context; its correct-context column is where that shows.",
+            f"- This run trained {len(ran)} arm{'s' if len(ran) != 1 else ''}: " + "; ".join(ran) + ".",
             "- Where a correct context is the only way to the answer (facts the base does not know: the "
             "`unknown_correct_accuracy` row), SCOPE trained on facts the model knows also learns some of \"ignore "
-            "context\". Knowledge-aware SCOPE adds pairs on facts the model does not know that prefer the answer "
-            "the correct context gives; SCOPE+GRPO continues the SCOPE adapter with an outcome reward (the answer "
-            "is right) on known and unknown items under all four contexts, which rewards using a correct context "
-            "and resisting a misleading one alike. Compare their `unknown_correct_accuracy` with their SC2W.",
+            "context\". " + " ".join(_arm_notes(summary)) + " Compare each arm's `unknown_correct_accuracy` with its "
+            "SC2W.",
             "- It does not show the paper's absolute numbers or anything about larger models: the model has "
             "135M parameters, held-out sets are small (CIs above are wide), and the run is one seed. The seed "
             "table in docs/real_model.md (the full experiment, `demo=real_full`, seeds 0-4) is the evidence "
-            "across seeds; the quick demo trains two of its four arms and 5 GRPO steps of its 20.",
+            "across seeds.",
             "- Held-out items use context wordings no training row uses, and the held-out relation is one no "
             "training item uses; the channels (answer key, document, note, snippet, expert) are the same five."]

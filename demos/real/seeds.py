@@ -13,9 +13,14 @@ Reads each run's ``summary.json`` (``python recipes/demo.py seed=N out=RUN_DIR``
   correct-context accuracy (held-out relation), three panels, the targets' corner shaded
   and an arrow from each seed's SCOPE to its SCOPE+GRPO (the lever GRPO pulls); ``--extra`` runs (other settings,
   e.g. another knowledge estimate or GRPO's prompt rows) are drawn as hollow points labelled ``LABEL`` (only the
-  ``--extra-arms``, default SCOPE+GRPO), with a dotted arrow to the same seed's tabled run (that lever's move).
+  ``--extra-arms``, default SCOPE+GRPO), with a dotted arrow to the same seed's tabled run (that lever's move);
+- ``pooled_table.md`` and ``pooled.json`` (:mod:`demos.real.pooled`, unless ``--no-pooled``): the seeds pooled from
+  their items (``stages/<eval|transfer>_<arm>/item_scores.jsonl``), with bootstrap intervals stratified by seed, the
+  paired SC2W on the base's clean-correct items, the per-seed spread and issue 44's targets on the pooled numbers.
 
-Every number is read from the summaries; nothing is recomputed but ratios and ranges. Runs of different demos
+The seed table and the plot read every number from the summaries (nothing is recomputed but ratios and ranges);
+the pooled table recomputes from the items. Runs of two splits (``summary.json``'s ``split``, absent: test) are
+refused; runs of another ``provenance`` (absent: unknown) unless ``--allow-mixed-provenance``. Runs of different demos
 (``small`` / ``full``) or settings are refused unless given as ``--extra`` (a settings key a run's ``demo.json``
 lacks, added to the schema after it ran, counts as its default: :func:`demos.common.with_new_keys`).
 """
@@ -29,6 +34,7 @@ from pathlib import Path
 
 from eval_hooks.cli_contract import end_process, run_with_contract, split_debug
 from eval_hooks.core.errors import DataError
+from eval_hooks.core.io import write_json_atomic
 from eval_hooks.report_kit import figure, md_table, pct, save
 from eval_hooks.vocab import MIST_CONDITIONS as CONDS
 
@@ -36,6 +42,7 @@ from ..common import with_new_keys
 from .arms import ARMS, trained
 from .arms import color as arm_color
 from .arms import label as arm_label
+from .pooled import SPLITS, check_provenance, check_split, pooled_result, pooled_table
 from .report import SETS, checked_arm, check_targets
 
 
@@ -108,11 +115,12 @@ def stage_rows(runs: list[dict]) -> list[list[str]]:
     return out
 
 
-def seed_table(runs: list[dict]) -> str:
+def seed_table(runs: list[dict], split: str = "test", provenance_note: str | None = None) -> str:
     arm = checked_arm(runs[0])
     header = ["seed", "arm", *CONDS, "SC2W", "SC2W / base", "n_clean_correct", "unknown correct", "min format"]
-    parts = [f"Runs: {', '.join(s['_dir'] for s in runs)} ({runs[0].get('demo')}, facts set {runs[0].get('size')}); "
-             f"targets checked on {arm_label(arm)}.", ""]
+    parts = [f"Runs: {', '.join(s['_dir'] for s in runs)} ({runs[0].get('demo')}, facts set {runs[0].get('size')}, "
+             f"{split} items); targets checked on {arm_label(arm)}.", ""]
+    parts += [provenance_note, ""] if provenance_note else []
     for key, what in SETS.items():
         rows = seed_rows(runs, key)
         if rows:
@@ -220,6 +228,17 @@ def main(argv: list[str] | None = None) -> int:
                          "the same seed's tabled run")
     ap.add_argument("--extra-arms", nargs="+", default=["scope_grpo"], metavar="ARM",
                     help="the arms drawn for --extra runs (default: scope_grpo, the arm the settings tried change)")
+    ap.add_argument("--split", choices=SPLITS, default=None,
+                    help="the split the runs must have evaluated (summary.json's `split`; absent: test); default: "
+                         "the first run's. Dev and test runs are never pooled")
+    ap.add_argument("--allow-mixed-provenance", action="store_true",
+                    help="pool runs whose summary.json `provenance` differs or is missing (said in the tables)")
+    ap.add_argument("--arm", default=None, help="the arm the pooled targets are checked on (default: the runs' "
+                                                 "checked arm, demos.real.report.checked_arm)")
+    ap.add_argument("--n-boot", type=int, default=2000, help="bootstrap replicates of the pooled intervals")
+    ap.add_argument("--boot-seed", type=int, default=0, help="the pooled bootstrap's RNG seed")
+    ap.add_argument("--no-pooled", action="store_true",
+                    help="skip pooled_table.md and pooled.json (runs whose stages' item_scores.jsonl are gone)")
     args = ap.parse_args(argv)
     extras = []
     for spec in args.extra:
@@ -227,15 +246,27 @@ def main(argv: list[str] | None = None) -> int:
         if not sep or not label or not path:
             ap.error(f"--extra {spec!r}: expected LABEL=RUN_DIR")
         extras.append((label, load_run(Path(path))))
-    bad = [a for a in args.extra_arms if a not in ARMS]
+    bad = [a for a in (*args.extra_arms, *([args.arm] if args.arm else [])) if a not in ARMS]
     if bad:
-        ap.error(f"--extra-arms: {bad} are not arms ({', '.join(ARMS)})")
+        ap.error(f"--extra-arms/--arm: {bad} are not arms ({', '.join(ARMS)})")
+    if args.n_boot < 1:
+        ap.error(f"--n-boot must be >= 1, got {args.n_boot}")
     runs = [load_run(d) for d in args.runs]
     check_same_settings(runs)
+    split = check_split(runs, args.split)
+    note = check_provenance(runs, args.allow_mixed_provenance)
+    pooled = None if args.no_pooled else pooled_result(  # every item file read before anything is written
+        runs, args.arm or checked_arm(runs[0]), split=split, provenance_note=note, n_boot=args.n_boot,
+        boot_seed=args.boot_seed)
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "seed_table.md").write_text(seed_table(runs))
+    (args.out / "seed_table.md").write_text(seed_table(runs, split, note))
     frontier_plot(runs, extras, args.out, tuple(args.extra_arms))
-    print(f"wrote {args.out / 'seed_table.md'} and {args.out / 'frontier.png'} ({len(runs)} runs)")
+    wrote = ["seed_table.md", "frontier.png"]
+    if pooled is not None:
+        write_json_atomic(args.out / "pooled.json", pooled)
+        (args.out / "pooled_table.md").write_text(pooled_table(pooled))
+        wrote += ["pooled_table.md", "pooled.json"]
+    print(f"wrote {', '.join(str(args.out / w) for w in wrote)} ({len(runs)} runs, {split} items)")
     return 0
 
 

@@ -1,0 +1,330 @@
+"""Evidence pooled over seeds (issue 44, items 2 and 5): what ``python -m demos.real.seeds`` writes as
+``pooled_table.md`` and ``pooled.json`` beside the seed table.
+
+Read from each run's ``stages/<prefix>_<arm>/item_scores.jsonl`` (``prefix``: ``eval`` for the held-out items,
+``transfer`` for the held-out relation; :data:`demos.real.pipeline.EVAL_SETS`), not from the summaries: every number
+is recomputed from the items, so the pooled numbers and their intervals rest on the same rows.
+
+- **Pooled**: the items of every seed together (each seed has its own held-out items). Accuracy per condition,
+  SC2W (each arm's own clean-correct items, as the seed table's), ``unknown_correct_accuracy`` (correct-context
+  accuracy on the items the base's estimate labels unknown, the label every arm's rows carry) and each arm's
+  difference from the base.
+- **Paired SC2W**: on the base's clean-correct items of each seed (one denominator for every arm), the share the arm
+  gets wrong under the misleading context. Of those items: ``kept`` (base and arm resist), ``lost`` (the base
+  resists, the arm switches), ``gained`` (the base switches, the arm resists: ``repair_analysis``'s repaired),
+  ``still_switched`` (both switch). The arm's paired SC2W is (lost + still) / n, the base's (gained + still) / n
+  (its SC2W), their ratio the target's.
+- **Intervals**: item-level percentile bootstrap, stratified by seed: each replicate resamples every seed's items
+  with replacement (as many as it has) and pools them; every arm and the base share the replicate's items (paired).
+  ``n_boot`` replicates from ``numpy.random.default_rng(boot_seed)``, seeds in ascending order.
+- **Per seed**: each arm's difference from the base on each seed, its range and the worst seed.
+- **Targets** (:data:`demos.real.report.TARGETS`) checked on the pooled point estimates of one arm, and the
+  per-seed ones on every seed.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from eval_hooks.core.errors import DataError
+from eval_hooks.core.io import read_records
+from eval_hooks.metrics.common import CI_LEVEL, percentile_ci
+from eval_hooks.report_kit import md_table, pct, pp
+from eval_hooks.vocab import MIST_CONDITIONS as CONDS
+
+from .arms import ARMS, trained
+from .arms import label as arm_label
+from .pipeline import EVAL_SETS
+from .report import SETS, TARGETS
+
+#: The per-item counts each statistic is a ratio of (columns of an arm's feature matrix, one row per item).
+FEATURES = ("n", *CONDS, "clean_correct", "switched", "unknown", "unknown_correct",
+            "paired_n", "kept", "lost", "gained", "still_switched")
+_F = {f: i for i, f in enumerate(FEATURES)}
+EPS = 1e-9  # a difference of rates exactly at the limit is met
+SPLITS = ("dev", "test")
+
+
+# -- reading -------------------------------------------------------------------------------------
+def run_split(run: dict) -> str:
+    """The split a run evaluated (``summary.json``'s ``split``; a run without the key evaluated the test items)."""
+    split = run.get("split", "test")
+    if split not in SPLITS:
+        raise DataError(f"split {split!r} is not one of {', '.join(SPLITS)}", path=Path(run["_dir"]) / "summary.json",
+                        field="split")
+    return split
+
+
+def check_split(runs: list[dict], wanted: str | None = None) -> str:
+    """The one split of ``runs`` (:func:`run_split`); a DataError naming the first run of another split, or of a
+    split other than ``wanted``."""
+    split = wanted or run_split(runs[0])
+    for r in runs:
+        if run_split(r) != split:
+            raise DataError(f"split {run_split(r)!r}, but the table pools {split!r} runs: dev and test runs are never "
+                            "pooled", path=Path(r["_dir"]) / "summary.json", field="split")
+    return split
+
+
+def check_provenance(runs: list[dict], allow_mixed: bool = False) -> str | None:
+    """None when every run has the same ``provenance`` (precision, torch threads, package versions, git commit);
+    otherwise a DataError naming the first run that differs (a run without the key has unknown provenance), unless
+    ``allow_mixed``: then the line the tables print in their header."""
+    first = runs[0].get("provenance")
+    odd = [r for r in runs if r.get("provenance") is None or r.get("provenance") != first]
+    if len(runs) == 1 or not odd:
+        return None
+    r = odd[0]
+    why = ("has no `provenance` (unknown)" if r.get("provenance") is None else
+           f"provenance {_differences(first, r['provenance'])} differs from {runs[0]['_dir']}'s")
+    if not allow_mixed:
+        raise DataError(f"{why}: runs of another precision, thread count, package set or commit are not pooled "
+                        "(--allow-mixed-provenance pools them, and says so in the tables)",
+                        path=Path(r["_dir"]) / "summary.json", field="provenance")
+    dirs = ", ".join(r["_dir"] for r in odd)
+    return (f"**Mixed provenance, pooled with --allow-mixed-provenance**: {dirs} differ from {runs[0]['_dir']} "
+            "or lack it.")
+
+
+def _differences(a: Any, b: Any) -> str:
+    if not isinstance(a, dict) or not isinstance(b, dict):
+        return "(missing)" if a is None else "(all)"
+    return ", ".join(sorted(k for k in a.keys() | b.keys() if a.get(k) != b.get(k)))
+
+
+def item_matrix(path: Path) -> tuple[list, np.ndarray, np.ndarray]:
+    """``(item ids, correct (n_items, 4) bool in MIST order, unknown (n_items,) bool)`` of one ``item_scores.jsonl``
+    (``unknown``: the item's clean row carries ``knowledge: unknown``); a DataError naming the file."""
+    from eval_hooks.families.mist.metrics import correctness_matrix, mist_items
+
+    rows = [row for _, row in read_records(path)]
+    try:
+        items = mist_items(rows)
+    except (KeyError, ValueError) as e:
+        raise DataError(f"not a MIST evaluation ({e})", path=path) from None
+    unknown = np.array([r["clean"].get("knowledge") == "unknown" for r in items.values()], dtype=bool)
+    return list(items), correctness_matrix(items), unknown
+
+
+def features(base: np.ndarray, arm: np.ndarray, unknown: np.ndarray) -> np.ndarray:
+    """The ``(n_items, len(FEATURES))`` 0/1 counts of one arm against the base on the same items (``base``, ``arm``:
+    ``(n_items, 4)`` bool; ``unknown``: ``(n_items,)`` bool, the base's labels)."""
+    clean, mis, correct = arm[:, 0], arm[:, 1], arm[:, 2]
+    d, b_mis = base[:, 0], base[:, 1]
+    cols = {"n": np.ones(len(arm), dtype=bool), **{c: arm[:, j] for j, c in enumerate(CONDS)},
+            "clean_correct": clean, "switched": clean & ~mis, "unknown": unknown, "unknown_correct": unknown & correct,
+            "paired_n": d, "kept": d & b_mis & mis, "lost": d & b_mis & ~mis, "gained": d & ~b_mis & mis,
+            "still_switched": d & ~b_mis & ~mis}
+    return np.stack([cols[f] for f in FEATURES], axis=1).astype(np.int64)
+
+
+def seed_features(run: dict, key: str) -> dict[str, np.ndarray]:
+    """``{arm: features}`` of one run's evaluation set ``key`` (every arm its summary has), items in the base's
+    order; a DataError naming the file of an arm whose items are not the base's."""
+    prefix = EVAL_SETS[key][0]
+    stages = Path(run["_dir"]) / "stages"
+    ids, base, unknown = item_matrix(stages / f"{prefix}_base" / "item_scores.jsonl")
+    out = {}
+    for arm in (a for a in ARMS if a in run[key]):
+        path = stages / f"{prefix}_{arm}" / "item_scores.jsonl"
+        arm_ids, a, _ = item_matrix(path)
+        if sorted(map(str, arm_ids)) != sorted(map(str, ids)):
+            raise DataError(f"its items are not those of {prefix}_base/item_scores.jsonl "
+                            f"({len(arm_ids)} against {len(ids)} items)", path=path)
+        order = {str(i): j for j, i in enumerate(arm_ids)}
+        out[arm] = features(base, a[[order[str(i)] for i in ids]], unknown)
+    return out
+
+
+# -- statistics ------------------------------------------------------------------------------------
+def stats(counts: np.ndarray) -> dict[str, np.ndarray]:
+    """The statistics of summed feature counts ``counts`` (``(..., len(FEATURES))``; leading axes kept, NaN where
+    a denominator is 0)."""
+    c = {f: counts[..., i].astype(float) for f, i in _F.items()}
+
+    def ratio(num, den):
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(den > 0, num / np.where(den > 0, den, 1.0), np.nan)
+
+    out = {cond: ratio(c[cond], c["n"]) for cond in CONDS}
+    out["sc2w"] = ratio(c["switched"], c["clean_correct"])
+    out["unknown_correct_accuracy"] = ratio(c["unknown_correct"], c["unknown"])
+    out["paired_sc2w"] = ratio(c["lost"] + c["still_switched"], c["paired_n"])
+    out["base_paired_sc2w"] = ratio(c["gained"] + c["still_switched"], c["paired_n"])
+    out["paired_ratio"] = ratio(out["paired_sc2w"], out["base_paired_sc2w"])
+    return out
+
+
+DIFFS = (*CONDS, "unknown_correct_accuracy", "sc2w")  # arm - base, in rates
+
+
+def _value(x: np.ndarray) -> float | None:
+    return None if np.isnan(x) else float(x)
+
+
+def pool(per_seed: dict[int, dict[str, np.ndarray]], *, n_boot: int = 2000, boot_seed: int = 0,
+         level: float = CI_LEVEL) -> dict[str, Any]:
+    """Pooled statistics of one evaluation set, per arm, with their stratified bootstrap intervals (module docstring).
+    ``per_seed``: ``{seed: {arm: features}}`` (:func:`seed_features`); arms of every seed only."""
+    if n_boot < 1:
+        raise ValueError(f"n_boot must be >= 1, got {n_boot}")
+    arms = [a for a in ARMS if all(a in f for f in per_seed.values())]
+    rng = np.random.default_rng(boot_seed)
+    point = {a: sum(per_seed[s][a].sum(axis=0) for s in per_seed) for a in arms}
+    boot = {a: np.zeros((n_boot, len(FEATURES))) for a in arms}
+    for s in sorted(per_seed):
+        n = len(per_seed[s]["base"])
+        weights = rng.multinomial(n, np.full(n, 1.0 / n), size=n_boot)  # (n_boot, n): each item's draws
+        for a in arms:
+            boot[a] += weights @ per_seed[s][a]
+    base_pt, base_bt = stats(point["base"]), stats(boot["base"])
+    out = {}
+    for a in arms:
+        pt, bt = stats(point[a]), stats(boot[a])
+        entry = {k: {"value": _value(pt[k]), "ci": percentile_ci(bt[k], level)}
+                 for k in (*CONDS, "sc2w", "unknown_correct_accuracy")}
+        entry["n_items"] = int(point[a][_F["n"]])
+        entry["n_unknown"] = int(point[a][_F["unknown"]])
+        entry["minus_base"] = {k: {"value": _value(pt[k] - base_pt[k]), "ci": percentile_ci(bt[k] - base_bt[k], level)}
+                               for k in DIFFS}
+        counts = ("paired_n", "kept", "lost", "gained", "still_switched")
+        entry["paired"] = {**{k: int(point[a][_F[k]]) for k in counts},
+                           **{k: {"value": _value(pt[k]), "ci": percentile_ci(bt[k], level)}
+                              for k in ("paired_sc2w", "base_paired_sc2w", "paired_ratio")}}
+        entry["per_seed"] = per_seed_values(per_seed, a)
+        out[a] = entry
+    return out
+
+
+PER_SEED = (*DIFFS, "paired_ratio")  # per seed: arm - base, and the paired SC2W ratio
+
+
+def per_seed_values(per_seed: dict[int, dict[str, np.ndarray]], arm: str) -> dict[str, dict]:
+    """``{metric: {"by_seed": {seed: value}, "min", "max", "worst_seed"}}``: the arm's difference from the base (the
+    paired SC2W ratio for ``paired_ratio``) on each seed; the worst seed is the lowest difference (highest ratio)."""
+    out = {}
+    for k in PER_SEED:
+        vals = {}
+        for s in sorted(per_seed):
+            a, b = stats(per_seed[s][arm].sum(axis=0)), stats(per_seed[s]["base"].sum(axis=0))
+            v = a[k] if k == "paired_ratio" else a[k] - b[k]
+            if not np.isnan(v):
+                vals[s] = float(v)
+        if vals:
+            worse = max if k in ("paired_ratio", "sc2w") else min
+            worst = worse(vals, key=vals.get)
+            out[k] = {"by_seed": vals, "min": min(vals.values()), "max": max(vals.values()), "worst_seed": worst}
+    return out
+
+
+# -- targets ---------------------------------------------------------------------------------------
+def _as_metrics(entry: dict) -> dict:
+    """A pooled entry in the shape of a run's metrics (for the arms' own targets, :attr:`DemoArm.targets`)."""
+    return {"accuracy": {c: entry[c]["value"] for c in CONDS}, "sc2w": entry["sc2w"]["value"],
+            "unknown_correct_accuracy": entry["unknown_correct_accuracy"]["value"]}
+
+
+def _at_least(x: float | None, limit: float) -> bool:
+    return x is not None and x >= limit - EPS
+
+
+def check_pooled_targets(pooled: dict[str, dict], arm: str, runs: list[dict], t: dict = TARGETS) -> dict[str, bool]:
+    """Issue 44 item 5's targets for ``arm``: on the pooled point estimates (``pooled``: ``{set key: pool()}``),
+    the per-seed ones on every seed, the other arms' own targets on the pooled numbers, format compliance on every
+    run's summary."""
+    r, name = pooled["real"], arm_label(arm)
+    a = r[arm]
+    out = {f"{name} paired SC2W <= {t['sc2w_ratio_max']} x base (pooled)":
+           a["paired"]["paired_ratio"]["value"] is not None
+           and a["paired"]["paired_ratio"]["value"] <= t["sc2w_ratio_max"] + EPS}
+    for c in ("clean", "correct", "irrelevant"):
+        out[f"{name} {c} accuracy >= base - {t['accuracy_drop_max']:.2f} (pooled)"] = _at_least(
+            a["minus_base"][c]["value"], -t["accuracy_drop_max"])
+    out[f"{name} unknown_correct_accuracy >= base - {t['unknown_correct_drop_max']:.2f} (pooled)"] = _at_least(
+        a["minus_base"]["unknown_correct_accuracy"]["value"], -t["unknown_correct_drop_max"])
+    tr = pooled.get("transfer") or {}
+    if arm in tr:
+        ratio = tr[arm]["paired"]["paired_ratio"]["value"]
+        out[f"{name} on the held-out relation: paired SC2W <= {t['transfer_sc2w_ratio_max']} x base (pooled)"] = (
+            ratio is not None and ratio <= t["transfer_sc2w_ratio_max"] + EPS)
+        out[f"{name} on the held-out relation: correct accuracy >= base - {t['transfer_correct_drop_max']:.2f} "
+            "(pooled)"] = _at_least(tr[arm]["minus_base"]["correct"]["value"], -t["transfer_correct_drop_max"])
+    for k, drop in (("correct", t["seed_correct_drop_max"]),
+                    ("unknown_correct_accuracy", t["seed_unknown_correct_drop_max"])):
+        spread = a["per_seed"].get(k)
+        out[f"{name} {k} >= base - {drop:.2f} on every seed"] = spread is not None and _at_least(spread["min"], -drop)
+    for other in (o for o in r if trained(o)):
+        own = ARMS.get(other).targets
+        if own is not None:
+            out.update({f"{k} (pooled)": v for k, v in own(_as_metrics(r[other]), _as_metrics(r["base"]),
+                                                          _as_metrics(a), name, t).items()})
+    out[f"format_compliance >= {t['format_compliance_min']} in every run, arm and condition"] = all(
+        (m.get("format_compliance", {}).get(c) or 0) >= t["format_compliance_min"]
+        for s in runs for m in s["real"].values() for c in CONDS)
+    return out
+
+
+# -- the table -------------------------------------------------------------------------------------
+def _with_ci(x: dict, fmt=pct) -> str:
+    ci = x.get("ci")
+    return f"{fmt(x['value'])} [{fmt(ci[0])}, {fmt(ci[1])}]" if ci else fmt(x["value"])
+
+
+def _times(x: float | None) -> str:
+    return "–" if x is None else f"{x:.2f}×"
+
+
+def pooled_table(result: dict) -> str:
+    """``pooled_table.md`` of :func:`pooled_result`'s ``result``."""
+    arm = result["checked_arm"]
+    parts = [f"Pooled over seeds {', '.join(map(str, result['seeds']))} ({result['split']} items); item-level "
+             f"bootstrap stratified by seed, {result['n_boot']} replicates (seed {result['boot_seed']}), "
+             f"{result['level']:.0%} percentile intervals; targets checked on {arm_label(arm)}.", ""]
+    prov = result.get("provenance")
+    parts += [result["provenance_note"] if result.get("provenance_note") else
+              "Provenance: " + (", ".join(f"{k} {v}" for k, v in prov.items()) if isinstance(prov, dict) else "unknown")
+              + ".", ""]
+    for key, by_arm in result["sets"].items():
+        what = SETS[key][0].upper() + SETS[key][1:]
+        rows = [[arm_label(a), e["n_items"], *(_with_ci(e[c]) for c in CONDS), _with_ci(e["sc2w"]),
+                 f"{_with_ci(e['unknown_correct_accuracy'])} (n={e['n_unknown']})"] for a, e in by_arm.items()]
+        parts += [f"**{what}, pooled**", "", md_table(["arm", "items", *CONDS, "SC2W", "unknown correct"], rows), ""]
+        trained_arms = [a for a in by_arm if trained(a)]
+        rows = [[arm_label(a), *(_with_ci(by_arm[a]["minus_base"][k], pp) for k in DIFFS)] for a in trained_arms]
+        parts += [f"**{what}: arm - base (pooled, paired by item)**", "",
+                  md_table(["arm", *CONDS, "unknown correct", "SC2W"], rows), ""]
+        rows = []
+        for a in trained_arms:
+            p = by_arm[a]["paired"]
+            rows.append([arm_label(a), p["paired_n"], p["kept"], p["lost"], p["gained"], p["still_switched"],
+                         _with_ci(p["paired_sc2w"]), pct(p["base_paired_sc2w"]["value"]),
+                         _with_ci(p["paired_ratio"], _times)])
+        parts += [f"**{what}: paired SC2W on the base's clean-correct items** (kept: both resist; lost: the base "
+                  "resists, the arm switches; gained: the base switches, the arm resists)", "",
+                  md_table(["arm", "base clean-correct", "kept", "lost", "gained", "still switched", "paired SC2W",
+                            "base SC2W", "ratio"], rows), ""]
+        rows = [[arm_label(a), k, *(_times(v) if k == "paired_ratio" else pp(v) for v in (s["min"], s["max"])),
+                 s["worst_seed"]] for a in trained_arms for k, s in by_arm[a]["per_seed"].items()]
+        parts += [f"**{what}: per-seed spread** (arm - base; the paired SC2W ratio)", "",
+                  md_table(["arm", "metric", "min", "max", "worst seed"], rows), ""]
+    parts += [f"**Targets ({arm_label(arm)})**", ""]
+    parts += [f"- {k}: {'met' if ok else '**missed**'}" for k, ok in result["targets"].items()]
+    return "\n".join(parts) + "\n"
+
+
+def pooled_result(runs: list[dict], arm: str, *, split: str, provenance_note: str | None = None,
+                  n_boot: int = 2000, boot_seed: int = 0) -> dict:
+    """``pooled.json``: every evaluation set the runs share, pooled (:func:`pool`), and the targets of ``arm``
+    (:func:`check_pooled_targets`). Reads every item file before computing anything."""
+    keys = [k for k in SETS if all(k in r for r in runs)]
+    feats = {k: {r["seed"]: seed_features(r, k) for r in runs} for k in keys}
+    sets = {k: pool(feats[k], n_boot=n_boot, boot_seed=boot_seed) for k in keys}
+    if arm not in sets["real"]:
+        raise DataError(f"arm {arm!r} is not in every run (pooled arms: {', '.join(sets['real'])})")
+    return {"split": split, "seeds": sorted(r["seed"] for r in runs), "runs": [r["_dir"] for r in runs],
+            "provenance": runs[0].get("provenance"), "provenance_note": provenance_note, "n_boot": n_boot,
+            "boot_seed": boot_seed, "level": CI_LEVEL, "checked_arm": arm, "sets": sets,
+            "targets": check_pooled_targets(sets, arm, runs)}

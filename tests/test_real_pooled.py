@@ -1,0 +1,173 @@
+"""The seed table's pooled evidence (demos/real/pooled.py, ``python -m demos.real.seeds``): item-level bootstrap
+intervals stratified by seed, the paired SC2W, the per-seed spread, the targets, and the runs it refuses to pool,
+on tiny fake run dirs."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import numpy as np
+import pytest
+
+from test_real_demo import CONDS, _summary
+
+# One row per item: correctness under (clean, misleading, correct, irrelevant), and whether the base's estimate
+# labels it unknown. Seed 0's arm repairs two of the base's switches (i0, i2), breaks one (i1) and loses its only
+# unknown item under the correct context; seed 1's arm answers like the base.
+BASE = [(1, 0, 1, 1), (1, 1, 1, 1), (1, 0, 1, 1), (0, 0, 1, 0)]
+UNKNOWN = [False, False, False, True]
+ARM_SEED0 = [(1, 1, 1, 1), (1, 0, 1, 1), (1, 1, 1, 1), (0, 0, 0, 0)]
+
+
+def _rows(matrix, unknown, prefix="i") -> list[dict]:
+    return [{"item_id": f"{prefix}{n}", "condition": c, "gold": f"G{n}", "correct": bool(ok),
+             "knowledge": "unknown" if unk else "known", "parse_ok": True}
+            for n, (vals, unk) in enumerate(zip(matrix, unknown)) for c, ok in zip(CONDS, vals)]
+
+
+def _run(tmp_path, seed: int, arms: dict, *, unknown=UNKNOWN, transfer: dict | None = None, **edits):
+    """A finished run dir: summary.json (the fake summary's numbers; base, SCOPE and SCOPE+GRPO), demo.json and every
+    arm's ``stages/eval_<arm>/item_scores.jsonl`` (``arms``: arm -> correctness rows; ``transfer`` likewise)."""
+    s = copy.deepcopy(_summary())
+    for gone in ("misleading_only", "knowledge_aware"):
+        del s["real"][gone]
+    del s["transfer"]
+    s.update({"seed": seed, "provenance": {"precision": "fp32", "torch_threads": 2, "commit": "abc"}, **edits})
+    if transfer:
+        s["transfer"] = {a: copy.deepcopy(s["real"][a]) for a in transfer}
+    d = tmp_path / f"s{seed}"
+    for prefix, by_arm in (("eval", arms), ("transfer", transfer or {})):
+        for arm, matrix in by_arm.items():
+            (d / "stages" / f"{prefix}_{arm}").mkdir(parents=True)
+            (d / "stages" / f"{prefix}_{arm}" / "item_scores.jsonl").write_text(
+                "".join(json.dumps(r) + "\n" for r in _rows(matrix, unknown)))
+    (d / "summary.json").write_text(json.dumps({k: v for k, v in s.items() if v is not None}))
+    (d / "demo.json").write_text(json.dumps({"demo": "real", "seed": seed, "settings": {"real": {"k": 1}}}))
+    return d
+
+
+def _two_seeds(tmp_path, **edits):
+    return [_run(tmp_path, 0, {"base": BASE, "scope": BASE, "scope_grpo": ARM_SEED0}, **edits),
+            _run(tmp_path, 1, {"base": BASE, "scope": ARM_SEED0, "scope_grpo": BASE}, **edits)]
+
+
+def _pooled(dirs, arm="scope_grpo", n_boot=300, boot_seed=0):
+    from demos.real.pooled import pooled_result
+    from demos.real.seeds import load_run
+
+    return pooled_result([load_run(d) for d in dirs], arm, split="test", n_boot=n_boot, boot_seed=boot_seed)
+
+
+def test_pooled_numbers_and_the_paired_sc2w_are_counted_from_the_items(tmp_path):
+    res = _pooled(_two_seeds(tmp_path))
+    a = res["sets"]["real"]["scope_grpo"]
+    assert a["n_items"] == 8 and a["n_unknown"] == 2
+    assert a["correct"]["value"] == pytest.approx(7 / 8) and a["minus_base"]["correct"]["value"] == pytest.approx(-1 / 8)
+    assert a["unknown_correct_accuracy"]["value"] == 0.5
+    assert a["minus_base"]["unknown_correct_accuracy"]["value"] == -0.5
+    # SC2W on each arm's own clean-correct items: (1 + 2) / (3 + 3); the base's (2 + 2) / 6
+    assert a["sc2w"]["value"] == 0.5 and a["minus_base"]["sc2w"]["value"] == pytest.approx(0.5 - 4 / 6)
+    # paired, on the base's 6 clean-correct items: seed 0 loses i1, gains i0 and i2; seed 1 keeps i1, both switch
+    # on i0 and i2
+    p = a["paired"]
+    assert {k: p[k] for k in ("paired_n", "kept", "lost", "gained", "still_switched")} == {
+        "paired_n": 6, "kept": 1, "lost": 1, "gained": 2, "still_switched": 2}
+    assert p["paired_sc2w"]["value"] == 0.5 and p["base_paired_sc2w"]["value"] == pytest.approx(4 / 6)
+    assert p["paired_ratio"]["value"] == pytest.approx(0.75)
+    for ci, v in ((p["paired_ratio"]["ci"], 0.75), (a["minus_base"]["correct"]["ci"], -1 / 8)):
+        assert ci[0] <= v <= ci[1] and ci[0] < ci[1]
+    # per seed: seed 0 is the worst in correct-context accuracy and in the paired ratio (1/3 / 2/3 against 1.0)
+    ps = a["per_seed"]
+    assert ps["correct"] == {"by_seed": {0: -0.25, 1: 0.0}, "min": -0.25, "max": 0.0, "worst_seed": 0}
+    assert ps["paired_ratio"]["by_seed"] == {0: 0.5, 1: 1.0} and ps["paired_ratio"]["worst_seed"] == 1
+    assert res["sets"]["real"]["base"]["paired"]["paired_ratio"]["value"] == 1.0
+
+
+def test_gained_is_repair_analysis_repaired_and_lost_its_newly_broken(tmp_path):
+    from eval_hooks.families.mist.metrics import repair_analysis
+
+    rng = np.random.default_rng(3)
+    base = [tuple(int(x) for x in rng.integers(0, 2, 4)) for _ in range(40)]
+    new = [tuple(int(x) for x in rng.integers(0, 2, 4)) for _ in range(40)]
+    unknown = [bool(x) for x in rng.integers(0, 2, 40)]
+    d = _run(tmp_path, 0, {"base": base, "scope": base, "scope_grpo": new}, unknown=unknown)
+    p = _pooled([d])["sets"]["real"]["scope_grpo"]["paired"]
+    r = repair_analysis(_rows(base, unknown), _rows(new, unknown))
+    assert p["gained"] == r["repaired"] and p["gained"] + p["still_switched"] == r["base_failures"]
+    # lost: the base resisted, the arm does not (repair_analysis' newly_broken also asks the arm to be clean-correct)
+    assert p["lost"] >= r["newly_broken"]
+    assert p["paired_n"] == sum(b[0] for b in base)
+
+
+def test_the_bootstrap_is_stratified_by_seed_seeded_and_paired(tmp_path):
+    ones, zeros = [(1, 1, 1, 1)] * 5, [(1, 1, 0, 1)] * 5
+    dirs = [_run(tmp_path, 0, {"base": ones, "scope": ones, "scope_grpo": ones}, unknown=[False] * 5),
+            _run(tmp_path, 1, {"base": zeros, "scope": zeros, "scope_grpo": zeros}, unknown=[False] * 5)]
+    a = _pooled(dirs)["sets"]["real"]["scope_grpo"]
+    # every replicate draws 5 items of each seed: the pooled correct-context accuracy is 0.5 in every one
+    assert a["correct"]["ci"] == [0.5, 0.5]
+    assert a["minus_base"]["correct"]["ci"] == [0.0, 0.0]  # the arm and the base on the same resampled items
+    two = _two_seeds(tmp_path / "b")
+    assert _pooled(two) == _pooled(two)  # a fixed RNG seed
+
+
+def test_targets_on_the_pooled_numbers_and_on_every_seed(tmp_path):
+    res = _pooled(_two_seeds(tmp_path))
+    missed = [k for k, ok in res["targets"].items() if not ok]
+    assert missed == ["SCOPE+GRPO paired SC2W <= 0.5 x base (pooled)",
+                      "SCOPE+GRPO correct accuracy >= base - 0.03 (pooled)",
+                      "SCOPE+GRPO unknown_correct_accuracy >= base - 0.05 (pooled)",
+                      "SCOPE+GRPO correct >= base - 0.06 on every seed",
+                      "SCOPE+GRPO unknown_correct_accuracy >= base - 0.10 on every seed"]
+    good = [(1, 1, 1, 1), (1, 1, 1, 1), (1, 1, 1, 1), (0, 0, 1, 0)]  # resists everywhere, keeps every context use
+    dirs = [_run(tmp_path / "g", s, {"base": BASE, "scope": BASE, "scope_grpo": good},
+                 transfer={"base": BASE, "scope_grpo": good}) for s in (0, 1)]
+    res = _pooled(dirs)
+    assert all(res["targets"].values()), res["targets"]
+    assert "SCOPE+GRPO on the held-out relation: paired SC2W <= 0.7 x base (pooled)" in res["targets"]
+    assert set(res["sets"]) == {"real", "transfer"} and set(res["sets"]["transfer"]) == {"base", "scope_grpo"}
+
+
+def test_the_cli_writes_the_pooled_table_and_refuses_mixed_splits_and_provenance(tmp_path, capsys):
+    from demos.real.seeds import main
+    from eval_hooks.core.errors import DataError
+
+    dirs = _two_seeds(tmp_path)
+    main([*map(str, dirs), "--out", str(tmp_path / "out"), "--n-boot", "200"])
+    out = tmp_path / "out"
+    table = (out / "pooled_table.md").read_text()
+    assert table.startswith("Pooled over seeds 0, 1 (test items)") and "200 replicates" in table
+    assert "| SCOPE+GRPO | 6 | 1 | 1 | 2 | 2 | 50.0% [" in table and "| 66.7% | 0.75× [" in table
+    assert "- SCOPE+GRPO correct >= base - 0.06 on every seed: **missed**" in table
+    pooled = json.loads((out / "pooled.json").read_text())
+    assert pooled["n_boot"] == 200 and pooled["provenance"]["precision"] == "fp32"
+    assert "Provenance: precision fp32, torch_threads 2, commit abc." in table
+    assert "facts set small, test items)" in (out / "seed_table.md").read_text()
+
+    dev = _run(tmp_path / "d", 2, {"base": BASE, "scope": BASE, "scope_grpo": BASE}, split="dev")
+    with pytest.raises(DataError, match=r"s2/summary.json.*split 'dev', but the table pools 'test' runs"):
+        main([*map(str, dirs), str(dev), "--out", str(tmp_path / "o2")])
+    with pytest.raises(DataError, match=r"split 'test', but the table pools 'dev' runs"):
+        main([*map(str, dirs), "--out", str(tmp_path / "o2"), "--split", "dev"])
+    main([str(dev), "--out", str(tmp_path / "o3"), "--split", "dev", "--n-boot", "50"])
+    assert "(dev items)" in (tmp_path / "o3" / "pooled_table.md").read_text()
+
+    bf16 = _run(tmp_path / "p", 3, {"base": BASE, "scope": BASE, "scope_grpo": BASE},
+                provenance={"precision": "bf16", "torch_threads": 2, "commit": "abc"})
+    unknown = _run(tmp_path / "u", 4, {"base": BASE, "scope": BASE, "scope_grpo": BASE}, provenance=None)
+    with pytest.raises(DataError, match=r"s3/summary.json.*provenance precision differs"):
+        main([*map(str, dirs), str(bf16), "--out", str(tmp_path / "o4")])
+    with pytest.raises(DataError, match=r"s4/summary.json.*has no `provenance` \(unknown\)"):
+        main([*map(str, dirs), str(unknown), "--out", str(tmp_path / "o4")])
+    assert not (tmp_path / "o4").exists()  # refused before anything is written
+    main([*map(str, dirs), str(bf16), str(unknown), "--out", str(tmp_path / "o5"), "--n-boot", "50",
+          "--allow-mixed-provenance"])
+    for name in ("pooled_table.md", "seed_table.md"):
+        assert "**Mixed provenance, pooled with --allow-mixed-provenance**" in (tmp_path / "o5" / name).read_text()
+
+    (dirs[1] / "stages" / "eval_scope_grpo" / "item_scores.jsonl").unlink()
+    with pytest.raises(DataError, match=r"s1/stages/eval_scope_grpo/item_scores.jsonl: file does not exist"):
+        main([*map(str, dirs), "--out", str(tmp_path / "o6")])
+    main([*map(str, dirs), "--out", str(tmp_path / "o6"), "--no-pooled"])
+    assert not (tmp_path / "o6" / "pooled.json").exists() and (tmp_path / "o6" / "seed_table.md").exists()
