@@ -77,8 +77,12 @@ class RealDemoStages:
     dpo: list[str] = _f([], "Overrides for every recipes/dpo.py arm (SCOPE, misleading-only, knowledge-aware).")
     knowledge_aware: list[str] = _f([], "Extra overrides of the knowledge-aware arm (after dpo and "
                                         "algo=scope_knowledge_aware), e.g. algo.lambda_u.")
-    grpo: list[str] = _f([], "Overrides for the scope_grpo arm's recipes/grpo.py stage (after "
-                             "recipe=scope_grpo_smollm2_135m; it continues the SCOPE arm's adapter).")
+    grpo: list[str] = _f([], "Overrides for every GRPO arm's recipes/grpo.py stage (after "
+                             "recipe=scope_grpo_smollm2_135m; scope_grpo and scope_grpo_sft continue the SCOPE arm's "
+                             "adapter, ka_grpo the knowledge-aware one).")
+    scope_grpo_sft: list[str] = _f([], "Extra overrides of the scope_grpo_sft arm's GRPO stage (after grpo and its "
+                                       "algo.sft_coef=0.1, algo.sft_rows=zero_variance_failed), e.g. "
+                                       "algo.sft_coef=0.3 or algo.sft_schedule=linear_decay.")
 
 
 @dataclass
@@ -99,6 +103,14 @@ class RealDemoConfig:
     scope_grpo: bool = _f(True, "Train and evaluate scope_grpo: the SCOPE adapter continued by GRPO (outcome reward: "
                                 "the answer is right) on training rows drawn balanced over items the base knows and "
                                 "does not know (which rows: grpo_rows).")
+    scope_grpo_sft: Optional[bool] = _f(False, "Train and evaluate scope_grpo_sft: scope_grpo with CHORD's SFT term in the GRPO "
+                                     "loss (algo.sft_coef=0.1 on the groups whose every answer failed, which GRPO "
+                                     "drops: the gold as 'The answer is <gold>.'; real.stages.scope_grpo_sft changes "
+                                     "it). Off in both demos unless set (the full experiment's 40 minutes and seed "
+                                     "table stay as measured); null: the demo's own comparison arms.")
+    ka_grpo: Optional[bool] = _f(False, "Train and evaluate ka_grpo: the knowledge-aware SCOPE adapter continued by the same GRPO "
+                              "stage as scope_grpo (needs knowledge_aware on). Off in both demos unless set; null: "
+                              "the demo's own comparison arms.")
     grpo_rows: GrpoRows = _f("all", "scope_grpo's prompts (stage grpo_prompts), balanced over known and unknown "
                                     "training items: all = every condition's row | informative = only rows whose "
                                     "outcome reward can vary under the base (known items under a misleading or "

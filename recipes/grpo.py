@@ -64,6 +64,7 @@ def run(cfg: DictConfig):
     from trainer.rl.rollout_modes import EnvironmentMode, SingleTurnMode
     from trainer.core.run import setup_run
     from trainer.rl.rollout_sync import rollout_sync_hook
+    from trainer.rl.sft_rows import check_sft_rows
 
     # ---- validate everything before any model loads (and long before any generation) -------------------
     validate_grpo(cfg, world=int(os.environ.get("WORLD_SIZE", "1")))
@@ -75,6 +76,8 @@ def run(cfg: DictConfig):
     reward = None if env_factory else GuardedReward(resolve_reward(algo.reward), max_errors=algo.max_reward_errors,
                                                     timeout_s=algo.reward_timeout_s)
     rows = load_rl_prompts(dcfg.train_path, family=dcfg.train_family, conditions=list(dcfg.train_conditions))
+    if algo.sft_coef > 0:  # the SFT term's targets can be built from these rows (trainer/rl/sft_rows.py)
+        check_sft_rows(rows, rule=algo.sft_rows, template=algo.sft_target)
     eval_rows = load_eval_rows(cfg.eval)
 
     # ---- build -------------------------------------------------------------------------------------------
@@ -107,7 +110,8 @@ def run(cfg: DictConfig):
 
     # ---- one micro-batch, then loop, evaluation, save ----------------------------------------------------
     step_fn = partial(grpo_step, algo=algo, reference=reference, policy=unwrapped, device=acc.device,
-                      logprobs=logprobs)
+                      logprobs=logprobs, max_steps=cfg.trainer.max_steps,
+                      sft_logprobs=partial(sequence_logprobs, logprob_chunk=cfg.model.logprob_chunk))
     return train_evaluate_finish(ctx, model=model, optimizer=optimizer, scheduler=scheduler, source=source,
                                  step_fn=step_fn, tokenizer=tokenizer, eval_rows=eval_rows,
                                  backend_factory=backend_factory)
@@ -135,9 +139,10 @@ def old_logprobs(policy, device, logprobs, ids, att, cm):
         return logprobs(policy, ids.to(device), att.to(device), cm.to(device))[1].cpu()
 
 
-def grpo_step(model, mb: dict, *, algo, reference, policy, device, logprobs):
+def grpo_step(model, mb: dict, *, algo, reference, policy, device, logprobs, max_steps=None, sft_logprobs=None):
     """Loss and metrics of one rollout micro-batch: the clipped token loss, with the KL term to the
-    adapter-disabled reference and the truncated importance weights when configured."""
+    adapter-disabled reference and the truncated importance weights when configured, plus the SFT term when
+    ``algo.sft_coef > 0`` (:func:`add_sft_term`)."""
     from trainer.algos.grpo import clipped_policy_loss
     from trainer.algos.is_correction import truncated_is_weights
 
@@ -166,7 +171,33 @@ def grpo_step(model, mb: dict, *, algo, reference, policy, device, logprobs):
     # so the loop's mean over micro-batches and ranks is the token mean of the whole step on any world size
     metrics["entropy"] = (entropy * cm).sum() / max(float(mb["num_tokens"]), 1e-9)
     metrics["advantage_abs_mean"] = mb["advantages"].abs().mean()
+    if algo.sft_coef > 0:
+        loss = add_sft_term(loss, metrics, mb, algo=algo, policy=policy, device=device, max_steps=max_steps,
+                            logprobs=sft_logprobs)
     return loss, metrics
+
+
+def add_sft_term(loss, metrics: dict, mb: dict, *, algo, policy, device, max_steps, logprobs=None):
+    """``loss`` plus CHORD's SFT term on the micro-batch's SFT rows (``mb["sft"]``, trainer/rl/sft_rows.py; a
+    separate unshared forward of ``policy``, the unwrapped model, so a DDP rank with no SFT row in this micro-batch
+    runs no extra wrapped forward: the gradients still reach the same parameters, no collective is added). Adds
+    ``sft/loss`` (the SFT token NLL over the step's SFT tokens, 0 here when the micro-batch has no SFT row) and
+    ``sft/coef`` (the scheduled weight) to ``metrics``."""
+    from trainer.algos.grpo import sft_coef_at, sft_term
+    from trainer.model.logprobs import sequence_logprobs
+
+    logprobs = logprobs or sequence_logprobs  # unshared rows (``model.logprob_chunk`` through the recipe's partial)
+    coef = sft_coef_at(int(mb.get("step", 0)), coef=algo.sft_coef, schedule=algo.sft_schedule, max_steps=max_steps)
+    metrics["sft/coef"] = coef
+    sft = mb.get("sft")
+    if not sft:
+        metrics["sft/loss"] = torch.zeros(())
+        return loss
+    ids, att, cm = sft["input_ids"].to(device), sft["attention_mask"].to(device), sft["completion_mask"].to(device)
+    logps = logprobs(policy, ids, att, cm)[1]
+    term, m = sft_term(logps, cm.to(logps.dtype), coef=coef, num_tokens=sft["num_tokens"])
+    metrics["sft/loss"] = m["nll"]
+    return loss + term
 
 
 @hydra.main(config_path="../conf", config_name="grpo", version_base=None)

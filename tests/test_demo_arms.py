@@ -22,15 +22,21 @@ BEFORE_ITS_START = DemoArm("extra_arm", "extra", "#000000", train=dpo("scope"), 
 def test_every_arm_is_one_entry_in_run_and_report_order():
     from demos.real.arms import ARMS, arm_on, color, label, trained
 
-    assert list(ARMS) == ["base", "scope", "misleading_only", "knowledge_aware", "scope_grpo"]
-    assert [label(n) for n in ARMS] == ["base", "SCOPE", "misleading-only", "knowledge-aware", "SCOPE+GRPO"]
+    assert list(ARMS) == ["base", "scope", "misleading_only", "knowledge_aware", "scope_grpo", "scope_grpo_sft",
+                          "ka_grpo"]
+    assert [label(n) for n in ARMS] == ["base", "SCOPE", "misleading-only", "knowledge-aware", "SCOPE+GRPO",
+                                        "SCOPE+GRPO+SFT", "knowledge-aware+GRPO"]
     assert len({color(n) for n in ARMS}) == len(ARMS)
     assert [n for n in ARMS if not trained(n)] == ["base"]
     quick, full = _compose([]), _compose(["demo=real_full"])
     assert [n for n in ARMS if trained(n) and arm_on(quick, n)] == ["scope", "scope_grpo"]
     assert arm_on(_compose(["real.scope_grpo=false"]), "scope") and not arm_on(
         _compose(["real.scope_grpo=false"]), "scope_grpo")
-    assert all(arm_on(full, n) for n in ARMS)
+    # the SFT-term and knowledge-aware GRPO arms run only when switched on (null: the demo's comparison arms)
+    assert [n for n in ARMS if arm_on(full, n)] == ["base", "scope", "misleading_only", "knowledge_aware", "scope_grpo"]
+    assert arm_on(_compose(["real.scope_grpo_sft=true"]), "scope_grpo_sft")
+    assert arm_on(_compose(["demo=real_full", "real.ka_grpo=null"]), "ka_grpo")
+    assert not arm_on(_compose(["real.ka_grpo=null"]), "ka_grpo")
 
 
 def test_an_unknown_arm_name_fails_in_one_line():
@@ -185,3 +191,80 @@ def test_the_arms_own_targets_come_from_their_entries():
         "knowledge-aware unknown_correct_accuracy >= base - 0.05") < names.index(
         "format_compliance >= 0.9 in every arm and condition")
     assert ARMS.get("misleading_only").targets is not None and ARMS.get("scope").targets is None
+
+
+def test_the_sft_term_and_knowledge_aware_grpo_arms_are_stages_of_the_existing_recipes(tmp_path):
+    """Switched on, scope_grpo_sft continues SCOPE's adapter by the GRPO stage with CHORD's SFT term (its own
+    overrides last), ka_grpo continues knowledge-aware SCOPE's by the same GRPO stage; all three GRPO arms read the one
+    grpo_prompts step, declared once; without knowledge_aware, ka_grpo fails before any stage."""
+    from demos.real.arms import SFT_TERM
+    from demos.real.pipeline import stages
+    from trainer.config import ConfigError
+
+    over = [f"out={tmp_path}", "real.scope_grpo_sft=true", "real.ka_grpo=true", "real.knowledge_aware=true",
+            "real.stages.scope_grpo_sft=['algo.sft_coef=0.3']"]
+    plan = stages(_compose(over))
+    names = [s.name for s in plan]
+    assert names[names.index("mine") + 1:] == [
+        "scope", "eval_scope", "transfer_scope", "knowledge_aware", "eval_knowledge_aware", "transfer_knowledge_aware",
+        "grpo_prompts", "scope_grpo", "eval_scope_grpo", "transfer_scope_grpo", "scope_grpo_sft",
+        "eval_scope_grpo_sft", "transfer_scope_grpo_sft", "ka_grpo", "eval_ka_grpo", "transfer_ka_grpo"]
+    by = {s.name: s for s in plan}
+    grpo, sft, ka = by["scope_grpo"], by["scope_grpo_sft"], by["ka_grpo"]
+    assert [(s.recipe, s.start, s.init_mode) for s in (grpo, sft, ka)] == [
+        ("grpo", "scope", "continue"), ("grpo", "scope", "continue"), ("grpo", "knowledge_aware", "continue")]
+    assert sft.overrides == [*grpo.overrides, *SFT_TERM, "algo.sft_coef=0.3"]  # the user's own last
+    assert SFT_TERM == ("algo.sft_coef=0.1", "algo.sft_rows=zero_variance_failed")
+    assert ka.overrides == grpo.overrides and "trainer.max_steps=5" in ka.overrides  # the quick demo's GRPO steps
+    assert grpo.overrides[-1] == "data.train_family=null"  # real.grpo_rows=informative's rows format
+    assert sft.inputs == ka.inputs == grpo.inputs == {"data.train_path": "grpo_prompts/prompts.jsonl"}
+    assert by["eval_ka_grpo"].inputs["adapter_path"] == "ka_grpo"
+    assert by["transfer_scope_grpo_sft"].inputs["eval.knowledge_path"] == "transfer_base/knowledge.jsonl"
+    alone = [s.name for s in stages(_compose([f"out={tmp_path}", "real.scope_grpo=false", "real.scope_grpo_sft=true"]))]
+    assert alone.count("grpo_prompts") == 1 and alone.index("grpo_prompts") == alone.index("scope_grpo_sft") - 1
+    with pytest.raises(ConfigError, match=r"^demo arm 'ka_grpo' continues 'knowledge_aware', which this run does not"):
+        stages(_compose([f"out={tmp_path}", "real.ka_grpo=true"]))
+
+
+def test_the_new_arms_stage_configs_compose_and_validate(tmp_path):
+    """The GRPO stage of scope_grpo_sft composes with the SFT term set (and passes validate_grpo)."""
+    from demos.real.pipeline import stages
+    from recipes.chain import compose as compose_recipe
+    from trainer.config import validate_grpo
+    from trainer.core.stages import StageRunner
+
+    from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    from recipe_utils import CONF
+
+    stage = next(s for s in stages(_compose([f"out={tmp_path}", "real.scope_grpo_sft=true"]))
+                 if s.name == "scope_grpo_sft")
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(CONF), version_base=None):
+        cfg = StageRunner(tmp_path, seed=0, compose=compose_recipe, runners={}).compose_stage(stage, planned=True)
+    assert (cfg.algo.sft_coef, cfg.algo.sft_rows, cfg.algo.sft_schedule) == (0.1, "zero_variance_failed", "constant")
+    validate_grpo(cfg)
+
+
+def test_the_new_arms_are_held_to_the_checked_arms_targets():
+    from demos.real.arms import ARMS
+    from demos.real.report import TARGETS, check_targets
+
+    s = copy.deepcopy(_summary())
+    base = s["real"]["base"]
+    good = copy.deepcopy(base)
+    good["sc2w"] = base["sc2w"] * 0.4
+    s["real"]["scope_grpo_sft"] = good
+    got = check_targets(s)
+    own = {k: v for k, v in got.items() if k.startswith("SCOPE+GRPO+SFT ")}
+    assert own == {"SCOPE+GRPO+SFT SC2W <= 0.5 x base": True, "SCOPE+GRPO+SFT clean accuracy >= base - 0.03": True,
+                   "SCOPE+GRPO+SFT correct accuracy >= base - 0.03": True,
+                   "SCOPE+GRPO+SFT irrelevant accuracy >= base - 0.03": True,
+                   "SCOPE+GRPO+SFT unknown_correct_accuracy >= base - 0.05": True}
+    bad = copy.deepcopy(good)
+    bad["accuracy"]["correct"] -= 0.04
+    bad["sc2w"] = base["sc2w"] * 0.6
+    missed = [k for k, v in ARMS.get("ka_grpo").targets(bad, base, s["real"]["scope_grpo"], "SCOPE+GRPO",
+                                                         TARGETS).items() if not v]
+    assert missed == ["knowledge-aware+GRPO SC2W <= 0.5 x base", "knowledge-aware+GRPO correct accuracy >= base - 0.03"]

@@ -86,16 +86,19 @@ def dpo(algo: str, own: str | None = None) -> Callable[[DemoArm, object], list[S
     return train
 
 
-def grpo_after(start: str) -> Callable[[DemoArm, object], list[Stage]]:
+def grpo_after(start: str, algo: Sequence[str] = (), own: str | None = None) -> Callable[[DemoArm, object], list[Stage]]:
     """A GRPO arm's stages: ``grpo_prompts`` writes its prompts (``real.grpo_rows``), then GRPO continues
     ``start``'s adapter on them for the demo's own ``grpo`` overrides (``REAL_DEMOS``; ``real.stages.grpo`` comes
-    after and wins)."""
+    after and wins); ``algo``: what makes the arm this arm (e.g. the SFT term), after its rows' format; ``own``: the
+    ``real.stages`` key of this arm's own overrides (last). Every GRPO arm of a run reads the same ``grpo_prompts``
+    stage (the pipeline declares it once: ``demos.real.pipeline.stages``)."""
     def train(arm: DemoArm, cfg) -> list[Stage]:
         from ..config import REAL_DEMOS
 
         rows_mode = str(cfg.real.grpo_rows)
         over = merge_overrides(recipe=[GRPO_RECIPE], demo=REAL_DEMOS[cfg.demo].grpo, stage=cfg.real.stages.grpo,
-                               common=TRAIN_COMMON, arm=GRPO_ROWS[rows_mode][1])
+                               common=TRAIN_COMMON, arm=[*GRPO_ROWS[rows_mode][1], *algo],
+                               arm_stage=cfg.real.stages[own] if own else [])
         return [Stage("grpo_prompts", call=grpo_prompts(cfg.seed, rows_mode), inputs=dict(INPUTS)),
                 Stage(arm.name, "grpo", over, inputs={"data.train_path": f"grpo_prompts/{GRPO_PROMPTS}"}, start=start,
                       init_mode="continue")]
@@ -116,6 +119,31 @@ def _knowledge_aware_targets(mine: dict, base: dict, checked: dict, checked_labe
             drop_ok(mine.get("unknown_correct_accuracy"), base.get("unknown_correct_accuracy"), drop)}
 
 
+def _as_checked(name: str) -> Callable[[dict, dict, dict, str, dict], dict[str, bool]]:
+    """An arm held to the held-out targets of the checked arm (``demos.real.report.check_targets``, whose
+    ``TARGETS`` are ``limits``): SC2W <= ``sc2w_ratio_max`` x the base's, clean, correct and irrelevant accuracy at
+    most ``accuracy_drop_max`` below the base's, ``unknown_correct_accuracy`` at most ``unknown_correct_drop_max``
+    below; each named with the arm's label ``name``. (The held-out relation's and the format targets stay the
+    checked arm's: this callable sees the held-out items' metrics only.)"""
+    def targets(mine: dict, base: dict, checked: dict, checked_label: str, limits: dict) -> dict[str, bool]:
+        ratio, drop, u_drop = limits["sc2w_ratio_max"], limits["accuracy_drop_max"], limits["unknown_correct_drop_max"]
+        sc2w, b_sc2w = mine.get("sc2w"), base.get("sc2w")
+        out = {f"{name} SC2W <= {ratio} x base": sc2w is not None and b_sc2w is not None and sc2w <= ratio * b_sc2w}
+        for c in ("clean", "correct", "irrelevant"):
+            out[f"{name} {c} accuracy >= base - {drop:.2f}"] = drop_ok(mine["accuracy"][c], base["accuracy"][c], drop)
+        out[f"{name} unknown_correct_accuracy >= base - {u_drop:.2f}"] = drop_ok(
+            mine.get("unknown_correct_accuracy"), base.get("unknown_correct_accuracy"), u_drop)
+        return out
+
+    return targets
+
+
+#: scope_grpo_sft's SFT term (issue 44: GRPO cannot repair an unknown fact the policy ignores the correct context
+#: on, all G answers fail and the group is dropped; CHORD keeps such groups for an SFT term on the gold). 0.1: a
+#: first value, so the term's NLL (about 1-3 nats a token on an unknown fact) weighs about as much as GRPO's clipped
+#: loss, not more; real.stages.scope_grpo_sft changes it.
+SFT_TERM = ("algo.sft_coef=0.1", "algo.sft_rows=zero_variance_failed")
+
 BASE = DemoArm("base", "base", "#4C72B0")
 SCOPE = DemoArm("scope", "SCOPE", "#DD8452", train=dpo("scope"))
 MISLEADING_ONLY = DemoArm("misleading_only", "misleading-only", "#55A868", train=dpo("standard_dpo"),
@@ -125,6 +153,12 @@ KNOWLEDGE_AWARE = DemoArm("knowledge_aware", "knowledge-aware", "#8172B3",
                           comparison=True, targets=_knowledge_aware_targets)
 SCOPE_GRPO = DemoArm("scope_grpo", "SCOPE+GRPO", "#C44E52", train=grpo_after("scope"), switch="scope_grpo",
                      continues="scope")
+SCOPE_GRPO_SFT = DemoArm("scope_grpo_sft", "SCOPE+GRPO+SFT", "#DA8BC3",
+                         train=grpo_after("scope", SFT_TERM, own="scope_grpo_sft"), switch="scope_grpo_sft",
+                         comparison=True, continues="scope", targets=_as_checked("SCOPE+GRPO+SFT"))
+KA_GRPO = DemoArm("ka_grpo", "knowledge-aware+GRPO", "#8C8C8C", train=grpo_after("knowledge_aware"),
+                  switch="ka_grpo", comparison=True, continues="knowledge_aware",
+                  targets=_as_checked("knowledge-aware+GRPO"))
 
 #: The arm the targets are checked on: the first of these the run trained.
 CHECKED_ARMS = ("scope_grpo", "scope")
@@ -144,7 +178,7 @@ def _accept(name: str, obj: object) -> DemoArm:
 ARMS: Registry[DemoArm] = Registry(
     "demo arm", GROUP, {a.name: f"{__name__}:{const}" for a, const in (
         (BASE, "BASE"), (SCOPE, "SCOPE"), (MISLEADING_ONLY, "MISLEADING_ONLY"), (KNOWLEDGE_AWARE, "KNOWLEDGE_AWARE"),
-        (SCOPE_GRPO, "SCOPE_GRPO"))},
+        (SCOPE_GRPO, "SCOPE_GRPO"), (SCOPE_GRPO_SFT, "SCOPE_GRPO_SFT"), (KA_GRPO, "KA_GRPO"))},
     accept=_accept, error=ConfigError)
 
 

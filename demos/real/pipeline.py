@@ -122,6 +122,26 @@ def stages(cfg: DictConfig) -> list[Stage]:
     for name in running:
         arm = ARMS.get(name)
         out += [*arm.train(arm, cfg), *evaluations(name, st, sets, adapter=name)]
+    return once(out)
+
+
+def once(plan: list[Stage]) -> list[Stage]:
+    """``plan`` with each stage name's first stage only: the GRPO arms each declare the run's one ``grpo_prompts``
+    step (the same rows: the run's seed and ``real.grpo_rows``), which runs before the first of them. Two stages of
+    one name that differ in recipe, overrides, inputs or start raise ConfigError (one would overwrite the other)."""
+    from trainer.config import ConfigError
+
+    first: dict[str, Stage] = {}
+    out = []
+    for s in plan:
+        if s.name not in first:
+            first[s.name] = s
+            out.append(s)
+            continue
+        f = first[s.name]
+        if (f.recipe, f.overrides, f.inputs, f.start) != (s.recipe, s.overrides, s.inputs, s.start):
+            raise ConfigError(f"the real demo declares two different stages named {s.name!r} (inputs {f.inputs} and "
+                              f"{s.inputs}); an arm's stages need names of their own")
     return out
 
 

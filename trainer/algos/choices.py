@@ -12,3 +12,7 @@ STD_SCALINGS = ("group", "batch", "none")
 SUPPORTS = ("teacher", "student", "union")
 #: is_correction.truncated_is_weights: token- or sequence-level importance ratios.
 LEVELS = ("token", "sequence")
+#: grpo.sft_coef_at: how the weight of GRPO's SFT term (CHORD) moves over training.
+SFT_SCHEDULES = ("constant", "linear_decay")
+#: GRPO's SFT term: which prompt rows of a rollout batch get the SFT target (trainer/rl/sft_rows.py).
+SFT_ROWS = ("zero_variance_failed", "correct_context")

@@ -6,6 +6,9 @@ Public API (names are stable):
 - ``k3_kl(logps, ref_logps) -> per-token KL (B, T)``
 - ``clipped_policy_loss(logps, old_logps, advantages, mask, *, eps_low, eps_high, aggregation="token_mean",
   ref_logps=None, kl_beta=0.0, is_weights=None, num_tokens=None) -> (loss, metrics)``
+- ``sft_coef_at(step, *, coef, schedule="constant", max_steps=None) -> float``: the SFT term's weight at a step
+- ``sft_term(logps, mask, *, coef, num_tokens=None) -> (loss, metrics)``: CHORD's SFT term (arXiv 2508.11408),
+  ``coef`` x the masked token NLL of target completions, added to the GRPO loss
 - ``mean_over_all_rows(values, mask) -> ()``: the reduction behind ``aggregation="sequence_mean"`` here
   (a row without a masked token counts as 0, as in TRL; the SFT loss's ``sequence_mean`` skips such a
   row: ``trainer.algos.sft.mean_over_nonempty_rows``)
@@ -18,9 +21,10 @@ from __future__ import annotations
 
 import torch
 
-from trainer.algos.choices import AGGREGATIONS, STD_SCALINGS  # sequence_mean here: mean_over_all_rows
+from trainer.algos.choices import AGGREGATIONS, SFT_SCHEDULES, STD_SCALINGS  # sequence_mean here: mean_over_all_rows
+from trainer.algos.sft import masked_nll_loss
 
-__all__ = ["group_advantages", "k3_kl", "clipped_policy_loss", "mean_over_all_rows"]
+__all__ = ["group_advantages", "k3_kl", "clipped_policy_loss", "mean_over_all_rows", "sft_coef_at", "sft_term"]
 
 
 def mean_over_all_rows(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -184,3 +188,45 @@ def clipped_policy_loss(
         if kl is not None:
             metrics["kl"] = _masked_mean(kl.detach(), mask)
     return loss, metrics
+
+
+def sft_coef_at(step: int, *, coef: float, schedule: str = "constant", max_steps: int | None = None) -> float:
+    """The weight of the SFT term at optimizer step ``step`` (0-based; CHORD's scheduled weight, arXiv 2508.11408):
+    ``"constant"``: ``coef``; ``"linear_decay"``: ``coef * max(0, 1 - step / max_steps)`` (``coef`` at step 0, 0 from
+    ``max_steps`` on; needs ``max_steps >= 1``)."""
+    if schedule not in SFT_SCHEDULES:
+        raise ValueError(f"schedule must be one of {SFT_SCHEDULES}; got {schedule!r}")
+    if coef < 0:
+        raise ValueError(f"coef must be >= 0; got {coef}")
+    if schedule == "constant":
+        return float(coef)
+    if max_steps is None or max_steps < 1:
+        raise ValueError(f"schedule='linear_decay' needs max_steps >= 1; got {max_steps}")
+    return float(coef) * max(0.0, 1.0 - step / max_steps)
+
+
+def sft_term(
+    logps: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    coef: float,
+    num_tokens: int | float | torch.Tensor | None = None,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """CHORD's SFT term (Zhang et al. 2025, arXiv 2508.11408): ``coef`` times the masked token NLL of target
+    completions, to be added to the GRPO loss (the target rows are not rollouts: no ratio, no advantage).
+
+    Shapes: ``logps``, ``mask``: ``(S, T)``, the per-token log-probs of the target tokens (aligned with their ids,
+    as ``trainer.model.logprobs.sequence_logprobs`` returns them) and a 0/1 mask of the target positions.
+
+    ``loss = coef * sum_{s,t} mask * (-logps) / N`` with ``N = num_tokens`` if given (the SFT tokens of the whole
+    step divided over its micro-batches and ranks, so the loop's mean over them is the step's token mean, as
+    ``clipped_policy_loss``'s ``token_mean``), else ``mask.sum()`` (``trainer.algos.sft.masked_nll_loss``, token_mean).
+
+    Metrics (detached): ``nll`` (the same sum over ``N``, without ``coef``), ``tokens`` (masked tokens here).
+    """
+    if coef < 0:
+        raise ValueError(f"coef must be >= 0; got {coef}")
+    if logps.dim() != 2 or logps.shape != mask.shape:
+        raise ValueError(f"logps {tuple(logps.shape)} and mask {tuple(mask.shape)} must both be (S, T)")
+    nll, m = masked_nll_loss(logps, None, mask, aggregation="token_mean", num_items=num_tokens)
+    return coef * nll, {"nll": nll.detach(), "tokens": m["num_tokens"]}

@@ -14,7 +14,7 @@ Modules, each with one job (none imports torch, so ``--help`` and composition st
 The names below are the package's public interface (``from trainer.config import validate_dpo``).
 """
 
-from trainer.config.choices import Aggregation, Backend, Choice, Device, DistillMode, DistillPipelineKind, DistillPromptStyle, DistillSource, DistillStage, DistillTeacher, Dtype, Family, ISCorrection, InitAdapterMode, LoggerKind, MixedPrecision, OnInvalid, Pairing, Reference, Scheduler, StdScaling, TopkSupport, Truncation, Weighting  # noqa: F401
+from trainer.config.choices import Aggregation, Backend, Choice, Device, DistillMode, DistillPipelineKind, DistillPromptStyle, DistillSource, DistillStage, DistillTeacher, Dtype, Family, ISCorrection, InitAdapterMode, LoggerKind, MixedPrecision, OnInvalid, Pairing, Reference, Scheduler, SftRows, SftSchedule, StdScaling, TopkSupport, Truncation, Weighting  # noqa: F401
 from trainer.config.schemas import AdviceConfig, ChainTrainerConfig, DPOAlgoConfig, DataConfig, DistillAlgoConfig, DistillDataConfig, DistillPipelineConfig, EvalConfig, EvalGroupConfig, GRPOAlgoConfig, GenerationConfig, KnowledgeConfig, LoggerConfig, LoraConfig, ModelConfig, OptimConfig, PromptConfig, SFTAlgoConfig, StageConfig, TrainerConfig, eval_config_schema, generation_schema, schema_field  # noqa: F401
 from trainer.config.roots import ChainRunConfig, DPORunConfig, DistillRunConfig, EvaluateRunConfig, GRPORunConfig, MergeRunConfig, MineRunConfig, SFTRunConfig  # noqa: F401
 from trainer.config.registry import SCHEMAS, register_schema, register_schemas  # noqa: F401

@@ -15,7 +15,7 @@ from eval_hooks.generation.backends.registry import BACKENDS
 from eval_hooks.families import FAMILIES
 from eval_hooks.knowledge import SCORES as KNOWLEDGE_SCORES
 from eval_hooks.core.settings import Choice, choice_type
-from trainer.algos.choices import AGGREGATIONS, STD_SCALINGS
+from trainer.algos.choices import AGGREGATIONS, SFT_ROWS, SFT_SCHEDULES, STD_SCALINGS
 from trainer.algos.choices import LEVELS as IS_LEVELS
 from trainer.algos.choices import SUPPORTS as TOPK_SUPPORTS
 from trainer.data.choices import ON_INVALID, TRUNCATIONS, WEIGHTINGS
@@ -45,6 +45,8 @@ DPOLossType = _choices("DPOLossType", tuple(DPO_LOSSES))  # the DPO loss registr
 Aggregation = _choices("Aggregation", AGGREGATIONS)
 StdScaling = _choices("StdScaling", STD_SCALINGS)
 ISCorrection = _choices("ISCorrection", ("none", *IS_LEVELS))
+SftSchedule = _choices("SftSchedule", SFT_SCHEDULES)
+SftRows = _choices("SftRows", SFT_ROWS)
 DistillStage = _choices("DistillStage", ("kl", "calibration"))
 DistillMode = _choices("DistillMode", ("teacher_tokens", "on_policy"))
 DistillTeacher = _choices("DistillTeacher", ("initial", "current"))

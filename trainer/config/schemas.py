@@ -21,7 +21,7 @@ from eval_hooks.core.settings import setting as schema_field  # a field with its
 from trainer.config.choices import (Aggregation, Backend, Device, DistillMode, DistillPipelineKind, DistillPromptStyle,
                                     DistillSource, DistillStage, DistillTeacher, DPOLossType, Dtype, Family,
                                     InitAdapterMode, ISCorrection, KnowledgeScore, LoggerKind, MixedPrecision, OnInvalid,
-                                    Pairing, Reference, Scheduler, StdScaling, TopkSupport, Truncation, Weighting,
+                                    Pairing, Reference, Scheduler, SftRows, SftSchedule, StdScaling, TopkSupport, Truncation, Weighting,
                                     _choices)
 
 _f = schema_field
@@ -313,6 +313,21 @@ class GRPOAlgoConfig:
                                   "None = single-turn prompts scored by algo.reward.")
     env_max_turns: Optional[int] = _f(None, "Maximum assistant turns per environment episode (reward 0 when exceeded); "
                                             "None = the environment's own max_turns (4 unless its class sets one).")
+    sft_coef: float = _f(0.0, "Weight of an SFT term mixed into the GRPO loss (CHORD, arXiv 2508.11408): the masked "
+                              "token NLL of a target completion (sft_target) on the prompt rows sft_rows picks, in "
+                              "a separate unshared forward; 0 = off (the loss is exactly GRPO's). Single-turn only.")
+    sft_schedule: SftSchedule = _f("constant", "How sft_coef moves: constant | linear_decay (sft_coef x (1 - step / "
+                                               "trainer.max_steps), the step counted from 0).")
+    sft_rows: SftRows = _f("zero_variance_failed", "Which prompt rows of a rollout batch (every group generated, "
+                                                   "refill rounds and dropped groups included) get the SFT target: "
+                                                   "zero_variance_failed = groups whose G rewards are all 0 (or "
+                                                   "below), the groups GRPO has no gradient on | correct_context = "
+                                                   "every row whose `condition` is correct (rows need the field).")
+    sft_target: str = _f("The answer is {gold}.", "The SFT target completion, a Python format string over the row's "
+                                                  "fields ({gold}, {subject}, ...), EOS appended. The default is a "
+                                                  "wording SmolLM2-135M-Instruct itself uses for facts (its mined "
+                                                  "correct-context answers include 'The answer is Bolivia.'), the "
+                                                  "same for every relation, and scored right by answer_match.")
 
 
 # ---------------------------------------------------------------------------------------------

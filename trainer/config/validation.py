@@ -351,9 +351,24 @@ def validate_grpo(cfg, world: int | None = None) -> None:
     if a.env is not None and a.is_correction != "none":
         raise ConfigError("algo.is_correction needs per-token rollout log-probs, which environment rollouts "
                           "(algo.env) do not keep; use algo.is_correction=none")
+    _validate_sft_term(cfg)
     _validate_rollout_backend(cfg)
     if world is not None:
         check_grpo_geometry(cfg, world)
+
+
+def _validate_sft_term(cfg) -> None:
+    """GRPO's SFT term (``algo.sft_coef``, trainer/rl/sft_rows.py): a weight >= 0, single-turn prompts (their gold
+    fills the target), and a step count for ``linear_decay``."""
+    a = cfg.algo
+    if a.sft_coef < 0:
+        raise ConfigError(f"algo.sft_coef must be >= 0 (0 = no SFT term), got {a.sft_coef}")
+    if a.sft_coef > 0 and a.env is not None:
+        raise ConfigError(f"algo.sft_coef={a.sft_coef} needs single-turn prompt rows (their gold fills algo.sft_target); "
+                          f"algo.env={a.env!r} runs episodes: set algo.sft_coef=0 or algo.env=null")
+    if a.sft_coef > 0 and a.sft_schedule == "linear_decay" and not (cfg.trainer.max_steps or 0) >= 1:
+        raise ConfigError(f"algo.sft_schedule=linear_decay decays over trainer.max_steps, which is "
+                          f"{cfg.trainer.max_steps}; set trainer.max_steps >= 1 or algo.sft_schedule=constant")
 
 
 def _validate_rollout_backend(cfg) -> None:

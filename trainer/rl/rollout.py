@@ -51,6 +51,7 @@ from eval_hooks.core.io import DataError
 from eval_hooks.generation.prompts import PromptSettings, render_prompt
 
 from trainer.rl.oversample import ZeroVarianceRate, first_round_size
+from trainer.rl.sft_rows import sft_batch, sft_microbatch
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -258,6 +259,9 @@ class RolloutSettings:
     prompt_settings: PromptSettings
     seed: int
     shared_prompt: bool  # the loss runs each group's prompt once: report the groups that cannot share it
+    sft_coef: float  # > 0: the SFT rows of each batch (trainer/rl/sft_rows.py) ride with its micro-batches
+    sft_rows: str
+    sft_target: str
 
     @classmethod
     def from_config(cls, algo, *, num_groups: int, grad_accum: int, prompt_settings: PromptSettings, seed: int):
@@ -268,7 +272,8 @@ class RolloutSettings:
                    std_scaling=algo.std_scaling, drop_zero_variance=algo.drop_zero_variance,
                    max_refill_rounds=algo.max_refill_rounds, oversample_cap=algo.oversample_cap,
                    mask_truncated=algo.mask_truncated, prompt_settings=prompt_settings, seed=seed,
-                   shared_prompt=algo.shared_prompt)
+                   shared_prompt=algo.shared_prompt, sft_coef=algo.sft_coef, sft_rows=algo.sft_rows,
+                   sft_target=algo.sft_target)
 
 
 @dataclass
@@ -443,9 +448,11 @@ class RolloutSource:
             self._adapter_info.update({k: extra[k] for k in ("adapter_version", "adapter_checksum") if k in extra})
             self._metrics.update({k: v for k, v in extra.items() if isinstance(v, (int, float, str))})
         first_round: list[float] = []
+        generated: list[Group] = []  # every round's groups, dropped ones included (the SFT term's rows)
 
         def generate_round(n: int, rnd: int) -> list[Group]:
             groups = self._generate_round(n, rnd)
+            generated.extend(groups)
             if rnd == 0:
                 first_round.extend(x for g in groups for x in g.rewards)
             return groups
@@ -465,7 +472,11 @@ class RolloutSource:
                 m = [0] * len(m)
             masks.append(m)
         # the global batch: the same on every rank (each trains on rank_rows of it)
-        batch = {"samples": samples, "masks": masks, "advantages": advantages.tolist(), "old_logps": None}
+        batch = {"samples": samples, "masks": masks, "advantages": advantages.tolist(), "old_logps": None, "sft": None}
+        if s.sft_coef > 0:
+            batch["sft"] = sft_batch(generated, self.rows, rule=s.sft_rows, template=s.sft_target,
+                                     tokenizer=self.tokenizer, prompt_settings=s.prompt_settings)
+            self._metrics.update({"sft/rows": len(batch["sft"]["item_ids"]), "sft/tokens": batch["sft"]["tokens"]})
         if s.num_iterations > 1:
             batch["old_logps"] = self._old_logps(samples, masks)
         n_tok = sum(sum(m) for m in masks)
@@ -550,7 +561,9 @@ class RolloutSource:
         return {"input_ids": ids, "attention_mask": att, "completion_mask": cm,
                 "advantages": torch.tensor([b["advantages"][k] for k in picked], dtype=torch.float32),
                 "old_logps": old, "rollout_logps": rollout, "num_tokens": b["num_tokens"],
-                "item_ids": [x.item_id for x in samples]}
+                "item_ids": [x.item_id for x in samples], "step": self.optimizer_steps,  # the SFT term's rows:
+                "sft": sft_microbatch(b.get("sft"), index, rank=self.rank, world=self.world,
+                                      grad_accum=self.s.grad_accum, tokenizer=self.tokenizer)}
 
 
 def _portable(err: BaseException | None, rank: int) -> BaseException | None:
