@@ -46,7 +46,8 @@ def parse_args(argv):
     ap.add_argument("--max-completion", type=int, default=400)
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch's default)")
     ap.add_argument("--no-padding-free", action="store_true", help="skip the TRL padding_free comparison")
-    ap.add_argument("--smoke", action="store_true", help="seconds: tiny preset, 8 pairs (2 steps), completions of 30-60 tokens, no padding_free run")
+    ap.add_argument("--smoke", action="store_true", help="seconds: tiny preset, 8 pairs (2 steps), "
+                    "completions of 30-60 tokens, no padding_free run")
     args = ap.parse_args(argv)
     if args.data is None:
         ap.error("--data PATH is required: the GSM8K quartet builder's output; make it with\n"

@@ -71,7 +71,8 @@ def main(argv: list[str] | None = None) -> float:
     pad = tok.pad_token_id
 
     def loop_generate(prompt_ids: list[int]) -> list[int]:
-        enc = {"input_ids": torch.tensor([prompt_ids]), "attention_mask": torch.ones(1, len(prompt_ids), dtype=torch.long)}
+        enc = {"input_ids": torch.tensor([prompt_ids]),
+               "attention_mask": torch.ones(1, len(prompt_ids), dtype=torch.long)}
         with torch.no_grad():
             out = model.generate(**enc, max_new_tokens=args.max_new_tokens, do_sample=False, pad_token_id=pad)
         return out[0, enc["input_ids"].shape[1]:].tolist()

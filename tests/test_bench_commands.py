@@ -84,7 +84,8 @@ def test_a_row_without_a_runnable_command_fails_the_check():
         documented_commands(head + "| `bench_gone.py` | x | y | `python bench/bench_gone.py --smoke` |\n")
     ok = documented_commands(head + "| `bench_dpo_step.py` | x | y | `python bench/bench_dpo_step.py --a 1 [--steps 8] "
                                     "[--tiny --mode time] [--quick]` |\n")
-    assert ok == {"bench_dpo_step.py": {"argv": ["--a", "1"], "options": ["--a", "--steps", "--tiny", "--mode", "--quick"],
+    assert ok == {"bench_dpo_step.py": {"argv": ["--a", "1"],
+                                        "options": ["--a", "--steps", "--tiny", "--mode", "--quick"],
                                         "size": ["--tiny", "--mode", "time", "--quick"]}}
 
 

@@ -39,8 +39,8 @@ def report_section(metrics: dict, item_scores: Sequence[dict], out_dir: Path, ti
            "*multiple* (it names two or more answers together, \"Paris and Lyon\", a list of names); "
            "*outside candidates* are answers that are neither the gold nor the planted value (e.g. another city); "
            "format compliance is the share of rows that commit to an answer (eval_hooks/FORMATS.md).", "",
-           md_table(["condition", "accuracy", "95% CI", "unparsed", "no answer", "hedged", "multiple", "outside candidates",
-                     "format compliance"], rows)]
+           md_table(["condition", "accuracy", "95% CI", "unparsed", "no answer", "hedged", "multiple",
+                     "outside candidates", "format compliance"], rows)]
 
     fig, (ax, ax2) = figure(8, 3.8, 2, width_ratios=[5, 1.3])
     labels = [*MIST_CONDITIONS, "overall"]
