@@ -34,16 +34,19 @@ def gflops(rows: int, d_in: int, d_out: int, dtype, reps: int) -> float:
     return 2 * rows * d_in * d_out * reps / (time.perf_counter() - t) / 1e9
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     import torch
 
     from eval_hooks.model import cpu_has_amx_bf16, cpu_supports_bf16, resolve_mixed_precision
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--reps", type=int, default=10)
-    args = ap.parse_args()
+    ap.add_argument("--smoke", action="store_true", help="seconds: 1 rep, the 64-row decoding shapes only")
+    args = ap.parse_args(argv)
+    if args.smoke:
+        args.reps = 1
     ratios = []
-    for shape in SHAPES:
+    for shape in [s for s in SHAPES if s[0] == 64] if args.smoke else SHAPES:
         f32, b16 = gflops(*shape, torch.float32, args.reps), gflops(*shape, torch.bfloat16, args.reps)
         ratios.append(b16 / f32)
         print(f"{'x'.join(map(str, shape)):>16}: fp32 {f32:7.1f} GFLOPS, bf16 {b16:7.1f} GFLOPS, ratio {b16 / f32:.2f}")

@@ -64,7 +64,13 @@ def parse_args(argv):
     ap.add_argument("--support", default="teacher", help="--memory: algo.topk_support")
     ap.add_argument("--model-dir", default=None, help=argparse.SUPPRESS)  # set by --memory for its children
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)  # dense | gathered
-    return ap.parse_args(argv)
+    ap.add_argument("--smoke", action="store_true", help="seconds: the 'tiny' preset, 2 views, 8 reasoning tokens, "
+                    "2 steps, top-K 4 (--memory: vocabulary 1024)")
+    args = ap.parse_args(argv)
+    if args.smoke:
+        args.preset, args.views, args.reasoning, args.steps, args.topk = "tiny", 2, 8, 2, 4
+        args.vocab = min(args.vocab, 1024)
+    return args
 
 
 def setup(args, model_path, overrides=()):

@@ -46,7 +46,8 @@ def parse_args(argv):
     ap.add_argument("--max-completion", type=int, default=400)
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch's default)")
     ap.add_argument("--no-padding-free", action="store_true", help="skip the TRL padding_free comparison")
-    ap.add_argument("--smoke", action="store_true", help="tiny preset, 32 pairs, completions of 30-60 tokens")
+    ap.add_argument("--smoke", action="store_true", help="seconds: tiny preset, 8 pairs (2 steps), "
+                    "completions of 30-60 tokens, no padding_free run")
     args = ap.parse_args(argv)
     if args.data is None:
         ap.error("--data PATH is required: the GSM8K quartet builder's output; make it with\n"
@@ -54,7 +55,7 @@ def parse_args(argv):
     if not Path(args.data).exists():
         ap.error(f"--data {args.data}: no such file (build it with `python -m eval_hooks build-gsm8k`)")
     if args.smoke:
-        args.preset, args.pairs, args.max_completion = "tiny", 32, 60
+        args.preset, args.pairs, args.max_completion, args.no_padding_free = "tiny", 8, 60, True
     if args.pairs % 4 or args.pairs % args.batch:
         ap.error("--pairs must be a multiple of 4 (whole quartets) and of --batch")
     return args

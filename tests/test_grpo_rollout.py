@@ -460,3 +460,39 @@ def test_hf_seeded_sampling_draws_from_the_temperature_top_p_distribution(tiny_m
     sd = (n * p * (1 - p)).double().sqrt()
     assert bool(((counts - n * p.double()).abs() <= 4.5 * sd + 1).all())
     assert (p > 0).sum() > 5 and int((counts > 0).sum()) > 5  # a real distribution, not a near-argmax
+
+
+SHORT_ROWS = [{"item_id": f"c{k}", "prompt": f"On which continent is Kenya {k}?", "gold": "Africa",
+               "wrong_value": "Europe", "answer_type": "short_text", "relation": "continent", "subject": "Kenya"}
+              for k in range(4)]
+#: sample j of every group: correct, a list of two continents (multiple), a hedge, no answer
+SHORT_TEXTS = ["Nairobi, Kenya, Africa.", "Africa and Asia.", "Either Africa or Europe.", "I don't know."]
+
+
+def test_rollout_answer_status_counts_per_step(tiny_tokenizer):
+    """Each step logs how many generated rollouts the judge reads as multiple, hedged and without an answer
+    (every round counted, dropped groups too), beside how many it read."""
+    s = _settings(num_groups=2, grad_accum=1, seed=0, max_new_tokens=64, max_refill_rounds=0,
+                  drop_zero_variance=False)
+    backend = ScriptedBackend(tiny_tokenizer, lambda request, j, seed: SHORT_TEXTS[j])
+    mode = SingleTurnMode(s, tiny_tokenizer, GuardedReward(resolve_reward("answer_match")))
+    src = RolloutSource(SHORT_ROWS, ShuffleSampler(len(SHORT_ROWS), seed=0), mode, settings=s,
+                        backend_factory=lambda: backend)
+    src.next_microbatch()
+    m = src.pop_metrics()
+    assert (m["rollout/multiple"], m["rollout/hedged"], m["rollout/no_answer"], m["rollout/judged"]) == (2, 2, 2, 8)
+    assert m["reward_mean"] == 0.25  # only the chain ending on Africa is rewarded
+
+
+def test_rollout_without_judgeable_rows_logs_no_status_counts(tiny_tokenizer):
+    src, _ = _source(tiny_tokenizer)
+    src.next_microbatch()
+    m = src.pop_metrics()
+    assert m["rollout/judged"] == 8 and m["rollout/multiple"] == 0  # numeric rows: read, none unanswered by kind
+    rows = [{k: v for k, v in r.items() if k != "answer_type"} for r in ROWS]
+    s = _settings(num_groups=2, grad_accum=1, seed=0, max_refill_rounds=0)
+    mode = SingleTurnMode(s, tiny_tokenizer, GuardedReward(lambda text, row: 0.0))
+    src = RolloutSource(rows, ShuffleSampler(len(rows), seed=0), mode, settings=s,
+                        backend_factory=lambda: ScriptedBackend(tiny_tokenizer, _script))
+    src.next_microbatch()
+    assert not any(k.startswith("rollout/") for k in src.pop_metrics())

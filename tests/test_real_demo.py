@@ -100,6 +100,7 @@ def test_report_has_the_tables_tradeoff_slices_knowledge_and_says_which_run(tmp_
     assert "| held-out items | score | clean | 87 | 50 | 0.900 | 0.100 | known 40 (95.0%)" in text
     assert "| scope_grpo | 200 | 77% |" in text  # stage times, the costliest first
     assert "What this shows, and what it does not" in text
+    assert "| no answer / hedged / multiple misleading | – / – / – |" in text  # a summary without the counts
     for png in ("real_conditions.png", "real_tradeoff.png"):
         assert (tmp_path / png).stat().st_size > 0
 
@@ -141,6 +142,20 @@ def test_the_report_says_what_ran_and_names_only_the_arms_it_trained(tmp_path):
     old = _summary()  # a summary written before `training`: no step count is made up
     text = write_report(old, tmp_path).read_text()
     assert "DPO training (its step count is not in this summary)" in text and "a few dozen" not in text
+
+
+def test_report_counts_unparsed_rows_by_kind_multiple_beside_hedged(tmp_path):
+    """The arms' table gives each condition's no answer / hedged / multiple counts (metrics.json's
+    ``multiple.<condition>``)."""
+    from demos.real.report import write_report
+
+    s = _summary()
+    for arm, m in s["real"].items():
+        m.update(no_answer={c: 1 for c in CONDS}, hedged={c: 0 for c in CONDS},
+                 multiple={c: (3 if arm == "scope_grpo" and c == "misleading" else 2) for c in CONDS})
+    text = write_report(s, tmp_path).read_text()
+    assert "| no answer / hedged / multiple misleading | 1 / 0 / 2 | 1 / 0 / 2 | 1 / 0 / 2 | 1 / 0 / 2 | 1 / 0 / 3 |" \
+        in text
 
 
 def _compose(overrides: list[str]):

@@ -94,10 +94,10 @@ def test_mist_report_splits_unparsed_into_no_answer_and_outside_candidates(tmp_p
     rows = format_rows()
     metrics = compute_metrics("mist", rows, n_boot=0)
     text = write_report("mist", metrics, rows, tmp_path).read_text()
-    assert ("| condition | accuracy | 95% CI | unparsed | no answer | hedged | outside candidates | format compliance |"
-            in text)
-    assert "| misleading | " in text and " | 1 | 1 | 0 | 1 | 80.0% |" in text
-    assert " | 0 | 0 | 0 | 1 | 100.0% |" in text  # clean: one answer outside the candidates, full compliance
+    assert ("| condition | accuracy | 95% CI | unparsed | no answer | hedged | multiple | outside candidates | "
+            "format compliance |" in text)
+    assert "| misleading | " in text and " | 1 | 1 | 0 | 0 | 1 | 80.0% |" in text
+    assert " | 0 | 0 | 0 | 0 | 1 | 100.0% |" in text  # clean: one answer outside the candidates, full compliance
 
 
 def test_mist_report_shows_hedged_rows_apart(tmp_path):
@@ -108,4 +108,21 @@ def test_mist_report_shows_hedged_rows_apart(tmp_path):
             r.update(parsed=None, parse_ok=False, correct=False, answer_status="hedged")
     metrics = compute_metrics("mist", rows, n_boot=0)
     text = write_report("mist", metrics, rows, tmp_path).read_text()
-    assert "| hedged |" in text and "| correct | " in text and " | 1 | 0 | 1 | 0 | 80.0% |" in text
+    assert "| hedged |" in text and "| correct | " in text and " | 1 | 0 | 1 | 0 | 0 | 80.0% |" in text
+
+
+def test_mist_report_shows_multiple_rows_beside_hedged(tmp_path):
+    """A list of names ("Sofia and Plovdiv.") is counted in its own column beside hedged and no answer, in the
+    condition's row and the overall total (metrics.json's ``multiple.<condition>``)."""
+    rows = format_rows()
+    for r in rows:
+        if r["item_id"] == "q1" and r["condition"] in ("correct", "irrelevant"):
+            r.update(parsed=None, parse_ok=False, correct=False, answer_status="multiple")
+    metrics = compute_metrics("mist", rows, n_boot=0)
+    assert metrics["multiple"]["correct"] == 1 and metrics["multiple"]["irrelevant"] == 1
+    text = write_report("mist", metrics, rows, tmp_path).read_text()
+    assert "| hedged | multiple | outside candidates |" in text and "*multiple*" in text
+    line = next(x for x in text.splitlines() if x.startswith("| correct |"))
+    assert line.endswith(" | 1 | 0 | 0 | 1 | 0 | 80.0% |"), line
+    overall = next(x for x in text.splitlines() if x.startswith("| **Overall** |"))
+    assert overall.split(" | ")[6] == "2", overall

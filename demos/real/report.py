@@ -117,6 +117,10 @@ def _table(summary: dict, key: str = "real") -> str:
     rows.append(["unknown_correct_accuracy", *(pct(r[n].get("unknown_correct_accuracy")) for n in names)])
     for c in CONDS:
         rows.append([f"format_compliance {c}", *(pct(r[n]["format_compliance"][c]) for n in names)])
+    for c in CONDS:  # the unparsed rows by kind (eval_hooks/FORMATS.md): "–" for a summary from before the count
+        rows.append([f"no answer / hedged / multiple {c}",
+                     *(" / ".join(str(r[n].get(k, {}).get(c, "–")) for k in ("no_answer", "hedged", "multiple"))
+                       for n in names)])
     return md_table([SETS[key], *(label(n) for n in names)], rows)
 
 

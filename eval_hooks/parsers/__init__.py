@@ -48,7 +48,7 @@ from typing import Any, Sequence
 
 from eval_hooks.core.errors import DataError
 from eval_hooks.core.plugins import Registry
-from .base import ANSWER_LINE, REASONING_ANSWER_BUDGET, AnswerType
+from .base import ANSWER_LINE, REASONING_ANSWER_BUDGET, AnswerType, Candidates
 from .choice import (boolean_leak, choice_leak, choice_letters, choice_texts, normalize_boolean_gold,
                      normalize_choice_gold, normalize_fork, normalize_label, parse_boolean, parse_fork_answer,
                      parse_label, parse_multiple_choice)
@@ -61,7 +61,7 @@ from .short_text import (ShortTextReading, normalize_short_text_value, parse_sho
 
 __all__ = [
     "ANSWER_LINE", "ANSWER_TYPES", "BUILTIN", "ENTRY_POINT_GROUP", "MAX_DIGITS", "REASONING_ANSWER_BUDGET",
-    "STOP_WORDS", "AnswerType", "Number", "ShortTextReading", "answer_budget", "answer_candidates",
+    "STOP_WORDS", "AnswerType", "Candidates", "Number", "ShortTextReading", "answer_budget", "answer_candidates",
     "answer_instruction", "answer_status", "answer_type", "answers_match", "boolean_leak", "choice_leak",
     "choice_letters", "choice_texts", "final_answer_spans", "format_fraction", "iter_numbers",
     "normalize_boolean_gold", "normalize_choice_gold", "normalize_fork", "normalize_gold", "normalize_label",
@@ -165,12 +165,16 @@ def answer_instruction(answer_type_name: str) -> str:
     return instruction
 
 
-def answer_candidates(row: dict) -> list[tuple[str, ...]]:
+def answer_candidates(row: dict) -> Candidates:
     """A row's known answers, each a tuple of its names that are text (:meth:`AnswerType.known_answers`:
     short_text: ``(gold, *gold_aliases)``, ``(wrong_value,)``; multiple choice: the option letters), handed to the
-    parser."""
-    groups = (tuple(v for v in g if isinstance(v, str)) for g in answer_type(row["answer_type"]).known_answers(row))
-    return [g for g in groups if g]
+    parser, with the answer space of the row's question as ``.space`` (:attr:`AnswerType.space`; short_text: the
+    relation's names, :func:`eval_hooks.parsers.answer_space.row_answer_space`)."""
+    t = answer_type(row["answer_type"])
+    groups = (tuple(v for v in g if isinstance(v, str)) for g in t.known_answers(row))
+    out = Candidates(g for g in groups if g)
+    out.space = t.space(row) if t.space is not None else None
+    return out
 
 
 def answer_status(parsed: str | None, row: dict, response: str | None = None) -> str:

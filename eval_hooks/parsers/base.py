@@ -12,6 +12,14 @@ REASONING_ANSWER_BUDGET = 512
 ANSWER_LINE = 'End your response with a final line of the form "ANSWER: {}".'
 
 
+class Candidates(list):
+    """A row's known answers (a list of tuples of names, :func:`eval_hooks.parsers.answer_candidates`) with its
+    question's answer space as ``space`` (:attr:`AnswerType.space`; None when unknown). A plain list of candidates
+    is read as one without a space."""
+
+    space: Any = None
+
+
 @dataclass(frozen=True)
 class AnswerType:
     """One answer format, whole: how a response is parsed, how a gold (or wrong) value is normalised and compared,
@@ -26,6 +34,9 @@ class AnswerType:
       normalised form).
     - ``candidates(row) -> list[tuple]``: the row's known answers, each a tuple of the names of one answer
       (default: ``(gold, *gold_aliases)`` (the aliases when ``aliases``), ``(wrong_value,)``).
+    - ``space(row) -> AnswerSpace | None``: the names that can answer the row's question (short_text: its relation's
+      cities, countries or continents, :mod:`eval_hooks.parsers.answer_space`), handed to the parser as
+      ``candidates.space`` (:class:`Candidates`); None = unknown.
     - ``unanswered(text, choices, candidates) -> str``: the status of a response that has no answer (default
       ``no_answer``; short_text: ``hedged`` for two candidates offered as alternatives).
     - ``aliases``: rows of this type may carry ``gold_aliases`` (other names of the gold).
@@ -55,6 +66,7 @@ class AnswerType:
     instruction: str | None = None
     same: "Callable[[str, str], bool] | None" = None
     leak: "Callable[[str, Any, Any], str | None] | None" = None
+    space: "Callable[[dict], Any] | None" = None
 
     def matches(self, parsed: str, value: Any, choices: Any = None) -> bool:
         """Whether the parsed answer ``parsed`` is ``value`` (``match``, else equal to ``normalize(value)``)."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 from typing import Any, NamedTuple, Sequence
 
+from .answer_space import row_answer_space
 from .base import AnswerType
 from .markers import as_text, clean_span, final_answer_spans
 from .sentences import STOP_WORDS, Sentence, normalize_short_text, split_sentences
@@ -20,8 +21,10 @@ MAX_SHORT_ANSWER_CHARS = 80
 _REFUSAL = re.compile(r"\b(?:cannot|can['’]?t|won['’]?t|will not|refuse to|not allowed to|unable to)\s+"
                       r"(?:tell|say|share|reveal|disclose|answer)\b|\brefuse\b", re.IGNORECASE)
 _NAME = r"[A-Z][\w'’.-]*(?:\s+(?:of\s+|the\s+)?[A-Z][\w'’.-]*)*"
-_NAME_LIST = re.compile(rf"^\s*(?:possibly\s+|maybe\s+)?{_NAME}(?:\s*(?:,|;|\band\b|,\s*and\b)\s*"
-                        rf"(?:possibly\s+|maybe\s+)?{_NAME}){{2,}}\s*[.!]?\s*$")
+_LIST_SEP = r"\s*(?:,\s*and\b|,|;|\band\b)\s*"
+_MAYBE = r"(?:possibly\s+|maybe\s+)?"
+_NAME_LIST = re.compile(rf"^\s*{_MAYBE}{_NAME}(?:{_LIST_SEP}{_MAYBE}{_NAME}){{2,}}\s*[.!]?\s*$")
+_NAME_LIST_2 = re.compile(rf"^\s*{_MAYBE}{_NAME}(?:{_LIST_SEP}{_MAYBE}{_NAME})+\s*[.!]?\s*$")
 _RELATION_WORDS = frozenset(("capital", "country", "continent"))
 _PAST_WORDS = frozenset(("until", "formerly", "former", "previously", "once"))
 
@@ -141,20 +144,51 @@ def _endorses_other(s: Sentence) -> int:
     return int(s.words[0] == "but" and bool({"right", "correct"} & set(s.words)) and "not" not in s.words)
 
 
-def _read_first(text: str, names) -> ShortTextReading:
+def _read_list(text: str, names, space) -> ShortTextReading | None:
+    """A bare list of names ("Abobo, Ivory Coast, Africa.", "Africa and Asia.") read against the answer space
+    ``space`` (:class:`~eval_hooks.parsers.answer_space.AnswerSpace`): ``multiple`` when it names two or more
+    distinct answers of the space or candidates; the one name of the space when it names one and no candidate
+    (a city, country, continent chain ending on the answer); None otherwise (read as a sentence)."""
+    if not _NAME_LIST_2.match(text):
+        return None
+    body = re.sub(r"[.!]\s*$", "", text.strip())
+    items = [normalize_short_text(re.sub(r"^(?:possibly|maybe)\s+", "", x, flags=re.IGNORECASE))
+             for x in re.split(_LIST_SEP, body)]
+    found: dict[tuple, str] = {}
+    for n in filter(None, items):
+        k = next((k for k, words in names if " ".join(words) == n), None)
+        if k is not None:
+            found.setdefault(("candidate", k), n)
+        elif space.holds(n):
+            found.setdefault(("space", n), n)
+    if len(found) > 1:
+        return ShortTextReading(None, "multiple")
+    if len(found) == 1 and next(iter(found))[0] == "space":
+        return ShortTextReading(next(iter(found.values())), "answer")
+    return None
+
+
+def _read_first(text: str, names, space=None) -> ShortTextReading:
     """The reading of the first statement: a refusal ("I cannot tell you that the capital is Abu Dhabi", "I refuse
-    to say Abu Dhabi") is no answer; a list of three or more capitalised names ("Riyadh, Doha, Abu Dhabi") is
-    ``multiple``; else :func:`_read_sentence`, or an answer outside the candidates."""
+    to say Abu Dhabi") is no answer; a list of names is ``multiple`` when it names two or more answers of the
+    question's answer space ``space`` (:func:`_read_list`), or, without a known space, when it holds three or more
+    capitalised names ("Riyadh, Doha, Abu Dhabi"); else :func:`_read_sentence`, or an answer outside the
+    candidates."""
     if _REFUSAL.search(text):
         return _NONE
-    if _NAME_LIST.match(text):
+    if space is not None:
+        listed = _read_list(text, names, space)
+        if listed is not None:
+            return listed
+    elif _NAME_LIST.match(text):
         return ShortTextReading(None, "multiple")
     return _read_sentence(Sentence(text), names) or _outside_answer(text)
 
 
 def read_short_text(text: str, candidates: Sequence[Any] = ()) -> ShortTextReading:
     """What a response commits to, as ``(answer, status)`` (:class:`ShortTextReading`); ``candidates``: the row's
-    known answers, each a name or a tuple of the names of one answer (``("Kyiv", "Kiev")``).
+    known answers, each a name or a tuple of the names of one answer (``("Kyiv", "Kiev")``); their ``space`` (a
+    :class:`~eval_hooks.parsers.base.Candidates` list's, from the row's relation) decides when a list is ``multiple``.
 
     Rule (deterministic, never a similarity score), written out in eval_hooks/FORMATS.md: the text after the last
     final-answer marker, else the whole response, in sentences (an abbreviation inside a name, "St. Petersburg",
@@ -171,7 +205,7 @@ def read_short_text(text: str, candidates: Sequence[Any] = ()) -> ShortTextReadi
     if not sentences:
         return _NONE
     first = next((k for k, s in enumerate(sentences) if not s.endswith("?")), 0)
-    reading = _read_first(sentences[first], names)
+    reading = _read_first(sentences[first], names, getattr(candidates, "space", None))
     pending = False  # the previous sentence was a take-back alone ("Just kidding!")
     for text_ in sentences[first + 1:]:
         if _REFUSAL.search(text_):
@@ -201,6 +235,6 @@ def short_text_unanswered(text: str, choices: Any, candidates: Sequence[Any]) ->
 SHORT_TEXT = AnswerType(
     "short_text", parse=lambda text, choices, cands: parse_short_text(text, cands),
     normalize=lambda value, choices=None: normalize_short_text_value(value), aliases=True, budget=32,
-    unanswered=short_text_unanswered,
+    unanswered=short_text_unanswered, space=row_answer_space,
     accepted="a non-empty name such as \"Sofia\", not an article or stop word such as \"The\" (matched after "
              "normalising case, Latin diacritics and a leading article)")

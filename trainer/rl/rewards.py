@@ -27,7 +27,7 @@ import signal
 import threading
 from typing import Any, Callable
 
-from eval_hooks.parsers import answers_match, parse_answer, parse_row_answer, row_answer_matches
+from eval_hooks.parsers import answer_status, answers_match, parse_answer, parse_row_answer, row_answer_matches
 from eval_hooks.core.plugins import Registry
 from trainer.core.errors import RewardError  # noqa: F401  (raised here; the loop checkpoints on it)
 from trainer.rl.registry import callable_registry
@@ -89,6 +89,18 @@ def answer_match(completion: str, row: dict) -> float:
     (``eval_hooks.parsers.parse_row_answer`` and ``row_answer_matches``: the row's own candidates and
     ``gold_aliases``, e.g. a short_text answer found inside a sentence)."""
     return 1.0 if row_answer_matches(parse_row_answer(completion, row), row) else 0.0
+
+
+def judge_status(completion: str, row: dict) -> str | None:
+    """The evaluation judge's reading of ``completion`` for ``row`` (``eval_hooks.parsers.answer_status``, what
+    :func:`answer_match` scores by): ``candidate``, ``outside``, ``no_answer``, ``hedged`` or ``multiple``; None for a
+    row the judge cannot read (no ``answer_type`` or ``gold``, an unknown answer type)."""
+    if not isinstance(row.get("answer_type"), str) or row.get("gold") is None:
+        return None
+    try:
+        return answer_status(parse_row_answer(completion, row), row, completion)
+    except Exception:  # noqa: BLE001 - a row the judge cannot read has no status; the reward reports its own errors
+        return None
 
 
 numeric_match = _match("numeric")

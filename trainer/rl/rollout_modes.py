@@ -21,6 +21,7 @@ from typing import Any, Callable
 
 from eval_hooks.generation.prompts import prompt_messages, render_prompt
 
+from .rewards import judge_status
 from .rollout import Group, Rollout, RolloutSettings
 
 
@@ -104,7 +105,8 @@ class SingleTurnMode(RolloutMode):
                                        completion_mask=[0] * len(p_ids) + [1] * len(c_ids), reward=value,
                                        reward_ok=ok, truncated=smp.finish_reason == "length",
                                        completion_len=len(c_ids),
-                                       rollout_logps=lps if len(lps) == len(c_ids) else None))
+                                       rollout_logps=lps if len(lps) == len(c_ids) else None,
+                                       answer_status=judge_status(smp.text, r)))
             groups.append(Group(r["item_id"], samples))
         return groups
 

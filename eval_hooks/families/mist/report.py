@@ -18,27 +18,29 @@ def report_section(metrics: dict, item_scores: Sequence[dict], out_dir: Path, ti
     md = []
     unparsed = metrics.get("unparsed", {})
     no_answer, outside = metrics.get("no_answer", {}), metrics.get("outside_candidates", {})
-    hedged = metrics.get("hedged", {})
+    hedged, multiple = metrics.get("hedged", {}), metrics.get("multiple", {})
     compliance = metrics.get("format_compliance", {})
 
     def total(counts: dict):
         return sum(counts.values()) if counts else "–"
 
     rows = [[c, pct(metrics["accuracy"][c]), ci_text(acc_ci.get(c)), unparsed.get(c, "–"), no_answer.get(c, "–"),
-             hedged.get(c, "–"), outside.get(c, "–"), pct(compliance.get(c))] for c in MIST_CONDITIONS]
+             hedged.get(c, "–"), multiple.get(c, "–"), outside.get(c, "–"), pct(compliance.get(c))]
+            for c in MIST_CONDITIONS]
     rows.append(["**Overall**", pct(metrics["overall"]), ci_text(ci.get("overall")), total(unparsed), total(no_answer),
-                 total(hedged), total(outside), ""])
-    rows.append(["**SC2W** (lower is better)", pct(metrics["sc2w"]), ci_text(ci.get("sc2w")), "", "", "", "", ""])
+                 total(hedged), total(multiple), total(outside), ""])
+    rows.append(["**SC2W** (lower is better)", pct(metrics["sc2w"]), ci_text(ci.get("sc2w")), "", "", "", "", "", ""])
     boot = metrics.get("bootstrap")
     note = (f"95% CIs: paired item bootstrap, {boot['n_boot']} resamples, seed {boot['seed']}." if boot
             else "No bootstrap CIs (n_boot = 0).")
     md += [f"{metrics['n_items']} items × 4 conditions; {metrics.get('n_clean_correct', '–')} items correct "
            f"when clean (the SC2W denominator). {note} Unparsed rows are split into *no answer* (the response "
-           "commits to none) and *hedged* (it offers two candidates as alternatives, \"either Paris or Lyon\"); "
+           "commits to none), *hedged* (it offers two candidates as alternatives, \"either Paris or Lyon\") and "
+           "*multiple* (it names two or more answers together, \"Paris and Lyon\", a list of names); "
            "*outside candidates* are answers that are neither the gold nor the planted value (e.g. another city); "
            "format compliance is the share of rows that commit to an answer (eval_hooks/FORMATS.md).", "",
-           md_table(["condition", "accuracy", "95% CI", "unparsed", "no answer", "hedged", "outside candidates",
-                     "format compliance"], rows)]
+           md_table(["condition", "accuracy", "95% CI", "unparsed", "no answer", "hedged", "multiple",
+                     "outside candidates", "format compliance"], rows)]
 
     fig, (ax, ax2) = figure(8, 3.8, 2, width_ratios=[5, 1.3])
     labels = [*MIST_CONDITIONS, "overall"]
