@@ -518,3 +518,45 @@ def main_files(out, *args) -> set[str]:
     assert main(["build-facts", "--out", str(out), "--source", str(SAMPLE_PATH), "--min-city-population", "500000",
                  *args]) == 0
     return {p.name for p in out.iterdir()}
+
+
+# -- self-revealing items of the held-out relation (issue 44 #7) -----------------------------------------------------
+
+@pytest.mark.parametrize("name,iso,continent", [
+    ("South Africa", "ZA", "AF"), ("Central African Republic", "CF", "AF"), ("Australia", "AU", "OC")])
+def test_a_country_whose_name_holds_its_continent_is_dropped(name, iso, continent):
+    """South Africa -> Africa; Central African Republic -> Africa, alias "African"; Australia -> Oceania, alias
+    "Australia": each answer naming the subject reads as right, under any context. A neighbour stays."""
+    from collections import Counter
+
+    from eval_hooks.builders.facts.relations import TRANSCONTINENTAL, Geo, continent_items
+
+    data = load_geonames(SAMPLE_PATH)
+    other = {**next(c for c in data["countries"] if c["continent"] == "EU" and c["iso"] not in TRANSCONTINENTAL),
+             "continent": continent, "population": 10**7}
+    countries = [other, {**other, "iso": iso, "name": name}]
+    drop = Counter()
+    items = continent_items(Geo({**data, "countries": countries}), FactsSettings(), drop)
+    assert [it["subject"] for it in items] == [other["name"]] and drop == {"continent_named_in_country": 1}
+
+
+def test_a_transfer_item_whose_alias_is_a_training_answer_goes():
+    """The leak filter reads a transfer item's gold aliases (and training golds' aliases), not only gold and wrong
+    value: with capital_country held out, a training city's answer "Czech Republic" (an alias of the transfer gold
+    Czechia) drops the Prague item."""
+    from collections import Counter
+
+    from eval_hooks.builders.facts.build import _split
+
+    def item(rel, subject, gold, group, aliases=(), wrong=("Xland",)):
+        return {"relation": rel, "subject": subject, "gold": gold, "aliases": list(aliases), "wrong_options": list(wrong),
+                "draw_from": 1, "group": group, "id": f"{rel}-{subject}"}
+
+    st = FactsSettings(relations=("city_country",), transfer_relation="capital_country", dev_items=0)
+    drops = {rel: Counter() for rel in RELATIONS}
+    items = [item("city_country", "Brno", "Czech Republic", "CZ"), item("city_country", "Lyon", "France", "FR"),
+             item("capital_country", "Prague", "Czechia", "CZ", aliases=["Czech Republic"], wrong=("Slovakia",)),
+             item("capital_country", "Rome", "Italy", "IT", wrong=("Malta",))]
+    sides = _split(items, {"FR"}, st, drops, " ")
+    assert [it["subject"] for it in sides["transfer"]] == ["Rome"]
+    assert drops["capital_country"]["transfer_answer_in_training"] == 1

@@ -24,12 +24,14 @@ Relations (``relation`` on every row; :mod:`.relations`):
 
 ``relations`` are trained on and held out (the main held-out set); ``transfer_relation`` is the held-out relation:
 no training item uses it, and its items come from every country (the relation is what is held out: a transfer
-subject may be trained on under another relation; a transfer gold or wrong value is never a training row's).
+subject may be trained on under another relation; a transfer gold, gold alias or wrong value is never a training row's
+answer).
 
 Dropped (counted per relation and reason): self-revealing items (a capital named after its country, "Mexico City";
 a city whose name holds its country's or a state's), shared capitals, contested, split or renamed capitals,
-territories, city names that several places have, countries whose continent is debatable (or, in Central America
-and the Caribbean, named by region), items with no plausible wrong object, golds or wrong places inside another
+territories, city names that several places have, countries whose name holds their continent or an alias of it
+("South Africa", "Central African Republic", "Australia"), countries whose continent is debatable (or, in Central
+America and the Caribbean, named by region), items with no plausible wrong object, golds or wrong places inside another
 country's, capital's or state's name (the short_text rule reads whole words).
 
 Contexts (``channel`` and ``wording`` on every row; :mod:`.wording`): answer key, retrieved document, lecture note,

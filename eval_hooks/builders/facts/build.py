@@ -17,9 +17,6 @@ from .source import load_geonames
 from .wording import fixed_text, item_rows
 
 SIDES = ("train", "heldout", "transfer", "dev", "transfer_dev")
-#: the sides evaluated on, by split: ``test`` (the held-out items and the held-out relation) and ``dev`` (their dev
-#: parts, for choosing settings); ``{"heldout": ..., "transfer": ...}`` each
-EVAL_SIDES = {"test": {"heldout": "heldout", "transfer": "transfer"}, "dev": {"heldout": "dev", "transfer": "transfer_dev"}}
 
 
 @dataclass(frozen=True)
@@ -148,9 +145,10 @@ def _cap(items: list[dict], cap: int | None, seed: int, side: str, drops: dict) 
 def _split(items: list[dict], held: set[str], st: FactsSettings, drops: dict, wording: str) -> dict[str, list]:
     """Items by side with their wrong values, capped: held-out and transfer items first (those whose subject or gold
     is a word of the fixed wording go), then training items that name no held-out subject or gold (their wrong value
-    drawn among options that name none; an item naming one itself goes), then transfer items whose gold and wrong
-    value are no training item's answer. Transfer items come from every group: the
-    relation is what is held out (no training item has it; its subjects may be trained on under other relations).
+    drawn among options that name none; an item naming one itself goes), then transfer items whose gold, gold aliases
+    and wrong value are no training item's answer (its gold, a gold alias or its wrong value). Transfer items come
+    from every group: the relation is what is held out (no training item has it; its subjects may be trained on
+    under other relations).
     ``pool`` is the training side before :func:`_carve_dev` takes the dev part out of it; ``raw``, its items as made
     (their wrong options), by id."""
     sides = {s: [] for s in ("train", "heldout", "transfer")}
@@ -173,11 +171,11 @@ def _split(items: list[dict], held: set[str], st: FactsSettings, drops: dict, wo
             train.append(drawn)
     out["pool"] = _cap(train, st.max_train_items, st.seed, "train", drops)
     out["raw"] = {it["id"]: it for it in sides["train"]}
-    trained = {normalize_short_text(v) for it in out["pool"] for v in (it["gold"], it["wrong_value"])}
+    trained = {normalize_short_text(v) for it in out["pool"] for v in (it["gold"], it["wrong_value"], *it["aliases"])}
     transfer = []
     for it in sides["transfer"]:
         drawn = _with_wrong(it, trained, st.seed)
-        if normalize_short_text(it["gold"]) in trained or drawn is None:
+        if drawn is None or any(normalize_short_text(v) in trained for v in (it["gold"], *it["aliases"])):
             drops[it["relation"]]["transfer_answer_in_training"] += 1
         else:
             transfer.append(drawn)
@@ -189,9 +187,9 @@ def _carve_dev(pool: list[dict], raw: dict[str, dict], heldout: list[dict], st: 
                wording: str) -> tuple[list[dict], list[dict]]:
     """``(train, dev)``: the dev part taken out of the training ``pool``, whole groups (countries; US states) in a
     seeded order until it holds ``st.dev_items`` items or more (or half the pool's items, whichever is fewer: training
-    keeps at least half; a tiny source may leave the dev part empty, which is then not written), so it shares no group with training or with the
-    held-out (test) items, and the test files are exactly what they were without it (the held-out side is split off
-    first; the transfer side is filtered against the whole pool).
+    keeps at least half; a tiny source may leave the dev part empty, which is then not written), so it shares no
+    group with training or with the held-out (test) items, and the test files are exactly what they were without it
+    (the held-out side is split off first; the transfer side is filtered against the whole pool).
 
     Why from training: taking it from the held-out countries would change the test items every earlier result was
     measured on, and from the countries no side uses (smaller than ``min_country_population``) gives almost no item

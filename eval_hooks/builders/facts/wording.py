@@ -41,7 +41,8 @@ CHANNELS = {
         "heldout": ["A well-known travel writer asserts that {fact}.",
                     "A senior diplomat confirms that {fact}."]},
 }
-WORDING_SIDE = {"train": "train", "heldout": "heldout", "transfer": "heldout", "dev": "heldout", "transfer_dev": "heldout"}
+WORDING_SIDE = {"train": "train", "heldout": "heldout", "transfer": "heldout", "dev": "heldout",
+                "transfer_dev": "heldout"}
 
 
 def fixed_text(questions: list[str], facts: list[str]) -> str:
