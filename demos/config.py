@@ -17,6 +17,7 @@ DemoKind = Choice("DemoKind", [("real", "real"), ("real_full", "real_full"), ("t
                   qualname="DemoKind")
 GrpoRows = Choice("GrpoRows", [("all", "all"), ("informative", "informative")], module=__name__, qualname="GrpoRows")
 FactsSize = Choice("FactsSize", [("small", "small"), ("full", "full")], module=__name__, qualname="FactsSize")
+EvalSplit = Choice("EvalSplit", [("dev", "dev"), ("test", "test")], module=__name__, qualname="EvalSplit")
 
 
 @dataclass(frozen=True)
@@ -105,6 +106,11 @@ class RealDemoConfig:
                                     "irrelevant context, unknown items under the correct one; as many rows per side).")
     transfer: bool = _f(True, "Evaluate the base and every arm on the held-out relation too (facts_transfer.jsonl: "
                               "a relation no training item uses; summary key transfer.<arm>).")
+    split: EvalSplit = _f("test", "Which items the evaluation stages use: test = the held-out items and the held-out "
+                                  "relation (facts_heldout.jsonl, facts_transfer.jsonl), evaluated once per final run "
+                                  "| dev = their dev parts (facts_dev.jsonl: other countries taken out of training; "
+                                  "facts_transfer_dev.jsonl: other subjects of the held-out relation), on which every "
+                                  "setting is chosen. summary.json records it; training is the same either way.")
     torch_threads: Optional[int] = _f(None, "torch intra-op threads (None = torch's default: every core).")
     stages: RealDemoStages = field(default_factory=RealDemoStages)
 
