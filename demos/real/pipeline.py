@@ -30,6 +30,10 @@ Stages, each in ``<out>/stages/<name>/``:
 7. every arm evaluated like the base: ``eval_<arm>`` (held-out items, ``summary.json``'s ``real.<arm>``) and
    ``transfer_<arm>`` (held-out relation, ``transfer.<arm>``).
 
+``real.split`` picks the items of every evaluation stage (:data:`EVAL_SETS`): ``test`` (the default) the held-out
+items and the held-out relation, ``dev`` their dev parts (``facts_dev.jsonl``, ``facts_transfer_dev.jsonl``), on which
+settings are chosen; ``summary.json`` records it as ``split``.
+
 How it departs from the paper's pipeline: the plain SCOPE arm trains on the quartets of the knowledge-aware
 mining (known items only) rather than on a separate mining with fallback completions, so the three DPO arms see
 the same quartets and differ only in the pools they draw from.
@@ -49,8 +53,11 @@ from .arms import ARMS, BASE, preflight, run_arms
 from .prompts import TRAIN
 
 RECIPES = ("dpo", "evaluate", "grpo", "mine_pairs")  # the recipes the stages name
-#: summary key -> (the evaluation stages' name prefix, the facts file they evaluate on)
-EVAL_SETS = {"real": ("eval", "facts/facts_heldout.jsonl"), "transfer": ("transfer", "facts/facts_transfer.jsonl")}
+#: split (``real.split``) -> summary key -> (the evaluation stages' name prefix, the facts file they evaluate on)
+EVAL_SETS = {
+    "test": {"real": ("eval", "facts/facts_heldout.jsonl"), "transfer": ("transfer", "facts/facts_transfer.jsonl")},
+    "dev": {"real": ("eval", "facts/facts_dev.jsonl"), "transfer": ("transfer", "facts/facts_transfer_dev.jsonl")},
+}
 
 
 def convert(model: str) -> Callable[[Path], str]:
@@ -87,9 +94,9 @@ def arms(cfg: DictConfig) -> list[str]:
 
 
 def eval_sets(cfg: DictConfig) -> dict[str, tuple[str, str]]:
-    """The :data:`EVAL_SETS` this run evaluates: the held-out items always, the held-out relation unless
-    ``real.transfer=false``."""
-    return {k: v for k, v in EVAL_SETS.items() if k == "real" or cfg.real.transfer}
+    """The :data:`EVAL_SETS` of ``real.split`` (``test``: the held-out items; ``dev``: their dev parts) this run
+    evaluates: the held-out items always, the held-out relation unless ``real.transfer=false``."""
+    return {k: v for k, v in EVAL_SETS[str(cfg.real.split)].items() if k == "real" or cfg.real.transfer}
 
 
 def evaluations(arm_name: str, st, sets: dict[str, tuple[str, str]], adapter: str | None = None) -> list[Stage]:
@@ -194,7 +201,8 @@ def summary_of(cfg: DictConfig, results: dict[str, Any]) -> dict:
     stats = results["mine"]
     mining = {k: v for k, v in stats.items() if k not in ("dropped_items", "knowledge_items")}
     mining["knowledge"] = {k: v for k, v in stats["knowledge"].items() if k != "unknown_dropped_items"}
-    out = {"demo": cfg.demo, "size": str(cfg.real.facts_size), "seed": cfg.seed, "model": cfg.real.model}
+    out = {"demo": cfg.demo, "size": str(cfg.real.facts_size), "split": str(cfg.real.split), "seed": cfg.seed,
+           "model": cfg.real.model}
     sets = eval_sets(cfg)
     for key, (prefix, _) in sets.items():
         out[key] = {a: results[f"{prefix}_{a}"] for a in (BASE.name, *arms(cfg))}

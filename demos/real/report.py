@@ -105,6 +105,15 @@ def run_kind(summary: dict) -> str:
     return f"{_demo_kind(summary).what}, on the {summary.get('size', 'small')} facts set"
 
 
+def _split_line(summary: dict) -> str:
+    """Which items the report shows (``real.split``; a summary written before the key existed is of the test
+    items)."""
+    if summary.get("split", "test") == "dev":
+        return ("Items: **dev** (`facts_dev.jsonl`, `facts_transfer_dev.jsonl`), for choosing settings; not the "
+                "test items.")
+    return "Items: **test** (`facts_heldout.jsonl`, `facts_transfer.jsonl`)."
+
+
 def _table(summary: dict, key: str = "real") -> str:
     r, names = summary[key], _arms(summary, key)
     rows = []
@@ -278,7 +287,7 @@ def write_report(summary: dict, out: Path) -> Path:
     kn = m.get("knowledge", {})
     targets = summary.get("targets") or check_targets(summary)
     lines = [f"# selectrust real-model demo: SmolLM2-135M-Instruct on GeoNames facts (seed {summary['seed']})", "",
-             f"This is **{run_kind(summary)}**.", "", wall_line(summary), "",
+             f"This is **{run_kind(summary)}**.", "", _split_line(summary), "", wall_line(summary), "",
              "## Matched 4-condition evaluation on held-out facts", "",
              "Held-out items are countries (and their cities) never seen in mining or training. Accuracy per "
              "condition with a 95% bootstrap CI over items; SC2W is the share of clean-correct items that switch "

