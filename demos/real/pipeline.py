@@ -50,14 +50,9 @@ from trainer.core.stages import Stage
 
 from ..common import DemoRun
 from .arms import ARMS, BASE, preflight, run_arms
-from .prompts import TRAIN
+from .prompts import EVAL_SETS, TRAIN
 
 RECIPES = ("dpo", "evaluate", "grpo", "mine_pairs")  # the recipes the stages name
-#: split (``real.split``) -> summary key -> (the evaluation stages' name prefix, the facts file they evaluate on)
-EVAL_SETS = {
-    "test": {"real": ("eval", "facts/facts_heldout.jsonl"), "transfer": ("transfer", "facts/facts_transfer.jsonl")},
-    "dev": {"real": ("eval", "facts/facts_dev.jsonl"), "transfer": ("transfer", "facts/facts_transfer_dev.jsonl")},
-}
 
 
 def convert(model: str) -> Callable[[Path], str]:

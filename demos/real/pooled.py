@@ -37,7 +37,7 @@ from eval_hooks.vocab import MIST_CONDITIONS as CONDS
 
 from .arms import ARMS, trained
 from .arms import label as arm_label
-from .pipeline import EVAL_SETS
+from .prompts import EVAL_SETS
 from .report import SETS, TARGETS
 
 #: The per-item counts each statistic is a ratio of (columns of an arm's feature matrix, one row per item).
@@ -124,7 +124,7 @@ def features(base: np.ndarray, arm: np.ndarray, unknown: np.ndarray) -> np.ndarr
 def seed_features(run: dict, key: str) -> dict[str, np.ndarray]:
     """``{arm: features}`` of one run's evaluation set ``key`` (every arm its summary has), items in the base's
     order; a DataError naming the file of an arm whose items are not the base's."""
-    prefix = EVAL_SETS[key][0]
+    prefix = EVAL_SETS[str(run.get("split", "test"))][key][0]  # a summary from before `split`: test
     stages = Path(run["_dir"]) / "stages"
     ids, base, unknown = item_matrix(stages / f"{prefix}_base" / "item_scores.jsonl")
     out = {}

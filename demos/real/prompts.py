@@ -7,6 +7,14 @@ from pathlib import Path
 from typing import Callable
 
 TRAIN = "facts/facts_train.jsonl"  # the training facts (stage ``facts``)
+#: split (``real.split``) -> summary key -> (the evaluation stages' name prefix, the facts file they evaluate on). The
+#: dev stages have names of their own, so one run dir can hold both: settings chosen on ``real.split=dev``, then the
+#: same command with ``real.split=test`` reuses every training stage and adds the test evaluations.
+EVAL_SETS = {
+    "test": {"real": ("eval", "facts/facts_heldout.jsonl"), "transfer": ("transfer", "facts/facts_transfer.jsonl")},
+    "dev": {"real": ("dev_eval", "facts/facts_dev.jsonl"),
+            "transfer": ("dev_transfer", "facts/facts_transfer_dev.jsonl")},
+}
 GRPO_PROMPTS = "prompts.jsonl"  # in stages/grpo_prompts/
 #: The declared inputs of stage ``grpo_prompts`` (name -> earlier stage/path; the runner hands their paths down).
 INPUTS = {"rows": TRAIN, "labels": "mine/knowledge.jsonl"}

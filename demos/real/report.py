@@ -14,6 +14,7 @@ from eval_hooks.vocab import MIST_CONDITIONS as CONDS
 
 from ..common import draw_scope_training, wall_line
 from .arms import ARMS, CHECKED_ARMS, color, drop_ok, label
+from .prompts import EVAL_SETS
 
 SETS = {"real": "held-out items", "transfer": "held-out relation"}  # summary key -> what it evaluates
 # The issue's targets (docs/real_model.md#the-real-model-demo), scored by the project's own parser on held-out items.
@@ -252,17 +253,17 @@ def _read_rows(out: Path, arm: str, prefix: str = "eval") -> list[dict]:
 
 
 def sample_responses(out: Path, arm: str, k: int = SAMPLES_PER_ARM, condition: str = "misleading",
-                     knowledge: str | None = None) -> list[dict]:
+                     knowledge: str | None = None, prefix: str = "eval") -> list[dict]:
     """``k`` rows of ``condition`` of one arm's held-out evaluation (the first items in file order, the same items
     for every arm; ``knowledge``: only items the base's estimate labels so): question, context, response, verdict."""
-    rows = [row for row in _read_rows(out, arm) if row["condition"] == condition
+    rows = [row for row in _read_rows(out, arm, prefix) if row["condition"] == condition
             and (knowledge is None or row.get("knowledge") == knowledge)][:k]
     return [{k_: row.get(k_) for k_ in ("item_id", "context", "question", "gold", "wrong_value", "response", "parsed",
                                          "correct")} for row in rows]
 
 
 def _sample_lines(summary: dict, out: Path) -> list[str]:
-    lines = []
+    lines, prefix = [], EVAL_SETS[str(summary.get("split", "test"))]["real"][0]
     for title, condition, knowledge, claim in (
             ("misleading context, the same first items for every arm", "misleading", None, "context claims"),
             ("correct context on facts the base does not know, the same first items for every arm", "correct",
@@ -272,7 +273,7 @@ def _sample_lines(summary: dict, out: Path) -> list[str]:
             rows = [[s["item_id"], s["wrong_value"] if condition == "misleading" else s["gold"], s["gold"],
                      "`" + (s["response"] or "").replace("|", "/").replace("\n", " ")[:100] + "`",
                      "right" if s["correct"] else "wrong"] for s in sample_responses(out, n, condition=condition,
-                                                                                     knowledge=knowledge)]
+                                                                                     knowledge=knowledge, prefix=prefix)]
             if rows:
                 lines += [f"**{label(n)}**", "", md_table(["item", claim, "gold", "response", "verdict"], rows), ""]
     return lines

@@ -103,6 +103,18 @@ def judge_status(completion: str, row: dict) -> str | None:
         return None
 
 
+
+def status_counts(statuses) -> dict[str, float]:
+    """GRPO's per-step metrics of the judge's readings (``statuses``: :func:`judge_status` of every rollout
+    generated in the step, None for one not judged): ``rollout/multiple``, ``rollout/hedged``, ``rollout/no_answer``
+    (rollouts that commit to no answer, by kind: eval_hooks/FORMATS.md) and ``rollout/judged`` (how many were read);
+    {} when none was."""
+    read = [x for x in statuses if x is not None]
+    if not read:
+        return {}
+    return {**{f"rollout/{k}": float(read.count(k)) for k in ("multiple", "hedged", "no_answer")},
+            "rollout/judged": float(len(read))}
+
 numeric_match = _match("numeric")
 multiple_choice_match = _match("multiple_choice")
 boolean_match = _match("boolean")

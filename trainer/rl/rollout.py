@@ -44,7 +44,6 @@ with dropped groups (advantage 0, so no policy-gradient signal) to keep its size
 from __future__ import annotations
 
 import time
-from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
@@ -52,6 +51,7 @@ from eval_hooks.core.io import DataError
 from eval_hooks.generation.prompts import PromptSettings, render_prompt
 
 from trainer.rl.oversample import ZeroVarianceRate, first_round_size
+from trainer.rl.rewards import status_counts
 from trainer.rl.sft_rows import sft_batch, sft_microbatch
 
 
@@ -451,12 +451,10 @@ class RolloutSource:
             self._metrics.update({k: v for k, v in extra.items() if isinstance(v, (int, float, str))})
         first_round: list[float] = []
         generated: list[Group] = []  # every round's groups, dropped ones included (the SFT term's rows)
-        judged = Counter()  # the judge's reading of every rollout generated this step, all rounds
 
         def generate_round(n: int, rnd: int) -> list[Group]:
             groups = self._generate_round(n, rnd)
             generated.extend(groups)
-            judged.update(x.answer_status for g in groups for x in g.samples if x.answer_status is not None)
             if rnd == 0:
                 first_round.extend(x for g in groups for x in g.rewards)
             return groups
@@ -498,9 +496,7 @@ class RolloutSource:
             "rollout_index": self.rollout_index, **{k: float(v) for k, v in stats.items()},
             "groups_generated_per_kept": stats["groups_generated"] / s.num_groups, **tokens,
         })
-        if judged:  # rollouts that commit to no answer, by kind (eval_hooks/FORMATS.md), and how many were read
-            self._metrics.update({f"rollout/{k}": float(judged[k]) for k in ("multiple", "hedged", "no_answer")},
-                                 **{"rollout/judged": float(sum(judged.values()))})
+        self._metrics.update(status_counts(x.answer_status for g in generated for x in g.samples))  # all rounds
         return batch
 
     def _token_metrics(self, samples: list[Rollout], masks: list[list[int]]) -> dict[str, float]:
