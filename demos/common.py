@@ -87,28 +87,35 @@ class DemoRun:
     functions (``runners``) and ``compose`` handed down by the entry point (``recipes/demo.py``).
 
     The out dir is one run's: ``demo.json`` records its demo, seed and settings. The same command again (after an
-    interrupt, or after it finished) continues that run: every finished stage whose provenance matches is reused,
-    an interrupted training stage resumes from its newest complete checkpoint. Another demo, seed or settings into
-    it is refused in one line, or, with ``overwrite=true``, the old run is moved aside to ``<out>.old-<n>`` first.
-    A second demo into an out dir in use is refused by its lock (``<out>/.lock``); ``demo.log`` is written only
-    under the lock."""
+    interrupt, or after it finished) continues that run: every finished stage whose composed config, inputs, start
+    and provenance (``trainer/core/provenance.py``: precision actually used, threads, git commit, package versions;
+    ``reuse=config`` drops the provenance) match is reused, an interrupted training stage resumes from its newest
+    complete checkpoint. Other settings of the same demo and seed continue it too (the changed keys said in one
+    line, ``demo.json`` rewritten): only the stages whose own config, inputs, start or provenance they change run
+    again, each earlier one moved aside to ``<stage>.old-<n>``. Another demo or seed into it is refused in one line,
+    or, with ``overwrite=true``, the old run is moved aside to ``<out>.old-<n>`` first. A second demo into an out
+    dir in use is refused by its lock (``<out>/.lock``); ``demo.log`` is written only under the lock."""
 
     def __init__(self, cfg, *, compose: Callable[[str, list[str]], Any], runners: dict[str, Callable],
                  checks: dict[str, Callable[[Any], None]], threads: int | None):
+        from trainer.core.provenance import run_provenance, stage_provenance
         from trainer.core.stages import StageRunner
 
         self.cfg = cfg
         self.checks = checks  # {recipe: its config check}: the chain's (recipes/chain.py trainers), run before any stage
         self.out = Path(cfg.out).expanduser().resolve()
-        # a stage whose start or inputs changed since (e.g. the cached model converted again) is run again, the old
-        # one moved aside: the out dir's settings are fixed, so nothing else can have changed it
-        self.runner = StageRunner(self.out, seed=cfg.seed, compose=compose, runners=runners, prefix="[demo]",
-                                  rerun_stale=True)
         set_threads(threads)
+        self.provenance = run_provenance()  # the run's: precision auto means here, threads, git commit, versions
+        # a stage whose start, inputs, config or provenance changed since (the cached model converted again, a
+        # settings change, other code) is run again, the old one moved aside; any other is reused
+        self.runner = StageRunner(self.out, seed=cfg.seed, compose=compose, runners=runners, prefix="[demo]",
+                                  rerun_stale=True, rerun_changed=True, reuse=str(cfg.reuse),
+                                  provenance=lambda stage_cfg: stage_provenance(stage_cfg, self.provenance))
 
     def claim(self) -> None:
-        """Under the out dir's lock: the out dir is new, or holds a run of this demo, seed and settings (continued);
-        else refused, or moved aside with ``overwrite=true``. Then ``demo.json`` records this run's."""
+        """Under the out dir's lock: the out dir is new, or holds a run of this demo and seed (continued; other
+        settings said in one line, the stage runner reruns the stages they change); else refused, or moved aside
+        with ``overwrite=true``. Then ``demo.json`` records this run's."""
         from eval_hooks.core.io import write_json_atomic
         from trainer.core.run_dir import config_differences, move_aside
 
@@ -120,11 +127,17 @@ class DemoRun:
             saved = with_new_keys(json.loads(record.read_text()), self.cfg.demo) if record.is_file() else None
             diffs = config_differences(saved, now) if saved is not None else [
                 f"no {RECORD} (a run of an earlier version, of unknown seed and settings: {', '.join(held)})"]
-            if diffs:
-                refuse(f"{self.out} holds a demo run of other settings ({'; '.join(diffs)}); it is kept. Pass "
+            settings = [d for d in diffs if d.startswith("settings.")]
+            if len(settings) < len(diffs):  # another demo or seed: no stage of it can be reused
+                refuse(f"{self.out} holds a demo run of another demo or seed ({'; '.join(diffs)}); it is kept. Pass "
                        f"overwrite=true to move it aside to {self.out.name}.old-<n>, or choose another out=")
-            self.runner.log(f"continuing the run in {self.out} (same demo, seed and settings): finished stages are "
-                            f"reused")
+            if settings:
+                self.runner.log(f"continuing the run in {self.out} with changed settings ({'; '.join(settings)}): "
+                                f"the stages whose own config they change run again (each earlier one moved to "
+                                f"<stage>.old-<n>), the others are reused")
+            else:
+                self.runner.log(f"continuing the run in {self.out} (same demo, seed and settings): finished stages "
+                                f"are reused")
         write_json_atomic(record, now)
 
     def run(self, stages: list, summarise: Callable[[dict[str, Any]], dict], write_report: Callable[[dict, Path], Any],
@@ -148,6 +161,7 @@ class DemoRun:
                 refuse(str(e))
             summary = summarise(self.runner.run_all(stages))
             summary["stage_seconds"] = self.runner.timings
+            summary.update(self.provenance_summary())
             summary["wall_seconds"] = round(time.time() - t_start, 1)
             reused = [name for name, r in self.runner.records.items() if r.get("status") == "skipped"]
             if reused:  # finished by an earlier run of the same command: their time is not in this run's
@@ -155,6 +169,19 @@ class DemoRun:
             if targets is not None:
                 summary["targets"] = targets(summary)
             return self.finish(summary, write_report, print_table)
+
+    def provenance_summary(self) -> dict:
+        """``summary.json``'s ``provenance`` (the run's: ``trainer.core.provenance.run_provenance``), ``reuse`` (the
+        reuse rule: ``config`` says a stage may have been reused under another provenance) and, for each stage whose
+        recorded provenance differs from the run's, ``stage_provenance`` (``{stage: {field: its value}}``)."""
+        from trainer.core.provenance import differing_fields
+
+        out: dict = {"provenance": self.provenance, "reuse": str(self.cfg.reuse)}
+        differ = {name: d for name, made in self.runner.made_under.items()
+                  if (d := differing_fields(made, self.provenance))}
+        if differ:
+            out["stage_provenance"] = differ
+        return out
 
     def finish(self, summary: dict, write_report: Callable[[dict, Path], Any],
                print_table: Callable[[dict], None]) -> dict:

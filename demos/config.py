@@ -16,6 +16,7 @@ SCHEMA_NAME = "demo_schema"
 DemoKind = Choice("DemoKind", [("real", "real"), ("real_full", "real_full"), ("toy", "toy")], module=__name__,
                   qualname="DemoKind")
 GrpoRows = Choice("GrpoRows", [("all", "all"), ("informative", "informative")], module=__name__, qualname="GrpoRows")
+ReuseRule = Choice("ReuseRule", [("strict", "strict"), ("config", "config")], module=__name__, qualname="ReuseRule")
 FactsSize = Choice("FactsSize", [("small", "small"), ("full", "full")], module=__name__, qualname="FactsSize")
 EvalSplit = Choice("EvalSplit", [("dev", "dev"), ("test", "test")], module=__name__, qualname="EvalSplit")
 
@@ -154,6 +155,12 @@ class DemoRunConfig:
                               "(finished stages reused); other settings are refused unless overwrite=true.")
     overwrite: bool = _f(False, "Move a run already in `out` aside to <out>.old-<n> and start afresh (false: continue a "
                                 "run of the same demo, seed and settings; refuse one of others).")
+    reuse: ReuseRule = _f("strict", "When a finished stage in `out` is reused: strict = only while its config, inputs "
+                                    "and provenance (precision actually used, torch threads, git commit, package "
+                                    "versions; a checkout with uncommitted changes matches no other run) match this "
+                                    "run's, else it runs again (the old one moved aside) | config = on its config and "
+                                    "inputs alone (for developers; summary.json then says reuse: config, and its "
+                                    "numbers may mix code or precision).")
     real: RealDemoConfig = field(default_factory=RealDemoConfig)
     toy: ToyDemoConfig = field(default_factory=ToyDemoConfig)
 

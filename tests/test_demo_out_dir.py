@@ -22,6 +22,16 @@ from omegaconf import OmegaConf
 
 from recipe_utils import ROOT
 
+CLEAN = "c0ffee" * 6 + "c0ff"  # a clean commit: the checkout these tests run in may hold uncommitted changes
+
+
+@pytest.fixture(autouse=True)
+def _clean_checkout(monkeypatch):
+    """The demos' provenance names the git commit of the checkout, and a dirty tree matches no other run
+    (trainer/core/provenance.py); the tests of reuse pin a clean commit so they do not depend on the checkout's
+    state (the provenance tests below change it on purpose)."""
+    monkeypatch.setattr("trainer.core.provenance.git_commit", lambda *a, **k: CLEAN)
+
 
 # -- fakes: an "evaluate" recipe (a config with out_dir) and a data step ------------------------------------------
 class Fakes:
@@ -169,6 +179,205 @@ def test_a_result_no_file_holds_is_checked_against_its_hash(tmp_path):
     assert runner().run_all(fakes.stages())["eval_base"]["n"] == 3 and fakes.calls == ["eval_base"] * 2
 
 
+# -- issue 44: a finished stage is reused only while its provenance matches ----------------------------------------
+def _prov(**change) -> dict:
+    return {"precision": "fp32", "threads": 2, "git_commit": "a" * 40,
+            "versions": {"torch": "2.4.0", "python": "3.11.9"}, **change}
+
+
+def test_a_finished_stage_is_reused_only_while_its_provenance_matches(tmp_path, capsys):
+    """Precision, threads, package versions and git commit each make a finished stage run again (the old one moved
+    aside, one line naming the field); the same provenance reuses it."""
+    fakes, made = Fakes(), {"now": _prov()}
+
+    def runner(**kw):
+        return _runner(tmp_path, fakes, provenance=lambda cfg: made["now"], **kw)
+
+    runner().run_all(fakes.stages())
+    stage = tmp_path / "stages" / "eval_base"
+    assert json.loads((stage / "stage_complete.json").read_text())["provenance"] == _prov()
+    again = runner()
+    again.run_all(fakes.stages())
+    assert fakes.calls == ["eval_base"] and again.records["eval_base"]["status"] == "skipped"
+    assert again.made_under["eval_base"] == _prov()
+    changes = [({"precision": "bf16"}, "precision: recorded fp32 != now bf16"),
+               ({"threads": 1}, "threads: recorded 2 != now 1"),
+               ({"versions": {"torch": "2.5.0", "python": "3.11.9"}}, "versions.torch: recorded 2.4.0 != now 2.5.0"),
+               ({"git_commit": "b" * 40}, f"git_commit: recorded {'a' * 40} != now {'b' * 40}")]
+    for n, (change, said) in enumerate(changes, start=1):
+        made["now"] = _prov(**change)
+        capsys.readouterr()
+        assert runner().run_all(fakes.stages())["eval_base"] == {"n": 3, "model": "m1"}
+        lines = [x for x in capsys.readouterr().out.splitlines() if "eval_base: its provenance differs" in x]
+        assert len(lines) == 1 and said in lines[0] and "running it again" in lines[0], lines
+        assert len(fakes.calls) == 1 + n and (tmp_path / "stages" / f"eval_base.old-{n}" / "metrics.json").is_file()
+        assert json.loads((stage / "stage_complete.json").read_text())["provenance"] == made["now"]
+        made["now"] = _prov()  # back: the record now holds the changed one, so it runs again
+        runner().run_all(fakes.stages())
+        fakes.calls.pop()
+
+
+def test_a_dirty_tree_and_a_record_without_provenance_match_nothing_and_reuse_config_is_the_escape(tmp_path, capsys):
+    fakes = Fakes()
+    _runner(tmp_path, fakes).run_all(fakes.stages())  # a runner without provenance: an earlier version's record
+    assert "provenance" not in json.loads((tmp_path / "stages" / "eval_base" / "stage_complete.json").read_text())
+    capsys.readouterr()
+    dirty = _prov(git_commit="a" * 40 + "-dirty")
+    _runner(tmp_path, fakes, provenance=lambda cfg: dirty).run_all(fakes.stages())
+    assert "its provenance differs from this run's (provenance not recorded" in capsys.readouterr().out
+    _runner(tmp_path, fakes, provenance=lambda cfg: dirty).run_all(fakes.stages())  # the same dirty tree again
+    assert "uncommitted changes matches no other run" in capsys.readouterr().out
+    assert fakes.calls == ["eval_base"] * 3 and (tmp_path / "stages" / "eval_base.old-2").is_dir()
+
+    runner = _runner(tmp_path, fakes, provenance=lambda cfg: _prov(threads=1), reuse="config")
+    runner.run_all(fakes.stages())
+    lines = [x for x in capsys.readouterr().out.splitlines() if "reuse=config" in x]
+    assert fakes.calls == ["eval_base"] * 3 and runner.records["eval_base"]["status"] == "skipped"
+    assert len(lines) == 1 and "threads: recorded 2 != now 1" in lines[0]
+    assert runner.made_under["eval_base"] == dirty  # what the reused stage was made under, not now's
+
+
+def test_summary_json_has_the_run_s_provenance_the_reuse_rule_and_stages_that_differ(tmp_path):
+    from trainer.core.provenance import FIELDS, run_provenance
+
+    out, fakes = tmp_path / "out", Fakes()
+    summary = _demo(_demo_cfg(out), fakes)
+    assert summary["provenance"] == run_provenance() and set(summary["provenance"]) == set(FIELDS)
+    assert summary["provenance"]["git_commit"] == CLEAN and summary["reuse"] == "strict"
+    # the fake evaluation's config has no precision setting: it differs from the run's, and says so
+    assert summary["stage_provenance"] == {"eval_base": {"precision": None}}
+    on_disk = json.loads((out / "summary.json").read_text())
+    assert on_disk["provenance"] == summary["provenance"] and on_disk["reuse"] == "strict"
+    record = json.loads((out / "stages" / "eval_base" / "stage_complete.json").read_text())
+    assert record["provenance"] == {**run_provenance(), "precision": None}
+    assert _demo(_demo_cfg(out, reuse="config"), fakes)["reuse"] == "config"
+
+
+def test_another_setting_of_the_same_demo_and_seed_reruns_only_the_stages_it_changes(tmp_path, capsys):
+    """Issue 42 case 3: a settings change was refused as "other settings" (overwrite=true reran everything). It is
+    accepted in one line naming the changed keys, demo.json is rewritten, a stage it does not change is reused."""
+    out, fakes = tmp_path / "out", Fakes()
+    _demo(_demo_cfg(out), fakes)
+    capsys.readouterr()
+    summary = _demo(_demo_cfg(out, grpo_rows="informative", transfer=False), fakes)
+    said = [x for x in capsys.readouterr().out.splitlines() if "with changed settings" in x]
+    assert len(said) == 1 and "settings.real.grpo_rows: saved 'all' != now 'informative'" in said[0]
+    assert "settings.real.transfer: saved True != now False" in said[0]
+    assert summary["reused_stages"] == ["eval_base"] and fakes.calls == ["eval_base"]
+    saved = json.loads((out / "demo.json").read_text())["settings"]["real"]
+    assert saved["grpo_rows"] == "informative" and saved["transfer"] is False
+
+
+class ToyFakes:
+    """Fake recipes for the toy demo's own stage list (``demos.toy.pipeline.ToyStages``): a training recipe writes
+    ``final/`` whose weights depend on what it started from and on its overrides, ``config.yaml`` and
+    ``run_complete.json`` (moving an earlier run aside under trainer.overwrite=true, as ``setup_run`` does); an
+    evaluation or mining writes its result file. ``calls`` lists the stages run."""
+
+    def __init__(self):
+        self.calls: list[str] = []
+
+    @staticmethod
+    def compose(recipe: str, overrides: list[str]):
+        kv = dict(o.split("=", 1) for o in overrides)
+        cfg = {"seed": 0, "overrides": [o for o in overrides if not o.startswith(("model.", "trainer.overwrite"))],
+               "model": {"path": kv.get("model.path", "").strip("'"),
+                         "init_adapter": kv.get("model.init_adapter", "").strip("'") or None,
+                         "init_adapter_mode": kv.get("model.init_adapter_mode", "merge")}}
+        if recipe in ("sft", "dpo", "grpo"):
+            cfg["trainer"] = {"run_dir": "", "resume": "auto", "overwrite": kv.get("trainer.overwrite") == "true"}
+        else:
+            cfg["out_dir"] = ""
+        return OmegaConf.create(cfg)
+
+    def train(self, cfg):
+        import types
+
+        from trainer.core.run_dir import prepare_fresh_or_refuse
+
+        run = Path(cfg.trainer.run_dir)
+        run.mkdir(parents=True, exist_ok=True)
+        prepare_fresh_or_refuse(run, cfg.trainer)
+        self.calls.append(run.name)
+        (run / "final").mkdir()
+        full = cfg.model.path.endswith("tiny")  # base_sft: full fine-tuning of the tiny model; the others LoRA
+        (run / "final" / ("config.json" if full else "adapter_config.json")).write_text("{}")
+        made = f"{cfg.model.init_adapter or cfg.model.path} {list(cfg.overrides)}"
+        (run / "final" / ("model.safetensors" if full else "adapter_model.safetensors")).write_text(
+            hashlib.sha256(made.encode()).hexdigest())
+        (run / "config.yaml").write_text(OmegaConf.to_yaml(cfg))
+        (run / "run_complete.json").write_text(json.dumps({"step": 2}))
+        return types.SimpleNamespace(stopped_early=False, step=2)
+
+    def evaluate(self, cfg, name="metrics.json", result=None):
+        out = Path(cfg.out_dir)
+        self.calls.append(out.name)
+        out.mkdir(parents=True, exist_ok=True)
+        result = result or {"model": cfg.model.path, "adapter": cfg.get("adapter_path")}
+        (out / name).write_text(json.dumps(result))
+        (out / "knowledge.jsonl").write_text("{}\n")
+        return result
+
+    def mine(self, cfg):
+        (Path(cfg.out_dir) / "pairs.jsonl").parent.mkdir(parents=True, exist_ok=True)
+        (Path(cfg.out_dir) / "pairs.jsonl").write_text("{}\n")
+        return self.evaluate(cfg, "mining_stats.json", {"kept": 1})
+
+    def run(self, out, **toy):
+        from demos.common import DemoRun
+        from demos.toy.pipeline import ToyStages
+
+        cfg = _demo_cfg(out, demo="toy")
+        cfg.toy = OmegaConf.merge(cfg.toy, {"misleading_only": False, "knowledge_aware": False, **toy})
+        runners = {"sft": self.train, "dpo": self.train, "grpo": self.train, "evaluate": self.evaluate,
+                   "mine_pairs": self.mine}
+        demo = DemoRun(cfg, compose=self.compose, runners=runners, checks={}, threads=None)
+        self.calls.clear()
+        return demo.run(ToyStages(cfg, str(out.parent / "tiny")).all(), lambda results: {"seed": cfg.seed},
+                        lambda summary, where: None, lambda summary: None)
+
+
+def test_a_toy_stage_setting_changed_reruns_that_stage_and_what_it_feeds_and_reuses_the_rest(tmp_path, capsys):
+    """Issue 42 case 3 on the toy demo's own stage list: fixing one stage's setting (``toy.stages.box2_sft``) after
+    a full run retrains that stage (its old directory moved aside), reruns the stages that read or start from it,
+    and reuses every other finished stage; nothing is deleted."""
+    out, fake = tmp_path / "out", ToyFakes()
+    fake.run(out)
+    order = ["base_sft", "eval_base", "eval_base_unseen", "mine", "scope", "eval_scope", "eval_scope_unseen",
+             "box2_eval_base", "box2_sft", "box2_eval_sft", "grpo", "box2_eval_grpo"]
+    assert fake.calls == order
+    before = _tree(out / "stages")
+    capsys.readouterr()
+    summary = fake.run(out, stages={"box2_sft": ["optim.lr=1.0e-3"]})
+    said = capsys.readouterr().out
+    assert fake.calls == ["box2_sft", "box2_eval_sft", "grpo", "box2_eval_grpo"]
+    assert set(summary["reused_stages"]) == set(order) - set(fake.calls)
+    assert "with changed settings (settings.toy.stages.box2_sft: saved [] != now ['optim.lr=1.0e-3'])" in said
+    assert "box2_sft: its config changed since it finished (overrides" in said and "retraining" in said
+    for name in fake.calls:  # each earlier run kept, whole, beside the new one
+        old = {k.split("/", 1)[1]: v for k, v in before.items() if k.split("/", 1)[0] == name}
+        assert _tree(out / "stages" / f"{name}.old-1") == old, name
+    for name in set(order) - set(fake.calls):
+        assert {k: v for k, v in _tree(out / "stages").items() if k.split("/", 1)[0] == name} == {
+            k: v for k, v in before.items() if k.split("/", 1)[0] == name}, name
+
+
+def test_a_training_stage_records_its_provenance_and_reruns_when_it_changes(tmp_path, capsys, monkeypatch):
+    out, fake = tmp_path / "out", ToyFakes()
+    fake.run(out, box2=False)
+    record = json.loads((out / "stages" / "base_sft" / "stage_complete.json").read_text())
+    assert record["training"] and record["recipe"] == "sft" and record["provenance"]["git_commit"] == CLEAN
+    fake.run(out, box2=False)
+    assert fake.calls == []
+    monkeypatch.setattr("trainer.core.provenance.git_commit", lambda *a, **k: "f" * 40)
+    capsys.readouterr()
+    summary = fake.run(out, box2=False)
+    assert fake.calls[:2] == ["base_sft", "eval_base"] and "reused_stages" not in summary
+    assert f"base_sft: its provenance differs from this run's (git_commit: recorded {CLEAN} != now {'f' * 40})" in (
+        capsys.readouterr().out)
+    assert (out / "stages" / "base_sft.old-1" / "run_complete.json").is_file()
+
+
 @pytest.mark.parametrize("interrupt, code, said", [
     ("ctrl_c", 130, "stage eval_base stopped by Ctrl-C before it finished"),
     ("sigterm", 0, "stage eval_base stopped by SIGTERM before it finished")])
@@ -194,11 +403,12 @@ def test_ctrl_c_or_sigterm_during_an_evaluation_ends_in_one_line(tmp_path, capsy
 
 
 # -- DemoRun: the out dir records its run; others are refused or moved aside; one demo at a time -----------------
-def _demo_cfg(out, seed=0, overwrite=False, **real):
+def _demo_cfg(out, seed=0, overwrite=False, demo="real", reuse="strict", **real):
     from demos.config import DemoRunConfig
 
     return OmegaConf.merge(OmegaConf.structured(DemoRunConfig),
-                           {"out": str(out), "seed": seed, "overwrite": overwrite, "real": real})
+                           {"out": str(out), "seed": seed, "overwrite": overwrite, "demo": demo, "reuse": reuse,
+                            "real": real})
 
 
 def _demo(cfg, fakes, checks=None):
@@ -252,7 +462,9 @@ def _tree(root: Path) -> dict[str, bytes]:
     return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
-def test_another_seed_or_setting_is_refused_in_one_line_and_overwrite_moves_the_run_aside(tmp_path, capsys):
+def test_another_seed_or_demo_is_refused_in_one_line_and_overwrite_moves_the_run_aside(tmp_path, capsys):
+    """Another seed or demo kind into an out dir is refused (no stage of it could be reused). Since issue 42 case 3
+    another setting of the same demo and seed is no longer refused: the next test."""
     out, fakes = tmp_path / "out", Fakes()
     summary = _demo(_demo_cfg(out), fakes)
     assert summary["seed"] == 0 and "reused_stages" not in summary
@@ -260,7 +472,7 @@ def test_another_seed_or_setting_is_refused_in_one_line_and_overwrite_moves_the_
     assert _demo(_demo_cfg(out), fakes)["reused_stages"] == ["eval_base"]  # the same command: continued
     before = _tree(out)
     for cfg, diff in ((_demo_cfg(out, seed=1), "seed: saved 0 != now 1"),
-                      (_demo_cfg(out, torch_threads=1), "settings.real.torch_threads: saved None != now 1")):
+                      (_demo_cfg(out, demo="real_full"), "demo: saved 'real' != now 'real_full'")):
         capsys.readouterr()
         with pytest.raises(SystemExit) as e:
             _demo(cfg, fakes)

@@ -16,6 +16,11 @@ A record is trusted only as far as the stage's own files back it (:func:`verifie
   recorded result must match its hash (``result_sha256``), else the stage runs again.
 
 Running again never loses work: the runner first moves the earlier directory aside to ``<name>.old-<n>``.
+
+Under a runner given a provenance function (the demos), the record also holds the stage's ``provenance``
+(``trainer/core/provenance.py``: precision, threads, git commit, package versions), and a finished training stage
+gets a record too (:func:`write_training_record`: its recipe and provenance; its weights are pinned by the stages
+that start from them), so every finished stage says what it was made under (:func:`recorded_provenance`).
 """
 
 from __future__ import annotations
@@ -106,3 +111,23 @@ def verified_result(record: dict, out_dir: Path) -> tuple[Any, str | None, str |
         f"the result in {out_dir / COMPLETE_RECORD} differs from the stage's own {name} (edited by hand?): the "
         f"result is read from {name}")
     return result, None, note
+
+
+def write_training_record(stage_dir: Path, recipe: str, provenance: dict) -> None:
+    """A finished training stage's ``stage_complete.json``: its recipe and provenance (no result: its output is its
+    ``final/``, whose weights the stages starting from it pin by hash)."""
+    from eval_hooks.core.io import write_json_atomic
+
+    write_json_atomic(Path(stage_dir) / COMPLETE_RECORD, {"recipe": recipe, "training": True, "provenance": provenance})
+
+
+def recorded_provenance(stage_dir: Path) -> dict | None:
+    """The provenance a finished stage recorded in its ``stage_complete.json``; None when there is none (no record,
+    one that cannot be read, or one of an earlier version)."""
+    path = Path(stage_dir) / COMPLETE_RECORD
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    value = record.get("provenance") if isinstance(record, dict) else None
+    return value if isinstance(value, dict) else None

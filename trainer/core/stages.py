@@ -47,7 +47,12 @@ A recipe stage that is not a training run (an evaluation, pair mining) is record
 hash of each file it wrote) and reused while that record matches and the stage's files match their hashes, its
 result then read from the stage's own result file (``metrics.json``; ``trainer/core/stage_record.py``); a record
 that does not match (other settings, an input that changed, an output edited or missing) or cannot be read (cut
-short) reruns the stage, the earlier run moved aside to ``<name>.old-<n>``. A step (``call``) runs every time: steps are cheap (a
+short) reruns the stage, the earlier run moved aside to ``<name>.old-<n>``. A runner given ``provenance`` (a function of
+a stage's config: ``trainer/core/provenance.py``; the demos) records it in every finished stage's
+``stage_complete.json`` (a training stage's too) and, under ``reuse="strict"``, reuses a stage only while it matches
+(a record without one does not), else reruns it moved aside, in one line naming the fields; ``reuse="config"`` reuses
+on the config alone and says so. With ``rerun_changed`` (the demos) a finished or interrupted training stage whose
+composed config changed is retrained, the old one moved aside, instead of refused. A step (``call``) runs every time: steps are cheap (a
 cached conversion, a data build), and the stages reading their output pin it by content. A training stage's
 inputs are pinned in its ``stage_start.json`` with its start weights, under the same rule as those.
 """
@@ -140,11 +145,20 @@ class StageRunner:
 
     def __init__(self, root, *, seed: int, compose: Callable[[str, list[str]], Any] | None,
                  runners: dict[str, Callable[[Any], Any]], prefix: str = "[chain]",
-                 log: Callable[[str], None] | None = None, rerun_stale: bool = False, record: str | None = None):
+                 log: Callable[[str], None] | None = None, rerun_stale: bool = False, record: str | None = None,
+                 rerun_changed: bool = False, provenance: Callable[[Any], dict] | None = None, reuse: str = "strict"):
         self.root = Path(root).expanduser().resolve()
         self.seed, self.compose, self.runners, self.prefix = seed, compose, runners, prefix
         self.log = log or (lambda msg: print(f"{prefix} {msg}", flush=True))
         self.rerun_stale, self.record = rerun_stale, record
+        # a finished (or interrupted) training stage whose composed config changed is retrained, the old one moved
+        # aside, instead of refused (the demos: a settings change reruns only the stages it changes)
+        self.rerun_changed = rerun_changed
+        # stage config -> the stage's provenance (trainer/core/provenance.py), recorded in stage_complete.json and
+        # required to match for reuse ("strict"), or only recorded ("config": reuse on the config alone); None:
+        # neither recorded nor checked (the chains)
+        self.provenance, self.reuse = provenance, reuse
+        self.made_under: dict[str, dict | None] = {}  # each recipe stage's provenance: recorded (reused) or now
         self.records: dict[str, dict] = {}  # what chain.json holds: each stage's status
         self.timings: dict[str, float] = {}  # seconds per stage, as run now
         self.outputs: dict[str, str] = {}  # what an input naming the stage refers to
@@ -268,6 +282,8 @@ class StageRunner:
         from .run_dir import schema_defaults
 
         provenance = {"recipe": stage.recipe, "config": OmegaConf.to_container(cfg, resolve=True)}
+        if self.provenance is not None:
+            provenance["provenance"] = self.provenance(cfg)
         return self._reuse_or_run(stage, provenance, lambda: self.runners[stage.recipe](cfg),
                                   defaults=schema_defaults(cfg)), out
 
@@ -292,14 +308,18 @@ class StageRunner:
             diffs += config_differences(record.get("config", {}), now["config"], "config.", defaults=defaults)
             diffs += start_differences(record.get("inputs", {}), now["inputs"])
             result, untrusted, note = (None, None, None) if diffs else verified_result(record, out)
-            if not diffs and not untrusted:
+            changed = [] if diffs or untrusted else self._provenance_changed(
+                stage.name, record.get("provenance"), now.get("provenance"))
+            if not diffs and not untrusted and not changed:
                 if note:
                     self.log(f"{stage.name}: {note}")
                 self.log(f"{stage.name}: already complete ({out / COMPLETE_RECORD}), reused")
                 self.records[stage.name] = {"status": "skipped"}
+                self.made_under[stage.name] = record.get("provenance")
                 return result
             why = (f"finished with other settings or inputs ({'; '.join(diffs)})" if diffs
-                   else f"not reused: {untrusted}")
+                   else f"not reused: {untrusted}" if untrusted
+                   else f"its provenance differs from this run's ({'; '.join(changed)})")
         if why:
             self.log(f"{stage.name}: {why}: running it again (the earlier one is moved to {out.name}.old-<n>)")
             if _main_process():
@@ -309,7 +329,23 @@ class StageRunner:
             write_json_atomic(out / COMPLETE_RECORD, {**now, "result": result})
             seal(out / COMPLETE_RECORD)
         self.records[stage.name] = {"status": "ran"}
+        self.made_under[stage.name] = now.get("provenance")
         return result
+
+    def _provenance_changed(self, name: str, recorded: dict | None, now: dict | None) -> list[str]:
+        """How a finished stage's recorded provenance differs from ``now`` (``provenance.provenance_differences``);
+        [] when it matches, when this runner checks none (``now`` None), or under ``reuse="config"`` (the
+        difference then said in one line)."""
+        if now is None:
+            return []
+        from .provenance import provenance_differences
+
+        diffs = provenance_differences(recorded, now)
+        if diffs and self.reuse == "config":
+            self.log(f"{name}: reused on its config alone (reuse=config) although its provenance differs from this "
+                     f"run's ({'; '.join(diffs)})")
+            return []
+        return diffs
 
     def input_paths(self, stage: Stage) -> dict[str, Path | str]:
         """``{key: path}`` of the stage's inputs: each named earlier stage's output (which has run) joined with the
@@ -372,26 +408,22 @@ class StageRunner:
     def train(self, stage: Stage, cfg) -> Path | None:
         """Train (or skip, or resume) one training stage; returns its ``final/`` directory, or None when it
         stopped early."""
-        from omegaconf import OmegaConf
-
         from trainer.core.checkpoint import resumable
-        from trainer.core.run_dir import config_differences
+        from trainer.core.stage_record import recorded_provenance, write_training_record
         from trainer.core.stage_start import read_start, write_start
 
         name, run_dir = stage.name, self.stage_dir(stage.name)
         done = run_dir / "run_complete.json"
+        now = self.provenance(cfg) if self.provenance is not None else None
         start, retrain = self._check_start(stage, cfg)
         retrain = retrain or (done.exists() and self._final_lost(name, run_dir))
+        retrain = retrain or self._changed_since(stage, cfg, done, now)
         if retrain == "retrain":  # the trainer's main process moves the old stage to <name>.old-<n>
             cfg = self.compose_stage(stage, extra=("trainer.overwrite=true",))
         if done.exists() and not retrain:
-            saved = OmegaConf.to_container(OmegaConf.load(run_dir / "config.yaml"), resolve=True)
-            diffs = config_differences(saved, OmegaConf.to_container(cfg, resolve=True))
-            if diffs:
-                raise ConfigError(f"stage {name!r} finished in {run_dir} with another config ({len(diffs)} differing "
-                                  f"keys):\n  " + "\n  ".join(diffs) + f"\nUse a new trainer.run_dir, or delete {run_dir}.")
             self.log(f"{name}: already complete ({done}), skipped")
             self.records[name] = {"status": "skipped", **json.loads(done.read_text())}
+            self.made_under[name] = recorded_provenance(run_dir)
             return run_dir / "final"
         # a lone .tmp-step_N (a save cut short) is nothing to resume
         resuming = retrain != "retrain" and resumable(run_dir)
@@ -407,9 +439,43 @@ class StageRunner:
         if result is None or result.stopped_early:
             self.records[name] = {"status": "stopped", "step": getattr(result, "step", None)}
             return None
+        if now is not None and _main_process():
+            write_training_record(run_dir, stage.recipe, now)
+        self.made_under[name] = now
         self.records[name] = {"status": "resumed" if resuming else "trained", "seconds": round(time.time() - t0, 1),
                               **json.loads(done.read_text())}
         return run_dir / "final"
+
+    def _changed_since(self, stage: Stage, cfg, done: Path, now: dict | None) -> str | None:
+        """``"retrain"`` for a training stage that finished (or has a checkpoint to resume) under another config, or
+        finished under another provenance (``now``; :meth:`_provenance_changed`), with ``rerun_changed`` (said in
+        one line); without it a finished one is refused naming the keys (an interrupted one is left to the
+        trainer's resume check). None when the stage may be skipped, resumed or trained as it is."""
+        from omegaconf import OmegaConf
+
+        from .checkpoint import resumable
+        from .run_dir import config_differences
+        from .stage_record import recorded_provenance
+
+        name, run_dir = stage.name, self.stage_dir(stage.name)
+        finished, saved = done.exists(), run_dir / "config.yaml"
+        if not saved.is_file() or not (finished or resumable(run_dir)):
+            return None
+        diffs = config_differences(OmegaConf.to_container(OmegaConf.load(saved), resolve=True),
+                                   OmegaConf.to_container(cfg, resolve=True))
+        why = diffs and f"its config changed since it {'finished' if finished else 'started'} ({'; '.join(diffs)})"
+        if not diffs and finished:
+            changed = self._provenance_changed(name, recorded_provenance(run_dir), now)
+            why = changed and f"its provenance differs from this run's ({'; '.join(changed)})"
+        if not why or not (finished or self.rerun_changed):
+            return None
+        if not self.rerun_changed:
+            if diffs:
+                raise ConfigError(f"stage {name!r} finished in {run_dir} with another config ({len(diffs)} differing "
+                                  f"keys):\n  " + "\n  ".join(diffs) + f"\nUse a new trainer.run_dir, or delete {run_dir}.")
+            raise ConfigError(f"stage {name!r} in {run_dir}: {why}. Use a new trainer.run_dir, or delete {run_dir}.")
+        self.log(f"{name}: {why}: retraining (the old stage is moved to {run_dir.name}.old-<n>)")
+        return "retrain"
 
     def _check_start(self, stage: Stage, cfg) -> tuple[dict, str | None]:
         """(the stage's start now (``stage_start.start_identity`` and its inputs' identity), ``"retrain"`` or None).
