@@ -329,16 +329,21 @@ class StageRunner:
     @contextlib.contextmanager
     def _signals_end(self, stage: Stage):
         """While a stage runs (outside a training loop's own handling), SIGTERM and Ctrl-C end the process in one
-        line: exit 0 for SIGTERM (the stop rule of every entry point), 130 for Ctrl-C; finished stages are kept."""
+        line: exit 0 for SIGTERM (the stop rule of every entry point), 130 for Ctrl-C; finished stages are kept.
+        Ctrl-C is Python's own handler here also when the process inherited SIGINT ignored (a job started with
+        ``&`` or ``nohup`` by a non-interactive shell): the training loop takes SIGINT whatever it inherited, so
+        every other stage does too. The handlers found are put back when the stage ends."""
         import signal
 
         def stop(signum, frame):
             raise _StopSignal(signum)
 
-        try:
-            previous = signal.signal(signal.SIGTERM, stop)
-        except ValueError:  # not the main thread
-            previous = None
+        previous = {}
+        for sig, handler in ((signal.SIGTERM, stop), (signal.SIGINT, signal.default_int_handler)):
+            try:
+                previous[sig] = signal.signal(sig, handler)
+            except ValueError:  # not the main thread
+                pass
         try:
             yield
         except (KeyboardInterrupt, _StopSignal) as e:
@@ -352,8 +357,9 @@ class StageRunner:
                          f"to continue")
             raise
         finally:
-            if previous is not None:
-                signal.signal(signal.SIGTERM, previous)
+            for sig, handler in previous.items():
+                if handler is not None:  # None: a handler not set from Python, which cannot be put back
+                    signal.signal(sig, handler)
 
     def _stopped(self, stage: Stage) -> None:
         """A training stage stopped early after saving its checkpoint: record it, say so in one line, exit 0."""
