@@ -11,8 +11,8 @@ the rest, identically for DPO, SFT and GRPO:
 - ``metrics.jsonl`` lines, a progress bar, epoch-end evaluation (in a forked RNG so evaluation never
   changes the training stream), atomic checkpoints, exact resume;
 - preemption: SIGTERM/SIGUSR1/SIGINT set a flag; all ranks agree on it after the current step, save one
-  checkpoint and return (the recipe then exits 0; 130 after SIGINT). A signal during a reward call
-  abandons the step in progress and checkpoints the last completed one (``trainer.core.interrupt``).
+  checkpoint and return (the recipe then exits 0; 130 after SIGINT). A signal during a reward call or
+  GRPO's rollout generation abandons the step in progress and checkpoints the last completed one (``trainer.core.interrupt``).
 """
 
 from __future__ import annotations
