@@ -37,7 +37,9 @@ itself (its main process) moves or writes stage files.
 A training stage that stops early (SIGTERM or SIGUSR1, ``trainer.stop_at_step``) has saved its checkpoint: the
 runner prints one line and exits 0, the rule of every entry point (a requeue wrapper reruns a command that exits
 0 without ``run_complete.json``; 1 would mean a failure); running the same command again continues it. Ctrl-C
-exits 130 from the training loop itself, after the same save. A stop signal while any other stage runs (an
+exits 130 from the training loop itself, after the same save. A stop that reaches a training stage after its last
+step (while it saves it, or evaluates) lets the stage finish, then ends the process in one line before the next
+stage (``LoopResult.late_stop``; exit 0, 130 after Ctrl-C). A stop signal while any other stage runs (an
 evaluation, a data build, a model loading) ends the process in one line too, exit 0 after SIGTERM and 130 after
 Ctrl-C: that stage keeps nothing, finished stages are kept. :meth:`StageRunner.hold` holds the root's lock (one
 orchestrator per root) and its log file; ``record`` (a chain's ``chain.json``) records each stage.
@@ -149,6 +151,7 @@ class StageRunner:
         self.timings: dict[str, float] = {}  # seconds per stage, as run now
         self.outputs: dict[str, str] = {}  # what an input naming the stage refers to
         self.dirs: dict[str, Path] = {}
+        self._late_stop: int | None = None  # a stop signal a training stage's loop took after its last step
 
     # -- where stages write, and what they read ------------------------------------------------------
     def _declare(self, stage: Stage) -> None:
@@ -246,6 +249,8 @@ class StageRunner:
         self.outputs[stage.name] = str(output)
         self.timings[stage.name] = round(time.time() - t0, 1)
         self.log(f"{stage.name}: {self.timings[stage.name]:.0f} s")
+        if self._late_stop is not None:
+            self._stopped_after(stage, self._late_stop)
         if stage.check is not None:
             stage.check(result)
         return result
@@ -369,6 +374,17 @@ class StageRunner:
                  f"continue (from step {step})")
         raise SystemExit(0)
 
+    def _stopped_after(self, stage: Stage, signum: int) -> None:
+        """A stop signal arrived while a training stage finished (its last save, its final evaluation): the stage
+        is complete; say so in one line and exit (0 for SIGTERM or SIGUSR1, 130 for Ctrl-C) before the next stage."""
+        import signal
+
+        self.write_record()
+        ctrl_c = signum == signal.SIGINT
+        self.log(f"stage {stage.name} finished; stopped by {'Ctrl-C' if ctrl_c else signal.Signals(signum).name} "
+                 f"before the next stage (finished stages are kept); run the same command again to continue")
+        raise SystemExit(130 if ctrl_c else 0)
+
     def write_record(self) -> None:
         if self.record is not None:
             from eval_hooks.core.io import write_json_atomic
@@ -415,6 +431,7 @@ class StageRunner:
             return None
         self.records[name] = {"status": "resumed" if resuming else "trained", "seconds": round(time.time() - t0, 1),
                               **json.loads(done.read_text())}
+        self._late_stop = getattr(result, "late_stop", None)
         return run_dir / "final"
 
     def _check_start(self, stage: Stage, cfg) -> tuple[dict, str | None]:
