@@ -402,6 +402,118 @@ def test_ctrl_c_or_sigterm_during_an_evaluation_ends_in_one_line(tmp_path, capsy
     assert signal.getsignal(signal.SIGTERM) == handler and fakes.calls == ["eval_base"]
 
 
+
+
+@pytest.fixture
+def one_torch_thread():
+    import dist_helpers as dh
+
+    yield from dh.one_torch_thread()
+
+
+def _train_then_evaluate(root: Path, fakes: Fakes, later: list):
+    """A demo in small: a data step, a tiny DPO stage (``scope``), an evaluation of it (``transfer_scope``, by
+    ``fakes``), then a step that appends to ``later``. Returns a function running all of it (the same command)."""
+    import dist_helpers as dh
+    from recipe_utils import compose, load_recipe
+    from trainer.core.stages import Stage, StageRunner
+
+    pairs = dh.write_pairs(root / "pairs.jsonl", 5)
+
+    def compose_any(recipe, overrides):
+        return compose(recipe, overrides) if recipe == "dpo" else fakes.compose(recipe, overrides)
+
+    def run():
+        runner = StageRunner(root / "out", seed=0, compose=compose_any, prefix="[demo]",
+                             runners={"dpo": load_recipe("dpo").run, "evaluate": fakes.evaluate})
+        return runner.run_all([
+            Stage("data", call=fakes.data),
+            Stage("scope", "dpo", [f"data.train_path={pairs}", "eval=none", "trainer.progress=false",
+                                   "trainer.save_every=0", "optim.batch_size=4", "optim.grad_accum=1",
+                                   "trainer.max_steps=2"]),
+            Stage("transfer_scope", "evaluate", ["model.path=m1"], inputs={"eval.path": "data/items.txt"}),
+            Stage("grpo_prompts", call=lambda out: later.append(out))])
+
+    return run
+
+
+@pytest.mark.parametrize("sig, code, said", [(signal.SIGINT, 130, "Ctrl-C"), (signal.SIGTERM, 0, "SIGTERM")])
+def test_a_stop_signal_during_an_evaluation_after_a_training_stage_ends_the_demo(tmp_path, capsys, one_torch_thread,
+                                                                                sig, code, said):
+    """The real demo's report: Ctrl-C (``kill -INT``) during ``transfer_scope``, an evaluation after the SCOPE arm
+    trained in the same process, was ignored; the evaluation ran to its end and the next stages ran. The demo had
+    been started in the background by a non-interactive shell, so it inherited SIGINT ignored: the training loop
+    takes SIGINT whatever it inherited (and hands back what it found), every other stage kept it ignored. Here: a
+    tiny DPO stage, then an evaluation that signals itself, then a stage that must not run; then the same command
+    again continues (the trained stage reused, the evaluation and the later stage run)."""
+    fakes, later = Fakes(), []
+
+    def signal_self():
+        os.kill(os.getpid(), sig)
+        for _ in range(100):  # the signal arrives meanwhile; an evaluation it did not stop runs on to its end
+            time.sleep(0.05)
+
+    run = _train_then_evaluate(tmp_path, fakes, later)
+    inherited = signal.signal(signal.SIGINT, signal.SIG_IGN)  # as `python recipes/demo.py ... &` from a script
+    try:
+        fakes.during_eval = signal_self
+        with pytest.raises(SystemExit) as e:
+            run()
+        assert e.value.code == code and e.value.__suppress_context__
+        out = capsys.readouterr().out.strip().splitlines()
+        assert out[-1].startswith(f"[demo] stage transfer_scope stopped by {said} before it finished"), out[-3:]
+        assert "run the same command again to continue" in out[-1]
+        assert not any(line.startswith("[demo] transfer_scope: ") for line in out)  # not recorded as finished
+        assert later == [] and fakes.calls == ["transfer_scope"]
+        assert (tmp_path / "out" / "stages" / "scope" / "run_complete.json").exists()  # the finished stage is kept
+        assert not (tmp_path / "out" / "stages" / "transfer_scope" / "stage_complete.json").exists()
+        assert signal.getsignal(signal.SIGINT) == signal.SIG_IGN  # what the process inherited is handed back
+
+        fakes.during_eval = None  # the same command again continues
+        results = run()
+        out = capsys.readouterr().out
+        assert "[demo] scope: already complete" in out and results["transfer_scope"]["n"] == 3
+        assert fakes.calls == ["transfer_scope"] * 2 and len(later) == 1
+    finally:
+        signal.signal(signal.SIGINT, inherited)
+
+
+@pytest.mark.parametrize("sig, code, said", [(signal.SIGINT, 130, "Ctrl-C"), (signal.SIGTERM, 0, "SIGTERM")])
+def test_a_stop_signal_while_a_training_stage_finishes_stops_before_the_next_stage(tmp_path, capsys, monkeypatch,
+                                                                                  one_torch_thread, sig, code, said):
+    """A stop signal that reaches a training stage after its loop last looked at the flag (while it saves its last
+    step; the same holds for its final evaluation, which can take minutes) only set the flag: the stage finished
+    and the next stages ran. The stage is complete: the runner keeps it and stops before the next stage."""
+    import trainer.core.checkpoint as checkpoint
+    import trainer.core.interrupt as interrupt
+
+    real_save = checkpoint.CheckpointManager.save
+
+    def save_then_signal(self, step, **kwargs):
+        real_save(self, step, **kwargs)
+        if step == 2:  # the last step's checkpoint, after the loop's look at the flag
+            os.kill(os.getpid(), sig)
+
+    monkeypatch.setattr(checkpoint.CheckpointManager, "save", save_then_signal)
+    fakes, later = Fakes(), []
+    run = _train_then_evaluate(tmp_path, fakes, later)
+    try:
+        with pytest.raises(SystemExit) as e:
+            run()
+    finally:
+        interrupt._state.update(requested=False, signum=None, depth=0)  # the stop is spent; later tests start clean
+    assert e.value.code == code
+    out = capsys.readouterr().out.strip().splitlines()
+    assert out[-1].startswith(f"[demo] stage scope finished; stopped by {said} before the next stage"), out[-3:]
+    assert "run the same command again to continue" in out[-1]
+    assert fakes.calls == [] and later == []
+    assert (tmp_path / "out" / "stages" / "scope" / "run_complete.json").exists()
+
+    monkeypatch.setattr(checkpoint.CheckpointManager, "save", real_save)
+    results = run()  # the same command again continues after the finished stage
+    assert "[demo] scope: already complete" in capsys.readouterr().out and results["transfer_scope"]["n"] == 3
+    assert fakes.calls == ["transfer_scope"] and len(later) == 1
+
 # -- DemoRun: the out dir records its run; others are refused or moved aside; one demo at a time -----------------
 def _demo_cfg(out, seed=0, overwrite=False, demo="real", reuse="strict", **real):
     from demos.config import DemoRunConfig

@@ -217,6 +217,46 @@ def test_stop_signal_interrupts_a_reward_call(sig):
         stops.restore()
 
 
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_stop_signal_while_grpo_generates_its_first_step_ends_the_run_at_once(tmp_path, monkeypatch, sig):
+    """The real demo's report: SIGTERM during the GRPO stage's first step did not end it within 60 s. The signal
+    only set the loop's flag; the rollouts of the round were generated to their end (minutes on a CPU) before the
+    first reward call saw it. Generation is now cut short by the signal: the step is abandoned (nothing completed,
+    nothing to save), the run stops (exit 130 after Ctrl-C), and the same command then trains from the start."""
+    import trainer.core.interrupt as interrupt
+    import trainer.rl.rollout_modes as modes
+
+    real = modes.SingleTurnMode.generate
+    finished = []
+
+    def slow_generate(self, *args, **kwargs):
+        os.kill(os.getpid(), sig)
+        t0 = time.time()
+        while time.time() - t0 < 30:  # a round of generation that takes long: the stop must not wait for it
+            time.sleep(0.05)
+        finished.append(time.time() - t0)
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(modes.SingleTurnMode, "generate", slow_generate)
+    run = tmp_path / "grpo"
+    overrides = [f"trainer.run_dir={run}", "eval=none", "trainer.progress=false", "trainer.max_steps=2"]
+    try:
+        if sig == signal.SIGINT:
+            with pytest.raises(SystemExit) as e:
+                run_recipe("grpo", "grpo", overrides)
+            assert e.value.code == 130
+        else:
+            result = run_recipe("grpo", "grpo", overrides)
+            assert result.stopped_early and result.step == 0
+    finally:
+        interrupt._state.update(requested=False, signum=None, depth=0)  # the stop is spent; later tests start clean
+    assert finished == []  # the generation in progress was abandoned at the signal
+    assert not (run / "run_complete.json").exists() and not list((run / "checkpoints").glob("step_*"))
+    monkeypatch.setattr(modes.SingleTurnMode, "generate", real)
+    result = run_recipe("grpo", "grpo", overrides)  # the same command again
+    assert result.step == 2 and not result.stopped_early and (run / "run_complete.json").exists()
+
 _HANG_REWARD = "SELECTRUST_TEST_HANG_FILE"
 
 

@@ -1,8 +1,8 @@
 """Stop requests (SIGTERM, SIGUSR1, SIGINT) and the code that may be cut short by one.
 
 The training loop installs :class:`StopSignals`: a signal only sets a flag, and the loop checkpoints the
-step it just finished. Code that may block for long inside a step (a user's reward function) runs in
-:func:`interruptible`: a stop request arriving there raises :class:`StopRequested`, so the step in progress
+step it just finished. Code that may block for long inside a step (a user's reward function, GRPO's rollout
+generation) runs in :func:`interruptible`: a stop request arriving there raises :class:`StopRequested`, so the step in progress
 is abandoned (its data position rewound) and the last completed step is checkpointed at once.
 """
 

@@ -11,8 +11,8 @@ the rest, identically for DPO, SFT and GRPO:
 - ``metrics.jsonl`` lines, a progress bar, epoch-end evaluation (in a forked RNG so evaluation never
   changes the training stream), atomic checkpoints, exact resume;
 - preemption: SIGTERM/SIGUSR1/SIGINT set a flag; all ranks agree on it after the current step, save one
-  checkpoint and return (the recipe then exits 0; 130 after SIGINT). A signal during a reward call
-  abandons the step in progress and checkpoints the last completed one (``trainer.core.interrupt``).
+  checkpoint and return (the recipe then exits 0; 130 after SIGINT). A signal during a reward call or
+  GRPO's rollout generation abandons the step in progress and checkpoints the last completed one (``trainer.core.interrupt``).
 """
 
 from __future__ import annotations
@@ -68,6 +68,9 @@ class LoopResult:
     preempted: bool
     final_metrics: dict[str, Any] = field(default_factory=dict)
     stopped_early: bool = False  # preempted, or stop_at_step before max_steps: the run is not finished
+    # a stop signal that arrived after the last step's look at it (during the final save or evaluation): the run
+    # finished; a runner of several stages stops before the next one (trainer/core/stages.py)
+    late_stop: int | None = None
 
 
 def _to_float(v) -> float:
@@ -294,7 +297,9 @@ def train_loop(ctx, *, model, optimizer, scheduler, source: BatchSource,
         raise SystemExit(130)  # Ctrl-C: the checkpoint is saved; exit as an interrupted program does
     finished = step >= tcfg.max_steps or (tcfg.epochs_cap is not None and source.epoch >= tcfg.epochs_cap)
     # stopped early: finish_run then writes no run_complete.json
-    return LoopResult(step=step, preempted=preempted, final_metrics=last, stopped_early=preempted or not finished)
+    late_stop = _stop_signum() if preempt.requested and not preempted else None
+    return LoopResult(step=step, preempted=preempted, final_metrics=last, stopped_early=preempted or not finished,
+                      late_stop=late_stop)
 
 
 def _save_last_completed(ctx, ckpt, save, source, snapshot, step: int, error: BaseException) -> None:

@@ -37,7 +37,9 @@ itself (its main process) moves or writes stage files.
 A training stage that stops early (SIGTERM or SIGUSR1, ``trainer.stop_at_step``) has saved its checkpoint: the
 runner prints one line and exits 0, the rule of every entry point (a requeue wrapper reruns a command that exits
 0 without ``run_complete.json``; 1 would mean a failure); running the same command again continues it. Ctrl-C
-exits 130 from the training loop itself, after the same save. A stop signal while any other stage runs (an
+exits 130 from the training loop itself, after the same save. A stop that reaches a training stage after its last
+step (while it saves it, or evaluates) lets the stage finish, then ends the process in one line before the next
+stage (``LoopResult.late_stop``; exit 0, 130 after Ctrl-C). A stop signal while any other stage runs (an
 evaluation, a data build, a model loading) ends the process in one line too, exit 0 after SIGTERM and 130 after
 Ctrl-C: that stage keeps nothing, finished stages are kept. :meth:`StageRunner.hold` holds the root's lock (one
 orchestrator per root) and its log file; ``record`` (a chain's ``chain.json``) records each stage.
@@ -163,6 +165,7 @@ class StageRunner:
         self.timings: dict[str, float] = {}  # seconds per stage, as run now
         self.outputs: dict[str, str] = {}  # what an input naming the stage refers to
         self.dirs: dict[str, Path] = {}
+        self._late_stop: int | None = None  # a stop signal a training stage's loop took after its last step
 
     # -- where stages write, and what they read ------------------------------------------------------
     def _declare(self, stage: Stage) -> None:
@@ -260,6 +263,8 @@ class StageRunner:
         self.outputs[stage.name] = str(output)
         self.timings[stage.name] = round(time.time() - t0, 1)
         self.log(f"{stage.name}: {self.timings[stage.name]:.0f} s")
+        if self._late_stop is not None:
+            self._stopped_after(stage, self._late_stop)
         if stage.check is not None:
             stage.check(result)
         return result
@@ -365,16 +370,21 @@ class StageRunner:
     @contextlib.contextmanager
     def _signals_end(self, stage: Stage):
         """While a stage runs (outside a training loop's own handling), SIGTERM and Ctrl-C end the process in one
-        line: exit 0 for SIGTERM (the stop rule of every entry point), 130 for Ctrl-C; finished stages are kept."""
+        line: exit 0 for SIGTERM (the stop rule of every entry point), 130 for Ctrl-C; finished stages are kept.
+        Ctrl-C is Python's own handler here also when the process inherited SIGINT ignored (a job started with
+        ``&`` or ``nohup`` by a non-interactive shell): the training loop takes SIGINT whatever it inherited, so
+        every other stage does too. The handlers found are put back when the stage ends."""
         import signal
 
         def stop(signum, frame):
             raise _StopSignal(signum)
 
-        try:
-            previous = signal.signal(signal.SIGTERM, stop)
-        except ValueError:  # not the main thread
-            previous = None
+        previous = {}
+        for sig, handler in ((signal.SIGTERM, stop), (signal.SIGINT, signal.default_int_handler)):
+            try:
+                previous[sig] = signal.signal(sig, handler)
+            except ValueError:  # not the main thread
+                pass
         try:
             yield
         except (KeyboardInterrupt, _StopSignal) as e:
@@ -388,8 +398,9 @@ class StageRunner:
                          f"to continue")
             raise
         finally:
-            if previous is not None:
-                signal.signal(signal.SIGTERM, previous)
+            for sig, handler in previous.items():
+                if handler is not None:  # None: a handler not set from Python, which cannot be put back
+                    signal.signal(sig, handler)
 
     def _stopped(self, stage: Stage) -> None:
         """A training stage stopped early after saving its checkpoint: record it, say so in one line, exit 0."""
@@ -398,6 +409,17 @@ class StageRunner:
         self.log(f"stage {stage.name} stopped early (its checkpoint is saved); run the same command again to "
                  f"continue (from step {step})")
         raise SystemExit(0)
+
+    def _stopped_after(self, stage: Stage, signum: int) -> None:
+        """A stop signal arrived while a training stage finished (its last save, its final evaluation): the stage
+        is complete; say so in one line and exit (0 for SIGTERM or SIGUSR1, 130 for Ctrl-C) before the next stage."""
+        import signal
+
+        self.write_record()
+        ctrl_c = signum == signal.SIGINT
+        self.log(f"stage {stage.name} finished; stopped by {'Ctrl-C' if ctrl_c else signal.Signals(signum).name} "
+                 f"before the next stage (finished stages are kept); run the same command again to continue")
+        raise SystemExit(130 if ctrl_c else 0)
 
     def write_record(self) -> None:
         if self.record is not None:
@@ -444,6 +466,7 @@ class StageRunner:
         self.made_under[name] = now
         self.records[name] = {"status": "resumed" if resuming else "trained", "seconds": round(time.time() - t0, 1),
                               **json.loads(done.read_text())}
+        self._late_stop = getattr(result, "late_stop", None)
         return run_dir / "final"
 
     def _changed_since(self, stage: Stage, cfg, done: Path, now: dict | None) -> str | None:

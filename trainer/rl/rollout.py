@@ -405,7 +405,11 @@ class RolloutSource:
 
     def _generate_round(self, n: int, rnd: int) -> list[Group]:
         """The ``n`` groups of round ``rnd`` in global order: every rank draws the same ``n`` prompts,
-        generates and scores its share, and the shares are gathered."""
+        generates and scores its share, and the shares are gathered. A stop signal while a share is generated
+        (which can take minutes on a CPU) abandons the step at once (``trainer.core.interrupt``: the loop
+        checkpoints the last completed step), on every rank, as one inside a reward call does."""
+        from trainer.core.interrupt import interruptible
+
         items = [self.rows[i] for i, _ in self.sampler.draw(n)]
         lo, hi = share(n, self.rank, self.world)
         seeds = [prompt_seed(self.s.seed, self.rollout_index, rnd, k) for k in range(lo, hi)]
@@ -414,8 +418,9 @@ class RolloutSource:
         failure: BaseException | None = None
         try:
             if hi > lo:
-                mine = self.mode.groups(self.backend, items[lo:hi], seeds, adapter=self._adapter,
-                                        metrics=self._metrics)
+                with interruptible():
+                    mine = self.mode.groups(self.backend, items[lo:hi], seeds, adapter=self._adapter,
+                                            metrics=self._metrics)
         except Exception as e:  # noqa: BLE001 - re-raised below, on every rank
             if self.world == 1:
                 raise
