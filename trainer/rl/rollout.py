@@ -36,10 +36,8 @@ global batch itself (token ids, advantages, old log-probs: the policy that gener
 exists; the same on every rank, so the main process's copy serves all). A resumed run regenerates
 identical rollouts from identical weights.
 
-Departures from TRL's GRPOTrainer, on purpose: zero-variance groups are dropped and refilled
-(verl/OpenRLHF dynamic sampling); if still short after ``max_refill_rounds`` the batch is topped up
-with dropped groups (advantage 0, so no policy-gradient signal) to keep its size.
-"""
+Departures from TRL's GRPOTrainer, on purpose: zero-variance groups are dropped and refilled (verl/OpenRLHF
+dynamic sampling); still short after ``max_refill_rounds``, the batch is topped up with dropped groups (advantage 0)."""
 
 from __future__ import annotations
 
@@ -50,6 +48,7 @@ from typing import Any, Callable, Sequence
 from eval_hooks.core.io import DataError
 from eval_hooks.generation.prompts import PromptSettings, render_prompt
 
+from trainer.core.interrupt import interruptible
 from trainer.rl.oversample import ZeroVarianceRate, first_round_size
 from trainer.rl.rewards import status_counts
 from trainer.rl.sft_rows import sft_batch, sft_microbatch
@@ -405,11 +404,8 @@ class RolloutSource:
 
     def _generate_round(self, n: int, rnd: int) -> list[Group]:
         """The ``n`` groups of round ``rnd`` in global order: every rank draws the same ``n`` prompts,
-        generates and scores its share, and the shares are gathered. A stop signal while a share is generated
-        (which can take minutes on a CPU) abandons the step at once (``trainer.core.interrupt``: the loop
-        checkpoints the last completed step), on every rank, as one inside a reward call does."""
-        from trainer.core.interrupt import interruptible
-
+        generates and scores its share, and the shares are gathered. A stop signal during generation (minutes
+        on a CPU) abandons the step at once, on every rank; the loop checkpoints the last completed step."""
         items = [self.rows[i] for i, _ in self.sampler.draw(n)]
         lo, hi = share(n, self.rank, self.world)
         seeds = [prompt_seed(self.s.seed, self.rollout_index, rnd, k) for k in range(lo, hi)]
