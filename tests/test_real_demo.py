@@ -540,7 +540,8 @@ def test_summary_has_real_and_transfer_for_every_arm_and_the_knowledge_quality(t
     from eval_hooks.core.io import write_jsonl_atomic
 
     cfg = _compose([f"out={tmp_path}", "demo=real_full"])
-    for prefix in ("eval", "transfer"):
+    prefixes = ("eval", "transfer", "dev_eval", "dev_transfer")  # the test split's evaluations, then dev's
+    for prefix in prefixes:
         stage = tmp_path / "stages" / f"{prefix}_base"
         write_jsonl_atomic(stage / "knowledge.jsonl", [
             {"item_id": f"i{n}", "knowledge": "known" if n < 2 else "unknown", "score": 1.0 - n / 4,
@@ -549,7 +550,7 @@ def test_summary_has_real_and_transfer_for_every_arm_and_the_knowledge_quality(t
             {"item_id": f"i{n}", "condition": c, "correct": n < 2 if c == "clean" else n in (0, 3)}
             for n in range(4) for c in ("clean", "irrelevant")])
     names = ("base", *arms(cfg))
-    results = {f"{p}_{a}": {"stage": f"{p}_{a}"} for p in ("eval", "transfer") for a in names}
+    results = {f"{p}_{a}": {"stage": f"{p}_{a}"} for p in prefixes for a in names}
     results["mine"] = {"kept": 3, "dropped_items": [], "knowledge_items": [],
                        "knowledge": {"counts": {}, "unknown_dropped_items": []}}
     results["grpo_prompts"] = {"known": 2, "unknown": 2, "uncertain": 0, "per_label": 2, "rows": 16}
@@ -576,26 +577,34 @@ def test_summary_has_real_and_transfer_for_every_arm_and_the_knowledge_quality(t
     assert "transfer" not in held_only and set(held_only["knowledge_quality"]) == {"real"}
     quick = summary_of(_compose([f"out={tmp_path}"]), results)  # the quick demo: its own arms only
     assert quick["demo"] == "real" and set(quick["real"]) == set(quick["transfer"]) == {"base", "scope", "scope_grpo"}
-    assert s["split"] == "test" and summary_of(_compose([f"out={tmp_path}", "real.split=dev"]), results)["split"] == "dev"
+    dev = summary_of(_compose([f"out={tmp_path}", "demo=real_full", "real.split=dev"]), results)
+    assert s["split"] == "test" and dev["split"] == "dev"
+    assert dev["real"]["scope"] == {"stage": "dev_eval_scope"} and dev["transfer"]["base"] == {"stage": "dev_transfer_base"}
 
 
 def test_real_split_dev_evaluates_every_arm_on_the_dev_files(tmp_path):
     """Issue 44 #1: ``real.split=dev`` evaluates the base and every arm on facts_dev.jsonl and
-    facts_transfer_dev.jsonl; the stages, their names and training are otherwise those of the test split."""
+    facts_transfer_dev.jsonl, in stages of their own (``dev_eval_*``, ``dev_transfer_*``: one run dir holds both
+    splits' evaluations of the same training); the other stages are those of the test split."""
     from demos.real.pipeline import stages
 
     full = [f"out={tmp_path}", "demo=real_full"]
     test = {s.name: s for s in stages(_compose(full))}
     dev = {s.name: s for s in stages(_compose([*full, "real.split=dev"]))}
-    assert list(dev) == list(test)
+    def test_name(name: str) -> str:
+        return name.removeprefix("dev_")
+
+    assert [test_name(n) for n in dev] == list(test)
     files = {"eval": "facts/facts_dev.jsonl", "transfer": "facts/facts_transfer_dev.jsonl"}
+    evaluations = [n for n, st in dev.items() if st.recipe == "evaluate"]
+    assert evaluations and all(n.startswith(("dev_eval_", "dev_transfer_")) for n in evaluations)
     for name, stage in dev.items():
-        prefix = name.split("_")[0]
-        if prefix in files and stage.recipe == "evaluate":
+        prefix = test_name(name).split("_")[0]
+        if stage.recipe == "evaluate":
             assert stage.inputs["eval.path"] == files[prefix]
-            assert {k: v for k, v in stage.inputs.items() if k != "eval.path"} == {
-                k: v for k, v in test[name].inputs.items() if k != "eval.path"}
-            assert test[name].inputs["eval.path"] != files[prefix]
+            assert {k: test_name(v) for k, v in stage.inputs.items() if k != "eval.path"} == {  # dev_eval_base/...
+                k: v for k, v in test[test_name(name)].inputs.items() if k != "eval.path"}
+            assert test[test_name(name)].inputs["eval.path"] != files[prefix]
         else:
             assert (stage.inputs, stage.overrides) == (test[name].inputs, test[name].overrides)
     with pytest.raises(Exception, match="split"):
