@@ -208,3 +208,41 @@ def test_frozen_weights_are_cast_once_per_batch_under_autocast(tiny_model, tiny_
             assert all(p.requires_grad for p in model.parameters())
             raise RuntimeError("mid-batch")
     assert [p.requires_grad for p in model.parameters()] == flags
+
+
+@pytest.mark.parametrize("mode", ["greedy", "seeded", "unseeded"])
+def test_repeated_prompts_share_one_prompt_pass_and_change_nothing(tiny_model, tiny_tokenizer, mode, monkeypatch):
+    """A request's n samples (a GRPO group) repeat one prompt: the prompt pass runs on the distinct prompts only
+    (its KV cache and last logits repeated for their rows) and tokens and log-probs equal those of running every
+    row's prompt (greedy: ``generate``'s; sampled: the per-row or global-RNG draws of the unshared batch)."""
+    import eval_hooks.generation.backends.hf as hf
+
+    distinct = _prompts(tiny_tokenizer, 3)
+    prompts = [p for p in distinct for _ in range(4)]  # 3 groups of 4, as GRPO's rollouts ask for them
+    args, kwargs = {"greedy": ((0.0, 1.0, (), None), {}),
+                    "seeded": ((1.0, 1.0, (), None), {"row_seeds": list(range(12))}),
+                    "unseeded": ((0.8, 0.95, (), 11), {})}[mode]
+    backend = HFBackend(tiny_model, tiny_tokenizer)
+    shapes = []
+    hook = tiny_model.register_forward_hook(lambda module, a, kw, out: shapes.append(tuple(kw["input_ids"].shape)),
+                                            with_kwargs=True)
+    shared = backend._generate_batch(prompts, 8, *args, **kwargs)
+    hook.remove()
+    assert shapes[0] == (3, max(map(len, distinct))) and all(s[1] == 1 for s in shapes[1:]), shapes[:3]
+    # the reference: the same decoding with every row's prompt run (the distinct-prompt step undone)
+    monkeypatch.setattr(hf, "_distinct_rows", lambda ids: ([list(p) for p in ids], list(range(len(ids)))))
+    unshared = backend._generate_batch(prompts, 8, *args, **kwargs)
+    for a, b in zip(shared, unshared, strict=True):
+        assert a.token_ids == b.token_ids and a.text == b.text
+        assert torch.allclose(torch.tensor(a.logprobs), torch.tensor(b.logprobs), atol=1e-5, rtol=0)
+    if mode == "greedy":
+        new, ref = _full_logits_reference(tiny_model, tiny_tokenizer, prompts, 8, do_sample=False)
+        assert _check(shared, new, ref)
+    else:  # sampled rows of one prompt differ from each other: the draws are per row
+        assert len({tuple(s.token_ids) for s in shared[:4]}) > 1
+
+
+def test_distinct_rows():
+    from eval_hooks.generation.backends.hf import _distinct_rows
+
+    assert _distinct_rows([[1, 2], [3], [1, 2], [3], [4]]) == ([[1, 2], [3], [4]], [0, 1, 0, 1, 2])

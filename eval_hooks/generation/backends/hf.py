@@ -123,6 +123,45 @@ def _shared_prefix(prompt_ids: list[list[int]]) -> int:
     return k if k >= MIN_SHARED_PREFIX else 0
 
 
+def _distinct_rows(prompt_ids: list[list[int]]) -> tuple[list[list[int]], list[int]]:
+    """The distinct prompts (in first-seen order) and, per row, the index of its prompt among them."""
+    first: dict[tuple[int, ...], int] = {}
+    of_row = [first.setdefault(tuple(p), len(first)) for p in prompt_ids]
+    distinct = [list(p) for p in first]
+    return distinct, of_row
+
+
+def _prompt_pass(model, prompt_ids: list[list[int]], *, pad: int, cache_arg: str, extra: dict):
+    """The prompts' forward pass: ``(cache, last logits (b, V) fp32, attention mask, last positions (b, 1))``.
+    The batch's common prefix (:func:`_shared_prefix`) runs once and its KV cache is repeated; each row's own tokens
+    follow it, left-padded (the padding sits between prefix and row, masked out); positions follow ``generate``'s
+    rule for left padding (``cumsum(attention_mask) - 1``)."""
+    import torch
+
+    device = next(model.parameters()).device
+    n = len(prompt_ids)
+    cache, shared = None, _shared_prefix(prompt_ids) if n > 1 else 0
+    if shared:  # the batch's common prefix (a chat template's system turn): computed once, its KV cache repeated
+        prefix = torch.tensor([prompt_ids[0][:shared]], device=device)
+        cache = getattr(model(input_ids=prefix, use_cache=True, **{cache_arg: None}, **extra), cache_arg)
+        if hasattr(cache, "batch_repeat_interleave"):
+            cache.batch_repeat_interleave(n)
+        else:  # a cache type that cannot be repeated along the batch: every row runs its whole prompt
+            cache, shared = None, 0
+    width = max(len(p) for p in prompt_ids) - shared
+    input_ids = torch.full((n, width), pad, dtype=torch.long)
+    mask = torch.zeros((n, shared + width), dtype=torch.long)
+    mask[:, :shared] = 1
+    for row, p in enumerate(prompt_ids):
+        input_ids[row, width - len(p) + shared:] = torch.tensor(p[shared:])
+        mask[row, shared + width - len(p) + shared:] = 1
+    input_ids, mask = input_ids.to(device), mask.to(device)
+    positions = (mask.cumsum(-1) - 1).clamp_min(0)[:, shared:]
+    out = model(input_ids=input_ids, attention_mask=mask, position_ids=positions, use_cache=True,
+                **{cache_arg: cache}, **extra)
+    return getattr(out, cache_arg), out.logits[:, -1, :].float(), mask, positions[:, -1:]
+
+
 def _decode(model, prompt_ids: list[list[int]], max_new_tokens: int, pick, *, eos: set[int], pad: int,
             stop_hit=None, compact: bool = True) -> list[tuple[list[int], list[float]]]:
     """Left-padded batched decoding with a KV cache; ``[(token ids, log-probs)]`` per prompt.
@@ -137,7 +176,10 @@ def _decode(model, prompt_ids: list[list[int]], max_new_tokens: int, pick, *, eo
     ~45 prompt tokens for a short question) is run once and its KV cache repeated for every row; each row's own
     tokens follow it, left-padded (the padding sits between prefix and row, masked out). Positions follow
     ``generate``'s rule for left padding (``cumsum(attention_mask) - 1``), so every row sees the positions an
-    unpadded prompt would.
+    unpadded prompt would. Rows with the same prompt (a request's ``n`` samples, a GRPO group) share one prompt
+    forward pass: it runs on the distinct prompts and its KV cache and last logits are repeated for their rows
+    (:func:`_distinct_rows`; the prompt pass was about 40% of a GRPO round's generation time, 4 samples of
+    30-46-token prompts and 32 new tokens, before this).
     """
     import torch
 
@@ -145,34 +187,26 @@ def _decode(model, prompt_ids: list[list[int]], max_new_tokens: int, pick, *, eo
     cache_arg, keep_arg = _forward_names(model)
     extra = {"logits_to_keep": 1} if keep_arg else {}
     n = len(prompt_ids)
-    cache, shared = None, _shared_prefix(prompt_ids) if n > 1 else 0
-    if shared:  # the batch's common prefix (a chat template's system turn): computed once, its KV cache repeated
-        prefix = torch.tensor([prompt_ids[0][:shared]], device=device)
-        cache = getattr(model(input_ids=prefix, use_cache=True, **{cache_arg: None}, **extra), cache_arg)
-        if hasattr(cache, "batch_repeat_interleave"):
-            cache.batch_repeat_interleave(n)
-        else:  # a cache type that cannot be repeated along the batch: every row runs its whole prompt
-            cache, shared = None, 0
-    width = max(len(p) for p in prompt_ids) - shared
-    input_ids = torch.full((n, width), pad, dtype=torch.long)
-    mask = torch.zeros((n, shared + width), dtype=torch.long)
-    mask[:, :shared] = 1
-    for row, p in enumerate(prompt_ids):  # left padding, between the shared prefix and each row's own tokens
-        input_ids[row, width - len(p) + shared:] = torch.tensor(p[shared:])
-        mask[row, shared + width - len(p) + shared:] = 1
-    input_ids, mask = input_ids.to(device), mask.to(device)
-    positions = (mask.cumsum(-1) - 1).clamp_min(0)[:, shared:]
+    distinct, of_row = _distinct_rows(prompt_ids)
+    cache, logits, mask, positions = _prompt_pass(model, distinct, pad=pad, cache_arg=cache_arg, extra=extra)
+    if len(distinct) < n:  # every row gets its prompt's KV cache, logits, mask and positions
+        if hasattr(cache, "batch_select_indices"):
+            index = torch.tensor(of_row, device=device)
+            cache.batch_select_indices(index)
+            logits, mask, positions = logits[index], mask[index], positions[index]
+        else:  # a cache type that cannot be indexed along the batch: every row runs its prompt
+            cache, logits, mask, positions = _prompt_pass(model, prompt_ids, pad=pad, cache_arg=cache_arg, extra=extra)
     out_ids: list[list[int]] = [[] for _ in range(n)]
     out_logp: list[list[float]] = [[] for _ in range(n)]
     rows = torch.arange(n, device=device)     # original index of each row still in the batch
     done = torch.zeros(n, dtype=torch.bool)   # per original row
-    step_ids = input_ids
     eos_t = torch.tensor(sorted(eos), dtype=torch.long, device=device)
     for step in range(max_new_tokens):
-        out = model(input_ids=step_ids, attention_mask=mask, position_ids=positions, use_cache=True,
-                    **{cache_arg: cache}, **extra)
-        cache = getattr(out, cache_arg)
-        logits = out.logits[:, -1, :].float()
+        if step:
+            out = model(input_ids=step_ids, attention_mask=mask, position_ids=positions, use_cache=True,
+                        **{cache_arg: cache}, **extra)
+            cache = getattr(out, cache_arg)
+            logits = out.logits[:, -1, :].float()
         tokens = pick(logits, rows, step)
         logp = torch.log_softmax(logits, dim=-1).gather(1, tokens.unsqueeze(1)).squeeze(1)
         live = ~done[rows.cpu()]
