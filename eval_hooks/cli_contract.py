@@ -135,11 +135,16 @@ def _raise_stopped(signum, frame):
 def run_with_contract(main: Callable[[], object], *, input_errors: tuple[type, ...] = (), debug: bool = False) -> int:
     """Run ``main`` under the contract (module docstring) and return the exit status (``main``'s own int result,
     else 0). SIGTERM raises :class:`Stopped` here while ``main`` runs (code that handles it itself, a training
-    loop or the stage runner, installs its own handler and restores this one); a ``SystemExit`` passes through."""
+    loop or the stage runner, installs its own handler and restores this one); a ``SystemExit`` passes through.
+    Ctrl-C (SIGINT) raises ``KeyboardInterrupt`` also in a process that inherited it ignored (started with ``&`` by a
+    script, where Python leaves it ignored), so ``kill -INT`` stops it as the contract says."""
     try:
         previous = signal.signal(signal.SIGTERM, _raise_stopped)
+        previous_int = signal.getsignal(signal.SIGINT)
+        if previous_int == signal.SIG_IGN:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
     except ValueError:  # not the main thread: signals are not ours to take
-        previous = None
+        previous = previous_int = None
     _active["depth"] += 1
     try:
         result = _call(main)
@@ -147,6 +152,8 @@ def run_with_contract(main: Callable[[], object], *, input_errors: tuple[type, .
         _active["depth"] -= 1
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
+        if previous_int == signal.SIG_IGN:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
     if isinstance(result, BaseException):
         return _report(result, input_errors, debug)
     return result if isinstance(result, int) else 0

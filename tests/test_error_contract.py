@@ -256,3 +256,24 @@ def test_stopping_a_served_evaluation_is_one_line_and_keeps_the_saved_responses(
     assert line.startswith(f"stopped by {what}: what was saved is kept"), line
     saved = (out / "responses.jsonl").read_text().splitlines()
     assert len(saved) == 16, saved  # the first chunk, written before the stop
+
+
+def test_ctrl_c_stops_a_command_that_inherited_sigint_ignored(capsys):
+    """A command started with ``&`` by a script inherits SIGINT ignored; ``kill -INT`` must still stop it under the
+    contract (one line, exit 130), and the ignored disposition is put back after."""
+    import os
+    import time
+
+    from eval_hooks.cli_contract import run_with_contract
+
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        def main():
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(5)
+            return 0
+
+        assert run_with_contract(main) == 130
+        assert signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, before)

@@ -28,7 +28,7 @@ def _rows(matrix, unknown, prefix="i") -> list[dict]:
 
 def _run(tmp_path, seed: int, arms: dict, *, unknown=UNKNOWN, transfer: dict | None = None, **edits):
     """A finished run dir: summary.json (the fake summary's numbers; base, SCOPE and SCOPE+GRPO), demo.json and every
-    arm's ``stages/eval_<arm>/item_scores.jsonl`` (``arms``: arm -> correctness rows; ``transfer`` likewise)."""
+    arm's ``stages/eval_<arm>/item_scores.jsonl`` (``dev_eval_<arm>`` with ``split="dev"``; ``arms``: arm -> correctness rows; ``transfer`` likewise)."""
     s = copy.deepcopy(_summary())
     for gone in ("misleading_only", "knowledge_aware"):
         del s["real"][gone]
@@ -37,7 +37,10 @@ def _run(tmp_path, seed: int, arms: dict, *, unknown=UNKNOWN, transfer: dict | N
     if transfer:
         s["transfer"] = {a: copy.deepcopy(s["real"][a]) for a in transfer}
     d = tmp_path / f"s{seed}"
-    for prefix, by_arm in (("eval", arms), ("transfer", transfer or {})):
+    from demos.real.prompts import EVAL_SETS  # a dev run's evaluations are the stages dev_eval_*, dev_transfer_*
+
+    names = EVAL_SETS[s.get("split", "test")]
+    for prefix, by_arm in ((names["real"][0], arms), (names["transfer"][0], transfer or {})):
         for arm, matrix in by_arm.items():
             (d / "stages" / f"{prefix}_{arm}").mkdir(parents=True)
             (d / "stages" / f"{prefix}_{arm}" / "item_scores.jsonl").write_text(
