@@ -119,21 +119,28 @@ def _knowledge_aware_targets(mine: dict, base: dict, checked: dict, checked_labe
             drop_ok(mine.get("unknown_correct_accuracy"), base.get("unknown_correct_accuracy"), drop)}
 
 
-def _as_checked(name: str) -> Callable[[dict, dict, dict, str, dict], dict[str, bool]]:
-    """An arm held to the held-out targets of the checked arm (``demos.real.report.check_targets``, whose
-    ``TARGETS`` are ``limits``): SC2W <= ``sc2w_ratio_max`` x the base's, clean, correct and irrelevant accuracy at
+def held_out_targets(name: str, mine: dict, base: dict, limits: dict) -> dict[str, bool]:
+    """The held-out items' targets of an arm labelled ``name`` against the base (``limits``:
+    ``demos.real.report.TARGETS``): SC2W <= ``sc2w_ratio_max`` x the base's, clean, correct and irrelevant accuracy at
     most ``accuracy_drop_max`` below the base's, ``unknown_correct_accuracy`` at most ``unknown_correct_drop_max``
-    below; each named with the arm's label ``name``. (The held-out relation's and the format targets stay the
-    checked arm's: this callable sees the held-out items' metrics only.)"""
+    below. The checked arm's (``demos.real.report.check_targets``) and those of an arm held to them
+    (:func:`_as_checked`)."""
+    ratio, drop, u_drop = limits["sc2w_ratio_max"], limits["accuracy_drop_max"], limits["unknown_correct_drop_max"]
+    sc2w, b_sc2w = mine.get("sc2w"), base.get("sc2w")
+    out = {f"{name} SC2W <= {ratio} x base": sc2w is not None and b_sc2w is not None and sc2w <= ratio * b_sc2w}
+    for c in ("clean", "correct", "irrelevant"):
+        out[f"{name} {c} accuracy >= base - {drop:.2f}"] = drop_ok(mine["accuracy"][c], base["accuracy"][c], drop)
+    out[f"{name} unknown_correct_accuracy >= base - {u_drop:.2f}"] = drop_ok(
+        mine.get("unknown_correct_accuracy"), base.get("unknown_correct_accuracy"), u_drop)
+    return out
+
+
+def _as_checked(name: str) -> Callable[[dict, dict, dict, str, dict], dict[str, bool]]:
+    """An arm held to the held-out targets of the checked arm (:func:`held_out_targets`), named with its label
+    ``name``. (The held-out relation's and the format targets stay the checked arm's: this callable sees the held-out
+    items' metrics only.)"""
     def targets(mine: dict, base: dict, checked: dict, checked_label: str, limits: dict) -> dict[str, bool]:
-        ratio, drop, u_drop = limits["sc2w_ratio_max"], limits["accuracy_drop_max"], limits["unknown_correct_drop_max"]
-        sc2w, b_sc2w = mine.get("sc2w"), base.get("sc2w")
-        out = {f"{name} SC2W <= {ratio} x base": sc2w is not None and b_sc2w is not None and sc2w <= ratio * b_sc2w}
-        for c in ("clean", "correct", "irrelevant"):
-            out[f"{name} {c} accuracy >= base - {drop:.2f}"] = drop_ok(mine["accuracy"][c], base["accuracy"][c], drop)
-        out[f"{name} unknown_correct_accuracy >= base - {u_drop:.2f}"] = drop_ok(
-            mine.get("unknown_correct_accuracy"), base.get("unknown_correct_accuracy"), u_drop)
-        return out
+        return held_out_targets(name, mine, base, limits)
 
     return targets
 

@@ -103,7 +103,6 @@ def judge_status(completion: str, row: dict) -> str | None:
         return None
 
 
-
 def status_counts(statuses) -> dict[str, float]:
     """GRPO's per-step metrics of the judge's readings (``statuses``: :func:`judge_status` of every rollout
     generated in the step, None for one not judged): ``rollout/multiple``, ``rollout/hedged``, ``rollout/no_answer``
@@ -114,6 +113,7 @@ def status_counts(statuses) -> dict[str, float]:
         return {}
     return {**{f"rollout/{k}": float(read.count(k)) for k in ("multiple", "hedged", "no_answer")},
             "rollout/judged": float(len(read))}
+
 
 numeric_match = _match("numeric")
 multiple_choice_match = _match("multiple_choice")
