@@ -45,7 +45,7 @@ def test_dpo_lengths_smoke(tmp_path, gsm8k_path):
     assert built.returncode == 0, built.stderr[-2000:]
     summary = _last_json(_run("bench/bench_dpo_lengths.py", "--data", str(data), "--smoke", "--threads", "1",
                               "--no-padding-free"))
-    assert summary["steps"] == 8 and summary["pairs"] == 32
+    assert summary["steps"] == 2 and summary["pairs"] == 8
     assert 0 <= summary["padded_fraction_ours"] < summary["padded_fraction_trl"]
 
 
