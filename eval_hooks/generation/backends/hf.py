@@ -237,16 +237,19 @@ class HFBackend(GenerationBackend):
     name = "hf"
 
     def __init__(self, model, tokenizer, *, batch_size: int = 32, prompt_settings: PromptSettings | None = None,
-                 autocast_dtype=None):
+                 autocast_dtype=None, merge_lora: bool = True):
         """``model``: a causal LM, or a peft model with its adapter (``trainer.evaluation.backend.build_inference_backend``
         loads one after checking it). ``autocast_dtype`` (e.g. ``torch.bfloat16``): generate under
         ``torch.autocast`` in that dtype (weights unchanged; recorded log-probs still computed in fp32). None: the
-        model's own dtype. Each weight is cast once per batch, also a frozen one (:func:`_casts_cached`)."""
+        model's own dtype. Each weight is cast once per batch, also a frozen one (:func:`_casts_cached`).
+        ``merge_lora``: each call generates with the LoRA layers merged into temporary weights
+        (:func:`eval_hooks.model.merged_lora.lora_merged`; the model's own weights are put back untouched)."""
         self.model = model
         self.tokenizer = tokenizer
         self.batch_size = batch_size
         self.prompt_settings = prompt_settings or PromptSettings()
         self.autocast_dtype = autocast_dtype
+        self.merge_lora = merge_lora
 
     # -- prompt rendering -------------------------------------------------------------------
     def prompt_ids(self, prompt: str | None = None, messages: list[dict] | None = None) -> list[int]:
@@ -302,19 +305,23 @@ class HFBackend(GenerationBackend):
         bar = tqdm(total=total, desc=desc, disable=not progress, unit="sample")
         was_training = self.model.training
         self.model.eval()
+        from eval_hooks.model.merged_lora import lora_merged
+
+        merged = lora_merged(self.model) if self.merge_lora else contextlib.nullcontext()
         try:
-            for key, jobs in groups.items():
-                jobs.sort(key=lambda ij: len(prompts[ij[0]]))
-                for start in range(0, len(jobs), self.batch_size):
-                    batch = jobs[start:start + self.batch_size]
-                    if key[-1] == PER_ROW:
-                        out = self._generate_batch([prompts[i] for i, _ in batch], *key[:-1], None,
-                                                   row_seeds=[derive_seed(requests[i].seed, j) for i, j in batch])
-                    else:
-                        out = self._generate_batch([prompts[i] for i, _ in batch], *key)
-                    for job, s in zip(batch, out):
-                        samples[job] = s
-                    bar.update(len(batch))
+            with merged:
+                for key, jobs in groups.items():
+                    jobs.sort(key=lambda ij: len(prompts[ij[0]]))
+                    for start in range(0, len(jobs), self.batch_size):
+                        batch = jobs[start:start + self.batch_size]
+                        if key[-1] == PER_ROW:
+                            out = self._generate_batch([prompts[i] for i, _ in batch], *key[:-1], None,
+                                                       row_seeds=[derive_seed(requests[i].seed, j) for i, j in batch])
+                        else:
+                            out = self._generate_batch([prompts[i] for i, _ in batch], *key)
+                        for job, s in zip(batch, out):
+                            samples[job] = s
+                        bar.update(len(batch))
         finally:
             bar.close()
             if was_training:
@@ -408,6 +415,10 @@ class HFSettings:
     mixed_precision: str = setting("no", "no | bf16 | fp16 (generation under torch.autocast; the recorded log-probs "
                                          "are computed in fp32) | auto (bf16 where the hardware has it, as "
                                          "trainer.mixed_precision=auto).", choices=("no", "bf16", "fp16", "auto"))
+    merge_lora: bool = setting(True, "Generate with each LoRA layer merged into a temporary weight (W + scale B A, one "
+                                     "matmul per decoding step instead of three; the policy's own weights are put back "
+                                     "untouched after each call): the same model up to float rounding. false: the "
+                                     "adapter runs beside the weight, as in training.")
 
     def check(self, group: str) -> None:
         check_positive(self, ("batch_size",), group)
@@ -430,7 +441,7 @@ def build(settings: HFSettings, ctx: BuildContext) -> HFBackend:
     mp = resolve_mixed_precision(settings.mixed_precision, cpu=device == "cpu")
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(mp)
     return HFBackend(model, tokenizer, batch_size=settings.batch_size, prompt_settings=ctx.prompt_settings,
-                     autocast_dtype=dtype)
+                     autocast_dtype=dtype, merge_lora=settings.merge_lora)
 
 
 BACKEND = BackendSpec(
