@@ -64,6 +64,7 @@ def ours(args, model_dir: str, *, shared_prompt: bool = True) -> tuple[list[floa
     torch.manual_seed(0)
     mcfg = OmegaConf.structured(ModelConfig(path=model_dir))
     mcfg.lora.r, mcfg.lora.alpha = args.lora_r, 2 * args.lora_r
+    mcfg.lora.target_modules = list(lora_modules(args))
     model, tok = load_policy(mcfg, seed=0)
     opt = build_optimizer(model, OmegaConf.structured(OptimConfig(lr=1e-3)))
     rows = prompts(args.groups * args.steps, getattr(args, "rows", None))
@@ -94,6 +95,16 @@ def ours(args, model_dir: str, *, shared_prompt: bool = True) -> tuple[list[floa
     whole, packed = (statistics.mean(x) for x in zip(*tokens))
     return times, gen_fracs, {"tokens_per_step": whole, "tokens_per_step_shared": packed,
                               "prompt_token_fraction_saved": 1.0 - packed / whole}
+
+
+ALL_LINEAR = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+def lora_modules(args) -> tuple[str, ...]:
+    """The LoRA target modules of both sides: ``args.lora_modules`` (comma-separated), every linear layer when
+    unset."""
+    names = getattr(args, "lora_modules", None)
+    return tuple(n.strip() for n in names.split(",") if n.strip()) if names else ALL_LINEAR
 
 
 def step_median(times: list[float]) -> float:
@@ -132,7 +143,7 @@ def trl(args, model_dir: str, out_dir: str) -> list[float]:
                      shuffle_dataset=False, seed=0, loss_type="dapo", disable_tqdm=True)
     model = AutoModelForCausalLM.from_pretrained(model_dir)
     lora = LoraConfig(r=args.lora_r, lora_alpha=2 * args.lora_r, lora_dropout=0.0, task_type="CAUSAL_LM",
-                      target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])
+                      target_modules=list(lora_modules(args)))
     trainer = GRPOTrainer(model=model, reward_funcs=trl_reward, args=cfg, train_dataset=ds,
                           processing_class=load_tokenizer(model_dir), peft_config=lora, callbacks=[Timer()])
     trainer.train()
@@ -145,6 +156,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--group-size", type=int, default=4, help="samples per prompt (G)")
     ap.add_argument("--max-new-tokens", type=int, default=16)
     ap.add_argument("--lora-r", type=int, default=8, help="LoRA rank on both sides (alpha = 2r)")
+    ap.add_argument("--lora-modules", default=",".join(ALL_LINEAR),
+                    help="LoRA target modules on both sides, comma-separated (default: every linear layer)")
     ap.add_argument("--steps", type=int, default=3, help="steps per side (the first is warm-up)")
     ap.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's choice)")
     ap.add_argument("--shared", choices=("on", "off", "both"), default="both",

