@@ -26,22 +26,23 @@ class RealDemoKind:
     """What sets one real-model demo apart from the other (:data:`REAL_DEMOS`, the one table of them): the same
     stages, settings and facts set, and these."""
 
-    comparison_arms: bool  # misleading-only and knowledge-aware SCOPE run unless real.<arm> says otherwise
+    comparison_arms: bool  # the comparison arms (misleading-only, ...) run unless real.<arm> says otherwise
     grpo: tuple[str, ...]  # scope_grpo's overrides, before real.stages.grpo (which wins); (): the recipe's settings
     wall_seconds_max: int  # the issue's wall-time target on 2 idle cores
     what: str  # how its report names it, in its first lines
 
 
 #: The real-model demos (demos/real/pipeline.py); any other demo is the toy's. ``real`` is the quick demo, the
-#: README's main command, within 10 minutes: the base, SCOPE and SCOPE+GRPO at 5 short GRPO steps, on the same facts set.
+#: README's main command, within 10 minutes: the base, SCOPE, knowledge-aware SCOPE (the arm chosen on dev) and SCOPE+GRPO
+#: at 5 short GRPO steps, on the same facts set.
 #: ``real_full`` is the experiment behind docs/real_model.md's seed table: every arm, 20 GRPO steps, within 40 minutes.
 REAL_DEMOS = {
     # 5 GRPO steps of 4 prompts x 4 samples: a fifth of the full experiment's 20 x 8 x 4 rollouts; at 8 prompts the
     # run took 584-593 s on 2 cores without AMX, too close to its 600
     "real": RealDemoKind(comparison_arms=False, grpo=("trainer.max_steps=5", "algo.prompts_per_step=4",
                                                       "optim.batch_size=16"), wall_seconds_max=600,
-                         what="the quick demo: `python recipes/demo.py` (base, SCOPE and SCOPE+GRPO at 5 GRPO steps "
-                              "of 4 prompts; the full experiment, every arm at 20 steps of 8, is `demo=real_full`)"),
+                         what="the quick demo: `python recipes/demo.py` (5 GRPO steps of 4 prompts; the full "
+                              "experiment, with the comparison arms and 20 GRPO steps of 8, is `demo=real_full`)"),
     "real_full": RealDemoKind(comparison_arms=True, grpo=(), wall_seconds_max=2400,
                               what="the full experiment: `python recipes/demo.py demo=real_full` (every arm, 20 GRPO "
                                    "steps; the one docs/real_model.md's seed table comes from)"),
@@ -101,8 +102,8 @@ class RealDemoConfig:
     misleading_only: Optional[bool] = _f(None, "Train and evaluate the misleading-only (Standard-DPO) ablation; "
                                                "None: the demo's own (demo=real_full: yes; demo=real: no).")
     knowledge_aware: Optional[bool] = _f(None, "Train and evaluate knowledge-aware SCOPE (its unknown_correct pool: "
-                                               "training items the base answers wrong when clean); None: the demo's "
-                                               "own (demo=real_full: yes; demo=real: no).")
+                                               "training items the base answers wrong when clean), the arm chosen on "
+                                               "the dev items; None: yes in both demos.")
     scope_grpo: bool = _f(True, "Train and evaluate scope_grpo: the SCOPE adapter continued by GRPO (outcome reward: "
                                 "the answer is right) on training rows drawn balanced over items the base knows and "
                                 "does not know (which rows: grpo_rows).")

@@ -29,7 +29,7 @@ def test_every_arm_is_one_entry_in_run_and_report_order():
     assert len({color(n) for n in ARMS}) == len(ARMS)
     assert [n for n in ARMS if not trained(n)] == ["base"]
     quick, full = _compose([]), _compose(["demo=real_full"])
-    assert [n for n in ARMS if trained(n) and arm_on(quick, n)] == ["scope", "scope_grpo"]
+    assert [n for n in ARMS if trained(n) and arm_on(quick, n)] == ["scope", "knowledge_aware", "scope_grpo"]
     assert arm_on(_compose(["real.scope_grpo=false"]), "scope") and not arm_on(
         _compose(["real.scope_grpo=false"]), "scope_grpo")
     # the SFT-term and knowledge-aware GRPO arms run only when switched on (null: the demo's comparison arms)
@@ -223,7 +223,7 @@ def test_the_sft_term_and_knowledge_aware_grpo_arms_are_stages_of_the_existing_r
     alone = [s.name for s in stages(_compose([f"out={tmp_path}", "real.scope_grpo=false", "real.scope_grpo_sft=true"]))]
     assert alone.count("grpo_prompts") == 1 and alone.index("grpo_prompts") == alone.index("scope_grpo_sft") - 1
     with pytest.raises(ConfigError, match=r"^demo arm 'ka_grpo' continues 'knowledge_aware', which this run does not"):
-        stages(_compose([f"out={tmp_path}", "real.ka_grpo=true"]))
+        stages(_compose([f"out={tmp_path}", "real.ka_grpo=true", "real.knowledge_aware=false"]))
 
 
 def test_the_new_arms_stage_configs_compose_and_validate(tmp_path):

@@ -176,16 +176,17 @@ def test_the_default_demo_is_the_real_one_and_toy_is_one_override_away():
     assert cfg.real.stages.knowledge == ["knowledge.k=1"]  # the estimate the claims were measured with
     assert _compose(["demo=real_full"]).demo == "real_full"
     assert _compose(["demo=toy"]).demo == "toy"
-    # the quick demo trains SCOPE and SCOPE+GRPO at 5 GRPO steps; the full experiment every arm at the recipe's 20;
+    # the quick demo trains SCOPE, knowledge-aware SCOPE and SCOPE+GRPO at 5 GRPO steps; the full experiment every
+    # arm at the recipe's 20;
     # either is one override away from the other's arms
     from demos.config import REAL_DEMOS
     from demos.real.arms import arm_on as real_arm_on
     from demos.real.pipeline import arms
 
     quick, full = _compose([]), _compose(["demo=real_full"])
-    assert arms(quick) == ["scope", "scope_grpo"] and "trainer.max_steps=5" in REAL_DEMOS["real"].grpo
+    assert arms(quick) == ["scope", "knowledge_aware", "scope_grpo"] and "trainer.max_steps=5" in REAL_DEMOS["real"].grpo
     assert arms(full) == ["scope", "misleading_only", "knowledge_aware", "scope_grpo"] and REAL_DEMOS["real_full"].grpo == ()
-    assert arms(_compose(["real.knowledge_aware=true"])) == ["scope", "knowledge_aware", "scope_grpo"]
+    assert arms(_compose(["real.knowledge_aware=false"])) == ["scope", "scope_grpo"]
     assert not real_arm_on(_compose(["demo=real_full", "real.misleading_only=false"]), "misleading_only")
     from hydra.errors import ConfigCompositionException
 
@@ -473,7 +474,7 @@ def test_stages_add_transfer_evaluations_and_the_scope_grpo_arm(tmp_path, monkey
     grpo = by["scope_grpo"]
     assert not any(o.startswith("trainer.max_steps=") for o in grpo.overrides)  # the recipe's 20
     quick = {s.name: s for s in stages(_compose([f"out={tmp_path}"]))}
-    assert list(quick) == [n for n in names if "misleading_only" not in n and "knowledge_aware" not in n]
+    assert list(quick) == [n for n in names if "misleading_only" not in n]
     assert quick["scope_grpo"].overrides == [grpo.overrides[0], "trainer.max_steps=5", "algo.prompts_per_step=4",
                                              "optim.batch_size=16", *grpo.overrides[1:]]
     assert (grpo.recipe, grpo.start, grpo.init_mode) == ("grpo", "scope", "continue")
@@ -616,7 +617,8 @@ def test_summary_has_real_and_transfer_for_every_arm_and_the_knowledge_quality(t
     held_only = summary_of(_compose([f"out={tmp_path}", "demo=real_full", "real.transfer=false"]), results)
     assert "transfer" not in held_only and set(held_only["knowledge_quality"]) == {"real"}
     quick = summary_of(_compose([f"out={tmp_path}"]), results)  # the quick demo: its own arms only
-    assert quick["demo"] == "real" and set(quick["real"]) == set(quick["transfer"]) == {"base", "scope", "scope_grpo"}
+    assert quick["demo"] == "real" and set(quick["real"]) == set(quick["transfer"]) == {"base", "scope", "knowledge_aware",
+                                                                                     "scope_grpo"}
     dev = summary_of(_compose([f"out={tmp_path}", "demo=real_full", "real.split=dev"]), results)
     assert s["split"] == "test" and dev["split"] == "dev"
     assert dev["real"]["scope"] == {"stage": "dev_eval_scope"} and dev["transfer"]["base"] == {"stage": "dev_transfer_base"}

@@ -155,9 +155,10 @@ BASE = DemoArm("base", "base", "#4C72B0")
 SCOPE = DemoArm("scope", "SCOPE", "#DD8452", train=dpo("scope"))
 MISLEADING_ONLY = DemoArm("misleading_only", "misleading-only", "#55A868", train=dpo("standard_dpo"),
                           switch="misleading_only", comparison=True, targets=_misleading_only_targets)
+# Not a comparison arm: the arm chosen on the dev items (issue 44), so the quick demo runs it too.
 KNOWLEDGE_AWARE = DemoArm("knowledge_aware", "knowledge-aware", "#8172B3",
                           train=dpo("scope_knowledge_aware", own="knowledge_aware"), switch="knowledge_aware",
-                          comparison=True, targets=_knowledge_aware_targets)
+                          targets=_knowledge_aware_targets)
 SCOPE_GRPO = DemoArm("scope_grpo", "SCOPE+GRPO", "#C44E52", train=grpo_after("scope"), switch="scope_grpo",
                      continues="scope")
 SCOPE_GRPO_SFT = DemoArm("scope_grpo_sft", "SCOPE+GRPO+SFT", "#DA8BC3",
