@@ -221,6 +221,16 @@ MEASURED_QUICK_DEMO: dict[int, dict[str, dict[str, float]]] = {
         "scope_grpo": {"clean": -0.059, "correct": -0.176, "irrelevant": 0.165, "unknown_correct": -0.414,
                        "sc2w_ratio": 0.29},
         "scope": {"correct": -0.188, "sc2w_ratio": 0.21}},
+    3: {"knowledge_aware": {"clean": -0.011, "correct": -0.045, "irrelevant": 0.193, "unknown_correct": -0.200,
+                            "sc2w_ratio": 0.40},
+        "scope_grpo": {"clean": -0.023, "correct": -0.170, "irrelevant": 0.193, "unknown_correct": -0.486,
+                       "sc2w_ratio": 0.34},
+        "scope": {"correct": -0.193, "sc2w_ratio": 0.29}},
+    4: {"knowledge_aware": {"clean": 0.025, "correct": -0.086, "irrelevant": 0.235, "unknown_correct": -0.167,
+                            "sc2w_ratio": 0.41},
+        "scope_grpo": {"clean": 0.049, "correct": -0.148, "irrelevant": 0.284, "unknown_correct": -0.250,
+                       "sc2w_ratio": 0.22},
+        "scope": {"correct": -0.148, "sc2w_ratio": 0.20}},
 }
 SLACK = 0.05  # above the worst measured seed: another machine runs a seed like another seed
 CHOSEN_ARM = "knowledge_aware"
