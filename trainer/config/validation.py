@@ -345,6 +345,8 @@ def validate_grpo(cfg, world: int | None = None) -> None:
     if a.max_new_tokens < 1 or a.max_refill_rounds < 0 or (a.env_max_turns is not None and a.env_max_turns < 1):
         raise ConfigError(f"algo.max_new_tokens and algo.env_max_turns must be >= 1 and algo.max_refill_rounds >= 0; "
                           f"got {a.max_new_tokens}, {a.env_max_turns}, {a.max_refill_rounds}")
+    if not 0.0 <= a.zero_variance_skip <= 1.0:
+        raise ConfigError(f"algo.zero_variance_skip is a probability in [0, 1] (0 = off), got {a.zero_variance_skip}")
     if a.oversample_cap < 1:
         raise ConfigError(f"algo.oversample_cap must be >= 1 (the first round draws at most oversample_cap x "
                           f"prompts_per_step prompts; 1 = no over-sampling), got {a.oversample_cap}")

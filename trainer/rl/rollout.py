@@ -2,7 +2,8 @@
 
 One *rollout batch* per ``num_iterations`` optimizer steps:
 
-    prompts (sampler; round 0 over-sampled from the zero-variance rate, trainer/rl/oversample.py)
+    prompts (sampler; round 0 over-sampled from the zero-variance rate, trainer/rl/oversample.py; prompts whose last
+             group had zero variance passed over with algo.zero_variance_skip, trainer/rl/zero_variance_skip.py)
         --backend.generate(n=G)--> completions --rewards (guarded)--> groups
         --drop zero-variance groups, refill (<= max_refill_rounds extra rounds)--> B = P*G samples
         --group advantages (trainer.algos.grpo)--> [old log-probs if num_iterations > 1]
@@ -19,22 +20,17 @@ draws each of its G samples from a stream of its own (``eval_hooks.generation.ba
 So the completions depend on (weights, prompt, seed, n, r, k) only: not on the number of ranks, on
 which rank generates the prompt, or on its batch.
 
-Several ranks (``world > 1``) build one *global* batch, exactly the batch one process would build:
-every rank draws the same global prompts of a round, generates its contiguous share, and the groups
-are exchanged (``all_gather``, an ``all_gather_object``) so that every rank holds all of them. The
-drop/refill decision (:func:`fill_batch`), the advantages (``std_scaling=batch`` over the global
-batch) and the token count of ``token_mean`` (the global step's, divided by ``grad_accum * world``:
-the loop divides by ``grad_accum`` and DDP averages over ranks) are then computed identically on every
-rank. Rank ``r`` trains on its slice of every global micro-batch: global micro-batch ``i`` is samples
-``[i*W*b, (i+1)*W*b)`` (``W`` ranks, ``b`` samples per rank micro-batch) and rank ``r`` gets
-``[(i*W + r)*b, (i*W + r + 1)*b)``, the order in which the loop's ``data_hash`` lists them; so a
+Several ranks (``world > 1``) build one *global* batch, exactly the batch one process would build: every rank draws
+the same global prompts of a round, generates its contiguous share, and the groups are exchanged (``all_gather``) so
+every rank holds all of them; the drop/refill decision (:func:`fill_batch`), the advantages and the token count of
+``token_mean`` (the global step's, divided by ``grad_accum * world``) are then the same on every rank. Rank ``r``
+trains on its slice of every global micro-batch (:func:`rank_rows`, the order the loop's ``data_hash`` lists), so a
 W-rank run equals a 1-rank run with the same global batch (tests/test_distributed.py).
 
-Exact resume: the state is just (sampler position, rollout index, cursor into the batch, reward error
-count) plus, only when a checkpoint falls inside the ``num_iterations`` replays of one batch, the
-global batch itself (token ids, advantages, old log-probs: the policy that generated it no longer
-exists; the same on every rank, so the main process's copy serves all). A resumed run regenerates
-identical rollouts from identical weights.
+Exact resume: the state is (sampler position, rollout index, cursor into the batch, reward error count, the
+zero-variance rate and each prompt's last outcome) plus, only when a checkpoint falls inside the ``num_iterations``
+replays of one batch, the global batch itself (the policy that generated it no longer exists). A resumed run
+regenerates identical rollouts from identical weights.
 
 Departures from TRL's GRPOTrainer, on purpose: zero-variance groups are dropped and refilled (verl/OpenRLHF
 dynamic sampling); still short after ``max_refill_rounds``, the batch is topped up with dropped groups (advantage 0)."""
@@ -52,6 +48,7 @@ from trainer.core.interrupt import interruptible
 from trainer.rl.oversample import ZeroVarianceRate, first_round_size
 from trainer.rl.rewards import status_counts
 from trainer.rl.sft_rows import sft_batch, sft_microbatch
+from trainer.rl.zero_variance_skip import ZeroVarianceMemory, draw_prompts
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -180,18 +177,14 @@ def fill_batch(generate_round: Callable[[int, int], list[Group]], *, num_groups:
                drop_zero_variance: bool, first_round: int | None = None) -> tuple[list[Group], dict]:
     """Collect ``num_groups`` groups. ``generate_round(n, r)`` returns ``n`` fresh groups for round ``r``.
 
-    Round 0 asks for ``first_round`` groups (``>= num_groups``; default ``num_groups``; over-sampled from
-    the zero-variance rate by ``trainer.rl.oversample.first_round_size``); with ``drop_zero_variance`` the
-    groups whose rewards all agree are dropped, the kept ones beyond ``num_groups`` are surplus (not
-    trained on), and rounds 1..``max_refill_rounds`` each ask for the number still missing. If still short,
-    dropped groups top the batch up (advantage 0). With several ranks this runs on the *global* groups
-    (``generate_round`` returns every rank's share, in global order), so every rank takes the same
-    decisions as one process would. Returns the groups
-    (kept first, in generation order) and counts: ``groups_generated``, ``groups_dropped``,
-    ``groups_refilled`` (kept groups that came from refill rounds), ``refill_rounds``,
-    ``groups_padded_zero_variance``, ``zero_variance_frac`` (of round 0), ``zero_variance_groups`` (all
-    rounds), ``rounds`` (generation rounds run: 1 + refill rounds), ``groups_oversampled`` (round 0's
-    draw beyond ``num_groups``), ``groups_surplus`` (groups with signal generated but not kept).
+    Round 0 asks for ``first_round`` groups (``>= num_groups``, default ``num_groups``; over-sampled by
+    ``trainer.rl.oversample.first_round_size``); with ``drop_zero_variance`` the groups whose rewards all agree are
+    dropped, kept ones beyond ``num_groups`` are surplus (not trained on), and rounds 1..``max_refill_rounds`` each
+    ask for the number still missing; still short, dropped groups top the batch up (advantage 0). With several ranks
+    this runs on the *global* groups, so every rank takes the same decisions. Returns the groups (kept first, in
+    generation order) and counts: ``groups_generated``, ``groups_dropped``, ``groups_refilled``, ``refill_rounds``,
+    ``groups_padded_zero_variance``, ``zero_variance_frac`` (of round 0), ``zero_variance_groups`` (all rounds),
+    ``rounds``, ``groups_oversampled`` (round 0 beyond ``num_groups``), ``groups_surplus``.
     """
     if num_groups < 1:
         raise ValueError(f"num_groups must be >= 1, got {num_groups}")
@@ -256,6 +249,7 @@ class RolloutSettings:
     drop_zero_variance: bool
     max_refill_rounds: int
     oversample_cap: float
+    zero_variance_skip: float
     mask_truncated: bool
     prompt_settings: PromptSettings
     seed: int
@@ -272,7 +266,7 @@ class RolloutSettings:
                    temperature=algo.temperature, top_p=algo.top_p, stop=list(algo.stop),
                    std_scaling=algo.std_scaling, drop_zero_variance=algo.drop_zero_variance,
                    max_refill_rounds=algo.max_refill_rounds, oversample_cap=algo.oversample_cap,
-                   mask_truncated=algo.mask_truncated, prompt_settings=prompt_settings, seed=seed,
+                   zero_variance_skip=algo.zero_variance_skip, mask_truncated=algo.mask_truncated, prompt_settings=prompt_settings, seed=seed,
                    shared_prompt=algo.shared_prompt, sft_coef=algo.sft_coef, sft_rows=algo.sft_rows,
                    sft_target=algo.sft_target)
 
@@ -309,13 +303,11 @@ class RolloutSource:
     which generates and scores the groups; its tokenizer pads the micro-batches. ``ranks``: this process's
     place (:class:`Ranks`; one process by default).
 
-    ``backend_factory()`` returns a GenerationBackend over the live policy. ``old_logps_fn(input_ids,
-    attention_mask, completion_mask) -> (B, T)`` computes the policy's log-probs under no_grad (needed
-    when ``num_iterations > 1``). ``pre_generate(step)`` runs before every rollout batch (adapter sync
-    to a generation server) and returns metrics (numbers and strings, logged with that step), plus
-    optionally ``"served_adapter"`` (the server-side name later requests are sent to) and
-    ``"adapter_version"`` / ``"adapter_checksum"``, which are repeated on every later metrics line until
-    the next sync (so every line names the weights its rollouts came from).
+    ``backend_factory()`` returns a GenerationBackend over the live policy. ``old_logps_fn(input_ids, attention_mask,
+    completion_mask) -> (B, T)``: the policy's log-probs under no_grad (``num_iterations > 1``). ``pre_generate(step)``
+    runs before every rollout batch (adapter sync to a server) and returns metrics, plus optionally
+    ``"served_adapter"`` (the server-side name requests go to) and ``"adapter_version"`` / ``"adapter_checksum"``,
+    repeated on every metrics line until the next sync (every line names the weights its rollouts came from).
     """
 
     def __init__(self, rows: list[dict], sampler, mode, *, settings: RolloutSettings,
@@ -347,6 +339,9 @@ class RolloutSource:
         self._step_started = time.time()
         self._gen_time = 0.0
         self.zero_variance = ZeroVarianceRate()  # over every rollout batch so far: sizes the first round
+        # each prompt's last outcome: one whose group had zero variance may be passed over (algo.zero_variance_skip)
+        self.zero_variance_memory = ZeroVarianceMemory(settings.zero_variance_skip if settings.drop_zero_variance
+                                                       else 0.0, settings.seed)
 
     # -- BatchSource protocol ------------------------------------------------------------------------
     @property
@@ -372,6 +367,7 @@ class RolloutSource:
         state = {"sampler": self.sampler.state_dict(), "rollout_index": self.rollout_index, "cursor": self.cursor,
                  "optimizer_steps": self.optimizer_steps,
                  "reward": self.mode.state_dict(), "zero_variance": self.zero_variance.state_dict(),
+                 "zero_variance_memory": self.zero_variance_memory.state_dict(),
                  "batch": _batch_to_json(self._batch) if mid else None}
         return state
 
@@ -382,6 +378,7 @@ class RolloutSource:
         self.optimizer_steps = int(state.get("optimizer_steps", 0))
         self.mode.load_state_dict(state.get("reward", {}))
         self.zero_variance.load_state_dict(state.get("zero_variance", ZeroVarianceRate().state_dict()))
+        self.zero_variance_memory.load_state_dict(state.get("zero_variance_memory", {}))
         self._batch = _batch_from_json(state["batch"]) if state.get("batch") else None
         if self._batch is None:
             self.cursor = self.s.grad_accum * self.s.num_iterations  # next call collects a fresh batch
@@ -403,10 +400,12 @@ class RolloutSource:
         return self._backend
 
     def _generate_round(self, n: int, rnd: int) -> list[Group]:
-        """The ``n`` groups of round ``rnd`` in global order: every rank draws the same ``n`` prompts,
-        generates and scores its share, and the shares are gathered. A stop signal during generation (minutes
-        on a CPU) abandons the step at once, on every rank; the loop checkpoints the last completed step."""
-        items = [self.rows[i] for i, _ in self.sampler.draw(n)]
+        """The ``n`` groups of round ``rnd`` in global order: every rank draws the same ``n`` prompts, generates and
+        scores its share, the shares are gathered. A stop signal during generation abandons the step on every rank."""
+        picks, skipped = draw_prompts(self.sampler, self.zero_variance_memory, n, rollout_index=self.rollout_index,
+                                      round_index=rnd, max_skips=len(self.rows))
+        self._metrics["groups_skipped_zero_variance"] = self._metrics.get("groups_skipped_zero_variance", 0.0) + skipped
+        items = [self.rows[i] for i in picks]
         lo, hi = share(n, self.rank, self.world)
         seeds = [prompt_seed(self.s.seed, self.rollout_index, rnd, k) for k in range(lo, hi)]
         t0 = time.time()
@@ -437,7 +436,10 @@ class RolloutSource:
                                                                    for r in range(self.world)]:
             raise RuntimeError(f"all_gather returned shares of {[len(p) for p in parts]} groups; expected the "
                                f"{self.world} ranks' shares of {n} groups")
-        return [g for part in parts for g in part]
+        groups = [g for part in parts for g in part]
+        for i, g in zip(picks, groups):
+            self.zero_variance_memory.record(i, g.zero_variance)
+        return groups
 
     def _collect(self) -> dict:
         import torch
@@ -501,10 +503,8 @@ class RolloutSource:
         return batch
 
     def _token_metrics(self, samples: list[Rollout], masks: list[list[int]]) -> dict[str, float]:
-        """Tokens of the batch's forward pass: ``tokens_per_step`` (every row whole) and, with
-        ``shared_prompt``, ``tokens_per_step_shared`` (each micro-batch's groups packed,
-        ``trainer.model.group_packing``) and ``prompt_token_fraction_saved``; logs the groups that cannot
-        share their prompt (``report_unshared_groups``)."""
+        """``tokens_per_step`` (every row whole) and, with ``shared_prompt``, ``tokens_per_step_shared`` (each
+        micro-batch's groups packed) and ``prompt_token_fraction_saved``; logs the groups that cannot share."""
         from trainer.model.group_packing import packed_token_counts, report_unshared_groups
 
         unshared = sum(len(x.input_ids) for x in samples)
