@@ -33,16 +33,16 @@ class RealDemoKind:
 
 
 #: The real-model demos (demos/real/pipeline.py); any other demo is the toy's. ``real`` is the quick demo, the
-#: README's main command, within 10 minutes: the base, SCOPE, knowledge-aware SCOPE (the arm chosen on dev) and SCOPE+GRPO
-#: at 5 short GRPO steps, on the same facts set.
+#: README's main command, within 10 minutes: the base, SCOPE and knowledge-aware SCOPE (the arm chosen on dev), on the same
+#: facts set (SCOPE+GRPO at 5 short GRPO steps with real.scope_grpo=true).
 #: ``real_full`` is the experiment behind docs/real_model.md's seed table: every arm, 20 GRPO steps, within 40 minutes.
 REAL_DEMOS = {
     # 5 GRPO steps of 4 prompts x 4 samples: a fifth of the full experiment's 20 x 8 x 4 rollouts; at 8 prompts the
     # run took 584-593 s on 2 cores without AMX, too close to its 600
     "real": RealDemoKind(comparison_arms=False, grpo=("trainer.max_steps=5", "algo.prompts_per_step=4",
                                                       "optim.batch_size=16"), wall_seconds_max=600,
-                         what="the quick demo: `python recipes/demo.py` (5 GRPO steps of 4 prompts; the full "
-                              "experiment, with the comparison arms and 20 GRPO steps of 8, is `demo=real_full`)"),
+                         what="the quick demo: `python recipes/demo.py` (the full experiment, with the comparison "
+                              "arms and 20 GRPO steps of 8, is `demo=real_full`)"),
     "real_full": RealDemoKind(comparison_arms=True, grpo=(), wall_seconds_max=2400,
                               what="the full experiment: `python recipes/demo.py demo=real_full` (every arm, 20 GRPO "
                                    "steps; the one docs/real_model.md's seed table comes from)"),
@@ -104,9 +104,10 @@ class RealDemoConfig:
     knowledge_aware: Optional[bool] = _f(None, "Train and evaluate knowledge-aware SCOPE (its unknown_correct pool: "
                                                "training items the base answers wrong when clean), the arm chosen on "
                                                "the dev items; None: yes in both demos.")
-    scope_grpo: bool = _f(True, "Train and evaluate scope_grpo: the SCOPE adapter continued by GRPO (outcome reward: "
-                                "the answer is right) on training rows drawn balanced over items the base knows and "
-                                "does not know (which rows: grpo_rows).")
+    scope_grpo: Optional[bool] = _f(None, "Train and evaluate scope_grpo: the SCOPE adapter continued by GRPO (outcome "
+                                          "reward: the answer is right) on training rows drawn balanced over items the "
+                                          "base knows and does not know (which rows: grpo_rows); None: the demo's own "
+                                          "(demo=real_full: yes; demo=real: no).")
     scope_grpo_sft: Optional[bool] = _f(False, "Train and evaluate scope_grpo_sft: scope_grpo with CHORD's SFT term in the GRPO "
                                      "loss (algo.sft_coef=0.1 on the groups whose every answer failed, which GRPO "
                                      "drops: the gold as 'The answer is <gold>.'; real.stages.scope_grpo_sft changes "

@@ -29,7 +29,7 @@ def test_every_arm_is_one_entry_in_run_and_report_order():
     assert len({color(n) for n in ARMS}) == len(ARMS)
     assert [n for n in ARMS if not trained(n)] == ["base"]
     quick, full = _compose([]), _compose(["demo=real_full"])
-    assert [n for n in ARMS if trained(n) and arm_on(quick, n)] == ["scope", "knowledge_aware", "scope_grpo"]
+    assert [n for n in ARMS if trained(n) and arm_on(quick, n)] == ["scope", "knowledge_aware"]
     assert arm_on(_compose(["real.scope_grpo=false"]), "scope") and not arm_on(
         _compose(["real.scope_grpo=false"]), "scope_grpo")
     # the SFT-term and knowledge-aware GRPO arms run only when switched on (null: the demo's comparison arms)

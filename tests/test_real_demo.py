@@ -176,17 +176,18 @@ def test_the_default_demo_is_the_real_one_and_toy_is_one_override_away():
     assert cfg.real.stages.knowledge == ["knowledge.k=1"]  # the estimate the claims were measured with
     assert _compose(["demo=real_full"]).demo == "real_full"
     assert _compose(["demo=toy"]).demo == "toy"
-    # the quick demo trains SCOPE, knowledge-aware SCOPE and SCOPE+GRPO at 5 GRPO steps; the full experiment every
-    # arm at the recipe's 20;
+    # the quick demo trains SCOPE and knowledge-aware SCOPE (SCOPE+GRPO at 5 GRPO steps when switched on); the full
+    # experiment every arm, GRPO at the recipe's 20;
     # either is one override away from the other's arms
     from demos.config import REAL_DEMOS
     from demos.real.arms import arm_on as real_arm_on
     from demos.real.pipeline import arms
 
     quick, full = _compose([]), _compose(["demo=real_full"])
-    assert arms(quick) == ["scope", "knowledge_aware", "scope_grpo"] and "trainer.max_steps=5" in REAL_DEMOS["real"].grpo
+    assert arms(quick) == ["scope", "knowledge_aware"] and "trainer.max_steps=5" in REAL_DEMOS["real"].grpo
+    assert arms(_compose(["real.scope_grpo=true"])) == ["scope", "knowledge_aware", "scope_grpo"]
     assert arms(full) == ["scope", "misleading_only", "knowledge_aware", "scope_grpo"] and REAL_DEMOS["real_full"].grpo == ()
-    assert arms(_compose(["real.knowledge_aware=false"])) == ["scope", "scope_grpo"]
+    assert arms(_compose(["real.knowledge_aware=false", "real.scope_grpo=true"])) == ["scope", "scope_grpo"]
     assert not real_arm_on(_compose(["demo=real_full", "real.misleading_only=false"]), "misleading_only")
     from hydra.errors import ConfigCompositionException
 
@@ -427,6 +428,7 @@ def test_real_demo_meets_its_claims_on_seed_0(tmp_path):
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base=None):
         summary = demo.run(compose(config_name="demo", overrides=[
             f"out={tmp_path / 'demo'}", "seed=0", "real.misleading_only=true", "real.knowledge_aware=true",
+            "real.scope_grpo=true",
             "real.transfer=false", "real.torch_threads=2"]))
     on_disk = json.loads((tmp_path / "demo" / "summary.json").read_text())
     for arm in ("base", "scope", "misleading_only", "knowledge_aware", "scope_grpo"):
@@ -483,7 +485,9 @@ def test_stages_add_transfer_evaluations_and_the_scope_grpo_arm(tmp_path, monkey
     by = {s.name: s for s in stages(_compose(full))}
     grpo = by["scope_grpo"]
     assert not any(o.startswith("trainer.max_steps=") for o in grpo.overrides)  # the recipe's 20
-    quick = {s.name: s for s in stages(_compose([f"out={tmp_path}"]))}
+    assert [s.name for s in stages(_compose([f"out={tmp_path}"]))] == [
+        n for n in names if "misleading_only" not in n and "grpo" not in n]  # the quick demo: no GRPO arm by default
+    quick = {s.name: s for s in stages(_compose([f"out={tmp_path}", "real.scope_grpo=true"]))}
     assert list(quick) == [n for n in names if "misleading_only" not in n]
     assert quick["scope_grpo"].overrides == [grpo.overrides[0], "trainer.max_steps=5", "algo.prompts_per_step=4",
                                              "optim.batch_size=16", *grpo.overrides[1:]]
@@ -627,8 +631,7 @@ def test_summary_has_real_and_transfer_for_every_arm_and_the_knowledge_quality(t
     held_only = summary_of(_compose([f"out={tmp_path}", "demo=real_full", "real.transfer=false"]), results)
     assert "transfer" not in held_only and set(held_only["knowledge_quality"]) == {"real"}
     quick = summary_of(_compose([f"out={tmp_path}"]), results)  # the quick demo: its own arms only
-    assert quick["demo"] == "real" and set(quick["real"]) == set(quick["transfer"]) == {"base", "scope", "knowledge_aware",
-                                                                                     "scope_grpo"}
+    assert quick["demo"] == "real" and set(quick["real"]) == set(quick["transfer"]) == {"base", "scope", "knowledge_aware"}
     dev = summary_of(_compose([f"out={tmp_path}", "demo=real_full", "real.split=dev"]), results)
     assert s["split"] == "test" and dev["split"] == "dev"
     assert dev["real"]["scope"] == {"stage": "dev_eval_scope"} and dev["transfer"]["base"] == {"stage": "dev_transfer_base"}
