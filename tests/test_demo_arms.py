@@ -134,7 +134,8 @@ def test_the_users_grpo_overrides_win_over_the_demos_own(tmp_path):
 
         from recipe_utils import CONF
 
-        stage = next(s for s in stages(_compose([f"out={tmp_path}", *extra])) if s.name == "scope_grpo")
+        stage = next(s for s in stages(_compose([f"out={tmp_path}", "real.scope_grpo=true", *extra]))
+                     if s.name == "scope_grpo")
         GlobalHydra.instance().clear()
         with initialize_config_dir(config_dir=str(CONF), version_base=None):
             return StageRunner(tmp_path, seed=0, compose=compose_recipe, runners={}).compose_stage(stage, planned=True)
@@ -167,7 +168,7 @@ def test_grpo_prompts_declares_its_inputs_and_reads_only_them(tmp_path):
     from demos.real.prompts import grpo_prompts
     from eval_hooks.core.io import write_jsonl_atomic
 
-    stage = next(s for s in stages(_compose([f"out={tmp_path}"])) if s.name == "grpo_prompts")
+    stage = next(s for s in stages(_compose([f"out={tmp_path}", "real.scope_grpo=true"])) if s.name == "grpo_prompts")
     assert stage.inputs == {"rows": "facts/facts_train.jsonl", "labels": "mine/knowledge.jsonl"}
     items = {f"i{n}": f"Land{n}" for n in range(4)}
     write_jsonl_atomic(tmp_path / "elsewhere" / "rows.jsonl", _facts_rows(items))
@@ -201,7 +202,8 @@ def test_the_sft_term_and_knowledge_aware_grpo_arms_are_stages_of_the_existing_r
     from demos.real.pipeline import stages
     from trainer.config import ConfigError
 
-    over = [f"out={tmp_path}", "real.scope_grpo_sft=true", "real.ka_grpo=true", "real.knowledge_aware=true",
+    over = [f"out={tmp_path}", "real.scope_grpo=true", "real.scope_grpo_sft=true", "real.ka_grpo=true",
+            "real.knowledge_aware=true",
             "real.stages.scope_grpo_sft=['algo.sft_coef=0.3']"]
     plan = stages(_compose(over))
     names = [s.name for s in plan]
