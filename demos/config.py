@@ -33,8 +33,8 @@ class RealDemoKind:
 
 
 #: The real-model demos (demos/real/pipeline.py); any other demo is the toy's. ``real`` is the quick demo, the
-#: README's main command, within 10 minutes: the base, SCOPE and knowledge-aware SCOPE (the arm chosen on dev), on the same
-#: facts set (SCOPE+GRPO at 5 short GRPO steps with real.scope_grpo=true).
+#: README's main command, within 10 minutes: the base, SCOPE and knowledge-aware SCOPE (the arm chosen on dev), on the
+#: same facts set (SCOPE+GRPO at 5 short GRPO steps with real.scope_grpo=true).
 #: ``real_full`` is the experiment behind docs/real_model.md's seed table: every arm, 20 GRPO steps, within 40 minutes.
 REAL_DEMOS = {
     # 5 GRPO steps of 4 prompts x 4 samples: a fifth of the full experiment's 20 x 8 x 4 rollouts; at 8 prompts the

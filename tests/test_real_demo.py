@@ -236,12 +236,11 @@ MEASURED_QUICK_DEMO: dict[int, dict[str, dict[str, float]]] = {
 SLACK = 0.05  # above the worst measured seed: another machine runs a seed like another seed
 CHOSEN_ARM = "knowledge_aware"
 CHECKED_ARMS = (CHOSEN_ARM, "scope_grpo")
-CHECKED_ARM = CHOSEN_ARM
 CLEAN_IRRELEVANT_DROP = 0.03  # the issue's target (demos.real.report.TARGETS["accuracy_drop_max"]); at least this
 MIN_CHANGED_ITEMS = 1  # the no-op guard: items on which the arm must differ from the arm it continues (and the base)
 
 
-def measured_margins(arm: str = CHECKED_ARM, measured: dict = MEASURED_QUICK_DEMO, slack: float = SLACK) -> dict:
+def measured_margins(arm: str = CHOSEN_ARM, measured: dict = MEASURED_QUICK_DEMO, slack: float = SLACK) -> dict:
     """The slow test's limits for ``arm`` from the seeds ``measured`` (worst seed + ``slack``): ``correct`` and
     ``unknown_correct`` (the drop from the base allowed), ``clean_irrelevant`` (the worse of the worst seed's clean and
     irrelevant drops, at least the issue's 3 points, + slack) and ``sc2w_ratio`` (SC2W / the base's allowed)."""
@@ -276,7 +275,7 @@ def _differs(m: dict, other: dict) -> bool:
     return any((x is None) != (y is None) or (x is not None and abs(x - y) > 1e-9) for x, y in pairs)
 
 
-def check_real_demo_claims(summary: dict, arm: str = CHECKED_ARM, run_dir=None, measured: dict = MEASURED_QUICK_DEMO
+def check_real_demo_claims(summary: dict, arm: str = CHOSEN_ARM, run_dir=None, measured: dict = MEASURED_QUICK_DEMO
                            ) -> list[str]:
     """The claims of one quick-demo run that the slow test asserts (the names of those that fail): ``arm`` against
     the base with :func:`measured_margins`; a no-op guard (``arm`` differs from the arm it continues and from the
@@ -330,21 +329,22 @@ def _measured_summary(seed: int = 0) -> dict:
 
 
 def test_claims_margins_come_from_the_measured_seeds_plus_the_slack():
-    one = {0: {CHECKED_ARM: {"clean": 0.05, "correct": -0.011, "irrelevant": 0.2, "unknown_correct": -0.108,
+    one = {0: {CHOSEN_ARM: {"clean": 0.05, "correct": -0.011, "irrelevant": 0.2, "unknown_correct": -0.108,
                              "sc2w_ratio": 0.43}}}
     assert measured_margins(measured=one) == pytest.approx({"correct": 0.011 + SLACK, "unknown_correct": 0.108 + SLACK,
                                                             "clean_irrelevant": 0.03 + SLACK, "sc2w_ratio": 0.43 + SLACK})
-    worse = {**one, 7: {CHECKED_ARM: {"clean": 0.0, "correct": -0.04, "irrelevant": 0.1, "unknown_correct": 0.02,
+    worse = {**one, 7: {CHOSEN_ARM: {"clean": 0.0, "correct": -0.04, "irrelevant": 0.1, "unknown_correct": 0.02,
                                       "sc2w_ratio": 0.49}}}
     lim = measured_margins(measured=worse)  # a seed added: the worst seed sets each margin
     assert lim["correct"] == pytest.approx(0.04 + SLACK) and lim["unknown_correct"] == pytest.approx(0.108 + SLACK)
     assert lim["sc2w_ratio"] == pytest.approx(0.49 + SLACK)
-    gains = {0: {CHECKED_ARM: {"clean": 0.0, "correct": 0.02, "irrelevant": 0.1, "unknown_correct": 0.03,
+    gains = {0: {CHOSEN_ARM: {"clean": 0.0, "correct": 0.02, "irrelevant": 0.1, "unknown_correct": 0.03,
                                "sc2w_ratio": 0.3}}}
     assert measured_margins(measured=gains)["correct"] == pytest.approx(SLACK)  # a gain allows no drop beyond the slack
-    dropped = {0: {CHECKED_ARM: {"clean": -0.07, "correct": 0.0, "irrelevant": -0.01, "unknown_correct": 0.0,
+    dropped = {0: {CHOSEN_ARM: {"clean": -0.07, "correct": 0.0, "irrelevant": -0.01, "unknown_correct": 0.0,
                                  "sc2w_ratio": 0.3}}}
-    assert measured_margins(measured=dropped)["clean_irrelevant"] == pytest.approx(0.07 + SLACK)  # a worse seed widens it
+    # a worse seed widens it
+    assert measured_margins(measured=dropped)["clean_irrelevant"] == pytest.approx(0.07 + SLACK)
     for arm in CHECKED_ARMS:  # the slow test's own: the measured seeds' worst, every measured seed has both arms
         lim = measured_margins(arm)
         arms = [m[arm] for m in MEASURED_QUICK_DEMO.values()]
@@ -360,7 +360,8 @@ def test_the_slow_claims_fail_for_a_no_op_or_collapsed_arm_and_pass_the_measured
     grpo, ka = measured_margins("scope_grpo"), measured_margins("knowledge_aware")
     noop = copy.deepcopy(s)  # GRPO did nothing: SCOPE+GRPO is SCOPE (whose own numbers are within the margins)
     noop["real"]["scope_grpo"] = copy.deepcopy(noop["real"]["scope"])
-    assert check_real_demo_claims(noop, "scope_grpo") == ["SCOPE+GRPO differs from SCOPE (correct, unknown-correct or SC2W)"]
+    assert check_real_demo_claims(noop, "scope_grpo") == [
+        "SCOPE+GRPO differs from SCOPE (correct, unknown-correct or SC2W)"]
     for arm, lim, name in (("scope_grpo", grpo, "SCOPE+GRPO"), ("knowledge_aware", ka, "knowledge-aware")):
         as_base = copy.deepcopy(s)  # the arm learned nothing: it is the base
         as_base["real"][arm] = copy.deepcopy(as_base["real"]["base"])
@@ -391,7 +392,8 @@ def test_the_slow_claims_fail_for_a_no_op_or_collapsed_arm_and_pass_the_measured
         d.joinpath("item_scores.jsonl").write_text("".join(
             json.dumps({**row, "correct": (n // 4 < flip) != (row["condition"] == "clean")}) + "\n"
             for n, row in enumerate(rows)))
-    assert check_real_demo_claims(s, "scope_grpo", run_dir=tmp_path) == ["SCOPE+GRPO differs from SCOPE on >= 1 item(s)"]
+    assert check_real_demo_claims(s, "scope_grpo", run_dir=tmp_path) == [
+        "SCOPE+GRPO differs from SCOPE on >= 1 item(s)"]
     assert check_real_demo_claims(noop, "scope_grpo", run_dir=tmp_path) == [
         "SCOPE+GRPO differs from SCOPE on >= 1 item(s)"]
     assert check_real_demo_claims(s, "knowledge_aware", run_dir=tmp_path) == []
@@ -631,7 +633,8 @@ def test_summary_has_real_and_transfer_for_every_arm_and_the_knowledge_quality(t
     held_only = summary_of(_compose([f"out={tmp_path}", "demo=real_full", "real.transfer=false"]), results)
     assert "transfer" not in held_only and set(held_only["knowledge_quality"]) == {"real"}
     quick = summary_of(_compose([f"out={tmp_path}"]), results)  # the quick demo: its own arms only
-    assert quick["demo"] == "real" and set(quick["real"]) == set(quick["transfer"]) == {"base", "scope", "knowledge_aware"}
+    assert quick["demo"] == "real"
+    assert set(quick["real"]) == set(quick["transfer"]) == {"base", "scope", "knowledge_aware"}
     dev = summary_of(_compose([f"out={tmp_path}", "demo=real_full", "real.split=dev"]), results)
     assert s["split"] == "test" and dev["split"] == "dev"
     assert dev["real"]["scope"] == {"stage": "dev_eval_scope"} and dev["transfer"]["base"] == {"stage": "dev_transfer_base"}

@@ -160,7 +160,7 @@ KNOWLEDGE_AWARE = DemoArm("knowledge_aware", "knowledge-aware", "#8172B3",
                           train=dpo("scope_knowledge_aware", own="knowledge_aware"), switch="knowledge_aware",
                           targets=_knowledge_aware_targets)
 # A comparison arm: the full experiment runs it; the quick demo fits its 10 minutes with the arm chosen on dev instead
-# (SCOPE, knowledge-aware SCOPE and SCOPE+GRPO took 728 s on 2 idle cores, seed 0; docs/real_model.md).
+# (SCOPE, knowledge-aware SCOPE and SCOPE+GRPO took 760 s on 2 idle cores, seed 0; docs/real_model.md).
 SCOPE_GRPO = DemoArm("scope_grpo", "SCOPE+GRPO", "#C44E52", train=grpo_after("scope"), switch="scope_grpo",
                      comparison=True, continues="scope")
 SCOPE_GRPO_SFT = DemoArm("scope_grpo_sft", "SCOPE+GRPO+SFT", "#DA8BC3",

@@ -26,13 +26,9 @@ import contextlib
 __all__ = ["lora_merged"]
 
 
-def _mergeable(module) -> bool:
-    """A plain peft LoRA ``Linear`` with adapters to merge (see the module docstring)."""
-    try:
-        from peft.tuners.lora.layer import Linear as LoraLinear
-    except ImportError:  # no peft: nothing to merge
-        return False
-    if not isinstance(module, LoraLinear) or module.merged or module.disable_adapters:
+def _mergeable(module, lora_linear: type) -> bool:
+    """A plain peft LoRA ``Linear`` (``lora_linear``) with adapters to merge (see the module docstring)."""
+    if not isinstance(module, lora_linear) or module.merged or module.disable_adapters:
         return False
     active = [a for a in module.active_adapters if a in module.lora_A]
     if not active:
@@ -53,11 +49,16 @@ def lora_merged(model):
     grad; lora dropout is not applied, as in ``eval()`` mode). Yields how many layers were merged."""
     import torch
 
+    try:
+        from peft.tuners.lora.layer import Linear as LoraLinear
+    except ImportError:  # no peft: nothing to merge
+        yield 0
+        return
     swapped = []
     try:
         with torch.no_grad():
             for module in model.modules():
-                if not _mergeable(module):
+                if not _mergeable(module, LoraLinear):
                     continue
                 base = module.get_base_layer()
                 weight = base.weight

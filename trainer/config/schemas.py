@@ -296,9 +296,10 @@ class GRPOAlgoConfig:
                                     "batch full from the running zero-variance rate z (ceil(P / (1 - z)) for P = "
                                     "prompts_per_step), at most oversample_cap * P (trainer/rl/oversample.py); refill "
                                     "rounds top it up if still short. 1 = no over-sampling.")
-    zero_variance_skip: float = _f(0.0, "With drop_zero_variance: a prompt whose last group had zero variance is passed "
-                                        "over with this probability when next drawn (GRESO's selective rollouts; "
-                                        "trainer/rl/zero_variance_skip.py); 0 = every drawn prompt is generated.")
+    zero_variance_skip: float = _f(0.0, "With drop_zero_variance: a prompt whose last group had zero variance is "
+                                        "passed over with this probability when next drawn (GRESO's selective "
+                                        "rollouts; trainer/rl/zero_variance_skip.py); 0 = every drawn prompt is "
+                                        "generated.")
     shared_prompt: bool = _f(True, "Run each group's prompt once in the policy, old-policy and reference forward (one "
                                    "packed prompt+G completions row, block attention mask, restarted positions; equal to "
                                    "the unshared batch within float round-off, fewer tokens; multi-turn episodes share "

@@ -266,7 +266,8 @@ class RolloutSettings:
                    temperature=algo.temperature, top_p=algo.top_p, stop=list(algo.stop),
                    std_scaling=algo.std_scaling, drop_zero_variance=algo.drop_zero_variance,
                    max_refill_rounds=algo.max_refill_rounds, oversample_cap=algo.oversample_cap,
-                   zero_variance_skip=algo.zero_variance_skip, mask_truncated=algo.mask_truncated, prompt_settings=prompt_settings, seed=seed,
+                   zero_variance_skip=algo.zero_variance_skip, mask_truncated=algo.mask_truncated,
+                   prompt_settings=prompt_settings, seed=seed,
                    shared_prompt=algo.shared_prompt, sft_coef=algo.sft_coef, sft_rows=algo.sft_rows,
                    sft_target=algo.sft_target)
 
@@ -339,9 +340,8 @@ class RolloutSource:
         self._step_started = time.time()
         self._gen_time = 0.0
         self.zero_variance = ZeroVarianceRate()  # over every rollout batch so far: sizes the first round
-        # each prompt's last outcome: one whose group had zero variance may be passed over (algo.zero_variance_skip)
-        self.zero_variance_memory = ZeroVarianceMemory(settings.zero_variance_skip if settings.drop_zero_variance
-                                                       else 0.0, settings.seed)
+        skip = settings.zero_variance_skip if settings.drop_zero_variance else 0.0  # algo.zero_variance_skip
+        self.zero_variance_memory = ZeroVarianceMemory(skip, settings.seed)  # each prompt's last outcome
 
     # -- BatchSource protocol ------------------------------------------------------------------------
     @property
