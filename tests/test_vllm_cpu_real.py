@@ -102,13 +102,20 @@ def _evaluate(out: Path, heldout: Path, *extra: str, max_rows: int | None = None
     return _responses(out)
 
 
+# Rows of the held-out facts each backend evaluates: the whole set (332 rows) took 233 s of CI's 60 minutes on 2 cores
+# and gave 332/332 identical responses (README, vLLM rollout worker); 128 rows (32 items, every condition) keep the
+# comparison and at most one differing row.
+VLLM_HF_ROWS = 128
+
+
 def test_evaluate_through_vllm_matches_the_hf_backend_on_the_heldout_facts(server, facts, tmp_path):
     heldout = facts / "facts_heldout.jsonl"
     served = _evaluate(tmp_path / "vllm", heldout, "generation=vllm_server", f"generation.url={server.url}",
-                       f"generation.server_log={server.log_path}")
-    local = _evaluate(tmp_path / "hf", heldout, "generation=hf", "generation.mixed_precision=no")
-    rows = sum(1 for line in heldout.read_text().splitlines() if line.strip())
-    assert set(served) == set(local) and len(served) == rows
+                       f"generation.server_log={server.log_path}", max_rows=VLLM_HF_ROWS)
+    local = _evaluate(tmp_path / "hf", heldout, "generation=hf", "generation.mixed_precision=no", max_rows=VLLM_HF_ROWS)
+    total = sum(1 for line in heldout.read_text().splitlines() if line.strip())
+    rows = len(local)  # whole items: at least VLLM_HF_ROWS rows (or the whole file), the same ones on both sides
+    assert set(served) == set(local) and min(VLLM_HF_ROWS, total) <= rows < VLLM_HF_ROWS + 4
     same = sum(served[k] == local[k] for k in local)
     print(f"vLLM-CPU vs HF, float32, greedy: {same}/{rows} responses identical")
     assert same >= 0.99 * rows, [(k, served[k], local[k]) for k in local if served[k] != local[k]][:5]
