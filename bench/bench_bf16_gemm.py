@@ -1,5 +1,5 @@
 """bf16 against fp32 GEMMs on this CPU, at SmolLM2-135M-Instruct's linear shapes: what ``mixed_precision=auto``
-decides on (``eval_hooks/model/precision.py``: bf16 only with AMX-BF16). Prints one line per shape and, last, one JSON
+decides on (``selectrust/model/precision.py``: bf16 only with AMX-BF16). Prints one line per shape and, last, one JSON
 object: the CPU's bf16 flags, the threads and ``bf16_over_fp32`` (bf16 GFLOPS / fp32 GFLOPS, median over the shapes;
 > 1: bf16 faster).
 
@@ -37,7 +37,7 @@ def gflops(rows: int, d_in: int, d_out: int, dtype, reps: int) -> float:
 def main(argv: list[str] | None = None) -> None:
     import torch
 
-    from eval_hooks.model import cpu_has_amx_bf16, cpu_supports_bf16, resolve_mixed_precision
+    from selectrust.model import cpu_has_amx_bf16, cpu_supports_bf16, resolve_mixed_precision
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--reps", type=int, default=10)

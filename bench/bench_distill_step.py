@@ -78,11 +78,11 @@ def setup(args, model_path, overrides=()):
     import torch
 
     from eval_hooks.builders.taste_toy import make_taste_toy
-    from eval_hooks.core.io import write_jsonl_atomic
-    from eval_hooks.generation.prompts import PromptSettings
+    from selectrust.core.io import write_jsonl_atomic
+    from selectrust.generation.prompts import PromptSettings
     from trainer.distill.views import choice_token_ids, load_fork_views
     from trainer.distill.steps import DistillSteps
-    from eval_hooks.model import Reference, load_policy
+    from selectrust.model import Reference, load_policy
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -103,7 +103,7 @@ def setup(args, model_path, overrides=()):
 
 
 def timing(args) -> dict:
-    from eval_hooks.model import ensure_tiny_model
+    from selectrust.model import ensure_tiny_model
     from trainer.algos.sft import masked_nll_loss
     from trainer.distill.aligned import build_batch
     from trainer.model.logprobs import sequence_logprobs
@@ -184,7 +184,7 @@ def memory(args) -> dict:
     """Both paths in fresh subprocesses on a copy of the preset with ``--vocab`` tokens."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from eval_hooks.model import ensure_tiny_model
+    from selectrust.model import ensure_tiny_model
 
     src = ensure_tiny_model(args.preset)
     model_dir = Path(tempfile.mkdtemp()) / f"{args.preset}-v{args.vocab}"

@@ -64,7 +64,7 @@ def parse_args(argv):
 def load_pairs(path: str, *, pairs: int, lo: int, hi: int, seed: int = 0) -> list[dict]:
     """``pairs / 4`` whole quartets of builder rows (first items in file order), each row given random
     chosen/rejected completions of ``lo``-``hi`` tokens."""
-    from eval_hooks.core.io import DataError, read_records
+    from selectrust.core.io import DataError, read_records
 
     items: dict[str, dict[str, str]] = defaultdict(dict)
     for line, rec in read_records(path):
@@ -117,7 +117,7 @@ def run_ours(rows, tokenizer, model, args) -> dict:
 
 
 def _reference(model):
-    from eval_hooks.model import Reference
+    from selectrust.model import Reference
 
     return Reference(model, lora=True)
 
@@ -125,7 +125,7 @@ def _reference(model):
 def run_trl(rows, tokenizer, our_model, args, *, padding_free: bool) -> dict:
     prompts = [r["prompt"] for r in rows]
     with tempfile.TemporaryDirectory() as work:
-        from eval_hooks.model import ensure_tiny_model
+        from selectrust.model import ensure_tiny_model
 
         step = TrlStep(str(ensure_tiny_model(args.preset)), tokenizer, prompts, [r["chosen"] for r in rows],
                        [r["rejected"] for r in rows], rank=16, seq_len=2048, pairs=len(rows), our_model=our_model,
@@ -151,7 +151,7 @@ def main(argv=None) -> dict:
     args = parse_args(argv)
     quiet()
     threads = set_threads(args.threads)
-    from eval_hooks.model import ensure_tiny_model, load_tokenizer
+    from selectrust.model import ensure_tiny_model, load_tokenizer
 
     path = str(ensure_tiny_model(args.preset))
     tokenizer = load_tokenizer(path)

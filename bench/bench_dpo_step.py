@@ -17,7 +17,7 @@ Measured figures (printed side by side, in one run):
 1. **Step time, ours / TRL.** *Ours* is exactly what ``recipes/dpo.py`` does per optimizer step
    (``trainer.core.loop.train_loop`` + the recipe's ``step_fn``, grad_accum 1): ``build_preference_batch``
    -> ``sequence_logprobs`` on the policy -> the same under ``torch.no_grad()`` with the LoRA adapter
-   disabled (``eval_hooks.model.Reference``) -> ``sigmoid_dpo_loss`` + per-condition metrics -> backward ->
+   disabled (``selectrust.model.Reference``) -> ``sigmoid_dpo_loss`` + per-condition metrics -> backward ->
    grad-norm clip (1.0) -> ``build_optimizer``'s AdamW step -> scheduler step -> ``zero_grad``.
    *TRL* is what ``Trainer._inner_training_loop`` does per step: its ``data_collator`` on the
    pre-tokenised rows -> ``DPOTrainer.training_step`` (fused LM head, reference = adapter disabled, since
@@ -193,7 +193,7 @@ class OurStep:
         self.model, self.tok = model, tokenizer
         self.prompts, self.chosen, self.rejected = prompts, chosen, rejected
         self.conditions = [CONDITIONS[i % len(CONDITIONS)] for i in range(len(prompts))]
-        self.reference = reference  # eval_hooks.model.Reference (adapter disabled) or None with ref_model
+        self.reference = reference  # selectrust.model.Reference (adapter disabled) or None with ref_model
         self.ref_model = ref_model  # a separate frozen copy (RSS comparison only)
         self.half = seq_len // 2
         optim_cfg = OmegaConf.create({"lr": LR, "betas": [0.9, 0.999], "eps": 1e-8, "weight_decay": 0.0,
@@ -248,7 +248,7 @@ def build_our_policy(path: str, rank: int, seed: int = 0):
     import torch
     from peft import get_peft_model
 
-    from eval_hooks.model import load_model
+    from selectrust.model import load_model
 
     base = load_model(path, dtype="float32")
     # Counted before get_peft_model, which inserts the LoRA factors (themselves nn.Linear) into ``base`` in place.
@@ -267,12 +267,12 @@ def run_rss(args) -> None:
     import resource
 
     threads = set_threads(args.threads)
-    from eval_hooks.model import Reference, ensure_tiny_model, load_tokenizer
+    from selectrust.model import Reference, ensure_tiny_model, load_tokenizer
 
     path = str(ensure_tiny_model(args.preset))
     tok = load_tokenizer(path)
     prompts, chosen, rejected = synthetic_pairs(tok, pairs=args.pairs, seq_len=args.seq_len)
-    from eval_hooks.model import load_model
+    from selectrust.model import load_model
 
     base = load_model(path, dtype="float32")
     wbytes = weight_bytes(base)
@@ -364,7 +364,7 @@ class TrlStep:
         from datasets import Dataset
         from trl import DPOConfig, DPOTrainer
 
-        from eval_hooks.model import load_model
+        from selectrust.model import load_model
 
         rendered = [tokenizer.apply_chat_template([{"role": "user", "content": p}], add_generation_prompt=True,
                                                   tokenize=False) for p in prompts]
@@ -438,7 +438,7 @@ def run_main(args) -> dict:
     import torch
 
     threads = set_threads(args.threads)
-    from eval_hooks.model import Reference, ensure_tiny_model, load_tokenizer
+    from selectrust.model import Reference, ensure_tiny_model, load_tokenizer
     from trainer.model.logprobs import build_preference_batch
 
     path = str(ensure_tiny_model(args.preset))

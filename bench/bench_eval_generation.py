@@ -32,7 +32,7 @@ def main(argv: list[str] | None = None) -> float:
     ap.add_argument("--items", type=int, default=100, help="source questions; rows = 4 x items")
     ap.add_argument("--max-new-tokens", type=int, default=32)
     ap.add_argument("--batch-size", type=int, default=32)
-    ap.add_argument("--preset", default="tiny-3m", help="tiny model preset (eval_hooks.model.TINY_PRESETS)")
+    ap.add_argument("--preset", default="tiny-3m", help="tiny model preset (selectrust.model.TINY_PRESETS)")
     ap.add_argument("--threads", type=int, default=1,
                     help="torch intra-op threads for both paths (0 = torch default). 1 by default: on a "
                          "shared, loaded CPU box, 2 OpenMP threads made a 3M-model forward ~20x slower")
@@ -47,11 +47,11 @@ def main(argv: list[str] | None = None) -> float:
     if args.threads > 0:
         torch.set_num_threads(args.threads)
 
-    from eval_hooks.generation.backends.hf import HFBackend
+    from selectrust.generation.backends.hf import HFBackend
     from eval_hooks.builders.gsm8k import build_quartets
     from eval_hooks.evaluate import build_requests
-    from eval_hooks.core.io import read_records
-    from eval_hooks.model import ensure_tiny_model, load_model, load_tokenizer
+    from selectrust.core.io import read_records
+    from selectrust.model import ensure_tiny_model, load_model, load_tokenizer
 
     rows = build_quartets(read_records(args.data), limit=args.items, seed=0)
     path = ensure_tiny_model(args.preset)

@@ -48,14 +48,14 @@ def ours(args, model_dir: str, *, shared_prompt: bool = True) -> tuple[list[floa
     import torch
     from omegaconf import OmegaConf
 
-    from eval_hooks.generation.backends.hf import HFBackend
-    from eval_hooks.generation.prompts import PromptSettings
+    from selectrust.generation.backends.hf import HFBackend
+    from selectrust.generation.prompts import PromptSettings
     from trainer.algos.grpo import clipped_policy_loss
     from trainer.config import GRPOAlgoConfig, ModelConfig, OptimConfig
     from trainer.data.train_data import ShuffleSampler
     from trainer.model.group_packing import group_sequence_logprobs
     from trainer.model.logprobs import sequence_logprobs
-    from eval_hooks.model import load_policy
+    from selectrust.model import load_policy
     from trainer.core.optim import build_optimizer
     from trainer.rl.rewards import GuardedReward
     from trainer.rl.rollout import RolloutSettings, RolloutSource
@@ -118,7 +118,7 @@ def trl(args, model_dir: str, out_dir: str) -> list[float]:
     from transformers import AutoModelForCausalLM, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    from eval_hooks.model import load_tokenizer
+    from selectrust.model import load_tokenizer
 
     rows = prompts(args.groups * args.steps, getattr(args, "rows", None))
     ds = Dataset.from_list([{"prompt": [{"role": "user", "content": r["prompt"]}], "gold": r["gold"]} for r in rows])
@@ -170,7 +170,7 @@ def main(argv: list[str] | None = None) -> None:
 
     import torch
 
-    from eval_hooks.model import ensure_tiny_model
+    from selectrust.model import ensure_tiny_model
 
     if args.threads:
         torch.set_num_threads(args.threads)

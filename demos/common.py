@@ -116,7 +116,7 @@ class DemoRun:
         """Under the out dir's lock: the out dir is new, or holds a run of this demo and seed (continued; other
         settings said in one line, the stage runner reruns the stages they change); else refused, or moved aside
         with ``overwrite=true``. Then ``demo.json`` records this run's."""
-        from eval_hooks.core.io import write_json_atomic
+        from selectrust.core.io import write_json_atomic
         from trainer.core.run_dir import config_differences, move_aside
 
         now, record = demo_settings(self.cfg), self.out / RECORD
@@ -186,7 +186,7 @@ class DemoRun:
     def finish(self, summary: dict, write_report: Callable[[dict, Path], Any],
                print_table: Callable[[dict], None]) -> dict:
         """Write ``<out>/summary.json`` and the report (``report.md`` and plots), print the table; return ``summary``."""
-        from eval_hooks.core.io import write_json_atomic
+        from selectrust.core.io import write_json_atomic
 
         write_json_atomic(self.out / "summary.json", summary)
         write_report(summary, self.out)

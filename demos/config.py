@@ -54,7 +54,7 @@ class DemoStages:
     """The toy demo's per-stage overrides (``toy.stages``; Hydra override strings) applied on top of each recipe's
     own config."""
 
-    model: str = _f("tiny-demo", "Tiny model preset built for the demo (eval_hooks.model.TINY_PRESETS).")
+    model: str = _f("tiny-demo", "Tiny model preset built for the demo (selectrust.model.TINY_PRESETS).")
     base_sft: list[str] = _f([], "Overrides for recipes/sft.py: SFT on the always-right-hints mix (full fine-tuning).")
     evaluate: list[str] = _f([], "Overrides for every recipes/evaluate.py stage.")
     mine: list[str] = _f([], "Overrides for recipes/mine_pairs.py.")

@@ -7,7 +7,7 @@ parsers, metrics and reports, and the generation backends they run on.
 from .evaluate import (PROMPT_DEFENSE, build_requests, load_rows, read_responses, run_matched_eval, score_responses,
                        score_rows)
 from .families import FAMILIES
-from eval_hooks.core.io import DataError
+from selectrust.core.io import DataError
 
 __all__ = ["FAMILIES", "DataError", "PROMPT_DEFENSE", "load_rows", "read_responses", "score_rows",
            "score_responses", "build_requests", "run_matched_eval"]

@@ -24,7 +24,7 @@ from collections import Counter
 from dataclasses import fields
 from pathlib import Path
 
-from eval_hooks.core.io import write_jsonl_atomic
+from selectrust.core.io import write_jsonl_atomic
 
 from .cli_contract import end_process, run_with_contract, split_debug
 
@@ -104,8 +104,8 @@ def _cmd_build_med(args) -> int:
 
     rewriter = None
     if args.rewrite_model:  # an in-process HF model rewrites abstracts that name T differently
-        from eval_hooks.generation.backends.hf import HFBackend
-        from .model import check_model_path, load_model, load_tokenizer
+        from selectrust.generation.backends.hf import HFBackend
+        from selectrust.model import check_model_path, load_model, load_tokenizer
 
         check_model_path(args.rewrite_model, "--rewrite-model")
         rewriter = HFBackend(load_model(args.rewrite_model), load_tokenizer(args.rewrite_model), batch_size=4)

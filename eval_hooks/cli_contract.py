@@ -1,6 +1,6 @@
 """The one error contract of every entry point (``recipes/*.py``, the chain, the demos, ``python -m eval_hooks``):
 
-- a config or input error (the typed schema's, a :class:`~eval_hooks.core.errors.DataError`, an entry point's own
+- a config or input error (the typed schema's, a :class:`~selectrust.core.errors.DataError`, an entry point's own
   refusals, an out dir that cannot be written or is a file) is ONE line on stderr naming the key or the file,
   exit :data:`INPUT_EXIT` (2), printed before any model loads wherever the check can run that early;
 - a full disk is one line (the file and what was kept), exit :data:`FAILURE_EXIT` (1): not a bad input, the same
@@ -92,8 +92,8 @@ def classify(e: BaseException, input_errors: tuple[type, ...] = ()) -> tuple[int
     """``(exit status, the one stderr line)`` for an error the contract maps, None for one it does not (a bug: it
     keeps its traceback). ``input_errors``: the caller's config-error classes (the trainer's ``ConfigError``, ...),
     on top of :class:`DataError` and the server errors this package knows."""
-    from eval_hooks.generation.backends.transport import ServerError
-    from eval_hooks.core.errors import DataError
+    from selectrust.generation.backends.transport import ServerError
+    from selectrust.core.errors import DataError
 
     if isinstance(e, OSError) and e.errno in _FULL_ERRNOS:
         where = f" writing {e.filename}" if e.filename and str(e.filename) not in str(e.strerror) else ""

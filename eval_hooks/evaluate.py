@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from .families import FAMILIES, get_family
-from eval_hooks.core.io import DataError, read_records
+from selectrust.core.io import DataError, read_records
 from .scoring import build_requests, check_responses as _check_responses  # re-exported (bench, recipes, the CLI)
 
 #: An inference-time warning for the Prompt-Defense baseline: use it as ``prompt.system_prompt`` or
@@ -114,12 +114,12 @@ def run_matched_eval(backend, rows: Sequence[dict] | str | Path, family: str, ou
     The run keeps its work, for every family and backend: each finished generation is appended to
     ``out_dir/responses.jsonl`` as it arrives, and a rerun into the same ``out_dir`` reuses the saved responses
     whose request (prompt, sampling settings, prompt settings, model/backend identity) matches
-    (:mod:`eval_hooks.generation.response_log`; stderr says how many). A failed run never leaves an earlier
+    (:mod:`selectrust.generation.response_log`; stderr says how many). A failed run never leaves an earlier
     ``metrics.json`` looking current: at the start an existing ``out_dir/metrics.json`` is renamed to
     ``metrics.previous.json`` (said on stderr), which the run's own publish removes; while a run is under way,
     and after it failed, ``out_dir`` holds no ``metrics.json``.
     """
-    from eval_hooks.generation.response_log import RESPONSES_FILE, ResponseLog
+    from selectrust.generation.response_log import RESPONSES_FILE, ResponseLog
 
     fam = get_family(family)
     if isinstance(rows, (str, Path)):

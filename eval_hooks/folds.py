@@ -13,7 +13,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from .families import get_family
-from eval_hooks.core.io import DataError, read_records, write_json_atomic, write_jsonl_atomic
+from selectrust.core.io import DataError, read_records, write_json_atomic, write_jsonl_atomic
 
 
 def split_task_folds(records: list[tuple[int, dict]], k: int, seed: int, *, path=None) -> list[list[dict]]:

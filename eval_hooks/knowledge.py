@@ -15,7 +15,7 @@ The label comes from one per-item ``score`` in [0, 1] (``scored_by``, :data:`SCO
   with ``p >= 0.5``", ``score <= 0.25`` "wrong with ``p >= 0.5``". It needs a backend that returns
   token log-probs (not ``openai_chat``). With ``k > 1`` the greedy answer is asked besides the ``k``
   samples (in evaluation and mining the clean rows' own greedy answers, so under
-  :class:`~eval_hooks.generation.backends.base.GreedyMemo` it costs nothing);
+  :class:`~selectrust.generation.backends.base.GreedyMemo` it costs nothing);
 - ``combined`` (``k >= 2``): the mean of the two above, ``greedy_prob``'s score and the ``k`` samples'
   accuracy. A wrong greedy answer scores below 0.75 and a right one above 0.25, so with thresholds
   0.75 / 0.25 a known item is one the model answers right greedily, with confidence and mostly right
@@ -49,7 +49,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from eval_hooks.core.io import DataError, read_records
+from selectrust.core.io import DataError, read_records
 
 LABELS = ("known", "unknown", "uncertain")
 #: What a label's thresholds apply to (module docstring); ``knowledge.score``.
@@ -88,7 +88,7 @@ def estimate_knowledge(clean_rows: Sequence[dict], backend, *, k: int, temperatu
                        score: str = "accuracy") -> dict[str, dict]:
     """``{item_id: estimate}`` over MIST ``clean`` rows (one per item), each estimate as in the module
     docstring plus ``correct`` and ``texts`` (the ``k`` raw completions, in sample order)."""
-    from eval_hooks.generation.backends.base import derive_seed
+    from selectrust.generation.backends.base import derive_seed
     from .evaluate import build_requests
     from .parsers import parse_row_answer, row_answer_matches
 

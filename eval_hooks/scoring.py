@@ -11,18 +11,18 @@ import shutil
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from eval_hooks.core.io import DataError, make_tmp_dir_beside, publish_dir, write_json_atomic, write_jsonl_atomic
-from eval_hooks.generation.prompts import PromptSettings, prompt_messages
-from eval_hooks.generation.response_log import RESPONSES_FILE, ResponseLog
+from selectrust.core.io import DataError, make_tmp_dir_beside, publish_dir, write_json_atomic, write_jsonl_atomic
+from selectrust.generation.prompts import PromptSettings, prompt_messages
+from selectrust.generation.response_log import RESPONSES_FILE, ResponseLog
 
 
 def build_requests(rows: Sequence[dict], *, max_new_tokens: int = 256, temperature: float = 0.0,
                    stop: Sequence[str] | None = None, prompt_settings: PromptSettings | None = None,
                    seed: int | None = None):
     """One :class:`GenerationRequest` per row, as chat ``messages``: the row's prompt with the system turn
-    and prefix of ``prompt_settings`` (:func:`eval_hooks.generation.prompts.prompt_messages`). The backend renders
-    them to ids with the same settings' template switch (:func:`eval_hooks.generation.prompts.render_prompt`)."""
-    from eval_hooks.generation.backends.base import GenerationRequest
+    and prefix of ``prompt_settings`` (:func:`selectrust.generation.prompts.prompt_messages`). The backend renders
+    them to ids with the same settings' template switch (:func:`selectrust.generation.prompts.render_prompt`)."""
+    from selectrust.generation.backends.base import GenerationRequest
 
     settings = prompt_settings or PromptSettings()
     return [GenerationRequest(messages=prompt_messages(r["prompt"], settings), max_new_tokens=max_new_tokens,
@@ -34,7 +34,7 @@ def generate_responses(backend, rows: Sequence[dict], *, desc: str, max_new_toke
                        progress: bool = True) -> tuple[dict[str, str], dict[str, Any], dict[str, dict]]:
     """One greedy (or sampled) response per row from ``backend``, under the backend's ``prompt_settings``:
     ``({row_id: text}, settings, {row_id: {"finish_reason": ..., "null_content": ...}})``, the settings being
-    what ``metrics.json`` records as ``eval_settings``. A :class:`~eval_hooks.generation.response_log.ResponseLog` backend
+    what ``metrics.json`` records as ``eval_settings``. A :class:`~selectrust.generation.response_log.ResponseLog` backend
     is told each request's row id (written beside its saved response)."""
     settings = getattr(backend, "prompt_settings", None) or PromptSettings()
     reqs = build_requests(rows, max_new_tokens=max_new_tokens, temperature=temperature, stop=stop,
@@ -93,7 +93,7 @@ def publish_outputs(out_dir: str | Path, item_scores: Sequence[dict], metrics: d
     """Write ``item_scores.jsonl``, ``metrics.json`` and the report (``write_report(tmp_dir)``) into a
     temporary directory beside ``out_dir`` and move them into place only when all of them exist, so a
     failure leaves no half-written output (and any previous output intact). The run's saved responses
-    (``responses.jsonl``, :mod:`eval_hooks.generation.response_log`) are carried into the published set."""
+    (``responses.jsonl``, :mod:`selectrust.generation.response_log`) are carried into the published set."""
     tmp = make_tmp_dir_beside(out_dir)
     try:
         saved = Path(out_dir) / RESPONSES_FILE

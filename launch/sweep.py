@@ -41,7 +41,7 @@ from launch.sweeper.summary import write_summary
 
 def _tail(path: Path, n: int = 8) -> str:
     """The last ``n`` lines of a job's log, indented for the sweep's failure message."""
-    from eval_hooks.core.io import tail_file
+    from selectrust.core.io import tail_file
 
     return "\n".join("    " + ln for ln in tail_file(path, n).splitlines())
 

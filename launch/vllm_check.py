@@ -97,7 +97,7 @@ def hot_sync(server: VLLMServer, st: Settings) -> dict:
     import torch
     from peft import LoraConfig, get_peft_model
 
-    from eval_hooks.model import load_model, load_tokenizer
+    from selectrust.model import load_model, load_tokenizer
     from trainer.evaluation.weight_sync import AdapterSync, StaleWeightsError
 
     tok = load_tokenizer(st.model)
@@ -157,9 +157,9 @@ def grpo(server: VLLMServer, st: Settings) -> dict:
 
 def throughput(server: VLLMServer, st: Settings) -> dict:
     """Sampled rollouts (temperature 1, seeded) of the facts prompts through HTTP: rows/s and tokens/s."""
-    from eval_hooks.generation.backends.base import GenerationRequest
-    from eval_hooks.core.io import read_records
-    from eval_hooks.model import load_tokenizer
+    from selectrust.generation.backends.base import GenerationRequest
+    from selectrust.core.io import read_records
+    from selectrust.model import load_tokenizer
 
     backend = server.backend(load_tokenizer(st.model), timeout_s=600)
     prompts = [rec["prompt"] for _, rec in read_records(facts_train(st))][:st.bench_prompts]

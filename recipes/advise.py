@@ -23,9 +23,9 @@ register_schemas()
 
 
 def run(cfg: DictConfig) -> list[dict]:
-    from eval_hooks.core.io import read_records, write_jsonl_atomic
-    from eval_hooks.model import load_base_with_adapters, load_tokenizer
-    from eval_hooks.generation.prompts import PromptSettings
+    from selectrust.core.io import read_records, write_jsonl_atomic
+    from selectrust.model import load_base_with_adapters, load_tokenizer
+    from selectrust.generation.prompts import PromptSettings
     from trainer.distill.advice import advice_from_log_odds
     from trainer.distill.evaluation import eval_settings, evaluate_views
     from trainer.distill.views import load_fork_views

@@ -9,7 +9,7 @@
 A chain recipe (``conf/recipe/<name>.yaml``) names its stages in order; each is a trainer script
 (``sft`` | ``dpo`` | ``grpo``) with Hydra overrides of that trainer's own config, trained in
 ``<run_dir>/stages/<name>/`` and started from the previous stage's ``final/`` adapter (``init_mode``:
-merge it into the base and train a fresh LoRA, or continue training it; see ``eval_hooks/model/policy.py``).
+merge it into the base and train a fresh LoRA, or continue training it; see ``selectrust/model/policy.py``).
 Run the same command again after an interruption: finished stages are skipped, the interrupted one
 resumes from its newest complete checkpoint. ``"common=['k=v',...]"`` adds overrides to every stage.
 A stage trained from an earlier stage's ``final/`` that has since been retrained is refused (naming both

@@ -9,7 +9,7 @@ How this departs from TRL's DPOTrainer (same loss, checked by tests/test_trl_equ
   ``algo=scope_knowledge_aware`` adds the unknown-item pools with mass λ_u (docs/scope.md#knowledge-aware-scope),
   and their metrics per pool (``rewards/accuracies/unknown_correct``);
 - the reference is the same LoRA model with its adapter disabled (no second copy): the base, or the
-  SFT policy when starting from ``model.init_adapter`` (eval_hooks/model/policy.py);
+  SFT policy when starting from ``model.init_adapter`` (selectrust/model/policy.py);
 - baselines are configs: ``algo=standard_dpo`` (misleading only), ``algo=unmatched``, ``algo=no_clean``
   / ``no_correct`` / ``no_irrelevant``, ``algo=sft_on_chosen``, and Prompt-Defense via ``prompt=prompt_defense``
   with ``trainer.max_steps`` irrelevant (use ``recipes/evaluate.py``).
@@ -32,14 +32,14 @@ register_schemas()
 
 def run(cfg: DictConfig):
     """Train; returns the loop's ``LoopResult`` (step, preempted, final metrics)."""
-    from eval_hooks.core.io import write_json_atomic
-    from eval_hooks.generation.prompts import PromptSettings
+    from selectrust.core.io import write_json_atomic
+    from selectrust.generation.prompts import PromptSettings
     from trainer.data.train_data import ConditionSampler, SamplerSource, check_pool_mass, load_pairs, pool_mass, unmatch_pairs
     from trainer.data.train_data import apply_length_policy
     from trainer.evaluation import load_eval_rows, make_backend
     from trainer.core.run import setup_run
     from trainer.model.logprobs import sequence_logprobs
-    from eval_hooks.model import Reference, load_policy
+    from selectrust.model import Reference, load_policy
     from trainer.core.optim import build_optimizer, build_scheduler
     from trainer.train import train_evaluate_finish
     from trainer.dpo_losses import dpo_loss

@@ -27,9 +27,9 @@ register_schemas()
 
 def run(cfg: DictConfig) -> dict:
     """Evaluate; returns the metrics written to ``<out_dir>/metrics.json``."""
-    from eval_hooks.generation.backends.base import GreedyMemo
+    from selectrust.generation.backends.base import GreedyMemo
     from eval_hooks.families import get_family
-    from eval_hooks.generation.prompts import PromptSettings
+    from selectrust.generation.prompts import PromptSettings
     from trainer.evaluation import build_inference_backend, load_eval_rows, run_eval
     from trainer.core.run import seed_everything
 
@@ -37,7 +37,7 @@ def run(cfg: DictConfig) -> dict:
     if not cfg.eval.path:
         raise ConfigError("eval.path is not set: point it at an items file of family eval.family")
     if cfg.adapter_path:
-        from eval_hooks.model import check_adapter_path
+        from selectrust.model import check_adapter_path
 
         try:
             check_adapter_path(cfg.adapter_path)
@@ -66,7 +66,7 @@ def estimate_and_attach(rows: list[dict], backend, cfg: DictConfig) -> list[dict
     """The evaluated model's own knowledge estimate over the items (``knowledge`` group), written to
     ``<out_dir>/knowledge.jsonl`` (pass it as ``eval.knowledge_path`` when evaluating the trained model,
     so both runs split by the knowledge the model had *before* training) and attached to the rows."""
-    from eval_hooks.core.io import write_jsonl_atomic
+    from selectrust.core.io import write_jsonl_atomic
     from eval_hooks.knowledge import attach_knowledge, estimate_from_config, knowledge_record
     from trainer.evaluation import eval_budget
 

@@ -27,7 +27,7 @@ How this departs from TRL's GRPOTrainer (same loss on the same inputs, tests/tes
   the drop/refill, advantage (``std_scaling=batch``) and ``token_mean`` normalisation decisions on the
   global batch, so an N-rank run equals a 1-rank run with the same global batch (trainer/rl/rollout.py);
 - the reference for the KL term is the LoRA adapter disabled (no second model copy): the base, or the
-  SFT policy when starting from ``model.init_adapter`` (see eval_hooks/model/policy.py).
+  SFT policy when starting from ``model.init_adapter`` (see selectrust/model/policy.py).
 """
 
 from __future__ import annotations
@@ -50,14 +50,14 @@ logger = logging.getLogger(__name__)
 
 def run(cfg: DictConfig):
     """Train; returns the loop's ``LoopResult`` (step, preempted, final metrics)."""
-    from eval_hooks.generation.prompts import PromptSettings
+    from selectrust.generation.prompts import PromptSettings
     from trainer.data.train_data import ShuffleSampler
     from trainer.rl.envs import resolve_env
     from trainer.evaluation import generation_capabilities, load_eval_rows, make_backend
     from trainer.model.group_packing import group_sequence_logprobs
     from trainer.model.logprobs import sequence_logprobs
     from trainer.train import train_evaluate_finish
-    from eval_hooks.model import Reference, load_policy
+    from selectrust.model import Reference, load_policy
     from trainer.core.optim import build_optimizer, build_scheduler
     from trainer.rl.rewards import GuardedReward, resolve_reward
     from trainer.rl.rollout import Ranks, RolloutSettings, RolloutSource, check_prompt_lengths, load_rl_prompts

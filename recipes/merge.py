@@ -25,7 +25,7 @@ register_schemas()
 
 def run(cfg: DictConfig) -> Path:
     """Merge and write; returns the output directory."""
-    from eval_hooks.model import export_merged
+    from selectrust.model import export_merged
 
     validate_merge(cfg)
     out = export_merged(cfg.model, list(cfg.adapters), cfg.out_dir)

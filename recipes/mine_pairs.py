@@ -62,7 +62,7 @@ def mine(rows: list[dict], backend, *, max_new_tokens: int, use_fallback: bool, 
     items only, *unknown* items feed the unknown pools (:func:`unknown_pairs`), *uncertain* ones neither."""
     from eval_hooks.evaluate import build_requests
     from eval_hooks.parsers import parse_row_answer, row_answer_matches
-    from eval_hooks.generation.prompts import PromptSettings
+    from selectrust.generation.prompts import PromptSettings
 
     by_item: dict[str, dict[str, dict]] = defaultdict(dict)
     for r in rows:
@@ -234,12 +234,12 @@ def unknown_pairs(by_item: dict, est: dict, backend, *, knowledge, model_name: s
 def run(cfg: DictConfig) -> dict:
     """Mine; returns the statistics written to ``<out_dir>/mining_stats.json``."""
     from eval_hooks import load_rows
-    from eval_hooks.generation.backends.base import GreedyMemo
-    from eval_hooks.core.io import write_json_atomic, write_jsonl_atomic
-    from eval_hooks.model import is_toy_model
-    from eval_hooks.model.load import TOY_ANSWER_BUDGET
+    from selectrust.generation.backends.base import GreedyMemo
+    from selectrust.core.io import write_json_atomic, write_jsonl_atomic
+    from selectrust.model import is_toy_model
+    from selectrust.model.load import TOY_ANSWER_BUDGET
     from eval_hooks.parsers import answer_budget
-    from eval_hooks.generation.prompts import PromptSettings
+    from selectrust.generation.prompts import PromptSettings
     from trainer.data.train_data import resolve_data_path
     from trainer.evaluation import build_inference_backend
     from trainer.core.run import seed_everything

@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import re
 
-from eval_hooks.generation.backends import GenerationBackend, GenerationResult, Sample
+from selectrust.generation.backends import GenerationBackend, GenerationResult, Sample
 from eval_hooks.builders.taste_forks import TRIVIAL_HEADER
 
 _STEP = re.compile(r"^\[step (\d+)\] (\w+): (.*?)(?: \[exit code (-?\d+)\])?$")

@@ -7,7 +7,7 @@ def make_lora_policy(model_dir, *, seed: int = 0, scale: float = 0.5):
     """A tiny Llama with a LoRA adapter whose B matrices are random (so the adapter changes outputs)."""
     from peft import LoraConfig, get_peft_model
 
-    from eval_hooks.model import load_model
+    from selectrust.model import load_model
 
     model = get_peft_model(load_model(str(model_dir)),
                            LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], lora_dropout=0.0))
@@ -27,7 +27,7 @@ def perturb_lora(model, *, seed: int, scale: float = 0.5) -> None:
 
 def reference_server(model_dir, tokenizer, *, model_name: str = "tiny"):
     """A started in-process ``ReferenceServer`` on the tiny model (call ``.shutdown()`` when done)."""
-    from eval_hooks.generation.backends.reference_server import ReferenceServer
-    from eval_hooks.model import load_model
+    from selectrust.generation.backends.reference_server import ReferenceServer
+    from selectrust.model import load_model
 
     return ReferenceServer(load_model(str(model_dir)), tokenizer, model_name=model_name).start()

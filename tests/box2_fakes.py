@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import random
 
-from eval_hooks.generation.backends.base import GenerationBackend, GenerationResult, Sample
+from selectrust.generation.backends.base import GenerationBackend, GenerationResult, Sample
 
 
 class ScriptedBackend(GenerationBackend):

@@ -36,20 +36,20 @@ def reference_dir() -> Path:
 
 @pytest.fixture(scope="session")
 def tiny_model_dir() -> Path:
-    from eval_hooks.model import ensure_tiny_model
+    from selectrust.model import ensure_tiny_model
 
     return ensure_tiny_model("tiny")
 
 
 @pytest.fixture(scope="session")
 def tiny_tokenizer(tiny_model_dir):
-    from eval_hooks.model import load_tokenizer
+    from selectrust.model import load_tokenizer
 
     return load_tokenizer(str(tiny_model_dir))
 
 
 @pytest.fixture()
 def tiny_model(tiny_model_dir):
-    from eval_hooks.model import load_model
+    from selectrust.model import load_model
 
     return load_model(str(tiny_model_dir))

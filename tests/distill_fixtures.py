@@ -7,18 +7,18 @@ from typing import Callable
 import torch
 
 from eval_hooks.builders.taste_toy import make_taste_toy
-from eval_hooks.core.io import write_jsonl_atomic
+from selectrust.core.io import write_jsonl_atomic
 
 
 def make_steps(tmp_path, overrides: list[str], reasoning_len: Callable[[int], int] = lambda i: 2 + i % 5):
     """``(steps, model, views)``: ``recipe=taste_tiny`` on the tiny model (top-7, 3 positions per view, plus
     ``overrides``), a random non-zero LoRA (so teacher = adapter off and student differ), and views of two toy
     tasks whose reasoning is ``reasoning_len(i)`` random tokens (default 2..6: ragged rows)."""
-    from eval_hooks.generation.prompts import PromptSettings
+    from selectrust.generation.prompts import PromptSettings
     from recipe_utils import compose
     from trainer.distill.views import choice_token_ids, load_fork_views
     from trainer.distill.steps import DistillSteps
-    from eval_hooks.model import Reference, load_policy
+    from selectrust.model import Reference, load_policy
 
     path = tmp_path / "items.jsonl"
     write_jsonl_atomic(path, make_taste_toy(0, n_tasks=2).items)

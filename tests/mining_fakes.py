@@ -1,6 +1,6 @@
 """Test doubles shared by the pair-mining tests (tests/test_mine_pairs.py, tests/test_knowledge_aware.py)."""
 
-from eval_hooks.generation.backends.base import GenerationBackend, GenerationResult, Sample
+from selectrust.generation.backends.base import GenerationBackend, GenerationResult, Sample
 
 
 class TableBackend(GenerationBackend):

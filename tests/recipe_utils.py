@@ -29,9 +29,9 @@ def load_recipe(name: str):
 
 
 def spy_greedy_memos(monkeypatch) -> list:
-    """The list every :class:`~eval_hooks.generation.backends.base.GreedyMemo` made from now on is appended to (its ``hits``
+    """The list every :class:`~selectrust.generation.backends.base.GreedyMemo` made from now on is appended to (its ``hits``
     say how many greedy answers it served again)."""
-    from eval_hooks.generation.backends import base
+    from selectrust.generation.backends import base
 
     made = []
     real_init = base.GreedyMemo.__init__

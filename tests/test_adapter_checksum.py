@@ -1,4 +1,4 @@
-"""The adapter-checksum protocol (eval_hooks/generation/backends/adapter_checksum.py): what the trainer writes into a synced
+"""The adapter-checksum protocol (selectrust/generation/backends/adapter_checksum.py): what the trainer writes into a synced
 adapter directory and what the server's client reads back to name the adapter."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import hashlib
 
 import pytest
 
-from eval_hooks.generation.backends.adapter_checksum import (CHECKSUM_FILE, adapter_checksum, checksum_or_none, read_checksum,
+from selectrust.generation.backends.adapter_checksum import (CHECKSUM_FILE, adapter_checksum, checksum_or_none, read_checksum,
                                                   write_checksum)
 
 

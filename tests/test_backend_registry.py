@@ -14,10 +14,10 @@ from types import SimpleNamespace
 import pytest
 from omegaconf import OmegaConf
 
-import eval_hooks.generation.backends.registry as registry
+import selectrust.generation.backends.registry as registry
 from eval_hooks import load_rows
-from eval_hooks.generation.backends.base import GenerationBackend, GenerationResult, Sample
-from eval_hooks.generation.backends.registry import (BACKENDS, BackendSpec, Capabilities, UnknownBackendError, backend_names,
+from selectrust.generation.backends.base import GenerationBackend, GenerationResult, Sample
+from selectrust.generation.backends.registry import (BACKENDS, BackendSpec, Capabilities, UnknownBackendError, backend_names,
                                           capabilities, get_backend, register_backend, setting, unregister_backend)
 from recipe_utils import ROOT, compose
 from trainer.config import ConfigError, EvalConfig, ModelConfig, generation_schema, validate_common, validate_grpo
@@ -112,7 +112,7 @@ def test_taste_mining_builds_any_standalone_backend_and_never_falls_back(canned)
 
 
 def test_a_backend_from_an_installed_packages_entry_point(monkeypatch):
-    import eval_hooks.core.plugins as plugins
+    import selectrust.core.plugins as plugins
 
     ep = EntryPoint("canned", f"{__name__}:CANNED", registry.ENTRY_POINT_GROUP)
     monkeypatch.setattr(BACKENDS, "installed", None)
@@ -120,7 +120,7 @@ def test_a_backend_from_an_installed_packages_entry_point(monkeypatch):
     monkeypatch.setattr(plugins, "entry_points", lambda group: [ep] if group == registry.ENTRY_POINT_GROUP else [])
     assert backend_names() == ["hf", "vllm_server", "openai_chat", "canned"] and get_backend("canned") is CANNED
     assert capabilities("canned") == Capabilities(policy_model=False, standalone=True)
-    bad = EntryPoint("broken", "eval_hooks.generation.backends.hf:HFSettings", registry.ENTRY_POINT_GROUP)
+    bad = EntryPoint("broken", "selectrust.generation.backends.hf:HFSettings", registry.ENTRY_POINT_GROUP)
     monkeypatch.setattr(BACKENDS, "installed", None)
     monkeypatch.setattr(plugins, "entry_points", lambda group: [bad])
     with pytest.raises(UnknownBackendError, match="'broken': not a BackendSpec named 'broken'"):
@@ -161,7 +161,7 @@ def test_a_backend_override_without_its_group_is_refused_before_anything_runs():
 
 
 def test_llama_cpp_is_a_declared_flavour_of_vllm_server_with_its_own_capabilities(tmp_path):
-    from eval_hooks.generation.backends.vllm_server import FLAVOURS, VLLMServerSettings
+    from selectrust.generation.backends.vllm_server import FLAVOURS, VLLMServerSettings
     from trainer.evaluation import make_epoch_eval
 
     assert capabilities("vllm_server", VLLMServerSettings(server_kind="auto")) == FLAVOURS["vllm"]
@@ -176,7 +176,7 @@ def test_llama_cpp_is_a_declared_flavour_of_vllm_server_with_its_own_capabilitie
 
 
 def test_server_errors_come_from_the_backends_capabilities():
-    from eval_hooks.generation.backends.transport import ServerError
+    from selectrust.generation.backends.transport import ServerError
     from trainer.evaluation import server_errors
     from trainer.evaluation.weight_sync import StaleWeightsError
 
@@ -215,7 +215,7 @@ BY_NAME = re.compile(rf"""(==|!=|\bin\b)\s*\(?["']({NAMES})["']|["']({NAMES})["'
 def test_no_backend_is_chosen_by_name_outside_the_registry():
     assert BY_NAME.search('if gen_cfg.backend == "hf":') and BY_NAME.search("if cfg.generation.backend != 'vllm_server'")
     assert BY_NAME.search('BACKENDS = ("openai_chat", "hf")') and not BY_NAME.search('name = "hf"')
-    own = ROOT / "eval_hooks" / "generation" / "backends"  # the registry and the backends' own modules
+    own = ROOT / "selectrust" / "generation" / "backends"  # the registry and the backends' own modules
     files = [p for d in ("trainer", "recipes", "eval_hooks", "launch", "bench", "demos")
              for p in sorted((ROOT / d).rglob("*.py")) if own not in p.parents]
     bad = [f"{p.relative_to(ROOT)}:{n}: {line.strip()}" for p in files
@@ -235,7 +235,7 @@ def test_grpo_on_a_text_only_server_kind_names_the_server_kind_fix_at_config_che
 def test_a_plugin_naming_a_missing_module_breaks_only_the_command_that_chooses_it(monkeypatch):
     """Issue 42 #6: the schema (--help, generation=hf) skips a backend plugin that cannot be imported; choosing it
     fails in one line naming the plugin and the entry-point group."""
-    import eval_hooks.core.plugins as plugins
+    import selectrust.core.plugins as plugins
     from trainer.config.schemas import _backend_help
 
     ghost = EntryPoint("ghost", "no_such_module_42:SPEC", registry.ENTRY_POINT_GROUP)

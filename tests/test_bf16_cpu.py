@@ -24,7 +24,7 @@ def test_cpu_bf16_detection_and_auto_resolution(capsys):
     assert resolve_mixed_precision("auto", cpu=True, cpuinfo=AMX) == "bf16"
     assert resolve_mixed_precision("auto", cpu=True, cpuinfo=OLD) == "no"
     assert "no AMX-BF16 (no bf16 support)" in capsys.readouterr().out
-    # AVX512-BF16 alone: bf16 GEMMs ran at half fp32's speed (eval_hooks/model/precision.py), so auto stays fp32 there
+    # AVX512-BF16 alone: bf16 GEMMs ran at half fp32's speed (selectrust/model/precision.py), so auto stays fp32 there
     assert cpu_supports_bf16(AVX512_BF16) and resolve_mixed_precision("auto", cpu=True, cpuinfo=AVX512_BF16) == "no"
     assert "slower than fp32 without AMX" in capsys.readouterr().out
     assert resolve_mixed_precision("bf16", cpu=True, cpuinfo=AVX512_BF16) == "bf16"  # asked for: kept

@@ -8,7 +8,7 @@ import pytest
 
 from eval_hooks import DataError, load_rows
 from eval_hooks.__main__ import main
-from eval_hooks.generation.backends.base import GenerationBackend, GenerationResult, Sample
+from selectrust.generation.backends.base import GenerationBackend, GenerationResult, Sample
 from eval_hooks.builders.med_grammar import collect_aliases, parse_question
 from eval_hooks.builders.med_terms import CATEGORIES as TERM_CATS, load_all, nonce_rejection
 from eval_hooks.builders.med_verify import verify

@@ -46,8 +46,8 @@ def _start_logps(cfg, pairs_path, adapter=None) -> tuple[float, float]:
     import torch
     from peft import PeftModel
 
-    from eval_hooks.model import load_model, load_tokenizer
-    from eval_hooks.generation.prompts import PromptSettings
+    from selectrust.model import load_model, load_tokenizer
+    from selectrust.generation.prompts import PromptSettings
     from trainer.model.logprobs import build_preference_batch, sequence_logprobs
 
     model, tok = load_model(cfg.model.path), load_tokenizer(cfg.model.path)

@@ -1,15 +1,15 @@
-"""The /v1/completions wire format (eval_hooks/generation/backends/completions_wire.py): request bodies and reply parsing, on
+"""The /v1/completions wire format (selectrust/generation/backends/completions_wire.py): request bodies and reply parsing, on
 plain JSON, no server."""
 
 from __future__ import annotations
 
 import pytest
 
-from eval_hooks.generation.backends.base import GenerationRequest, derive_seed
-from eval_hooks.generation.backends.completions_wire import (parse_prompt_logprobs, parse_text_choice, parse_token_choices,
+from selectrust.generation.backends.base import GenerationRequest, derive_seed
+from selectrust.generation.backends.completions_wire import (parse_prompt_logprobs, parse_text_choice, parse_token_choices,
                                                   prompt_logprobs_body, text_completion_body, token_completion_body)
-from eval_hooks.generation.backends.transport import ServerResponseError
-from eval_hooks.generation.backends.vllm_server import SAMPLING_FIELDS
+from selectrust.generation.backends.transport import ServerResponseError
+from selectrust.generation.backends.vllm_server import SAMPLING_FIELDS
 
 
 def _ctx() -> str:

@@ -81,7 +81,7 @@ def test_an_edited_toy_source_file_is_refused_on_resume(tmp_path, monkeypatch):
 
 
 def test_a_hub_dataset_is_pinned_by_the_rows_read(tmp_path, monkeypatch):
-    import eval_hooks.core.hf_data as hf
+    import selectrust.core.hf_data as hf
     from trainer.data.pins import pin
 
     rows = [(1, {"prompt": "a", "chosen": "b"}), (2, {"prompt": "c", "chosen": "d"})]

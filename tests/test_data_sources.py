@@ -7,15 +7,15 @@ from pathlib import Path
 
 import pytest
 
-import eval_hooks.core.plugins as plugins
+import selectrust.core.plugins as plugins
 import trainer.data.sources as ds
-from eval_hooks.core.io import DataError
+from selectrust.core.io import DataError
 from recipe_utils import ROOT
 
 
 @pytest.fixture()
 def empty_registry(monkeypatch):
-    """No source registered, and the entry points as ``eps`` (monkeypatched ``eval_hooks.core.plugins.entry_points``)."""
+    """No source registered, and the entry points as ``eps`` (monkeypatched ``selectrust.core.plugins.entry_points``)."""
     eps: list[EntryPoint] = []
     monkeypatch.setattr(ds.DATA_SOURCES, "registered", {})
     monkeypatch.setattr(ds.DATA_SOURCES, "loaded", {})

@@ -80,7 +80,7 @@ def test_a_sixth_arm_is_one_entry_and_runs_reports_and_plots(tmp_path):
 def test_an_arm_from_an_entry_point_is_found_and_a_broken_one_fails_before_any_stage(tmp_path, monkeypatch):
     from importlib.metadata import EntryPoint
 
-    import eval_hooks.core.plugins as plugins
+    import selectrust.core.plugins as plugins
     from demos.real.arms import ARMS, GROUP
     from demos.real.pipeline import stages
     from trainer.config import ConfigError
@@ -166,7 +166,7 @@ def test_grpo_prompts_declares_its_inputs_and_reads_only_them(tmp_path):
     outside any stages directory), not files next to its own directory."""
     from demos.real.pipeline import stages
     from demos.real.prompts import grpo_prompts
-    from eval_hooks.core.io import write_jsonl_atomic
+    from selectrust.core.io import write_jsonl_atomic
 
     stage = next(s for s in stages(_compose([f"out={tmp_path}", "real.scope_grpo=true"])) if s.name == "grpo_prompts")
     assert stage.inputs == {"rows": "facts/facts_train.jsonl", "labels": "mine/knowledge.jsonl"}

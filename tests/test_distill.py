@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from eval_hooks.builders.taste_toy import base_sft_mix, compact_prompt, make_taste_toy
-from eval_hooks.core.io import DataError, write_jsonl_atomic
+from selectrust.core.io import DataError, write_jsonl_atomic
 from distill_fixtures import make_steps
 from trainer.distill.aligned import aligned_logits, build_batch, sample_positions
 from trainer.distill.calibration import expected_calibration_error
@@ -15,7 +15,7 @@ from trainer.distill.views import check_task_disjoint, load_fork_views
 
 @pytest.fixture(scope="module")
 def tiny():
-    from eval_hooks.model import load_model, load_tokenizer
+    from selectrust.model import load_model, load_tokenizer
 
     torch.manual_seed(0)
     return load_model("tiny", dtype="float32").eval(), load_tokenizer("tiny")

@@ -25,7 +25,7 @@ TOL = {"rtol": 1e-5, "atol": 1e-7}
 
 @pytest.fixture(scope="module")
 def tiny():
-    from eval_hooks.model import load_model, load_tokenizer
+    from selectrust.model import load_model, load_tokenizer
 
     torch.manual_seed(0)
     return load_model("tiny", dtype="float32").eval(), load_tokenizer("tiny")

@@ -6,7 +6,7 @@ import pytest
 import dist_helpers as dh
 from eval_hooks.builders.taste_toy import make_taste_toy
 from eval_hooks.folds import split_task_folds
-from eval_hooks.core.io import write_jsonl_atomic
+from selectrust.core.io import write_jsonl_atomic
 from recipe_utils import read_metrics, run_recipe
 
 

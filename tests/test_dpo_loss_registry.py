@@ -91,7 +91,7 @@ def test_ipo_toy_loss_hand_value():
 
 def _reference_forbidden(monkeypatch):
     """Make building a reference, or precomputing its table, fail the test."""
-    from eval_hooks import model as policy
+    from selectrust import model as policy
 
     def refuse(*args, **kwargs):
         raise AssertionError("a reference-free loss built a reference")

@@ -75,7 +75,7 @@ def test_sft_on_chosen_baseline_trains_nll(tmp_path):
 
 
 def test_bad_pairs_fail_before_model_load(tmp_path, monkeypatch):
-    import eval_hooks.model as tm
+    import selectrust.model as tm
 
     def boom(*a, **k):
         raise AssertionError("the model must not load before data validation")
@@ -83,7 +83,7 @@ def test_bad_pairs_fail_before_model_load(tmp_path, monkeypatch):
     monkeypatch.setattr(tm, "load_policy", boom)
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"pair_id": "a", "condition": "clean", "prompt": "q", "chosen": "1"}\n')
-    from eval_hooks.core.io import DataError
+    from selectrust.core.io import DataError
 
     with pytest.raises(DataError, match=r"bad.jsonl, line 1, field 'rejected'"):
         run_recipe("dpo", "dpo", [f"data.train_path={bad}", "eval=none", f"trainer.run_dir={tmp_path / 'r'}"])

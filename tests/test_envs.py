@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from eval_hooks.generation.prompts import PromptSettings
+from selectrust.generation.prompts import PromptSettings
 from tests.box2_fakes import ScriptedBackend
 from trainer.config import ConfigError, GRPOAlgoConfig
 from trainer.data.train_data import ShuffleSampler

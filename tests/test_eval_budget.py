@@ -11,7 +11,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from eval_hooks import load_rows, run_matched_eval
-from eval_hooks.generation.backends.base import GenerationResult, Sample
+from selectrust.generation.backends.base import GenerationResult, Sample
 from eval_hooks.families import get_family
 from eval_hooks.families.base import DEFAULT_MAX_NEW_TOKENS
 

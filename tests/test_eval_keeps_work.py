@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from eval_hooks import run_matched_eval
-from eval_hooks.generation.backends.openai_chat import OpenAIChatBackend
-from eval_hooks.generation.backends.transport import ServerUnreachableError
+from selectrust.generation.backends.openai_chat import OpenAIChatBackend
+from selectrust.generation.backends.transport import ServerUnreachableError
 from eval_hooks.evaluate import load_rows
 from tests._chat_server import ChatServer
 
@@ -125,7 +125,7 @@ def test_null_content_and_length_finishes_are_kept_per_row_and_reported(tmp_path
 def test_hf_length_finishes_are_counted_and_changed_weights_are_never_reused(tiny_model, tiny_tokenizer, tmp_path):
     import torch
 
-    from eval_hooks.generation.backends import HFBackend
+    from selectrust.generation.backends import HFBackend
 
     rows, out = load_rows("mist", DATA / "mist_small.jsonl")[:8], tmp_path / "eval"
     backend = HFBackend(tiny_model, tiny_tokenizer, batch_size=8)
@@ -151,7 +151,7 @@ def test_hf_length_finishes_are_counted_and_changed_weights_are_never_reused(tin
 
 def test_vllm_server_length_finishes_are_counted_and_a_rerun_reuses_them(tiny_model_dir, tiny_tokenizer, tmp_path,
                                                                        capsys):
-    from eval_hooks.generation.backends.vllm_server import VLLMServerBackend
+    from selectrust.generation.backends.vllm_server import VLLMServerBackend
     from tests._vllm_helpers import reference_server
 
     rows, out = load_rows("mist", DATA / "mist_small.jsonl")[:8], tmp_path / "eval"

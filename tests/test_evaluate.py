@@ -10,7 +10,7 @@ import pytest
 import eval_hooks
 from eval_hooks import DataError, load_rows, read_responses, run_matched_eval, score_responses
 from eval_hooks.evaluate import build_requests, score_rows
-from eval_hooks.generation.prompts import PromptSettings, render_prompt_text
+from selectrust.generation.prompts import PromptSettings, render_prompt_text
 
 DATA = Path(__file__).parent / "data" / "eval"
 
@@ -190,7 +190,7 @@ class _EchoBackend:
         self.prompt_settings = prompt_settings
 
     def generate(self, requests, *, progress=False, desc="generate"):
-        from eval_hooks.generation.backends.base import GenerationResult, Sample
+        from selectrust.generation.backends.base import GenerationResult, Sample
 
         self.requests, self.progress = list(requests), progress
         return [GenerationResult(request=r, samples=[Sample(self.text, [], [], "stop")]) for r in requests]
@@ -205,7 +205,7 @@ def test_run_matched_eval_with_stub_backend(tmp_path):
 
 
 def test_run_matched_eval_hf_tiny(tiny_model, tiny_tokenizer, tmp_path):
-    from eval_hooks.generation.backends import HFBackend
+    from selectrust.generation.backends import HFBackend
 
     rows = load_rows("mist", DATA / "mist_small.jsonl")[:8]
     backend = HFBackend(tiny_model, tiny_tokenizer, batch_size=8)

@@ -15,7 +15,7 @@ KEYS = {"mist": {"accuracy", "overall", "sc2w"}, "box2": {"score", "delta"},
 
 @pytest.mark.parametrize("family", sorted(KEYS))
 def test_evaluate_recipe_each_family(tmp_path, family, monkeypatch):
-    from eval_hooks.generation.backends.hf import HFBackend
+    from selectrust.generation.backends.hf import HFBackend
 
     generate, lengths = HFBackend.generate, []
 
@@ -47,11 +47,11 @@ def test_evaluate_recipe_rejects_missing_eval_path(tmp_path):
 
 
 def test_evaluate_recipe_bad_items_fail_before_model_load(tmp_path, monkeypatch):
-    import eval_hooks.model
-    import eval_hooks.model.load
-    from eval_hooks.core.io import DataError
+    import selectrust.model
+    import selectrust.model.load
+    from selectrust.core.io import DataError
 
-    for module in (eval_hooks.model, eval_hooks.model.load):  # the entry, and where the policy loader looks it up
+    for module in (selectrust.model, selectrust.model.load):  # the entry, and where the policy loader looks it up
         monkeypatch.setattr(module, "load_model", lambda *a, **k: (_ for _ in ()).throw(AssertionError("model loaded")))
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"item_id": 1, "condition": "clean", "prompt": "q", "answer_type": "numeric", "gold": "1", '

@@ -17,16 +17,16 @@ from pathlib import Path
 import pytest
 
 import eval_hooks.families as families
-import eval_hooks.core.plugins as plugins
+import selectrust.core.plugins as plugins
 from eval_hooks import FAMILIES, DataError, load_rows, run_matched_eval, score_responses
-from eval_hooks.generation.backends.base import GenerationBackend, GenerationResult, Sample
+from selectrust.generation.backends.base import GenerationBackend, GenerationResult, Sample
 from eval_hooks.families import Family, get_family, register_family, unregister_family
 from eval_hooks.families.base import check_gold, items_once, req_str
 from eval_hooks.metrics import compute_metrics, headline
 from eval_hooks.metrics.common import check_rows, rate
 from eval_hooks.report import compare_table, write_report
 from eval_hooks.report_kit import md_table, pct
-from eval_hooks.core.settings import setting
+from selectrust.core.settings import setting
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -1,10 +1,10 @@
-"""GreedyMemo (eval_hooks/generation/backends/base.py): a greedy request already answered is not generated again; sampled,
+"""GreedyMemo (selectrust/generation/backends/base.py): a greedy request already answered is not generated again; sampled,
 multi-sample and adapter requests always are; and in an evaluation with a k=1 knowledge estimate the clean rows
 are generated once."""
 
 from __future__ import annotations
 
-from eval_hooks.generation.backends.base import GenerationRequest, GreedyMemo
+from selectrust.generation.backends.base import GenerationRequest, GreedyMemo
 from mining_fakes import TableBackend
 
 

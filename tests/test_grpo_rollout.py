@@ -9,13 +9,13 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import torch
 
-from eval_hooks.core.io import DataError
-from eval_hooks.generation.prompts import PromptSettings
+from selectrust.core.io import DataError
+from selectrust.generation.prompts import PromptSettings
 from tests.box2_fakes import ScriptedBackend
 from trainer.config import GRPOAlgoConfig
 from trainer.data.train_data import ShuffleSampler
 from trainer.rl.rewards import GuardedReward, resolve_reward
-from eval_hooks.generation.backends.base import derive_seed
+from selectrust.generation.backends.base import derive_seed
 from trainer.rl.rollout import (Group, Ranks, Rollout, RolloutSettings, RolloutSource, check_prompt_lengths, fill_batch,
                              load_rl_prompts, prompt_seed, rank_rows, share)
 from trainer.rl.rollout_modes import SingleTurnMode
@@ -389,7 +389,7 @@ def test_a_rank_resumes_mid_batch_from_the_main_process_state(tiny_tokenizer):
 def test_a_failure_on_one_rank_stops_every_rank_with_that_error(tiny_tokenizer):
     """Rank 1's backend fails (e.g. a dead server): rank 0, which generated fine, raises the same error
     type instead of waiting forever for the next collective."""
-    from eval_hooks.generation.backends.vllm_server import ServerUnreachableError
+    from selectrust.generation.backends.vllm_server import ServerUnreachableError
 
     fake = _FakeWorld(2)
     srcs = []
@@ -417,8 +417,8 @@ def test_a_failure_on_one_rank_stops_every_rank_with_that_error(tiny_tokenizer):
 # HF backend: per-row seeded sampling
 # ---------------------------------------------------------------------------------------------------
 def test_hf_seeded_samples_do_not_depend_on_the_batch(tiny_model, tiny_tokenizer):
-    from eval_hooks.generation.backends.base import GenerationRequest
-    from eval_hooks.generation.backends.hf import HFBackend
+    from selectrust.generation.backends.base import GenerationRequest
+    from selectrust.generation.backends.hf import HFBackend
 
     torch.manual_seed(0)
     backend = HFBackend(tiny_model, tiny_tokenizer, batch_size=32)
@@ -444,7 +444,7 @@ def test_hf_seeded_sampling_draws_from_the_temperature_top_p_distribution(tiny_m
     nucleus (renormalised); tokens outside the nucleus never appear."""
     from transformers import TopPLogitsWarper
 
-    from eval_hooks.generation.backends.hf import HFBackend
+    from selectrust.generation.backends.hf import HFBackend
 
     backend = HFBackend(tiny_model, tiny_tokenizer)
     prompt = tiny_tokenizer("key k3 is\n", add_special_tokens=False)["input_ids"]

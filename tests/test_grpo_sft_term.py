@@ -9,8 +9,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from eval_hooks.core.io import DataError
-from eval_hooks.generation.prompts import PromptSettings
+from selectrust.core.io import DataError
+from selectrust.generation.prompts import PromptSettings
 from tests.box2_fakes import ScriptedBackend
 from trainer.algos.grpo import sft_coef_at, sft_term
 from trainer.config import GRPOAlgoConfig
@@ -185,7 +185,7 @@ def _step_inputs(tiny_model, tiny_tokenizer):
 
 
 def _loss(model, mb, **algo):
-    from eval_hooks.model.policy import Reference
+    from selectrust.model.policy import Reference
     from recipes.grpo import grpo_step
     from trainer.model.logprobs import sequence_logprobs
 

@@ -14,7 +14,7 @@ import pytest
 import torch
 from torch.testing import assert_close
 
-from eval_hooks.model.policy import Reference
+from selectrust.model.policy import Reference
 from recipes.grpo import grpo_step
 from trainer.config import GRPOAlgoConfig
 from trainer.model.group_packing import (group_fallbacks, group_sequence_logprobs, pack_groups, packed_token_counts,

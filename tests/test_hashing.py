@@ -1,8 +1,8 @@
-"""The one file hasher and the one directory hasher (eval_hooks/core/hashing.py).
+"""The one file hasher and the one directory hasher (selectrust/core/hashing.py).
 
 The directory hashes decide whether a finished chain stage is reused (``stage_start.json``) and whether a resumed
 run's data changed (``data_hashes.json``): their values are pinned here on fixed bytes, as the code before
-eval_hooks/core/hashing.py computed them (trainer.data.pins.tree_sha256 and trainer.core.stage_start.weights_sha256),
+selectrust/core/hashing.py computed them (trainer.data.pins.tree_sha256 and trainer.core.stage_start.weights_sha256),
 so records written before the move still match."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from __future__ import annotations
 import hashlib
 import os
 
-from eval_hooks.core import hashing
-from eval_hooks.core.hashing import dir_sha256, file_sha256, file_sha256_once
+from selectrust.core import hashing
+from selectrust.core.hashing import dir_sha256, file_sha256, file_sha256_once
 from trainer.core.stage_start import path_identity, weights_sha256
 from trainer.data.pins import pin
 

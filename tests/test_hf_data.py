@@ -5,8 +5,8 @@ import json
 
 import pytest
 
-from eval_hooks.core.hf_data import parse_hf_spec
-from eval_hooks.core.io import DataError, read_records
+from selectrust.core.hf_data import parse_hf_spec
+from selectrust.core.io import DataError, read_records
 from trainer.data.train_data import load_pairs, resolve_data_path
 from trainer.rl.rollout import load_rl_prompts
 

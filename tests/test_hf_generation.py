@@ -7,8 +7,8 @@ The reference is the former computation: ``generate(output_logits=True)``, then
 import pytest
 import torch
 
-from eval_hooks.generation.backends.base import GenerationRequest
-from eval_hooks.generation.backends.hf import HFBackend
+from selectrust.generation.backends.base import GenerationRequest
+from selectrust.generation.backends.hf import HFBackend
 
 
 def _full_logits_reference(model, tok, prompts, max_new_tokens, **gen_kwargs):
@@ -143,7 +143,7 @@ def test_bf16_autocast_generation_records_fp32_logprobs(tiny_model, tiny_tokeniz
 def test_a_shared_prefix_is_computed_once_and_changes_nothing(tiny_model, tiny_tokenizer):
     """Prompts with a common prefix (a chat template's system turn): the prefix runs once (one row), its KV cache
     is repeated for the batch, and tokens and log-probs equal ``generate``'s on the whole prompts."""
-    from eval_hooks.generation.backends.hf import MIN_SHARED_PREFIX, _shared_prefix
+    from selectrust.generation.backends.hf import MIN_SHARED_PREFIX, _shared_prefix
 
     head = "system: answer with the value. "
     prompts = [tiny_tokenizer(head + f"key k{i}{' is' * (i % 3)}\n", add_special_tokens=False)["input_ids"]
@@ -161,7 +161,7 @@ def test_a_shared_prefix_is_computed_once_and_changes_nothing(tiny_model, tiny_t
 
 
 def test_shared_prefix_rules():
-    from eval_hooks.generation.backends.hf import MIN_SHARED_PREFIX, _shared_prefix
+    from selectrust.generation.backends.hf import MIN_SHARED_PREFIX, _shared_prefix
 
     long = list(range(20))
     assert _shared_prefix([long + [1], long + [2, 3]]) == 20
@@ -177,7 +177,7 @@ def test_frozen_weights_are_cast_once_per_batch_under_autocast(tiny_model, tiny_
     log-probs bit for bit, and every flag as it was afterwards, also after an error."""
     import copy
 
-    from eval_hooks.generation.backends.hf import _casts_cached, _decode, _token_picker
+    from selectrust.generation.backends.hf import _casts_cached, _decode, _token_picker
 
     model = copy.deepcopy(tiny_model)
     for i, p in enumerate(model.parameters()):  # half frozen, as a LoRA policy's base is
@@ -215,7 +215,7 @@ def test_repeated_prompts_share_one_prompt_pass_and_change_nothing(tiny_model, t
     """A request's n samples (a GRPO group) repeat one prompt: the prompt pass runs on the distinct prompts only
     (its KV cache and last logits repeated for their rows) and tokens and log-probs equal those of running every
     row's prompt (greedy: ``generate``'s; sampled: the per-row or global-RNG draws of the unshared batch)."""
-    import eval_hooks.generation.backends.hf as hf
+    import selectrust.generation.backends.hf as hf
 
     distinct = _prompts(tiny_tokenizer, 3)
     prompts = [p for p in distinct for _ in range(4)]  # 3 groups of 4, as GRPO's rollouts ask for them
@@ -243,6 +243,6 @@ def test_repeated_prompts_share_one_prompt_pass_and_change_nothing(tiny_model, t
 
 
 def test_distinct_rows():
-    from eval_hooks.generation.backends.hf import _distinct_rows
+    from selectrust.generation.backends.hf import _distinct_rows
 
     assert _distinct_rows([[1, 2], [3], [1, 2], [3], [4]]) == ([[1, 2], [3], [4]], [0, 1, 0, 1, 2])

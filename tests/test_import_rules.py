@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PRODUCT = ("trainer", "eval_hooks", "recipes", "launch", "bench", "demos")
+PRODUCT = ("selectrust", "trainer", "eval_hooks", "recipes", "launch", "bench", "demos")
 BY_PATH = ("spec_from_file_location", "module_from_spec", "SourceFileLoader", "exec_module", "run_path", "load_source")
 
 
@@ -56,7 +56,7 @@ def test_imports_are_resolved_the_way_python_resolves_them():
     # from-import naming a class, a function-level import (trainer/core/loop.py imports tqdm inside train_loop)
     assert "trainer.core.checkpoint" in _imports(ROOT / "trainer" / "core" / "loop.py")
     assert "tqdm.auto" in _imports(ROOT / "trainer" / "core" / "loop.py")
-    assert "eval_hooks.core.io.DataError" in _imports(ROOT / "trainer" / "data" / "train_data.py")
+    assert "selectrust.core.io.DataError" in _imports(ROOT / "trainer" / "data" / "train_data.py")
 
 
 def test_algos_import_only_torch_and_the_standard_library():
@@ -66,8 +66,15 @@ def test_algos_import_only_torch_and_the_standard_library():
     assert not bad, "\n".join(bad)
 
 
+def test_the_foundation_imports_nothing_of_the_product_above_it():
+    # selectrust/ (core, model, generation) is the floor both training and evaluation stand on
+    assert "selectrust.core.hashing" in _imports(ROOT / "selectrust" / "model" / "cache.py")  # the checker sees it
+    bad = _offenders(("selectrust",), {"trainer", "eval_hooks", "recipes", "launch", "demos", "bench"})
+    assert not bad, "\n".join(bad)
+
+
 def test_eval_hooks_imports_no_other_layer():
-    assert not (bad := _offenders(("eval_hooks",), {"trainer", "recipes", "launch"})), "\n".join(bad)
+    assert not (bad := _offenders(("eval_hooks",), {"trainer", "recipes", "launch", "demos", "bench"})), "\n".join(bad)
 
 
 def test_trainer_never_imports_launch_or_recipes():
@@ -84,7 +91,7 @@ def test_the_toy_task_imports_only_eval_hooks():
     bad = [m for m in sorted(_imports(ROOT / "demos" / "toy" / "task.py"))
            if _top(m) in ("trainer", "recipes", "launch", "demos")]
     assert not bad, bad
-    assert "eval_hooks.core.io" in _imports(ROOT / "demos" / "toy" / "task.py")  # the checker sees its imports
+    assert "selectrust.core.io" in _imports(ROOT / "demos" / "toy" / "task.py")  # the checker sees its imports
 
 
 def test_only_the_demo_entry_point_imports_the_demos_package():
@@ -189,11 +196,11 @@ def test_no_import_cycle_anywhere_in_the_repository():
     assert not cycles, "import cycles: " + "; ".join(" <-> ".join(c) for c in cycles)
 
 
-def test_no_import_cycle_among_eval_hooks_modules():
-    # eval_hooks.core.io <-> eval_hooks.core.hf_data was one: DataError now lives below both, in eval_hooks.core.errors
-    modules = {_module_name(p): p for p in _files("eval_hooks")}
+def test_no_import_cycle_among_eval_hooks_and_foundation_modules():
+    # selectrust.core.io <-> selectrust.core.hf_data was one: DataError now lives below both, in selectrust.core.errors
+    modules = {_module_name(p): p for p in _files("eval_hooks", "selectrust")}
     graph = {m: {t for t in _imports(p) if t in modules and t != m} for m, p in modules.items()}
-    assert "eval_hooks.core.errors" in graph["eval_hooks.core.hf_data"]  # the checker sees the edges
+    assert "selectrust.core.errors" in graph["selectrust.core.hf_data"]  # the checker sees the edges
     assert not (cycles := _cycles(graph)), "import cycles: " + "; ".join(" <-> ".join(c) for c in cycles)
 
 
@@ -269,8 +276,8 @@ def test_no_family_is_chosen_by_name_outside_the_registry():
 def test_models_do_not_reach_up_into_the_config():
     # the model layers are used by the config checks (adapter checks), not the other way round: the config converts
     # the model layer's errors into ConfigError (trainer/config/validation.py check_adapter_dir)
-    assert "eval_hooks.model.adapter" in _imports(ROOT / "eval_hooks" / "model" / "policy.py")  # the checker sees it
-    bad = [f"{p.relative_to(ROOT)} imports {m}" for p in _files("trainer/model", "eval_hooks/model")
+    assert "selectrust.model.adapter" in _imports(ROOT / "selectrust" / "model" / "policy.py")  # the checker sees it
+    bad = [f"{p.relative_to(ROOT)} imports {m}" for p in _files("trainer/model", "selectrust/model")
            for m in sorted(_imports(p)) if m.split(".")[:2] == ["trainer", "config"]]
     assert not bad, "\n".join(bad)
 
@@ -394,7 +401,7 @@ def test_each_recipe_run_is_under_80_lines():
     assert not bad, "\n".join(bad)
 
 
-# ---- registries (eval_hooks/core/plugins.py) -------------------------------------------------------------
+# ---- registries (selectrust/core/plugins.py) -------------------------------------------------------------
 
 ENTRY_POINT_READERS = ("entry_points", "iter_entry_points")
 
@@ -423,17 +430,17 @@ def test_the_entry_point_read_finder():
 
 
 def test_entry_points_are_read_in_one_product_module():
-    """Entry-point discovery exists once: eval_hooks/core/plugins.py's ``entry_points``, used by every ``Registry``."""
+    """Entry-point discovery exists once: selectrust/core/plugins.py's ``entry_points``, used by every ``Registry``."""
     readers = sorted(str(p.relative_to(ROOT)) for p in _files(*PRODUCT) if _entry_point_reads(ast.parse(p.read_text())))
-    assert readers == ["eval_hooks/core/plugins.py"], readers
+    assert readers == ["selectrust/core/plugins.py"], readers
 
 
 def test_every_registry_of_named_components_is_a_plugins_registry():
     """Backends, families, data sources, DPO losses, environments and rewards: one style, one entry-point group
     each (``selectrust.<kind>``)."""
-    from eval_hooks.generation.backends.registry import BACKENDS
+    from selectrust.generation.backends.registry import BACKENDS
     from eval_hooks.families import FAMILIES
-    from eval_hooks.core.plugins import Registry
+    from selectrust.core.plugins import Registry
     from trainer.data.sources import DATA_SOURCES
     from trainer.dpo_losses import DPO_LOSSES
     from trainer.rl.envs import ENVIRONMENTS
@@ -513,7 +520,7 @@ def test_no_product_module_is_longer_than_600_lines():
     stale = [p for p in sorted(OVER_LIMIT) if lines.get(p, 0) <= MAX_MODULE_LINES]
     assert not stale, f"no longer over {MAX_MODULE_LINES} lines: remove from OVER_LIMIT: {stale}"
     # the counter counts: the vLLM client is a few hundred lines
-    assert 300 < lines["eval_hooks/generation/backends/vllm_server.py"] <= MAX_MODULE_LINES
+    assert 300 < lines["selectrust/generation/backends/vllm_server.py"] <= MAX_MODULE_LINES
 
 
 def _stems(folder: str) -> set[str]:
@@ -522,13 +529,13 @@ def _stems(folder: str) -> set[str]:
 
 def test_no_launcher_module_shares_a_name_with_a_backend_module():
     # the vLLM server's launcher and the client that talks to the server it starts are told apart by name
-    launch, backends = _stems("launch"), _stems("eval_hooks/generation/backends")
+    launch, backends = _stems("launch"), _stems("selectrust/generation/backends")
     assert {"vllm_launcher", "sweep"} <= launch and {"vllm_server", "reference_server"} <= backends
     assert not (same := sorted(launch & backends)), \
-        f"launch/ and eval_hooks/generation/backends/ both have modules named {same}"
+        f"launch/ and selectrust/generation/backends/ both have modules named {same}"
 
 
-# ---- one owner of "give me a model" (eval_hooks/model/), one file hasher (eval_hooks/core/hashing.py) --------------
+# ---- one owner of "give me a model" (selectrust/model/), one file hasher (selectrust/core/hashing.py) --------------
 
 _PRETRAINED = re.compile(r"^(Auto\w*|\w+ForCausalLM|\w*Tokenizer\w*)$")  # transformers' model/config/tokenizer
 
@@ -550,12 +557,12 @@ def test_the_pretrained_load_finder():
 
 def test_only_eval_hooks_model_loads_a_model_or_tokenizer():
     # one owner of "give me a model": sources, the cache, loading, adapters and the training policy are all in
-    # eval_hooks/model/ (bench/ measures transformers' and TRL's own loaders against ours, and is excepted)
-    owner = ROOT / "eval_hooks" / "model"
+    # selectrust/model/ (bench/ measures transformers' and TRL's own loaders against ours, and is excepted)
+    owner = ROOT / "selectrust" / "model"
     assert _pretrained_loads(ast.parse((owner / "load.py").read_text()))  # the finder sees the owner's loads
     bad = [f"{p.relative_to(ROOT)}:{n}" for p in _files(*(f for f in PRODUCT if f != "bench"))
            if owner not in p.parents for n in _pretrained_loads(ast.parse(p.read_text()))]
-    assert not bad, "a model or tokenizer loaded outside eval_hooks/model/ at " + ", ".join(bad)
+    assert not bad, "a model or tokenizer loaded outside selectrust/model/ at " + ", ".join(bad)
     assert not [p for p in _files("trainer/model") if p.stem in ("policy", "adapter_check")]  # no second home
 
 
@@ -583,21 +590,21 @@ def test_the_file_hasher_finder():
 
 # adapter_checksum streams the files' bytes themselves (not their sha256) into one digest: the value the vLLM server
 # names a served adapter by and CHECKSUM.sha256 holds; it stays what it is, so the served names do not change
-_OTHER_DIGESTS = {("eval_hooks/generation/backends/adapter_checksum.py", "adapter_checksum")}
+_OTHER_DIGESTS = {("selectrust/generation/backends/adapter_checksum.py", "adapter_checksum")}
 
 
 def test_exactly_one_file_hash_helper_in_product_code():
     found = {(p.relative_to(ROOT).as_posix(), name) for p in _files(*PRODUCT)
              for name in _file_hashers(ast.parse(p.read_text()))}
-    assert found - _OTHER_DIGESTS == {("eval_hooks/core/hashing.py", "file_sha256")}, sorted(found)
+    assert found - _OTHER_DIGESTS == {("selectrust/core/hashing.py", "file_sha256")}, sorted(found)
     defined = [p.relative_to(ROOT).as_posix() for p in _files(*PRODUCT) for n in ast.walk(ast.parse(p.read_text()))
                if isinstance(n, ast.FunctionDef) and n.name in ("file_sha256", "tree_sha256", "_sha256")]
-    assert defined == ["eval_hooks/core/hashing.py"], defined
+    assert defined == ["selectrust/core/hashing.py"], defined
 
 
 def test_the_model_entry_exports_its_calls_without_importing_torch():
-    # the config checks (trainer/config/validation.py) and the CLIs reach eval_hooks.model before any model loads
-    code = ("import sys, eval_hooks.model as m\nassert all(hasattr(m, n) for n in m.__all__)\n"
+    # the config checks (trainer/config/validation.py) and the CLIs reach selectrust.model before any model loads
+    code = ("import sys, selectrust.model as m\nassert all(hasattr(m, n) for n in m.__all__)\n"
             "assert {'load_model', 'load_tokenizer', 'load_policy'} <= set(m.__all__)\nprint('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert out.returncode == 0, out.stderr
@@ -643,22 +650,17 @@ def test_no_demo_arm_name_is_compared_outside_the_arm_registry():
 #: The root of eval_hooks holds the public evaluation entry points only; everything else sits in a named room.
 EVAL_ROOT_MODULES = {"__init__", "__main__", "evaluate", "scoring", "knowledge", "report", "report_kit", "folds",
                      "vocab", "cli_contract"}
-#: The rooms of eval_hooks and the other rooms each may import (the foundation ones only; the evaluation rooms,
-#: families/, builders/, metrics/ and the root, may import any of these).
-EVAL_ROOMS = {
-    "core": set(),
-    "model": {"core"},
-    "generation": {"core", "model"},
-    "parsers": {"core"},
-    "families": None, "builders": None, "metrics": None, "data": None,
-}
+#: The rooms of the foundation (selectrust/) and the rooms each may import: core below model below generation.
+FOUNDATION_ROOMS = {"core": set(), "model": {"core"}, "generation": {"core", "model"}}
+#: The rooms of eval_hooks (what each may import inside eval_hooks is the layering test's).
+EVAL_ROOMS = {"parsers", "families", "builders", "metrics", "data"}
 
 
-def _eval_room(module: str) -> str | None:
+def _foundation_room(module: str) -> str | None:
     parts = module.split(".")
-    if parts[0] != "eval_hooks":
+    if parts[0] != "selectrust":
         return None
-    return parts[1] if len(parts) > 1 and parts[1] in EVAL_ROOMS else "root"
+    return parts[1] if len(parts) > 1 and parts[1] in FOUNDATION_ROOMS else "root"
 
 
 def test_the_eval_hooks_root_holds_only_the_evaluation_entry_points():
@@ -666,23 +668,21 @@ def test_the_eval_hooks_root_holds_only_the_evaluation_entry_points():
     modules = {p.stem for p in root.glob("*.py")}
     folders = {p.name for p in root.iterdir() if p.is_dir() and p.name != "__pycache__"}
     assert modules == EVAL_ROOT_MODULES, f"eval_hooks/ root: unexpected {sorted(modules ^ EVAL_ROOT_MODULES)}"
-    assert folders == set(EVAL_ROOMS), f"eval_hooks/ rooms: unexpected {sorted(folders ^ set(EVAL_ROOMS))}"
+    assert folders == EVAL_ROOMS, f"eval_hooks/ rooms: unexpected {sorted(folders ^ EVAL_ROOMS)}"
 
 
-def test_the_foundation_rooms_of_eval_hooks_import_only_downward():
+def test_the_foundation_rooms_import_only_downward():
     bad = []
-    for room, allowed in EVAL_ROOMS.items():
-        if allowed is None:
-            continue
-        for path in _files(f"eval_hooks/{room}"):
+    for room, allowed in FOUNDATION_ROOMS.items():
+        for path in _files(f"selectrust/{room}"):
             for module in sorted(_imports(path)):
-                other = _eval_room(module)
+                other = _foundation_room(module)
                 if other is not None and other != room and other not in allowed:
                     bad.append(f"{path.relative_to(ROOT)} imports {module} (room {other!r})")
     assert not bad, "\n".join(bad)
 
 
 def test_the_room_finder():
-    assert _eval_room("eval_hooks.core.io.DataError") == "core"
-    assert _eval_room("eval_hooks.evaluate") == "root" and _eval_room("eval_hooks") == "root"
-    assert _eval_room("trainer.core.run") is None
+    assert _foundation_room("selectrust.core.io.DataError") == "core"
+    assert _foundation_room("selectrust.model.load") == "model" and _foundation_room("selectrust") == "root"
+    assert _foundation_room("trainer.core.run") is None

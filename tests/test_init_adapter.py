@@ -31,7 +31,7 @@ def _model_cfg(**kw):
 
 
 def _batch():
-    from eval_hooks.model import load_tokenizer
+    from selectrust.model import load_tokenizer
 
     tok = load_tokenizer("tiny")
     texts = ["Task: 3 + 4. Workflow: add them. Answer: 7", "Key q17? Hint: 5. Answer: 2"]
@@ -51,14 +51,14 @@ def _logps(model, batch):
 def _sft_model(adapter):
     from peft import PeftModel
 
-    from eval_hooks.model import load_model
+    from selectrust.model import load_model
 
     return PeftModel.from_pretrained(load_model("tiny"), str(adapter)).eval()
 
 
 @pytest.mark.parametrize("mode, lora", [("merge", True), ("continue", True), ("merge", False)])
 def test_policy_and_reference_start_as_the_sft_model(sft_adapter, mode, lora):
-    from eval_hooks.model import Reference, load_model, load_policy
+    from selectrust.model import Reference, load_model, load_policy
 
     batch = _batch()
     sft = _logps(_sft_model(sft_adapter), batch)
@@ -77,7 +77,7 @@ def test_policy_and_reference_start_as_the_sft_model(sft_adapter, mode, lora):
 
 
 def test_continue_trains_the_loaded_adapter_and_keeps_a_frozen_reference_copy(sft_adapter, tmp_path):
-    from eval_hooks.model import REFERENCE_ADAPTER, Reference, load_policy, save_policy
+    from selectrust.model import REFERENCE_ADAPTER, Reference, load_policy, save_policy
     from trainer.core.optim import build_optimizer
 
     batch = _batch()
@@ -154,7 +154,7 @@ def test_dpo_from_sft_adapter_first_step_margins_are_zero(sft_adapter, tmp_path,
 
 
 def test_merge_export_writes_the_merged_model(sft_adapter, tmp_path):
-    from eval_hooks.model import load_model
+    from selectrust.model import load_model
     from recipe_utils import load_recipe
 
     out = tmp_path / "merged"
@@ -237,13 +237,13 @@ def _nan_adapter(sft_adapter, tmp_path):
 
 @pytest.fixture()
 def no_model_load(monkeypatch):
-    import eval_hooks.model
-    import eval_hooks.model.load
+    import selectrust.model
+    import selectrust.model.load
 
     def refuse(*a, **k):
         raise AssertionError("a model was loaded before the adapter check")
 
-    for module in (eval_hooks.model, eval_hooks.model.load):  # the entry, and where the policy loader looks it up
+    for module in (selectrust.model, selectrust.model.load):  # the entry, and where the policy loader looks it up
         monkeypatch.setattr(module, "load_model", refuse)
 
 
@@ -275,7 +275,7 @@ def test_a_nan_adapter_is_refused_everywhere_naming_file_and_tensor(sft_adapter,
 
 def test_a_nan_adapter_is_refused_where_it_loads(sft_adapter, tmp_path):
     """Code that loads an adapter without the config checks (a pipeline's own evaluation) refuses it too."""
-    from eval_hooks.model import AdapterError, load_base_with_adapters, load_policy
+    from selectrust.model import AdapterError, load_base_with_adapters, load_policy
     from trainer.evaluation import build_inference_backend
 
     bad, name = _nan_adapter(sft_adapter, tmp_path)

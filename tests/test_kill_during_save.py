@@ -97,7 +97,7 @@ def test_sigkill_during_checkpoint_write(tmp_path, reference, phase_step):
     assert (picked.name if picked else None) == (expected[-1] if expected else None)
     if picked is not None:
         # The previous checkpoint loads into a freshly built model, optimizer and scheduler.
-        from eval_hooks.model import load_policy
+        from selectrust.model import load_policy
         from trainer.core.optim import build_optimizer, build_scheduler
 
         model, _ = load_policy(acc_cfg.model, seed=acc_cfg.seed)

@@ -7,7 +7,7 @@ from collections import Counter
 import pytest
 from omegaconf import OmegaConf
 
-from eval_hooks.core.io import DataError
+from selectrust.core.io import DataError
 from eval_hooks.knowledge import attach_knowledge, classify
 from eval_hooks.metrics import compute_metrics
 from eval_hooks.vocab import MIST_CONDITIONS as CONDS

@@ -8,8 +8,8 @@ import math
 import pytest
 from omegaconf import OmegaConf
 
-from eval_hooks.generation.backends.base import GenerationResult, Sample
-from eval_hooks.core.io import DataError, write_jsonl_atomic
+from selectrust.generation.backends.base import GenerationResult, Sample
+from selectrust.core.io import DataError, write_jsonl_atomic
 from eval_hooks.knowledge import (answer_prob, classify, estimate_knowledge, greedy_prob_score, knowledge_quality,
                                   knowledge_record, load_knowledge, read_estimates)
 from eval_hooks.metrics.calibration import calibration_table, expected_calibration_error, roc_auc

@@ -2,8 +2,8 @@
 
 import pytest
 
-from eval_hooks.core.io import DataError
-from eval_hooks.generation.prompts import PromptSettings
+from selectrust.core.io import DataError
+from selectrust.generation.prompts import PromptSettings
 from trainer.data.train_data import PairSet, apply_length_policy, truncation_policy
 from trainer.data.sft_data import apply_sft_length_policy
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch.testing import assert_close
 
-from eval_hooks.generation.prompts import PromptSettings
+from selectrust.generation.prompts import PromptSettings
 from trainer.model.logprobs import build_pair_batch, build_preference_batch, sequence_logprobs, token_logprobs
 
 

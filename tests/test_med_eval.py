@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from eval_hooks.generation.backends.base import GenerationBackend, GenerationResult, Sample
+from selectrust.generation.backends.base import GenerationBackend, GenerationResult, Sample
 from eval_hooks.families import get_family
 from eval_hooks.families.med.metrics import pipeline_metrics
 from eval_hooks.families.med.pipelines import KeywordJudge, chunk_evidence, run_pipelines

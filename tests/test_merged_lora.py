@@ -1,13 +1,13 @@
-"""eval_hooks.model.merged_lora: generation with the LoRA layers merged into temporary weights gives the adapter's
+"""selectrust.model.merged_lora: generation with the LoRA layers merged into temporary weights gives the adapter's
 function (up to fp32 rounding) and leaves the policy exactly as it was: the same weight tensors, bit for bit, the
 same adapter state and trainable flags, gradients still reaching the adapter."""
 
 import pytest
 import torch
 
-from eval_hooks.generation.backends.base import GenerationRequest
-from eval_hooks.generation.backends.hf import HFBackend
-from eval_hooks.model.merged_lora import lora_merged
+from selectrust.generation.backends.base import GenerationRequest
+from selectrust.generation.backends.hf import HFBackend
+from selectrust.model.merged_lora import lora_merged
 
 
 @pytest.fixture
@@ -92,8 +92,8 @@ def test_a_model_without_lora_is_left_alone(tiny_model):
 
 @pytest.mark.parametrize("value", [True, False])
 def test_the_generation_setting_reaches_the_backend(tiny_model, tiny_tokenizer, value):
-    from eval_hooks.generation.backends.hf import HFSettings, build
-    from eval_hooks.generation.backends.registry import BuildContext
+    from selectrust.generation.backends.hf import HFSettings, build
+    from selectrust.generation.backends.registry import BuildContext
 
     backend = build(HFSettings(merge_lora=value), BuildContext(model=tiny_model, tokenizer=tiny_tokenizer))
     assert backend.merge_lora is value

@@ -60,7 +60,7 @@ class _CutBackend:
         self.inner = TableBackend(table)
 
     def generate(self, requests, *, progress=False, desc=""):
-        from eval_hooks.generation.backends.base import GenerationResult, Sample
+        from selectrust.generation.backends.base import GenerationResult, Sample
 
         outs = self.inner.generate(requests)
         return [GenerationResult(o.request, [Sample(s.text, [], [], "length" if "..." in s.text else "stop")
@@ -92,7 +92,7 @@ def test_a_cut_off_completion_gets_no_eos(tiny_tokenizer):
 
 
 def test_default_budget_fits_the_answer_format():
-    from eval_hooks.model.load import TOY_ANSWER_BUDGET
+    from selectrust.model.load import TOY_ANSWER_BUDGET
     from eval_hooks.parsers import answer_budget
 
     assert answer_budget({"short_text"}) == 32

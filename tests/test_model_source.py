@@ -1,4 +1,4 @@
-"""Model sources (eval_hooks/model/source.py) without a real model: where a GGUF is found, the install command when
+"""Model sources (selectrust/model/source.py) without a real model: where a GGUF is found, the install command when
 its package is absent, the sha256-keyed cache converted once and written atomically, and the toy-model test.
 The real conversion is exercised by tests/test_real_model_smoke.py."""
 
@@ -9,10 +9,10 @@ import os
 
 import pytest
 
-from eval_hooks.core import hashing
-from eval_hooks.model import cache as mc
-from eval_hooks.model import check_model_path, resolve_model_path
-from eval_hooks.model import source as ms
+from selectrust.core import hashing
+from selectrust.model import cache as mc
+from selectrust.model import check_model_path, resolve_model_path
+from selectrust.model import source as ms
 
 
 def test_missing_package_error_names_the_install_command(monkeypatch):
@@ -94,7 +94,7 @@ def test_is_toy_model(tmp_path):
     assert not ms.is_toy_model(str(tmp_path))
 
 
-# --- the checked cache (eval_hooks/model/cache.py) ---------------------------------------------------------------
+# --- the checked cache (selectrust/model/cache.py) ---------------------------------------------------------------
 
 def _fake_weights(seed: int):
     import torch
@@ -259,7 +259,7 @@ def test_pkg_names_a_module_without_a_gguf_as_such(tmp_path, monkeypatch):
 SLOW_CONVERSION = """
 import sys, time
 from pathlib import Path
-from eval_hooks.model import source as ms
+from selectrust.model import source as ms
 
 def dequantize(src, out_dir):
     (out_dir / "model.safetensors").write_bytes(b"partial")

@@ -4,8 +4,8 @@ import math
 
 import pytest
 
-from eval_hooks.generation.backends import GenerationRequest
-from eval_hooks.generation.backends.openai_chat import (OpenAIChatBackend, ServerResponseError, ServerUnreachableError,
+from selectrust.generation.backends import GenerationRequest
+from selectrust.generation.backends.openai_chat import (OpenAIChatBackend, ServerResponseError, ServerUnreachableError,
                                              chat_url)
 from tests._chat_server import ChatServer, unused_port
 
@@ -144,7 +144,7 @@ def test_a_reply_larger_than_the_bound_is_refused_not_read_whole():
 
 
 def test_a_body_without_content_length_is_cut_at_the_bound():
-    from eval_hooks.generation.backends.transport import BodyTooLarge, _read_bounded
+    from selectrust.generation.backends.transport import BodyTooLarge, _read_bounded
 
     class Chunked:  # what http.client gives for a chunked reply: no Content-Length, read1 in pieces
         def __init__(self):
@@ -213,7 +213,7 @@ def test_the_last_attempt_does_not_say_retrying(caplog):
 
 
 def test_multi_token_labels_are_refused_before_any_call():
-    from eval_hooks.generation.backends.openai_chat import ServerCapabilityError
+    from selectrust.generation.backends.openai_chat import ServerCapabilityError
 
     with ChatServer(echo, logprobs=lambda body: []) as srv:
         b = OpenAIChatBackend(srv.url, "m")

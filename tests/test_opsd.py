@@ -27,7 +27,7 @@ def test_views_are_the_misleading_and_clean_evaluation_prompts(tiny_tokenizer):
     from omegaconf import OmegaConf
 
     from eval_hooks.evaluate import build_requests
-    from eval_hooks.generation.prompts import PromptSettings, request_prompt_ids
+    from selectrust.generation.prompts import PromptSettings, request_prompt_ids
     from trainer.distill.views import load_mist_views, load_views
     from trainer.distill.steps import DistillSteps
 
@@ -57,7 +57,7 @@ def test_views_are_the_misleading_and_clean_evaluation_prompts(tiny_tokenizer):
 
 
 def test_bad_mist_input_names_file_line_and_field(tmp_path):
-    from eval_hooks.core.io import DataError
+    from selectrust.core.io import DataError
     from trainer.data.train_data import resolve_data_path
     from trainer.distill.views import load_mist_views
 

@@ -127,7 +127,7 @@ def test_dispatch_rejects_unknown_type():
     lambda: parsers_module.answer_type(["numeric"]),
 ])
 def test_an_unknown_answer_type_is_a_data_error_naming_the_known_ones(call):
-    from eval_hooks.core.errors import DataError
+    from selectrust.core.errors import DataError
 
     with pytest.raises(DataError, match=r"unknown answer_type .*; accepted: multiple_choice, numeric, boolean, choice, "
                                         r"label, short_text"):
@@ -137,7 +137,7 @@ def test_an_unknown_answer_type_is_a_data_error_naming_the_known_ones(call):
 def test_the_registry_takes_only_answer_types_named_as_registered():
     """A built-in line or entry point must name an AnswerType of that name; register_answer_type takes only one."""
     from eval_hooks import parsers
-    from eval_hooks.core.errors import DataError
+    from selectrust.core.errors import DataError
 
     with pytest.raises(DataError, match="not an AnswerType named 'colour'"):
         parsers._accept("colour", parsers.answer_type("numeric"))
@@ -356,7 +356,7 @@ def test_a_new_answer_type_is_one_registry_entry():
     import re
 
     from eval_hooks import parsers
-    from eval_hooks.core.errors import DataError
+    from selectrust.core.errors import DataError
     from eval_hooks.families.base import Ctx, check_gold
 
     colours = ("red", "green", "blue")
@@ -504,13 +504,13 @@ def test_an_installed_packages_answer_type_is_found(monkeypatch):
     the list of accepted names; one that names something else is refused."""
     from importlib.metadata import EntryPoint
 
-    from eval_hooks.core.errors import DataError
+    from selectrust.core.errors import DataError
 
     group = parsers_module.ENTRY_POINT_GROUP
     assert group == "selectrust.answer_types"
     installed = [EntryPoint("word_count", f"{__name__}:WORD_COUNT", group),
                  EntryPoint("broken", f"{__name__}:WORD_COUNT", group)]
-    monkeypatch.setattr("eval_hooks.core.plugins.entry_points", lambda group: installed)
+    monkeypatch.setattr("selectrust.core.plugins.entry_points", lambda group: installed)
     monkeypatch.setattr(parsers_module.ANSWER_TYPES, "installed", None)  # read the group again, then forget it
     monkeypatch.setattr(parsers_module.ANSWER_TYPES, "loaded", {})
     assert parse_answer("one two three", "word_count") == "3" and answers_match("3", 3, "word_count")

@@ -2,7 +2,7 @@
 ids the evaluation backends (HF and vLLM server) generate from, for the chat template on and off, with
 and without a system prompt (and prefix), a tokenizer that adds a BOS, and chat-template kwargs.
 
-Before the one renderer (eval_hooks/generation/prompts.py) each of these tests failed: without a template DPO/SFT
+Before the one renderer (selectrust/generation/prompts.py) each of these tests failed: without a template DPO/SFT
 encoded ``tokenizer(prompt)`` (no newline) while evaluation encoded ``prompt + "\\n"``, and the system
 prompt / prefix reached evaluation only.
 """
@@ -14,11 +14,11 @@ from dataclasses import replace
 
 import pytest
 
-from eval_hooks.generation.backends.base import GenerationResult, Sample
-from eval_hooks.generation.backends.hf import HFBackend
-from eval_hooks.generation.backends.vllm_server import VLLMServerBackend
+from selectrust.generation.backends.base import GenerationResult, Sample
+from selectrust.generation.backends.hf import HFBackend
+from selectrust.generation.backends.vllm_server import VLLMServerBackend
 from eval_hooks.evaluate import build_requests
-from eval_hooks.generation.prompts import PromptSettings, render_prompt, render_prompt_text
+from selectrust.generation.prompts import PromptSettings, render_prompt, render_prompt_text
 from recipe_utils import compose, load_recipe
 
 PROMPT = "Key k3 -> digit? Hint: 7"

@@ -42,7 +42,7 @@ def test_package_versions_name_every_package_and_python():
 
 
 def test_stage_precision_is_what_the_stage_s_settings_resolve_to_here():
-    from eval_hooks.model.precision import resolve_mixed_precision
+    from selectrust.model.precision import resolve_mixed_precision
 
     auto = "fp32" if resolve_mixed_precision("auto", quiet=True) == "no" else "bf16"
     assert prov.run_provenance()["precision"] == auto

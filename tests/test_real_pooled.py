@@ -134,7 +134,7 @@ def test_targets_on_the_pooled_numbers_and_on_every_seed(tmp_path):
 
 def test_the_cli_writes_the_pooled_table_and_refuses_mixed_splits_and_provenance(tmp_path, capsys):
     from demos.real.seeds import main
-    from eval_hooks.core.errors import DataError
+    from selectrust.core.errors import DataError
 
     dirs = _two_seeds(tmp_path)
     main([*map(str, dirs), "--out", str(tmp_path / "out"), "--n-boot", "200"])

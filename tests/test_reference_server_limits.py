@@ -8,12 +8,12 @@ import socket
 
 import pytest
 
-from eval_hooks.generation.backends.reference_server import MAX_CHARS_PER_TOKEN, ReferenceServer
+from selectrust.generation.backends.reference_server import MAX_CHARS_PER_TOKEN, ReferenceServer
 
 
 @pytest.fixture(scope="module")
 def server(tiny_model_dir, tiny_tokenizer):
-    from eval_hooks.model import load_model
+    from selectrust.model import load_model
 
     srv = ReferenceServer(load_model(str(tiny_model_dir)), tiny_tokenizer, model_name="tiny", max_body_bytes=100_000,
                           max_prompt_tokens=64, body_timeout_s=1.0).start()
@@ -109,9 +109,9 @@ def test_a_valid_request_still_works_after_the_refusals(server):
 
 
 def test_non_loopback_host_is_refused_before_the_model_loads(monkeypatch):
-    from eval_hooks.generation.backends.reference_server import main
+    from selectrust.generation.backends.reference_server import main
 
-    import eval_hooks.model as em
+    import selectrust.model as em
 
     for name in ("check_model_path", "load_model", "load_tokenizer"):
         monkeypatch.setattr(em, name, lambda *a, **k: pytest.fail("the model was looked at before the host check"))

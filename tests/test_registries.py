@@ -1,4 +1,4 @@
-"""The one registry style (eval_hooks/core/plugins.py::Registry): its hooks, and for each kind of named component the
+"""The one registry style (selectrust/core/plugins.py::Registry): its hooks, and for each kind of named component the
 entry-point group through which another package adds one (the one discovery function monkeypatched), and how each
 kind reports an entry point that fails to import."""
 
@@ -8,9 +8,9 @@ from importlib.metadata import EntryPoint
 
 import pytest
 
-import eval_hooks.core.plugins as plugins
-from eval_hooks.core.io import DataError
-from eval_hooks.core.plugins import Registry
+import selectrust.core.plugins as plugins
+from selectrust.core.io import DataError
+from selectrust.core.plugins import Registry
 from trainer.config import ConfigError
 
 

@@ -161,9 +161,9 @@ def test_unreadable_metrics_line_in_the_middle_names_file_and_line(tmp_path):
 # -- 6. '+key' unknown to the schema -----------------------------------------------------------------
 @pytest.mark.parametrize("override", ["+optim.learning_rate=1e-3", "+trainer.max_step=5", "+foo=1"])
 def test_plus_key_unknown_to_the_schema_fails_before_any_model_loads(tmp_path, override, monkeypatch):
-    import eval_hooks.model
+    import selectrust.model
 
-    monkeypatch.setattr(eval_hooks.model, "load_policy", lambda *a, **k: pytest.fail("model loaded"))
+    monkeypatch.setattr(selectrust.model, "load_policy", lambda *a, **k: pytest.fail("model loaded"))
     pairs = dh.write_pairs(tmp_path / "pairs.jsonl", 5)
     key = override[1:].split("=")[0]
     with pytest.raises(ConfigError, match=rf"unknown config key '{key}'"):
@@ -432,7 +432,7 @@ def test_disk_full_while_saving_names_the_path_and_keeps_earlier_checkpoints(tmp
 
 
 def test_a_huge_prompt_is_cut_by_characters_before_it_is_tokenised(tiny_tokenizer):
-    from eval_hooks.generation.prompts import PromptSettings
+    from selectrust.generation.prompts import PromptSettings
     from trainer.data.train_data import MAX_CHARS_PER_TOKEN, PairSet, apply_length_policy
 
     huge = "lorem ipsum " * 200_000 + "key k1?"  # 2.4 MB
@@ -460,10 +460,10 @@ def test_a_huge_prompt_is_cut_by_characters_before_it_is_tokenised(tiny_tokenize
 
 
 def test_a_bin_adapter_is_refused_before_any_model_loads(tmp_path, monkeypatch):
-    import eval_hooks.model
-    import eval_hooks.model.load
+    import selectrust.model
+    import selectrust.model.load
 
-    for module in (eval_hooks.model, eval_hooks.model.load):  # the entry, and where the policy loader looks it up
+    for module in (selectrust.model, selectrust.model.load):  # the entry, and where the policy loader looks it up
         monkeypatch.setattr(module, "load_model", lambda *a, **k: pytest.fail("model loaded"))
     adapter = tmp_path / "adapter"
     adapter.mkdir()

@@ -6,7 +6,7 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from eval_hooks.core.io import DataError
+from selectrust.core.io import DataError
 from trainer.data.train_data import (ConditionSampler, ShuffleSampler, condition_mass, load_pairs, unmatch_pairs)
 
 CONDS = ["clean", "misleading", "correct", "irrelevant"]

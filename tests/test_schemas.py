@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from eval_hooks import FAMILIES, DataError, load_rows
-from eval_hooks.core.io import read_records, write_jsonl_atomic
+from selectrust.core.io import read_records, write_jsonl_atomic
 
 DATA = Path(__file__).parent / "data" / "eval"
 

@@ -17,10 +17,10 @@ import pytest
 
 from _chat_server import unused_port
 from _llamacpp_server import MODEL_NAME, LlamaCppFakeServer
-from eval_hooks.generation.backends.base import GenerationRequest
-from eval_hooks.generation.backends.openai_chat import OpenAIChatBackend
-from eval_hooks.generation.backends.transport import ServerCapabilityError, ServerResponseError
-from eval_hooks.generation.backends.vllm_server import VLLMServerBackend
+from selectrust.generation.backends.base import GenerationRequest
+from selectrust.generation.backends.openai_chat import OpenAIChatBackend
+from selectrust.generation.backends.transport import ServerCapabilityError, ServerResponseError
+from selectrust.generation.backends.vllm_server import VLLMServerBackend
 from recipe_utils import ROOT, compose, load_recipe
 
 
@@ -29,8 +29,8 @@ FIXTURES = ROOT / "tests" / "data" / "eval"
 
 @pytest.fixture(scope="module")
 def hf(tiny_model_dir, tiny_tokenizer):
-    from eval_hooks.generation.backends.hf import HFBackend
-    from eval_hooks.model import load_model
+    from selectrust.generation.backends.hf import HFBackend
+    from selectrust.model import load_model
 
     return HFBackend(load_model(str(tiny_model_dir)), tiny_tokenizer)
 
@@ -69,7 +69,7 @@ def test_vllm_requests_to_llama_cpp_fail_on_the_first_attempt_with_every_field_n
 
 
 def test_vllm_server_detects_llama_cpp_and_sends_text_one_prompt_one_sample_per_call(server, tiny_tokenizer, hf):
-    from eval_hooks.generation.prompts import PromptSettings, render_prompt_text
+    from selectrust.generation.prompts import PromptSettings, render_prompt_text
 
     b = VLLMServerBackend(server.url, MODEL_NAME, tiny_tokenizer, max_retries=0)
     assert b.kind == "llama_cpp"

@@ -24,7 +24,7 @@ def test_single_turn_loss_equals_trl_sfttrainer(tiny_model_dir, tiny_tokenizer, 
     from datasets import Dataset
     from trl import SFTConfig, SFTTrainer
 
-    from eval_hooks.model import load_model
+    from selectrust.model import load_model
 
     examples = load_sft_examples("toy:0/box2_sft.jsonl")[:4]
     # make one target longer so token-mean and sequence-mean differ

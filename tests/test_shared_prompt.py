@@ -70,7 +70,7 @@ def test_tiny_lora_shared_prompt_equals_two_sequences(tiny_model, tiny_tokenizer
 
 
 def test_tiny_eager_attention_shared_prompt(tiny_model_dir, tiny_tokenizer):
-    from eval_hooks.model import load_model
+    from selectrust.model import load_model
 
     model = load_model(str(tiny_model_dir), attn_implementation="eager")
     _assert_paths_equal(_lora(model), tiny_tokenizer)

@@ -59,7 +59,7 @@ def test_sigterm_in_a_recipe_saves_a_checkpoint_and_exits_0(tmp_path, sigterm_at
 def test_sigterm_in_the_distillation_pipeline_exits_0(tmp_path, sigterm_at_step_2, capsys):
     from eval_hooks.builders.taste_toy import make_taste_toy
     from eval_hooks.folds import split_task_folds
-    from eval_hooks.core.io import write_jsonl_atomic
+    from selectrust.core.io import write_jsonl_atomic
 
     train, test = split_task_folds(list(enumerate(make_taste_toy(0, n_tasks=6).items, 1)), 2, 0)
     write_jsonl_atomic(tmp_path / "train.jsonl", train)

@@ -7,7 +7,7 @@ import pytest
 from eval_hooks.builders.taste_forks import (MiningSettings, leak_words_in, mine_forks, parallel_pairs,
                                              parse_generator_reply, shared_prefix_len, verify_quotes)
 from eval_hooks.builders.trajectories import load_trajectories, normalize_ws
-from eval_hooks.core.io import DataError
+from selectrust.core.io import DataError
 from tests._taste_fakes import FakeBackend, mining_corpus, traj
 
 

@@ -79,7 +79,7 @@ def test_the_files_of_a_format_version_are_frozen(tmp_path):
 
 
 def test_the_data_source_serves_the_cached_files_of_a_seed(tmp_path, monkeypatch):
-    from eval_hooks.core.io import DataError
+    from selectrust.core.io import DataError
 
     monkeypatch.setenv("SELECTRUST_CACHE", str(tmp_path))
     path = Path(toy.resolve_source("2/mist_heldout.jsonl"))
@@ -306,7 +306,7 @@ def test_training_files_never_touch_evaluation_keys(task, files):
 
 def test_box2_loader_rejects_an_unknown_prompt_style(tmp_path):
     from eval_hooks.evaluate import load_rows
-    from eval_hooks.core.io import DataError
+    from selectrust.core.io import DataError
 
     item = {"item_id": "x", "task": "key abc?", "answer_type": "numeric", "gold": 4,
             "good_steps": ["abc is 4"], "bad_continuations": {"0": ["abc is 7"]}, "prompt_style": "fancy"}

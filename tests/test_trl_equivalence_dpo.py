@@ -114,7 +114,7 @@ def _trl_trainer(policy, ref, tokenizer, train_dataset, tmp_path, beta):
 def test_model_level_loss_and_gradients_match_trl_dpo_trainer(tiny_model_dir, tiny_tokenizer, tmp_path):
     from datasets import Dataset
 
-    from eval_hooks.model import load_model
+    from selectrust.model import load_model
     from trainer.model.logprobs import build_preference_batch, sequence_logprobs
 
     beta = 0.1
@@ -213,7 +213,7 @@ def test_model_level_simpo_matches_trl_cpo_length_normalised_logps_loss_and_grad
     ``average_log_prob=True`` on the same logits, then ``cpo_loss``): same per-token means, loss and gradients."""
     from trl.experimental.cpo.cpo_trainer import CPOTrainer
 
-    from eval_hooks.model import load_model
+    from selectrust.model import load_model
     from trainer.dpo_losses import dpo_loss
     from trainer.model.logprobs import build_preference_batch, sequence_logprobs
 

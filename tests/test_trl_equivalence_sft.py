@@ -25,7 +25,7 @@ def test_masked_nll_matches_sft_trainer_completion_only_loss(tiny_model_dir, tin
     from datasets import Dataset
     from trl import SFTConfig, SFTTrainer
 
-    from eval_hooks.model import load_model
+    from selectrust.model import load_model
 
     model = load_model(str(tiny_model_dir))
     ds = Dataset.from_dict({"prompt": [p for p, _ in EXAMPLES], "completion": [c for _, c in EXAMPLES]})

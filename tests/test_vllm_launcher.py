@@ -9,9 +9,9 @@ import socket
 
 import pytest
 
-from eval_hooks.generation.backends.base import GenerationRequest
-from eval_hooks.generation.backends.vllm_server import ServerUnreachableError
-from eval_hooks.core.io import root_error_line
+from selectrust.generation.backends.base import GenerationRequest
+from selectrust.generation.backends.vllm_server import ServerUnreachableError
+from selectrust.core.io import root_error_line
 from launch.vllm_launcher import (ServerDiedError, ServerStartError, VLLMServer, cpu_server_env, max_lora_rank_for,
                                   model_linear_modules, server_lora_targets, tail_file)
 

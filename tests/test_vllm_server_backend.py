@@ -12,9 +12,9 @@ import pytest
 
 from _chat_server import unused_port
 from _vllm_helpers import reference_server
-from eval_hooks.generation.backends.base import GenerationRequest
-from eval_hooks.generation.backends.completions_wire import parse_token_id
-from eval_hooks.generation.backends.vllm_server import ServerResponseError, ServerUnreachableError, VLLMServerBackend
+from selectrust.generation.backends.base import GenerationRequest
+from selectrust.generation.backends.completions_wire import parse_token_id
+from selectrust.generation.backends.vllm_server import ServerResponseError, ServerUnreachableError, VLLMServerBackend
 
 
 @pytest.fixture(scope="module")
@@ -33,8 +33,8 @@ def backend(server, tiny_tokenizer):
 
 @pytest.fixture(scope="module")
 def hf(tiny_model_dir, tiny_tokenizer):
-    from eval_hooks.generation.backends.hf import HFBackend
-    from eval_hooks.model import load_model
+    from selectrust.generation.backends.hf import HFBackend
+    from selectrust.model import load_model
 
     return HFBackend(load_model(str(tiny_model_dir)), tiny_tokenizer)
 
@@ -85,7 +85,7 @@ def test_stop_strings_and_max_tokens(backend, hf):
 
 
 def test_protocol_prompt_logprobs_round_trip_the_trainer_forward(backend, tiny_model_dir, tiny_tokenizer):
-    from eval_hooks.model import load_model
+    from selectrust.model import load_model
     from trainer.evaluation.weight_sync import trainer_prompt_logprobs
 
     ids = tiny_tokenizer("probe sequence 123", add_special_tokens=False)["input_ids"]
@@ -178,7 +178,7 @@ def test_parse_token_id():
 
 
 def test_reference_server_refuses_non_loopback(tiny_model_dir, tiny_tokenizer):
-    from eval_hooks.generation.backends.reference_server import ReferenceServer
+    from selectrust.generation.backends.reference_server import ReferenceServer
 
     with pytest.raises(ValueError, match="loopback"):
         ReferenceServer(object(), tiny_tokenizer, host="0.0.0.0")
@@ -219,7 +219,7 @@ def recorded(server):
 
 def _dying_engine(server):
     """The next /v1/completions gets vLLM's answer when its engine dies (HTTP 500), and nothing answers after it."""
-    from eval_hooks.generation.backends.reference_server import _HTTPError
+    from selectrust.generation.backends.reference_server import _HTTPError
 
     inner = server._completions
 
@@ -295,8 +295,8 @@ def test_an_adapter_the_server_cannot_serve_whole_is_refused_before_it_is_loaded
     from peft import LoraConfig, get_peft_model
 
     from _vllm_helpers import make_lora_policy
-    from eval_hooks.generation.backends.vllm_server import AdapterLoadError, read_server_settings
-    from eval_hooks.model import load_model
+    from selectrust.generation.backends.vllm_server import AdapterLoadError, read_server_settings
+    from selectrust.model import load_model
     from trainer.evaluation.weight_sync import save_adapter_atomically
 
     server.faults.__init__()
@@ -322,7 +322,7 @@ def test_an_adapter_the_server_cannot_serve_whole_is_refused_before_it_is_loaded
 def test_the_generation_group_sizes_time_by_tokens_reads_the_launchers_settings_and_checks_its_keys(tmp_path):
     from omegaconf import OmegaConf
 
-    from eval_hooks.generation.backends.registry import BuildContext, get_backend
+    from selectrust.generation.backends.registry import BuildContext, get_backend
     from recipe_utils import compose
     from trainer.config import ConfigError, validate_common
 

@@ -82,7 +82,7 @@ def server(tiny_model_dir, tiny_tokenizer):
 @pytest.fixture()
 def no_local_generation(monkeypatch):
     """The trainer must not generate in-process (the reference server itself uses ``_generate_batch``)."""
-    from eval_hooks.generation.backends.hf import HFBackend
+    from selectrust.generation.backends.hf import HFBackend
 
     def refuse(self, *a, **k):
         raise AssertionError("HFBackend.generate called: generation did not go through the server")
@@ -99,7 +99,7 @@ def _served_name(line: dict) -> str:
 
 
 def test_grpo_rollouts_and_adapter_sync_every_step_through_http(tmp_path, server, no_local_generation):
-    from eval_hooks.generation.backends.adapter_checksum import adapter_checksum
+    from selectrust.generation.backends.adapter_checksum import adapter_checksum
 
     run = tmp_path / "run"
     run_recipe("grpo", "grpo", _overrides(run, server.url, "trainer.max_steps=2", "generation.sync_every=1",
@@ -185,7 +185,7 @@ def test_retries_after_dropped_connections_lost_replies_and_503(tmp_path, server
                       rf"{G} samples \(1 prompts x n={G}\), server returned {G - 1}"),
 ])
 def test_bad_rollout_replies_are_errors_naming_the_request(tmp_path, server, fault, match):
-    from eval_hooks.generation.backends.vllm_server import ServerResponseError
+    from selectrust.generation.backends.vllm_server import ServerResponseError
     from trainer.core.checkpoint import complete_checkpoints
 
     def arm(i):  # during step 1's rewards; step 2 does not sync (sync_every=2), so its rollout gets the fault
@@ -204,7 +204,7 @@ def test_bad_rollout_replies_are_errors_naming_the_request(tmp_path, server, fau
 
 
 def test_adapter_load_failure_stops_never_falls_back_to_base(tmp_path, server):
-    from eval_hooks.generation.backends.vllm_server import AdapterLoadError
+    from selectrust.generation.backends.vllm_server import AdapterLoadError
 
     server.faults.fail_adapter_loads = 1
     with pytest.raises(AdapterLoadError, match="Refusing to continue with the previous or base weights"):
@@ -215,7 +215,7 @@ def test_adapter_load_failure_stops_never_falls_back_to_base(tmp_path, server):
 def test_dead_server_saves_checkpoint_and_fails_with_its_last_log_lines(tmp_path, tiny_model_dir):
     """A server *process* (launch/vllm_launcher.py, reference kind) is killed during step 2; the next request
     (the step-2 sync) fails fast with the URL and the server log's last lines; step 2 is checkpointed."""
-    from eval_hooks.generation.backends.vllm_server import ServerUnreachableError
+    from selectrust.generation.backends.vllm_server import ServerUnreachableError
     from launch.vllm_launcher import VLLMServer
     from trainer.core.checkpoint import complete_checkpoints
 
@@ -245,8 +245,8 @@ def test_dead_server_saves_checkpoint_and_fails_with_its_last_log_lines(tmp_path
     assert state["source"]["optimizer_steps"] == 2 and state["source"]["rollout_index"] == 2
 
     # a restarted server (new port: generation.url may change on resume) lets the run finish from step 2
-    from eval_hooks.generation.backends.reference_server import ReferenceServer
-    from eval_hooks.model import load_model, load_tokenizer
+    from selectrust.generation.backends.reference_server import ReferenceServer
+    from selectrust.model import load_model, load_tokenizer
 
     _hooks().ON_REWARD = None
     with ReferenceServer(load_model(str(tiny_model_dir)), load_tokenizer(str(tiny_model_dir)),
@@ -290,7 +290,7 @@ def test_server_eval_refuses_a_policy_without_lora(tmp_path, server):
 
 
 def test_a_server_that_stops_answering_fails_within_the_timeout(tmp_path, server):
-    from eval_hooks.generation.backends.vllm_server import ServerUnreachableError
+    from selectrust.generation.backends.vllm_server import ServerUnreachableError
 
     server.faults.slow_requests, server.faults.delay_s = 2, 30.0  # the adapter load and its retry hang
     # both attempts timed out (each would be answered after 30 s): a request without a timeout fails the guard

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from _vllm_helpers import make_lora_policy, perturb_lora, reference_server
-from eval_hooks.generation.backends.base import GenerationRequest
-from eval_hooks.generation.backends.adapter_checksum import CHECKSUM_FILE, adapter_checksum
-from eval_hooks.generation.backends.vllm_server import AdapterLoadError, VLLMServerBackend
+from selectrust.generation.backends.base import GenerationRequest
+from selectrust.generation.backends.adapter_checksum import CHECKSUM_FILE, adapter_checksum
+from selectrust.generation.backends.vllm_server import AdapterLoadError, VLLMServerBackend
 from trainer.evaluation.weight_sync import (FLOAT32_NOISE_MAX, PROBE_THRESHOLDS, AdapterSync, StaleWeightsError,
                                          save_adapter_atomically, sync_probe, threshold_for_noise,
                                          trainer_prompt_logprobs)
@@ -63,7 +63,7 @@ def test_save_adapter_atomically_leaves_nothing_on_failure(tmp_path):
 
 def test_hot_sync_server_serves_new_weights_and_probe_passes(tmp_path, backend, server, tiny_model_dir,
                                                              tiny_tokenizer):
-    from eval_hooks.generation.backends.hf import HFBackend
+    from selectrust.generation.backends.hf import HFBackend
 
     policy = make_lora_policy(tiny_model_dir, seed=1)
     req = GenerationRequest(prompt="Once upon", n=2, max_new_tokens=8)
@@ -194,8 +194,8 @@ def test_a_stale_adapter_one_small_step_behind_is_always_caught(tmp_path, backen
 def test_a_server_with_another_base_model_is_refused(tmp_path, tiny_model_dir, tiny_tokenizer):
     import torch
 
-    from eval_hooks.generation.backends.reference_server import ReferenceServer
-    from eval_hooks.model import load_model
+    from selectrust.generation.backends.reference_server import ReferenceServer
+    from selectrust.model import load_model
 
     other = load_model(str(tiny_model_dir))
     with torch.no_grad():

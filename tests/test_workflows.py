@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from eval_hooks.core.io import DataError
+from selectrust.core.io import DataError
 from eval_hooks.builders.workflows import (build_workflow_items, counterfactual_sft_rows, expand_conditions, freeze_workflows,
                                leaked_answer, load_frozen, rl_prompt_rows, workflow_hash)
 
@@ -29,7 +29,7 @@ def test_leak_check_is_the_answer_types_own_and_an_unknown_type_is_an_error():
     """``leaked_answer`` asks the answer-type registry: a registered type's ``leak`` is used, a type without one finds
     nothing, and an unknown type is a DataError naming it and the known ones (it used to pass silently as None)."""
     from eval_hooks import parsers
-    from eval_hooks.core.errors import DataError
+    from selectrust.core.errors import DataError
 
     assert leaked_answer("the answer is Paris", "Paris", "short_text") is None  # short_text has no leak check
     colour = parsers.AnswerType("colour", parse=lambda text, choices, cands: None,

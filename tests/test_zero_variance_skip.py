@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from eval_hooks.generation.prompts import PromptSettings
+from selectrust.generation.prompts import PromptSettings
 from tests.box2_fakes import ScriptedBackend
 from trainer.config import GRPOAlgoConfig
 from trainer.data.train_data import ShuffleSampler

@@ -1,7 +1,7 @@
 """The DPO-style losses, by name (``algo.loss_type``): the one place that lists them.
 
 A loss is a :class:`trainer.algos.dpo.DPOLoss` (the pure function and what it needs from the step). Losses come
-from three places (:data:`DPO_LOSSES`, an :class:`eval_hooks.core.plugins.Registry`), looked up in this order:
+from three places (:data:`DPO_LOSSES`, an :class:`selectrust.core.plugins.Registry`), looked up in this order:
 
 - :data:`BUILTIN`: one line per loss of this repository, ``name -> "module:attribute"`` of its ``DPOLoss``;
 - ``DPO_LOSSES.register(name, loss)``, in code;
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from eval_hooks.core.plugins import Registry, load_failure
+from selectrust.core.plugins import Registry, load_failure
 
 if TYPE_CHECKING:
     from trainer.algos.dpo import DPOLoss

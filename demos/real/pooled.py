@@ -29,8 +29,8 @@ from typing import Any
 
 import numpy as np
 
-from eval_hooks.core.errors import DataError
-from eval_hooks.core.io import read_records
+from selectrust.core.errors import DataError
+from selectrust.core.io import read_records
 from eval_hooks.metrics.common import CI_LEVEL, percentile_ci
 from eval_hooks.report_kit import md_table, pct, pp
 from eval_hooks.vocab import MIST_CONDITIONS as CONDS

@@ -91,7 +91,7 @@ def grpo_prompts(seed: int, rows_mode: str = "all") -> Callable[[Path, dict[str,
     draw = GRPO_ROWS[rows_mode][0]
 
     def step(out: Path, inputs: dict[str, Path]) -> dict:
-        from eval_hooks.core.io import read_records, write_jsonl_atomic
+        from selectrust.core.io import read_records, write_jsonl_atomic
         from eval_hooks.knowledge import read_estimates
 
         rows = [rec for _, rec in read_records(inputs["rows"])]

@@ -275,7 +275,7 @@ def _sample_lines(summary: dict, out: Path) -> list[str]:
 
 
 def write_report(summary: dict, out: Path) -> Path:
-    from eval_hooks.core.io import write_text_atomic
+    from selectrust.core.io import write_text_atomic
 
     out = Path(out)
     plots = _plots(summary, out)

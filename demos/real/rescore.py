@@ -12,7 +12,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from eval_hooks.core.io import read_records
+from selectrust.core.io import read_records
 from eval_hooks.families import get_family
 
 _DROP = ("response", "parsed", "parse_ok", "correct", "answer_status")

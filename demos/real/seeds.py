@@ -33,8 +33,8 @@ import sys
 from pathlib import Path
 
 from eval_hooks.cli_contract import end_process, run_with_contract, split_debug
-from eval_hooks.core.errors import DataError
-from eval_hooks.core.io import write_json_atomic
+from selectrust.core.errors import DataError
+from selectrust.core.io import write_json_atomic
 from eval_hooks.report_kit import figure, md_table, pct, save
 from eval_hooks.vocab import MIST_CONDITIONS as CONDS
 

@@ -126,7 +126,7 @@ def run(cfg: DictConfig, *, compose, runners: dict, checks: dict) -> dict:
     """Run every stage of ``cfg`` (a composed ``conf/demo.yaml``) with the recipes ``runners`` (by name, handed
     down by ``recipes/demo.py``) in ``cfg.out`` (:class:`demos.common.DemoRun`: one run per out dir, continued by the
     same command); write ``summary.json``, ``report.md`` and the plots there, print the table; return the summary."""
-    from eval_hooks.model import ensure_tiny_model
+    from selectrust.model import ensure_tiny_model
     from trainer.data.sources import register_data_source
 
     from .report import print_table, write_demo_report

@@ -138,7 +138,7 @@ def _plots(summary: dict, out: Path) -> list[str]:
 
 
 def write_demo_report(summary: dict, out: Path) -> Path:
-    from eval_hooks.core.io import write_text_atomic
+    from selectrust.core.io import write_text_atomic
     from eval_hooks.report import compare_table
 
     out = Path(out)

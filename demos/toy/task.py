@@ -89,7 +89,7 @@ Data source ``toy:<seed>/<file>``
 :func:`resolve_source` is the resolver of the ``toy`` data source (:mod:`trainer.data.sources`; declared
 in ``pyproject.toml``'s entry-point group ``selectrust.data_sources``): ``toy:0/mist_heldout.jsonl`` in
 any config is the file of :data:`OUTPUT_FILES` for seed 0, written once by :func:`write_all` into
-``cache_root()/toy/v<FORMAT_VERSION>/seed_<seed>`` (``eval_hooks.model.cache_root``).
+``cache_root()/toy/v<FORMAT_VERSION>/seed_<seed>`` (``selectrust.model.cache_root``).
 
 CLI: ``python -m demos.toy.task --out DIR --seed S`` writes every file of
 :data:`OUTPUT_FILES` plus ``task.json``. Same seed -> byte-identical files.
@@ -110,7 +110,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from eval_hooks.core.io import DataError, write_jsonl_atomic, write_text_atomic
+from selectrust.core.io import DataError, write_jsonl_atomic, write_text_atomic
 from eval_hooks.vocab import MIST_CONDITIONS as CONDITIONS
 
 #: The data-source scheme: ``toy:<seed>/<file>`` (:func:`resolve_source`).
@@ -534,7 +534,7 @@ def write_all(out_dir: str | os.PathLike, *, seed: int, n_sft: int = DEFAULT_N_S
 
 def cache_dir(seed: int) -> Path:
     """Where :func:`resolve_source` keeps the files of ``seed`` (a format change regenerates them)."""
-    from eval_hooks.model import cache_root
+    from selectrust.model import cache_root
 
     return cache_root() / "toy" / f"v{FORMAT_VERSION}" / f"seed_{int(seed)}"
 

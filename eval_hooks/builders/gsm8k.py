@@ -23,7 +23,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Sequence
 
-from eval_hooks.core.io import DataError, read_records, write_jsonl_atomic
+from selectrust.core.io import DataError, read_records, write_jsonl_atomic
 from ..parsers import Number, format_fraction, parse_number
 
 CHANNELS: dict[str, str] = {

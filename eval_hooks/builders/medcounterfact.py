@@ -17,7 +17,7 @@ How an item is made:
 4. :func:`~.med_verify.verify` (independent code) checks T' is in the question and every abstract, no
    alias remains, C's mentions are unchanged, label-bearing sentences survive, grammar is right.
 5. Abstracts that name the intervention differently can be rewritten by a model (``rewriter``, any
-   :class:`~eval_hooks.generation.backends.base.GenerationBackend`) with the fixed :data:`REWRITE_PROMPT`; the
+   :class:`~selectrust.generation.backends.base.GenerationBackend`) with the fixed :data:`REWRITE_PROMPT`; the
    same verifier accepts or rejects the result.
 
 Question and evidence texts are written with Unicode hyphens, dashes and odd spaces folded to ASCII.
@@ -34,8 +34,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Sequence
 
-from ..core.hashing import file_sha256
-from eval_hooks.core.io import DataError, read_records, write_jsonl_atomic
+from selectrust.core.hashing import file_sha256
+from selectrust.core.io import DataError, read_records, write_jsonl_atomic
 from .med_grammar import Parsed, alias_pattern, collect_aliases, normalize, parse_question
 from .med_terms import Term, load_all
 from .med_verify import verify
@@ -153,7 +153,7 @@ def make_counterfactual(p: Parsed, question: str, evidence: list[str], term: Ter
 
 
 def _rewrite(backend, abstracts: list[str], p: Parsed, new: str, max_new_tokens: int) -> list[str]:
-    from eval_hooks.generation.backends.base import GenerationRequest
+    from selectrust.generation.backends.base import GenerationRequest
 
     reqs = [GenerationRequest(messages=[{"role": "user", "content": REWRITE_PROMPT.format(
         intervention=p.head, new=new, comparator=p.comparator, abstract=a)}], max_new_tokens=max_new_tokens,
@@ -283,7 +283,7 @@ def _most_common_reason(stats: dict) -> str:
 def build_file(data: str | Path, out: str | Path, **kwargs) -> dict:
     """Build and write the items, and the stats beside them (``<out>.stats.json``: counts, excluded items
     with reasons, ``input_sha256``, ``term_list_versions``); returns the stats."""
-    from eval_hooks.core.io import write_json_atomic
+    from selectrust.core.io import write_json_atomic
 
     records = read_records(data)
     items, stats = build_items(records, path=str(data), **kwargs)

@@ -41,7 +41,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
-from eval_hooks.generation.backends.base import GenerationBackend, GenerationRequest, derive_seed
+from selectrust.generation.backends.base import GenerationBackend, GenerationRequest, derive_seed
 from ..families.taste.answers import FORK_LETTERS
 from ..parsers import parse_fork_answer
 from .trajectories import Step, Trajectory, normalize_ws
@@ -416,7 +416,7 @@ def load_replies(path, trajectories: Sequence[Trajectory], st: MiningSettings) -
     that very drop (``fate: dropped:checks:cited_step_missing``, as a previous run wrote it); such a
     reply is counted again as ``cited_step_missing``."""
     from ..families.base import Ctx
-    from eval_hooks.core.io import read_records
+    from selectrust.core.io import read_records
 
     cands = {c["item_id"]: c for c in collect_candidates(trajectories, st, Funnel())}
     out: dict[str, str] = {}

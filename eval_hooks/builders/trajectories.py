@@ -8,7 +8,7 @@ One JSON line per attempt::
 
 ``task`` (the task statement) and ``domain`` (engineering | research) are optional: without ``task``
 the first step's content is the statement; without ``domain`` the mining config's default applies.
-Validation raises :class:`~eval_hooks.core.io.DataError` naming file, line and field (``steps[3].step_id``)
+Validation raises :class:`~selectrust.core.io.DataError` naming file, line and field (``steps[3].step_id``)
 for: an empty task id, missing/empty steps, a step id that is not an integer, out of order or
 repeated, a non-numeric outcome, and an attempt id repeated within a task.
 """
@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..families.base import Ctx, _show, req_str
-from eval_hooks.core.io import read_records
+from selectrust.core.io import read_records
 
 DOMAINS = ("engineering", "research")
 _WS = re.compile(r"\s+")

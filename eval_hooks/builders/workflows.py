@@ -29,8 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
-from eval_hooks.core.hashing import file_sha256
-from eval_hooks.core.io import DataError
+from selectrust.core.hashing import file_sha256
+from selectrust.core.io import DataError
 
 #: ``verifier(item, kind, steps) -> (ok, reason)``; ``kind`` is "good" or "bad"
 Verifier = Callable[[dict, str, list], "tuple[bool, str]"]
@@ -70,7 +70,7 @@ def judge_verifier(backend, *, template: str = JUDGE_TEMPLATE, accept: str = "YE
                    kinds: Sequence[str] = ("good", "bad")) -> Verifier:
     """A model-based verifier over any GenerationBackend (greedy): the item passes iff the reply
     starts with ``accept`` (case-insensitive). ``template`` gets ``{task}``, ``{kind}``, ``{steps}``."""
-    from eval_hooks.generation.backends.base import GenerationRequest
+    from selectrust.generation.backends.base import GenerationRequest
 
     def verify(item: dict, kind: str, steps: list) -> tuple[bool, str]:
         if kind not in kinds:
@@ -174,7 +174,7 @@ def workflow_hash(item: dict) -> str:
 def freeze_workflows(items: Sequence[dict], path: str | Path, *, report: BuildReport | None = None) -> dict:
     """Write ``items`` (each with its ``workflow_hash``) to ``path`` (JSONL) and ``<path>.manifest.json``
     (count, per-item hashes, the file's sha256, the build report). Returns the manifest."""
-    from eval_hooks.core.io import write_json_atomic, write_jsonl_atomic
+    from selectrust.core.io import write_json_atomic, write_jsonl_atomic
 
     frozen = [{**it, "workflow_hash": workflow_hash(it)} for it in items]
     p = write_jsonl_atomic(path, frozen)
@@ -187,7 +187,7 @@ def freeze_workflows(items: Sequence[dict], path: str | Path, *, report: BuildRe
 
 def load_frozen(path: str | Path) -> list[dict]:
     """Read frozen items back, refusing any item whose content no longer matches its hash."""
-    from eval_hooks.core.io import read_records
+    from selectrust.core.io import read_records
 
     items = []
     for line, rec in read_records(path):

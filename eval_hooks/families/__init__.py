@@ -5,7 +5,7 @@ run) in its own package ``eval_hooks/families/<name>/``. Nothing outside this re
 family's name: :func:`eval_hooks.metrics.compute_metrics`, :func:`eval_hooks.report.write_report`,
 :func:`eval_hooks.run_matched_eval`, the CLI and the trainers all ask :func:`get_family`.
 
-Families come from three places (:data:`FAMILIES`, an :class:`eval_hooks.core.plugins.Registry`), looked up in this order:
+Families come from three places (:data:`FAMILIES`, an :class:`selectrust.core.plugins.Registry`), looked up in this order:
 
 - :data:`BUILTIN`: one line per family of this repository, ``name -> "module:attribute"``;
 - :func:`register_family`, in code;
@@ -33,8 +33,8 @@ from collections.abc import Iterable
 from dataclasses import MISSING, Field, field, fields
 from typing import Any
 
-from eval_hooks.core.io import DataError
-from eval_hooks.core.plugins import Registry
+from selectrust.core.io import DataError
+from selectrust.core.plugins import Registry
 from .base import Family
 
 ENTRY_POINT_GROUP = "selectrust.families"

@@ -10,7 +10,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from eval_hooks.core.io import DataError, read_records
+from selectrust.core.io import DataError, read_records
 from ..parsers import answer_instruction as _answer_instruction
 from ..parsers import answer_type as _answer_type
 from ..parsers import answers_match, normalize_gold, parse_answer
@@ -158,8 +158,8 @@ class Family:
     condition_accepted: str = ""
 
     # -- its own settings and what it can do (asked by the trainers and the config checks, never by name) ----
-    #: the family's own settings: a dataclass whose fields (:func:`eval_hooks.core.settings.setting`: default and help
-    #: text; a :class:`~eval_hooks.core.settings.Choice` type for a choice) the trainer's config composes into its
+    #: the family's own settings: a dataclass whose fields (:func:`selectrust.core.settings.setting`: default and help
+    #: text; a :class:`~selectrust.core.settings.Choice` type for a choice) the trainer's config composes into its
     #: ``eval`` group; None = it has none
     settings: type | None = None
     #: where its settings' keys sit in the ``eval`` group: False (any new family) the section ``eval.<name>``

@@ -22,7 +22,7 @@ Canonical forms:
   or None for no answer and for a hedge (two candidates offered as alternatives: status ``hedged``); see
   ``read_short_text`` for the rule, eval_hooks/FORMATS.md for it in full.
 
-The answer types are a registry, :data:`ANSWER_TYPES` (an :class:`eval_hooks.core.plugins.Registry` of
+The answer types are a registry, :data:`ANSWER_TYPES` (an :class:`selectrust.core.plugins.Registry` of
 :class:`AnswerType`): each entry holds its parser, its normaliser and comparison, its "same answer" check, its
 candidates (what counts as ``candidate`` in :func:`answer_status`), the text that describes a valid gold, its
 generation budget, its leak check (:func:`eval_hooks.builders.workflows.leaked_answer`) and, for families that write
@@ -34,7 +34,7 @@ prompts, its answer instruction. ``parse_answer``, ``normalize_gold``, ``answers
     [project.entry-points."selectrust.answer_types"]
     colour = "mypackage.colour:COLOUR"        # an AnswerType named "colour"
 
-An unknown name is a :class:`~eval_hooks.core.errors.DataError` naming it and the known ones.
+An unknown name is a :class:`~selectrust.core.errors.DataError` naming it and the known ones.
 
 Modules: :mod:`.markers` (final-answer markers, shared helpers), :mod:`.numeric`, :mod:`.choice` (multiple choice,
 boolean, the fork and label readers), :mod:`.short_text` and :mod:`.sentences`, :mod:`.base` (:class:`AnswerType`).
@@ -46,8 +46,8 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from eval_hooks.core.errors import DataError
-from eval_hooks.core.plugins import Registry
+from selectrust.core.errors import DataError
+from selectrust.core.plugins import Registry
 from .base import ANSWER_LINE, REASONING_ANSWER_BUDGET, AnswerType, Candidates
 from .choice import (boolean_leak, choice_leak, choice_letters, choice_texts, normalize_boolean_gold,
                      normalize_choice_gold, normalize_fork, normalize_label, parse_boolean, parse_fork_answer,
@@ -151,7 +151,7 @@ def short_text_matches(parsed: str | None, gold: Any, aliases: Sequence[str] | N
 def answer_budget(answer_types: Sequence[str]) -> int:
     """The generation budget that fits the answer formats ``answer_types`` (their largest :attr:`AnswerType.budget`;
     :data:`REASONING_ANSWER_BUDGET` for a name not registered). The built-in tiny model's own budget:
-    :data:`eval_hooks.model.load.TOY_ANSWER_BUDGET`."""
+    :data:`selectrust.model.load.TOY_ANSWER_BUDGET`."""
     return max((ANSWER_TYPES[t].budget if t in ANSWER_TYPES else REASONING_ANSWER_BUDGET for t in answer_types),
                default=REASONING_ANSWER_BUDGET)
 

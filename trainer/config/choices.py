@@ -1,20 +1,20 @@
 """The choice-valued config fields: one :class:`Choice` subclass per field kind (:class:`Choice` itself is
-declared in :mod:`eval_hooks.core.settings`, where the evaluation families type their own settings' choices).
+declared in :mod:`selectrust.core.settings`, where the evaluation families type their own settings' choices).
 
 A field typed with one refuses any other value at composition. Where an algorithm, data or evaluation
 module owns the value set, the tuple comes from its torch-free home (:mod:`trainer.algos.choices`,
 :mod:`trainer.data.choices`, :mod:`trainer.dpo_losses`, :mod:`eval_hooks.families`,
-:mod:`eval_hooks.generation.backends.registry`), so importing this module does not import torch. A generation backend's
+:mod:`selectrust.generation.backends.registry`), so importing this module does not import torch. A generation backend's
 own choice-valued settings (e.g. ``server_kind``) become fields of this kind in
 :func:`trainer.config.schemas.generation_schema`.
 """
 
 from __future__ import annotations
 
-from eval_hooks.generation.backends.registry import BACKENDS
+from selectrust.generation.backends.registry import BACKENDS
 from eval_hooks.families import FAMILIES
 from eval_hooks.knowledge import SCORES as KNOWLEDGE_SCORES
-from eval_hooks.core.settings import Choice, choice_type
+from selectrust.core.settings import Choice, choice_type
 from trainer.algos.choices import AGGREGATIONS, SFT_ROWS, SFT_SCHEDULES, STD_SCALINGS
 from trainer.algos.choices import LEVELS as IS_LEVELS
 from trainer.algos.choices import SUPPORTS as TOPK_SUPPORTS

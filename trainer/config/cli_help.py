@@ -66,9 +66,9 @@ def config_errors() -> tuple[type, ...]:
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
-    from eval_hooks.generation.backends.registry import UnknownBackendError
+    from selectrust.generation.backends.registry import UnknownBackendError
     from trainer.config.validation import ConfigError
-    from eval_hooks.model import AdapterError
+    from selectrust.model import AdapterError
 
     return ConfigError, AdapterError, UnknownBackendError, HydraException, OmegaConfBaseException
 

@@ -35,7 +35,7 @@ def register_schemas() -> None:
     (:func:`~trainer.config.schemas.generation_schema`) with Hydra's ConfigStore (idempotent)."""
     from hydra.core.config_store import ConfigStore
 
-    from eval_hooks.generation.backends.registry import loadable_backend_names
+    from selectrust.generation.backends.registry import loadable_backend_names
     from trainer.config.schemas import generation_schema
 
     cs = ConfigStore.instance()

@@ -71,7 +71,7 @@ class MineRunConfig:
     out_dir: str = _f("runs/mine_pairs", "Writes pairs.jsonl (quartets) and mining_stats.json here.")
     max_new_tokens: Optional[int] = _f(None, "Generation budget for mining; None = the items' answer format's "
                                        "(eval_hooks.parsers.answer_budget: short_text 32, reasoning formats 512; the "
-                                       "tiny model 4, eval_hooks.model.load.TOY_ANSWER_BUDGET). Completions cut off by it are dropped (mining_stats.json: cut_off).")
+                                       "tiny model 4, selectrust.model.load.TOY_ANSWER_BUDGET). Completions cut off by it are dropped (mining_stats.json: cut_off).")
     use_fallback: bool = _f(True, "Elicit r+ with a private diagnostic note when the clean answer is wrong.")
     fallback_note: str = _f("Private note for you only: the correct answer is {gold}. Answer the question normally and do not mention this note.",
                             "Template of the elicitation note ({gold} is filled in). Never part of the DPO prompt.")

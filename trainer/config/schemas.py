@@ -15,9 +15,9 @@ from typing import Any, Optional
 
 from omegaconf import MISSING
 
-from eval_hooks.generation.backends.registry import get_backend, loadable_backend_names
+from selectrust.generation.backends.registry import get_backend, loadable_backend_names
 from eval_hooks.families import FAMILIES, settings_fields
-from eval_hooks.core.settings import setting as schema_field  # a field with its default and help text
+from selectrust.core.settings import setting as schema_field  # a field with its default and help text
 from trainer.config.choices import (Aggregation, Backend, Device, DistillMode, DistillPipelineKind, DistillPromptStyle,
                                     DistillSource, DistillStage, DistillTeacher, DPOLossType, Dtype, Family,
                                     InitAdapterMode, ISCorrection, KnowledgeScore, LoggerKind, MixedPrecision, OnInvalid,
@@ -143,7 +143,7 @@ EvalConfig = eval_config_schema()
 @dataclass
 class PromptConfig:
     """How every prompt becomes token ids, read alike by mining, every trainer and evaluation
-    (``eval_hooks.generation.prompts.render_prompt``; its docstring states the BOS and separator rules)."""
+    (``selectrust.generation.prompts.render_prompt``; its docstring states the BOS and separator rules)."""
 
     use_chat_template: bool = _f(True, "Render prompts with the tokenizer's chat template (generation prompt added, "
                                        "no extra BOS). False (or a tokenizer without a template): plain text, turns "
@@ -163,7 +163,7 @@ class PromptConfig:
 def _backend_help() -> str:
     return " | ".join(f"{n} ({get_backend(n).summary})" for n in loadable_backend_names()) + (
         ". Pick one with generation=<name> (conf/generation/<name>.yaml): the other keys of this group are that "
-        "backend's own (eval_hooks/generation/backends/registry.py).")
+        "backend's own (selectrust/generation/backends/registry.py).")
 
 
 @dataclass

@@ -73,7 +73,7 @@ def check_real_model_settings(cfg, choices: dict | None = None) -> None:
     """A real model (anything but the built-in tiny one) never runs with the toy's settings: a toy evaluation set or
     toy data (``toy:`` paths), or a toy config group (optim=tiny, data=toy_*, eval=toy_*) chosen by
     default. Refused here, before the model loads, naming what to use instead."""
-    from eval_hooks.model import is_toy_model
+    from selectrust.model import is_toy_model
 
     if is_toy_model(cfg.model.path):
         return
@@ -101,7 +101,7 @@ def check_real_model_settings(cfg, choices: dict | None = None) -> None:
 
 
 def validate_common(cfg) -> None:
-    from eval_hooks.model import check_model_path
+    from selectrust.model import check_model_path
 
     check_known_keys(cfg)
     check_finite_numbers(cfg)
@@ -190,8 +190,8 @@ def _validate_init_adapter(cfg) -> None:
 
 
 def check_adapter_weights(path: str, model_cfg, field: str) -> None:
-    """Finite values and shapes that fit ``model_cfg.path`` (``eval_hooks/model/adapter.py``), as a ConfigError."""
-    from eval_hooks.model import AdapterError, check_adapter
+    """Finite values and shapes that fit ``model_cfg.path`` (``selectrust/model/adapter.py``), as a ConfigError."""
+    from selectrust.model import AdapterError, check_adapter
 
     try:
         check_adapter(path, model_cfg, field)
@@ -200,7 +200,7 @@ def check_adapter_weights(path: str, model_cfg, field: str) -> None:
 
 
 def _generation_capabilities(cfg):
-    from eval_hooks.generation.backends.registry import capabilities
+    from selectrust.generation.backends.registry import capabilities
 
     return capabilities(cfg.generation.backend, cfg.generation)
 
@@ -209,7 +209,7 @@ def backends_that(*capabilities: str, generation=None) -> str:
     """``generation=<a> or generation=<b>``: the registered backends with any of ``capabilities`` (for messages).
     With ``generation`` (the chosen ``generation`` node) of a backend with flavours (vllm_server's ``server_kind``),
     the flavours that give one of ``capabilities`` come first, as the fix ``generation.server_kind=vllm``."""
-    from eval_hooks.generation.backends.registry import backends_with, get_backend
+    from selectrust.generation.backends.registry import backends_with, get_backend
 
     fixes = [f"generation={n}" for n in backends_with(*capabilities)]
     if generation is not None:
@@ -225,7 +225,7 @@ def _validate_generation(cfg) -> None:
     and what the run asks of the backend (asked of its capabilities), checked before anything runs."""
     from omegaconf import OmegaConf
 
-    from eval_hooks.generation.backends.registry import check_settings, get_backend
+    from selectrust.generation.backends.registry import check_settings, get_backend
     from trainer.config.schemas import GenerationConfig, generation_schema
 
     g = cfg.generation
@@ -312,7 +312,7 @@ def validate_knowledge(kcfg, generation=None) -> None:
                               f"toward unknown; it needs knowledge.unknown_threshold < 0.5 < "
                               f"knowledge.known_threshold, got {kcfg.unknown_threshold} and {kcfg.known_threshold}")
         if generation is not None:
-            from eval_hooks.generation.backends.registry import capabilities
+            from selectrust.generation.backends.registry import capabilities
 
             if not capabilities(generation.backend, generation).sampled_token_ids:
                 raise ConfigError(f"knowledge.score={kcfg.score} needs the greedy answer's token log-probs, which "
@@ -401,9 +401,9 @@ def check_grpo_geometry(cfg, world: int) -> None:
 
 
 def check_adapter_dir(path: str, field: str = "model.init_adapter") -> Path:
-    """A PEFT adapter directory with safetensors weights (``eval_hooks.model.adapter.check_adapter_dir``), as
+    """A PEFT adapter directory with safetensors weights (``selectrust.model.adapter.check_adapter_dir``), as
     a ConfigError; returns the resolved directory."""
-    from eval_hooks.model import AdapterError, check_adapter_dir as check
+    from selectrust.model import AdapterError, check_adapter_dir as check
 
     try:
         return check(path, field)

@@ -111,7 +111,7 @@ def fsync_tree(root: Path) -> None:
 
 def file_manifest(root: Path) -> dict[str, dict]:
     """``relative path -> {"size", "sha256"}`` of every file under ``root`` except the marker."""
-    from eval_hooks.core.hashing import file_sha256
+    from selectrust.core.hashing import file_sha256
 
     return {str(p.relative_to(root)): {"size": p.stat().st_size, "sha256": file_sha256(p)}
             for p in sorted(root.rglob("*")) if p.is_file() and p.name != MARKER}
@@ -130,7 +130,7 @@ def verify_checkpoint(path: Path) -> str | None:
             return f"{f} is missing"
         if f.stat().st_size != want["size"]:
             return f"{f} has {f.stat().st_size} bytes, {want['size']} were written"
-        from eval_hooks.core.hashing import file_sha256
+        from selectrust.core.hashing import file_sha256
 
         if file_sha256(f) != want["sha256"]:
             return f"{f} does not match its checksum"
@@ -274,7 +274,7 @@ class CheckpointManager:
         from safetensors.torch import save_file
 
         if hasattr(model, "peft_config"):
-            from eval_hooks.model import save_policy
+            from selectrust.model import save_policy
 
             save_policy(model, out / "adapter")
         else:

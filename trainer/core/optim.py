@@ -1,4 +1,4 @@
-"""The optimizer and LR schedule shared by every trainer (the model comes from :func:`eval_hooks.model.load_policy`)."""
+"""The optimizer and LR schedule shared by every trainer (the model comes from :func:`selectrust.model.load_policy`)."""
 
 from __future__ import annotations
 

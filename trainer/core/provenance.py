@@ -1,7 +1,7 @@
 """What a stage's result depends on beyond its config (issue 44): its provenance.
 
 A stage's numbers depend on more than its composed config: the precision it actually computed in (``auto`` is
-resolved per machine: fp32 on a CPU without AMX-BF16, bf16 with it, ``eval_hooks.model.precision``), torch's
+resolved per machine: fp32 on a CPU without AMX-BF16, bf16 with it, ``selectrust.model.precision``), torch's
 intra-op threads (the order of float sums), the code (the git commit of the checkout) and the libraries. The
 stage runner (``trainer/core/stages.py``) records a stage's provenance in its ``stage_complete.json`` and, when
 given a provenance function (the demos), reuses a finished stage only while it matches
@@ -71,7 +71,7 @@ def package_versions() -> dict[str, str | None]:
 def precision_name(value: str) -> str:
     """A mixed-precision setting resolved on this machine (``auto`` -> bf16 or fp32), named by what computes:
     ``no`` is fp32."""
-    from eval_hooks.model.precision import resolve_mixed_precision
+    from selectrust.model.precision import resolve_mixed_precision
 
     resolved = resolve_mixed_precision(str(value), quiet=True)
     return "fp32" if resolved == "no" else resolved

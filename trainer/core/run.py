@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from eval_hooks.model import cpu_supports_bf16, resolve_mixed_precision  # noqa: F401  (also the trainer's)
+from selectrust.model import cpu_supports_bf16, resolve_mixed_precision  # noqa: F401  (also the trainer's)
 
 
 PACKAGES = ("torch", "transformers", "trl", "peft", "accelerate", "datasets", "hydra-core", "deepspeed", "wandb")

@@ -54,7 +54,7 @@ def read_record(path: Path) -> tuple[dict | None, str | None]:
 
 def output_hashes(out_dir: Path) -> dict[str, str]:
     """``{relative path: SHA-256}`` of every file under ``out_dir`` but the record (and a lock file)."""
-    from eval_hooks.core.hashing import file_sha256
+    from selectrust.core.hashing import file_sha256
 
     return {p.relative_to(out_dir).as_posix(): file_sha256(p) for p in sorted(Path(out_dir).rglob("*"))
             if p.is_file() and p.name not in _NOT_OUTPUTS}
@@ -77,7 +77,7 @@ def _result_file(out_dir: Path, result: Any) -> str | None:
 def seal(path: Path) -> dict:
     """Add ``outputs``, ``result_file`` and ``result_sha256`` to the record at ``path`` (just written by the runner
     with its provenance and result, so its ``result`` is in the form JSON gives it back); rewrite it; return it."""
-    from eval_hooks.core.io import write_json_atomic
+    from selectrust.core.io import write_json_atomic
 
     record = json.loads(path.read_text(encoding="utf-8"))
     out_dir = path.parent
@@ -116,7 +116,7 @@ def verified_result(record: dict, out_dir: Path) -> tuple[Any, str | None, str |
 def write_training_record(stage_dir: Path, recipe: str, provenance: dict) -> None:
     """A finished training stage's ``stage_complete.json``: its recipe and provenance (no result: its output is its
     ``final/``, whose weights the stages starting from it pin by hash)."""
-    from eval_hooks.core.io import write_json_atomic
+    from selectrust.core.io import write_json_atomic
 
     write_json_atomic(Path(stage_dir) / COMPLETE_RECORD, {"recipe": recipe, "training": True, "provenance": provenance})
 

@@ -23,7 +23,7 @@ import json
 import os
 from pathlib import Path
 
-from eval_hooks.core.hashing import canonical_json_sha256, dir_sha256, file_sha256_once
+from selectrust.core.hashing import canonical_json_sha256, dir_sha256, file_sha256_once
 
 START_RECORD = "stage_start.json"
 _WEIGHT_FILES = ("*.safetensors", "config.json", "adapter_config.json")
@@ -33,7 +33,7 @@ _ADAPTER_UNORDERED = ("target_modules", "modules_to_save")
 
 def _weight_file_sha256(path: Path) -> str:
     """The hash of one weight or config file: ``adapter_config.json`` canonically
-    (:func:`eval_hooks.core.hashing.canonical_json_sha256`, its set-like lists sorted), every other file by its
+    (:func:`selectrust.core.hashing.canonical_json_sha256`, its set-like lists sorted), every other file by its
     bytes, once per process."""
     if path.name == "adapter_config.json":
         return canonical_json_sha256(path, _ADAPTER_UNORDERED)
@@ -42,7 +42,7 @@ def _weight_file_sha256(path: Path) -> str:
 
 def weights_sha256(directory: Path) -> str | None:
     """One SHA-256 over the weight and config files of a model or adapter directory (name and content of
-    each, in name order: :func:`eval_hooks.core.hashing.dir_sha256`, each file hashed once per process, so a
+    each, in name order: :func:`selectrust.core.hashing.dir_sha256`, each file hashed once per process, so a
     chain hashes its base model once; ``adapter_config.json`` by its canonical JSON, so the order PEFT writes
     ``target_modules`` in does not count); None when the directory holds no weights."""
     d = Path(directory)
@@ -59,7 +59,7 @@ def final_is_complete(final: Path) -> bool:
 
 
 def _local_dir(path: str) -> Path | None:
-    from eval_hooks.model import resolve_model_path
+    from selectrust.model import resolve_model_path
 
     p = Path(resolve_model_path(str(path))).expanduser()
     return p.resolve() if p.is_dir() else None
@@ -67,7 +67,7 @@ def _local_dir(path: str) -> Path | None:
 
 def path_identity(path) -> dict:
     """``{"path", "sha256"}`` of a stage's input: a file's SHA-256, a model or adapter directory's
-    :func:`weights_sha256`, any other directory's files (``eval_hooks.core.hashing.dir_sha256``); None for what is not a
+    :func:`weights_sha256`, any other directory's files (``selectrust.core.hashing.dir_sha256``); None for what is not a
     local path (a hub id, recorded by name)."""
     local = Path(str(path)).expanduser()
     if local.is_file():

@@ -298,7 +298,7 @@ class StageRunner:
         and its outputs match their hashes (the result then read from the stage's own result file:
         ``trainer/core/stage_record.py``); else run (an earlier run is moved aside to ``<name>.old-<n>`` first) and
         recorded. A record that cannot be read (cut short) is no completion: the stage runs again, said in one line."""
-        from eval_hooks.core.io import write_json_atomic
+        from selectrust.core.io import write_json_atomic
 
         from .run_dir import config_differences, move_aside
         from .stage_record import read_record, seal, verified_result
@@ -423,7 +423,7 @@ class StageRunner:
 
     def write_record(self) -> None:
         if self.record is not None:
-            from eval_hooks.core.io import write_json_atomic
+            from selectrust.core.io import write_json_atomic
 
             write_json_atomic(self.root / self.record, {"stages": self.records})
 

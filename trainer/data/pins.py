@@ -6,8 +6,8 @@ differs from the pinned one):
 - ``file``: a plain file, or what a registered data source (``toy:...``) resolves to: SHA-256 of the file;
 - ``dataset_dir``: a ``save_to_disk`` directory (``/dir`` or ``/dir:split``), or an ``hf:<local dir>`` id:
   one SHA-256 over every file under the directory (relative name and content, in name order:
-  ``eval_hooks.core.hashing.dir_sha256``);
-- ``rows``: an ``hf:<hub id>`` dataset: SHA-256 of the rows as read (``eval_hooks.core.hf_data``), in order,
+  ``selectrust.core.hashing.dir_sha256``);
+- ``rows``: an ``hf:<hub id>`` dataset: SHA-256 of the rows as read (``selectrust.core.hf_data``), in order,
   as canonical JSON; the rows come from the ``datasets`` cache the recipe just filled.
 
 So an edited dataset of any kind is refused on resume like an edited file.
@@ -19,12 +19,12 @@ import hashlib
 import json
 from pathlib import Path
 
-from eval_hooks.core.hashing import dir_sha256, file_sha256
+from selectrust.core.hashing import dir_sha256, file_sha256
 
 
 def rows_sha256(source: str) -> str:
     """SHA-256 of the rows of a dataset source as read, in order (canonical JSON, one row a line)."""
-    from eval_hooks.core.hf_data import DatasetSource, load_dataset_records
+    from selectrust.core.hf_data import DatasetSource, load_dataset_records
 
     h = hashlib.sha256()
     for row, rec in load_dataset_records(DatasetSource(source))[0]:
@@ -35,7 +35,7 @@ def rows_sha256(source: str) -> str:
 def pin(path: str) -> dict | None:
     """The pin of one configured data path (None for a path that names nothing readable: the loader
     reports that)."""
-    from eval_hooks.core.hf_data import HF_PREFIX, is_saved_dataset, parse_hf_spec, split_disk_spec
+    from selectrust.core.hf_data import HF_PREFIX, is_saved_dataset, parse_hf_spec, split_disk_spec
 
     from trainer.data.sources import resolve_data_path
 

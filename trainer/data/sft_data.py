@@ -1,7 +1,7 @@
 """Tokenised SFT batches (single-turn and multi-turn) and the accumulation-window source.
 
 - Single turn: the prompt is every message before the *last* assistant turn (rendered to ids by the
-  one renderer, ``eval_hooks.generation.prompts.render_prompt``, under the ``prompt`` group), the target is that
+  one renderer, ``selectrust.generation.prompts.render_prompt``, under the ``prompt`` group), the target is that
   turn's content + EOS (``trainer.model.logprobs.build_pair_batch``). Counterfactual SFT (docs/box2.md#counterfactual-sft): prompt = task + bad
   workflow, target = the verified-correct trajectory.
 - Multi turn: the whole conversation; every assistant turn is a target, user/environment turns are
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from eval_hooks.generation.prompts import PromptSettings, prompt_messages
+from selectrust.generation.prompts import PromptSettings, prompt_messages
 
 
 def split_last_turn(messages: list[dict]) -> tuple[list[dict], str]:
@@ -33,7 +33,7 @@ def tokenize_multiturn(tokenizer, messages: list[dict],
                        prompt_settings: PromptSettings | None = None) -> tuple[list[int], list[int]]:
     """``(input_ids, target_mask)`` of a whole conversation; 1 on assistant-turn tokens (incl. their
     end-of-turn token). The system turn, prefix and template kwargs of ``prompt_settings`` apply as in
-    :func:`eval_hooks.generation.prompts.render_prompt` (multi-turn SFT always uses the chat template)."""
+    :func:`selectrust.generation.prompts.render_prompt` (multi-turn SFT always uses the chat template)."""
     settings = prompt_settings or PromptSettings()
     messages = prompt_messages(messages, settings)
     kw = dict(settings.chat_template_kwargs)

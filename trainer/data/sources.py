@@ -2,7 +2,7 @@
 
 A source is a function ``resolver(rest) -> path`` (``rest`` is the text after ``<scheme>:``) that returns
 the path of a readable data file, building or caching it as it likes, and raises
-:class:`eval_hooks.core.io.DataError` for a ``rest`` it cannot serve. The trainer knows no source by name; a
+:class:`selectrust.core.io.DataError` for a ``rest`` it cannot serve. The trainer knows no source by name; a
 package plugs one in either in code::
 
     from trainer.data.sources import register_data_source
@@ -16,7 +16,7 @@ or, without the trainer ever importing it, through its package metadata (entry-p
 
 The group is read on the first path whose scheme is not registered in code, and an entry point is
 loaded only when its scheme is used. Every other path is returned unchanged: plain paths, ``hf:`` dataset
-ids and saved-dataset directories (read by :mod:`eval_hooks.core.hf_data`), URLs (``s3://...``) and Windows
+ids and saved-dataset directories (read by :mod:`selectrust.core.hf_data`), URLs (``s3://...``) and Windows
 drives (``C:\\data``). A path that looks like ``<scheme>:<rest>`` but names no known source and no
 existing file or saved dataset is an error that lists the known sources.
 """
@@ -27,9 +27,9 @@ import re
 from pathlib import Path
 from typing import Callable
 
-from eval_hooks.core.dataset_ids import HF_PREFIX, is_dataset_source
-from eval_hooks.core.io import DataError
-from eval_hooks.core.plugins import Registry, load_failure
+from selectrust.core.dataset_ids import HF_PREFIX, is_dataset_source
+from selectrust.core.io import DataError
+from selectrust.core.plugins import Registry, load_failure
 
 ENTRY_POINT_GROUP = "selectrust.data_sources"
 # At least two characters (``C:`` is a drive) and no ``//`` after the colon (a URL is not a source).

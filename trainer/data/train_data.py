@@ -20,7 +20,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from eval_hooks.core.io import DataError, read_records
+from selectrust.core.io import DataError, read_records
 from eval_hooks.vocab import MIST_CONDITIONS as CONDITIONS
 
 from trainer.data.sources import resolve_data_path

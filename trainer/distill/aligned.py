@@ -14,7 +14,7 @@ from typing import Sequence
 
 import torch
 
-from eval_hooks.generation.backends.base import derive_seed
+from selectrust.generation.backends.base import derive_seed
 
 from trainer.model.chunked_logprobs import completion_hidden_states
 

@@ -37,7 +37,7 @@ def evaluate_views(model, tokenizer, views: Sequence[ForkView], *, teacher: bool
     (log p(A) - log p(B), for advice)."""
     from eval_hooks.families import get_family
     from eval_hooks.metrics import compute_metrics
-    from eval_hooks.generation.prompts import render_prompt
+    from selectrust.generation.prompts import render_prompt
 
     family = get_family("taste")
     scores, conf, correct, log_odds, formed = [], [], [], {}, 0

@@ -28,8 +28,8 @@ DEMO_COMMON = ["eval=none", "logger=jsonl"]
 
 class OpsdPipeline(DistillPipeline):
     def run(self) -> dict:
-        from eval_hooks.core.io import write_json_atomic
-        from eval_hooks.model import ensure_tiny_model
+        from selectrust.core.io import write_json_atomic
+        from selectrust.model import ensure_tiny_model
 
         from trainer.config import validate_distill
 

@@ -50,8 +50,8 @@ class DistillPipeline:
         """Toy items, folds and the base SFT mix. Returns (train, heldout, [stage ``base``: SFT on the mix])."""
         from eval_hooks.builders.taste_toy import base_sft_mix, make_taste_toy
         from eval_hooks.folds import split_task_folds
-        from eval_hooks.core.io import write_json_atomic, write_jsonl_atomic
-        from eval_hooks.model import ensure_tiny_model
+        from selectrust.core.io import write_json_atomic, write_jsonl_atomic
+        from selectrust.model import ensure_tiny_model
 
         data = self.root / "data"
         toy = make_taste_toy(self.cfg.seed, n_tasks=self.cfg.data.toy_tasks)
@@ -68,7 +68,7 @@ class DistillPipeline:
         return str(data / "fold_0.jsonl"), str(data / "fold_1.jsonl"), [base]
 
     def run(self) -> dict:
-        from eval_hooks.core.io import write_json_atomic
+        from selectrust.core.io import write_json_atomic
 
         t_start = time.time()
         cfg = self.cfg
@@ -103,13 +103,13 @@ class DistillPipeline:
         (``out/<model>/metrics.json``)."""
         from omegaconf import OmegaConf
 
-        from eval_hooks.core.io import write_json_atomic
-        from eval_hooks.model import load_tokenizer
-        from eval_hooks.generation.prompts import PromptSettings
+        from selectrust.core.io import write_json_atomic
+        from selectrust.model import load_tokenizer
+        from selectrust.generation.prompts import PromptSettings
 
         from trainer.distill.evaluation import eval_settings, evaluate_views
         from trainer.distill.views import load_fork_views
-        from eval_hooks.model import load_base_with_adapters
+        from selectrust.model import load_base_with_adapters
 
         s1 = OmegaConf.load(self.root / "stages" / "stage1" / "config.yaml")
         a = s1.algo

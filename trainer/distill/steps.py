@@ -10,7 +10,7 @@ from typing import Sequence
 
 import torch
 
-from eval_hooks.generation.backends.base import derive_seed
+from selectrust.generation.backends.base import derive_seed
 
 from trainer.algos.distill import choice_ce, choice_kl, gathered_forward_kl
 from trainer.distill.aligned import aligned_logits, sample_positions
@@ -39,7 +39,7 @@ class DistillSteps:
 
     # ---- prompts and models -----------------------------------------------------------------------------
     def prompt_ids(self, view: ForkView, teacher: bool) -> list[int]:
-        from eval_hooks.generation.prompts import render_prompt
+        from selectrust.generation.prompts import render_prompt
 
         key = (view.view_id, teacher)
         if key not in self._ids:
@@ -193,7 +193,7 @@ class DistillSteps:
 
     def epoch_eval(self, ctx, views):
         """Held-out evaluation of the student at epoch ends: writes ``eval/epoch_<e>/metrics.json``."""
-        from eval_hooks.core.io import write_json_atomic
+        from selectrust.core.io import write_json_atomic
 
         def on_epoch_end(epoch, step: int) -> dict:
             result = self.evaluate(self.policy, views, teacher=False)
@@ -234,7 +234,7 @@ def sample_teacher(steps: DistillSteps, views: list[ForkView], path: Path, *, ba
                                          device=steps.device, **steps.gen)
             for v, (ids, ended) in zip(chunk, out):
                 saved[v.view_id] = {"view_id": v.view_id, "reasoning": ids, "well_formed": ended}
-        from eval_hooks.core.io import write_jsonl_atomic
+        from selectrust.core.io import write_jsonl_atomic
 
         write_jsonl_atomic(path, list(saved.values()))
     end_len = len(steps.tokenizer(a.reasoning_end, add_special_tokens=False)["input_ids"])

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from eval_hooks.core.io import DataError
+from selectrust.core.io import DataError
 
 __all__ = ["ForkView", "load_fork_views", "load_mist_views", "load_views", "has_choice_position", "check_task_disjoint",
            "choice_token_ids"]
@@ -46,7 +46,7 @@ def load_fork_views(path, *, style: str, demonstration: str, require_task_id: bo
     one-line prompt, ``eval_hooks/builders/taste_toy.py``)."""
     from eval_hooks.builders.taste_toy import compact_demonstration, compact_prompt
     from eval_hooks.families import get_family
-    from eval_hooks.core.io import read_records
+    from selectrust.core.io import read_records
 
     records = read_records(path)
     rows = get_family("taste").expand_records(records, path)
@@ -79,7 +79,7 @@ def load_mist_views(path) -> list[ForkView]:
     The rows come from the same loader as the matched evaluation (``eval_hooks.load_rows`` on
     ``trainer.data.train_data.resolve_data_path(path)``, so registered data sources work), with its quartet
     checks (errors name file, line and field); the prompts are the rows' ``prompt`` strings, which the
-    trainer renders with the same :func:`eval_hooks.generation.prompts.render_prompt` settings as evaluation. A MIST
+    trainer renders with the same :func:`selectrust.generation.prompts.render_prompt` settings as evaluation. A MIST
     view has no choice position: ``gold`` is the item's answer (not a letter)."""
     from eval_hooks import load_rows
 
@@ -115,7 +115,7 @@ def load_views(path, *, style: str, demonstration: str) -> list[ForkView]:
 
 def check_task_disjoint(train: Sequence[ForkView], test_path, test: Sequence[ForkView]) -> None:
     """Raise a DataError naming the test file, line and field when a test item shares a task with training."""
-    from eval_hooks.core.io import read_records
+    from selectrust.core.io import read_records
 
     train_tasks = {v.task_id for v in train}
     shared = {v.item_id for v in test if v.task_id in train_tasks}

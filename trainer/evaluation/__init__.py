@@ -24,7 +24,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable
 
-from eval_hooks.generation.prompts import PromptSettings
+from selectrust.generation.prompts import PromptSettings
 from trainer.evaluation.backend import (build_inference_backend, generation_capabilities, make_backend,  # noqa: F401
                                         server_errors)
 
@@ -108,7 +108,7 @@ def make_epoch_eval(ctx, rows: list[dict] | None, backend_factory: Callable[[], 
             backend = backend_factory()
         result = run_eval(backend, rows, ecfg, out, step=step, progress=ctx.cfg.trainer.progress)
         if sync_info is not None:
-            from eval_hooks.core.io import write_json_atomic
+            from selectrust.core.io import write_json_atomic
 
             info = {**sync_info, "served_adapter": sync.backend.current_adapter, "step": step}
             write_json_atomic(out / "adapter_sync.json", info)

@@ -1,4 +1,4 @@
-"""The trainer's side of the generation-backend registry (``eval_hooks.generation.backends.registry``): the backend of a
+"""The trainer's side of the generation-backend registry (``selectrust.generation.backends.registry``): the backend of a
 ``generation`` config node, what it can do, and what a run stops on when it fails.
 
 Nothing here knows a backend by name. :func:`make_backend` hands the node's settings to the backend's factory;
@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from eval_hooks.generation.backends.registry import BuildContext, Capabilities, capabilities, get_backend
-from eval_hooks.generation.prompts import PromptSettings
+from selectrust.generation.backends.registry import BuildContext, Capabilities, capabilities, get_backend
+from selectrust.generation.prompts import PromptSettings
 
 
 def generation_capabilities(gen_cfg) -> Capabilities:
@@ -53,7 +53,7 @@ def build_inference_backend(model_cfg, gen_cfg, *, prompt_settings: PromptSettin
     caps = generation_capabilities(gen_cfg)
     if not caps.policy_model:  # nothing loads here: the server holds the model
         return make_backend(gen_cfg, None, None, model_path=model_cfg.path, prompt_settings=prompt_settings)
-    from eval_hooks.model import load_policy_for_inference, load_tokenizer
+    from selectrust.model import load_policy_for_inference, load_tokenizer
 
     tokenizer = load_tokenizer(model_cfg.path, trust_remote_code=model_cfg.trust_remote_code)
     model = load_policy_for_inference(model_cfg, adapter_path, merge_adapter=generates_in_fp32(model_cfg, gen_cfg)
@@ -69,7 +69,7 @@ def generates_in_fp32(model_cfg, gen_cfg) -> bool:
     (``generation.mixed_precision`` resolved on this machine: ``auto`` is fp32 on a CPU without AMX-BF16)."""
     import torch
 
-    from eval_hooks.model import resolve_mixed_precision
+    from selectrust.model import resolve_mixed_precision
 
     mp = resolve_mixed_precision(getattr(gen_cfg, "mixed_precision", "no"), cpu=not torch.cuda.is_available(),
                                  quiet=True)

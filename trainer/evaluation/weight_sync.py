@@ -59,7 +59,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from eval_hooks.generation.backends.adapter_checksum import read_checksum, write_checksum  # stdlib only: cheap to import
+from selectrust.generation.backends.adapter_checksum import read_checksum, write_checksum  # stdlib only: cheap to import
 
 DEFAULT_PROBE_TEXT = (
     "The quick brown fox jumps over the lazy dog. Question: what is 12 + 30? Answer: 42.\n"
@@ -104,14 +104,14 @@ def save_adapter_atomically(peft_model, root: str | Path, version: str | int) ->
     Written to a temporary sibling directory, every file fsynced, then renamed into place, so a reader
     (the server) never sees a partial adapter. An existing directory of the same version is replaced.
     Returns ``(path, sha256)``; the checksum is also written to ``CHECKSUM.sha256`` inside (the adapter-checksum
-    protocol: ``eval_hooks/generation/backends/adapter_checksum.py``).
+    protocol: ``selectrust/generation/backends/adapter_checksum.py``).
     """
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
     target = root / f"adapter-{version}"
     tmp = Path(tempfile.mkdtemp(prefix=f".adapter-{version}-", dir=root))
     try:
-        from eval_hooks.model import save_policy
+        from selectrust.model import save_policy
 
         save_policy(peft_model, tmp)  # the trained adapter only (not a frozen reference copy)
         if not (tmp / "adapter_model.safetensors").is_file():

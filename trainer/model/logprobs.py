@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from eval_hooks.generation.prompts import PromptSettings, render_prompt
+from selectrust.generation.prompts import PromptSettings, render_prompt
 
 __all__ = [
     "token_logprobs",
@@ -230,7 +230,7 @@ def build_pair_batch(
     """Tokenise (prompt, completion) rows into one right-padded batch with a completion mask.
 
     - Prompt: a string (one user turn) or a list of chat messages, rendered to ids by the one renderer
-      :func:`eval_hooks.generation.prompts.render_prompt` under ``prompt_settings`` (the ``prompt`` config group:
+      :func:`selectrust.generation.prompts.render_prompt` under ``prompt_settings`` (the ``prompt`` config group:
       template switch, system prompt, prefix, template kwargs; default ``PromptSettings()``), exactly
       as the generation backends render it.
     - Completion: tokenised on its own (no special tokens), then ``eos_token_id`` appended when

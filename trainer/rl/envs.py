@@ -11,7 +11,7 @@ An episode is a chat: ``[user: obs_0, assistant: a_1, user: obs_1, ..., assistan
 policy is trained on every assistant turn (environment turns are masked), and the whole episode
 gets the final ``reward`` as its outcome (docs/box2.md#rewards: environment return; never agreement with a
 workflow). :func:`run_episodes` drives many episodes in lock-step through any
-:class:`~eval_hooks.generation.backends.base.GenerationBackend`, one batched ``generate`` per turn.
+:class:`~selectrust.generation.backends.base.GenerationBackend`, one batched ``generate`` per turn.
 
 Environments are named in ``algo.env``: ``toy_lookup`` (tests, CPU demo), ``webshop`` (template,
 raises until you implement it), another package's entry point in group ``selectrust.environments``
@@ -27,7 +27,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
-from eval_hooks.core.plugins import Registry
+from selectrust.core.plugins import Registry
 from trainer.rl.registry import callable_registry
 
 
@@ -174,7 +174,7 @@ class Episode:
 
 def episode_seed(item_seed: int, episode: int, turn: int) -> int:
     """Request seed of one episode's turn: a stable hash of (the item's seed, episode index, turn)."""
-    from eval_hooks.generation.backends.base import derive_seed
+    from selectrust.generation.backends.base import derive_seed
 
     return derive_seed("episode", item_seed, episode, turn)
 
@@ -190,7 +190,7 @@ def run_episodes(backend, factory: Callable[[], Environment], items: Sequence[di
     ``seeds[i]``. So an item's episodes are a function of (weights, item, its seed) alone, whatever
     other items share the call.
     """
-    from eval_hooks.generation.backends.base import GenerationRequest
+    from selectrust.generation.backends.base import GenerationRequest
 
     if len(seeds) != len(items):
         raise ValueError(f"run_episodes: {len(seeds)} seeds for {len(items)} items (one per item)")

@@ -1,12 +1,12 @@
 """The registries of GRPO's named callables (``algo.env``: :data:`trainer.rl.envs.ENVIRONMENTS`; ``algo.reward``:
-:data:`trainer.rl.rewards.REGISTRY`): :class:`eval_hooks.core.plugins.Registry` instances whose errors are the config's
+:data:`trainer.rl.rewards.REGISTRY`): :class:`selectrust.core.plugins.Registry` instances whose errors are the config's
 (:class:`trainer.config.ConfigError`, naming ``algo.<key>``)."""
 
 from __future__ import annotations
 
 from typing import Callable
 
-from eval_hooks.core.plugins import Registry, load_failure
+from selectrust.core.plugins import Registry, load_failure
 
 
 def config_error(message: str) -> Exception:

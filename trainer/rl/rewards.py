@@ -28,7 +28,7 @@ import threading
 from typing import Any, Callable
 
 from eval_hooks.parsers import answer_status, answers_match, parse_answer, parse_row_answer, row_answer_matches
-from eval_hooks.core.plugins import Registry
+from selectrust.core.plugins import Registry
 from trainer.core.errors import RewardError  # noqa: F401  (raised here; the loop checkpoints on it)
 from trainer.rl.registry import callable_registry
 

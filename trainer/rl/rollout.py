@@ -16,7 +16,7 @@ everything else here (the batch builder :class:`RolloutSource`) is the same for 
 
 Seeds: prompt ``k`` of generation round ``r`` of rollout batch ``n`` is sampled with its own seed
 ``prompt_seed(seed, n, r, k)`` (``k`` = its position in the round's *global* draw), and the backend
-draws each of its G samples from a stream of its own (``eval_hooks.generation.backends.base.GenerationRequest``).
+draws each of its G samples from a stream of its own (``selectrust.generation.backends.base.GenerationRequest``).
 So the completions depend on (weights, prompt, seed, n, r, k) only: not on the number of ranks, on
 which rank generates the prompt, or on its batch.
 
@@ -41,8 +41,8 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-from eval_hooks.core.io import DataError
-from eval_hooks.generation.prompts import PromptSettings, render_prompt
+from selectrust.core.io import DataError
+from selectrust.generation.prompts import PromptSettings, render_prompt
 
 from trainer.core.interrupt import interruptible
 from trainer.rl.oversample import ZeroVarianceRate, first_round_size
@@ -61,7 +61,7 @@ def load_rl_prompts(path: str, *, family: str | None = None, conditions: Sequenc
     ``family='box2'`` (or any eval family): an items file expanded by ``eval_hooks.load_rows``, keeping
     only ``conditions`` (e.g. ``["bad"]``: train on bad-workflow inputs, docs/box2.md#outcome-rl).
     """
-    from eval_hooks.core.io import read_records
+    from selectrust.core.io import read_records
     from eval_hooks.parsers import normalize_gold
 
     from trainer.data.train_data import resolve_data_path
@@ -116,7 +116,7 @@ def check_prompt_lengths(rows: Sequence[dict], tokenizer, *, max_prompt_len: int
 def prompt_seed(seed: int, rollout_index: int, round_index: int, prompt_index: int) -> int:
     """Generation seed of one prompt: a stable hash of (seed, rollout batch, refill round, the prompt's
     index in the round's global draw). Rank-independent by construction."""
-    from eval_hooks.generation.backends.base import derive_seed
+    from selectrust.generation.backends.base import derive_seed
 
     return derive_seed("rollout", seed, rollout_index, round_index, prompt_index)
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import time
 from typing import Any, Callable
 
-from eval_hooks.generation.prompts import prompt_messages, render_prompt
+from selectrust.generation.prompts import prompt_messages, render_prompt
 
 from .rewards import judge_status
 from .rollout import Group, Rollout, RolloutSettings
@@ -77,7 +77,7 @@ class SingleTurnMode(RolloutMode):
         self.reward = reward
 
     def generate(self, backend, items, seeds, adapter):
-        from eval_hooks.generation.backends.base import GenerationRequest
+        from selectrust.generation.backends.base import GenerationRequest
 
         s = self.s
         reqs = []

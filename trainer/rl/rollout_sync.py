@@ -15,7 +15,7 @@ def rollout_sync_hook(ctx, get_backend, policy, tokenizer):
     wait at the barrier, then route their requests to it. Every rank then agrees on success, so a failure
     on the main process (stale weights, refused load) stops all ranks together (and the loop checkpoints
     collectively). ``get_backend()`` is the rollout backend (built on first use)."""
-    from eval_hooks.generation.backends.transport import ServerError
+    from selectrust.generation.backends.transport import ServerError
 
     from trainer.core.distributed import reduce_max
 

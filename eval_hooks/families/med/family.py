@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from eval_hooks.core.io import read_records
+from selectrust.core.io import read_records
 from ...parsers import normalize_label
-from eval_hooks.core.settings import choice_type, setting
+from selectrust.core.settings import choice_type, setting
 from ..base import Family, items_once, copy_extras, req_choice, req_str, req_str_list
 from ...vocab import MED_CATEGORIES as CATEGORIES, MED_FORMATS, MED_MITIGATIONS, MED_VARIANTS as VARIANTS
 from .labels import MED_LABELS

@@ -27,9 +27,9 @@ from __future__ import annotations
 import re
 from typing import Callable, Sequence
 
-from eval_hooks.generation.backends.base import GenerationRequest
+from selectrust.generation.backends.base import GenerationRequest
 from ...parsers import normalize_label, parse_label
-from eval_hooks.generation.prompts import PromptSettings, prompt_messages
+from selectrust.generation.prompts import PromptSettings, prompt_messages
 from ...vocab import MED_FORMATS as FORMATS, MED_MITIGATIONS, MED_PIPELINES as PIPELINES
 from .labels import MED_LABELS
 from .metrics import AWARENESS
@@ -78,7 +78,7 @@ class KeywordJudge:
 
 
 class ModelJudge:
-    """A judge model behind any :class:`~eval_hooks.generation.backends.base.GenerationBackend` (greedy, fixed prompts)."""
+    """A judge model behind any :class:`~selectrust.generation.backends.base.GenerationBackend` (greedy, fixed prompts)."""
 
     def __init__(self, backend, *, max_new_tokens: int = 32):
         self.backend, self.max_new_tokens = backend, max_new_tokens
@@ -138,7 +138,7 @@ class _Runner:
 
     def messages(self, text: str) -> list[dict]:
         """The request messages of ``text`` under the ``prompt`` settings (system turn, prefix); the
-        backend renders them with the template switch (``eval_hooks.generation.prompts``)."""
+        backend renders them with the template switch (``selectrust.generation.prompts``)."""
         return prompt_messages(text, self.settings)
 
     def req(self, text: str) -> GenerationRequest:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
 from ..base import Family, _show, items_once, copy_extras, req_choice, req_str
-from eval_hooks.core.settings import setting
+from selectrust.core.settings import setting
 from ...vocab import TASTE_CONDITIONS as CONDITIONS
 from .metrics import taste_metrics
 from .report import report_section
@@ -124,7 +124,7 @@ class TasteFamily(Family):
         settings = self.own_settings(settings)
         count = None
         if settings.prompt_tokenizer:
-            from ...model import load_tokenizer
+            from selectrust.model import load_tokenizer
 
             tok = load_tokenizer(settings.prompt_tokenizer)
             count = lambda text: len(tok(text, add_special_tokens=False)["input_ids"])  # noqa: E731

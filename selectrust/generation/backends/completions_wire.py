@@ -7,7 +7,7 @@ vLLM (and the reference server, ``reference_server.py``, which implements the sa
   ``index = prompt_idx * n + sample_idx`` (:func:`token_completion_body`, :func:`parse_token_choices`).
 - ``logprobs=1`` + ``return_tokens_as_token_ids`` gives the sampled ids (``"token_id:<id>"``) and their log-probs.
   vLLM must run with ``--logprobs-mode raw_logprobs`` (the launcher passes it) so those are temperature-1
-  log-probs, as :class:`~eval_hooks.generation.backends.base.Sample` documents.
+  log-probs, as :class:`~selectrust.generation.backends.base.Sample` documents.
 - ``top_k=-1, min_p=0, repetition_penalty=1`` are always sent to vLLM (``sampling``: the client's
   ``SAMPLING_FIELDS``, declared with each server kind), so a model's ``generation_config.json`` cannot silently
   change the sampling distribution.
@@ -19,7 +19,7 @@ A plain OpenAI-style server (llama.cpp's, or unknown): one text prompt and one s
 in that server's own terms (``sampling``) and no vLLM-only field; the one choice carries text only
 (:func:`text_completion_body`, :func:`parse_text_choice`).
 
-Every parser raises :class:`~eval_hooks.generation.backends.transport.ServerResponseError` naming ``what`` (the call) and
+Every parser raises :class:`~selectrust.generation.backends.transport.ServerResponseError` naming ``what`` (the call) and
 ending with ``context()`` (the client's server-log tail; called only when an error is raised).
 """
 

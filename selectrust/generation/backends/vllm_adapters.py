@@ -3,7 +3,7 @@
 Protocol: ``POST /v1/load_lora_adapter {lora_name, lora_path}`` (the server needs ``--enable-lora`` and
 ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True``); requests name the adapter in ``model``; old ones go through ``POST
 /v1/unload_lora_adapter``. Each version gets a new name (``<prefix>-<version>-<sha256[:12]>`` from the adapter's
-checksum file, :mod:`eval_hooks.generation.backends.adapter_checksum`, else a per-client nonce), because a server may cache
+checksum file, :mod:`selectrust.generation.backends.adapter_checksum`, else a per-client nonce), because a server may cache
 an adapter by name and keep serving stale weights under a reused one. The client keeps which adapters it loaded
 and routes requests to them; this module holds what needs no client state.
 

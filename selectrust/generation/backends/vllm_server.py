@@ -22,12 +22,12 @@ parsing of replies, with sampled ids, log-probs and vLLM's ``prompt_logprobs``, 
   calls run concurrently with at most ``concurrency * max_prompts_per_call`` prompts in flight, so the server
   still batches as many prompts as with shared-seed calls.
 - With a tokenizer, prompts are rendered and tokenized *client side* by the one renderer
-  (:func:`eval_hooks.generation.prompts.render_prompt`, with the ``prompt`` group's template switch and
+  (:func:`selectrust.generation.prompts.render_prompt`, with the ``prompt`` group's template switch and
   ``chat_template_kwargs``) and sent as token ids, so the server sees exactly the ids the trainer
   trains on (sending text would let the server re-tokenize and add a BOS). Without a tokenizer, only
   raw ``prompt=`` requests work; their text is sent with ``add_special_tokens=false``.
 - vLLM must run with ``--logprobs-mode raw_logprobs`` (the launcher passes it), so the sampled tokens'
-  log-probs are temperature-1 log-probs, as :class:`~eval_hooks.generation.backends.base.Sample` documents; ``top_k=-1,
+  log-probs are temperature-1 log-probs, as :class:`~selectrust.generation.backends.base.Sample` documents; ``top_k=-1,
   min_p=0, repetition_penalty=1`` are always sent, so a model's ``generation_config.json`` cannot silently change
   the sampling distribution.
 - Adapters (``vllm_adapters.py``: the protocol and how versions are named, the check below):
@@ -62,7 +62,7 @@ runs out of time is split in two halves, each sized and sent again (down to one 
 whole), never resubmitted whole: on a slow CPU server a 64-prompt call that timed out would time out again.
 
 Adapters: with ``server_settings`` (what ``launch/vllm_launcher.py`` writes beside its log) an adapter the server
-cannot serve whole is refused before it is loaded (:func:`~eval_hooks.generation.backends.vllm_adapters.check_adapter_fits`).
+cannot serve whole is refused before it is loaded (:func:`~selectrust.generation.backends.vllm_adapters.check_adapter_fits`).
 """
 
 from __future__ import annotations
@@ -248,7 +248,7 @@ class VLLMServerBackend(GenerationBackend):
     # -- prompts --------------------------------------------------------------------------------
     def prompt_ids(self, prompt: str | None = None, messages: list[dict] | None = None) -> list[int]:
         """Token ids a request is generated from: rendered client side by the trainer's renderer
-        (``eval_hooks.generation.prompts.request_prompt_ids``, with ``prompt_settings.chat_template_kwargs``), so the
+        (``selectrust.generation.prompts.request_prompt_ids``, with ``prompt_settings.chat_template_kwargs``), so the
         server completes exactly the ids training used."""
         if self.tokenizer is None:
             raise ValueError("VLLMServerBackend: chat messages need a tokenizer (pass tokenizer=) so the "
@@ -435,7 +435,7 @@ class VLLMServerBackend(GenerationBackend):
 
     def check_adapter_fits(self, path: str) -> None:
         """Raise :class:`AdapterLoadError` if ``server_settings`` say the server cannot serve the adapter at ``path``
-        whole (:func:`eval_hooks.generation.backends.vllm_adapters.check_adapter_fits`)."""
+        whole (:func:`selectrust.generation.backends.vllm_adapters.check_adapter_fits`)."""
         check_adapter_fits(path, self.server_settings, self.base_url)
 
     def use_adapter(self, path: str, version: str) -> None:
@@ -489,7 +489,7 @@ class VLLMServerBackend(GenerationBackend):
     def close(self) -> None:
         pass
 
-# ---- registration (eval_hooks/generation/backends/registry.py): generation=vllm_server --------------------------
+# ---- registration (selectrust/generation/backends/registry.py): generation=vllm_server --------------------------
 @dataclass
 class VLLMServerSettings:
     """The keys of ``generation=vllm_server``."""
@@ -532,14 +532,14 @@ class VLLMServerSettings:
 
 
 def server_log_context(path: str | None) -> Callable[[], str] | None:
-    """``error_context`` for the client: the engine's own error line (:func:`eval_hooks.core.io.root_error_line`) and the
+    """``error_context`` for the client: the engine's own error line (:func:`selectrust.core.io.root_error_line`) and the
     last lines of ``path`` (an external server's log file), so a dead server's last words are part of the error.
     None when not set."""
     if not path:
         return None
 
     def context() -> str:
-        from eval_hooks.core.io import root_error_line, tail_file
+        from selectrust.core.io import root_error_line, tail_file
 
         tail = tail_file(path, 40)
         if not tail:

@@ -1,6 +1,6 @@
 """Reading records (JSONL or Parquet) with line numbers, and writing outputs atomically.
 
-Every problem with input data raises :class:`DataError` (:mod:`eval_hooks.core.errors`, re-exported here), whose message names the file, the line (for
+Every problem with input data raises :class:`DataError` (:mod:`selectrust.core.errors`, re-exported here), whose message names the file, the line (for
 Parquet: the 1-based row), the field and what would have been accepted. The CLI turns it into one
 clean message and a non-zero exit.
 """
@@ -15,8 +15,8 @@ from collections import deque
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
-from eval_hooks.core.dataset_ids import dataset_source
-from eval_hooks.core.errors import DataError  # noqa: F401  (the readers' error; imported from here too)
+from selectrust.core.dataset_ids import dataset_source
+from selectrust.core.errors import DataError  # noqa: F401  (the readers' error; imported from here too)
 
 PARQUET_SUFFIXES = (".parquet", ".pq")
 
@@ -27,7 +27,7 @@ def read_records(path: str | os.PathLike) -> list[tuple[int, dict]]:
     JSONL: one JSON object per line; blank lines are skipped (their numbers still count). Parquet
     (by suffix ``.parquet``/``.pq``): ``line`` is the 1-based row number, and null cells are dropped
     (a column present on some rows only). An empty file is an error. ``hf:org/name[:config][:split]``
-    and ``save_to_disk`` directories (``eval_hooks.core.hf_data``) give 1-based rows like Parquet; errors
+    and ``save_to_disk`` directories (``selectrust.core.hf_data``) give 1-based rows like Parquet; errors
     about them name the dataset and the row.
     """
     from .hf_data import load_dataset_records

@@ -13,7 +13,7 @@ One line per finished request::
 
 ``key`` is the sha256 of the request (prompt or chat messages, ``n``, ``max_new_tokens``, ``temperature``,
 ``top_p``, ``stop``, ``seed``, adapter), the backend's prompt settings (template switch, chat-template options)
-and the backend's identity (:meth:`~eval_hooks.generation.backends.base.GenerationBackend.identity`: model or server, served
+and the backend's identity (:meth:`~selectrust.generation.backends.base.GenerationBackend.identity`: model or server, served
 model name, adapter, a fingerprint of in-process weights). A saved line is reused only for a request with the same
 key, each line once (two identical sampled requests get two saved samples, never one twice). A backend without an
 identity (None) has its responses saved but never reused. ``row_id`` is for the reader (the generic run names the
@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Sequence
 
 from .backends.base import GenerationBackend, GenerationRequest, GenerationResult, Sample
-from eval_hooks.core.io import dumps_line
+from selectrust.core.io import dumps_line
 
 RESPONSES_FILE = "responses.jsonl"
 

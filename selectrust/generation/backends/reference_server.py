@@ -1,5 +1,5 @@
 """Loopback reference server: the subset of vLLM's OpenAI-compatible HTTP API that
-:class:`~eval_hooks.generation.backends.vllm_server.VLLMServerBackend` uses, served by :class:`HFBackend` on
+:class:`~selectrust.generation.backends.vllm_server.VLLMServerBackend` uses, served by :class:`HFBackend` on
 CPU, so CI tests the whole protocol without vLLM.
 
 API
@@ -13,7 +13,7 @@ In process (tests)::
 
 As a process (what ``launch/vllm_launcher.py`` starts with ``kind="reference"``)::
 
-    python -m eval_hooks.generation.backends.reference_server --model tiny --port 0 [--served-model-name NAME]
+    python -m selectrust.generation.backends.reference_server --model tiny --port 0 [--served-model-name NAME]
 
 prints ``reference_server: listening on http://127.0.0.1:<port>`` once it accepts connections.
 
@@ -501,7 +501,7 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:  # vLLM flags the launcher may pass (--enable-lora, ...) are meaningless here
         print(f"reference_server: ignoring vLLM arguments {unknown}", flush=True)
 
-    from eval_hooks.model import check_model_path, load_model, load_tokenizer
+    from selectrust.model import check_model_path, load_model, load_tokenizer
 
     check_model_path(args.model, "--model")  # fail before the slow torch import
     model = load_model(args.model, dtype=args.dtype)

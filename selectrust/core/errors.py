@@ -1,12 +1,12 @@
 """The error every reader of input data raises: :class:`DataError`, whose message names the file (or
 dataset), the line (for Parquet and datasets: the 1-based row), the field and what would have been accepted.
-The CLI turns it into one clean message and a non-zero exit. (:mod:`eval_hooks.core.io` re-exports it.)"""
+The CLI turns it into one clean message and a non-zero exit. (:mod:`selectrust.core.io` re-exports it.)"""
 
 from __future__ import annotations
 
 import os
 
-from eval_hooks.core.dataset_ids import is_dataset_source
+from selectrust.core.dataset_ids import is_dataset_source
 
 
 class DataError(ValueError):

@@ -10,7 +10,7 @@ __all__ = ["GenerationBackend", "GenerationRequest", "GenerationResult", "Sample
            "get_backend", "register_backend"]
 
 
-def __getattr__(name):  # keep `import eval_hooks.generation.backends` free of torch/transformers
+def __getattr__(name):  # keep `import selectrust.generation.backends` free of torch/transformers
     if name == "HFBackend":
         from .hf import HFBackend
 

@@ -40,7 +40,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Callable
 
-from eval_hooks.core.plugins import Registry
+from selectrust.core.plugins import Registry
 
 if TYPE_CHECKING:
     from ..prompts import PromptSettings
@@ -49,9 +49,9 @@ if TYPE_CHECKING:
 ENTRY_POINT_GROUP = "selectrust.backends"
 
 BUILTIN: dict[str, str] = {
-    "hf": "eval_hooks.generation.backends.hf:BACKEND",
-    "vllm_server": "eval_hooks.generation.backends.vllm_server:BACKEND",
-    "openai_chat": "eval_hooks.generation.backends.openai_chat:BACKEND",
+    "hf": "selectrust.generation.backends.hf:BACKEND",
+    "vllm_server": "selectrust.generation.backends.vllm_server:BACKEND",
+    "openai_chat": "selectrust.generation.backends.openai_chat:BACKEND",
 }
 
 

@@ -100,7 +100,7 @@ class GenerationBackend(ABC):
 
     def identity(self) -> dict | None:
         """What makes this backend's answers its own (model, server, weights), JSON-able: an evaluation's saved
-        responses (:mod:`eval_hooks.generation.response_log`) are reused only under the same identity. None (this default):
+        responses (:mod:`selectrust.generation.response_log`) are reused only under the same identity. None (this default):
         unknown, so saved responses are never reused."""
         return None
 

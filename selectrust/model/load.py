@@ -136,8 +136,8 @@ def ensure_tiny_model(name: str = "tiny", root: str | Path | None = None) -> Pat
 
 def resolve_model_path(path: str) -> str:
     """``tiny`` / ``tiny:<preset>`` -> cached directory; a ``.gguf`` file or ``pkg:<module>`` -> its cached
-    dequantized safetensors directory (converted once, ``eval_hooks/model/source.py``); anything else unchanged.
-    Cache entries are checked on every call (``eval_hooks/model/cache.py``), also when named by their directory
+    dequantized safetensors directory (converted once, ``selectrust/model/source.py``); anything else unchanged.
+    Cache entries are checked on every call (``selectrust/model/cache.py``), also when named by their directory
     (a damaged one is then refused, naming the remedy)."""
     if path == "tiny" or path.startswith("tiny:") or path in TINY_PRESETS:
         name = path.split(":", 1)[1] if ":" in path else path

@@ -1,6 +1,6 @@
 """Which data paths name a Hugging Face ``datasets`` source (``hf:...`` ids and ``save_to_disk``
 directories, optionally with ``:<split>``): string and directory checks only, so the error type
-(:mod:`eval_hooks.core.errors`) can word a location as a row, and :mod:`eval_hooks.core.hf_data` loads them."""
+(:mod:`selectrust.core.errors`) can word a location as a row, and :mod:`selectrust.core.hf_data` loads them."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ def split_disk_spec(path: str) -> tuple[str, str | None]:
 class DatasetSource(NamedTuple):
     """A data path that names a ``datasets`` source, parsed once: ``label`` is the path as given (what errors
     name); for a ``save_to_disk`` directory, ``directory`` and its ``split`` (None: the only split); for an
-    ``hf:`` id both are None (:func:`eval_hooks.core.hf_data.parse_hf_spec` reads the id)."""
+    ``hf:`` id both are None (:func:`selectrust.core.hf_data.parse_hf_spec` reads the id)."""
 
     label: str
     directory: str | None = None

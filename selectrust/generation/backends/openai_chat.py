@@ -24,7 +24,7 @@ Protocol
   the request has a seed.
 - Reply: ``choices[k].message.content`` (``null`` becomes ``""``) and ``finish_reason``
   (``"length"`` stays ``"length"``, anything else is ``"stop"``). Chat APIs return no token ids, so
-  :class:`~eval_hooks.generation.backends.base.Sample` has ``token_ids == logprobs == []``; this backend is for
+  :class:`~selectrust.generation.backends.base.Sample` has ``token_ids == logprobs == []``; this backend is for
   judging, mining and evaluation, not for RL rollouts that need sampled log-probs.
 - ``score_labels``: one call per prompt with ``max_tokens=1, temperature=0, logprobs=true,
   top_logprobs=20``; a label's log-prob is the best first-token entry whose stripped text equals the
@@ -257,7 +257,7 @@ class OpenAIChatBackend(GenerationBackend):
         return out
 
 
-# ---- registration (eval_hooks/generation/backends/registry.py): generation=openai_chat --------------------------
+# ---- registration (selectrust/generation/backends/registry.py): generation=openai_chat --------------------------
 @dataclass
 class OpenAIChatSettings:
     """The keys of ``generation=openai_chat`` (and of a ``mine-forks`` model with ``backend: openai_chat``)."""

@@ -1,6 +1,6 @@
 """The training policy and its reference, shared by every trainer; merged models and saved adapters.
 
-:func:`load_policy` is the one call that gives a trainer its model: the base model (:func:`eval_hooks.model.load.
+:func:`load_policy` is the one call that gives a trainer its model: the base model (:func:`selectrust.model.load.
 load_model`), an optional starting adapter, and a fresh LoRA adapter when ``model.lora.enabled``. The optimizer and
 LR schedule are the trainer's (``trainer/core/optim.py``).
 
@@ -35,7 +35,7 @@ def load_base_with_adapters(model_cfg, adapters: list[str], *, device: str | Non
     """The base model of ``model_cfg`` (a ``ModelConfig``: path, dtype, trust_remote_code, attn_implementation) with
     each adapter directory in ``adapters`` merged into its weights, in order (each checked for safetensors weights
     and finite values first)."""
-    from .load import load_model  # looked up at call time: a test can refuse every load at eval_hooks.model.load
+    from .load import load_model  # looked up at call time: a test can refuse every load at selectrust.model.load
 
     model = load_model(model_cfg.path, dtype=model_cfg.dtype, trust_remote_code=model_cfg.trust_remote_code,
                        attn_implementation=model_cfg.attn_implementation, device=device)
@@ -124,7 +124,7 @@ def load_policy_for_inference(model_cfg, adapter_path: str | None, *, merge_adap
 
     Why both: under bf16 (autocast or bf16 weights) rounding W + BA would lose part of a small LoRA delta, so the
     adapter stays apart and the backend lets autocast cache its casts of the frozen weights
-    (``eval_hooks.generation.backends.hf._casts_cached``). In fp32 the merge rounds at 1e-7 and saves peft's LoRA layers: 192
+    (``selectrust.generation.backends.hf._casts_cached``). In fp32 the merge rounds at 1e-7 and saves peft's LoRA layers: 192
     held-out rows of the real demo took 20.5 s against 22.3 s on SmolLM2-135M with its attention-only SCOPE adapter,
     and gave the same 348 of 348 responses over the whole held-out set."""
     import torch

@@ -1,6 +1,6 @@
 """Records from Hugging Face ``datasets``: ``hf:org/name[:config][:split]`` ids and ``save_to_disk`` directories.
 
-:func:`eval_hooks.core.io.read_records` hands these sources here; the rows come back as ``(row, record)``
+:func:`selectrust.core.io.read_records` hands these sources here; the rows come back as ``(row, record)``
 pairs (``row`` 1-based, null cells dropped, as for Parquet) and are then validated exactly like a
 file's lines, so an error names the dataset and the row (``hf:org/name:main:test, row 3, field 'gold'``).
 
@@ -20,11 +20,11 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from eval_hooks.core.dataset_ids import (HF_PREFIX, DatasetSource, dataset_source, is_dataset_source, is_saved_dataset,
+from selectrust.core.dataset_ids import (HF_PREFIX, DatasetSource, dataset_source, is_dataset_source, is_saved_dataset,
                                          split_disk_spec)
-from eval_hooks.core.errors import DataError
+from selectrust.core.errors import DataError
 
-# Which paths are ``datasets`` sources is decided in :mod:`eval_hooks.core.dataset_ids` (DataError's messages need
+# Which paths are ``datasets`` sources is decided in :mod:`selectrust.core.dataset_ids` (DataError's messages need
 # it); the names are re-exported here, where callers look for them.
 __all__ = ["HF_PREFIX", "DatasetSource", "dataset_source", "is_dataset_source", "is_saved_dataset", "split_disk_spec",
            "parse_hf_spec", "load_dataset_records"]
@@ -61,7 +61,7 @@ def _pick_split(ds, split: str | None, label: str):
 
 def load_dataset_records(source: DatasetSource) -> tuple[list[tuple[int, dict]], str]:
     """(``(row, record)`` pairs, label naming the dataset and split for error messages) of a source parsed by
-    :func:`eval_hooks.core.dataset_ids.dataset_source`."""
+    :func:`selectrust.core.dataset_ids.dataset_source`."""
     label = source.label
     try:
         import datasets

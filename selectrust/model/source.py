@@ -5,7 +5,7 @@
 - a ``.gguf`` file: dequantized once through transformers (``from_pretrained(dir, gguf_file=name)``, which needs the
   ``gguf`` package), the ``quantization_config`` dropped from the config, the weights loaded into a plain model and
   saved with the tokenizer as a safetensors directory under ``<cache root>/gguf-<sha256[:16]>``, a cache entry of
-  :mod:`eval_hooks.model.cache`: built in a temporary sibling under a lock and renamed into place, with a manifest
+  :mod:`selectrust.model.cache`: built in a temporary sibling under a lock and renamed into place, with a manifest
   of every file's size and sha256 that each load checks (a damaged entry is converted again). Every later load
   (training, evaluation, ``recipes/merge.py``, a vLLM server) reads an ordinary model directory in seconds. A GGUF
   cut short is reported as truncated (bytes found against bytes expected) before transformers reads it;
@@ -213,7 +213,7 @@ def dequantize_gguf(src: Path, out_dir: Path) -> None:
 
 def ensure_gguf_converted(path: str, root: str | Path | None = None, field: str = "model.path") -> Path:
     """The cached safetensors directory of the GGUF ``path`` names (``*.gguf`` or ``pkg:<module>``): converted once,
-    checked on every call, converted again when damaged (:func:`eval_hooks.model.cache.cached_build`)."""
+    checked on every call, converted again when damaged (:func:`selectrust.model.cache.cached_build`)."""
     src = gguf_file(path, field)
     digest = file_sha256_once(src)
 

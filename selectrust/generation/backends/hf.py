@@ -243,7 +243,7 @@ class HFBackend(GenerationBackend):
         ``torch.autocast`` in that dtype (weights unchanged; recorded log-probs still computed in fp32). None: the
         model's own dtype. Each weight is cast once per batch, also a frozen one (:func:`_casts_cached`).
         ``merge_lora``: each call generates with the LoRA layers merged into temporary weights
-        (:func:`eval_hooks.model.merged_lora.lora_merged`; the model's own weights are put back untouched)."""
+        (:func:`selectrust.model.merged_lora.lora_merged`; the model's own weights are put back untouched)."""
         self.model = model
         self.tokenizer = tokenizer
         self.batch_size = batch_size
@@ -253,7 +253,7 @@ class HFBackend(GenerationBackend):
 
     # -- prompt rendering -------------------------------------------------------------------
     def prompt_ids(self, prompt: str | None = None, messages: list[dict] | None = None) -> list[int]:
-        """Token ids a request is generated from (``eval_hooks.generation.prompts.request_prompt_ids``)."""
+        """Token ids a request is generated from (``selectrust.generation.prompts.request_prompt_ids``)."""
         return request_prompt_ids(self.tokenizer, self.prompt_settings, prompt=prompt, messages=messages)
 
     def _encode(self, text: str) -> list[int]:
@@ -305,7 +305,7 @@ class HFBackend(GenerationBackend):
         bar = tqdm(total=total, desc=desc, disable=not progress, unit="sample")
         was_training = self.model.training
         self.model.eval()
-        from eval_hooks.model.merged_lora import lora_merged
+        from selectrust.model.merged_lora import lora_merged
 
         merged = lora_merged(self.model) if self.merge_lora else contextlib.nullcontext()
         try:
@@ -406,7 +406,7 @@ class HFBackend(GenerationBackend):
         return label_probabilities(scores, labels)
 
 
-# ---- registration (eval_hooks/generation/backends/registry.py): generation=hf ---------------------------------
+# ---- registration (selectrust/generation/backends/registry.py): generation=hf ---------------------------------
 @dataclass
 class HFSettings:
     """The keys of ``generation=hf``."""
@@ -429,11 +429,11 @@ def build(settings: HFSettings, ctx: BuildContext) -> HFBackend:
     here (on CUDA when present)."""
     import torch
 
-    from eval_hooks.model import resolve_mixed_precision
+    from selectrust.model import resolve_mixed_precision
 
     model, tokenizer = ctx.model, ctx.tokenizer
     if model is None:
-        from eval_hooks.model import load_model, load_tokenizer
+        from selectrust.model import load_model, load_tokenizer
 
         tokenizer = load_tokenizer(ctx.model_path)
         model = load_model(ctx.model_path, device="cuda" if torch.cuda.is_available() else "cpu")
