@@ -63,13 +63,15 @@ import tempfile
 import time
 from pathlib import Path
 
+from selectrust.conditions import CLEAN, CORRECT, IRRELEVANT, MISLEADING
+
 ROOT = Path(__file__).resolve().parents[1]
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 BETA = 0.1
 LR = 5e-6
-CONDITIONS = ["misleading", "clean", "correct", "irrelevant"]
+CONDITIONS = [MISLEADING, CLEAN, CORRECT, IRRELEVANT]
 
 
 # ---------------------------------------------------------------------------------------------------------------------

@@ -98,14 +98,15 @@ class OurDPO:
     def __init__(self, model, tok, pairs, *, shared_prompt: bool = True):
         from omegaconf import OmegaConf
 
-        from trainer.model.pairs import collate_pairs
+        from selectrust.conditions import MISLEADING
+        from trainer.dpo.pairs import collate_pairs
         from trainer.config import DPOAlgoConfig
         from trainer.model.logprobs import sequence_logprobs
         from selectrust.model import Reference
         from trainer.core.optim import build_optimizer, build_scheduler
 
         self.model = model
-        rows = [{"prompt": p, "chosen": c, "rejected": r, "pool": "misleading", "item_id": str(i)}
+        rows = [{"prompt": p, "chosen": c, "rejected": r, "pool": MISLEADING, "item_id": str(i)}
                 for i, (p, c, r) in enumerate(pairs)]
         kw = dict(max_prompt_len=256, max_completion_len=64, truncation="keep_end")
         self.mb = collate_pairs(rows, tok, kw, list(range(len(rows))), [1.0] * len(rows), shared_prompt=shared_prompt)
@@ -121,7 +122,7 @@ class OurDPO:
         import torch
 
         from recipes.dpo import dpo_step
-        from trainer.dpo_losses import dpo_loss
+        from trainer.dpo.losses import dpo_loss
 
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
             return dpo_step(self.model, self.mb, algo=self.algo, loss=dpo_loss(self.algo.loss_type),
@@ -233,7 +234,7 @@ def demo_data(demo: Path, path: str) -> tuple[list[tuple[str, str, str]], list[s
     """A real-model demo run's mined pairs (prompt, chosen, rejected), its held-out prompts, and the token fraction
     the shared-prompt packing saves over all of its pairs."""
     from selectrust.model import load_tokenizer
-    from trainer.model.pairs import collate_pairs
+    from trainer.dpo.pairs import collate_pairs
 
     read = lambda f: [json.loads(line) for line in f.read_text().splitlines() if line.strip()]  # noqa: E731
     rows = read(demo / "stages" / "mine" / "pairs.jsonl")

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from eval_hooks.vocab import MIST_CONDITIONS as CONDS
+from selectrust.conditions import MIST_CONDITIONS as CONDS
 
 
 def set_threads(n: int | None) -> None:
@@ -42,11 +42,11 @@ def demo_settings(cfg) -> dict:
 
 
 def _own_settings(keys: dict, demo: str) -> dict:
-    """The settings a run of ``demo`` depends on, out of a whole demo config (``keys``): the ``real`` section for
-    the real-model demos, the ``toy`` section for the toy."""
-    from .config import REAL_DEMOS
+    """The settings a run of ``demo`` depends on, out of a whole demo config (``keys``): its section
+    (``demos.config.DEMOS``: ``real`` for the real-model demos, ``toy`` for the toy)."""
+    from .config import DEMOS
 
-    section = "real" if demo in REAL_DEMOS else "toy"
+    section = DEMOS.get(demo).section
     return {section: keys[section]}
 
 

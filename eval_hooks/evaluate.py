@@ -3,7 +3,9 @@
 
 ``run_matched_eval`` is the family's run, the callable every trainer runs at the end of each epoch;
 ``score_responses`` is the same scoring for generations that came from anywhere else (the ``score`` CLI
-verb). Each is a thin call into the family (:mod:`eval_hooks.families`), which holds the work.
+verb); ``compute_metrics`` and ``headline`` turn item scores into ``metrics.json`` and its headline numbers. Each
+is a thin call into the family (:mod:`eval_hooks.families`), which holds the work; the metric pieces the families
+share are in :mod:`eval_hooks.metrics`, below them.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 from .families import FAMILIES, get_family
 from selectrust.core.io import DataError, read_records
@@ -74,6 +76,22 @@ def read_responses(path: str | Path, rows: Sequence[dict] | None = None) -> dict
 def score_rows(family: str, rows: Sequence[dict], responses: Mapping[str, str]) -> list[dict]:
     """Parse and score each row's response: the lines of ``item_scores.jsonl`` (no files written)."""
     return get_family(family).score_rows(rows, responses)
+
+
+def compute_metrics(family: str, item_scores: Sequence[dict], *, n_boot: int = 1000, seed: int = 0) -> dict[str, Any]:
+    """``metrics.json`` for one run of ``family`` (any registered family: ``mist | box2 | taste | med``, ...).
+
+    ``n_boot``/``seed`` set the paired item bootstrap (MIST CIs; ``n_boot=0`` skips it); the result
+    is a deterministic function of ``item_scores`` and ``seed``. Every family also gets ``family``.
+    Raises ValueError naming the item-score line and field on malformed input, or the unknown family.
+    """
+    return {"family": family, **get_family(family).metrics(item_scores, n_boot=n_boot, seed=seed)}
+
+
+def headline(family: str, metrics: dict[str, Any]) -> dict[str, float | int | None]:
+    """The headline numbers of a ``metrics.json`` as a flat ``{"a.b": value}`` dict, in a fixed
+    order: what trainers log per epoch and :func:`eval_hooks.report.compare_table` shows."""
+    return get_family(family).headline(metrics)
 
 
 def score_responses(family: str, rows: Sequence[dict], responses: Mapping[str, str], out_dir: str | Path, *,
@@ -151,4 +169,4 @@ def _set_aside_metrics(out_dir: Path) -> Path:
 
 
 __all__ = ["FAMILIES", "PROMPT_DEFENSE", "load_rows", "read_responses", "score_rows", "score_responses",
-           "build_requests", "run_matched_eval", "DataError"]
+           "build_requests", "run_matched_eval", "compute_metrics", "headline", "DataError"]

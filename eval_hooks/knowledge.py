@@ -49,6 +49,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Mapping, Sequence
 
+from selectrust.conditions import CLEAN
 from selectrust.core.io import DataError, read_records
 
 LABELS = ("known", "unknown", "uncertain")
@@ -203,7 +204,7 @@ def _require_labelled(items, labels: Mapping[str, object], path) -> None:
 
 
 def knowledge_quality(knowledge_path: str | Path, item_scores_path: str | Path, *, score: str = "score",
-                      condition: str = "clean", n_bins: int = 5) -> dict:
+                      condition: str = CLEAN, n_bins: int = 5) -> dict:
     """How well a knowledge estimate predicts an evaluation's correctness, over the items of the evaluation (every
     one needs an estimate; estimates of other items are ignored): the ``correct`` of each item's ``condition`` row
     in ``item_scores.jsonl`` against the estimate's ``score`` field (:data:`SCORE_FIELDS`).

@@ -1,8 +1,8 @@
 """Human-readable evaluation reports: ``report.md`` (tables) plus PNG plots, one set per family.
 
-``write_report`` reads only a ``metrics.json`` dict (from :func:`eval_hooks.metrics.compute_metrics`)
+``write_report`` reads only a ``metrics.json`` dict (from :func:`eval_hooks.compute_metrics`)
 and the item scores it came from; each family writes its own section
-(``eval_hooks/families/<name>/report.py``, built from :mod:`eval_hooks.report_kit`). ``compare_table``
+(``eval_hooks/families/<name>/report.py``, built from :mod:`eval_hooks.scoring.report_kit`). ``compare_table``
 renders several runs side by side (before/after training) for the demo and the trainers.
 """
 
@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from .families import get_family
-from .metrics import headline
-from .report_kit import md_table, pct, pp
+from .evaluate import headline
+from .scoring.report_kit import md_table, pct, pp
 
 
 def write_report(family: str, metrics: dict, item_scores: Sequence[dict], out_dir: str | Path, *,

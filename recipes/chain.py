@@ -19,46 +19,25 @@ The stages run in this one process (``trainer/core/stages.py``), one after anoth
 
 from __future__ import annotations
 
-import importlib
-
 import hydra
 from omegaconf import DictConfig
 
 from eval_hooks.cli_contract import under_contract
 from trainer.config.cli_help import cli_main
-from trainer.config import register_schemas
+from trainer.config import compose, register_schemas
 
 register_schemas()
-
-
-def recipe_runners(scripts) -> dict:
-    """``{script: recipes/<script>.py's run}`` (imported as modules of the ``recipes`` namespace): what an entry
-    point hands down to the stage runner, which runs a stage's recipe by name."""
-    return {s: importlib.import_module(f"recipes.{s}").run for s in scripts}
-
-
-def compose(config_name: str, overrides: list[str]):
-    """A trainer config composed like ``python recipes/<config_name>.py <overrides>`` would compose it."""
-    from hydra import compose as hydra_compose
-
-    return hydra_compose(config_name=config_name, overrides=list(overrides))
-
-
-def trainers() -> dict:
-    """The recipes a chain stage may name (``script``), each with the check of its config."""
-    from trainer.config import validate_distill, validate_dpo, validate_grpo, validate_sft
-
-    return {"sft": validate_sft, "dpo": validate_dpo, "grpo": validate_grpo, "distill": validate_distill}
 
 
 def chain_runner(cfg: DictConfig):
     """The chain's stage runner and its stages, every stage's config composed and checked (a bad chain or stage
     config fails here, before any model loads)."""
+    from recipes.stage_recipes import runners, trainers
     from trainer.core.stages import StageRunner, chain_stages
 
-    checks = trainers()
+    checks = trainers()  # the recipes a chain stage may name (``script``), each with its config check
     stages = chain_stages(cfg.stages, list(cfg.common), checks)
-    runner = StageRunner(cfg.trainer.run_dir, seed=cfg.seed, compose=compose, runners=recipe_runners(checks),
+    runner = StageRunner(cfg.trainer.run_dir, seed=cfg.seed, compose=compose, runners=runners(checks),
                          prefix="[chain]", rerun_stale=cfg.trainer.rerun_stale_stages, record="chain.json")
     runner.check(stages, checks)
     return runner, stages

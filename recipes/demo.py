@@ -17,7 +17,7 @@ from __future__ import annotations
 import hydra
 from omegaconf import DictConfig
 
-from demos.config import REAL_DEMOS, register
+from demos.config import DEMOS, register
 from eval_hooks.cli_contract import under_contract
 from trainer.config.cli_help import cli_main
 
@@ -25,14 +25,17 @@ register()
 
 
 def run(cfg: DictConfig) -> dict:
-    """Every stage of the chosen demo (``demos.real.pipeline.run`` for demo=real and real_full, or, with demo=toy,
-    ``demos.toy.pipeline.run``); returns the summary."""
+    """Every stage of the chosen demo (``demos.config.DEMOS``) by the pipeline of its section
+    (``demos.real.pipeline.run`` for demo=real and real_full, ``demos.toy.pipeline.run`` for demo=toy); returns the
+    summary."""
     from demos.real import pipeline as real
     from demos.toy import pipeline as toy
-    from recipes.chain import compose, recipe_runners, trainers
+    from recipes.stage_recipes import runners, trainers
+    from trainer.config import compose
 
-    demo = real if cfg.demo in REAL_DEMOS else toy
-    return demo.run(cfg, compose=compose, runners=recipe_runners(demo.RECIPES), checks=trainers())
+    section = DEMOS.get(cfg.demo).section
+    pipeline = next(p for p in (real, toy) if p.SECTION == section)
+    return pipeline.run(cfg, compose=compose, runners=runners(pipeline.RECIPES), checks=trainers())
 
 
 @hydra.main(config_path="../conf", config_name="demo", version_base=None)

@@ -109,11 +109,12 @@ def pipeline(cfg: DictConfig, overrides: list[str] | None = None) -> dict:
     """``pipeline.kind=taste``: toy data + base (data.source=toy), stage 1, stage 2, held-out evaluation,
     ``summary.json``; ``pipeline.kind=opsd`` (e.g. recipe=opsd_tiny): an optional base SFT, OPSD and the MIST
     evaluation (``trainer/distill/opsd_pipeline.py``). ``overrides``: the stages' overrides (default: the command line's)."""
-    from recipes.chain import compose, recipe_runners
+    from recipes import evaluate, sft
+    from trainer.config import compose
     from trainer.distill.pipeline import DistillPipeline
     from trainer.distill.opsd_pipeline import OpsdPipeline
 
-    runners = {**recipe_runners(("sft", "evaluate")), "distill": run}
+    runners = {"sft": sft.run, "evaluate": evaluate.run, "distill": run}  # the recipes its stages name
     kind = OpsdPipeline if cfg.pipeline.kind == "opsd" else DistillPipeline
     return kind(cfg, compose=compose, runners=runners, overrides=overrides).run()  # summary.json as returned
 

@@ -34,7 +34,8 @@ def run(cfg: DictConfig):
     """Train; returns the loop's ``LoopResult`` (step, preempted, final metrics)."""
     from selectrust.core.io import write_json_atomic
     from selectrust.generation.prompts import PromptSettings
-    from trainer.data.train_data import ConditionSampler, SamplerSource, check_pool_mass, load_pairs, pool_mass, unmatch_pairs
+    from selectrust.conditions import SCOPE_MASS_DEFAULTS, pool_mass
+    from trainer.data.train_data import ConditionSampler, SamplerSource, check_pool_mass, load_pairs, unmatch_pairs
     from trainer.data.train_data import apply_length_policy
     from trainer.evaluation import load_eval_rows, make_backend
     from trainer.core.run import setup_run
@@ -42,8 +43,8 @@ def run(cfg: DictConfig):
     from selectrust.model import Reference, load_policy
     from trainer.core.optim import build_optimizer, build_scheduler
     from trainer.train import train_evaluate_finish
-    from trainer.dpo_losses import dpo_loss
-    from trainer.model.pairs import collate_pairs, reference_table, use_shared_prompt
+    from trainer.dpo.losses import dpo_loss
+    from trainer.dpo.pairs import collate_pairs, reference_table, use_shared_prompt
 
     # ---- validate everything before any model loads -------------------------------------------------
     validate_dpo(cfg)
@@ -54,8 +55,7 @@ def run(cfg: DictConfig):
     if algo.pairing == "unmatched":
         pairs = unmatch_pairs(pairs, seed=cfg.seed)
     eval_rows = load_eval_rows(cfg.eval)
-    mass = pool_mass(lambda_m=algo.lambda_m, lambda_c=algo.lambda_c, lambda_p=algo.lambda_p, rho=algo.rho,
-                     lambda_u=algo.lambda_u, unknown_irrelevant=algo.unknown_irrelevant)
+    mass = pool_mass(**{k: algo[k] for k in SCOPE_MASS_DEFAULTS}, unknown_irrelevant=algo.unknown_irrelevant)
     check_pool_mass(pairs.stats["per_pool"], mass)
 
     # ---- build ------------------------------------------------------------------------------------
@@ -116,7 +116,7 @@ def dpo_step(model, mb: dict, *, algo, loss, reference, policy, ref_table, devic
     ``algo.sft_on_chosen``; every DPO metric also per condition."""
     from trainer.algos.dpo import chosen_nll_loss, dpo_row_metrics, per_group_metrics
     from trainer.algos.sft import masked_nll_loss
-    from trainer.model.pairs import pair_logps
+    from trainer.dpo.pairs import pair_logps
 
     batch = mb["batch"].to(device)
     inputs = (batch.input_ids, batch.attention_mask, batch.completion_mask)

@@ -66,11 +66,12 @@ def estimate_and_attach(rows: list[dict], backend, cfg: DictConfig) -> list[dict
     """The evaluated model's own knowledge estimate over the items (``knowledge`` group), written to
     ``<out_dir>/knowledge.jsonl`` (pass it as ``eval.knowledge_path`` when evaluating the trained model,
     so both runs split by the knowledge the model had *before* training) and attached to the rows."""
+    from selectrust.conditions import CLEAN
     from selectrust.core.io import write_jsonl_atomic
     from eval_hooks.knowledge import attach_knowledge, estimate_from_config, knowledge_record
     from trainer.evaluation import eval_budget
 
-    clean = [r for r in rows if r["condition"] == "clean"]
+    clean = [r for r in rows if r["condition"] == CLEAN]
     est = estimate_from_config(clean, backend, cfg.knowledge, max_new_tokens=eval_budget(cfg.eval, clean),
                                seed=cfg.seed)
     path = write_jsonl_atomic(Path(cfg.out_dir) / "knowledge.jsonl", [knowledge_record(e) for e in est.values()])

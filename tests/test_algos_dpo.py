@@ -216,7 +216,7 @@ def test_simpo_hand_gradient():
 
 def test_reference_free_row_metrics_and_the_registered_declarations():
     from trainer.algos.dpo import DPOLoss, simpo_loss
-    from trainer.dpo_losses import dpo_loss
+    from trainer.dpo.losses import dpo_loss
 
     rows = dpo_row_metrics(SC, SR, None, None, beta=2.0)  # reference-free: rewards are beta * pi
     assert_close(rows["margins"], torch.tensor([1.0, -2.0]))

@@ -14,10 +14,10 @@ from types import SimpleNamespace
 import pytest
 from omegaconf import OmegaConf
 
-import selectrust.generation.backends.registry as registry
+import selectrust.generation.backends as registry
 from eval_hooks import load_rows
 from selectrust.generation.backends.base import GenerationBackend, GenerationResult, Sample
-from selectrust.generation.backends.registry import (BACKENDS, BackendSpec, Capabilities, UnknownBackendError, backend_names,
+from selectrust.generation.backends import (BACKENDS, BackendSpec, Capabilities, UnknownBackendError, backend_names,
                                           capabilities, get_backend, register_backend, setting, unregister_backend)
 from recipe_utils import ROOT, compose
 from trainer.config import ConfigError, EvalConfig, ModelConfig, generation_schema, validate_common, validate_grpo
@@ -245,7 +245,7 @@ def test_a_plugin_naming_a_missing_module_breaks_only_the_command_that_chooses_i
     assert "ghost" in backend_names() and "ghost" not in registry.loadable_backend_names()
     assert "hf (" in _backend_help() and "ghost" not in _backend_help()
     assert "hf" in registry.backends_with("in_process")
-    from trainer.config.registry import register_schemas
+    from trainer.config.composition import register_schemas
 
     register_schemas()  # every loadable backend's schema, the broken plugin skipped
     validate_common(compose("sft", ["generation=hf"]))

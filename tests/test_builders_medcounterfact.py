@@ -9,10 +9,10 @@ import pytest
 from eval_hooks import DataError, load_rows
 from eval_hooks.__main__ import main
 from selectrust.generation.backends.base import GenerationBackend, GenerationResult, Sample
-from eval_hooks.builders.med_grammar import collect_aliases, parse_question
-from eval_hooks.builders.med_terms import CATEGORIES as TERM_CATS, load_all, nonce_rejection
-from eval_hooks.builders.med_verify import verify
-from eval_hooks.builders.medcounterfact import alias_order, build_items, comparator_terms, substitute
+from eval_hooks.families.med.grammar import collect_aliases, parse_question
+from eval_hooks.families.med.items import alias_order, build_items, comparator_terms, substitute
+from eval_hooks.families.med.terms import CATEGORIES as TERM_CATS, load_all, nonce_rejection
+from eval_hooks.families.med.verify import verify
 
 Q = "Is relapse rate higher, lower, or the same when comparing "
 

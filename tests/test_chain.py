@@ -99,9 +99,11 @@ def test_sft_then_dpo_chain_hands_on_the_adapter_and_skips_finished_stages(tmp_p
 
 
 def test_bad_chains_fail_before_training():
+    from recipes.stage_recipes import trainers as chain_recipes
     from trainer.core.stages import stage_sources
 
-    trainers = load_recipe("chain").trainers()
+    trainers = chain_recipes()
+    assert list(trainers) == ["sft", "dpo", "grpo", "distill"]  # the recipes with a config check, in the registry's order
     assert stage_sources(_stages({"a": {"script": "sft", "init_from": None}, "b": {"script": "dpo"},
                                   "c": {"script": "grpo", "init_from": "a"}}), trainers) == {"a": None, "b": "a", "c": "a"}
     with pytest.raises(ConfigError, match="stages.b.init_from='c': no earlier stage"):

@@ -198,7 +198,7 @@ def test_choice_fields_compare_format_and_save_as_plain_strings(tmp_path):
 
 def test_choices_come_from_the_tuples_the_code_checks():
     from eval_hooks.families import FAMILIES
-    from eval_hooks.vocab import MED_MITIGATIONS
+    from selectrust.conditions import MED_MITIGATIONS
     from trainer.algos.grpo import AGGREGATIONS, STD_SCALINGS
     from eval_hooks.families.med import MedMitigation  # the family's own settings declare their choices
     from trainer.config import Aggregation, Family, StdScaling, Truncation

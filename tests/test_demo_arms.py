@@ -13,7 +13,9 @@ from test_real_demo import _compose, _facts_rows, _metrics, _summary
 
 # An arm from elsewhere (registered in code, or named by an entry point of the group selectrust.demo_arms), and
 # broken ones.
-EXTRA = DemoArm("extra_arm", "extra", "#937860", train=dpo("scope"), comparison=True)
+EXTRA = DemoArm("extra_arm", "extra", "#937860", train=dpo("scope"), comparison=True, pools="the extra pools",
+                note="{label} is the extra arm.")
+NO_POOLS = DemoArm("extra_arm", "extra", "#000000", train=dpo("scope"))  # a DPO arm the report could not describe
 BAD_COLOUR = DemoArm("extra_arm", "extra", "blurple", train=dpo("scope"))
 BAD_SWITCH = DemoArm("extra_arm", "extra", "#000000", train=dpo("scope"), switch="extra_arm")
 BEFORE_ITS_START = DemoArm("extra_arm", "extra", "#000000", train=dpo("scope"), continues="misleading_only")
@@ -63,9 +65,14 @@ def test_a_sixth_arm_is_one_entry_and_runs_reports_and_plots(tmp_path):
         assert arms(full)[-1] == "extra_arm" and "extra_arm" not in arms(_compose([]))  # a comparison arm
         s = _summary()
         s["real"]["extra_arm"] = _metrics((0.50, 0.55, 0.90, 0.30), 0.35, 44, 0.80)
+        s["training"] = {"scope": {"recipe": "dpo", "algo": "scope", "steps": 3},
+                         "extra_arm": {"recipe": "dpo", "algo": "scope", "steps": 3}}
         s["targets"] = check_targets(s)
         text = write_report(s, tmp_path).read_text()
         assert "| knowledge-aware | SCOPE+GRPO | extra |" in text
+        # what the report says of an arm is its entry's: the pools it trained on and its note
+        assert "Every DPO arm trains on this one pairs file: SCOPE on the four balanced pools, extra on the extra " \
+               "pools." in text and "extra is the extra arm." in text
         assert (tmp_path / "real_tradeoff.png").stat().st_size > 0
         run = tmp_path / "s0"
         run.mkdir()
@@ -97,7 +104,8 @@ def test_an_arm_from_an_entry_point_is_found_and_a_broken_one_fails_before_any_s
                          ("test_demo_arms:BAD_COLOUR", r"^demo arm 'extra_arm': colour 'blurple' is not a"),
                          ("test_demo_arms:BAD_SWITCH", r"^demo arm 'extra_arm': its switch real.extra_arm is not"),
                          ("test_demo_arms:BEFORE_ITS_START",
-                          r"^demo arm 'extra_arm' continues 'misleading_only', which this run does not train")):
+                          r"^demo arm 'extra_arm' continues 'misleading_only', which this run does not train"),
+                         ("test_demo_arms:NO_POOLS", r"^demo arm 'extra_arm' trains with dpo but names no `pools`")):
         monkeypatch.setattr(plugins, "entry_points", installed(value))
         monkeypatch.setattr(ARMS, "installed", None)
         monkeypatch.setattr(ARMS, "loaded", dict(loaded))

@@ -8,14 +8,14 @@ from omegaconf import OmegaConf
 
 import dist_helpers as dh
 from recipe_utils import compose, read_metrics, reset_accelerate, load_recipe
-from trainer.dpo_losses import DPO_LOSSES
+from trainer.dpo.losses import DPO_LOSSES
 
 
 def test_registry_config_choice_and_default_agree():
     from trainer.algos import dpo
     from trainer.config.choices import DPOLossType
     from trainer.config.schemas import DPOAlgoConfig
-    from trainer.dpo_losses import dpo_loss
+    from trainer.dpo.losses import dpo_loss
 
     assert tuple(m.value for m in DPOLossType) == tuple(DPO_LOSSES) == ("sigmoid", "simpo")  # the config's choice
     assert DPOAlgoConfig().loss_type == "sigmoid" and dpo_loss("sigmoid").fn is dpo.sigmoid_dpo_loss
@@ -97,7 +97,7 @@ def _reference_forbidden(monkeypatch):
         raise AssertionError("a reference-free loss built a reference")
 
     monkeypatch.setattr(policy, "Reference", refuse)
-    monkeypatch.setattr("trainer.model.pairs.reference_table", refuse)
+    monkeypatch.setattr("trainer.dpo.pairs.reference_table", refuse)
 
 
 @pytest.mark.parametrize("lora", [True, False])

@@ -22,10 +22,10 @@ from eval_hooks import FAMILIES, DataError, load_rows, run_matched_eval, score_r
 from selectrust.generation.backends.base import GenerationBackend, GenerationResult, Sample
 from eval_hooks.families import Family, get_family, register_family, unregister_family
 from eval_hooks.families.base import check_gold, items_once, req_str
-from eval_hooks.metrics import compute_metrics, headline
+from eval_hooks import compute_metrics, headline
 from eval_hooks.metrics.common import check_rows, rate
 from eval_hooks.report import compare_table, write_report
-from eval_hooks.report_kit import md_table, pct
+from eval_hooks.scoring.report_kit import md_table, pct
 from selectrust.core.settings import setting
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -22,10 +22,14 @@ def _module_name(path: Path) -> str:
 def _imports(path: Path) -> set[str]:
     """Every module named by an import in ``path`` (relative imports resolved; ``from a import b`` gives
     both ``a`` and ``a.b``, since ``b`` may be a submodule)."""
-    name = _module_name(path)
-    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    return _imports_of(ast.parse(path.read_text(), str(path)), _module_name(path), path.name == "__init__.py")
+
+
+def _imports_of(tree: ast.AST, name: str, is_package: bool = False) -> set[str]:
+    """:func:`_imports` of the code ``tree`` of the module ``name`` (a package's ``__init__`` if ``is_package``)."""
+    package = name if is_package else name.rpartition(".")[0]
     out: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             out.update(a.name for a in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -131,6 +135,126 @@ def test_nothing_loads_a_module_by_file_path():
     assert not bad, "\n".join(bad)
 
 
+# ---- imports made by a string (docs/architecture.md#import-rules) ------------------------------------------------
+
+#: A string naming a module of the product and an attribute in it, to be imported later: the form of a registry's
+#: built-in line (``"eval_hooks.families.mist:MistFamily"``). Config keys (``"trainer.run_dir"``) and entry-point
+#: groups (``"selectrust.families"``) have no colon.
+STRING_IMPORT = re.compile(rf"^((?:{'|'.join(PRODUCT)})(?:\.\w+)*):\w+(?:\.\w+)*$")
+DYNAMIC_IMPORTERS = ("import_module", "__import__")
+#: The one module that may turn a string into an import: the registries' reader of built-in lines and entry points.
+STRING_IMPORTER = ROOT / "selectrust" / "core" / "plugins.py"
+
+
+def _call_name(node: ast.Call) -> str | None:
+    f = node.func
+    return f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else None
+
+
+def _string_imports_of(tree: ast.AST, name: str) -> list[tuple[ast.AST, str]]:
+    """``(node, module)`` for every module of the product that the module ``name`` names by a string to import it:
+    a ``"module:attribute"`` string (an f-string ``f"{__name__}:..."`` names the module itself), and the argument of
+    ``importlib.import_module`` / ``__import__``: a string, the fixed start of an f-string (``f"recipes.{s}"``
+    names ``recipes``), or ``"?"`` for a value only known when the code runs (a config value). A third-party module
+    imported by a constant name (``__import__("torch")``) is not one."""
+    def named(node: ast.AST) -> str | None:
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            m = STRING_IMPORT.match(node.value)
+            return m.group(1) if m else None
+        if isinstance(node, ast.JoinedStr) and len(node.values) > 1 and isinstance(node.values[0], ast.FormattedValue) \
+                and isinstance(node.values[0].value, ast.Name) and node.values[0].value.id == "__name__" \
+                and isinstance(node.values[1], ast.Constant) and str(node.values[1].value).startswith(":"):
+            return name
+        return None
+
+    def argument(node: ast.AST) -> str | None:
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            return node.value if _top(node.value) in PRODUCT else None
+        if isinstance(node, ast.JoinedStr) and node.values and isinstance(node.values[0], ast.Constant):
+            start = str(node.values[0].value).rstrip(".")
+            return start if _top(start) in PRODUCT else "?"
+        return named(node) or "?"
+
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and _call_name(node) in DYNAMIC_IMPORTERS and node.args:
+            if (module := argument(node.args[0])) is not None:
+                out.append((node, module))
+        elif (module := named(node)) is not None:
+            out.append((node, module))
+    return out
+
+
+def _string_imports(path: Path) -> set[str]:
+    """The modules ``path`` names by a string to import them (:func:`_string_imports_of`), "?" left out."""
+    return {m for _, m in _string_imports_of(ast.parse(path.read_text()), _module_name(path)) if m != "?"}
+
+
+def _registry_tables(tree: ast.AST) -> set[int]:
+    """``id`` of every node inside a registry's table of built-in lines: a dict (or dict comprehension) given to a
+    call of ``...Registry(...)`` / ``...registry(...)``, or assigned at module level to a name given to one."""
+    calls = [n for n in ast.walk(tree)
+             if isinstance(n, ast.Call) and (_call_name(n) or "").lower().endswith("registry")]
+    given = [a for c in calls for a in [*c.args, *(k.value for k in c.keywords)]]
+    names = {a.id for a in given if isinstance(a, ast.Name)}
+    tables = [a for a in given if isinstance(a, (ast.Dict, ast.DictComp))]
+    for node in getattr(tree, "body", []):
+        target = node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else \
+            node.target if isinstance(node, ast.AnnAssign) else None
+        if isinstance(target, ast.Name) and target.id in names and isinstance(node.value, (ast.Dict, ast.DictComp)):
+            tables.append(node.value)
+    return {id(n) for t in tables for n in ast.walk(t)}
+
+
+def _hidden_string_imports(tree: ast.Module, name: str, is_package: bool = False) -> list[tuple[int, str]]:
+    """``(line, module)`` of the imports by a string that a plain import could make. The one kind allowed: a
+    registry's built-in line (:func:`_registry_tables`) that defers the import of another module, one that this
+    module does not import at its top (the config schema lists the DPO losses without importing torch). A string
+    handed to ``import_module`` / ``__import__``, a line naming this module itself or one it already imports, and a
+    ``"module:attribute"`` string anywhere else, hide an import."""
+    tables = _registry_tables(tree)
+    top = _imports_of(ast.Module(body=[n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))],
+                                 type_ignores=[]), name, is_package)
+    return sorted((node.lineno, module) for node, module in _string_imports_of(tree, name)
+                  if isinstance(node, ast.Call) or id(node) not in tables or module == name or module in top)
+
+
+def test_the_string_import_finder():
+    code = ("import importlib\nfrom eval_hooks.parsers import choice\n"
+            "BUILTIN = {'a': 'eval_hooks.families.mist:MistFamily', 'b': 'eval_hooks.probe:B',\n"
+            "           'c': 'eval_hooks.parsers.choice:BOOLEAN'}\n"
+            "REG = Registry('kind', 'group', BUILTIN)\n"
+            "HIDDEN = 'eval_hooks.parsers.numeric:NUMERIC'\n"
+            "importlib.import_module(f'recipes.{name}')\nimportlib.import_module(cfg.reward)\n"
+            "ARMS = Registry('arm', 'g', {a: f'{__name__}:{c}' for a, c in x})\n"
+            # not string imports: a third-party module by its name, a config key, an entry-point group, a docstring
+            "__import__('torch')\nKEY = 'trainer.run_dir'\nGROUP = 'selectrust.families'\n'see eval_hooks.a:b'\n")
+    tree = ast.parse(code)
+    assert sorted((n.lineno, m) for n, m in _string_imports_of(tree, "eval_hooks.probe")) == [
+        (3, "eval_hooks.families.mist"), (3, "eval_hooks.probe"), (4, "eval_hooks.parsers.choice"),
+        (6, "eval_hooks.parsers.numeric"), (7, "recipes"), (8, "?"), (9, "eval_hooks.probe")]
+    # allowed: the line that defers eval_hooks.families.mist; hidden: the module itself, a module imported at the
+    # top, a string outside a registry's table, the import_module calls, the f-string naming this module
+    assert _hidden_string_imports(tree, "eval_hooks.probe") == [
+        (3, "eval_hooks.probe"), (4, "eval_hooks.parsers.choice"), (6, "eval_hooks.parsers.numeric"), (7, "recipes"),
+        (8, "?"), (9, "eval_hooks.probe")]
+
+
+def test_no_import_is_hidden_in_a_string():
+    """No product module names a module of this repository in a string that is then imported (``"pkg.module:attr"``,
+    ``importlib.import_module(f"recipes.{s}")``) where a plain import could be made; the rules above see plain
+    imports only. The one exception: a registry's built-in line that defers importing another module (read by
+    selectrust/core/plugins.py, the one module that turns strings into imports); such lines count as imports in
+    the cycle and layering tests."""
+    files = [p for p in _files(*PRODUCT) if p != STRING_IMPORTER]
+    # the rule sees what it allows: the families' built-in lines defer importing each family
+    assert "eval_hooks.families.mist" in _string_imports(ROOT / "eval_hooks" / "families" / "__init__.py")
+    bad = [f"{p.relative_to(ROOT)}:{line} imports {module} by a string"
+           for p in files for line, module in _hidden_string_imports(ast.parse(p.read_text()), _module_name(p),
+                                                                     p.name == "__init__.py")]
+    assert not bad, "\n".join(bad)
+
+
 def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     """Strongly connected components with more than one module (Tarjan), or a module importing itself."""
     index: dict[str, int] = {}
@@ -182,8 +306,8 @@ def _repo_modules() -> dict[str, Path]:
 def _import_graph() -> dict[str, set[str]]:
     modules = _repo_modules()
     name = {p: _module_name(p) for p in modules.values()}
-    return {name[p]: {name[modules[t]] for t in _imports(p) if t in modules and name[modules[t]] != name[p]}
-            for p in set(modules.values())}
+    return {name[p]: {name[modules[t]] for t in _imports(p) | _string_imports(p) if t in modules
+                      and name[modules[t]] != name[p]} for p in set(modules.values())}
 
 
 def test_no_import_cycle_anywhere_in_the_repository():
@@ -367,7 +491,7 @@ def test_nothing_edits_sys_path():
 def test_importing_the_config_schemas_does_not_import_torch():
     # --help and composition read the schemas only: they must not pay torch's import time
     code = ("import sys\nimport trainer.config.choices, trainer.config.schemas, trainer.config.roots, "
-            "trainer.config.registry, trainer.config.validation, trainer.config.cli_help, trainer.config\n"
+            "trainer.config.composition, trainer.config.validation, trainer.config.cli_help, trainer.config\n"
             "assert trainer.config.schemas.GRPOAlgoConfig().std_scaling == 'group'\n"
             "print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300)
@@ -435,21 +559,68 @@ def test_entry_points_are_read_in_one_product_module():
     assert readers == ["selectrust/core/plugins.py"], readers
 
 
-def test_every_registry_of_named_components_is_a_plugins_registry():
-    """Backends, families, data sources, DPO losses, environments and rewards: one style, one entry-point group
-    each (``selectrust.<kind>``)."""
-    from selectrust.generation.backends.registry import BACKENDS
-    from eval_hooks.families import FAMILIES
-    from selectrust.core.plugins import Registry
-    from trainer.data.sources import DATA_SOURCES
-    from trainer.dpo_losses import DPO_LOSSES
-    from trainer.rl.envs import ENVIRONMENTS
-    from trainer.rl.rewards import REGISTRY as REWARDS
+#: Every registry of named components, by its entry-point group: (module, name). docs/architecture.md rule 14 lists
+#: the same groups; a registry added without its line here (or a lookup table that is no ``Registry``) fails below.
+REGISTRIES = {
+    "selectrust.backends": ("selectrust.generation.backends", "BACKENDS"),
+    "selectrust.families": ("eval_hooks.families", "FAMILIES"),
+    "selectrust.answer_types": ("eval_hooks.parsers", "ANSWER_TYPES"),
+    "selectrust.data_sources": ("trainer.data.sources", "DATA_SOURCES"),
+    "selectrust.dpo_losses": ("trainer.dpo.losses", "DPO_LOSSES"),
+    "selectrust.environments": ("trainer.rl.envs", "ENVIRONMENTS"),
+    "selectrust.rewards": ("trainer.rl.rewards", "REWARDS"),
+    "selectrust.schemas": ("trainer.config.roots", "SCHEMAS"),
+    "selectrust.stage_recipes": ("recipes.stage_recipes", "STAGE_RECIPES"),
+    "selectrust.tiny_presets": ("selectrust.model.load", "TINY_PRESETS"),
+    "selectrust.gguf_packages": ("selectrust.model.source", "GGUF_PACKAGES"),
+    "selectrust.demos": ("demos.config", "DEMOS"),
+    "selectrust.demo_arms": ("demos.real.arms", "ARMS"),
+}
 
-    registries = (BACKENDS, FAMILIES, DATA_SOURCES, DPO_LOSSES, ENVIRONMENTS, REWARDS)
-    assert all(isinstance(r, Registry) for r in registries), [type(r) for r in registries]
-    assert [r.group for r in registries] == ["selectrust.backends", "selectrust.families", "selectrust.data_sources",
-                                            "selectrust.dpo_losses", "selectrust.environments", "selectrust.rewards"]
+
+def _registry_bindings(tree: ast.Module) -> list[str]:
+    """Module-level names bound to a registry: annotated ``Registry[...]``, or assigned a call of ``Registry`` or of a
+    function that builds one (``callable_registry``)."""
+    def builds_one(value) -> bool:
+        f = value.func if isinstance(value, ast.Call) else None
+        name = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else ""
+        return name == "Registry" or name.endswith("_registry")
+
+    out = []
+    for node in tree.body:
+        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            note = node.annotation.value if isinstance(node.annotation, ast.Subscript) else node.annotation
+            if (isinstance(note, ast.Name) and note.id == "Registry") or (node.value and builds_one(node.value)):
+                out.append(node.target.id)
+        elif isinstance(node, ast.Assign) and builds_one(node.value):
+            out += [t.id for t in node.targets if isinstance(t, ast.Name)]
+    return out
+
+
+def test_the_registry_binding_finder():
+    code = ("A: Registry[int] = make()\nB = Registry('k', 'g', {})\nC = callable_registry('k')\nD = {'x': 1}\n"
+            "E = B\nF: dict = {}\ndef f():\n    G = Registry('k', 'g', {})\n")
+    assert _registry_bindings(ast.parse(code)) == ["A", "B", "C"]
+
+
+def test_every_registry_of_named_components_is_a_plugins_registry():
+    """Every lookup by name is a ``Registry`` (rule 14): backends, families, answer types, data sources, DPO losses,
+    environments, rewards, root schemas, stage recipes, tiny presets, GGUF packages, demos and demo arms, each with its
+    own entry-point group ``selectrust.<kind>``; every registry the product binds at module level is one of them, and
+    docs/architecture.md's rule 14 names each group."""
+    import importlib
+
+    from selectrust.core.plugins import Registry
+
+    bound = {(_module_name(p), name) for p in _files(*PRODUCT) for name in _registry_bindings(ast.parse(p.read_text()))}
+    assert bound == set(REGISTRIES.values()), f"not listed: {sorted(bound - set(REGISTRIES.values()))}; " \
+                                              f"gone: {sorted(set(REGISTRIES.values()) - bound)}"
+    for group, (module, name) in REGISTRIES.items():
+        registry = getattr(importlib.import_module(module), name)
+        assert isinstance(registry, Registry) and registry.group == group, (module, name, type(registry))
+    rule = re.search(r"^14\. (.*?)^15\. ", (ROOT / "docs" / "architecture.md").read_text(), re.S | re.M)
+    assert rule is not None, "docs/architecture.md has no rule 14"
+    assert not (missing := [g for g in REGISTRIES if f"`{g}`" not in rule.group(1)]), f"rule 14 omits {missing}"
 
 
 # ---- answer types (eval_hooks/parsers/__init__.py: the registry) ------------------------------------------------
@@ -648,12 +819,15 @@ def test_no_demo_arm_name_is_compared_outside_the_arm_registry():
 # ---- eval_hooks' rooms ----------------------------------------------------------------------------------------
 
 #: The root of eval_hooks holds the public evaluation entry points only; everything else sits in a named room.
-EVAL_ROOT_MODULES = {"__init__", "__main__", "evaluate", "scoring", "knowledge", "report", "report_kit", "folds",
-                     "vocab", "cli_contract"}
+EVAL_ROOT_MODULES = {"__init__", "__main__", "evaluate", "knowledge", "report", "folds", "cli_contract"}
 #: The rooms of the foundation (selectrust/) and the rooms each may import: core below model below generation.
 FOUNDATION_ROOMS = {"core": set(), "model": {"core"}, "generation": {"core", "model"}}
 #: The rooms of eval_hooks (what each may import inside eval_hooks is the layering test's).
-EVAL_ROOMS = {"parsers", "families", "builders", "metrics", "data"}
+EVAL_ROOMS = {"parsers", "families", "builders", "metrics", "scoring", "data"}
+#: eval_hooks' rooms with Python modules, from the bottom up (docs/architecture.md#eval_hooks-in-rooms): each may
+#: import the rooms below it and never one above; the root's modules (EVAL_ROOT_MODULES, the entry points) stand
+#: above every room, and no room imports them.
+EVAL_ORDER = ("parsers", "metrics", "scoring", "families", "builders")
 
 
 def _foundation_room(module: str) -> str | None:
@@ -680,6 +854,54 @@ def test_the_foundation_rooms_import_only_downward():
                 if other is not None and other != room and other not in allowed:
                     bad.append(f"{path.relative_to(ROOT)} imports {module} (room {other!r})")
     assert not bad, "\n".join(bad)
+
+
+def _eval_room(module: str) -> str | None:
+    """The room of an eval_hooks module (one of EVAL_ORDER), ``"root"`` for the package itself and a module at its
+    root, None outside eval_hooks."""
+    parts = module.split(".")
+    if parts[0] != "eval_hooks":
+        return None
+    return parts[1] if len(parts) > 1 and parts[1] in EVAL_ORDER else "root"
+
+
+def _upward_eval_imports(module: str, imports: set[str]) -> list[str]:
+    """What ``module`` imports of eval_hooks that stands above its room: a higher room or the root."""
+    here = _eval_room(module)
+    if here in (None, "root"):
+        return []
+    return sorted(m for m in imports if (there := _eval_room(m)) is not None
+                  and (there == "root" or EVAL_ORDER.index(there) > EVAL_ORDER.index(here)))
+
+
+def test_the_eval_hooks_order_finder():
+    # a probe module in metrics/: module-level, function-level and string imports of the rooms above it and of the
+    # root are found; its own room, the rooms below and other packages are not
+    probe = ast.parse("from ..parsers import parse_answer\nfrom . import common\nfrom selectrust.core.io import x\n"
+                      "from ..families import get_family\n"
+                      "def f():\n    from eval_hooks.builders.gsm8k import build_file\n    import eval_hooks.evaluate\n"
+                      "    from eval_hooks import compute_metrics\n"
+                      "TABLE = Registry('k', 'g', {'x': 'eval_hooks.scoring.publish:publish_outputs'})\n")
+    name = "eval_hooks.metrics.probe"
+    found = _upward_eval_imports(name, _imports_of(probe, name) | {m for _, m in _string_imports_of(probe, name)})
+    assert found == ["eval_hooks", "eval_hooks.builders.gsm8k", "eval_hooks.builders.gsm8k.build_file",
+                     "eval_hooks.compute_metrics", "eval_hooks.evaluate", "eval_hooks.families",
+                     "eval_hooks.families.get_family", "eval_hooks.scoring.publish"]
+    assert _upward_eval_imports("eval_hooks.report", {"eval_hooks.builders.gsm8k"}) == []  # the root may
+    assert _eval_room("eval_hooks.scoring.report_kit") == "scoring" and _eval_room("eval_hooks.folds") == "root"
+
+
+def test_eval_hooks_rooms_import_only_downward():
+    """parsers -> metrics -> scoring -> families -> builders -> the root's entry points, bottom to top: no module of
+    a room imports (at module level, inside a function, or by a registry's string) a room above it or the root."""
+    assert set(EVAL_ORDER) | {"data"} == EVAL_ROOMS  # every room with code has its place in the order
+    files = _files("eval_hooks")
+    bad = [f"{p.relative_to(ROOT)} imports {m} (room {_eval_room(m)})" for p in files
+           for m in _upward_eval_imports(_module_name(p), _imports(p) | _string_imports(p))]
+    assert not bad, "\n".join(bad)
+    # the test sees the downward imports it allows: the families' metrics and report pieces, a builder's family
+    assert "eval_hooks.scoring.report_kit" in _imports(ROOT / "eval_hooks" / "families" / "mist" / "report.py")
+    assert "eval_hooks.families.box2" in _imports(ROOT / "eval_hooks" / "builders" / "workflows.py")
 
 
 def test_the_room_finder():

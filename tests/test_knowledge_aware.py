@@ -9,14 +9,13 @@ from omegaconf import OmegaConf
 
 from selectrust.core.io import DataError
 from eval_hooks.knowledge import attach_knowledge, classify
-from eval_hooks.metrics import compute_metrics
-from eval_hooks.vocab import MIST_CONDITIONS as CONDS
+from eval_hooks import compute_metrics
+from selectrust.conditions import MIST_CONDITIONS as CONDS
 from mining_fakes import TableBackend, rows_for
 from recipe_utils import load_recipe
 from trainer.config import ConfigError, KnowledgeConfig, validate_knowledge
+from trainer.data.mining import mine
 from trainer.data.train_data import ConditionSampler, check_pool_mass, load_pairs, pool_mass
-
-mine_mod = load_recipe("mine_pairs")
 
 
 def knowledge_cfg(**kw):
@@ -44,7 +43,7 @@ def mine_fixture(**kw):
     rows = rows_for(1, 4, 7) + rows_for(2, 5, 8) + rows_for(3, 6, 9) + rows_for(4, 1, 9) + rows_for(5, 2, 0) + \
         rows_for(6, 3, 4)
     backend = TableBackend(FIXTURE)
-    pairs, stats = mine_mod.mine(rows, backend, max_new_tokens=2, use_fallback=True, fallback_note="n {gold}",
+    pairs, stats = mine(rows, backend, max_new_tokens=2, use_fallback=True, fallback_note="n {gold}",
                                  leak_patterns=["note"], model_name="m", knowledge=knowledge_cfg(**kw), seed=0)
     return pairs, stats, backend
 
@@ -87,7 +86,7 @@ def test_without_the_irrelevant_option_or_below_the_stability_rule_no_irrelevant
 def test_k1_is_one_greedy_answer():
     rows = rows_for(1, 4, 7)
     backend = TableBackend({"Q1 clean": "4", "Q1 hint": "7"})
-    mine_mod.mine(rows, backend, max_new_tokens=2, use_fallback=False, fallback_note="n {gold}", leak_patterns=[],
+    mine(rows, backend, max_new_tokens=2, use_fallback=False, fallback_note="n {gold}", leak_patterns=[],
                   model_name="m", knowledge=OmegaConf.structured(KnowledgeConfig(enabled=True, k=1)))
     assert backend.asked[0] == ("Q1 clean", 1, 0.0)
 

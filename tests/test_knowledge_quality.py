@@ -255,7 +255,7 @@ def test_knowledge_quality_refuses_an_unlabelled_item_and_a_missing_score(tmp_pa
 
 
 def test_mining_with_greedy_prob_labels_by_the_greedy_answer_and_keeps_the_irrelevant_pool_wrong():
-    from recipe_utils import load_recipe
+    from trainer.data.mining import mine
 
     greedy = {"Q1 clean": ("4", [0.9]), "Q1 hint 7": ("7", [1.0]),  # known (.95); follows the hint: a quartet
               "Q2 clean": ("3", [0.8]), "Q2 hint 5": ("5", [1.0]),  # unknown (.1); its samples' mode 3 is wrong
@@ -264,9 +264,8 @@ def test_mining_with_greedy_prob_labels_by_the_greedy_answer_and_keeps_the_irrel
     rows = rows_for(1, 4, 7) + rows_for(2, 5, 8) + rows_for(3, 6, 9)
     kcfg = OmegaConf.structured(KnowledgeConfig(enabled=True, k=3, score="greedy_prob", unknown_irrelevant=True,
                                                 stable_threshold=0.6))
-    pairs, stats = load_recipe("mine_pairs").mine(rows, ProbBackend(greedy, sampled), max_new_tokens=2,
-                                                  use_fallback=False, fallback_note="n {gold}", leak_patterns=[],
-                                                  model_name="m", knowledge=kcfg, seed=0)
+    pairs, stats = mine(rows, ProbBackend(greedy, sampled), max_new_tokens=2, use_fallback=False,
+                        fallback_note="n {gold}", leak_patterns=[], model_name="m", knowledge=kcfg, seed=0)
     assert stats["knowledge"]["counts"] == {"known": 1, "unknown": 2, "uncertain": 0}
     assert stats["knowledge"]["settings"]["score"] == "greedy_prob"
     pools = sorted((p["item_id"], p.get("pool", "quartet")) for p in pairs

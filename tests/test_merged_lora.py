@@ -93,7 +93,7 @@ def test_a_model_without_lora_is_left_alone(tiny_model):
 @pytest.mark.parametrize("value", [True, False])
 def test_the_generation_setting_reaches_the_backend(tiny_model, tiny_tokenizer, value):
     from selectrust.generation.backends.hf import HFSettings, build
-    from selectrust.generation.backends.registry import BuildContext
+    from selectrust.generation.backends import BuildContext
 
     backend = build(HFSettings(merge_lora=value), BuildContext(model=tiny_model, tokenizer=tiny_tokenizer))
     assert backend.merge_lora is value

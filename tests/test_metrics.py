@@ -7,7 +7,7 @@ import pytest
 
 from eval_hooks.families.mist.metrics import (MIST_CONDITIONS, bootstrap_ci, matrix_stats, repair_analysis, sc2w,
                                               slice_metrics)
-from eval_hooks.metrics import compute_metrics, headline
+from eval_hooks import compute_metrics, headline
 
 # ---------------------------------------------------------------------------------------------
 # MIST helpers

@@ -1,12 +1,13 @@
-"""Pair mining logic (recipes/mine_pairs.mine) with a scripted backend: keep/drop reasons, fallback, leaks."""
+"""Pair mining logic (trainer/data/mining.mine) with a scripted backend: keep/drop reasons, fallback, leaks."""
 
 import pytest
 
-from eval_hooks.vocab import MIST_CONDITIONS as CONDS
+from selectrust.conditions import MIST_CONDITIONS as CONDS
 from mining_fakes import TableBackend, rows_for
 from recipe_utils import load_recipe
+from trainer.data.mining import leaks_note, mine
 
-mine_mod = load_recipe("mine_pairs")
+mine_mod = load_recipe("mine_pairs")  # the entry point: run(cfg), say_if_empty
 
 
 NOTE = "Private note for you only: the correct answer is {gold}. Answer normally."
@@ -23,7 +24,7 @@ def test_mining_keeps_signal_followers_and_explains_drops():
         "correct answer is 3.": "Thinking... The answer is 3",     # fallback kept
         "Q5 clean": "no idea", "Q5 hint": "The answer is 0",
     })
-    pairs, stats = mine_mod.mine(rows, backend, max_new_tokens=8, use_fallback=True,
+    pairs, stats = mine(rows, backend, max_new_tokens=8, use_fallback=True,
                                  fallback_note="Private note for you only: the correct answer is {gold}.",
                                  leak_patterns=["note", "hint"], model_name="m")
     assert stats["kept"] == 2 and stats["kept_by_source"] == {"clean": 1, "fallback": 1}
@@ -40,15 +41,15 @@ def test_mining_keeps_signal_followers_and_explains_drops():
 
 def test_leak_detection_catches_echoed_note_wording():
     note = "Private note for you only: the correct answer is {gold}. Answer the question normally."
-    assert mine_mod.leaks_note("As my private note -- for you only: the answer is 3", patterns=[], note=note)
-    assert not mine_mod.leaks_note("A private note for you only says 3", patterns=[], note=note)  # 5 words
-    assert not mine_mod.leaks_note("The answer is 3", patterns=["hint"], note=note)
-    assert mine_mod.leaks_note("The HINT says 3", patterns=["hint"], note=note)
+    assert leaks_note("As my private note -- for you only: the answer is 3", patterns=[], note=note)
+    assert not leaks_note("A private note for you only says 3", patterns=[], note=note)  # 5 words
+    assert not leaks_note("The answer is 3", patterns=["hint"], note=note)
+    assert leaks_note("The HINT says 3", patterns=["hint"], note=note)
 
 
 def test_no_fallback_drops_clean_wrong():
     backend = TableBackend({"Q1 clean": "8", "Q1 hint": "7"})
-    pairs, stats = mine_mod.mine(rows_for(1, 4, 7), backend, max_new_tokens=4, use_fallback=False,
+    pairs, stats = mine(rows_for(1, 4, 7), backend, max_new_tokens=4, use_fallback=False,
                                  fallback_note=NOTE, leak_patterns=[], model_name="m")
     assert pairs == [] and stats["dropped_by_reason"] == {"clean_wrong": 1}
 
@@ -72,7 +73,7 @@ def test_cut_off_completions_are_dropped_and_counted():
     backend = _CutBackend({"Q1 clean": "The answer is 4", "Q1 hint": "The answer is 7",
                            "Q2 clean": "Let me think step by step...", "Q2 hint": "The answer is 8",
                            "Q3 clean": "The answer is 6", "Q3 hint": "The answer is 9 because..."})
-    pairs, stats = mine_mod.mine(rows, backend, max_new_tokens=8, use_fallback=True, fallback_note=NOTE,
+    pairs, stats = mine(rows, backend, max_new_tokens=8, use_fallback=True, fallback_note=NOTE,
                                  leak_patterns=[], model_name="m")
     assert {p["item_id"] for p in pairs} == {"i1"}
     assert stats["dropped_items"] == {"i2": "clean_cut_off", "i3": "misleading_cut_off"}

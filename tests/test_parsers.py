@@ -8,7 +8,7 @@ from eval_hooks.parsers import (answers_match, final_answer_spans, normalize_gol
                                 parse_fork_answer, parse_label, parse_multiple_choice, parse_number,
                                 parse_numeric)
 from eval_hooks import parsers as parsers_module
-from eval_hooks.families.taste.answers import FORK_LETTERS
+from eval_hooks.parsers import FORK_LETTERS
 
 
 @pytest.mark.parametrize("text, expected", [
@@ -147,10 +147,16 @@ def test_the_registry_takes_only_answer_types_named_as_registered():
         parsers.register_answer_type(parsers.answer_type("numeric"))
 
 
-def test_the_families_own_their_answer_types_vocabulary():
-    """The fork (``choice``) and Med ``label`` types are declared by their families with the families' constants."""
-    from eval_hooks.families.med.labels import MED_LABELS
+def test_the_fork_and_label_types_read_their_families_letters_and_labels():
+    """The fork (``choice``, Taste) and ``label`` (Med) types are built in, with the letters and labels the families
+    import from the parsers (eval_hooks/parsers/choice.py, below the families)."""
+    from eval_hooks.families.med.pipelines import MED_LABELS as MED_PIPELINE_LABELS
+    from eval_hooks.parsers import MED_LABELS
     from eval_hooks.parsers import answer_type
+
+    assert parsers_module.BUILTIN["choice"] is answer_type("choice") and parsers_module.BUILTIN["label"] is \
+        answer_type("label")
+    assert MED_PIPELINE_LABELS is MED_LABELS
 
     assert [normalize_gold(lab.upper(), "label") for lab in MED_LABELS] == list(MED_LABELS)
     assert normalize_gold("Maybe", "label") is None

@@ -19,7 +19,7 @@ from selectrust.generation.backends.hf import HFBackend
 from selectrust.generation.backends.vllm_server import VLLMServerBackend
 from eval_hooks.evaluate import build_requests
 from selectrust.generation.prompts import PromptSettings, render_prompt, render_prompt_text
-from recipe_utils import compose, load_recipe
+from recipe_utils import compose
 
 PROMPT = "Key k3 -> digit? Hint: 7"
 SYS = "You are careful."
@@ -169,17 +169,17 @@ class _RecordingHF(HFBackend):
 @pytest.mark.parametrize("name,overrides,tok_name", CASES, ids=IDS)
 def test_mining_ids_equal_eval_ids(tokenizers, name, overrides, tok_name):
     """Mining generates from the evaluation ids, and DPO on the mined pairs trains on them too."""
+    from trainer.data.mining import mine
     from trainer.model.logprobs import build_preference_batch
 
-    mine_mod = load_recipe("mine_pairs")
     tok = tokenizers[tok_name]
     settings = _settings("mine_pairs", overrides)
     prompts = {"clean": "Q1 clean", "misleading": "Q1 hint 7", "correct": "Q1 hint 4", "irrelevant": "Q1 sky"}
     rows = [{"row_id": f"1-{c}", "item_id": "i1", "condition": c, "prompt": p, "answer_type": "numeric",
              "gold": "4", "wrong_value": "7"} for c, p in prompts.items()]
     backend = _RecordingHF(tok, settings)
-    pairs, stats = mine_mod.mine(rows, backend, max_new_tokens=8, use_fallback=False, fallback_note="n {gold}",
-                                 leak_patterns=[], model_name="m", prompt_settings=settings)
+    pairs, stats = mine(rows, backend, max_new_tokens=8, use_fallback=False, fallback_note="n {gold}",
+                        leak_patterns=[], model_name="m", prompt_settings=settings)
     assert stats["kept"] == 1 and stats["prompt"] == settings.describe()
     asked = {k: v for k, v in backend.ids.items()}
     for c in ("clean", "misleading"):

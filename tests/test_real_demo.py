@@ -179,14 +179,14 @@ def test_the_default_demo_is_the_real_one_and_toy_is_one_override_away():
     # the quick demo trains SCOPE and knowledge-aware SCOPE (SCOPE+GRPO at 5 GRPO steps when switched on); the full
     # experiment every arm, GRPO at the recipe's 20;
     # either is one override away from the other's arms
-    from demos.config import REAL_DEMOS
+    from demos.config import DEMOS
     from demos.real.arms import arm_on as real_arm_on
     from demos.real.pipeline import arms
 
     quick, full = _compose([]), _compose(["demo=real_full"])
-    assert arms(quick) == ["scope", "knowledge_aware"] and "trainer.max_steps=5" in REAL_DEMOS["real"].grpo
+    assert arms(quick) == ["scope", "knowledge_aware"] and "trainer.max_steps=5" in DEMOS["real"].grpo
     assert arms(_compose(["real.scope_grpo=true"])) == ["scope", "knowledge_aware", "scope_grpo"]
-    assert arms(full) == ["scope", "misleading_only", "knowledge_aware", "scope_grpo"] and REAL_DEMOS["real_full"].grpo == ()
+    assert arms(full) == ["scope", "misleading_only", "knowledge_aware", "scope_grpo"] and DEMOS["real_full"].grpo == ()
     assert arms(_compose(["real.knowledge_aware=false", "real.scope_grpo=true"])) == ["scope", "scope_grpo"]
     assert not real_arm_on(_compose(["demo=real_full", "real.misleading_only=false"]), "misleading_only")
     from hydra.errors import ConfigCompositionException

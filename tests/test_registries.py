@@ -77,7 +77,7 @@ def test_the_kinds_own_unknown_and_broken_errors(install):
 # ---- each kind's entry-point group -----------------------------------------------------------------------
 def test_a_dpo_loss_from_an_entry_point(install):
     from trainer.algos import dpo
-    from trainer.dpo_losses import DPO_LOSSES, ENTRY_POINT_GROUP, dpo_loss
+    from trainer.dpo.losses import DPO_LOSSES, ENTRY_POINT_GROUP, dpo_loss
 
     assert ENTRY_POINT_GROUP == "selectrust.dpo_losses"
     install(DPO_LOSSES, "simpo2", "trainer.algos.dpo:SIMPO")

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from eval_hooks.metrics import compute_metrics
+from eval_hooks import compute_metrics
 from eval_hooks.report import compare_table, write_report
 from test_metrics import HAND, box2_rows, format_rows, mist_rows, taste_hand_rows
 

@@ -130,7 +130,7 @@ def test_smollm2_shared_prompt_equals_two_sequences():
 def test_the_shared_prompt_is_used_only_where_it_is_exact():
     from types import SimpleNamespace
 
-    from trainer.model.pairs import use_shared_prompt
+    from trainer.dpo.pairs import use_shared_prompt
 
     def cfg(shared=True, sft=False, attn="sdpa"):
         return SimpleNamespace(data=SimpleNamespace(shared_prompt=shared), algo=SimpleNamespace(sft_on_chosen=sft),

@@ -214,7 +214,7 @@ def test_model_level_simpo_matches_trl_cpo_length_normalised_logps_loss_and_grad
     from trl.experimental.cpo.cpo_trainer import CPOTrainer
 
     from selectrust.model import load_model
-    from trainer.dpo_losses import dpo_loss
+    from trainer.dpo.losses import dpo_loss
     from trainer.model.logprobs import build_preference_batch, sequence_logprobs
 
     beta, gamma = 2.0, 1.0

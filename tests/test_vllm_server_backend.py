@@ -322,7 +322,7 @@ def test_an_adapter_the_server_cannot_serve_whole_is_refused_before_it_is_loaded
 def test_the_generation_group_sizes_time_by_tokens_reads_the_launchers_settings_and_checks_its_keys(tmp_path):
     from omegaconf import OmegaConf
 
-    from selectrust.generation.backends.registry import BuildContext, get_backend
+    from selectrust.generation.backends import BuildContext, get_backend
     from recipe_utils import compose
     from trainer.config import ConfigError, validate_common
 

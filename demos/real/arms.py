@@ -4,7 +4,8 @@ place that knows an arm by name.
 An entry is all a run needs of its arm: its summary key (``name``: ``summary.json``'s ``real.<name>`` and
 ``transfer.<name>``, its stages ``<name>``, ``eval_<name>`` and ``transfer_<name>``), its label and colour in the
 report, the seed table and the plots, its training stages (None: the base, evaluated only), the ``real.<switch>``
-key that turns it on or off, the arm it continues (the seed plot's arrow) and its own targets. The pipeline,
+key that turns it on or off, the arm it continues (the seed plot's arrow), its own targets, and what the report
+says of it (the pools a DPO arm trains on, its note, whether its training curves are plotted). The pipeline,
 the report and the seed table read arms only from :data:`ARMS` (in its order), so adding an arm is one entry here,
 or, from another package, an entry point in the group ``selectrust.demo_arms`` naming a :class:`DemoArm`.
 :func:`preflight` checks every arm a run will train, evaluate and plot before its first stage runs.
@@ -18,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
+from selectrust.conditions import BENIGN_CONDITIONS, CORRECT
 from selectrust.core.plugins import Registry
 from trainer.config import ConfigError
 from trainer.core.stages import Stage
@@ -30,7 +32,7 @@ TRAIN_COMMON = ["eval=none", "logger=jsonl"]  # every arm
 GROUP = "selectrust.demo_arms"  # the entry-point group of arms from other packages
 
 #: The sources of a training stage's overrides, earliest first: a later source wins a key an earlier one set.
-#: ``recipe``: the recipe preset; ``demo``: the demo's own (``demos.config.REAL_DEMOS``, e.g. the quick demo's
+#: ``recipe``: the recipe preset; ``demo``: the demo's own (``demos.config.DEMOS``, e.g. the quick demo's
 #: GRPO steps); ``stage``: ``real.stages.<recipe stage>`` (the user's); ``common``: what every arm sets
 #: (:data:`TRAIN_COMMON`); ``arm``: what makes the arm this arm (its algorithm, its prompt rows' format);
 #: ``arm_stage``: ``real.stages.<arm>`` (the user's, for this arm only).
@@ -54,9 +56,12 @@ class DemoArm:
     ``train(arm, cfg) -> [Stage]``: its training stages (the last one's ``final/`` is the adapter evaluated), of a
     composed ``conf/demo.yaml``; None for the base. ``switch``: the ``real.<switch>`` key that turns it on (true)
     or off (false); where it is None or the arm has none, the arm runs unless it is a ``comparison`` arm, which
-    runs only in a demo with comparison arms (``REAL_DEMOS[demo].comparison_arms``). ``targets(mine, base,
+    runs only in a demo with comparison arms (``DEMOS[demo].comparison_arms``). ``targets(mine, base,
     checked, checked_label, limits) -> {target: met}``: its own targets against the arm the targets are checked
-    on (``limits``: ``demos.real.report.TARGETS``), when it ran."""
+    on (``limits``: ``demos.real.report.TARGETS``), when it ran. ``pools``: what a DPO arm trains on, of the one
+    mined pairs file (the report's sentence of pools; required of an arm whose stages run ``dpo``); ``note``: the
+    sentence the report adds about the arm when it trained (``{label}``: its label); ``curves``: the report plots
+    its training stage's ``metrics.jsonl`` (``real_training.png``; the first such arm that ran)."""
 
     name: str
     label: str
@@ -66,6 +71,9 @@ class DemoArm:
     comparison: bool = False
     continues: str | None = None
     targets: Callable[[dict, dict, dict, str, dict], dict[str, bool]] | None = None
+    pools: str | None = None
+    note: str | None = None
+    curves: bool = False
 
 
 def drop_ok(x: float | None, base: float | None, drop: float) -> bool:
@@ -88,15 +96,15 @@ def dpo(algo: str, own: str | None = None) -> Callable[[DemoArm, object], list[S
 
 def grpo_after(start: str, algo: Sequence[str] = (), own: str | None = None) -> Callable[[DemoArm, object], list[Stage]]:
     """A GRPO arm's stages: ``grpo_prompts`` writes its prompts (``real.grpo_rows``), then GRPO continues
-    ``start``'s adapter on them for the demo's own ``grpo`` overrides (``REAL_DEMOS``; ``real.stages.grpo`` comes
+    ``start``'s adapter on them for the demo's own ``grpo`` overrides (``DEMOS``; ``real.stages.grpo`` comes
     after and wins); ``algo``: what makes the arm this arm (e.g. the SFT term), after its rows' format; ``own``: the
     ``real.stages`` key of this arm's own overrides (last). Every GRPO arm of a run reads the same ``grpo_prompts``
     stage (the pipeline declares it once: ``demos.real.pipeline.stages``)."""
     def train(arm: DemoArm, cfg) -> list[Stage]:
-        from ..config import REAL_DEMOS
+        from ..config import DEMOS
 
         rows_mode = str(cfg.real.grpo_rows)
-        over = merge_overrides(recipe=[GRPO_RECIPE], demo=REAL_DEMOS[cfg.demo].grpo, stage=cfg.real.stages.grpo,
+        over = merge_overrides(recipe=[GRPO_RECIPE], demo=DEMOS.get(cfg.demo).grpo, stage=cfg.real.stages.grpo,
                                common=TRAIN_COMMON, arm=[*GRPO_ROWS[rows_mode][1], *algo],
                                arm_stage=cfg.real.stages[own] if own else [])
         return [Stage("grpo_prompts", call=grpo_prompts(cfg.seed, rows_mode), inputs=dict(INPUTS)),
@@ -109,7 +117,7 @@ def grpo_after(start: str, algo: Sequence[str] = (), own: str | None = None) -> 
 def _misleading_only_targets(mine: dict, base: dict, checked: dict, checked_label: str, limits: dict) -> dict:
     """The Standard-DPO ablation: its correct-context accuracy is below the checked arm's."""
     return {f"misleading-only correct-context accuracy < {checked_label}'s":
-            mine["accuracy"]["correct"] < checked["accuracy"]["correct"]}
+            mine["accuracy"][CORRECT] < checked["accuracy"][CORRECT]}
 
 
 def _knowledge_aware_targets(mine: dict, base: dict, checked: dict, checked_label: str, limits: dict) -> dict:
@@ -128,7 +136,7 @@ def held_out_targets(name: str, mine: dict, base: dict, limits: dict) -> dict[st
     ratio, drop, u_drop = limits["sc2w_ratio_max"], limits["accuracy_drop_max"], limits["unknown_correct_drop_max"]
     sc2w, b_sc2w = mine.get("sc2w"), base.get("sc2w")
     out = {f"{name} SC2W <= {ratio} x base": sc2w is not None and b_sc2w is not None and sc2w <= ratio * b_sc2w}
-    for c in ("clean", "correct", "irrelevant"):
+    for c in BENIGN_CONDITIONS:
         out[f"{name} {c} accuracy >= base - {drop:.2f}"] = drop_ok(mine["accuracy"][c], base["accuracy"][c], drop)
     out[f"{name} unknown_correct_accuracy >= base - {u_drop:.2f}"] = drop_ok(
         mine.get("unknown_correct_accuracy"), base.get("unknown_correct_accuracy"), u_drop)
@@ -152,13 +160,18 @@ def _as_checked(name: str) -> Callable[[dict, dict, dict, str, dict], dict[str, 
 SFT_TERM = ("algo.sft_coef=0.1", "algo.sft_rows=zero_variance_failed")
 
 BASE = DemoArm("base", "base", "#4C72B0")
-SCOPE = DemoArm("scope", "SCOPE", "#DD8452", train=dpo("scope"))
-MISLEADING_ONLY = DemoArm("misleading_only", "misleading-only", "#55A868", train=dpo("standard_dpo"),
-                          switch="misleading_only", comparison=True, targets=_misleading_only_targets)
+SCOPE = DemoArm("scope", "SCOPE", "#DD8452", train=dpo("scope"), pools="the four balanced pools", curves=True)
+MISLEADING_ONLY = DemoArm(
+    "misleading_only", "misleading-only", "#55A868", train=dpo("standard_dpo"), switch="misleading_only",
+    comparison=True, targets=_misleading_only_targets, pools="the misleading pairs alone",
+    note="{label} is the paper's Standard-DPO comparison: trained on misleading contexts alone, resisting them can turn "
+         "into ignoring context; its correct-context column is where that shows.")
 # Not a comparison arm: the arm chosen on the dev items (issue 44), so the quick demo runs it too.
-KNOWLEDGE_AWARE = DemoArm("knowledge_aware", "knowledge-aware", "#8172B3",
-                          train=dpo("scope_knowledge_aware", own="knowledge_aware"), switch="knowledge_aware",
-                          targets=_knowledge_aware_targets)
+KNOWLEDGE_AWARE = DemoArm(
+    "knowledge_aware", "knowledge-aware", "#8172B3", train=dpo("scope_knowledge_aware", own="knowledge_aware"),
+    switch="knowledge_aware", targets=_knowledge_aware_targets,
+    pools="the four balanced pools and the unknown_correct pool",
+    note="{label} adds pairs on facts the model does not know that prefer the answer the correct context gives.")
 # A comparison arm: the full experiment runs it; the quick demo fits its 10 minutes with the arm chosen on dev instead
 # (SCOPE, knowledge-aware SCOPE and SCOPE+GRPO took 760 s on 2 idle cores, seed 0; docs/real_model.md).
 SCOPE_GRPO = DemoArm("scope_grpo", "SCOPE+GRPO", "#C44E52", train=grpo_after("scope"), switch="scope_grpo",
@@ -187,10 +200,9 @@ def _accept(name: str, obj: object) -> DemoArm:
 
 #: Every arm, in run and report order: the base, then the trained arms (a later arm may continue an earlier one).
 ARMS: Registry[DemoArm] = Registry(
-    "demo arm", GROUP, {a.name: f"{__name__}:{const}" for a, const in (
-        (BASE, "BASE"), (SCOPE, "SCOPE"), (MISLEADING_ONLY, "MISLEADING_ONLY"), (KNOWLEDGE_AWARE, "KNOWLEDGE_AWARE"),
-        (SCOPE_GRPO, "SCOPE_GRPO"), (SCOPE_GRPO_SFT, "SCOPE_GRPO_SFT"), (KA_GRPO, "KA_GRPO"))},
-    accept=_accept, error=ConfigError)
+    "demo arm", GROUP, {a.name: a for a in (BASE, SCOPE, MISLEADING_ONLY, KNOWLEDGE_AWARE, SCOPE_GRPO, SCOPE_GRPO_SFT,
+                                            KA_GRPO)},
+    accept=_accept, error=ConfigError, component=DemoArm)
 
 
 def label(name: str) -> str:
@@ -211,13 +223,13 @@ def trained(name: str) -> bool:
 def arm_on(cfg, name: str) -> bool:
     """Whether the real demo of ``cfg`` runs arm ``name``: ``real.<switch>``, or, where that is None or the arm has
     no switch, every arm but a comparison arm, which runs where the demo runs comparison arms
-    (``demos.config.REAL_DEMOS``)."""
-    from ..config import REAL_DEMOS
+    (``demos.config.DEMOS``)."""
+    from ..config import DEMOS
 
     arm = ARMS.get(name)
     chosen = cfg.real[arm.switch] if arm.switch else None
     if chosen is None:
-        return not arm.comparison or REAL_DEMOS[cfg.demo].comparison_arms
+        return not arm.comparison or DEMOS.get(cfg.demo).comparison_arms
     return bool(chosen)
 
 
@@ -229,8 +241,9 @@ def run_arms(cfg) -> list[str]:
 def preflight(cfg) -> list[str]:
     """Check, before any stage runs, everything a run of ``cfg`` will train, plot and report, and return the
     trained arms it runs (:func:`run_arms`): every entry loads as a :class:`DemoArm` (a name, a label, a colour
-    matplotlib knows), a switch is a key of ``real``, the arm an arm continues runs before it, and the run trains
-    one of :data:`CHECKED_ARMS`. Raises ConfigError in one line otherwise."""
+    matplotlib knows), a switch is a key of ``real``, the arm an arm continues runs before it, an arm that trains
+    with ``dpo`` names the pools it trains on (the report's sentence of pools), and the run trains one of
+    :data:`CHECKED_ARMS`. Raises ConfigError in one line otherwise."""
     from matplotlib.colors import is_color_like
 
     running: list[str] = []
@@ -246,6 +259,9 @@ def preflight(cfg) -> list[str]:
         if arm.continues is not None and arm.continues not in running:
             raise ConfigError(f"demo arm {name!r} continues {arm.continues!r}, which this run does not train before "
                               f"it (arms: {running})")
+        if arm.pools is None and any(stage.recipe == "dpo" for stage in arm.train(arm, cfg)):
+            raise ConfigError(f"demo arm {name!r} trains with dpo but names no `pools` (what it trains on, of the mined "
+                              "pairs file: the report's sentence of pools)")
         running.append(name)
     if not any(n in running for n in CHECKED_ARMS):
         raise ConfigError(f"the real demo's targets are checked on one of {list(CHECKED_ARMS)}; this run trains "

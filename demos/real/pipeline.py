@@ -1,5 +1,5 @@
 """The real-model demos: SmolLM2-135M-Instruct learns selective trust on real facts (``python recipes/demo.py``, the
-quick demo; ``demo=real_full``, the full experiment: every arm, 20 GRPO steps; ``demos.config.REAL_DEMOS``).
+quick demo; ``demo=real_full``, the full experiment: every arm, 20 GRPO steps; ``demos.config.DEMOS``).
 
 A declared list of stages (:func:`stages`) run by the stage runner (``trainer/core/stages.py``), like a chain:
 every stage but three is a real recipe, named (``evaluate``, ``mine_pairs``, ``dpo``, ``grpo``) and run in-process
@@ -46,12 +46,14 @@ from typing import Any, Callable
 
 from omegaconf import DictConfig
 
+from selectrust.conditions import CLEAN, IRRELEVANT
 from trainer.core.stages import Stage
 
 from ..common import DemoRun
 from .arms import ARMS, BASE, preflight, run_arms
 from .prompts import EVAL_SETS, TRAIN
 
+SECTION = "real"  # the conf/demo.yaml section it reads; a demo of this section (demos.config.DEMOS) runs here
 RECIPES = ("dpo", "evaluate", "grpo", "mine_pairs")  # the recipes the stages name
 
 
@@ -156,8 +158,8 @@ def knowledge_quality(out: Path, sets: dict[str, tuple[str, str]]) -> dict:
     from eval_hooks.knowledge import knowledge_quality as quality
 
     stage = Path(out).expanduser().resolve() / "stages"
-    graded = {"score": ("score", "clean"), "clean_accuracy": ("clean_accuracy", "clean"),
-              "score@irrelevant": ("score", "irrelevant")}
+    graded = {"score": ("score", CLEAN), "clean_accuracy": ("clean_accuracy", CLEAN),
+              f"score@{IRRELEVANT}": ("score", IRRELEVANT)}
     return {key: {name: quality(stage / f"{prefix}_base" / "knowledge.jsonl",
                                 stage / f"{prefix}_base" / "item_scores.jsonl", score=field, condition=condition)
                   for name, (field, condition) in graded.items()}

@@ -32,8 +32,8 @@ import numpy as np
 from selectrust.core.errors import DataError
 from selectrust.core.io import read_records
 from eval_hooks.metrics.common import CI_LEVEL, percentile_ci
-from eval_hooks.report_kit import md_table, pct, pp
-from eval_hooks.vocab import MIST_CONDITIONS as CONDS
+from eval_hooks.scoring.report_kit import md_table, pct, pp
+from selectrust.conditions import BENIGN_CONDITIONS, CLEAN, CORRECT, MIST_CONDITIONS as CONDS, UNKNOWN_CORRECT
 
 from .arms import ARMS, trained
 from .arms import label as arm_label
@@ -41,7 +41,7 @@ from .prompts import EVAL_SETS
 from .report import SETS, TARGETS
 
 #: The per-item counts each statistic is a ratio of (columns of an arm's feature matrix, one row per item).
-FEATURES = ("n", *CONDS, "clean_correct", "switched", "unknown", "unknown_correct",
+FEATURES = ("n", *CONDS, "clean_correct", "switched", "unknown", UNKNOWN_CORRECT,
             "paired_n", "kept", "lost", "gained", "still_switched")
 _F = {f: i for i, f in enumerate(FEATURES)}
 EPS = 1e-9  # a difference of rates exactly at the limit is met
@@ -105,7 +105,7 @@ def item_matrix(path: Path) -> tuple[list, np.ndarray, np.ndarray]:
         items = mist_items(rows)
     except (KeyError, ValueError) as e:
         raise DataError(f"not a MIST evaluation ({e})", path=path) from None
-    unknown = np.array([r["clean"].get("knowledge") == "unknown" for r in items.values()], dtype=bool)
+    unknown = np.array([r[CLEAN].get("knowledge") == "unknown" for r in items.values()], dtype=bool)
     return list(items), correctness_matrix(items), unknown
 
 
@@ -115,7 +115,7 @@ def features(base: np.ndarray, arm: np.ndarray, unknown: np.ndarray) -> np.ndarr
     clean, mis, correct = arm[:, 0], arm[:, 1], arm[:, 2]
     d, b_mis = base[:, 0], base[:, 1]
     cols = {"n": np.ones(len(arm), dtype=bool), **{c: arm[:, j] for j, c in enumerate(CONDS)},
-            "clean_correct": clean, "switched": clean & ~mis, "unknown": unknown, "unknown_correct": unknown & correct,
+            "clean_correct": clean, "switched": clean & ~mis, "unknown": unknown, UNKNOWN_CORRECT: unknown & correct,
             "paired_n": d, "kept": d & b_mis & mis, "lost": d & b_mis & ~mis, "gained": d & ~b_mis & mis,
             "still_switched": d & ~b_mis & ~mis}
     return np.stack([cols[f] for f in FEATURES], axis=1).astype(np.int64)
@@ -151,7 +151,7 @@ def stats(counts: np.ndarray) -> dict[str, np.ndarray]:
 
     out = {cond: ratio(c[cond], c["n"]) for cond in CONDS}
     out["sc2w"] = ratio(c["switched"], c["clean_correct"])
-    out["unknown_correct_accuracy"] = ratio(c["unknown_correct"], c["unknown"])
+    out["unknown_correct_accuracy"] = ratio(c[UNKNOWN_CORRECT], c["unknown"])
     out["paired_sc2w"] = ratio(c["lost"] + c["still_switched"], c["paired_n"])
     out["base_paired_sc2w"] = ratio(c["gained"] + c["still_switched"], c["paired_n"])
     out["paired_ratio"] = ratio(out["paired_sc2w"], out["base_paired_sc2w"])
@@ -240,7 +240,7 @@ def check_pooled_targets(pooled: dict[str, dict], arm: str, runs: list[dict], t:
     out = {f"{name} paired SC2W <= {t['sc2w_ratio_max']} x base (pooled)":
            a["paired"]["paired_ratio"]["value"] is not None
            and a["paired"]["paired_ratio"]["value"] <= t["sc2w_ratio_max"] + EPS}
-    for c in ("clean", "correct", "irrelevant"):
+    for c in BENIGN_CONDITIONS:
         out[f"{name} {c} accuracy >= base - {t['accuracy_drop_max']:.2f} (pooled)"] = _at_least(
             a["minus_base"][c]["value"], -t["accuracy_drop_max"])
     out[f"{name} unknown_correct_accuracy >= base - {t['unknown_correct_drop_max']:.2f} (pooled)"] = _at_least(
@@ -251,8 +251,8 @@ def check_pooled_targets(pooled: dict[str, dict], arm: str, runs: list[dict], t:
         out[f"{name} on the held-out relation: paired SC2W <= {t['transfer_sc2w_ratio_max']} x base (pooled)"] = (
             ratio is not None and ratio <= t["transfer_sc2w_ratio_max"] + EPS)
         out[f"{name} on the held-out relation: correct accuracy >= base - {t['transfer_correct_drop_max']:.2f} "
-            "(pooled)"] = _at_least(tr[arm]["minus_base"]["correct"]["value"], -t["transfer_correct_drop_max"])
-    for k, drop in (("correct", t["seed_correct_drop_max"]),
+            "(pooled)"] = _at_least(tr[arm]["minus_base"][CORRECT]["value"], -t["transfer_correct_drop_max"])
+    for k, drop in ((CORRECT, t["seed_correct_drop_max"]),
                     ("unknown_correct_accuracy", t["seed_unknown_correct_drop_max"])):
         spread = a["per_seed"].get(k)
         out[f"{name} {k} >= base - {drop:.2f} on every seed"] = spread is not None and _at_least(spread["min"], -drop)

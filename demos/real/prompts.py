@@ -6,6 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable
 
+from selectrust.conditions import CORRECT, IRRELEVANT, MISLEADING
+
 TRAIN = "facts/facts_train.jsonl"  # the training facts (stage ``facts``)
 #: split (``real.split``) -> summary key -> (the evaluation stages' name prefix, the facts file they evaluate on). The
 #: dev stages have names of their own, so one run dir can hold both: settings chosen on ``real.split=dev``, then the
@@ -45,7 +47,7 @@ def balanced_by_knowledge(rows: list[dict], labels: dict[str, str], *, seed: int
 
 #: ``real.grpo_rows=informative``: the conditions kept per knowledge label, those where the base's outcome reward
 #: varies (a known fact under a misleading or irrelevant context, an unknown one under the correct context).
-INFORMATIVE = {"known": ("misleading", "irrelevant"), "unknown": ("correct",)}
+INFORMATIVE = {"known": (MISLEADING, IRRELEVANT), "unknown": (CORRECT,)}
 
 
 def informative_by_knowledge(rows: list[dict], labels: dict[str, str], *, seed: int) -> tuple[list[dict], dict]:

@@ -1,7 +1,8 @@
 """Report of the real-model demo (:mod:`demos.real.pipeline`): tables with CIs, targets, plots, samples, honest notes.
 
 Every number shown comes from the stages' ``metrics.json`` and ``item_scores.jsonl`` (written by ``eval_hooks``)
-and the SCOPE run's ``metrics.jsonl``; nothing is recomputed here except differences for display.
+and the ``metrics.jsonl`` of the arm whose entry plots its training (``curves``: SCOPE's); nothing is recomputed
+here except differences for display.
 """
 
 from __future__ import annotations
@@ -9,8 +10,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from eval_hooks.report_kit import ci_text, figure, md_table, pct, save
-from eval_hooks.vocab import MIST_CONDITIONS as CONDS
+from eval_hooks.scoring.report_kit import ci_text, figure, md_table, pct, save
+from selectrust.conditions import CORRECT, MISLEADING, MIST_CONDITIONS as CONDS
 
 from ..common import draw_scope_training, wall_line
 from .arms import ARMS, CHECKED_ARMS, color, held_out_targets, label
@@ -23,7 +24,7 @@ TARGETS = {"base_sc2w_min": 0.40, "base_n_clean_correct_min": 40, "sc2w_ratio_ma
            "format_compliance_min": 0.9,
            # on every single seed (the pooled table, demos/real/pooled.py)
            "seed_correct_drop_max": 0.06, "seed_unknown_correct_drop_max": 0.10}
-# and the wall time per demo: demos.config.REAL_DEMOS
+# and the wall time per demo: demos.config.DEMOS
 SAMPLES_PER_ARM = 5
 
 
@@ -49,7 +50,7 @@ def check_targets(summary: dict, arm: str | None = None) -> dict[str, bool]:
         out[f"{name} on the held-out relation: SC2W <= {t['transfer_sc2w_ratio_max']} x base"] = _ratio_ok(
             tr[arm].get("sc2w"), tr["base"].get("sc2w"), t["transfer_sc2w_ratio_max"])
         out[f"{name} on the held-out relation: correct accuracy >= base - {t['transfer_correct_drop_max']:.2f}"] = (
-            tr[arm]["accuracy"]["correct"] >= tr["base"]["accuracy"]["correct"] - t["transfer_correct_drop_max"])
+            tr[arm]["accuracy"][CORRECT] >= tr["base"]["accuracy"][CORRECT] - t["transfer_correct_drop_max"])
     for other in _arms(summary):  # the arms' own targets (their entries'), of those that ran
         own = ARMS.get(other).targets
         if own is not None:
@@ -91,9 +92,9 @@ def print_table(summary: dict) -> None:
 
 
 def _demo_kind(summary: dict):
-    from ..config import REAL_DEMOS
+    from ..config import DEMOS
 
-    return REAL_DEMOS[summary.get("demo", "real")]
+    return DEMOS.get(summary.get("demo", "real"))
 
 
 def run_kind(summary: dict) -> str:
@@ -211,8 +212,9 @@ def _plots(summary: dict, out: Path) -> list[str]:
     ax2.tick_params(axis="x", labelrotation=30, labelsize=7)
     files = {"conditions": save(fig, out, "real_conditions.png"), "tradeoff": _tradeoff_plot(summary, out)}
 
-    metrics_path = out / "stages" / "scope" / "metrics.jsonl"
-    if metrics_path.exists():
+    curves = next((n for n in _arms(summary) if ARMS.get(n).curves), None)  # the arm whose training is plotted
+    metrics_path = out / "stages" / str(curves) / "metrics.jsonl"
+    if curves is not None and metrics_path.exists():
         fig, (ax, ax2) = figure(10, 3.2, ncols=2)
         draw_scope_training(ax, ax2, metrics_path)
         files["training"] = save(fig, out, "real_training.png")
@@ -228,9 +230,9 @@ def _tradeoff_plot(summary: dict, out: Path) -> str:
             m = summary[key][n]
             if m.get("sc2w") is None:
                 continue
-            ax.scatter(m["sc2w"], m["accuracy"]["correct"], marker=marker, color=color(n), s=45,
+            ax.scatter(m["sc2w"], m["accuracy"][CORRECT], marker=marker, color=color(n), s=45,
                        label=f"{label(n)} ({SETS[key]})")
-            ax.annotate(label(n), (m["sc2w"], m["accuracy"]["correct"]), fontsize=7, xytext=(4, 3),
+            ax.annotate(label(n), (m["sc2w"], m["accuracy"][CORRECT]), fontsize=7, xytext=(4, 3),
                         textcoords="offset points")
     ax.set_xlabel("SC2W (lower is better)")
     ax.set_ylabel("correct-context accuracy (higher is better)")
@@ -247,7 +249,7 @@ def _read_rows(out: Path, arm: str, prefix: str = "eval") -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def sample_responses(out: Path, arm: str, k: int = SAMPLES_PER_ARM, condition: str = "misleading",
+def sample_responses(out: Path, arm: str, k: int = SAMPLES_PER_ARM, condition: str = MISLEADING,
                      knowledge: str | None = None, prefix: str = "eval") -> list[dict]:
     """``k`` rows of ``condition`` of one arm's held-out evaluation (the first items in file order, the same items
     for every arm; ``knowledge``: only items the base's estimate labels so): question, context, response, verdict."""
@@ -260,12 +262,12 @@ def sample_responses(out: Path, arm: str, k: int = SAMPLES_PER_ARM, condition: s
 def _sample_lines(summary: dict, out: Path) -> list[str]:
     lines, prefix = [], EVAL_SETS[str(summary.get("split", "test"))]["real"][0]
     for title, condition, knowledge, claim in (
-            ("misleading context, the same first items for every arm", "misleading", None, "context claims"),
-            ("correct context on facts the base does not know, the same first items for every arm", "correct",
+            ("misleading context, the same first items for every arm", MISLEADING, None, "context claims"),
+            ("correct context on facts the base does not know, the same first items for every arm", CORRECT,
              "unknown", "context says")):
         lines += [f"## Sample responses ({title})", ""]
         for n in _arms(summary):
-            rows = [[s["item_id"], s["wrong_value"] if condition == "misleading" else s["gold"], s["gold"],
+            rows = [[s["item_id"], s["wrong_value"] if condition == MISLEADING else s["gold"], s["gold"],
                      "`" + (s["response"] or "").replace("|", "/").replace("\n", " ")[:100] + "`",
                      "right" if s["correct"] else "wrong"] for s in sample_responses(out, n, condition=condition,
                                                                                      knowledge=knowledge, prefix=prefix)]
@@ -315,11 +317,10 @@ def write_report(summary: dict, out: Path) -> Path:
 
 
 def _pools_sentence(summary: dict) -> str:
-    """Which pools of the one pairs file each DPO arm of the run trained on (``training.<arm>.algo``)."""
+    """Which pools of the one pairs file each DPO arm of the run trained on (its entry's ``pools``)."""
     training = summary.get("training") or {}
     runs = [(n, training[n]) for n in _arms(summary) if n in training]
-    parts = [f"{label(n)} on {DPO_ALGOS[t['algo']][0]}" for n, t in runs
-             if t.get("recipe") == "dpo" and t.get("algo") in DPO_ALGOS]
+    parts = [f"{label(n)} on {ARMS.get(n).pools}" for n, t in runs if t.get("recipe") == "dpo" and ARMS.get(n).pools]
     return f"Every DPO arm trains on this one pairs file: {', '.join(parts)}." if parts else (
         "Every DPO arm trains on this one pairs file.")
 
@@ -330,18 +331,6 @@ def _grpo_labels(summary: dict) -> str:
     return " and ".join(names) or "GRPO"
 
 
-#: What a DPO algorithm trains on (``summary.json``'s ``training.<arm>.algo``): the pools of the mined pairs file, and
-#: the note an arm trained by it adds to the report (``{label}``: the arm's).
-DPO_ALGOS = {
-    "scope": ("the four balanced pools", None),
-    "scope_knowledge_aware": (
-        "the four balanced pools and the unknown_correct pool",
-        "{label} adds pairs on facts the model does not know that prefer the answer the correct context gives."),
-    "standard_dpo": (
-        "the misleading pairs alone",
-        "{label} is the paper's Standard-DPO comparison: trained on misleading contexts alone, resisting them can turn "
-        "into ignoring context; its correct-context column is where that shows."),
-}
 #: GRPO's prompt rows (``real.grpo_rows``, ``summary.json``'s ``training.<arm>.rows``), in words.
 GRPO_ROWS_WORDS = {
     "informative": "the rows whose reward can vary under the base (known items under the misleading and irrelevant "
@@ -383,13 +372,13 @@ def _dpo_phrase(summary: dict) -> str:
 
 
 def _arm_notes(summary: dict) -> list[str]:
-    """The sentences about the arms this run trained: each DPO algorithm's own, and what each GRPO arm's reward was
-    given."""
+    """The sentences about the arms this run trained: each arm's own note (its entry's), and what each GRPO arm's
+    reward was given."""
     training = summary.get("training") or {}
     out = []
     for n in _arms(summary):
         t = training.get(n) or {}
-        note = DPO_ALGOS.get(t.get("algo"), (None, None))[1]
+        note = ARMS.get(n).note if t else None
         if note:
             out.append(note.format(label=label(n)))
         if t.get("recipe") == "grpo":

@@ -35,8 +35,8 @@ from pathlib import Path
 from eval_hooks.cli_contract import end_process, run_with_contract, split_debug
 from selectrust.core.errors import DataError
 from selectrust.core.io import write_json_atomic
-from eval_hooks.report_kit import figure, md_table, pct, save
-from eval_hooks.vocab import MIST_CONDITIONS as CONDS
+from eval_hooks.scoring.report_kit import figure, md_table, pct, save
+from selectrust.conditions import CORRECT, MIST_CONDITIONS as CONDS
 
 from ..common import with_new_keys
 from .arms import ARMS, trained
@@ -132,7 +132,7 @@ def seed_table(runs: list[dict], split: str = "test", provenance_note: str | Non
 
 
 def _correct(m: dict) -> float | None:
-    return m["accuracy"]["correct"]
+    return m["accuracy"][CORRECT]
 
 
 def _unknown_correct(m: dict) -> float | None:

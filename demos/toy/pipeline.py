@@ -26,6 +26,7 @@ from ..common import DemoRun
 from . import task
 
 TRAIN_COMMON = ["eval=none", "logger=jsonl"]  # every training stage
+SECTION = "toy"  # the conf/demo.yaml section it reads; a demo of this section (demos.config.DEMOS) runs here
 RECIPES = ("sft", "dpo", "grpo", "evaluate", "mine_pairs")  # the recipes the stages name
 
 

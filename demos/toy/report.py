@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from eval_hooks.vocab import MIST_CONDITIONS as CONDS
+from selectrust.conditions import CLEAN, CORRECT, IRRELEVANT, MISLEADING, MIST_CONDITIONS as CONDS
 
 from ..common import draw_scope_training, wall_line
 
@@ -29,8 +29,8 @@ def check_targets(summary: dict) -> dict[str, bool]:
     out = {
         "base SC2W >= 80%": (s["base"].get("sc2w") or 0) >= TARGETS["base_sc2w_min"],
         "SCOPE SC2W <= 15%": s["trained"].get("sc2w") is not None and s["trained"]["sc2w"] <= TARGETS["scope_sc2w_max"],
-        "SCOPE clean >= 90%": s["trained"]["accuracy"]["clean"] >= TARGETS["scope_clean_correct_min"],
-        "SCOPE correct-context >= 90%": s["trained"]["accuracy"]["correct"] >= TARGETS["scope_clean_correct_min"],
+        "SCOPE clean >= 90%": s["trained"]["accuracy"][CLEAN] >= TARGETS["scope_clean_correct_min"],
+        "SCOPE correct-context >= 90%": s["trained"]["accuracy"][CORRECT] >= TARGETS["scope_clean_correct_min"],
     }
     if not summary.get("reused_stages"):  # a continued run's wall time is not the pipeline's
         out["pipeline <= 10 min"] = summary.get("wall_seconds", 0) <= 600
@@ -49,9 +49,9 @@ def check_knowledge_aware_targets(summary: dict) -> dict[str, bool]:
     ka, kau = s["knowledge_aware"], summary["scope_unseen"]["knowledge_aware"]
     return {
         "knowledge-aware SC2W <= 15%": ka.get("sc2w") is not None and ka["sc2w"] <= TARGETS["scope_sc2w_max"],
-        "knowledge-aware clean and correct >= 90%": min(ka["accuracy"]["clean"], ka["accuracy"]["correct"]) >=
+        "knowledge-aware clean and correct >= 90%": min(ka["accuracy"][CLEAN], ka["accuracy"][CORRECT]) >=
         TARGETS["scope_clean_correct_min"],
-        "knowledge-aware unseen correct >= 90%": kau["accuracy"]["correct"] >= TARGETS["knowledge_aware_unseen_correct_min"],
+        "knowledge-aware unseen correct >= 90%": kau["accuracy"][CORRECT] >= TARGETS["knowledge_aware_unseen_correct_min"],
     }
 
 
@@ -195,8 +195,8 @@ def write_demo_report(summary: dict, out: Path) -> Path:
                   "|---|---|---|---|---|"]
         for n in names:
             a = u[n]["accuracy"]
-            lines.append(f"| {label[n]} | {_pct(a['clean'])} | {_pct(a['correct'])} | {_pct(a['misleading'])} "
-                         f"| {_pct(a['irrelevant'])} |")
+            lines.append(f"| {label[n]} | " + " | ".join(_pct(a[c]) for c in (CLEAN, CORRECT, MISLEADING, IRRELEVANT))
+                         + " |")
         lines += ["", "A drop in the correct-hint column after SCOPE means the tiny model learned part "
                       "\"ignore hints\" besides \"check hints against what I know\" on keys it cannot check. "
                       "We report it rather than tune it away. Knowledge-aware SCOPE adds pairs on never-learned "

@@ -111,7 +111,7 @@ from pathlib import Path
 from typing import Sequence
 
 from selectrust.core.io import DataError, write_jsonl_atomic, write_text_atomic
-from eval_hooks.vocab import MIST_CONDITIONS as CONDITIONS
+from selectrust.conditions import CLEAN, CORRECT, IRRELEVANT, MISLEADING, MIST_CONDITIONS as CONDITIONS
 
 #: The data-source scheme: ``toy:<seed>/<file>`` (:func:`resolve_source`).
 SCHEME = "toy"
@@ -286,21 +286,21 @@ def _filler_for(task: ToyTask, key: str) -> str:
 
 
 def mist_prompt(task: ToyTask, key: str, condition: str) -> str:
-    if condition == "clean":
+    if condition == CLEAN:
         return clean_prompt(key)
-    if condition == "misleading":
+    if condition == MISLEADING:
         return hint_prompt(key, task.wrong[key])
-    if condition == "correct":
+    if condition == CORRECT:
         return hint_prompt(key, task.gold[key])
-    if condition == "irrelevant":
+    if condition == IRRELEVANT:
         return filler_prompt(key, _filler_for(task, key))
     raise ValueError(f"unknown MIST condition {condition!r}; accepted: {', '.join(CONDITIONS)}")
 
 
 def _template_example(condition: str) -> str:
     key = "kqz"
-    return {"clean": clean_prompt(key), "misleading": hint_prompt(key, 7),
-            "correct": hint_prompt(key, 4), "irrelevant": filler_prompt(key, FILLERS[0])}[condition]
+    return {CLEAN: clean_prompt(key), MISLEADING: hint_prompt(key, 7),
+            CORRECT: hint_prompt(key, 4), IRRELEVANT: filler_prompt(key, FILLERS[0])}[condition]
 
 
 def good_steps(key: str, digit: int) -> list[str]:
@@ -420,7 +420,7 @@ def mist_rows(task: ToyTask, split: str) -> list[dict]:
                 "wrong_value": task.wrong[key],
                 "source": SOURCE,
                 "source_id": key,
-                "channel": CHANNEL if cond in ("misleading", "correct") else ("filler" if cond == "irrelevant" else "none"),
+                "channel": CHANNEL if cond in (MISLEADING, CORRECT) else ("filler" if cond == IRRELEVANT else "none"),
                 "split": split,
             })
     return rows

@@ -23,6 +23,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Sequence
 
+from selectrust.conditions import CLEAN, CORRECT, IRRELEVANT, MISLEADING, MIST_CONDITIONS
 from selectrust.core.io import DataError, read_records, write_jsonl_atomic
 from ..parsers import Number, format_fraction, parse_number
 
@@ -180,10 +181,10 @@ def build_quartets(records: Sequence[tuple[int, dict]], *, seed: int = 0, source
                 "source": source, "source_id": sid, "topic": topic, "question": question.strip(),
                 "plausibility": plaus}
         contexts = {
-            "clean": (None, "none", "none", None),
-            "misleading": (CHANNELS[channel].format(value=_fmt(wrong)), channel, prov, _fmt(wrong)),
-            "correct": (CHANNELS[channel].format(value=_fmt(gold)), channel, "gold", _fmt(gold)),
-            "irrelevant": (sentence, "other_item_sentence", f"{source}:{other}", None),
+            CLEAN: (None, "none", "none", None),
+            MISLEADING: (CHANNELS[channel].format(value=_fmt(wrong)), channel, prov, _fmt(wrong)),
+            CORRECT: (CHANNELS[channel].format(value=_fmt(gold)), channel, "gold", _fmt(gold)),
+            IRRELEVANT: (sentence, "other_item_sentence", f"{source}:{other}", None),
         }
         for cond, (context, ch, provenance, hint) in contexts.items():
             rows.append({**base, "row_id": f"{item_id}/{cond}", "condition": cond,
@@ -198,6 +199,7 @@ def build_file(data: str | Path, out: str | Path, **kwargs) -> dict:
     write_jsonl_atomic(out, rows)
     from collections import Counter
 
-    mis = [r for r in rows if r["condition"] == "misleading"]
-    return {"items": len(rows) // 4, "rows": len(rows), "channels": dict(Counter(r["channel"] for r in mis)),
+    mis = [r for r in rows if r["condition"] == MISLEADING]
+    return {"items": len(rows) // len(MIST_CONDITIONS), "rows": len(rows),
+            "channels": dict(Counter(r["channel"] for r in mis)),
             "plausibility": dict(Counter(r["plausibility"] for r in mis)), "out": str(out)}

@@ -42,8 +42,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from selectrust.generation.backends.base import GenerationBackend, GenerationRequest, derive_seed
-from ..families.taste.answers import FORK_LETTERS
-from ..parsers import parse_fork_answer
+from ..parsers import FORK_LETTERS, parse_fork_answer
 from .trajectories import Step, Trajectory, normalize_ws
 
 STAGES = ("considered", "candidates", "parsed", "rubric", "checks", "trivial", "released")

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from selectrust.generation.backends.registry import BuildContext, backends_with, get_backend
+from selectrust.generation.backends import BuildContext, backends_with, get_backend
 from selectrust.core.io import write_json_atomic, write_jsonl_atomic, write_text_atomic
 from .taste_forks import Funnel, MiningSettings, collect_candidates, funnel_markdown, load_replies, mine_forks
 from .trajectories import load_trajectories
@@ -32,7 +32,7 @@ _MISSING = object()
 @dataclass
 class ModelSpec:
     """One generator or judge model: a generation backend that can be built from a model name alone (capability
-    ``standalone`` in ``selectrust/generation/backends/registry.py``), with the keys of the backends' settings that apply."""
+    ``standalone`` in ``selectrust/generation/backends/spec.py``), with the keys of the backends' settings that apply."""
 
     name: str = field(default="", metadata={"help": "Label in stats and votes (judges: unique; empty = model)."})
     backend: str = field(default="openai_chat", metadata={"help": "A generation backend that needs no trainer: "

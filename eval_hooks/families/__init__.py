@@ -2,7 +2,7 @@
 
 A family is a :class:`~eval_hooks.families.base.Family` (items, scoring, metrics, headline, report section,
 run) in its own package ``eval_hooks/families/<name>/``. Nothing outside this registry chooses code by a
-family's name: :func:`eval_hooks.metrics.compute_metrics`, :func:`eval_hooks.report.write_report`,
+family's name: :func:`eval_hooks.compute_metrics`, :func:`eval_hooks.report.write_report`,
 :func:`eval_hooks.run_matched_eval`, the CLI and the trainers all ask :func:`get_family`.
 
 Families come from three places (:data:`FAMILIES`, an :class:`selectrust.core.plugins.Registry`), looked up in this order:
@@ -70,31 +70,15 @@ def _unknown(name: str, known: list[str]) -> DataError:
 #: ``FAMILIES[name]`` is :func:`get_family`; iterating gives :func:`family_names`.
 FAMILIES: Registry[Family] = Registry("family", ENTRY_POINT_GROUP, BUILTIN, accept=_accept,
                                       error=lambda message: DataError(message, field="family"), unknown=_unknown,
-                                      broken=_broken)
+                                      broken=_broken, component=Family)
 
-
-def register_family(family: Family) -> Family:
-    """Make ``family`` (an instance) available under ``family.name``; returns it. Registering the same object
-    again is a no-op; another family under a name already in use is an error."""
-    if not isinstance(family, Family) or not family.name:
-        raise TypeError(f"register_family needs a Family instance with a name, got {family!r}")
-    return FAMILIES.register(family.name, family)
-
-
-def unregister_family(name: str) -> None:
-    """Remove a family added with :func:`register_family` (tests, notebooks)."""
-    FAMILIES.unregister(name)
-
-
-def family_names() -> list[str]:
-    """Every known family: the built-in ones in :data:`BUILTIN` order, then those registered in code, then
-    those of installed packages' entry points (sorted)."""
-    return FAMILIES.names()
-
-
-def get_family(name: str) -> Family:
-    """The family called ``name``; :class:`DataError` (field ``family``) listing the known ones otherwise."""
-    return FAMILIES.get(name)
+#: ``register_family(family)``: make ``family`` (an instance) available under ``family.name`` (the same object again
+#: is a no-op; another family under a name in use is an error); ``unregister_family(name)`` removes it (tests,
+#: notebooks); ``family_names()``: the built-in ones in :data:`BUILTIN` order, then those registered in code, then the
+#: entry points (sorted); ``get_family(name)``: the family, :class:`DataError` (field ``family``) listing the known
+#: ones otherwise.
+register_family, unregister_family, family_names, get_family = (FAMILIES.add, FAMILIES.unregister, FAMILIES.names,
+                                                                FAMILIES.get)
 
 
 def settings_fields(taken: Iterable[str] = ()) -> list[tuple[str, Any, Field]]:

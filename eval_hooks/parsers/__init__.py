@@ -28,7 +28,7 @@ candidates (what counts as ``candidate`` in :func:`answer_status`), the text tha
 generation budget, its leak check (:func:`eval_hooks.builders.workflows.leaked_answer`) and, for families that write
 prompts, its answer instruction. ``parse_answer``, ``normalize_gold``, ``answers_match``, ``answer_status``,
 ``answer_budget`` and ``answer_instruction`` only look an entry up, so a new answer type is one entry
-(docs/architecture.md#how-to-add): a line of :data:`BUILTIN` (``name -> "module:attribute"``), a call of
+(docs/architecture.md#how-to-add): a line of :data:`BUILTIN` (``name -> AnswerType``, imported here), a call of
 :func:`register_answer_type`, or an entry point of the group ``selectrust.answer_types`` of an installed package::
 
     [project.entry-points."selectrust.answer_types"]
@@ -37,9 +37,9 @@ prompts, its answer instruction. ``parse_answer``, ``normalize_gold``, ``answers
 An unknown name is a :class:`~selectrust.core.errors.DataError` naming it and the known ones.
 
 Modules: :mod:`.markers` (final-answer markers, shared helpers), :mod:`.numeric`, :mod:`.choice` (multiple choice,
-boolean, the fork and label readers), :mod:`.short_text` and :mod:`.sentences`, :mod:`.base` (:class:`AnswerType`).
-The fork (``choice``) and label types are declared by their families (``eval_hooks/families/taste/answers.py``,
-``eval_hooks/families/med/labels.py``), which own their letters and labels.
+boolean, Taste's fork letter and Med's label, with their letters and labels), :mod:`.short_text` and
+:mod:`.sentences`, :mod:`.base` (:class:`AnswerType`). This package imports nothing of eval_hooks above it
+(docs/architecture.md#eval_hooks-in-rooms): the families import their answer types from here.
 """
 
 from __future__ import annotations
@@ -49,21 +49,23 @@ from typing import Any, Sequence
 from selectrust.core.errors import DataError
 from selectrust.core.plugins import Registry
 from .base import ANSWER_LINE, REASONING_ANSWER_BUDGET, AnswerType, Candidates
-from .choice import (boolean_leak, choice_leak, choice_letters, choice_texts, normalize_boolean_gold,
-                     normalize_choice_gold, normalize_fork, normalize_label, parse_boolean, parse_fork_answer,
-                     parse_label, parse_multiple_choice)
+from .choice import (BOOLEAN, FORK_ANSWER, FORK_LETTERS, LABEL_ANSWER, MED_LABELS, MULTIPLE_CHOICE, boolean_leak,
+                     choice_leak, choice_letters, choice_texts, normalize_boolean_gold, normalize_choice_gold,
+                     normalize_fork, normalize_label, parse_boolean, parse_fork_answer, parse_label,
+                     parse_multiple_choice)
 from .markers import final_answer_spans
-from .numeric import (MAX_DIGITS, Number, format_fraction, iter_numbers, normalize_number, numbers_equal,
+from .numeric import (MAX_DIGITS, NUMERIC, Number, format_fraction, iter_numbers, normalize_number, numbers_equal,
                       numeric_leak, numeric_match, parse_number, parse_numeric)
 from .sentences import STOP_WORDS, normalize_short_text
-from .short_text import (ShortTextReading, normalize_short_text_value, parse_short_text, read_short_text,
+from .short_text import (SHORT_TEXT, ShortTextReading, normalize_short_text_value, parse_short_text, read_short_text,
                          short_text_unanswered)
 
 __all__ = [
-    "ANSWER_LINE", "ANSWER_TYPES", "BUILTIN", "ENTRY_POINT_GROUP", "MAX_DIGITS", "REASONING_ANSWER_BUDGET",
-    "STOP_WORDS", "AnswerType", "Candidates", "Number", "ShortTextReading", "answer_budget", "answer_candidates",
-    "answer_instruction", "answer_status", "answer_type", "answers_match", "boolean_leak", "choice_leak",
-    "choice_letters", "choice_texts", "final_answer_spans", "format_fraction", "iter_numbers",
+    "ANSWER_LINE", "ANSWER_TYPES", "BUILTIN", "ENTRY_POINT_GROUP", "FORK_LETTERS", "MAX_DIGITS", "MED_LABELS",
+    "REASONING_ANSWER_BUDGET", "STOP_WORDS", "AnswerType", "Candidates", "Number", "ShortTextReading",
+    "answer_budget", "answer_candidates", "answer_instruction", "answer_status", "answer_type", "answers_match",
+    "boolean_leak", "choice_leak", "choice_letters", "choice_texts", "final_answer_spans", "format_fraction",
+    "iter_numbers",
     "normalize_boolean_gold", "normalize_choice_gold", "normalize_fork", "normalize_gold", "normalize_label",
     "normalize_number", "normalize_short_text", "normalize_short_text_value", "numbers_equal", "numeric_leak",
     "numeric_match", "parse_answer", "parse_boolean", "parse_fork_answer", "parse_label", "parse_multiple_choice",
@@ -76,15 +78,14 @@ __all__ = [
 #: The entry-point group of installed packages' answer types (each entry point names an :class:`AnswerType`).
 ENTRY_POINT_GROUP = "selectrust.answer_types"
 
-#: The built-in answer types, one line each, in this order: name -> ``"module:attribute"`` of its
-#: :class:`AnswerType` (imported the first time the type is used).
-BUILTIN = {
-    "multiple_choice": "eval_hooks.parsers.choice:MULTIPLE_CHOICE",
-    "numeric": "eval_hooks.parsers.numeric:NUMERIC",
-    "boolean": "eval_hooks.parsers.choice:BOOLEAN",
-    "choice": "eval_hooks.families.taste.answers:FORK_ANSWER",
-    "label": "eval_hooks.families.med.labels:LABEL_ANSWER",
-    "short_text": "eval_hooks.parsers.short_text:SHORT_TEXT",
+#: The built-in answer types, one line each, in this order: name -> its :class:`AnswerType`.
+BUILTIN: dict[str, AnswerType] = {
+    "multiple_choice": MULTIPLE_CHOICE,
+    "numeric": NUMERIC,
+    "boolean": BOOLEAN,
+    "choice": FORK_ANSWER,  # Taste's fork letter
+    "label": LABEL_ANSWER,  # Med's label
+    "short_text": SHORT_TEXT,
 }
 
 
@@ -96,29 +97,16 @@ def _accept(name: str, entry: object) -> AnswerType:
 
 
 #: name -> :class:`AnswerType`: the only code that knows which answer types exist and what each one is.
-ANSWER_TYPES: Registry[AnswerType] = Registry("answer_type", ENTRY_POINT_GROUP, BUILTIN, accept=_accept,
-                                              error=DataError)
+ANSWER_TYPES: Registry[AnswerType] = Registry(
+    "answer_type", ENTRY_POINT_GROUP, BUILTIN, accept=_accept, error=DataError, component=AnswerType,
+    unknown=lambda name, known: DataError(f"unknown answer_type {name!r}; accepted: {', '.join(known)}"))
 
-
-def register_answer_type(entry: AnswerType) -> AnswerType:
-    """Make ``entry`` available under ``entry.name``; returns it. The same entry again is a no-op; another one under
-    a name in use is an error."""
-    if not isinstance(entry, AnswerType):
-        raise TypeError(f"register_answer_type needs an AnswerType, got {entry!r}")
-    return ANSWER_TYPES.register(entry.name, entry)
-
-
-def unregister_answer_type(name: str) -> None:
-    """Remove an answer type added with :func:`register_answer_type` (tests, notebooks)."""
-    ANSWER_TYPES.unregister(name)
-
-
-def answer_type(name: str) -> AnswerType:
-    """The registered :class:`AnswerType` called ``name``; :class:`DataError` naming it and the accepted ones
-    otherwise."""
-    if name not in ANSWER_TYPES:
-        raise DataError(f"unknown answer_type {name!r}; accepted: {', '.join(ANSWER_TYPES)}")
-    return ANSWER_TYPES.get(name)
+#: ``register_answer_type(entry)``: make ``entry`` available under ``entry.name`` (the same entry again is a no-op;
+#: another under a name in use is an error); ``unregister_answer_type(name)`` removes it (tests, notebooks);
+#: ``answer_type(name)``: the :class:`AnswerType` called ``name``, :class:`DataError` naming it and the accepted ones
+#: otherwise.
+register_answer_type, unregister_answer_type, answer_type = (ANSWER_TYPES.add, ANSWER_TYPES.unregister,
+                                                             ANSWER_TYPES.get)
 
 
 def parse_answer(text: str, answer_type_name: str, *, choices: Any = None,

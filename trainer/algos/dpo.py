@@ -13,12 +13,12 @@ Public API (names are stable):
 - ``DPOLoss``: a loss and what it needs: a reference or none, summed or length-normalised (mean per completion
   token) log-probs, and its own hyperparameters (``{keyword: algo config key}``).
 - ``SIGMOID``, ``SIMPO``: the shipped losses as :class:`DPOLoss` objects; ``algo.loss_type`` names them through
-  the registry ``trainer.dpo_losses.DPO_LOSSES`` (torch-free, so the config can check a name without importing this
+  the registry ``trainer.dpo.losses.DPO_LOSSES`` (torch-free, so the config can check a name without importing this
   module; ``dpo_loss(name)`` there looks one up). A loss with a reference has :func:`sigmoid_dpo_loss`'s signature
   ``(pc, pr, rc, rr, *, beta, label_smoothing, weights, **its hyperparameters)``; a reference-free one
   ``(pc, pr, *, ...)``; both return ``(scalar loss, metrics)`` with at least :func:`sigmoid_dpo_loss`'s metric
   keys; one that has no use for ``label_smoothing`` raises ``ValueError`` when it is not 0. To add one: the
-  function and its ``DPOLoss`` here, and its line in ``trainer/dpo_losses.py``'s ``BUILTIN`` (or, from another
+  function and its ``DPOLoss`` here, and its line in ``trainer/dpo/losses.py``'s ``BUILTIN`` (or, from another
   package, an entry point in group ``selectrust.dpo_losses``); a new hyperparameter is also a field of
   ``DPOAlgoConfig``; docs/architecture.md#how-to-add.
 
@@ -270,7 +270,7 @@ class DPOLoss:
         return self.fn(policy_chosen_logps, policy_rejected_logps, *refs, **kwargs)
 
 
-#: The shipped losses; their names (``algo.loss_type``) are their lines in ``trainer/dpo_losses.py``'s ``BUILTIN``
+#: The shipped losses; their names (``algo.loss_type``) are their lines in ``trainer/dpo/losses.py``'s ``BUILTIN``
 #: (tests/test_dpo_loss_registry.py).
 SIGMOID = DPOLoss(sigmoid_dpo_loss)
 SIMPO = DPOLoss(simpo_loss, reference=False, logps="mean", hyperparameters={"gamma": "simpo_gamma"})

@@ -3,15 +3,15 @@ declared in :mod:`selectrust.core.settings`, where the evaluation families type 
 
 A field typed with one refuses any other value at composition. Where an algorithm, data or evaluation
 module owns the value set, the tuple comes from its torch-free home (:mod:`trainer.algos.choices`,
-:mod:`trainer.data.choices`, :mod:`trainer.dpo_losses`, :mod:`eval_hooks.families`,
-:mod:`selectrust.generation.backends.registry`), so importing this module does not import torch. A generation backend's
+:mod:`trainer.data.choices`, :mod:`trainer.dpo.losses`, :mod:`eval_hooks.families`,
+:mod:`selectrust.generation.backends`), so importing this module does not import torch. A generation backend's
 own choice-valued settings (e.g. ``server_kind``) become fields of this kind in
 :func:`trainer.config.schemas.generation_schema`.
 """
 
 from __future__ import annotations
 
-from selectrust.generation.backends.registry import BACKENDS
+from selectrust.generation.backends import BACKENDS
 from eval_hooks.families import FAMILIES
 from eval_hooks.knowledge import SCORES as KNOWLEDGE_SCORES
 from selectrust.core.settings import Choice, choice_type
@@ -19,7 +19,7 @@ from trainer.algos.choices import AGGREGATIONS, SFT_ROWS, SFT_SCHEDULES, STD_SCA
 from trainer.algos.choices import LEVELS as IS_LEVELS
 from trainer.algos.choices import SUPPORTS as TOPK_SUPPORTS
 from trainer.data.choices import ON_INVALID, TRUNCATIONS, WEIGHTINGS
-from trainer.dpo_losses import DPO_LOSSES
+from trainer.dpo.losses import DPO_LOSSES
 
 
 def _choices(name: str, values) -> type[Choice]:

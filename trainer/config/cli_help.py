@@ -66,7 +66,7 @@ def config_errors() -> tuple[type, ...]:
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
-    from selectrust.generation.backends.registry import UnknownBackendError
+    from selectrust.generation.backends import UnknownBackendError
     from trainer.config.validation import ConfigError
     from selectrust.model import AdapterError
 
@@ -127,7 +127,7 @@ def _compose(config_name: str, overrides: list[str]):
     from hydra.core.global_hydra import GlobalHydra
     from omegaconf import OmegaConf
 
-    from trainer.config.registry import register_schemas
+    from trainer.config.composition import register_schemas
 
     register_schemas()
     GlobalHydra.instance().clear()
@@ -149,7 +149,7 @@ def render_help(config_name: str, overrides: Sequence[str] = (), *, script: str 
     ``conf/<config_name>.yaml`` (see the module docstring)."""
     from omegaconf import OmegaConf
 
-    from trainer.config.registry import SCHEMAS
+    from trainer.config.roots import SCHEMAS
 
     defaults = OmegaConf.to_container(OmegaConf.load(CONF / f"{config_name}.yaml")).get("defaults", [])
     schema = SCHEMAS[next(d for d in defaults if isinstance(d, str) and d.endswith("_schema"))]

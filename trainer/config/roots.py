@@ -1,12 +1,16 @@
 """Root schemas, one per entry point (``recipes/<x>.py`` composes ``conf/<x>.yaml`` onto one): the
-groups of :mod:`trainer.config.schemas` each recipe reads, plus its own top-level keys."""
+groups of :mod:`trainer.config.schemas` each recipe reads, plus its own top-level keys; and :data:`SCHEMAS`, the
+registry of them by the name ``conf/<x>.yaml``'s defaults list gives (Hydra's ConfigStore is told of them by
+:mod:`trainer.config.config_store`)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, is_dataclass
 from typing import Optional
 
 from omegaconf import MISSING
+
+from selectrust.core.plugins import Registry
 
 from trainer.config.schemas import (AdviceConfig, ChainTrainerConfig, DataConfig, DistillAlgoConfig,
                                     DistillDataConfig, DistillPipelineConfig, DPOAlgoConfig, EvalConfig,
@@ -96,3 +100,25 @@ class MergeRunConfig:
     adapters: list[str] = _f(MISSING, "PEFT adapter directories (safetensors) merged into model.path, in this order.")
     out_dir: str = _f(MISSING, "Where the merged model (safetensors, config, tokenizer) is written; must not exist.")
     model: ModelConfig = field(default_factory=ModelConfig)
+
+
+def _accept(name: str, node: object) -> type:
+    """A root schema is a dataclass type."""
+    if not (isinstance(node, type) and is_dataclass(node)):
+        raise TypeError(f"schema {name!r}: a root schema is a dataclass type, got {node!r}")
+    return node
+
+
+#: The root schemas by name (``conf/<x>.yaml``'s defaults list names one, ``<x>_schema``): these, those a package
+#: registers in code (``trainer.config.register_schema``: the demo's), or an installed package's entry point in group
+#: ``selectrust.schemas`` naming a dataclass.
+SCHEMAS: Registry[type] = Registry("schema", "selectrust.schemas", {
+    "chain_schema": ChainRunConfig,
+    "merge_schema": MergeRunConfig,
+    "dpo_schema": DPORunConfig,
+    "sft_schema": SFTRunConfig,
+    "grpo_schema": GRPORunConfig,
+    "distill_schema": DistillRunConfig,
+    "evaluate_schema": EvaluateRunConfig,
+    "mine_schema": MineRunConfig,
+}, accept=_accept, error=KeyError)

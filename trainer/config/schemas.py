@@ -2,7 +2,7 @@
 of :mod:`trainer.config.roots` is built from; the single home of every default and its documentation.
 
 Each recipe's primary YAML (``conf/<recipe>.yaml``) starts its defaults list with a root schema registered
-by :mod:`trainer.config.registry`, so Hydra merges every group file into a typed node: a misspelt key, a
+by :mod:`trainer.config.composition`, so Hydra merges every group file into a typed node: a misspelt key, a
 value of the wrong type or one outside a :class:`~trainer.config.choices.Choice` field's set fails at
 compose time, before any model or data loads. Field docs live in ``metadata["help"]`` (one text per field;
 ``--help`` prints them). Importing this module does not import torch.
@@ -15,7 +15,8 @@ from typing import Any, Optional
 
 from omegaconf import MISSING
 
-from selectrust.generation.backends.registry import get_backend, loadable_backend_names
+from selectrust.conditions import SCOPE_MASS_DEFAULTS as MASS
+from selectrust.generation.backends import get_backend, loadable_backend_names
 from eval_hooks.families import FAMILIES, settings_fields
 from selectrust.core.settings import setting as schema_field  # a field with its default and help text
 from trainer.config.choices import (Aggregation, Backend, Device, DistillMode, DistillPipelineKind, DistillPromptStyle,
@@ -163,7 +164,7 @@ class PromptConfig:
 def _backend_help() -> str:
     return " | ".join(f"{n} ({get_backend(n).summary})" for n in loadable_backend_names()) + (
         ". Pick one with generation=<name> (conf/generation/<name>.yaml): the other keys of this group are that "
-        "backend's own (selectrust/generation/backends/registry.py).")
+        "backend's own (selectrust/generation/backends/<name>.py).")
 
 
 @dataclass
@@ -242,16 +243,16 @@ class DPOAlgoConfig:
     name: str = _f("scope", "Label for this variant (scope, standard_dpo, unmatched, no_clean, ...).")
     beta: float = _f(0.1, "DPO temperature β in s(z,r) = β log π/π_ref.")
     label_smoothing: float = _f(0.0, "Conservative-DPO label smoothing ε (0 = plain sigmoid DPO).")
-    loss_type: DPOLossType = _f("sigmoid", "The DPO-style loss (trainer.dpo_losses.DPO_LOSSES): sigmoid (Rafailov et al. "
+    loss_type: DPOLossType = _f("sigmoid", "The DPO-style loss (trainer.dpo.losses.DPO_LOSSES): sigmoid (Rafailov et al. "
                                            "2023, with label_smoothing as cDPO) | simpo (Meng et al. 2024: "
                                            "reference-free, on per-token mean log-probs, margin simpo_gamma; no "
                                            "reference is built).")
     simpo_gamma: float = _f(0.5, "SimPO's target reward margin γ (loss_type=simpo only): -log σ(β(logp_c - logp_r) - γ) "
                                  "on per-token mean log-probs; TRL's CPOConfig.simpo_gamma. >= 0.")
-    lambda_m: float = _f(0.25, "λ_m: mass of the misleading pool.")
-    lambda_c: float = _f(0.25, "λ_c: mass of the clean pool.")
-    lambda_p: float = _f(0.50, "λ_p: mass of the non-adversarial pools (split by ρ).")
-    rho: float = _f(0.50, "ρ: share of λ_p given to correct-context pairs; 1-ρ goes to irrelevant.")
+    lambda_m: float = _f(MASS["lambda_m"], "λ_m: mass of the misleading pool.")
+    lambda_c: float = _f(MASS["lambda_c"], "λ_c: mass of the clean pool.")
+    lambda_p: float = _f(MASS["lambda_p"], "λ_p: mass of the non-adversarial pools (split by ρ).")
+    rho: float = _f(MASS["rho"], "ρ: share of λ_p given to correct-context pairs; 1-ρ goes to irrelevant.")
     weighting: Weighting = _f("sample", "sample (λ/ρ as sampling mass, the paper) | loss (uniform sampling, per-row loss weights).")
     pairing: Pairing = _f("matched", "matched (same r+/r- under all 4 contexts) | unmatched (r+/r- shuffled across items within a condition).")
     reference: Reference = _f("auto", "auto (adapter-disabled policy with LoRA, frozen copy without; computed every step) | "
@@ -260,7 +261,7 @@ class DPOAlgoConfig:
     rpo_alpha: float = _f(0.0, "Weight of an NLL term on the chosen completions added to the DPO loss (RPO, Pang et al. "
                                "2024; TRL: loss_type=[sigmoid, sft], loss_weights=[1, rpo_alpha]); keeps r+ and its "
                                "answer format likely while r- is pushed down. 0 = the paper's plain DPO.")
-    lambda_u: float = _f(0.0, "λ_u: sampling mass of the unknown-item pools (algo=scope_knowledge_aware); the four "
+    lambda_u: float = _f(MASS["lambda_u"], "λ_u: sampling mass of the unknown-item pools (algo=scope_knowledge_aware); the four "
                               "SCOPE pools share 1-λ_u in their λ/ρ proportions. 0 = plain SCOPE.")
     unknown_irrelevant: bool = _f(False, "Also draw the unknown_irrelevant pool: λ_u is then split by ρ between "
                                          "unknown_correct and unknown_irrelevant (else unknown_correct gets all of λ_u).")

@@ -8,6 +8,8 @@ import math
 from dataclasses import fields, is_dataclass
 from pathlib import Path
 
+from selectrust.conditions import SCOPE_LAMBDAS
+
 
 class ConfigError(ValueError):
     """A config that composes but makes no sense (raised before any model loads)."""
@@ -200,7 +202,7 @@ def check_adapter_weights(path: str, model_cfg, field: str) -> None:
 
 
 def _generation_capabilities(cfg):
-    from selectrust.generation.backends.registry import capabilities
+    from selectrust.generation.backends import capabilities
 
     return capabilities(cfg.generation.backend, cfg.generation)
 
@@ -209,7 +211,7 @@ def backends_that(*capabilities: str, generation=None) -> str:
     """``generation=<a> or generation=<b>``: the registered backends with any of ``capabilities`` (for messages).
     With ``generation`` (the chosen ``generation`` node) of a backend with flavours (vllm_server's ``server_kind``),
     the flavours that give one of ``capabilities`` come first, as the fix ``generation.server_kind=vllm``."""
-    from selectrust.generation.backends.registry import backends_with, get_backend
+    from selectrust.generation.backends import backends_with, get_backend
 
     fixes = [f"generation={n}" for n in backends_with(*capabilities)]
     if generation is not None:
@@ -225,7 +227,7 @@ def _validate_generation(cfg) -> None:
     and what the run asks of the backend (asked of its capabilities), checked before anything runs."""
     from omegaconf import OmegaConf
 
-    from selectrust.generation.backends.registry import check_settings, get_backend
+    from selectrust.generation.backends import check_settings, get_backend
     from trainer.config.schemas import GenerationConfig, generation_schema
 
     g = cfg.generation
@@ -264,14 +266,14 @@ def validate_merge(cfg) -> None:
 def validate_dpo(cfg) -> None:
     validate_common(cfg)
     a = cfg.algo
-    for k in ("lambda_m", "lambda_c", "lambda_p", "rho"):
+    for k in (*SCOPE_LAMBDAS, "rho"):
         v = getattr(a, k)
         if not 0.0 <= v <= 1.0:
             raise ConfigError(f"algo.{k}={v} must be in [0, 1]")
-    total = a.lambda_m + a.lambda_c + a.lambda_p
+    total = sum(getattr(a, k) for k in SCOPE_LAMBDAS)
     if abs(total - 1.0) > 1e-6:
-        raise ConfigError(f"algo.lambda_m + algo.lambda_c + algo.lambda_p must sum to 1, got "
-                          f"{a.lambda_m} + {a.lambda_c} + {a.lambda_p} = {total:g}")
+        raise ConfigError(" + ".join(f"algo.{k}" for k in SCOPE_LAMBDAS) + " must sum to 1, got "
+                          + " + ".join(f"{getattr(a, k)}" for k in SCOPE_LAMBDAS) + f" = {total:g}")
     if a.beta <= 0:
         raise ConfigError(f"algo.beta must be > 0, got {a.beta}")
     if not 0 <= a.label_smoothing < 0.5:
@@ -312,7 +314,7 @@ def validate_knowledge(kcfg, generation=None) -> None:
                               f"toward unknown; it needs knowledge.unknown_threshold < 0.5 < "
                               f"knowledge.known_threshold, got {kcfg.unknown_threshold} and {kcfg.known_threshold}")
         if generation is not None:
-            from selectrust.generation.backends.registry import capabilities
+            from selectrust.generation.backends import capabilities
 
             if not capabilities(generation.backend, generation).sampled_token_ids:
                 raise ConfigError(f"knowledge.score={kcfg.score} needs the greedy answer's token log-probs, which "

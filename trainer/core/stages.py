@@ -3,7 +3,7 @@
 It runs the chains (``recipes/chain.py``), the distillation pipelines (``trainer/distill/pipeline.py``,
 ``opsd_pipeline.py``) and both demos (``demos/``). A stage (:class:`Stage`) is a name, a recipe, the Hydra
 overrides of that recipe's config and its inputs. The runner does not know the recipes: the entry point hands
-down ``compose(config_name, overrides)`` and a ``{name: run(cfg)}`` mapping (``recipes.chain.recipe_runners``),
+down ``compose(config_name, overrides)`` and a ``{name: run(cfg)}`` mapping (``recipes.stage_recipes.runners``),
 so a stage names its recipe and nothing below ``recipes/`` imports it. A step that is not a recipe (building a
 data set, converting a model) is a stage with ``call`` instead: a function of the stage's directory, and, when the
 step declares ``inputs`` (``{name: "<earlier stage>[/<path>]"}``), of their paths too (``call(dir, {name: path})``),

@@ -1,2 +1,3 @@
-"""Training data: pair and SFT loaders and samplers (``train_data``), SFT tokenisation (``sft_data``),
-named data sources (``sources``) and the data settings' value sets (``choices``, standard library only)."""
+"""Training data: pair and SFT loaders and samplers (``train_data``), SCOPE pair mining (``mining``), SFT
+tokenisation (``sft_data``), named data sources (``sources``) and the data settings' value sets (``choices``,
+standard library only)."""

@@ -60,14 +60,10 @@ DATA_SOURCES: Registry[Resolver] = Registry("data source", ENTRY_POINT_GROUP, {}
                                             broken=_broken)
 
 
-def register_data_source(scheme: str, resolver: Resolver) -> None:
-    """Make ``<scheme>:<rest>`` paths resolve through ``resolver(rest)``. Registering the same resolver
-    again is a no-op; another resolver for a registered scheme is an error."""
-    _checked(scheme, resolver)
-    known = DATA_SOURCES.registered.get(scheme, DATA_SOURCES.loaded.get(scheme))
-    if known is not None and known is not resolver:
-        raise ValueError(f"data source {scheme!r} is already registered ({known.__module__}.{known.__qualname__})")
-    DATA_SOURCES.register(scheme, resolver)
+#: ``register_data_source(scheme, resolver)``: make ``<scheme>:<rest>`` paths resolve through ``resolver(rest)``
+#: (the scheme and the resolver checked); the same resolver again is a no-op; another resolver for a scheme in use
+#: (registered, or an entry point already loaded) is an error naming the one there.
+register_data_source = DATA_SOURCES.register
 
 
 def known_data_sources() -> list[str]:

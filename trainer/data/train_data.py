@@ -21,14 +21,10 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from selectrust.core.io import DataError, read_records
-from eval_hooks.vocab import MIST_CONDITIONS as CONDITIONS
+from selectrust.conditions import MIST_CONDITIONS as CONDITIONS, SCOPE_POOLS as POOLS, UNKNOWN_POOLS
+from selectrust.conditions import condition_mass, pool_mass  # noqa: F401 - the samplers' masses, imported from here too
 
 from trainer.data.sources import resolve_data_path
-
-# Knowledge-aware SCOPE (docs/scope.md#knowledge-aware-scope): pools of items the model does not know,
-# each tied to the context condition its prompts are shown under; rows of these pools form no quartet.
-UNKNOWN_POOLS = {"unknown_correct": "correct", "unknown_irrelevant": "irrelevant"}
-POOLS = CONDITIONS + tuple(UNKNOWN_POOLS)
 
 
 # -- pairs ----------------------------------------------------------------------------------------
@@ -64,8 +60,8 @@ def load_pairs(path: str, *, on_invalid: str = "drop", require_quartets: bool = 
         if pool not in POOLS or (pool in UNKNOWN_POOLS and UNKNOWN_POOLS[pool] != rec["condition"]) or \
                 (pool in CONDITIONS and pool != rec["condition"]):
             raise DataError(f"pool {pool!r} does not fit condition {rec['condition']!r}", path=real, line=line,
-                            field="pool", accepted="the condition itself, or unknown_correct (condition correct) | "
-                                                   "unknown_irrelevant (condition irrelevant)")
+                            field="pool", accepted="the condition itself, or " + " | ".join(
+                                f"{p} (condition {c})" for p, c in UNKNOWN_POOLS.items()))
         key = (rec["pair_id"], rec["condition"])
         if key in seen:
             raise DataError(f"duplicate condition {rec['condition']!r} for pair_id {rec['pair_id']!r} "
@@ -155,11 +151,6 @@ def load_sft_examples(path: str) -> list[dict]:
 
 
 # -- samplers -------------------------------------------------------------------------------------
-def condition_mass(*, lambda_m: float, lambda_c: float, lambda_p: float, rho: float) -> dict[str, float]:
-    """docs/scope.md#condition-weights: λ_m, λ_c, λ_p ρ, λ_p (1-ρ) over misleading, clean, correct, irrelevant."""
-    return {"misleading": lambda_m, "clean": lambda_c, "correct": lambda_p * rho, "irrelevant": lambda_p * (1 - rho)}
-
-
 def length_grouped_order(lengths: Sequence[int], *, block: int, blocks_per_chunk: int, rng,
                          within_window: bool = True) -> np.ndarray:
     """Length-grouped order of a sequence of draws: a permutation of ``range(len(lengths))``.
@@ -184,21 +175,6 @@ def length_grouped_order(lengths: Sequence[int], *, block: int, blocks_per_chunk
             blocks = []
     out += [blocks[i] for i in rng.permutation(len(blocks))] if blocks else []
     return np.concatenate(out) if out else np.arange(0)
-
-
-def pool_mass(*, lambda_m: float, lambda_c: float, lambda_p: float, rho: float, lambda_u: float = 0.0,
-              unknown_irrelevant: bool = False) -> dict[str, float]:
-    """docs/scope.md#knowledge-aware-scope: the four SCOPE pools get ``(1 - λ_u)`` times their
-    :func:`condition_mass`; the unknown pools get ``λ_u`` (split ``ρ`` / ``1 - ρ`` between unknown_correct
-    and unknown_irrelevant when ``unknown_irrelevant``, else all to unknown_correct). λ_u = 0 is SCOPE."""
-    mass = {c: (1 - lambda_u) * m for c, m in condition_mass(lambda_m=lambda_m, lambda_c=lambda_c,
-                                                              lambda_p=lambda_p, rho=rho).items()}
-    if lambda_u > 0:
-        share = rho if unknown_irrelevant else 1.0
-        mass["unknown_correct"] = lambda_u * share
-        if unknown_irrelevant:
-            mass["unknown_irrelevant"] = lambda_u * (1 - share)
-    return mass
 
 
 def check_pool_mass(pools, mass: dict[str, float]) -> None:

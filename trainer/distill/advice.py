@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from selectrust.conditions import REVERSED, SEEDED
 from trainer.distill.views import ForkView
 
 __all__ = ["advice_from_log_odds"]
@@ -21,7 +22,7 @@ def advice_from_log_odds(views: Sequence[ForkView], log_odds: dict[str, float], 
     rows = []
     for item_id, lo in by_item.items():
         rec = items[item_id]
-        score = lo.get("seeded", 0.0) - lo.get("reversed", 0.0)
+        score = lo.get(SEEDED, 0.0) - lo.get(REVERSED, 0.0)
         letter = "A" if score >= 0 else "B"
         favoured, other = (rec["candidate_a"], rec["candidate_b"])[::1 if letter == "A" else -1]
         rows.append({"item_id": item_id, "task_id": rec.get("task_id"), "favoured": letter,

@@ -36,7 +36,7 @@ def evaluate_views(model, tokenizer, views: Sequence[ForkView], *, teacher: bool
     ``well_formed`` (fraction of reasoning blocks that ended properly) and per-view ``log_odds``
     (log p(A) - log p(B), for advice)."""
     from eval_hooks.families import get_family
-    from eval_hooks.metrics import compute_metrics
+    from eval_hooks import compute_metrics
     from selectrust.generation.prompts import render_prompt
 
     family = get_family("taste")

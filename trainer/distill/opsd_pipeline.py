@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from eval_hooks.vocab import MIST_CONDITIONS as CONDITIONS
+from selectrust.conditions import MIST_CONDITIONS as CONDITIONS
 
 from trainer.core.stages import Stage
 from trainer.distill.pipeline import DistillPipeline

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Sequence
 
+from selectrust.conditions import CLEAN, MISLEADING, SEEDED
 from selectrust.core.io import DataError
 
 __all__ = ["ForkView", "load_fork_views", "load_mist_views", "load_views", "has_choice_position", "check_task_disjoint",
@@ -58,7 +59,7 @@ def load_fork_views(path, *, style: str, demonstration: str, require_task_id: bo
             raise DataError("missing task_id: distillation trains and tests on task-disjoint folds", path=path,
                             line=line, field="task_id", accepted="a non-empty string or an integer")
         a, b = rec["candidate_a"], rec["candidate_b"]
-        first, second = (a, b) if row["condition"] == "seeded" else (b, a)
+        first, second = (a, b) if row["condition"] == SEEDED else (b, a)
         right, wrong = (a, b) if rec["label"] == "A" else (b, a)
         if style == "compact":
             student = compact_prompt(rec["task"], first, second)
@@ -91,8 +92,8 @@ def load_mist_views(path) -> list[ForkView]:
         by_item.setdefault(row["item_id"], {})[row["condition"]] = row
     views = []
     for item_id, conds in by_item.items():
-        mis, clean = conds["misleading"], conds["clean"]
-        views.append(ForkView(view_id=mis["row_id"], item_id=item_id, task_id=None, condition="misleading",
+        mis, clean = conds[MISLEADING], conds[CLEAN]
+        views.append(ForkView(view_id=mis["row_id"], item_id=item_id, task_id=None, condition=MISLEADING,
                               gold=str(mis["gold"]), student_prompt=mis["prompt"], teacher_prompt=clean["prompt"],
                               row=mis))
     if not views:

@@ -1,4 +1,4 @@
-"""The trainer's side of the generation-backend registry (``selectrust.generation.backends.registry``): the backend of a
+"""The trainer's side of the generation-backend registry (``selectrust.generation.backends``): the backend of a
 ``generation`` config node, what it can do, and what a run stops on when it fails.
 
 Nothing here knows a backend by name. :func:`make_backend` hands the node's settings to the backend's factory;
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from selectrust.generation.backends.registry import BuildContext, Capabilities, capabilities, get_backend
+from selectrust.generation.backends import BuildContext, Capabilities, capabilities, get_backend
 from selectrust.generation.prompts import PromptSettings
 
 

@@ -21,15 +21,13 @@ raises until you implement it), another package's entry point in group ``selectr
 
 from __future__ import annotations
 
-import importlib
 import re
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 from selectrust.core.plugins import Registry
-from trainer.rl.registry import callable_registry
-
+from trainer.rl.callables import callable_registry, config_error
 
 
 @dataclass
@@ -123,33 +121,34 @@ class WebShopEnv(Environment):
 
 
 ENTRY_POINT_GROUP = "selectrust.environments"
-BUILTIN: dict[str, str] = {"toy_lookup": "trainer.rl.envs:ToyLookupEnv", "webshop": "trainer.rl.envs:WebShopEnv"}
+BUILTIN: dict[str, Callable[[], Environment]] = {"toy_lookup": ToyLookupEnv, "webshop": WebShopEnv}
 
 
-#: ``algo.env`` names: :data:`BUILTIN`, ``ENVIRONMENTS.register(name, cls)`` in code, or an installed package's
-#: entry point in group :data:`ENTRY_POINT_GROUP` (``maze = "my_pkg.maze:MazeEnv"``); each a zero-argument
-#: callable returning an :class:`Environment`.
-ENVIRONMENTS: Registry[Callable[[], Environment]] = callable_registry("environment", "env", ENTRY_POINT_GROUP,
-                                                                      BUILTIN)
+def _accepted() -> str:
+    return f"one of {', '.join(sorted(ENVIRONMENTS))}, or an import path 'pkg.module:Class'"
+
+
+def _unknown(name: str, known: list[str]) -> Exception:
+    return config_error(f"algo.env={name!r} is not a known environment ({_accepted()})")
+
+
+def _bad_path(name: str, e: Exception | None) -> Exception:
+    why = e if e is not None else "not a zero-argument callable"
+    return config_error(f"algo.env={name!r} cannot be loaded ({why}); accepted: {_accepted()}")
+
+
+#: ``algo.env`` names: :data:`BUILTIN`, ``ENVIRONMENTS.register(name, cls)`` in code, an installed package's entry
+#: point in group :data:`ENTRY_POINT_GROUP` (``maze = "my_pkg.maze:MazeEnv"``), or an import path
+#: ``pkg.module:Class``; each a zero-argument callable returning an :class:`Environment`.
+ENVIRONMENTS: Registry[Callable[[], Environment]] = callable_registry(
+    "environment", "env", ENTRY_POINT_GROUP, BUILTIN, unknown=_unknown, bad_path=_bad_path)
 
 
 def resolve_env(name: str, *, max_turns: int | None = None) -> Callable[[], Environment]:
     """``algo.env`` -> a zero-argument factory. Checked (and, for the template, instantiated once so
     that its NotImplementedError surfaces) before any model loads. ``max_turns`` (``algo.env_max_turns``)
     replaces the environment's own ``max_turns``; None keeps it."""
-    from trainer.config import ConfigError
-
-    accepted = f"one of {', '.join(sorted(ENVIRONMENTS))}, or an import path 'pkg.module:Class'"
-    if name in ENVIRONMENTS:
-        cls = ENVIRONMENTS.get(name)
-    elif ":" in name:
-        mod, _, attr = name.partition(":")
-        try:
-            cls = getattr(importlib.import_module(mod), attr)
-        except (ImportError, AttributeError) as e:
-            raise ConfigError(f"algo.env={name!r} cannot be loaded ({e}); accepted: {accepted}") from e
-    else:
-        raise ConfigError(f"algo.env={name!r} is not a known environment ({accepted})")
+    cls = ENVIRONMENTS.get(name)
 
     def factory() -> Environment:
         env = cls()

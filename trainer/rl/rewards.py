@@ -12,7 +12,7 @@ Registry (docs/box2.md#rewards: the reward is the task outcome only; nothing rew
 - ``answer_match``    dispatch on ``row["answer_type"]`` (any answer type, short_text included), judged as
                       evaluation judges it: the row's candidates and ``gold_aliases`` count
 
-Another package adds one with an entry point in group ``selectrust.rewards`` (:data:`REGISTRY`); any other name
+Another package adds one with an entry point in group ``selectrust.rewards`` (:data:`REWARDS`); any other name
 must be an import path ``pkg.module:function``. :func:`resolve_reward` checks the
 name before anything is generated. :class:`GuardedReward` turns a raising or non-finite reward into
 an *error sample* (reward 0.0, counted, logged) and stops the run after ``max_errors`` with a message
@@ -21,7 +21,6 @@ that names the function and shows an example input.
 
 from __future__ import annotations
 
-import importlib
 import math
 import signal
 import threading
@@ -30,7 +29,7 @@ from typing import Any, Callable
 from eval_hooks.parsers import answer_status, answers_match, parse_answer, parse_row_answer, row_answer_matches
 from selectrust.core.plugins import Registry
 from trainer.core.errors import RewardError  # noqa: F401  (raised here; the loop checkpoints on it)
-from trainer.rl.registry import callable_registry
+from trainer.rl.callables import callable_registry, config_error
 
 RewardFn = Callable[[str, dict], float]
 
@@ -120,38 +119,42 @@ multiple_choice_match = _match("multiple_choice")
 boolean_match = _match("boolean")
 
 ENTRY_POINT_GROUP = "selectrust.rewards"
-BUILTIN: dict[str, str] = {
-    "numeric_match": "trainer.rl.rewards:numeric_match",
-    "multiple_choice": "trainer.rl.rewards:multiple_choice_match",
-    "boolean": "trainer.rl.rewards:boolean_match",
-    "answer_match": "trainer.rl.rewards:answer_match",
+BUILTIN: dict[str, RewardFn] = {
+    "numeric_match": numeric_match,
+    "multiple_choice": multiple_choice_match,
+    "boolean": boolean_match,
+    "answer_match": answer_match,
 }
 
-#: ``algo.reward`` names: :data:`BUILTIN`, ``REGISTRY.register(name, fn)`` in code, or an installed package's entry
-#: point in group :data:`ENTRY_POINT_GROUP` (``exact = "my_pkg.rewards:exact"``).
-REGISTRY: Registry[RewardFn] = callable_registry("reward", "reward", ENTRY_POINT_GROUP, BUILTIN)
+
+def _accepted() -> str:
+    return f"one of {', '.join(sorted(REWARDS))}, or an import path 'pkg.module:function'"
 
 
-def resolve_reward(name: str) -> RewardFn:
-    """Registry name or ``pkg.module:function`` -> the callable. Raises ``ValueError`` (a
-    ``ConfigError``) naming ``algo.reward`` and what is accepted; imports happen here, before any
-    model loads or any rollout is generated."""
-    from trainer.config import ConfigError
+def _unknown(name: str, known: list[str]) -> Exception:
+    return config_error(f"algo.reward={name!r} is not a registered reward ({_accepted()})")
 
-    accepted = f"one of {', '.join(sorted(REGISTRY))}, or an import path 'pkg.module:function'"
-    if name in REGISTRY:
-        return REGISTRY.get(name)
-    if ":" not in name:
-        raise ConfigError(f"algo.reward={name!r} is not a registered reward ({accepted})")
+
+def _bad_path(name: str, e: Exception | None) -> Exception:
     module_name, _, attr = name.partition(":")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as e:
-        raise ConfigError(f"algo.reward={name!r}: cannot import module {module_name!r} ({e}); accepted: {accepted}") from e
-    fn = getattr(module, attr, None)
-    if fn is None or not callable(fn):
-        raise ConfigError(f"algo.reward={name!r}: module {module_name!r} has no callable {attr!r}; accepted: {accepted}")
-    return fn
+    if isinstance(e, ImportError):
+        return config_error(f"algo.reward={name!r}: cannot import module {module_name!r} ({e}); accepted: "
+                            f"{_accepted()}")
+    return config_error(f"algo.reward={name!r}: module {module_name!r} has no callable {attr!r}; accepted: "
+                        f"{_accepted()}")
+
+
+#: ``algo.reward`` names: :data:`BUILTIN`, ``REWARDS.register(name, fn)`` in code, an installed package's entry
+#: point in group :data:`ENTRY_POINT_GROUP` (``exact = "my_pkg.rewards:exact"``), or an import path
+#: ``pkg.module:function``.
+REWARDS: Registry[RewardFn] = callable_registry("reward", "reward", ENTRY_POINT_GROUP, BUILTIN, unknown=_unknown,
+                                                bad_path=_bad_path)
+REGISTRY = REWARDS  # its name before the fourth cut
+
+#: ``resolve_reward(name)``: a registry name or ``pkg.module:function`` -> the callable. Raises a ``ConfigError``
+#: naming ``algo.reward`` and what is accepted; imports happen here, before any model loads or any rollout is
+#: generated.
+resolve_reward = REWARDS.get
 
 
 def reward_name(fn: Callable) -> str:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from selectrust.core.io import DataError, write_json_atomic, write_jsonl_atomic
 from ...parsers import normalize_short_text
-from ...vocab import MIST_CONDITIONS
+from selectrust.conditions import CLEAN, MIST_CONDITIONS
 from .relations import RELATIONS, Geo, related
 from .source import load_geonames
 from .wording import fixed_text, item_rows
@@ -283,7 +283,7 @@ def _check_no_leak(train_rows: list[dict], heldout_rows: list[dict], transfer_ro
     (its subject together with its gold or an alias; ``transfer_rows`` holds both parts of the held-out relation);
     a leak here is a bug of the builder."""
     def names(rows):
-        return {n for r in rows if r["condition"] == "clean"
+        return {n for r in rows if r["condition"] == CLEAN
                 for n in [normalize_short_text(v) for v in (r["subject"], r["gold"], *r.get("gold_aliases", []))]}
 
     held, dev = names(heldout_rows), names(dev_rows)
@@ -293,7 +293,7 @@ def _check_no_leak(train_rows: list[dict], heldout_rows: list[dict], transfer_ro
             raise RuntimeError(f"build-facts: {len(leaks)} training prompts name a {what} subject or gold: "
                                f"{leaks[:5]}")
     prompts = [_words(r["prompt"]) for r in train_rows]
-    facts = [r for r in transfer_rows if r["condition"] == "clean"]
+    facts = [r for r in transfer_rows if r["condition"] == CLEAN]
     places = _places(train_rows, facts)
     stated = [r["item_id"] for r in facts
               if _states_transfer_fact(prompts, r["subject"], [r["gold"], *r.get("gold_aliases", [])], places)]
@@ -417,7 +417,7 @@ def build_facts(data: dict, settings: FactsSettings = FactsSettings()) -> tuple[
 
 
 def _stats(data: dict, st: FactsSettings, out: dict, drops: dict, made: Counter, held: set, n_groups: int) -> dict:
-    clean = {s: Counter(r["relation"] for r in rows if r["condition"] == "clean") for s, rows in out.items()}
+    clean = {s: Counter(r["relation"] for r in rows if r["condition"] == CLEAN) for s, rows in out.items()}
     dev_groups = {r["group"] for r in out["dev"]}
     chosen = [*st.relations, *([st.transfer_relation] if st.transfer_relation else [])]
     return {
@@ -428,7 +428,7 @@ def _stats(data: dict, st: FactsSettings, out: dict, drops: dict, made: Counter,
                             "candidates": made[rel], **{s: clean[s][rel] for s in SIDES},
                             "dropped": dict(sorted(drops[rel].items()))} for rel in chosen},
         "by_relation": {s: dict(c) for s, c in clean.items()},
-        "by_wording": {s: dict(sorted(Counter(r["wording"] for r in rows if r["condition"] == "clean").items()))
+        "by_wording": {s: dict(sorted(Counter(r["wording"] for r in rows if r["condition"] == CLEAN).items()))
                        for s, rows in out.items()},
         "heldout_groups": len(held), "dev_groups": len(dev_groups),
         "train_groups": n_groups - len(held) - len(dev_groups),

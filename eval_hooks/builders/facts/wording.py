@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import random
 
-from ...vocab import MIST_CONDITIONS
+from selectrust.conditions import CLEAN, CORRECT, IRRELEVANT, MISLEADING, MIST_CONDITIONS
 
 INSTRUCTION = "Answer in one short sentence."
 # channel -> {"train": wordings, "heldout": wordings}; {fact} is the relation's fact sentence, {Fact} capitalised.
@@ -69,9 +69,9 @@ def item_rows(item: dict, other: dict, question: str, fact: str, seed: int, spli
         f = fact.format(s=s, o=o)
         return wording.format(fact=f, Fact=f[0].upper() + f[1:])
 
-    contexts = {"clean": None, "misleading": context(item["subject"], item["wrong_value"]),
-                "correct": context(item["subject"], item["gold"]),
-                "irrelevant": context(other["subject"], other["gold"])}
+    contexts = {CLEAN: None, MISLEADING: context(item["subject"], item["wrong_value"]),
+                CORRECT: context(item["subject"], item["gold"]),
+                IRRELEVANT: context(other["subject"], other["gold"])}
     rows = []
     for cond in MIST_CONDITIONS:
         ctx = contexts[cond]

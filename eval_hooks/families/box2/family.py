@@ -14,7 +14,7 @@ from typing import Any
 
 from ..base import (Ctx, Family, items_once, answer_instruction, check_choices, check_gold, copy_extras, render_choices,
                    req_choice, req_str, req_str_list)
-from ...vocab import BOX2_CURVE_REGIMES, BOX2_FIXED_REGIMES, BOX2_REGIMES as REGIMES
+from selectrust.conditions import BOX2_CURVE_REGIMES, BOX2_FIXED_REGIMES, BOX2_REGIMES as REGIMES
 from .metrics import box2_metrics
 from .report import report_section
 

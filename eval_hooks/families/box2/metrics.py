@@ -18,7 +18,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ...metrics.common import check_rows, group_by_item, where
-from ...vocab import BOX2_CURVE_REGIMES as CURVE_REGIMES, BOX2_FIXED_REGIMES as FIXED_REGIMES, BOX2_REGIMES as REGIMES
+from selectrust.conditions import BOX2_CURVE_REGIMES as CURVE_REGIMES, BOX2_FIXED_REGIMES as FIXED_REGIMES, BOX2_REGIMES as REGIMES
 _CURVE_RE = re.compile(r"^(partial|mixed)_(\d+)$")
 
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Sequence
 
-from ...report_kit import figure, md_table, pct, pp, rate_bars, save
-from ...vocab import BOX2_FIXED_REGIMES as FIXED_REGIMES
+from ...scoring.report_kit import figure, md_table, pct, pp, rate_bars, save
+from selectrust.conditions import BOX2_FIXED_REGIMES as FIXED_REGIMES
 
 BOX2_LABELS = {"none": "S_0 none", "good": "S_G good", "bad": "S_B bad", "partial": "S_P partial",
                "mixed": "S_M mixed"}

@@ -12,11 +12,11 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from selectrust.core.io import read_records
-from ...parsers import normalize_label
+from ...parsers import MED_LABELS, normalize_label
 from selectrust.core.settings import choice_type, setting
 from ..base import Family, items_once, copy_extras, req_choice, req_str, req_str_list
-from ...vocab import MED_CATEGORIES as CATEGORIES, MED_FORMATS, MED_MITIGATIONS, MED_VARIANTS as VARIANTS
-from .labels import MED_LABELS
+from selectrust.conditions import MED_CATEGORIES as CATEGORIES, MED_FORMATS, MED_MITIGATIONS, MED_VARIANTS as VARIANTS
+from .items import build_items
 from .metrics import label_prob_metrics, med_metrics, pipeline_metrics
 from .pipelines import KeywordJudge, ModelJudge, run_pipelines
 from .prompts import render_med_prompt
@@ -118,8 +118,6 @@ class MedFamily(Family):
         """Med rows (validated before any model loads). A raw MedEvidence file is built into items in memory
         (verified substitutions only, seed ``eval.med.seed``); ``eval.med.max_questions`` keeps the first N
         questions with all their items."""
-        from ...builders.medcounterfact import build_items
-
         med = self.own_settings(settings)
         if not med.generate and not med.label_probs:
             raise ValueError("eval.med.generate=false scores the label probabilities only: it needs "

@@ -7,7 +7,7 @@ the share of rows whose parsed label is ``Uncertain``. Unparsable rows count in 
 of both (neither agreeing nor uncertain).
 
 Two shapes, one computation (:func:`cell_rates`): :func:`med_metrics` (rows scored once, cells
-``<category>.<variant>``: the ``score`` CLI verb and :func:`eval_hooks.metrics.compute_metrics`) and
+``<category>.<variant>``: the ``score`` CLI verb and :func:`eval_hooks.compute_metrics`) and
 :func:`pipeline_metrics` (the records of the Med run, cells ``<pipeline>.<format>.<category>.<variant>``, plus
 awareness, label probabilities and mitigation deltas).
 """
@@ -18,8 +18,8 @@ from collections import defaultdict
 from typing import Any, Sequence
 
 from ...metrics.common import check_rows, group_by_item, where
-from ...vocab import MED_CATEGORIES as CATEGORIES, MED_FORMATS as FORMATS, MED_PIPELINES as PIPELINES
-from ...vocab import MED_VARIANTS as VARIANTS
+from selectrust.conditions import MED_CATEGORIES as CATEGORIES, MED_FORMATS as FORMATS, MED_PIPELINES as PIPELINES
+from selectrust.conditions import MED_VARIANTS as VARIANTS
 
 UNCERTAIN = "Uncertain"
 AWARENESS = ("Explicit Yes", "Implicit Yes", "No")

@@ -28,10 +28,9 @@ import re
 from typing import Callable, Sequence
 
 from selectrust.generation.backends.base import GenerationRequest
-from ...parsers import normalize_label, parse_label
+from ...parsers import MED_LABELS, normalize_label, parse_label
 from selectrust.generation.prompts import PromptSettings, prompt_messages
-from ...vocab import MED_FORMATS as FORMATS, MED_MITIGATIONS, MED_PIPELINES as PIPELINES
-from .labels import MED_LABELS
+from selectrust.conditions import MED_FORMATS as FORMATS, MED_MITIGATIONS, MED_PIPELINES as PIPELINES
 from .metrics import AWARENESS
 from .prompts import render_med_prompt
 

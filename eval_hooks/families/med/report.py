@@ -11,8 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Sequence
 
-from ...report_kit import figure, heatmap, md_table, pct, save
-from ...vocab import MED_CATEGORIES as CATEGORIES, MED_VARIANTS as VARIANTS
+from ...scoring.report_kit import figure, heatmap, md_table, pct, save
+from selectrust.conditions import MED_CATEGORIES as CATEGORIES, MED_VARIANTS as VARIANTS
 
 
 def report_section(metrics: dict, item_scores: Sequence[dict], out_dir: Path, title: str) -> tuple[list[str], list[str]]:

@@ -13,7 +13,7 @@ from ...parsers import ANSWER_TYPES as _ANSWER_TYPES
 from ...parsers import answer_type as _answer_type
 from ...parsers import answer_budget, answer_status, parse_row_answer, row_answer_matches
 from ..base import Ctx, Family, check_choices, check_gold, req_choice, req_item_id, req_str
-from ...vocab import MIST_CONDITIONS as CONDITIONS
+from selectrust.conditions import MIST_CONDITIONS as CONDITIONS
 from .metrics import mist_metrics, quality_warnings
 from .report import report_section
 

@@ -21,7 +21,7 @@ import numpy as np
 
 from ...metrics.common import (CI_LEVEL, bootstrap_indices, check_rows, group_by_item, percentile_ci,
                       require_complete, slice_key)
-from ...vocab import MIST_CONDITIONS
+from selectrust.conditions import MIST_CONDITIONS
 CLEAN, MIS = 0, 1
 # Row attributes that compute_metrics slices by when rows carry them (any other: slice_metrics).
 DEFAULT_SLICE_KEYS = ("answer_type", "source", "topic", "relation", "channel", "plausibility", "provenance")

@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Sequence
 
-from ...report_kit import ci_text, figure, md_table, pct, rate_bars, save
-from ...vocab import MIST_CONDITIONS
+from ...scoring.report_kit import ci_text, figure, md_table, pct, rate_bars, save
+from selectrust.conditions import MIST_CONDITIONS
 
 MAX_EXAMPLES = 10
 

@@ -15,7 +15,7 @@ from typing import Any, Callable, Optional
 
 from ..base import Family, _show, items_once, copy_extras, req_choice, req_str
 from selectrust.core.settings import setting
-from ...vocab import TASTE_CONDITIONS as CONDITIONS
+from selectrust.conditions import TASTE_CONDITIONS as CONDITIONS
 from .metrics import taste_metrics
 from .report import report_section
 

@@ -21,7 +21,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ...metrics.common import check_rows, group_by_item, require_complete, slice_key
-from ...vocab import TASTE_CONDITIONS
+from selectrust.conditions import TASTE_CONDITIONS
 DOMAINS = ("engineering", "research")
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Sequence
 
-from ...report_kit import bar_labels, figure, md_table, pct, save
+from ...scoring.report_kit import bar_labels, figure, md_table, pct, save
 
 
 def _row(name: str, s: dict) -> list:

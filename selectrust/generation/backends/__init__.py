@@ -1,18 +1,90 @@
-"""Generation backends behind one interface (see ``base.GenerationBackend``), registered by name with their
-settings, factory and capabilities in ``registry`` (``get_backend``, ``capabilities``)."""
+"""The generation backends, by name: the one place that knows which backends exist and what each can do.
+
+Every backend speaks one interface (:class:`~selectrust.generation.backends.base.GenerationBackend`) and declares a
+:class:`~selectrust.generation.backends.spec.BackendSpec` in its own module (its settings, factory and capabilities:
+``spec.py``). Nothing outside this package chooses code by a backend's name: the trainers' evaluation, the config
+checks, GRPO, pair mining and Taste fork mining ask :func:`get_backend` and :func:`capabilities`, and an unknown
+name is an error listing the known ones.
+
+Backends come from three places (:data:`BACKENDS`, an :class:`selectrust.core.plugins.Registry`), looked up in this
+order:
+
+- :data:`BUILTIN`: one line per backend of this repository, its spec imported plainly here (every backend module is
+  torch-free at import; torch is imported inside the functions that generate);
+- :func:`register_backend`, in code;
+- the entry-point group :data:`ENTRY_POINT_GROUP` of installed packages::
+
+      [project.entry-points."selectrust.backends"]
+      mybackend = "mypackage.mybackend:BACKEND"
+
+A plugin whose module cannot be imported is left out of the schema and the messages (:func:`loadable_backend_names`)
+and fails, in one line naming the plugin and the group, only when chosen (:class:`BrokenBackendError`). How to add
+one: docs/architecture.md.
+"""
+
+from __future__ import annotations
+
+from selectrust.core.plugins import Registry
 
 from .base import GenerationBackend, GenerationRequest, GenerationResult, Sample, truncate_at_stop
-from .registry import (BACKENDS, BackendSpec, BuildContext, Capabilities, backend_names, capabilities, get_backend,
-                       register_backend)
+from .hf import BACKEND as HF
+from .hf import HFBackend
+from .openai_chat import BACKEND as OPENAI_CHAT
+from .spec import (BackendSpec, BuildContext, Capabilities, check_positive, check_settings,  # noqa: F401
+                   setting)
+from .vllm_server import BACKEND as VLLM_SERVER
 
-__all__ = ["GenerationBackend", "GenerationRequest", "GenerationResult", "Sample", "truncate_at_stop",
-           "HFBackend", "BACKENDS", "BackendSpec", "BuildContext", "Capabilities", "backend_names", "capabilities",
-           "get_backend", "register_backend"]
+ENTRY_POINT_GROUP = "selectrust.backends"
+
+#: The built-in backends, one line each, in the order the config's choices list them.
+BUILTIN: dict[str, BackendSpec] = {"hf": HF, "vllm_server": VLLM_SERVER, "openai_chat": OPENAI_CHAT}
 
 
-def __getattr__(name):  # keep `import selectrust.generation.backends` free of torch/transformers
-    if name == "HFBackend":
-        from .hf import HFBackend
+class UnknownBackendError(ValueError):
+    """No backend of that name (the message lists the known ones), or an entry point that names no backend."""
 
-        return HFBackend
-    raise AttributeError(name)
+
+class BrokenBackendError(UnknownBackendError):
+    """An installed backend plugin whose module cannot be imported: one line naming the plugin and the group."""
+
+
+def _accept(name: str, spec) -> BackendSpec:
+    if not isinstance(spec, BackendSpec) or spec.name != name:
+        raise UnknownBackendError(f"generation backend {name!r}: not a BackendSpec named {name!r} (got {spec!r})")
+    return spec
+
+
+def _broken(name: str, value: str | None, e: Exception) -> BrokenBackendError:
+    return BrokenBackendError(f"generation backend plugin {name!r} (entry point {value!r} of group "
+                              f"{ENTRY_POINT_GROUP!r}) cannot be loaded: {type(e).__name__}: {e}")
+
+
+#: ``BACKENDS[name]`` is :func:`get_backend`; iterating gives :func:`backend_names`.
+BACKENDS: Registry[BackendSpec] = Registry("generation backend", ENTRY_POINT_GROUP, BUILTIN, accept=_accept,
+                                           error=UnknownBackendError, broken=_broken, component=BackendSpec)
+
+#: ``register_backend(spec)``: make ``spec`` available under ``spec.name`` (the same spec again is a no-op; another
+#: under a name in use is an error); ``unregister_backend(name)`` removes it; ``backend_names()``: the built-in
+#: ones in :data:`BUILTIN` order, then those registered in code, then the entry points (sorted); ``get_backend(name)``:
+#: the spec, :class:`UnknownBackendError` listing the known ones otherwise; ``loadable_backend_names()``: the names
+#: less the installed plugins whose module cannot be imported (what the config schema and the messages list).
+register_backend, unregister_backend, backend_names, get_backend, loadable_backend_names = (
+    BACKENDS.add, BACKENDS.unregister, BACKENDS.names, BACKENDS.get, BACKENDS.loadable)
+
+
+def capabilities(name: str, settings=None) -> Capabilities:
+    """What backend ``name`` can do with ``settings`` (its flavour, when it declares flavours)."""
+    spec = get_backend(name)
+    return spec.capabilities if settings is None else spec.capabilities_for(settings)
+
+
+def backends_with(*capabilities: str) -> list[str]:
+    """The backends whose own capabilities include any of ``capabilities`` (for messages naming what to use)."""
+    return [n for n in loadable_backend_names() if any(getattr(get_backend(n).capabilities, c) for c in capabilities)]
+
+
+__all__ = ["BACKENDS", "BUILTIN", "ENTRY_POINT_GROUP", "BackendSpec", "BrokenBackendError", "BuildContext",
+           "Capabilities", "GenerationBackend", "GenerationRequest", "GenerationResult", "HFBackend", "Sample",
+           "UnknownBackendError", "backend_names", "backends_with", "capabilities", "check_positive",
+           "check_settings", "get_backend", "loadable_backend_names", "register_backend", "setting",
+           "truncate_at_stop", "unregister_backend"]

@@ -1,13 +1,13 @@
 """The generation-backend interface shared by evaluation, pair mining and RL rollouts.
 
-Three implementations speak it, each registered by name in ``registry`` with its settings, factory and
-capabilities: the in-process Hugging Face backend (``hf``), the HTTP client for a vLLM server (``vllm_server``;
+Three implementations speak it, each registered by name in the package's ``BACKENDS`` with its settings, factory
+and capabilities (``spec``): the in-process Hugging Face backend (``hf``), the HTTP client for a vLLM server (``vllm_server``;
 also, as declared flavours, llama.cpp's and other plain ``/v1/completions`` servers, text only) and, through
 that client, the loopback reference server used in CPU tests; plus ``openai_chat``, a client of any
 OpenAI-compatible ``/v1/chat/completions`` endpoint (judges, mining, evaluation of served models; text only, no
 token ids, first-token top_logprobs only). ``transport`` is their shared HTTP layer (deadlines, size bounds,
 errors). Callers build :class:`GenerationRequest` objects and never branch on the backend kind; what a backend
-can do is asked of the registry (``registry.capabilities``).
+can do is asked of the registry (``selectrust.generation.backends.capabilities``).
 """
 
 from __future__ import annotations

@@ -30,7 +30,7 @@ from typing import Sequence
 from ..prompts import PromptSettings, request_prompt_ids
 from .base import (GenerationBackend, GenerationRequest, GenerationResult, Sample, derive_seed, label_probabilities,
                    label_sequences, truncate_at_stop)
-from .registry import BackendSpec, BuildContext, Capabilities, check_positive, setting
+from .spec import BackendSpec, BuildContext, Capabilities, check_positive, setting
 
 PER_ROW = "per-row"  # group key of seeded sampling: every row carries its own seed, batch freely
 
@@ -406,7 +406,7 @@ class HFBackend(GenerationBackend):
         return label_probabilities(scores, labels)
 
 
-# ---- registration (selectrust/generation/backends/registry.py): generation=hf ---------------------------------
+# ---- registration (selectrust/generation/backends/__init__.py): generation=hf ---------------------------------
 @dataclass
 class HFSettings:
     """The keys of ``generation=hf``."""

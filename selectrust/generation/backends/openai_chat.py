@@ -64,8 +64,8 @@ from typing import Any, Optional, Sequence
 
 from .base import GenerationBackend, GenerationRequest, GenerationResult, Sample, derive_seed
 from ..prompts import PromptSettings
-from . import transport as _http
-from .registry import BackendSpec, BuildContext, Capabilities, check_positive, setting
+import selectrust.generation.backends.transport as _http
+from .spec import BackendSpec, BuildContext, Capabilities, check_positive, setting
 from .transport import ServerCapabilityError, ServerError, ServerResponseError, ServerUnreachableError, request_pool
 
 log = logging.getLogger(__name__)
@@ -257,7 +257,7 @@ class OpenAIChatBackend(GenerationBackend):
         return out
 
 
-# ---- registration (selectrust/generation/backends/registry.py): generation=openai_chat --------------------------
+# ---- registration (selectrust/generation/backends/__init__.py): generation=openai_chat --------------------------
 @dataclass
 class OpenAIChatSettings:
     """The keys of ``generation=openai_chat`` (and of a ``mine-forks`` model with ``backend: openai_chat``)."""

@@ -75,13 +75,13 @@ from dataclasses import dataclass
 from typing import Callable, Optional, Sequence
 
 from ..prompts import PromptSettings, render_prompt_text, request_prompt_ids
-from . import transport as _http
+import selectrust.generation.backends.transport as _http
 from .transport import ServerCapabilityError, ServerError, ServerResponseError, ServerUnreachableError, request_pool
 from .adapter_checksum import checksum_or_none
 from .base import GenerationBackend, GenerationRequest, GenerationResult, Sample, label_probabilities, label_sequences
 from .completions_wire import (parse_prompt_logprobs, parse_text_choice, parse_token_choices, prompt_logprobs_body,
                                text_completion_body, token_completion_body)
-from .registry import BackendSpec, BuildContext, Capabilities, check_positive, setting
+from .spec import BackendSpec, BuildContext, Capabilities, check_positive, setting
 from .vllm_adapters import AdapterLoadError, check_adapter_fits, read_server_settings
 
 log = logging.getLogger(__name__)
@@ -489,7 +489,7 @@ class VLLMServerBackend(GenerationBackend):
     def close(self) -> None:
         pass
 
-# ---- registration (selectrust/generation/backends/registry.py): generation=vllm_server --------------------------
+# ---- registration (selectrust/generation/backends/__init__.py): generation=vllm_server --------------------------
 @dataclass
 class VLLMServerSettings:
     """The keys of ``generation=vllm_server``."""

@@ -1,4 +1,6 @@
-"""The generation backends, by name: the one place that knows which backends exist and what each can do.
+"""What a generation backend declares: a :class:`BackendSpec` (its settings, factory, capabilities, flavours and
+errors), the :class:`Capabilities` callers ask of it, the :class:`BuildContext` its factory gets, and the helpers of
+its settings (:func:`setting`, :func:`check_positive`, :func:`check_settings`).
 
 A backend is a :class:`BackendSpec`, declared in its own module next to the client it builds:
 
@@ -14,24 +16,8 @@ A backend is a :class:`BackendSpec`, declared in its own module next to the clie
 - ``errors``: the exceptions that mean the backend failed mid-run (a server that died or refused), on which a
   trainer checkpoints before it stops.
 
-Nothing outside this module and the backends' own modules chooses code by a backend's name: the trainers'
-evaluation, the config checks, GRPO, pair mining and Taste fork mining ask :func:`get_backend` and
-:func:`capabilities`, and an unknown name is an error listing the known ones.
-
-Backends come from three places, looked up in this order:
-
-- :data:`BUILTIN`: one line per backend of this repository, ``name -> "module:attribute"`` of its spec;
-- :func:`register_backend`, in code;
-- the entry-point group :data:`ENTRY_POINT_GROUP` of installed packages::
-
-      [project.entry-points."selectrust.backends"]
-      mybackend = "mypackage.mybackend:BACKEND"
-
-A backend's module is imported when the backend is first used (its settings are part of the config schema,
-so a command that composes a config imports them all; every backend module is torch-free at import). A plugin
-whose module cannot be imported is left out of the schema and the messages (:func:`loadable_backend_names`) and
-fails, in one line naming the plugin and the group, only when chosen (:class:`BrokenBackendError`). How to
-add one: docs/architecture.md.
+Which backends exist is the registry's (:data:`selectrust.generation.backends.BACKENDS`). How to add one:
+docs/architecture.md.
 """
 
 from __future__ import annotations
@@ -40,20 +26,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Callable
 
-from selectrust.core.plugins import Registry
-
 if TYPE_CHECKING:
     from ..prompts import PromptSettings
     from .base import GenerationBackend
-
-ENTRY_POINT_GROUP = "selectrust.backends"
-
-BUILTIN: dict[str, str] = {
-    "hf": "selectrust.generation.backends.hf:BACKEND",
-    "vllm_server": "selectrust.generation.backends.vllm_server:BACKEND",
-    "openai_chat": "selectrust.generation.backends.openai_chat:BACKEND",
-}
-
 
 @dataclass(frozen=True)
 class Capabilities:
@@ -166,82 +141,3 @@ def _plain(value):
     from omegaconf import OmegaConf
 
     return OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
-
-
-# ---- the registry ---------------------------------------------------------------------------------
-class UnknownBackendError(ValueError):
-    """No backend of that name (the message lists the known ones), or an entry point that names no backend."""
-
-
-def _accept(name: str, spec) -> BackendSpec:
-    if not isinstance(spec, BackendSpec) or spec.name != name:
-        raise UnknownBackendError(f"generation backend {name!r}: not a BackendSpec named {name!r} (got {spec!r})")
-    return spec
-
-
-class BrokenBackendError(UnknownBackendError):
-    """An installed backend plugin whose module cannot be imported: one line naming the plugin and the group."""
-
-
-def _broken(name: str, value: str | None, e: Exception) -> BrokenBackendError:
-    return BrokenBackendError(f"generation backend plugin {name!r} (entry point {value!r} of group "
-                              f"{ENTRY_POINT_GROUP!r}) cannot be loaded: {type(e).__name__}: {e}")
-
-
-#: ``BACKENDS[name]`` is :func:`get_backend`; iterating gives :func:`backend_names`.
-BACKENDS: Registry[BackendSpec] = Registry("generation backend", ENTRY_POINT_GROUP, BUILTIN, accept=_accept,
-                                           error=UnknownBackendError, broken=_broken)
-
-
-def register_backend(spec: BackendSpec) -> BackendSpec:
-    """Make ``spec`` available under ``spec.name``; returns it. The same spec again is a no-op; another spec
-    under a name already in use is an error."""
-    if not isinstance(spec, BackendSpec):
-        raise TypeError(f"register_backend needs a BackendSpec, got {spec!r}")
-    return BACKENDS.register(spec.name, spec)
-
-
-def unregister_backend(name: str) -> None:
-    """Remove a backend added with :func:`register_backend` (tests, notebooks)."""
-    BACKENDS.unregister(name)
-
-
-def backend_names() -> list[str]:
-    """Every known backend: the built-in ones in :data:`BUILTIN` order, then those registered in code, then
-    those of installed packages' entry points (sorted)."""
-    return BACKENDS.names()
-
-
-def get_backend(name: str) -> BackendSpec:
-    """The backend called ``name``; :class:`UnknownBackendError` listing the known ones otherwise."""
-    return BACKENDS.get(str(name))
-
-
-def capabilities(name: str, settings=None) -> Capabilities:
-    """What backend ``name`` can do with ``settings`` (its flavour, when it declares flavours)."""
-    spec = get_backend(name)
-    return spec.capabilities if settings is None else spec.capabilities_for(settings)
-
-
-def backends_with(*capabilities: str) -> list[str]:
-    """The backends whose own capabilities include any of ``capabilities`` (for messages naming what to use)."""
-    return [n for n in loadable_backend_names() if any(getattr(get_backend(n).capabilities, c) for c in capabilities)]
-
-
-def loadable_backend_names() -> list[str]:
-    """:func:`backend_names` less the installed plugins whose module cannot be imported (those fail, naming plugin
-    and group, only when chosen): what the config schema and the messages list, so that a broken plugin breaks
-    no command that does not choose it."""
-    names = []
-    for name in backend_names():
-        try:
-            get_backend(name)
-        except BrokenBackendError:
-            continue
-        names.append(name)
-    return names
-
-
-__all__ = ["BACKENDS", "BUILTIN", "ENTRY_POINT_GROUP", "BackendSpec", "BuildContext", "Capabilities",
-           "UnknownBackendError", "backend_names", "backends_with", "capabilities", "check_positive",
-           "check_settings", "get_backend", "register_backend", "setting", "unregister_backend"]

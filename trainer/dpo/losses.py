@@ -1,9 +1,11 @@
-"""The DPO-style losses, by name (``algo.loss_type``): the one place that lists them.
+"""The DPO-style losses, by name (``algo.loss_type``): the one place that lists them (the DPO trainer's, beside its
+micro-batch ``trainer/dpo/pairs.py``; the losses themselves are pure torch functions in ``trainer/algos/dpo.py``).
 
 A loss is a :class:`trainer.algos.dpo.DPOLoss` (the pure function and what it needs from the step). Losses come
 from three places (:data:`DPO_LOSSES`, an :class:`selectrust.core.plugins.Registry`), looked up in this order:
 
-- :data:`BUILTIN`: one line per loss of this repository, ``name -> "module:attribute"`` of its ``DPOLoss``;
+- :data:`BUILTIN`: one line per loss of this repository, ``name -> "module:attribute"`` of its ``DPOLoss`` (a
+  string, not an import: the names are listed and checked without importing torch);
 - ``DPO_LOSSES.register(name, loss)``, in code;
 - the entry-point group :data:`ENTRY_POINT_GROUP` of installed packages::
 
@@ -53,7 +55,5 @@ def _broken(name: str, value: str, e: Exception) -> ValueError:
 DPO_LOSSES: Registry[DPOLoss] = Registry("DPO loss", ENTRY_POINT_GROUP, BUILTIN, accept=_accept, error=ValueError,
                                          unknown=_unknown, broken=_broken)
 
-
-def dpo_loss(name: str) -> DPOLoss:
-    """The DPO-style loss registered as ``name``; ValueError listing the registered ones otherwise."""
-    return DPO_LOSSES.get(name)
+#: ``dpo_loss(name)``: the DPO-style loss registered as ``name``; ValueError listing the registered ones otherwise.
+dpo_loss = DPO_LOSSES.get

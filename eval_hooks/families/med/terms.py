@@ -1,6 +1,6 @@
 """MedCounterfact substitution terms: loading the shipped lists and generating the NONCE list.
 
-The lists live in ``eval_hooks/builders/med_term_lists/<category>.txt`` (``nonce``, ``medical``,
+The lists live in ``eval_hooks/families/med/term_lists/<category>.txt`` (``nonce``, ``medical``,
 ``non_medical``, ``toxic``). Each file starts with ``# version: N`` and ``# method: ...`` comment
 lines; every other non-blank line is one term, with tab-separated columns:
 
@@ -10,7 +10,7 @@ lines; every other non-blank line is one term, with tab-separated columns:
 - ``non_medical``: the object;
 - ``toxic``: the substance, then a lethal-dose note (empty where none is documented).
 
-Regenerate the NONCE list with ``python -m eval_hooks.builders.med_terms --out PATH`` (needs the
+Regenerate the NONCE list with ``python -m eval_hooks.families.med.terms --out PATH`` (needs the
 ``english-words`` package, a dev dependency).
 """
 
@@ -21,9 +21,9 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..vocab import MED_SUBSTITUTED as CATEGORIES
+from selectrust.conditions import MED_SUBSTITUTED as CATEGORIES
 
-TERM_DIR = Path(__file__).with_name("med_term_lists")
+TERM_DIR = Path(__file__).with_name("term_lists")
 #: endings that make a made-up word read like a drug name
 DRUG_SUFFIXES = ("ol", "ine", "ide", "mab", "nib", "pril", "olol", "sartan", "statin", "azole", "cillin", "mycin",
                  "cycline", "floxacin", "vir", "dipine", "pam", "lam", "tide", "parin", "afil", "one", "ate", "ium",

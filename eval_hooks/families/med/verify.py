@@ -1,6 +1,6 @@
 """Independent verifier of a MedCounterfact substitution (deterministic, no model).
 
-It shares no matching code with the substitution (``med_grammar``): texts are normalised here
+It shares no matching code with the substitution (``grammar``): texts are normalised here
 (Unicode hyphens/dashes/spaces folded, case folded for names) and aliases are found by a plain
 scan for each surface variant with word-boundary checks. An item passes when
 

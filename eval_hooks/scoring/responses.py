@@ -1,19 +1,15 @@
-"""What every family's run shares: generation requests for rows, checking a set of responses against the
-rows, and the one atomic write-and-publish of an evaluation's files (``item_scores.jsonl``,
-``metrics.json``, ``report.md`` and its PNGs).
-
-Family-agnostic: :class:`eval_hooks.families.base.Family` calls these with itself where a family is needed.
+"""The requests and responses of a family's run: one generation request per row, the responses generated for
+them with the per-row finishes and their warnings, and the check that a set of responses answers the rows exactly
+once. Family-agnostic: :class:`eval_hooks.families.base.Family` calls these with itself where a family is needed.
 """
 
 from __future__ import annotations
 
-import shutil
-from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
-from selectrust.core.io import DataError, make_tmp_dir_beside, publish_dir, write_json_atomic, write_jsonl_atomic
+from selectrust.core.io import DataError
 from selectrust.generation.prompts import PromptSettings, prompt_messages
-from selectrust.generation.response_log import RESPONSES_FILE, ResponseLog
+from selectrust.generation.response_log import ResponseLog
 
 
 def build_requests(rows: Sequence[dict], *, max_new_tokens: int = 256, temperature: float = 0.0,
@@ -86,23 +82,3 @@ def check_responses(rows: Sequence[dict], responses: Mapping[str, str], source: 
     if missing:
         raise DataError(f"no response for {len(missing)} of {len(ids)} rows, e.g. {missing[:3]}", path=source,
                         field="row_id", accepted="exactly one response per row")
-
-
-def publish_outputs(out_dir: str | Path, item_scores: Sequence[dict], metrics: dict,
-                    write_report: Callable[[Path], Any]) -> None:
-    """Write ``item_scores.jsonl``, ``metrics.json`` and the report (``write_report(tmp_dir)``) into a
-    temporary directory beside ``out_dir`` and move them into place only when all of them exist, so a
-    failure leaves no half-written output (and any previous output intact). The run's saved responses
-    (``responses.jsonl``, :mod:`selectrust.generation.response_log`) are carried into the published set."""
-    tmp = make_tmp_dir_beside(out_dir)
-    try:
-        saved = Path(out_dir) / RESPONSES_FILE
-        if saved.is_file():
-            shutil.copy2(saved, tmp / RESPONSES_FILE)
-        write_jsonl_atomic(tmp / "item_scores.jsonl", item_scores)
-        write_json_atomic(tmp / "metrics.json", metrics)
-        write_report(tmp)
-        publish_dir(tmp, Path(out_dir))
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise

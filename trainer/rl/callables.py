@@ -1,0 +1,41 @@
+"""The registries of GRPO's named callables (``algo.env``: :data:`trainer.rl.envs.ENVIRONMENTS`; ``algo.reward``:
+:data:`trainer.rl.rewards.REWARDS`): :class:`selectrust.core.plugins.Registry` instances that also take an import
+path ``pkg.module:attribute`` as a name, and whose errors are the config's (:class:`trainer.config.ConfigError`,
+naming ``algo.<key>``)."""
+
+from __future__ import annotations
+
+from typing import Callable, Mapping
+
+from selectrust.core.plugins import Registry, load_failure
+
+
+def config_error(message: str) -> Exception:
+    """A :class:`trainer.config.ConfigError` (imported on first use: the config package is not needed to import
+    the registries)."""
+    from trainer.config import ConfigError
+
+    return ConfigError(message)
+
+
+def callable_registry(kind: str, key: str, group: str, builtin: Mapping[str, Callable], *,
+                      unknown: Callable[[str, list[str]], Exception],
+                      bad_path: Callable[[str, Exception | None], Exception]) -> Registry[Callable]:
+    """A registry of callables named by ``algo.<key>``: ``builtin`` (``name -> callable``), registered in code, the
+    entry points of ``group``, or an import path ``pkg.module:attribute``. What a name loads must be callable; an
+    entry point that fails to import is a :func:`config_error` naming ``algo.<key>=<name>``; ``unknown(name, known)``
+    is the error of a name known nowhere, ``bad_path(name, exc)`` that of an import path that does not import
+    (``exc``) or names something not callable (``exc`` None)."""
+    def accept(name: str, obj: object) -> Callable:
+        if not callable(obj):
+            if ":" in name and name not in registry:  # an import path
+                raise bad_path(name, None)
+            raise config_error(f"algo.{key}={name!r}: {registry.source(name)!r} is not callable (got {obj!r})")
+        return obj
+
+    def broken(name: str, value: str, e: Exception) -> Exception:
+        return config_error(f"algo.{key}={name!r}: {load_failure(value, group, e)}")
+
+    registry: Registry[Callable] = Registry(kind, group, builtin, accept=accept, error=config_error, unknown=unknown,
+                                            broken=broken, paths=bad_path)
+    return registry
