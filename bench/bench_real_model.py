@@ -255,7 +255,7 @@ def peak_rss_gib() -> float:
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="2 timed DPO steps, 16 eval rows, 2 GRPO steps")
-    ap.add_argument("--smoke", action="store_true", help="the smallest run (what tests/test_bench_commands.py runs): "
+    ap.add_argument("--smoke", action="store_true", help="the smallest run (what tests/bench/test_bench_commands.py runs): "
                     "1 timed DPO step of 2 pairs, 4 eval rows of 4 tokens, 1 GRPO group x 4 samples of 4 tokens, "
                     "2 GRPO steps")
     ap.add_argument("--model", default=MODEL, help="model.path, loaded as the recipes load it (selectrust.model): "

@@ -14,5 +14,5 @@ the recipes' ``run`` functions handed down by the entry point, so this package n
   its stages (``pipeline.py``) and its report (``report.py``).
 
 The trainer, ``eval_hooks``, ``launch`` and ``recipes`` (but for ``recipes/demo.py``) never import this package
-(tests/test_import_rules.py).
+(tests/repo/test_import_rules.py).
 """

@@ -15,11 +15,11 @@ adapter or a failed probe checkpoints the last completed step and stops); outcom
 (``algo.reward``, guarded) or environment returns (``algo.env``); group advantages; the clipped token
 loss of ``trainer.algos.grpo``.
 
-How this departs from TRL's GRPOTrainer (same loss on the same inputs, tests/test_trl_equivalence_grpo.py):
+How this departs from TRL's GRPOTrainer (same loss on the same inputs, tests/trainer/algos/test_trl_equivalence_grpo.py):
 - groups whose rewards all agree are dropped and the batch refilled (``algo.max_refill_rounds``), the first
   generation round over-sampled from the running zero-variance rate (``algo.oversample_cap``);
 - each group's prompt runs once in the policy, old-policy and reference forward (``algo.shared_prompt``,
-  one packed row per group: trainer/model/group_packing.py; equal to the unshared loss, tests/test_grpo_shared_prompt.py);
+  one packed row per group: trainer/model/group_packing.py; equal to the unshared loss, tests/trainer/rl/test_grpo_shared_prompt.py);
 - ``optim.batch_size * optim.grad_accum * world == algo.prompts_per_step * algo.group_size``: one
   rollout batch per optimizer step, replayed ``algo.num_iterations`` times with stored old log-probs;
 - rollouts are seeded per (seed, rollout batch, round, global prompt index), so a resumed run regenerates

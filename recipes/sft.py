@@ -9,7 +9,7 @@ Counterfactual rows put the task *and the bad workflow* in the user turn and a v
 trajectory in the assistant turn (``eval_hooks.builders.workflows`` builds and freezes the workflows; the good
 workflow is never trained on). Loss: NLL of the target tokens only, ``L = -log pi(tau+ | x, W_B)``.
 
-How this departs from TRL's SFTTrainer (same token-mean loss: tests/test_sft_recipe.py):
+How this departs from TRL's SFTTrainer (same token-mean loss: tests/recipes/test_sft_recipe.py):
 - prompt and completion are tokenised separately (what the model sees when it generates the
   completion), not as one string;
 - multi-turn (``algo.multi_turn``): every assistant turn is a target through the chat template's

@@ -6,6 +6,6 @@
   checked on-disk cache, precision, loading, adapters, the training policy and its reference, merged-LoRA generation;
 - ``selectrust.generation``: the one prompt renderer, the generation backends behind one interface, the response log.
 
-Nothing here imports ``trainer``, ``eval_hooks``, ``recipes``, ``demos`` or ``launch`` (``tests/test_import_rules.py``).
+Nothing here imports ``trainer``, ``eval_hooks``, ``recipes``, ``demos`` or ``launch`` (``tests/repo/test_import_rules.py``).
 ``import selectrust`` stays light: torch and transformers load when a model is asked for.
 """

@@ -10,7 +10,7 @@ A name's prefix says which family it belongs to: ``MIST_`` (and the single MIST 
 (``eval_hooks/families/<family>/``, which import them from here). A row's ``condition`` is one of its family's names;
 a Box2 row's is a regime, or ``partial_<k>`` / ``mixed_<k>`` at step k; a Med row's is ``<category>/<variant>``.
 
-``tests/test_vocab.py`` checks that no other product module spells a vocabulary out again, and that
+``tests/selectrust/test_vocab.py`` checks that no other product module spells a vocabulary out again, and that
 SCOPE's pool names are string literals only here and in the MIST family's own package.
 """
 

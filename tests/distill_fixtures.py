@@ -1,4 +1,4 @@
-"""A ready DistillSteps on the tiny model and a few toy fork views (tests/test_distill.py, test_distill_gathered.py)."""
+"""A ready DistillSteps on the tiny model and a few toy fork views (tests/trainer/distill/test_distill.py, test_distill_gathered.py)."""
 
 from __future__ import annotations
 

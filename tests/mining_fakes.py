@@ -1,4 +1,4 @@
-"""Test doubles shared by the pair-mining tests (tests/test_mine_pairs.py, tests/test_knowledge_aware.py)."""
+"""Test doubles shared by the pair-mining tests (tests/recipes/test_mine_pairs.py, tests/trainer/data/test_knowledge_aware.py)."""
 
 from selectrust.generation.backends.base import GenerationBackend, GenerationResult, Sample
 

@@ -94,7 +94,7 @@ any config is the file of :data:`OUTPUT_FILES` for seed 0, written once by :func
 CLI: ``python -m demos.toy.task --out DIR --seed S`` writes every file of
 :data:`OUTPUT_FILES` plus ``task.json``. Same seed -> byte-identical files.
 
-This module imports only ``eval_hooks`` and the standard library (tests/test_import_rules.py).
+This module imports only ``eval_hooks`` and the standard library (tests/repo/test_import_rules.py).
 """
 
 from __future__ import annotations

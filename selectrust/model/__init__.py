@@ -14,7 +14,7 @@ The calls callers use (everything below imports torch/transformers only when cal
 Modules: ``source`` (GGUF files and packages, converted once), ``cache`` (the checked on-disk cache), ``load`` (the
 tiny presets, path resolution, model/tokenizer loading), ``adapter`` (adapter checks), ``policy`` (the training policy
 and its reference), ``precision`` (``mixed_precision=auto``). Only this package calls ``from_pretrained`` for a causal
-LM (``tests/test_import_rules.py``).
+LM (``tests/repo/test_import_rules.py``).
 """
 
 from .adapter import (AdapterError, check_adapter, check_adapter_dir, check_adapter_finite, check_adapter_fits,

@@ -2,5 +2,5 @@
 (``run_dir``), checkpoints (``checkpoint``), the optimizer-step loop (``loop``), interrupts
 (``interrupt``), collectives (``distributed``) and the stage runner (``stages``).
 
-Imports neither :mod:`trainer.rl` nor :mod:`trainer.distill` (tests/test_import_rules.py).
+Imports neither :mod:`trainer.rl` nor :mod:`trainer.distill` (tests/repo/test_import_rules.py).
 """

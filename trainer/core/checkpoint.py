@@ -20,7 +20,7 @@ scheduler (ours, not DeepSpeed's) is in ``scheduler.json`` either way.
 Test hook: ``SELECTRUST_TEST_SLEEP_IN_SAVE=<phase>:<step>`` makes the save of checkpoint ``<step>``
 print ``SELECTRUST_SAVE_PAUSE <phase> <step>`` and sleep at ``<phase>`` (``files``: some files written;
 ``before_rename``: all written and synced; ``before_marker``: renamed, no marker yet), so
-``tests/test_kill_during_save.py`` can SIGKILL the process at a known point. Unset, it does nothing.
+``tests/trainer/core/test_kill_during_save.py`` can SIGKILL the process at a known point. Unset, it does nothing.
 """
 
 from __future__ import annotations

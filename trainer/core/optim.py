@@ -24,7 +24,7 @@ def lr_lambda(kind: str, *, max_steps: int, warmup_steps: int) -> Callable[[int]
     (the first step already moves the weights) where transformers starts at LR 0. The decay after warm-up is the
     same formula. It stays hand-written because switching shifts every run's first steps and with them every
     measured number in ``docs/`` (the demo tables, the knowledge-aware and Taste seed tables); adopting the
-    library schedule means re-measuring those first (``tests/test_lr_schedule.py`` pins both facts)."""
+    library schedule means re-measuring those first (``tests/trainer/core/test_lr_schedule.py`` pins both facts)."""
 
     def f(s: int) -> float:
         if warmup_steps > 0 and s < warmup_steps:

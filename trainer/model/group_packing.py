@@ -6,7 +6,7 @@ attention mask of ``trainer.model.shared_prompt.block_attention_mask`` lets ever
 the prefix and the earlier tokens of ``rest_k`` only, and position ids restart at the prefix length for
 every ``rest_k``; so each token has exactly the context and position it has in its own row of the
 unshared batch, and the log-probs agree with ``trainer.model.logprobs.sequence_logprobs`` within float
-round-off (tests/test_grpo_shared_prompt.py: loss, per-token log-probs and LoRA gradients within 1e-5
+round-off (tests/trainer/rl/test_grpo_shared_prompt.py: loss, per-token log-probs and LoRA gradients within 1e-5
 in fp32, G in {2, 4, 8}, ragged, empty and budget-length completions, the chunked head).
 
 Why one packed row per group rather than the prompt's KV cache expanded to the G rows:
@@ -16,7 +16,7 @@ Why one packed row per group rather than the prompt's KV cache expanded to the G
   sums the G completions' contributions to it, with no cache plumbing (a ``past_key_values`` with
   gradients, expanded with ``repeat_interleave``, is model- and transformers-version-specific);
 - the 4D-mask path of transformers (SDPA and eager) is the one DPO's packing already relies on and
-  tests (tests/test_shared_prompt.py); flash-attention kernels ignore a 4D mask, so
+  tests (tests/trainer/model/test_shared_prompt.py); flash-attention kernels ignore a 4D mask, so
   ``algo.shared_prompt`` applies only under SDPA or eager (``attention_takes_4d_mask``);
 - the chunked LM-head path (``model.logprob_chunk``) works unchanged on the packed hidden states.
   The price: attention over a packed row is ``L^2`` with ``L = prompt + sum of completions`` (the mask

@@ -5,7 +5,7 @@ lets the chosen tokens see the prompt and earlier chosen tokens, and the rejecte
 and earlier rejected tokens (never the chosen ones); position ids restart at the prompt length for the
 rejected segment. Every token then has exactly the context and position it has in the two-sequence
 batch of ``trainer.model.logprobs.build_preference_batch``, so the log-probs agree within float round-off
-(tests/test_shared_prompt.py: 1e-5 in fp32 for the loss, the metrics and the LoRA gradients).
+(tests/trainer/model/test_shared_prompt.py: 1e-5 in fp32 for the loss, the metrics and the LoRA gradients).
 
 The first rejected token is predicted from the last prompt position, like the first chosen one; a
 target's predicting position is therefore gathered (``pred_index``) rather than taken as ``t - 1``.

@@ -25,7 +25,7 @@ the same global prompts of a round, generates its contiguous share, and the grou
 every rank holds all of them; the drop/refill decision (:func:`fill_batch`), the advantages and the token count of
 ``token_mean`` (the global step's, divided by ``grad_accum * world``) are then the same on every rank. Rank ``r``
 trains on its slice of every global micro-batch (:func:`rank_rows`, the order the loop's ``data_hash`` lists), so a
-W-rank run equals a 1-rank run with the same global batch (tests/test_distributed.py).
+W-rank run equals a 1-rank run with the same global batch (tests/trainer/core/test_distributed.py).
 
 Exact resume: the state is (sampler position, rollout index, cursor into the batch, reward error count, the
 zero-variance rate and each prompt's last outcome) plus, only when a checkpoint falls inside the ``num_iterations``
