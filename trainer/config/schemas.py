@@ -24,6 +24,7 @@ from trainer.config.choices import (Aggregation, Backend, Device, DistillMode, D
                                     InitAdapterMode, ISCorrection, KnowledgeScore, LoggerKind, MixedPrecision, OnInvalid,
                                     Pairing, Reference, Scheduler, SftRows, SftSchedule, StdScaling, TopkSupport, Truncation, Weighting,
                                     _choices)
+from trainer.rl.oversample import MAX_OVERSAMPLE_CAP, MAX_ROUND_COMPLETIONS
 
 _f = schema_field
 
@@ -296,7 +297,10 @@ class GRPOAlgoConfig:
     oversample_cap: float = _f(2.0, "The first generation round of a rollout batch draws enough prompts to expect the "
                                     "batch full from the running zero-variance rate z (ceil(P / (1 - z)) for P = "
                                     "prompts_per_step), at most oversample_cap * P (trainer/rl/oversample.py); refill "
-                                    "rounds top it up if still short. 1 = no over-sampling.")
+                                    f"rounds top it up if still short. 1 = no over-sampling. At most {MAX_OVERSAMPLE_CAP:g}, "
+                                    f"and a round at most {MAX_ROUND_COMPLETIONS} completions (floor(cap * P) * "
+                                    "group_size): the draw grows without end as z nears 1, and a round is held in "
+                                    "memory whole.")
     zero_variance_skip: float = _f(0.0, "With drop_zero_variance: a prompt whose last group had zero variance is "
                                         "passed over with this probability when next drawn (GRESO's selective "
                                         "rollouts; trainer/rl/zero_variance_skip.py); 0 = every drawn prompt is "

@@ -26,11 +26,14 @@ def check_known_keys(cfg, prefix: str = "") -> None:
     schema = OmegaConf.get_type(cfg)
     if not is_dataclass(schema):
         return
+    from trainer.config.suggest import did_you_mean
+
     known = {f.name for f in fields(schema)}
     for key in cfg.keys():
         if key not in known:
-            raise ConfigError(f"unknown config key '{prefix}{key}' (not in {schema.__name__}; a leading '+' does "
-                              f"not make it known); known keys here: {', '.join(sorted(known))}")
+            hint = did_you_mean(str(key), known).replace("'", f"'{prefix}", 1)
+            raise ConfigError(f"unknown config key '{prefix}{key}'{hint} (not in {schema.__name__}; a leading '+' "
+                              f"does not make it known); known keys here: {', '.join(sorted(known))}")
         node = cfg._get_node(key)
         if isinstance(node, DictConfig) and not node._is_missing() and not node._is_none():
             check_known_keys(node, f"{prefix}{key}.")
@@ -349,9 +352,7 @@ def validate_grpo(cfg, world: int | None = None) -> None:
                           f"got {a.max_new_tokens}, {a.env_max_turns}, {a.max_refill_rounds}")
     if not 0.0 <= a.zero_variance_skip <= 1.0:
         raise ConfigError(f"algo.zero_variance_skip is a probability in [0, 1] (0 = off), got {a.zero_variance_skip}")
-    if a.oversample_cap < 1:
-        raise ConfigError(f"algo.oversample_cap must be >= 1 (the first round draws at most oversample_cap x "
-                          f"prompts_per_step prompts; 1 = no over-sampling), got {a.oversample_cap}")
+    _validate_round_size(a)
     if a.env is not None and a.is_correction != "none":
         raise ConfigError("algo.is_correction needs per-token rollout log-probs, which environment rollouts "
                           "(algo.env) do not keep; use algo.is_correction=none")
@@ -359,6 +360,25 @@ def validate_grpo(cfg, world: int | None = None) -> None:
     _validate_rollout_backend(cfg)
     if world is not None:
         check_grpo_geometry(cfg, world)
+
+
+def _validate_round_size(a) -> None:
+    """``algo.oversample_cap`` in [1, MAX_OVERSAMPLE_CAP] and a round of at most MAX_ROUND_COMPLETIONS completions
+    (trainer/rl/oversample.py): an unbounded cap lets one round ask for more prompts than memory holds."""
+    from trainer.rl.oversample import MAX_OVERSAMPLE_CAP, MAX_ROUND_COMPLETIONS, round_completions
+
+    if a.oversample_cap < 1:
+        raise ConfigError(f"algo.oversample_cap must be >= 1 (the first round draws at most oversample_cap x "
+                          f"prompts_per_step prompts; 1 = no over-sampling), got {a.oversample_cap}")
+    if a.oversample_cap > MAX_OVERSAMPLE_CAP:
+        raise ConfigError(f"algo.oversample_cap must be <= {MAX_OVERSAMPLE_CAP:g} (a round's draw grows without end "
+                          f"as the zero-variance rate nears 1; use algo.zero_variance_skip to pass such prompts "
+                          f"over), got {a.oversample_cap}")
+    n = round_completions(a.oversample_cap, a.prompts_per_step, a.group_size)
+    if n > MAX_ROUND_COMPLETIONS:
+        raise ConfigError(f"a GRPO round would generate {n} completions (floor(algo.oversample_cap={a.oversample_cap:g} "
+                          f"x algo.prompts_per_step={a.prompts_per_step}) x algo.group_size={a.group_size}), over the "
+                          f"limit of {MAX_ROUND_COMPLETIONS} a round holds in memory; lower one of them")
 
 
 def _validate_sft_term(cfg) -> None:

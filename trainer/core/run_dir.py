@@ -292,9 +292,11 @@ def check_resume_config(cfg, saved_path: Path) -> None:
 
     if not saved_path.exists() or cfg.trainer.allow_config_change:
         return
+    from .relocation import portable_pair  # a run moved with its inputs (a demo's out dir) resumes
+
     saved = OmegaConf.to_container(OmegaConf.load(saved_path), resolve=True)
     current = OmegaConf.to_container(cfg, resolve=True)
-    diffs = config_differences(saved, current, defaults=schema_defaults(cfg))
+    diffs = config_differences(*portable_pair(saved, current, "trainer.run_dir"), defaults=schema_defaults(cfg))
     if diffs:
         raise ConfigError(
             f"refusing to resume {saved_path.parent} with a changed config ({len(diffs)} differing keys):\n  "

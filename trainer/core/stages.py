@@ -54,10 +54,11 @@ a stage's config: ``trainer/core/provenance.py``; the demos) records it in every
 ``stage_complete.json`` (a training stage's too) and, under ``reuse="strict"``, reuses a stage only while it matches
 (a record without one does not), else reruns it moved aside, in one line naming the fields; ``reuse="config"`` reuses
 on the config alone and says so. With ``rerun_changed`` (the demos) a finished or interrupted training stage whose
-composed config changed is retrained, the old one moved aside, instead of refused. A step (``call``) runs every time: steps are cheap (a
-cached conversion, a data build), and the stages reading their output pin it by content. A training stage's
-inputs are pinned in its ``stage_start.json`` with its start weights, under the same rule as those.
-"""
+composed config changed is retrained, the old one moved aside, instead of refused. A step (``call``) runs every
+time: steps are cheap (a cached conversion, a data build), and the stages reading their output pin it by content. A
+training stage's inputs are pinned in its ``stage_start.json`` with its start weights, under the same rule as those.
+Configs are compared with the out dir and the model cache written portably (``trainer/core/relocation.py``), so a
+copied or moved out dir, or another cache holding the same entry, reuses its finished stages."""
 
 from __future__ import annotations
 
@@ -71,6 +72,7 @@ from typing import Any, Callable
 
 from trainer.config import ConfigError
 
+from .relocation import portable_pair, started_from  # saved stage configs read wherever the out dir and cache are
 from .stage_record import COMPLETE_RECORD  # a finished stage that is not a training run: its record
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
@@ -94,8 +96,7 @@ class Stage:
     inputs: dict[str, str] = field(default_factory=dict)  # config key -> "<earlier stage>[/<path in its output>]"
     start: str | None = None  # a training stage: the earlier stage whose final/ weights it starts from
     init_mode: str = "merge"  # an adapter there is merged into model.path, or trained on (continue)
-    call: Callable[..., Any] | None = None  # instead of a recipe: a step called with the stage's directory (and
-    # {input name: path} when it declares inputs)
+    call: Callable[..., Any] | None = None  # instead of a recipe: a step of the stage's directory (and its inputs')
     check: Callable[[Any], None] | None = None  # raises when the result is unusable, before a later stage runs
     dir: str | None = None  # the stage's directory relative to the root (default stages/<name>)
 
@@ -197,9 +198,7 @@ class StageRunner:
             return []
         final = self.stage_dir(source) / "final"
         if (final / "adapter_config.json").is_file():
-            from omegaconf import OmegaConf
-
-            start = OmegaConf.load(self.stage_dir(source) / "config.yaml").model
+            start = started_from(self.stage_dir(source))  # its saved model, where it is now (a moved out dir)
             if start.init_adapter and start.init_adapter_mode == "merge":
                 raise ConfigError(
                     f"stage {source!r} trained a fresh adapter on a merged model ({start.init_adapter} folded into "
@@ -310,7 +309,8 @@ class StageRunner:
         why = unreadable and f"not complete: {unreadable}"
         if record is not None:
             diffs = [] if record.get("recipe") == stage.recipe else [f"recipe: {record.get('recipe')} != {stage.recipe}"]
-            diffs += config_differences(record.get("config", {}), now["config"], "config.", defaults=defaults)
+            diffs += config_differences(*portable_pair(record.get("config", {}), now["config"], "out_dir"), "config.",
+                                        defaults=defaults)
             diffs += start_differences(record.get("inputs", {}), now["inputs"])
             result, untrusted, note = (None, None, None) if diffs else verified_result(record, out)
             changed = [] if diffs or untrusted else self._provenance_changed(
@@ -484,8 +484,8 @@ class StageRunner:
         finished, saved = done.exists(), run_dir / "config.yaml"
         if not saved.is_file() or not (finished or resumable(run_dir)):
             return None
-        diffs = config_differences(OmegaConf.to_container(OmegaConf.load(saved), resolve=True),
-                                   OmegaConf.to_container(cfg, resolve=True))
+        both = [OmegaConf.to_container(c, resolve=True) for c in (OmegaConf.load(saved), cfg)]
+        diffs = config_differences(*portable_pair(*both, "trainer.run_dir"))
         why = diffs and f"its config changed since it {'finished' if finished else 'started'} ({'; '.join(diffs)})"
         if not diffs and finished:
             changed = self._provenance_changed(name, recorded_provenance(run_dir), now)

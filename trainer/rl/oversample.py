@@ -13,8 +13,14 @@ of a lucky draw is discarded (its groups are counted, never trained on), so the 
 groups. The rate is computed from the global groups, identically on every rank, and saved with the batch
 source (exact resume). ``oversample_cap = 1`` turns the over-sampling off.
 
+Bounds (refused at config time, ``trainer/config/validation.py``): ``oversample_cap <= MAX_OVERSAMPLE_CAP``, since
+as the rate nears 1 the draw grows as ``P / (1 - z)`` and a cap is all that stops one round from asking for
+millions of prompts; and a round generates at most ``MAX_ROUND_COMPLETIONS`` completions
+(``floor(cap * P) * G``), since every completion of a round is held in memory until its batch is built.
+
 Public API:
 
+- ``MAX_OVERSAMPLE_CAP``, ``MAX_ROUND_COMPLETIONS``, ``round_completions(cap, num_groups, group_size) -> int``
 - ``first_round_size(num_groups, zero_variance_rate, cap) -> int``
 - ``ZeroVarianceRate``: the running counts (``update(stats)``, ``rate``, ``state_dict``/``load_state_dict``)
 """
@@ -24,7 +30,18 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-__all__ = ["ZeroVarianceRate", "first_round_size"]
+__all__ = ["MAX_OVERSAMPLE_CAP", "MAX_ROUND_COMPLETIONS", "ZeroVarianceRate", "first_round_size", "round_completions"]
+
+#: the largest ``algo.oversample_cap``: beyond 8x, a run whose groups nearly all agree is out of signal, and more
+#: draws only buy generation time (``algo.zero_variance_skip`` passes such prompts over instead)
+MAX_OVERSAMPLE_CAP = 8.0
+#: the most completions one generation round may produce (``floor(oversample_cap * prompts_per_step) * group_size``)
+MAX_ROUND_COMPLETIONS = 65536
+
+
+def round_completions(cap: float, num_groups: int, group_size: int) -> int:
+    """The completions of the largest round: ``floor(cap * num_groups)`` prompts (at least ``num_groups``) x ``group_size``."""
+    return max(num_groups, math.floor(cap * num_groups)) * group_size
 
 
 def first_round_size(num_groups: int, zero_variance_rate: float | None, cap: float) -> int:
@@ -32,8 +49,8 @@ def first_round_size(num_groups: int, zero_variance_rate: float | None, cap: flo
     ``[num_groups, floor(cap * num_groups)]``; ``num_groups`` when the rate is unknown (None) or 0."""
     if num_groups < 1:
         raise ValueError(f"num_groups must be >= 1, got {num_groups}")
-    if cap < 1.0:
-        raise ValueError(f"algo.oversample_cap must be >= 1 (1 = no over-sampling); got {cap}")
+    if not 1.0 <= cap <= MAX_OVERSAMPLE_CAP:
+        raise ValueError(f"algo.oversample_cap must be >= 1 (1 = no over-sampling) and <= {MAX_OVERSAMPLE_CAP:g}; got {cap}")
     most = max(num_groups, math.floor(cap * num_groups))
     if zero_variance_rate is None or zero_variance_rate <= 0.0:
         return num_groups

@@ -401,21 +401,21 @@ class RolloutSource:
 
     def _generate_round(self, n: int, rnd: int) -> list[Group]:
         """The ``n`` groups of round ``rnd`` in global order: every rank draws the same ``n`` prompts, generates and
-        scores its share, the shares are gathered. A stop signal during generation abandons the step on every rank."""
-        picks, skipped = draw_prompts(self.sampler, self.zero_variance_memory, n, rollout_index=self.rollout_index,
-                                      round_index=rnd, max_skips=len(self.rows))
-        self._metrics["groups_skipped_zero_variance"] = self._metrics.get("groups_skipped_zero_variance", 0.0) + skipped
-        items = [self.rows[i] for i in picks]
+        scores its share, the shares are gathered. A stop signal while the round draws its prompts or generates (between
+        or inside the backend's batches) abandons the step on every rank."""
         lo, hi = share(n, self.rank, self.world)
-        seeds = [prompt_seed(self.s.seed, self.rollout_index, rnd, k) for k in range(lo, hi)]
         t0 = time.time()
-        mine: list[Group] = []
-        failure: BaseException | None = None
+        picks, mine, failure = [], [], None  # the round's draws, this rank's groups, an error to hand on
         try:
-            if hi > lo:
-                with interruptible():
-                    mine = self.mode.groups(self.backend, items[lo:hi], seeds, adapter=self._adapter,
-                                            metrics=self._metrics)
+            with interruptible():
+                picks, skipped = draw_prompts(self.sampler, self.zero_variance_memory, n, max_skips=len(self.rows),
+                                              rollout_index=self.rollout_index, round_index=rnd)
+                m = self._metrics
+                m["groups_skipped_zero_variance"] = m.get("groups_skipped_zero_variance", 0.0) + skipped
+                seeds = [prompt_seed(self.s.seed, self.rollout_index, rnd, k) for k in range(lo, hi)]
+                if hi > lo:
+                    mine = self.mode.groups(self.backend, [self.rows[i] for i in picks[lo:hi]], seeds,
+                                            adapter=self._adapter, metrics=self._metrics)
         except Exception as e:  # noqa: BLE001 - re-raised below, on every rank
             if self.world == 1:
                 raise

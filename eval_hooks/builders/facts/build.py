@@ -74,6 +74,27 @@ class FactsSettings:
             counted = f.name.startswith(("min_", "max_")) or f.name.endswith("dev_items")
             if counted and (v is not None or not f.name.startswith("max_")) and (not isinstance(v, int) or v < 0):
                 raise DataError(f"expected a whole number >= 0, got {v!r}", field=f.name)
+        self._check_least()
+
+    def _check_least(self) -> None:
+        """The caps that would silently empty a side or a relation: an item's irrelevant context is another item of
+        its relation and side, so a side's cap must leave each relation two items; a per-country (per-state) city
+        cap of 0 leaves its relation no item."""
+        chosen = {*self.relations, *([self.transfer_relation] if self.transfer_relation else [])}
+        least = {"max_train_items": 2 * len(self.relations), "max_heldout_items": 2 * len(self.relations),
+                 "max_transfer_items": 2 if self.transfer_relation else 0,
+                 "max_cities_per_country": 1 if "city_country" in chosen else 0,
+                 "max_cities_per_state": 1 if "us_state" in chosen else 0}
+        for name, n in least.items():
+            v = getattr(self, name)
+            if v is None or v >= n:
+                continue
+            why = (f"0 leaves the relation {'city_country' if 'country' in name else 'us_state'} no item (leave it "
+                   f"out of --relations instead)" if name.startswith("max_cities") else
+                   f"an item's irrelevant context is another item of its relation and side, so each of the "
+                   f"{n // 2} relation(s) on this side needs two items; 'none' for no cap")
+            raise DataError(f"expected a whole number >= {n}, got {v}: {why}",
+                            field=f"{name} (--{name.replace('_', '-')})")
 
     @classmethod
     def for_size(cls, size: str = "small", **overrides) -> "FactsSettings":
@@ -135,6 +156,15 @@ def _cap(items: list[dict], cap: int | None, seed: int, side: str, drops: dict) 
     quota = {r: int(q) for r, q in exact.items()}
     for r in sorted(exact, key=lambda r: (quota[r] - exact[r], r))[:cap - sum(quota.values())]:
         quota[r] += 1
+    for r in [r for r in sorted(quota) if quota[r] == 1]:  # an item alone has no irrelevant context (_rows): 2 or 0
+        donor = max((o for o in quota if quota[o] > 2), key=lambda o: (quota[o], o), default=None)
+        if donor is not None and len(by_rel[r]) > 1:
+            quota[donor], quota[r] = quota[donor] - 1, 2
+            continue
+        quota[r] = 0
+        taker = next((o for o in sorted(quota, key=lambda o: (-exact[o], o)) if 2 <= quota[o] < len(by_rel[o])), None)
+        if taker is not None:
+            quota[taker] += 1
     rng = random.Random(f"{seed}|cap|{side}")
     keep = {id(it) for r, v in by_rel.items() for it in rng.sample(v, quota[r])}
     for r, v in by_rel.items():

@@ -208,6 +208,10 @@ def test_sizes_are_settings_and_caps_keep_each_relation_s_share(tmp_path, capsys
     (["--relations", "capital,capitol"], "relations"),
     (["--relations", "capital", "--transfer-relation", "capital"], "transfer_relation"),
     (["--max-train-items", "-3"], "max_train_items"),
+    (["--max-train-items", "1"], "max_train_items (--max-train-items)': expected a whole number >= 4, got 1"),
+    (["--max-heldout-items", "1"], "max_heldout_items (--max-heldout-items)': expected a whole number >= 4, got 1"),
+    (["--max-transfer-items", "1"], "max_transfer_items (--max-transfer-items)': expected a whole number >= 2"),
+    (["--max-cities-per-country", "0"], "0 leaves the relation city_country no item"),
 ])
 def test_bad_size_settings_are_refused(tmp_path, capsys, args, expect):
     from eval_hooks.__main__ import main
@@ -218,6 +222,25 @@ def test_bad_size_settings_are_refused(tmp_path, capsys, args, expect):
     except SystemExit as e:  # argparse's own refusal (a choice it does not know)
         rc = e.code
     assert rc == 2 and not out.exists() and expect in capsys.readouterr().err
+
+
+def test_the_smallest_caps_keep_two_items_per_relation_and_a_lone_item_never_goes_silently(tmp_path, capsys):
+    """--max-train-items 1 / --max-heldout-items 1 kept 0 items: an item's irrelevant context is another item of its
+    relation and side, so a relation given one item lost it. The least cap is two per relation, and a cap's share
+    never leaves one relation a single item (it gets two, or none and its share goes to another relation)."""
+    from eval_hooks.__main__ import main
+
+    out = tmp_path / "out"
+    assert main(["build-facts", "--out", str(out), "--source", str(SAMPLE_PATH), "--max-train-items", "4",
+                 "--max-heldout-items", "4", "--dev-items", "0"]) == 0
+    stats = json.loads((out / "build_stats.json").read_text())
+    assert stats["train_items"] == 4 and stats["heldout_items"] == 4
+    assert all(n == 2 for side in ("train", "heldout") for n in stats["by_relation"][side].values())
+    data = load_geonames(SAMPLE_PATH)
+    for cap in range(4, 12):  # shares that round a relation to one item
+        splits, stats = build_facts(data, FactsSettings(max_train_items=cap, max_heldout_items=cap, dev_items=0))
+        for side in ("train", "heldout"):
+            assert 1 not in stats["by_relation"][side].values() and cap - 1 <= stats[f"{side}_items"] <= cap
 
 
 def test_no_transfer_relation_writes_no_transfer_file(tmp_path):

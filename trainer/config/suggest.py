@@ -1,0 +1,67 @@
+""""Did you mean": the closest known key to a misspelt one, for the two refusals of an unknown key.
+
+- Hydra's own, at composition (``algo.oversampel_cap=2``: "Could not override ...; To append to your config use
+  +algo.oversampel_cap=2", advice that :func:`trainer.config.validation.check_known_keys` then refuses):
+  :func:`misspelt_override` gives one line naming the key and the closest known one, without the ``+`` advice
+  (``trainer.config.cli_help.cli_main`` raises it as a config error);
+- ``check_known_keys`` (a ``+key`` the schema does not know): its message adds :func:`did_you_mean`.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from dataclasses import fields, is_dataclass
+from typing import Iterable
+
+__all__ = ["did_you_mean", "misspelt_override"]
+
+_OVERRIDE = re.compile(r"Could not override '(?P<key>[^']+)'")
+_NOT_IN = re.compile(r"Key '(?P<name>[^']+)' not in '(?P<schema>\w+)'")
+_FULL_KEY = re.compile(r"full_key: (?P<full>[\w.]+)")
+
+
+def did_you_mean(name: str, known: Iterable[str]) -> str:
+    """``" (did you mean 'x'?)"`` for the known name closest to ``name``, or ``""`` when none is close."""
+    close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.75)
+    return f" (did you mean '{close[0]}'?)" if close else ""
+
+
+def _schemas() -> dict[str, type]:
+    """Every typed node by class name: the root schemas of :data:`trainer.config.roots.SCHEMAS`, the groups they
+    hold, and each generation backend's schema."""
+    import typing
+
+    from selectrust.generation.backends import loadable_backend_names
+    from trainer.config.roots import SCHEMAS
+    from trainer.config.schemas import generation_schema
+
+    found: dict[str, type] = {}
+    todo = [*SCHEMAS.values(), *(generation_schema(n) for n in loadable_backend_names())]
+    while todo:
+        cls = todo.pop()
+        if cls.__name__ in found:
+            continue
+        found[cls.__name__] = cls
+        for hint in typing.get_type_hints(cls).values():
+            todo.extend(t for t in (hint, *typing.get_args(hint)) if isinstance(t, type) and is_dataclass(t))
+    return found
+
+
+def misspelt_override(error: BaseException) -> str | None:
+    """For Hydra's "Could not override 'a.b'" about a key its schema does not know: one line naming the key and the
+    closest known key (the caller raises it as a config error); None for any other error, or when no key is close."""
+    text = f"{error} {error.__cause__ or ''}"  # Hydra's message; the schema's refusal is its cause
+    over, not_in = _OVERRIDE.search(text), _NOT_IN.search(text)
+    if over is None or not_in is None:
+        return None
+    schema = _schemas().get(not_in["schema"])
+    if schema is None:
+        return None
+    key, name = over["key"], not_in["name"]
+    close = difflib.get_close_matches(name, sorted(f.name for f in fields(schema)), n=1, cutoff=0.75)
+    if not close:
+        return None
+    full = m["full"] if (m := _FULL_KEY.search(text)) and key.startswith(m["full"]) else key  # the unknown part
+    guess = f"{full[:len(full) - len(name)]}{close[0]}{key[len(full):]}" if full.endswith(name) else close[0]
+    return f"unknown config key '{key}' (not in {schema.__name__}; did you mean '{guess}'?)"
