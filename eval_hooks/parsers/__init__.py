@@ -18,8 +18,9 @@ Canonical forms:
   of 40, and of 0.4), scientific ``1.2e4`` / ``1.2 \\times 10^{4}``, the Unicode minus ``−``;
 - multiple_choice: the option letter (``"B"``); boolean: ``"true"`` / ``"false"``;
 - fork (Taste, the published runner's stricter rule, see ``parse_fork_answer``): ``"A"`` / ``"B"``; label (Med): ``Higher | Lower | No Difference | Uncertain``;
-- short_text (a name: a city, a country): the normalised name the response commits to (``normalize_short_text``),
-  or None for no answer and for a hedge (two candidates offered as alternatives: status ``hedged``); see
+- short_text (a name: a city, a country): the normalised name the response's claims commit to
+  (``normalize_short_text``), or None for no answer, a hedge (two answers offered with "or": status ``hedged``) and
+  several answers (status ``multiple``); the response is read as claims, one per clause (:mod:`.claims`); see
   ``read_short_text`` for the rule, eval_hooks/FORMATS.md for it in full.
 
 The answer types are a registry, :data:`ANSWER_TYPES` (an :class:`selectrust.core.plugins.Registry` of
@@ -37,7 +38,8 @@ prompts, its answer instruction. ``parse_answer``, ``normalize_gold``, ``answers
 An unknown name is a :class:`~selectrust.core.errors.DataError` naming it and the known ones.
 
 Modules: :mod:`.markers` (final-answer markers, shared helpers), :mod:`.numeric`, :mod:`.choice` (multiple choice,
-boolean, the fork and label readers), :mod:`.short_text` and :mod:`.sentences`, :mod:`.base` (:class:`AnswerType`).
+boolean, the fork and label readers), :mod:`.short_text` with :mod:`.claims`, :mod:`.sentences` and
+:mod:`.answer_space`, :mod:`.base` (:class:`AnswerType`).
 The fork (``choice``) and label types are declared by their families (``eval_hooks/families/taste/answers.py``,
 ``eval_hooks/families/med/labels.py``), which own their letters and labels.
 """
