@@ -3,7 +3,8 @@
 Reads every finished stage (``stages/<name>/stage_complete.json`` present) that has an ``item_scores.jsonl``, scores
 each row's saved ``response`` again through the family's ``score_row`` (the judge of today), and prints the rows
 whose verdict or ``answer_status`` changed against the stored ones (the judge the run had), then the counts per stage
-and condition. Nothing is written; no model loads."""
+and condition, and how many changed at all and how many verdicts moved (correct <-> wrong). Nothing is written; no
+model loads."""
 
 from __future__ import annotations
 
@@ -50,6 +51,7 @@ def main(argv: list[str]) -> int:
     for (stage, cond, old, new), n in sorted(counts.items()):
         print(f"COUNT {stage} {cond} {old}->{new}: {n}")
     print(f"changed verdicts or statuses: {sum(counts.values())}")
+    print(f"verdicts moved (correct <-> wrong): {sum(n for (_, _, old, new), n in counts.items() if old != new)}")
     return 0
 
 

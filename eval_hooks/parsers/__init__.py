@@ -18,8 +18,9 @@ Canonical forms:
   of 40, and of 0.4), scientific ``1.2e4`` / ``1.2 \\times 10^{4}``, the Unicode minus ``−``;
 - multiple_choice: the option letter (``"B"``); boolean: ``"true"`` / ``"false"``;
 - fork (Taste, the published runner's stricter rule, see ``parse_fork_answer``): ``"A"`` / ``"B"``; label (Med): ``Higher | Lower | No Difference | Uncertain``;
-- short_text (a name: a city, a country): the normalised name the response commits to (``normalize_short_text``),
-  or None for no answer and for a hedge (two candidates offered as alternatives: status ``hedged``); see
+- short_text (a name: a city, a country): the normalised name the response's claims commit to
+  (``normalize_short_text``), or None for no answer, a hedge (two answers offered with "or": status ``hedged``) and
+  several answers (status ``multiple``); the response is read as claims, one per clause (:mod:`.claims`); see
   ``read_short_text`` for the rule, eval_hooks/FORMATS.md for it in full.
 
 The answer types are a registry, :data:`ANSWER_TYPES` (an :class:`selectrust.core.plugins.Registry` of
@@ -37,9 +38,10 @@ prompts, its answer instruction. ``parse_answer``, ``normalize_gold``, ``answers
 An unknown name is a :class:`~selectrust.core.errors.DataError` naming it and the known ones.
 
 Modules: :mod:`.markers` (final-answer markers, shared helpers), :mod:`.numeric`, :mod:`.choice` (multiple choice,
-boolean, Taste's fork letter and Med's label, with their letters and labels), :mod:`.short_text` and
-:mod:`.sentences`, :mod:`.base` (:class:`AnswerType`). This package imports nothing of eval_hooks above it
-(docs/architecture.md#eval_hooks-in-rooms): the families import their answer types from here.
+boolean, Taste's fork letter and Med's label, with their letters and labels), :mod:`.short_text` with :mod:`.claims`
+(a response read as claims, one per clause), :mod:`.sentences` and :mod:`.answer_space`, :mod:`.base`
+(:class:`AnswerType`). This package imports nothing of eval_hooks above it (docs/architecture.md#eval_hooks-in-rooms):
+the families import their answer types from here.
 """
 
 from __future__ import annotations

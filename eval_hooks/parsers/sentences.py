@@ -1,7 +1,7 @@
 """What short_text reads a response with: the normalisation of a name (:func:`normalize_short_text`), the cut of a
 text into sentences (:func:`split_sentences`) and a sentence as folded words with their clauses (:class:`Sentence`:
-negations, asides, "X is wrong", self-corrections). The rule that uses them: :func:`eval_hooks.parsers.short_text.
-read_short_text`; in full, eval_hooks/FORMATS.md."""
+negations, "X is wrong", self-corrections). The claims built on them: :mod:`eval_hooks.parsers.claims`; the rule that
+uses them: :func:`eval_hooks.parsers.short_text.read_short_text`; in full, eval_hooks/FORMATS.md."""
 
 from __future__ import annotations
 
@@ -86,7 +86,10 @@ def split_sentences(span: str) -> list[str]:
 _TOKEN = re.compile(r"[^\W_]+|[,;:()\[\]—–]|\s-\s")
 _CLAUSE_WORDS = frozenset(("but", "while", "whereas", "although", "though", "however", "yet", "unlike", "besides",
                            "except"))
-_ASIDE_OPENERS = frozenset(("while", "whereas", "although", "though", "unlike", "besides", "except"))
+#: Clause openers that set aside the names of their clause ("Unlike Istanbul, ...", "Between Canberra and Sydney, ...");
+#: "while", "although", ... open a
+#: clause that is read for what it claims (another property, the context's word), not set aside as a whole.
+_ASIDE_OPENERS = frozenset(("unlike", "besides", "except", "between", "among", "amongst"))
 _NEGATIONS = frozenset(("not", "never", "nor", "neither"))
 _NEGATION_PHRASES = (("rather", "than"), ("instead", "of"), ("as", "opposed", "to"), ("other", "than"))
 _NT_VERBS = frozenset(("isn", "wasn", "aren", "weren", "doesn", "don", "didn", "can", "couldn", "won", "wouldn", "ain"))
@@ -97,29 +100,36 @@ _NOT_THE_ANSWER = frozenset(("capital", "answer", "correct", "right", "true"))
 _CORRECTIONS = (("no", "wait"), ("wait",), ("no", "actually"), ("no",), ("sorry",), ("correction",), ("i", "mean"),
                 ("i", "meant"), ("or", "rather"), ("rather",), ("scratch", "that"), ("my", "mistake"), ("oops",),
                 ("just", "kidding"), ("actually", "no"), ("actually", "it"), ("actually", "the", "answer"),
-                ("actually", "the", "capital"))
+                ("actually", "the", "capital"), ("on", "second", "thought"), ("on", "second", "thoughts"),
+                ("on", "reflection"), ("never", "mind"), ("let", "me", "correct"))
 
 
 class Sentence:
-    """A sentence (or the part after a self-correction) as folded words with their clause numbers."""
+    """A sentence as folded words (``words``) with their clause numbers (``clause``: a new clause at ``, ; : ( ) —``
+    and before ``but``, ``while``, ``however``, ...), and each word's place in the folded text ``folded``
+    (``spans``)."""
 
     def __init__(self, text: str):
-        text = text[:MAX_SENTENCE_CHARS]
+        self.folded = _strip_accents(text[:MAX_SENTENCE_CHARS]).casefold()
         self.words: list[str] = []
         self.clause: list[int] = []
+        self.spans: list[tuple[int, int]] = []
         self.after_mark: list[bool] = []  # the word follows a clause mark directly
-        clause, marked = 0, True
-        for m in _TOKEN.finditer(_strip_accents(text).casefold()):  # "isn't" -> isn, t
+        self.mark: list[str] = []  # the clause mark it follows directly ("" for none)
+        clause, marked, mark = 0, True, ""
+        for m in _TOKEN.finditer(self.folded):  # "isn't" -> isn, t
             tok = m.group().strip()
             if not tok[0].isalnum():
-                clause, marked = clause + 1, True
+                clause, marked, mark = clause + 1, True, tok
                 continue
             if tok in _CLAUSE_WORDS and self.words:
                 clause += 1
             self.words.append(_NAME_ABBREVIATIONS.get(tok, tok))
             self.clause.append(clause)
+            self.spans.append(m.span())
             self.after_mark.append(marked)
-            marked = False
+            self.mark.append(mark if marked else "")
+            marked, mark = False, ""
 
     def starts_with(self, i: int, phrase: tuple[str, ...]) -> bool:
         return tuple(self.words[i:i + len(phrase)]) == phrase
@@ -153,8 +163,8 @@ class Sentence:
         return rest[:2] in (["a", "mistake"], ["an", "error"])
 
     def set_aside(self, i: int, end: int) -> bool:
-        """The mention ``words[i:end]`` is not offered as the answer: negated, called wrong, or inside an aside
-        clause ("while Lyon is a major city", "although the note says Lyon", "unlike Lyon")."""
+        """The mention ``words[i:end]`` is denied: negated, called wrong, or in a clause opening with ``unlike``,
+        ``besides``, ``except``, ``between`` or ``among`` ("Unlike Istanbul, Ankara is the capital")."""
         first = next(k for k in range(i + 1) if self.clause[k] == self.clause[i])
         return self.negated(i) or self.called_wrong(end) or self.words[first] in _ASIDE_OPENERS
 

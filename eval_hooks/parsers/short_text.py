@@ -1,14 +1,29 @@
 """The short_text answer type (a name: a city, a country): what a response commits to (:func:`read_short_text`),
-as the normalised name (:func:`~eval_hooks.parsers.sentences.normalize_short_text`), or None for no answer and for a
-hedge (two candidates offered as alternatives: status ``hedged``); the rule in full: eval_hooks/FORMATS.md."""
+as the normalised name (:func:`~eval_hooks.parsers.sentences.normalize_short_text`), or None: no answer, ``hedged``
+(two answers offered with "or") or ``multiple`` (two or more answers named, in any layout).
+
+How it decides (issue 51; in full, eval_hooks/FORMATS.md): the response is read as **claims**, one per clause naming
+a candidate (:mod:`eval_hooks.parsers.claims`: the names it mentions, whether it asserts or denies them, whether it
+is the response's own word or reports the context, its tense, its modality, and whether it is about the asked
+relation or another property). A list in any layout (commas, "or", slashes, "and", lines, bullets, numbers) is one
+claim naming every answer it lists. A self-correction ("No wait", "Just kidding", "On second thought") takes back
+every claim before it; calling the context right ("the note is right", "That is correct." after a report) adopts the
+report and takes back what came before it. **The answer is what the remaining claims agree on**: of the response's
+own asserted claims about the relation, the present ones (else all), of those the certain ones (else all); one
+answer is the answer, two or more are ``multiple`` (``hedged`` when they differ only by an "or"). Without such a
+claim, the first statement naming no candidate answers outside the candidates (``The capital of Peru is Cusco.``)
+or declines (``I don't know``); then claims about another property ("St. Petersburg is a city in Russia.") are read
+the same way; else no answer."""
 
 from __future__ import annotations
 
 import re
+from itertools import islice
 from typing import Any, NamedTuple, Sequence
 
-from .answer_space import row_answer_space
+from .answer_space import row_answer_space, wide_place
 from .base import AnswerType
+from .claims import Claim, candidate_names, corrections, endorses_context, mentions, sentence_claims
 from .markers import as_text, clean_span, final_answer_spans
 from .sentences import STOP_WORDS, Sentence, normalize_short_text, split_sentences
 
@@ -18,15 +33,18 @@ _NO_ANSWER_WORDS = re.compile(
     r"\b(?:i don['’]?t know|i do not know|not sure|cannot|can['’]?t|unable|sorry|no information|unknown|"
     r"not (?:possible|provided|given|mentioned|able)|won['’]?t|will not|refuse|decline|as an ai)\b", re.IGNORECASE)
 MAX_SHORT_ANSWER_CHARS = 80
+MAX_SENTENCES = 100  # a response is read up to its 100th sentence (a short answer is far shorter; bounds the work)
 _REFUSAL = re.compile(r"\b(?:cannot|can['’]?t|won['’]?t|will not|refuse to|not allowed to|unable to)\s+"
                       r"(?:tell|say|share|reveal|disclose|answer)\b|\brefuse\b", re.IGNORECASE)
 _NAME = r"[A-Z][\w'’.-]*(?:\s+(?:of\s+|the\s+)?[A-Z][\w'’.-]*)*"
-_LIST_SEP = r"\s*(?:,\s*and\b|,|;|\band\b)\s*"
-_MAYBE = r"(?:possibly\s+|maybe\s+)?"
+_LIST_SEP = r"\s*(?:,\s*(?:and|or)\b|,|;|/|&|\band\b|\bor\b)\s*"
+_MAYBE_WORDS = r"(?:possibly|maybe|perhaps|either)\s+"
+_MAYBE = rf"(?:{_MAYBE_WORDS})?"
 _NAME_LIST = re.compile(rf"^\s*{_MAYBE}{_NAME}(?:{_LIST_SEP}{_MAYBE}{_NAME}){{2,}}\s*[.!]?\s*$")
 _NAME_LIST_2 = re.compile(rf"^\s*{_MAYBE}{_NAME}(?:{_LIST_SEP}{_MAYBE}{_NAME})+\s*[.!]?\s*$")
-_RELATION_WORDS = frozenset(("capital", "country", "continent"))
-_PAST_WORDS = frozenset(("until", "formerly", "former", "previously", "once"))
+_BULLET = re.compile(r"^\s*(?:[-*•+]|\(?\d{1,2}[.)])\s+")
+_LIST_LINE = re.compile(rf"{_MAYBE}{_NAME}")
+_QUOTE = re.compile(r'"([^"\n]+)"|“([^”\n]+)”|«([^»\n]+)»|„([^“”\n]+)[“”]')
 
 
 def normalize_short_text_value(value: Any) -> str | None:
@@ -36,34 +54,10 @@ def normalize_short_text_value(value: Any) -> str | None:
     return None if n in STOP_WORDS else n
 
 
-def _candidate_names(candidates: Sequence[Any]) -> list[tuple[int, tuple[str, ...]]]:
-    """``(answer number, normalised words)`` of each name: a string is an answer of its own, a tuple or list holds
-    the names of one answer (the gold with its aliases)."""
-    out = []
-    for k, group in enumerate(candidates):
-        for name in ([group] if isinstance(group, str) else group):
-            n = normalize_short_text(name)
-            if n:
-                out.append((k, tuple(n.split())))
-    return out
-
-
-def _mentions(words: Sequence[str], names: list[tuple[int, tuple[str, ...]]]) -> list[tuple[int, int, int, str]]:
-    """Whole-word occurrences ``(start, end, answer number, normalised name)`` of the names in ``words``; one inside
-    a longer occurrence ("Guinea" inside "Equatorial Guinea") is dropped."""
-    hits = []
-    for k, name in names:
-        for i in range(len(words) - len(name) + 1):
-            if tuple(words[i:i + len(name)]) == name:
-                hits.append((i, i + len(name), k, " ".join(name)))
-    return sorted(h for h in hits if not any(o[0] <= h[0] and h[1] <= o[1] and o[1] - o[0] > h[1] - h[0]
-                                             for o in hits))
-
-
 class ShortTextReading(NamedTuple):
     """What a short_text response commits to: ``answer``, the normalised name (or None), and ``status``:
-    ``answer`` (a candidate or a name outside them), ``hedged`` (two candidates offered as alternatives) or
-    ``no_answer``."""
+    ``answer`` (a candidate or a name outside them), ``hedged`` (two answers offered with "or"), ``multiple`` (two or
+    more answers named) or ``no_answer``."""
 
     answer: str | None
     status: str
@@ -72,45 +66,105 @@ class ShortTextReading(NamedTuple):
 _NONE = ShortTextReading(None, "no_answer")
 
 
-def _read_clauses(s: Sentence, start: int, names) -> ShortTextReading | None:
-    """The reading of ``s.words[start:]``: the candidate it commits to, or a hedge; None when it offers no candidate
-    (names none, or sets aside every one it names)."""
-    mentions = _mentions(s.words[start:], names)
-    if not mentions:
+class _Statement(NamedTuple):
+    sentence: Sentence
+    text: str
+    quoted: bool  # inside a quotation: the context's words
+
+
+def _answer_source(text: Any) -> str:
+    text = as_text(text)
+    return next((s for s in reversed(final_answer_spans(text)) if clean_span(s)), text)
+
+
+def _layout(text: str) -> str:
+    """Bullets and numbers at line starts dropped ("- ", "* ", "1. "); two or more lines in a row that each hold
+    only a name ("Canberra\\nSydney") joined into one list ("Canberra, Sydney.")."""
+    out: list[str] = []
+    run: list[tuple[str, str]] = []  # (line, the name it holds)
+
+    def flush():
+        if run:
+            out.append(", ".join(name for _, name in run) + "." if len(run) > 1 else run[0][0])
+        run.clear()
+
+    for line in text.split("\n"):
+        item = _BULLET.sub("", line).strip()
+        bare = item.rstrip(" .;,!")
+        if item and len(bare.split()) <= 6 and _LIST_LINE.fullmatch(bare):
+            run.append((item, bare))
+        elif item:
+            flush()
+            out.append(item)
+    flush()
+    return "\n".join(out)
+
+
+def _pieces(text: str) -> list[tuple[str, bool]]:
+    """``text`` cut at quotations of three or more words (not one that is the whole text): ``(piece, quoted)``."""
+    s = text.strip()
+    quotes = [m for m in _QUOTE.finditer(s) if len(next(g for g in m.groups() if g).split()) >= 3
+              and not (m.start() == 0 and not s[m.end():].strip(" .!"))]
+    out, at = [], 0
+    for m in quotes:
+        out += [(s[at:m.start()], False), (next(g for g in m.groups() if g), True)]
+        at = m.end()
+    out.append((s[at:], False))
+    return [(clean_span(p), q) for p, q in out if clean_span(p)]
+
+
+def _statements(text: Any) -> list[_Statement]:
+    """The sentences of the answer (the text after the last final-answer marker, else the whole response), questions
+    left out while a statement remains ("Sofia? Plovdiv? The capital of Bulgaria is Plovdiv.")."""
+    texts = ((t, quoted) for piece, quoted in _pieces(_layout(_answer_source(text))) for t in split_sentences(piece))
+    out = [_Statement(Sentence(t), t, quoted) for t, quoted in islice(texts, MAX_SENTENCES)]
+    return [s for s in out if not s.text.endswith("?")] or out
+
+
+def _list_items(body: str, names, space) -> list[str]:
+    """The normalised names of a list, a known name holding "and" kept whole ("Trinidad and Tobago")."""
+    known = {" ".join(words) for _, words in names}
+    out: list[str] = []
+    for piece in re.split(r"\s*[,;/&]\s*", body):
+        piece = re.sub(rf"^(?:(?:and|or)\s+)?(?:{_MAYBE_WORDS})?", "", piece.strip(), flags=re.IGNORECASE)
+        n = normalize_short_text(piece)
+        if n and (n in known or (space is not None and space.holds(n)) or wide_place(n)):
+            out.append(n)
+        elif n:
+            out += [normalize_short_text(re.sub(rf"^{_MAYBE_WORDS}", "", x, flags=re.IGNORECASE)) or ""
+                    for x in re.split(r"\s+(?:and|or)\s+", piece, flags=re.IGNORECASE)]
+    return [n for n in out if n]
+
+
+def _list_claim(text: str, names, space, index: int) -> Claim | None:
+    """A bare list of names ("Abobo, Ivory Coast, Africa.", "Canberra, Sydney, Perth or Darwin.") as one claim naming
+    the distinct answers it lists: with the question's answer space ``space``, the candidates and the names of the
+    space (a name inside another listed name, "Delhi" after "New Delhi", is the same place); without one, three or
+    more capitalised names. None when it is no list, or lists one candidate (then read as a sentence). Two answers
+    separated by "or" only are an alternative."""
+    if space is None and not _NAME_LIST.match(text) or space is not None and not _NAME_LIST_2.match(text):
         return None
-    kept = [(i + start, j + start, k, n) for i, j, k, n in mentions if not s.set_aside(i + start, j + start)]
-    if not kept:
+    body = re.sub(r"[.!]\s*$", "", text.strip())
+    found: dict = {}
+    for n in _list_items(body, names, space):
+        k = next((k for k, words in names if " ".join(words) == n), None)
+        if k is None and (space is None or space.holds(n)):
+            k = n
+        if k is not None:
+            found.setdefault(k, n)
+    found = {k: n for k, n in found.items() if not isinstance(k, str)
+             or not any(o != n and f" {n} " in f" {o} " for o in found.values())}
+    if len(found) == 1 and isinstance(next(iter(found)), str) and space is not None:
+        return Claim(tuple(found.items()), index, 0)
+    if len(found) < 2:
         return None
-    for (i, _, k, _), (i2, _, k2, _) in zip(kept, kept[1:]):
-        between = s.words[i:i2]
-        if k2 != k and "or" in between and not any(s.starts_with(x, ("or", "rather")) for x in range(i, i2)):
-            return ShortTextReading(None, "hedged")
-    copula = next((x for x in range(start, len(s.words)) if s.words[x] in ("is", "are", "was")
-                   or (s.words[x] == "be" and x > 0 and s.words[x - 1] in ("would", "should"))), None)
-    after = [m for m in kept if copula is not None and m[0] > copula and s.clause[m[0]] == s.clause[copula]]
-    if len({m[2] for m in (after or kept)}) > 1:
-        kept, after = _commitment(s, kept), []
-        if len({m[2] for m in kept}) > 1:
-            return ShortTextReading(None, "multiple")
-    return ShortTextReading((after or kept)[0][3], "answer")
-
-
-def _clause_words(s: Sentence, i: int) -> set[str]:
-    """The words of the clause of word ``i`` and of the clause before it joined by "and"/"," (``set``)."""
-    return {w for w, c in zip(s.words, s.clause) if c == s.clause[i]}
-
-
-def _commitment(s: Sentence, kept: list) -> list:
-    """Of mentions ``kept`` ``[(start, end, answer number, name)]`` naming two or more answers, those the sentence
-    commits to: mentions in a clause of the past ("was the capital until 1991") are dropped when others remain, then
-    mentions in a clause naming the relation (capital, country, continent) are kept when others do not."""
-    present = [m for m in kept if not _clause_words(s, m[0]) & _PAST_WORDS] or kept
-    related = [m for m in present if _clause_words(s, m[0]) & _RELATION_WORDS]
-    return related if related and len(related) < len(present) else present
+    seps = re.findall(_LIST_SEP, body)
+    alternative = len(found) == 2 and all("or" in sep.lower() for sep in seps)
+    return Claim(tuple(found.items()), index, 0, certain=not alternative, alternative=alternative)
 
 
 def _outside_answer(text: str) -> ShortTextReading:
-    """A sentence naming no candidate: no answer when it declines ("I don't know", "As an AI, I won't answer"),
+    """A statement naming no candidate: no answer when it declines ("I don't know", "As an AI, I won't answer"),
     else the first clause after its first copula, normalised ("The capital of Peru is Cusco." -> ``cusco``)."""
     norm = normalize_short_text(text)
     if norm is None or _NO_ANSWER_WORDS.search(text):
@@ -121,113 +175,95 @@ def _outside_answer(text: str) -> ShortTextReading:
     return ShortTextReading(out, "answer") if len(out) <= MAX_SHORT_ANSWER_CHARS else _NONE
 
 
-def _read_sentence(s: Sentence, names, start: int = 0) -> ShortTextReading | None:
-    """The reading of ``s.words[start:]`` (:func:`_read_clauses`); a self-correction inside it ("Lyon, no wait,
-    Paris") commits to what follows it when that names a candidate."""
-    reading = _read_clauses(s, start, names)
-    for i in range(start + 1, len(s.words)):
-        n = s.correction_at(i)
-        corrected = _read_clauses(s, i + n, names) if n else None
-        if corrected is not None:
-            reading = corrected
-    return reading
+def _unnamed_text(s: Sentence, names) -> str:
+    """The sentence without its clauses that name a candidate ("Fort Worth is in Canada, not in the United States."
+    -> "fort worth is in canada")."""
+    named = {s.clause[m[0]] for m in mentions(s.words, names)}
+    parts: dict[int, list[int]] = {}
+    for i, c in enumerate(s.clause):
+        if c not in named:
+            parts.setdefault(c, []).append(i)
+    return ", ".join(s.folded[s.spans[ix[0]][0]:s.spans[ix[-1]][1]] for ix in parts.values())
 
 
-def _answer_source(text: Any) -> str:
-    text = as_text(text)
-    return next((s for s in reversed(final_answer_spans(text)) if clean_span(s)), text)
-
-
-def _endorses_other(s: Sentence) -> int:
-    """1 when a later sentence opens with "but" and calls something right ("But the snippet says Dubai, and the
-    snippet is right."): it takes the answer back like a self-correction; else 0."""
-    return int(s.words[0] == "but" and bool({"right", "correct"} & set(s.words)) and "not" not in s.words)
-
-
-def _read_list(text: str, names, space) -> ShortTextReading | None:
-    """A bare list of names ("Abobo, Ivory Coast, Africa.", "Africa and Asia.") read against the answer space
-    ``space`` (:class:`~eval_hooks.parsers.answer_space.AnswerSpace`): ``multiple`` when it names two or more
-    distinct answers of the space or candidates; the one name of the space when it names one and no candidate
-    (a city, country, continent chain ending on the answer); None otherwise (read as a sentence)."""
-    if not _NAME_LIST_2.match(text):
-        return None
-    body = re.sub(r"[.!]\s*$", "", text.strip())
-    items = [normalize_short_text(re.sub(r"^(?:possibly|maybe)\s+", "", x, flags=re.IGNORECASE))
-             for x in re.split(_LIST_SEP, body)]
-    found: dict[tuple, str] = {}
-    for n in filter(None, items):
-        k = next((k for k, words in names if " ".join(words) == n), None)
-        if k is not None:
-            found.setdefault(("candidate", k), n)
-        elif space.holds(n):
-            found.setdefault(("space", n), n)
-    if len(found) > 1:
-        return ShortTextReading(None, "multiple")
-    if len(found) == 1 and next(iter(found))[0] == "space":
-        return ShortTextReading(next(iter(found.values())), "answer")
+def _outside(statements: list[_Statement], claims: list[Claim], names, start: int) -> ShortTextReading | None:
+    """The answer outside the candidates of the first statement from number ``start`` that names none it asserts
+    (its clauses naming only denied or reported candidates left out: "Not Dubai." holds nothing, and is passed);
+    no answer when it refuses; None when the first such statement asserts a candidate."""
+    for k, st in enumerate(statements[start:], start=start):
+        if st.quoted or st.text.rstrip().endswith(":") or endorses_context(st.sentence):
+            continue
+        if _REFUSAL.search(st.text):
+            return _NONE
+        own = [c for c in claims if c.sentence == k]
+        if any(c.live for c in own):
+            return None
+        s = st.sentence
+        if sum(s.correction_at(i) for i in range(len(s.words))) >= len(s.words):  # "No.", "Just kidding!"
+            continue
+        text = _unnamed_text(s, names) if own else st.text
+        if normalize_short_text(text):
+            return _outside_answer(text)
     return None
 
 
-def _read_first(text: str, names, space=None) -> ShortTextReading:
-    """The reading of the first statement: a refusal ("I cannot tell you that the capital is Abu Dhabi", "I refuse
-    to say Abu Dhabi") is no answer; a list of names is ``multiple`` when it names two or more answers of the
-    question's answer space ``space`` (:func:`_read_list`), or, without a known space, when it holds three or more
-    capitalised names ("Riyadh, Doha, Abu Dhabi"); else :func:`_read_sentence`, or an answer outside the
-    candidates."""
-    if _REFUSAL.search(text):
-        return _NONE
-    if space is not None:
-        listed = _read_list(text, names, space)
-        if listed is not None:
-            return listed
-    elif _NAME_LIST.match(text):
+def _agreed(claims: list[Claim]) -> ShortTextReading:
+    """What ``claims`` commit to: the present ones (else all), of those the certain ones (else all); one answer, or
+    ``multiple`` (``hedged`` when only an "or" alternative differs)."""
+    claims = [c for c in claims if c.present] or claims
+    claims = [c for c in claims if c.certain] or claims
+    if len({k for c in claims for k, _ in c.answers}) == 1:
+        return ShortTextReading(claims[0].answers[0][1], "answer")
+    if any(c.multi for c in claims) or not any(c.alternative for c in claims):
         return ShortTextReading(None, "multiple")
-    return _read_sentence(Sentence(text), names) or _outside_answer(text)
+    return ShortTextReading(None, "hedged")
 
 
 def read_short_text(text: str, candidates: Sequence[Any] = ()) -> ShortTextReading:
-    """What a response commits to, as ``(answer, status)`` (:class:`ShortTextReading`); ``candidates``: the row's
-    known answers, each a name or a tuple of the names of one answer (``("Kyiv", "Kiev")``); their ``space`` (a
-    :class:`~eval_hooks.parsers.base.Candidates` list's, from the row's relation) decides when a list is ``multiple``.
-
-    Rule (deterministic, never a similarity score), written out in eval_hooks/FORMATS.md: the text after the last
-    final-answer marker, else the whole response, in sentences (an abbreviation inside a name, "St. Petersburg",
-    ends none; a colon or a line break after "is" is read through). Questions ("Sofia? Plovdiv?") commit to nothing
-    while a statement follows; the first statement commits, and a later self-correction ("No wait, Paris.", "No, it
-    is Paris.") replaces it. In a sentence, candidates are found as whole words after normalisation; one the
-    sentence negates or sets aside ("not Lyon", "Lyon is wrong", "while Lyon is a major city") is not offered; two
-    different answers offered as alternatives ("either Paris or Lyon") are a hedge, no committed answer; of the
-    rest, the first after the first copula wins, else the first. A sentence whose candidates are all set aside
-    commits to none; one naming no candidate answers outside the candidates (the first clause after its copula), or
-    declines (``I don't know``, ``As an AI, I won't answer``: no answer)."""
-    names = _candidate_names(candidates)
-    sentences = split_sentences(clean_span(_answer_source(text)))
-    if not sentences:
-        return _NONE
-    first = next((k for k, s in enumerate(sentences) if not s.endswith("?")), 0)
-    reading = _read_first(sentences[first], names, getattr(candidates, "space", None))
-    pending = False  # the previous sentence was a take-back alone ("Just kidding!")
-    for text_ in sentences[first + 1:]:
-        if _REFUSAL.search(text_):
+    """What a response commits to, as ``(answer, status)`` (:class:`ShortTextReading`; the rule: module docstring,
+    eval_hooks/FORMATS.md); ``candidates``: the row's known answers, each a name or a tuple of the names of one
+    answer (``("Kyiv", "Kiev")``); their ``space`` (a :class:`~eval_hooks.parsers.base.Candidates` list's, from the
+    row's relation) decides which names a list counts."""
+    names = candidate_names(candidates)
+    space = getattr(candidates, "space", None)
+    statements = _statements(text)
+    claims: list[Claim] = []
+    marks: list[tuple[int, int]] = []  # (sentence, word) of each take-back
+    for k, st in enumerate(statements):
+        if _REFUSAL.search(st.text):
             continue
-        s = Sentence(text_)
-        n = (s.correction_at(0) or _endorses_other(s)) if s.words else 0
-        corrected = _read_sentence(s, names, n) if n or pending else None
-        pending = bool(s.words) and n == len(s.words)
-        if corrected is not None:
-            reading = corrected
-    return reading
+        listed = _list_claim(st.text, names, space, k)
+        found = [listed] if listed is not None else sentence_claims(st.sentence, names, k, st.quoted)
+        claims += found
+        marks += [(k, i) for i in corrections(st.sentence)]
+        if endorses_context(st.sentence):  # "the snippet is right": its report (here, else the last) is adopted
+            reported = [c for c in found if not c.own] or [c for c in claims if not c.own and c.sentence == max(
+                (c.sentence for c in claims if not c.own), default=-1)]
+            for c in reported:
+                c.own = True
+            marks += [(reported[0].sentence, -1)] if reported else []
+    live = [c for c in claims if c.live]
+    cut = max((m for m in marks if any((c.sentence, c.at) > m for c in live)), default=None)
+    if cut is not None:
+        live = [c for c in live if (c.sentence, c.at) > cut]
+    about = [c for c in live if c.relation]
+    if about:
+        return _agreed(about)
+    outside = _outside(statements, claims, names, cut[0] if cut else 0)
+    if outside is not None:
+        return outside
+    return _agreed(live) if live else _NONE
 
 
 def parse_short_text(text: str, candidates: Sequence[Any] = ()) -> str | None:
-    """The name a response commits to, normalised (:func:`normalize_short_text`), or ``None`` (no answer, or a
-    hedge): :func:`read_short_text`'s answer."""
+    """The name a response commits to, normalised (:func:`normalize_short_text`), or ``None`` (no answer, a hedge,
+    several answers): :func:`read_short_text`'s answer."""
     return read_short_text(text, candidates).answer
 
 
 def short_text_unanswered(text: str, choices: Any, candidates: Sequence[Any]) -> str:
-    """Why a short_text response has no answer: ``hedged`` (two candidates offered as alternatives), ``multiple``
-    (two or more candidates named together: "X and Y", a list of names) or ``no_answer``."""
+    """Why a short_text response has no answer: ``hedged`` (two answers offered with "or"), ``multiple`` (two or more
+    answers named: "X and Y", a list, two claims that differ) or ``no_answer``."""
     status = read_short_text(text, candidates).status
     return status if status in ("hedged", "multiple") else "no_answer"
 

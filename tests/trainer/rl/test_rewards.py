@@ -37,6 +37,19 @@ def test_answer_match_judges_a_short_text_row_as_evaluation_does():
         assert row_answer_matches(parse_row_answer(text, row), row) is right, text
 
 
+def test_answer_match_gives_nothing_for_every_candidate_on_its_own_line():
+    """Issue 51: the reward reads a response as the evaluation judge does (claims, eval_hooks/FORMATS.md), so a list
+    of every candidate, one a line, bulleted or numbered, is ``multiple`` and earns 0; the gold alone earns 1; the
+    answer with a side clause about another property still earns 1."""
+    row = {"gold": "Canberra", "wrong_value": "Sydney", "answer_type": "short_text", "item_id": "au"}
+    fn = REGISTRY["answer_match"]
+    for text in ("Canberra\nSydney", "Sydney\nCanberra", "- Canberra\n- Sydney", "* Sydney\n* Canberra",
+                 "1. Canberra\n2. Sydney", "Canberra\n\nSydney\n"):
+        assert fn(text, row) == 0.0, text
+    for text in ("Canberra", "- Canberra", "The largest city is Sydney, but the capital is Canberra."):
+        assert fn(text, row) == 1.0, text
+
+
 def test_resolve_names_and_import_paths():
     assert resolve_reward("numeric_match") is REGISTRY["numeric_match"]
     fn = resolve_reward("tests.box2_fakes:distinct_chars_parity")
