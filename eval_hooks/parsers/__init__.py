@@ -85,6 +85,7 @@ BUILTIN = {
     "choice": "eval_hooks.families.taste.answers:FORK_ANSWER",
     "label": "eval_hooks.families.med.labels:LABEL_ANSWER",
     "short_text": "eval_hooks.parsers.short_text:SHORT_TEXT",
+    "open_answer": "eval_hooks.parsers.open_answer:OPEN_ANSWER",
 }
 
 
