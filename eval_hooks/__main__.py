@@ -4,11 +4,13 @@
     python -m eval_hooks score  --family F --rows rows.jsonl --responses responses.jsonl --out DIR
     python -m eval_hooks build-gsm8k --data gsm8k_test.jsonl --out mist_gsm8k.jsonl [--seed 0] [--limit N]
     python -m eval_hooks build-facts --out DIR [--seed 0] [--size small|full]   # GeoNames facts
+    python -m eval_hooks build-nq-swap --data merged.jsonl|nqswap.zip|pminervini/NQ-Swap --out rows.jsonl [--items N]
+        [--seed 0] [--max-context-words W]                                     # NQ-Swap (docs/nq_swap.md)
     python -m eval_hooks build-medcounterfact --data medevidence_abstract.jsonl --out med_items.jsonl
     python -m eval_hooks mine-forks --config conf/mine_forks.yaml --trajectories runs.jsonl --out DIR [key=value ...]
     python -m eval_hooks split-folds --data items.jsonl --k 2 --seed 0 --out DIR
 
-F is one of mist, box2, taste, med. Bad input prints one ``error: <file>, line <n>, field '<f>': ...``
+F is one of mist, box2, taste, med, nq_swap. Bad input prints one ``error: <file>, line <n>, field '<f>': ...``
 message and exits with status 2, leaving no output behind; a server that is unreachable or refuses a
 request prints one ``error: ...`` line (the server's own message first) and exits with status 1; SIGTERM
 stops with one line and exit 0, Ctrl-C with one line and exit 130 (the contract of every entry point,
@@ -95,6 +97,14 @@ def _cmd_build_gsm8k(args) -> int:
                        source=args.source, question_field=args.question_field, answer_field=args.answer_field,
                        id_field=args.id_field, topic=args.topic,
                        channels=args.channels.split(",") if args.channels else None)
+    print(json.dumps(stats))
+    return 0
+
+
+def _cmd_build_nq_swap(args) -> int:
+    from .builders.nq_swap import build_file
+
+    stats = build_file(args.data, args.out, items=args.items, seed=args.seed, max_context_words=args.max_context_words)
     print(json.dumps(stats))
     return 0
 
@@ -194,6 +204,14 @@ def build_parser() -> argparse.ArgumentParser:
                    "the shipped sample eval_hooks/data/geonames_sample.json)")
     _facts_flags(t)
     t.set_defaults(func=_cmd_build_facts)
+
+    q = _builder(sub, "build-nq-swap", "build MIST quartets (open_answer) from NQ-Swap (docs/nq_swap.md)",
+                 data="NQ-Swap: merged.jsonl, nqswap.zip, a Parquet file or a Hub id (pminervini/NQ-Swap[@revision])",
+                 out="MIST rows file to write (.jsonl)")
+    q.add_argument("--items", type=int, default=None, help="questions to sample (default: every one kept)")
+    q.add_argument("--max-context-words", type=int, default=None,
+                   help="drop questions whose passages are longer (the sample is then stratified by length)")
+    q.set_defaults(func=_cmd_build_nq_swap)
 
     m = _builder(sub, "build-medcounterfact", "build MedCounterfact items from MedEvidence",
                  data="medevidence_abstract.jsonl", out="Med items file to write (.jsonl)")

@@ -44,6 +44,7 @@ BUILTIN: dict[str, str] = {
     "box2": "eval_hooks.families.box2:Box2Family",
     "taste": "eval_hooks.families.taste:TasteFamily",
     "med": "eval_hooks.families.med:MedFamily",
+    "nq_swap": "eval_hooks.families.nq_swap:NqSwapFamily",
 }
 
 

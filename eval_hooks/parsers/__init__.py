@@ -58,6 +58,7 @@ from .choice import (BOOLEAN, FORK_ANSWER, FORK_LETTERS, LABEL_ANSWER, MED_LABEL
 from .markers import final_answer_spans
 from .numeric import (MAX_DIGITS, NUMERIC, Number, format_fraction, iter_numbers, normalize_number, numbers_equal,
                       numeric_leak, numeric_match, parse_number, parse_numeric)
+from .open_answer import OPEN_ANSWER
 from .sentences import STOP_WORDS, normalize_short_text
 from .short_text import (SHORT_TEXT, ShortTextReading, normalize_short_text_value, parse_short_text, read_short_text,
                          short_text_unanswered)
@@ -88,6 +89,7 @@ BUILTIN: dict[str, AnswerType] = {
     "choice": FORK_ANSWER,  # Taste's fork letter
     "label": LABEL_ANSWER,  # Med's label
     "short_text": SHORT_TEXT,
+    "open_answer": OPEN_ANSWER,  # NQ-Swap's open-domain short answers
 }
 
 

@@ -17,7 +17,7 @@ from selectrust.conditions import MIST_CONDITIONS as CONDITIONS
 from .metrics import mist_metrics, quality_warnings
 from .report import report_section
 
-ANSWER_TYPES = ("multiple_choice", "numeric", "boolean", "short_text")
+ANSWER_TYPES = ("multiple_choice", "numeric", "boolean", "short_text", "open_answer")
 MATCHED_FIELDS = ("answer_type", "gold", "gold_aliases", "wrong_value", "choices", "question")
 
 

@@ -143,7 +143,7 @@ def test_a_family_from_an_installed_packages_entry_point(monkeypatch, tmp_path):
     monkeypatch.setattr(FAMILIES, "installed", None)
     monkeypatch.setattr(FAMILIES, "loaded", {})
     monkeypatch.setattr(plugins, "entry_points", lambda group: [ep] if group == families.ENTRY_POINT_GROUP else [])
-    assert list(FAMILIES) == ["mist", "box2", "taste", "med", "echo"]
+    assert list(FAMILIES) == ["mist", "box2", "taste", "med", "nq_swap", "echo"]
     fam = get_family("echo")
     assert isinstance(fam, EchoFamily) and get_family("echo") is fam
     assert len(load_rows("echo", _write(tmp_path, ITEMS))) == 4
@@ -196,7 +196,7 @@ def test_an_installed_packages_family_has_its_settings_on_the_command_line(tmp_p
     dist = site / "echo_family-0.1.dist-info"
     dist.mkdir(parents=True)
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: echo-family\nVersion: 0.1\n")
-    (dist / "entry_points.txt").write_text(f"[{families.ENTRY_POINT_GROUP}]\necho = tests.test_families:EchoFamily\n")
+    (dist / "entry_points.txt").write_text(f"[{families.ENTRY_POINT_GROUP}]\necho = tests.eval_hooks.families.test_families:EchoFamily\n")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), os.environ["PYTHONPATH"]])}
     items, out = _write(tmp_path, ITEMS), tmp_path / "out"
     args = ["eval.family=echo", f"eval.path={items}", "eval.echo.hinted=false"]
@@ -204,7 +204,7 @@ def test_an_installed_packages_family_has_its_settings_on_the_command_line(tmp_p
                            cwd=ROOT, env=env, timeout=300)
     assert shown.returncode == 0, shown.stderr
     assert "  eval.echo.hinted = False  [default True]\n      Also ask each question with its hint" in shown.stdout
-    assert "  eval.family = echo  [default mist; mist | box2 | taste | med | echo]" in shown.stdout
+    assert "  eval.family = echo  [default mist; mist | box2 | taste | med | nq_swap | echo]" in shown.stdout
     ran = subprocess.run([sys.executable, "recipes/evaluate.py", "model.path=tiny", *args, "eval.max_new_tokens=2",
                           f"out_dir={out}"], capture_output=True, text=True, cwd=ROOT, env=env, timeout=600)
     assert ran.returncode == 0, ran.stderr[-3000:]

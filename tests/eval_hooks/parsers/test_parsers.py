@@ -396,7 +396,7 @@ def _check_the_colour_type(parsers, DataError, check_gold, Ctx):
         check_gold("pink", "colour", Ctx("items.jsonl", 3))
     with pytest.raises(ValueError, match="colour"):  # no instruction declared: a family cannot write its prompt line
         parsers.answer_instruction("colour")
-    with pytest.raises(ValueError, match="accepted: .*short_text, colour"):
+    with pytest.raises(ValueError, match="accepted: .*short_text, open_answer, colour"):
         parse_answer("1", "essay")
 
 

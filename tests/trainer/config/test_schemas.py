@@ -281,4 +281,4 @@ def test_parquet_matches_jsonl(tmp_path, family):
 
 
 def test_families_registry():
-    assert sorted(FAMILIES) == ["box2", "med", "mist", "taste"]
+    assert sorted(FAMILIES) == ["box2", "med", "mist", "nq_swap", "taste"]

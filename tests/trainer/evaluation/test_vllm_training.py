@@ -3,7 +3,7 @@ reference server on the tiny model. GRPO rollouts and adapter hot-sync through H
 the rollout/trainer importance-sampling correction, faults (stale adapter, dropped connections,
 malformed replies, refused adapter, dead server) and a DPO run's epoch-end evaluation through the server.
 
-The reward functions below are reached by the recipe as ``tests.test_vllm_training:<name>``; the tests
+The reward functions below are reached by the recipe as ``tests.trainer.evaluation.test_vllm_training:<name>``; the tests
 set ``ON_REWARD`` on *that* module object (``_hooks()``), so a fault can be injected at an exact point
 of a run (e.g. during the rewards of step 2).
 """
@@ -32,7 +32,7 @@ def hook_reward(completion: str, row: dict) -> float:
 
 
 def _hooks():
-    mod = importlib.import_module("tests.test_vllm_training")
+    mod = importlib.import_module("tests.trainer.evaluation.test_vllm_training")
     mod._calls["n"] = 0
     return mod
 
@@ -44,7 +44,7 @@ THRESHOLD = 1e-3
 def _overrides(run_dir: Path, url: str, *extra: str) -> list[str]:
     return [f"trainer.run_dir={run_dir}", "trainer.progress=false", "eval=none", f"algo.group_size={G}",
             f"algo.prompts_per_step={P}", f"optim.batch_size={G * P}", "optim.grad_accum=1", "algo.max_new_tokens=3",
-            "algo.drop_zero_variance=false", "algo.reward=tests.test_vllm_training:hook_reward",
+            "algo.drop_zero_variance=false", "algo.reward=tests.trainer.evaluation.test_vllm_training:hook_reward",
             "optim.scheduler=constant", "optim.warmup_ratio=0", "optim.lr=0.05",
             "generation=vllm_server", f"generation.url={url}", "generation.served_model_name=tiny",
             f"generation.probe_threshold={THRESHOLD}", "generation.timeout_s=20", *extra]

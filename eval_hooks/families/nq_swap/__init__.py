@@ -1,0 +1,6 @@
+"""NQ-Swap: MIST quartets from NQ-Swap's original and substituted passages (docs/nq_swap.md). Family: :mod:`.family`;
+NQ-Swap's metrics: :mod:`.metrics`; report section: :mod:`.report`; rows: :mod:`eval_hooks.builders.nq_swap`."""
+
+from __future__ import annotations
+
+from .family import NqSwapFamily, NqSwapSettings
