@@ -6,6 +6,9 @@
 - a full disk is one line (the file and what was kept), exit :data:`FAILURE_EXIT` (1): not a bad input, the same
   command resumes once space is freed;
 - a server that is down or refuses a request is one line, exit :data:`FAILURE_EXIT` (1);
+- a distributed run that lost a rank (another node died, was killed or stopped answering within the process
+  group's timeout, ``trainer.dist_timeout_s``) is one line, exit :data:`FAILURE_EXIT` (1): every node is restarted
+  with the same command and resumes from the last complete checkpoint;
 - a stop is one line: SIGTERM exits :data:`SIGTERM_EXIT` (0), Ctrl-C :data:`CTRL_C_EXIT` (130); what was saved
   is kept (a training loop checkpoints first, with handlers of its own);
 - a traceback only with ``HYDRA_FULL_ERROR=1`` or ``--debug`` (then errors propagate as they would without this
@@ -105,7 +108,31 @@ def classify(e: BaseException, input_errors: tuple[type, ...] = ()) -> tuple[int
         return INPUT_EXIT, f"error: {_describe(e)}"
     if isinstance(e, ServerError):
         return FAILURE_EXIT, f"error: {one_line(e)}"
+    if lost_peer(e):
+        return FAILURE_EXIT, (f"error: lost contact with another rank of this distributed run ({type(e).__name__}: "
+                              f"{one_line(e)[:400]}): a node or process died, was killed or did not answer within "
+                              f"the collective timeout (trainer.dist_timeout_s); what was saved is kept: restart "
+                              f"every node with the same command to resume from the last complete checkpoint")
     return None
+
+
+# what torch's process-group backends say when a peer is gone or silent (gloo, NCCL, the c10d store)
+_PEER_SIGNS = ("connection closed by peer", "connection reset by peer", "broken pipe", "timed out waiting",
+               "watchdog caught collective operation timeout", "nccl communicator was aborted", "connection refused")
+_BACKEND_SIGNS = ("gloo", "nccl", "c10d", "processgroup", "tcpstore")
+
+
+def lost_peer(e: BaseException) -> bool:
+    """Whether ``e`` is a collective that failed because another rank is gone or silent: torch.distributed's
+    ``DistError`` family, or a backend's ``RuntimeError`` saying so (gloo raises plain ``RuntimeError``s)."""
+    dist = sys.modules.get("torch.distributed")  # a process that never imported torch ran no collective
+    if dist is None or not isinstance(e, RuntimeError):
+        return False
+    dist_error = getattr(dist, "DistError", None)
+    if dist_error is not None and isinstance(e, dist_error):
+        return True
+    text = str(e).lower()
+    return any(s in text for s in _BACKEND_SIGNS) and any(s in text for s in _PEER_SIGNS)
 
 
 def end_process(status: int) -> None:

@@ -32,6 +32,7 @@ def _load(name):
     ("zero2.yaml", "DEEPSPEED", 2, "bf16"),
     ("zero3_lora.yaml", "DEEPSPEED", 2, "bf16"),
     ("multinode.yaml", "MULTI_GPU", 16, "bf16"),
+    ("multinode_zero2.yaml", "DEEPSPEED", 16, "bf16"),
     ("cpu_ddp.yaml", "MULTI_GPU", 2, "no"),
     ("cpu_zero2.yaml", "DEEPSPEED", 2, "no"),
 ])

@@ -22,7 +22,7 @@ from selectrust.core.settings import setting as schema_field  # a field with its
 from trainer.config.choices import (Aggregation, Backend, Device, DistillMode, DistillPipelineKind, DistillPromptStyle,
                                     DistillSource, DistillStage, DistillTeacher, DPOLossType, Dtype, Family,
                                     InitAdapterMode, ISCorrection, KnowledgeScore, LoggerKind, MixedPrecision, OnInvalid,
-                                    Pairing, Reference, Scheduler, SftRows, SftSchedule, StdScaling, TopkSupport, Truncation, Weighting,
+                                    Pairing, Reference, RunDirLayout, Scheduler, SftRows, SftSchedule, StdScaling, TopkSupport, Truncation, Weighting,
                                     _choices)
 from trainer.rl.oversample import MAX_OVERSAMPLE_CAP, MAX_ROUND_COMPLETIONS
 
@@ -105,6 +105,15 @@ class TrainerConfig:
     eval_every_epoch: bool = _f(True, "Run the matched evaluation at the end of every epoch.")
     eval_at_end: bool = _f(True, "Run the matched evaluation once more when training ends (if it did not just run).")
     progress: bool = _f(True, "Show a progress bar on the main process.")
+    run_dir_layout: RunDirLayout = _f("auto", "Several nodes: auto (find out at start whether every node sees the same "
+                                              "trainer.run_dir) | shared (refuse to start unless it does: a cluster file "
+                                              "system) | node_local (refuse unless each node has its own: every node's "
+                                              "local rank 0 then writes a full checkpoint there; resume needs a step "
+                                              "complete on every node). One node: ignored. launch/README.md#several-nodes.")
+    dist_timeout_s: int = _f(1800, "Seconds a rank waits in a collective (all-reduce, barrier) before it fails with one "
+                                   "line: bounds the wait for a node that hangs or vanishes without closing its "
+                                   "connections (a killed process is noticed at once). Must exceed the longest work "
+                                   "one rank does while the others wait (the main process's evaluation, a save).")
 
 
 @dataclass

@@ -134,6 +134,7 @@ def validate_common(cfg) -> None:
         if not 0 <= t.spike_ema_decay < 1:
             raise ConfigError(f"trainer.spike_ema_decay must be in [0, 1), got {t.spike_ema_decay}")
         _positive(t, ("save_every",), "trainer", strict=False)
+        _positive(t, ("dist_timeout_s",), "trainer")
         if t.resume not in ("auto", "none"):
             from pathlib import Path
 

@@ -17,6 +17,11 @@ directory unchecked) and accelerate's retention (which deletes before writing).
 Under DeepSpeed the model/optimizer part goes through ``accelerator.save_state`` (sharded); the LR
 scheduler (ours, not DeepSpeed's) is in ``scheduler.json`` either way.
 
+Several nodes (``trainer/core/nodes.py``): with a shared run dir the main process writes all but the RNG files
+(each rank writes its own), renames and marks; with node-local run dirs each node's local rank 0 does so in its
+own directory, which then holds a full checkpoint of the whole run (every rank's RNG files, gathered): any
+node's copy resumes every node.
+
 Test hook: ``SELECTRUST_TEST_SLEEP_IN_SAVE=<phase>:<step>`` makes the save of checkpoint ``<step>``
 print ``SELECTRUST_SAVE_PAUSE <phase> <step>`` and sleep at ``<phase>`` (``files``: some files written;
 ``before_rename``: all written and synced; ``before_marker``: renamed, no marker yet), so
@@ -179,10 +184,14 @@ def set_rng_state(meta: dict, tensors: dict) -> None:
 
 
 class CheckpointManager:
-    def __init__(self, run_dir: Path, accelerator, *, keep_last: int = 2):
+    def __init__(self, run_dir: Path, accelerator, *, keep_last: int = 2, node_local: bool = False):
         self.root = checkpoints_dir(run_dir)
         self.acc = accelerator
         self.keep_last = keep_last
+        # who writes the checkpoint's shared part (weights, optimizer, scheduler, trainer state), renames it and
+        # marks it complete: the main process; with node-local run dirs, every node's local rank 0 in its own
+        self.owner = accelerator.is_local_main_process if node_local else accelerator.is_main_process
+        self.node_local = node_local
 
     @property
     def _deepspeed(self) -> bool:
@@ -233,7 +242,7 @@ class CheckpointManager:
         acc = self.acc
         tmp = self.root / f".tmp-step_{step}"
         final = self.root / f"step_{step}"
-        if acc.is_main_process:
+        if self.owner:
             self.root.mkdir(parents=True, exist_ok=True)
             if tmp.exists():
                 shutil.rmtree(tmp)
@@ -241,20 +250,27 @@ class CheckpointManager:
         acc.wait_for_everyone()
         meta, tensors = rng_state()
         r = acc.process_index
+        rngs = {r: (meta, tensors)}  # the RNG files this rank writes: its own
+        if self.node_local:  # every node's copy holds every rank's RNG state, written by its owner
+            from .distributed import all_gather_object
+
+            everyone = dict(enumerate(all_gather_object(acc, (meta, tensors))))
+            rngs = everyone if self.owner else {}
         with _writing(tmp):
-            (tmp / f"rng_rank{r}.json").write_text(json.dumps(meta))
-            save_file({k: v.contiguous() for k, v in tensors.items()}, str(tmp / f"rng_rank{r}.safetensors"))
+            for rank, (m, t) in rngs.items():
+                (tmp / f"rng_rank{rank}.json").write_text(json.dumps(m))
+                save_file({k: v.contiguous() for k, v in t.items()}, str(tmp / f"rng_rank{rank}.safetensors"))
             if self._deepspeed:
                 acc.save_state(str(tmp / "accelerate_state"))
-            elif acc.is_main_process:
+            elif self.owner:
                 self._save_weights(acc.unwrap_model(model), tmp)
                 _test_pause("files", step)
                 torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
-            if acc.is_main_process:
+            if self.owner:
                 (tmp / "scheduler.json").write_text(json.dumps(scheduler.state_dict()))
                 (tmp / "trainer_state.json").write_text(json.dumps({"step": step, **train_state}, indent=2))
         acc.wait_for_everyone()
-        if acc.is_main_process:
+        if self.owner:
             fsync_tree(tmp)
             _test_pause("before_rename", step)
             if final.exists():  # an incomplete leftover of the same step

@@ -218,7 +218,8 @@ def train_loop(ctx, *, model, optimizer, scheduler, source: BatchSource,
 
     cfg, acc = ctx.cfg, ctx.accelerator
     tcfg, ocfg = cfg.trainer, cfg.optim
-    ckpt = CheckpointManager(ctx.run_dir, acc, keep_last=tcfg.keep_last)
+    nodes = getattr(ctx, "nodes", None)
+    ckpt = CheckpointManager(ctx.run_dir, acc, keep_last=tcfg.keep_last, node_local=bool(nodes and nodes.node_local))
     state = LoopState()
 
     def save(at_step: int):  # a checkpoint of the step just completed: the loop's state beside the data position

@@ -134,8 +134,9 @@ class RunContext:
     logger: MetricsLogger
     recipe: str
     started: float = field(default_factory=time.time)
-    lock: Any = None  # trainer.core.run_dir.RunLock held by the main process for the life of the run
+    lock: Any = None  # trainer.core.run_dir.RunLock held by the run dir's owner (nodes.py) for the life of the run
     resume_from: Path | None = None  # the checkpoint this run continues (resolved before any model loads)
+    nodes: Any = None  # trainer.core.nodes.Nodes: this rank's node, how many, whether each has its own run_dir
 
     def release(self) -> None:
         if self.lock is not None:
@@ -159,22 +160,27 @@ def make_accelerator(trainer_cfg, grad_accum: int = 1, *, micro_batch: int | Non
     gradient accumulation (``grad_accum``), micro-batch size per rank (``micro_batch``; the recipes
     prepare no dataloader for accelerate to read it from) and clipping (``max_grad_norm``; 0 = off).
     Without CUDA (DeepSpeed on CPU) the process group must be gloo, or accelerate counts one process
-    while DeepSpeed counts all of them."""
+    while DeepSpeed counts all of them. The process group's timeout is ``trainer.dist_timeout_s``."""
+    from datetime import timedelta
+
     from accelerate import Accelerator
+    from accelerate.utils import InitProcessGroupKwargs
 
     from .distributed import uses_deepspeed
 
     kwargs: dict[str, Any] = {"mixed_precision": resolve_mixed_precision(trainer_cfg.mixed_precision,
                                                                          cpu=trainer_cfg.device == "cpu")}
+    # how long a rank waits in a collective for the others (a hung or vanished node): trainer.dist_timeout_s
+    group = {"timeout": timedelta(seconds=getattr(trainer_cfg, "dist_timeout_s", 1800))}
     if trainer_cfg.device == "cpu":
         kwargs["cpu"] = True
     elif uses_deepspeed():
         import torch
-        from accelerate.utils import InitProcessGroupKwargs
 
         if not torch.cuda.is_available():
-            kwargs["kwargs_handlers"] = [InitProcessGroupKwargs(backend="gloo")]
+            group["backend"] = "gloo"
         kwargs["gradient_accumulation_steps"] = grad_accum
+    kwargs["kwargs_handlers"] = [InitProcessGroupKwargs(**group)]
     acc = Accelerator(**kwargs)
     if uses_deepspeed(acc):
         ds = acc.state.deepspeed_plugin.deepspeed_config
@@ -196,9 +202,9 @@ def setup_run(cfg, recipe: str) -> RunContext:
     accelerator = make_accelerator(cfg.trainer, grad_accum=cfg.optim.grad_accum, micro_batch=cfg.optim.batch_size,
                                    max_grad_norm=cfg.optim.max_grad_norm)
     run_dir = Path(cfg.trainer.run_dir).expanduser().resolve()
-    lock, resume_from = open_run_dir(cfg, accelerator, run_dir)
+    lock, resume_from, nodes = open_run_dir(cfg, accelerator, run_dir)
     ctx = RunContext(cfg=cfg, accelerator=accelerator, run_dir=run_dir, logger=None, recipe=recipe,  # type: ignore[arg-type]
-                     lock=lock, resume_from=resume_from)
+                     lock=lock, resume_from=resume_from, nodes=nodes)
     if accelerator.is_main_process:
         meta = {
             "recipe": recipe,
@@ -208,6 +214,8 @@ def setup_run(cfg, recipe: str) -> RunContext:
             "cwd": os.getcwd(),
             "world_size": accelerator.num_processes,
             "distributed_type": str(accelerator.distributed_type),
+            "nodes": nodes.count,
+            "run_dir_layout": "node_local" if nodes.node_local else "shared",
             "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         }
         (run_dir / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")

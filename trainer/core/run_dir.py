@@ -27,7 +27,10 @@ import time
 from pathlib import Path
 
 from trainer.config import ConfigError
-from trainer.core.checkpoint import CHECKPOINTS, CheckpointManager, run_dir_of
+from trainer.core.checkpoint import (CHECKPOINTS, CheckpointManager, checkpoints_dir, complete_checkpoints, run_dir_of,
+                                     step_of, verify_checkpoint)
+from trainer.core.distributed import all_gather_object
+from trainer.core.nodes import Nodes, common_steps, detect, local_checkpoint, no_common_checkpoint
 
 LOCK_NAME = ".lock"
 DATA_HASHES = "data_hashes.json"
@@ -236,7 +239,8 @@ def prepare_fresh_or_refuse(run_dir: Path, tcfg) -> None:
 # Keys that may differ between a run and its resumption without changing the maths.
 RESUME_TOLERATED = ("trainer.resume", "trainer.stop_at_step", "trainer.allow_config_change", "trainer.progress",
                     "trainer.allow_data_change", "trainer.overwrite", "trainer.run_dir",
-                    "trainer.save_every", "trainer.keep_last", "logger.",
+                    "trainer.save_every", "trainer.keep_last", "trainer.run_dir_layout", "trainer.dist_timeout_s",
+                    "logger.",
                     # where the generation server is and how patiently to talk to it (a restarted server)
                     "generation.url", "generation.server_log", "generation.timeout_s", "generation.max_retries")
 # Groups whose keys are those of a choice made within them (``generation.backend``): a saved key such a group no
@@ -305,34 +309,122 @@ def check_resume_config(cfg, saved_path: Path) -> None:
 
 
 # -- fresh start or resume: the one decision, taken once per run -----------------------------------------------
-def open_run_dir(cfg, accelerator, run_dir: Path) -> tuple[RunLock | None, Path | None]:
-    """Claim ``run_dir`` for this run and decide how it starts. The main process takes the lock (one writer),
-    moves aside or refuses a previous run (:func:`prepare_fresh_or_refuse`) and picks the checkpoint to resume
-    (``trainer.resume``; verified, ``CheckpointManager.resolve_resume``); every rank learns the outcome before
-    anything starts. A resume must then see the config and the data of the run it continues; a fresh start
-    records the data hashes. Returns ``(lock, resume_from)``: the lock on the main process (None elsewhere),
-    the checkpoint to continue (None: a fresh start). A refusal releases the lock and raises on every rank."""
-    lock, error, resume_from, source_run = None, None, None, run_dir
-    if accelerator.is_main_process:
+def open_run_dir(cfg, accelerator, run_dir: Path) -> tuple[RunLock | None, Path | None, Nodes]:
+    """Claim ``run_dir`` for this run and decide how it starts. First the nodes are found and whether they share
+    ``run_dir`` (:func:`trainer.core.nodes.detect`; refused in one line if ``trainer.run_dir_layout`` disagrees).
+    The directory's owner (the main process; with node-local directories each node's local rank 0) takes the lock
+    (one writer), moves aside or refuses a previous run (:func:`prepare_fresh_or_refuse`) and picks the checkpoint
+    to resume (``trainer.resume``; verified, ``CheckpointManager.resolve_resume``; node-local: the newest step
+    complete on every node); every rank learns the outcome before anything starts. A resume must then see the
+    config and the data of the run it continues; a fresh start records the data hashes. Returns
+    ``(lock, resume_from, nodes)``: the lock on an owner (None elsewhere), this node's copy of the checkpoint to
+    continue (None: a fresh start), the nodes. A refusal releases the lock and raises on every rank."""
+    nodes = detect(accelerator, run_dir, getattr(cfg.trainer, "run_dir_layout", "auto"))
+    owner = nodes.owner(accelerator)
+    lock, error, resume_from, source_run, steps = None, None, None, run_dir, []
+    if owner:
         try:
             run_dir.mkdir(parents=True, exist_ok=True)
             lock = RunLock(run_dir).acquire()
             prepare_fresh_or_refuse(run_dir, cfg.trainer)
-            resume_from = CheckpointManager(run_dir, accelerator).resolve_resume(cfg.trainer.resume)
-            source_run = run_dir_of(resume_from) if resume_from is not None else run_dir
+            if nodes.node_local:
+                steps = _local_steps(run_dir, cfg.trainer.resume, accelerator)
+            else:
+                resume_from = CheckpointManager(run_dir, accelerator).resolve_resume(cfg.trainer.resume)
+                source_run = run_dir_of(resume_from) if resume_from is not None else run_dir
         except Exception as e:  # noqa: BLE001 - re-raised below; the other ranks learn of it first
             error = e
             if lock is not None:
                 lock.release()
-    resume_from, source_run = _agree_on_start(accelerator, error, resume_from, source_run)
+    if nodes.node_local:
+        resume_from, source_run = _agree_node_local(accelerator, nodes, error, steps if owner else None, run_dir,
+                                                    cfg.trainer.resume)
+    else:
+        resume_from, source_run = _agree_on_start(accelerator, error, resume_from, source_run)
     try:
-        hashes = data_hashes(cfg) if accelerator.is_main_process else {}
-        _check_resume(cfg, run_dir, resume_from, source_run, hashes, is_main=accelerator.is_main_process)
+        error, hashes = None, {}
+        pins_here = nodes.count > 1 and accelerator.is_local_main_process  # every node checks its own data
+        try:
+            hashes = data_hashes(cfg) if accelerator.is_main_process or pins_here else {}
+            _check_resume(cfg, run_dir, resume_from, source_run, hashes, is_main=accelerator.is_main_process)
+        except Exception as e:  # noqa: BLE001 - raised on every rank by _agree_errors
+            error = e
+        pins = {k: v.get("sha256") for k, v in hashes.items()} if pins_here else None
+        _agree_errors(accelerator, error, node_data=(nodes.node, pins) if nodes.count > 1 else None)
     except BaseException:
         if lock is not None:
             lock.release()
         raise
-    return lock, resume_from
+    return lock, resume_from, nodes
+
+
+def _local_steps(run_dir: Path, resume: str, accelerator) -> list[int]:
+    """Node-local directories: the steps of this node's complete checkpoints that ``trainer.resume`` may pick
+    (``auto``: all of them, verified later; a path: that one, verified now; ``none``: none)."""
+    if resume == "none":
+        return []
+    if resume == "auto":
+        return [step_of(p) for p in complete_checkpoints(checkpoints_dir(run_dir))]
+    return [step_of(CheckpointManager(run_dir, accelerator).resolve_resume(resume))]
+
+
+def _raise_for_others(failures: list[tuple[str, str]], who: str) -> None:
+    """Raise on a rank that did not fail what a rank that did reported: a ``ConfigError`` (a refusal: one line,
+    exit 2) as such, anything else as a ``RuntimeError`` naming ``who``."""
+    if failures:
+        kind, message = failures[0]
+        if kind == "ConfigError":
+            raise ConfigError(message)
+        raise RuntimeError(f"{who} could not start the run: {kind}: {message}")
+
+
+def _agree_errors(accelerator, error: BaseException | None, node_data: tuple | None = None) -> None:
+    """Raise ``error`` where it happened, and on every other rank too (:func:`_raise_for_others`), so that no rank
+    goes on to load a model and wait for ranks that stopped. Several nodes: ``node_data`` is ``(node, {config key:
+    sha256})`` of the data this node reads (None on a rank that did not hash it); every node must read the same."""
+    gathered = []
+    if accelerator.num_processes > 1:
+        mine = None if error is None else (type(error).__name__, str(error))
+        gathered = all_gather_object(accelerator, (mine, node_data))
+    if error is not None:
+        raise error
+    _raise_for_others([f for f, _ in gathered if f is not None], "another rank")
+    views = sorted({d[0]: d[1] for _, d in gathered if d is not None and d[1] is not None}.items())
+    first, want = views[0] if views else (0, {})
+    diffs = [f"{k}: node {n} reads sha256 {pins.get(k)}, node {first} {want.get(k)}"
+             for n, pins in views[1:] for k in sorted(set(pins) | set(want)) if pins.get(k) != want.get(k)]
+    if diffs:
+        raise ConfigError("the nodes read different data (each must read the same files): " + "; ".join(diffs))
+
+
+def _agree_node_local(accelerator, nodes: Nodes, error: BaseException | None, steps: list[int] | None,
+                      run_dir: Path, resume: str) -> tuple[Path | None, Path]:
+    """Node-local directories: every node's owner reported its complete checkpoints (``steps``; None on the other
+    ranks); the run resumes from the newest step complete and verified on every node, each rank from its own
+    node's copy; a fresh start when no node holds one; else a one-line refusal on every rank."""
+    mine = None if error is None else (type(error).__name__, str(error))
+    gathered = all_gather_object(accelerator, (nodes.node, mine, steps))
+    if error is not None:
+        raise error
+    _raise_for_others([m for _, m, _ in gathered if m is not None], "a node's local rank 0")
+    by_node = {n: s for n, _, s in gathered if s is not None}
+    if resume == "none" or not any(by_node.values()):
+        return None, run_dir
+    if resume != "auto":
+        if len({tuple(s) for s in by_node.values()}) != 1:
+            raise ConfigError(f"trainer.resume={resume!r} names different steps on the nodes ({by_node}); "
+                              f"give every node the same checkpoint")
+        path = local_checkpoint(run_dir, resume, next(iter(by_node.values()))[0])
+        return path, run_dir_of(path)
+    for step in common_steps(by_node):
+        path = local_checkpoint(run_dir, resume, step)
+        problem = verify_checkpoint(path) if nodes.owner(accelerator) else None
+        if problem is not None:
+            print(f"[selectrust] warning: node {nodes.node}: checkpoint {path} is damaged ({problem}); "
+                  f"trying an older step complete on every node", flush=True)
+        if all(all_gather_object(accelerator, problem is None)):
+            return path, run_dir
+    raise ConfigError(no_common_checkpoint(by_node, run_dir))
 
 
 def _agree_on_start(accelerator, error: BaseException | None, resume_from: Path | None,

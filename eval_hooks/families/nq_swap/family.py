@@ -1,4 +1,4 @@
-"""The nq_swap family: MIST quartets built from NQ-Swap (:mod:`eval_hooks.builders.nq_swap`), scored like MIST
+"""The nq_swap family: MIST quartets built from NQ-Swap (:mod:`.items`), scored like MIST
 (its four accuracies, SC2W, slices, knowledge split, report and plots) with NQ-Swap's own metrics beside them
 (:mod:`.metrics`: ``nq_swap.p_sub``, ``nq_swap.p_org``, ``nq_swap.memorization_ratio``, ``nq_swap.em_org_context``,
 per knowledge label). docs/nq_swap.md.
@@ -43,7 +43,7 @@ class NqSwapFamily(MistFamily):
 
     def eval_rows(self, path, settings: NqSwapSettings | None = None) -> list[dict]:
         """Rows from a rows file, or built in memory from NQ-Swap data (records with ``org_context``)."""
-        from ...builders.nq_swap import build_rows, read_source
+        from .items import build_rows, read_source
 
         records, label = read_source(path)
         if all("org_context" in r and "prompt" not in r for _, r in records):
