@@ -243,11 +243,12 @@ def preflight(cfg) -> list[str]:
     trained arms it runs (:func:`run_arms`): every entry loads as a :class:`DemoArm` (a name, a label, a colour
     matplotlib knows), a switch is a key of ``real``, the arm an arm continues runs before it, an arm that trains
     with ``dpo`` names the pools it trains on (the report's sentence of pools), and the run trains one of
-    :data:`CHECKED_ARMS`. Raises ConfigError in one line otherwise."""
+    :data:`CHECKED_ARMS`. Raises ConfigError in one line otherwise (an arm plugin that is broken: the registry's
+    ``PluginError``, naming it: an installed arm runs in every real demo, so it is never left out silently)."""
     from matplotlib.colors import is_color_like
 
     running: list[str] = []
-    for name in ARMS:
+    for name in ARMS.names():
         arm = ARMS.get(name)
         if not is_color_like(arm.color):
             raise ConfigError(f"demo arm {name!r}: colour {arm.color!r} is not a matplotlib colour")

@@ -128,7 +128,7 @@ def run(cfg: DictConfig, *, compose, runners: dict, checks: dict) -> dict:
     down by ``recipes/demo.py``) in ``cfg.out`` (:class:`demos.common.DemoRun`: one run per out dir, continued by the
     same command); write ``summary.json``, ``report.md`` and the plots there, print the table; return the summary."""
     from selectrust.model import ensure_tiny_model
-    from trainer.data.sources import register_data_source
+    from selectrust.core.data_sources import register_data_source
 
     from .report import print_table, write_demo_report
 

@@ -86,7 +86,7 @@ One JSON object per line::
 
 Data source ``toy:<seed>/<file>``
 ----------------------------------
-:func:`resolve_source` is the resolver of the ``toy`` data source (:mod:`trainer.data.sources`; declared
+:func:`resolve_source` is the resolver of the ``toy`` data source (:mod:`selectrust.core.data_sources`; declared
 in ``pyproject.toml``'s entry-point group ``selectrust.data_sources``): ``toy:0/mist_heldout.jsonl`` in
 any config is the file of :data:`OUTPUT_FILES` for seed 0, written once by :func:`write_all` into
 ``cache_root()/toy/v<FORMAT_VERSION>/seed_<seed>`` (``selectrust.model.cache_root``).

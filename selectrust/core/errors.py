@@ -36,3 +36,16 @@ def _is_dataset_label(path: str | None) -> bool:
     if path is None:
         return False
     return is_dataset_source(path)
+
+
+class PluginError(DataError):
+    """An installed package's entry point (a plugin) that cannot be used: its module is missing or raises on import,
+    or it names the wrong kind of object. Raised (by :class:`selectrust.core.plugins.Registry`, the one place that
+    decides) only where that name is used; ``str(e)`` is one line naming the plugin, its entry-point group and
+    distribution and the fix. A :class:`DataError`, so every command line reports it in one line, exit 2."""
+
+    def __init__(self, message: str, *, kind: str, name: str, group: str, value: str, distribution: str | None,
+                 details: str = ""):
+        super().__init__(message)
+        self.kind, self.name, self.group, self.value, self.distribution = kind, name, group, value, distribution
+        self.details = details or message  # what is wrong and the fix, without the message's list of other choices

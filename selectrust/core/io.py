@@ -15,6 +15,7 @@ from collections import deque
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
+from selectrust.core.data_sources import resolve_data_path
 from selectrust.core.dataset_ids import dataset_source
 from selectrust.core.errors import DataError  # noqa: F401  (the readers' error; imported from here too)
 
@@ -28,10 +29,12 @@ def read_records(path: str | os.PathLike) -> list[tuple[int, dict]]:
     (by suffix ``.parquet``/``.pq``): ``line`` is the 1-based row number, and null cells are dropped
     (a column present on some rows only). An empty file is an error. ``hf:org/name[:config][:split]``
     and ``save_to_disk`` directories (``selectrust.core.hf_data``) give 1-based rows like Parquet; errors
-    about them name the dataset and the row.
+    about them name the dataset and the row. A ``<scheme>:<rest>`` path of a data source is read from the file
+    it resolves to (:func:`selectrust.core.data_sources.resolve_data_path`: a broken source plugin is named).
     """
     from .hf_data import load_dataset_records
 
+    path = resolve_data_path(path) if isinstance(path, str) else path
     source = dataset_source(path)
     if source is not None:
         records, label = load_dataset_records(source)

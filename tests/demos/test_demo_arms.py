@@ -90,6 +90,7 @@ def test_an_arm_from_an_entry_point_is_found_and_a_broken_one_fails_before_any_s
     import selectrust.core.plugins as plugins
     from demos.real.arms import ARMS, GROUP
     from demos.real.pipeline import stages
+    from selectrust.core.errors import PluginError
     from trainer.config import ConfigError
 
     def installed(value: str):
@@ -97,10 +98,17 @@ def test_an_arm_from_an_entry_point_is_found_and_a_broken_one_fails_before_any_s
             return [EntryPoint("extra_arm", value, group)] if group == GROUP else []
         return entry_points
 
+    (tmp_path / "arm_raising_xyz.py").write_text("raise RuntimeError('arm import boom')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
     full = [f"out={tmp_path}", "demo=real_full", "real.misleading_only=false"]
     loaded = {k: v for k, v in ARMS.loaded.items() if k != "extra_arm"}
-    for value, error in (("demos.real.arms:SCOPE", r"^demo arm 'extra_arm': its entry is named 'scope'"),
-                         ("demos.real.arms:TRAIN_COMMON", r"^demo arm 'extra_arm': \['eval=none'.* is not a "),
+    broken = r"^demo arm plugin 'extra_arm' cannot be used: "
+    for value, error in (("demos.real.arms:SCOPE", broken + r".*its entry is named 'scope'"),
+                         ("demos.real.arms:TRAIN_COMMON", broken + r".*\['eval=none'.* is not a "),
+                         ("no_such_module_xyz:ARM", broken + r"importing no_such_module_xyz:ARM failed: "
+                                                             r"ModuleNotFoundError.* in group selectrust.demo_arms"),
+                         ("arm_raising_xyz:ARM", broken + r"importing arm_raising_xyz:ARM failed: RuntimeError: arm "
+                                                          r"import boom .* in group selectrust.demo_arms"),
                          ("test_demo_arms:BAD_COLOUR", r"^demo arm 'extra_arm': colour 'blurple' is not a"),
                          ("test_demo_arms:BAD_SWITCH", r"^demo arm 'extra_arm': its switch real.extra_arm is not"),
                          ("test_demo_arms:BEFORE_ITS_START",
@@ -109,7 +117,8 @@ def test_an_arm_from_an_entry_point_is_found_and_a_broken_one_fails_before_any_s
         monkeypatch.setattr(plugins, "entry_points", installed(value))
         monkeypatch.setattr(ARMS, "installed", None)
         monkeypatch.setattr(ARMS, "loaded", dict(loaded))
-        with pytest.raises(ConfigError, match=error) as e:
+        monkeypatch.setattr(ARMS, "failed", {})
+        with pytest.raises((ConfigError, PluginError), match=error) as e:
             stages(_compose(full))
         assert "\n" not in str(e.value)
     monkeypatch.setattr(plugins, "entry_points", installed("test_demo_arms:EXTRA"))

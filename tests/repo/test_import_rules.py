@@ -566,7 +566,7 @@ REGISTRIES = {
     "selectrust.backends": ("selectrust.generation.backends", "BACKENDS"),
     "selectrust.families": ("eval_hooks.families", "FAMILIES"),
     "selectrust.answer_types": ("eval_hooks.parsers", "ANSWER_TYPES"),
-    "selectrust.data_sources": ("trainer.data.sources", "DATA_SOURCES"),
+    "selectrust.data_sources": ("selectrust.core.data_sources", "DATA_SOURCES"),
     "selectrust.dpo_losses": ("trainer.dpo.losses", "DPO_LOSSES"),
     "selectrust.environments": ("trainer.rl.envs", "ENVIRONMENTS"),
     "selectrust.rewards": ("trainer.rl.rewards", "REWARDS"),

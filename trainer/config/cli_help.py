@@ -53,16 +53,19 @@ def cli_main(config_name: str, main: Callable[[], None]) -> None:
 
 def _suggesting(main: Callable[[], None]) -> Callable[[], None]:
     """``main`` with Hydra's refusal of a misspelt key ("Could not override ...; use +key") replaced by one config
-    error naming the closest known key (:mod:`trainer.config.suggest`)."""
+    error naming the closest known key, and its refusal of a choice that is a broken plugin (left out of the
+    choices) by that plugin's error (:mod:`trainer.config.suggest`)."""
     def wrapped():
         from hydra.errors import HydraException
 
         try:
             return main()
         except HydraException as e:
-            from trainer.config.suggest import misspelt_override
+            from trainer.config.suggest import broken_choice, misspelt_override
             from trainer.config.validation import ConfigError
 
+            if (plugin := broken_choice(e)) is not None:
+                raise plugin from None
             if (line := misspelt_override(e)) is None:
                 raise
             raise ConfigError(line) from None

@@ -229,7 +229,7 @@ class LoggerConfig:
 class DataConfig:
     train_path: str = _f(MISSING, "Training data: a JSONL/Parquet file, a datasets save_to_disk directory (':<split>' "
                                   "for a DatasetDict), 'hf:org/name[:config][:split]', or '<source>:<rest>' of a "
-                                  "registered data source (trainer/data/sources.py).")
+                                  "registered data source (selectrust/core/data_sources.py).")
     train_family: Optional[Family] = _f(None, "For recipes that train on evaluation-format items (e.g. box2 for GRPO).")
     train_conditions: list[str] = _f([], "Keep only these conditions/regimes of train_family rows (empty = all).")
     max_prompt_len: int = _f(512, "Max prompt tokens; see truncation.")

@@ -5,6 +5,9 @@
   :func:`misspelt_override` gives one line naming the key and the closest known one, without the ``+`` advice
   (``trainer.config.cli_help.cli_main`` raises it as a config error);
 - ``check_known_keys`` (a ``+key`` the schema does not know): its message adds :func:`did_you_mean`.
+
+And for a choice that is a broken plugin (``eval.family=<a plugin that does not load>``, left out of the choices with
+a warning line): :func:`broken_choice`, that plugin's own one-line error instead of Hydra's "Invalid value".
 """
 
 from __future__ import annotations
@@ -14,11 +17,13 @@ import re
 from dataclasses import fields, is_dataclass
 from typing import Iterable
 
-__all__ = ["did_you_mean", "misspelt_override"]
+__all__ = ["broken_choice", "did_you_mean", "misspelt_override"]
 
 _OVERRIDE = re.compile(r"Could not override '(?P<key>[^']+)'")
 _NOT_IN = re.compile(r"Key '(?P<name>[^']+)' not in '(?P<schema>\w+)'")
 _FULL_KEY = re.compile(r"full_key: (?P<full>[\w.]+)")
+# a choice refused: a typed field's value, or a config group's option (generation=<backend>)
+_INVALID = re.compile(r"Invalid value '(?P<value>[^']+)'|Could not find '\w+/(?P<option>[^'/]+)'")
 
 
 def did_you_mean(name: str, known: Iterable[str]) -> str:
@@ -46,6 +51,16 @@ def _schemas() -> dict[str, type]:
         for hint in typing.get_type_hints(cls).values():
             todo.extend(t for t in (hint, *typing.get_args(hint)) if isinstance(t, type) and is_dataclass(t))
     return found
+
+
+def broken_choice(error: BaseException):
+    """For Hydra's refusal of a value that is no choice ("Invalid value 'x'", or a config group's "Could not find
+    'group/x'") where ``x`` is a plugin some registry found broken and left out of the choices: that plugin's
+    ``PluginError`` (one line naming the plugin and the fix); None otherwise."""
+    from selectrust.core.plugins import broken_plugin
+
+    m = _INVALID.search(f"{error} {error.__cause__ or ''}")
+    return broken_plugin(m["value"] or m["option"]) if m else None
 
 
 def misspelt_override(error: BaseException) -> str | None:

@@ -37,7 +37,7 @@ def pin(path: str) -> dict | None:
     reports that)."""
     from selectrust.core.hf_data import HF_PREFIX, is_saved_dataset, parse_hf_spec, split_disk_spec
 
-    from trainer.data.sources import resolve_data_path
+    from selectrust.core.data_sources import resolve_data_path
 
     real = str(resolve_data_path(str(path)))
     extra = {} if real == str(path) else {"source": str(path)}

@@ -8,7 +8,7 @@ Pair files (written by ``recipes/mine_pairs.py``) hold one row per (quartet, con
 SFT files hold ``{"messages": [{"role": ..., "content": ...}, ...]}`` (every assistant turn is a
 target in multi-turn mode, the last one otherwise) or ``{"prompt": ..., "completion": ...}``.
 
-Every loader takes a data path through :func:`resolve_data_path` (:mod:`trainer.data.sources`): a
+Every loader takes a data path through :func:`resolve_data_path` (:mod:`selectrust.core.data_sources`): a
 path ``<scheme>:<rest>`` of a registered data source resolves to the file that source provides.
 """
 
@@ -24,7 +24,7 @@ from selectrust.core.io import DataError, read_records
 from selectrust.conditions import MIST_CONDITIONS as CONDITIONS, SCOPE_POOLS as POOLS, UNKNOWN_POOLS
 from selectrust.conditions import condition_mass, pool_mass  # noqa: F401 - the samplers' masses, imported from here too
 
-from trainer.data.sources import resolve_data_path
+from selectrust.core.data_sources import resolve_data_path
 
 
 # -- pairs ----------------------------------------------------------------------------------------

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from selectrust.core.plugins import Registry, load_failure
+from selectrust.core.plugins import Registry
 
 if TYPE_CHECKING:
     from trainer.algos.dpo import DPOLoss
@@ -47,13 +47,10 @@ def _unknown(name: str, known: list[str]) -> ValueError:
     return ValueError(f"unknown DPO loss {name!r}; registered: {sorted(known)}")
 
 
-def _broken(name: str, value: str, e: Exception) -> ValueError:
-    return ValueError(f"DPO loss {name!r}: {load_failure(value, ENTRY_POINT_GROUP, e)}")
-
-
 #: ``DPO_LOSSES[name]`` is :func:`dpo_loss`; iterating gives the names ``algo.loss_type`` accepts.
 DPO_LOSSES: Registry[DPOLoss] = Registry("DPO loss", ENTRY_POINT_GROUP, BUILTIN, accept=_accept, error=ValueError,
-                                         unknown=_unknown, broken=_broken)
+                                         unknown=_unknown)
 
-#: ``dpo_loss(name)``: the DPO-style loss registered as ``name``; ValueError listing the registered ones otherwise.
+#: ``dpo_loss(name)``: the DPO-style loss registered as ``name``; a ``PluginError`` (one line, exit 2) for a broken
+#: plugin; ValueError listing the registered ones otherwise.
 dpo_loss = DPO_LOSSES.get

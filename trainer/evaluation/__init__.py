@@ -35,14 +35,14 @@ def load_eval_rows(eval_cfg) -> list[dict] | None:
     them, and their knowledge labels (``eval.knowledge_path``, for a family with ``knowledge_labels``)."""
     if not eval_cfg.enabled or not eval_cfg.path:
         return None
-    from eval_hooks.families import family_names, get_family
+    from eval_hooks.families import FAMILIES, get_family
 
     from trainer.config import ConfigError
     from trainer.data.train_data import keep_whole_items, resolve_data_path
 
     family = get_family(eval_cfg.family)
     if eval_cfg.knowledge_path and not family.knowledge_labels:
-        able = " | ".join(n for n in family_names() if get_family(n).knowledge_labels)
+        able = " | ".join(n for n in FAMILIES if get_family(n).knowledge_labels)  # broken plugins left out
         raise ConfigError(f"eval.knowledge_path splits the metrics by knowledge labels, which family {family.name}'s "
                           f"metrics do not (families whose metrics do: {able}); eval.family={eval_cfg.family}")
     rows = family.eval_rows(resolve_data_path(eval_cfg.path), family.settings_from(eval_cfg))

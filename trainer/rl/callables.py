@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Callable, Mapping
 
-from selectrust.core.plugins import Registry, load_failure
+from selectrust.core.plugins import Registry
 
 
 def config_error(message: str) -> Exception:
@@ -22,8 +22,8 @@ def callable_registry(kind: str, key: str, group: str, builtin: Mapping[str, Cal
                       unknown: Callable[[str, list[str]], Exception],
                       bad_path: Callable[[str, Exception | None], Exception]) -> Registry[Callable]:
     """A registry of callables named by ``algo.<key>``: ``builtin`` (``name -> callable``), registered in code, the
-    entry points of ``group``, or an import path ``pkg.module:attribute``. What a name loads must be callable; an
-    entry point that fails to import is a :func:`config_error` naming ``algo.<key>=<name>``; ``unknown(name, known)``
+    entry points of ``group``, or an import path ``pkg.module:attribute``. What a name loads must be callable (a
+    broken entry point is the registry's ``PluginError``, naming it); ``unknown(name, known)``
     is the error of a name known nowhere, ``bad_path(name, exc)`` that of an import path that does not import
     (``exc``) or names something not callable (``exc`` None)."""
     def accept(name: str, obj: object) -> Callable:
@@ -33,9 +33,6 @@ def callable_registry(kind: str, key: str, group: str, builtin: Mapping[str, Cal
             raise config_error(f"algo.{key}={name!r}: {registry.source(name)!r} is not callable (got {obj!r})")
         return obj
 
-    def broken(name: str, value: str, e: Exception) -> Exception:
-        return config_error(f"algo.{key}={name!r}: {load_failure(value, group, e)}")
-
     registry: Registry[Callable] = Registry(kind, group, builtin, accept=accept, error=config_error, unknown=unknown,
-                                            broken=broken, paths=bad_path)
+                                            paths=bad_path)
     return registry

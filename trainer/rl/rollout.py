@@ -57,7 +57,7 @@ from trainer.rl.zero_variance_skip import ZeroVarianceMemory, draw_prompts
 def load_rl_prompts(path: str, *, family: str | None = None, conditions: Sequence[str] = ()) -> list[dict]:
     """RL prompt rows ``{item_id, prompt, gold, answer_type, [choices]}``.
 
-    ``family=None``: a JSONL/Parquet file of such rows (or a registered data source, ``trainer/data/sources.py``).
+    ``family=None``: a JSONL/Parquet file of such rows (or a registered data source, ``selectrust/core/data_sources.py``).
     ``family='box2'`` (or any eval family): an items file expanded by ``eval_hooks.load_rows``, keeping
     only ``conditions`` (e.g. ``["bad"]``: train on bad-workflow inputs, docs/box2.md#outcome-rl).
     """

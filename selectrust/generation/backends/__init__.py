@@ -17,9 +17,10 @@ order:
       [project.entry-points."selectrust.backends"]
       mybackend = "mypackage.mybackend:BACKEND"
 
-A plugin whose module cannot be imported is left out of the schema and the messages (:func:`loadable_backend_names`)
-and fails, in one line naming the plugin and the group, only when chosen (:class:`BrokenBackendError`). How to add
-one: docs/architecture.md.
+A broken plugin (its module missing or raising on import, or naming anything but a :class:`BackendSpec` of its own
+name) is left out of the schema, the choices and the messages (:func:`loadable_backend_names`, one warning line) and
+fails, in one line naming the plugin, its group and distribution, only when chosen
+(:class:`selectrust.core.errors.PluginError`, from the registry). How to add one: docs/architecture.md.
 """
 
 from __future__ import annotations
@@ -41,11 +42,7 @@ BUILTIN: dict[str, BackendSpec] = {"hf": HF, "vllm_server": VLLM_SERVER, "openai
 
 
 class UnknownBackendError(ValueError):
-    """No backend of that name (the message lists the known ones), or an entry point that names no backend."""
-
-
-class BrokenBackendError(UnknownBackendError):
-    """An installed backend plugin whose module cannot be imported: one line naming the plugin and the group."""
+    """No backend of that name (the message lists the known ones), or a spec registered in code that is none."""
 
 
 def _accept(name: str, spec) -> BackendSpec:
@@ -54,20 +51,15 @@ def _accept(name: str, spec) -> BackendSpec:
     return spec
 
 
-def _broken(name: str, value: str | None, e: Exception) -> BrokenBackendError:
-    return BrokenBackendError(f"generation backend plugin {name!r} (entry point {value!r} of group "
-                              f"{ENTRY_POINT_GROUP!r}) cannot be loaded: {type(e).__name__}: {e}")
-
-
-#: ``BACKENDS[name]`` is :func:`get_backend`; iterating gives :func:`backend_names`.
+#: ``BACKENDS[name]`` is :func:`get_backend`; iterating gives :func:`loadable_backend_names`.
 BACKENDS: Registry[BackendSpec] = Registry("generation backend", ENTRY_POINT_GROUP, BUILTIN, accept=_accept,
-                                           error=UnknownBackendError, broken=_broken, component=BackendSpec)
+                                           error=UnknownBackendError, component=BackendSpec)
 
 #: ``register_backend(spec)``: make ``spec`` available under ``spec.name`` (the same spec again is a no-op; another
 #: under a name in use is an error); ``unregister_backend(name)`` removes it; ``backend_names()``: the built-in
 #: ones in :data:`BUILTIN` order, then those registered in code, then the entry points (sorted); ``get_backend(name)``:
 #: the spec, :class:`UnknownBackendError` listing the known ones otherwise; ``loadable_backend_names()``: the names
-#: less the installed plugins whose module cannot be imported (what the config schema and the messages list).
+#: less the broken plugins (what the config schema, its choices and the messages list).
 register_backend, unregister_backend, backend_names, get_backend, loadable_backend_names = (
     BACKENDS.add, BACKENDS.unregister, BACKENDS.names, BACKENDS.get, BACKENDS.loadable)
 
@@ -83,7 +75,7 @@ def backends_with(*capabilities: str) -> list[str]:
     return [n for n in loadable_backend_names() if any(getattr(get_backend(n).capabilities, c) for c in capabilities)]
 
 
-__all__ = ["BACKENDS", "BUILTIN", "ENTRY_POINT_GROUP", "BackendSpec", "BrokenBackendError", "BuildContext",
+__all__ = ["BACKENDS", "BUILTIN", "ENTRY_POINT_GROUP", "BackendSpec", "BuildContext",
            "Capabilities", "GenerationBackend", "GenerationRequest", "GenerationResult", "HFBackend", "Sample",
            "UnknownBackendError", "backend_names", "backends_with", "capabilities", "check_positive",
            "check_settings", "get_backend", "loadable_backend_names", "register_backend", "setting",

@@ -519,8 +519,11 @@ def test_an_installed_packages_answer_type_is_found(monkeypatch):
     monkeypatch.setattr("selectrust.core.plugins.entry_points", lambda group: installed)
     monkeypatch.setattr(parsers_module.ANSWER_TYPES, "installed", None)  # read the group again, then forget it
     monkeypatch.setattr(parsers_module.ANSWER_TYPES, "loaded", {})
+    monkeypatch.setattr(parsers_module.ANSWER_TYPES, "failed", {})
     assert parse_answer("one two three", "word_count") == "3" and answers_match("3", 3, "word_count")
     assert parsers_module.answer_budget({"word_count"}) == 16
-    assert list(parsers_module.ANSWER_TYPES)[-2:] == ["broken", "word_count"]
-    with pytest.raises(DataError, match="not an AnswerType named 'broken'"):
+    assert parsers_module.ANSWER_TYPES.names()[-2:] == ["broken", "word_count"]
+    assert list(parsers_module.ANSWER_TYPES)[-1] == "word_count"  # listing: the broken one left out
+    with pytest.raises(DataError, match="answer_type plugin 'broken' cannot be used: .*not an AnswerType named "
+                                        f"'broken'.* in group {group}"):
         parse_answer("x", "broken")

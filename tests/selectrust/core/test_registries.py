@@ -1,6 +1,7 @@
 """The one registry style (selectrust/core/plugins.py::Registry): its hooks, and for each kind of named component the
-entry-point group through which another package adds one (the one discovery function monkeypatched), and how each
-kind reports an entry point that fails to import."""
+entry-point group through which another package adds one (the one discovery function monkeypatched), and the one
+error every kind raises for an entry point that fails to import or names the wrong object (every kind x every way
+a plugin breaks: test_plugin_errors.py)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from importlib.metadata import EntryPoint
 import pytest
 
 import selectrust.core.plugins as plugins
+from selectrust.core.errors import PluginError
 from selectrust.core.io import DataError
 from selectrust.core.plugins import Registry
 from trainer.config import ConfigError
@@ -37,6 +39,7 @@ def install(monkeypatch):
         ep = EntryPoint(name, value, registry.group)
         monkeypatch.setattr(registry, "installed", None)
         monkeypatch.setattr(registry, "loaded", {})
+        monkeypatch.setattr(registry, "failed", {})
         monkeypatch.setattr(plugins, "entry_points", lambda group: [ep] if group == registry.group else [])
     return add
 
@@ -60,18 +63,16 @@ def test_the_registry_looks_up_built_in_registered_then_installed_names(install)
         reg.get("four")
 
 
-def test_the_kinds_own_unknown_and_broken_errors(install):
-    reg = _toy_registry(unknown=lambda name, known: LookupError(f"{name} not in {known}"),
-                        broken=lambda name, value, e: RuntimeError(f"{name} from {value}: {type(e).__name__}"))
+def test_the_kinds_own_unknown_error_and_the_one_plugin_error(install):
+    reg = _toy_registry(unknown=lambda name, known: LookupError(f"{name} not in {known}"))
     install(reg, "bad", "no_such_module_xyz:f")
     with pytest.raises(LookupError, match=r"four not in \['one', 'bad'\]"):
         reg.get("four")
-    with pytest.raises(RuntimeError, match="bad from no_such_module_xyz:f: ModuleNotFoundError"):
+    with pytest.raises(PluginError, match=r"gadget plugin 'bad' cannot be used: importing no_such_module_xyz:f failed: "
+                                          r"ModuleNotFoundError.*group tests.gadgets"):
         reg.get("bad")
-    plain = _toy_registry()  # without ``broken`` the import's own error propagates (the backends' behaviour)
-    install(plain, "bad", "no_such_module_xyz:f")
-    with pytest.raises(ModuleNotFoundError):
-        plain.get("bad")
+    with pytest.raises(LookupError, match=r"four not in \['one'\]"):  # found broken: no longer listed
+        reg.get("four")
 
 
 # ---- each kind's entry-point group -----------------------------------------------------------------------
@@ -83,11 +84,11 @@ def test_a_dpo_loss_from_an_entry_point(install):
     install(DPO_LOSSES, "simpo2", "trainer.algos.dpo:SIMPO")
     assert list(DPO_LOSSES) == ["sigmoid", "simpo", "simpo2"] and dpo_loss("simpo2") is dpo.SIMPO
     install(DPO_LOSSES, "fn", "trainer.algos.dpo:simpo_loss")  # the function, not its DPOLoss
-    with pytest.raises(ValueError, match="DPO loss 'fn': 'trainer.algos.dpo:simpo_loss' is not a DPOLoss"):
+    with pytest.raises(PluginError, match="DPO loss plugin 'fn'.*'trainer.algos.dpo:simpo_loss' is not a DPOLoss"):
         dpo_loss("fn")
     install(DPO_LOSSES, "gone", "no_such_module_xyz:IPO")
-    with pytest.raises(ValueError, match=r"DPO loss 'gone': entry point 'no_such_module_xyz:IPO' \(group "
-                                         r"selectrust.dpo_losses\) failed to load: ModuleNotFoundError"):
+    with pytest.raises(PluginError, match=r"DPO loss plugin 'gone' cannot be used: importing no_such_module_xyz:IPO "
+                                          r"failed: ModuleNotFoundError.* in group selectrust.dpo_losses"):
         dpo_loss("gone")
 
 
@@ -99,11 +100,11 @@ def test_an_environment_from_an_entry_point(install):
     assert list(ENVIRONMENTS) == ["toy_lookup", "webshop", "lookup2"]
     assert isinstance(resolve_env("lookup2", max_turns=2)(), ToyLookupEnv)
     install(ENVIRONMENTS, "gone", "no_such_module_xyz:Env")
-    with pytest.raises(ConfigError, match=r"algo.env='gone': entry point 'no_such_module_xyz:Env' \(group "
-                                          r"selectrust.environments\) failed to load: ModuleNotFoundError"):
+    with pytest.raises(PluginError, match=r"environment plugin 'gone' cannot be used: importing no_such_module_xyz:Env"
+                                          r" failed: ModuleNotFoundError.* in group selectrust.environments"):
         resolve_env("gone")
     install(ENVIRONMENTS, "number", f"{__name__}:NOT_CALLABLE")
-    with pytest.raises(ConfigError, match=f"algo.env='number': '{__name__}:NOT_CALLABLE' is not callable"):
+    with pytest.raises(PluginError, match=f"algo.env='number': '{__name__}:NOT_CALLABLE' is not callable"):
         resolve_env("number")
     with pytest.raises(ConfigError, match="algo.env='nope' is not a known environment"):
         resolve_env("nope")
@@ -116,24 +117,24 @@ def test_a_reward_from_an_entry_point(install):
     install(REGISTRY, "says_yes", f"{__name__}:toy_reward")
     assert list(REGISTRY)[-1] == "says_yes" and resolve_reward("says_yes") is toy_reward
     install(REGISTRY, "gone", "no_such_module_xyz:f")
-    with pytest.raises(ConfigError, match=r"algo.reward='gone': entry point 'no_such_module_xyz:f' \(group "
-                                          r"selectrust.rewards\) failed to load: ModuleNotFoundError"):
+    with pytest.raises(PluginError, match=r"reward plugin 'gone' cannot be used: importing no_such_module_xyz:f "
+                                          r"failed: ModuleNotFoundError.* in group selectrust.rewards"):
         resolve_reward("gone")
     with pytest.raises(ConfigError, match="algo.reward='nope' is not a registered reward"):
         resolve_reward("nope")
 
 
-def test_a_broken_family_entry_point_is_a_data_error_on_field_family(install):
+def test_a_broken_family_entry_point_is_a_plugin_error(install):
     from eval_hooks.families import FAMILIES, get_family
 
     install(FAMILIES, "gone", "no_such_module_xyz:Fam")
-    with pytest.raises(DataError, match=r"field 'family': cannot load family 'gone' from 'no_such_module_xyz:Fam' "
-                                        r"\(ModuleNotFoundError"):
+    with pytest.raises(PluginError, match=r"family plugin 'gone' cannot be used: importing no_such_module_xyz:Fam "
+                                          r"failed: ModuleNotFoundError"):
         get_family("gone")
     install(FAMILIES, "failing", f"{__name__}:FailingFamily")
-    with pytest.raises(DataError, match=f"cannot load family 'failing' from '{__name__}:FailingFamily' "
-                                        r"\(RuntimeError: no settings file\)"):
+    with pytest.raises(DataError, match=f"family plugin 'failing' cannot be used: {__name__}:FailingFamily is not a "
+                                        r"valid family: RuntimeError: no settings file"):
         get_family("failing")
     install(FAMILIES, "number", f"{__name__}:NOT_CALLABLE")
-    with pytest.raises(DataError, match=f"'{__name__}:NOT_CALLABLE' is not a Family named 'number'"):
+    with pytest.raises(PluginError, match=f"'{__name__}:NOT_CALLABLE' is not a Family named 'number'"):
         get_family("number")

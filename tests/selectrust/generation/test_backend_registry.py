@@ -16,6 +16,7 @@ from omegaconf import OmegaConf
 
 import selectrust.generation.backends as registry
 from eval_hooks import load_rows
+from selectrust.core.errors import PluginError
 from selectrust.generation.backends.base import GenerationBackend, GenerationResult, Sample
 from selectrust.generation.backends import (BACKENDS, BackendSpec, Capabilities, UnknownBackendError, backend_names,
                                           capabilities, get_backend, register_backend, setting, unregister_backend)
@@ -122,8 +123,10 @@ def test_a_backend_from_an_installed_packages_entry_point(monkeypatch):
     assert capabilities("canned") == Capabilities(policy_model=False, standalone=True)
     bad = EntryPoint("broken", "selectrust.generation.backends.hf:HFSettings", registry.ENTRY_POINT_GROUP)
     monkeypatch.setattr(BACKENDS, "installed", None)
+    monkeypatch.setattr(BACKENDS, "failed", {})
     monkeypatch.setattr(plugins, "entry_points", lambda group: [bad])
-    with pytest.raises(UnknownBackendError, match="'broken': not a BackendSpec named 'broken'"):
+    with pytest.raises(PluginError, match="generation backend plugin 'broken' cannot be used: .*not a BackendSpec "
+                                          "named 'broken'"):
         get_backend("broken")
 
 
@@ -241,6 +244,7 @@ def test_a_plugin_naming_a_missing_module_breaks_only_the_command_that_chooses_i
     ghost = EntryPoint("ghost", "no_such_module_42:SPEC", registry.ENTRY_POINT_GROUP)
     monkeypatch.setattr(BACKENDS, "installed", None)
     monkeypatch.setattr(BACKENDS, "loaded", {})
+    monkeypatch.setattr(BACKENDS, "failed", {})
     monkeypatch.setattr(plugins, "entry_points", lambda group: [ghost] if group == registry.ENTRY_POINT_GROUP else [])
     assert "ghost" in backend_names() and "ghost" not in registry.loadable_backend_names()
     assert "hf (" in _backend_help() and "ghost" not in _backend_help()
@@ -249,7 +253,7 @@ def test_a_plugin_naming_a_missing_module_breaks_only_the_command_that_chooses_i
 
     register_schemas()  # every loadable backend's schema, the broken plugin skipped
     validate_common(compose("sft", ["generation=hf"]))
-    with pytest.raises(UnknownBackendError) as e:
+    with pytest.raises(PluginError) as e:
         get_backend("ghost")
     msg = str(e.value)
     assert "\n" not in msg and "'ghost'" in msg and registry.ENTRY_POINT_GROUP in msg and "no_such_module_42" in msg

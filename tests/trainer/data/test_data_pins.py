@@ -65,7 +65,7 @@ def test_an_edited_dataset_directory_is_refused_on_resume(tmp_path, kind):
 
 
 def test_an_edited_toy_source_file_is_refused_on_resume(tmp_path, monkeypatch):
-    import trainer.data.sources as ds
+    import selectrust.core.data_sources as ds
 
     cache = tmp_path / "cache.jsonl"
     cache.write_text("".join(json.dumps(r) + "\n" for r in _rows(tmp_path)))

@@ -1,4 +1,4 @@
-"""Named data sources (trainer/data/sources.py): registration, discovery through the entry-point group,
+"""Named data sources (selectrust/core/data_sources.py): registration, discovery through the entry-point group,
 paths that pass through unchanged, the error for an unknown source, and the demo's declaration."""
 
 import sys
@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 import selectrust.core.plugins as plugins
-import trainer.data.sources as ds
+import selectrust.core.data_sources as ds
 from selectrust.core.io import DataError
 from recipe_utils import ROOT
 
@@ -20,6 +20,7 @@ def empty_registry(monkeypatch):
     monkeypatch.setattr(ds.DATA_SOURCES, "registered", {})
     monkeypatch.setattr(ds.DATA_SOURCES, "loaded", {})
     monkeypatch.setattr(ds.DATA_SOURCES, "installed", None)
+    monkeypatch.setattr(ds.DATA_SOURCES, "failed", {})
     monkeypatch.setattr(plugins, "entry_points", lambda group: [e for e in eps if e.group == group])
     return eps
 
@@ -74,7 +75,8 @@ def test_entry_points_are_discovered_lazily_and_loaded_when_used(empty_registry,
 
     assert ds.DATA_SOURCES.loaded == {"toy": task.resolve_source}
     assert Path(path) == task.cache_dir(1) / "mist_heldout.jsonl" and Path(path).is_file()
-    with pytest.raises(DataError, match=r"data source 'broken': entry point 'no_such_module_xyz:f'.*failed to load"):
+    with pytest.raises(DataError, match=r"data source plugin 'broken' cannot be used: importing no_such_module_xyz:f "
+                                        r"failed: ModuleNotFoundError"):
         ds.resolve_data_path("broken:x")
 
 

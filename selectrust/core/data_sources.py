@@ -2,20 +2,21 @@
 
 A source is a function ``resolver(rest) -> path`` (``rest`` is the text after ``<scheme>:``) that returns
 the path of a readable data file, building or caching it as it likes, and raises
-:class:`selectrust.core.io.DataError` for a ``rest`` it cannot serve. The trainer knows no source by name; a
-package plugs one in either in code::
+:class:`selectrust.core.io.DataError` for a ``rest`` it cannot serve. Every reader of data resolves its path here
+(:func:`selectrust.core.io.read_records` too, so evaluation's command lines take the same paths as the trainers). No
+code knows a source by name; a package plugs one in either in code::
 
-    from trainer.data.sources import register_data_source
+    from selectrust.core.data_sources import register_data_source
     register_data_source("mysrc", my_resolver)
 
-or, without the trainer ever importing it, through its package metadata (entry-point group
+or, without this repository ever importing it, through its package metadata (entry-point group
 :data:`ENTRY_POINT_GROUP`; this repository's ``pyproject.toml`` declares the demo's source this way)::
 
     [project.entry-points."selectrust.data_sources"]
     mysrc = "mypackage.sources:resolve"
 
 The group is read on the first path whose scheme is not registered in code, and an entry point is
-loaded only when its scheme is used. Every other path is returned unchanged: plain paths, ``hf:`` dataset
+loaded only when its scheme is used (a broken one is a ``PluginError`` naming it). Every other path is returned unchanged: plain paths, ``hf:`` dataset
 ids and saved-dataset directories (read by :mod:`selectrust.core.hf_data`), URLs (``s3://...``) and Windows
 drives (``C:\\data``). A path that looks like ``<scheme>:<rest>`` but names no known source and no
 existing file or saved dataset is an error that lists the known sources.
@@ -28,8 +29,8 @@ from pathlib import Path
 from typing import Callable
 
 from selectrust.core.dataset_ids import HF_PREFIX, is_dataset_source
-from selectrust.core.io import DataError
-from selectrust.core.plugins import Registry, load_failure
+from selectrust.core.errors import DataError
+from selectrust.core.plugins import Registry
 
 ENTRY_POINT_GROUP = "selectrust.data_sources"
 # At least two characters (``C:`` is a drive) and no ``//`` after the colon (a URL is not a source).
@@ -50,14 +51,9 @@ def _checked(scheme: str, resolver: object) -> Resolver:
     return resolver
 
 
-def _broken(scheme: str, value: str, e: Exception) -> DataError:
-    return DataError(f"data source {scheme!r}: {load_failure(value, ENTRY_POINT_GROUP, e)}")
-
-
 #: The data sources: none built in; registered in code (:func:`register_data_source`) or declared by an installed
 #: package's entry point (group :data:`ENTRY_POINT_GROUP`), loaded when its scheme is first used.
-DATA_SOURCES: Registry[Resolver] = Registry("data source", ENTRY_POINT_GROUP, {}, accept=_checked, error=DataError,
-                                            broken=_broken)
+DATA_SOURCES: Registry[Resolver] = Registry("data source", ENTRY_POINT_GROUP, {}, accept=_checked, error=DataError)
 
 
 #: ``register_data_source(scheme, resolver)``: make ``<scheme>:<rest>`` paths resolve through ``resolver(rest)``
@@ -91,4 +87,4 @@ def resolve_data_path(path: str) -> str:
     raise DataError(f"{path!r} names data source {scheme!r}, which is not known (known: {known_data_sources()}); "
                     f"a package declares one with an entry point in group {ENTRY_POINT_GROUP!r} (present once "
                     "the package is installed: pip install -e .) or registers it with "
-                    "trainer.data.sources.register_data_source", path=path)
+                    "selectrust.core.data_sources.register_data_source", path=path)
