@@ -9,7 +9,7 @@ import json
 import pytest
 
 from demos.real.arms import DemoArm, dpo
-from test_real_demo import _compose, _facts_rows, _metrics, _summary
+from test_real_demo import _compose, _facts_rows, _metrics, _ratio, _summary
 
 # An arm from elsewhere (registered in code, or named by an entry point of the group selectrust.demo_arms), and
 # broken ones.
@@ -264,17 +264,17 @@ def test_the_new_arms_are_held_to_the_checked_arms_targets():
     s = copy.deepcopy(_summary())
     base = s["real"]["base"]
     good = copy.deepcopy(base)
-    good["sc2w"] = base["sc2w"] * 0.4
+    _ratio(good, 0.4)  # the paired SC2W ratio, what the targets check (issue 54)
     s["real"]["scope_grpo_sft"] = good
     got = check_targets(s)
     own = {k: v for k, v in got.items() if k.startswith("SCOPE+GRPO+SFT ")}
-    assert own == {"SCOPE+GRPO+SFT SC2W <= 0.5 x base": True, "SCOPE+GRPO+SFT clean accuracy >= base - 0.03": True,
+    assert own == {"SCOPE+GRPO+SFT paired SC2W <= 0.5 x base": True, "SCOPE+GRPO+SFT clean accuracy >= base - 0.03": True,
                    "SCOPE+GRPO+SFT correct accuracy >= base - 0.03": True,
                    "SCOPE+GRPO+SFT irrelevant accuracy >= base - 0.03": True,
                    "SCOPE+GRPO+SFT unknown_correct_accuracy >= base - 0.05": True}
     bad = copy.deepcopy(good)
     bad["accuracy"]["correct"] -= 0.04
-    bad["sc2w"] = base["sc2w"] * 0.6
+    _ratio(bad, 0.6)
     missed = [k for k, v in ARMS.get("ka_grpo").targets(bad, base, s["real"]["scope_grpo"], "SCOPE+GRPO",
                                                          TARGETS).items() if not v]
-    assert missed == ["knowledge-aware+GRPO SC2W <= 0.5 x base", "knowledge-aware+GRPO correct accuracy >= base - 0.03"]
+    assert missed == ["knowledge-aware+GRPO paired SC2W <= 0.5 x base", "knowledge-aware+GRPO correct accuracy >= base - 0.03"]
