@@ -33,6 +33,7 @@ class Demo:
     grpo: tuple[str, ...] = ()  # scope_grpo's overrides, before real.stages.grpo (which wins); (): the recipe's settings
     wall_seconds_max: int | None = None  # the wall-time target on 2 idle cores
     facts_size: str = "small"  # the facts set it builds unless real.facts_size says otherwise
+    nq_swap_questions: int = 0  # NQ-Swap questions every model is evaluated on unless real.nq_swap_questions says
 
 
 def _accept(name: str, obj: object) -> Demo:
@@ -55,7 +56,10 @@ DEMOS: Registry[Demo] = Registry("demo", "selectrust.demos", {
                                                              "optim.batch_size=16"), wall_seconds_max=600,
                  what="the quick demo: `python recipes/demo.py` (the full experiment, with the comparison "
                       "arms and 20 GRPO steps of 8, is `demo=real_full`)"),
+    # NQ-Swap (docs/nq_swap.md#in-the-demos): 40 questions = 160 rows per model, about 80 s each at the ~2 rows/s the
+    # base generates on 2 cores with short passages (not measured in the demo): about 400 s for the base and 4 arms
     "real_full": Demo("real_full", "real", comparison_arms=True, grpo=(), wall_seconds_max=2400, facts_size="full",
+                      nq_swap_questions=40,
                       what="the full experiment: `python recipes/demo.py demo=real_full` (every arm, 20 GRPO "
                            "steps, the full facts set; the one docs/real_model.md's seed table comes from)"),
     "toy": Demo("toy", "toy"),
@@ -169,6 +173,20 @@ class RealDemoConfig:
                                     "irrelevant context, unknown items under the correct one; as many rows per side).")
     transfer: bool = _f(True, "Evaluate the base and every arm on the held-out relation too (facts_transfer.jsonl: "
                               "a relation no training item uses; summary key transfer.<arm>).")
+    nq_swap_questions: Optional[int] = _f(None, "Evaluate the base and every arm on this many NQ-Swap questions too "
+                                                "(an outside benchmark, 4 rows a question: stages nqswap_rows, "
+                                                "nqswap_<arm>; summary key nq_swap.<arm>; "
+                                                "docs/nq_swap.md#in-the-demos) | 0 = off | None = the demo's own "
+                                                "(demo=real: 0, within its 10 minutes; demo=real_full: 40, about 80 s "
+                                                "per model on 2 cores). Test split only: real.split=dev leaves it out "
+                                                "(no setting is chosen on it).")
+    nq_swap_data: Optional[str] = _f(None, "The NQ-Swap data the questions are drawn from (with the run's seed): a "
+                                           "merged JSONL, nqswap.zip, a Parquet file or a Hub id (pminervini/NQ-Swap, "
+                                           "read with `datasets` at a pinned revision) | None = the shipped sample "
+                                           "(eval_hooks/data/nq_swap_sample.jsonl, 50 questions).")
+    nq_swap_max_context_words: Optional[int] = _f(150, "Leave out NQ-Swap questions whose passages are longer than "
+                                                        "this many words (the sample is then stratified by length) | "
+                                                        "None = no cap.")
     split: EvalSplit = _f("test", "Which items the evaluation stages use: test = the held-out items and the held-out "
                                   "relation (facts_heldout.jsonl, facts_transfer.jsonl), evaluated once per final run "
                                   "| dev = their dev parts (facts_dev.jsonl: other countries taken out of training; "

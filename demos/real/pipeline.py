@@ -31,7 +31,10 @@ Stages, each in ``<out>/stages/<name>/``:
    reward (``answer_match``) continues the ``scope`` adapter on them (``init_adapter_mode=continue``) for the demo's
    GRPO steps (5 of 4 prompts in the quick demo, 20 of 8 in the full experiment);
 7. every arm evaluated like the base: ``eval_<arm>`` (held-out items, ``summary.json``'s ``real.<arm>``) and
-   ``transfer_<arm>`` (held-out relation, ``transfer.<arm>``).
+   ``transfer_<arm>`` (held-out relation, ``transfer.<arm>``);
+8. with ``real.nq_swap_questions`` (the full experiment's default: 40; the quick demo's: 0, off), NQ-Swap, an outside
+   benchmark (:mod:`demos.real.nq_swap`): ``nqswap_rows`` builds the rows once, after ``facts``; ``nqswap_base`` (with
+   the base's knowledge estimate) and ``nqswap_<arm>`` evaluate every model on them (``nq_swap.<arm>``).
 
 ``real.split`` picks the items of every evaluation stage (:data:`EVAL_SETS`): ``test`` (the default) the held-out
 items and the held-out relation, ``dev`` their dev parts (``facts_dev.jsonl``, ``facts_transfer_dev.jsonl``), on which
@@ -53,6 +56,7 @@ from selectrust.conditions import CLEAN, IRRELEVANT
 from trainer.core.stages import Stage
 
 from ..common import DemoRun
+from . import nq_swap
 from .arms import ARMS, BASE, preflight, run_arms
 from .items import SAMPLE_FILE, facts_size, knowledge_labels, mine_knowledge_overrides, sample_step
 from .prompts import EVAL_SETS, TRAIN
@@ -142,11 +146,12 @@ def stages(cfg: DictConfig) -> list[Stage]:
                  inputs={"model.path": "convert", "items_path": TRAIN}, check=mined_quartets)
     sets = eval_sets(cfg)
     facts = Stage("facts", call=build_facts(cfg.seed, facts_size(cfg)))
-    out = [Stage("convert", call=convert(cfg.real.model)), facts, *sample_stage(cfg), *evaluations(BASE.name, st, sets),
-           mine]
+    out = [Stage("convert", call=convert(cfg.real.model)), facts, *sample_stage(cfg), *nq_swap.rows_stage(cfg),
+           *evaluations(BASE.name, st, sets), *nq_swap.evaluation(cfg, BASE.name), mine]
     for name in running:
         arm = ARMS.get(name)
-        out += [*arm.train(arm, cfg), *evaluations(name, st, sets, adapter=name)]
+        out += [*arm.train(arm, cfg), *evaluations(name, st, sets, adapter=name),
+                *nq_swap.evaluation(cfg, name, adapter=name)]
     return once(out)
 
 
@@ -213,8 +218,9 @@ def training(cfg: DictConfig) -> dict[str, dict]:
 
 
 def summary_of(cfg: DictConfig, results: dict[str, Any]) -> dict:
-    """``summary.json`` (less the timings) from the stages' results: ``real.<arm>`` (held-out items) and
-    ``transfer.<arm>`` (the held-out relation), each arm's metrics with the base's; mining; the GRPO prompts'
+    """``summary.json`` (less the timings) from the stages' results: ``real.<arm>`` (held-out items),
+    ``transfer.<arm>`` (the held-out relation) and, when evaluated, ``nq_swap.<arm>`` (NQ-Swap's ``metrics.json``,
+    :mod:`demos.real.nq_swap`), each arm's metrics with the base's; mining; the GRPO prompts'
     counts; the knowledge estimate's quality; what each arm's training ran (:func:`training`); which items each set
     is (``items``: the file, and the sample's counts with ``real.heldout_items``) and which knowledge labels the
     metrics and the mining use (``knowledge_labels``: :func:`demos.real.items.knowledge_labels`). Each arm's metrics
@@ -230,11 +236,13 @@ def summary_of(cfg: DictConfig, results: dict[str, Any]) -> dict:
     sets = eval_sets(cfg)
     out["items"] = {key: {"file": items, "sample": results.get(items.split("/")[0]) if cfg.real.heldout_items is not None
                           and key == "real" else None} for key, (_, items) in sets.items()}
+    out["items"].update(nq_swap.items_entry(cfg, results))
     out["knowledge_labels"] = knowledge_labels(cfg)
     for key, (prefix, _) in sets.items():
         out[key] = {a: results[f"{prefix}_{a}"] for a in (BASE.name, *arms(cfg))}
         paired = run_paired(cfg.out, str(cfg.real.split), key, list(out[key]))  # from the stages' item scores
         out[key] = {a: {**m, "paired": paired[a]} for a, m in out[key].items()}
+    out.update(nq_swap.summary_part(cfg, results, [BASE.name, *arms(cfg)]))  # NQ-Swap's metrics, when evaluated
     out.update({"mining": mining, "knowledge_quality": knowledge_quality(cfg.out, sets), "training": training(cfg)})
     if "grpo_prompts" in results:
         out["grpo_prompts"] = results["grpo_prompts"]

@@ -14,6 +14,7 @@ from eval_hooks.scoring.report_kit import ci_text, figure, md_table, pct, save
 from selectrust.conditions import CORRECT, MISLEADING, MIST_CONDITIONS as CONDS
 
 from ..common import draw_scope_training, wall_line
+from . import nq_swap
 from .arms import ARMS, CHECKED_ARMS, color, held_out_targets, label, sc2w_share
 from .prompts import EVAL_SETS
 
@@ -22,6 +23,8 @@ SETS = {"real": "held-out items", "transfer": "held-out relation"}  # summary ke
 TARGETS = {"base_sc2w_min": 0.40, "base_n_clean_correct_min": 40, "sc2w_ratio_max": 0.5, "accuracy_drop_max": 0.03,
            "unknown_correct_drop_max": 0.05, "transfer_sc2w_ratio_max": 0.7, "transfer_correct_drop_max": 0.05,
            "format_compliance_min": 0.9,
+           # NQ-Swap (issue 52): correct-context exact match; training on facts must not break context use there
+           "nq_swap_em_drop_max": 0.05,
            # on every single seed (the pooled table, demos/real/pooled.py)
            "seed_correct_drop_max": 0.06, "seed_unknown_correct_drop_max": 0.10}
 # and the wall time per demo: demos.config.DEMOS
@@ -65,8 +68,9 @@ def checked_arm(summary: dict) -> str:
 
 def check_targets(summary: dict, arm: str | None = None) -> dict[str, bool | None]:
     """Each target of the real demo -> met, for ``arm`` (default :func:`checked_arm`); a target of the held-out
-    relation or of misleading-only (:data:`REQUIRED_ARMS`) whose evaluation or arm did not run is :data:`NOT_RUN`
-    (None: "not run"), not left out. SC2W targets are on the paired ratio (:func:`demos.real.arms.sc2w_share`)."""
+    relation, of NQ-Swap (:func:`demos.real.nq_swap.check_target`) or of misleading-only (:data:`REQUIRED_ARMS`)
+    whose evaluation or arm did not run is :data:`NOT_RUN` (None: "not run"), not left out. SC2W targets are on the
+    paired ratio (:func:`demos.real.arms.sc2w_share`)."""
     r, t = summary["real"], TARGETS
     arm = arm or checked_arm(summary)
     base, a, name = r["base"], r[arm], label(arm)
@@ -86,6 +90,7 @@ def check_targets(summary: dict, arm: str | None = None) -> dict[str, bool | Non
             "transfer_correct_drop_max"] - 1e-9
     else:  # real.transfer=false: the held-out relation's targets were not checked
         out.update({ratio_key: NOT_RUN, correct_key: NOT_RUN})
+    out.update(nq_swap.check_target(summary, arm, name, t["nq_swap_em_drop_max"]))  # not run without NQ-Swap
     for other in _arms(summary):  # the arms' own targets (their entries'), of those that ran
         own = ARMS.get(other).targets
         if own is not None:
@@ -119,6 +124,8 @@ def print_table(summary: dict) -> None:
             f"{pct(r[n].get('unknown_correct_accuracy')):>17}" for n in names))
         print("  " + f"{'min format_compliance':<26}" + "".join(
             f"{pct(min(r[n]['format_compliance'].values())):>17}" for n in names))
+    for line in nq_swap.print_lines(summary):
+        print(line)
     targets = summary.get("targets") or check_targets(summary)
     print(f"\n[demo] targets ({label(checked_arm(summary))}): "
           + "; ".join(f"{k}: {verdict(v, 'ok', 'MISSED')}" for k, v in targets.items()))
@@ -357,6 +364,7 @@ def write_report(summary: dict, out: Path) -> Path:
         lines += ["## The held-out relation (transfer)", "",
                   "A relation no training item uses (`facts_transfer.jsonl`), in held-out context wordings.", "",
                   _table(summary, "transfer"), ""]
+    lines += nq_swap.report_lines(summary)
     lines += ["## Trade-off", "", f"![trade-off]({plots['tradeoff']})", ""]
     if "training" in plots:
         lines += [f"![training]({plots['training']})", ""]

@@ -7,7 +7,9 @@ Reads each run's ``summary.json`` (``python recipes/demo.py seed=N out=RUN_DIR``
 
 - ``seed_table.md``: per evaluation set (held-out items, held-out relation), one row per seed and arm: accuracy in
   the four conditions, the paired SC2W (on the base's clean-correct items) and its ratio to that seed's base,
-  ``n_clean_correct``, ``unknown_correct_accuracy`` and the lowest format compliance; then the targets per seed
+  ``n_clean_correct``, ``unknown_correct_accuracy`` and the lowest format compliance; NQ-Swap's exact match under
+  the original passage, p_sub, p_org and memorization ratio (all items and the items the base knows) of the runs
+  that evaluated it (:mod:`demos.real.nq_swap`); then the targets per seed
   (:func:`demos.real.report.check_targets`, on the arm the runs checked; "not run" where a run did not evaluate
   or train what a target needs), the wall time and each stage's time range over the runs;
 - ``frontier.png``: every arm of every run against its own seed's base, the paired SC2W as a share of the base's
@@ -17,9 +19,9 @@ Reads each run's ``summary.json`` (``python recipes/demo.py seed=N out=RUN_DIR``
   e.g. another knowledge estimate or GRPO's prompt rows) are drawn as hollow points labelled ``LABEL`` (only the
   ``--extra-arms``, default SCOPE+GRPO), with a dotted arrow to the same seed's tabled run (that lever's move);
 - ``pooled_table.md`` and ``pooled.json`` (:mod:`demos.real.pooled`, unless ``--no-pooled``): the seeds pooled from
-  their items (``stages/<eval|transfer>_<arm>/item_scores.jsonl``), with bootstrap intervals stratified by seed and
-  the seed-level (Student-t) interval beside them, the paired SC2W on the base's clean-correct items, the per-seed
-  spread and the targets on the pooled numbers;
+  their items (``stages/<eval|transfer|nqswap>_<arm>/item_scores.jsonl``), with bootstrap intervals stratified by
+  seed and the seed-level (Student-t) interval beside them, the paired SC2W on the base's clean-correct items, the
+  per-seed spread and the targets on the pooled numbers (NQ-Swap's when every run evaluated it);
 - with ``--evidence EVIDENCE_DIR``, the committed evidence folder (:mod:`demos.real.evidence`): ``pooled.json`` and
   each run's ``summary.json`` and ``demo.json``. ``--from-evidence EVIDENCE_DIR... --markdown`` prints the README's
   evidence table from such folders alone (no runs, no item scores).
@@ -47,6 +49,7 @@ from eval_hooks.scoring.report_kit import figure, md_table, pct, save
 from selectrust.conditions import CORRECT, MIST_CONDITIONS as CONDS
 
 from ..common import with_new_keys
+from . import nq_swap
 from .arms import ARMS, sc2w_share, trained
 from .arms import color as arm_color
 from .arms import label as arm_label
@@ -136,6 +139,9 @@ def seed_table(runs: list[dict], split: str = "test", provenance_note: str | Non
         rows = seed_rows(runs, key)
         if rows:
             parts += [f"**{what[0].upper() + what[1:]}**", "", md_table(header, rows), ""]
+    rows = nq_swap.seed_rows(runs)  # the runs that evaluated NQ-Swap
+    if rows:
+        parts += ["**NQ-Swap (an outside benchmark)**", "", md_table(nq_swap.SEED_HEADER, rows), ""]
     header, rows = target_rows(runs)
     parts += ["**Targets per seed**", "", md_table(header, rows), "",
               "**Stage times (seconds, min–max over the runs)**", "", md_table(["stage", "seconds"], stage_rows(runs)), ""]

@@ -61,7 +61,8 @@ def test_a_sixth_arm_is_one_entry_and_runs_reports_and_plots(tmp_path):
     ARMS.register("extra_arm", EXTRA)
     try:
         full = _compose([f"out={tmp_path}", "demo=real_full"])
-        assert [s.name for s in stages(full)][-3:] == ["extra_arm", "eval_extra_arm", "transfer_extra_arm"]
+        assert [s.name for s in stages(full)][-4:] == ["extra_arm", "eval_extra_arm", "transfer_extra_arm",
+                                                       "nqswap_extra_arm"]  # NQ-Swap too, in the full experiment
         assert arms(full)[-1] == "extra_arm" and "extra_arm" not in arms(_compose([]))  # a comparison arm
         s = _summary()
         s["real"]["extra_arm"] = _metrics((0.50, 0.55, 0.90, 0.30), 0.35, 44, 0.80)
@@ -115,7 +116,8 @@ def test_an_arm_from_an_entry_point_is_found_and_a_broken_one_fails_before_any_s
     monkeypatch.setattr(plugins, "entry_points", installed("test_demo_arms:EXTRA"))
     monkeypatch.setattr(ARMS, "installed", None)
     monkeypatch.setattr(ARMS, "loaded", dict(loaded))
-    assert [s.name for s in stages(_compose(full))][-3:] == ["extra_arm", "eval_extra_arm", "transfer_extra_arm"]
+    assert [s.name for s in stages(_compose(full))][-4:] == ["extra_arm", "eval_extra_arm", "transfer_extra_arm",
+                                                            "nqswap_extra_arm"]
 
 
 def test_override_sources_merge_in_one_documented_order():

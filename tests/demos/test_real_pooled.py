@@ -32,7 +32,7 @@ def _run(tmp_path, seed: int, arms: dict, *, unknown=UNKNOWN, transfer: dict | N
     s = copy.deepcopy(_summary())
     for gone in ("misleading_only", "knowledge_aware"):
         del s["real"][gone]
-    del s["transfer"]
+    del s["transfer"], s["nq_swap"]  # NQ-Swap's pooling: tests/demos/test_real_nq_swap.py
     s.update({"seed": seed, "provenance": {"precision": "fp32", "torch_threads": 2, "commit": "abc"}, **edits})
     if transfer:
         s["transfer"] = {a: copy.deepcopy(s["real"][a]) for a in transfer}
@@ -120,9 +120,10 @@ def test_the_bootstrap_is_stratified_by_seed_seeded_and_paired(tmp_path):
 
 def test_targets_on_the_pooled_numbers_and_on_every_seed(tmp_path):
     res = _pooled(_two_seeds(tmp_path))
-    not_run = [k for k, ok in res["targets"].items() if ok is None]  # no held-out relation, no misleading-only here
+    not_run = [k for k, ok in res["targets"].items() if ok is None]  # no held-out relation, NQ-Swap, misleading-only
     assert not_run == ["SCOPE+GRPO on the held-out relation: paired SC2W <= 0.7 x base (pooled)",
                        "SCOPE+GRPO on the held-out relation: correct accuracy >= base - 0.05 (pooled)",
+                       "SCOPE+GRPO NQ-Swap correct-context exact match >= base - 0.05 (pooled)",
                        "misleading-only correct-context accuracy < SCOPE+GRPO's (pooled)"]
     missed = [k for k, ok in res["targets"].items() if ok is False]
     assert missed == ["SCOPE+GRPO paired SC2W <= 0.5 x base (pooled)",
@@ -135,6 +136,7 @@ def test_targets_on_the_pooled_numbers_and_on_every_seed(tmp_path):
                  transfer={"base": BASE, "scope_grpo": good}) for s in (0, 1)]
     res = _pooled(dirs)
     assert [k for k, ok in res["targets"].items() if not ok] == [
+        "SCOPE+GRPO NQ-Swap correct-context exact match >= base - 0.05 (pooled)",
         "misleading-only correct-context accuracy < SCOPE+GRPO's (pooled)"]  # not run: not met
     assert "SCOPE+GRPO on the held-out relation: paired SC2W <= 0.7 x base (pooled)" in res["targets"]
     assert set(res["sets"]) == {"real", "transfer"} and set(res["sets"]["transfer"]) == {"base", "scope_grpo"}
