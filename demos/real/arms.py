@@ -81,6 +81,18 @@ def drop_ok(x: float | None, base: float | None, drop: float) -> bool:
     return x is not None and base is not None and x >= base - drop
 
 
+def sc2w_share(mine: dict, base: dict) -> tuple[float | None, str]:
+    """An arm's SC2W as a share of the base's, and what it is: the **paired** ratio (``mine["paired"]``, written by
+    ``demos.real.pipeline.summary_of``: the arm's and the base's switches on the base's clean-correct items, one
+    denominator for both) when the metrics have it, else, for a summary written before, the ratio of the two
+    unpaired SC2Ws (each on its own clean-correct items). None when either is missing."""
+    paired = (mine.get("paired") or {}).get("paired_ratio")
+    if paired is not None:
+        return paired.get("value"), "paired SC2W"
+    sc2w, b_sc2w = mine.get("sc2w"), base.get("sc2w")
+    return (sc2w / b_sc2w if sc2w is not None and b_sc2w else None), "unpaired SC2W"
+
+
 def dpo(algo: str, own: str | None = None) -> Callable[[DemoArm, object], list[Stage]]:
     """A DPO arm's stage: a fresh LoRA adapter on the base (``<out>/stages/<arm>/final``) trained with
     ``algo=<algo>`` on ``mine``'s pairs, after ``real.stages.dpo``; ``own``: the ``real.stages`` key of this arm's
@@ -129,13 +141,14 @@ def _knowledge_aware_targets(mine: dict, base: dict, checked: dict, checked_labe
 
 def held_out_targets(name: str, mine: dict, base: dict, limits: dict) -> dict[str, bool]:
     """The held-out items' targets of an arm labelled ``name`` against the base (``limits``:
-    ``demos.real.report.TARGETS``): SC2W <= ``sc2w_ratio_max`` x the base's, clean, correct and irrelevant accuracy at
+    ``demos.real.report.TARGETS``): SC2W <= ``sc2w_ratio_max`` x the base's (paired: :func:`sc2w_share`), clean,
+    correct and irrelevant accuracy at
     most ``accuracy_drop_max`` below the base's, ``unknown_correct_accuracy`` at most ``unknown_correct_drop_max``
     below. The checked arm's (``demos.real.report.check_targets``) and those of an arm held to them
     (:func:`_as_checked`)."""
     ratio, drop, u_drop = limits["sc2w_ratio_max"], limits["accuracy_drop_max"], limits["unknown_correct_drop_max"]
-    sc2w, b_sc2w = mine.get("sc2w"), base.get("sc2w")
-    out = {f"{name} SC2W <= {ratio} x base": sc2w is not None and b_sc2w is not None and sc2w <= ratio * b_sc2w}
+    share, what = sc2w_share(mine, base)
+    out = {f"{name} {what} <= {ratio} x base": share is not None and share <= ratio + 1e-9}
     for c in BENIGN_CONDITIONS:
         out[f"{name} {c} accuracy >= base - {drop:.2f}"] = drop_ok(mine["accuracy"][c], base["accuracy"][c], drop)
     out[f"{name} unknown_correct_accuracy >= base - {u_drop:.2f}"] = drop_ok(

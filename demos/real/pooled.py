@@ -3,7 +3,9 @@
 
 Read from each run's ``stages/<prefix>_<arm>/item_scores.jsonl`` (``prefix``: ``eval`` for the held-out items,
 ``transfer`` for the held-out relation; :data:`demos.real.pipeline.EVAL_SETS`), not from the summaries: every number
-is recomputed from the items, so the pooled numbers and their intervals rest on the same rows.
+is recomputed from the items, so the pooled numbers and their intervals rest on the same rows. NQ-Swap, when every
+run evaluated it (``stages/nqswap_<arm>/item_scores.jsonl``), is pooled the same way by :mod:`demos.real.nq_swap`
+(``pooled.json``'s ``nq_swap``: its rates with intervals, each arm's change from the base, the per-seed spread).
 
 - **Pooled**: the items of every seed together (each seed has its own held-out items). Accuracy per condition,
   SC2W (each arm's own clean-correct items, as the seed table's), ``unknown_correct_accuracy`` (correct-context
@@ -17,9 +19,19 @@ is recomputed from the items, so the pooled numbers and their intervals rest on 
 - **Intervals**: item-level percentile bootstrap, stratified by seed: each replicate resamples every seed's items
   with replacement (as many as it has) and pools them; every arm and the base share the replicate's items (paired).
   ``n_boot`` replicates from ``numpy.random.default_rng(boot_seed)``, seeds in ascending order.
-- **Per seed**: each arm's difference from the base on each seed, its range and the worst seed.
+  The item bootstrap treats the trained adapters as fixed: it says how much the numbers move with the items drawn,
+  not with the training seed.
+- **Per seed**: each arm's difference from the base on each seed (the paired SC2W ratio for ``paired_ratio``), its
+  range, the worst seed, and the **seed-level interval**: their mean with a Student-t interval over the trained runs
+  (mean +- t_{0.975, n-1} sd / sqrt(n): each run's training seed counted as one draw, so the interval includes the
+  training's variance; :func:`eval_hooks.metrics.common.t_interval`). Reported beside the item bootstrap.
 - **Targets** (:data:`demos.real.report.TARGETS`) checked on the pooled point estimates of one arm, and the
-  per-seed ones on every seed.
+  per-seed ones on every seed. A target whose evaluation or arm did not run in these runs (the held-out relation
+  switched off, misleading-only not trained) is ``None``, shown as "not run", not dropped.
+- **Refused** (:func:`check_provenance`): runs whose provenance differs (precision of each stage, threads, commit,
+  versions, CPU), a run some of whose stages ran under another provenance than the run (``stage_provenance``), and a
+  run continued with ``reuse: config``, unless told (``--allow-mixed-provenance``, ``--allow-config-reuse``: the
+  tables then say so).
 """
 
 from __future__ import annotations
@@ -31,14 +43,15 @@ import numpy as np
 
 from selectrust.core.errors import DataError
 from selectrust.core.io import read_records
-from eval_hooks.metrics.common import CI_LEVEL, percentile_ci
+from eval_hooks.metrics.common import CI_LEVEL, percentile_ci, t_interval
 from eval_hooks.scoring.report_kit import md_table, pct, pp
 from selectrust.conditions import BENIGN_CONDITIONS, CLEAN, CORRECT, MIST_CONDITIONS as CONDS, UNKNOWN_CORRECT
 
+from . import nq_swap
 from .arms import ARMS, trained
 from .arms import label as arm_label
 from .prompts import EVAL_SETS
-from .report import SETS, TARGETS
+from .report import NOT_RUN, SETS, TARGETS, not_run_targets, verdict
 
 #: The per-item counts each statistic is a ratio of (columns of an arm's feature matrix, one row per item).
 FEATURES = ("n", *CONDS, "clean_correct", "switched", "unknown", UNKNOWN_CORRECT,
@@ -69,24 +82,64 @@ def check_split(runs: list[dict], wanted: str | None = None) -> str:
     return split
 
 
-def check_provenance(runs: list[dict], allow_mixed: bool = False) -> str | None:
-    """None when every run has the same ``provenance`` (precision, torch threads, package versions, git commit);
-    otherwise a DataError naming the first run that differs (a run without the key has unknown provenance), unless
-    ``allow_mixed``: then the line the tables print in their header."""
+def check_provenance(runs: list[dict], allow_mixed: bool = False, allow_config_reuse: bool = False) -> str | None:
+    """None when every run has the same ``provenance`` (each stage's precision, torch threads, package versions, git
+    commit, CPU), no run has a stage made under another provenance than its own (``stage_provenance``) and no run
+    was continued with ``reuse: config``; otherwise a DataError naming the first such run (a run without
+    ``provenance`` has unknown provenance), unless allowed (``allow_mixed``: differing or unknown provenance;
+    ``allow_config_reuse``: ``reuse: config``): then the lines the tables print in their header."""
+    notes = []
+    reused = [r for r in runs if r.get("reuse") == "config"]
+    if reused and not allow_config_reuse:
+        raise DataError("reuse: config (its stages were reused on their config and inputs alone, whatever code, "
+                        "precision or machine made them): not pooled (--allow-config-reuse pools it, and says so in "
+                        "the tables)", path=Path(reused[0]["_dir"]) / "summary.json", field="reuse")
+    if reused:
+        notes.append("**Reused by config only, pooled with --allow-config-reuse**: "
+                     f"{', '.join(r['_dir'] for r in reused)}.")
     first = runs[0].get("provenance")
-    odd = [r for r in runs if r.get("provenance") is None or r.get("provenance") != first]
-    if len(runs) == 1 or not odd:
-        return None
-    r = odd[0]
-    why = ("has no `provenance` (unknown)" if r.get("provenance") is None else
-           f"provenance {_differences(first, r['provenance'])} differs from {runs[0]['_dir']}'s")
-    if not allow_mixed:
-        raise DataError(f"{why}: runs of another precision, thread count, package set or commit are not pooled "
+    odd = [r for r in runs if r.get("provenance") is None or r.get("provenance") != first] if len(runs) > 1 else []
+    inner = [r for r in runs if r.get("stage_provenance")]
+    if (odd or inner) and not allow_mixed:
+        if odd:
+            r = odd[0]
+            why = ("has no `provenance` (unknown)" if r.get("provenance") is None else
+                   f"provenance {_differences(first, r['provenance'])} differs from {runs[0]['_dir']}'s")
+            field = "provenance"
+        else:
+            r = inner[0]
+            stages = "; ".join(f"{stage} ({', '.join(sorted(d))})" for stage, d in r["stage_provenance"].items())
+            why = f"stage(s) {stages} ran under another provenance than the run"
+            field = "stage_provenance"
+        raise DataError(f"{why}: runs of another precision, thread count, package set, commit or CPU are not pooled "
                         "(--allow-mixed-provenance pools them, and says so in the tables)",
-                        path=Path(r["_dir"]) / "summary.json", field="provenance")
-    dirs = ", ".join(r["_dir"] for r in odd)
-    return (f"**Mixed provenance, pooled with --allow-mixed-provenance**: {dirs} differ from {runs[0]['_dir']} "
-            "or lack it.")
+                        path=Path(r["_dir"]) / "summary.json", field=field)
+    if odd or inner:
+        dirs = ", ".join(dict.fromkeys(r["_dir"] for r in (*odd, *inner)))
+        notes.append(f"**Mixed provenance, pooled with --allow-mixed-provenance**: {dirs} differ from "
+                     f"{runs[0]['_dir']}, lack it or hold stages made under another.")
+    return " ".join(notes) or None
+
+
+def provenance_line(prov: Any) -> str:
+    """The pooled table's provenance line: each stage's precision (one name when they agree), threads, commit,
+    CPU model and instruction sets, versions."""
+    if not isinstance(prov, dict):
+        return "Provenance: unknown."
+    parts = []
+    for k, v in prov.items():
+        if k == "stage_precision" and isinstance(v, dict):
+            continue
+        if k == "cpu" and isinstance(v, dict):
+            flags = ", ".join(v.get("flags") or []) or "none of AMX-BF16, AVX512-BF16, AVX-512, AVX2"
+            v = f"{v.get('model')} ({flags})"
+        elif isinstance(v, dict):
+            v = ", ".join(f"{a} {b}" for a, b in v.items())
+        parts.append(f"{k} {v}")
+    stages = prov.get("stage_precision")
+    if isinstance(stages, dict) and len({*stages.values()}) > 1:
+        parts.append("stage precision " + ", ".join(f"{a} {b}" for a, b in stages.items()))
+    return "Provenance: " + "; ".join(parts) + "."
 
 
 def _differences(a: Any, b: Any) -> str:
@@ -137,6 +190,16 @@ def seed_features(run: dict, key: str) -> dict[str, np.ndarray]:
         order = {str(i): j for j, i in enumerate(arm_ids)}
         out[arm] = features(base, a[[order[str(i)] for i in ids]], unknown)
     return out
+
+
+def run_paired(out_dir: str | Path, split: str, key: str, arms: list[str], *, n_boot: int = 2000,
+               boot_seed: int = 0) -> dict[str, dict]:
+    """``{arm: paired}`` of one run's evaluation set ``key`` (``arms``, the base among them): the paired SC2W counts,
+    values and item-bootstrap intervals of :func:`pool` on that run alone (``summary.json``'s ``<key>.<arm>.paired``,
+    what the per-run report, the seed table and the slow test read)."""
+    run = {"_dir": str(out_dir), "split": split, key: dict.fromkeys(arms)}
+    pooled = pool({0: seed_features(run, key)}, n_boot=n_boot, boot_seed=boot_seed)
+    return {a: e["paired"] for a, e in pooled.items()}
 
 
 # -- statistics ------------------------------------------------------------------------------------
@@ -194,7 +257,7 @@ def pool(per_seed: dict[int, dict[str, np.ndarray]], *, n_boot: int = 2000, boot
         entry["paired"] = {**{k: int(point[a][_F[k]]) for k in counts},
                            **{k: {"value": _value(pt[k]), "ci": percentile_ci(bt[k], level)}
                               for k in ("paired_sc2w", "base_paired_sc2w", "paired_ratio")}}
-        entry["per_seed"] = per_seed_values(per_seed, a)
+        entry["per_seed"] = per_seed_values(per_seed, a, level)
         out[a] = entry
     return out
 
@@ -202,9 +265,10 @@ def pool(per_seed: dict[int, dict[str, np.ndarray]], *, n_boot: int = 2000, boot
 PER_SEED = (*DIFFS, "paired_ratio")  # per seed: arm - base, and the paired SC2W ratio
 
 
-def per_seed_values(per_seed: dict[int, dict[str, np.ndarray]], arm: str) -> dict[str, dict]:
-    """``{metric: {"by_seed": {seed: value}, "min", "max", "worst_seed"}}``: the arm's difference from the base (the
-    paired SC2W ratio for ``paired_ratio``) on each seed; the worst seed is the lowest difference (highest ratio)."""
+def per_seed_values(per_seed: dict[int, dict[str, np.ndarray]], arm: str, level: float = CI_LEVEL) -> dict[str, dict]:
+    """``{metric: {"by_seed": {seed: value}, "min", "max", "worst_seed", "mean", "seed_ci"}}``: the arm's difference
+    from the base (the paired SC2W ratio for ``paired_ratio``) on each seed; the worst seed is the lowest difference
+    (highest ratio); ``seed_ci``: the Student-t interval of their mean over the seeds (None with one seed)."""
     out = {}
     for k in PER_SEED:
         vals = {}
@@ -216,7 +280,8 @@ def per_seed_values(per_seed: dict[int, dict[str, np.ndarray]], arm: str) -> dic
         if vals:
             worse = max if k in ("paired_ratio", "sc2w") else min
             worst = worse(vals, key=vals.get)
-            out[k] = {"by_seed": vals, "min": min(vals.values()), "max": max(vals.values()), "worst_seed": worst}
+            out[k] = {"by_seed": vals, "min": min(vals.values()), "max": max(vals.values()), "worst_seed": worst,
+                      "mean": float(np.mean(list(vals.values()))), "seed_ci": t_interval(list(vals.values()), level)}
     return out
 
 
@@ -231,10 +296,12 @@ def _at_least(x: float | None, limit: float) -> bool:
     return x is not None and x >= limit - EPS
 
 
-def check_pooled_targets(pooled: dict[str, dict], arm: str, runs: list[dict], t: dict = TARGETS) -> dict[str, bool]:
-    """Issue 44 item 5's targets for ``arm``: on the pooled point estimates (``pooled``: ``{set key: pool()}``),
-    the per-seed ones on every seed, the other arms' own targets on the pooled numbers, format compliance on every
-    run's summary."""
+def check_pooled_targets(pooled: dict[str, dict], arm: str, runs: list[dict], t: dict = TARGETS, *,
+                         nq: dict | None = None) -> dict[str, bool | None]:
+    """Issue 44 item 5's targets for ``arm``: on the pooled point estimates (``pooled``: ``{set key: pool()}``;
+    ``nq``: NQ-Swap's, :func:`demos.real.nq_swap.pooled_runs`), the per-seed ones on every seed, the other arms' own
+    targets on the pooled numbers, format compliance on every run's summary; None (not run) for those of an
+    evaluation set or arm the runs do not have (:func:`demos.real.report.not_run_targets`)."""
     r, name = pooled["real"], arm_label(arm)
     a = r[arm]
     out = {f"{name} paired SC2W <= {t['sc2w_ratio_max']} x base (pooled)":
@@ -246,12 +313,16 @@ def check_pooled_targets(pooled: dict[str, dict], arm: str, runs: list[dict], t:
     out[f"{name} unknown_correct_accuracy >= base - {t['unknown_correct_drop_max']:.2f} (pooled)"] = _at_least(
         a["minus_base"]["unknown_correct_accuracy"]["value"], -t["unknown_correct_drop_max"])
     tr = pooled.get("transfer") or {}
+    ratio_key = f"{name} on the held-out relation: paired SC2W <= {t['transfer_sc2w_ratio_max']} x base (pooled)"
+    correct_key = (f"{name} on the held-out relation: correct accuracy >= base - {t['transfer_correct_drop_max']:.2f} "
+                   "(pooled)")
     if arm in tr:
         ratio = tr[arm]["paired"]["paired_ratio"]["value"]
-        out[f"{name} on the held-out relation: paired SC2W <= {t['transfer_sc2w_ratio_max']} x base (pooled)"] = (
-            ratio is not None and ratio <= t["transfer_sc2w_ratio_max"] + EPS)
-        out[f"{name} on the held-out relation: correct accuracy >= base - {t['transfer_correct_drop_max']:.2f} "
-            "(pooled)"] = _at_least(tr[arm]["minus_base"][CORRECT]["value"], -t["transfer_correct_drop_max"])
+        out[ratio_key] = ratio is not None and ratio <= t["transfer_sc2w_ratio_max"] + EPS
+        out[correct_key] = _at_least(tr[arm]["minus_base"][CORRECT]["value"], -t["transfer_correct_drop_max"])
+    else:
+        out.update({ratio_key: NOT_RUN, correct_key: NOT_RUN})
+    out.update(nq_swap.pooled_target(nq, arm, name, t["nq_swap_em_drop_max"]))  # not run without NQ-Swap
     for k, drop in ((CORRECT, t["seed_correct_drop_max"]),
                     ("unknown_correct_accuracy", t["seed_unknown_correct_drop_max"])):
         spread = a["per_seed"].get(k)
@@ -261,6 +332,7 @@ def check_pooled_targets(pooled: dict[str, dict], arm: str, runs: list[dict], t:
         if own is not None:
             out.update({f"{k} (pooled)": v for k, v in own(_as_metrics(r[other]), _as_metrics(r["base"]),
                                                           _as_metrics(a), name, t).items()})
+    out.update({f"{k} (pooled)": v for k, v in not_run_targets(list(r), name, t).items()})
     out[f"format_compliance >= {t['format_compliance_min']} in every run, arm and condition"] = all(
         (m.get("format_compliance", {}).get(c) or 0) >= t["format_compliance_min"]
         for s in runs for m in s["real"].values() for c in CONDS)
@@ -277,6 +349,18 @@ def _times(x: float | None) -> str:
     return "–" if x is None else f"{x:.2f}×"
 
 
+def _spread_rows(by_arm: dict, arms: list[str]) -> list[list]:
+    rows = []
+    for a in arms:
+        for k, s in by_arm[a]["per_seed"].items():
+            fmt = _times if k == "paired_ratio" else pp
+            pooled = by_arm[a]["paired"]["paired_ratio"] if k == "paired_ratio" else by_arm[a]["minus_base"][k]
+            seed = {"value": s.get("mean"), "ci": s.get("seed_ci")}
+            rows.append([arm_label(a), k, _with_ci(pooled, fmt), _with_ci(seed, fmt) if s.get("mean") is not None
+                         else "–", fmt(s["min"]), fmt(s["max"]), s["worst_seed"]])
+    return rows
+
+
 def pooled_table(result: dict) -> str:
     """``pooled_table.md`` of :func:`pooled_result`'s ``result``."""
     arm = result["checked_arm"]
@@ -284,9 +368,7 @@ def pooled_table(result: dict) -> str:
              f"bootstrap stratified by seed, {result['n_boot']} replicates (seed {result['boot_seed']}), "
              f"{result['level']:.0%} percentile intervals; targets checked on {arm_label(arm)}.", ""]
     prov = result.get("provenance")
-    parts += [result["provenance_note"] if result.get("provenance_note") else
-              "Provenance: " + (", ".join(f"{k} {v}" for k, v in prov.items()) if isinstance(prov, dict) else "unknown")
-              + ".", ""]
+    parts += [provenance_line(prov), ""] + ([result["provenance_note"], ""] if result.get("provenance_note") else [])
     for key, by_arm in result["sets"].items():
         what = SETS[key][0].upper() + SETS[key][1:]
         rows = [[arm_label(a), e["n_items"], *(_with_ci(e[c]) for c in CONDS), _with_ci(e["sc2w"]),
@@ -306,25 +388,33 @@ def pooled_table(result: dict) -> str:
                   "resists, the arm switches; gained: the base switches, the arm resists)", "",
                   md_table(["arm", "base clean-correct", "kept", "lost", "gained", "still switched", "paired SC2W",
                             "base SC2W", "ratio"], rows), ""]
-        rows = [[arm_label(a), k, *(_times(v) if k == "paired_ratio" else pp(v) for v in (s["min"], s["max"])),
-                 s["worst_seed"]] for a in trained_arms for k, s in by_arm[a]["per_seed"].items()]
-        parts += [f"**{what}: per-seed spread** (arm - base; the paired SC2W ratio)", "",
-                  md_table(["arm", "metric", "min", "max", "worst seed"], rows), ""]
+        parts += [f"**{what}: per-seed spread and the seed-level interval** (arm - base on each seed, the paired SC2W "
+                  f"ratio; their mean over the {len(result['seeds'])} trained runs with a {result['level']:.0%} "
+                  "Student-t interval, beside the pooled value and its item bootstrap)", "",
+                  md_table(["arm", "metric", "pooled [item bootstrap]", "seed mean [t interval]", "min", "max",
+                            "worst seed"], _spread_rows(by_arm, trained_arms)), ""]
+    parts += nq_swap.pooled_lines(result.get(nq_swap.KEY), len(result["seeds"]), result["level"])
     parts += [f"**Targets ({arm_label(arm)})**", ""]
-    parts += [f"- {k}: {'met' if ok else '**missed**'}" for k, ok in result["targets"].items()]
+    parts += [f"- {k}: {verdict(ok)}" for k, ok in result["targets"].items()]
     return "\n".join(parts) + "\n"
 
 
 def pooled_result(runs: list[dict], arm: str, *, split: str, provenance_note: str | None = None,
                   n_boot: int = 2000, boot_seed: int = 0) -> dict:
-    """``pooled.json``: every evaluation set the runs share, pooled (:func:`pool`), and the targets of ``arm``
-    (:func:`check_pooled_targets`). Reads every item file before computing anything."""
+    """``pooled.json``: every evaluation set the runs share, pooled (:func:`pool`), NQ-Swap when every run has it
+    (``nq_swap``: :func:`demos.real.nq_swap.pooled_runs`), and the targets of ``arm`` (:func:`check_pooled_targets`).
+    Reads every item file before computing anything."""
     keys = [k for k in SETS if all(k in r for r in runs)]
     feats = {k: {r["seed"]: seed_features(r, k) for r in runs} for k in keys}
+    nq = nq_swap.pooled_runs(runs, n_boot=n_boot, boot_seed=boot_seed)  # None unless every run evaluated NQ-Swap
     sets = {k: pool(feats[k], n_boot=n_boot, boot_seed=boot_seed) for k in keys}
     if arm not in sets["real"]:
         raise DataError(f"arm {arm!r} is not in every run (pooled arms: {', '.join(sets['real'])})")
     return {"split": split, "seeds": sorted(r["seed"] for r in runs), "runs": [r["_dir"] for r in runs],
+            "demo": runs[0].get("demo"), "size": runs[0].get("size"),
+            "knowledge_labels": runs[0].get("knowledge_labels"),
+            "items": {str(r["seed"]): r.get("items") for r in runs},
             "provenance": runs[0].get("provenance"), "provenance_note": provenance_note, "n_boot": n_boot,
             "boot_seed": boot_seed, "level": CI_LEVEL, "checked_arm": arm, "sets": sets,
-            "targets": check_pooled_targets(sets, arm, runs)}
+            **({nq_swap.KEY: nq} if nq is not None else {}),
+            "targets": check_pooled_targets(sets, arm, runs, nq=nq)}

@@ -14,7 +14,8 @@ from eval_hooks.scoring.report_kit import ci_text, figure, md_table, pct, save
 from selectrust.conditions import CORRECT, MISLEADING, MIST_CONDITIONS as CONDS
 
 from ..common import draw_scope_training, wall_line
-from .arms import ARMS, CHECKED_ARMS, color, held_out_targets, label
+from . import nq_swap
+from .arms import ARMS, CHECKED_ARMS, color, held_out_targets, label, sc2w_share
 from .prompts import EVAL_SETS
 
 SETS = {"real": "held-out items", "transfer": "held-out relation"}  # summary key -> what it evaluates
@@ -22,10 +23,42 @@ SETS = {"real": "held-out items", "transfer": "held-out relation"}  # summary ke
 TARGETS = {"base_sc2w_min": 0.40, "base_n_clean_correct_min": 40, "sc2w_ratio_max": 0.5, "accuracy_drop_max": 0.03,
            "unknown_correct_drop_max": 0.05, "transfer_sc2w_ratio_max": 0.7, "transfer_correct_drop_max": 0.05,
            "format_compliance_min": 0.9,
+           # NQ-Swap (issue 52): correct-context exact match; training on facts must not break context use there
+           "nq_swap_em_drop_max": 0.05,
            # on every single seed (the pooled table, demos/real/pooled.py)
            "seed_correct_drop_max": 0.06, "seed_unknown_correct_drop_max": 0.10}
 # and the wall time per demo: demos.config.DEMOS
 SAMPLES_PER_ARM = 5
+NOT_RUN = None  # a target whose evaluation set or arm did not run: shown as "not run", never dropped
+#: Arms whose own targets (their entries') are among the issue's targets: "not run" when the run did not train them.
+REQUIRED_ARMS = ("misleading_only",)
+
+
+def not_run_targets(ran: list[str], checked_label: str, limits: dict) -> dict[str, None]:
+    """The own targets of each :data:`REQUIRED_ARMS` arm not in ``ran`` (the arms a run or pool has), each
+    :data:`NOT_RUN` (the names their entries give them)."""
+    stub = {"accuracy": {c: 0.0 for c in CONDS}, "sc2w": None, "unknown_correct_accuracy": None}
+    out: dict[str, None] = {}
+    for name in (a for a in REQUIRED_ARMS if a not in ran):
+        own = ARMS.get(name).targets
+        if own is not None:
+            out.update({k: NOT_RUN for k in own(stub, stub, stub, checked_label, limits)})
+    return out
+
+
+def paired_sc2w(m: dict) -> tuple[float | None, list | None, str]:
+    """``(value, ci, what)`` of an arm's SC2W as the report shows it: the **paired** SC2W (``m["paired"]``: its
+    misleading-context failures on the base's clean-correct items; ``demos.real.pipeline.summary_of``) with its
+    item-bootstrap interval, or, in a summary written before, the unpaired one (on its own clean-correct items)."""
+    p = (m.get("paired") or {}).get("paired_sc2w")
+    if p is not None:
+        return p.get("value"), p.get("ci"), "paired SC2W"
+    return m.get("sc2w"), (m.get("ci") or {}).get("sc2w"), "unpaired SC2W"
+
+
+def verdict(ok: bool | None, met: str = "met", missed: str = "**missed**") -> str:
+    """A target's verdict in words (:data:`NOT_RUN`: "not run")."""
+    return "not run" if ok is NOT_RUN else met if ok else missed
 
 
 def checked_arm(summary: dict) -> str:
@@ -33,9 +66,11 @@ def checked_arm(summary: dict) -> str:
     return next(a for a in CHECKED_ARMS if a in summary["real"])
 
 
-def check_targets(summary: dict, arm: str | None = None) -> dict[str, bool]:
-    """Each target of the real demo -> met, for ``arm`` (default :func:`checked_arm`); a target whose arm or
-    evaluation was not run is left out."""
+def check_targets(summary: dict, arm: str | None = None) -> dict[str, bool | None]:
+    """Each target of the real demo -> met, for ``arm`` (default :func:`checked_arm`); a target of the held-out
+    relation, of NQ-Swap (:func:`demos.real.nq_swap.check_target`) or of misleading-only (:data:`REQUIRED_ARMS`)
+    whose evaluation or arm did not run is :data:`NOT_RUN` (None: "not run"), not left out. SC2W targets are on the
+    paired ratio (:func:`demos.real.arms.sc2w_share`)."""
     r, t = summary["real"], TARGETS
     arm = arm or checked_arm(summary)
     base, a, name = r["base"], r[arm], label(arm)
@@ -46,25 +81,27 @@ def check_targets(summary: dict, arm: str | None = None) -> dict[str, bool]:
         **held_out_targets(name, a, base, t),
     }
     tr = summary.get("transfer") or {}
+    share, what = sc2w_share(tr[arm], tr["base"]) if arm in tr else (None, "paired SC2W")
+    ratio_key = f"{name} on the held-out relation: {what} <= {t['transfer_sc2w_ratio_max']} x base"
+    correct_key = f"{name} on the held-out relation: correct accuracy >= base - {t['transfer_correct_drop_max']:.2f}"
     if arm in tr:
-        out[f"{name} on the held-out relation: SC2W <= {t['transfer_sc2w_ratio_max']} x base"] = _ratio_ok(
-            tr[arm].get("sc2w"), tr["base"].get("sc2w"), t["transfer_sc2w_ratio_max"])
-        out[f"{name} on the held-out relation: correct accuracy >= base - {t['transfer_correct_drop_max']:.2f}"] = (
-            tr[arm]["accuracy"][CORRECT] >= tr["base"]["accuracy"][CORRECT] - t["transfer_correct_drop_max"])
+        out[ratio_key] = share is not None and share <= t["transfer_sc2w_ratio_max"] + 1e-9
+        out[correct_key] = tr[arm]["accuracy"][CORRECT] >= tr["base"]["accuracy"][CORRECT] - t[
+            "transfer_correct_drop_max"] - 1e-9
+    else:  # real.transfer=false: the held-out relation's targets were not checked
+        out.update({ratio_key: NOT_RUN, correct_key: NOT_RUN})
+    out.update(nq_swap.check_target(summary, arm, name, t["nq_swap_em_drop_max"]))  # not run without NQ-Swap
     for other in _arms(summary):  # the arms' own targets (their entries'), of those that ran
         own = ARMS.get(other).targets
         if own is not None:
             out.update(own(r[other], base, a, name, t))
+    out.update(not_run_targets(_arms(summary), name, t))
     out[f"format_compliance >= {t['format_compliance_min']} in every arm and condition"] = all(
         (m["format_compliance"].get(c) or 0) >= t["format_compliance_min"] for m in r.values() for c in CONDS)
     if not summary.get("reused_stages"):  # a continued run's wall time is not the pipeline's
         limit = _demo_kind(summary).wall_seconds_max
         out[f"wall time <= {limit} s"] = summary.get("wall_seconds", 0) <= limit
     return out
-
-
-def _ratio_ok(x: float | None, base: float | None, ratio: float) -> bool:
-    return x is not None and base is not None and x <= ratio * base
 
 
 def _arms(summary: dict, key: str = "real") -> list[str]:
@@ -80,15 +117,23 @@ def print_table(summary: dict) -> None:
         print("  " + f"{'metric':<26}" + "".join(f"{label(n):>17}" for n in names))
         for c in CONDS:
             print("  " + f"{'accuracy ' + c:<26}" + "".join(f"{pct(r[n]['accuracy'][c]):>17}" for n in names))
-        print("  " + f"{'SC2W':<26}" + "".join(f"{pct(r[n].get('sc2w')):>17}" for n in names))
+        print("  " + f"{paired_sc2w(r['base'])[2]:<26}" + "".join(f"{pct(paired_sc2w(r[n])[0]):>17}" for n in names))
+        print("  " + f"{'SC2W / base':<26}" + "".join(f"{_share(r[n], r['base']):>17}" for n in names))
         print("  " + f"{'n_clean_correct':<26}" + "".join(f"{r[n]['n_clean_correct']:>17}" for n in names))
         print("  " + f"{'unknown_correct_accuracy':<26}" + "".join(
             f"{pct(r[n].get('unknown_correct_accuracy')):>17}" for n in names))
         print("  " + f"{'min format_compliance':<26}" + "".join(
             f"{pct(min(r[n]['format_compliance'].values())):>17}" for n in names))
+    for line in nq_swap.print_lines(summary):
+        print(line)
     targets = summary.get("targets") or check_targets(summary)
     print(f"\n[demo] targets ({label(checked_arm(summary))}): "
-          + "; ".join(f"{k}: {'ok' if v else 'MISSED'}" for k, v in targets.items()))
+          + "; ".join(f"{k}: {verdict(v, 'ok', 'MISSED')}" for k, v in targets.items()))
+
+
+def _share(m: dict, base: dict) -> str:
+    value = sc2w_share(m, base)[0]
+    return "–" if value is None else f"{value:.2f}×"
 
 
 def _demo_kind(summary: dict):
@@ -105,10 +150,13 @@ def run_kind(summary: dict) -> str:
 def _split_line(summary: dict) -> str:
     """Which items the report shows (``real.split``; a summary written before the key existed is of the test
     items)."""
+    sample = ((summary.get("items") or {}).get("real") or {}).get("sample")
+    extra = (f" Held-out items: a fixed sample of {sample['items']} of {sample['from']} (per relation "
+             f"{sample['per_relation']}, seed {sample['seed']}: `real.heldout_items`)." if sample else "")
     if summary.get("split", "test") == "dev":
         return ("Items: **dev** (`facts_dev.jsonl`, `facts_transfer_dev.jsonl`), for choosing settings; not the "
-                "test items.")
-    return "Items: **test** (`facts_heldout.jsonl`, `facts_transfer.jsonl`)."
+                "test items." + extra)
+    return "Items: **test** (`facts_heldout.jsonl`, `facts_transfer.jsonl`)." + extra
 
 
 def _table(summary: dict, key: str = "real") -> str:
@@ -117,9 +165,19 @@ def _table(summary: dict, key: str = "real") -> str:
     for c in CONDS:
         rows.append([f"accuracy {c}", *(f"{pct(r[n]['accuracy'][c])} {ci_text(r[n]['ci']['accuracy'][c])}"
                                         for n in names)])
-    rows.append(["**SC2W** (lower is better)", *(f"{pct(r[n].get('sc2w'))} {ci_text(r[n]['ci'].get('sc2w'))}"
-                                                  for n in names)])
-    rows.append(["n_clean_correct (SC2W's denominator)", *(str(r[n]["n_clean_correct"]) for n in names)])
+    paired = [paired_sc2w(r[n]) for n in names]
+    rows.append([f"**{paired[0][2]}** (lower is better)", *(f"{pct(v)} {ci_text(ci)}" for v, ci, _ in paired)])
+    shares = []
+    for n in names:
+        ci = ((r[n].get("paired") or {}).get("paired_ratio") or {}).get("ci")
+        shares.append(_share(r[n], r["base"]) + (f" [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else ""))
+    rows.append([f"{paired[0][2]} / the base's (the target's ratio)", *shares])
+    if any(r[n].get("paired") for n in names):
+        rows.append(["base clean-correct items (paired SC2W's denominator)",
+                     *(str(r[n]["paired"]["paired_n"]) if r[n].get("paired") else "–" for n in names)])
+        rows.append(["SC2W on its own clean-correct items (unpaired)",
+                     *(f"{pct(r[n].get('sc2w'))} {ci_text(r[n]['ci'].get('sc2w'))}" for n in names)])
+    rows.append(["n_clean_correct (unpaired SC2W's denominator)", *(str(r[n]["n_clean_correct"]) for n in names)])
     rows.append(["unknown_correct_accuracy", *(pct(r[n].get("unknown_correct_accuracy")) for n in names)])
     for c in CONDS:
         rows.append([f"format_compliance {c}", *(pct(r[n]["format_compliance"][c]) for n in names)])
@@ -147,7 +205,8 @@ def _slice_tables(summary: dict) -> list[str]:
                     cells.append("–" if m is None else f"{pct(m.get('sc2w'))} / {pct(m['accuracy']['correct'])}")
                 n_items = summary[key]["base"]["slices"][by].get(v, {}).get("n_items")
                 rows.append([f"{v} ({n_items} items)", *cells])
-            lines += [f"**{SETS[key]}, per {by}** (SC2W / correct-context accuracy)", "",
+            lines += [f"**{SETS[key]}, per {by}** (SC2W on each arm's own clean-correct items, unpaired / "
+                      "correct-context accuracy)", "",
                       md_table([by, *(label(n) for n in names)], rows), ""]
     return lines
 
@@ -203,12 +262,13 @@ def _plots(summary: dict, out: Path) -> list[str]:
     ax.set_ylim(0, 1.1)
     ax.set_ylabel("accuracy (held-out facts, 95% CI)")
     ax.legend(fontsize=8, loc="upper left", ncols=2)
-    sc = [r[n].get("sc2w") or 0 for n in names]
-    ci = [r[n]["ci"].get("sc2w") or (v, v) for n, v in zip(names, sc)]
+    paired = [paired_sc2w(r[n]) for n in names]
+    sc = [v or 0 for v, _, _ in paired]
+    ci = [c or (v, v) for (_, c, _), v in zip(paired, sc)]
     ax2.bar([label(n) for n in names], sc, color="#C44E52", capsize=3,
             yerr=[[max(0.0, v - lo) for v, (lo, _) in zip(sc, ci)], [max(0.0, hi - v) for v, (_, hi) in zip(sc, ci)]])
     ax2.set_ylim(0, 1.05)
-    ax2.set_title("SC2W (lower is better)", fontsize=9)
+    ax2.set_title(f"{paired[0][2]} (lower is better)", fontsize=9)
     ax2.tick_params(axis="x", labelrotation=30, labelsize=7)
     files = {"conditions": save(fig, out, "real_conditions.png"), "tradeoff": _tradeoff_plot(summary, out)}
 
@@ -222,19 +282,21 @@ def _plots(summary: dict, out: Path) -> list[str]:
 
 
 def _tradeoff_plot(summary: dict, out: Path) -> str:
-    """SC2W against correct-context accuracy, one point per arm (the base included), on the held-out items and on
-    the held-out relation."""
+    """Paired SC2W (:func:`paired_sc2w`) against correct-context accuracy, one point per arm (the base included), on
+    the held-out items and on the held-out relation."""
     fig, ax = figure(8, 4.2)
+    what = "SC2W"
     for key, marker in zip(SETS, ("o", "^")):
         for n in _arms(summary, key):
             m = summary[key][n]
-            if m.get("sc2w") is None:
+            x, _, what = paired_sc2w(m)
+            if x is None:
                 continue
-            ax.scatter(m["sc2w"], m["accuracy"][CORRECT], marker=marker, color=color(n), s=45,
+            ax.scatter(x, m["accuracy"][CORRECT], marker=marker, color=color(n), s=45,
                        label=f"{label(n)} ({SETS[key]})")
-            ax.annotate(label(n), (m["sc2w"], m["accuracy"][CORRECT]), fontsize=7, xytext=(4, 3),
+            ax.annotate(label(n), (x, m["accuracy"][CORRECT]), fontsize=7, xytext=(4, 3),
                         textcoords="offset points")
-    ax.set_xlabel("SC2W (lower is better)")
+    ax.set_xlabel(f"{what} (lower is better)")
     ax.set_ylabel("correct-context accuracy (higher is better)")
     ax.set_xlim(0, 1.05)
     ax.set_title("Selective trust trade-off (o held-out items, ^ held-out relation)", fontsize=9)
@@ -289,13 +351,20 @@ def write_report(summary: dict, out: Path) -> Path:
              "## Matched 4-condition evaluation on held-out facts", "",
              "Held-out items are countries (and their cities) never seen in mining or training. Accuracy per "
              "condition with a 95% bootstrap CI over items; SC2W is the share of clean-correct items that switch "
-             "to a wrong answer under the misleading context. `unknown_correct_accuracy`: correct-context accuracy "
-             "on the items the base's knowledge estimate labels unknown (it can only answer them from the context).",
+             "to a wrong answer under the misleading context. The **paired** SC2W (the targets' and the plots') "
+             "counts every arm on the base's clean-correct items, one denominator for all: the share of them the "
+             "arm gets wrong under the misleading context; the unpaired one counts each arm on its own "
+             "clean-correct items. `unknown_correct_accuracy`: correct-context accuracy on the items the base's "
+             "knowledge estimate labels unknown (it can only answer them from the context).",
              "", _table(summary), "", f"![conditions]({plots['conditions']})", ""]
+    if "transfer" not in summary:
+        lines += ["## The held-out relation (transfer)", "", "**Not run** (`real.transfer=false`): its targets "
+                  "below say \"not run\".", ""]
     if "transfer" in summary:
         lines += ["## The held-out relation (transfer)", "",
                   "A relation no training item uses (`facts_transfer.jsonl`), in held-out context wordings.", "",
                   _table(summary, "transfer"), ""]
+    lines += nq_swap.report_lines(summary)
     lines += ["## Trade-off", "", f"![trade-off]({plots['tradeoff']})", ""]
     if "training" in plots:
         lines += [f"![training]({plots['training']})", ""]
@@ -309,7 +378,7 @@ def write_report(summary: dict, out: Path) -> Path:
                   f"unknown training items; of {gp['known']} known, {gp['unknown']} unknown, {gp['uncertain']} "
                   "uncertain)." if gp else ""), "",
               f"## Targets (checked on {label(checked_arm(summary))})", ""]
-    lines += [f"- {k}: {'met' if v else '**missed**'}" for k, v in targets.items()] + [""]
+    lines += [f"- {k}: {verdict(v)}" for k, v in targets.items()] + [""]
     lines += _stage_time_lines(summary) + _sample_lines(summary, out) + _notes(summary)
     path = out / "report.md"
     write_text_atomic(path, "\n".join(lines) + "\n")

@@ -1,28 +1,38 @@
 """The seed table and the frontier plot of several real-demo runs (one per seed), for docs/real_model.md.
 
-    python -m demos.real.seeds RUN_DIR [RUN_DIR ...] --out DIR [--extra LABEL=RUN_DIR ...]
+    python -m demos.real.seeds RUN_DIR [RUN_DIR ...] --out DIR [--extra LABEL=RUN_DIR ...] [--evidence EVIDENCE_DIR]
+    python -m demos.real.seeds --from-evidence EVIDENCE_DIR [...] --markdown
 
 Reads each run's ``summary.json`` (``python recipes/demo.py seed=N out=RUN_DIR``) and writes, in ``DIR``:
 
 - ``seed_table.md``: per evaluation set (held-out items, held-out relation), one row per seed and arm: accuracy in
-  the four conditions, SC2W and its ratio to that seed's base, ``n_clean_correct``, ``unknown_correct_accuracy``
-  and the lowest format compliance; then the targets per seed (:func:`demos.real.report.check_targets`, on the
-  arm the runs checked), the wall time and each stage's time range over the runs;
-- ``frontier.png``: every arm of every run against its own seed's base, SC2W as a share of the base's against the
-  change in correct-context accuracy (held-out items), in ``unknown_correct_accuracy`` (held-out items) and in
-  correct-context accuracy (held-out relation), three panels, the targets' corner shaded
+  the four conditions, the paired SC2W (on the base's clean-correct items) and its ratio to that seed's base,
+  ``n_clean_correct``, ``unknown_correct_accuracy`` and the lowest format compliance; NQ-Swap's exact match under
+  the original passage, p_sub, p_org and memorization ratio (all items and the items the base knows) of the runs
+  that evaluated it (:mod:`demos.real.nq_swap`); then the targets per seed
+  (:func:`demos.real.report.check_targets`, on the arm the runs checked; "not run" where a run did not evaluate
+  or train what a target needs), the wall time and each stage's time range over the runs;
+- ``frontier.png``: every arm of every run against its own seed's base, the paired SC2W as a share of the base's
+  against the change in correct-context accuracy (held-out items), in ``unknown_correct_accuracy`` (held-out items)
+  and in correct-context accuracy (held-out relation), three panels, the targets' corner shaded
   and an arrow from each seed's SCOPE to its SCOPE+GRPO (the lever GRPO pulls); ``--extra`` runs (other settings,
   e.g. another knowledge estimate or GRPO's prompt rows) are drawn as hollow points labelled ``LABEL`` (only the
   ``--extra-arms``, default SCOPE+GRPO), with a dotted arrow to the same seed's tabled run (that lever's move);
 - ``pooled_table.md`` and ``pooled.json`` (:mod:`demos.real.pooled`, unless ``--no-pooled``): the seeds pooled from
-  their items (``stages/<eval|transfer>_<arm>/item_scores.jsonl``), with bootstrap intervals stratified by seed, the
-  paired SC2W on the base's clean-correct items, the per-seed spread and issue 44's targets on the pooled numbers.
+  their items (``stages/<eval|transfer|nqswap>_<arm>/item_scores.jsonl``), with bootstrap intervals stratified by
+  seed and the seed-level (Student-t) interval beside them, the paired SC2W on the base's clean-correct items, the
+  per-seed spread and the targets on the pooled numbers (NQ-Swap's when every run evaluated it);
+- with ``--evidence EVIDENCE_DIR``, the committed evidence folder (:mod:`demos.real.evidence`): ``pooled.json`` and
+  each run's ``summary.json`` and ``demo.json``. ``--from-evidence EVIDENCE_DIR... --markdown`` prints the README's
+  evidence table from such folders alone (no runs, no item scores).
 
-The seed table and the plot read every number from the summaries (nothing is recomputed but ratios and ranges);
-the pooled table recomputes from the items. Runs of two splits (``summary.json``'s ``split``, absent: test) are
-refused; runs of another ``provenance`` (absent: unknown) unless ``--allow-mixed-provenance``. Runs of different demos
-(``small`` / ``full``) or settings are refused unless given as ``--extra`` (a settings key a run's ``demo.json``
-lacks, added to the schema after it ran, counts as its default: :func:`demos.common.with_new_keys`).
+The seed table and the plot read every number from the summaries (nothing is recomputed but ratios and ranges; a
+summary written before the paired SC2W shows the unpaired ratio, marked); the pooled table recomputes from the
+items. Runs of two splits (``summary.json``'s ``split``, absent: test) are refused; runs of another ``provenance``
+(absent: unknown), or holding stages made under another (``stage_provenance``), unless ``--allow-mixed-provenance``;
+runs continued with ``reuse=config`` unless ``--allow-config-reuse``. Runs of different demos (``small`` / ``full``)
+or settings are refused unless given as ``--extra`` (a settings key a run's ``demo.json`` lacks, added to the schema
+after it ran, counts as its default: :func:`demos.common.with_new_keys`).
 """
 
 from __future__ import annotations
@@ -39,11 +49,12 @@ from eval_hooks.scoring.report_kit import figure, md_table, pct, save
 from selectrust.conditions import CORRECT, MIST_CONDITIONS as CONDS
 
 from ..common import with_new_keys
-from .arms import ARMS, trained
+from . import nq_swap
+from .arms import ARMS, sc2w_share, trained
 from .arms import color as arm_color
 from .arms import label as arm_label
 from .pooled import SPLITS, check_provenance, check_split, pooled_result, pooled_table
-from .report import SETS, checked_arm, check_targets
+from .report import SETS, checked_arm, check_targets, paired_sc2w, verdict
 
 
 def load_run(run_dir: Path) -> dict:
@@ -63,8 +74,11 @@ def load_run(run_dir: Path) -> dict:
     return {**summary, "_settings": record.get("settings"), "_dir": str(run_dir)}
 
 
-def _ratio(x: float | None, base: float | None) -> str:
-    return "–" if x is None or not base else f"{x / base:.2f}×"
+def _share(m: dict, base: dict) -> str:
+    """SC2W as a share of the base's: the paired ratio (:func:`demos.real.arms.sc2w_share`), marked where a summary
+    from before it has only the unpaired one."""
+    value, what = sc2w_share(m, base)
+    return "–" if value is None else f"{value:.2f}×" + ("" if what == "paired SC2W" else " (unpaired)")
 
 
 def seed_rows(runs: list[dict], key: str) -> list[list[str]]:
@@ -75,8 +89,8 @@ def seed_rows(runs: list[dict], key: str) -> list[list[str]]:
         base = s[key]["base"]
         for arm in (a for a in ARMS if a in s[key]):
             m = s[key][arm]
-            rows.append([s["seed"], arm_label(arm), *(pct(m["accuracy"][c]) for c in CONDS), pct(m.get("sc2w")),
-                         _ratio(m.get("sc2w"), base.get("sc2w")) if trained(arm) else "–", m["n_clean_correct"],
+            rows.append([s["seed"], arm_label(arm), *(pct(m["accuracy"][c]) for c in CONDS), pct(paired_sc2w(m)[0]),
+                         _share(m, base) if trained(arm) else "–", m["n_clean_correct"],
                          pct(m.get("unknown_correct_accuracy")), pct(min(m["format_compliance"].values()))])
     return rows
 
@@ -84,8 +98,7 @@ def seed_rows(runs: list[dict], key: str) -> list[list[str]]:
 def target_rows(runs: list[dict]) -> tuple[list[str], list[list[str]]]:
     checks = {s["seed"]: check_targets(s) for s in runs}
     names = list(dict.fromkeys(k for c in checks.values() for k in c))
-    rows = [[seed, _wall(s), *("met" if checks[seed].get(n) else "–" if n not in checks[seed] else "**missed**"
-                               for n in names)]
+    rows = [[seed, _wall(s), *("–" if n not in checks[seed] else verdict(checks[seed][n]) for n in names)]
             for seed, s in sorted(((s["seed"], s) for s in runs))]
     return ["seed", "wall (s)", *names], rows
 
@@ -117,7 +130,8 @@ def stage_rows(runs: list[dict]) -> list[list[str]]:
 
 def seed_table(runs: list[dict], split: str = "test", provenance_note: str | None = None) -> str:
     arm = checked_arm(runs[0])
-    header = ["seed", "arm", *CONDS, "SC2W", "SC2W / base", "n_clean_correct", "unknown correct", "min format"]
+    header = ["seed", "arm", *CONDS, "paired SC2W", "paired SC2W / base", "n_clean_correct", "unknown correct",
+              "min format"]
     parts = [f"Runs: {', '.join(s['_dir'] for s in runs)} ({runs[0].get('demo')}, facts set {runs[0].get('size')}, "
              f"{split} items); targets checked on {arm_label(arm)}.", ""]
     parts += [provenance_note, ""] if provenance_note else []
@@ -125,6 +139,9 @@ def seed_table(runs: list[dict], split: str = "test", provenance_note: str | Non
         rows = seed_rows(runs, key)
         if rows:
             parts += [f"**{what[0].upper() + what[1:]}**", "", md_table(header, rows), ""]
+    rows = nq_swap.seed_rows(runs)  # the runs that evaluated NQ-Swap
+    if rows:
+        parts += ["**NQ-Swap (an outside benchmark)**", "", md_table(nq_swap.SEED_HEADER, rows), ""]
     header, rows = target_rows(runs)
     parts += ["**Targets per seed**", "", md_table(header, rows), "",
               "**Stage times (seconds, min–max over the runs)**", "", md_table(["stage", "seconds"], stage_rows(runs)), ""]
@@ -140,10 +157,12 @@ def _unknown_correct(m: dict) -> float | None:
 
 
 def _rel(m: dict, base: dict, metric=_correct) -> tuple[float, float] | None:
-    """(SC2W / the base's, ``metric`` - the base's) of one arm, or None without an SC2W or the metric."""
-    if m.get("sc2w") is None or not base.get("sc2w") or metric(m) is None or metric(base) is None:
+    """(paired SC2W / the base's, ``metric`` - the base's) of one arm (:func:`demos.real.arms.sc2w_share`), or None
+    without an SC2W or the metric."""
+    share = sc2w_share(m, base)[0]
+    if share is None or metric(m) is None or metric(base) is None:
         return None
-    return m["sc2w"] / base["sc2w"], metric(m) - metric(base)
+    return share, metric(m) - metric(base)
 
 
 def _panels() -> list[tuple]:
@@ -195,7 +214,7 @@ def frontier_plot(runs: list[dict], extras: list[tuple[str, dict]], out: Path,
                                                                   "lw": 0.8, "linestyle": ":"})
         ax.set_xlim(0, 1.5)
         ax.set_ylim(min(-0.6, ax.get_ylim()[0]), 0.15)
-        ax.set_xlabel("SC2W / the base's (lower is better)")
+        ax.set_xlabel("paired SC2W / the base's (lower is better)")
         ax.set_ylabel(f"{what} - the base's")
         ax.set_title(f"{SETS[key]}: {what}", fontsize=9)
         ax.legend(fontsize=7, loc="lower right")
@@ -221,8 +240,16 @@ def check_same_settings(runs: list[dict]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m demos.real.seeds", description=__doc__.split("\n\n")[0])
-    ap.add_argument("runs", nargs="+", type=Path, help="real-demo out dirs of the same settings, one per seed")
-    ap.add_argument("--out", type=Path, required=True, help="where seed_table.md and frontier.png go")
+    ap.add_argument("runs", nargs="*", type=Path, help="real-demo out dirs of the same settings, one per seed")
+    ap.add_argument("--out", type=Path, default=None, help="where seed_table.md and frontier.png go (required with "
+                                                           "runs)")
+    ap.add_argument("--evidence", type=Path, default=None, metavar="DIR",
+                    help="also write the evidence folder DIR (e.g. docs/evidence/<name>): pooled.json and each run's "
+                         "summary.json and demo.json (demos.real.evidence)")
+    ap.add_argument("--from-evidence", type=Path, nargs="+", default=None, metavar="DIR",
+                    help="read no runs: print the README's evidence table of each evidence folder (its pooled.json) "
+                         "with --markdown")
+    ap.add_argument("--markdown", action="store_true", help="with --from-evidence: print the table as markdown")
     ap.add_argument("--extra", action="append", default=[], metavar="LABEL=RUN_DIR",
                     help="a run of other settings, drawn as hollow points labelled LABEL, with a dotted arrow to "
                          "the same seed's tabled run")
@@ -232,7 +259,11 @@ def main(argv: list[str] | None = None) -> int:
                     help="the split the runs must have evaluated (summary.json's `split`; absent: test); default: "
                          "the first run's. Dev and test runs are never pooled")
     ap.add_argument("--allow-mixed-provenance", action="store_true",
-                    help="pool runs whose summary.json `provenance` differs or is missing (said in the tables)")
+                    help="pool runs whose summary.json `provenance` differs or is missing, or some of whose stages "
+                         "ran under another provenance (`stage_provenance`; said in the tables)")
+    ap.add_argument("--allow-config-reuse", action="store_true",
+                    help="pool runs continued with reuse=config (summary.json `reuse: config`: stages reused "
+                         "whatever code, precision or machine made them; said in the tables)")
     ap.add_argument("--arm", default=None, help="the arm the pooled targets are checked on (default: the runs' "
                                                  "checked arm, demos.real.report.checked_arm)")
     ap.add_argument("--n-boot", type=int, default=2000, help="bootstrap replicates of the pooled intervals")
@@ -240,6 +271,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-pooled", action="store_true",
                     help="skip pooled_table.md and pooled.json (runs whose stages' item_scores.jsonl are gone)")
     args = ap.parse_args(argv)
+    if args.from_evidence is not None:
+        if args.runs or not args.markdown:
+            ap.error("--from-evidence DIR... --markdown prints the evidence tables; it takes no run dirs")
+        from .evidence import evidence_tables
+
+        print(evidence_tables(args.from_evidence), end="")
+        return 0
+    if not args.runs or args.out is None:
+        ap.error("give the run dirs and --out DIR (or --from-evidence DIR... --markdown)")
+    if args.evidence is not None and args.no_pooled:
+        ap.error("--evidence needs the pooled result (drop --no-pooled)")
     extras = []
     for spec in args.extra:
         label, sep, path = spec.rpartition("=")
@@ -254,7 +296,7 @@ def main(argv: list[str] | None = None) -> int:
     runs = [load_run(d) for d in args.runs]
     check_same_settings(runs)
     split = check_split(runs, args.split)
-    note = check_provenance(runs, args.allow_mixed_provenance)
+    note = check_provenance(runs, args.allow_mixed_provenance, args.allow_config_reuse)
     pooled = None if args.no_pooled else pooled_result(  # every item file read before anything is written
         runs, args.arm or checked_arm(runs[0]), split=split, provenance_note=note, n_boot=args.n_boot,
         boot_seed=args.boot_seed)
@@ -266,6 +308,11 @@ def main(argv: list[str] | None = None) -> int:
         write_json_atomic(args.out / "pooled.json", pooled)
         (args.out / "pooled_table.md").write_text(pooled_table(pooled))
         wrote += ["pooled_table.md", "pooled.json"]
+    if args.evidence is not None:
+        from .evidence import write_evidence
+
+        files = write_evidence(args.evidence, runs, pooled)
+        print(f"wrote the evidence folder {args.evidence} ({len(files)} files)")
     print(f"wrote {', '.join(str(args.out / w) for w in wrote)} ({len(runs)} runs, {split} items)")
     return 0
 

@@ -1,4 +1,5 @@
-"""Shared helpers for the metric modules: input checks, grouping rows into items, percentile CIs.
+"""Shared helpers for the metric modules: input checks, grouping rows into items, percentile CIs, and a Student-t
+interval over a few values (e.g. one per training seed: :func:`t_interval`).
 
 Item scores are the lines of ``item_scores.jsonl`` (see the evaluation contract): one dict per row
 with at least ``row_id, item_id, condition, correct``. Error messages name the 1-based position of
@@ -7,6 +8,7 @@ the row in the list, which is its line number in ``item_scores.jsonl``.
 
 from __future__ import annotations
 
+import math
 from typing import Any, Iterable, Sequence
 
 import numpy as np
@@ -90,3 +92,57 @@ def bootstrap_indices(n_items: int, n_boot: int, seed: int) -> np.ndarray:
 def slice_key(value: Any) -> str:
     """JSON object keys are strings; ``None`` (attribute absent) becomes ``"<missing>"``."""
     return "<missing>" if value is None else str(value)
+
+
+def _betacf(a: float, b: float, x: float) -> float:
+    """The continued fraction of the regularized incomplete beta function (modified Lentz)."""
+    tiny, c, d = 1e-300, 1.0, 1.0 - (a + b) * x / (a + 1.0)
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    h = d
+    for m in range(1, 300):
+        for num in (m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
+                    -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1))):
+            d = 1.0 + num * d
+            d = 1.0 / (d if abs(d) > tiny else tiny)
+            c = 1.0 + num / c
+            c = c if abs(c) > tiny else tiny
+            h *= d * c
+        if abs(d * c - 1.0) < 1e-15:
+            break
+    return h
+
+
+def student_t_cdf(t: float, df: float) -> float:
+    """P(T <= t) for Student's t with ``df`` degrees of freedom (through the regularized incomplete beta function;
+    no scipy)."""
+    x = df / (df + t * t)
+    a, b = df / 2.0, 0.5
+    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x))
+    ibeta = front * _betacf(a, b, x) / a if x < (a + 1.0) / (a + b + 2.0) else 1.0 - front * _betacf(b, a, 1.0 - x) / b
+    tail = 0.5 * ibeta  # P(T > |t|)
+    return 1.0 - tail if t >= 0 else tail
+
+
+def student_t_ppf(p: float, df: float) -> float:
+    """The ``p`` quantile of Student's t with ``df`` degrees of freedom (bisection on :func:`student_t_cdf`)."""
+    if not 0.0 < p < 1.0:
+        raise ValueError(f"p must be in (0, 1), got {p}")
+    if p < 0.5:
+        return -student_t_ppf(1.0 - p, df)
+    lo, hi = 0.0, 1.0
+    while student_t_cdf(hi, df) < p:
+        hi *= 2.0
+    for _ in range(200):
+        mid = (lo + hi) / 2.0
+        lo, hi = (mid, hi) if student_t_cdf(mid, df) < p else (lo, mid)
+    return (lo + hi) / 2.0
+
+
+def t_interval(values: Sequence[float], level: float = CI_LEVEL) -> list[float] | None:
+    """The Student-t interval ``[lo, hi]`` of the mean of ``values`` (treated as independent draws, e.g. one per
+    training seed: mean +- t_{(1+level)/2, n-1} * sd / sqrt(n), sd with n - 1); None with fewer than two values."""
+    v = np.asarray([x for x in values if x is not None and not math.isnan(x)], dtype=float)
+    if v.size < 2:
+        return None
+    half = student_t_ppf((1.0 + level) / 2.0, v.size - 1) * float(v.std(ddof=1)) / math.sqrt(v.size)
+    return [float(v.mean() - half), float(v.mean() + half)]

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from demos.real.arms import DemoArm, dpo
-from test_real_demo import _compose, _facts_rows, _metrics, _summary
+from test_real_demo import _compose, _facts_rows, _metrics, _ratio, _summary
 
 # An arm from elsewhere (registered in code, or named by an entry point of the group selectrust.demo_arms), and
 # broken ones.
@@ -61,7 +61,8 @@ def test_a_sixth_arm_is_one_entry_and_runs_reports_and_plots(tmp_path):
     ARMS.register("extra_arm", EXTRA)
     try:
         full = _compose([f"out={tmp_path}", "demo=real_full"])
-        assert [s.name for s in stages(full)][-3:] == ["extra_arm", "eval_extra_arm", "transfer_extra_arm"]
+        assert [s.name for s in stages(full)][-4:] == ["extra_arm", "eval_extra_arm", "transfer_extra_arm",
+                                                       "nqswap_extra_arm"]  # NQ-Swap too, in the full experiment
         assert arms(full)[-1] == "extra_arm" and "extra_arm" not in arms(_compose([]))  # a comparison arm
         s = _summary()
         s["real"]["extra_arm"] = _metrics((0.50, 0.55, 0.90, 0.30), 0.35, 44, 0.80)
@@ -124,7 +125,8 @@ def test_an_arm_from_an_entry_point_is_found_and_a_broken_one_fails_before_any_s
     monkeypatch.setattr(plugins, "entry_points", installed("test_demo_arms:EXTRA"))
     monkeypatch.setattr(ARMS, "installed", None)
     monkeypatch.setattr(ARMS, "loaded", dict(loaded))
-    assert [s.name for s in stages(_compose(full))][-3:] == ["extra_arm", "eval_extra_arm", "transfer_extra_arm"]
+    assert [s.name for s in stages(_compose(full))][-4:] == ["extra_arm", "eval_extra_arm", "transfer_extra_arm",
+                                                            "nqswap_extra_arm"]
 
 
 def test_override_sources_merge_in_one_documented_order():
@@ -273,17 +275,17 @@ def test_the_new_arms_are_held_to_the_checked_arms_targets():
     s = copy.deepcopy(_summary())
     base = s["real"]["base"]
     good = copy.deepcopy(base)
-    good["sc2w"] = base["sc2w"] * 0.4
+    _ratio(good, 0.4)  # the paired SC2W ratio, what the targets check (issue 54)
     s["real"]["scope_grpo_sft"] = good
     got = check_targets(s)
     own = {k: v for k, v in got.items() if k.startswith("SCOPE+GRPO+SFT ")}
-    assert own == {"SCOPE+GRPO+SFT SC2W <= 0.5 x base": True, "SCOPE+GRPO+SFT clean accuracy >= base - 0.03": True,
+    assert own == {"SCOPE+GRPO+SFT paired SC2W <= 0.5 x base": True, "SCOPE+GRPO+SFT clean accuracy >= base - 0.03": True,
                    "SCOPE+GRPO+SFT correct accuracy >= base - 0.03": True,
                    "SCOPE+GRPO+SFT irrelevant accuracy >= base - 0.03": True,
                    "SCOPE+GRPO+SFT unknown_correct_accuracy >= base - 0.05": True}
     bad = copy.deepcopy(good)
     bad["accuracy"]["correct"] -= 0.04
-    bad["sc2w"] = base["sc2w"] * 0.6
+    _ratio(bad, 0.6)
     missed = [k for k, v in ARMS.get("ka_grpo").targets(bad, base, s["real"]["scope_grpo"], "SCOPE+GRPO",
                                                          TARGETS).items() if not v]
-    assert missed == ["knowledge-aware+GRPO SC2W <= 0.5 x base", "knowledge-aware+GRPO correct accuracy >= base - 0.03"]
+    assert missed == ["knowledge-aware+GRPO paired SC2W <= 0.5 x base", "knowledge-aware+GRPO correct accuracy >= base - 0.03"]

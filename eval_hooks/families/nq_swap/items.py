@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from selectrust.core.errors import DataError
-from selectrust.conditions import MIST_CONDITIONS
+from selectrust.conditions import CLEAN, CORRECT, IRRELEVANT, MISLEADING, MIST_CONDITIONS
 from selectrust.core.io import read_records
 from ...parsers.open_answer import normalize_open_answer, open_tokens
 
@@ -239,8 +239,8 @@ def _question(q: str) -> str:
 
 def _rows(it: dict, other: dict) -> list[dict]:
     q = _question(it["question"])
-    contexts = {"clean": None, "misleading": it["sub_context"], "correct": it["org_context"],
-                "irrelevant": other["org_context"]}
+    contexts = {CLEAN: None, MISLEADING: it["sub_context"], CORRECT: it["org_context"],
+                IRRELEVANT: other["org_context"]}
     rows = []
     for cond in MIST_CONDITIONS:
         ctx = contexts[cond]

@@ -27,6 +27,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from selectrust.conditions import CLEAN, CORRECT, MISLEADING
 from ...metrics.common import CI_LEVEL, bootstrap_indices, percentile_ci
 from ...parsers import row_answer_matches
 from ...parsers.open_answer import normalize_open_answer, open_tokens
@@ -35,7 +36,7 @@ from ..mist.metrics import item_attribute, mist_items
 
 RATES = ("p_org", "p_sub", "p_both", "p_neither", "memorization_ratio", "em_org_context", "em_org_context_strict")
 LABEL_SOURCES = {"rows": "the rows' knowledge labels (eval.knowledge_path or knowledge.enabled)",
-                 "clean": "this run's own clean row (closed-book answer right = known)"}
+                 CLEAN: "this run's own clean row (closed-book answer right = known)"}
 
 
 def misleading_outcome(row: dict) -> str:
@@ -64,15 +65,15 @@ def _item_table(item_scores: Sequence[dict]) -> tuple[list[str], np.ndarray, lis
     labelled = any(r.get("knowledge") is not None for r in item_scores)
     ids, flags, labels = [], [], []
     for item_id, rows in items.items():
-        outcome = misleading_outcome(rows["misleading"])
+        outcome = misleading_outcome(rows[MISLEADING])
         ids.append(item_id)
-        flags.append([outcome == "org", outcome == "sub", outcome == "both", bool(rows["correct"]["correct"]),
-                      strict_match(rows["correct"])])
+        flags.append([outcome == "org", outcome == "sub", outcome == "both", bool(rows[CORRECT]["correct"]),
+                      strict_match(rows[CORRECT])])
         if labelled:
-            labels.append(str(item_attribute(rows, "knowledge", "clean")))
+            labels.append(str(item_attribute(rows, "knowledge", CLEAN)))
         else:
-            labels.append("known" if rows["clean"]["correct"] else "unknown")
-    return ids, np.array(flags, dtype=bool).reshape(len(ids), 5), labels, "rows" if labelled else "clean"
+            labels.append("known" if rows[CLEAN]["correct"] else "unknown")
+    return ids, np.array(flags, dtype=bool).reshape(len(ids), 5), labels, "rows" if labelled else CLEAN
 
 
 def _stats(f: np.ndarray) -> dict[str, np.ndarray]:

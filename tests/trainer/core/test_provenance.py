@@ -52,7 +52,36 @@ def test_stage_precision_is_what_the_stage_s_settings_resolve_to_here():
     assert prov.stage_precision(both) == "trainer.mixed_precision=bf16,generation.mixed_precision=fp32"
     assert prov.stage_precision(OmegaConf.create({"out_dir": "x"})) is None
     stage = prov.stage_provenance(OmegaConf.create({"trainer": {"mixed_precision": "bf16"}}), prov.run_provenance())
-    assert stage["precision"] == "bf16" and set(stage) == set(prov.FIELDS)
+    assert stage["precision"] == "bf16" and set(stage) == set(prov.RECORDED)
+
+
+CPUINFO = """processor\t: 0
+model name\t: Intel(R) Xeon(R) Platinum 8480+
+flags\t\t: fpu sse2 avx2 avx512f avx512_bf16 amx_bf16 amx_tile
+processor\t: 1
+model name\t: Intel(R) Xeon(R) Platinum 8480+
+flags\t\t: fpu sse2 avx2 avx512f avx512_bf16 amx_bf16 amx_tile
+"""
+
+
+def test_cpu_info_names_the_model_and_the_instruction_sets_that_change_the_numbers():
+    assert prov.cpu_info(CPUINFO) == {"model": "Intel(R) Xeon(R) Platinum 8480+",
+                                      "flags": ["amx_bf16", "avx512_bf16", "avx512f", "avx2"]}
+    epyc = "model name\t: AMD EPYC 7B12\nflags\t: fpu avx avx2 fma\n"
+    assert prov.cpu_info(epyc) == {"model": "AMD EPYC 7B12", "flags": ["avx2"]}
+    assert prov.cpu_info("")["flags"] == []
+    assert set(prov.run_provenance()["cpu"]) == {"model", "flags"}
+
+
+def test_what_a_run_ran_in_is_its_stages_precisions_not_auto_s():
+    assert prov.ran_in({"eval_base": "fp32", "mine": "fp32", "scope": None}) == "fp32"
+    assert prov.ran_in({"eval_base": "fp32", "scope": "bf16"}) == "mixed"
+    assert prov.ran_in({"eval_base": None}) is None
+    made = {"eval_base": {"precision": "fp32"}, "scope": None}
+    assert prov.stage_precisions(made) == {"eval_base": "fp32", "scope": None}
+    run = {**BASE, "cpu": {"model": "x", "flags": ["avx2"]}}
+    assert prov.differing_fields({**run, "precision": "bf16"}, run, skip=("precision",)) == {}
+    assert prov.differing_fields(dict(BASE), run) == {"cpu": None}  # a stage recorded without its CPU: unknown
 
 
 BASE = {"precision": "fp32", "threads": 2, "git_commit": "a" * 40, "versions": {"torch": "2.4.0", "python": "3.11.9"}}

@@ -25,7 +25,7 @@ time.sleep(120)
 
 
 def test_a_second_chain_into_a_held_directory_writes_no_chain_log(tmp_path):
-    from test_chain import FAST, _chain
+    from tests.recipes.test_chain import FAST, _chain
 
     holder = subprocess.Popen([sys.executable, "-c", HOLD, str(tmp_path)], cwd=ROOT, stdout=subprocess.PIPE,
                               text=True)

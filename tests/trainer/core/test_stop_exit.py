@@ -86,7 +86,7 @@ def test_sigterm_in_the_distillation_pipeline_exits_0(tmp_path, sigterm_at_step_
 
 
 def test_sigterm_in_a_chain_exits_0_and_the_same_command_continues(tmp_path, sigterm_at_step_2):
-    from test_chain import FAST, _chain
+    from tests.recipes.test_chain import FAST, _chain
 
     assert _exit_code(lambda: _chain(tmp_path, "recipe=scope_sft_then_dpo_tiny", *FAST)) == 0
     assert (tmp_path / "stages" / "sft" / "checkpoints" / "step_2" / "COMPLETE").exists()

@@ -238,7 +238,7 @@ def test_config_checks_fail_in_one_line():
 
 
 def test_recipe_logs_the_sft_term_end_to_end(tmp_path):
-    from test_grpo_recipe import SMALL, _metrics, _run
+    from tests.recipes.test_grpo_recipe import SMALL, _metrics, _run
 
     run = tmp_path / "grpo"
     p = _run(run, *SMALL, "trainer.max_steps=2", "algo.sft_coef=0.5", "algo.sft_schedule=linear_decay")

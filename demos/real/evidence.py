@@ -1,0 +1,131 @@
+"""Committed evidence (issue 54, item 6): the small files behind the README's and docs/real_model.md's tables, in one
+folder each (``docs/evidence/<name>/``), and the one command that regenerates the README's evidence table from them.
+
+- :func:`write_evidence` (``python -m demos.real.seeds RUN... --out DIR --evidence docs/evidence/<name>``): the
+  pooled result (``pooled.json``) and every run's ``summary.json`` and ``demo.json`` (its settings) as
+  ``seed<N>/summary.json`` and ``seed<N>/demo.json``; kilobytes, no item scores, no adapters.
+- :func:`evidence_table` (``python -m demos.real.seeds --from-evidence docs/evidence/<name> ... --markdown``): the
+  README's table from those files alone: each arm's change from the base pooled over the seeds, with the item
+  bootstrap interval and beside it the seed-level interval (a Student-t interval over the trained runs' per-seed
+  changes), SC2W as the paired ratio; the held-out relation's table when it ran, "not run" when it did not; the
+  targets. No model, no item scores: every number is read from ``pooled.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from eval_hooks.scoring.report_kit import md_table, pct
+from selectrust.conditions import BENIGN_CONDITIONS, CLEAN, CORRECT, IRRELEVANT
+from selectrust.core.errors import DataError
+from selectrust.core.io import write_json_atomic
+
+from .arms import label as arm_label
+from .arms import trained
+from .pooled import provenance_line
+from .report import SETS, verdict
+
+POOLED = "pooled.json"
+#: The README table's columns: (header, the pooled entry's ``minus_base`` key; None: the paired SC2W ratio).
+COLUMNS = (("correct-context", CORRECT), ("unknown-correct", "unknown_correct_accuracy"), (CLEAN, CLEAN),
+           (IRRELEVANT, IRRELEVANT), ("paired SC2W / base", None))
+
+
+def write_evidence(folder: Path, runs: list[dict], pooled: dict) -> list[Path]:
+    """Write the evidence folder of one pooled table (module docstring); returns the files written. The folder
+    holds nothing else afterwards (an earlier ``seed<N>`` of a run no longer pooled is removed)."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    for old in folder.glob("seed*"):  # only what an earlier write_evidence made there
+        if old.is_dir() and old.name[4:].lstrip("-").isdigit() and (old / "summary.json").is_file():
+            shutil.rmtree(old)
+    written = [folder / POOLED]
+    write_json_atomic(folder / POOLED, pooled)
+    for r in runs:
+        for name in ("summary.json", "demo.json"):
+            src = Path(r["_dir"]) / name
+            dest = folder / f"seed{r['seed']}" / name
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(src, dest)
+            written.append(dest)
+    return written
+
+
+def load_evidence(folder: Path) -> dict:
+    """``pooled.json`` of an evidence folder; a DataError naming the file when it is missing or unreadable."""
+    path = Path(folder) / POOLED
+    try:
+        pooled = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise DataError(f"not an evidence folder ({type(e).__name__}: {e})", path=path) from None
+    for key in ("sets", "seeds", "targets", "checked_arm"):
+        if key not in pooled:
+            raise DataError(f"no `{key}`: not a pooled.json of `python -m demos.real.seeds`", path=path, field=key)
+    return pooled
+
+
+def _pp(x: float | None) -> str:
+    return "–" if x is None else f"{100 * x:+.1f}".replace("-", "−")
+
+
+def _times(x: float | None) -> str:
+    return "–" if x is None else f"{x:.2f}×"
+
+
+def _cell(value: float | None, ci: list | None, seed_ci: list | None, fmt) -> str:
+    """``value [item bootstrap]; seeds [t interval]`` (each part only when known)."""
+    out = fmt(value)
+    if ci:
+        out += f" [{fmt(ci[0])}, {fmt(ci[1])}]"
+    if seed_ci:
+        out += f"; seeds [{fmt(seed_ci[0])}, {fmt(seed_ci[1])}]"
+    return out
+
+
+def _row(name: str, entry: dict, bold: bool) -> list[str]:
+    cells = []
+    for _, key in COLUMNS:
+        seed = entry["per_seed"].get(key or "paired_ratio") or {}
+        x = entry["paired"]["paired_ratio"] if key is None else entry["minus_base"][key]
+        cells.append(_cell(x["value"], x.get("ci"), seed.get("seed_ci"), _times if key is None else _pp))
+    label = f"**{arm_label(name)}** (targets checked)" if bold else arm_label(name)
+    return [label, *cells]
+
+
+def evidence_table(pooled: dict, source: str = "") -> str:
+    """The README's evidence table (markdown) of one ``pooled.json`` (module docstring); ``source``: the folder it
+    came from, named in its first line."""
+    arm, seeds, n = pooled["checked_arm"], pooled["seeds"], len(pooled["seeds"])
+    what = ", ".join(str(x) for x in (pooled.get("demo"), pooled.get("size") and f"{pooled['size']} facts") if x)
+    real = pooled["sets"]["real"]
+    base = real["base"]
+    parts = [f"Pooled over seeds {', '.join(map(str, seeds))} ({pooled['split']} items{'; ' + what if what else ''})"
+             + (f", from `{source}`" if source else "") + f": {base['n_items']} held-out items, {base['n_unknown']} "
+             f"unknown to the base (knowledge labels: {pooled.get('knowledge_labels') or 'not recorded'}). Base: "
+             + ", ".join(f"{c} {pct(base[c]['value'])}" for c in BENIGN_CONDITIONS)
+             + f", unknown-correct {pct(base['unknown_correct_accuracy']['value'])}, SC2W "
+             f"{pct(base['paired']['base_paired_sc2w']['value'])}. {provenance_line(pooled.get('provenance'))}", ""]
+    if pooled.get("provenance_note"):
+        parts += [pooled["provenance_note"], ""]
+    parts += [f"Change from the base in points, pooled over the seeds, with its {pooled['level']:.0%} item-bootstrap "
+              f"interval (stratified by seed, {pooled['n_boot']} replicates) and the {pooled['level']:.0%} seed-level "
+              f"interval (Student-t over the {n} trained runs' per-seed changes: `seeds [...]`); SC2W as the paired "
+              "ratio on the base's clean-correct items.", ""]
+    for key, what_set in SETS.items():
+        by_arm = pooled["sets"].get(key)
+        if by_arm is None:
+            parts += [f"**{what_set[0].upper() + what_set[1:]}**: not run.", ""]
+            continue
+        rows = [_row(a, e, a == arm) for a, e in by_arm.items() if trained(a)]
+        parts += [f"**{what_set[0].upper() + what_set[1:]}**", "",
+                  md_table(["arm", *(h for h, _ in COLUMNS)], rows), ""]
+    parts += [f"**Targets ({arm_label(arm)})**", ""] + [f"- {k}: {verdict(ok)}" for k, ok in pooled["targets"].items()]
+    return "\n".join(parts) + "\n"
+
+
+def evidence_tables(folders: list[Path]) -> str:
+    """:func:`evidence_table` of each folder, in order (every pooled.json read before anything is printed)."""
+    pooled = [(f, load_evidence(f)) for f in folders]
+    return "\n".join(evidence_table(p, str(f)) for f, p in pooled)

@@ -1,0 +1,380 @@
+"""NQ-Swap in the real demos (issue 52, item 4; demos/real/nq_swap.py): the stages the full experiment adds and the
+quick demo does not, the settings, the summary, the report's table and target, and the seed tool's pooling, on
+synthetic summaries and on stage dirs written by the nq_swap family itself from scripted responses."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+
+from test_real_demo import _compose, _summary
+
+# Today's stage lists (before NQ-Swap): the quick demo's default, and the full experiment's.
+QUICK = ["convert", "facts", "eval_base", "transfer_base", "mine", "scope", "eval_scope", "transfer_scope",
+         "knowledge_aware", "eval_knowledge_aware", "transfer_knowledge_aware"]
+FULL = ["convert", "facts", "eval_base", "transfer_base", "mine", "scope", "eval_scope", "transfer_scope",
+        "misleading_only", "eval_misleading_only", "transfer_misleading_only", "knowledge_aware",
+        "eval_knowledge_aware", "transfer_knowledge_aware", "grpo_prompts", "scope_grpo", "eval_scope_grpo",
+        "transfer_scope_grpo"]
+TARGET = "SCOPE+GRPO NQ-Swap correct-context exact match >= base - 0.05"
+
+
+def _names(overrides: list[str]) -> list[str]:
+    from demos.real.pipeline import stages
+
+    return [s.name for s in stages(_compose(overrides))]
+
+
+def test_the_quick_demo_is_unchanged_and_the_full_experiment_adds_nq_swap_for_every_model(tmp_path):
+    from demos.config import DEMOS
+
+    out = f"out={tmp_path}"
+    assert _names([out]) == QUICK  # real.nq_swap_questions=null: the quick demo's own, 0
+    assert _names([out, "real.nq_swap_questions=0"]) == QUICK
+    assert _names([out, "demo=real_full", "real.nq_swap_questions=0"]) == FULL
+    assert (DEMOS["real"].nq_swap_questions, DEMOS["real_full"].nq_swap_questions) == (0, 40)
+    full = _names([out, "demo=real_full"])
+    models = ["base", "scope", "misleading_only", "knowledge_aware", "scope_grpo"]
+    assert [n for n in full if n.startswith("nqswap_")] == ["nqswap_rows", *(f"nqswap_{m}" for m in models)]
+    assert [n for n in full if not n.startswith("nqswap_")] == FULL
+    # the rows once, after the facts; each model's NQ-Swap evaluation after its held-out relation's
+    assert full.index("nqswap_rows") == full.index("facts") + 1
+    for m in models:
+        assert full.index(f"nqswap_{m}") == full.index(f"transfer_{m}") + 1
+    # the quick demo with NQ-Swap switched on: its own models only
+    assert [n for n in _names([out, "real.nq_swap_questions=5"]) if n.startswith("nqswap_")] == [
+        "nqswap_rows", "nqswap_base", "nqswap_scope", "nqswap_knowledge_aware"]
+    # no dev part: a dev run leaves it out, as it leaves out nothing else
+    dev = _names([out, "demo=real_full", "real.split=dev"])
+    assert not any(n.startswith("nqswap") for n in dev) and len(dev) == len(FULL)
+
+
+def test_every_nq_swap_evaluation_reads_the_one_rows_file_split_by_the_base_s_knowledge(tmp_path):
+    from demos.real.pipeline import stages
+
+    by = {s.name: s for s in stages(_compose([f"out={tmp_path}", "demo=real_full"]))}
+    base = by["nqswap_base"]
+    assert base.recipe == "evaluate" and base.inputs == {"model.path": "convert", "eval.path": "nqswap_rows/rows.jsonl"}
+    assert base.overrides[:2] == ["model=smollm2_135m", "eval=nq_swap"]
+    assert base.overrides[-2:] == ["knowledge.k=1", "knowledge.enabled=true"]  # real.stages.knowledge: one greedy answer
+    for arm in ("scope", "misleading_only", "knowledge_aware", "scope_grpo"):
+        s = by[f"nqswap_{arm}"]
+        assert s.inputs == {"model.path": "convert", "eval.path": "nqswap_rows/rows.jsonl", "adapter_path": arm,
+                            "eval.knowledge_path": "nqswap_base/knowledge.jsonl"}
+        assert "knowledge.enabled=true" not in s.overrides and "eval=nq_swap" in s.overrides
+    assert by["nqswap_rows"].call is not None and by["nqswap_rows"].recipe is None
+
+
+def test_the_rows_step_builds_the_seeded_sample_of_the_setting_s_size(tmp_path):
+    from demos.real.pipeline import stages
+    from eval_hooks.families.nq_swap.items import SAMPLE_PATH
+    from selectrust.core.io import read_records
+
+    def rows(seed: int, *extra: str) -> tuple[dict, list[dict]]:
+        step = {s.name: s for s in stages(_compose([f"out={tmp_path}", "demo=real_full", f"seed={seed}", *extra]))}
+        out = tmp_path / f"rows{seed}{len(extra)}"
+        info = step["nqswap_rows"].call(out)
+        return info, [r for _, r in read_records(out / "rows.jsonl")]
+
+    info, got = rows(0)
+    assert (info["items"], info["rows"], info["seed"], info["max_context_words"]) == (40, 160, 0, 150)
+    assert info["source"] == "eval_hooks/data/nq_swap_sample.jsonl (the shipped sample)" and "out" not in info
+    assert len(got) == 160 and len({r["item_id"] for r in got}) == 40
+    assert rows(0)[1] == got and rows(1)[1] != got  # the run's seed draws the questions
+    small, few = rows(0, "real.nq_swap_questions=6", "real.nq_swap_max_context_words=80")
+    assert (small["items"], small["max_context_words"]) == (6, 80) and len(few) == 24
+    assert all(r["context_words"] <= 80 for r in few if r.get("context_words") is not None)
+    given, _ = rows(0, f"real.nq_swap_data={SAMPLE_PATH}", "real.nq_swap_questions=4")  # a user's file
+    assert given["items"] == 4 and given["source"].endswith("(the shipped sample)")
+
+
+@pytest.mark.parametrize("bad,message", [
+    ("real.nq_swap_questions=1", r"^real.nq_swap_questions=1: 0 \(off\) or at least 2"),
+    ("real.nq_swap_questions=-3", r"^real.nq_swap_questions=-3: 0 \(off\) or at least 2"),
+    ("real.nq_swap_max_context_words=0", r"^real.nq_swap_max_context_words=0: at least 1"),
+    ("real.nq_swap_data=nowhere/nq.jsonl", r"^real.nq_swap_data='nowhere/nq.jsonl': no such file, nor a Hub id"),
+])
+def test_bad_nq_swap_settings_fail_in_one_line_before_any_stage(tmp_path, bad, message):
+    from demos.real.pipeline import stages
+    from trainer.config import ConfigError
+
+    with pytest.raises(ConfigError, match=message) as e:
+        stages(_compose([f"out={tmp_path}", "demo=real_full", bad]))
+    assert "\n" not in str(e.value) and not (tmp_path / "stages").exists()
+
+
+def test_a_hub_id_is_taken_as_given_and_read_only_by_the_step(tmp_path):
+    from demos.real.nq_swap import data_source
+
+    assert data_source(_compose([f"out={tmp_path}", "real.nq_swap_data=pminervini/NQ-Swap"])) == "pminervini/NQ-Swap"
+
+
+# -- scored by the family: stage dirs as the evaluate recipe writes them ------------------------------------------
+# Four items of the shipped sample; the base's estimate labels the first two known. Under the substituted passage
+# (misleading) each model names the substitute (sub), the original (org), both, or neither (none); under the original
+# passage (correct) it names the original answer (1) or not (0).
+BASE_SAYS = {"misleading": ("sub", "sub", "sub", "none"), "correct": (1, 1, 1, 0)}
+ARM_SAYS = {"misleading": ("org", "sub", "sub", "org"), "correct": (1, 1, 0, 0)}  # EM 2/4 against the base's 3/4
+KNOWN = ("known", "known", "unknown", "unknown")
+
+
+def _nq_rows():
+    from eval_hooks.families.nq_swap.items import SAMPLE_PATH, build_rows, read_source
+
+    rows, _ = build_rows(read_source(SAMPLE_PATH)[0], items=4, seed=0)
+    ids = list(dict.fromkeys(r["item_id"] for r in rows))
+    return [{**r, "knowledge": KNOWN[ids.index(r["item_id"])]} for r in rows], ids
+
+
+def _evaluate(stage_dir, says: dict) -> dict:
+    """The nq_swap family's own scoring of scripted responses, written as an evaluation stage writes it."""
+    from eval_hooks.families import get_family
+
+    rows, ids = _nq_rows()
+    fam = get_family("nq_swap")
+    loaded = fam.expand_records(list(enumerate(rows, start=1)), "rows")
+    responses = {}
+    for r in loaded:
+        n = ids.index(r["item_id"])
+        gold, sub = r["gold"], r["wrong_value"]
+        if r["condition"] == "misleading":
+            text = {"org": gold, "sub": sub, "both": f"{gold} or {sub}", "none": "Something else entirely."}[
+                says["misleading"][n]]
+        elif r["condition"] == "correct":
+            text = gold if says["correct"][n] else "Something else entirely."
+        else:
+            text = "I don't know."
+        responses[r["row_id"]] = text
+    return fam.score_responses(loaded, responses, stage_dir, n_boot=50)
+
+
+def test_the_family_s_metrics_are_the_hand_counted_ones(tmp_path):
+    base, arm = _evaluate(tmp_path / "b", BASE_SAYS)["nq_swap"], _evaluate(tmp_path / "a", ARM_SAYS)["nq_swap"]
+    assert (base["em_org_context"], base["p_sub"], base["p_org"], base["memorization_ratio"]) == (0.75, 0.75, 0.0, 0.0)
+    assert (arm["em_org_context"], arm["p_sub"], arm["p_org"], arm["memorization_ratio"]) == (0.5, 0.5, 0.5, 0.5)
+    known = arm["by_knowledge"]["known"]
+    assert (known["n_items"], known["p_sub"], known["memorization_ratio"]) == (2, 0.5, 0.5)
+    assert base["by_knowledge"]["known"]["p_sub"] == 1.0
+
+
+def test_summary_has_nq_swap_for_every_model_and_its_rows_only_when_evaluated(tmp_path):
+    from demos.real.pipeline import arms, summary_of
+    from selectrust.core.io import write_jsonl_atomic
+
+    cfg = _compose([f"out={tmp_path}", "demo=real_full"])
+    names = ("base", *arms(cfg))
+    for prefix in ("eval", "transfer"):  # the facts sets' item scores (the paired SC2W reads them)
+        write_jsonl_atomic(tmp_path / "stages" / f"{prefix}_base" / "knowledge.jsonl", [
+            {"item_id": f"i{n}", "knowledge": "known", "score": 1.0, "clean_accuracy": 1.0} for n in range(2)])
+        for arm in names:
+            write_jsonl_atomic(tmp_path / "stages" / f"{prefix}_{arm}" / "item_scores.jsonl", [
+                {"item_id": f"i{n}", "condition": c, "correct": c != "misleading"} for n in range(2)
+                for c in ("clean", "misleading", "correct", "irrelevant")])
+    results = {f"{p}_{a}": {"stage": f"{p}_{a}"} for p in ("eval", "transfer", "nqswap") for a in names}
+    results["nqswap_rows"] = {"items": 40, "rows": 160, "seed": 0}
+    results["mine"] = {"kept": 3, "knowledge": {"counts": {}}}
+    s = summary_of(cfg, results)
+    assert s["nq_swap"] == {a: {"stage": f"nqswap_{a}"} for a in names} and list(s["nq_swap"])[0] == "base"
+    assert s["items"]["nq_swap"] == {"file": "nqswap_rows/rows.jsonl", "sample": results["nqswap_rows"]}
+    # the quick demo's summary: the same keys as before NQ-Swap
+    quick = summary_of(_compose([f"out={tmp_path}"]), results)
+    assert "nq_swap" not in quick and set(quick["items"]) == {"real", "transfer"}
+    assert "nq_swap" not in summary_of(_compose([f"out={tmp_path}", "demo=real_full", "real.nq_swap_questions=0"]),
+                                       results)
+
+
+# -- the target and the report, on synthetic summaries -------------------------------------------------------
+def _nq_metrics(em: float, p_sub: float, p_org: float, known_p_sub: float | None = 0.5, n: int = 40) -> dict:
+    mr = None if p_org + p_sub == 0 else p_org / (p_org + p_sub)
+    known = {} if known_p_sub is None else {"known": {"n_items": 2, "p_sub": known_p_sub, "memorization_ratio": 0.5,
+                                                      "ci": {"p_sub": [0.0, 1.0], "memorization_ratio": [0.0, 1.0]}}}
+    ci = {k: [max(0.0, v - 0.1), min(1.0, v + 0.1)] for k, v in (("em_org_context", em), ("p_sub", p_sub),
+                                                                  ("p_org", p_org))}
+    return {"nq_swap": {"n_items": n, "em_org_context": em, "p_sub": p_sub, "p_org": p_org, "memorization_ratio": mr,
+                        "ci": {**ci, "memorization_ratio": None if mr is None else [0.0, 0.5]},
+                        "by_knowledge": {**known, "unknown": {"n_items": n - 2}}}}
+
+
+def _with_nq() -> dict:
+    s = copy.deepcopy(_summary())
+    s["nq_swap"] = {"base": _nq_metrics(0.45, 0.35, 0.025, 1.0), "scope": _nq_metrics(0.42, 0.30, 0.05),
+                    "scope_grpo": _nq_metrics(0.40, 0.20, 0.10)}
+    s["items"] = {"nq_swap": {"file": "nqswap_rows/rows.jsonl", "sample": {
+        "items": 40, "rows": 160, "source": "eval_hooks/data/nq_swap_sample.jsonl (the shipped sample)", "seed": 0,
+        "kept_questions": 50, "max_context_words": 150, "context_words": {"min": 5, "median": 76, "max": 148},
+        "by_channel": {"paragraph": 29, "table": 6, "list": 5}}}}
+    return s
+
+
+def test_the_nq_swap_target_is_correct_context_exact_match_within_5_points_of_the_base_s():
+    from demos.real.report import TARGETS, check_targets
+
+    assert TARGETS["nq_swap_em_drop_max"] == 0.05
+    s = _with_nq()
+    t = check_targets(s)
+    assert t[TARGET] is True  # 40.0% against the base's 45.0%: exactly 5 points
+    s["nq_swap"]["scope_grpo"]["nq_swap"]["em_org_context"] = 0.399
+    assert [k for k, ok in check_targets(s).items() if not ok] == [TARGET]
+    assert check_targets(s, "scope")["SCOPE NQ-Swap correct-context exact match >= base - 0.05"] is True
+    # not evaluated (the quick demo), or not this arm: not run, never dropped
+    del s["nq_swap"]
+    assert check_targets(s)[TARGET] is None
+    s = _with_nq()
+    del s["nq_swap"]["scope_grpo"]
+    assert check_targets(s)[TARGET] is None
+
+
+def test_the_report_has_the_nq_swap_table_with_intervals_or_says_not_run(tmp_path, capsys):
+    from demos.real.report import check_targets, print_table, write_report
+
+    s = _with_nq()
+    s["targets"] = check_targets(s)
+    text = write_report(s, tmp_path).read_text()
+    assert "## NQ-Swap (an outside benchmark)" in text
+    assert "40 questions (160 rows) of eval_hooks/data/nq_swap_sample.jsonl (the shipped sample), drawn with seed 0" \
+        in text
+    assert ("| base | 40 | 45.0% [35.0, 55.0] | – | 35.0% [25.0, 45.0] | 2.5% [0.0, 12.5] | 6.7% [0.0, 50.0] | 2 | "
+            "100.0% [0.0, 100.0] | 50.0% [0.0, 100.0] |") in text
+    assert "| SCOPE+GRPO | 40 | 40.0% [30.0, 50.0] | -5.0 pp | 20.0% [10.0, 30.0] | 10.0% [0.0, 20.0] |" in text
+    assert f"- {TARGET}: met" in text
+    print_table(s)
+    printed = capsys.readouterr().out
+    assert "[demo] NQ-Swap (outside benchmark)" in printed and "EM (orig. passage)" in printed
+    quick = _summary()
+    del quick["nq_swap"]  # the quick demo's summary
+    text = write_report(quick, tmp_path).read_text()
+    assert "**Not run** (`real.nq_swap_questions=0`, the quick demo's default, or `real.split=dev`)" in text
+    assert f"- {TARGET}: not run" in text
+    print_table(quick)
+    assert "NQ-Swap" not in capsys.readouterr().out.split("[demo] targets")[0]
+
+
+# -- the seed tool ---------------------------------------------------------------------------------------------
+def _run(tmp_path, seed: int, says: dict[str, dict]) -> object:
+    """A finished run dir (base, SCOPE, SCOPE+GRPO) whose NQ-Swap stages the family scored (``says``: model -> its
+    scripted answers), its held-out items' stages those of tests/demos/test_real_pooled.py (every model the base)."""
+    from test_real_pooled import BASE, UNKNOWN, _rows
+
+    s = copy.deepcopy(_summary())
+    for gone in ("misleading_only", "knowledge_aware"):
+        del s["real"][gone]
+    del s["transfer"]
+    d = tmp_path / f"s{seed}"
+    for m in says:
+        (d / "stages" / f"eval_{m}").mkdir(parents=True)
+        (d / "stages" / f"eval_{m}" / "item_scores.jsonl").write_text(
+            "".join(json.dumps(r) + "\n" for r in _rows(BASE, UNKNOWN)))
+    s["nq_swap"] = {m: _evaluate(d / "stages" / f"nqswap_{m}", said) for m, said in says.items()}
+    s.update(seed=seed, provenance={"precision": "fp32"})
+    (d / "summary.json").write_text(json.dumps(s))
+    (d / "demo.json").write_text(json.dumps({"demo": "real_full", "seed": seed, "settings": {"real": {}}}))
+    return d
+
+
+def test_nq_swap_is_pooled_over_seeds_from_the_items_like_the_held_out_relation(tmp_path):
+    from demos.real.nq_swap import pool, pooled_lines, pooled_runs, pooled_target, seed_features
+    from demos.real.seeds import load_run, seed_table
+
+    runs = [load_run(_run(tmp_path, 0, {"base": BASE_SAYS, "scope": BASE_SAYS, "scope_grpo": ARM_SAYS})),
+            load_run(_run(tmp_path, 1, {"base": BASE_SAYS, "scope": ARM_SAYS, "scope_grpo": BASE_SAYS}))]
+    p = pooled_runs(runs, n_boot=300, boot_seed=0)
+    a, b = p["scope_grpo"], p["base"]
+    # 8 items (4 a seed): EM 5/8 against the base's 6/8; p_sub 5/8 against 6/8; p_org 2/8; MR 2 / (2 + 5)
+    assert (a["n_items"], a["n_known"]) == (8, 4)
+    assert a["em_org_context"]["value"] == pytest.approx(5 / 8) and b["em_org_context"]["value"] == 0.75
+    assert a["p_sub"]["value"] == pytest.approx(5 / 8) and a["p_org"]["value"] == 0.25
+    assert a["memorization_ratio"]["value"] == pytest.approx(2 / 7) and b["memorization_ratio"]["value"] == 0.0
+    # on the items the base knows (2 a seed): the arm names the substitute on 3 of 4, the original on 1
+    assert a["known_p_sub"]["value"] == 0.75 and a["known_memorization_ratio"]["value"] == 0.25
+    assert a["minus_base"]["em_org_context"]["value"] == pytest.approx(-1 / 8)
+    lo, hi = a["minus_base"]["em_org_context"]["ci"]
+    assert lo <= -1 / 8 <= hi and lo < hi
+    spread = a["per_seed"]["em_org_context"]
+    assert (spread["by_seed"], spread["worst_seed"], spread["mean"]) == ({0: -0.25, 1: 0.0}, 0, -0.125)
+    assert spread["seed_ci"] == pytest.approx([-0.125 - 12.7062 * 0.125, -0.125 + 12.7062 * 0.125], abs=1e-4)
+    # the bootstrap is stratified by seed and paired: a model identical to the base differs by 0 in every replicate
+    same = pool({0: {"base": seed_features(runs[0])["base"], "scope": seed_features(runs[0])["base"]}}, n_boot=50)
+    assert same["scope"]["minus_base"]["em_org_context"]["ci"] == [0.0, 0.0]
+    assert pooled_runs(runs, n_boot=300, boot_seed=0) == p  # seeded
+    name = "SCOPE+GRPO NQ-Swap correct-context exact match >= base - 0.05 (pooled)"
+    assert pooled_target(p, "scope_grpo", "SCOPE+GRPO", 0.05) == {name: False}  # -12.5 points
+    assert pooled_target(p, "base", "base", 0.05) == {"base NQ-Swap correct-context exact match >= base - 0.05 "
+                                                      "(pooled)": True}
+    assert pooled_target(None, "scope_grpo", "SCOPE+GRPO", 0.05) == {name: None}
+    text = "\n".join(pooled_lines(p, 2, 0.95))
+    assert "**NQ-Swap (an outside benchmark), pooled**" in text and "| SCOPE+GRPO | em_org_context | -12.5 pp [" in text
+    table = seed_table(runs)
+    assert "**NQ-Swap (an outside benchmark)**" in table
+    assert "| 0 | SCOPE+GRPO | 4 | 50.0% | 50.0% | 50.0% | 50.0% | 2 | 50.0% | 50.0% |" in table
+    # a run without NQ-Swap (the quick demo's): nothing pooled, the pooled target not run
+    assert pooled_runs([runs[0], {k: v for k, v in runs[1].items() if k != "nq_swap"}], n_boot=10, boot_seed=0) is None
+
+
+def test_an_arm_scored_on_other_items_is_refused_naming_its_file(tmp_path):
+    from demos.real.nq_swap import seed_features
+    from demos.real.seeds import load_run
+    from selectrust.core.errors import DataError
+
+    run = load_run(_run(tmp_path, 0, {"base": BASE_SAYS, "scope": BASE_SAYS, "scope_grpo": ARM_SAYS}))
+    path = tmp_path / "s0" / "stages" / "nqswap_scope" / "item_scores.jsonl"
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows if r["item_id"] != rows[0]["item_id"]))  # 3 items
+    with pytest.raises(DataError, match="nqswap_scope/item_scores.jsonl.*not those of nqswap_base"):
+        seed_features(run)
+
+
+def test_the_seed_tool_writes_nq_swap_into_pooled_json_its_table_and_targets(tmp_path):
+    from demos.real.seeds import main
+
+    dirs = [_run(tmp_path, 0, {"base": BASE_SAYS, "scope": BASE_SAYS, "scope_grpo": BASE_SAYS}),
+            _run(tmp_path, 1, {"base": BASE_SAYS, "scope": ARM_SAYS, "scope_grpo": BASE_SAYS})]
+    assert main([*map(str, dirs), "--out", str(tmp_path / "out"), "--n-boot", "100"]) == 0
+    pooled = json.loads((tmp_path / "out" / "pooled.json").read_text())
+    assert set(pooled["nq_swap"]) == {"base", "scope", "scope_grpo"} and set(pooled["sets"]) == {"real"}
+    assert pooled["nq_swap"]["scope"]["minus_base"]["em_org_context"]["value"] == pytest.approx(-1 / 8)
+    names = list(pooled["targets"])
+    pooled_name = f"{TARGET} (pooled)"
+    assert pooled["targets"][pooled_name] is True  # SCOPE+GRPO answers as the base
+    # beside the held-out relation's targets (not run here), in the same place
+    assert names.index("SCOPE+GRPO on the held-out relation: correct accuracy >= base - 0.05 (pooled)") + 1 == \
+        names.index(pooled_name)
+    table = (tmp_path / "out" / "pooled_table.md").read_text()
+    assert "**NQ-Swap (an outside benchmark), pooled**" in table and f"- {pooled_name}: met" in table
+    assert table.index("NQ-Swap: arm - base") < table.index("**Targets (SCOPE+GRPO)**")
+    seeds = (tmp_path / "out" / "seed_table.md").read_text()
+    assert "| 1 | SCOPE | 4 | 50.0% | 50.0% | 50.0% | 50.0% | 2 | 50.0% | 50.0% |" in seeds
+    assert f"{TARGET} |" in seeds.split("**Targets per seed**")[1]
+
+
+def test_the_nq_swap_stages_run_on_the_tiny_model_and_an_arm_reads_the_base_s_labels(tmp_path):
+    """The demo's own NQ-Swap stages (the rows step, the base's evaluation with its estimate, an arm's evaluation
+    given the base's knowledge.jsonl) run by the stage runner on the tiny model: the rows are the setting's size, the
+    base writes its labels, and the arm's metrics are split by them (the arm here is the same model, no adapter)."""
+    from collections import Counter
+
+    from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    from demos.real import nq_swap
+    from recipe_utils import CONF, reset_accelerate
+    from recipes.chain import compose as compose_recipe
+    from recipes.stage_recipes import runners
+    from trainer.core.stages import Stage, StageRunner
+
+    cfg = _compose([f"out={tmp_path}", "real.nq_swap_questions=2", "real.stages.evaluate=['generation.batch_size=8']"])
+    arm = nq_swap.evaluation(cfg, "scope", adapter="scope")[0]
+    arm = Stage(arm.name, arm.recipe, arm.overrides, inputs={k: v for k, v in arm.inputs.items() if k != "adapter_path"})
+    plan = [Stage("convert", call=lambda out: "tiny"), *nq_swap.rows_stage(cfg), *nq_swap.evaluation(cfg, "base"), arm]
+    reset_accelerate()
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(CONF), version_base=None):
+        got = StageRunner(tmp_path, seed=0, compose=compose_recipe, runners=runners(("evaluate",))).run_all(plan)
+    assert (got["nqswap_rows"]["items"], got["nqswap_rows"]["rows"]) == (2, 8)
+    labels = [json.loads(x) for x in (tmp_path / "stages" / "nqswap_base" / "knowledge.jsonl").read_text().splitlines()]
+    assert len(labels) == 2
+    base, scope = got["nqswap_base"]["nq_swap"], got["nqswap_scope"]["nq_swap"]
+    assert scope["knowledge_source"].startswith("the rows' knowledge labels") and scope["n_items"] == 2
+    assert {k: v["n_items"] for k, v in scope["by_knowledge"].items()} == {
+        k: v["n_items"] for k, v in base["by_knowledge"].items()} == dict(Counter(r["knowledge"] for r in labels))
