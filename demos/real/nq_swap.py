@@ -338,20 +338,11 @@ def pool(per_seed: dict[int, dict[str, np.ndarray]], *, n_boot: int = 2000, boot
     pools them; every arm and the base share the replicate's items), the arm's difference from the base in
     :data:`DIFFS` and its per-seed spread (``per_seed``: by seed, min, max, worst seed, mean and the Student-t
     interval of the mean over the seeds), as ``demos.real.pooled.pool`` does for the facts sets."""
-    from eval_hooks.metrics.common import CI_LEVEL, percentile_ci, t_interval
+    from eval_hooks.metrics.common import CI_LEVEL, percentile_ci, seed_stratified_sums, t_interval
 
     level = CI_LEVEL if level is None else level
-    if n_boot < 1:
-        raise ValueError(f"n_boot must be >= 1, got {n_boot}")
     arms = [a for a in ARMS if all(a in f for f in per_seed.values())]
-    rng = np.random.default_rng(boot_seed)
-    point = {a: sum(per_seed[s][a].sum(axis=0) for s in per_seed) for a in arms}
-    boot = {a: np.zeros((n_boot, len(FEATURES))) for a in arms}
-    for s in sorted(per_seed):
-        n = len(per_seed[s][BASE.name])
-        weights = rng.multinomial(n, np.full(n, 1.0 / n), size=n_boot)
-        for a in arms:
-            boot[a] += weights @ per_seed[s][a]
+    point, boot = seed_stratified_sums(per_seed, arms, BASE.name, n_boot=n_boot, boot_seed=boot_seed)
     base_pt, base_bt = rates(point[BASE.name]), rates(boot[BASE.name])
     out = {}
     for a in arms:

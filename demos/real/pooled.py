@@ -43,7 +43,7 @@ import numpy as np
 
 from selectrust.core.errors import DataError
 from selectrust.core.io import read_records
-from eval_hooks.metrics.common import CI_LEVEL, percentile_ci, t_interval
+from eval_hooks.metrics.common import CI_LEVEL, percentile_ci, seed_stratified_sums, t_interval
 from eval_hooks.scoring.report_kit import md_table, pct, pp
 from selectrust.conditions import BENIGN_CONDITIONS, CLEAN, CORRECT, MIST_CONDITIONS as CONDS, UNKNOWN_CORRECT
 
@@ -232,17 +232,8 @@ def pool(per_seed: dict[int, dict[str, np.ndarray]], *, n_boot: int = 2000, boot
          level: float = CI_LEVEL) -> dict[str, Any]:
     """Pooled statistics of one evaluation set, per arm, with their stratified bootstrap intervals (module docstring).
     ``per_seed``: ``{seed: {arm: features}}`` (:func:`seed_features`); arms of every seed only."""
-    if n_boot < 1:
-        raise ValueError(f"n_boot must be >= 1, got {n_boot}")
     arms = [a for a in ARMS if all(a in f for f in per_seed.values())]
-    rng = np.random.default_rng(boot_seed)
-    point = {a: sum(per_seed[s][a].sum(axis=0) for s in per_seed) for a in arms}
-    boot = {a: np.zeros((n_boot, len(FEATURES))) for a in arms}
-    for s in sorted(per_seed):
-        n = len(per_seed[s]["base"])
-        weights = rng.multinomial(n, np.full(n, 1.0 / n), size=n_boot)  # (n_boot, n): each item's draws
-        for a in arms:
-            boot[a] += weights @ per_seed[s][a]
+    point, boot = seed_stratified_sums(per_seed, arms, "base", n_boot=n_boot, boot_seed=boot_seed)
     base_pt, base_bt = stats(point["base"]), stats(boot["base"])
     out = {}
     for a in arms:

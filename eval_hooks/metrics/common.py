@@ -146,3 +146,23 @@ def t_interval(values: Sequence[float], level: float = CI_LEVEL) -> list[float] 
         return None
     half = student_t_ppf((1.0 + level) / 2.0, v.size - 1) * float(v.std(ddof=1)) / math.sqrt(v.size)
     return [float(v.mean() - half), float(v.mean() + half)]
+
+
+def seed_stratified_sums(per_seed: dict, arms: Sequence[str], base: str, *, n_boot: int, boot_seed: int
+                         ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """Each arm's feature sums over every seed's items, ``(F,)``, and over ``n_boot`` bootstrap replicates,
+    ``(n_boot, F)``: a replicate resamples each seed's items with replacement (stratified by seed) and pools them, and
+    every arm shares the replicate's items (``base``'s rows give each seed's item count). ``per_seed``:
+    ``{seed: {arm: (n_items, F) per-item features}}``, rows aligned by item across arms."""
+    if n_boot < 1:
+        raise ValueError(f"n_boot must be >= 1, got {n_boot}")
+    rng = np.random.default_rng(boot_seed)
+    point = {a: sum(per_seed[s][a].sum(axis=0) for s in per_seed) for a in arms}
+    width = next(iter(per_seed.values()))[base].shape[1]
+    boot = {a: np.zeros((n_boot, width)) for a in arms}
+    for s in sorted(per_seed):
+        n = len(per_seed[s][base])
+        weights = rng.multinomial(n, np.full(n, 1.0 / n), size=n_boot)  # (n_boot, n): each item's draws
+        for a in arms:
+            boot[a] += weights @ per_seed[s][a]
+    return point, boot
