@@ -271,7 +271,8 @@ def hangs_when_flagged(completion: str, row: dict) -> float:
 def test_sigterm_while_a_grpo_reward_hangs_checkpoints_the_last_step_and_exits(tmp_path):
     run, flag = tmp_path / "grpo", tmp_path / "hang"
     cmd = dh.command("grpo", [f"trainer.run_dir={run}", "trainer.progress=false", "trainer.max_steps=50",
-                              "trainer.save_every=0", "algo.reward=test_run_safety:hangs_when_flagged"])
+                              "trainer.save_every=0",
+                              "algo.reward=tests.trainer.core.test_run_safety:hangs_when_flagged"])
     env = dh.env(**{_HANG_REWARD: str(flag), "PYTHONPATH": f"{dh.REPO}:{dh.REPO / 'tests'}"})
     p = subprocess.Popen(cmd, env=env, cwd=dh.REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
