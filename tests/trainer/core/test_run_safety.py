@@ -279,6 +279,7 @@ def test_sigterm_while_a_grpo_reward_hangs_checkpoints_the_last_step_and_exits(t
         deadline = time.time() + 240
         while time.time() < deadline and not ((run / "metrics.jsonl").exists()
                                               and len(dh.step_rows(run)) >= 2):
+            assert p.poll() is None, f"the run ended before its second step:\n{p.stdout.read()[-3000:]}"
             time.sleep(0.2)
         flag.touch()  # the rewards of the step in progress now never return
         time.sleep(3)
