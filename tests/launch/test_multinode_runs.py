@@ -10,6 +10,8 @@ the adapter). Each test combines several scenarios into as few runs as it can:
 - GRPO (drop-and-refill, shared-prompt packing on), one shared run dir: node 1 is killed (SIGKILL to its whole
   process group, agent and rank) during step 4; node 0 exits within seconds with one line; the same command for
   both nodes, through `python launch/multinode.py local`, resumes from step_2 and ends equal to one process.
+- DeepSpeed ZeRO-2 (`--deepspeed`), DPO, one shared run dir: 3 steps equal to one process (the one-node ZeRO-2
+  test's tolerance: 1e-5, adapter 1e-4); skipped when deepspeed is not installed.
 
     python -m pytest tests/launch/test_multinode_runs.py -m slow -q -s    # -s prints the measured numbers
 """
@@ -238,3 +240,33 @@ def test_grpo_shared_dir_node_killed_during_a_step_and_resumed(tmp_path):
     assert (meta["world_size"], meta["nodes"], meta["run_dir_layout"]) == (2, 2, "shared")
     ck = complete_checkpoints(run_dir / "checkpoints")[-1]
     assert sorted(p.name for p in ck.glob("rng_rank*.json")) == ["rng_rank0.json", "rng_rank1.json"]
+
+
+def test_dpo_deepspeed_zero2_two_nodes_equals_single_process(tmp_path):
+    """ZeRO-2 on 2 nodes x 1 process (`multinode.py --deepspeed`: launch/multinode_zero2.yaml, DS_ACCELERATOR=cpu,
+    gloo), one shared run dir: the losses, gradient norms (clipping active) and adapter equal one process with the
+    same global batch, within the one-node ZeRO-2 test's tolerance (tests/trainer/core/test_distributed.py)."""
+    pytest.importorskip("deepspeed", reason="deepspeed not installed (pip install -c constraints.txt deepspeed==0.19.8)")
+    over = ["trainer.max_steps=3", "optim.grad_accum=2", "trainer.save_every=0", "optim.max_grad_norm=0.05"]
+    run_dir = tmp_path / "run"
+    args = ["recipes/dpo.py", *COMMON, *over, "optim.batch_size=2", "trainer.device=auto", f"trainer.run_dir={run_dir}"]
+    logs = [tmp_path / "node0.log", tmp_path / "node1.log"]
+    spec = mn.Spec(nodes=2, procs_per_node=1, master_port=mn.free_port(), device="cpu", deepspeed=True)
+    _finish([_start(spec, r, args, logs[r]) for r in (0, 1)], logs, timeout=400)
+    meta = json.loads((run_dir / "meta.json").read_text())
+    assert (meta["world_size"], meta["nodes"], meta["distributed_type"], meta["run_dir_layout"]) == \
+        (2, 2, "DistributedType.DEEPSPEED", "shared")
+    # the optimizer state is sharded over the two nodes' ranks: one ZeRO shard per rank in the one checkpoint
+    shards = complete_checkpoints(run_dir / "checkpoints")[-1] / "accelerate_state" / "pytorch_model"
+    assert sorted(p.name for p in shards.glob("zero_pp_rank_*_optim_states.pt")) == \
+        ["zero_pp_rank_0_mp_rank_00_optim_states.pt", "zero_pp_rank_1_mp_rank_00_optim_states.pt"]
+    single = _single(tmp_path, "dpo", ["optim.batch_size=4", *over])
+    a, b = dh.step_rows(run_dir), dh.step_rows(single)
+    assert [l["step"] for l in a] == [1, 2, 3]
+    assert max(l["grad_norm"] for l in b) > 0.05               # DeepSpeed clipped, as the trainer does alone
+    dh.assert_same_steps(a, b, tol=1e-5)
+    dh.safetensors_equal(run_dir / "final" / "adapter_model.safetensors",
+                         single / "final" / "adapter_model.safetensors", atol=1e-4)
+    print(f"\n[zero2] 2 nodes (shared dir) vs 1 process: max |loss diff| "
+          f"{max(abs(x['loss'] - y['loss']) for x, y in zip(a, b)):.2e}, max |grad_norm diff| "
+          f"{max(abs(x['grad_norm'] - y['grad_norm']) for x, y in zip(a, b)):.2e}")
