@@ -73,7 +73,6 @@ SCOPE_SC2W_ASSERTED = 0.25
 
 
 @pytest.mark.slow
-@pytest.mark.targets  # 665 s of CI's 60 minutes: run on demand (`python -m pytest -m targets`), tests/README.md
 def test_full_demo_three_seeds_meet_the_targets(tmp_path):
     """Seeds 0, 1, 2 with the default stages meet every target of the demo (demos.toy.report.TARGETS:
     base SC2W >= 80%, SCOPE SC2W <= 25% (the report's 15% holds on some machines only, above) with clean and correct-context accuracy >= 90% on held-out keys,
