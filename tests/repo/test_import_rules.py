@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from registry_kinds import REGISTRIES  # every registry of named components (test_plugin_errors.py walks it too)
+
 ROOT = Path(__file__).resolve().parents[2]
 PRODUCT = ("selectrust", "trainer", "eval_hooks", "recipes", "launch", "bench", "demos")
 BY_PATH = ("spec_from_file_location", "module_from_spec", "SourceFileLoader", "exec_module", "run_path", "load_source")
@@ -560,23 +562,6 @@ def test_entry_points_are_read_in_one_product_module():
     assert readers == ["selectrust/core/plugins.py"], readers
 
 
-#: Every registry of named components, by its entry-point group: (module, name). docs/architecture.md rule 14 lists
-#: the same groups; a registry added without its line here (or a lookup table that is no ``Registry``) fails below.
-REGISTRIES = {
-    "selectrust.backends": ("selectrust.generation.backends", "BACKENDS"),
-    "selectrust.families": ("eval_hooks.families", "FAMILIES"),
-    "selectrust.answer_types": ("eval_hooks.parsers", "ANSWER_TYPES"),
-    "selectrust.data_sources": ("selectrust.core.data_sources", "DATA_SOURCES"),
-    "selectrust.dpo_losses": ("trainer.dpo.losses", "DPO_LOSSES"),
-    "selectrust.environments": ("trainer.rl.envs", "ENVIRONMENTS"),
-    "selectrust.rewards": ("trainer.rl.rewards", "REWARDS"),
-    "selectrust.schemas": ("trainer.config.roots", "SCHEMAS"),
-    "selectrust.stage_recipes": ("recipes.stage_recipes", "STAGE_RECIPES"),
-    "selectrust.tiny_presets": ("selectrust.model.load", "TINY_PRESETS"),
-    "selectrust.gguf_packages": ("selectrust.model.source", "GGUF_PACKAGES"),
-    "selectrust.demos": ("demos.config", "DEMOS"),
-    "selectrust.demo_arms": ("demos.real.arms", "ARMS"),
-}
 
 
 def _registry_bindings(tree: ast.Module) -> list[str]:

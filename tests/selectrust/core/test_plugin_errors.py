@@ -19,31 +19,16 @@ import pytest
 import selectrust.core.plugins as plugins
 from eval_hooks.cli_contract import INPUT_EXIT, classify
 from recipe_utils import ROOT
+from registry_kinds import REGISTRIES
 from selectrust.core.errors import DataError, PluginError
 
-#: Every registry of named components (docs/architecture.md rule 14): entry-point group -> (module, name).
-KINDS = {
-    "selectrust.backends": ("selectrust.generation.backends", "BACKENDS"),
-    "selectrust.families": ("eval_hooks.families", "FAMILIES"),
-    "selectrust.answer_types": ("eval_hooks.parsers", "ANSWER_TYPES"),
-    "selectrust.data_sources": ("selectrust.core.data_sources", "DATA_SOURCES"),
-    "selectrust.dpo_losses": ("trainer.dpo.losses", "DPO_LOSSES"),
-    "selectrust.environments": ("trainer.rl.envs", "ENVIRONMENTS"),
-    "selectrust.rewards": ("trainer.rl.rewards", "REWARDS"),
-    "selectrust.schemas": ("trainer.config.roots", "SCHEMAS"),
-    "selectrust.stage_recipes": ("recipes.stage_recipes", "STAGE_RECIPES"),
-    "selectrust.tiny_presets": ("selectrust.model.load", "TINY_PRESETS"),
-    "selectrust.gguf_packages": ("selectrust.model.source", "GGUF_PACKAGES"),
-    "selectrust.demos": ("demos.config", "DEMOS"),
-    "selectrust.demo_arms": ("demos.real.arms", "ARMS"),
-}
 CASES = ("missing", "raising", "wrong_type")
 PLUGIN_MODULE = "fakeplug_objects_51"  # importable: holds a number, which no kind accepts
 RAISING_MODULE = "fakeplug_raising_51"  # raises on import
 
 
 def registry(group: str):
-    module, name = KINDS[group]
+    module, name = REGISTRIES[group]
     return getattr(importlib.import_module(module), name)
 
 
@@ -75,7 +60,7 @@ def site(tmp_path, monkeypatch):
         found = {d.metadata["Name"]: d for d in distributions(path=[str(root)])}
         eps = [ep for name in order for ep in found[name].entry_points]
         monkeypatch.setattr(plugins, "entry_points", lambda group: [ep for ep in eps if ep.group == group])
-        for group in KINDS:
+        for group in REGISTRIES:
             reg = registry(group)
             for attr, fresh in (("installed", None), ("loaded", {}), ("failed", {}), ("warned", set())):
                 monkeypatch.setattr(reg, attr, fresh)
@@ -84,13 +69,13 @@ def site(tmp_path, monkeypatch):
 
 
 def test_the_walk_covers_every_registry_the_product_makes():
-    for group in KINDS:
+    for group in REGISTRIES:
         assert registry(group).group == group
     made = {r.group for r in plugins._REGISTRIES if r.group.startswith("selectrust.")}
-    assert made == set(KINDS), f"walk these too: {sorted(made - set(KINDS))}"
+    assert made == set(REGISTRIES), f"walk these too: {sorted(made - set(REGISTRIES))}"
 
 
-@pytest.mark.parametrize("group", sorted(KINDS))
+@pytest.mark.parametrize("group", sorted(REGISTRIES))
 def test_a_broken_plugin_fails_in_one_line_only_where_it_is_used(group, site, capsys):
     """Every kind (the demo arms: issue 51 BAD 5, a raw ModuleNotFoundError / RuntimeError; an answer type: WEAK, not
     named): missing, raising and wrong-type plugins are left out of listings with one warning line each, and are one
@@ -121,7 +106,7 @@ def test_a_broken_plugin_fails_in_one_line_only_where_it_is_used(group, site, ca
     assert capsys.readouterr().err == ""  # the warnings are printed once
 
 
-@pytest.mark.parametrize("group", sorted(g for g in KINDS if registry(g).builtin))
+@pytest.mark.parametrize("group", sorted(g for g in REGISTRIES if registry(g).builtin))
 def test_an_entry_point_named_like_a_built_in_is_ignored_with_one_warning(group, site, capsys):
     """Issue 51 WEAK: an entry point named ``mist``, ``hf``, ``sigmoid``, ... was silently ignored."""
     reg = registry(group)
@@ -140,7 +125,7 @@ def test_an_entry_point_named_like_a_built_in_is_ignored_with_one_warning(group,
                    "one is used; rename the entry point to use the plugin"], err
 
 
-@pytest.mark.parametrize("group", sorted(KINDS))
+@pytest.mark.parametrize("group", sorted(REGISTRIES))
 def test_of_two_distributions_declaring_one_name_the_projects_own_wins(group, site, capsys):
     """Another package's ``toy`` data source (or any kind's name) first on sys.path does not replace the project's
     own: one warning line names both."""
