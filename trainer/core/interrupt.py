@@ -66,7 +66,15 @@ class StopSignals:
                 pass
         return self
 
-    def restore(self) -> None:
+    def restore(self) -> int | None:
+        """Put back the handlers that were installed before and clear the pending stop; returns its signal.
+
+        The stop is spent once the loop has acted on it: a flag left set would make every later
+        :func:`interruptible` region in this process raise at once (the next run's rollouts, a test in the same
+        worker)."""
         for sig, old in self._old.items():
             signal.signal(sig, old)
         self._old.clear()
+        spent = _state["signum"]
+        _state.update(requested=False, signum=None, depth=0)
+        return spent

@@ -30,7 +30,6 @@ import torch
 from trainer.core.checkpoint import CheckpointManager, step_of
 from trainer.core.distributed import all_gather_object, any_rank, uses_deepspeed
 from trainer.core.interrupt import StopRequested, StopSignals
-from trainer.core.interrupt import signum as _stop_signum
 
 
 class BatchSource(Protocol):
@@ -239,6 +238,7 @@ def train_loop(ctx, *, model, optimizer, scheduler, source: BatchSource,
     deepspeed = uses_deepspeed(acc)
 
     snapshot = None  # source state at the start of the step in progress (None between steps)
+    stop_signal = None
     try:
         while step < stop_at:
             t0 = time.time()
@@ -293,12 +293,12 @@ def train_loop(ctx, *, model, optimizer, scheduler, source: BatchSource,
         preempted = True
     finally:
         bar.close()
-        preempt.restore()
-    if preempted and _stop_signum() == signal.SIGINT:
+        stop_signal = preempt.restore()
+    if preempted and stop_signal == signal.SIGINT:
         raise SystemExit(130)  # Ctrl-C: the checkpoint is saved; exit as an interrupted program does
     finished = step >= tcfg.max_steps or (tcfg.epochs_cap is not None and source.epoch >= tcfg.epochs_cap)
     # stopped early: finish_run then writes no run_complete.json
-    late_stop = _stop_signum() if preempt.requested and not preempted else None
+    late_stop = stop_signal if not preempted else None  # a stop that came after the last step's check
     return LoopResult(step=step, preempted=preempted, final_metrics=last, stopped_early=preempted or not finished,
                       late_stop=late_stop)
 

@@ -250,7 +250,7 @@ def test_a_stop_signal_while_grpo_generates_its_first_step_ends_the_run_at_once(
             result = run_recipe("grpo", "grpo", overrides)
             assert result.stopped_early and result.step == 0
     finally:
-        interrupt._state.update(requested=False, signum=None, depth=0)  # the stop is spent; later tests start clean
+        assert not interrupt.requested()  # the loop spent the stop: later runs in this process start clean
     assert finished == []  # the generation in progress was abandoned at the signal
     assert not (run / "run_complete.json").exists() and not list((run / "checkpoints").glob("step_*"))
     monkeypatch.setattr(modes.SingleTurnMode, "generate", real)
