@@ -685,10 +685,20 @@ SHORT = ["demo=toy", "toy.misleading_only=false", "toy.knowledge_aware=false", "
                 "data.max_prompt_len=96", "data.max_completion_len=4", "trainer.progress=false")]
 
 
+def _reuse() -> list[str]:
+    """``reuse=config`` in a checkout with uncommitted changes, else nothing (strict). A dirty tree matches no
+    other run, itself included (trainer/core/provenance.py), so in a developer's edited checkout the rerun would
+    train every stage again; these tests are about stopping and continuing, and CI's clean checkout runs them
+    under the strict rule."""
+    from trainer.core.provenance import DIRTY, git_commit
+
+    return ["reuse=config"] if (git_commit(ROOT) or "").endswith(DIRTY) else []
+
+
 def _start(out, *args, seed=0):
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    return subprocess.Popen([sys.executable, str(ROOT / "recipes" / "demo.py"), *SHORT, f"out={out}", f"seed={seed}",
-                             *args], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return subprocess.Popen([sys.executable, str(ROOT / "recipes" / "demo.py"), *SHORT, *_reuse(), f"out={out}",
+                             f"seed={seed}", *args], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
 def _wait_for(path: Path, proc, timeout=1800) -> None:
