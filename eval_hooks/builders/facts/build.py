@@ -110,9 +110,13 @@ class FactsSettings:
 #: docs/data.md#facts-geonames: >= 600 training items and >= 150 held-out items the base answers right on seeds 0-4).
 SIZES = {
     "small": {},
-    "full": {"relations": ("capital", "capital_country", "city_country", "us_state"), "heldout_fraction": 0.45,
+    "full": {"relations": ("capital", "capital_country", "city_country", "us_state"), "heldout_fraction": 0.4,
              "min_country_population": 100_000, "min_city_population": 200_000, "max_cities_per_country": 15,
-             "min_us_city_population": 100_000, "max_cities_per_state": 15, "max_transfer_items": None},
+             "min_us_city_population": 100_000, "max_cities_per_state": 15, "max_transfer_items": None,
+             # a dev split large enough to choose settings on (issue 54: >= 150 items and >= 60 the base answers
+             # right, per dev run). It comes out of training; held out 0.4 (was 0.45) gives training back most of
+             # it: 490-631 training and 461-587 held-out items on seeds 0-4, 100, 101
+             "dev_items": 180},
 }
 
 
