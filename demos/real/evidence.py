@@ -7,8 +7,10 @@ folder each (``docs/evidence/<name>/``), and the one command that regenerates th
 - :func:`evidence_table` (``python -m demos.real.seeds --from-evidence docs/evidence/<name> ... --markdown``): the
   README's table from those files alone: each arm's change from the base pooled over the seeds, with the item
   bootstrap interval and beside it the seed-level interval (a Student-t interval over the trained runs' per-seed
-  changes), SC2W as the paired ratio; the held-out relation's table when it ran, "not run" when it did not; the
-  targets. No model, no item scores: every number is read from ``pooled.json``.
+  changes), SC2W as the paired ratio; the held-out relation's table when it ran, "not run" when it did not;
+  NQ-Swap's (each arm's change in exact match on the original and the substituted passage, p_org and the
+  memorization ratio, over the runs that evaluated it: :mod:`demos.real.pooled_nq_swap`), "not run" when no run
+  did; the targets. No model, no item scores: every number is read from ``pooled.json``.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from selectrust.core.io import write_json_atomic
 from .arms import label as arm_label
 from .arms import trained
 from .pooled import provenance_line
+from .pooled_nq_swap import DIFFS as NQ_DIFFS, KEY as NQ_KEY, NAMES as NQ_NAMES, pooled_arms, seeds_line
 from .report import SETS, verdict
 
 POOLED = "pooled.json"
@@ -94,6 +97,25 @@ def _row(name: str, entry: dict, bold: bool) -> list[str]:
     return [label, *cells]
 
 
+def nq_swap_lines(pooled: dict) -> list[str]:
+    """The evidence table's NQ-Swap part: each trained arm's change from the base (:data:`NQ_DIFFS`), pooled over the
+    runs that evaluated NQ-Swap, with both intervals (the targets' checked arm in bold); "not run" when none did (or
+    for a ``pooled.json`` written before NQ-Swap)."""
+    arms, head = pooled_arms(pooled.get(NQ_KEY)), "**NQ-Swap (an outside benchmark)**"
+    if not arms:
+        return [f"{head}: not run.", ""]
+    base = arms.get("base")
+    lead = f"{head}, {seeds_line(pooled[NQ_KEY])}" + (
+        f": {base['n_items']} questions, {base['n_known']} known to the base. Base: " + ", ".join(
+            f"{NQ_NAMES[k]} {pct(base[k]['value'])}" for k in NQ_DIFFS) if base else "") + "."
+    rows = []
+    for a, e in ((a, e) for a, e in arms.items() if trained(a)):
+        cells = [_cell(e["minus_base"][k]["value"], e["minus_base"][k].get("ci"),
+                       (e["per_seed"].get(k) or {}).get("seed_ci"), _pp) for k in NQ_DIFFS]
+        rows.append([f"**{arm_label(a)}** (targets checked)" if a == pooled["checked_arm"] else arm_label(a), *cells])
+    return [lead, "", md_table(["arm", *(NQ_NAMES[k] for k in NQ_DIFFS)], rows), ""]
+
+
 def evidence_table(pooled: dict, source: str = "") -> str:
     """The README's evidence table (markdown) of one ``pooled.json`` (module docstring); ``source``: the folder it
     came from, named in its first line."""
@@ -121,6 +143,7 @@ def evidence_table(pooled: dict, source: str = "") -> str:
         rows = [_row(a, e, a == arm) for a, e in by_arm.items() if trained(a)]
         parts += [f"**{what_set[0].upper() + what_set[1:]}**", "",
                   md_table(["arm", *(h for h, _ in COLUMNS)], rows), ""]
+    parts += nq_swap_lines(pooled)
     parts += [f"**Targets ({arm_label(arm)})**", ""] + [f"- {k}: {verdict(ok)}" for k, ok in pooled["targets"].items()]
     return "\n".join(parts) + "\n"
 

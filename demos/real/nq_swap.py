@@ -18,9 +18,10 @@ the full experiment) and ``real.split=test``, the demo adds these stages (:func:
 item-bootstrap intervals; :mod:`eval_hooks.families.nq_swap.metrics`); ``items.nq_swap`` the rows' file and build
 counts. The report's table (:func:`report_lines`) and the target (:func:`check_target`: the checked arm's
 correct-context exact match ``em_org_context`` >= the base's - 0.05; not run when NQ-Swap was not evaluated) read
-them. The seed tool pools the runs' ``stages/nqswap_<arm>/item_scores.jsonl`` like the held-out relation
-(:func:`pool`: item-level bootstrap stratified by seed, each arm paired with the base on the same items, and the
-per-seed spread with its Student-t interval).
+them. The seed tool's table (:func:`seed_rows`, "not run" rows for the runs without NQ-Swap) and its NQ-Swap
+frontier (:func:`change_from_base`: each arm's change in p_sub, the exact match on the substituted passage, against
+its change in ``em_org_context``) read the summaries; its pooled numbers come from the runs' items
+(:mod:`demos.real.pooled_nq_swap`).
 
 ``real.split=dev`` leaves NQ-Swap out: it has no dev part, and no setting is chosen on it.
 """
@@ -30,10 +31,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable
 
-import numpy as np
-
-from selectrust.conditions import CLEAN, CORRECT, MISLEADING
-from selectrust.core.errors import DataError
 from trainer.config import ConfigError
 from trainer.core.stages import Stage
 
@@ -45,15 +42,6 @@ PREFIX = "nqswap"  # the evaluation stages: nqswap_<arm>
 ROWS_STAGE = "nqswap_rows"
 ROWS_FILE = "rows.jsonl"  # in stages/nqswap_rows/
 SAMPLE_NAME = "eval_hooks/data/nq_swap_sample.jsonl"  # how summaries and reports name the shipped sample
-#: Per-item 0/1 counts of one model on one item (:func:`item_features`): the item, its correct-passage exact match,
-#: which answer it names under the substituted passage (the original alone, the substitute alone), and the same on
-#: the items the base's estimate labels known.
-FEATURES = ("n", "em", "org", "sub", "known", "known_org", "known_sub")
-_F = {f: i for i, f in enumerate(FEATURES)}
-#: The rates pooled, in the order the tables show them (``known_*``: on the items the base knows).
-RATES = ("em_org_context", "p_sub", "p_org", "memorization_ratio", "known_p_sub", "known_p_org",
-         "known_memorization_ratio")
-DIFFS = ("em_org_context", "p_sub")  # arm - base, pooled and per seed
 EPS = 1e-9  # a difference exactly at the limit is met
 NOT_RUN = None  # demos.real.report.NOT_RUN: a target whose evaluation did not run
 
@@ -251,12 +239,16 @@ def print_lines(summary: dict) -> list[str]:
 
 
 def seed_rows(runs: list[dict]) -> list[list]:
-    """The seed table's NQ-Swap rows (from the summaries): seed, arm, EM, p_sub, p_org, MR, known items, known
-    p_sub and MR."""
+    """The seed table's NQ-Swap rows (from the summaries), in seed order: seed, arm, EM, p_sub, p_org, MR, known
+    items, known p_sub and MR; a run without NQ-Swap has "not run" rows (one per arm of its facts set)."""
     from eval_hooks.scoring.report_kit import pct
 
     rows = []
-    for s in sorted((r for r in runs if KEY in r), key=lambda r: r["seed"]):
+    for s in sorted(runs, key=lambda r: r["seed"]):
+        if KEY not in s:
+            rows += [[s["seed"], arm_label(a), *["not run"] * (len(SEED_HEADER) - 2)]
+                     for a in ARMS if a in (s.get("real") or {})]
+            continue
         for arm in (a for a in ARMS if a in s[KEY]):
             m = _nq(s[KEY][arm])
             k = (m.get("by_knowledge") or {}).get("known") or {}
@@ -270,148 +262,14 @@ SEED_HEADER = ["seed", "arm", "items", "EM (orig. passage)", "p_sub", "p_org", "
                "known: MR"]
 
 
-# -- pooled over seeds -----------------------------------------------------------------------------
-def item_features(path: Path) -> tuple[list, np.ndarray]:
-    """``(item ids, (n_items, len(FEATURES)) 0/1 counts)`` of one ``item_scores.jsonl`` of the nq_swap family (the
-    known label: the clean row's ``knowledge``, else its own correctness, as the family's metrics do); a DataError
-    naming the file."""
-    from eval_hooks.families.mist.metrics import mist_items
-    from eval_hooks.families.nq_swap.metrics import misleading_outcome
-    from selectrust.core.io import read_records
-
-    rows = [row for _, row in read_records(path)]
-    try:
-        items = mist_items(rows)
-        ids, feats = [], []
-        for item_id, r in items.items():
-            outcome = misleading_outcome(r[MISLEADING])
-            label = r[CLEAN].get("knowledge")
-            known = label == "known" if label is not None else bool(r[CLEAN]["correct"])
-            org, sub = outcome == "org", outcome == "sub"
-            ids.append(item_id)
-            feats.append([1, bool(r[CORRECT]["correct"]), org, sub, known, known and org, known and sub])
-    except (KeyError, ValueError, TypeError) as e:
-        raise DataError(f"not an NQ-Swap evaluation ({type(e).__name__}: {e})", path=path) from None
-    return ids, np.array(feats, dtype=np.int64).reshape(len(ids), len(FEATURES))
-
-
-def seed_features(run: dict) -> dict[str, np.ndarray]:
-    """``{arm: features}`` of one run's NQ-Swap evaluations (every arm its summary's ``nq_swap`` has), items in the
-    base's order; a DataError naming the file of an arm whose items are not the base's."""
-    stages = Path(run["_dir"]) / "stages"
-    ids, base = item_features(stages / f"{PREFIX}_base" / "item_scores.jsonl")
-    out = {BASE.name: base}
-    for arm in (a for a in ARMS if a in run[KEY] and trained(a)):
-        path = stages / f"{PREFIX}_{arm}" / "item_scores.jsonl"
-        arm_ids, f = item_features(path)
-        if sorted(map(str, arm_ids)) != sorted(map(str, ids)):
-            raise DataError(f"its items are not those of {PREFIX}_base/item_scores.jsonl ({len(arm_ids)} against "
-                            f"{len(ids)} items)", path=path)
-        order = {str(i): j for j, i in enumerate(arm_ids)}
-        out[arm] = f[[order[str(i)] for i in ids]]
-    return out
-
-
-def rates(counts: np.ndarray) -> dict[str, np.ndarray]:
-    """The :data:`RATES` of summed feature counts (``(..., len(FEATURES))``; leading axes kept, NaN where a
-    denominator is 0)."""
-    c = {f: counts[..., i].astype(float) for f, i in _F.items()}
-
-    def ratio(num, den):
-        with np.errstate(invalid="ignore", divide="ignore"):
-            return np.where(den > 0, num / np.where(den > 0, den, 1.0), np.nan)
-
-    return {"em_org_context": ratio(c["em"], c["n"]), "p_sub": ratio(c["sub"], c["n"]),
-            "p_org": ratio(c["org"], c["n"]), "memorization_ratio": ratio(c["org"], c["org"] + c["sub"]),
-            "known_p_sub": ratio(c["known_sub"], c["known"]), "known_p_org": ratio(c["known_org"], c["known"]),
-            "known_memorization_ratio": ratio(c["known_org"], c["known_org"] + c["known_sub"])}
-
-
-def _value(x) -> float | None:
-    return None if np.isnan(x) else float(x)
-
-
-def pool(per_seed: dict[int, dict[str, np.ndarray]], *, n_boot: int = 2000, boot_seed: int = 0,
-         level: float | None = None) -> dict[str, dict]:
-    """Pooled NQ-Swap rates per arm (``per_seed``: ``{seed: {arm: features}}``, :func:`seed_features`; arms of every
-    seed only) with item-bootstrap intervals stratified by seed (each replicate resamples every seed's items and
-    pools them; every arm and the base share the replicate's items), the arm's difference from the base in
-    :data:`DIFFS` and its per-seed spread (``per_seed``: by seed, min, max, worst seed, mean and the Student-t
-    interval of the mean over the seeds), as ``demos.real.pooled.pool`` does for the facts sets."""
-    from eval_hooks.metrics.common import CI_LEVEL, percentile_ci, seed_stratified_sums, t_interval
-
-    level = CI_LEVEL if level is None else level
-    arms = [a for a in ARMS if all(a in f for f in per_seed.values())]
-    point, boot = seed_stratified_sums(per_seed, arms, BASE.name, n_boot=n_boot, boot_seed=boot_seed)
-    base_pt, base_bt = rates(point[BASE.name]), rates(boot[BASE.name])
-    out = {}
-    for a in arms:
-        pt, bt = rates(point[a]), rates(boot[a])
-        entry: dict[str, Any] = {k: {"value": _value(pt[k]), "ci": percentile_ci(bt[k], level)} for k in RATES}
-        entry["n_items"], entry["n_known"] = int(point[a][_F["n"]]), int(point[a][_F["known"]])
-        entry["minus_base"] = {k: {"value": _value(pt[k] - base_pt[k]), "ci": percentile_ci(bt[k] - base_bt[k], level)}
-                               for k in DIFFS}
-        spread = {}
-        for k in DIFFS:
-            vals = {}
-            for s in sorted(per_seed):
-                v = rates(per_seed[s][a].sum(axis=0))[k] - rates(per_seed[s][BASE.name].sum(axis=0))[k]
-                if not np.isnan(v):
-                    vals[s] = float(v)
-            if vals:
-                worst = (max if k == "p_sub" else min)(vals, key=vals.get)
-                spread[k] = {"by_seed": vals, "min": min(vals.values()), "max": max(vals.values()),
-                             "worst_seed": worst, "mean": float(np.mean(list(vals.values()))),
-                             "seed_ci": t_interval(list(vals.values()), level)}
-        entry["per_seed"] = spread
-        out[a] = entry
-    return out
-
-
-def pooled_runs(runs: list[dict], *, n_boot: int, boot_seed: int) -> dict[str, dict] | None:
-    """:func:`pool` of the runs' NQ-Swap evaluations when every run has them (``summary.json``'s ``nq_swap``), else
-    None. Reads every item file first."""
-    if not runs or not all(KEY in r for r in runs):
+def change_from_base(summary: dict, arm: str) -> tuple[float, float] | None:
+    """(p_sub - the base's, ``em_org_context`` - the base's) of one arm of one run (the seed tool's NQ-Swap frontier:
+    the change in exact match on the substituted passage against the change on the original one); None when the run
+    did not evaluate NQ-Swap, that arm or either rate."""
+    nq = summary.get(KEY) or {}
+    if arm not in nq or BASE.name not in nq:
         return None
-    feats = {r["seed"]: seed_features(r) for r in runs}
-    return pool(feats, n_boot=n_boot, boot_seed=boot_seed)
-
-
-def pooled_target(pooled: dict | None, arm: str, name: str, limit: float) -> dict[str, bool | None]:
-    """The NQ-Swap target on the pooled point estimate (the arm's ``em_org_context`` - the base's >= -``limit``);
-    :data:`NOT_RUN` when the runs did not evaluate NQ-Swap (or that arm)."""
-    key = f"{target_name(name, limit)} (pooled)"
-    if not pooled or arm not in pooled:
-        return {key: NOT_RUN}
-    x = pooled[arm]["minus_base"]["em_org_context"]["value"]
-    return {key: x is not None and x >= -limit - EPS}
-
-
-def pooled_lines(pooled: dict | None, n_seeds: int, level: float) -> list[str]:
-    """The pooled table's NQ-Swap part: the pooled rates with their intervals, and each trained arm's difference
-    from the base (pooled, and the per-seed spread with the seed-level interval)."""
-    from eval_hooks.scoring.report_kit import md_table, pct, pp
-
-    if not pooled:
-        return []
-
-    def with_ci(x: dict, fmt=pct) -> str:
-        ci = x.get("ci")
-        return f"{fmt(x['value'])} [{fmt(ci[0])}, {fmt(ci[1])}]" if ci else fmt(x["value"])
-
-    rows = [[arm_label(a), e["n_items"], e["n_known"], *(with_ci(e[k]) for k in RATES)] for a, e in pooled.items()]
-    parts = ["**NQ-Swap (an outside benchmark), pooled**", "",
-             md_table(["arm", "items", "known", "EM (orig. passage)", "p_sub", "p_org", "MR", "known: p_sub",
-                       "known: p_org", "known: MR"], rows), ""]
-    rows = []
-    for a in (a for a in pooled if trained(a)):
-        for k in DIFFS:
-            s = pooled[a]["per_seed"].get(k)
-            seed = with_ci({"value": s["mean"], "ci": s["seed_ci"]}, pp) if s else "–"
-            rows.append([arm_label(a), k, with_ci(pooled[a]["minus_base"][k], pp), seed,
-                         pp(s["min"]) if s else "–", pp(s["max"]) if s else "–", s["worst_seed"] if s else "–"])
-    parts += [f"**NQ-Swap: arm - base** (pooled, paired by item; per seed, their mean over the {n_seeds} runs with a "
-              f"{level:.0%} Student-t interval)", "",
-              md_table(["arm", "metric", "pooled [item bootstrap]", "seed mean [t interval]", "min", "max",
-                        "worst seed"], rows), ""]
-    return parts
+    a, b = _nq(nq[arm]), _nq(nq[BASE.name])
+    if any(m.get(k) is None for m in (a, b) for k in ("p_sub", "em_org_context")):
+        return None
+    return a["p_sub"] - b["p_sub"], a["em_org_context"] - b["em_org_context"]

@@ -3,9 +3,10 @@
 
 Read from each run's ``stages/<prefix>_<arm>/item_scores.jsonl`` (``prefix``: ``eval`` for the held-out items,
 ``transfer`` for the held-out relation; :data:`demos.real.pipeline.EVAL_SETS`), not from the summaries: every number
-is recomputed from the items, so the pooled numbers and their intervals rest on the same rows. NQ-Swap, when every
-run evaluated it (``stages/nqswap_<arm>/item_scores.jsonl``), is pooled the same way by :mod:`demos.real.nq_swap`
-(``pooled.json``'s ``nq_swap``: its rates with intervals, each arm's change from the base, the per-seed spread).
+is recomputed from the items, so the pooled numbers and their intervals rest on the same rows. NQ-Swap is pooled
+the same way over the runs that evaluated it (``stages/nqswap_<arm>/item_scores.jsonl``) by
+:mod:`demos.real.pooled_nq_swap` (``pooled.json``'s ``nq_swap``: its rates with intervals, each arm's change from the
+base, the per-seed spread; the other runs "not run").
 
 - **Pooled**: the items of every seed together (each seed has its own held-out items). Accuracy per condition,
   SC2W (each arm's own clean-correct items, as the seed table's), ``unknown_correct_accuracy`` (correct-context
@@ -43,11 +44,11 @@ import numpy as np
 
 from selectrust.core.errors import DataError
 from selectrust.core.io import read_records
-from eval_hooks.metrics.common import CI_LEVEL, percentile_ci, seed_stratified_sums, t_interval
+from eval_hooks.metrics.common import CI_LEVEL, percentile_ci, seed_spread, seed_stratified_sums
 from eval_hooks.scoring.report_kit import md_table, pct, pp
 from selectrust.conditions import BENIGN_CONDITIONS, CLEAN, CORRECT, MIST_CONDITIONS as CONDS, UNKNOWN_CORRECT
 
-from . import nq_swap
+from . import pooled_nq_swap
 from .arms import ARMS, trained
 from .arms import label as arm_label
 from .prompts import EVAL_SETS
@@ -265,14 +266,10 @@ def per_seed_values(per_seed: dict[int, dict[str, np.ndarray]], arm: str, level:
         vals = {}
         for s in sorted(per_seed):
             a, b = stats(per_seed[s][arm].sum(axis=0)), stats(per_seed[s]["base"].sum(axis=0))
-            v = a[k] if k == "paired_ratio" else a[k] - b[k]
-            if not np.isnan(v):
-                vals[s] = float(v)
-        if vals:
-            worse = max if k in ("paired_ratio", "sc2w") else min
-            worst = worse(vals, key=vals.get)
-            out[k] = {"by_seed": vals, "min": min(vals.values()), "max": max(vals.values()), "worst_seed": worst,
-                      "mean": float(np.mean(list(vals.values()))), "seed_ci": t_interval(list(vals.values()), level)}
+            vals[s] = a[k] if k == "paired_ratio" else a[k] - b[k]
+        spread = seed_spread(vals, level, max if k in ("paired_ratio", "sc2w") else min)
+        if spread is not None:
+            out[k] = spread
     return out
 
 
@@ -290,8 +287,8 @@ def _at_least(x: float | None, limit: float) -> bool:
 def check_pooled_targets(pooled: dict[str, dict], arm: str, runs: list[dict], t: dict = TARGETS, *,
                          nq: dict | None = None) -> dict[str, bool | None]:
     """Issue 44 item 5's targets for ``arm``: on the pooled point estimates (``pooled``: ``{set key: pool()}``;
-    ``nq``: NQ-Swap's, :func:`demos.real.nq_swap.pooled_runs`), the per-seed ones on every seed, the other arms' own
-    targets on the pooled numbers, format compliance on every run's summary; None (not run) for those of an
+    ``nq``: NQ-Swap's, :func:`demos.real.pooled_nq_swap.pooled_runs`), the per-seed ones on every seed, the other
+    arms' own targets on the pooled numbers, format compliance on every run's summary; None (not run) for those of an
     evaluation set or arm the runs do not have (:func:`demos.real.report.not_run_targets`)."""
     r, name = pooled["real"], arm_label(arm)
     a = r[arm]
@@ -313,7 +310,7 @@ def check_pooled_targets(pooled: dict[str, dict], arm: str, runs: list[dict], t:
         out[correct_key] = _at_least(tr[arm]["minus_base"][CORRECT]["value"], -t["transfer_correct_drop_max"])
     else:
         out.update({ratio_key: NOT_RUN, correct_key: NOT_RUN})
-    out.update(nq_swap.pooled_target(nq, arm, name, t["nq_swap_em_drop_max"]))  # not run without NQ-Swap
+    out.update(pooled_nq_swap.pooled_target(nq, arm, name, t["nq_swap_em_drop_max"]))  # not run without NQ-Swap
     for k, drop in ((CORRECT, t["seed_correct_drop_max"]),
                     ("unknown_correct_accuracy", t["seed_unknown_correct_drop_max"])):
         spread = a["per_seed"].get(k)
@@ -384,7 +381,7 @@ def pooled_table(result: dict) -> str:
                   "Student-t interval, beside the pooled value and its item bootstrap)", "",
                   md_table(["arm", "metric", "pooled [item bootstrap]", "seed mean [t interval]", "min", "max",
                             "worst seed"], _spread_rows(by_arm, trained_arms)), ""]
-    parts += nq_swap.pooled_lines(result.get(nq_swap.KEY), len(result["seeds"]), result["level"])
+    parts += pooled_nq_swap.pooled_lines(result.get(pooled_nq_swap.KEY), result["level"])
     parts += [f"**Targets ({arm_label(arm)})**", ""]
     parts += [f"- {k}: {verdict(ok)}" for k, ok in result["targets"].items()]
     return "\n".join(parts) + "\n"
@@ -392,12 +389,12 @@ def pooled_table(result: dict) -> str:
 
 def pooled_result(runs: list[dict], arm: str, *, split: str, provenance_note: str | None = None,
                   n_boot: int = 2000, boot_seed: int = 0) -> dict:
-    """``pooled.json``: every evaluation set the runs share, pooled (:func:`pool`), NQ-Swap when every run has it
-    (``nq_swap``: :func:`demos.real.nq_swap.pooled_runs`), and the targets of ``arm`` (:func:`check_pooled_targets`).
-    Reads every item file before computing anything."""
+    """``pooled.json``: every evaluation set the runs share, pooled (:func:`pool`), NQ-Swap over the runs that
+    evaluated it (``nq_swap``: :func:`demos.real.pooled_nq_swap.pooled_runs`; the others "not run"), and the targets
+    of ``arm`` (:func:`check_pooled_targets`). Reads every item file before computing anything."""
     keys = [k for k in SETS if all(k in r for r in runs)]
     feats = {k: {r["seed"]: seed_features(r, k) for r in runs} for k in keys}
-    nq = nq_swap.pooled_runs(runs, n_boot=n_boot, boot_seed=boot_seed)  # None unless every run evaluated NQ-Swap
+    nq = pooled_nq_swap.pooled_runs(runs, n_boot=n_boot, boot_seed=boot_seed)  # the runs that evaluated NQ-Swap
     sets = {k: pool(feats[k], n_boot=n_boot, boot_seed=boot_seed) for k in keys}
     if arm not in sets["real"]:
         raise DataError(f"arm {arm!r} is not in every run (pooled arms: {', '.join(sets['real'])})")
@@ -407,5 +404,5 @@ def pooled_result(runs: list[dict], arm: str, *, split: str, provenance_note: st
             "items": {str(r["seed"]): r.get("items") for r in runs},
             "provenance": runs[0].get("provenance"), "provenance_note": provenance_note, "n_boot": n_boot,
             "boot_seed": boot_seed, "level": CI_LEVEL, "checked_arm": arm, "sets": sets,
-            **({nq_swap.KEY: nq} if nq is not None else {}),
+            pooled_nq_swap.KEY: nq,
             "targets": check_pooled_targets(sets, arm, runs, nq=nq)}

@@ -9,7 +9,7 @@ Reads each run's ``summary.json`` (``python recipes/demo.py seed=N out=RUN_DIR``
   the four conditions, the paired SC2W (on the base's clean-correct items) and its ratio to that seed's base,
   ``n_clean_correct``, ``unknown_correct_accuracy`` and the lowest format compliance; NQ-Swap's exact match under
   the original passage, p_sub, p_org and memorization ratio (all items and the items the base knows) of the runs
-  that evaluated it (:mod:`demos.real.nq_swap`); then the targets per seed
+  that evaluated it (:mod:`demos.real.nq_swap`), "not run" rows for the others; then the targets per seed
   (:func:`demos.real.report.check_targets`, on the arm the runs checked; "not run" where a run did not evaluate
   or train what a target needs), the wall time and each stage's time range over the runs;
 - ``frontier.png``: every arm of every run against its own seed's base, the paired SC2W as a share of the base's
@@ -18,13 +18,18 @@ Reads each run's ``summary.json`` (``python recipes/demo.py seed=N out=RUN_DIR``
   and an arrow from each seed's SCOPE to its SCOPE+GRPO (the lever GRPO pulls); ``--extra`` runs (other settings,
   e.g. another knowledge estimate or GRPO's prompt rows) are drawn as hollow points labelled ``LABEL`` (only the
   ``--extra-arms``, default SCOPE+GRPO), with a dotted arrow to the same seed's tabled run (that lever's move);
+- ``frontier_nq_swap.png``, only when a run evaluated NQ-Swap (:func:`nq_swap_plot`; a figure of its own, as its x
+  axis is no SC2W share): every arm against its own seed's base, the change in exact match on the substituted
+  passage (p_sub) against the change on the original passage, the target's band shaded, the pooled changes with
+  their item-bootstrap intervals;
 - ``pooled_table.md`` and ``pooled.json`` (:mod:`demos.real.pooled`, unless ``--no-pooled``): the seeds pooled from
   their items (``stages/<eval|transfer|nqswap>_<arm>/item_scores.jsonl``), with bootstrap intervals stratified by
   seed and the seed-level (Student-t) interval beside them, the paired SC2W on the base's clean-correct items, the
-  per-seed spread and the targets on the pooled numbers (NQ-Swap's when every run evaluated it);
+  per-seed spread and the targets on the pooled numbers; NQ-Swap pooled over the runs that evaluated it, "not run"
+  for the others (:mod:`demos.real.pooled_nq_swap`);
 - with ``--evidence EVIDENCE_DIR``, the committed evidence folder (:mod:`demos.real.evidence`): ``pooled.json`` and
   each run's ``summary.json`` and ``demo.json``. ``--from-evidence EVIDENCE_DIR... --markdown`` prints the README's
-  evidence table from such folders alone (no runs, no item scores).
+  evidence table from such folders alone (no runs, no item scores), NQ-Swap's rows with it ("not run" without).
 
 The seed table and the plot read every number from the summaries (nothing is recomputed but ratios and ranges; a
 summary written before the paired SC2W shows the unpaired ratio, marked); the pooled table recomputes from the
@@ -49,7 +54,7 @@ from eval_hooks.scoring.report_kit import figure, md_table, pct, save
 from selectrust.conditions import CORRECT, MIST_CONDITIONS as CONDS
 
 from ..common import with_new_keys
-from . import nq_swap
+from . import nq_swap, pooled_nq_swap
 from .arms import ARMS, sc2w_share, trained
 from .arms import color as arm_color
 from .arms import label as arm_label
@@ -139,9 +144,10 @@ def seed_table(runs: list[dict], split: str = "test", provenance_note: str | Non
         rows = seed_rows(runs, key)
         if rows:
             parts += [f"**{what[0].upper() + what[1:]}**", "", md_table(header, rows), ""]
-    rows = nq_swap.seed_rows(runs)  # the runs that evaluated NQ-Swap
-    if rows:
-        parts += ["**NQ-Swap (an outside benchmark)**", "", md_table(nq_swap.SEED_HEADER, rows), ""]
+    if any(nq_swap.KEY in s for s in runs):  # "not run" rows for the runs that did not evaluate it
+        parts += ["**NQ-Swap (an outside benchmark)**", "", md_table(nq_swap.SEED_HEADER, nq_swap.seed_rows(runs)), ""]
+    else:
+        parts += ["**NQ-Swap (an outside benchmark)**: not run (no run evaluated it).", ""]
     header, rows = target_rows(runs)
     parts += ["**Targets per seed**", "", md_table(header, rows), "",
               "**Stage times (seconds, min–max over the runs)**", "", md_table(["stage", "seconds"], stage_rows(runs)), ""]
@@ -174,6 +180,37 @@ def _panels() -> list[tuple]:
             ("transfer", _correct, "correct-context accuracy", T["transfer_sc2w_ratio_max"], -T["transfer_correct_drop_max"])]
 
 
+def _draw(ax, runs: list[dict], extras: list[tuple[str, dict]], extra_arms: tuple[str, ...], point) -> None:
+    """Every trained arm of every run at ``point(run, arm)`` (None: not drawn), a grey arrow from the arm it continues
+    (the lever it pulls); the ``extra_arms`` of ``extras`` hollow, labelled, with a dotted arrow to the same seed's
+    tabled run (that lever's move)."""
+    by_seed = {s["seed"]: s for s in runs}
+    seen = set()
+    for s in runs:
+        pts = {a: point(s, a) for a in ARMS if trained(a)}
+        for arm, xy in pts.items():
+            if xy is not None:
+                ax.scatter(*xy, color=arm_color(arm), s=30, label=None if arm in seen else arm_label(arm))
+                seen.add(arm)
+        for arm in pts:  # an arm that continues another: from that arm's point to its own
+            source = ARMS.get(arm).continues
+            if pts[arm] and source is not None and pts.get(source):
+                ax.annotate("", xy=pts[arm], xytext=pts[source],
+                            arrowprops={"arrowstyle": "->", "color": "#999999", "lw": 0.8})
+    for label, s in extras:
+        for arm in extra_arms:
+            xy = point(s, arm)
+            if xy is None:
+                continue
+            ax.scatter(*xy, facecolors="none", edgecolors=arm_color(arm), s=40)
+            ax.annotate(label, xy, fontsize=6, xytext=(3, -8), textcoords="offset points")
+            main = by_seed.get(s["seed"])
+            to = point(main, arm) if main is not None else None
+            if to is not None:  # the lever: this seed's run of other settings -> the tabled run
+                ax.annotate("", xy=to, xytext=xy, arrowprops={"arrowstyle": "->", "color": arm_color(arm),
+                                                              "lw": 0.8, "linestyle": ":"})
+
+
 def frontier_plot(runs: list[dict], extras: list[tuple[str, dict]], out: Path,
                   extra_arms: tuple[str, ...] = ("scope_grpo",)) -> str:
     """The frontier against each seed's own base: SC2W as a share of the base's (x) and the change from the base's
@@ -181,37 +218,16 @@ def frontier_plot(runs: list[dict], extras: list[tuple[str, dict]], out: Path,
     correct-context accuracy (held-out relation), every arm of every run, the targets' corner shaded; see the
     module docstring."""
     fig, axes = figure(15, 4.6, ncols=3)
-    by_seed = {s["seed"]: s for s in runs}
     for ax, (key, metric, what, x_max, y_min) in zip(axes, _panels()):
         ax.fill_between([0, x_max], y_min, 0.3, color="#55A868", alpha=0.12, label="targets")
         ax.axhline(0, color="#bbbbbb", lw=0.6)
         ax.axvline(1, color="#bbbbbb", lw=0.6)
-        seen = set()
-        for s in runs:
+
+        def point(s: dict, arm: str, key=key, metric=metric) -> tuple[float, float] | None:
             r = s.get(key) or {}
-            pts = {a: _rel(r[a], r["base"], metric) for a in ARMS if a in r and trained(a)}
-            for arm, xy in pts.items():
-                if xy is not None:
-                    ax.scatter(*xy, color=arm_color(arm), s=30, label=None if arm in seen else arm_label(arm))
-                    seen.add(arm)
-            for arm in pts:  # an arm that continues another: the lever it pulls, from that arm's point to its own
-                source = ARMS.get(arm).continues
-                if pts[arm] and source is not None and pts.get(source):
-                    ax.annotate("", xy=pts[arm], xytext=pts[source],
-                                arrowprops={"arrowstyle": "->", "color": "#999999", "lw": 0.8})
-        for label, s in extras:
-            r = s.get(key) or {}
-            for arm in (a for a in extra_arms if a in r):
-                xy = _rel(r[arm], r["base"], metric)
-                if xy is None:
-                    continue
-                ax.scatter(*xy, facecolors="none", edgecolors=arm_color(arm), s=40)
-                ax.annotate(label, xy, fontsize=6, xytext=(3, -8), textcoords="offset points")
-                main = (by_seed.get(s["seed"]) or {}).get(key) or {}
-                to = _rel(main[arm], main["base"], metric) if arm in main else None
-                if to is not None:  # the lever: this seed's run of other settings -> the tabled run
-                    ax.annotate("", xy=to, xytext=xy, arrowprops={"arrowstyle": "->", "color": arm_color(arm),
-                                                                  "lw": 0.8, "linestyle": ":"})
+            return _rel(r[arm], r["base"], metric) if arm in r else None
+
+        _draw(ax, runs, extras, extra_arms, point)
         ax.set_xlim(0, 1.5)
         ax.set_ylim(min(-0.6, ax.get_ylim()[0]), 0.15)
         ax.set_xlabel("paired SC2W / the base's (lower is better)")
@@ -221,6 +237,48 @@ def frontier_plot(runs: list[dict], extras: list[tuple[str, dict]], out: Path,
     fig.suptitle(f"{len(runs)} seeds against their own base. Grey arrows: SCOPE -> SCOPE+GRPO; dotted: a run of "
                  "other settings (hollow) -> the tabled run of the same seed", fontsize=9)
     return save(fig, out, "frontier.png")
+
+
+NQ_FRONTIER = "frontier_nq_swap.png"
+
+
+def nq_swap_plot(runs: list[dict], extras: list[tuple[str, dict]], out: Path, pooled: dict | None = None,
+                 extra_arms: tuple[str, ...] = ("scope_grpo",)) -> str | None:
+    """NQ-Swap's frontier, ``frontier_nq_swap.png`` (its own figure: its x axis is no SC2W share): every arm of every
+    run that evaluated NQ-Swap against its own seed's base, the change in exact match on the substituted passage
+    (p_sub: following it) against the change on the original passage (``em_org_context``: using it), the target's
+    band (EM on the original passage >= the base's - 5 points) shaded, the pooled changes (``pooled``'s ``nq_swap``)
+    with their item-bootstrap intervals; arrows and ``extras`` as in :func:`frontier_plot`. None, and no file, when
+    no run has NQ-Swap's two numbers."""
+    from .report import TARGETS
+
+    point = nq_swap.change_from_base
+    if not any(point(s, a) is not None for s in [*runs, *(e for _, e in extras)] for a in ARMS if trained(a)):
+        return None
+    fig, ax = figure(7.5, 5.2)
+    ax.axhline(0, color="#bbbbbb", lw=0.6)
+    ax.axvline(0, color="#bbbbbb", lw=0.6)
+    _draw(ax, runs, extras, extra_arms, point)
+    pooled_arms = pooled_nq_swap.pooled_arms((pooled or {}).get(nq_swap.KEY))
+    for n, (arm, e) in enumerate((a, e) for a, e in pooled_arms.items() if trained(a)):
+        x, y = e["minus_base"]["p_sub"], e["minus_base"]["em_org_context"]
+        if x["value"] is None or y["value"] is None:
+            continue
+        err = [[[v["value"] - v["ci"][0]], [v["ci"][1] - v["value"]]] if v.get("ci") else None for v in (x, y)]
+        ax.errorbar(x["value"], y["value"], xerr=err[0], yerr=err[1], fmt="D", color=arm_color(arm), ms=7, mec="k",
+                    capsize=3, lw=1, label="pooled [item bootstrap]" if n == 0 else None)
+    lo, hi = ax.get_ylim()
+    lo, hi = min(lo, -0.3), max(hi, 0.1)
+    ax.axhspan(-TARGETS["nq_swap_em_drop_max"], hi, color="#55A868", alpha=0.12, label="target (EM orig.)")
+    ax.set_ylim(lo, hi)
+    ax.set_xlabel("p_sub - the base's: EM on the substituted passage (following it; lower = resisting more)")
+    ax.set_ylabel("EM on the original passage - the base's (using it)")
+    seeds = sorted(s["seed"] for s in runs if nq_swap.KEY in s)
+    ax.set_title(f"NQ-Swap against each seed's own base (seeds {', '.join(map(str, seeds)) or 'none'}; "
+                 "not run on " + (", ".join(str(s["seed"]) for s in runs if nq_swap.KEY not in s) or "none") + ")",
+                 fontsize=9)
+    ax.legend(fontsize=7, loc="lower left")
+    return save(fig, out, NQ_FRONTIER)
 
 
 def check_same_settings(runs: list[dict]) -> None:
@@ -304,6 +362,9 @@ def main(argv: list[str] | None = None) -> int:
     (args.out / "seed_table.md").write_text(seed_table(runs, split, note))
     frontier_plot(runs, extras, args.out, tuple(args.extra_arms))
     wrote = ["seed_table.md", "frontier.png"]
+    (args.out / NQ_FRONTIER).unlink(missing_ok=True)  # an earlier write's, of runs that had NQ-Swap
+    if nq_swap_plot(runs, extras, args.out, pooled, tuple(args.extra_arms)):
+        wrote.append(NQ_FRONTIER)
     if pooled is not None:
         write_json_atomic(args.out / "pooled.json", pooled)
         (args.out / "pooled_table.md").write_text(pooled_table(pooled))

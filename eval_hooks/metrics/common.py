@@ -1,5 +1,6 @@
 """Shared helpers for the metric modules: input checks, grouping rows into items, percentile CIs, and a Student-t
-interval over a few values (e.g. one per training seed: :func:`t_interval`).
+interval over a few values (e.g. one per training seed: :func:`t_interval`, and a statistic's spread over the
+seeds: :func:`seed_spread`).
 
 Item scores are the lines of ``item_scores.jsonl`` (see the evaluation contract): one dict per row
 with at least ``row_id, item_id, condition, correct``. Error messages name the 1-based position of
@@ -9,7 +10,7 @@ the row in the list, which is its line number in ``item_scores.jsonl``.
 from __future__ import annotations
 
 import math
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -146,6 +147,19 @@ def t_interval(values: Sequence[float], level: float = CI_LEVEL) -> list[float] 
         return None
     half = student_t_ppf((1.0 + level) / 2.0, v.size - 1) * float(v.std(ddof=1)) / math.sqrt(v.size)
     return [float(v.mean() - half), float(v.mean() + half)]
+
+
+def seed_spread(by_seed: dict, level: float = CI_LEVEL, worst: Callable = min) -> dict[str, Any] | None:
+    """The spread of one statistic over training seeds (``by_seed``: ``{seed: value}``; None and NaN dropped):
+    ``{"by_seed", "min", "max", "worst_seed", "mean", "seed_ci"}``, ``worst_seed`` the seed ``worst`` (``min`` or
+    ``max``) picks, ``seed_ci`` the Student-t interval of the mean (:func:`t_interval`; None with one seed); None
+    when no seed has a value."""
+    vals = {s: float(v) for s, v in sorted(by_seed.items()) if v is not None and not math.isnan(v)}
+    if not vals:
+        return None
+    return {"by_seed": vals, "min": min(vals.values()), "max": max(vals.values()),
+            "worst_seed": worst(vals, key=vals.get), "mean": float(np.mean(list(vals.values()))),
+            "seed_ci": t_interval(list(vals.values()), level)}
 
 
 def seed_stratified_sums(per_seed: dict, arms: Sequence[str], base: str, *, n_boot: int, boot_seed: int

@@ -1,6 +1,7 @@
 """NQ-Swap in the real demos (issue 52, item 4; demos/real/nq_swap.py): the stages the full experiment adds and the
-quick demo does not, the settings, the summary, the report's table and target, and the seed tool's pooling, on
-synthetic summaries and on stage dirs written by the nq_swap family itself from scripted responses."""
+quick demo does not, the settings, the summary, the report's table and target, on synthetic summaries and on stage
+dirs written by the nq_swap family itself from scripted responses (the seed tool's pooling and frontier:
+tests/demos/test_real_pooled_nq_swap.py)."""
 
 from __future__ import annotations
 
@@ -249,103 +250,6 @@ def test_the_report_has_the_nq_swap_table_with_intervals_or_says_not_run(tmp_pat
     assert f"- {TARGET}: not run" in text
     print_table(quick)
     assert "NQ-Swap" not in capsys.readouterr().out.split("[demo] targets")[0]
-
-
-# -- the seed tool ---------------------------------------------------------------------------------------------
-def _run(tmp_path, seed: int, says: dict[str, dict]) -> object:
-    """A finished run dir (base, SCOPE, SCOPE+GRPO) whose NQ-Swap stages the family scored (``says``: model -> its
-    scripted answers), its held-out items' stages those of tests/demos/test_real_pooled.py (every model the base)."""
-    from test_real_pooled import BASE, UNKNOWN, _rows
-
-    s = copy.deepcopy(_summary())
-    for gone in ("misleading_only", "knowledge_aware"):
-        del s["real"][gone]
-    del s["transfer"]
-    d = tmp_path / f"s{seed}"
-    for m in says:
-        (d / "stages" / f"eval_{m}").mkdir(parents=True)
-        (d / "stages" / f"eval_{m}" / "item_scores.jsonl").write_text(
-            "".join(json.dumps(r) + "\n" for r in _rows(BASE, UNKNOWN)))
-    s["nq_swap"] = {m: _evaluate(d / "stages" / f"nqswap_{m}", said) for m, said in says.items()}
-    s.update(seed=seed, provenance={"precision": "fp32"})
-    (d / "summary.json").write_text(json.dumps(s))
-    (d / "demo.json").write_text(json.dumps({"demo": "real_full", "seed": seed, "settings": {"real": {}}}))
-    return d
-
-
-def test_nq_swap_is_pooled_over_seeds_from_the_items_like_the_held_out_relation(tmp_path):
-    from demos.real.nq_swap import pool, pooled_lines, pooled_runs, pooled_target, seed_features
-    from demos.real.seeds import load_run, seed_table
-
-    runs = [load_run(_run(tmp_path, 0, {"base": BASE_SAYS, "scope": BASE_SAYS, "scope_grpo": ARM_SAYS})),
-            load_run(_run(tmp_path, 1, {"base": BASE_SAYS, "scope": ARM_SAYS, "scope_grpo": BASE_SAYS}))]
-    p = pooled_runs(runs, n_boot=300, boot_seed=0)
-    a, b = p["scope_grpo"], p["base"]
-    # 8 items (4 a seed): EM 5/8 against the base's 6/8; p_sub 5/8 against 6/8; p_org 2/8; MR 2 / (2 + 5)
-    assert (a["n_items"], a["n_known"]) == (8, 4)
-    assert a["em_org_context"]["value"] == pytest.approx(5 / 8) and b["em_org_context"]["value"] == 0.75
-    assert a["p_sub"]["value"] == pytest.approx(5 / 8) and a["p_org"]["value"] == 0.25
-    assert a["memorization_ratio"]["value"] == pytest.approx(2 / 7) and b["memorization_ratio"]["value"] == 0.0
-    # on the items the base knows (2 a seed): the arm names the substitute on 3 of 4, the original on 1
-    assert a["known_p_sub"]["value"] == 0.75 and a["known_memorization_ratio"]["value"] == 0.25
-    assert a["minus_base"]["em_org_context"]["value"] == pytest.approx(-1 / 8)
-    lo, hi = a["minus_base"]["em_org_context"]["ci"]
-    assert lo <= -1 / 8 <= hi and lo < hi
-    spread = a["per_seed"]["em_org_context"]
-    assert (spread["by_seed"], spread["worst_seed"], spread["mean"]) == ({0: -0.25, 1: 0.0}, 0, -0.125)
-    assert spread["seed_ci"] == pytest.approx([-0.125 - 12.7062 * 0.125, -0.125 + 12.7062 * 0.125], abs=1e-4)
-    # the bootstrap is stratified by seed and paired: a model identical to the base differs by 0 in every replicate
-    same = pool({0: {"base": seed_features(runs[0])["base"], "scope": seed_features(runs[0])["base"]}}, n_boot=50)
-    assert same["scope"]["minus_base"]["em_org_context"]["ci"] == [0.0, 0.0]
-    assert pooled_runs(runs, n_boot=300, boot_seed=0) == p  # seeded
-    name = "SCOPE+GRPO NQ-Swap correct-context exact match >= base - 0.05 (pooled)"
-    assert pooled_target(p, "scope_grpo", "SCOPE+GRPO", 0.05) == {name: False}  # -12.5 points
-    assert pooled_target(p, "base", "base", 0.05) == {"base NQ-Swap correct-context exact match >= base - 0.05 "
-                                                      "(pooled)": True}
-    assert pooled_target(None, "scope_grpo", "SCOPE+GRPO", 0.05) == {name: None}
-    text = "\n".join(pooled_lines(p, 2, 0.95))
-    assert "**NQ-Swap (an outside benchmark), pooled**" in text and "| SCOPE+GRPO | em_org_context | -12.5 pp [" in text
-    table = seed_table(runs)
-    assert "**NQ-Swap (an outside benchmark)**" in table
-    assert "| 0 | SCOPE+GRPO | 4 | 50.0% | 50.0% | 50.0% | 50.0% | 2 | 50.0% | 50.0% |" in table
-    # a run without NQ-Swap (the quick demo's): nothing pooled, the pooled target not run
-    assert pooled_runs([runs[0], {k: v for k, v in runs[1].items() if k != "nq_swap"}], n_boot=10, boot_seed=0) is None
-
-
-def test_an_arm_scored_on_other_items_is_refused_naming_its_file(tmp_path):
-    from demos.real.nq_swap import seed_features
-    from demos.real.seeds import load_run
-    from selectrust.core.errors import DataError
-
-    run = load_run(_run(tmp_path, 0, {"base": BASE_SAYS, "scope": BASE_SAYS, "scope_grpo": ARM_SAYS}))
-    path = tmp_path / "s0" / "stages" / "nqswap_scope" / "item_scores.jsonl"
-    rows = [json.loads(line) for line in path.read_text().splitlines()]
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows if r["item_id"] != rows[0]["item_id"]))  # 3 items
-    with pytest.raises(DataError, match="nqswap_scope/item_scores.jsonl.*not those of nqswap_base"):
-        seed_features(run)
-
-
-def test_the_seed_tool_writes_nq_swap_into_pooled_json_its_table_and_targets(tmp_path):
-    from demos.real.seeds import main
-
-    dirs = [_run(tmp_path, 0, {"base": BASE_SAYS, "scope": BASE_SAYS, "scope_grpo": BASE_SAYS}),
-            _run(tmp_path, 1, {"base": BASE_SAYS, "scope": ARM_SAYS, "scope_grpo": BASE_SAYS})]
-    assert main([*map(str, dirs), "--out", str(tmp_path / "out"), "--n-boot", "100"]) == 0
-    pooled = json.loads((tmp_path / "out" / "pooled.json").read_text())
-    assert set(pooled["nq_swap"]) == {"base", "scope", "scope_grpo"} and set(pooled["sets"]) == {"real"}
-    assert pooled["nq_swap"]["scope"]["minus_base"]["em_org_context"]["value"] == pytest.approx(-1 / 8)
-    names = list(pooled["targets"])
-    pooled_name = f"{TARGET} (pooled)"
-    assert pooled["targets"][pooled_name] is True  # SCOPE+GRPO answers as the base
-    # beside the held-out relation's targets (not run here), in the same place
-    assert names.index("SCOPE+GRPO on the held-out relation: correct accuracy >= base - 0.05 (pooled)") + 1 == \
-        names.index(pooled_name)
-    table = (tmp_path / "out" / "pooled_table.md").read_text()
-    assert "**NQ-Swap (an outside benchmark), pooled**" in table and f"- {pooled_name}: met" in table
-    assert table.index("NQ-Swap: arm - base") < table.index("**Targets (SCOPE+GRPO)**")
-    seeds = (tmp_path / "out" / "seed_table.md").read_text()
-    assert "| 1 | SCOPE | 4 | 50.0% | 50.0% | 50.0% | 50.0% | 2 | 50.0% | 50.0% |" in seeds
-    assert f"{TARGET} |" in seeds.split("**Targets per seed**")[1]
 
 
 def test_the_nq_swap_stages_run_on_the_tiny_model_and_an_arm_reads_the_base_s_labels(tmp_path):
