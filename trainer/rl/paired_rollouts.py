@@ -123,7 +123,8 @@ class PairedContextMode(SingleTurnMode):
             with_ctx = self.scored(r, res_with, r["prompt"])
             without = self.scored(r, res_without, no_context_prompt(r["prompt"], r["context"]),
                                   item_id=r["item_id"] + NO_CONTEXT)
-            p_ids = list(res_with.prompt_token_ids) or render_prompt(self.tokenizer, r["prompt"], self.s.prompt_settings)
+            p_ids = (list(res_with.prompt_token_ids)
+                     or render_prompt(self.tokenizer, r["prompt"], self.s.prompt_settings))
             groups.append(Group(r["item_id"], with_ctx + [_under(x, p_ids, r["item_id"]) for x in without] + without))
         return groups
 
