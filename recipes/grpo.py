@@ -20,7 +20,8 @@ How this departs from TRL's GRPOTrainer (same loss on the same inputs, tests/tra
   generation round over-sampled from the running zero-variance rate (``algo.oversample_cap``);
 - each group's prompt runs once in the policy, old-policy and reference forward (``algo.shared_prompt``,
   one packed row per group: trainer/model/group_packing.py; equal to the unshared loss, tests/trainer/rl/test_grpo_shared_prompt.py);
-- ``optim.batch_size * optim.grad_accum * world == algo.prompts_per_step * algo.group_size``: one
+- ``optim.batch_size * optim.grad_accum * world == algo.prompts_per_step * algo.group_size`` (x 3 with
+  ``algo.rollout_mode=paired_context``, Knowledgeable-R1's paired rollouts: trainer/rl/paired_rollouts.py): one
   rollout batch per optimizer step, replayed ``algo.num_iterations`` times with stored old log-probs;
 - rollouts are seeded per (seed, rollout batch, round, global prompt index), so a resumed run regenerates
   them exactly and N ranks generate what one process would; the ranks exchange their groups and take
@@ -62,6 +63,7 @@ def run(cfg: DictConfig):
     from trainer.rl.rewards import GuardedReward, resolve_reward
     from trainer.rl.rollout import Ranks, RolloutSettings, RolloutSource, check_prompt_lengths, load_rl_prompts
     from trainer.rl.rollout_modes import EnvironmentMode, SingleTurnMode
+    from trainer.rl.paired_rollouts import PairedContextMode, check_paired_rows
     from trainer.core.run import setup_run
     from trainer.rl.rollout_sync import rollout_sync_hook
     from trainer.rl.sft_rows import check_sft_rows
@@ -76,6 +78,8 @@ def run(cfg: DictConfig):
     reward = None if env_factory else GuardedReward(resolve_reward(algo.reward), max_errors=algo.max_reward_errors,
                                                     timeout_s=algo.reward_timeout_s)
     rows = load_rl_prompts(dcfg.train_path, family=dcfg.train_family, conditions=list(dcfg.train_conditions))
+    if algo.rollout_mode == "paired_context":  # each row sampled with and without its context
+        check_paired_rows(rows)
     if algo.sft_coef > 0:  # the SFT term's targets can be built from these rows (trainer/rl/sft_rows.py)
         check_sft_rows(rows, rule=algo.sft_rows, template=algo.sft_target)
     eval_rows = load_eval_rows(cfg.eval)
@@ -101,8 +105,8 @@ def run(cfg: DictConfig):
                                            prompt_settings=prompt, seed=cfg.seed)
     settings.shared_prompt = shared
     old_logps_fn = partial(old_logprobs, unwrapped, acc.device, logprobs) if algo.num_iterations > 1 else None
-    mode = (EnvironmentMode(settings, tokenizer, env_factory) if env_factory
-            else SingleTurnMode(settings, tokenizer, reward))
+    single_turn = PairedContextMode if algo.rollout_mode == "paired_context" else SingleTurnMode
+    mode = EnvironmentMode(settings, tokenizer, env_factory) if env_factory else single_turn(settings, tokenizer, reward)
     source = RolloutSource(rows, ShuffleSampler(len(rows), seed=cfg.seed), mode, settings=settings,
                            backend_factory=backend_factory, old_logps_fn=old_logps_fn, ranks=Ranks.of(acc))
     if generation_capabilities(cfg.generation).weight_sync:  # the server samples this step's adapter, synced, probed

@@ -16,3 +16,10 @@ LEVELS = ("token", "sequence")
 SFT_SCHEDULES = ("constant", "linear_decay")
 #: GRPO's SFT term: which prompt rows of a rollout batch get the SFT target (trainer/rl/sft_rows.py).
 SFT_ROWS = ("zero_variance_failed", "correct_context")
+#: GRPO's rollout modes (``algo.rollout_mode``; ``algo.env`` selects the environment mode instead): single_turn (G
+#: completions per prompt, group advantages) | paired_context (Knowledgeable-R1: G with the row's context, G without,
+#: trainer/rl/paired_rollouts.py, advantages of paired_context.paired_context_advantages).
+ROLLOUT_MODES = ("single_turn", "paired_context")
+#: paired_context, per sample of algo.group_size: completions generated (with and without the context) and rows
+#: trained (CK, RPK, PK); the config checks size a round and a step's batch with them.
+PAIRED_COMPLETIONS, PAIRED_ROWS = 2, 3

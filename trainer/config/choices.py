@@ -15,7 +15,7 @@ from selectrust.generation.backends import BACKENDS
 from eval_hooks.families import FAMILIES
 from eval_hooks.knowledge import SCORES as KNOWLEDGE_SCORES
 from selectrust.core.settings import Choice, choice_type
-from trainer.algos.choices import AGGREGATIONS, SFT_ROWS, SFT_SCHEDULES, STD_SCALINGS
+from trainer.algos.choices import AGGREGATIONS, ROLLOUT_MODES, SFT_ROWS, SFT_SCHEDULES, STD_SCALINGS
 from trainer.algos.choices import LEVELS as IS_LEVELS
 from trainer.algos.choices import SUPPORTS as TOPK_SUPPORTS
 from trainer.data.choices import ON_INVALID, TRUNCATIONS, WEIGHTINGS
@@ -48,6 +48,7 @@ StdScaling = _choices("StdScaling", STD_SCALINGS)
 ISCorrection = _choices("ISCorrection", ("none", *IS_LEVELS))
 SftSchedule = _choices("SftSchedule", SFT_SCHEDULES)
 SftRows = _choices("SftRows", SFT_ROWS)
+RolloutModeName = _choices("RolloutModeName", ROLLOUT_MODES)
 DistillStage = _choices("DistillStage", ("kl", "calibration"))
 DistillMode = _choices("DistillMode", ("teacher_tokens", "on_policy"))
 DistillTeacher = _choices("DistillTeacher", ("initial", "current"))

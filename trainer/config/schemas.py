@@ -22,7 +22,7 @@ from selectrust.core.settings import setting as schema_field  # a field with its
 from trainer.config.choices import (Aggregation, Backend, Device, DistillMode, DistillPipelineKind, DistillPromptStyle,
                                     DistillSource, DistillStage, DistillTeacher, DPOLossType, Dtype, Family,
                                     InitAdapterMode, ISCorrection, KnowledgeScore, LoggerKind, MixedPrecision, OnInvalid,
-                                    Pairing, Reference, RunDirLayout, Scheduler, SftRows, SftSchedule, StdScaling, TopkSupport, Truncation, Weighting,
+                                    Pairing, Reference, RolloutModeName, RunDirLayout, Scheduler, SftRows, SftSchedule, StdScaling, TopkSupport, Truncation, Weighting,
                                     _choices)
 from trainer.rl.oversample import MAX_OVERSAMPLE_CAP, MAX_ROUND_COMPLETIONS
 
@@ -326,6 +326,13 @@ class GRPOAlgoConfig:
     stop: list[str] = _f([], "Stop strings for rollouts.")
     is_correction: ISCorrection = _f("none", "Rollout/trainer mismatch correction: none | token | sequence (truncated IS).")
     is_cap: float = _f(2.0, "Truncation cap of the importance-sampling correction.")
+    rollout_mode: RolloutModeName = _f("single_turn", "How a prompt row's samples are drawn: single_turn (G completions, "
+                                                      "group advantages) | paired_context (Knowledgeable-R1, arXiv "
+                                                      "2506.05154: G completions with the row's context and G without "
+                                                      "it, trained as 3G rows with local and global advantages; rows "
+                                                      "need a `context` their prompt holds, optim.batch_size x "
+                                                      "grad_accum x world = 3 x prompts_per_step x group_size; "
+                                                      "trainer/rl/paired_rollouts.py). Not with algo.env.")
     env: Optional[str] = _f(None, "Multi-turn environment: a name in trainer.rl.envs.ENVIRONMENTS (e.g. toy_lookup; webshop is a "
                                   "template) or an import path 'pkg.module:Class'; "
                                   "None = single-turn prompts scored by algo.reward.")

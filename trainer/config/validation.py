@@ -357,6 +357,9 @@ def validate_grpo(cfg, world: int | None = None) -> None:
     if a.env is not None and a.is_correction != "none":
         raise ConfigError("algo.is_correction needs per-token rollout log-probs, which environment rollouts "
                           "(algo.env) do not keep; use algo.is_correction=none")
+    if a.env is not None and a.rollout_mode != "single_turn":
+        raise ConfigError(f"algo.rollout_mode={a.rollout_mode} samples single-turn prompt rows with and without their "
+                          f"context; algo.env={a.env!r} runs episodes: set algo.rollout_mode=single_turn or algo.env=null")
     _validate_sft_term(cfg)
     _validate_rollout_backend(cfg)
     if world is not None:
@@ -375,11 +378,21 @@ def _validate_round_size(a) -> None:
         raise ConfigError(f"algo.oversample_cap must be <= {MAX_OVERSAMPLE_CAP:g} (a round's draw grows without end "
                           f"as the zero-variance rate nears 1; use algo.zero_variance_skip to pass such prompts "
                           f"over), got {a.oversample_cap}")
-    n = round_completions(a.oversample_cap, a.prompts_per_step, a.group_size)
+    completions = _per_sample(a)[0]
+    n = round_completions(a.oversample_cap, a.prompts_per_step, a.group_size) * completions
     if n > MAX_ROUND_COMPLETIONS:
         raise ConfigError(f"a GRPO round would generate {n} completions (floor(algo.oversample_cap={a.oversample_cap:g} "
-                          f"x algo.prompts_per_step={a.prompts_per_step}) x algo.group_size={a.group_size}), over the "
-                          f"limit of {MAX_ROUND_COMPLETIONS} a round holds in memory; lower one of them")
+                          f"x algo.prompts_per_step={a.prompts_per_step}) x algo.group_size={a.group_size}"
+                          f"{f' x {completions} (algo.rollout_mode={a.rollout_mode})' if completions > 1 else ''}), over "
+                          f"the limit of {MAX_ROUND_COMPLETIONS} a round holds in memory; lower one of them")
+
+
+def _per_sample(a) -> tuple[int, int]:
+    """(completions generated, rows trained) per sample of ``algo.group_size`` under ``algo.rollout_mode``:
+    paired_context generates one with the context and one without, and trains 3 rows (trainer/rl/paired_rollouts.py)."""
+    from trainer.algos.choices import PAIRED_COMPLETIONS, PAIRED_ROWS
+
+    return (PAIRED_COMPLETIONS, PAIRED_ROWS) if a.rollout_mode == "paired_context" else (1, 1)
 
 
 def _validate_sft_term(cfg) -> None:
@@ -415,12 +428,15 @@ def _validate_rollout_backend(cfg) -> None:
 def check_grpo_geometry(cfg, world: int) -> None:
     """Raises when the global rollout batch does not split into the configured micro-batches."""
     a, o = cfg.algo, cfg.optim
-    samples = a.prompts_per_step * a.group_size
+    rows = _per_sample(a)[1]
+    samples = a.prompts_per_step * a.group_size * rows
     if a.prompts_per_step % world or o.batch_size * o.grad_accum * world != samples:
+        paired = f" * {rows} (algo.rollout_mode={a.rollout_mode}: rows per sample)" if rows > 1 else ""
         raise ConfigError(
-            f"algo.prompts_per_step * algo.group_size = {a.prompts_per_step} * {a.group_size} = {samples} samples per "
-            f"step must equal optim.batch_size * optim.grad_accum * world = {o.batch_size} * {o.grad_accum} * {world} "
-            f"(and prompts_per_step must divide by world); e.g. optim.batch_size={samples // (o.grad_accum * world) or 1}")
+            f"algo.prompts_per_step * algo.group_size{paired} = {a.prompts_per_step} * {a.group_size}"
+            f"{f' * {rows}' if rows > 1 else ''} = {samples} samples per step must equal optim.batch_size * "
+            f"optim.grad_accum * world = {o.batch_size} * {o.grad_accum} * {world} (and prompts_per_step must divide by "
+            f"world); e.g. optim.batch_size={samples // (o.grad_accum * world) or 1}")
 
 
 def check_adapter_dir(path: str, field: str = "model.init_adapter") -> Path:

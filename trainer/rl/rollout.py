@@ -10,9 +10,9 @@ One *rollout batch* per ``num_iterations`` optimizer steps:
         --> grad_accum micro-batches, replayed num_iterations times
 
 or, with ``algo.env`` set, G multi-turn episodes per prompt through ``trainer.rl.envs.run_episodes``
-(reward = the episode's return; every assistant turn is a target). How the groups of one round are
-generated and scored is the *rollout mode* (``trainer/rl/rollout_modes.py``: single turn, environment);
-everything else here (the batch builder :class:`RolloutSource`) is the same for every mode.
+(reward = the episode's return; every assistant turn is a target). How the groups of one round are generated and
+scored, and their advantages, is the *rollout mode* (``trainer/rl/rollout_modes.py``: single turn, environment,
+paired context); everything else here (the batch builder :class:`RolloutSource`) is the same for every mode.
 
 Seeds: prompt ``k`` of generation round ``r`` of rollout batch ``n`` is sampled with its own seed
 ``prompt_seed(seed, n, r, k)`` (``k`` = its position in the round's *global* draw), and the backend
@@ -444,8 +444,6 @@ class RolloutSource:
     def _collect(self) -> dict:
         import torch
 
-        from trainer.algos.grpo import group_advantages
-
         s = self.s
         if self.pre_generate is not None:
             extra = dict(self.pre_generate(self.optimizer_steps) or {})
@@ -469,7 +467,7 @@ class RolloutSource:
         self.zero_variance.update(stats)
         samples = [x for g in groups for x in g.samples]
         rewards = torch.tensor([x.reward for x in samples], dtype=torch.float32)
-        advantages, _ = group_advantages(rewards, s.group_size, std_scaling=s.std_scaling)
+        advantages = self.mode.advantages(groups, rewards)  # GRPO's group advantages, unless the mode has its own
         masks = []
         for x in samples:
             m = list(x.completion_mask)

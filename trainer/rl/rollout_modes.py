@@ -8,10 +8,13 @@ advantages, old log-probs and micro-batching.
 - :class:`SingleTurnMode`: one completion per sample, scored by a :class:`~trainer.rl.rewards.GuardedReward`.
 - :class:`EnvironmentMode` (``algo.env``): a multi-turn episode per sample (``trainer.rl.envs.run_episodes``);
   reward = the episode's return, every assistant turn is a target.
+- ``PairedContextMode`` (``algo.rollout_mode=paired_context``, :mod:`trainer.rl.paired_rollouts`): Knowledgeable-R1's
+  paired rollouts, G completions with the row's context and G without, with advantages of their own.
 
 A new mode subclasses :class:`RolloutMode` and supplies ``generate`` (the backend calls) and ``to_groups``
-(tokens and rewards); the timing metrics (``time_generation_s``, and ``time_reward_s`` for a mode that
-scores after generating) come from :meth:`RolloutMode.groups`.
+(tokens and rewards), and ``advantages`` where its groups are not GRPO's; the timing metrics
+(``time_generation_s``, and ``time_reward_s`` for a mode that scores after generating) come from
+:meth:`RolloutMode.groups`.
 """
 
 from __future__ import annotations
@@ -47,6 +50,13 @@ class RolloutMode:
     def to_groups(self, items: list[dict], generated: Any) -> list[Group]:
         raise NotImplementedError
 
+    def advantages(self, groups: list[Group], rewards):
+        """The advantages ``(B,)`` of a rollout batch's samples (``rewards (B,)``: theirs, the groups' samples in
+        order): GRPO's group-relative ones over consecutive ``group_size`` samples (``trainer.algos.grpo``)."""
+        from trainer.algos.grpo import group_advantages
+
+        return group_advantages(rewards, self.s.group_size, std_scaling=self.s.std_scaling)[0]
+
     # -- state saved with the batch source (exact resume) and metrics of each optimizer step ----------------
     def state_dict(self) -> dict:
         return {}
@@ -77,38 +87,40 @@ class SingleTurnMode(RolloutMode):
         self.reward = reward
 
     def generate(self, backend, items, seeds, adapter):
+        return backend.generate([self.request(r["prompt"], seed, adapter) for r, seed in zip(items, seeds)])
+
+    def request(self, prompt, seed: int, adapter: str | None):
+        """The backend request of ``group_size`` completions of ``prompt`` (a row's prompt) drawn with ``seed``."""
         from selectrust.generation.backends.base import GenerationRequest
 
         s = self.s
-        reqs = []
-        for r, seed in zip(items, seeds):
-            kw = dict(n=s.group_size, max_new_tokens=s.max_new_tokens, temperature=s.temperature, top_p=s.top_p,
-                      stop=list(s.stop), seed=seed, adapter=adapter)
-            reqs.append(GenerationRequest(messages=prompt_messages(r["prompt"], s.prompt_settings), **kw))
-        return backend.generate(reqs)
+        return GenerationRequest(messages=prompt_messages(prompt, s.prompt_settings), n=s.group_size,
+                                 max_new_tokens=s.max_new_tokens, temperature=s.temperature, top_p=s.top_p,
+                                 stop=list(s.stop), seed=seed, adapter=adapter)
 
     def to_groups(self, items, results) -> list[Group]:
+        return [Group(r["item_id"], self.scored(r, res, r["prompt"])) for r, res in zip(items, results)]
+
+    def scored(self, row: dict, res, prompt, item_id: str | None = None) -> list[Rollout]:
+        """The ``group_size`` samples of ``res`` (the backend's result for ``prompt``, a prompt of ``row``), each
+        scored by the reward against ``row``; ``item_id`` (default the row's) names them."""
         s = self.s
-        groups = []
-        for r, res in zip(items, results):
-            if len(res.samples) != s.group_size:
-                raise RuntimeError(f"backend returned {len(res.samples)} samples for {r['item_id']!r}, expected "
-                                   f"algo.group_size={s.group_size} (an empty or short group)")
-            p_ids = list(res.prompt_token_ids) or render_prompt(self.tokenizer, r["prompt"], s.prompt_settings)
-            samples = []
-            for smp in res.samples:
-                c_ids, lps = list(smp.token_ids), list(smp.logprobs)
-                if not c_ids:  # nothing generated: score the EOS so the sample still has one token
-                    c_ids, lps = [self.tokenizer.eos_token_id], [float("nan")]  # NaN: no rollout log-prob (IS weight 1)
-                value, ok = self.reward(smp.text, r)
-                samples.append(Rollout(item_id=r["item_id"], input_ids=p_ids + c_ids,
-                                       completion_mask=[0] * len(p_ids) + [1] * len(c_ids), reward=value,
-                                       reward_ok=ok, truncated=smp.finish_reason == "length",
-                                       completion_len=len(c_ids),
-                                       rollout_logps=lps if len(lps) == len(c_ids) else None,
-                                       answer_status=judge_status(smp.text, r)))
-            groups.append(Group(r["item_id"], samples))
-        return groups
+        if len(res.samples) != s.group_size:
+            raise RuntimeError(f"backend returned {len(res.samples)} samples for {row['item_id']!r}, expected "
+                               f"algo.group_size={s.group_size} (an empty or short group)")
+        p_ids = list(res.prompt_token_ids) or render_prompt(self.tokenizer, prompt, s.prompt_settings)
+        samples = []
+        for smp in res.samples:
+            c_ids, lps = list(smp.token_ids), list(smp.logprobs)
+            if not c_ids:  # nothing generated: score the EOS so the sample still has one token
+                c_ids, lps = [self.tokenizer.eos_token_id], [float("nan")]  # NaN: no rollout log-prob (IS weight 1)
+            value, ok = self.reward(smp.text, row)
+            samples.append(Rollout(item_id=item_id or row["item_id"], input_ids=p_ids + c_ids,
+                                   completion_mask=[0] * len(p_ids) + [1] * len(c_ids), reward=value,
+                                   reward_ok=ok, truncated=smp.finish_reason == "length", completion_len=len(c_ids),
+                                   rollout_logps=lps if len(lps) == len(c_ids) else None,
+                                   answer_status=judge_status(smp.text, row)))
+        return samples
 
     def state_dict(self) -> dict:
         return self.reward.state_dict()
