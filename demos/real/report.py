@@ -475,6 +475,6 @@ def _notes(summary: dict) -> list[str]:
             "- It does not show the paper's absolute numbers or anything about larger models: the model has "
             "135M parameters, held-out sets are small (CIs above are wide), and the run is one seed. The evidence "
             "across seeds is a pooled table of several runs on the test items (`python -m demos.real.seeds RUN... "
-            "--out DIR --split test`; seeds 0-4: docs/real_model.md#dev-and-test-what-was-chosen-where).",
+            "--out DIR --split test`; seeds 0-4: docs/real_model_history.md#dev-and-test-what-was-chosen-where).",
             "- Held-out items use context wordings no training row uses, and the held-out relation is one no "
             "training item uses; the channels (answer key, document, note, snippet, expert) are the same five."]
