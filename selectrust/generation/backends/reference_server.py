@@ -15,7 +15,10 @@ As a process (what ``launch/vllm_launcher.py`` starts with ``kind="reference"``)
 
     python -m selectrust.generation.backends.reference_server --model tiny --port 0 [--served-model-name NAME]
 
-prints ``reference_server: listening on http://127.0.0.1:<port>`` once it accepts connections.
+prints ``reference_server: listening on http://127.0.0.1:<port>`` once it accepts connections. A bad input (a
+non-loopback ``--host``, a ``--model`` that cannot load: missing, empty or without config.json, a file that is no
+GGUF, a ``pkg:`` package not installed, ...) is one line ``error: ...`` on stderr naming it, exit 2, before any
+model loads (the error contract of ``eval_hooks/cli_contract.py``, see :func:`cli`).
 
 Endpoints: ``GET /health``, ``GET /v1/models``, ``POST /v1/completions`` (``prompt`` as str, list
 of str, token ids or list of token ids; ``n``, ``max_tokens``, ``temperature``, ``top_p``, ``stop``,
@@ -42,11 +45,14 @@ import argparse
 import contextlib
 import json
 import socket
+import sys
 import threading
 import time
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+
+from selectrust.core.errors import DataError
 
 LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 MAX_CHARS_PER_TOKEN = 16  # a bound on characters before tokenising (real tokens average ~4)
@@ -497,7 +503,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-body-bytes", type=int, default=8 << 20, help="larger request bodies get HTTP 413")
     ap.add_argument("--max-prompt-tokens", type=int, default=8192, help="longer prompts get HTTP 400/413")
     args, unknown = ap.parse_known_args(argv)
-    check_host(args.host)  # before the model loads
+    try:
+        check_host(args.host)  # before the model loads
+    except ValueError as e:
+        raise DataError(f"--host: {e}") from None
     if unknown:  # vLLM flags the launcher may pass (--enable-lora, ...) are meaningless here
         print(f"reference_server: ignoring vLLM arguments {unknown}", flush=True)
 
@@ -519,5 +528,22 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+INPUT_EXIT = 2  # the error contract's exit status for a bad input (eval_hooks/cli_contract.py)
+
+
+def cli(argv: list[str] | None = None) -> int:
+    """:func:`main` under the error contract's rule for a bad input (``eval_hooks/cli_contract.py``, which this
+    foundation module cannot import): a :class:`~selectrust.core.errors.DataError` (a bad ``--host``, any
+    :class:`~selectrust.model.errors.ModelSourceError` of the model checks and loaders) is one line ``error: ...``
+    on stderr, exit :data:`INPUT_EXIT`; anything else (a bug) keeps its traceback."""
+    try:
+        return main(argv)
+    except DataError as e:
+        cause = e.__cause__ if e.__cause__ is not None and str(e.__cause__) not in str(e) else None
+        text = f"{e} ({cause})" if cause is not None else str(e)
+        print("error: " + "; ".join(p.strip() for p in text.splitlines() if p.strip()), file=sys.stderr, flush=True)
+        return INPUT_EXIT
+
+
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(cli())
