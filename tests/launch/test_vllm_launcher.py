@@ -6,14 +6,18 @@ import json
 import os
 import signal
 import socket
+import subprocess
+import sys
+import time
 
 import pytest
 
 from selectrust.generation.backends.base import GenerationRequest
 from selectrust.generation.backends.vllm_server import ServerUnreachableError
 from selectrust.core.io import root_error_line
-from launch.vllm_launcher import (ServerDiedError, ServerStartError, VLLMServer, cpu_server_env, max_lora_rank_for,
-                                  model_linear_modules, server_lora_targets, tail_file)
+from eval_hooks.cli_contract import INPUT_EXIT, classify
+from launch.vllm_launcher import (ServerDiedError, ServerInputError, ServerStartError, VLLMServer, cpu_server_env,
+                                  max_lora_rank_for, model_linear_modules, server_lora_targets, tail_file)
 
 
 def _port_open(port: int) -> bool:
@@ -157,13 +161,63 @@ def test_a_running_server_is_attached_from_its_settings_used_and_left_running(tm
         VLLMServer.attach(owner.settings_path, startup_timeout_s=1).start()
 
 
+def _fake_server(tmp_path, *lines: str, code: int) -> str:
+    """A "python" that prints ``lines`` and exits with ``code`` whatever it is asked to run."""
+    exe = tmp_path / "fake_python"
+    exe.write_text("#!/bin/sh\n" + "".join(f"echo '{line}'\n" for line in lines) + f"exit {code}\n")
+    exe.chmod(0o755)
+    return str(exe)
+
+
 def test_launcher_start_failure_shows_last_log_lines(tmp_path):
     log = tmp_path / "server.log"
+    python = _fake_server(tmp_path, "Traceback (most recent call last):", "RuntimeError: the engine broke", code=1)
     with pytest.raises(ServerStartError, match=r"(?s)exited with code 1 before it became healthy at http\S+: "
-                                               r"[\w.]+Error: .*no-such-model.*Traceback") as e:
-        VLLMServer(str(tmp_path / "no-such-model"), kind="reference", log_path=log, startup_timeout_s=120).start()
-    assert json.loads(log.with_suffix(".json").read_text())["base_model"] == str(tmp_path / "no-such-model")
-    assert "exited with code 1" in str(e.value)
+                                               r"RuntimeError: the engine broke\. Last log lines.*Traceback") as e:
+        VLLMServer("tiny", kind="reference", venv_python=python, log_path=log, startup_timeout_s=120).start()
+    assert not isinstance(e.value, ServerInputError)  # a failure, not a bad input: exit 1 on the command line
+    assert json.loads(log.with_suffix(".json").read_text())["base_model"] == "tiny"
+
+
+@pytest.mark.parametrize("bad", ["missing", "empty"])
+def test_a_reference_server_refusing_its_model_is_its_one_line_not_a_timeout(tmp_path, bad):
+    model = tmp_path / bad
+    if bad == "empty":
+        model.mkdir()
+    log = tmp_path / "server.log"
+    t0 = time.monotonic()
+    with pytest.raises(ServerInputError) as e:  # the real server, a bad --model: it exits 2 with its one line
+        VLLMServer(str(model), kind="reference", log_path=log, startup_timeout_s=120).start()
+    assert time.monotonic() - t0 < 60  # seen as it exited, long before the startup timeout
+    msg = str(e.value)
+    assert len(msg.splitlines()) == 1 and str(model) in msg
+    assert msg.startswith("reference server did not start: --model")
+    assert "Traceback" not in msg and "Traceback" not in log.read_text()
+    assert classify(e.value) == (INPUT_EXIT, f"error: {msg}")  # a DataError: one line, exit 2 under the contract
+
+
+def _launcher(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "launch.vllm_launcher", *args], capture_output=True, text=True,
+                          timeout=120, stdin=subprocess.DEVNULL)
+
+
+@pytest.mark.parametrize("kind", ["reference", "vllm"])
+def test_launcher_command_line_refuses_a_bad_model_in_one_line_before_any_server(tmp_path, kind):
+    log = tmp_path / "server.log"
+    done = _launcher("--kind", kind, "--model", str(tmp_path / "no-such-model"), "--log-path", str(log))
+    assert done.returncode == INPUT_EXIT and "Traceback" not in done.stderr + done.stdout
+    assert done.stderr.splitlines() == [f"error: --model: model directory {str(tmp_path / 'no-such-model')!r} does "
+                                        f"not exist"]
+    assert not log.exists()  # no server was started
+
+
+def test_launcher_command_line_relays_the_servers_refusal_exit_2(tmp_path):
+    python = _fake_server(tmp_path, "error: --model: the server says no", code=2)
+    done = _launcher("--kind", "reference", "--model", "tiny", "--venv-python", python,
+                     "--log-path", str(tmp_path / "server.log"))
+    assert done.returncode == INPUT_EXIT and "Traceback" not in done.stderr
+    assert done.stderr.splitlines() == [f"error: reference server did not start: --model: the server says no "
+                                        f"(log {tmp_path / 'server.log'})"]
 
 
 def test_tail_file(tmp_path):
