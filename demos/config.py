@@ -105,6 +105,9 @@ class RealDemoStages:
     dpo: list[str] = _f([], "Overrides for every recipes/dpo.py arm (SCOPE, misleading-only, knowledge-aware).")
     knowledge_aware: list[str] = _f([], "Extra overrides of the knowledge-aware arm (after dpo and "
                                         "algo=scope_knowledge_aware), e.g. algo.lambda_u.")
+    knowledge_aware_full: list[str] = _f([], "Extra overrides of the knowledge-aware arm on the full facts set "
+                                             "(real.facts_size=full, demo=real_full's default), after "
+                                             "knowledge_aware: the settings chosen on that set's dev runs.")
     grpo: list[str] = _f([], "Overrides for every GRPO arm's recipes/grpo.py stage (after "
                              "recipe=scope_grpo_smollm2_135m; scope_grpo and scope_grpo_sft continue the SCOPE arm's "
                              "adapter, ka_grpo the knowledge-aware one).")

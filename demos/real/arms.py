@@ -24,6 +24,7 @@ from selectrust.core.plugins import Registry
 from trainer.config import ConfigError
 from trainer.core.stages import Stage
 
+from .items import facts_size
 from .prompts import GRPO_PROMPTS, GRPO_ROWS, INPUTS, TRAIN, grpo_prompts
 
 TRAIN_RECIPE = "recipe=scope_smollm2_135m"
@@ -93,14 +94,16 @@ def sc2w_share(mine: dict, base: dict) -> tuple[float | None, str]:
     return (sc2w / b_sc2w if sc2w is not None and b_sc2w else None), "unpaired SC2W"
 
 
-def dpo(algo: str, own: str | None = None) -> Callable[[DemoArm, object], list[Stage]]:
+def dpo(algo: str, own: str | None = None, own_full: str | None = None) -> Callable[[DemoArm, object], list[Stage]]:
     """A DPO arm's stage: a fresh LoRA adapter on the base (``<out>/stages/<arm>/final``) trained with
     ``algo=<algo>`` on ``mine``'s pairs, after ``real.stages.dpo``; ``own``: the ``real.stages`` key of this arm's
-    own overrides (last)."""
+    own overrides (last); ``own_full``: the key of its overrides on the full facts set (after ``own``, only when
+    the run builds that set: settings chosen at that data size, issue 54)."""
     def train(arm: DemoArm, cfg) -> list[Stage]:
         st = cfg.real.stages
+        mine = [*(st[own] if own else []), *(st[own_full] if own_full and facts_size(cfg) == "full" else [])]
         over = merge_overrides(recipe=[TRAIN_RECIPE], stage=st.dpo, common=TRAIN_COMMON, arm=[f"algo={algo}"],
-                               arm_stage=st[own] if own else [])
+                               arm_stage=mine)
         return [Stage(arm.name, "dpo", over, inputs={"model.path": "convert", "data.train_path": "mine/pairs.jsonl"})]
 
     return train
@@ -181,7 +184,8 @@ MISLEADING_ONLY = DemoArm(
          "into ignoring context; its correct-context column is where that shows.")
 # Not a comparison arm: the arm chosen on the dev items (issue 44), so the quick demo runs it too.
 KNOWLEDGE_AWARE = DemoArm(
-    "knowledge_aware", "knowledge-aware", "#8172B3", train=dpo("scope_knowledge_aware", own="knowledge_aware"),
+    "knowledge_aware", "knowledge-aware", "#8172B3", train=dpo("scope_knowledge_aware", own="knowledge_aware",
+                                                                 own_full="knowledge_aware_full"),
     switch="knowledge_aware", targets=_knowledge_aware_targets,
     pools="the four balanced pools and the unknown_correct pool",
     note="{label} adds pairs on facts the model does not know that prefer the answer the correct context gives.")

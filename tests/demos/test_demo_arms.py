@@ -164,6 +164,22 @@ def test_the_users_grpo_overrides_win_over_the_demos_own(tmp_path):
     assert cfg.trainer.max_steps == 7 and cfg.data.train_family is None  # the arm's rows format comes last
 
 
+def test_the_knowledge_aware_arms_full_set_overrides_apply_only_to_the_full_facts_set(tmp_path):
+    """``real.stages.knowledge_aware_full`` (the settings chosen on the full set's dev runs) comes after
+    ``real.stages.knowledge_aware`` on the full facts set, and not at all on the small one."""
+    from demos.real.pipeline import stages
+
+    def ka_overrides(extra: list[str]) -> list[str]:
+        stage = next(s for s in stages(_compose([f"out={tmp_path}", *extra])) if s.name == "knowledge_aware")
+        return list(stage.overrides)
+
+    ours = ["real.stages.knowledge_aware=['algo.lambda_u=0.2']", "real.stages.knowledge_aware_full=['algo.lambda_u=0.07']"]
+    small, full = ka_overrides([*ours, "real.facts_size=small"]), ka_overrides([*ours, "real.facts_size=full"])
+    assert small[-1] == "algo.lambda_u=0.2" and "algo.lambda_u=0.07" not in small
+    assert full[-2:] == ["algo.lambda_u=0.2", "algo.lambda_u=0.07"]  # the full set's come last and win
+    assert ka_overrides(["demo=real_full", *ours])[-1] == "algo.lambda_u=0.07"  # real_full builds the full set
+
+
 def test_a_step_gets_its_declared_inputs_from_the_runner(tmp_path):
     from trainer.core.stages import Stage, StageRunner
 
