@@ -63,3 +63,15 @@ def unanswered_by_the_judge(completion: str, row: dict) -> float:
 
 def always_raises(completion: str, row: dict) -> float:
     raise ZeroDivisionError("boom")
+
+
+def assert_same_microbatches(xs: list[dict], ys: list[dict],
+                             keys: tuple[str, ...] = ("input_ids", "completion_mask", "advantages", "old_logps")) -> None:
+    """Two runs of a rollout source gave the same micro-batches (a resumed one against the uninterrupted one)."""
+    import torch
+
+    assert len(xs) == len(ys)
+    for x, y in zip(xs, ys):
+        for k in keys:
+            assert torch.equal(x[k], y[k]), k
+

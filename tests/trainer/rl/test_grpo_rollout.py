@@ -11,7 +11,7 @@ import torch
 
 from selectrust.core.io import DataError
 from selectrust.generation.prompts import PromptSettings
-from tests.box2_fakes import ScriptedBackend
+from tests.box2_fakes import ScriptedBackend, assert_same_microbatches
 from trainer.config import GRPOAlgoConfig
 from trainer.data.train_data import ShuffleSampler
 from trainer.rl.rewards import GuardedReward, resolve_reward
@@ -170,9 +170,7 @@ def test_resume_mid_batch_reproduces_microbatches(tiny_tokenizer):
     b, backend_b = _source(tiny_tokenizer, num_iterations=2, old=old)
     b.load_state_dict(state)
     rest_b = [b.next_microbatch() for _ in range(3)]
-    for x, y in zip(rest_a, rest_b):
-        for k in ("input_ids", "completion_mask", "advantages", "old_logps"):
-            assert torch.equal(x[k], y[k]), k
+    assert_same_microbatches(rest_a, rest_b)
     # the replayed micro-batch equals the first pass's (same batch, stored old log-probs)
     assert torch.equal(rest_a[0]["input_ids"], first[1]["input_ids"])
     torch.testing.assert_close(first[0]["old_logps"], old(first[0]["input_ids"], None, first[0]["completion_mask"]))

@@ -11,7 +11,7 @@ import torch
 from selectrust.core.io import DataError
 from selectrust.generation.backends.base import derive_seed
 from selectrust.generation.prompts import PromptSettings, render_prompt
-from tests.box2_fakes import ScriptedBackend
+from tests.box2_fakes import ScriptedBackend, assert_same_microbatches
 from trainer.algos.paired_context import paired_context_advantages
 from trainer.config import GRPOAlgoConfig
 from trainer.data.train_data import ShuffleSampler
@@ -161,10 +161,8 @@ def test_resume_mid_batch_and_at_the_boundary(tiny_tokenizer):
     b, backend_b = _source(tiny_tokenizer, num_iterations=2, old=old)
     b.load_state_dict(state)
     rest_b = [b.next_microbatch() for _ in range(3)]
-    for x, y in zip(rest_a, rest_b):
-        for k in ("input_ids", "completion_mask", "advantages", "old_logps"):
-            assert torch.equal(x[k], y[k]), k
-        assert x["item_ids"] == y["item_ids"]
+    assert_same_microbatches(rest_a, rest_b)
+    assert [x["item_ids"] for x in rest_a] == [y["item_ids"] for y in rest_b]
     assert backend_b.requests[0].seed == prompt_seed(0, 1, 0, 0)  # only the next rollout batch was generated
     c, _ = _source(tiny_tokenizer)
     c.next_microbatch(); c.next_microbatch()
