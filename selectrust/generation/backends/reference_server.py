@@ -52,7 +52,7 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-from selectrust.core.errors import DataError
+from selectrust.core.errors import INPUT_EXIT, DataError, describe_error
 
 LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 MAX_CHARS_PER_TOKEN = 16  # a bound on characters before tokenising (real tokens average ~4)
@@ -528,9 +528,6 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-INPUT_EXIT = 2  # the error contract's exit status for a bad input (eval_hooks/cli_contract.py)
-
-
 def cli(argv: list[str] | None = None) -> int:
     """:func:`main` under the error contract's rule for a bad input (``eval_hooks/cli_contract.py``, which this
     foundation module cannot import): a :class:`~selectrust.core.errors.DataError` (a bad ``--host``, any
@@ -539,9 +536,7 @@ def cli(argv: list[str] | None = None) -> int:
     try:
         return main(argv)
     except DataError as e:
-        cause = e.__cause__ if e.__cause__ is not None and str(e.__cause__) not in str(e) else None
-        text = f"{e} ({cause})" if cause is not None else str(e)
-        print("error: " + "; ".join(p.strip() for p in text.splitlines() if p.strip()), file=sys.stderr, flush=True)
+        print(f"error: {describe_error(e)}", file=sys.stderr, flush=True)
         return INPUT_EXIT
 
 
