@@ -44,8 +44,9 @@ import numpy as np
 
 from selectrust.core.errors import DataError
 from selectrust.core.io import read_records
-from eval_hooks.metrics.common import CI_LEVEL, percentile_ci, seed_spread, seed_stratified_sums
-from eval_hooks.scoring.report_kit import md_table, pct, pp
+from eval_hooks.metrics.common import (CI_LEVEL, finite_or_none, nan_ratio, percentile_ci, seed_spread,
+                                       seed_stratified_sums)
+from eval_hooks.scoring.report_kit import md_table, pct, pp, with_ci
 from selectrust.conditions import BENIGN_CONDITIONS, CLEAN, CORRECT, MIST_CONDITIONS as CONDS, UNKNOWN_CORRECT
 
 from . import pooled_nq_swap
@@ -209,24 +210,16 @@ def stats(counts: np.ndarray) -> dict[str, np.ndarray]:
     a denominator is 0)."""
     c = {f: counts[..., i].astype(float) for f, i in _F.items()}
 
-    def ratio(num, den):
-        with np.errstate(invalid="ignore", divide="ignore"):
-            return np.where(den > 0, num / np.where(den > 0, den, 1.0), np.nan)
-
-    out = {cond: ratio(c[cond], c["n"]) for cond in CONDS}
-    out["sc2w"] = ratio(c["switched"], c["clean_correct"])
-    out["unknown_correct_accuracy"] = ratio(c[UNKNOWN_CORRECT], c["unknown"])
-    out["paired_sc2w"] = ratio(c["lost"] + c["still_switched"], c["paired_n"])
-    out["base_paired_sc2w"] = ratio(c["gained"] + c["still_switched"], c["paired_n"])
-    out["paired_ratio"] = ratio(out["paired_sc2w"], out["base_paired_sc2w"])
+    out = {cond: nan_ratio(c[cond], c["n"]) for cond in CONDS}
+    out["sc2w"] = nan_ratio(c["switched"], c["clean_correct"])
+    out["unknown_correct_accuracy"] = nan_ratio(c[UNKNOWN_CORRECT], c["unknown"])
+    out["paired_sc2w"] = nan_ratio(c["lost"] + c["still_switched"], c["paired_n"])
+    out["base_paired_sc2w"] = nan_ratio(c["gained"] + c["still_switched"], c["paired_n"])
+    out["paired_ratio"] = nan_ratio(out["paired_sc2w"], out["base_paired_sc2w"])
     return out
 
 
 DIFFS = (*CONDS, "unknown_correct_accuracy", "sc2w")  # arm - base, in rates
-
-
-def _value(x: np.ndarray) -> float | None:
-    return None if np.isnan(x) else float(x)
 
 
 def pool(per_seed: dict[int, dict[str, np.ndarray]], *, n_boot: int = 2000, boot_seed: int = 0,
@@ -239,15 +232,15 @@ def pool(per_seed: dict[int, dict[str, np.ndarray]], *, n_boot: int = 2000, boot
     out = {}
     for a in arms:
         pt, bt = stats(point[a]), stats(boot[a])
-        entry = {k: {"value": _value(pt[k]), "ci": percentile_ci(bt[k], level)}
+        entry = {k: {"value": finite_or_none(pt[k]), "ci": percentile_ci(bt[k], level)}
                  for k in (*CONDS, "sc2w", "unknown_correct_accuracy")}
         entry["n_items"] = int(point[a][_F["n"]])
         entry["n_unknown"] = int(point[a][_F["unknown"]])
-        entry["minus_base"] = {k: {"value": _value(pt[k] - base_pt[k]), "ci": percentile_ci(bt[k] - base_bt[k], level)}
-                               for k in DIFFS}
+        entry["minus_base"] = {k: {"value": finite_or_none(pt[k] - base_pt[k]),
+                                   "ci": percentile_ci(bt[k] - base_bt[k], level)} for k in DIFFS}
         counts = ("paired_n", "kept", "lost", "gained", "still_switched")
         entry["paired"] = {**{k: int(point[a][_F[k]]) for k in counts},
-                           **{k: {"value": _value(pt[k]), "ci": percentile_ci(bt[k], level)}
+                           **{k: {"value": finite_or_none(pt[k]), "ci": percentile_ci(bt[k], level)}
                               for k in ("paired_sc2w", "base_paired_sc2w", "paired_ratio")}}
         entry["per_seed"] = per_seed_values(per_seed, a, level)
         out[a] = entry
@@ -328,11 +321,6 @@ def check_pooled_targets(pooled: dict[str, dict], arm: str, runs: list[dict], t:
 
 
 # -- the table -------------------------------------------------------------------------------------
-def _with_ci(x: dict, fmt=pct) -> str:
-    ci = x.get("ci")
-    return f"{fmt(x['value'])} [{fmt(ci[0])}, {fmt(ci[1])}]" if ci else fmt(x["value"])
-
-
 def _times(x: float | None) -> str:
     return "–" if x is None else f"{x:.2f}×"
 
@@ -344,7 +332,7 @@ def _spread_rows(by_arm: dict, arms: list[str]) -> list[list]:
             fmt = _times if k == "paired_ratio" else pp
             pooled = by_arm[a]["paired"]["paired_ratio"] if k == "paired_ratio" else by_arm[a]["minus_base"][k]
             seed = {"value": s.get("mean"), "ci": s.get("seed_ci")}
-            rows.append([arm_label(a), k, _with_ci(pooled, fmt), _with_ci(seed, fmt) if s.get("mean") is not None
+            rows.append([arm_label(a), k, with_ci(pooled, fmt), with_ci(seed, fmt) if s.get("mean") is not None
                          else "–", fmt(s["min"]), fmt(s["max"]), s["worst_seed"]])
     return rows
 
@@ -359,19 +347,19 @@ def pooled_table(result: dict) -> str:
     parts += [provenance_line(prov), ""] + ([result["provenance_note"], ""] if result.get("provenance_note") else [])
     for key, by_arm in result["sets"].items():
         what = SETS[key][0].upper() + SETS[key][1:]
-        rows = [[arm_label(a), e["n_items"], *(_with_ci(e[c]) for c in CONDS), _with_ci(e["sc2w"]),
-                 f"{_with_ci(e['unknown_correct_accuracy'])} (n={e['n_unknown']})"] for a, e in by_arm.items()]
+        rows = [[arm_label(a), e["n_items"], *(with_ci(e[c]) for c in CONDS), with_ci(e["sc2w"]),
+                 f"{with_ci(e['unknown_correct_accuracy'])} (n={e['n_unknown']})"] for a, e in by_arm.items()]
         parts += [f"**{what}, pooled**", "", md_table(["arm", "items", *CONDS, "SC2W", "unknown correct"], rows), ""]
         trained_arms = [a for a in by_arm if trained(a)]
-        rows = [[arm_label(a), *(_with_ci(by_arm[a]["minus_base"][k], pp) for k in DIFFS)] for a in trained_arms]
+        rows = [[arm_label(a), *(with_ci(by_arm[a]["minus_base"][k], pp) for k in DIFFS)] for a in trained_arms]
         parts += [f"**{what}: arm - base (pooled, paired by item)**", "",
                   md_table(["arm", *CONDS, "unknown correct", "SC2W"], rows), ""]
         rows = []
         for a in trained_arms:
             p = by_arm[a]["paired"]
             rows.append([arm_label(a), p["paired_n"], p["kept"], p["lost"], p["gained"], p["still_switched"],
-                         _with_ci(p["paired_sc2w"]), pct(p["base_paired_sc2w"]["value"]),
-                         _with_ci(p["paired_ratio"], _times)])
+                         with_ci(p["paired_sc2w"]), pct(p["base_paired_sc2w"]["value"]),
+                         with_ci(p["paired_ratio"], _times)])
         parts += [f"**{what}: paired SC2W on the base's clean-correct items** (kept: both resist; lost: the base "
                   "resists, the arm switches; gained: the base switches, the arm resists)", "",
                   md_table(["arm", "base clean-correct", "kept", "lost", "gained", "still switched", "paired SC2W",

@@ -30,8 +30,9 @@ from typing import Any
 
 import numpy as np
 
-from eval_hooks.metrics.common import CI_LEVEL, percentile_ci, seed_spread, seed_stratified_sums
-from eval_hooks.scoring.report_kit import md_table, pct, pp
+from eval_hooks.metrics.common import (CI_LEVEL, finite_or_none, nan_ratio, percentile_ci, seed_spread,
+                                       seed_stratified_sums)
+from eval_hooks.scoring.report_kit import md_table, pct, pp, with_ci
 from selectrust.conditions import CLEAN, CORRECT, MISLEADING
 from selectrust.core.errors import DataError
 
@@ -105,18 +106,10 @@ def rates(counts: np.ndarray) -> dict[str, np.ndarray]:
     denominator is 0)."""
     c = {f: counts[..., i].astype(float) for f, i in _F.items()}
 
-    def ratio(num, den):
-        with np.errstate(invalid="ignore", divide="ignore"):
-            return np.where(den > 0, num / np.where(den > 0, den, 1.0), np.nan)
-
-    return {"em_org_context": ratio(c["em"], c["n"]), "p_sub": ratio(c["sub"], c["n"]),
-            "p_org": ratio(c["org"], c["n"]), "memorization_ratio": ratio(c["org"], c["org"] + c["sub"]),
-            "known_p_sub": ratio(c["known_sub"], c["known"]), "known_p_org": ratio(c["known_org"], c["known"]),
-            "known_memorization_ratio": ratio(c["known_org"], c["known_org"] + c["known_sub"])}
-
-
-def _value(x) -> float | None:
-    return None if np.isnan(x) else float(x)
+    return {"em_org_context": nan_ratio(c["em"], c["n"]), "p_sub": nan_ratio(c["sub"], c["n"]),
+            "p_org": nan_ratio(c["org"], c["n"]), "memorization_ratio": nan_ratio(c["org"], c["org"] + c["sub"]),
+            "known_p_sub": nan_ratio(c["known_sub"], c["known"]), "known_p_org": nan_ratio(c["known_org"], c["known"]),
+            "known_memorization_ratio": nan_ratio(c["known_org"], c["known_org"] + c["known_sub"])}
 
 
 def pool(per_seed: dict[int, dict[str, np.ndarray]], *, n_boot: int = 2000, boot_seed: int = 0,
@@ -133,10 +126,10 @@ def pool(per_seed: dict[int, dict[str, np.ndarray]], *, n_boot: int = 2000, boot
     out = {}
     for a in arms:
         pt, bt = rates(point[a]), rates(boot[a])
-        entry: dict[str, Any] = {k: {"value": _value(pt[k]), "ci": percentile_ci(bt[k], level)} for k in RATES}
+        entry: dict[str, Any] = {k: {"value": finite_or_none(pt[k]), "ci": percentile_ci(bt[k], level)} for k in RATES}
         entry["n_items"], entry["n_known"] = int(point[a][_F["n"]]), int(point[a][_F["known"]])
-        entry["minus_base"] = {k: {"value": _value(pt[k] - base_pt[k]), "ci": percentile_ci(bt[k] - base_bt[k], level)}
-                               for k in DIFFS}
+        entry["minus_base"] = {k: {"value": finite_or_none(pt[k] - base_pt[k]),
+                                   "ci": percentile_ci(bt[k] - base_bt[k], level)} for k in DIFFS}
         spread = {k: seed_spread({s: float(r[a][k] - r[BASE.name][k]) for s, r in by_seed.items()}, level, worst)
                   for k, worst in DIFFS.items()}
         entry["per_seed"] = {k: v for k, v in spread.items() if v is not None}
@@ -171,11 +164,6 @@ def pooled_target(nq: dict | None, arm: str, name: str, limit: float) -> dict[st
 
 
 # -- the table -------------------------------------------------------------------------------------
-def _with_ci(x: dict, fmt=pct) -> str:
-    ci = x.get("ci")
-    return f"{fmt(x['value'])} [{fmt(ci[0])}, {fmt(ci[1])}]" if ci else fmt(x["value"])
-
-
 def seeds_line(nq: dict) -> str:
     """Which seeds the pooled NQ-Swap numbers are over, and on which NQ-Swap did not run."""
     line = f"seeds {', '.join(map(str, nq['seeds']))}"
@@ -213,15 +201,15 @@ def pooled_lines(nq: dict | None, level: float) -> list[str]:
     if not arms:
         return ["**NQ-Swap (an outside benchmark)**: not run (no run evaluated it: `real.nq_swap_questions=0`, the "
                 "quick demo's default, or `real.split=dev`).", ""]
-    rows = [[arm_label(a), e["n_items"], e["n_known"], *(_with_ci(e[k]) for k in RATES)] for a, e in arms.items()]
+    rows = [[arm_label(a), e["n_items"], e["n_known"], *(with_ci(e[k]) for k in RATES)] for a, e in arms.items()]
     parts = [f"**NQ-Swap (an outside benchmark), pooled** ({seeds_line(nq)})", "",
              md_table(["arm", "items", "known", *(NAMES[k] for k in RATES)], rows), ""]
     rows = []
     for a in (a for a in arms if trained(a)):
         for k in DIFFS:
             s = arms[a]["per_seed"].get(k)
-            seed = _with_ci({"value": s["mean"], "ci": s["seed_ci"]}, pp) if s else "–"
-            rows.append([arm_label(a), k, _with_ci(arms[a]["minus_base"][k], pp), seed,
+            seed = with_ci({"value": s["mean"], "ci": s["seed_ci"]}, pp) if s else "–"
+            rows.append([arm_label(a), k, with_ci(arms[a]["minus_base"][k], pp), seed,
                          pp(s["min"]) if s else "–", pp(s["max"]) if s else "–", s["worst_seed"] if s else "–"])
     parts += [f"**NQ-Swap: arm - base** (pooled, paired by item; per seed, their mean over the {len(nq['seeds'])} runs "
               f"that evaluated it with a {level:.0%} Student-t interval)", "",

@@ -149,6 +149,17 @@ def t_interval(values: Sequence[float], level: float = CI_LEVEL) -> list[float] 
     return [float(v.mean() - half), float(v.mean() + half)]
 
 
+def nan_ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:
+    """``num / den`` elementwise, NaN where ``den`` is 0 (no warning)."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(den > 0, num / np.where(den > 0, den, 1.0), np.nan)
+
+
+def finite_or_none(x) -> float | None:
+    """``x`` as a float, None where it is NaN (a statistic with no items)."""
+    return None if np.isnan(x) else float(x)
+
+
 def seed_spread(by_seed: dict, level: float = CI_LEVEL, worst: Callable = min) -> dict[str, Any] | None:
     """The spread of one statistic over training seeds (``by_seed``: ``{seed: value}``; None and NaN dropped):
     ``{"by_seed", "min", "max", "worst_seed", "mean", "seed_ci"}``, ``worst_seed`` the seed ``worst`` (``min`` or

@@ -24,6 +24,12 @@ def ci_text(ci: Sequence[float] | None) -> str:
     return "–" if not ci else f"[{100 * ci[0]:.1f}, {100 * ci[1]:.1f}]"
 
 
+def with_ci(x: dict, fmt=pct) -> str:
+    """``{"value", "ci"}`` as ``value [low, high]`` in ``fmt`` (the value alone without an interval)."""
+    ci = x.get("ci")
+    return f"{fmt(x['value'])} [{fmt(ci[0])}, {fmt(ci[1])}]" if ci else fmt(x["value"])
+
+
 def md_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     lines = ["| " + " | ".join(map(str, header)) + " |", "|" + "|".join("---" for _ in header) + "|"]
     lines += ["| " + " | ".join(map(str, r)) + " |" for r in rows]
