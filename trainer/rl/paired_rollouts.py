@@ -45,7 +45,6 @@ from __future__ import annotations
 from typing import Sequence
 
 from selectrust.core.io import DataError
-from selectrust.generation.prompts import render_prompt
 from trainer.algos.choices import PAIRED_ROWS
 
 from .rollout import Group, Rollout
@@ -123,8 +122,8 @@ class PairedContextMode(SingleTurnMode):
             with_ctx = self.scored(r, res_with, r["prompt"])
             without = self.scored(r, res_without, no_context_prompt(r["prompt"], r["context"]),
                                   item_id=r["item_id"] + NO_CONTEXT)
-            p_ids = (list(res_with.prompt_token_ids)
-                     or render_prompt(self.tokenizer, r["prompt"], self.s.prompt_settings))
+            first = with_ctx[0]
+            p_ids = first.input_ids[:len(first.input_ids) - first.completion_len]  # p' as scored() tokenised it
             groups.append(Group(r["item_id"], with_ctx + [_under(x, p_ids, r["item_id"]) for x in without] + without))
         return groups
 
