@@ -10,7 +10,7 @@ folder each (``docs/evidence/<name>/``), and the one command that regenerates th
   changes), SC2W as the paired ratio; the held-out relation's table when it ran, "not run" when it did not;
   NQ-Swap's (each arm's change in exact match on the original and the substituted passage, p_org and the
   memorization ratio, over the runs that evaluated it: :mod:`demos.real.pooled_nq_swap`), "not run" when no run
-  did; the targets. No model, no item scores: every number is read from ``pooled.json``.
+  did; each set's per-seed spread (:func:`seed_lines`); the targets. No model, no item scores: every number is read from ``pooled.json``.
 """
 
 from __future__ import annotations
@@ -97,6 +97,24 @@ def _row(name: str, entry: dict, bold: bool) -> list[str]:
     return [label, *cells]
 
 
+#: The per-seed table's rows: (name, the ``per_seed`` key, its format); the targets' per-seed checks read these.
+SEED_METRICS = (("correct-context", CORRECT, _pp), ("unknown-correct", "unknown_correct_accuracy", _pp),
+                ("paired SC2W / base", "paired_ratio", _times))
+
+
+def seed_lines(by_arm: dict, seeds: list, title: str) -> list[str]:
+    """The per-seed spread of one set: each trained arm's change from its own seed's base on each seed (the
+    ``per_seed.<metric>.by_seed`` values ``pooled.json`` keeps), correct-context, unknown-correct and the paired SC2W
+    ratio, one column a seed; "–" where a seed has no value."""
+    rows = []
+    for a, e in ((a, e) for a, e in by_arm.items() if trained(a)):
+        for name, key, fmt in SEED_METRICS:
+            by_seed = (e["per_seed"].get(key) or {}).get("by_seed") or {}
+            rows.append([arm_label(a), name, *(fmt(by_seed.get(str(s))) for s in seeds)])
+    return [f"{title}, per seed (change from that seed's base)", "",
+            md_table(["arm", "metric", *(f"seed {s}" for s in seeds)], rows), ""]
+
+
 def nq_swap_lines(pooled: dict) -> list[str]:
     """The evidence table's NQ-Swap part: each trained arm's change from the base (:data:`NQ_DIFFS`), pooled over the
     runs that evaluated NQ-Swap, with both intervals (the targets' checked arm in bold); "not run" when none did (or
@@ -141,8 +159,9 @@ def evidence_table(pooled: dict, source: str = "") -> str:
             parts += [f"**{what_set[0].upper() + what_set[1:]}**: not run.", ""]
             continue
         rows = [_row(a, e, a == arm) for a, e in by_arm.items() if trained(a)]
-        parts += [f"**{what_set[0].upper() + what_set[1:]}**", "",
-                  md_table(["arm", *(h for h, _ in COLUMNS)], rows), ""]
+        title = f"**{what_set[0].upper() + what_set[1:]}**"
+        parts += [title, "", md_table(["arm", *(h for h, _ in COLUMNS)], rows), ""]
+        parts += seed_lines(by_arm, seeds, title)
     parts += nq_swap_lines(pooled)
     parts += [f"**Targets ({arm_label(arm)})**", ""] + [f"- {k}: {verdict(ok)}" for k, ok in pooled["targets"].items()]
     return "\n".join(parts) + "\n"

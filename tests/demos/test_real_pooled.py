@@ -218,7 +218,8 @@ def test_the_pool_refuses_config_reuse_and_stages_of_another_provenance_unless_t
 def test_the_evidence_folder_and_the_one_command_that_prints_the_readme_table(tmp_path, capsys):
     """``--evidence DIR`` writes pooled.json and each run's summary.json and demo.json; ``--from-evidence DIR
     --markdown`` prints the README's table from those files alone (the runs' item scores deleted), with the item
-    bootstrap and the seed-level interval beside each number, and the held-out relation "not run" when it was not."""
+    bootstrap and the seed-level interval beside each number, each seed's own change in a per-seed table, and the
+    held-out relation "not run" when it was not."""
     import shutil
 
     from demos.real.seeds import main
@@ -244,6 +245,13 @@ def test_the_evidence_folder_and_the_one_command_that_prints_the_readme_table(tm
     assert row.split(" | ")[1] == cell, row
     assert row.endswith(" | 0.75× [" + ", ".join(f"{x:.2f}×" for x in a["paired"]["paired_ratio"]["ci"]) + "]; seeds ["
                         + ", ".join(f"{x:.2f}×" for x in a["per_seed"]["paired_ratio"]["seed_ci"]) + "] |")
+    by_seed = a["per_seed"]["correct"]["by_seed"]
+    assert by_seed["0"] != by_seed["1"]  # the per-seed table shows each seed's own change, not the pooled one
+    assert "| SCOPE+GRPO | correct-context | " + " | ".join(
+        f"{100 * by_seed[s]:+.1f}".replace("-", "−") for s in ("0", "1")) + " |" in table.splitlines()
+    ratios = a["per_seed"]["paired_ratio"]["by_seed"]
+    assert "| SCOPE+GRPO | paired SC2W / base | " + " | ".join(f"{ratios[s]:.2f}×" for s in ("0", "1")) + " |" in (
+        table.splitlines())
     assert table.startswith("Pooled over seeds 0, 1 (test items; real, small facts)")
     assert "**Held-out relation**: not run." in table
     assert "- SCOPE+GRPO paired SC2W <= 0.5 x base (pooled): **missed**" in table
