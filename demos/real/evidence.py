@@ -10,7 +10,8 @@ folder each (``docs/evidence/<name>/``), and the one command that regenerates th
   changes), SC2W as the paired ratio; the held-out relation's table when it ran, "not run" when it did not;
   NQ-Swap's (each arm's change in exact match on the original and the substituted passage, p_org and the
   memorization ratio, over the runs that evaluated it: :mod:`demos.real.pooled_nq_swap`), "not run" when no run
-  did; each set's per-seed spread (:func:`seed_lines`); the targets. No model, no item scores: every number is read from ``pooled.json``.
+  did; each set's per-seed spread (:func:`seed_lines`); the targets. No model, no item scores: every number is read
+  from ``pooled.json``.
 """
 
 from __future__ import annotations
@@ -97,7 +98,7 @@ def _row(name: str, entry: dict, bold: bool) -> list[str]:
     return [label, *cells]
 
 
-#: The per-seed table's rows: (name, the ``per_seed`` key, its format); the targets' per-seed checks read these.
+#: The per-seed table's rows: (name, the ``per_seed`` key, its format).
 SEED_METRICS = (("correct-context", CORRECT, _pp), ("unknown-correct", "unknown_correct_accuracy", _pp),
                 ("paired SC2W / base", "paired_ratio", _times))
 
