@@ -203,6 +203,29 @@ def _end_of_epoch(ctx, state: LoopState, on_epoch_end, epoch: int, step: int, la
             state.last_eval_step = step
 
 
+def _try_step(ctx, state: LoopState, *, model, optimizer, scheduler, source, step_fn, snapshot: dict, step: int,
+              consecutive: int, deepspeed: bool):
+    """One optimizer step's forward/backward passes, gradient norm and update. A NaN/Inf loss or gradient on any
+    rank skips it (:func:`_skip_step`, ``consecutive`` counting this one) and returns None; otherwise returns
+    ``(loss_value, micro_metrics, per_micro_ids, grad_norm, lr)``, ``lr`` the rate the update used."""
+    acc, ocfg = ctx.accelerator, ctx.cfg.optim
+    loss_value, micro_metrics, per_micro_ids = _forward_backward(
+        acc, model, source, step_fn, grad_accum=ocfg.grad_accum, deepspeed=deepspeed)
+    item_ids = [i for ids in per_micro_ids for i in ids]
+    grad_norm = _grad_norm(acc, model, max_grad_norm=ocfg.max_grad_norm, deepspeed=deepspeed)
+    bad = any_rank(acc, not (math.isfinite(_to_float(loss_value))
+                             and (grad_norm is None or math.isfinite(grad_norm))))
+    if bad:
+        _skip_step(ctx, state, optimizer=optimizer, source=source, snapshot=snapshot, step=step,
+                   loss_value=loss_value, grad_norm=grad_norm, consecutive=consecutive, item_ids=item_ids)
+        return None
+    lr = scheduler.get_last_lr()[0]
+    optimizer.step()
+    scheduler.step()
+    optimizer.zero_grad(set_to_none=True)
+    return loss_value, micro_metrics, per_micro_ids, grad_norm, lr
+
+
 def train_loop(ctx, *, model, optimizer, scheduler, source: BatchSource,
                step_fn: Callable[[Any, dict], tuple[torch.Tensor, dict]],
                on_epoch_end: Callable[[int, int], dict | None] | None = None,
@@ -215,8 +238,7 @@ def train_loop(ctx, *, model, optimizer, scheduler, source: BatchSource,
     """
     from tqdm.auto import tqdm
 
-    cfg, acc = ctx.cfg, ctx.accelerator
-    tcfg, ocfg = cfg.trainer, cfg.optim
+    acc, tcfg = ctx.accelerator, ctx.cfg.trainer
     nodes = getattr(ctx, "nodes", None)
     ckpt = CheckpointManager(ctx.run_dir, acc, keep_last=tcfg.keep_last, node_local=bool(nodes and nodes.node_local))
     state = LoopState()
@@ -244,23 +266,14 @@ def train_loop(ctx, *, model, optimizer, scheduler, source: BatchSource,
             t0 = time.time()
             snapshot = source.state_dict()
             model.train()
-            loss_value, micro_metrics, per_micro_ids = _forward_backward(
-                acc, model, source, step_fn, grad_accum=ocfg.grad_accum, deepspeed=deepspeed)
-            item_ids = [i for ids in per_micro_ids for i in ids]
-            grad_norm = _grad_norm(acc, model, max_grad_norm=ocfg.max_grad_norm, deepspeed=deepspeed)
-            bad = any_rank(acc, not (math.isfinite(_to_float(loss_value))
-                                     and (grad_norm is None or math.isfinite(grad_norm))))
-            if bad:
+            outcome = _try_step(ctx, state, model=model, optimizer=optimizer, scheduler=scheduler, source=source,
+                                step_fn=step_fn, snapshot=snapshot, step=step, consecutive=consecutive_skips + 1,
+                                deepspeed=deepspeed)
+            if outcome is None:
                 consecutive_skips += 1
-                _skip_step(ctx, state, optimizer=optimizer, source=source, snapshot=snapshot, step=step,
-                           loss_value=loss_value, grad_norm=grad_norm, consecutive=consecutive_skips,
-                           item_ids=item_ids)
                 continue
             consecutive_skips = 0
-            lr = scheduler.get_last_lr()[0]
-            optimizer.step()
-            scheduler.step()
-            optimizer.zero_grad(set_to_none=True)
+            loss_value, micro_metrics, per_micro_ids, grad_norm, lr = outcome
             step += 1
             snapshot = None
             bar.update(1)
@@ -272,16 +285,9 @@ def train_loop(ctx, *, model, optimizer, scheduler, source: BatchSource,
                 ctx.logger.log(step, last)
             bar.set_postfix(loss=f"{loss_f:.4f}", refresh=False)
 
-            _end_of_epoch(ctx, state, on_epoch_end, source.epoch, step, last)
-            done_epochs = tcfg.epochs_cap is not None and source.epoch >= tcfg.epochs_cap
-            preempted = any_rank(acc, preempt.requested)
-            if preempted or step == stop_at or done_epochs or (tcfg.save_every and step % tcfg.save_every == 0):
-                save(step)
-            if preempted:
-                if ctx.is_main:
-                    print(f"[selectrust] preemption signal: saved step {step}, exiting cleanly", flush=True)
-                break
-            if done_epochs:
+            preempted, done_epochs = _after_step(ctx, state, on_epoch_end, source, save, step=step, stop_at=stop_at,
+                                                 last=last, requested=preempt.requested)
+            if preempted or done_epochs:
                 break
         if (not preempted and on_epoch_end is not None and tcfg.eval_at_end and step >= tcfg.max_steps
                 and state.last_eval_step != step):
@@ -296,8 +302,29 @@ def train_loop(ctx, *, model, optimizer, scheduler, source: BatchSource,
         stop_signal = preempt.restore()
     if preempted and stop_signal == signal.SIGINT:
         raise SystemExit(130)  # Ctrl-C: the checkpoint is saved; exit as an interrupted program does
+    return _loop_result(tcfg, source, step=step, preempted=preempted, last=last, stop_signal=stop_signal)
+
+
+def _after_step(ctx, state: LoopState, on_epoch_end, source, save, *, step: int, stop_at: int, last: dict,
+                requested: bool) -> tuple[bool, bool]:
+    """After optimizer step ``step``: the end-of-epoch evaluation, then the checkpoint when this step is preempted
+    (``requested`` on any rank), the last, the end of ``trainer.epochs_cap`` or a ``trainer.save_every`` step.
+    Returns ``(preempted, done_epochs)``: either stops the loop."""
+    tcfg = ctx.cfg.trainer
+    _end_of_epoch(ctx, state, on_epoch_end, source.epoch, step, last)
+    done_epochs = tcfg.epochs_cap is not None and source.epoch >= tcfg.epochs_cap
+    preempted = any_rank(ctx.accelerator, requested)
+    if preempted or step == stop_at or done_epochs or (tcfg.save_every and step % tcfg.save_every == 0):
+        save(step)
+    if preempted and ctx.is_main:
+        print(f"[selectrust] preemption signal: saved step {step}, exiting cleanly", flush=True)
+    return preempted, done_epochs
+
+
+def _loop_result(tcfg, source, *, step: int, preempted: bool, last: dict, stop_signal) -> LoopResult:
+    """The loop's result; stopped early (``finish_run`` then writes no run_complete.json) unless it reached
+    ``trainer.max_steps`` or ``trainer.epochs_cap`` without being preempted."""
     finished = step >= tcfg.max_steps or (tcfg.epochs_cap is not None and source.epoch >= tcfg.epochs_cap)
-    # stopped early: finish_run then writes no run_complete.json
     late_stop = stop_signal if not preempted else None  # a stop that came after the last step's check
     return LoopResult(step=step, preempted=preempted, final_metrics=last, stopped_early=preempted or not finished,
                       late_stop=late_stop)
