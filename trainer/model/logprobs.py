@@ -215,6 +215,46 @@ def right_pad(rows: Sequence[Sequence[int]], masks: Sequence[Sequence[int]], pad
     return pad(rows, pad_id), pad([[1] * len(r) for r in rows], 0), pad(masks, 0)
 
 
+def _check_pair_args(prompts: Sequence, completions: Sequence, *, truncation: str, max_prompt_len: int,
+                     max_completion_len: int) -> None:
+    """:func:`build_pair_batch`'s argument checks: ValueError on the first that fails."""
+    if truncation not in TRUNCATION_MODES:
+        raise ValueError(f"truncation must be one of {TRUNCATION_MODES}; got {truncation!r}")
+    if len(prompts) != len(completions):
+        raise ValueError(f"{len(prompts)} prompts but {len(completions)} completions; they must pair up")
+    if len(prompts) == 0:
+        raise ValueError("build_pair_batch got no rows")
+    if max_prompt_len < 1 or max_completion_len < 1:
+        raise ValueError(f"max_prompt_len and max_completion_len must be >= 1; got {max_prompt_len}, "
+                         f"{max_completion_len}")
+
+
+def _pair_row(tokenizer, i: int, prompt, completion, settings: PromptSettings, *, eos: int | None, truncation: str,
+              max_prompt_len: int, max_completion_len: int) -> tuple[list[int], list[int], bool, bool]:
+    """Row ``i`` of :func:`build_pair_batch`: ``(prompt ids, completion ids, prompt cut, completion cut)``, the
+    completion ending in ``eos`` unless that is None (no EOS wanted on this row) or it already does."""
+    p_ids = render_prompt(tokenizer, prompt, settings)
+    if not isinstance(completion, str):
+        raise TypeError(f"row {i}: completion must be a string; got {type(completion).__name__}")
+    c_ids = list(tokenizer(completion, add_special_tokens=False)["input_ids"])
+    if eos is not None and (not c_ids or c_ids[-1] != eos):
+        c_ids.append(eos)
+    if not c_ids:
+        raise ValueError(f"row {i}: empty completion (and add_eos=False): nothing to score")
+    if not p_ids:
+        raise ValueError(f"row {i}: empty prompt: the first completion token would have no context")
+    too_long_p, too_long_c = len(p_ids) > max_prompt_len, len(c_ids) > max_completion_len
+    if truncation == "error" and (too_long_p or too_long_c):
+        raise ValueError(f"row {i}: prompt has {len(p_ids)} tokens (max_prompt_len={max_prompt_len}) and "
+                         f"completion has {len(c_ids)} (max_completion_len={max_completion_len}); "
+                         "shorten the row or use truncation='keep_end' / 'keep_start'")
+    if too_long_p:
+        p_ids = p_ids[-max_prompt_len:] if truncation == "keep_end" else p_ids[:max_prompt_len]
+    if too_long_c:
+        c_ids = c_ids[:max_completion_len]
+    return p_ids, c_ids, too_long_p, too_long_c
+
+
 def build_pair_batch(
     tokenizer,
     prompts: Sequence[str | list[dict[str, str]]],
@@ -250,15 +290,8 @@ def build_pair_batch(
     """
     import torch
 
-    if truncation not in TRUNCATION_MODES:
-        raise ValueError(f"truncation must be one of {TRUNCATION_MODES}; got {truncation!r}")
-    if len(prompts) != len(completions):
-        raise ValueError(f"{len(prompts)} prompts but {len(completions)} completions; they must pair up")
-    if len(prompts) == 0:
-        raise ValueError("build_pair_batch got no rows")
-    if max_prompt_len < 1 or max_completion_len < 1:
-        raise ValueError(f"max_prompt_len and max_completion_len must be >= 1; got {max_prompt_len}, "
-                         f"{max_completion_len}")
+    _check_pair_args(prompts, completions, truncation=truncation, max_prompt_len=max_prompt_len,
+                     max_completion_len=max_completion_len)
     eos = tokenizer.eos_token_id
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos
     settings = prompt_settings or PromptSettings()
@@ -267,25 +300,10 @@ def build_pair_batch(
 
     rows, masks, p_trunc, c_trunc, p_lens, c_lens = [], [], [], [], [], []
     for i, (prompt, completion) in enumerate(zip(prompts, completions)):
-        p_ids = render_prompt(tokenizer, prompt, settings)
-        if not isinstance(completion, str):
-            raise TypeError(f"row {i}: completion must be a string; got {type(completion).__name__}")
-        c_ids = list(tokenizer(completion, add_special_tokens=False)["input_ids"])
-        if add_eos and not (cut_off is not None and cut_off[i]) and (not c_ids or c_ids[-1] != eos):
-            c_ids.append(eos)
-        if not c_ids:
-            raise ValueError(f"row {i}: empty completion (and add_eos=False): nothing to score")
-        if not p_ids:
-            raise ValueError(f"row {i}: empty prompt: the first completion token would have no context")
-        too_long_p, too_long_c = len(p_ids) > max_prompt_len, len(c_ids) > max_completion_len
-        if truncation == "error" and (too_long_p or too_long_c):
-            raise ValueError(f"row {i}: prompt has {len(p_ids)} tokens (max_prompt_len={max_prompt_len}) and "
-                             f"completion has {len(c_ids)} (max_completion_len={max_completion_len}); "
-                             "shorten the row or use truncation='keep_end' / 'keep_start'")
-        if too_long_p:
-            p_ids = p_ids[-max_prompt_len:] if truncation == "keep_end" else p_ids[:max_prompt_len]
-        if too_long_c:
-            c_ids = c_ids[:max_completion_len]
+        row_eos = eos if add_eos and not (cut_off is not None and cut_off[i]) else None
+        p_ids, c_ids, too_long_p, too_long_c = _pair_row(tokenizer, i, prompt, completion, settings, eos=row_eos,
+                                                         truncation=truncation, max_prompt_len=max_prompt_len,
+                                                         max_completion_len=max_completion_len)
         rows.append(p_ids + c_ids)
         masks.append([0] * len(p_ids) + [1] * len(c_ids))
         p_trunc.append(too_long_p)
