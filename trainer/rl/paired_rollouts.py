@@ -47,7 +47,7 @@ from typing import Sequence
 from selectrust.core.io import DataError
 from trainer.algos.choices import PAIRED_ROWS
 
-from .rollout import Group, Rollout
+from .groups import Group, Rollout
 from .rollout_modes import SingleTurnMode
 
 __all__ = ["NO_CONTEXT", "PairedContextMode", "check_paired_rows", "no_context_prompt"]

@@ -24,8 +24,9 @@ from typing import Any, Callable
 
 from selectrust.generation.prompts import prompt_messages, render_prompt
 
+from .groups import Group, Rollout
 from .rewards import judge_status
-from .rollout import Group, Rollout, RolloutSettings
+from .rollout import RolloutSettings
 
 
 class RolloutMode:
