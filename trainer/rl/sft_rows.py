@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from selectrust.conditions import CORRECT
 from selectrust.core.io import DataError
 from selectrust.generation.prompts import PromptSettings, render_prompt
 
@@ -47,7 +48,7 @@ def check_sft_rows(rows: Sequence[dict], *, rule: str, template: str) -> None:
         if rule == "correct_context" and r.get("condition") is None:
             raise DataError("algo.sft_rows=correct_context needs every prompt row's condition", path=r.get("_path"),
                             line=r.get("_line"), field="condition")
-    if rule == "correct_context" and not any(r.get("condition") == "correct" for r in rows):
+    if rule == "correct_context" and not any(r.get("condition") == CORRECT for r in rows):
         raise DataError("algo.sft_rows=correct_context: no prompt row has condition 'correct'",
                         path=rows[0].get("_path") if rows else None, field="condition")
 
@@ -63,7 +64,7 @@ def picked_items(groups, rows_by_id: dict[str, dict], *, rule: str) -> list[str]
         if rule == "zero_variance_failed":
             hit = all(x <= 0 for x in g.rewards)
         elif rule == "correct_context":
-            hit = rows_by_id[g.item_id].get("condition") == "correct"
+            hit = rows_by_id[g.item_id].get("condition") == CORRECT
         else:
             raise ValueError(f"unknown sft_rows rule {rule!r}")
         if hit:
