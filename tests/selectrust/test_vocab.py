@@ -4,6 +4,7 @@ import ast
 from dataclasses import fields
 from pathlib import Path
 
+import pytest
 from omegaconf import OmegaConf
 
 from selectrust import conditions
@@ -154,3 +155,10 @@ def test_the_pools_default_masses_are_the_schema_and_conf_defaults():
     assert SCOPE_DEFAULT_MASS == pool_mass(**SCOPE_MASS_DEFAULTS) and list(SCOPE_DEFAULT_MASS) == \
         ["misleading", "clean", "correct", "irrelevant"] and abs(sum(SCOPE_DEFAULT_MASS.values()) - 1) < 1e-12
     assert set(SCOPE_DEFAULT_MASS) <= set(SCOPE_POOLS)
+
+
+def test_a_builder_without_a_context_for_a_condition_is_named():
+    conditions.check_contexts({c: None for c in conditions.MIST_CONDITIONS}, "builder.py")
+    partial = {c: None for c in conditions.MIST_CONDITIONS[:-1]}
+    with pytest.raises(ValueError, match=rf"builder.py gives no context .*{conditions.MIST_CONDITIONS[-1]}"):
+        conditions.check_contexts(partial, "builder.py")

@@ -285,3 +285,12 @@ def test_the_judge_on_160_real_smollm2_responses_read_by_hand():
              if (_reading(r) != r["human"]) != r["judge_disagrees"]]
     assert not wrong
     assert sum(r["judge_disagrees"] for r in recs) == 6 and all(r["note"] for r in recs if r["judge_disagrees"])
+
+
+def test_a_condition_without_a_context_is_a_clear_error(monkeypatch):
+    """A condition added to the vocabulary but not to the builder's contexts names the builder (was a KeyError)."""
+    from selectrust import conditions
+
+    monkeypatch.setattr(conditions, "MIST_CONDITIONS", (*conditions.MIST_CONDITIONS, "contradicting"))
+    with pytest.raises(ValueError, match=r"eval_hooks/families/nq_swap/items.py gives no context for .*contradicting"):
+        build_rows(_records(), items=2, seed=0)
