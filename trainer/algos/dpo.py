@@ -271,7 +271,7 @@ class DPOLoss:
 
 
 #: The shipped losses; their names (``algo.loss_type``) are their lines in ``trainer/dpo/losses.py``'s ``BUILTIN``
-#: (tests/trainer/algos/test_dpo_loss_registry.py).
+#: (tests/trainer/dpo/test_dpo_loss_registry.py).
 SIGMOID = DPOLoss(sigmoid_dpo_loss)
 SIMPO = DPOLoss(simpo_loss, reference=False, logps="mean", hyperparameters={"gamma": "simpo_gamma"})
 

@@ -17,7 +17,7 @@ from eval_hooks.parsers import answer_status, normalize_gold, parse_row_answer, 
 from eval_hooks.parsers.open_answer import open_tokens, read_open_answer
 from selectrust.core.errors import DataError
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[4]
 ROW = {"answer_type": "open_answer", "gold": "23", "gold_aliases": ["twenty three episodes"], "wrong_value": "775"}
 
 

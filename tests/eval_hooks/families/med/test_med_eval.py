@@ -136,7 +136,7 @@ def test_recipe_tiny_model_on_two_questions(tmp_path):
 
     src = tmp_path / "medevidence.jsonl"
     src.write_text("".join(json.dumps({**RAW, "question_id": q}) + "\n" for q in (5, 6)))
-    root = Path(__file__).resolve().parents[3]
+    root = Path(__file__).resolve().parents[4]
     out = tmp_path / "run"
     subprocess.run([sys.executable, str(root / "recipes" / "evaluate.py"), "eval=medcounterfact", "model.path=tiny",
                     f"eval.path={src}", f"out_dir={out}", "eval.med.prompt_token_budget=700"], check=True, cwd=root)
@@ -174,7 +174,7 @@ def test_the_shipped_sample_is_the_default_of_eval_medcounterfact(monkeypatch):
     from recipe_utils import compose
     from trainer.evaluation import load_eval_rows
 
-    monkeypatch.chdir(Path(__file__).resolve().parents[3])
+    monkeypatch.chdir(Path(__file__).resolve().parents[4])
     cfg = compose("evaluate", ["eval=medcounterfact", "model.path=tiny"])
     rows = load_eval_rows(cfg.eval)
     questions = {r["question_id"] for r in rows}
@@ -233,7 +233,7 @@ def test_recipe_label_probs_only_on_the_tiny_model(tmp_path, monkeypatch):
     from recipe_utils import compose
     from recipes.evaluate import run
 
-    monkeypatch.chdir(Path(__file__).resolve().parents[3])
+    monkeypatch.chdir(Path(__file__).resolve().parents[4])
     over = ["eval=medcounterfact", "model.path=tiny", "eval.med.generate=false", "eval.med.max_questions=2",
             f"out_dir={tmp_path / 'run'}"]
     m = run(compose("evaluate", over))
