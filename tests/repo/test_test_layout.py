@@ -1,6 +1,6 @@
 """The test folders mirror the packages (tests/README.md): every package under ``selectrust/``, ``trainer/`` and
-``eval_hooks/`` has a test folder at the same path under ``tests/`` with at least one test file in it (or below it), and every test
-folder there names a package that exists. A package whose tests sit in its parent's folder is listed in
+``eval_hooks/`` has a test folder at the same path under ``tests/`` with at least one test file in it (or below
+it), and every test folder there names a package that exists. A package whose tests sit in its parent's folder is listed in
 :data:`TESTED_IN_PARENT` with where they are."""
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ TESTED_IN_PARENT = {
 
 
 def _packages() -> list[str]:
-    return sorted(p.parent.relative_to(ROOT).as_posix() for root in MIRRORED for p in (ROOT / root).rglob("__init__.py"))
+    return sorted(p.parent.relative_to(ROOT).as_posix()
+                  for root in MIRRORED for p in (ROOT / root).rglob("__init__.py"))
 
 
 def _test_folders() -> list[str]:

@@ -119,7 +119,8 @@ def test_the_literal_checker_tells_the_correct_condition_from_the_correct_field(
     found = _owned_literals(ast.parse(conditions))
     assert sorted(n for n, name in found if name == "correct") == [1, 2, 3, 4, 5, 6]
     fields = ('a = row["correct"]\nb = rec.get("correct")\nc = {"item_id": 1, "correct": ok}\n'
-              'd = ("item_id", "condition", "correct")\ne = DataError("x", field="correct")\nf = rows[CLEAN]["correct"]')
+              'd = ("item_id", "condition", "correct")\ne = DataError("x", field="correct")\n'
+              'f = rows[CLEAN]["correct"]')
     assert _owned_literals(ast.parse(fields)) == []
 
 
