@@ -228,8 +228,9 @@ def setup_run(cfg, recipe: str) -> RunContext:
 def _open_logger(cfg, run_dir: Path, is_main: bool) -> MetricsLogger:
     from omegaconf import OmegaConf
 
+    # the settings as the composed config's plain dict (OmegaConf.structured: the typed settings back as their schema)
     return MetricsLogger(run_dir, is_main=is_main, kind=cfg.logger.kind, project=cfg.logger.project,
-                         name=cfg.logger.name, config=OmegaConf.to_container(cfg, resolve=True))
+                         name=cfg.logger.name, config=OmegaConf.to_container(OmegaConf.structured(cfg), resolve=True))
 
 
 def write_config(ctx: RunContext) -> None:
@@ -239,7 +240,7 @@ def write_config(ctx: RunContext) -> None:
 
     if ctx.is_main:
         tmp = ctx.run_dir / "config.yaml.tmp"
-        tmp.write_text(OmegaConf.to_yaml(ctx.cfg, resolve=True))
+        tmp.write_text(OmegaConf.to_yaml(OmegaConf.structured(ctx.cfg), resolve=True))  # the composed config's YAML
         os.replace(tmp, ctx.run_dir / "config.yaml")
 
 
