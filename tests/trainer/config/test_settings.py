@@ -79,7 +79,6 @@ ALLOWED_FILES = {
     "trainer/core/stages.py": "the stage runner composes each stage's config (compose_stage), like a command line",
     "trainer/core/relocation.py": "reads a saved config.yaml of a finished stage",
     "eval_hooks/builders/taste_mining_run.py": "its own entry point: merges a YAML onto its schema, then to_object",
-    "demos/": "left: the demo pipelines compose their stages and read the composed demo config (issue 58)",
 }
 ENTRY_FUNCTIONS = {"run", "main", "pipeline", "chain_runner"}  # recipes/<x>.py: where the converter is called
 SELECTS = ("OmegaConf.select", "OmegaConf.is_missing", "OmegaConf.update")
@@ -116,7 +115,7 @@ def test_no_dictconfig_below_the_entry_points():
                        "of them or plain values, never a DictConfig:\n  " + "\n  ".join(found))
 
 
-CONVERTED = ("dpo", "grpo", "sft", "distill", "evaluate")
+CONVERTED = ("dpo", "grpo", "sft", "distill", "evaluate", "mine_pairs", "merge", "advise", "demo")
 
 
 @pytest.mark.parametrize("recipe", CONVERTED)
