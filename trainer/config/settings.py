@@ -6,8 +6,10 @@ members, every interpolation resolved). Below the entry point functions take tha
 need (``settings.model``, ``settings.algo``), or plain values: never a ``DictConfig``
 (``tests/trainer/config/test_settings.py`` keeps it so).
 
-:func:`to_config` is the way back, for what is written as YAML (a run's ``config.yaml``) or compared with it:
-``OmegaConf.to_yaml(to_config(settings), resolve=True)`` is byte for byte the YAML of the composed config."""
+The settings hold every value resolved, so their plain values are the composed config's: a run's ``config.yaml``
+(``trainer/core/run.py``) is ``OmegaConf.to_yaml(OmegaConf.create(dataclasses.asdict(settings)))``, byte for byte the
+YAML of the composed config, and the resume check compares ``asdict(settings)`` with it. :func:`to_config` is the way
+back to a structured config, checked against the schema again."""
 
 from __future__ import annotations
 
@@ -29,8 +31,8 @@ def to_settings(cfg: Any, validate: Callable[..., None] | None = None, **checks:
 
 
 def to_config(settings: Any):
-    """``settings`` (a root schema's dataclass instance) as a structured ``DictConfig`` again: for writing it as
-    YAML, or comparing it with a saved config, exactly as the composed config would have been."""
+    """``settings`` (a root schema's dataclass instance) as a structured ``DictConfig`` again (every value checked
+    against the schema): what :func:`to_settings` validates when handed settings already typed."""
     from omegaconf import OmegaConf
 
     return OmegaConf.structured(settings)

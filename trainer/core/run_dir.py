@@ -24,7 +24,7 @@ import os
 import shutil
 import socket
 import time
-from dataclasses import is_dataclass
+from dataclasses import asdict, is_dataclass
 from pathlib import Path
 
 from trainer.config import ConfigError
@@ -300,7 +300,7 @@ def check_resume_config(cfg, saved_path: Path) -> None:
     from .relocation import portable_pair  # a run moved with its inputs (a demo's out dir) resumes
 
     saved = OmegaConf.to_container(OmegaConf.load(saved_path), resolve=True)
-    current = OmegaConf.to_container(OmegaConf.structured(cfg), resolve=True)  # the settings as saved in config.yaml
+    current = asdict(cfg)  # the typed settings, as config.yaml holds them
     diffs = config_differences(*portable_pair(saved, current, "trainer.run_dir"), defaults=schema_defaults(cfg))
     if diffs:
         raise ConfigError(

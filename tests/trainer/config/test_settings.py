@@ -1,11 +1,13 @@
 """Typed settings, built once (trainer/config/settings.py): each entry point composes and validates with Hydra, then
 converts once (``to_settings``); below it functions take the typed settings, a group of them or plain values, never a
 ``DictConfig``. The converter keeps every check before any model loads, and the way back (``to_config``) writes the
-composed config's YAML byte for byte, so a run's ``config.yaml`` and the resume check are unchanged."""
+composed config's YAML byte for byte, as do the typed settings' plain values (``dataclasses.asdict``, what
+``trainer/core`` writes to ``config.yaml`` and compares on resume), so a run's files and its resume are unchanged."""
 
 from __future__ import annotations
 
 import ast
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
@@ -48,9 +50,12 @@ def test_way_back_is_byte_identical(name, overrides):
         cfg = compose(name, overrides)
     except ConfigCompositionException as e:  # a recipe renamed elsewhere: the primaries still hold the rule
         pytest.skip(str(e).splitlines()[0])
-    settings = OmegaConf.to_object(cfg)
-    assert OmegaConf.to_yaml(to_config(settings), resolve=True) == OmegaConf.to_yaml(cfg, resolve=True)
+    settings, composed = OmegaConf.to_object(cfg), OmegaConf.to_yaml(cfg, resolve=True)
+    assert OmegaConf.to_yaml(to_config(settings), resolve=True) == composed
     assert OmegaConf.to_container(to_config(settings), resolve=True) == OmegaConf.to_container(cfg, resolve=True)
+    # as trainer/core/run.py writes config.yaml and trainer/core/run_dir.py compares it on resume
+    assert OmegaConf.to_yaml(OmegaConf.create(asdict(settings))) == composed
+    assert asdict(settings) == OmegaConf.to_container(cfg, resolve=True)
 
 
 def test_converter_keeps_every_check_before_any_model_loads(monkeypatch):
