@@ -147,7 +147,8 @@ def old_logprobs(policy, device, logprobs, ids, att, cm):
         return logprobs(policy, ids.to(device), att.to(device), cm.to(device))[1].cpu()
 
 
-def grpo_step(model, mb: dict, *, algo: GRPOAlgoConfig, reference, policy, device, logprobs, max_steps=None, sft_logprobs=None):
+def grpo_step(model, mb: dict, *, algo: GRPOAlgoConfig, reference, policy, device, logprobs, max_steps=None,
+              sft_logprobs=None):
     """Loss and metrics of one rollout micro-batch: the clipped token loss, with the KL term to the
     adapter-disabled reference and the truncated importance weights when configured, plus the SFT term when
     ``algo.sft_coef > 0`` (:func:`add_sft_term`)."""

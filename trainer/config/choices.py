@@ -20,7 +20,7 @@ from trainer.algos.choices import LEVELS as IS_LEVELS
 from trainer.algos.choices import SUPPORTS as TOPK_SUPPORTS
 from trainer.data.choices import ON_INVALID, TRUNCATIONS, WEIGHTINGS
 from trainer.dpo.losses import DPO_LOSSES
-from selectrust.model.settings import Dtype, InitAdapterMode  # noqa: F401  (the model group's, declared in the foundation)
+from selectrust.model.settings import Dtype, InitAdapterMode  # noqa: F401  (the model group's, in the foundation)
 
 
 def _choices(name: str, values) -> type[Choice]:

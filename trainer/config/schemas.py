@@ -19,7 +19,7 @@ from selectrust.conditions import SCOPE_MASS_DEFAULTS as MASS
 from selectrust.generation.backends import get_backend, loadable_backend_names
 from eval_hooks.families import FAMILIES, settings_fields
 from selectrust.core.settings import setting as schema_field  # a field with its default and help text
-from selectrust.model.settings import LoraConfig, ModelConfig  # the foundation's model settings (load_policy reads them)
+from selectrust.model.settings import LoraConfig, ModelConfig  # the foundation's (load_policy reads them)
 from trainer.config.choices import (Aggregation, Backend, Device, DistillMode, DistillPipelineKind, DistillPromptStyle,
                                     DistillSource, DistillStage, DistillTeacher, DPOLossType, Family,
                                     InitAdapterMode, ISCorrection, KnowledgeScore, LoggerKind, MixedPrecision, OnInvalid,

@@ -40,7 +40,8 @@ def test_converter_builds_the_root_dataclass(name):
 
 @pytest.mark.parametrize("name,overrides", [("dpo", []), ("grpo", []), ("sft", []), ("distill", []),
                                             ("evaluate", []), ("mine_pairs", []), ("chain", []),
-                                            ("dpo", ["algo=scope_knowledge_aware"]), ("dpo", ["recipe=standard_dpo_tiny"]),
+                                            ("dpo", ["algo=scope_knowledge_aware"]),
+                                            ("dpo", ["recipe=standard_dpo_tiny"]),
                                             ("grpo", ["recipe=grpo_env_tiny"]),
                                             ("dpo", ["generation=vllm_server", "optim.lr=1e-5"])])
 def test_way_back_is_byte_identical(name, overrides):
