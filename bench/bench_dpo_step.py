@@ -188,8 +188,7 @@ class OurStep:
     needed on one CPU process: ``acc.backward`` is ``loss.backward`` and ``acc.clip_grad_norm_`` is torch's)."""
 
     def __init__(self, model, tokenizer, prompts, chosen, rejected, *, reference, seq_len: int, ref_model=None):
-        from omegaconf import OmegaConf
-
+        from trainer.config import OptimConfig
         from trainer.core.optim import build_optimizer, build_scheduler
 
         self.model, self.tok = model, tokenizer
@@ -198,8 +197,8 @@ class OurStep:
         self.reference = reference  # selectrust.model.Reference (adapter disabled) or None with ref_model
         self.ref_model = ref_model  # a separate frozen copy (RSS comparison only)
         self.half = seq_len // 2
-        optim_cfg = OmegaConf.create({"lr": LR, "betas": [0.9, 0.999], "eps": 1e-8, "weight_decay": 0.0,
-                                      "scheduler": "cosine", "warmup_ratio": 0.0})
+        optim_cfg = OptimConfig(lr=LR, betas=[0.9, 0.999], eps=1e-8, weight_decay=0.0, scheduler="cosine",
+                                warmup_ratio=0.0)
         self.optimizer = build_optimizer(model, optim_cfg)
         self.scheduler = build_scheduler(self.optimizer, optim_cfg, max_steps=1000)
 

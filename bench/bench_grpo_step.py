@@ -46,7 +46,6 @@ def ours(args, model_dir: str, *, shared_prompt: bool = True) -> tuple[list[floa
     """Our steps: their times (s), the fraction of each spent generating, and the mean token counts of the
     loss's forward (``tokens_per_step``, ``tokens_per_step_shared``, ``prompt_token_fraction_saved``)."""
     import torch
-    from omegaconf import OmegaConf
 
     from selectrust.generation.backends.hf import HFBackend
     from selectrust.generation.prompts import PromptSettings
@@ -62,11 +61,11 @@ def ours(args, model_dir: str, *, shared_prompt: bool = True) -> tuple[list[floa
     from trainer.rl.rollout_modes import SingleTurnMode
 
     torch.manual_seed(0)
-    mcfg = OmegaConf.structured(ModelConfig(path=model_dir))
+    mcfg = ModelConfig(path=model_dir)
     mcfg.lora.r, mcfg.lora.alpha = args.lora_r, 2 * args.lora_r
     mcfg.lora.target_modules = list(lora_modules(args))
     model, tok = load_policy(mcfg, seed=0)
-    opt = build_optimizer(model, OmegaConf.structured(OptimConfig(lr=1e-3)))
+    opt = build_optimizer(model, OptimConfig(lr=1e-3))
     rows = prompts(args.groups * args.steps, getattr(args, "rows", None))
     algo = GRPOAlgoConfig(group_size=args.group_size, max_new_tokens=args.max_new_tokens, temperature=1.0,
                           drop_zero_variance=False, shared_prompt=True)  # True: the source counts packed tokens

@@ -96,11 +96,9 @@ class OurDPO:
     """One optimizer step of recipes/dpo.py on fixed pairs (collate_pairs + dpo_step, clip 1.0, AdamW)."""
 
     def __init__(self, model, tok, pairs, *, shared_prompt: bool = True):
-        from omegaconf import OmegaConf
-
         from selectrust.conditions import MISLEADING
         from trainer.dpo.pairs import collate_pairs
-        from trainer.config import DPOAlgoConfig
+        from trainer.config import DPOAlgoConfig, OptimConfig
         from trainer.model.logprobs import sequence_logprobs
         from selectrust.model import Reference
         from trainer.core.optim import build_optimizer, build_scheduler
@@ -110,11 +108,10 @@ class OurDPO:
                 for i, (p, c, r) in enumerate(pairs)]
         kw = dict(max_prompt_len=256, max_completion_len=64, truncation="keep_end")
         self.mb = collate_pairs(rows, tok, kw, list(range(len(rows))), [1.0] * len(rows), shared_prompt=shared_prompt)
-        self.algo = OmegaConf.structured(DPOAlgoConfig(beta=BETA))
+        self.algo = DPOAlgoConfig(beta=BETA)
         self.reference = Reference(model, lora=True)
         self.logprobs = partial(sequence_logprobs, logprob_chunk=0)
-        cfg = OmegaConf.create({"lr": 5e-6, "betas": [0.9, 0.999], "eps": 1e-8, "weight_decay": 0.0,
-                                "scheduler": "cosine", "warmup_ratio": 0.0})
+        cfg = OptimConfig(lr=5e-6, betas=[0.9, 0.999], eps=1e-8, weight_decay=0.0, scheduler="cosine", warmup_ratio=0.0)
         self.optimizer = build_optimizer(model, cfg)
         self.scheduler = build_scheduler(self.optimizer, cfg, max_steps=1000)
 

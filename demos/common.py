@@ -37,7 +37,7 @@ def demo_settings(cfg) -> dict:
     or real_full: the ``real`` section of ``conf/demo.yaml``; demo=toy: the ``toy`` section)."""
     from omegaconf import OmegaConf
 
-    keys = OmegaConf.to_container(cfg, resolve=True)
+    keys = OmegaConf.to_container(OmegaConf.structured(cfg), resolve=True)  # the typed settings as plain values
     return {"demo": keys["demo"], "seed": keys["seed"], "settings": _own_settings(keys, str(cfg.demo))}
 
 

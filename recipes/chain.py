@@ -25,16 +25,19 @@ from omegaconf import DictConfig
 from eval_hooks.cli_contract import under_contract
 from trainer.config.cli_help import cli_main
 from trainer.config import compose, register_schemas
+from trainer.config.roots import ChainRunConfig
+from trainer.config.settings import to_settings
 
 register_schemas()
 
 
-def chain_runner(cfg: DictConfig):
+def chain_runner(cfg: DictConfig | ChainRunConfig):
     """The chain's stage runner and its stages, every stage's config composed and checked (a bad chain or stage
     config fails here, before any model loads)."""
     from recipes.stage_recipes import runners, trainers
     from trainer.core.stages import StageRunner, chain_stages
 
+    cfg: ChainRunConfig = to_settings(cfg)  # the typed settings, from here down (each stage's config: its recipe's)
     checks = trainers()  # the recipes a chain stage may name (``script``), each with its config check
     stages = chain_stages(cfg.stages, list(cfg.common), checks)
     runner = StageRunner(cfg.trainer.run_dir, seed=cfg.seed, compose=compose, runners=runners(checks),
@@ -43,7 +46,7 @@ def chain_runner(cfg: DictConfig):
     return runner, stages
 
 
-def run(cfg: DictConfig) -> dict:
+def run(cfg: DictConfig | ChainRunConfig) -> dict:
     """Run (or continue) the chain; returns ``{stage: record}`` as written to ``<run_dir>/chain.json``."""
     runner, stages = chain_runner(cfg)
     with runner.hold("chain.log"):  # one chain per directory; chain.log written under the lock

@@ -17,14 +17,15 @@ from __future__ import annotations
 import hydra
 from omegaconf import DictConfig
 
-from demos.config import DEMOS, register
+from demos.config import DEMOS, DemoRunConfig, register
 from eval_hooks.cli_contract import under_contract
 from trainer.config.cli_help import cli_main
+from trainer.config.settings import to_settings
 
 register()
 
 
-def run(cfg: DictConfig) -> dict:
+def run(cfg: DictConfig | DemoRunConfig) -> dict:
     """Every stage of the chosen demo (``demos.config.DEMOS``) by the pipeline of its section
     (``demos.real.pipeline.run`` for demo=real and real_full, ``demos.toy.pipeline.run`` for demo=toy); returns the
     summary."""
@@ -33,6 +34,7 @@ def run(cfg: DictConfig) -> dict:
     from recipes.stage_recipes import runners, trainers
     from trainer.config import compose
 
+    cfg: DemoRunConfig = to_settings(cfg)  # the typed settings, from here down (each stage's config: its recipe's)
     section = DEMOS.get(cfg.demo).section
     pipeline = next(p for p in (real, toy) if p.SECTION == section)
     return pipeline.run(cfg, compose=compose, runners=runners(pipeline.RECIPES), checks=trainers())

@@ -40,12 +40,15 @@ from omegaconf import DictConfig
 from eval_hooks.cli_contract import under_contract
 from trainer.config.cli_help import cli_main
 from trainer.config import register_schemas, validate_distill
+from trainer.config.roots import DistillRunConfig
+from trainer.config.settings import to_settings
 
 register_schemas()
 
 
-def run(cfg: DictConfig):
-    """Train one stage (``algo.stage``); returns the loop's ``LoopResult``."""
+def run(cfg: DictConfig | DistillRunConfig):
+    """Train one stage (``algo.stage``); returns the loop's ``LoopResult``. ``cfg``: the composed config (checked
+    and turned into typed settings here, before any model loads) or those settings already typed."""
     from selectrust.core.io import write_json_atomic
     from selectrust.generation.prompts import PromptSettings
     from trainer.core.checkpoint import resumable
@@ -58,7 +61,7 @@ def run(cfg: DictConfig):
     from trainer.core.run import setup_run
 
     # ---- validate everything before any model loads -------------------------------------------------
-    validate_distill(cfg)
+    cfg: DistillRunConfig = to_settings(cfg, validate_distill)  # the typed settings, from here down
     a, d = cfg.algo, cfg.data
     style = dict(style=d.prompt_style, demonstration=a.demonstration)
     views = load_views(d.train_path, **style)
@@ -105,7 +108,7 @@ def run(cfg: DictConfig):
                                  on_epoch_end=on_epoch_end)
 
 
-def pipeline(cfg: DictConfig, overrides: list[str] | None = None) -> dict:
+def pipeline(cfg: DictConfig | DistillRunConfig, overrides: list[str] | None = None) -> dict:
     """``pipeline.kind=taste``: toy data + base (data.source=toy), stage 1, stage 2, held-out evaluation,
     ``summary.json``; ``pipeline.kind=opsd`` (e.g. recipe=opsd_tiny): an optional base SFT, OPSD and the MIST
     evaluation (``trainer/distill/opsd_pipeline.py``). ``overrides``: the stages' overrides (default: the command line's)."""
@@ -114,6 +117,7 @@ def pipeline(cfg: DictConfig, overrides: list[str] | None = None) -> dict:
     from trainer.distill.pipeline import DistillPipeline
     from trainer.distill.opsd_pipeline import OpsdPipeline
 
+    cfg: DistillRunConfig = to_settings(cfg, validate_distill)  # checked before any stage runs; typed from here down
     runners = {"sft": sft.run, "evaluate": evaluate.run, "distill": run}  # the recipes its stages name
     kind = OpsdPipeline if cfg.pipeline.kind == "opsd" else DistillPipeline
     return kind(cfg, compose=compose, runners=runners, overrides=overrides).run()  # summary.json as returned

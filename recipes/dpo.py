@@ -26,12 +26,16 @@ from omegaconf import DictConfig
 from eval_hooks.cli_contract import under_contract
 from trainer.config.cli_help import cli_main
 from trainer.config import register_schemas, validate_dpo
+from trainer.config.roots import DPORunConfig
+from trainer.config.schemas import DPOAlgoConfig
+from trainer.config.settings import to_settings
 
 register_schemas()
 
 
-def run(cfg: DictConfig):
-    """Train; returns the loop's ``LoopResult`` (step, preempted, final metrics)."""
+def run(cfg: DictConfig | DPORunConfig):
+    """Train; returns the loop's ``LoopResult`` (step, preempted, final metrics). ``cfg``: the composed config
+    (checked and turned into typed settings here, before any model loads) or those settings already typed."""
     from selectrust.core.io import write_json_atomic
     from selectrust.generation.prompts import PromptSettings
     from selectrust.conditions import SCOPE_MASS_DEFAULTS, pool_mass
@@ -47,7 +51,7 @@ def run(cfg: DictConfig):
     from trainer.dpo.pairs import collate_pairs, reference_table, use_shared_prompt
 
     # ---- validate everything before any model loads -------------------------------------------------
-    validate_dpo(cfg)
+    cfg: DPORunConfig = to_settings(cfg, validate_dpo)  # the typed settings, from here down
     loss = dpo_loss(cfg.algo.loss_type)  # what it needs: a reference or none, summed or per-token log-probs
     logprobs = partial(sequence_logprobs, logprob_chunk=cfg.model.logprob_chunk)  # 0 = full logits
     algo, dcfg = cfg.algo, cfg.data
@@ -55,7 +59,7 @@ def run(cfg: DictConfig):
     if algo.pairing == "unmatched":
         pairs = unmatch_pairs(pairs, seed=cfg.seed)
     eval_rows = load_eval_rows(cfg.eval)
-    mass = pool_mass(**{k: algo[k] for k in SCOPE_MASS_DEFAULTS}, unknown_irrelevant=algo.unknown_irrelevant)
+    mass = pool_mass(**{k: getattr(algo, k) for k in SCOPE_MASS_DEFAULTS}, unknown_irrelevant=algo.unknown_irrelevant)
     check_pool_mass(pairs.stats["per_pool"], mass)
 
     # ---- build ------------------------------------------------------------------------------------
@@ -108,7 +112,7 @@ def run(cfg: DictConfig):
                                                                       prompt_settings=prompt))
 
 
-def dpo_step(model, mb: dict, *, algo, loss, reference, policy, ref_table, device, logprobs):
+def dpo_step(model, mb: dict, *, algo: DPOAlgoConfig, loss, reference, policy, ref_table, device, logprobs):
     """Loss and metrics of one micro-batch of pairs (chosen rows first, then rejected): the weighted DPO-style
     loss ``loss`` (``algo.loss_type``'s ``trainer.algos.dpo.DPOLoss``; sigmoid by default) on the log-probs it
     declares (summed or per token), against the reference (precomputed or the adapter-disabled policy) when it has

@@ -21,19 +21,22 @@ from omegaconf import DictConfig
 from eval_hooks.cli_contract import under_contract
 from trainer.config.cli_help import cli_main
 from trainer.config import ConfigError, check_adapter_weights, register_schemas, validate_common, validate_knowledge
+from trainer.config.roots import EvaluateRunConfig
+from trainer.config.settings import to_settings
 
 register_schemas()
 
 
-def run(cfg: DictConfig) -> dict:
-    """Evaluate; returns the metrics written to ``<out_dir>/metrics.json``."""
+def run(cfg: DictConfig | EvaluateRunConfig) -> dict:
+    """Evaluate; returns the metrics written to ``<out_dir>/metrics.json``. ``cfg``: the composed config (checked
+    and turned into typed settings here, before any model loads) or those settings already typed."""
     from selectrust.generation.backends.base import GreedyMemo
     from eval_hooks.families import get_family
     from selectrust.generation.prompts import PromptSettings
     from trainer.evaluation import build_inference_backend, load_eval_rows, run_eval
     from trainer.core.run import seed_everything
 
-    validate_common(cfg)
+    cfg: EvaluateRunConfig = to_settings(cfg, validate_common)  # the typed settings, from here down
     if not cfg.eval.path:
         raise ConfigError("eval.path is not set: point it at an items file of family eval.family")
     if cfg.adapter_path:
@@ -62,7 +65,7 @@ def run(cfg: DictConfig) -> dict:
     return metrics
 
 
-def estimate_and_attach(rows: list[dict], backend, cfg: DictConfig) -> list[dict]:
+def estimate_and_attach(rows: list[dict], backend, cfg: EvaluateRunConfig) -> list[dict]:
     """The evaluated model's own knowledge estimate over the items (``knowledge`` group), written to
     ``<out_dir>/knowledge.jsonl`` (pass it as ``eval.knowledge_path`` when evaluating the trained model,
     so both runs split by the knowledge the model had *before* training) and attached to the rows."""

@@ -44,13 +44,17 @@ from omegaconf import DictConfig
 from eval_hooks.cli_contract import under_contract
 from trainer.config.cli_help import cli_main
 from trainer.config import register_schemas, validate_grpo
+from trainer.config.roots import GRPORunConfig
+from trainer.config.schemas import GRPOAlgoConfig
+from trainer.config.settings import to_settings
 
 register_schemas()
 logger = logging.getLogger(__name__)
 
 
-def run(cfg: DictConfig):
-    """Train; returns the loop's ``LoopResult`` (step, preempted, final metrics)."""
+def run(cfg: DictConfig | GRPORunConfig):
+    """Train; returns the loop's ``LoopResult`` (step, preempted, final metrics). ``cfg``: the composed config
+    (checked and turned into typed settings here, before any model loads) or those settings already typed."""
     from selectrust.generation.prompts import PromptSettings
     from trainer.data.train_data import ShuffleSampler
     from trainer.rl.envs import resolve_env
@@ -69,7 +73,7 @@ def run(cfg: DictConfig):
     from trainer.rl.sft_rows import check_sft_rows
 
     # ---- validate everything before any model loads (and long before any generation) -------------------
-    validate_grpo(cfg, world=int(os.environ.get("WORLD_SIZE", "1")))
+    cfg: GRPORunConfig = to_settings(cfg, validate_grpo, world=int(os.environ.get("WORLD_SIZE", "1")))
     shared = use_shared_prompt(cfg)  # each group's prompt once in every forward of the loss
     logprobs = partial(group_sequence_logprobs if shared else sequence_logprobs,
                        logprob_chunk=cfg.model.logprob_chunk)  # 0 = full logits
@@ -121,7 +125,7 @@ def run(cfg: DictConfig):
                                  backend_factory=backend_factory)
 
 
-def use_shared_prompt(cfg) -> bool:
+def use_shared_prompt(cfg: GRPORunConfig) -> bool:
     """``algo.shared_prompt`` where it is exact: under an attention kernel that takes the 4D block mask (SDPA
     or eager); otherwise a log line says the run falls back to unshared rows."""
     from trainer.model.shared_prompt import attention_takes_4d_mask
@@ -143,7 +147,8 @@ def old_logprobs(policy, device, logprobs, ids, att, cm):
         return logprobs(policy, ids.to(device), att.to(device), cm.to(device))[1].cpu()
 
 
-def grpo_step(model, mb: dict, *, algo, reference, policy, device, logprobs, max_steps=None, sft_logprobs=None):
+def grpo_step(model, mb: dict, *, algo: GRPOAlgoConfig, reference, policy, device, logprobs, max_steps=None,
+              sft_logprobs=None):
     """Loss and metrics of one rollout micro-batch: the clipped token loss, with the KL term to the
     adapter-disabled reference and the truncated importance weights when configured, plus the SFT term when
     ``algo.sft_coef > 0`` (:func:`add_sft_term`)."""
@@ -181,7 +186,7 @@ def grpo_step(model, mb: dict, *, algo, reference, policy, device, logprobs, max
     return loss, metrics
 
 
-def add_sft_term(loss, metrics: dict, mb: dict, *, algo, policy, device, max_steps, logprobs=None):
+def add_sft_term(loss, metrics: dict, mb: dict, *, algo: GRPOAlgoConfig, policy, device, max_steps, logprobs=None):
     """``loss`` plus CHORD's SFT term on the micro-batch's SFT rows (``mb["sft"]``, trainer/rl/sft_rows.py; a
     separate unshared forward of ``policy``, the unwrapped model, so a DDP rank with no SFT row in this micro-batch
     runs no extra wrapped forward: the gradients still reach the same parameters, no collective is added). Adds

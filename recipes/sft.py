@@ -28,12 +28,15 @@ from omegaconf import DictConfig
 from eval_hooks.cli_contract import under_contract
 from trainer.config.cli_help import cli_main
 from trainer.config import register_schemas, validate_sft
+from trainer.config.roots import SFTRunConfig
+from trainer.config.settings import to_settings
 
 register_schemas()
 
 
-def run(cfg: DictConfig):
-    """Train; returns the loop's ``LoopResult`` (step, preempted, final metrics)."""
+def run(cfg: DictConfig | SFTRunConfig):
+    """Train; returns the loop's ``LoopResult`` (step, preempted, final metrics). ``cfg``: the composed config
+    (checked and turned into typed settings here, before any model loads) or those settings already typed."""
     from selectrust.core.io import write_json_atomic
     from selectrust.generation.prompts import PromptSettings
     from trainer.algos.sft import masked_nll_loss
@@ -48,7 +51,7 @@ def run(cfg: DictConfig):
     from trainer.data.sft_data import WindowSource, apply_sft_length_policy, collate_sft
 
     # ---- validate everything before any model loads -------------------------------------------------
-    validate_sft(cfg)
+    cfg: SFTRunConfig = to_settings(cfg, validate_sft)  # the typed settings, from here down
     sequence_logprobs = partial(sequence_logprobs, logprob_chunk=cfg.model.logprob_chunk)  # 0 = full logits
     algo, dcfg = cfg.algo, cfg.data
     examples = load_sft_examples(dcfg.train_path)

@@ -50,12 +50,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable
 
-from omegaconf import DictConfig
 
 from selectrust.conditions import CLEAN, IRRELEVANT
 from trainer.core.stages import Stage
 
 from ..common import DemoRun
+from ..config import DemoRunConfig
 from . import nq_swap
 from .arms import ARMS, BASE, preflight, run_arms
 from .items import SAMPLE_FILE, facts_size, knowledge_labels, mine_knowledge_overrides, sample_step
@@ -92,13 +92,13 @@ def mined_quartets(stats: dict) -> None:
         raise SystemExit("[demo] mining kept no quartet: the base never followed a misleading context")
 
 
-def arms(cfg: DictConfig) -> list[str]:
+def arms(cfg: DemoRunConfig) -> list[str]:
     """The arms this run trains, in run order (:func:`demos.real.arms.run_arms`: ``scope`` always; the others by
     ``real.<arm>`` or the demo's own choice)."""
     return run_arms(cfg)
 
 
-def eval_sets(cfg: DictConfig) -> dict[str, tuple[str, str]]:
+def eval_sets(cfg: DemoRunConfig) -> dict[str, tuple[str, str]]:
     """The :data:`EVAL_SETS` of ``real.split`` (``test``: the held-out items; ``dev``: their dev parts) this run
     evaluates: the held-out items always (with ``real.heldout_items``, the sample stage's file instead:
     :func:`sample_stage`), the held-out relation unless ``real.transfer=false``."""
@@ -109,7 +109,7 @@ def eval_sets(cfg: DictConfig) -> dict[str, tuple[str, str]]:
     return out
 
 
-def sample_stage(cfg: DictConfig) -> list[Stage]:
+def sample_stage(cfg: DemoRunConfig) -> list[Stage]:
     """With ``real.heldout_items``: the stage ``<prefix>_sample`` that draws the fixed, seeded, relation-stratified
     sample of the split's held-out items (:func:`demos.real.items.sample_step`); else none."""
     if cfg.real.heldout_items is None:
@@ -135,7 +135,7 @@ def evaluations(arm_name: str, st, sets: dict[str, tuple[str, str]], adapter: st
     return out
 
 
-def stages(cfg: DictConfig) -> list[Stage]:
+def stages(cfg: DemoRunConfig) -> list[Stage]:
     """The demo's stages in run order (the module docstring), after :func:`demos.real.arms.preflight` has checked
     every arm the run trains, reports and plots; each arm's training stages are its entry's
     (:data:`demos.real.arms.ARMS`)."""
@@ -192,7 +192,7 @@ def knowledge_quality(out: Path, sets: dict[str, tuple[str, str]]) -> dict:
             for key, (prefix, _) in sets.items()}
 
 
-def training(cfg: DictConfig) -> dict[str, dict]:
+def training(cfg: DemoRunConfig) -> dict[str, dict]:
     """What each trained arm's training stage ran (``summary.json``'s ``training``, what the report says ran):
     ``recipe`` (``dpo``, ``grpo``), ``algo`` (the stage's ``algo=`` override; None: the recipe preset's), ``continues``
     (the stage whose adapter it continues, or None), ``steps`` (the optimizer steps it ran: its
@@ -217,7 +217,7 @@ def training(cfg: DictConfig) -> dict[str, dict]:
     return out
 
 
-def summary_of(cfg: DictConfig, results: dict[str, Any]) -> dict:
+def summary_of(cfg: DemoRunConfig, results: dict[str, Any]) -> dict:
     """``summary.json`` (less the timings) from the stages' results: ``real.<arm>`` (held-out items),
     ``transfer.<arm>`` (the held-out relation) and, when evaluated, ``nq_swap.<arm>`` (NQ-Swap's ``metrics.json``,
     :mod:`demos.real.nq_swap`), each arm's metrics with the base's; mining; the GRPO prompts'
@@ -249,7 +249,7 @@ def summary_of(cfg: DictConfig, results: dict[str, Any]) -> dict:
     return out
 
 
-def run(cfg: DictConfig, *, compose, runners: dict, checks: dict) -> dict:
+def run(cfg: DemoRunConfig, *, compose, runners: dict, checks: dict) -> dict:
     """Run the real-model demo of ``cfg`` (a composed ``conf/demo.yaml``) with the recipes ``runners`` (by name,
     handed down by ``recipes/demo.py``) in ``cfg.out`` (:class:`demos.common.DemoRun`: one run per out dir, continued by
     the same command); write ``summary.json``, ``report.md`` and the plots there, print the table; return the

@@ -18,11 +18,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from omegaconf import DictConfig
 
 from trainer.core.stages import Stage
 
 from ..common import DemoRun
+from ..config import DemoRunConfig
 from . import task
 
 TRAIN_COMMON = ["eval=none", "logger=jsonl"]  # every training stage
@@ -38,7 +38,7 @@ def mined_pairs(stats: dict) -> None:
 class ToyStages:
     """The toy demo's stages for ``cfg``, declared in run order by :meth:`all`."""
 
-    def __init__(self, cfg: DictConfig, init: str):
+    def __init__(self, cfg: DemoRunConfig, init: str):
         self.cfg, self.st, self.init = cfg, cfg.toy.stages, init
         self.toy = f"{task.SCHEME}:{cfg.seed}"
 
@@ -105,7 +105,7 @@ class ToyStages:
         return out
 
 
-def summary_of(cfg: DictConfig, results: dict[str, Any]) -> dict:
+def summary_of(cfg: DemoRunConfig, results: dict[str, Any]) -> dict:
     """``summary.json`` (less the timings) from the stages' results."""
     arms = {"trained": "scope", "misleading_only": "misleading_only", "knowledge_aware": "knowledge_aware"}
     summary: dict = {"seed": cfg.seed, "scope": {"base": results["eval_base"]},
@@ -123,7 +123,7 @@ def summary_of(cfg: DictConfig, results: dict[str, Any]) -> dict:
     return summary
 
 
-def run(cfg: DictConfig, *, compose, runners: dict, checks: dict) -> dict:
+def run(cfg: DemoRunConfig, *, compose, runners: dict, checks: dict) -> dict:
     """Run every stage of ``cfg`` (a composed ``conf/demo.yaml``) with the recipes ``runners`` (by name, handed
     down by ``recipes/demo.py``) in ``cfg.out`` (:class:`demos.common.DemoRun`: one run per out dir, continued by the
     same command); write ``summary.json``, ``report.md`` and the plots there, print the table; return the summary."""

@@ -23,6 +23,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from .settings import ModelConfig
+
 WEIGHTS = "adapter_model.safetensors"
 _PREFIX = "base_model.model."
 _LORA = {".lora_A.": "A", ".lora_B.": "B", ".lora_embedding_A": "eA", ".lora_embedding_B": "eB"}
@@ -148,7 +150,7 @@ def check_adapter_fits(adapter_dir, model_path: str, *, field: str = "adapter",
                                    f"base ({base!r})")
 
 
-def check_adapter(adapter_dir, model_cfg, field: str) -> None:
+def check_adapter(adapter_dir, model_cfg: ModelConfig, field: str) -> None:
     """Both checks, before any model loads (see the module docstring)."""
     check_adapter_finite(adapter_dir, field)
     check_adapter_fits(adapter_dir, model_cfg.path, field=field, trust_remote_code=model_cfg.trust_remote_code)

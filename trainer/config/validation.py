@@ -220,7 +220,7 @@ def backends_that(*capabilities: str, generation=None) -> str:
     fixes = [f"generation={n}" for n in backends_with(*capabilities)]
     if generation is not None:
         spec = get_backend(generation.backend)
-        current = str(generation.get(spec.flavour_key)) if spec.flavours else None
+        current = str(getattr(generation, spec.flavour_key, None)) if spec.flavours else None
         fixes[:0] = [f"generation.{spec.flavour_key}={k}" for k, caps in spec.flavours.items()
                      if k != current and any(getattr(caps, c) for c in capabilities)]
     return " or ".join(fixes)
@@ -304,8 +304,8 @@ def validate_knowledge(kcfg, generation=None) -> None:
     if kcfg.k > 1 and kcfg.temperature <= 0:
         raise ConfigError(f"knowledge.temperature must be > 0 with knowledge.k={kcfg.k} (k=1 is greedy)")
     for key in ("known_threshold", "unknown_threshold", "stable_threshold"):
-        if not 0.0 <= kcfg[key] <= 1.0:
-            raise ConfigError(f"knowledge.{key}={kcfg[key]} must be in [0, 1]")
+        if not 0.0 <= getattr(kcfg, key) <= 1.0:
+            raise ConfigError(f"knowledge.{key}={getattr(kcfg, key)} must be in [0, 1]")
     if not kcfg.unknown_threshold < kcfg.known_threshold:
         raise ConfigError(f"knowledge.unknown_threshold ({kcfg.unknown_threshold}) must be below "
                           f"knowledge.known_threshold ({kcfg.known_threshold})")

@@ -84,13 +84,20 @@ def precision_name(value: str) -> str:
     return "fp32" if resolved == "no" else resolved
 
 
+def _setting(cfg, key: str):
+    """The value at the dotted ``key`` of ``cfg`` (typed settings, or a stage's composed config) read by
+    attribute; None where a part of it is absent."""
+    for part in key.split("."):
+        cfg = getattr(cfg, part, None)
+        if cfg is None:
+            return None
+    return cfg
+
+
 def stage_precision(cfg) -> str | None:
     """The precision a stage config computes in: its :data:`PRECISION_KEYS` resolved (:func:`precision_name`); one
     name when they agree, ``key=name,...`` when they do not, None when it has none."""
-    from omegaconf import OmegaConf
-
-    found = {key: precision_name(value) for key in PRECISION_KEYS
-             if (value := OmegaConf.select(cfg, key, default=None)) is not None}
+    found = {key: precision_name(value) for key in PRECISION_KEYS if (value := _setting(cfg, key)) is not None}
     if len(set(found.values())) == 1:
         return next(iter(found.values()))
     return ",".join(f"{k}={v}" for k, v in found.items()) or None

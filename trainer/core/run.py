@@ -14,7 +14,7 @@ import platform
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -226,10 +226,8 @@ def setup_run(cfg, recipe: str) -> RunContext:
 
 
 def _open_logger(cfg, run_dir: Path, is_main: bool) -> MetricsLogger:
-    from omegaconf import OmegaConf
-
     return MetricsLogger(run_dir, is_main=is_main, kind=cfg.logger.kind, project=cfg.logger.project,
-                         name=cfg.logger.name, config=OmegaConf.to_container(cfg, resolve=True))
+                         name=cfg.logger.name, config=asdict(cfg))  # the typed settings as plain values
 
 
 def write_config(ctx: RunContext) -> None:
@@ -239,7 +237,8 @@ def write_config(ctx: RunContext) -> None:
 
     if ctx.is_main:
         tmp = ctx.run_dir / "config.yaml.tmp"
-        tmp.write_text(OmegaConf.to_yaml(ctx.cfg, resolve=True))
+        # the typed settings (resolved once, at the entry point) as YAML: the composed config's, byte for byte
+        tmp.write_text(OmegaConf.to_yaml(OmegaConf.create(asdict(ctx.cfg))))
         os.replace(tmp, ctx.run_dir / "config.yaml")
 
 

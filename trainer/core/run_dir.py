@@ -24,6 +24,7 @@ import os
 import shutil
 import socket
 import time
+from dataclasses import asdict, is_dataclass
 from pathlib import Path
 
 from trainer.config import ConfigError
@@ -283,7 +284,7 @@ def schema_defaults(cfg) -> dict | None:
     """The defaults of ``cfg``'s structured schema as a plain dict (None for a config without one)."""
     from omegaconf import OmegaConf
 
-    schema = OmegaConf.get_type(cfg)
+    schema = type(cfg) if is_dataclass(cfg) else OmegaConf.get_type(cfg)  # typed settings, or a composed config
     if schema is None or schema is dict:
         return None
     return OmegaConf.to_container(OmegaConf.structured(schema), resolve=False, throw_on_missing=False)
@@ -299,7 +300,7 @@ def check_resume_config(cfg, saved_path: Path) -> None:
     from .relocation import portable_pair  # a run moved with its inputs (a demo's out dir) resumes
 
     saved = OmegaConf.to_container(OmegaConf.load(saved_path), resolve=True)
-    current = OmegaConf.to_container(cfg, resolve=True)
+    current = asdict(cfg)  # the typed settings, as config.yaml holds them
     diffs = config_differences(*portable_pair(saved, current, "trainer.run_dir"), defaults=schema_defaults(cfg))
     if diffs:
         raise ConfigError(

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter, defaultdict
+from dataclasses import asdict
 
 from selectrust.conditions import (CLEAN, CORRECT, IRRELEVANT, MINED_CONDITIONS, MISLEADING, MIST_CONDITIONS,
                                    UNKNOWN_CORRECT, UNKNOWN_IRRELEVANT)
@@ -177,7 +178,7 @@ def knowledge_stats(est: dict, extra: list[dict], unknown_dropped: dict, knowled
     """``mining_stats.json``'s ``knowledge`` summary, plus ``knowledge_items`` (popped into knowledge.jsonl)."""
     from eval_hooks.knowledge import knowledge_record, summarize
 
-    return {"knowledge": {**summarize(est), "settings": {k: knowledge[k] for k in knowledge},
+    return {"knowledge": {**summarize(est), "settings": asdict(knowledge),
                           "scope_quartets_from": "known items only",
                           "per_pool": dict(Counter(p["pool"] for p in extra)),
                           "unknown_dropped_by_reason": dict(Counter(unknown_dropped.values())),

@@ -31,11 +31,8 @@ class OpsdPipeline(DistillPipeline):
         from selectrust.core.io import write_json_atomic
         from selectrust.model import ensure_tiny_model
 
-        from trainer.config import validate_distill
-
         t_start = time.time()
-        cfg = self.cfg
-        validate_distill(cfg)
+        cfg = self.cfg  # typed settings, validated by the entry point (recipes/distill.py: to_settings)
         stages, base = [], {"model.path": "base"}  # the student starts from stage base (or from model.path)
         if cfg.pipeline.base_sft_path:
             init = ensure_tiny_model(cfg.pipeline.base_model)

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from trainer.config import ConfigError, validate_distill
+from trainer.config import ConfigError
 from trainer.core.stages import Stage, StageRunner
 
 SUMMARY_KEYS = ("teacher.strict", "student.before.strict", "student.stage1.strict", "student.stage2.strict",
@@ -71,8 +71,7 @@ class DistillPipeline:
         from selectrust.core.io import write_json_atomic
 
         t_start = time.time()
-        cfg = self.cfg
-        validate_distill(cfg)
+        cfg = self.cfg  # typed settings, validated by the entry point (recipes/distill.py: to_settings)
         if cfg.data.prompt_style == "mist":
             raise ConfigError("data.prompt_style=mist with pipeline.kind=taste: this pipeline evaluates taste forks; "
                               "for OPSD on MIST items use pipeline.kind=opsd (the toy: recipe=opsd_tiny), or run "

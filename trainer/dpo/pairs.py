@@ -15,7 +15,8 @@ import torch
 
 def use_shared_prompt(cfg) -> bool:
     """``data.shared_prompt`` where it is exact: the DPO loss (not ``algo.sft_on_chosen``) under an attention
-    kernel that takes a 4D mask (SDPA or eager; flash-attention kernels ignore it)."""
+    kernel that takes a 4D mask (SDPA or eager; flash-attention kernels ignore it). ``cfg``: a DPO run's typed
+    settings (``DPORunConfig``)."""
     from trainer.model.shared_prompt import attention_takes_4d_mask
 
     return (bool(cfg.data.shared_prompt) and not cfg.algo.sft_on_chosen

@@ -13,6 +13,7 @@ from trainer.core.loop import NumericalError, train_loop
 from trainer.core.run_dir import check_resume_config
 from trainer.core.optim import build_optimizer, build_scheduler
 from trainer.core.run import setup_run, write_config
+from trainer.config.settings import to_settings
 
 
 class Source:
@@ -47,8 +48,8 @@ def step_fn(model, mb):
 
 def _ctx(tmp_path, *extra):
     reset_accelerate()
-    cfg = compose("dpo", [f"trainer.run_dir={tmp_path}", "trainer.progress=false", "optim.grad_accum=2",
-                          "optim.lr=0.05", "trainer.max_steps=8", "trainer.save_every=2", *extra])
+    cfg = to_settings(compose("dpo", [f"trainer.run_dir={tmp_path}", "trainer.progress=false", "optim.grad_accum=2",
+                                      "optim.lr=0.05", "trainer.max_steps=8", "trainer.save_every=2", *extra]))
     ctx = setup_run(cfg, "test")
     check_resume_config(ctx.cfg, ctx.run_dir / "config.yaml")
     write_config(ctx)

@@ -20,6 +20,7 @@ from trainer.config import ConfigError, validate_dpo
 from trainer.core.loop import train_loop
 from trainer.core.optim import build_optimizer, build_scheduler
 from trainer.core.run import setup_run, write_config
+from trainer.config.settings import to_settings
 
 
 @pytest.fixture(autouse=True)
@@ -31,7 +32,7 @@ def test_run_dir_keeps_config_commit_versions_and_command(tmp_path, monkeypatch)
     argv = ["recipes/dpo.py", f"trainer.run_dir={tmp_path}", "algo.beta=0.25", "optim.lr=0.01"]
     monkeypatch.setattr(sys, "argv", argv)
     reset_accelerate()
-    cfg = compose("dpo", argv[1:])
+    cfg = to_settings(compose("dpo", argv[1:]))  # the typed settings, as recipes/dpo.py hands them down
     ctx = setup_run(cfg, "dpo")
     write_config(ctx)
     meta = json.loads((tmp_path / "meta.json").read_text())
@@ -141,9 +142,9 @@ class _Regression:
 
 def _spike_run(tmp_path, *extra):
     reset_accelerate()
-    cfg = compose("dpo", [f"trainer.run_dir={tmp_path}", "trainer.progress=false", "optim.grad_accum=1",
-                          "optim.lr=0.0", "optim.warmup_ratio=0", "trainer.max_steps=15", "trainer.save_every=0",
-                          "trainer.spike_factor=5", "eval=none", *extra])
+    cfg = to_settings(compose("dpo", [f"trainer.run_dir={tmp_path}", "trainer.progress=false", "optim.grad_accum=1",
+                                      "optim.lr=0.0", "optim.warmup_ratio=0", "trainer.max_steps=15",
+                                      "trainer.save_every=0", "trainer.spike_factor=5", "eval=none", *extra]))
     ctx = setup_run(cfg, "test")
     torch.manual_seed(0)
     model = torch.nn.Linear(3, 1)

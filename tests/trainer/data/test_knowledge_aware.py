@@ -19,8 +19,7 @@ from trainer.data.train_data import ConditionSampler, check_pool_mass, load_pair
 
 
 def knowledge_cfg(**kw):
-    return OmegaConf.structured(KnowledgeConfig(enabled=True, k=4, temperature=1.0, known_threshold=0.75,
-                                                unknown_threshold=0.25, **kw))
+    return KnowledgeConfig(enabled=True, k=4, temperature=1.0, known_threshold=0.75, unknown_threshold=0.25, **kw)
 
 
 FIXTURE = {
@@ -87,7 +86,7 @@ def test_k1_is_one_greedy_answer():
     rows = rows_for(1, 4, 7)
     backend = TableBackend({"Q1 clean": "4", "Q1 hint": "7"})
     mine(rows, backend, max_new_tokens=2, use_fallback=False, fallback_note="n {gold}", leak_patterns=[],
-                  model_name="m", knowledge=OmegaConf.structured(KnowledgeConfig(enabled=True, k=1)))
+                  model_name="m", knowledge=KnowledgeConfig(enabled=True, k=1))
     assert backend.asked[0] == ("Q1 clean", 1, 0.0)
 
 

@@ -4,10 +4,11 @@ reference-free example is SimPO (``algo=simpo``)."""
 
 import pytest
 import torch
-from omegaconf import OmegaConf
 
 import dist_helpers as dh
 from recipe_utils import compose, read_metrics, reset_accelerate, load_recipe
+from trainer.config import validate_dpo
+from trainer.config.settings import to_settings
 from trainer.dpo.losses import DPO_LOSSES
 
 
@@ -69,11 +70,14 @@ def test_a_registered_loss_trains_through_the_recipe(tmp_path, monkeypatch):
     cfg = compose("dpo", [f"data.train_path={dh.write_pairs(tmp_path / 'pairs.jsonl', 12)}", "eval=none",
                           f"trainer.run_dir={run_dir}", "trainer.max_steps=2", "trainer.progress=false",
                           "algo.beta=0.5"])
-    # the config's choice is built from the registry's names at import; the test-local name bypasses it
-    cfg = OmegaConf.create(OmegaConf.to_container(cfg))
-    cfg.algo.loss_type = "ipo"
+    # the config's choice is built from the registry's names at import; the test-local name bypasses it: set in the
+    # typed settings after the converter, which the recipe then takes as they are
+    settings = to_settings(cfg, validate_dpo)
+    settings.algo.loss_type = "ipo"
+    recipe = load_recipe("dpo")
+    monkeypatch.setattr(recipe, "to_settings", lambda cfg, *checks, **kw: cfg)
     reset_accelerate()
-    load_recipe("dpo").run(cfg)
+    recipe.run(settings)
     lines = [l for l in read_metrics(run_dir) if "loss" in l]
     assert [l["step"] for l in lines] == [1, 2]
     assert len(calls) >= 2 and all(c["beta"] == 0.5 and c["label_smoothing"] == 0.0 for c in calls)
