@@ -147,7 +147,7 @@ class DemoRun:
         times, and ``targets(summary)``) and the report; print the table; return the summary."""
         from trainer.core.run_dir import RunDirLocked
 
-        from trainer.config import ConfigError
+        from selectrust.core.errors import ConfigError
 
         t_start = time.time()
         try:

@@ -20,7 +20,8 @@ from omegaconf import DictConfig
 
 from eval_hooks.cli_contract import under_contract
 from trainer.config.cli_help import cli_main
-from trainer.config import ConfigError, check_adapter_weights, register_schemas, validate_common, validate_knowledge
+from selectrust.core.errors import ConfigError
+from trainer.config import check_adapter_weights, register_schemas, validate_common, validate_knowledge
 
 register_schemas()
 

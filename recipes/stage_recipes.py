@@ -16,7 +16,8 @@ from typing import Any, Callable
 
 from recipes import distill, dpo, evaluate, grpo, mine_pairs, sft
 from selectrust.core.plugins import Registry
-from trainer.config import ConfigError, validate_distill, validate_dpo, validate_grpo, validate_sft
+from selectrust.core.errors import ConfigError
+from trainer.config import validate_distill, validate_dpo, validate_grpo, validate_sft
 
 
 @dataclass(frozen=True)

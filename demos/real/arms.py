@@ -21,7 +21,7 @@ from typing import Callable, Sequence
 
 from selectrust.conditions import BENIGN_CONDITIONS, CORRECT
 from selectrust.core.plugins import Registry
-from trainer.config import ConfigError
+from selectrust.core.errors import ConfigError
 from trainer.core.stages import Stage
 
 from .items import facts_size

@@ -31,7 +31,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable
 
-from trainer.config import ConfigError
+from selectrust.core.errors import ConfigError
 from trainer.core.stages import Stage
 
 from .arms import ARMS, BASE, trained

@@ -159,7 +159,7 @@ def once(plan: list[Stage]) -> list[Stage]:
     """``plan`` with each stage name's first stage only: the GRPO arms each declare the run's one ``grpo_prompts``
     step (the same rows: the run's seed and ``real.grpo_rows``), which runs before the first of them. Two stages of
     one name that differ in recipe, overrides, inputs or start raise ConfigError (one would overwrite the other)."""
-    from trainer.config import ConfigError
+    from selectrust.core.errors import ConfigError
 
     first: dict[str, Stage] = {}
     out = []

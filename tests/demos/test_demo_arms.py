@@ -43,7 +43,7 @@ def test_every_arm_is_one_entry_in_run_and_report_order():
 
 def test_an_unknown_arm_name_fails_in_one_line():
     from demos.real.arms import ARMS
-    from trainer.config import ConfigError
+    from selectrust.core.errors import ConfigError
 
     with pytest.raises(ConfigError, match=r"^unknown demo arm 'scope_rl'; known: base \| scope \|") as e:
         ARMS.get("scope_rl")
@@ -92,7 +92,7 @@ def test_an_arm_from_an_entry_point_is_found_and_a_broken_one_fails_before_any_s
     from demos.real.arms import ARMS, GROUP
     from demos.real.pipeline import stages
     from selectrust.core.errors import PluginError
-    from trainer.config import ConfigError
+    from selectrust.core.errors import ConfigError
 
     def installed(value: str):
         def entry_points(group: str):
@@ -235,7 +235,7 @@ def test_the_sft_term_and_knowledge_aware_grpo_arms_are_stages_of_the_existing_r
     grpo_prompts step, declared once; without knowledge_aware, ka_grpo fails before any stage."""
     from demos.real.arms import SFT_TERM
     from demos.real.pipeline import stages
-    from trainer.config import ConfigError
+    from selectrust.core.errors import ConfigError
 
     over = [f"out={tmp_path}", "real.scope_grpo=true", "real.scope_grpo_sft=true", "real.ka_grpo=true",
             "real.knowledge_aware=true",

@@ -798,7 +798,7 @@ def test_the_pre_check_tolerates_only_a_missing_path_an_earlier_stage_will_write
     outside it is refused before any stage runs."""
     from omegaconf import OmegaConf
 
-    from trainer.config import ConfigError
+    from selectrust.core.errors import ConfigError
     from trainer.core.stages import Stage, StageRunner
 
     root = tmp_path / "run"

@@ -417,7 +417,7 @@ def test_a_bad_stage_override_fails_in_preflight_before_any_stage_runs(tmp_path,
     from demos.config import register
     from demos.real.pipeline import stages
     from recipes.chain import compose as compose_recipe
-    from trainer.config import ConfigError
+    from selectrust.core.errors import ConfigError
     from trainer.core.stages import StageRunner
 
     register()

@@ -99,7 +99,7 @@ def test_the_rows_step_builds_the_seeded_sample_of_the_setting_s_size(tmp_path):
 ])
 def test_bad_nq_swap_settings_fail_in_one_line_before_any_stage(tmp_path, bad, message):
     from demos.real.pipeline import stages
-    from trainer.config import ConfigError
+    from selectrust.core.errors import ConfigError
 
     with pytest.raises(ConfigError, match=message) as e:
         stages(_compose([f"out={tmp_path}", "demo=real_full", bad]))

@@ -91,7 +91,8 @@ def test_run_eval_resolves_an_unset_eval_max_new_tokens(tmp_path):
 def test_presets_keep_their_budgets_and_null_is_accepted():
     from recipe_utils import compose
 
-    from trainer.config import ConfigError, validate_common
+    from selectrust.core.errors import ConfigError
+    from trainer.config import validate_common
 
     assert compose("evaluate", []).eval.max_new_tokens == 4  # toy_mist, the default
     assert compose("evaluate", ["eval=facts", "eval.path=x"]).eval.max_new_tokens == 32

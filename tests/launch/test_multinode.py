@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from launch import multinode as mn
-from trainer.config import ConfigError
+from selectrust.core.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[2]
 RECIPE = ["recipes/dpo.py", "trainer.run_dir=runs/two/node{node}", "algo.beta=0.1"]

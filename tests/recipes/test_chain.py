@@ -14,7 +14,8 @@ from omegaconf import OmegaConf
 from omegaconf.errors import ValidationError
 
 from recipe_utils import CONF, ROOT, load_recipe, read_metrics, reset_accelerate
-from trainer.config import ChainRunConfig, ConfigError
+from selectrust.core.errors import ConfigError
+from trainer.config import ChainRunConfig
 
 # short stages; the SFT stage on a 200-example file (the toy chat mix has 48k rows to tokenize)
 FAST = ["stages.sft.extra=['trainer.max_steps=3','eval=none','data.train_path=toy:0/box2_sft.jsonl']",

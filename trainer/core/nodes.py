@@ -28,7 +28,7 @@ import secrets
 from dataclasses import dataclass
 from pathlib import Path
 
-from trainer.config import ConfigError
+from selectrust.core.errors import ConfigError
 from trainer.core.distributed import all_gather_object, uses_deepspeed
 
 LAYOUT_KEY = "trainer.run_dir_layout"

@@ -26,7 +26,7 @@ import socket
 import time
 from pathlib import Path
 
-from trainer.config import ConfigError
+from selectrust.core.errors import ConfigError
 from trainer.core.checkpoint import (CHECKPOINTS, CheckpointManager, checkpoints_dir, complete_checkpoints, run_dir_of,
                                      step_of, verify_checkpoint)
 from trainer.core.distributed import all_gather_object

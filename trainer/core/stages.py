@@ -70,7 +70,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from trainer.config import ConfigError
+from selectrust.core.errors import ConfigError
 
 from .relocation import portable_pair, started_from  # saved stage configs read wherever the out dir and cache are
 from .stage_record import COMPLETE_RECORD  # a finished stage that is not a training run: its record

@@ -18,7 +18,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from trainer.config import ConfigError, validate_distill
+from selectrust.core.errors import ConfigError
+from trainer.config import validate_distill
 from trainer.core.stages import Stage, StageRunner
 
 SUMMARY_KEYS = ("teacher.strict", "student.before.strict", "student.stage1.strict", "student.stage2.strict",

@@ -37,7 +37,7 @@ def load_eval_rows(eval_cfg) -> list[dict] | None:
         return None
     from eval_hooks.families import FAMILIES, get_family
 
-    from trainer.config import ConfigError
+    from selectrust.core.errors import ConfigError
     from trainer.data.train_data import keep_whole_items, resolve_data_path
 
     family = get_family(eval_cfg.family)
@@ -89,7 +89,8 @@ def make_epoch_eval(ctx, rows: list[dict] | None, backend_factory: Callable[[], 
     ecfg, gen = ctx.cfg.eval, ctx.cfg.generation
     caps = generation_capabilities(gen)
     if caps.policy_model and not (caps.in_process or caps.weight_sync):
-        from trainer.config.validation import ConfigError, backends_that
+        from selectrust.core.errors import ConfigError
+        from selectrust.generation.backends import backends_that
 
         raise ConfigError(f"generation={gen.backend} cannot take the trained adapter (this server kind loads no "
                           "adapters): its epoch-end evaluation would be of the base weights. Use a backend that "
@@ -122,7 +123,7 @@ def _server_sync(ctx, policy, tokenizer):
     """The lazy :class:`~trainer.evaluation.weight_sync.AdapterSync` of the epoch-end evaluation through a server
     (own client with adapter prefix ``eval``, own directory ``<adapter root>/eval``); refuses, before training,
     a run whose adapter could not be pushed."""
-    from trainer.config import ConfigError
+    from selectrust.core.errors import ConfigError
     from trainer.evaluation.weight_sync import adapter_root, lazy_adapter_sync
 
     gen = ctx.cfg.generation

@@ -21,7 +21,8 @@ from selectrust.generation.backends.base import GenerationBackend, GenerationRes
 from selectrust.generation.backends import (BACKENDS, BackendSpec, Capabilities, UnknownBackendError, backend_names,
                                           capabilities, get_backend, register_backend, setting, unregister_backend)
 from recipe_utils import ROOT, compose
-from trainer.config import ConfigError, EvalConfig, ModelConfig, generation_schema, validate_common, validate_grpo
+from selectrust.core.errors import ConfigError
+from trainer.config import EvalConfig, ModelConfig, generation_schema, validate_common, validate_grpo
 
 MIST = ROOT / "tests" / "data" / "eval" / "mist_small.jsonl"
 

@@ -324,7 +324,8 @@ def test_the_generation_group_sizes_time_by_tokens_reads_the_launchers_settings_
 
     from selectrust.generation.backends import BuildContext, get_backend
     from recipe_utils import compose
-    from trainer.config import ConfigError, validate_common
+    from selectrust.core.errors import ConfigError
+    from trainer.config import validate_common
 
     log = tmp_path / "vllm_server.log"
     (tmp_path / "vllm_server.json").write_text('{"max_lora_rank": 8, "lora_target_modules": ["q_proj"]}')

@@ -8,7 +8,8 @@ import torch
 from omegaconf import OmegaConf
 
 from recipe_utils import compose, read_metrics, run_recipe
-from trainer.config import ConfigError, ModelConfig
+from selectrust.core.errors import ConfigError
+from trainer.config import ModelConfig
 
 SFT = ["recipe=box2_sft_tiny", "model.lora.enabled=true", "model.lora.r=16", "model.lora.alpha=32",
        "model.lora.target_modules=[q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj,lm_head]",

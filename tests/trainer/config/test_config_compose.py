@@ -6,7 +6,8 @@ import pytest
 from omegaconf import OmegaConf
 
 from recipe_utils import CONF, compose
-from trainer.config import (ConfigError, validate_common, validate_distill, validate_dpo, validate_grpo, validate_sft)
+from selectrust.core.errors import ConfigError
+from trainer.config import (validate_common, validate_distill, validate_dpo, validate_grpo, validate_sft)
 
 PRIMARIES = {"dpo": validate_dpo, "sft": validate_sft, "grpo": validate_grpo,
              "evaluate": validate_common, "mine_pairs": validate_common, "distill": validate_distill}

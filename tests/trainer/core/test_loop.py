@@ -8,7 +8,7 @@ import torch
 
 from recipe_utils import compose, read_metrics, reset_accelerate
 from trainer.core.checkpoint import CheckpointManager, complete_checkpoints
-from trainer.config import ConfigError
+from selectrust.core.errors import ConfigError
 from trainer.core.loop import NumericalError, train_loop
 from trainer.core.run_dir import check_resume_config
 from trainer.core.optim import build_optimizer, build_scheduler

@@ -16,7 +16,8 @@ import torch
 
 import dist_helpers as dh
 from recipe_utils import compose, read_metrics, reset_accelerate, run_recipe
-from trainer.config import ConfigError, validate_dpo
+from selectrust.core.errors import ConfigError
+from trainer.config import validate_dpo
 from trainer.core.loop import train_loop
 from trainer.core.optim import build_optimizer, build_scheduler
 from trainer.core.run import setup_run, write_config

@@ -19,7 +19,7 @@ import pytest
 import dist_helpers as dh
 from guards import fails_after
 from recipe_utils import compose, run_recipe
-from trainer.config import ConfigError
+from selectrust.core.errors import ConfigError
 
 
 @pytest.fixture(autouse=True)

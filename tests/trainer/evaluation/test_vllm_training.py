@@ -280,7 +280,7 @@ def test_dpo_epoch_end_eval_through_the_server_on_the_current_adapter(tmp_path, 
 
 
 def test_server_eval_refuses_a_policy_without_lora(tmp_path, server):
-    from trainer.config import ConfigError
+    from selectrust.core.errors import ConfigError
 
     with pytest.raises(ConfigError, match="needs a LoRA policy"):
         run_recipe("sft", "sft", [f"trainer.run_dir={tmp_path / 'sft'}", "trainer.progress=false",

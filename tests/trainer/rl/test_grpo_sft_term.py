@@ -223,7 +223,7 @@ def test_the_term_changes_the_loss_only_when_coef_is_positive(tiny_model, tiny_t
 
 # ---- config and recipe -------------------------------------------------------------------------------------------
 def test_config_checks_fail_in_one_line():
-    from trainer.config import ConfigError
+    from selectrust.core.errors import ConfigError
     from trainer.config.validation import _validate_sft_term
 
     def cfg(max_steps=10, **algo):

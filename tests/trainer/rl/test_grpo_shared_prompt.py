@@ -180,7 +180,7 @@ def test_algo_shared_prompt_is_on_by_default_and_falls_back_visibly(caplog):
 
     from recipes.grpo import use_shared_prompt
     from trainer.config import register_schemas, validate_grpo
-    from trainer.config.validation import ConfigError
+    from selectrust.core.errors import ConfigError
 
     register_schemas()
     with initialize_config_dir(str(Path(__file__).resolve().parents[3] / "conf"), version_base=None):
