@@ -101,9 +101,9 @@ class OurDPO:
         from selectrust.conditions import MISLEADING
         from trainer.dpo.pairs import collate_pairs
         from trainer.config import DPOAlgoConfig
-        from trainer.model.logprobs import sequence_logprobs
+        from trainer.logprobs.logprobs import sequence_logprobs
         from selectrust.model import Reference
-        from trainer.core.optim import build_optimizer, build_scheduler
+        from trainer.runtime.optim import build_optimizer, build_scheduler
 
         self.model = model
         rows = [{"prompt": p, "chosen": c, "rejected": r, "pool": MISLEADING, "item_id": str(i)}
@@ -152,7 +152,7 @@ def dpo_figures(path: str, pairs, steps: int, workdir: str) -> dict:
     import torch
 
     from selectrust.model import load_tokenizer
-    from trainer.model.shared_prompt import shared_prompt_logprobs
+    from trainer.logprobs.shared_prompt import shared_prompt_logprobs
 
     tok = load_tokenizer(path)
     _, model = build_our_policy(path, rank=16)

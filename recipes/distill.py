@@ -48,14 +48,14 @@ def run(cfg: DictConfig):
     """Train one stage (``algo.stage``); returns the loop's ``LoopResult``."""
     from selectrust.core.io import write_json_atomic
     from selectrust.generation.prompts import PromptSettings
-    from trainer.core.checkpoint import resumable
+    from trainer.runtime.checkpoint import resumable
     from trainer.data.train_data import SamplerSource, ShuffleSampler
     from trainer.distill.views import check_task_disjoint, choice_token_ids, has_choice_position, load_views
     from trainer.distill.steps import DistillSteps, sample_teacher
     from trainer.train import train_evaluate_finish
     from selectrust.model import Reference, load_policy
-    from trainer.core.optim import build_optimizer, build_scheduler
-    from trainer.core.run import setup_run
+    from trainer.runtime.optim import build_optimizer, build_scheduler
+    from trainer.runtime.run import setup_run
 
     # ---- validate everything before any model loads -------------------------------------------------
     validate_distill(cfg)

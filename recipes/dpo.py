@@ -37,11 +37,11 @@ def run(cfg: DictConfig):
     from selectrust.conditions import SCOPE_MASS_DEFAULTS, pool_mass
     from trainer.data.train_data import ConditionSampler, SamplerSource, check_pool_mass, load_pairs, unmatch_pairs
     from trainer.data.train_data import apply_length_policy
-    from trainer.evaluation import load_eval_rows, make_backend
-    from trainer.core.run import setup_run
-    from trainer.model.logprobs import sequence_logprobs
+    from trainer.eval_bridge import load_eval_rows, make_backend
+    from trainer.runtime.run import setup_run
+    from trainer.logprobs.logprobs import sequence_logprobs
     from selectrust.model import Reference, load_policy
-    from trainer.core.optim import build_optimizer, build_scheduler
+    from trainer.runtime.optim import build_optimizer, build_scheduler
     from trainer.train import train_evaluate_finish
     from trainer.dpo.losses import dpo_loss
     from trainer.dpo.pairs import collate_pairs, reference_table, use_shared_prompt

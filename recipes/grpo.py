@@ -19,7 +19,7 @@ How this departs from TRL's GRPOTrainer (same loss on the same inputs, tests/tra
 - groups whose rewards all agree are dropped and the batch refilled (``algo.max_refill_rounds``), the first
   generation round over-sampled from the running zero-variance rate (``algo.oversample_cap``);
 - each group's prompt runs once in the policy, old-policy and reference forward (``algo.shared_prompt``,
-  one packed row per group: trainer/model/group_packing.py; equal to the unshared loss, tests/trainer/rl/test_grpo_shared_prompt.py);
+  one packed row per group: trainer/logprobs/group_packing.py; equal to the unshared loss, tests/trainer/rl/test_grpo_shared_prompt.py);
 - ``optim.batch_size * optim.grad_accum * world == algo.prompts_per_step * algo.group_size`` (x 3 with
   ``algo.rollout_mode=paired_context``, Knowledgeable-R1's paired rollouts: trainer/rl/paired_rollouts.py): one
   rollout batch per optimizer step, replayed ``algo.num_iterations`` times with stored old log-probs;
@@ -54,17 +54,17 @@ def run(cfg: DictConfig):
     from selectrust.generation.prompts import PromptSettings
     from trainer.data.train_data import ShuffleSampler
     from trainer.rl.envs import resolve_env
-    from trainer.evaluation import generation_capabilities, load_eval_rows, make_backend
-    from trainer.model.group_packing import group_sequence_logprobs
-    from trainer.model.logprobs import sequence_logprobs
+    from trainer.eval_bridge import generation_capabilities, load_eval_rows, make_backend
+    from trainer.logprobs.group_packing import group_sequence_logprobs
+    from trainer.logprobs.logprobs import sequence_logprobs
     from trainer.train import train_evaluate_finish
     from selectrust.model import Reference, load_policy
-    from trainer.core.optim import build_optimizer, build_scheduler
+    from trainer.runtime.optim import build_optimizer, build_scheduler
     from trainer.rl.rewards import GuardedReward, resolve_reward
     from trainer.rl.rollout import Ranks, RolloutSettings, RolloutSource, check_prompt_lengths, load_rl_prompts
     from trainer.rl.rollout_modes import EnvironmentMode, SingleTurnMode
     from trainer.rl.paired_rollouts import PairedContextMode, check_paired_rows
-    from trainer.core.run import setup_run
+    from trainer.runtime.run import setup_run
     from trainer.rl.rollout_sync import rollout_sync_hook
     from trainer.rl.sft_rows import check_sft_rows
 
@@ -124,7 +124,7 @@ def run(cfg: DictConfig):
 def use_shared_prompt(cfg) -> bool:
     """``algo.shared_prompt`` where it is exact: under an attention kernel that takes the 4D block mask (SDPA
     or eager); otherwise a log line says the run falls back to unshared rows."""
-    from trainer.model.shared_prompt import attention_takes_4d_mask
+    from trainer.logprobs.shared_prompt import attention_takes_4d_mask
 
     if not cfg.algo.shared_prompt:
         return False
@@ -137,7 +137,7 @@ def use_shared_prompt(cfg) -> bool:
 
 def old_logprobs(policy, device, logprobs, ids, att, cm):
     """Per-token log-probs of the sampled completions under the rollout-time policy (no grad), on CPU
-    (``logprobs``: ``trainer.model.logprobs.sequence_logprobs``, or ``group_sequence_logprobs`` with
+    (``logprobs``: ``trainer.logprobs.logprobs.sequence_logprobs``, or ``group_sequence_logprobs`` with
     ``algo.shared_prompt``, with the run's settings)."""
     with torch.no_grad():
         return logprobs(policy, ids.to(device), att.to(device), cm.to(device))[1].cpu()
@@ -188,7 +188,7 @@ def add_sft_term(loss, metrics: dict, mb: dict, *, algo, policy, device, max_ste
     ``sft/loss`` (the SFT token NLL over the step's SFT tokens, 0 here when the micro-batch has no SFT row) and
     ``sft/coef`` (the scheduled weight) to ``metrics``."""
     from trainer.algos.grpo import sft_coef_at, sft_term
-    from trainer.model.logprobs import sequence_logprobs
+    from trainer.logprobs.logprobs import sequence_logprobs
 
     logprobs = logprobs or sequence_logprobs  # unshared rows (``model.logprob_chunk`` through the recipe's partial)
     coef = sft_coef_at(int(mb.get("step", 0)), coef=algo.sft_coef, schedule=algo.sft_schedule, max_steps=max_steps)

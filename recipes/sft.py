@@ -37,14 +37,14 @@ def run(cfg: DictConfig):
     from selectrust.core.io import write_json_atomic
     from selectrust.generation.prompts import PromptSettings
     from trainer.algos.sft import masked_nll_loss
-    from trainer.core.distributed import reduce_sum
+    from trainer.runtime.distributed import reduce_sum
     from trainer.data.train_data import SamplerSource, ShuffleSampler, load_sft_examples, resolve_data_path
-    from trainer.evaluation import load_eval_rows, make_backend
-    from trainer.model.logprobs import sequence_logprobs
+    from trainer.eval_bridge import load_eval_rows, make_backend
+    from trainer.logprobs.logprobs import sequence_logprobs
     from trainer.train import train_evaluate_finish
     from selectrust.model import load_policy
-    from trainer.core.optim import build_optimizer, build_scheduler
-    from trainer.core.run import setup_run
+    from trainer.runtime.optim import build_optimizer, build_scheduler
+    from trainer.runtime.run import setup_run
     from trainer.data.sft_data import WindowSource, apply_sft_length_policy, collate_sft
 
     # ---- validate everything before any model loads -------------------------------------------------

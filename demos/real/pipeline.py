@@ -1,7 +1,7 @@
 """The real-model demos: SmolLM2-135M-Instruct learns selective trust on real facts (``python recipes/demo.py``, the
 quick demo; ``demo=real_full``, the full experiment: every arm, 20 GRPO steps; ``demos.config.DEMOS``).
 
-A declared list of stages (:func:`stages`) run by the stage runner (``trainer/core/stages.py``), like a chain:
+A declared list of stages (:func:`stages`) run by the stage runner (``trainer/runtime/stages.py``), like a chain:
 every stage but three is a real recipe, named (``evaluate``, ``mine_pairs``, ``dpo``, ``grpo``) and run in-process
 on a config composed from ``conf/`` (``recipe=scope_smollm2_135m`` for the DPO arms,
 ``recipe=scope_grpo_smollm2_135m`` for GRPO, ``model=smollm2_135m`` and ``eval=facts`` for evaluation and mining)
@@ -53,7 +53,7 @@ from typing import Any, Callable
 from omegaconf import DictConfig
 
 from selectrust.conditions import CLEAN, IRRELEVANT
-from trainer.core.stages import Stage
+from trainer.runtime.stages import Stage
 
 from ..common import DemoRun
 from . import nq_swap

@@ -2,7 +2,7 @@
 
 Run it with ``python recipes/demo.py demo=toy`` (the entry point; ``conf/demo.yaml``, schema
 :class:`demos.config.DemoRunConfig`). A declared list of stages (:func:`stages`) run by the stage runner
-(``trainer/core/stages.py``), like a chain: every stage is a real recipe, named (``sft``, ``evaluate``,
+(``trainer/runtime/stages.py``), like a chain: every stage is a real recipe, named (``sft``, ``evaluate``,
 ``mine_pairs``, ``dpo``, ``grpo``) and run in-process on a config composed from ``conf/`` plus the per-stage
 overrides in ``conf/demo.yaml``; every number comes from ``eval_hooks``. Each stage runs in
 ``<out>/stages/<name>/``; a training stage starts from the ``final/`` weights of the stage it names. Every data
@@ -20,7 +20,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from trainer.core.stages import Stage
+from trainer.runtime.stages import Stage
 
 from ..common import DemoRun
 from . import task

@@ -11,7 +11,7 @@ import torch
 
 from trainer.algos.sft import masked_nll_loss
 from trainer.data.train_data import load_sft_examples
-from trainer.model.logprobs import sequence_logprobs
+from trainer.logprobs.logprobs import sequence_logprobs
 from trainer.data.sft_data import WindowSource, collate_sft, tokenize_multiturn
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -58,10 +58,10 @@ def _offenders(folders: tuple[str, ...], forbidden: set[str]) -> list[str]:
 
 
 def test_imports_are_resolved_the_way_python_resolves_them():
-    # the checker itself: a relative import (``from .checkpoint import ...`` in trainer/core/loop.py), an absolute
-    # from-import naming a class, a function-level import (trainer/core/loop.py imports tqdm inside train_loop)
-    assert "trainer.core.checkpoint" in _imports(ROOT / "trainer" / "core" / "loop.py")
-    assert "tqdm.auto" in _imports(ROOT / "trainer" / "core" / "loop.py")
+    # the checker itself: a relative import (``from .checkpoint import ...`` in trainer/runtime/loop.py), an absolute
+    # from-import naming a class, a function-level import (trainer/runtime/loop.py imports tqdm inside train_loop)
+    assert "trainer.runtime.checkpoint" in _imports(ROOT / "trainer" / "runtime" / "loop.py")
+    assert "tqdm.auto" in _imports(ROOT / "trainer" / "runtime" / "loop.py")
     assert "selectrust.core.io.DataError" in _imports(ROOT / "trainer" / "data" / "train_data.py")
 
 
@@ -109,7 +109,7 @@ def test_only_the_demo_entry_point_imports_the_demos_package():
 
 def test_the_demos_never_import_the_recipes():
     # the demos name their stages' recipes; recipes/demo.py hands the recipes' run functions down
-    assert "trainer.core.stages" in _imports(ROOT / "demos" / "real" / "pipeline.py")  # the checker sees demos/
+    assert "trainer.runtime.stages" in _imports(ROOT / "demos" / "real" / "pipeline.py")  # the checker sees demos/
     assert not (bad := _offenders(("demos",), {"recipes"})), "\n".join(bad)
 
 
@@ -316,8 +316,8 @@ def test_no_import_cycle_anywhere_in_the_repository():
     # module-level and function-level imports alike: a cycle broken only by importing inside a function is
     # still two modules that cannot be understood (or moved) one without the other
     graph = _import_graph()
-    assert "trainer.core.checkpoint" in graph["trainer.core.loop"]  # the graph holds the repository's modules,
-    assert "tests.vllm_helpers" in graph["tests.trainer.evaluation.test_vllm_training"]  # test helpers under their bare names too
+    assert "trainer.runtime.checkpoint" in graph["trainer.runtime.loop"]  # the graph holds the repository's modules,
+    assert "tests.vllm_helpers" in graph["tests.trainer.eval_bridge.test_vllm_training"]  # test helpers under their bare names too
     cycles = _cycles(graph)
     assert not cycles, "import cycles: " + "; ".join(" <-> ".join(c) for c in cycles)
 
@@ -403,15 +403,15 @@ def test_models_do_not_reach_up_into_the_config():
     # the model layers are used by the config checks (adapter checks), not the other way round: the config converts
     # the model layer's errors into ConfigError (trainer/config/validation.py check_adapter_dir)
     assert "selectrust.model.adapter" in _imports(ROOT / "selectrust" / "model" / "policy.py")  # the checker sees it
-    bad = [f"{p.relative_to(ROOT)} imports {m}" for p in _files("trainer/model", "selectrust/model")
+    bad = [f"{p.relative_to(ROOT)} imports {m}" for p in _files("trainer/logprobs", "selectrust/model")
            for m in sorted(_imports(p)) if m.split(".")[:2] == ["trainer", "config"]]
     assert not bad, "\n".join(bad)
 
 
-def test_trainer_core_imports_neither_rl_nor_distill():
+def test_trainer_runtime_imports_neither_rl_nor_distill():
     # the machinery every trainer shares knows no single trainer's own code
-    assert "trainer.core.checkpoint" in _imports(ROOT / "trainer" / "core" / "loop.py")  # the checker sees core
-    bad = [f"{p.relative_to(ROOT)} imports {m}" for p in _files("trainer/core") for m in sorted(_imports(p))
+    assert "trainer.runtime.checkpoint" in _imports(ROOT / "trainer" / "runtime" / "loop.py")  # the checker sees runtime
+    bad = [f"{p.relative_to(ROOT)} imports {m}" for p in _files("trainer/runtime") for m in sorted(_imports(p))
            if m.split(".")[:2] in (["trainer", "rl"], ["trainer", "distill"])]
     assert not bad, "\n".join(bad)
 
@@ -430,7 +430,7 @@ def test_the_private_module_finder():
     assert _private_module_owner("eval_hooks.metrics._common") == "eval_hooks.metrics"
     assert _private_module_owner("_vllm_helpers") == ""
     assert _private_module_owner("eval_hooks.__main__") is None
-    assert _private_module_owner("trainer.core.loop") is None
+    assert _private_module_owner("trainer.runtime.loop") is None
 
 
 def test_no_folder_reaches_into_another_folders_private_modules():
@@ -720,7 +720,7 @@ def test_only_eval_hooks_model_loads_a_model_or_tokenizer():
     bad = [f"{p.relative_to(ROOT)}:{n}" for p in _files(*(f for f in PRODUCT if f != "bench"))
            if owner not in p.parents for n in _pretrained_loads(ast.parse(p.read_text()))]
     assert not bad, "a model or tokenizer loaded outside selectrust/model/ at " + ", ".join(bad)
-    assert not [p for p in _files("trainer/model") if p.stem in ("policy", "adapter_check")]  # no second home
+    assert not [p for p in _files("trainer/logprobs") if p.stem in ("policy", "adapter_check")]  # no second home
 
 
 def _file_hashers(tree: ast.AST) -> list[str]:
@@ -893,4 +893,4 @@ def test_eval_hooks_rooms_import_only_downward():
 def test_the_room_finder():
     assert _foundation_room("selectrust.core.io.DataError") == "core"
     assert _foundation_room("selectrust.model.load") == "model" and _foundation_room("selectrust") == "root"
-    assert _foundation_room("trainer.core.run") is None
+    assert _foundation_room("trainer.runtime.run") is None

@@ -23,7 +23,7 @@ Public API (names are stable):
   ``DPOAlgoConfig``; docs/architecture.md#how-to-add.
 
 The step (``recipes/dpo.py``) computes log-probs *summed* over completion tokens (see
-``trainer.model.logprobs.sequence_logprobs``) and hands each loss the kind it declares
+``trainer.logprobs.logprobs.sequence_logprobs``) and hands each loss the kind it declares
 (:meth:`DPOLoss.sequence_logps`); it builds no reference for a reference-free loss.
 """
 

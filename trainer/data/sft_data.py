@@ -2,7 +2,7 @@
 
 - Single turn: the prompt is every message before the *last* assistant turn (rendered to ids by the
   one renderer, ``selectrust.generation.prompts.render_prompt``, under the ``prompt`` group), the target is that
-  turn's content + EOS (``trainer.model.logprobs.build_pair_batch``). Counterfactual SFT (docs/box2.md#counterfactual-sft): prompt = task + bad
+  turn's content + EOS (``trainer.logprobs.logprobs.build_pair_batch``). Counterfactual SFT (docs/box2.md#counterfactual-sft): prompt = task + bad
   workflow, target = the verified-correct trajectory.
 - Multi turn: the whole conversation; every assistant turn is a target, user/environment turns are
   masked. The mask comes from the chat template's ``{% generation %}`` tags
@@ -66,7 +66,7 @@ def _ids(tokenizer, text: str) -> list[int]:
 def example_lengths(tokenizer, ex: dict, *, multi_turn: bool,
                     prompt_settings: PromptSettings | None = None) -> tuple[int, int]:
     """(prompt tokens, target tokens) of one example; for multi-turn (total - target, target)."""
-    from trainer.model.logprobs import build_pair_batch
+    from trainer.logprobs.logprobs import build_pair_batch
 
     if multi_turn:
         ids, mask = tokenize_multiturn(tokenizer, ex["messages"], prompt_settings)
@@ -102,7 +102,7 @@ def apply_sft_length_policy(examples: list[dict], tokenizer, *, multi_turn: bool
 def collate_sft(tokenizer, examples: Sequence[dict], *, multi_turn: bool, max_prompt_len: int, max_completion_len: int,
                 truncation: str, prompt_settings: PromptSettings | None = None) -> dict:
     """Right-padded ``input_ids, attention_mask, completion_mask`` (long tensors) and ``item_ids``."""
-    from trainer.model.logprobs import build_pair_batch, right_pad
+    from trainer.logprobs.logprobs import build_pair_batch, right_pad
 
     if not multi_turn:
         prompts, completions = zip(*(split_last_turn(ex["messages"]) for ex in examples))

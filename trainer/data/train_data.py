@@ -372,7 +372,7 @@ def apply_length_policy(pairs: PairSet, tokenizer, *, max_prompt_len: int, max_c
     nothing and its DPO margin is 0 by construction: it is dropped and counted in
     ``pairs.stats['dropped']['identical_after_truncation']``, or a DataError naming it when ``on_invalid ==
     'error'`` (``data.on_invalid``)."""
-    from trainer.model.logprobs import build_pair_batch
+    from trainer.logprobs.logprobs import build_pair_batch
 
     long = Counter()
     identical: set[tuple[str, str]] = set()

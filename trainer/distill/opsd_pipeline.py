@@ -19,7 +19,7 @@ from typing import Any
 
 from selectrust.conditions import MIST_CONDITIONS as CONDITIONS
 
-from trainer.core.stages import Stage
+from trainer.runtime.stages import Stage
 from trainer.distill.pipeline import DistillPipeline
 
 # The overrides the toy demo adds to every training stage (``TRAIN_COMMON`` of its stages).

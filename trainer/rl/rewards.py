@@ -28,7 +28,7 @@ from typing import Any, Callable
 
 from eval_hooks.parsers import answer_status, answers_match, parse_answer, parse_row_answer, row_answer_matches
 from selectrust.core.plugins import Registry
-from trainer.core.errors import RewardError  # noqa: F401  (raised here; the loop checkpoints on it)
+from trainer.runtime.errors import RewardError  # noqa: F401  (raised here; the loop checkpoints on it)
 from selectrust.core.errors import ConfigError
 from trainer.rl.callables import callable_registry
 
@@ -182,7 +182,7 @@ class GuardedReward:
         self.example: dict[str, Any] | None = None
 
     def __call__(self, completion: str, row: dict) -> tuple[float, bool]:
-        from trainer.core.interrupt import StopRequested, interruptible
+        from trainer.runtime.interrupt import StopRequested, interruptible
 
         try:
             with interruptible():  # a stop signal here abandons the step (the loop checkpoints the last one)

@@ -10,9 +10,9 @@ import pytest
 import torch
 
 from trainer.algos.dpo import sigmoid_dpo_loss
-from trainer.model.logprobs import build_preference_batch
-from trainer.core.run import cpu_supports_bf16, resolve_mixed_precision
-from trainer.model.shared_prompt import pack_preference_batch, shared_prompt_logprobs
+from trainer.logprobs.logprobs import build_preference_batch
+from trainer.runtime.run import cpu_supports_bf16, resolve_mixed_precision
+from trainer.logprobs.shared_prompt import pack_preference_batch, shared_prompt_logprobs
 
 AMX = "processor\t: 0\nflags\t\t: fpu sse avx512f amx_bf16 amx_tile\n"
 AVX512_BF16 = "processor\t: 0\nflags\t\t: fpu sse avx512f avx512_bf16 avx512_fp16\n"  # bf16, but slower than fp32

@@ -99,7 +99,7 @@ def _source(tokenizer, sampler, backend):
 
 
 def _stopped(src):
-    from trainer.core import interrupt
+    from trainer.runtime import interrupt
 
     stops = interrupt.StopSignals().install()
     try:

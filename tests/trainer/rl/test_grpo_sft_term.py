@@ -187,7 +187,7 @@ def _step_inputs(tiny_model, tiny_tokenizer):
 def _loss(model, mb, **algo):
     from selectrust.model.policy import Reference
     from recipes.grpo import grpo_step
-    from trainer.model.logprobs import sequence_logprobs
+    from trainer.logprobs.logprobs import sequence_logprobs
 
     model.zero_grad(set_to_none=True)
     loss, metrics = grpo_step(model, mb, algo=GRPOAlgoConfig(kl_beta=0.05, **algo), reference=Reference(model, lora=True),
@@ -198,7 +198,7 @@ def _loss(model, mb, **algo):
 
 
 def test_the_term_changes_the_loss_only_when_coef_is_positive(tiny_model, tiny_tokenizer):
-    from trainer.model.logprobs import sequence_logprobs
+    from trainer.logprobs.logprobs import sequence_logprobs
 
     model, mb, with_sft = _step_inputs(tiny_model, tiny_tokenizer)
     today, m_today, g_today = _loss(model, mb)  # the micro-batch as the rollouts built it before the SFT term

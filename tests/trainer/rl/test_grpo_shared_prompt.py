@@ -1,4 +1,4 @@
-"""Shared-prompt GRPO (``algo.shared_prompt``, trainer/model/group_packing.py): one packed row per group
+"""Shared-prompt GRPO (``algo.shared_prompt``, trainer/logprobs/group_packing.py): one packed row per group
 against the unshared rollout micro-batch, in float32, on the tiny model with LoRA: the GRPO step's loss
 (clipped surrogate with stored old log-probs, the k3 KL to the adapter-disabled reference and the
 truncated IS weights of a ``generation=vllm_server`` rollout), its metrics, the per-token log-probs and
@@ -17,9 +17,9 @@ from torch.testing import assert_close
 from selectrust.model.policy import Reference
 from recipes.grpo import grpo_step
 from trainer.config import GRPOAlgoConfig
-from trainer.model.group_packing import (group_fallbacks, group_sequence_logprobs, pack_groups, packed_token_counts,
+from trainer.logprobs.group_packing import (group_fallbacks, group_sequence_logprobs, pack_groups, packed_token_counts,
                                          report_unshared_groups, shared_prefix_runs)
-from trainer.model.logprobs import right_pad, sequence_logprobs
+from trainer.logprobs.logprobs import right_pad, sequence_logprobs
 
 TOL = dict(rtol=1e-5, atol=1e-5)
 BUDGET = 6  # the rollouts' max_new_tokens
