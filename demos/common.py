@@ -1,5 +1,5 @@
 """What both demos share (:mod:`demos.real.pipeline`, :mod:`demos.toy.pipeline`): running their declared stages
-through the stage runner (``trainer/runtime/stages.py``) in an out dir that keeps one run (:class:`DemoRun`), the
+through the stage runner (``recipes/stages/``) in an out dir that keeps one run (:class:`DemoRun`), the
 thread setting, writing the results at the end, and the SCOPE training plot of both reports."""
 
 from __future__ import annotations
@@ -84,7 +84,8 @@ def with_new_keys(saved: dict, demo: str) -> dict:
 
 class DemoRun:
     """One demo run into ``cfg.out``: its stages run by name through the stage runner, with the recipes' ``run``
-    functions (``runners``) and ``compose`` handed down by the entry point (``recipes/demo.py``).
+    functions (``runners``), ``compose`` and the stage runner itself (``stage_runner``: ``recipes.stages.StageRunner``,
+    which sits above the recipes it runs) handed down by the entry point (``recipes/demo.py``).
 
     The out dir is one run's: ``demo.json`` records its demo, seed and settings. The same command again (after an
     interrupt, or after it finished) continues that run: every finished stage whose composed config, inputs, start
@@ -97,9 +98,8 @@ class DemoRun:
     dir in use is refused by its lock (``<out>/.lock``); ``demo.log`` is written only under the lock."""
 
     def __init__(self, cfg, *, compose: Callable[[str, list[str]], Any], runners: dict[str, Callable],
-                 checks: dict[str, Callable[[Any], None]], threads: int | None):
+                 checks: dict[str, Callable[[Any], None]], threads: int | None, stage_runner: Callable[..., Any]):
         from trainer.runtime.provenance import run_provenance, stage_provenance
-        from trainer.runtime.stages import StageRunner
 
         self.cfg = cfg
         self.checks = checks  # {recipe: its config check}: the chain's (recipes/chain.py trainers), run before any stage
@@ -108,7 +108,7 @@ class DemoRun:
         self.provenance = run_provenance()  # the run's: precision auto means here, threads, git commit, versions
         # a stage whose start, inputs, config or provenance changed since (the cached model converted again, a
         # settings change, other code) is run again, the old one moved aside; any other is reused
-        self.runner = StageRunner(self.out, seed=cfg.seed, compose=compose, runners=runners, prefix="[demo]",
+        self.runner = stage_runner(self.out, seed=cfg.seed, compose=compose, runners=runners, prefix="[demo]",
                                   rerun_stale=True, rerun_changed=True, reuse=str(cfg.reuse),
                                   provenance=lambda stage_cfg: stage_provenance(stage_cfg, self.provenance))
 

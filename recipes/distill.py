@@ -10,7 +10,7 @@
 two task-disjoint folds, SFT a demonstration-following base) -> stage 1 -> stage 2, each a run of :func:`run` in
 ``<run_dir>/stages/<name>/`` through the stage runner (stage 2 starts from stage 1's adapter), then
 the evaluation of teacher and student on the held-out fold, ``summary.json`` and ``report.md``; or ``opsd``
-(``trainer/distill/opsd_pipeline.py``).
+(``recipes/pipelines/opsd.py``).
 
 :func:`run` trains one stage (what ``recipes/chain.py`` calls for ``script: distill``):
 
@@ -108,11 +108,11 @@ def run(cfg: DictConfig):
 def pipeline(cfg: DictConfig, overrides: list[str] | None = None) -> dict:
     """``pipeline.kind=taste``: toy data + base (data.source=toy), stage 1, stage 2, held-out evaluation,
     ``summary.json``; ``pipeline.kind=opsd`` (e.g. recipe=opsd_tiny): an optional base SFT, OPSD and the MIST
-    evaluation (``trainer/distill/opsd_pipeline.py``). ``overrides``: the stages' overrides (default: the command line's)."""
+    evaluation (``recipes/pipelines/opsd.py``). ``overrides``: the stages' overrides (default: the command line's)."""
     from recipes import evaluate, sft
     from trainer.config import compose
-    from trainer.distill.pipeline import DistillPipeline
-    from trainer.distill.opsd_pipeline import OpsdPipeline
+    from recipes.pipelines.taste_distill import DistillPipeline
+    from recipes.pipelines.opsd import OpsdPipeline
 
     runners = {"sft": sft.run, "evaluate": evaluate.run, "distill": run}  # the recipes its stages name
     kind = OpsdPipeline if cfg.pipeline.kind == "opsd" else DistillPipeline

@@ -1,5 +1,5 @@
 """The recipes a stage may run, by name (:data:`STAGE_RECIPES`): what a chain stage's ``script`` and a demo stage's
-recipe name. The stage runner (``trainer/runtime/stages.py``) knows no recipe; the entry points that run stages
+recipe name. The stage runner (``recipes/stages/``) knows no recipe; the entry points that run stages
 (``recipes/chain.py``, ``recipes/demo.py``) hand it the ``run`` functions (:func:`runners`) and the config checks
 (:func:`trainers`) from here, so nothing below ``recipes/`` imports a recipe.
 

@@ -22,7 +22,7 @@ from typing import Callable, Sequence
 from selectrust.conditions import BENIGN_CONDITIONS, CORRECT
 from selectrust.core.plugins import Registry
 from selectrust.core.errors import ConfigError
-from trainer.runtime.stages import Stage
+from trainer.runtime.stage import Stage
 
 from .items import facts_size
 from .prompts import GRPO_PROMPTS, GRPO_ROWS, INPUTS, TRAIN, grpo_prompts

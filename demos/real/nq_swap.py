@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from selectrust.core.errors import ConfigError
-from trainer.runtime.stages import Stage
+from trainer.runtime.stage import Stage
 
 from .arms import ARMS, BASE, trained
 from .arms import label as arm_label

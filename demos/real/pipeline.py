@@ -1,7 +1,7 @@
 """The real-model demos: SmolLM2-135M-Instruct learns selective trust on real facts (``python recipes/demo.py``, the
 quick demo; ``demo=real_full``, the full experiment: every arm, 20 GRPO steps; ``demos.config.DEMOS``).
 
-A declared list of stages (:func:`stages`) run by the stage runner (``trainer/runtime/stages.py``), like a chain:
+A declared list of stages (:func:`stages`) run by the stage runner (``recipes/stages/``), like a chain:
 every stage but three is a real recipe, named (``evaluate``, ``mine_pairs``, ``dpo``, ``grpo``) and run in-process
 on a config composed from ``conf/`` (``recipe=scope_smollm2_135m`` for the DPO arms,
 ``recipe=scope_grpo_smollm2_135m`` for GRPO, ``model=smollm2_135m`` and ``eval=facts`` for evaluation and mining)
@@ -53,7 +53,7 @@ from typing import Any, Callable
 from omegaconf import DictConfig
 
 from selectrust.conditions import CLEAN, IRRELEVANT
-from trainer.runtime.stages import Stage
+from trainer.runtime.stage import Stage
 
 from ..common import DemoRun
 from . import nq_swap
@@ -249,13 +249,14 @@ def summary_of(cfg: DictConfig, results: dict[str, Any]) -> dict:
     return out
 
 
-def run(cfg: DictConfig, *, compose, runners: dict, checks: dict) -> dict:
+def run(cfg: DictConfig, *, compose, runners: dict, checks: dict, stage_runner) -> dict:
     """Run the real-model demo of ``cfg`` (a composed ``conf/demo.yaml``) with the recipes ``runners`` (by name,
-    handed down by ``recipes/demo.py``) in ``cfg.out`` (:class:`demos.common.DemoRun`: one run per out dir, continued by
+    handed down by ``recipes/demo.py`` with the stage runner) in ``cfg.out`` (:class:`demos.common.DemoRun`: one run per out dir, continued by
     the same command); write ``summary.json``, ``report.md`` and the plots there, print the table; return the
     summary."""
     from .report import check_targets, print_table, write_report
 
-    demo = DemoRun(cfg, compose=compose, runners=runners, checks=checks, threads=cfg.real.torch_threads)
+    demo = DemoRun(cfg, compose=compose, runners=runners, checks=checks, threads=cfg.real.torch_threads,
+                   stage_runner=stage_runner)
     return demo.run(stages(cfg), lambda results: summary_of(cfg, results), write_report, print_table,
                     targets=check_targets)

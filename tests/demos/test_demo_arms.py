@@ -1,5 +1,5 @@
 """The real demo's arm registry (demos/real/arms.py): one entry per arm, checked before any stage runs; the
-override order of its training stages; the declared inputs of its step stages (trainer/runtime/stages.py)."""
+override order of its training stages; the declared inputs of its step stages (recipes/stages/)."""
 
 from __future__ import annotations
 
@@ -145,7 +145,7 @@ def test_the_users_grpo_overrides_win_over_the_demos_own(tmp_path):
     own overrides (its prompt rows' format) come after both."""
     from demos.real.pipeline import stages
     from recipes.chain import compose as compose_recipe
-    from trainer.runtime.stages import StageRunner
+    from recipes.stages import StageRunner
 
     def grpo_cfg(extra: list[str]):
         from hydra import initialize_config_dir
@@ -181,7 +181,8 @@ def test_the_knowledge_aware_arms_full_set_overrides_apply_only_to_the_full_fact
 
 
 def test_a_step_gets_its_declared_inputs_from_the_runner(tmp_path):
-    from trainer.runtime.stages import Stage, StageRunner
+    from recipes.stages import StageRunner
+    from trainer.runtime.stage import Stage
 
     def write(out):
         out.mkdir(parents=True)
@@ -268,7 +269,7 @@ def test_the_new_arms_stage_configs_compose_and_validate(tmp_path):
     from demos.real.pipeline import stages
     from recipes.chain import compose as compose_recipe
     from trainer.config import validate_grpo
-    from trainer.runtime.stages import StageRunner
+    from recipes.stages import StageRunner
 
     from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra

@@ -21,6 +21,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from recipe_utils import ROOT
+from recipes.stages import StageRunner
 
 CLEAN = "c0ffee" * 6 + "c0ff"  # a clean commit: the checkout these tests run in may hold uncommitted changes
 
@@ -62,14 +63,14 @@ class Fakes:
         return out
 
     def stages(self, model: str = "m1"):
-        from trainer.runtime.stages import Stage
+        from trainer.runtime.stage import Stage
 
         return [Stage("data", call=self.data),
                 Stage("eval_base", "evaluate", [f"model.path={model}"], inputs={"eval.path": "data/items.txt"})]
 
 
 def _runner(root, fakes, **kw):
-    from trainer.runtime.stages import StageRunner
+    from recipes.stages import StageRunner
 
     return StageRunner(root, seed=0, compose=fakes.compose, runners={"evaluate": fakes.evaluate}, prefix="[demo]", **kw)
 
@@ -164,7 +165,7 @@ def test_a_result_no_file_holds_is_checked_against_its_hash(tmp_path):
         (Path(cfg.out_dir) / "metrics.txt").write_text(str(result))
         return result
 
-    from trainer.runtime.stages import StageRunner
+    from recipes.stages import StageRunner
 
     def runner():
         return StageRunner(tmp_path, seed=0, compose=fakes.compose, runners={"evaluate": evaluate}, prefix="[demo]")
@@ -333,7 +334,8 @@ class ToyFakes:
         cfg.toy = OmegaConf.merge(cfg.toy, {"misleading_only": False, "knowledge_aware": False, **toy})
         runners = {"sft": self.train, "dpo": self.train, "grpo": self.train, "evaluate": self.evaluate,
                    "mine_pairs": self.mine}
-        demo = DemoRun(cfg, compose=self.compose, runners=runners, checks={}, threads=None)
+        demo = DemoRun(cfg, compose=self.compose, runners=runners, checks={}, threads=None,
+                       stage_runner=StageRunner)
         self.calls.clear()
         return demo.run(ToyStages(cfg, str(out.parent / "tiny")).all(), lambda results: {"seed": cfg.seed},
                         lambda summary, where: None, lambda summary: None)
@@ -418,7 +420,8 @@ def _train_then_evaluate(root: Path, fakes: Fakes, later: list):
     ``fakes``), then a step that appends to ``later``. Returns a function running all of it (the same command)."""
     import dist_helpers as dh
     from recipe_utils import compose, load_recipe
-    from trainer.runtime.stages import Stage, StageRunner
+    from recipes.stages import StageRunner
+    from trainer.runtime.stage import Stage
 
     pairs = dh.write_pairs(root / "pairs.jsonl", 5)
 
@@ -529,7 +532,7 @@ def _demo(cfg, fakes, checks=None):
     from demos.common import DemoRun
 
     demo = DemoRun(cfg, compose=fakes.compose, runners={"evaluate": fakes.evaluate}, checks=checks or {},
-                   threads=None)
+                   threads=None, stage_runner=StageRunner)
     return demo.run(fakes.stages(), lambda results: {"seed": cfg.seed, "base": results["eval_base"]},
                     lambda summary, out: (out / "report.md").write_text(f"seed {summary['seed']}\n"), lambda s: None)
 
@@ -799,7 +802,8 @@ def test_the_pre_check_tolerates_only_a_missing_path_an_earlier_stage_will_write
     from omegaconf import OmegaConf
 
     from selectrust.core.errors import ConfigError
-    from trainer.runtime.stages import Stage, StageRunner
+    from recipes.stages import StageRunner
+    from trainer.runtime.stage import Stage
 
     root = tmp_path / "run"
     runner = StageRunner(root, seed=0, compose=lambda recipe, overrides: OmegaConf.create({"out_dir": None}),

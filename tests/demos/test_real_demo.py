@@ -418,7 +418,7 @@ def test_a_bad_stage_override_fails_in_preflight_before_any_stage_runs(tmp_path,
     from demos.real.pipeline import stages
     from recipes.chain import compose as compose_recipe
     from selectrust.core.errors import ConfigError
-    from trainer.runtime.stages import StageRunner
+    from recipes.stages import StageRunner
 
     register()
     GlobalHydra.instance().clear()

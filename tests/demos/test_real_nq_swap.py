@@ -265,7 +265,8 @@ def test_the_nq_swap_stages_run_on_the_tiny_model_and_an_arm_reads_the_base_s_la
     from recipe_utils import CONF, reset_accelerate
     from recipes.chain import compose as compose_recipe
     from recipes.stage_recipes import runners
-    from trainer.runtime.stages import Stage, StageRunner
+    from recipes.stages import StageRunner
+    from trainer.runtime.stage import Stage
 
     cfg = _compose([f"out={tmp_path}", "real.nq_swap_questions=2", "real.stages.evaluate=['generation.batch_size=8']"])
     arm = nq_swap.evaluation(cfg, "scope", adapter="scope")[0]

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from recipes.stages import StageRunner
 from test_demo_out_dir import CLEAN, Fakes, ToyFakes, _tree
 
 ENTRY = "tiny-0123456789ab"  # a model cache entry's name: its content key
@@ -111,7 +112,8 @@ class MovableToyFakes(ToyFakes):
         cfg.toy = OmegaConf.merge(cfg.toy, {"misleading_only": False, "knowledge_aware": False, **toy})
         runners = {"sft": self.train, "dpo": self.train, "grpo": self.train, "evaluate": self.evaluate,
                    "mine_pairs": self.mine}
-        demo = DemoRun(cfg, compose=self.compose, runners=runners, checks={}, threads=None)
+        demo = DemoRun(cfg, compose=self.compose, runners=runners, checks={}, threads=None,
+                       stage_runner=StageRunner)
         self.calls.clear()
         return demo.run(ToyStages(cfg, self.init).all(), lambda results: {"seed": cfg.seed, "results": results},
                         lambda summary, where: None, lambda summary: None)
@@ -163,7 +165,8 @@ def _tiny_demo(root: Path, cache: Path, fakes: Fakes, *extra: str):
     a (fake) evaluation of its adapter; returns the runner's results."""
     import dist_helpers as dh
     from recipe_utils import compose, load_recipe
-    from trainer.runtime.stages import Stage, StageRunner
+    from recipes.stages import StageRunner
+    from trainer.runtime.stage import Stage
 
     def compose_any(recipe, overrides):
         return compose(recipe, overrides) if recipe == "dpo" else fakes.compose(recipe, overrides)

@@ -118,7 +118,8 @@ def test_an_empty_mining_result_in_a_demo_is_reported_once(tmp_path, monkeypatch
     from demos.real.pipeline import mined_quartets
     from demos.toy.pipeline import mined_pairs
     from recipe_utils import compose
-    from trainer.runtime.stages import Stage, StageRunner
+    from recipes.stages import StageRunner
+    from trainer.runtime.stage import Stage
 
     items = tmp_path / "items.jsonl"
     items.write_text("".join(json.dumps(r) + "\n" for i in (1, 2) for r in rows_for(i, 4, 7)))

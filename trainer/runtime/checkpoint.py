@@ -61,7 +61,7 @@ def resumable(run_dir: Path | str) -> bool:
     """True when ``run_dir`` holds at least one complete checkpoint: running it again (``trainer.resume=auto``)
     continues from there rather than starting fresh. A checkpoints directory with only a save cut short (a lone
     ``.tmp-step_N``) is not resumable: the run starts over. The one rule the stage runner
-    (``trainer/runtime/stages.py``) and the distillation trainer's epoch-0 evaluation ask."""
+    (``recipes/stages/``) and the distillation trainer's epoch-0 evaluation ask."""
     return bool(complete_checkpoints(checkpoints_dir(run_dir)))
 
 

@@ -68,7 +68,7 @@ class LoopResult:
     final_metrics: dict[str, Any] = field(default_factory=dict)
     stopped_early: bool = False  # preempted, or stop_at_step before max_steps: the run is not finished
     # a stop signal that arrived after the last step's look at it (during the final save or evaluation): the run
-    # finished; a runner of several stages stops before the next one (trainer/runtime/stages.py)
+    # finished; a runner of several stages stops before the next one (recipes/stages/)
     late_stop: int | None = None
 
 

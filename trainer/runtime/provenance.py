@@ -3,7 +3,7 @@
 A stage's numbers depend on more than its composed config: the precision it actually computed in (``auto`` is
 resolved per machine: fp32 on a CPU without AMX-BF16, bf16 with it, ``selectrust.model.precision``), torch's
 intra-op threads (the order of float sums), the code (the git commit of the checkout) and the libraries. The
-stage runner (``trainer/runtime/stages.py``) records a stage's provenance in its ``stage_complete.json`` and, when
+stage runner (``recipes/stages/``) records a stage's provenance in its ``stage_complete.json`` and, when
 given a provenance function (the demos), reuses a finished stage only while it matches
 (:func:`provenance_differences`).
 

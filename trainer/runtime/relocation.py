@@ -1,6 +1,6 @@
 """Runs that move: a finished stage's saved config compared with the one composed now as if both had been written
 in one out dir and one model cache, so a copied or moved out dir (or another ``SELECTRUST_CACHE`` holding the same
-entry) reuses its finished stages (:class:`trainer.runtime.stages.StageRunner`).
+entry) reuses its finished stages (:class:`recipes.stages.StageRunner`).
 
 A stage's config names paths inside the out dir it ran in (its own directory, an earlier stage's pairs file or
 ``final/`` adapter, the facts files) and the model by its cache entry's directory. :func:`portable` writes both
@@ -8,7 +8,7 @@ kinds of path in a form that does not depend on where they were: the out dir as 
 an override holding one) and a model cache entry's directory as ``<cache>/<entry>``; an entry's name is its content
 key (``gguf-<sha256[:16]>`` of the GGUF file, ``<tiny preset>-<spec key>``), so two caches holding one entry name
 the same weights (each load checks the entry against its manifest, and the stage's start weights and inputs are
-pinned by their content hash besides: ``trainer/runtime/stage_start.py``). Where a saved config ran, and where it runs
+pinned by their content hash besides: ``recipes/stages/start.py``). Where a saved config ran, and where it runs
 now, are read from the configs themselves: the run's (stage's) directory then and now (``trainer.run_dir`` or
 ``out_dir``) less the components they end in alike (:func:`moved_roots`). A trainer run's resume check compares
 the same way (``trainer/runtime/run_dir.py``), so a moved run that was cut short resumes.

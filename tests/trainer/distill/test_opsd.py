@@ -137,8 +137,8 @@ def test_the_old_data_source_spelling_points_to_the_pipeline_kind(tmp_path, pipe
 def test_the_pipeline_kind_picks_the_pipeline(monkeypatch, tmp_path):
     """recipes/distill.py runs the OPSD pipeline for pipeline.kind=opsd (recipe=opsd_tiny) and the taste
     pipeline otherwise (the pipelines' own runs are stubbed: only the choice is under test)."""
-    import trainer.distill.pipeline as taste
-    import trainer.distill.opsd_pipeline as opsd
+    import recipes.pipelines.taste_distill as taste
+    import recipes.pipelines.opsd as opsd
 
     monkeypatch.setattr(opsd.OpsdPipeline, "run", lambda self: {"ran": "opsd"})
     monkeypatch.setattr(taste.DistillPipeline, "run", lambda self: {"ran": "taste"})

@@ -93,7 +93,7 @@ def _sft_rows(path, n=16):
     return path
 
 
-# token_mean: trainer/sft_data.WindowSource normalises by the window's target tokens summed over ranks
+# token_mean: trainer/sft/data.py WindowSource normalises by the window's target tokens summed over ranks
 # (TRL gathers num_items_in_batch the same way), so DDP's gradient average equals the global token mean.
 @pytest.mark.parametrize("aggregation", ["token_mean", "sequence_mean"])
 def test_sft_ddp_two_ranks_equals_single_process(tmp_path, aggregation):

@@ -151,7 +151,7 @@ def test_the_checkpoint_module_owns_the_layout_and_the_resumable_rule(tmp_path):
     assert not resumable(run)
     ctx = _ctx(run, "trainer.stop_at_step=2")
     _train(ctx, Source())
-    assert resumable(run)  # what trainer/runtime/stages.py and recipes/distill.py ask
+    assert resumable(run)  # what recipes/stages/ and recipes/distill.py ask
     [ck] = complete_checkpoints(checkpoints_dir(run))
     assert run_dir_of(ck) == run.resolve() and ck.name == "step_2"
 

@@ -435,7 +435,7 @@ def test_disk_full_while_saving_names_the_path_and_keeps_earlier_checkpoints(tmp
 
 def test_a_huge_prompt_is_cut_by_characters_before_it_is_tokenised(tiny_tokenizer):
     from selectrust.generation.prompts import PromptSettings
-    from trainer.data.train_data import MAX_CHARS_PER_TOKEN, PairSet, apply_length_policy
+    from trainer.dpo.data import MAX_CHARS_PER_TOKEN, PairSet, apply_length_policy
 
     huge = "lorem ipsum " * 200_000 + "key k1?"  # 2.4 MB
     seen = []

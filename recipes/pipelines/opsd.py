@@ -19,8 +19,8 @@ from typing import Any
 
 from selectrust.conditions import MIST_CONDITIONS as CONDITIONS
 
-from trainer.runtime.stages import Stage
-from trainer.distill.pipeline import DistillPipeline
+from trainer.runtime.stage import Stage
+from recipes.pipelines.taste_distill import DistillPipeline
 
 # The overrides the toy demo adds to every training stage (``TRAIN_COMMON`` of its stages).
 DEMO_COMMON = ["eval=none", "logger=jsonl"]

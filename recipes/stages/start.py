@@ -1,4 +1,4 @@
-"""What a chain stage started from, pinned by content hash (used by :class:`trainer.runtime.stages.StageRunner`).
+"""What a chain stage started from, pinned by content hash (used by :class:`recipes.stages.StageRunner`).
 
 A stage records in ``<stage dir>/stage_start.json`` the weights it started from: ``model.path`` and,
 when set, ``model.init_adapter`` (the previous stage's ``final/``), each with the SHA-256 of its weight
@@ -11,7 +11,7 @@ stage is not complete: the runner refuses, naming both hashes, or retrains it un
 
 A stage's declared inputs (another stage's output: a pairs file, an adapter) are pinned the same way
 (:func:`path_identity`), in ``stage_start.json`` for a training stage and in ``stage_complete.json`` for any
-other (``trainer/runtime/stages.py``).
+other (``recipes/stages/``).
 
 A stage whose ``run_complete.json`` exists but whose ``final/`` lost its weights is not finished either:
 :func:`final_is_complete` tells the runner to resume it (from its newest complete checkpoint) or retrain it.

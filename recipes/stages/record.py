@@ -1,5 +1,5 @@
 """The completion record of a recipe stage that is not a training run (``stage_complete.json``, written and read
-by :class:`trainer.runtime.stages.StageRunner`), and what makes it trustworthy.
+by :class:`recipes.stages.StageRunner`), and what makes it trustworthy.
 
 The record holds the stage's provenance (recipe, composed config, the content hash of each input), its result (the
 recipe's return value) and, sealed in by :func:`seal`, the SHA-256 of every file the stage wrote (``outputs``:
