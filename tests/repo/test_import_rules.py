@@ -109,7 +109,7 @@ def test_only_the_demo_entry_point_imports_the_demos_package():
 
 def test_the_demos_never_import_the_recipes():
     # the demos name their stages' recipes; recipes/demo.py hands the recipes' run functions down
-    assert "trainer.runtime.stages" in _imports(ROOT / "demos" / "real" / "pipeline.py")  # the checker sees demos/
+    assert "trainer.runtime.stage" in _imports(ROOT / "demos" / "real" / "pipeline.py")  # the checker sees demos/
     assert not (bad := _offenders(("demos",), {"recipes"})), "\n".join(bad)
 
 
@@ -398,6 +398,60 @@ def test_no_family_is_chosen_by_name_outside_the_registry():
 
 
 # ---- the layout of trainer/ (docs/architecture.md#layout) -------------------------------------------
+
+def test_nothing_below_the_recipes_imports_them():
+    # the recipes are entry points; the stage runner that calls their run functions is recipes/stages/, above them,
+    # handed the run functions by name: nothing of the foundation, the evaluation, the trainer, launch or the demos
+    # imports recipes (the demos get the runner itself from recipes/demo.py)
+    bad = _offenders(("selectrust", "eval_hooks", "trainer", "launch", "demos"), {"recipes"})
+    assert not bad, "\n".join(bad)
+    assert "recipes.stages" in _imports(ROOT / "recipes" / "chain.py")  # the checker sees the runner's users
+
+
+def test_the_bench_imports_no_recipe():
+    # the bench times each algorithm's step where it lives (trainer/dpo/step.py, trainer/rl/step.py, ...)
+    assert "trainer.dpo.step" in _imports(ROOT / "bench" / "bench_real_model.py")  # the checker sees the bench
+    assert not (bad := _offenders(("bench",), {"recipes"})), "\n".join(bad)
+
+
+def test_only_the_config_layer_imports_the_config():
+    # trainer/config/ composes and checks the entry points' configs; nothing below reaches up into it (its error,
+    # ConfigError, is the foundation's: selectrust/core/errors.py). The entry points (recipes/) and the demos'
+    # schema use it.
+    assert "selectrust.core.errors" in _imports(ROOT / "trainer" / "runtime" / "run_dir.py")  # the checker sees it
+    bad = [f"{p.relative_to(ROOT)} imports {m}" for p in _files("trainer", "selectrust", "eval_hooks")
+           if p.relative_to(ROOT).parts[:2] != ("trainer", "config")
+           for m in sorted(_imports(p)) if m.split(".")[:2] == ["trainer", "config"]]
+    assert not bad, "\n".join(bad)
+
+
+#: What each training recipe may define at its top level: its entry point's run and main (distill also its
+#: pipeline, the stages of ``pipeline.kind`` run around its run). Its step, data and settings are in its package.
+RECIPE_DEFINITIONS = {"dpo": {"run", "main"}, "sft": {"run", "main"}, "grpo": {"run", "main"},
+                      "distill": {"run", "pipeline", "main"}}
+ALGORITHM_HOMES = {"dpo": "trainer/dpo", "sft": "trainer/sft", "grpo": "trainer/rl", "distill": "trainer/distill"}
+
+
+def test_each_algorithm_has_one_home():
+    # the recipe keeps run(cfg) and main; the step is in the algorithm's package, and so is its data
+    for recipe, allowed in RECIPE_DEFINITIONS.items():
+        tree = ast.parse((ROOT / "recipes" / f"{recipe}.py").read_text())
+        defined = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
+        assert defined <= allowed, f"recipes/{recipe}.py defines {sorted(defined - allowed)}: move it to its package"
+        assert (ROOT / ALGORITHM_HOMES[recipe]).is_dir()
+    steps = {"dpo": "trainer/dpo/step.py", "sft": "trainer/sft/step.py", "grpo": "trainer/rl/step.py",
+             "distill": "trainer/distill/steps.py"}
+    assert all((ROOT / path).is_file() for path in steps.values())
+
+
+def test_the_stage_runner_modules_are_short():
+    # the stage runner (recipes/stages/) is split by concern: no module over 400 lines, no function over 80
+    long = {k: n for k, n in _module_lines(("recipes/stages",)).items() if n > 400}
+    assert not long, long
+    bad = [f"{p.relative_to(ROOT)}:{n.lineno} {n.name}: {length}" for p, n, length in _functions(("recipes/stages",))
+           if length > 80]
+    assert not bad, "\n".join(bad)
+
 
 def test_models_do_not_reach_up_into_the_config():
     # the model layers are used by the config checks (adapter checks), not the other way round: the config converts

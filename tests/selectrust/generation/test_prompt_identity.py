@@ -109,7 +109,7 @@ def test_dpo_ids_equal_eval_ids(tokenizers, name, overrides, tok_name):
 
 @pytest.mark.parametrize("name,overrides,tok_name", CASES, ids=IDS)
 def test_sft_ids_equal_eval_ids(tokenizers, name, overrides, tok_name):
-    from trainer.data.sft_data import collate_sft
+    from trainer.sft.data import collate_sft
 
     tok, settings = tokenizers[tok_name], _settings("sft", overrides)
     ex = {"item_id": "a", "messages": [{"role": "user", "content": PROMPT}, {"role": "assistant", "content": "7"}]}

@@ -16,7 +16,8 @@ from recipe_utils import load_recipe
 from selectrust.core.errors import ConfigError
 from trainer.config import KnowledgeConfig, validate_knowledge
 from trainer.data.mining import mine
-from trainer.data.train_data import ConditionSampler, check_pool_mass, load_pairs, pool_mass
+from trainer.data.train_data import ConditionSampler, check_pool_mass, pool_mass
+from trainer.dpo.data import load_pairs
 
 
 def knowledge_cfg(**kw):

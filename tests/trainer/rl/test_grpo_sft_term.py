@@ -186,7 +186,7 @@ def _step_inputs(tiny_model, tiny_tokenizer):
 
 def _loss(model, mb, **algo):
     from selectrust.model.policy import Reference
-    from recipes.grpo import grpo_step
+    from trainer.rl.step import grpo_step
     from trainer.logprobs.logprobs import sequence_logprobs
 
     model.zero_grad(set_to_none=True)

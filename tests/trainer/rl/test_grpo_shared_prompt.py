@@ -15,7 +15,7 @@ import torch
 from torch.testing import assert_close
 
 from selectrust.model.policy import Reference
-from recipes.grpo import grpo_step
+from trainer.rl.step import grpo_step
 from trainer.config import GRPOAlgoConfig
 from trainer.logprobs.group_packing import (group_fallbacks, group_sequence_logprobs, pack_groups, packed_token_counts,
                                          report_unshared_groups, shared_prefix_runs)
@@ -178,7 +178,7 @@ def test_algo_shared_prompt_is_on_by_default_and_falls_back_visibly(caplog):
 
     from hydra import compose, initialize_config_dir
 
-    from recipes.grpo import use_shared_prompt
+    from trainer.rl.step import use_shared_prompt
     from trainer.config import register_schemas, validate_grpo
     from selectrust.core.errors import ConfigError
 

@@ -1,4 +1,8 @@
-"""Tokenised SFT batches (single-turn and multi-turn) and the accumulation-window source.
+"""SFT's data: the examples (:func:`load_sft_examples`), tokenised SFT batches (single-turn and multi-turn) and the
+accumulation-window source.
+
+SFT files hold ``{"messages": [{"role": ..., "content": ...}, ...]}`` (every assistant turn is a
+target in multi-turn mode, the last one otherwise) or ``{"prompt": ..., "completion": ...}``.
 
 - Single turn: the prompt is every message before the *last* assistant turn (rendered to ids by the
   one renderer, ``selectrust.generation.prompts.render_prompt``, under the ``prompt`` group), the target is that
@@ -20,6 +24,8 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from selectrust.core.data_sources import resolve_data_path
+from selectrust.core.io import DataError, read_records
 from selectrust.generation.prompts import PromptSettings, prompt_messages
 
 
@@ -162,3 +168,30 @@ class WindowSource:
     def load_state_dict(self, state: dict) -> None:
         self._queue = []
         self.inner.load_state_dict(state)
+
+
+def load_sft_examples(path: str) -> list[dict]:
+    """Validate SFT rows and normalise them to ``{"item_id", "messages"}``."""
+    real = resolve_data_path(path)
+    out = []
+    for line, rec in read_records(real):
+        if "messages" in rec:
+            msgs = rec["messages"]
+            if not isinstance(msgs, list) or not msgs:
+                raise DataError("expected a non-empty list of {role, content}", path=real, line=line, field="messages")
+            for j, m in enumerate(msgs):
+                if not isinstance(m, dict) or not isinstance(m.get("role"), str) or not isinstance(m.get("content"), str):
+                    raise DataError(f"turn {j} must be an object with string role and content", path=real,
+                                    line=line, field=f"messages[{j}]")
+            if not any(m["role"] == "assistant" for m in msgs):
+                raise DataError("no assistant turn to train on", path=real, line=line, field="messages")
+        elif "prompt" in rec and "completion" in rec:
+            if not str(rec["completion"]).strip():
+                raise DataError("empty completion", path=real, line=line, field="completion")
+            msgs = [{"role": "user", "content": str(rec["prompt"])},
+                    {"role": "assistant", "content": str(rec["completion"])}]
+        else:
+            raise DataError("missing field", path=real, line=line, field="messages",
+                            accepted="{messages: [...]} or {prompt, completion}")
+        out.append({"item_id": str(rec.get("item_id", f"line{line}")), "messages": msgs})
+    return out
