@@ -16,7 +16,7 @@ sample fails, and GRPO can never repair it. ``algo.sft_rows=zero_variance_failed
   being micro-batch ``i`` of rank ``r`` (the order of ``rollout.rank_rows``); each slot's loss is normalised by the
   step's SFT tokens / ``(grad_accum * world)``, so the loop's mean over micro-batches and DDP's mean over ranks give the
   token mean over the step's SFT rows. A slot with no row adds nothing (no forward).
-- The SFT rows run unshared, in a forward of their own (``recipes/grpo.py``'s ``grpo_step``), whatever
+- The SFT rows run unshared, in a forward of their own (``trainer/rl/step.py``'s ``grpo_step``), whatever
   ``algo.shared_prompt`` says: they are one row per prompt, there is no group prompt to share.
 """
 
