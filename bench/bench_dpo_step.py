@@ -15,7 +15,7 @@ a chat-rendered prompt of ``seq_len/2`` tokens + a completion of ``seq_len/2`` t
 Measured figures (printed side by side, in one run):
 
 1. **Step time, ours / TRL.** *Ours* is exactly what ``recipes/dpo.py`` does per optimizer step
-   (``trainer.core.loop.train_loop`` + the recipe's ``step_fn``, grad_accum 1): ``build_preference_batch``
+   (``trainer.runtime.loop.train_loop`` + the recipe's ``step_fn``, grad_accum 1): ``build_preference_batch``
    -> ``sequence_logprobs`` on the policy -> the same under ``torch.no_grad()`` with the LoRA adapter
    disabled (``selectrust.model.Reference``) -> ``sigmoid_dpo_loss`` + per-condition metrics -> backward ->
    grad-norm clip (1.0) -> ``build_optimizer``'s AdamW step -> scheduler step -> ``zero_grad``.
@@ -144,7 +144,7 @@ def _random_text(rng: random.Random, n: int) -> str:
 def synthetic_pairs(tokenizer, *, pairs: int, seq_len: int, seed: int = 0):
     """``pairs`` (prompt, chosen, rejected) strings: the chat-rendered prompt is ``seq_len/2`` tokens and each
     completion ``seq_len/2`` tokens including the EOS the batch builder appends. Checked by tokenising."""
-    from trainer.model.logprobs import build_preference_batch
+    from trainer.logprobs.logprobs import build_preference_batch
 
     half = seq_len // 2
     rng = random.Random(seed)
@@ -189,7 +189,7 @@ class OurStep:
 
     def __init__(self, model, tokenizer, prompts, chosen, rejected, *, reference, seq_len: int, ref_model=None):
         from trainer.config import OptimConfig
-        from trainer.core.optim import build_optimizer, build_scheduler
+        from trainer.runtime.optim import build_optimizer, build_scheduler
 
         self.model, self.tok = model, tokenizer
         self.prompts, self.chosen, self.rejected = prompts, chosen, rejected
@@ -216,7 +216,7 @@ class OurStep:
         import torch
 
         from trainer.algos.dpo import dpo_row_metrics, per_group_metrics, sigmoid_dpo_loss
-        from trainer.model.logprobs import build_preference_batch, sequence_logprobs
+        from trainer.logprobs.logprobs import build_preference_batch, sequence_logprobs
 
         prompts, chosen, rejected, conditions = rows or (self.prompts, self.chosen, self.rejected, self.conditions)
         model = self.model
@@ -440,7 +440,7 @@ def run_main(args) -> dict:
 
     threads = set_threads(args.threads)
     from selectrust.model import Reference, ensure_tiny_model, load_tokenizer
-    from trainer.model.logprobs import build_preference_batch
+    from trainer.logprobs.logprobs import build_preference_batch
 
     path = str(ensure_tiny_model(args.preset))
     tok = load_tokenizer(path)

@@ -1,7 +1,7 @@
 """Speed on a real model: SmolLM2-135M-Instruct (LoRA r16 on all linear layers, CPU), ours against TRL 1.16 and
 plain ``generate``, measured side by side in one run. The last line printed is one JSON object:
 
-- ``dpo_time_ratio``: our DPO optimizer step (``recipes/dpo.py``'s collate + step: shared-prompt packed pairs,
+- ``dpo_time_ratio``: our DPO optimizer step (``trainer/dpo/``'s collate + step: shared-prompt packed pairs,
   adapter-disabled reference) over TRL ``DPOTrainer``'s (``bench_dpo_step.TrlStep``), same pairs, fp32, same
   batch; steps alternate (ours, TRL, TRL, ours, ...) and the median of the per-pair ratios is reported.
 - ``grpo_time_ratio``: ``bench_grpo_step``'s GRPO step of ours (``algo.shared_prompt``: each group's prompt run
@@ -99,9 +99,9 @@ class OurDPO:
         from selectrust.conditions import MISLEADING
         from trainer.dpo.pairs import collate_pairs
         from trainer.config import DPOAlgoConfig, OptimConfig
-        from trainer.model.logprobs import sequence_logprobs
+        from trainer.logprobs.logprobs import sequence_logprobs
         from selectrust.model import Reference
-        from trainer.core.optim import build_optimizer, build_scheduler
+        from trainer.runtime.optim import build_optimizer, build_scheduler
 
         self.model = model
         rows = [{"prompt": p, "chosen": c, "rejected": r, "pool": MISLEADING, "item_id": str(i)}
@@ -118,7 +118,7 @@ class OurDPO:
     def loss(self, *, bf16: bool = False):
         import torch
 
-        from recipes.dpo import dpo_step
+        from trainer.dpo.step import dpo_step
         from trainer.dpo.losses import dpo_loss
 
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
@@ -149,7 +149,7 @@ def dpo_figures(path: str, pairs, steps: int, workdir: str) -> dict:
     import torch
 
     from selectrust.model import load_tokenizer
-    from trainer.model.shared_prompt import shared_prompt_logprobs
+    from trainer.logprobs.shared_prompt import shared_prompt_logprobs
 
     tok = load_tokenizer(path)
     _, model = build_our_policy(path, rank=16)

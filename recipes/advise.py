@@ -17,7 +17,8 @@ from omegaconf import DictConfig
 
 from eval_hooks.cli_contract import under_contract
 from trainer.config.cli_help import cli_main
-from trainer.config import ConfigError, check_adapter_dir, register_schemas, validate_common
+from selectrust.core.errors import ConfigError
+from trainer.config import check_adapter_dir, register_schemas, validate_common
 from trainer.config.roots import DistillRunConfig
 from trainer.config.settings import to_settings
 

@@ -14,7 +14,7 @@ Run the same command again after an interruption: finished stages are skipped, t
 resumes from its newest complete checkpoint. ``"common=['k=v',...]"`` adds overrides to every stage.
 A stage trained from an earlier stage's ``final/`` that has since been retrained is refused (naming both
 content hashes); ``trainer.rerun_stale_stages=true`` retrains it instead.
-The stages run in this one process (``trainer/core/stages.py``), one after another.
+The stages run in this one process (``recipes/stages/``), one after another.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ def chain_runner(cfg: DictConfig | ChainRunConfig):
     """The chain's stage runner and its stages, every stage's config composed and checked (a bad chain or stage
     config fails here, before any model loads)."""
     from recipes.stage_recipes import runners, trainers
-    from trainer.core.stages import StageRunner, chain_stages
+    from recipes.stages import StageRunner, chain_stages
 
     cfg: ChainRunConfig = to_settings(cfg)  # the typed settings, from here down (each stage's config: its recipe's)
     checks = trainers()  # the recipes a chain stage may name (``script``), each with its config check

@@ -8,8 +8,8 @@
 This file is the entry point only. The demos live in their own package, ``demos/``: this entry point's schema
 (``demos/config.py``); the real-model demo's stages and report (``demos/real/``; docs/real_model.md#the-real-model-demo);
 the toy key->digit task and its ``toy:<seed>/<file>`` data source, the toy demo's stages and report (``demos/toy/``;
-docs/demo.md). A demo names its stages' recipes; this entry point hands their ``run`` functions down (the demos
-package never imports ``recipes``).
+docs/demo.md). A demo names its stages' recipes; this entry point hands their ``run`` functions and the stage runner
+(``recipes/stages/``) down (the demos package never imports ``recipes``).
 """
 
 from __future__ import annotations
@@ -32,12 +32,14 @@ def run(cfg: DictConfig | DemoRunConfig) -> dict:
     from demos.real import pipeline as real
     from demos.toy import pipeline as toy
     from recipes.stage_recipes import runners, trainers
+    from recipes.stages import StageRunner
     from trainer.config import compose
 
     cfg: DemoRunConfig = to_settings(cfg)  # the typed settings, from here down (each stage's config: its recipe's)
     section = DEMOS.get(cfg.demo).section
     pipeline = next(p for p in (real, toy) if p.SECTION == section)
-    return pipeline.run(cfg, compose=compose, runners=runners(pipeline.RECIPES), checks=trainers())
+    return pipeline.run(cfg, compose=compose, runners=runners(pipeline.RECIPES), checks=trainers(),
+                        stage_runner=StageRunner)
 
 
 @hydra.main(config_path="../conf", config_name="demo", version_base=None)

@@ -10,7 +10,7 @@
 two task-disjoint folds, SFT a demonstration-following base) -> stage 1 -> stage 2, each a run of :func:`run` in
 ``<run_dir>/stages/<name>/`` through the stage runner (stage 2 starts from stage 1's adapter), then
 the evaluation of teacher and student on the held-out fold, ``summary.json`` and ``report.md``; or ``opsd``
-(``trainer/distill/opsd_pipeline.py``).
+(``recipes/pipelines/opsd.py``).
 
 :func:`run` trains one stage (what ``recipes/chain.py`` calls for ``script: distill``):
 
@@ -51,14 +51,14 @@ def run(cfg: DictConfig | DistillRunConfig):
     and turned into typed settings here, before any model loads) or those settings already typed."""
     from selectrust.core.io import write_json_atomic
     from selectrust.generation.prompts import PromptSettings
-    from trainer.core.checkpoint import resumable
+    from trainer.runtime.checkpoint import resumable
     from trainer.data.train_data import SamplerSource, ShuffleSampler
     from trainer.distill.views import check_task_disjoint, choice_token_ids, has_choice_position, load_views
     from trainer.distill.steps import DistillSteps, sample_teacher
     from trainer.train import train_evaluate_finish
     from selectrust.model import Reference, load_policy
-    from trainer.core.optim import build_optimizer, build_scheduler
-    from trainer.core.run import setup_run
+    from trainer.runtime.optim import build_optimizer, build_scheduler
+    from trainer.runtime.run import setup_run
 
     # ---- validate everything before any model loads -------------------------------------------------
     cfg: DistillRunConfig = to_settings(cfg, validate_distill)  # the typed settings, from here down
@@ -111,11 +111,11 @@ def run(cfg: DictConfig | DistillRunConfig):
 def pipeline(cfg: DictConfig | DistillRunConfig, overrides: list[str] | None = None) -> dict:
     """``pipeline.kind=taste``: toy data + base (data.source=toy), stage 1, stage 2, held-out evaluation,
     ``summary.json``; ``pipeline.kind=opsd`` (e.g. recipe=opsd_tiny): an optional base SFT, OPSD and the MIST
-    evaluation (``trainer/distill/opsd_pipeline.py``). ``overrides``: the stages' overrides (default: the command line's)."""
+    evaluation (``recipes/pipelines/opsd.py``). ``overrides``: the stages' overrides (default: the command line's)."""
     from recipes import evaluate, sft
     from trainer.config import compose
-    from trainer.distill.pipeline import DistillPipeline
-    from trainer.distill.opsd_pipeline import OpsdPipeline
+    from recipes.pipelines.taste_distill import DistillPipeline
+    from recipes.pipelines.opsd import OpsdPipeline
 
     cfg: DistillRunConfig = to_settings(cfg, validate_distill)  # checked before any stage runs; typed from here down
     runners = {"sft": sft.run, "evaluate": evaluate.run, "distill": run}  # the recipes its stages name

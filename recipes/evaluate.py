@@ -7,7 +7,7 @@
     python recipes/evaluate.py eval=medcounterfact eval.path=medevidence_abstract.jsonl  # MedCounterfact
 
 Writes ``<out_dir>/metrics.json``, ``item_scores.jsonl`` and ``report.md`` with plots, through the same
-family run (``trainer.evaluation.run_eval`` -> ``eval_hooks.run_matched_eval``) that trainers call at epoch ends. Generations made elsewhere are scored
+family run (``trainer.eval_bridge.run_eval`` -> ``eval_hooks.run_matched_eval``) that trainers call at epoch ends. Generations made elsewhere are scored
 with ``python -m eval_hooks score`` instead.
 """
 
@@ -20,7 +20,8 @@ from omegaconf import DictConfig
 
 from eval_hooks.cli_contract import under_contract
 from trainer.config.cli_help import cli_main
-from trainer.config import ConfigError, check_adapter_weights, register_schemas, validate_common, validate_knowledge
+from selectrust.core.errors import ConfigError
+from trainer.config import check_adapter_weights, register_schemas, validate_common, validate_knowledge
 from trainer.config.roots import EvaluateRunConfig
 from trainer.config.settings import to_settings
 
@@ -33,8 +34,8 @@ def run(cfg: DictConfig | EvaluateRunConfig) -> dict:
     from selectrust.generation.backends.base import GreedyMemo
     from eval_hooks.families import get_family
     from selectrust.generation.prompts import PromptSettings
-    from trainer.evaluation import build_inference_backend, load_eval_rows, run_eval
-    from trainer.core.run import seed_everything
+    from trainer.eval_bridge import build_inference_backend, load_eval_rows, run_eval
+    from trainer.runtime.run import seed_everything
 
     cfg: EvaluateRunConfig = to_settings(cfg, validate_common)  # the typed settings, from here down
     if not cfg.eval.path:
@@ -72,7 +73,7 @@ def estimate_and_attach(rows: list[dict], backend, cfg: EvaluateRunConfig) -> li
     from selectrust.conditions import CLEAN
     from selectrust.core.io import write_jsonl_atomic
     from eval_hooks.knowledge import attach_knowledge, estimate_from_config, knowledge_record
-    from trainer.evaluation import eval_budget
+    from trainer.eval_bridge import eval_budget
 
     clean = [r for r in rows if r["condition"] == CLEAN]
     est = estimate_from_config(clean, backend, cfg.knowledge, max_new_tokens=eval_budget(cfg.eval, clean),

@@ -41,8 +41,8 @@ def run(cfg: DictConfig | MineRunConfig) -> dict:
     from eval_hooks.parsers import answer_budget
     from selectrust.generation.prompts import PromptSettings
     from trainer.data.train_data import resolve_data_path
-    from trainer.evaluation import build_inference_backend
-    from trainer.core.run import seed_everything
+    from trainer.eval_bridge import build_inference_backend
+    from trainer.runtime.run import seed_everything
 
     cfg: MineRunConfig = to_settings(cfg, validate_common)  # the typed settings, from here down
     validate_knowledge(cfg.knowledge, cfg.generation)

@@ -21,8 +21,8 @@ from typing import Callable, Sequence
 
 from selectrust.conditions import BENIGN_CONDITIONS, CORRECT
 from selectrust.core.plugins import Registry
-from trainer.config import ConfigError
-from trainer.core.stages import Stage
+from selectrust.core.errors import ConfigError
+from trainer.runtime.stage import Stage
 
 from .items import facts_size
 from .prompts import GRPO_PROMPTS, GRPO_ROWS, INPUTS, TRAIN, grpo_prompts

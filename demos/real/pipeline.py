@@ -1,7 +1,7 @@
 """The real-model demos: SmolLM2-135M-Instruct learns selective trust on real facts (``python recipes/demo.py``, the
 quick demo; ``demo=real_full``, the full experiment: every arm, 20 GRPO steps; ``demos.config.DEMOS``).
 
-A declared list of stages (:func:`stages`) run by the stage runner (``trainer/core/stages.py``), like a chain:
+A declared list of stages (:func:`stages`) run by the stage runner (``recipes/stages/``), like a chain:
 every stage but three is a real recipe, named (``evaluate``, ``mine_pairs``, ``dpo``, ``grpo``) and run in-process
 on a config composed from ``conf/`` (``recipe=scope_smollm2_135m`` for the DPO arms,
 ``recipe=scope_grpo_smollm2_135m`` for GRPO, ``model=smollm2_135m`` and ``eval=facts`` for evaluation and mining)
@@ -52,7 +52,7 @@ from typing import Any, Callable
 
 
 from selectrust.conditions import CLEAN, IRRELEVANT
-from trainer.core.stages import Stage
+from trainer.runtime.stage import Stage
 
 from ..common import DemoRun
 from ..config import DemoRunConfig
@@ -159,7 +159,7 @@ def once(plan: list[Stage]) -> list[Stage]:
     """``plan`` with each stage name's first stage only: the GRPO arms each declare the run's one ``grpo_prompts``
     step (the same rows: the run's seed and ``real.grpo_rows``), which runs before the first of them. Two stages of
     one name that differ in recipe, overrides, inputs or start raise ConfigError (one would overwrite the other)."""
-    from trainer.config import ConfigError
+    from selectrust.core.errors import ConfigError
 
     first: dict[str, Stage] = {}
     out = []
@@ -249,13 +249,14 @@ def summary_of(cfg: DemoRunConfig, results: dict[str, Any]) -> dict:
     return out
 
 
-def run(cfg: DemoRunConfig, *, compose, runners: dict, checks: dict) -> dict:
+def run(cfg: DemoRunConfig, *, compose, runners: dict, checks: dict, stage_runner) -> dict:
     """Run the real-model demo of ``cfg`` (a composed ``conf/demo.yaml``) with the recipes ``runners`` (by name,
-    handed down by ``recipes/demo.py``) in ``cfg.out`` (:class:`demos.common.DemoRun`: one run per out dir, continued by
+    handed down by ``recipes/demo.py`` with the stage runner) in ``cfg.out`` (:class:`demos.common.DemoRun`: one run per out dir, continued by
     the same command); write ``summary.json``, ``report.md`` and the plots there, print the table; return the
     summary."""
     from .report import check_targets, print_table, write_report
 
-    demo = DemoRun(cfg, compose=compose, runners=runners, checks=checks, threads=cfg.real.torch_threads)
+    demo = DemoRun(cfg, compose=compose, runners=runners, checks=checks, threads=cfg.real.torch_threads,
+                   stage_runner=stage_runner)
     return demo.run(stages(cfg), lambda results: summary_of(cfg, results), write_report, print_table,
                     targets=check_targets)

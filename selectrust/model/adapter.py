@@ -15,7 +15,7 @@
 - :func:`check_adapter`: both value checks; called by the config checks of
   every entry point (``model.init_adapter``, ``recipes/merge.py``'s ``adapters``, ``recipes/evaluate.py``'s
   ``adapter_path``). :func:`check_adapter_finite` runs again where an adapter's weights are loaded
-  (``selectrust.model.policy``, ``trainer.evaluation``), for callers that skip the config checks.
+  (``selectrust.model.policy``, ``trainer.eval_bridge``), for callers that skip the config checks.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 :func:`load_policy` is the one call that gives a trainer its model: the base model (:func:`selectrust.model.load.
 load_model`), an optional starting adapter, and a fresh LoRA adapter when ``model.lora.enabled``. The optimizer and
-LR schedule are the trainer's (``trainer/core/optim.py``).
+LR schedule are the trainer's (``trainer/runtime/optim.py``).
 
 Reference model: with LoRA the reference is the *same* model with its adapter disabled
 (``peft``'s ``disable_adapter()`` context), so no second copy of the weights exists. For full

@@ -36,7 +36,7 @@ class ModelConfig:
     attn_implementation: Optional[str] = _f(None, "e.g. sdpa | flash_attention_2 | eager; None = transformers default.")
     gradient_checkpointing: bool = _f(False, "Recompute activations in backward (saves memory, costs ~30% time).")
     logprob_chunk: int = _f(0, "Log-probs through the LM head this many completion positions at a time, never "
-                               "building the (B, T, V) logits (trainer/model/chunked_logprobs.py); 0 = full logits "
+                               "building the (B, T, V) logits (trainer/logprobs/chunked_logprobs.py); 0 = full logits "
                                "(recipes/distill.py always projects chunk-wise: 0 = 1024 positions there).")
     lora: LoraConfig = field(default_factory=LoraConfig)
     init_adapter: Optional[str] = _f(None, "PEFT adapter directory (safetensors) to start from, e.g. a previous stage's "

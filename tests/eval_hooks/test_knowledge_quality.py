@@ -14,7 +14,8 @@ from eval_hooks.knowledge import (answer_prob, classify, estimate_knowledge, gre
                                   knowledge_record, load_knowledge, read_estimates)
 from eval_hooks.metrics.calibration import calibration_table, expected_calibration_error, roc_auc
 from mining_fakes import rows_for
-from trainer.config import ConfigError, KnowledgeConfig, validate_knowledge
+from selectrust.core.errors import ConfigError
+from trainer.config import KnowledgeConfig, validate_knowledge
 
 
 # -- ROC AUC -----------------------------------------------------------------------------------------

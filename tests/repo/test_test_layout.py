@@ -44,6 +44,6 @@ def test_every_package_has_a_mirroring_test_folder_with_tests():
 
 def test_every_test_folder_names_a_package():
     packages = set(_packages())
-    assert "trainer/core" in _test_folders()
+    assert "trainer/runtime" in _test_folders()
     orphans = [d for d in _test_folders() if d not in packages]
     assert not orphans, f"test folders that mirror no package (moved or renamed?): {orphans}"

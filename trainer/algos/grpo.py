@@ -237,7 +237,7 @@ def sft_term(
     completions, to be added to the GRPO loss (the target rows are not rollouts: no ratio, no advantage).
 
     Shapes: ``logps``, ``mask``: ``(S, T)``, the per-token log-probs of the target tokens (aligned with their ids,
-    as ``trainer.model.logprobs.sequence_logprobs`` returns them) and a 0/1 mask of the target positions.
+    as ``trainer.logprobs.logprobs.sequence_logprobs`` returns them) and a 0/1 mask of the target positions.
 
     ``loss = coef * sum_{s,t} mask * (-logps) / N`` with ``N = num_tokens`` if given (the SFT tokens of the whole
     step divided over its micro-batches and ranks, so the loop's mean over them is the step's token mean, as

@@ -7,7 +7,7 @@ need (``settings.model``, ``settings.algo``), or plain values: never a ``DictCon
 (``tests/trainer/config/test_settings.py`` keeps it so).
 
 The settings hold every value resolved, so their plain values are the composed config's: a run's ``config.yaml``
-(``trainer/core/run.py``) is ``OmegaConf.to_yaml(OmegaConf.create(dataclasses.asdict(settings)))``, byte for byte the
+(``trainer/runtime/run.py``) is ``OmegaConf.to_yaml(OmegaConf.create(dataclasses.asdict(settings)))``, byte for byte the
 YAML of the composed config, and the resume check compares ``asdict(settings)`` with it. :func:`to_config` is the way
 back to a structured config, checked against the schema again."""
 

@@ -9,10 +9,8 @@ from dataclasses import fields, is_dataclass
 from pathlib import Path
 
 from selectrust.conditions import SCOPE_LAMBDAS
-
-
-class ConfigError(ValueError):
-    """A config that composes but makes no sense (raised before any model loads)."""
+from selectrust.core.errors import ConfigError
+from selectrust.generation.backends import backends_that
 
 
 # ---------------------------------------------------------------------------------------------
@@ -209,21 +207,6 @@ def _generation_capabilities(cfg):
     from selectrust.generation.backends import capabilities
 
     return capabilities(cfg.generation.backend, cfg.generation)
-
-
-def backends_that(*capabilities: str, generation=None) -> str:
-    """``generation=<a> or generation=<b>``: the registered backends with any of ``capabilities`` (for messages).
-    With ``generation`` (the chosen ``generation`` node) of a backend with flavours (vllm_server's ``server_kind``),
-    the flavours that give one of ``capabilities`` come first, as the fix ``generation.server_kind=vllm``."""
-    from selectrust.generation.backends import backends_with, get_backend
-
-    fixes = [f"generation={n}" for n in backends_with(*capabilities)]
-    if generation is not None:
-        spec = get_backend(generation.backend)
-        current = str(getattr(generation, spec.flavour_key, None)) if spec.flavours else None
-        fixes[:0] = [f"generation.{spec.flavour_key}={k}" for k, caps in spec.flavours.items()
-                     if k != current and any(getattr(caps, c) for c in capabilities)]
-    return " or ".join(fixes)
 
 
 def _validate_generation(cfg) -> None:

@@ -47,6 +47,6 @@ class Ranks:
     def of(cls, accelerator) -> "Ranks":
         from functools import partial
 
-        from trainer.core.distributed import all_gather_object
+        from trainer.runtime.distributed import all_gather_object
 
         return cls(accelerator.process_index, accelerator.num_processes, partial(all_gather_object, accelerator))

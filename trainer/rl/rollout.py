@@ -1,4 +1,4 @@
-"""GRPO rollouts as a resumable batch source for ``trainer.core.loop.train_loop``.
+"""GRPO rollouts as a resumable batch source for ``trainer.runtime.loop.train_loop``.
 
 One *rollout batch* per ``num_iterations`` optimizer steps:
 
@@ -25,7 +25,7 @@ the same global prompts of a round, generates its contiguous share, and the grou
 every rank holds all of them; the drop/refill decision (:func:`fill_batch`), the advantages and the token count of
 ``token_mean`` (the global step's, divided by ``grad_accum * world``) are then the same on every rank. Rank ``r``
 trains on its slice of every global micro-batch (:func:`rank_rows`, the order the loop's ``data_hash`` lists), so a
-W-rank run equals a 1-rank run with the same global batch (tests/trainer/core/test_distributed.py).
+W-rank run equals a 1-rank run with the same global batch (tests/trainer/runtime/test_distributed.py).
 
 Exact resume: the state is (sampler position, rollout index, cursor into the batch, reward error count, the
 zero-variance rate and each prompt's last outcome) plus, only when a checkpoint falls inside the ``num_iterations``
@@ -43,7 +43,7 @@ from typing import Any, Callable
 
 from selectrust.generation.prompts import PromptSettings
 
-from trainer.core.interrupt import interruptible
+from trainer.runtime.interrupt import interruptible
 # The prompt rows, the groups and the ranks live in their own modules; this module exports their public names too
 # (``from trainer.rl.rollout import Group, load_rl_prompts, ...`` keeps working).
 from trainer.rl.groups import Group, Rollout, fill_batch
@@ -313,7 +313,7 @@ class RolloutSource:
     def _token_metrics(self, samples: list[Rollout], masks: list[list[int]]) -> dict[str, float]:
         """``tokens_per_step`` (every row whole) and, with ``shared_prompt``, ``tokens_per_step_shared`` (each
         micro-batch's groups packed) and ``prompt_token_fraction_saved``; logs the groups that cannot share."""
-        from trainer.model.group_packing import packed_token_counts, report_unshared_groups
+        from trainer.logprobs.group_packing import packed_token_counts, report_unshared_groups
 
         unshared = sum(len(x.input_ids) for x in samples)
         if not self.s.shared_prompt:
@@ -392,7 +392,7 @@ def _portable(err: BaseException | None, rank: int) -> BaseException | None:
 
 
 def _pad(rows: list[list[int]], masks: list[list[int]], tokenizer):
-    from trainer.model.logprobs import right_pad
+    from trainer.logprobs.logprobs import right_pad
 
     return right_pad(rows, masks, tokenizer.pad_token_id if tokenizer.pad_token_id is not None
                      else tokenizer.eos_token_id)

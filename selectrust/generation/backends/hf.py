@@ -238,7 +238,7 @@ class HFBackend(GenerationBackend):
 
     def __init__(self, model, tokenizer, *, batch_size: int = 32, prompt_settings: PromptSettings | None = None,
                  autocast_dtype=None, merge_lora: bool = True):
-        """``model``: a causal LM, or a peft model with its adapter (``trainer.evaluation.backend.build_inference_backend``
+        """``model``: a causal LM, or a peft model with its adapter (``trainer.eval_bridge.backend.build_inference_backend``
         loads one after checking it). ``autocast_dtype`` (e.g. ``torch.bfloat16``): generate under
         ``torch.autocast`` in that dtype (weights unchanged; recorded log-probs still computed in fp32). None: the
         model's own dtype. Each weight is cast once per batch, also a frozen one (:func:`_casts_cached`).

@@ -2,7 +2,7 @@
 converts once (``to_settings``); below it functions take the typed settings, a group of them or plain values, never a
 ``DictConfig``. The converter keeps every check before any model loads, and the way back (``to_config``) writes the
 composed config's YAML byte for byte, as do the typed settings' plain values (``dataclasses.asdict``, what
-``trainer/core`` writes to ``config.yaml`` and compares on resume), so a run's files and its resume are unchanged."""
+``trainer/runtime`` writes to ``config.yaml`` and compares on resume), so a run's files and its resume are unchanged."""
 
 from __future__ import annotations
 
@@ -17,7 +17,8 @@ from omegaconf.errors import MissingMandatoryValue
 
 from recipe_utils import compose, load_recipe
 from selectrust.core.settings import Choice
-from trainer.config import (ConfigError, DistillRunConfig, DPORunConfig, EvaluateRunConfig, GRPORunConfig,
+from selectrust.core.errors import ConfigError
+from trainer.config import (DistillRunConfig, DPORunConfig, EvaluateRunConfig, GRPORunConfig,
                             SFTRunConfig, validate_common, validate_distill, validate_dpo, validate_grpo, validate_sft)
 from trainer.config.settings import to_config, to_settings
 
@@ -45,7 +46,7 @@ def test_converter_builds_the_root_dataclass(name):
                                             ("grpo", ["recipe=grpo_env_tiny"]),
                                             ("dpo", ["generation=vllm_server", "optim.lr=1e-5"])])
 def test_way_back_is_byte_identical(name, overrides):
-    """config.yaml (trainer/core/run.py: write_config) and the resume check read the settings back as the
+    """config.yaml (trainer/runtime/run.py: write_config) and the resume check read the settings back as the
     composed config: the same YAML, byte for byte, so runs written before resume as they did."""
     try:
         cfg = compose(name, overrides)
@@ -54,7 +55,7 @@ def test_way_back_is_byte_identical(name, overrides):
     settings, composed = OmegaConf.to_object(cfg), OmegaConf.to_yaml(cfg, resolve=True)
     assert OmegaConf.to_yaml(to_config(settings), resolve=True) == composed
     assert OmegaConf.to_container(to_config(settings), resolve=True) == OmegaConf.to_container(cfg, resolve=True)
-    # as trainer/core/run.py writes config.yaml and trainer/core/run_dir.py compares it on resume
+    # as trainer/runtime/run.py writes config.yaml and trainer/runtime/run_dir.py compares it on resume
     assert OmegaConf.to_yaml(OmegaConf.create(asdict(settings))) == composed
     assert asdict(settings) == OmegaConf.to_container(cfg, resolve=True)
 
@@ -82,8 +83,8 @@ def test_converter_keeps_every_check_before_any_model_loads(monkeypatch):
 #: the places that compose or read configs that are not the run's settings, each with its reason.
 ALLOWED_FILES = {
     "trainer/config/": "the converter, and the checks and --help it runs on the composed config",
-    "trainer/core/stages.py": "the stage runner composes each stage's config (compose_stage), like a command line",
-    "trainer/core/relocation.py": "reads a saved config.yaml of a finished stage",
+    "recipes/stages/": "the stage runner composes each stage's config (compose_stage), like a command line",
+    "trainer/runtime/relocation.py": "reads a saved config.yaml of a finished stage",
     "eval_hooks/builders/taste_mining_run.py": "its own entry point: merges a YAML onto its schema, then to_object",
 }
 ENTRY_FUNCTIONS = {"run", "main", "pipeline", "chain_runner"}  # recipes/<x>.py: where the converter is called

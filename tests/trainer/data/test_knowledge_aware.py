@@ -13,9 +13,11 @@ from eval_hooks import compute_metrics
 from selectrust.conditions import MIST_CONDITIONS as CONDS
 from mining_fakes import TableBackend, rows_for
 from recipe_utils import load_recipe
-from trainer.config import ConfigError, KnowledgeConfig, validate_knowledge
+from selectrust.core.errors import ConfigError
+from trainer.config import KnowledgeConfig, validate_knowledge
 from trainer.data.mining import mine
-from trainer.data.train_data import ConditionSampler, check_pool_mass, load_pairs, pool_mass
+from trainer.data.train_data import ConditionSampler, check_pool_mass, pool_mass
+from trainer.dpo.data import load_pairs
 
 
 def knowledge_cfg(**kw):

@@ -139,7 +139,7 @@ def test_simpo_builds_no_reference_and_trains_on_per_token_means(tmp_path, monke
 
 def test_simpo_gamma_is_checked_before_any_model_loads():
     from trainer.config import validate_dpo
-    from trainer.config.validation import ConfigError
+    from selectrust.core.errors import ConfigError
 
     for bad in ("-0.5", "nan", "inf"):
         with pytest.raises(ConfigError, match="algo.simpo_gamma"):

@@ -183,7 +183,8 @@ def test_shared_prompt_packs_the_two_prompts_without_a_fallback(tiny_tokenizer):
 # ---- config and the recipe ------------------------------------------------------------------------------------------
 def test_config_checks_fail_in_one_line():
     from tests.recipe_utils import compose
-    from trainer.config import ConfigError, validate_grpo
+    from selectrust.core.errors import ConfigError
+    from trainer.config import validate_grpo
 
     paired = ["recipe=grpo_tiny", "algo.rollout_mode=paired_context"]
     validate_grpo(compose("grpo", [*paired, "optim.batch_size=48"]), world=1)  # 4 prompts x 4 samples x 3 rows

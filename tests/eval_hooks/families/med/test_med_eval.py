@@ -114,7 +114,7 @@ def test_load_med_rows_builds_raw_medevidence_and_checks_settings(tmp_path):
     from omegaconf.errors import ValidationError
 
     from trainer.config import EvalConfig
-    from trainer.evaluation import load_eval_rows
+    from trainer.eval_bridge import load_eval_rows
 
     src = tmp_path / "medevidence.jsonl"
     src.write_text("".join(json.dumps({**RAW, "question_id": q}) + "\n" for q in (5, 6, 7)))
@@ -153,7 +153,7 @@ def test_epoch_end_hook_runs_med_pipelines(tmp_path):
     from omegaconf import OmegaConf
 
     from trainer.config import EvalConfig, GenerationConfig, PromptConfig
-    from trainer.evaluation import make_epoch_eval
+    from trainer.eval_bridge import make_epoch_eval
 
     ecfg = OmegaConf.structured(EvalConfig(family="med", max_new_tokens=8))
     ecfg.med.formats, ecfg.med.mitigations, ecfg.med.label_probs = ["mc"], ["prior"], False
@@ -172,7 +172,7 @@ def test_the_shipped_sample_is_the_default_of_eval_medcounterfact(monkeypatch):
     from pathlib import Path
 
     from recipe_utils import compose
-    from trainer.evaluation import load_eval_rows
+    from trainer.eval_bridge import load_eval_rows
 
     monkeypatch.chdir(Path(__file__).resolve().parents[4])
     cfg = compose("evaluate", ["eval=medcounterfact", "model.path=tiny"])

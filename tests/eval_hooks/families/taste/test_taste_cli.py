@@ -142,7 +142,7 @@ def test_taste_family_cap_applies_to_both_orders(tmp_path):
 
 def test_eval_taste_config_composes_and_caps(tmp_path):
     from recipe_utils import compose
-    from trainer.evaluation import load_eval_rows
+    from trainer.eval_bridge import load_eval_rows
 
     rec = {**item(1, "a"), "prefix": [f"step text {i}" for i in range(60)]}
     path = write(tmp_path / "items.jsonl", [rec])

@@ -21,7 +21,8 @@ from selectrust.generation.backends.base import GenerationBackend, GenerationRes
 from selectrust.generation.backends import (BACKENDS, BackendSpec, Capabilities, UnknownBackendError, backend_names,
                                           capabilities, get_backend, register_backend, setting, unregister_backend)
 from recipe_utils import ROOT, compose
-from trainer.config import ConfigError, EvalConfig, ModelConfig, generation_schema, validate_common, validate_grpo
+from selectrust.core.errors import ConfigError
+from trainer.config import EvalConfig, ModelConfig, generation_schema, validate_common, validate_grpo
 
 MIST = ROOT / "tests" / "data" / "eval" / "mist_small.jsonl"
 
@@ -69,7 +70,7 @@ def canned():
 
 
 def test_a_fourth_backend_runs_the_trainers_evaluation(canned, tmp_path):
-    from trainer.evaluation import build_inference_backend, run_eval
+    from trainer.eval_bridge import build_inference_backend, run_eval
 
     assert "canned" in BACKENDS and backend_names()[:3] == ["hf", "vllm_server", "openai_chat"]
     gen = OmegaConf.structured(generation_schema("canned")(answer="ANSWER: 42"))
@@ -165,7 +166,7 @@ def test_a_backend_override_without_its_group_is_refused_before_anything_runs():
 
 def test_llama_cpp_is_a_declared_flavour_of_vllm_server_with_its_own_capabilities(tmp_path):
     from selectrust.generation.backends.vllm_server import FLAVOURS, VLLMServerSettings
-    from trainer.evaluation import make_epoch_eval
+    from trainer.eval_bridge import make_epoch_eval
 
     assert capabilities("vllm_server", VLLMServerSettings(server_kind="auto")) == FLAVOURS["vllm"]
     text = capabilities("vllm_server", VLLMServerSettings(server_kind="llama_cpp"))
@@ -180,8 +181,8 @@ def test_llama_cpp_is_a_declared_flavour_of_vllm_server_with_its_own_capabilitie
 
 def test_server_errors_come_from_the_backends_capabilities():
     from selectrust.generation.backends.transport import ServerError
-    from trainer.evaluation import server_errors
-    from trainer.evaluation.weight_sync import StaleWeightsError
+    from trainer.eval_bridge import server_errors
+    from trainer.eval_bridge.weight_sync import StaleWeightsError
 
     assert server_errors(compose("sft", []).generation) == ()
     assert server_errors(compose("sft", ["generation=vllm_server"]).generation) == (ServerError, StaleWeightsError)
@@ -200,7 +201,7 @@ def test_help_lists_the_chosen_backends_keys():
 
 def test_a_run_saved_with_every_backends_keys_resumes_under_its_backends_schema():
     """Before each backend had its own schema, config.yaml held every backend's keys under ``generation``."""
-    from trainer.core.run_dir import config_differences
+    from trainer.runtime.run_dir import config_differences
 
     now = OmegaConf.to_container(compose("sft", []), resolve=True)
     saved = json.loads(json.dumps(now))

@@ -124,7 +124,7 @@ def test_bf16_autocast_generation_records_fp32_logprobs(tiny_model, tiny_tokeniz
     from omegaconf import OmegaConf
 
     from trainer.config import generation_schema
-    from trainer.evaluation import make_backend
+    from trainer.eval_bridge import make_backend
 
     cfg = OmegaConf.structured(generation_schema("hf")(mixed_precision="bf16"))
     backend = make_backend(cfg, tiny_model, tiny_tokenizer, model_path="tiny")

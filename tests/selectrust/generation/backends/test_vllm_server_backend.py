@@ -86,7 +86,7 @@ def test_stop_strings_and_max_tokens(backend, hf):
 
 def test_protocol_prompt_logprobs_round_trip_the_trainer_forward(backend, tiny_model_dir, tiny_tokenizer):
     from selectrust.model import load_model
-    from trainer.evaluation.weight_sync import trainer_prompt_logprobs
+    from trainer.eval_bridge.weight_sync import trainer_prompt_logprobs
 
     ids = tiny_tokenizer("probe sequence 123", add_special_tokens=False)["input_ids"]
     got = backend.prompt_logprobs(ids)
@@ -297,7 +297,7 @@ def test_an_adapter_the_server_cannot_serve_whole_is_refused_before_it_is_loaded
     from vllm_helpers import make_lora_policy
     from selectrust.generation.backends.vllm_server import AdapterLoadError, read_server_settings
     from selectrust.model import load_model
-    from trainer.evaluation.weight_sync import save_adapter_atomically
+    from trainer.eval_bridge.weight_sync import save_adapter_atomically
 
     server.faults.__init__()
     log = tmp_path / "vllm_server.log"
@@ -324,7 +324,8 @@ def test_the_generation_group_sizes_time_by_tokens_reads_the_launchers_settings_
 
     from selectrust.generation.backends import BuildContext, get_backend
     from recipe_utils import compose
-    from trainer.config import ConfigError, validate_common
+    from selectrust.core.errors import ConfigError
+    from trainer.config import validate_common
 
     log = tmp_path / "vllm_server.log"
     (tmp_path / "vllm_server.json").write_text('{"max_lora_rank": 8, "lora_target_modules": ["q_proj"]}')
