@@ -16,6 +16,7 @@ import hydra
 from omegaconf import DictConfig
 
 from eval_hooks.cli_contract import under_contract
+from selectrust.core.conf_dir import CONF_DIR
 from trainer.config.cli_help import cli_main
 from selectrust.core.errors import ConfigError
 from trainer.config import check_adapter_dir, register_schemas, validate_common
@@ -55,7 +56,7 @@ def run(cfg: DictConfig | DistillRunConfig) -> list[dict]:
     return rows
 
 
-@hydra.main(config_path="../conf", config_name="distill", version_base=None)
+@hydra.main(config_path=str(CONF_DIR), config_name="distill", version_base=None)
 @under_contract
 def main(cfg: DictConfig) -> None:
     run(cfg)

@@ -23,6 +23,7 @@ import hydra
 from omegaconf import DictConfig
 
 from eval_hooks.cli_contract import under_contract
+from selectrust.core.conf_dir import CONF_DIR
 from trainer.config.cli_help import cli_main
 from trainer.config import compose, register_schemas
 from trainer.config.roots import ChainRunConfig
@@ -54,7 +55,7 @@ def run(cfg: DictConfig | ChainRunConfig) -> dict:
     return runner.records
 
 
-@hydra.main(config_path="../conf", config_name="chain", version_base=None)
+@hydra.main(config_path=str(CONF_DIR), config_name="chain", version_base=None)
 @under_contract
 def main(cfg: DictConfig) -> None:
     run(cfg)

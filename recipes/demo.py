@@ -19,6 +19,7 @@ from omegaconf import DictConfig
 
 from demos.config import DEMOS, DemoRunConfig, register
 from eval_hooks.cli_contract import under_contract
+from selectrust.core.conf_dir import CONF_DIR
 from trainer.config.cli_help import cli_main
 from trainer.config.settings import to_settings
 
@@ -42,7 +43,7 @@ def run(cfg: DictConfig | DemoRunConfig) -> dict:
                         stage_runner=StageRunner)
 
 
-@hydra.main(config_path="../conf", config_name="demo", version_base=None)
+@hydra.main(config_path=str(CONF_DIR), config_name="demo", version_base=None)
 @under_contract
 def main(cfg: DictConfig) -> None:
     run(cfg)

@@ -23,6 +23,7 @@ import hydra
 from omegaconf import DictConfig
 
 from eval_hooks.cli_contract import under_contract
+from selectrust.core.conf_dir import CONF_DIR
 from trainer.config.cli_help import cli_main
 from trainer.config import register_schemas, validate_dpo
 from trainer.config.roots import DPORunConfig
@@ -112,7 +113,7 @@ def run(cfg: DictConfig | DPORunConfig):
                                                                       prompt_settings=prompt))
 
 
-@hydra.main(config_path="../conf", config_name="dpo", version_base=None)
+@hydra.main(config_path=str(CONF_DIR), config_name="dpo", version_base=None)
 @under_contract
 def main(cfg: DictConfig) -> None:
     run(cfg)

@@ -19,6 +19,7 @@ import hydra
 from omegaconf import DictConfig
 
 from eval_hooks.cli_contract import under_contract
+from selectrust.core.conf_dir import CONF_DIR
 from trainer.config.cli_help import cli_main
 from selectrust.core.errors import ConfigError
 from trainer.config import check_adapter_weights, register_schemas, validate_common, validate_knowledge
@@ -82,7 +83,7 @@ def estimate_and_attach(rows: list[dict], backend, cfg: EvaluateRunConfig) -> li
     return attach_knowledge(rows, path)
 
 
-@hydra.main(config_path="../conf", config_name="evaluate", version_base=None)
+@hydra.main(config_path=str(CONF_DIR), config_name="evaluate", version_base=None)
 @under_contract
 def main(cfg: DictConfig) -> None:
     run(cfg)

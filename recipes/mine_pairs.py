@@ -21,6 +21,7 @@ import hydra
 from omegaconf import DictConfig
 
 from eval_hooks.cli_contract import under_contract
+from selectrust.core.conf_dir import CONF_DIR
 from trainer.config.cli_help import cli_main
 from trainer.config import register_schemas, validate_common, validate_knowledge
 from trainer.config.roots import MineRunConfig
@@ -76,7 +77,7 @@ def say_if_empty(stats: dict) -> None:
               "correct when clean (see mining_stats.json)", file=sys.stderr)
 
 
-@hydra.main(config_path="../conf", config_name="mine_pairs", version_base=None)
+@hydra.main(config_path=str(CONF_DIR), config_name="mine_pairs", version_base=None)
 @under_contract
 def main(cfg: DictConfig) -> None:
     say_if_empty(run(cfg))

@@ -18,9 +18,9 @@ from pathlib import Path
 from dataclasses import fields, is_dataclass
 from typing import Any, Callable, Sequence
 
+from selectrust.core.conf_dir import CONF_DIR as CONF
 from trainer.config.choices import Choice
 
-CONF = Path(__file__).resolve().parents[2] / "conf"
 HELP_FLAGS = ("--help", "-h")
 
 
