@@ -40,6 +40,7 @@ import hydra
 from omegaconf import DictConfig
 
 from eval_hooks.cli_contract import under_contract
+from selectrust.core.conf_dir import CONF_DIR
 from trainer.config.cli_help import cli_main
 from trainer.config import register_schemas, validate_grpo
 from trainer.config.roots import GRPORunConfig
@@ -63,8 +64,8 @@ def run(cfg: DictConfig | GRPORunConfig):
     from trainer.runtime.optim import build_optimizer, build_scheduler
     from trainer.rl.rewards import GuardedReward, resolve_reward
     from trainer.rl.rollout import Ranks, RolloutSettings, RolloutSource, check_prompt_lengths, load_rl_prompts
-    from trainer.rl.rollout_modes import EnvironmentMode, SingleTurnMode
-    from trainer.rl.paired_rollouts import PairedContextMode, check_paired_rows
+    from trainer.rl.modes import MODES
+    from trainer.rl.rollout_modes import EnvironmentMode
     from trainer.runtime.run import setup_run
     from trainer.rl.rollout_sync import rollout_sync_hook
     from trainer.rl.sft_rows import check_sft_rows
@@ -80,8 +81,8 @@ def run(cfg: DictConfig | GRPORunConfig):
     reward = None if env_factory else GuardedReward(resolve_reward(algo.reward), max_errors=algo.max_reward_errors,
                                                     timeout_s=algo.reward_timeout_s)
     rows = load_rl_prompts(dcfg.train_path, family=dcfg.train_family, conditions=list(dcfg.train_conditions))
-    if algo.rollout_mode == "paired_context":  # each row sampled with and without its context
-        check_paired_rows(rows)
+    single_turn = MODES.get(algo.rollout_mode)  # paired_context: each row sampled with and without its context
+    single_turn.check_rows(rows)
     if algo.sft_coef > 0:  # the SFT term's targets can be built from these rows (trainer/rl/sft_rows.py)
         check_sft_rows(rows, rule=algo.sft_rows, template=algo.sft_target)
     eval_rows = load_eval_rows(cfg.eval)
@@ -107,7 +108,6 @@ def run(cfg: DictConfig | GRPORunConfig):
                                            prompt_settings=prompt, seed=cfg.seed)
     settings.shared_prompt = shared
     old_logps_fn = partial(old_logprobs, unwrapped, acc.device, logprobs) if algo.num_iterations > 1 else None
-    single_turn = PairedContextMode if algo.rollout_mode == "paired_context" else SingleTurnMode
     mode = EnvironmentMode(settings, tokenizer, env_factory) if env_factory else single_turn(settings, tokenizer, reward)
     source = RolloutSource(rows, ShuffleSampler(len(rows), seed=cfg.seed), mode, settings=settings,
                            backend_factory=backend_factory, old_logps_fn=old_logps_fn, ranks=Ranks.of(acc))
@@ -123,7 +123,7 @@ def run(cfg: DictConfig | GRPORunConfig):
                                  backend_factory=backend_factory)
 
 
-@hydra.main(config_path="../conf", config_name="grpo", version_base=None)
+@hydra.main(config_path=str(CONF_DIR), config_name="grpo", version_base=None)
 @under_contract
 def main(cfg: DictConfig) -> None:
     run(cfg)

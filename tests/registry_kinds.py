@@ -10,6 +10,7 @@ REGISTRIES = {
     "selectrust.dpo_losses": ("trainer.dpo.losses", "DPO_LOSSES"),
     "selectrust.environments": ("trainer.rl.envs", "ENVIRONMENTS"),
     "selectrust.rewards": ("trainer.rl.rewards", "REWARDS"),
+    "selectrust.rollout_modes": ("trainer.rl.modes", "MODES"),
     "selectrust.schemas": ("trainer.config.roots", "SCHEMAS"),
     "selectrust.stage_recipes": ("recipes.stage_recipes", "STAGE_RECIPES"),
     "selectrust.tiny_presets": ("selectrust.model.load", "TINY_PRESETS"),

@@ -105,6 +105,10 @@ class PairedContextMode(SingleTurnMode):
         self.min_slope = min_slope
         self._metrics: dict[str, float] = {}
 
+    @classmethod
+    def check_rows(cls, rows) -> None:
+        check_paired_rows(rows)
+
     def generate(self, backend, items, seeds, adapter):
         from selectrust.generation.backends.base import derive_seed
 

@@ -27,6 +27,9 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Sequence
 
+from selectrust.model import load_model, load_tokenizer, resolve_mixed_precision
+from selectrust.model.precision import autocast_dtype
+
 from ..prompts import PromptSettings, request_prompt_ids
 from .base import (GenerationBackend, GenerationRequest, GenerationResult, Sample, derive_seed, label_probabilities,
                    label_sequences, truncate_at_stop)
@@ -429,17 +432,13 @@ def build(settings: HFSettings, ctx: BuildContext) -> HFBackend:
     here (on CUDA when present)."""
     import torch
 
-    from selectrust.model import resolve_mixed_precision
-
     model, tokenizer = ctx.model, ctx.tokenizer
     if model is None:
-        from selectrust.model import load_model, load_tokenizer
-
         tokenizer = load_tokenizer(ctx.model_path)
         model = load_model(ctx.model_path, device="cuda" if torch.cuda.is_available() else "cpu")
     device = next(model.parameters()).device.type
     mp = resolve_mixed_precision(settings.mixed_precision, cpu=device == "cpu")
-    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(mp)
+    dtype = autocast_dtype(mp)
     return HFBackend(model, tokenizer, batch_size=settings.batch_size, prompt_settings=ctx.prompt_settings,
                      autocast_dtype=dtype, merge_lora=settings.merge_lora)
 
