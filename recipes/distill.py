@@ -37,6 +37,7 @@ from __future__ import annotations
 import hydra
 from omegaconf import DictConfig
 
+from selectrust.core.conf_dir import CONF_DIR
 from eval_hooks.cli_contract import under_contract
 from trainer.config.cli_help import cli_main
 from trainer.config import register_schemas, validate_distill
@@ -114,16 +115,16 @@ def pipeline(cfg: DictConfig | DistillRunConfig, overrides: list[str] | None = N
     evaluation (``recipes/pipelines/opsd.py``). ``overrides``: the stages' overrides (default: the command line's)."""
     from recipes import evaluate, sft
     from trainer.config import compose
-    from recipes.pipelines.taste_distill import DistillPipeline
-    from recipes.pipelines.opsd import OpsdPipeline
+    from recipes.pipelines import PIPELINES
 
     cfg: DistillRunConfig = to_settings(cfg, validate_distill)  # checked before any stage runs; typed from here down
-    runners = {"sft": sft.run, "evaluate": evaluate.run, "distill": run}  # the recipes its stages name
-    kind = OpsdPipeline if cfg.pipeline.kind == "opsd" else DistillPipeline
+    # the recipes its stages name; not recipes.stage_recipes.STAGE_RECIPES, which imports this module (a cycle)
+    runners = {"sft": sft.run, "evaluate": evaluate.run, "distill": run}
+    kind = PIPELINES.get(cfg.pipeline.kind)
     return kind(cfg, compose=compose, runners=runners, overrides=overrides).run()  # summary.json as returned
 
 
-@hydra.main(config_path="../conf", config_name="distill", version_base=None)
+@hydra.main(config_path=str(CONF_DIR), config_name="distill", version_base=None)
 @under_contract
 def main(cfg: DictConfig) -> None:
     pipeline(cfg)

@@ -13,6 +13,7 @@ REGISTRIES = {
     "selectrust.rollout_modes": ("trainer.rl.modes", "MODES"),
     "selectrust.schemas": ("trainer.config.roots", "SCHEMAS"),
     "selectrust.stage_recipes": ("recipes.stage_recipes", "STAGE_RECIPES"),
+    "selectrust.distill_pipelines": ("recipes.pipelines", "PIPELINES"),
     "selectrust.tiny_presets": ("selectrust.model.load", "TINY_PRESETS"),
     "selectrust.gguf_packages": ("selectrust.model.source", "GGUF_PACKAGES"),
     "selectrust.demos": ("demos.config", "DEMOS"),

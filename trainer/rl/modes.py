@@ -6,20 +6,20 @@ its own, above both modes' modules: ``paired_rollouts`` subclasses ``rollout_mod
 
 from __future__ import annotations
 
+from selectrust.core.errors import ConfigError
 from selectrust.core.plugins import Registry
 
-from .callables import config_error
 from .paired_rollouts import PairedContextMode
 from .rollout_modes import SingleTurnMode
 
 
 def _single_turn_mode(name: str, obj: object) -> type[SingleTurnMode]:
     if not (isinstance(obj, type) and issubclass(obj, SingleTurnMode)):
-        raise config_error(f"algo.rollout_mode={name!r}: not a SingleTurnMode subclass (got {obj!r})")
+        raise ConfigError(f"algo.rollout_mode={name!r}: not a SingleTurnMode subclass (got {obj!r})")
     return obj
 
 
 MODES: Registry[type[SingleTurnMode]] = Registry("rollout mode", "selectrust.rollout_modes", {
     "single_turn": SingleTurnMode,
     "paired_context": PairedContextMode,
-}, accept=_single_turn_mode, error=config_error)
+}, accept=_single_turn_mode, error=ConfigError)
