@@ -101,7 +101,8 @@ def dpo(algo: str, own: str | None = None, own_full: str | None = None) -> Calla
     the run builds that set: settings chosen at that data size, issue 54)."""
     def train(arm: DemoArm, cfg) -> list[Stage]:
         st = cfg.real.stages
-        mine = [*(st[own] if own else []), *(st[own_full] if own_full and facts_size(cfg) == "full" else [])]
+        mine = [*(getattr(st, own) if own else []),
+                *(getattr(st, own_full) if own_full and facts_size(cfg) == "full" else [])]
         over = merge_overrides(recipe=[TRAIN_RECIPE], stage=st.dpo, common=TRAIN_COMMON, arm=[f"algo={algo}"],
                                arm_stage=mine)
         return [Stage(arm.name, "dpo", over, inputs={"model.path": "convert", "data.train_path": "mine/pairs.jsonl"})]
