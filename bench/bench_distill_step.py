@@ -106,7 +106,7 @@ def timing(args) -> dict:
     from selectrust.model import ensure_tiny_model
     from trainer.algos.sft import masked_nll_loss
     from trainer.distill.aligned import build_batch
-    from trainer.model.logprobs import sequence_logprobs
+    from trainer.logprobs.logprobs import sequence_logprobs
 
     model, tok, views, steps = setup(args, ensure_tiny_model(args.preset),
                                      ["algo.topk_support=teacher", "algo.teacher_cache=true"])

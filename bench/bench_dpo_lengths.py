@@ -12,7 +12,7 @@ whole quartets. Build the input once with
 
 Both sides: the ``tiny-3m`` Llama (random init, fp32, CPU), LoRA r16 on all block projections from the
 same initial adapter, 4 pairs per micro-batch, grad_accum 1, so the same number of optimizer steps
-(``pairs / 4``). Ours is ``bench_dpo_step.OurStep`` (``recipes/dpo.py``'s step) fed by the recipe's
+(``pairs / 4``). Ours is ``bench_dpo_step.OurStep`` (``trainer/dpo/step.py``'s ``dpo_step``) fed by the recipe's
 ``ConditionSampler`` in ``mode="loss"`` with equal mass per condition: one epoch is every pair exactly once,
 as in TRL's epoch, so the per-condition mass is the same (asserted), and length-grouped windows of 16
 micro-batches. TRL is ``bench_dpo_step.TrlStep`` over its own ``get_train_dataloader()`` (random sampler,
@@ -92,7 +92,8 @@ def padded_fraction(masks) -> float:
 
 
 def run_ours(rows, tokenizer, model, args) -> dict:
-    from trainer.data.train_data import ConditionSampler, PairSet, apply_length_policy, condition_mass
+    from trainer.data.train_data import ConditionSampler, condition_mass
+    from trainer.dpo.data import PairSet, apply_length_policy
 
     rows = apply_length_policy(PairSet(rows), tokenizer, max_prompt_len=1024, max_completion_len=1024,
                                truncation="error").rows  # as recipes/dpo.py (default prompt settings): num_tokens

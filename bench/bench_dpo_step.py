@@ -15,7 +15,7 @@ a chat-rendered prompt of ``seq_len/2`` tokens + a completion of ``seq_len/2`` t
 Measured figures (printed side by side, in one run):
 
 1. **Step time, ours / TRL.** *Ours* is exactly what ``recipes/dpo.py`` does per optimizer step
-   (``trainer.core.loop.train_loop`` + the recipe's ``step_fn``, grad_accum 1): ``build_preference_batch``
+   (``trainer.runtime.loop.train_loop`` + the recipe's ``step_fn``, grad_accum 1): ``build_preference_batch``
    -> ``sequence_logprobs`` on the policy -> the same under ``torch.no_grad()`` with the LoRA adapter
    disabled (``selectrust.model.Reference``) -> ``sigmoid_dpo_loss`` + per-condition metrics -> backward ->
    grad-norm clip (1.0) -> ``build_optimizer``'s AdamW step -> scheduler step -> ``zero_grad``.
@@ -144,7 +144,7 @@ def _random_text(rng: random.Random, n: int) -> str:
 def synthetic_pairs(tokenizer, *, pairs: int, seq_len: int, seed: int = 0):
     """``pairs`` (prompt, chosen, rejected) strings: the chat-rendered prompt is ``seq_len/2`` tokens and each
     completion ``seq_len/2`` tokens including the EOS the batch builder appends. Checked by tokenising."""
-    from trainer.model.logprobs import build_preference_batch
+    from trainer.logprobs.logprobs import build_preference_batch
 
     half = seq_len // 2
     rng = random.Random(seed)
@@ -188,9 +188,8 @@ class OurStep:
     needed on one CPU process: ``acc.backward`` is ``loss.backward`` and ``acc.clip_grad_norm_`` is torch's)."""
 
     def __init__(self, model, tokenizer, prompts, chosen, rejected, *, reference, seq_len: int, ref_model=None):
-        from omegaconf import OmegaConf
-
-        from trainer.core.optim import build_optimizer, build_scheduler
+        from trainer.config import OptimConfig
+        from trainer.runtime.optim import build_optimizer, build_scheduler
 
         self.model, self.tok = model, tokenizer
         self.prompts, self.chosen, self.rejected = prompts, chosen, rejected
@@ -198,8 +197,8 @@ class OurStep:
         self.reference = reference  # selectrust.model.Reference (adapter disabled) or None with ref_model
         self.ref_model = ref_model  # a separate frozen copy (RSS comparison only)
         self.half = seq_len // 2
-        optim_cfg = OmegaConf.create({"lr": LR, "betas": [0.9, 0.999], "eps": 1e-8, "weight_decay": 0.0,
-                                      "scheduler": "cosine", "warmup_ratio": 0.0})
+        optim_cfg = OptimConfig(lr=LR, betas=[0.9, 0.999], eps=1e-8, weight_decay=0.0, scheduler="cosine",
+                                warmup_ratio=0.0)
         self.optimizer = build_optimizer(model, optim_cfg)
         self.scheduler = build_scheduler(self.optimizer, optim_cfg, max_steps=1000)
 
@@ -217,7 +216,7 @@ class OurStep:
         import torch
 
         from trainer.algos.dpo import dpo_row_metrics, per_group_metrics, sigmoid_dpo_loss
-        from trainer.model.logprobs import build_preference_batch, sequence_logprobs
+        from trainer.logprobs.logprobs import build_preference_batch, sequence_logprobs
 
         prompts, chosen, rejected, conditions = rows or (self.prompts, self.chosen, self.rejected, self.conditions)
         model = self.model
@@ -441,7 +440,7 @@ def run_main(args) -> dict:
 
     threads = set_threads(args.threads)
     from selectrust.model import Reference, ensure_tiny_model, load_tokenizer
-    from trainer.model.logprobs import build_preference_batch
+    from trainer.logprobs.logprobs import build_preference_batch
 
     path = str(ensure_tiny_model(args.preset))
     tok = load_tokenizer(path)

@@ -10,7 +10,7 @@ and the median of the rest is reported. Prints the ratio ours/TRL (target <= 1.1
 of our step spent generating. CPU timings on a shared machine are noisy: run it on an idle one.
 
 ``--shared on|off|both`` (default both): our step with ``algo.shared_prompt`` (each group's prompt run once in
-the loss's forward, trainer/model/group_packing.py), without it, or both side by side. The last line is one JSON
+the loss's forward, trainer/logprobs/group_packing.py), without it, or both side by side. The last line is one JSON
 object: ``grpo_time_ratio`` (ours with the prompts shared, else unshared, over TRL), ``grpo_time_ratio_unshared``
 (with ``both``), ``grpo_prompt_token_fraction_saved`` (1 - packed tokens / unshared tokens of the forward),
 ``tokens_per_step`` and ``tokens_per_step_shared`` (means over the steps).
@@ -46,27 +46,26 @@ def ours(args, model_dir: str, *, shared_prompt: bool = True) -> tuple[list[floa
     """Our steps: their times (s), the fraction of each spent generating, and the mean token counts of the
     loss's forward (``tokens_per_step``, ``tokens_per_step_shared``, ``prompt_token_fraction_saved``)."""
     import torch
-    from omegaconf import OmegaConf
 
     from selectrust.generation.backends.hf import HFBackend
     from selectrust.generation.prompts import PromptSettings
     from trainer.algos.grpo import clipped_policy_loss
     from trainer.config import GRPOAlgoConfig, ModelConfig, OptimConfig
     from trainer.data.train_data import ShuffleSampler
-    from trainer.model.group_packing import group_sequence_logprobs
-    from trainer.model.logprobs import sequence_logprobs
+    from trainer.logprobs.group_packing import group_sequence_logprobs
+    from trainer.logprobs.logprobs import sequence_logprobs
     from selectrust.model import load_policy
-    from trainer.core.optim import build_optimizer
+    from trainer.runtime.optim import build_optimizer
     from trainer.rl.rewards import GuardedReward
     from trainer.rl.rollout import RolloutSettings, RolloutSource
     from trainer.rl.rollout_modes import SingleTurnMode
 
     torch.manual_seed(0)
-    mcfg = OmegaConf.structured(ModelConfig(path=model_dir))
+    mcfg = ModelConfig(path=model_dir)
     mcfg.lora.r, mcfg.lora.alpha = args.lora_r, 2 * args.lora_r
     mcfg.lora.target_modules = list(lora_modules(args))
     model, tok = load_policy(mcfg, seed=0)
-    opt = build_optimizer(model, OmegaConf.structured(OptimConfig(lr=1e-3)))
+    opt = build_optimizer(model, OptimConfig(lr=1e-3))
     rows = prompts(args.groups * args.steps, getattr(args, "rows", None))
     algo = GRPOAlgoConfig(group_size=args.group_size, max_new_tokens=args.max_new_tokens, temperature=1.0,
                           drop_zero_variance=False, shared_prompt=True)  # True: the source counts packed tokens

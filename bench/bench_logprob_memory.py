@@ -69,7 +69,7 @@ def run_child(args) -> dict:
     from transformers import LlamaConfig, LlamaForCausalLM
 
     from trainer.algos.dpo import sigmoid_dpo_loss
-    from trainer.model.logprobs import sequence_logprobs
+    from trainer.logprobs.logprobs import sequence_logprobs
 
     quiet()
     set_threads(args.threads)

@@ -1,7 +1,7 @@
 """Speed on a real model: SmolLM2-135M-Instruct (LoRA r16 on all linear layers, CPU), ours against TRL 1.16 and
 plain ``generate``, measured side by side in one run. The last line printed is one JSON object:
 
-- ``dpo_time_ratio``: our DPO optimizer step (``recipes/dpo.py``'s collate + step: shared-prompt packed pairs,
+- ``dpo_time_ratio``: our DPO optimizer step (``trainer/dpo/``'s collate + step: shared-prompt packed pairs,
   adapter-disabled reference) over TRL ``DPOTrainer``'s (``bench_dpo_step.TrlStep``), same pairs, fp32, same
   batch; steps alternate (ours, TRL, TRL, ours, ...) and the median of the per-pair ratios is reported.
 - ``grpo_time_ratio``: ``bench_grpo_step``'s GRPO step of ours (``algo.shared_prompt``: each group's prompt run
@@ -96,32 +96,29 @@ class OurDPO:
     """One optimizer step of recipes/dpo.py on fixed pairs (collate_pairs + dpo_step, clip 1.0, AdamW)."""
 
     def __init__(self, model, tok, pairs, *, shared_prompt: bool = True):
-        from omegaconf import OmegaConf
-
         from selectrust.conditions import MISLEADING
         from trainer.dpo.pairs import collate_pairs
-        from trainer.config import DPOAlgoConfig
-        from trainer.model.logprobs import sequence_logprobs
+        from trainer.config import DPOAlgoConfig, OptimConfig
+        from trainer.logprobs.logprobs import sequence_logprobs
         from selectrust.model import Reference
-        from trainer.core.optim import build_optimizer, build_scheduler
+        from trainer.runtime.optim import build_optimizer, build_scheduler
 
         self.model = model
         rows = [{"prompt": p, "chosen": c, "rejected": r, "pool": MISLEADING, "item_id": str(i)}
                 for i, (p, c, r) in enumerate(pairs)]
         kw = dict(max_prompt_len=256, max_completion_len=64, truncation="keep_end")
         self.mb = collate_pairs(rows, tok, kw, list(range(len(rows))), [1.0] * len(rows), shared_prompt=shared_prompt)
-        self.algo = OmegaConf.structured(DPOAlgoConfig(beta=BETA))
+        self.algo = DPOAlgoConfig(beta=BETA)
         self.reference = Reference(model, lora=True)
         self.logprobs = partial(sequence_logprobs, logprob_chunk=0)
-        cfg = OmegaConf.create({"lr": 5e-6, "betas": [0.9, 0.999], "eps": 1e-8, "weight_decay": 0.0,
-                                "scheduler": "cosine", "warmup_ratio": 0.0})
+        cfg = OptimConfig(lr=5e-6, betas=[0.9, 0.999], eps=1e-8, weight_decay=0.0, scheduler="cosine", warmup_ratio=0.0)
         self.optimizer = build_optimizer(model, cfg)
         self.scheduler = build_scheduler(self.optimizer, cfg, max_steps=1000)
 
     def loss(self, *, bf16: bool = False):
         import torch
 
-        from recipes.dpo import dpo_step
+        from trainer.dpo.step import dpo_step
         from trainer.dpo.losses import dpo_loss
 
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
@@ -152,7 +149,7 @@ def dpo_figures(path: str, pairs, steps: int, workdir: str) -> dict:
     import torch
 
     from selectrust.model import load_tokenizer
-    from trainer.model.shared_prompt import shared_prompt_logprobs
+    from trainer.logprobs.shared_prompt import shared_prompt_logprobs
 
     tok = load_tokenizer(path)
     _, model = build_our_policy(path, rank=16)

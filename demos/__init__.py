@@ -1,6 +1,6 @@
 """The embedded CPU demos in one package (``python recipes/demo.py``; docs/real_model.md, docs/demo.md).
 
-Each demo is a declared list of stages run by name through the stage runner (``trainer/core/stages.py``), with
+Each demo is a declared list of stages run by name through the stage runner (``recipes/stages/``), with
 the recipes' ``run`` functions handed down by the entry point, so this package never imports ``recipes``.
 
 - :mod:`demos.config`: ``demo_schema``, the schema of ``conf/demo.yaml``.

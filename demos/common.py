@@ -1,5 +1,5 @@
 """What both demos share (:mod:`demos.real.pipeline`, :mod:`demos.toy.pipeline`): running their declared stages
-through the stage runner (``trainer/core/stages.py``) in an out dir that keeps one run (:class:`DemoRun`), the
+through the stage runner (``recipes/stages/``) in an out dir that keeps one run (:class:`DemoRun`), the
 thread setting, writing the results at the end, and the SCOPE training plot of both reports."""
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ def demo_settings(cfg) -> dict:
     or real_full: the ``real`` section of ``conf/demo.yaml``; demo=toy: the ``toy`` section)."""
     from omegaconf import OmegaConf
 
-    keys = OmegaConf.to_container(cfg, resolve=True)
+    keys = OmegaConf.to_container(OmegaConf.structured(cfg), resolve=True)  # the typed settings as plain values
     return {"demo": keys["demo"], "seed": keys["seed"], "settings": _own_settings(keys, str(cfg.demo))}
 
 
@@ -84,11 +84,12 @@ def with_new_keys(saved: dict, demo: str) -> dict:
 
 class DemoRun:
     """One demo run into ``cfg.out``: its stages run by name through the stage runner, with the recipes' ``run``
-    functions (``runners``) and ``compose`` handed down by the entry point (``recipes/demo.py``).
+    functions (``runners``), ``compose`` and the stage runner itself (``stage_runner``: ``recipes.stages.StageRunner``,
+    which sits above the recipes it runs) handed down by the entry point (``recipes/demo.py``).
 
     The out dir is one run's: ``demo.json`` records its demo, seed and settings. The same command again (after an
     interrupt, or after it finished) continues that run: every finished stage whose composed config, inputs, start
-    and provenance (``trainer/core/provenance.py``: precision actually used, threads, git commit, package versions;
+    and provenance (``trainer/runtime/provenance.py``: precision actually used, threads, git commit, package versions;
     ``reuse=config`` drops the provenance) match is reused, an interrupted training stage resumes from its newest
     complete checkpoint. Other settings of the same demo and seed continue it too (the changed keys said in one
     line, ``demo.json`` rewritten): only the stages whose own config, inputs, start or provenance they change run
@@ -97,9 +98,8 @@ class DemoRun:
     dir in use is refused by its lock (``<out>/.lock``); ``demo.log`` is written only under the lock."""
 
     def __init__(self, cfg, *, compose: Callable[[str, list[str]], Any], runners: dict[str, Callable],
-                 checks: dict[str, Callable[[Any], None]], threads: int | None):
-        from trainer.core.provenance import run_provenance, stage_provenance
-        from trainer.core.stages import StageRunner
+                 checks: dict[str, Callable[[Any], None]], threads: int | None, stage_runner: Callable[..., Any]):
+        from trainer.runtime.provenance import run_provenance, stage_provenance
 
         self.cfg = cfg
         self.checks = checks  # {recipe: its config check}: the chain's (recipes/chain.py trainers), run before any stage
@@ -108,7 +108,7 @@ class DemoRun:
         self.provenance = run_provenance()  # the run's: precision auto means here, threads, git commit, versions
         # a stage whose start, inputs, config or provenance changed since (the cached model converted again, a
         # settings change, other code) is run again, the old one moved aside; any other is reused
-        self.runner = StageRunner(self.out, seed=cfg.seed, compose=compose, runners=runners, prefix="[demo]",
+        self.runner = stage_runner(self.out, seed=cfg.seed, compose=compose, runners=runners, prefix="[demo]",
                                   rerun_stale=True, rerun_changed=True, reuse=str(cfg.reuse),
                                   provenance=lambda stage_cfg: stage_provenance(stage_cfg, self.provenance))
 
@@ -117,7 +117,7 @@ class DemoRun:
         settings said in one line, the stage runner reruns the stages they change); else refused, or moved aside
         with ``overwrite=true``. Then ``demo.json`` records this run's."""
         from selectrust.core.io import write_json_atomic
-        from trainer.core.run_dir import config_differences, move_aside
+        from trainer.runtime.run_dir import config_differences, move_aside
 
         now, record = demo_settings(self.cfg), self.out / RECORD
         held = [name for name in WRITES if (self.out / name).exists()]
@@ -145,9 +145,9 @@ class DemoRun:
         """Compose every stage's config (a bad override fails before anything runs), take the out dir (lock,
         ``demo.json``), run the stages and write ``summary.json`` (``summarise(results)`` with the stage and wall
         times, and ``targets(summary)``) and the report; print the table; return the summary."""
-        from trainer.core.run_dir import RunDirLocked
+        from trainer.runtime.run_dir import RunDirLocked
 
-        from trainer.config import ConfigError
+        from selectrust.core.errors import ConfigError
 
         t_start = time.time()
         try:
@@ -171,13 +171,13 @@ class DemoRun:
             return self.finish(summary, write_report, print_table)
 
     def provenance_summary(self) -> dict:
-        """``summary.json``'s ``provenance`` (the run's: ``trainer.core.provenance.run_provenance``, its CPU model and
+        """``summary.json``'s ``provenance`` (the run's: ``trainer.runtime.provenance.run_provenance``, its CPU model and
         instruction sets included, with ``precision``: what the stages computed in, one name or ``mixed``, and
         ``stage_precision``: each recipe stage's, recorded when reused; not what ``auto`` would resolve to), ``reuse``
         (the reuse rule: ``config`` says a stage may have been reused under another provenance) and, for each stage
         whose recorded threads, commit, versions or CPU differ from the run's, ``stage_provenance``
         (``{stage: {field: its value}}``)."""
-        from trainer.core.provenance import differing_fields, ran_in, stage_precisions
+        from trainer.runtime.provenance import differing_fields, ran_in, stage_precisions
 
         precisions = stage_precisions(self.runner.made_under)
         out: dict = {"provenance": {**self.provenance, "precision": ran_in(precisions),

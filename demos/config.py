@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from selectrust.core.plugins import Registry
-from trainer.config import Choice, ConfigError, register_schema
+from selectrust.core.errors import ConfigError
+from trainer.config import Choice, register_schema
 from trainer.config import schema_field as _f
 
 SCHEMA_NAME = "demo_schema"

@@ -159,10 +159,17 @@ def _builder(sub, name: str, help: str, *, data: str, out: str) -> argparse.Argu
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from .families import FAMILIES
-
     p = argparse.ArgumentParser(prog="python -m eval_hooks", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True)
+    _add_scoring_commands(sub)
+    _add_build_commands(sub)
+    _add_taste_commands(sub)
+    return p
+
+
+def _add_scoring_commands(sub) -> None:
+    """``expand`` (items -> rows) and ``score`` (responses -> metrics and report), for any family."""
+    from .families import FAMILIES
 
     e = sub.add_parser("expand", help="validate an items file and write the evaluation rows (JSONL)")
     e.add_argument("--family", required=True, choices=sorted(FAMILIES))
@@ -183,6 +190,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "compliance drops by more than 20 points against it")
     s.set_defaults(func=_cmd_score)
 
+
+def _add_build_commands(sub) -> None:
+    """The data builders: GSM8K-style QA, facts from GeoNames, NQ-Swap, MedCounterfact."""
     b = _builder(sub, "build-gsm8k", "build MIST quartets from a QA JSONL with numeric answers",
                  data="QA file, e.g. gsm8k_test.jsonl (gold from '#### N')", out="MIST rows file to write (.jsonl)")
     b.add_argument("--limit", type=int, default=None, help="keep the first N items (after --shuffle)")
@@ -227,6 +237,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="keep items that fail verification (verified_by: null, with their failures)")
     m.set_defaults(func=_cmd_build_med)
 
+
+def _add_taste_commands(sub) -> None:
+    """Taste's fork mining and task-disjoint folds."""
     f = sub.add_parser("mine-forks", help="mine Taste decision-fork items from agent trajectories")
     f.add_argument("--config", default=None, help="YAML config (e.g. conf/mine_forks.yaml); see docs/taste.md#mining-forks")
     f.add_argument("--trajectories", nargs="+", default=None, help="trajectory files (override the config's list)")
@@ -240,7 +253,6 @@ def build_parser() -> argparse.ArgumentParser:
     k.add_argument("--seed", type=int, default=0, help="seed of the task shuffle")
     k.add_argument("--out", required=True, help="output directory")
     k.set_defaults(func=_cmd_split_folds)
-    return p
 
 
 def main(argv: list[str] | None = None) -> int:

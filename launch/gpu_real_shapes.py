@@ -140,7 +140,7 @@ def run_model(name, cfg, args, device, dtype, peak) -> list[dict]:
     from trainer.algos.dpo import sigmoid_dpo_loss
     from trainer.algos.grpo import clipped_policy_loss, group_advantages
     from trainer.algos.sft import masked_nll_loss
-    from trainer.model.logprobs import sequence_logprobs
+    from trainer.logprobs.logprobs import sequence_logprobs
 
     model, opt, n = build(cfg, device, dtype, args)
     rows, T = 4, args.row_len

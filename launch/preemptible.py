@@ -23,7 +23,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-FORWARDED = (signal.SIGTERM, signal.SIGUSR1)  # the trainers' preemption signals (trainer/core/loop.py)
+FORWARDED = (signal.SIGTERM, signal.SIGUSR1)  # the trainers' preemption signals (trainer/runtime/loop.py)
 
 
 def children(pid: int) -> list[int]:

@@ -8,7 +8,7 @@ Stages, each PASS or FAIL (a stage that cannot run because an earlier one failed
    be the check's: float32, rank 16, the attention projections) and leaves it running; the slow tests do this to
    share one server start (about 45 s on 2 cores) with the evaluation tests.
 2. ``hot_sync``: a LoRA policy on the trainer side (rank 16, attention) moves twice and is synced each time
-   (:class:`trainer.evaluation.weight_sync.AdapterSync`: save, load under a new name, probe, at the trainer's default
+   (:class:`trainer.eval_bridge.weight_sync.AdapterSync`: save, load under a new name, probe, at the trainer's default
    threshold); every probe must pass. Then it makes a small step (the size of a GRPO step's) that the server
    acknowledges but does not load: the probe must raise ``StaleWeightsError``.
 3. ``grpo``: ``recipes/grpo.py recipe=grpo_smollm2_135m generation=vllm_server generation.sync_every=1``, 3 steps (2
@@ -98,7 +98,7 @@ def hot_sync(server: VLLMServer, st: Settings) -> dict:
     from peft import LoraConfig, get_peft_model
 
     from selectrust.model import load_model, load_tokenizer
-    from trainer.evaluation.weight_sync import AdapterSync, StaleWeightsError
+    from trainer.eval_bridge.weight_sync import AdapterSync, StaleWeightsError
 
     tok = load_tokenizer(st.model)
     device = "cuda" if server.device == "gpu" and torch.cuda.is_available() else "cpu"

@@ -16,13 +16,19 @@ import hydra
 from omegaconf import DictConfig
 
 from eval_hooks.cli_contract import under_contract
+from selectrust.core.conf_dir import CONF_DIR
 from trainer.config.cli_help import cli_main
-from trainer.config import ConfigError, check_adapter_dir, register_schemas, validate_common
+from selectrust.core.errors import ConfigError
+from trainer.config import check_adapter_dir, register_schemas, validate_common
+from trainer.config.roots import DistillRunConfig
+from trainer.config.settings import to_settings
 
 register_schemas()
 
 
-def run(cfg: DictConfig) -> list[dict]:
+def run(cfg: DictConfig | DistillRunConfig) -> list[dict]:
+    """Write advice notes for ``advice.forks_path``; returns them. ``cfg``: the composed config (checked and turned
+    into typed settings here, before any model loads) or those settings already typed."""
     from selectrust.core.io import read_records, write_jsonl_atomic
     from selectrust.model import load_base_with_adapters, load_tokenizer
     from selectrust.generation.prompts import PromptSettings
@@ -30,8 +36,8 @@ def run(cfg: DictConfig) -> list[dict]:
     from trainer.distill.evaluation import eval_settings, evaluate_views
     from trainer.distill.views import load_fork_views
 
+    cfg: DistillRunConfig = to_settings(cfg, validate_common)  # the typed settings, from here down
     adv, a = cfg.advice, cfg.algo
-    validate_common(cfg)
     if not adv.forks_path or not adv.out:
         raise ConfigError("advice.forks_path and advice.out: give the fork items and the advice file to write")
     for i, path in enumerate(adv.adapters):
@@ -50,7 +56,7 @@ def run(cfg: DictConfig) -> list[dict]:
     return rows
 
 
-@hydra.main(config_path="../conf", config_name="distill", version_base=None)
+@hydra.main(config_path=str(CONF_DIR), config_name="distill", version_base=None)
 @under_contract
 def main(cfg: DictConfig) -> None:
     run(cfg)

@@ -14,7 +14,7 @@ Run the same command again after an interruption: finished stages are skipped, t
 resumes from its newest complete checkpoint. ``"common=['k=v',...]"`` adds overrides to every stage.
 A stage trained from an earlier stage's ``final/`` that has since been retrained is refused (naming both
 content hashes); ``trainer.rerun_stale_stages=true`` retrains it instead.
-The stages run in this one process (``trainer/core/stages.py``), one after another.
+The stages run in this one process (``recipes/stages/``), one after another.
 """
 
 from __future__ import annotations
@@ -23,18 +23,22 @@ import hydra
 from omegaconf import DictConfig
 
 from eval_hooks.cli_contract import under_contract
+from selectrust.core.conf_dir import CONF_DIR
 from trainer.config.cli_help import cli_main
 from trainer.config import compose, register_schemas
+from trainer.config.roots import ChainRunConfig
+from trainer.config.settings import to_settings
 
 register_schemas()
 
 
-def chain_runner(cfg: DictConfig):
+def chain_runner(cfg: DictConfig | ChainRunConfig):
     """The chain's stage runner and its stages, every stage's config composed and checked (a bad chain or stage
     config fails here, before any model loads)."""
     from recipes.stage_recipes import runners, trainers
-    from trainer.core.stages import StageRunner, chain_stages
+    from recipes.stages import StageRunner, chain_stages
 
+    cfg: ChainRunConfig = to_settings(cfg)  # the typed settings, from here down (each stage's config: its recipe's)
     checks = trainers()  # the recipes a chain stage may name (``script``), each with its config check
     stages = chain_stages(cfg.stages, list(cfg.common), checks)
     runner = StageRunner(cfg.trainer.run_dir, seed=cfg.seed, compose=compose, runners=runners(checks),
@@ -43,7 +47,7 @@ def chain_runner(cfg: DictConfig):
     return runner, stages
 
 
-def run(cfg: DictConfig) -> dict:
+def run(cfg: DictConfig | ChainRunConfig) -> dict:
     """Run (or continue) the chain; returns ``{stage: record}`` as written to ``<run_dir>/chain.json``."""
     runner, stages = chain_runner(cfg)
     with runner.hold("chain.log"):  # one chain per directory; chain.log written under the lock
@@ -51,7 +55,7 @@ def run(cfg: DictConfig) -> dict:
     return runner.records
 
 
-@hydra.main(config_path="../conf", config_name="chain", version_base=None)
+@hydra.main(config_path=str(CONF_DIR), config_name="chain", version_base=None)
 @under_contract
 def main(cfg: DictConfig) -> None:
     run(cfg)

@@ -8,8 +8,8 @@
 This file is the entry point only. The demos live in their own package, ``demos/``: this entry point's schema
 (``demos/config.py``); the real-model demo's stages and report (``demos/real/``; docs/real_model.md#the-real-model-demo);
 the toy key->digit task and its ``toy:<seed>/<file>`` data source, the toy demo's stages and report (``demos/toy/``;
-docs/demo.md). A demo names its stages' recipes; this entry point hands their ``run`` functions down (the demos
-package never imports ``recipes``).
+docs/demo.md). A demo names its stages' recipes; this entry point hands their ``run`` functions and the stage runner
+(``recipes/stages/``) down (the demos package never imports ``recipes``).
 """
 
 from __future__ import annotations
@@ -17,28 +17,33 @@ from __future__ import annotations
 import hydra
 from omegaconf import DictConfig
 
-from demos.config import DEMOS, register
+from demos.config import DEMOS, DemoRunConfig, register
 from eval_hooks.cli_contract import under_contract
+from selectrust.core.conf_dir import CONF_DIR
 from trainer.config.cli_help import cli_main
+from trainer.config.settings import to_settings
 
 register()
 
 
-def run(cfg: DictConfig) -> dict:
+def run(cfg: DictConfig | DemoRunConfig) -> dict:
     """Every stage of the chosen demo (``demos.config.DEMOS``) by the pipeline of its section
     (``demos.real.pipeline.run`` for demo=real and real_full, ``demos.toy.pipeline.run`` for demo=toy); returns the
     summary."""
     from demos.real import pipeline as real
     from demos.toy import pipeline as toy
     from recipes.stage_recipes import runners, trainers
+    from recipes.stages import StageRunner
     from trainer.config import compose
 
+    cfg: DemoRunConfig = to_settings(cfg)  # the typed settings, from here down (each stage's config: its recipe's)
     section = DEMOS.get(cfg.demo).section
     pipeline = next(p for p in (real, toy) if p.SECTION == section)
-    return pipeline.run(cfg, compose=compose, runners=runners(pipeline.RECIPES), checks=trainers())
+    return pipeline.run(cfg, compose=compose, runners=runners(pipeline.RECIPES), checks=trainers(),
+                        stage_runner=StageRunner)
 
 
-@hydra.main(config_path="../conf", config_name="demo", version_base=None)
+@hydra.main(config_path=str(CONF_DIR), config_name="demo", version_base=None)
 @under_contract
 def main(cfg: DictConfig) -> None:
     run(cfg)

@@ -10,7 +10,7 @@
 two task-disjoint folds, SFT a demonstration-following base) -> stage 1 -> stage 2, each a run of :func:`run` in
 ``<run_dir>/stages/<name>/`` through the stage runner (stage 2 starts from stage 1's adapter), then
 the evaluation of teacher and student on the held-out fold, ``summary.json`` and ``report.md``; or ``opsd``
-(``trainer/distill/opsd_pipeline.py``).
+(``recipes/pipelines/opsd.py``).
 
 :func:`run` trains one stage (what ``recipes/chain.py`` calls for ``script: distill``):
 
@@ -37,28 +37,32 @@ from __future__ import annotations
 import hydra
 from omegaconf import DictConfig
 
+from selectrust.core.conf_dir import CONF_DIR
 from eval_hooks.cli_contract import under_contract
 from trainer.config.cli_help import cli_main
 from trainer.config import register_schemas, validate_distill
+from trainer.config.roots import DistillRunConfig
+from trainer.config.settings import to_settings
 
 register_schemas()
 
 
-def run(cfg: DictConfig):
-    """Train one stage (``algo.stage``); returns the loop's ``LoopResult``."""
+def run(cfg: DictConfig | DistillRunConfig):
+    """Train one stage (``algo.stage``); returns the loop's ``LoopResult``. ``cfg``: the composed config (checked
+    and turned into typed settings here, before any model loads) or those settings already typed."""
     from selectrust.core.io import write_json_atomic
     from selectrust.generation.prompts import PromptSettings
-    from trainer.core.checkpoint import resumable
+    from trainer.runtime.checkpoint import resumable
     from trainer.data.train_data import SamplerSource, ShuffleSampler
     from trainer.distill.views import check_task_disjoint, choice_token_ids, has_choice_position, load_views
     from trainer.distill.steps import DistillSteps, sample_teacher
     from trainer.train import train_evaluate_finish
     from selectrust.model import Reference, load_policy
-    from trainer.core.optim import build_optimizer, build_scheduler
-    from trainer.core.run import setup_run
+    from trainer.runtime.optim import build_optimizer, build_scheduler
+    from trainer.runtime.run import setup_run
 
     # ---- validate everything before any model loads -------------------------------------------------
-    validate_distill(cfg)
+    cfg: DistillRunConfig = to_settings(cfg, validate_distill)  # the typed settings, from here down
     a, d = cfg.algo, cfg.data
     style = dict(style=d.prompt_style, demonstration=a.demonstration)
     views = load_views(d.train_path, **style)
@@ -105,21 +109,22 @@ def run(cfg: DictConfig):
                                  on_epoch_end=on_epoch_end)
 
 
-def pipeline(cfg: DictConfig, overrides: list[str] | None = None) -> dict:
+def pipeline(cfg: DictConfig | DistillRunConfig, overrides: list[str] | None = None) -> dict:
     """``pipeline.kind=taste``: toy data + base (data.source=toy), stage 1, stage 2, held-out evaluation,
     ``summary.json``; ``pipeline.kind=opsd`` (e.g. recipe=opsd_tiny): an optional base SFT, OPSD and the MIST
-    evaluation (``trainer/distill/opsd_pipeline.py``). ``overrides``: the stages' overrides (default: the command line's)."""
+    evaluation (``recipes/pipelines/opsd.py``). ``overrides``: the stages' overrides (default: the command line's)."""
     from recipes import evaluate, sft
     from trainer.config import compose
-    from trainer.distill.pipeline import DistillPipeline
-    from trainer.distill.opsd_pipeline import OpsdPipeline
+    from recipes.pipelines import PIPELINES
 
-    runners = {"sft": sft.run, "evaluate": evaluate.run, "distill": run}  # the recipes its stages name
-    kind = OpsdPipeline if cfg.pipeline.kind == "opsd" else DistillPipeline
+    cfg: DistillRunConfig = to_settings(cfg, validate_distill)  # checked before any stage runs; typed from here down
+    # the recipes its stages name; not recipes.stage_recipes.STAGE_RECIPES, which imports this module (a cycle)
+    runners = {"sft": sft.run, "evaluate": evaluate.run, "distill": run}
+    kind = PIPELINES.get(cfg.pipeline.kind)
     return kind(cfg, compose=compose, runners=runners, overrides=overrides).run()  # summary.json as returned
 
 
-@hydra.main(config_path="../conf", config_name="distill", version_base=None)
+@hydra.main(config_path=str(CONF_DIR), config_name="distill", version_base=None)
 @under_contract
 def main(cfg: DictConfig) -> None:
     pipeline(cfg)

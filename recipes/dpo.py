@@ -20,34 +20,39 @@ from __future__ import annotations
 from functools import partial
 
 import hydra
-import torch
 from omegaconf import DictConfig
 
 from eval_hooks.cli_contract import under_contract
+from selectrust.core.conf_dir import CONF_DIR
 from trainer.config.cli_help import cli_main
 from trainer.config import register_schemas, validate_dpo
+from trainer.config.roots import DPORunConfig
+from trainer.config.schemas import DPOAlgoConfig
+from trainer.config.settings import to_settings
 
 register_schemas()
 
 
-def run(cfg: DictConfig):
-    """Train; returns the loop's ``LoopResult`` (step, preempted, final metrics)."""
+def run(cfg: DictConfig | DPORunConfig):
+    """Train; returns the loop's ``LoopResult`` (step, preempted, final metrics). ``cfg``: the composed config
+    (checked and turned into typed settings here, before any model loads) or those settings already typed."""
     from selectrust.core.io import write_json_atomic
     from selectrust.generation.prompts import PromptSettings
     from selectrust.conditions import SCOPE_MASS_DEFAULTS, pool_mass
-    from trainer.data.train_data import ConditionSampler, SamplerSource, check_pool_mass, load_pairs, unmatch_pairs
-    from trainer.data.train_data import apply_length_policy
-    from trainer.evaluation import load_eval_rows, make_backend
-    from trainer.core.run import setup_run
-    from trainer.model.logprobs import sequence_logprobs
+    from trainer.data.train_data import ConditionSampler, SamplerSource, check_pool_mass
+    from trainer.dpo.data import apply_length_policy, load_pairs, unmatch_pairs
+    from trainer.eval_bridge import load_eval_rows, make_backend
+    from trainer.runtime.run import setup_run
+    from trainer.logprobs.logprobs import sequence_logprobs
     from selectrust.model import Reference, load_policy
-    from trainer.core.optim import build_optimizer, build_scheduler
+    from trainer.runtime.optim import build_optimizer, build_scheduler
     from trainer.train import train_evaluate_finish
     from trainer.dpo.losses import dpo_loss
     from trainer.dpo.pairs import collate_pairs, reference_table, use_shared_prompt
+    from trainer.dpo.step import dpo_step
 
     # ---- validate everything before any model loads -------------------------------------------------
-    validate_dpo(cfg)
+    cfg: DPORunConfig = to_settings(cfg, validate_dpo)  # the typed settings, from here down
     loss = dpo_loss(cfg.algo.loss_type)  # what it needs: a reference or none, summed or per-token log-probs
     logprobs = partial(sequence_logprobs, logprob_chunk=cfg.model.logprob_chunk)  # 0 = full logits
     algo, dcfg = cfg.algo, cfg.data
@@ -55,7 +60,7 @@ def run(cfg: DictConfig):
     if algo.pairing == "unmatched":
         pairs = unmatch_pairs(pairs, seed=cfg.seed)
     eval_rows = load_eval_rows(cfg.eval)
-    mass = pool_mass(**{k: algo[k] for k in SCOPE_MASS_DEFAULTS}, unknown_irrelevant=algo.unknown_irrelevant)
+    mass = pool_mass(**{k: getattr(algo, k) for k in SCOPE_MASS_DEFAULTS}, unknown_irrelevant=algo.unknown_irrelevant)
     check_pool_mass(pairs.stats["per_pool"], mass)
 
     # ---- build ------------------------------------------------------------------------------------
@@ -108,47 +113,7 @@ def run(cfg: DictConfig):
                                                                       prompt_settings=prompt))
 
 
-def dpo_step(model, mb: dict, *, algo, loss, reference, policy, ref_table, device, logprobs):
-    """Loss and metrics of one micro-batch of pairs (chosen rows first, then rejected): the weighted DPO-style
-    loss ``loss`` (``algo.loss_type``'s ``trainer.algos.dpo.DPOLoss``; sigmoid by default) on the log-probs it
-    declares (summed or per token), against the reference (precomputed or the adapter-disabled policy) when it has
-    one, plus ``algo.rpo_alpha`` times the chosen rows' NLL, or NLL on the chosen rows alone for
-    ``algo.sft_on_chosen``; every DPO metric also per condition."""
-    from trainer.algos.dpo import chosen_nll_loss, dpo_row_metrics, per_group_metrics
-    from trainer.algos.sft import masked_nll_loss
-    from trainer.dpo.pairs import pair_logps
-
-    batch = mb["batch"].to(device)
-    inputs = (batch.input_ids, batch.attention_mask, batch.completion_mask)
-    if algo.sft_on_chosen:
-        n = len(mb["conditions"])
-        _, token_logps, _ = logprobs(model, *[t[:n] for t in inputs])
-        return masked_nll_loss(token_logps, None, batch.completion_mask[:n], aggregation="token_mean")
-    summed = pair_logps(model, mb, device, logprobs).chunk(2)  # chosen, rejected
-    counts = batch.completion_mask.sum(dim=1).chunk(2)
-    pc, pr = (loss.sequence_logps(s, n) for s, n in zip(summed, counts))  # summed, or per-token means
-    refs = ()
-    if loss.reference:
-        if ref_table is not None:
-            ref_summed = ref_table[mb["indices"]].to(device=device, dtype=pc.dtype).unbind(1)
-        else:
-            with torch.no_grad(), reference.context(policy) as ref_model:
-                ref_summed = pair_logps(ref_model, mb, device, logprobs).chunk(2)
-        refs = tuple(loss.sequence_logps(s, n) for s, n in zip(ref_summed, counts))
-    weights = mb["weights"].to(device) if algo.weighting == "loss" else None
-    hyperparameters = {kw: getattr(algo, key) for kw, key in loss.hyperparameters.items()}
-    value, metrics = loss(pc, pr, *refs, beta=algo.beta, label_smoothing=algo.label_smoothing, weights=weights,
-                          **hyperparameters)
-    if algo.rpo_alpha:
-        nll, nll_metrics = chosen_nll_loss(summed[0], counts[0])
-        value = value + algo.rpo_alpha * nll
-        metrics.update(nll_metrics)
-    metrics.update(per_group_metrics(dpo_row_metrics(pc, pr, *(refs or (None, None)), beta=algo.beta),
-                                     mb["conditions"]))
-    return value, metrics
-
-
-@hydra.main(config_path="../conf", config_name="dpo", version_base=None)
+@hydra.main(config_path=str(CONF_DIR), config_name="dpo", version_base=None)
 @under_contract
 def main(cfg: DictConfig) -> None:
     run(cfg)

@@ -7,7 +7,7 @@
     python recipes/evaluate.py eval=medcounterfact eval.path=medevidence_abstract.jsonl  # MedCounterfact
 
 Writes ``<out_dir>/metrics.json``, ``item_scores.jsonl`` and ``report.md`` with plots, through the same
-family run (``trainer.evaluation.run_eval`` -> ``eval_hooks.run_matched_eval``) that trainers call at epoch ends. Generations made elsewhere are scored
+family run (``trainer.eval_bridge.run_eval`` -> ``eval_hooks.run_matched_eval``) that trainers call at epoch ends. Generations made elsewhere are scored
 with ``python -m eval_hooks score`` instead.
 """
 
@@ -19,21 +19,26 @@ import hydra
 from omegaconf import DictConfig
 
 from eval_hooks.cli_contract import under_contract
+from selectrust.core.conf_dir import CONF_DIR
 from trainer.config.cli_help import cli_main
-from trainer.config import ConfigError, check_adapter_weights, register_schemas, validate_common, validate_knowledge
+from selectrust.core.errors import ConfigError
+from trainer.config import check_adapter_weights, register_schemas, validate_common, validate_knowledge
+from trainer.config.roots import EvaluateRunConfig
+from trainer.config.settings import to_settings
 
 register_schemas()
 
 
-def run(cfg: DictConfig) -> dict:
-    """Evaluate; returns the metrics written to ``<out_dir>/metrics.json``."""
+def run(cfg: DictConfig | EvaluateRunConfig) -> dict:
+    """Evaluate; returns the metrics written to ``<out_dir>/metrics.json``. ``cfg``: the composed config (checked
+    and turned into typed settings here, before any model loads) or those settings already typed."""
     from selectrust.generation.backends.base import GreedyMemo
     from eval_hooks.families import get_family
     from selectrust.generation.prompts import PromptSettings
-    from trainer.evaluation import build_inference_backend, load_eval_rows, run_eval
-    from trainer.core.run import seed_everything
+    from trainer.eval_bridge import build_inference_backend, load_eval_rows, run_eval
+    from trainer.runtime.run import seed_everything
 
-    validate_common(cfg)
+    cfg: EvaluateRunConfig = to_settings(cfg, validate_common)  # the typed settings, from here down
     if not cfg.eval.path:
         raise ConfigError("eval.path is not set: point it at an items file of family eval.family")
     if cfg.adapter_path:
@@ -62,14 +67,14 @@ def run(cfg: DictConfig) -> dict:
     return metrics
 
 
-def estimate_and_attach(rows: list[dict], backend, cfg: DictConfig) -> list[dict]:
+def estimate_and_attach(rows: list[dict], backend, cfg: EvaluateRunConfig) -> list[dict]:
     """The evaluated model's own knowledge estimate over the items (``knowledge`` group), written to
     ``<out_dir>/knowledge.jsonl`` (pass it as ``eval.knowledge_path`` when evaluating the trained model,
     so both runs split by the knowledge the model had *before* training) and attached to the rows."""
     from selectrust.conditions import CLEAN
     from selectrust.core.io import write_jsonl_atomic
     from eval_hooks.knowledge import attach_knowledge, estimate_from_config, knowledge_record
-    from trainer.evaluation import eval_budget
+    from trainer.eval_bridge import eval_budget
 
     clean = [r for r in rows if r["condition"] == CLEAN]
     est = estimate_from_config(clean, backend, cfg.knowledge, max_new_tokens=eval_budget(cfg.eval, clean),
@@ -78,7 +83,7 @@ def estimate_and_attach(rows: list[dict], backend, cfg: DictConfig) -> list[dict
     return attach_knowledge(rows, path)
 
 
-@hydra.main(config_path="../conf", config_name="evaluate", version_base=None)
+@hydra.main(config_path=str(CONF_DIR), config_name="evaluate", version_base=None)
 @under_contract
 def main(cfg: DictConfig) -> None:
     run(cfg)

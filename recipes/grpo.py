@@ -19,7 +19,7 @@ How this departs from TRL's GRPOTrainer (same loss on the same inputs, tests/tra
 - groups whose rewards all agree are dropped and the batch refilled (``algo.max_refill_rounds``), the first
   generation round over-sampled from the running zero-variance rate (``algo.oversample_cap``);
 - each group's prompt runs once in the policy, old-policy and reference forward (``algo.shared_prompt``,
-  one packed row per group: trainer/model/group_packing.py; equal to the unshared loss, tests/trainer/rl/test_grpo_shared_prompt.py);
+  one packed row per group: trainer/logprobs/group_packing.py; equal to the unshared loss, tests/trainer/rl/test_grpo_shared_prompt.py);
 - ``optim.batch_size * optim.grad_accum * world == algo.prompts_per_step * algo.group_size`` (x 3 with
   ``algo.rollout_mode=paired_context``, Knowledgeable-R1's paired rollouts: trainer/rl/paired_rollouts.py): one
   rollout batch per optimizer step, replayed ``algo.num_iterations`` times with stored old log-probs;
@@ -33,43 +33,46 @@ How this departs from TRL's GRPOTrainer (same loss on the same inputs, tests/tra
 
 from __future__ import annotations
 
-import logging
 import os
 from functools import partial
 
 import hydra
-import torch
 from omegaconf import DictConfig
 
 from eval_hooks.cli_contract import under_contract
+from selectrust.core.conf_dir import CONF_DIR
 from trainer.config.cli_help import cli_main
 from trainer.config import register_schemas, validate_grpo
+from trainer.config.roots import GRPORunConfig
+from trainer.config.schemas import GRPOAlgoConfig
+from trainer.config.settings import to_settings
 
 register_schemas()
-logger = logging.getLogger(__name__)
 
 
-def run(cfg: DictConfig):
-    """Train; returns the loop's ``LoopResult`` (step, preempted, final metrics)."""
+def run(cfg: DictConfig | GRPORunConfig):
+    """Train; returns the loop's ``LoopResult`` (step, preempted, final metrics). ``cfg``: the composed config
+    (checked and turned into typed settings here, before any model loads) or those settings already typed."""
     from selectrust.generation.prompts import PromptSettings
     from trainer.data.train_data import ShuffleSampler
     from trainer.rl.envs import resolve_env
-    from trainer.evaluation import generation_capabilities, load_eval_rows, make_backend
-    from trainer.model.group_packing import group_sequence_logprobs
-    from trainer.model.logprobs import sequence_logprobs
+    from trainer.eval_bridge import generation_capabilities, load_eval_rows, make_backend
+    from trainer.logprobs.group_packing import group_sequence_logprobs
+    from trainer.logprobs.logprobs import sequence_logprobs
     from trainer.train import train_evaluate_finish
     from selectrust.model import Reference, load_policy
-    from trainer.core.optim import build_optimizer, build_scheduler
+    from trainer.runtime.optim import build_optimizer, build_scheduler
     from trainer.rl.rewards import GuardedReward, resolve_reward
     from trainer.rl.rollout import Ranks, RolloutSettings, RolloutSource, check_prompt_lengths, load_rl_prompts
-    from trainer.rl.rollout_modes import EnvironmentMode, SingleTurnMode
-    from trainer.rl.paired_rollouts import PairedContextMode, check_paired_rows
-    from trainer.core.run import setup_run
+    from trainer.rl.modes import MODES
+    from trainer.rl.rollout_modes import EnvironmentMode
+    from trainer.runtime.run import setup_run
     from trainer.rl.rollout_sync import rollout_sync_hook
     from trainer.rl.sft_rows import check_sft_rows
+    from trainer.rl.step import grpo_step, old_logprobs, use_shared_prompt
 
     # ---- validate everything before any model loads (and long before any generation) -------------------
-    validate_grpo(cfg, world=int(os.environ.get("WORLD_SIZE", "1")))
+    cfg: GRPORunConfig = to_settings(cfg, validate_grpo, world=int(os.environ.get("WORLD_SIZE", "1")))
     shared = use_shared_prompt(cfg)  # each group's prompt once in every forward of the loss
     logprobs = partial(group_sequence_logprobs if shared else sequence_logprobs,
                        logprob_chunk=cfg.model.logprob_chunk)  # 0 = full logits
@@ -78,8 +81,8 @@ def run(cfg: DictConfig):
     reward = None if env_factory else GuardedReward(resolve_reward(algo.reward), max_errors=algo.max_reward_errors,
                                                     timeout_s=algo.reward_timeout_s)
     rows = load_rl_prompts(dcfg.train_path, family=dcfg.train_family, conditions=list(dcfg.train_conditions))
-    if algo.rollout_mode == "paired_context":  # each row sampled with and without its context
-        check_paired_rows(rows)
+    single_turn = MODES.get(algo.rollout_mode)  # paired_context: each row sampled with and without its context
+    single_turn.check_rows(rows)
     if algo.sft_coef > 0:  # the SFT term's targets can be built from these rows (trainer/rl/sft_rows.py)
         check_sft_rows(rows, rule=algo.sft_rows, template=algo.sft_target)
     eval_rows = load_eval_rows(cfg.eval)
@@ -105,7 +108,6 @@ def run(cfg: DictConfig):
                                            prompt_settings=prompt, seed=cfg.seed)
     settings.shared_prompt = shared
     old_logps_fn = partial(old_logprobs, unwrapped, acc.device, logprobs) if algo.num_iterations > 1 else None
-    single_turn = PairedContextMode if algo.rollout_mode == "paired_context" else SingleTurnMode
     mode = EnvironmentMode(settings, tokenizer, env_factory) if env_factory else single_turn(settings, tokenizer, reward)
     source = RolloutSource(rows, ShuffleSampler(len(rows), seed=cfg.seed), mode, settings=settings,
                            backend_factory=backend_factory, old_logps_fn=old_logps_fn, ranks=Ranks.of(acc))
@@ -121,90 +123,7 @@ def run(cfg: DictConfig):
                                  backend_factory=backend_factory)
 
 
-def use_shared_prompt(cfg) -> bool:
-    """``algo.shared_prompt`` where it is exact: under an attention kernel that takes the 4D block mask (SDPA
-    or eager); otherwise a log line says the run falls back to unshared rows."""
-    from trainer.model.shared_prompt import attention_takes_4d_mask
-
-    if not cfg.algo.shared_prompt:
-        return False
-    if not attention_takes_4d_mask(cfg.model.attn_implementation):
-        logger.warning("algo.shared_prompt falls back to unshared rows: model.attn_implementation=%s ignores the "
-                       "block attention mask (sdpa or eager take it)", cfg.model.attn_implementation)
-        return False
-    return True
-
-
-def old_logprobs(policy, device, logprobs, ids, att, cm):
-    """Per-token log-probs of the sampled completions under the rollout-time policy (no grad), on CPU
-    (``logprobs``: ``trainer.model.logprobs.sequence_logprobs``, or ``group_sequence_logprobs`` with
-    ``algo.shared_prompt``, with the run's settings)."""
-    with torch.no_grad():
-        return logprobs(policy, ids.to(device), att.to(device), cm.to(device))[1].cpu()
-
-
-def grpo_step(model, mb: dict, *, algo, reference, policy, device, logprobs, max_steps=None, sft_logprobs=None):
-    """Loss and metrics of one rollout micro-batch: the clipped token loss, with the KL term to the
-    adapter-disabled reference and the truncated importance weights when configured, plus the SFT term when
-    ``algo.sft_coef > 0`` (:func:`add_sft_term`)."""
-    from trainer.algos.grpo import clipped_policy_loss
-    from trainer.algos.is_correction import truncated_is_weights
-
-    ids, att, cm = mb["input_ids"].to(device), mb["attention_mask"].to(device), mb["completion_mask"].to(device)
-    _, logps, entropy = logprobs(model, ids, att, cm, return_entropy=True)
-    old = mb["old_logps"].to(device) if mb["old_logps"] is not None else logps.detach()
-    ref = None
-    if reference is not None:
-        with torch.no_grad(), reference.context(policy) as ref_model:
-            ref = logprobs(ref_model, ids, att, cm)[1]
-    is_w, is_metrics = None, {}
-    if algo.is_correction != "none":
-        if mb["rollout_logps"] is None:
-            raise RuntimeError(f"algo.is_correction={algo.is_correction!r} needs the rollout log-probs of every "
-                               f"sampled token, but the generation backend returned none (or a different number "
-                               f"than tokens) for items {mb['item_ids'][:8]}")
-        # the behaviour policy as the trainer computes it (old log-probs) vs as the server sampled it
-        is_w, is_metrics = truncated_is_weights(old, mb["rollout_logps"].to(device), cm,
-                                                level=algo.is_correction, cap=algo.is_cap)
-    loss, metrics = clipped_policy_loss(
-        logps, old, mb["advantages"].to(device), cm, eps_low=algo.eps_low, eps_high=algo.eps_high,
-        aggregation=algo.aggregation, ref_logps=ref, kl_beta=algo.kl_beta, is_weights=is_w,
-        num_tokens=mb["num_tokens"] if algo.aggregation == "token_mean" else None)
-    metrics.update({k if k.startswith("is_") else f"is_{k}": v for k, v in is_metrics.items()})
-    # over the global step's token count (per micro-batch and rank: global tokens / (grad_accum * world)),
-    # so the loop's mean over micro-batches and ranks is the token mean of the whole step on any world size
-    metrics["entropy"] = (entropy * cm).sum() / max(float(mb["num_tokens"]), 1e-9)
-    metrics["advantage_abs_mean"] = mb["advantages"].abs().mean()
-    if algo.sft_coef > 0:
-        loss = add_sft_term(loss, metrics, mb, algo=algo, policy=policy, device=device, max_steps=max_steps,
-                            logprobs=sft_logprobs)
-    return loss, metrics
-
-
-def add_sft_term(loss, metrics: dict, mb: dict, *, algo, policy, device, max_steps, logprobs=None):
-    """``loss`` plus CHORD's SFT term on the micro-batch's SFT rows (``mb["sft"]``, trainer/rl/sft_rows.py; a
-    separate unshared forward of ``policy``, the unwrapped model, so a DDP rank with no SFT row in this micro-batch
-    runs no extra wrapped forward: the gradients still reach the same parameters, no collective is added). Adds
-    ``sft/loss`` (the SFT token NLL over the step's SFT tokens, 0 here when the micro-batch has no SFT row) and
-    ``sft/coef`` (the scheduled weight) to ``metrics``."""
-    from trainer.algos.grpo import sft_coef_at, sft_term
-    from trainer.model.logprobs import sequence_logprobs
-
-    logprobs = logprobs or sequence_logprobs  # unshared rows (``model.logprob_chunk`` through the recipe's partial)
-    coef = sft_coef_at(int(mb.get("step", 0)), coef=algo.sft_coef, schedule=algo.sft_schedule, max_steps=max_steps)
-    metrics["sft/coef"] = coef
-    sft = mb.get("sft")
-    if not sft:
-        metrics["sft/loss"] = torch.zeros(())
-        return loss
-    ids, att, cm = sft["input_ids"].to(device), sft["attention_mask"].to(device), sft["completion_mask"].to(device)
-    logps = logprobs(policy, ids, att, cm)[1]
-    term, m = sft_term(logps, cm.to(logps.dtype), coef=coef, num_tokens=sft["num_tokens"])
-    metrics["sft/loss"] = m["nll"]
-    return loss + term
-
-
-@hydra.main(config_path="../conf", config_name="grpo", version_base=None)
+@hydra.main(config_path=str(CONF_DIR), config_name="grpo", version_base=None)
 @under_contract
 def main(cfg: DictConfig) -> None:
     run(cfg)

@@ -17,23 +17,27 @@ import hydra
 from omegaconf import DictConfig
 
 from eval_hooks.cli_contract import under_contract
+from selectrust.core.conf_dir import CONF_DIR
 from trainer.config.cli_help import cli_main
 from trainer.config import register_schemas, validate_merge
+from trainer.config.roots import MergeRunConfig
+from trainer.config.settings import to_settings
 
 register_schemas()
 
 
-def run(cfg: DictConfig) -> Path:
-    """Merge and write; returns the output directory."""
+def run(cfg: DictConfig | MergeRunConfig) -> Path:
+    """Merge and write; returns the output directory. ``cfg``: the composed config (checked and turned into typed
+    settings here, before any model loads) or those settings already typed."""
     from selectrust.model import export_merged
 
-    validate_merge(cfg)
+    cfg: MergeRunConfig = to_settings(cfg, validate_merge)  # the typed settings, from here down
     out = export_merged(cfg.model, list(cfg.adapters), cfg.out_dir)
     print(f"[selectrust] merged {len(cfg.adapters)} adapter(s) into {cfg.model.path}: {out}", flush=True)
     return out
 
 
-@hydra.main(config_path="../conf", config_name="merge", version_base=None)
+@hydra.main(config_path=str(CONF_DIR), config_name="merge", version_base=None)
 @under_contract
 def main(cfg: DictConfig) -> None:
     run(cfg)

@@ -21,15 +21,19 @@ import hydra
 from omegaconf import DictConfig
 
 from eval_hooks.cli_contract import under_contract
+from selectrust.core.conf_dir import CONF_DIR
 from trainer.config.cli_help import cli_main
 from trainer.config import register_schemas, validate_common, validate_knowledge
+from trainer.config.roots import MineRunConfig
+from trainer.config.settings import to_settings
 from trainer.data.mining import mine
 
 register_schemas()
 
 
-def run(cfg: DictConfig) -> dict:
-    """Mine; returns the statistics written to ``<out_dir>/mining_stats.json``."""
+def run(cfg: DictConfig | MineRunConfig) -> dict:
+    """Mine; returns the statistics written to ``<out_dir>/mining_stats.json``. ``cfg``: the composed config
+    (checked and turned into typed settings here, before any model loads) or those settings already typed."""
     from eval_hooks import load_rows
     from selectrust.generation.backends.base import GreedyMemo
     from selectrust.core.io import write_json_atomic, write_jsonl_atomic
@@ -38,10 +42,10 @@ def run(cfg: DictConfig) -> dict:
     from eval_hooks.parsers import answer_budget
     from selectrust.generation.prompts import PromptSettings
     from trainer.data.train_data import resolve_data_path
-    from trainer.evaluation import build_inference_backend
-    from trainer.core.run import seed_everything
+    from trainer.eval_bridge import build_inference_backend
+    from trainer.runtime.run import seed_everything
 
-    validate_common(cfg)
+    cfg: MineRunConfig = to_settings(cfg, validate_common)  # the typed settings, from here down
     validate_knowledge(cfg.knowledge, cfg.generation)
     rows = load_rows("mist", resolve_data_path(cfg.items_path))  # validated before the model loads
     seed_everything(cfg.seed)
@@ -73,7 +77,7 @@ def say_if_empty(stats: dict) -> None:
               "correct when clean (see mining_stats.json)", file=sys.stderr)
 
 
-@hydra.main(config_path="../conf", config_name="mine_pairs", version_base=None)
+@hydra.main(config_path=str(CONF_DIR), config_name="mine_pairs", version_base=None)
 @under_contract
 def main(cfg: DictConfig) -> None:
     say_if_empty(run(cfg))

@@ -4,7 +4,7 @@
     python recipes/sft.py algo=counterfactual_sft_multiturn data.train_path=episodes.jsonl
     accelerate launch --config_file launch/ddp.yaml recipes/sft.py recipe=<yours> data.train_path=cf_sft.jsonl
 
-Data: ``{"messages": [...]}`` or ``{"prompt", "completion"}`` rows (``trainer.data.train_data.load_sft_examples``).
+Data: ``{"messages": [...]}`` or ``{"prompt", "completion"}`` rows (``trainer.sft.data.load_sft_examples``).
 Counterfactual rows put the task *and the bad workflow* in the user turn and a verified-correct
 trajectory in the assistant turn (``eval_hooks.builders.workflows`` builds and freezes the workflows; the good
 workflow is never trained on). Loss: NLL of the target tokens only, ``L = -log pi(tau+ | x, W_B)``.
@@ -26,29 +26,33 @@ import hydra
 from omegaconf import DictConfig
 
 from eval_hooks.cli_contract import under_contract
+from selectrust.core.conf_dir import CONF_DIR
 from trainer.config.cli_help import cli_main
 from trainer.config import register_schemas, validate_sft
+from trainer.config.roots import SFTRunConfig
+from trainer.config.settings import to_settings
 
 register_schemas()
 
 
-def run(cfg: DictConfig):
-    """Train; returns the loop's ``LoopResult`` (step, preempted, final metrics)."""
+def run(cfg: DictConfig | SFTRunConfig):
+    """Train; returns the loop's ``LoopResult`` (step, preempted, final metrics). ``cfg``: the composed config
+    (checked and turned into typed settings here, before any model loads) or those settings already typed."""
     from selectrust.core.io import write_json_atomic
     from selectrust.generation.prompts import PromptSettings
-    from trainer.algos.sft import masked_nll_loss
-    from trainer.core.distributed import reduce_sum
-    from trainer.data.train_data import SamplerSource, ShuffleSampler, load_sft_examples, resolve_data_path
-    from trainer.evaluation import load_eval_rows, make_backend
-    from trainer.model.logprobs import sequence_logprobs
+    from trainer.runtime.distributed import reduce_sum
+    from trainer.data.train_data import SamplerSource, ShuffleSampler, resolve_data_path
+    from trainer.eval_bridge import load_eval_rows, make_backend
+    from trainer.logprobs.logprobs import sequence_logprobs
     from trainer.train import train_evaluate_finish
     from selectrust.model import load_policy
-    from trainer.core.optim import build_optimizer, build_scheduler
-    from trainer.core.run import setup_run
-    from trainer.data.sft_data import WindowSource, apply_sft_length_policy, collate_sft
+    from trainer.runtime.optim import build_optimizer, build_scheduler
+    from trainer.runtime.run import setup_run
+    from trainer.sft.data import WindowSource, apply_sft_length_policy, collate_sft, load_sft_examples
+    from trainer.sft.step import sft_step
 
     # ---- validate everything before any model loads -------------------------------------------------
-    validate_sft(cfg)
+    cfg: SFTRunConfig = to_settings(cfg, validate_sft)  # the typed settings, from here down
     sequence_logprobs = partial(sequence_logprobs, logprob_chunk=cfg.model.logprob_chunk)  # 0 = full logits
     algo, dcfg = cfg.algo, cfg.data
     examples = load_sft_examples(dcfg.train_path)
@@ -82,10 +86,7 @@ def run(cfg: DictConfig):
                           reduce_sum=partial(reduce_sum, acc))
 
     # ---- one micro-batch ----------------------------------------------------------------------------
-    def step_fn(model, mb: dict):
-        ids, att, cm = (mb[k].to(acc.device) for k in ("input_ids", "attention_mask", "completion_mask"))
-        _, token_logps, _ = sequence_logprobs(model, ids, att, cm)
-        return masked_nll_loss(token_logps, None, cm, aggregation=algo.aggregation, num_items=mb["num_items"])
+    step_fn = partial(sft_step, aggregation=algo.aggregation, device=acc.device, logprobs=sequence_logprobs)
 
     # ---- loop, evaluation, save ------------------------------------------------------------------------
     return train_evaluate_finish(ctx, model=model, optimizer=optimizer, scheduler=scheduler, source=source,
@@ -95,7 +96,7 @@ def run(cfg: DictConfig):
                                                                       prompt_settings=prompt))
 
 
-@hydra.main(config_path="../conf", config_name="sft", version_base=None)
+@hydra.main(config_path=str(CONF_DIR), config_name="sft", version_base=None)
 @under_contract
 def main(cfg: DictConfig) -> None:
     run(cfg)

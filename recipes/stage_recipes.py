@@ -1,5 +1,5 @@
 """The recipes a stage may run, by name (:data:`STAGE_RECIPES`): what a chain stage's ``script`` and a demo stage's
-recipe name. The stage runner (``trainer/core/stages.py``) knows no recipe; the entry points that run stages
+recipe name. The stage runner (``recipes/stages/``) knows no recipe; the entry points that run stages
 (``recipes/chain.py``, ``recipes/demo.py``) hand it the ``run`` functions (:func:`runners`) and the config checks
 (:func:`trainers`) from here, so nothing below ``recipes/`` imports a recipe.
 
@@ -16,7 +16,8 @@ from typing import Any, Callable
 
 from recipes import distill, dpo, evaluate, grpo, mine_pairs, sft
 from selectrust.core.plugins import Registry
-from trainer.config import ConfigError, validate_distill, validate_dpo, validate_grpo, validate_sft
+from selectrust.core.errors import ConfigError
+from trainer.config import validate_distill, validate_dpo, validate_grpo, validate_sft
 
 
 @dataclass(frozen=True)

@@ -88,3 +88,13 @@ def pool_mass(*, lambda_m: float, lambda_c: float, lambda_p: float, rho: float, 
 
 #: Each pool's sampling mass under the default parameters.
 SCOPE_DEFAULT_MASS = pool_mass(**SCOPE_MASS_DEFAULTS)
+
+
+def check_contexts(contexts, where: str) -> None:
+    """A MIST builder's contexts (``{condition: ...}``) must name every condition of :data:`MIST_CONDITIONS`: a
+    condition added to the vocabulary but not to the builder ``where`` is a ValueError naming both, not a KeyError
+    (or a missing row) later."""
+    missing = [c for c in MIST_CONDITIONS if c not in contexts]
+    if missing:
+        raise ValueError(f"{where} gives no context for the MIST condition(s) {missing}: add each to its contexts "
+                         "(docs/architecture.md#how-to-add, a new condition)")

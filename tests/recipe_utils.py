@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-CONF = ROOT / "conf"
+CONF = ROOT / "conf"  # the checkout's (selectrust.core.conf_dir.CONF_DIR is the same here; the wheel check covers an install)
 
 
 def compose(config_name: str, overrides: list[str] | None = None):

@@ -1,9 +1,9 @@
-"""The tail every trainer shares: the optimizer-step loop (:func:`trainer.core.loop.train_loop`), the
-epoch-end matched evaluation (``trainer/evaluation/``) and the finish (``<run_dir>/final``,
+"""The tail every trainer shares: the optimizer-step loop (:func:`trainer.runtime.loop.train_loop`), the
+epoch-end matched evaluation (``trainer/eval_bridge/``) and the finish (``<run_dir>/final``,
 ``run_complete.json``).
 
-It sits above ``trainer/core/`` because the epoch-end evaluation (``trainer/evaluation/``, with its adapter sync
-to a generation server, ``trainer/evaluation/weight_sync.py``) is not part of the shared loop machinery;
+It sits above ``trainer/runtime/`` because the epoch-end evaluation (``trainer/eval_bridge/``, with its adapter sync
+to a generation server, ``trainer/eval_bridge/weight_sync.py``) is not part of the shared loop machinery;
 ``core`` imports neither ``rl`` nor ``distill``.
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from trainer.core.loop import BatchSource, LoopResult, train_loop
+from trainer.runtime.loop import BatchSource, LoopResult, train_loop
 
 
 def train_evaluate_finish(ctx, *, model, optimizer, scheduler, source: BatchSource, step_fn, tokenizer,
@@ -21,9 +21,9 @@ def train_evaluate_finish(ctx, *, model, optimizer, scheduler, source: BatchSour
     evaluate (the epoch-end evaluation hook), finish — only for a run that reached ``max_steps`` — with the
     trained weights/adapter in ``<run_dir>/final`` and ``run_complete.json``. ``on_epoch_end`` (optional)
     replaces the generation-based matched evaluation of ``eval_rows``."""
-    from trainer.core.errors import RewardError
-    from trainer.core.run import finish_run
-    from trainer.evaluation import make_epoch_eval, server_errors
+    from trainer.runtime.errors import RewardError
+    from trainer.runtime.run import finish_run
+    from trainer.eval_bridge import make_epoch_eval, server_errors
     from selectrust.model import save_policy
 
     unwrapped = ctx.accelerator.unwrap_model(model)

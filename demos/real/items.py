@@ -76,7 +76,7 @@ def mine_knowledge_overrides(cfg) -> list[str]:
     ``real.stages.knowledge``): none for ``greedy``; for ``sampled``, ``k`` samples at ``temperature`` scored by their
     accuracy, known at ``known_min / k`` and unknown at ``unknown_max / k`` (exactly "at least known_min right" and
     "at most unknown_max right"). A ConfigError in one line for settings that cannot be that rule."""
-    from trainer.config import ConfigError
+    from selectrust.core.errors import ConfigError
 
     mk = cfg.real.mine_knowledge
     if str(mk.estimate) == "greedy":

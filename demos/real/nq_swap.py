@@ -31,8 +31,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable
 
-from trainer.config import ConfigError
-from trainer.core.stages import Stage
+from selectrust.core.errors import ConfigError
+from trainer.runtime.stage import Stage
 
 from .arms import ARMS, BASE, trained
 from .arms import label as arm_label

@@ -1,7 +1,7 @@
 """The real-model demos: SmolLM2-135M-Instruct learns selective trust on real facts (``python recipes/demo.py``, the
 quick demo; ``demo=real_full``, the full experiment: every arm, 20 GRPO steps; ``demos.config.DEMOS``).
 
-A declared list of stages (:func:`stages`) run by the stage runner (``trainer/core/stages.py``), like a chain:
+A declared list of stages (:func:`stages`) run by the stage runner (``recipes/stages/``), like a chain:
 every stage but three is a real recipe, named (``evaluate``, ``mine_pairs``, ``dpo``, ``grpo``) and run in-process
 on a config composed from ``conf/`` (``recipe=scope_smollm2_135m`` for the DPO arms,
 ``recipe=scope_grpo_smollm2_135m`` for GRPO, ``model=smollm2_135m`` and ``eval=facts`` for evaluation and mining)
@@ -50,12 +50,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable
 
-from omegaconf import DictConfig
 
 from selectrust.conditions import CLEAN, IRRELEVANT
-from trainer.core.stages import Stage
+from trainer.runtime.stage import Stage
 
 from ..common import DemoRun
+from ..config import DemoRunConfig
 from . import nq_swap
 from .arms import ARMS, BASE, preflight, run_arms
 from .items import SAMPLE_FILE, facts_size, knowledge_labels, mine_knowledge_overrides, sample_step
@@ -92,13 +92,13 @@ def mined_quartets(stats: dict) -> None:
         raise SystemExit("[demo] mining kept no quartet: the base never followed a misleading context")
 
 
-def arms(cfg: DictConfig) -> list[str]:
+def arms(cfg: DemoRunConfig) -> list[str]:
     """The arms this run trains, in run order (:func:`demos.real.arms.run_arms`: ``scope`` always; the others by
     ``real.<arm>`` or the demo's own choice)."""
     return run_arms(cfg)
 
 
-def eval_sets(cfg: DictConfig) -> dict[str, tuple[str, str]]:
+def eval_sets(cfg: DemoRunConfig) -> dict[str, tuple[str, str]]:
     """The :data:`EVAL_SETS` of ``real.split`` (``test``: the held-out items; ``dev``: their dev parts) this run
     evaluates: the held-out items always (with ``real.heldout_items``, the sample stage's file instead:
     :func:`sample_stage`), the held-out relation unless ``real.transfer=false``."""
@@ -109,7 +109,7 @@ def eval_sets(cfg: DictConfig) -> dict[str, tuple[str, str]]:
     return out
 
 
-def sample_stage(cfg: DictConfig) -> list[Stage]:
+def sample_stage(cfg: DemoRunConfig) -> list[Stage]:
     """With ``real.heldout_items``: the stage ``<prefix>_sample`` that draws the fixed, seeded, relation-stratified
     sample of the split's held-out items (:func:`demos.real.items.sample_step`); else none."""
     if cfg.real.heldout_items is None:
@@ -135,7 +135,7 @@ def evaluations(arm_name: str, st, sets: dict[str, tuple[str, str]], adapter: st
     return out
 
 
-def stages(cfg: DictConfig) -> list[Stage]:
+def stages(cfg: DemoRunConfig) -> list[Stage]:
     """The demo's stages in run order (the module docstring), after :func:`demos.real.arms.preflight` has checked
     every arm the run trains, reports and plots; each arm's training stages are its entry's
     (:data:`demos.real.arms.ARMS`)."""
@@ -159,7 +159,7 @@ def once(plan: list[Stage]) -> list[Stage]:
     """``plan`` with each stage name's first stage only: the GRPO arms each declare the run's one ``grpo_prompts``
     step (the same rows: the run's seed and ``real.grpo_rows``), which runs before the first of them. Two stages of
     one name that differ in recipe, overrides, inputs or start raise ConfigError (one would overwrite the other)."""
-    from trainer.config import ConfigError
+    from selectrust.core.errors import ConfigError
 
     first: dict[str, Stage] = {}
     out = []
@@ -192,7 +192,7 @@ def knowledge_quality(out: Path, sets: dict[str, tuple[str, str]]) -> dict:
             for key, (prefix, _) in sets.items()}
 
 
-def training(cfg: DictConfig) -> dict[str, dict]:
+def training(cfg: DemoRunConfig) -> dict[str, dict]:
     """What each trained arm's training stage ran (``summary.json``'s ``training``, what the report says ran):
     ``recipe`` (``dpo``, ``grpo``), ``algo`` (the stage's ``algo=`` override; None: the recipe preset's), ``continues``
     (the stage whose adapter it continues, or None), ``steps`` (the optimizer steps it ran: its
@@ -217,7 +217,7 @@ def training(cfg: DictConfig) -> dict[str, dict]:
     return out
 
 
-def summary_of(cfg: DictConfig, results: dict[str, Any]) -> dict:
+def summary_of(cfg: DemoRunConfig, results: dict[str, Any]) -> dict:
     """``summary.json`` (less the timings) from the stages' results: ``real.<arm>`` (held-out items),
     ``transfer.<arm>`` (the held-out relation) and, when evaluated, ``nq_swap.<arm>`` (NQ-Swap's ``metrics.json``,
     :mod:`demos.real.nq_swap`), each arm's metrics with the base's; mining; the GRPO prompts'
@@ -249,13 +249,14 @@ def summary_of(cfg: DictConfig, results: dict[str, Any]) -> dict:
     return out
 
 
-def run(cfg: DictConfig, *, compose, runners: dict, checks: dict) -> dict:
+def run(cfg: DemoRunConfig, *, compose, runners: dict, checks: dict, stage_runner) -> dict:
     """Run the real-model demo of ``cfg`` (a composed ``conf/demo.yaml``) with the recipes ``runners`` (by name,
-    handed down by ``recipes/demo.py``) in ``cfg.out`` (:class:`demos.common.DemoRun`: one run per out dir, continued by
+    handed down by ``recipes/demo.py`` with the stage runner) in ``cfg.out`` (:class:`demos.common.DemoRun`: one run per out dir, continued by
     the same command); write ``summary.json``, ``report.md`` and the plots there, print the table; return the
     summary."""
     from .report import check_targets, print_table, write_report
 
-    demo = DemoRun(cfg, compose=compose, runners=runners, checks=checks, threads=cfg.real.torch_threads)
+    demo = DemoRun(cfg, compose=compose, runners=runners, checks=checks, threads=cfg.real.torch_threads,
+                   stage_runner=stage_runner)
     return demo.run(stages(cfg), lambda results: summary_of(cfg, results), write_report, print_table,
                     targets=check_targets)

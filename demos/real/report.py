@@ -202,7 +202,7 @@ def _slice_tables(summary: dict) -> list[str]:
                 cells = []
                 for n in names:
                     m = summary[key][n]["slices"][by].get(v)
-                    cells.append("–" if m is None else f"{pct(m.get('sc2w'))} / {pct(m['accuracy']['correct'])}")
+                    cells.append("–" if m is None else f"{pct(m.get('sc2w'))} / {pct(m['accuracy'][CORRECT])}")
                 n_items = summary[key]["base"]["slices"][by].get(v, {}).get("n_items")
                 rows.append([f"{v} ({n_items} items)", *cells])
             lines += [f"**{SETS[key]}, per {by}** (SC2W on each arm's own clean-correct items, unpaired / "

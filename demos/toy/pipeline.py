@@ -2,7 +2,7 @@
 
 Run it with ``python recipes/demo.py demo=toy`` (the entry point; ``conf/demo.yaml``, schema
 :class:`demos.config.DemoRunConfig`). A declared list of stages (:func:`stages`) run by the stage runner
-(``trainer/core/stages.py``), like a chain: every stage is a real recipe, named (``sft``, ``evaluate``,
+(``recipes/stages/``), like a chain: every stage is a real recipe, named (``sft``, ``evaluate``,
 ``mine_pairs``, ``dpo``, ``grpo``) and run in-process on a config composed from ``conf/`` plus the per-stage
 overrides in ``conf/demo.yaml``; every number comes from ``eval_hooks``. Each stage runs in
 ``<out>/stages/<name>/``; a training stage starts from the ``final/`` weights of the stage it names. Every data
@@ -18,11 +18,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from omegaconf import DictConfig
 
-from trainer.core.stages import Stage
+from trainer.runtime.stage import Stage
 
 from ..common import DemoRun
+from ..config import DemoRunConfig
 from . import task
 
 TRAIN_COMMON = ["eval=none", "logger=jsonl"]  # every training stage
@@ -38,7 +38,7 @@ def mined_pairs(stats: dict) -> None:
 class ToyStages:
     """The toy demo's stages for ``cfg``, declared in run order by :meth:`all`."""
 
-    def __init__(self, cfg: DictConfig, init: str):
+    def __init__(self, cfg: DemoRunConfig, init: str):
         self.cfg, self.st, self.init = cfg, cfg.toy.stages, init
         self.toy = f"{task.SCHEME}:{cfg.seed}"
 
@@ -105,7 +105,7 @@ class ToyStages:
         return out
 
 
-def summary_of(cfg: DictConfig, results: dict[str, Any]) -> dict:
+def summary_of(cfg: DemoRunConfig, results: dict[str, Any]) -> dict:
     """``summary.json`` (less the timings) from the stages' results."""
     arms = {"trained": "scope", "misleading_only": "misleading_only", "knowledge_aware": "knowledge_aware"}
     summary: dict = {"seed": cfg.seed, "scope": {"base": results["eval_base"]},
@@ -123,9 +123,9 @@ def summary_of(cfg: DictConfig, results: dict[str, Any]) -> dict:
     return summary
 
 
-def run(cfg: DictConfig, *, compose, runners: dict, checks: dict) -> dict:
-    """Run every stage of ``cfg`` (a composed ``conf/demo.yaml``) with the recipes ``runners`` (by name, handed
-    down by ``recipes/demo.py``) in ``cfg.out`` (:class:`demos.common.DemoRun`: one run per out dir, continued by the
+def run(cfg: DemoRunConfig, *, compose, runners: dict, checks: dict, stage_runner) -> dict:
+    """Run every stage of ``cfg`` (a composed ``conf/demo.yaml``) with the recipes ``runners`` (by name) and the stage
+    runner (both handed down by ``recipes/demo.py``) in ``cfg.out`` (:class:`demos.common.DemoRun`: one run per out dir, continued by the
     same command); write ``summary.json``, ``report.md`` and the plots there, print the table; return the summary."""
     from selectrust.model import ensure_tiny_model
     from selectrust.core.data_sources import register_data_source
@@ -134,6 +134,7 @@ def run(cfg: DictConfig, *, compose, runners: dict, checks: dict) -> dict:
 
     # the demo's own source, also when the package metadata (its entry point) is not installed
     register_data_source(task.SCHEME, task.resolve_source)
-    demo = DemoRun(cfg, compose=compose, runners=runners, checks=checks, threads=cfg.toy.torch_threads)
+    demo = DemoRun(cfg, compose=compose, runners=runners, checks=checks, threads=cfg.toy.torch_threads,
+                   stage_runner=stage_runner)
     return demo.run(ToyStages(cfg, str(ensure_tiny_model(cfg.toy.stages.model))).all(),
                     lambda results: summary_of(cfg, results), write_demo_report, print_table)

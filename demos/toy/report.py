@@ -67,7 +67,7 @@ def print_table(summary: dict) -> None:
     u = summary.get("scope_unseen", {})
     if u:
         print("  " + f"{'unseen keys: correct':<22}" + "".join(
-            f"{_pct(u[n]['accuracy']['correct']):>17}" for n in names if n in u))
+            f"{_pct(u[n]['accuracy'][CORRECT]):>17}" for n in names if n in u))
     b = summary.get("box2") or {}
     if b:
         print("\n[demo] Box2 effects (toy workflows)")

@@ -23,7 +23,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Sequence
 
-from selectrust.conditions import CLEAN, CORRECT, IRRELEVANT, MISLEADING, MIST_CONDITIONS
+from selectrust.conditions import CLEAN, CORRECT, IRRELEVANT, MISLEADING, MIST_CONDITIONS, check_contexts
 from selectrust.core.io import DataError, read_records, write_jsonl_atomic
 from ..parsers import Number, format_fraction, parse_number
 
@@ -186,6 +186,7 @@ def build_quartets(records: Sequence[tuple[int, dict]], *, seed: int = 0, source
             CORRECT: (CHANNELS[channel].format(value=_fmt(gold)), channel, "gold", _fmt(gold)),
             IRRELEVANT: (sentence, "other_item_sentence", f"{source}:{other}", None),
         }
+        check_contexts(contexts, "eval_hooks/builders/gsm8k.py")
         for cond, (context, ch, provenance, hint) in contexts.items():
             rows.append({**base, "row_id": f"{item_id}/{cond}", "condition": cond,
                          "prompt": render_prompt(question, context), "channel": ch, "provenance": provenance,

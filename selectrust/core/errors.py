@@ -1,6 +1,7 @@
-"""The error every reader of input data raises: :class:`DataError`, whose message names the file (or
-dataset), the line (for Parquet and datasets: the 1-based row), the field and what would have been accepted.
-The CLI turns it into one clean message and a non-zero exit. (:mod:`selectrust.core.io` re-exports it.)"""
+"""The error contract: :class:`ConfigError` (a config that composes but makes no sense) and the error every
+reader of input data raises, :class:`DataError`, whose message names the file (or dataset), the line (for Parquet
+and datasets: the 1-based row), the field and what would have been accepted. The CLI turns either into one clean
+message and a non-zero exit. (:mod:`selectrust.core.io` re-exports it.)"""
 
 from __future__ import annotations
 
@@ -23,6 +24,12 @@ def describe_error(e: BaseException) -> str:
     """``e``'s message on one line, with its cause in parentheses when the message does not already say it."""
     cause = e.__cause__ if e.__cause__ is not None and str(e.__cause__) not in str(e) else None
     return one_line(f"{e} ({cause})" if cause is not None else str(e))
+
+
+class ConfigError(ValueError):
+    """A config that composes but makes no sense (raised before any model loads). The config contract's error: the
+    config checks (``trainer/config/validation.py``) raise it, and so does every layer that refuses a setting at
+    run time (the run directory, the nodes, the stage runner, a reward's name), so it lives here, below them all."""
 
 
 class DataError(ValueError):

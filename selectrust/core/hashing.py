@@ -7,7 +7,7 @@
   :func:`remember_file_sha256` records a hash already known (a file just written and hashed).
 - :func:`dir_sha256`: one SHA-256 over files below a directory: for each file, in path order, the line
   ``"<path relative to the directory, posix>\\0<file_sha256>\\n"``. Data pins (``trainer/data/pins.py``) and stage
-  starts (``trainer/core/stage_start.py``) record it, and a finished stage is reused only while it is unchanged, so
+  starts (``recipes/stages/start.py``) record it, and a finished stage is reused only while it is unchanged, so
   its value must never change (``tests/selectrust/core/test_hashing.py`` pins it on fixed bytes).
 - :func:`canonical_json_sha256`: a JSON file hashed by what it says, not how it is written (sorted keys, and
   sorted lists where order means nothing); stage starts use it for ``adapter_config.json``.

@@ -10,13 +10,15 @@ The calls callers use (everything below imports torch/transformers only when cal
 - :func:`load_base_with_adapters` / :func:`export_merged`: a base model with adapters merged, in memory or on disk;
 - :func:`resolve_model_path` / :func:`check_model_path`: a ``model.path`` as a loadable directory, or checked cheaply
   (a bad source is a :class:`ModelSourceError`: one line naming it, exit 2 under the error contract);
+- :class:`ModelConfig` / :class:`LoraConfig`: the typed ``model`` settings those calls read (``settings``; the trainer's
+  config schema takes its ``model`` group from there);
 - the adapter checks (:func:`check_adapter`, :func:`check_adapter_dir`, ...), :func:`resolve_mixed_precision`.
 
 Modules: ``source`` (GGUF files and packages, converted once), ``cache`` (the checked on-disk cache), ``model_dir``
-(what a model directory must hold; a hub id offline), ``errors`` (``ModelSourceError``), ``load`` (the
-tiny presets, path resolution, model/tokenizer loading), ``adapter`` (adapter checks), ``policy`` (the training policy
-and its reference), ``precision`` (``mixed_precision=auto``). Only this package calls ``from_pretrained`` for a causal
-LM (``tests/repo/test_import_rules.py``).
+(what a model directory must hold; a hub id offline), ``errors`` (``ModelSourceError``), ``load`` (the tiny presets,
+path resolution, model/tokenizer loading), ``settings`` (the model settings), ``adapter`` (adapter checks),
+``policy`` (the training policy and its reference), ``precision`` (``mixed_precision=auto``). Only this package
+calls ``from_pretrained`` for a causal LM (``tests/repo/test_import_rules.py``).
 """
 
 from .adapter import (AdapterError, check_adapter, check_adapter_dir, check_adapter_finite, check_adapter_fits,
@@ -28,10 +30,12 @@ from .load import (TINY_PRESETS, TinyModelSpec, check_model_path, ensure_tiny_mo
 from .policy import (REFERENCE_ADAPTER, TRAINED_ADAPTER, Reference, export_merged, load_base_with_adapters,
                      load_policy, load_policy_for_inference, save_policy)
 from .precision import cpu_has_amx_bf16, cpu_supports_bf16, resolve_mixed_precision
+from .settings import LoraConfig, ModelConfig
 from .source import GGUF_PACKAGES, GGUFPackage, ensure_gguf_converted, is_gguf_source, is_toy_model
 
 __all__ = [
-    "AdapterError", "GGUF_PACKAGES", "GGUFPackage", "ModelCacheError", "ModelNotFoundError", "ModelSourceError",
+    "AdapterError", "GGUF_PACKAGES", "GGUFPackage", "LoraConfig", "ModelConfig", "ModelCacheError",
+    "ModelNotFoundError", "ModelSourceError",
     "REFERENCE_ADAPTER", "Reference", "TINY_PRESETS", "TRAINED_ADAPTER", "TinyModelSpec", "cache_root", "check_adapter",
     "check_adapter_dir", "check_adapter_finite",
     "check_adapter_fits", "check_adapter_path", "check_model_path", "cpu_has_amx_bf16", "cpu_supports_bf16",

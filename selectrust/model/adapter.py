@@ -15,13 +15,15 @@
 - :func:`check_adapter`: both value checks; called by the config checks of
   every entry point (``model.init_adapter``, ``recipes/merge.py``'s ``adapters``, ``recipes/evaluate.py``'s
   ``adapter_path``). :func:`check_adapter_finite` runs again where an adapter's weights are loaded
-  (``selectrust.model.policy``, ``trainer.evaluation``), for callers that skip the config checks.
+  (``selectrust.model.policy``, ``trainer.eval_bridge``), for callers that skip the config checks.
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+
+from .settings import ModelConfig
 
 WEIGHTS = "adapter_model.safetensors"
 _PREFIX = "base_model.model."
@@ -148,7 +150,7 @@ def check_adapter_fits(adapter_dir, model_path: str, *, field: str = "adapter",
                                    f"base ({base!r})")
 
 
-def check_adapter(adapter_dir, model_cfg, field: str) -> None:
+def check_adapter(adapter_dir, model_cfg: ModelConfig, field: str) -> None:
     """Both checks, before any model loads (see the module docstring)."""
     check_adapter_finite(adapter_dir, field)
     check_adapter_fits(adapter_dir, model_cfg.path, field=field, trust_remote_code=model_cfg.trust_remote_code)

@@ -4,7 +4,7 @@
 (``eval_hooks/cli_contract.py``) prints it as one line, exit 2; its message names the setting, the path and what is
 wrong. :class:`ModelNotFoundError` (nothing there: a missing directory or file, a package not installed or holding
 no GGUF) is also a ``FileNotFoundError``: a chain's planning check lets a model directory an earlier stage will
-write pass (``trainer/core/stages.py``). :class:`~selectrust.model.cache.ModelCacheError` (a damaged cache entry, an
+write pass (``recipes/stages/``). :class:`~selectrust.model.cache.ModelCacheError` (a damaged cache entry, an
 unwritable cache root) is a :class:`ModelSourceError` too.
 """
 

@@ -21,6 +21,7 @@ from ..core.plugins import Registry
 from .cache import cached_build, check_cache_entry
 from .errors import ModelNotFoundError, ModelSourceError
 from .model_dir import check_hub_id, check_model_dir
+from .precision import torch_dtype
 from .source import check_gguf_file, ensure_gguf_converted, gguf_file, is_gguf_source
 
 # Special tokens of the byte tokenizer. Ids 0..N-1 are these, then the 256 bytes.
@@ -216,16 +217,14 @@ def load_tokenizer(path: str, *, trust_remote_code: bool = False):
 def load_model(path: str, *, dtype: str = "float32", device: str | None = None,
                trust_remote_code: bool = False, attn_implementation: str | None = None):
     """Load a causal LM from safetensors weights only (``use_safetensors=True``: never unpickles)."""
-    import torch
     from transformers import AutoModelForCausalLM
 
-    torch_dtype = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16,
-                   "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16}[dtype]
+    dtype = torch_dtype(dtype)
     kwargs = {}
     if attn_implementation:
         kwargs["attn_implementation"] = attn_implementation
     with _source_errors(path):
-        model = AutoModelForCausalLM.from_pretrained(resolve_model_path(path), dtype=torch_dtype, use_safetensors=True,
+        model = AutoModelForCausalLM.from_pretrained(resolve_model_path(path), dtype=dtype, use_safetensors=True,
                                                      trust_remote_code=trust_remote_code, **kwargs)
     if device is not None:
         model.to(device)

@@ -2,7 +2,7 @@
 
 :func:`load_policy` is the one call that gives a trainer its model: the base model (:func:`selectrust.model.load.
 load_model`), an optional starting adapter, and a fresh LoRA adapter when ``model.lora.enabled``. The optimizer and
-LR schedule are the trainer's (``trainer/core/optim.py``).
+LR schedule are the trainer's (``trainer/runtime/optim.py``).
 
 Reference model: with LoRA the reference is the *same* model with its adapter disabled
 (``peft``'s ``disable_adapter()`` context), so no second copy of the weights exists. For full
@@ -26,12 +26,13 @@ import copy
 from pathlib import Path
 
 from .adapter import check_adapter_dir, check_adapter_finite
+from .settings import ModelConfig
 
 TRAINED_ADAPTER = "default"      # peft's name for the adapter a run trains
 REFERENCE_ADAPTER = "reference"  # the frozen copy of model.init_adapter (init_adapter_mode=continue)
 
 
-def load_base_with_adapters(model_cfg, adapters: list[str], *, device: str | None = None):
+def load_base_with_adapters(model_cfg: ModelConfig, adapters: list[str], *, device: str | None = None):
     """The base model of ``model_cfg`` (a ``ModelConfig``: path, dtype, trust_remote_code, attn_implementation) with
     each adapter directory in ``adapters`` merged into its weights, in order (each checked for safetensors weights
     and finite values first)."""
@@ -48,7 +49,7 @@ def load_base_with_adapters(model_cfg, adapters: list[str], *, device: str | Non
     return model
 
 
-def _add_lora(model, model_cfg, *, seed: int):
+def _add_lora(model, model_cfg: ModelConfig, *, seed: int):
     """``model`` wrapped in a fresh LoRA adapter of ``model_cfg.lora`` (initialised under ``seed``)."""
     import torch
     from peft import LoraConfig, get_peft_model
@@ -61,7 +62,7 @@ def _add_lora(model, model_cfg, *, seed: int):
     return get_peft_model(model, lora)
 
 
-def load_policy(model_cfg, *, seed: int):
+def load_policy(model_cfg: ModelConfig, *, seed: int):
     """``(model, tokenizer)`` of a training run: load the base model and tokenizer; start from
     ``model.init_adapter`` (merged, or continued with a frozen ``reference`` copy); wrap in a fresh LoRA adapter
     when ``model.lora.enabled`` (not when continuing)."""
@@ -88,7 +89,7 @@ def load_policy(model_cfg, *, seed: int):
     return model, tokenizer
 
 
-def export_merged(model_cfg, adapters: list[str], out_dir) -> Path:
+def export_merged(model_cfg: ModelConfig, adapters: list[str], out_dir) -> Path:
     """Write ``model_cfg.path`` with ``adapters`` merged (in order) as a model directory: safetensors weights,
     config, tokenizer and ``merge_info.json``; built in a temporary sibling, then renamed into place."""
     import json
@@ -117,7 +118,7 @@ def export_merged(model_cfg, adapters: list[str], out_dir) -> Path:
     return out
 
 
-def load_policy_for_inference(model_cfg, adapter_path: str | None, *, merge_adapter: bool = False):
+def load_policy_for_inference(model_cfg: ModelConfig, adapter_path: str | None, *, merge_adapter: bool = False):
     """``model.path`` with a merged ``model.init_adapter`` (``init_adapter_mode=merge``) and, on top, the LoRA adapter
     at ``adapter_path`` (checked first), on CUDA when present: merged into the weights with ``merge_adapter`` (an fp32
     model generating in fp32: the caller knows its generation settings), else kept apart as a peft adapter.

@@ -12,6 +12,24 @@ from __future__ import annotations
 
 from pathlib import Path
 
+#: The one table of precision names: each name a config takes (``model.dtype``, with its short forms; a
+#: ``mixed_precision`` of ``bf16`` / ``fp16``) -> the torch dtype's attribute name (so importing this is torch-free).
+DTYPES = {"float32": "float32", "fp32": "float32", "bfloat16": "bfloat16", "bf16": "bfloat16",
+          "float16": "float16", "fp16": "float16"}
+
+
+def torch_dtype(name: str):
+    """The torch dtype called ``name`` in :data:`DTYPES` (``KeyError`` for another name)."""
+    import torch  # selectrust.model is torch-free to import
+
+    return getattr(torch, DTYPES[name])
+
+
+def autocast_dtype(mixed_precision: str):
+    """The autocast dtype of a resolved mixed-precision setting (:func:`resolve_mixed_precision`): ``bf16`` /
+    ``fp16``'s dtype, None for ``no`` (full precision)."""
+    return torch_dtype(mixed_precision) if mixed_precision in DTYPES else None
+
 
 def cpu_supports_bf16(cpuinfo: str | None = None) -> bool:
     """Whether this CPU computes bf16 natively: the ``amx_bf16`` or ``avx512_bf16`` flag in ``/proc/cpuinfo``

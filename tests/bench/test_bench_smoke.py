@@ -29,7 +29,7 @@ def keep_threads():
 
 
 def test_synthetic_rows_have_exact_lengths(bench, tiny_tokenizer):
-    from trainer.model.logprobs import build_preference_batch
+    from trainer.logprobs.logprobs import build_preference_batch
 
     prompts, chosen, rejected = bench.synthetic_pairs(tiny_tokenizer, pairs=3, seq_len=40)
     batch = build_preference_batch(tiny_tokenizer, prompts, chosen, rejected, max_prompt_len=20,

@@ -83,7 +83,7 @@ def test_full_demo_three_seeds_meet_the_targets(tmp_path):
 
     A rerun of a seed is identical on one machine; that is asserted per stage rather than by a fourth demo run
     (3.5 minutes of CI: three seeds took 612 s here): the exact-resume tests of SFT, DPO and GRPO
-    (``tests/trainer/core/test_resume.py``, ``tests/recipes/test_grpo_recipe.py``) and the Box2 chain killed and resumed against an
+    (``tests/trainer/runtime/test_resume.py``, ``tests/recipes/test_grpo_recipe.py``) and the Box2 chain killed and resumed against an
     uninterrupted one (``tests/recipes/test_chain.py``) compare weights bit for bit, and mining and evaluation are greedy.
 
     The ablation is compared where a correct hint carries information: on held-out keys the model knows

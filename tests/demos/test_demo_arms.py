@@ -1,5 +1,5 @@
 """The real demo's arm registry (demos/real/arms.py): one entry per arm, checked before any stage runs; the
-override order of its training stages; the declared inputs of its step stages (trainer/core/stages.py)."""
+override order of its training stages; the declared inputs of its step stages (recipes/stages/)."""
 
 from __future__ import annotations
 
@@ -43,7 +43,7 @@ def test_every_arm_is_one_entry_in_run_and_report_order():
 
 def test_an_unknown_arm_name_fails_in_one_line():
     from demos.real.arms import ARMS
-    from trainer.config import ConfigError
+    from selectrust.core.errors import ConfigError
 
     with pytest.raises(ConfigError, match=r"^unknown demo arm 'scope_rl'; known: base \| scope \|") as e:
         ARMS.get("scope_rl")
@@ -92,7 +92,7 @@ def test_an_arm_from_an_entry_point_is_found_and_a_broken_one_fails_before_any_s
     from demos.real.arms import ARMS, GROUP
     from demos.real.pipeline import stages
     from selectrust.core.errors import PluginError
-    from trainer.config import ConfigError
+    from selectrust.core.errors import ConfigError
 
     def installed(value: str):
         def entry_points(group: str):
@@ -145,7 +145,7 @@ def test_the_users_grpo_overrides_win_over_the_demos_own(tmp_path):
     own overrides (its prompt rows' format) come after both."""
     from demos.real.pipeline import stages
     from recipes.chain import compose as compose_recipe
-    from trainer.core.stages import StageRunner
+    from recipes.stages import StageRunner
 
     def grpo_cfg(extra: list[str]):
         from hydra import initialize_config_dir
@@ -181,7 +181,8 @@ def test_the_knowledge_aware_arms_full_set_overrides_apply_only_to_the_full_fact
 
 
 def test_a_step_gets_its_declared_inputs_from_the_runner(tmp_path):
-    from trainer.core.stages import Stage, StageRunner
+    from recipes.stages import StageRunner
+    from trainer.runtime.stage import Stage
 
     def write(out):
         out.mkdir(parents=True)
@@ -235,7 +236,7 @@ def test_the_sft_term_and_knowledge_aware_grpo_arms_are_stages_of_the_existing_r
     grpo_prompts step, declared once; without knowledge_aware, ka_grpo fails before any stage."""
     from demos.real.arms import SFT_TERM
     from demos.real.pipeline import stages
-    from trainer.config import ConfigError
+    from selectrust.core.errors import ConfigError
 
     over = [f"out={tmp_path}", "real.scope_grpo=true", "real.scope_grpo_sft=true", "real.ka_grpo=true",
             "real.knowledge_aware=true",
@@ -268,7 +269,7 @@ def test_the_new_arms_stage_configs_compose_and_validate(tmp_path):
     from demos.real.pipeline import stages
     from recipes.chain import compose as compose_recipe
     from trainer.config import validate_grpo
-    from trainer.core.stages import StageRunner
+    from recipes.stages import StageRunner
 
     from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra

@@ -21,6 +21,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from recipe_utils import ROOT
+from recipes.stages import StageRunner
 
 CLEAN = "c0ffee" * 6 + "c0ff"  # a clean commit: the checkout these tests run in may hold uncommitted changes
 
@@ -28,9 +29,9 @@ CLEAN = "c0ffee" * 6 + "c0ff"  # a clean commit: the checkout these tests run in
 @pytest.fixture(autouse=True)
 def _clean_checkout(monkeypatch):
     """The demos' provenance names the git commit of the checkout, and a dirty tree matches no other run
-    (trainer/core/provenance.py); the tests of reuse pin a clean commit so they do not depend on the checkout's
+    (trainer/runtime/provenance.py); the tests of reuse pin a clean commit so they do not depend on the checkout's
     state (the provenance tests below change it on purpose)."""
-    monkeypatch.setattr("trainer.core.provenance.git_commit", lambda *a, **k: CLEAN)
+    monkeypatch.setattr("trainer.runtime.provenance.git_commit", lambda *a, **k: CLEAN)
 
 
 # -- fakes: an "evaluate" recipe (a config with out_dir) and a data step ------------------------------------------
@@ -62,14 +63,14 @@ class Fakes:
         return out
 
     def stages(self, model: str = "m1"):
-        from trainer.core.stages import Stage
+        from trainer.runtime.stage import Stage
 
         return [Stage("data", call=self.data),
                 Stage("eval_base", "evaluate", [f"model.path={model}"], inputs={"eval.path": "data/items.txt"})]
 
 
 def _runner(root, fakes, **kw):
-    from trainer.core.stages import StageRunner
+    from recipes.stages import StageRunner
 
     return StageRunner(root, seed=0, compose=fakes.compose, runners={"evaluate": fakes.evaluate}, prefix="[demo]", **kw)
 
@@ -164,7 +165,7 @@ def test_a_result_no_file_holds_is_checked_against_its_hash(tmp_path):
         (Path(cfg.out_dir) / "metrics.txt").write_text(str(result))
         return result
 
-    from trainer.core.stages import StageRunner
+    from recipes.stages import StageRunner
 
     def runner():
         return StageRunner(tmp_path, seed=0, compose=fakes.compose, runners={"evaluate": evaluate}, prefix="[demo]")
@@ -238,7 +239,7 @@ def test_a_dirty_tree_and_a_record_without_provenance_match_nothing_and_reuse_co
 
 
 def test_summary_json_has_the_run_s_provenance_the_reuse_rule_and_stages_that_differ(tmp_path):
-    from trainer.core.provenance import RECORDED, run_provenance
+    from trainer.runtime.provenance import RECORDED, run_provenance
 
     out, fakes = tmp_path / "out", Fakes()
     summary = _demo(_demo_cfg(out), fakes)
@@ -295,7 +296,7 @@ class ToyFakes:
     def train(self, cfg):
         import types
 
-        from trainer.core.run_dir import prepare_fresh_or_refuse
+        from trainer.runtime.run_dir import prepare_fresh_or_refuse
 
         run = Path(cfg.trainer.run_dir)
         run.mkdir(parents=True, exist_ok=True)
@@ -333,7 +334,8 @@ class ToyFakes:
         cfg.toy = OmegaConf.merge(cfg.toy, {"misleading_only": False, "knowledge_aware": False, **toy})
         runners = {"sft": self.train, "dpo": self.train, "grpo": self.train, "evaluate": self.evaluate,
                    "mine_pairs": self.mine}
-        demo = DemoRun(cfg, compose=self.compose, runners=runners, checks={}, threads=None)
+        demo = DemoRun(cfg, compose=self.compose, runners=runners, checks={}, threads=None,
+                       stage_runner=StageRunner)
         self.calls.clear()
         return demo.run(ToyStages(cfg, str(out.parent / "tiny")).all(), lambda results: {"seed": cfg.seed},
                         lambda summary, where: None, lambda summary: None)
@@ -371,7 +373,7 @@ def test_a_training_stage_records_its_provenance_and_reruns_when_it_changes(tmp_
     assert record["training"] and record["recipe"] == "sft" and record["provenance"]["git_commit"] == CLEAN
     fake.run(out, box2=False)
     assert fake.calls == []
-    monkeypatch.setattr("trainer.core.provenance.git_commit", lambda *a, **k: "f" * 40)
+    monkeypatch.setattr("trainer.runtime.provenance.git_commit", lambda *a, **k: "f" * 40)
     capsys.readouterr()
     summary = fake.run(out, box2=False)
     assert fake.calls[:2] == ["base_sft", "eval_base"] and "reused_stages" not in summary
@@ -418,7 +420,8 @@ def _train_then_evaluate(root: Path, fakes: Fakes, later: list):
     ``fakes``), then a step that appends to ``later``. Returns a function running all of it (the same command)."""
     import dist_helpers as dh
     from recipe_utils import compose, load_recipe
-    from trainer.core.stages import Stage, StageRunner
+    from recipes.stages import StageRunner
+    from trainer.runtime.stage import Stage
 
     pairs = dh.write_pairs(root / "pairs.jsonl", 5)
 
@@ -486,8 +489,8 @@ def test_a_stop_signal_while_a_training_stage_finishes_stops_before_the_next_sta
     """A stop signal that reaches a training stage after its loop last looked at the flag (while it saves its last
     step; the same holds for its final evaluation, which can take minutes) only set the flag: the stage finished
     and the next stages ran. The stage is complete: the runner keeps it and stops before the next stage."""
-    import trainer.core.checkpoint as checkpoint
-    import trainer.core.interrupt as interrupt
+    import trainer.runtime.checkpoint as checkpoint
+    import trainer.runtime.interrupt as interrupt
 
     real_save = checkpoint.CheckpointManager.save
 
@@ -529,7 +532,7 @@ def _demo(cfg, fakes, checks=None):
     from demos.common import DemoRun
 
     demo = DemoRun(cfg, compose=fakes.compose, runners={"evaluate": fakes.evaluate}, checks=checks or {},
-                   threads=None)
+                   threads=None, stage_runner=StageRunner)
     return demo.run(fakes.stages(), lambda results: {"seed": cfg.seed, "base": results["eval_base"]},
                     lambda summary, out: (out / "report.md").write_text(f"seed {summary['seed']}\n"), lambda s: None)
 
@@ -624,7 +627,7 @@ def test_the_toy_demos_keys_are_under_toy_and_a_run_recorded_before_they_moved_c
 
     from demos.common import demo_settings, with_new_keys
     from demos.config import register
-    from trainer.core.run_dir import config_differences
+    from trainer.runtime.run_dir import config_differences
 
     register()
     GlobalHydra.instance().clear()
@@ -644,7 +647,7 @@ def test_the_toy_demos_keys_are_under_toy_and_a_run_recorded_before_they_moved_c
 HOLD = """
 import sys, time
 from pathlib import Path
-from trainer.core.run_dir import RunLock
+from trainer.runtime.run_dir import RunLock
 RunLock(Path(sys.argv[1])).acquire()
 print("held", flush=True)
 time.sleep(120)
@@ -687,10 +690,10 @@ SHORT = ["demo=toy", "toy.misleading_only=false", "toy.knowledge_aware=false", "
 
 def _reuse() -> list[str]:
     """``reuse=config`` in a checkout with uncommitted changes, else nothing (strict). A dirty tree matches no
-    other run, itself included (trainer/core/provenance.py), so in a developer's edited checkout the rerun would
+    other run, itself included (trainer/runtime/provenance.py), so in a developer's edited checkout the rerun would
     train every stage again; these tests are about stopping and continuing, and CI's clean checkout runs them
     under the strict rule."""
-    from trainer.core.provenance import DIRTY, git_commit
+    from trainer.runtime.provenance import DIRTY, git_commit
 
     return ["reuse=config"] if (git_commit(ROOT) or "").endswith(DIRTY) else []
 
@@ -798,8 +801,9 @@ def test_the_pre_check_tolerates_only_a_missing_path_an_earlier_stage_will_write
     outside it is refused before any stage runs."""
     from omegaconf import OmegaConf
 
-    from trainer.config import ConfigError
-    from trainer.core.stages import Stage, StageRunner
+    from selectrust.core.errors import ConfigError
+    from recipes.stages import StageRunner
+    from trainer.runtime.stage import Stage
 
     root = tmp_path / "run"
     runner = StageRunner(root, seed=0, compose=lambda recipe, overrides: OmegaConf.create({"out_dir": None}),

@@ -417,8 +417,8 @@ def test_a_bad_stage_override_fails_in_preflight_before_any_stage_runs(tmp_path,
     from demos.config import register
     from demos.real.pipeline import stages
     from recipes.chain import compose as compose_recipe
-    from trainer.config import ConfigError
-    from trainer.core.stages import StageRunner
+    from selectrust.core.errors import ConfigError
+    from recipes.stages import StageRunner
 
     register()
     GlobalHydra.instance().clear()
@@ -704,7 +704,7 @@ def test_a_settings_key_added_after_a_run_reads_as_its_default():
     """demo.json of a run made before ``real.grpo_rows`` existed is the same run as one with its default, not with
     another value (continuing an out dir, the seed table's settings check)."""
     from demos.common import demo_settings, with_new_keys
-    from trainer.core.run_dir import config_differences
+    from trainer.runtime.run_dir import config_differences
 
     now = demo_settings(_compose(["out=x", "real.grpo_rows=all"]))  # the schema's default: what runs did before
     old = copy.deepcopy(now)

@@ -65,7 +65,7 @@ def test_heldout_items_adds_the_sample_stage_and_every_held_out_evaluation_reads
 def test_the_sampled_knowledge_estimate_for_mining_is_a_setting_and_its_rule_is_recorded(tmp_path):
     from demos.real.items import knowledge_labels
     from demos.real.pipeline import stages
-    from trainer.config import ConfigError
+    from selectrust.core.errors import ConfigError
 
     greedy = {s.name: s for s in stages(_compose([f"out={tmp_path}"]))}
     assert greedy["mine"].overrides[-2:] == ["knowledge.k=1", "knowledge.enabled=true"]  # off by default

@@ -99,7 +99,7 @@ def test_the_rows_step_builds_the_seeded_sample_of_the_setting_s_size(tmp_path):
 ])
 def test_bad_nq_swap_settings_fail_in_one_line_before_any_stage(tmp_path, bad, message):
     from demos.real.pipeline import stages
-    from trainer.config import ConfigError
+    from selectrust.core.errors import ConfigError
 
     with pytest.raises(ConfigError, match=message) as e:
         stages(_compose([f"out={tmp_path}", "demo=real_full", bad]))
@@ -265,7 +265,8 @@ def test_the_nq_swap_stages_run_on_the_tiny_model_and_an_arm_reads_the_base_s_la
     from recipe_utils import CONF, reset_accelerate
     from recipes.chain import compose as compose_recipe
     from recipes.stage_recipes import runners
-    from trainer.core.stages import Stage, StageRunner
+    from recipes.stages import StageRunner
+    from trainer.runtime.stage import Stage
 
     cfg = _compose([f"out={tmp_path}", "real.nq_swap_questions=2", "real.stages.evaluate=['generation.batch_size=8']"])
     arm = nq_swap.evaluation(cfg, "scope", adapter="scope")[0]

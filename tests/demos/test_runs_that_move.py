@@ -1,6 +1,6 @@
 """Runs that move (issue 51, Deliver 4): a demo's stage configs name paths inside its out dir and the model by its
 cache entry's directory, so a copied or moved out dir, or another ``SELECTRUST_CACHE`` holding the same entry,
-re-ran every stage. Configs are now compared with both written portably (trainer/core/relocation.py): the copy
+re-ran every stage. Configs are now compared with both written portably (trainer/runtime/relocation.py): the copy
 reuses every finished stage, and one cut short resumes where it stopped.
 
 The toy demo's own stage list runs with fake recipes (``test_demo_out_dir.ToyFakes``); a real tiny DPO stage checks
@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from recipes.stages import StageRunner
 from test_demo_out_dir import CLEAN, Fakes, ToyFakes, _tree
 
 ENTRY = "tiny-0123456789ab"  # a model cache entry's name: its content key
@@ -21,11 +22,11 @@ ENTRY = "tiny-0123456789ab"  # a model cache entry's name: its content key
 
 @pytest.fixture(autouse=True)
 def _clean_checkout(monkeypatch):
-    monkeypatch.setattr("trainer.core.provenance.git_commit", lambda *a, **k: CLEAN)
+    monkeypatch.setattr("trainer.runtime.provenance.git_commit", lambda *a, **k: CLEAN)
 
 
 def test_portable_configs_name_the_out_dir_and_cache_entries_wherever_they_are(tmp_path):
-    from trainer.core.relocation import moved_roots, portable_pair
+    from trainer.runtime.relocation import moved_roots, portable_pair
 
     a = {"out_dir": "/a/run/stages/eval", "model": {"path": "/c1/gguf-0123456789abcdef"},
          "overrides": ["data.train_path='/a/run/stages/mine/pairs.jsonl'"], "eval": {"path": "/a/run2/x.jsonl"}}
@@ -46,7 +47,7 @@ def test_a_stage_continuing_an_adapter_reads_its_start_where_the_out_dir_and_cac
     the out dir moved (a path inside it) or the cache did (an entry gone from the old cache, held by this one)."""
     from omegaconf import OmegaConf
 
-    from trainer.core.relocation import started_from
+    from trainer.runtime.relocation import started_from
 
     stage = tmp_path / "b" / "out" / "stages" / "scope"
     stage.mkdir(parents=True)
@@ -85,7 +86,7 @@ class MovableToyFakes(ToyFakes):
         import types
 
         from omegaconf import OmegaConf
-        from trainer.core.run_dir import prepare_fresh_or_refuse
+        from trainer.runtime.run_dir import prepare_fresh_or_refuse
 
         run = Path(cfg.trainer.run_dir)
         run.mkdir(parents=True, exist_ok=True)
@@ -111,7 +112,8 @@ class MovableToyFakes(ToyFakes):
         cfg.toy = OmegaConf.merge(cfg.toy, {"misleading_only": False, "knowledge_aware": False, **toy})
         runners = {"sft": self.train, "dpo": self.train, "grpo": self.train, "evaluate": self.evaluate,
                    "mine_pairs": self.mine}
-        demo = DemoRun(cfg, compose=self.compose, runners=runners, checks={}, threads=None)
+        demo = DemoRun(cfg, compose=self.compose, runners=runners, checks={}, threads=None,
+                       stage_runner=StageRunner)
         self.calls.clear()
         return demo.run(ToyStages(cfg, self.init).all(), lambda results: {"seed": cfg.seed, "results": results},
                         lambda summary, where: None, lambda summary: None)
@@ -163,7 +165,8 @@ def _tiny_demo(root: Path, cache: Path, fakes: Fakes, *extra: str):
     a (fake) evaluation of its adapter; returns the runner's results."""
     import dist_helpers as dh
     from recipe_utils import compose, load_recipe
-    from trainer.core.stages import Stage, StageRunner
+    from recipes.stages import StageRunner
+    from trainer.runtime.stage import Stage
 
     def compose_any(recipe, overrides):
         return compose(recipe, overrides) if recipe == "dpo" else fakes.compose(recipe, overrides)

@@ -74,7 +74,7 @@ def test_training_and_evaluation_ids_are_identical_under_the_real_template(real)
     from selectrust.generation.backends.hf import HFBackend
     from eval_hooks.evaluate import build_requests
     from selectrust.generation.prompts import PromptSettings
-    from trainer.model.logprobs import build_preference_batch
+    from trainer.logprobs.logprobs import build_preference_batch
 
     _, tok, _ = real
     settings = PromptSettings()
@@ -99,7 +99,7 @@ def test_one_dpo_step_with_lora_and_the_adapter_disabled_reference(real):
     from omegaconf import OmegaConf
 
     from trainer.algos.dpo import sigmoid_dpo_loss
-    from trainer.model.logprobs import build_preference_batch, sequence_logprobs
+    from trainer.logprobs.logprobs import build_preference_batch, sequence_logprobs
     from selectrust.model import Reference
     from selectrust.model.policy import _add_lora
 

@@ -76,7 +76,7 @@ def test_the_base_family_default(family, tmp_path):
 def test_run_eval_resolves_an_unset_eval_max_new_tokens(tmp_path):
     """The path of ``recipes/evaluate.py`` and the epoch ends: the schema's None reaches the family default."""
     from trainer.config import EvalConfig
-    from trainer.evaluation import eval_budget, run_eval
+    from trainer.eval_bridge import eval_budget, run_eval
 
     ecfg = OmegaConf.structured(EvalConfig(path="unused", family="mist"))
     assert ecfg.max_new_tokens is None
@@ -91,7 +91,8 @@ def test_run_eval_resolves_an_unset_eval_max_new_tokens(tmp_path):
 def test_presets_keep_their_budgets_and_null_is_accepted():
     from recipe_utils import compose
 
-    from trainer.config import ConfigError, validate_common
+    from selectrust.core.errors import ConfigError
+    from trainer.config import validate_common
 
     assert compose("evaluate", []).eval.max_new_tokens == 4  # toy_mist, the default
     assert compose("evaluate", ["eval=facts", "eval.path=x"]).eval.max_new_tokens == 32

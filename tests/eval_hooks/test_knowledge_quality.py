@@ -14,7 +14,8 @@ from eval_hooks.knowledge import (answer_prob, classify, estimate_knowledge, gre
                                   knowledge_record, load_knowledge, read_estimates)
 from eval_hooks.metrics.calibration import calibration_table, expected_calibration_error, roc_auc
 from mining_fakes import rows_for
-from trainer.config import ConfigError, KnowledgeConfig, validate_knowledge
+from selectrust.core.errors import ConfigError
+from trainer.config import KnowledgeConfig, validate_knowledge
 
 
 # -- ROC AUC -----------------------------------------------------------------------------------------
@@ -262,8 +263,7 @@ def test_mining_with_greedy_prob_labels_by_the_greedy_answer_and_keeps_the_irrel
               "Q3 clean": ("2", [0.6]), "Q3 hint 6": ("6", [1.0])}  # unknown (.2); its samples' mode 6 is the gold
     sampled = {"Q1 clean": ["4", "4", "4"], "Q2 clean": ["3", "3", "3"], "Q3 clean": ["6", "6", "2"]}
     rows = rows_for(1, 4, 7) + rows_for(2, 5, 8) + rows_for(3, 6, 9)
-    kcfg = OmegaConf.structured(KnowledgeConfig(enabled=True, k=3, score="greedy_prob", unknown_irrelevant=True,
-                                                stable_threshold=0.6))
+    kcfg = KnowledgeConfig(enabled=True, k=3, score="greedy_prob", unknown_irrelevant=True, stable_threshold=0.6)
     pairs, stats = mine(rows, ProbBackend(greedy, sampled), max_new_tokens=2, use_fallback=False,
                         fallback_note="n {gold}", leak_patterns=[], model_name="m", knowledge=kcfg, seed=0)
     assert stats["knowledge"]["counts"] == {"known": 1, "unknown": 2, "uncertain": 0}

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from launch import multinode as mn
-from trainer.config import ConfigError
+from selectrust.core.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[2]
 RECIPE = ["recipes/dpo.py", "trainer.run_dir=runs/two/node{node}", "algo.beta=0.1"]
@@ -118,7 +118,7 @@ def test_sbatch_script_runs_the_same_command_on_every_node(tmp_path, device):
 
 # -- the node layout -------------------------------------------------------------------------------------------
 def test_layout_of_what_each_node_sees():
-    from trainer.core.nodes import layout_of
+    from trainer.runtime.nodes import layout_of
 
     assert layout_of({0: [0, 1], 1: [0, 1]}, [0, 1]) == "shared"
     assert layout_of({0: [0], 1: [1]}, [0, 1]) == "node_local"
@@ -127,7 +127,7 @@ def test_layout_of_what_each_node_sees():
 
 
 def test_layout_refusals_name_the_setting():
-    from trainer.core.nodes import LAYOUT_KEY, layout_refusal
+    from trainer.runtime.nodes import LAYOUT_KEY, layout_refusal
 
     run = Path("/scratch/run")
     views = {0: [0], 1: [1]}
@@ -145,7 +145,7 @@ def test_layout_refusals_name_the_setting():
 
 
 def test_node_local_resume_takes_the_newest_step_complete_on_every_node():
-    from trainer.core.nodes import common_steps, local_checkpoint, no_common_checkpoint
+    from trainer.runtime.nodes import common_steps, local_checkpoint, no_common_checkpoint
 
     assert common_steps({0: [2, 4, 6], 1: [2, 4]}) == [4, 2]       # node 1 died while saving step 6
     assert common_steps({0: [4], 1: []}) == []
@@ -159,7 +159,7 @@ def test_node_local_resume_takes_the_newest_step_complete_on_every_node():
 def test_one_process_needs_no_probe(tmp_path):
     from types import SimpleNamespace
 
-    from trainer.core.nodes import Nodes, detect
+    from trainer.runtime.nodes import Nodes, detect
 
     assert detect(SimpleNamespace(num_processes=1), tmp_path / "run") == Nodes()
     assert not (tmp_path / "run").exists()
@@ -194,7 +194,7 @@ def test_a_lost_rank_is_one_line_exit_1():
 def test_nodes_reading_different_data_are_refused_on_every_rank(monkeypatch):
     from types import SimpleNamespace
 
-    import trainer.core.run_dir as rd
+    import trainer.runtime.run_dir as rd
 
     acc = SimpleNamespace(num_processes=2)
     same = [(None, (0, {"data.train_path": "aa"})), (None, (1, {"data.train_path": "aa"}))]

@@ -1,6 +1,6 @@
 """Two nodes on this machine (slow): `launch/multinode.py`'s per-node commands (`accelerate launch --num_machines 2
 --machine_rank R --main_process_ip 127.0.0.1`, gloo), 2 nodes x 1 process against 1 process with the same global
-batch, within the one-node DDP tests' tolerance (tests/trainer/core/test_distributed.py: 1e-5 on the logged values, 1e-4 on
+batch, within the one-node DDP tests' tolerance (tests/trainer/runtime/test_distributed.py: 1e-5 on the logged values, 1e-4 on
 the adapter). Each test combines several scenarios into as few runs as it can:
 
 - DPO (SCOPE's balanced loss), node-local run dirs (each node its own ``trainer.run_dir``): node 1 hangs inside
@@ -30,7 +30,7 @@ import pytest
 import dist_helpers as dh
 from launch import multinode as mn
 from recipe_utils import run_recipe
-from trainer.core.checkpoint import MARKER, complete_checkpoints
+from trainer.runtime.checkpoint import MARKER, complete_checkpoints
 
 pytestmark = pytest.mark.slow
 psutil = pytest.importorskip("psutil")
@@ -245,7 +245,7 @@ def test_grpo_shared_dir_node_killed_during_a_step_and_resumed(tmp_path):
 def test_dpo_deepspeed_zero2_two_nodes_equals_single_process(tmp_path):
     """ZeRO-2 on 2 nodes x 1 process (`multinode.py --deepspeed`: launch/multinode_zero2.yaml, DS_ACCELERATOR=cpu,
     gloo), one shared run dir: the losses, gradient norms (clipping active) and adapter equal one process with the
-    same global batch, within the one-node ZeRO-2 test's tolerance (tests/trainer/core/test_distributed.py)."""
+    same global batch, within the one-node ZeRO-2 test's tolerance (tests/trainer/runtime/test_distributed.py)."""
     pytest.importorskip("deepspeed", reason="deepspeed not installed (pip install -c constraints.txt deepspeed==0.19.8)")
     over = ["trainer.max_steps=3", "optim.grad_accum=2", "trainer.save_every=0", "optim.max_grad_norm=0.05"]
     run_dir = tmp_path / "run"

@@ -1,4 +1,4 @@
-"""The stage runner (recipes/chain.py, trainer/core/stages.py): stages hand their final/ adapter on, finished
+"""The stage runner (recipes/chain.py, recipes/stages/): stages hand their final/ adapter on, finished
 stages are skipped on re-run (and a changed stage config is refused), bad chains fail before training.
 The SIGKILL-during-GRPO resume test of the Box2 chain is slow (tests/recipes/test_chain.py::test_box2_chain_...)."""
 
@@ -14,7 +14,8 @@ from omegaconf import OmegaConf
 from omegaconf.errors import ValidationError
 
 from recipe_utils import CONF, ROOT, load_recipe, read_metrics, reset_accelerate
-from trainer.config import ChainRunConfig, ConfigError
+from selectrust.core.errors import ConfigError
+from trainer.config import ChainRunConfig
 
 # short stages; the SFT stage on a 200-example file (the toy chat mix has 48k rows to tokenize)
 FAST = ["stages.sft.extra=['trainer.max_steps=3','eval=none','data.train_path=toy:0/box2_sft.jsonl']",
@@ -48,7 +49,7 @@ def _start_logps(cfg, pairs_path, adapter=None) -> tuple[float, float]:
 
     from selectrust.model import load_model, load_tokenizer
     from selectrust.generation.prompts import PromptSettings
-    from trainer.model.logprobs import build_preference_batch, sequence_logprobs
+    from trainer.logprobs.logprobs import build_preference_batch, sequence_logprobs
 
     model, tok = load_model(cfg.model.path), load_tokenizer(cfg.model.path)
     if adapter is not None:
@@ -100,7 +101,7 @@ def test_sft_then_dpo_chain_hands_on_the_adapter_and_skips_finished_stages(tmp_p
 
 def test_bad_chains_fail_before_training():
     from recipes.stage_recipes import trainers as chain_recipes
-    from trainer.core.stages import stage_sources
+    from recipes.stages import stage_sources
 
     trainers = chain_recipes()
     assert list(trainers) == ["sft", "dpo", "grpo", "distill"]  # the recipes with a config check, in the registry's order
@@ -128,7 +129,7 @@ def test_a_misspelt_override_in_a_later_stage_fails_before_the_first_trains(tmp_
 
 
 def test_start_weights_of_a_stage(tmp_path):
-    from trainer.core.stages import StageRunner
+    from recipes.stages import StageRunner
 
     runner = StageRunner(tmp_path, seed=0, compose=None, runners={})
     (tmp_path / "stages" / "full" / "final").mkdir(parents=True)
@@ -207,7 +208,7 @@ def test_a_stage_on_a_retrained_earlier_stage_is_refused_naming_both_hashes_or_r
     lr = [o.replace("'eval=none'", "'eval=none','optim.lr=1.0e-2'") for o in fast]
     with pytest.raises(ConfigError) as e:
         _chain(tmp_path, "recipe=scope_sft_then_dpo_tiny", *lr)
-    from trainer.core.stage_start import weights_sha256
+    from recipes.stages.start import weights_sha256
 
     new_sft = weights_sha256(tmp_path / "stages" / "sft" / "final")
     assert new_sft != old_sft["sha256"]
@@ -229,7 +230,7 @@ class _FakeStages:
     ``setup_run`` does); ``calls`` lists (stage, resumed)."""
 
     def __init__(self, root, base):
-        from trainer.core.stages import StageRunner
+        from recipes.stages import StageRunner
 
         self.calls, self.logs, self.base = [], [], base
         self.runner = StageRunner(root, seed=0, compose=self.compose, runners={"sft": self.train, "dpo": self.train},
@@ -247,7 +248,7 @@ class _FakeStages:
     def train(self, cfg):
         import types
 
-        from trainer.core.run_dir import prepare_fresh_or_refuse
+        from trainer.runtime.run_dir import prepare_fresh_or_refuse
 
         run = __import__("pathlib").Path(cfg.trainer.run_dir)
         run.mkdir(parents=True, exist_ok=True)
@@ -266,7 +267,7 @@ class _FakeStages:
         return types.SimpleNamespace(stopped_early=False, step=2)
 
     def run(self, lr=None):
-        from trainer.core.stages import chain_stages
+        from recipes.stages import chain_stages
 
         stages = _stages({"sft": {"script": "sft", "init_from": None, "extra": [f"lr={lr}"] if lr else []},
                           "dpo": {"script": "dpo"}})

@@ -39,7 +39,7 @@ def test_evaluate_recipe_each_family(tmp_path, family, monkeypatch):
 
 
 def test_evaluate_recipe_rejects_missing_eval_path(tmp_path):
-    from trainer.config import ConfigError
+    from selectrust.core.errors import ConfigError
 
     cfg = compose("evaluate", ["eval=mist", f"out_dir={tmp_path}"])
     with pytest.raises(ConfigError, match="eval.path is not set"):

@@ -82,7 +82,7 @@ def test_cut_off_completions_are_dropped_and_counted():
 
 
 def test_a_cut_off_completion_gets_no_eos(tiny_tokenizer):
-    from trainer.model.logprobs import build_preference_batch
+    from trainer.logprobs.logprobs import build_preference_batch
 
     tok = tiny_tokenizer
     b = build_preference_batch(tok, ["Q", "Q"], ["The answer is 4", "The ans"], ["The answer is 7", "The answer is 7"],
@@ -118,11 +118,12 @@ def test_an_empty_mining_result_in_a_demo_is_reported_once(tmp_path, monkeypatch
     from demos.real.pipeline import mined_quartets
     from demos.toy.pipeline import mined_pairs
     from recipe_utils import compose
-    from trainer.core.stages import Stage, StageRunner
+    from recipes.stages import StageRunner
+    from trainer.runtime.stage import Stage
 
     items = tmp_path / "items.jsonl"
     items.write_text("".join(json.dumps(r) + "\n" for i in (1, 2) for r in rows_for(i, 4, 7)))
-    monkeypatch.setattr("trainer.evaluation.build_inference_backend",
+    monkeypatch.setattr("trainer.eval_bridge.build_inference_backend",
                         lambda *a, **k: TableBackend({"Q": "The answer is 4"}))  # resists every hint: no pair
     stage = Stage("mine", "mine_pairs", ["model.path=tiny", f"items_path={items}"],
                   check=mined_quartets if check == "real" else mined_pairs)

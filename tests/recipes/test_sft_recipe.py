@@ -10,9 +10,9 @@ import pytest
 import torch
 
 from trainer.algos.sft import masked_nll_loss
-from trainer.data.train_data import load_sft_examples
-from trainer.model.logprobs import sequence_logprobs
-from trainer.data.sft_data import WindowSource, collate_sft, tokenize_multiturn
+from trainer.sft.data import load_sft_examples
+from trainer.logprobs.logprobs import sequence_logprobs
+from trainer.sft.data import WindowSource, collate_sft, tokenize_multiturn
 
 ROOT = Path(__file__).resolve().parents[2]
 KW = dict(max_prompt_len=256, max_completion_len=16, truncation="keep_end")

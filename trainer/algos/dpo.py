@@ -22,8 +22,8 @@ Public API (names are stable):
   package, an entry point in group ``selectrust.dpo_losses``); a new hyperparameter is also a field of
   ``DPOAlgoConfig``; docs/architecture.md#how-to-add.
 
-The step (``recipes/dpo.py``) computes log-probs *summed* over completion tokens (see
-``trainer.model.logprobs.sequence_logprobs``) and hands each loss the kind it declares
+The step (``trainer/dpo/step.py``) computes log-probs *summed* over completion tokens (see
+``trainer.logprobs.logprobs.sequence_logprobs``) and hands each loss the kind it declares
 (:meth:`DPOLoss.sequence_logps`); it builds no reference for a reference-free loss.
 """
 
@@ -228,7 +228,7 @@ LOGPS_KINDS = ("sum", "mean")
 
 @dataclass(frozen=True)
 class DPOLoss:
-    """A DPO-style loss and what it needs from the step; ``recipes/dpo.py`` asks these, never the loss's name.
+    """A DPO-style loss and what it needs from the step; ``trainer/dpo/step.py`` asks these, never the loss's name.
 
     - ``fn``: the pure loss. With ``reference``: ``fn(pc, pr, rc, rr, *, beta, label_smoothing, weights, **hp)``;
       reference-free: ``fn(pc, pr, *, beta, label_smoothing, weights, **hp)``.
@@ -271,7 +271,7 @@ class DPOLoss:
 
 
 #: The shipped losses; their names (``algo.loss_type``) are their lines in ``trainer/dpo/losses.py``'s ``BUILTIN``
-#: (tests/trainer/algos/test_dpo_loss_registry.py).
+#: (tests/trainer/dpo/test_dpo_loss_registry.py).
 SIGMOID = DPOLoss(sigmoid_dpo_loss)
 SIMPO = DPOLoss(simpo_loss, reference=False, logps="mean", hyperparameters={"gamma": "simpo_gamma"})
 

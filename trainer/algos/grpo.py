@@ -94,6 +94,59 @@ def _masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return (x * mask).sum() / mask.sum().clamp_min(1.0)
 
 
+def _checked_advantages(logps: torch.Tensor, old_logps: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor, *,
+                        aggregation: str, eps_low: float, eps_high: float, kl_beta: float,
+                        ref_logps: torch.Tensor | None) -> torch.Tensor:
+    """:func:`clipped_policy_loss`'s argument checks (ValueError on the first that fails); returns ``advantages``
+    as ``(B, 1)`` (from ``(B,)``) or ``(B, T)`` (as given)."""
+    if aggregation not in AGGREGATIONS:
+        raise ValueError(f"aggregation must be one of {AGGREGATIONS}; got {aggregation!r}")
+    if logps.shape != old_logps.shape or logps.shape != mask.shape or logps.dim() != 2:
+        raise ValueError(f"logps {tuple(logps.shape)}, old_logps {tuple(old_logps.shape)} and mask "
+                         f"{tuple(mask.shape)} must all be (B, T)")
+    if eps_low < 0 or eps_high < 0:
+        raise ValueError(f"eps_low and eps_high must be >= 0; got {eps_low}, {eps_high}")
+    if kl_beta != 0.0 and ref_logps is None:
+        raise ValueError("kl_beta != 0 needs ref_logps (B, T)")
+    if advantages.dim() == 1:
+        if advantages.shape[0] != logps.shape[0]:
+            raise ValueError(f"advantages (B,)={tuple(advantages.shape)} does not match B={logps.shape[0]}")
+        return advantages.unsqueeze(1)
+    if advantages.shape != logps.shape:
+        raise ValueError(f"advantages must be (B,) or (B, T); got {tuple(advantages.shape)}")
+    return advantages
+
+
+def _aggregate(x: torch.Tensor, mask: torch.Tensor, aggregation: str,
+               num_tokens: int | float | torch.Tensor | None) -> torch.Tensor:
+    """``x``, ``mask``: ``(B, T)`` (``mask`` 0/1 in ``x``'s dtype) -> ``()``: ``"token_mean"`` is ``sum(x * mask) / N``
+    (``N = num_tokens`` if given, else ``mask.sum()``), ``"sequence_mean"`` is :func:`mean_over_all_rows`."""
+    if aggregation == "token_mean":
+        denom = mask.sum() if num_tokens is None else torch.as_tensor(num_tokens, device=x.device)
+        return (x * mask).sum() / denom.to(x.dtype).clamp_min(1.0)
+    return mean_over_all_rows(x, mask)
+
+
+@torch.no_grad()
+def _clip_metrics(ratio: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor, per_token: torch.Tensor, *,
+                  eps_low: float, eps_high: float, aggregation: str, num_tokens: int | float | torch.Tensor | None,
+                  dtype: torch.dtype) -> dict[str, torch.Tensor]:
+    """:func:`clipped_policy_loss`'s metrics without ``kl`` (detached). ``ratio``, ``mask`` (0/1, float),
+    ``per_token``: ``(B, T)``; ``advantages``: ``(B, 1)`` or ``(B, T)``; ``dtype``: the log-probs' dtype."""
+    low = ((ratio < 1.0 - eps_low) & (advantages < 0)).to(dtype)
+    high = ((ratio > 1.0 + eps_high) & (advantages > 0)).to(dtype)
+    r = ratio.detach()[mask.bool()]
+    return {
+        "policy_loss": _aggregate(per_token.detach(), mask, aggregation, num_tokens),
+        "clip_frac_low": _masked_mean(low, mask),
+        "clip_frac_high": _masked_mean(high, mask),
+        "clip_frac": _masked_mean(torch.maximum(low, high), mask),
+        "ratio_mean": r.mean() if r.numel() else torch.ones((), dtype=dtype),
+        "ratio_min": r.min() if r.numel() else torch.ones((), dtype=dtype),
+        "ratio_max": r.max() if r.numel() else torch.ones((), dtype=dtype),
+    }
+
+
 def clipped_policy_loss(
     logps: torch.Tensor,
     old_logps: torch.Tensor,
@@ -132,22 +185,8 @@ def clipped_policy_loss(
     ``clip_frac`` (either; same definitions as TRL's clip_ratio/*), ``ratio_mean``, ``ratio_min``,
     ``ratio_max`` (over masked tokens), ``kl`` (mean k3, only when ``ref_logps`` is given).
     """
-    if aggregation not in AGGREGATIONS:
-        raise ValueError(f"aggregation must be one of {AGGREGATIONS}; got {aggregation!r}")
-    if logps.shape != old_logps.shape or logps.shape != mask.shape or logps.dim() != 2:
-        raise ValueError(f"logps {tuple(logps.shape)}, old_logps {tuple(old_logps.shape)} and mask "
-                         f"{tuple(mask.shape)} must all be (B, T)")
-    if eps_low < 0 or eps_high < 0:
-        raise ValueError(f"eps_low and eps_high must be >= 0; got {eps_low}, {eps_high}")
-    if kl_beta != 0.0 and ref_logps is None:
-        raise ValueError("kl_beta != 0 needs ref_logps (B, T)")
-    if advantages.dim() == 1:
-        if advantages.shape[0] != logps.shape[0]:
-            raise ValueError(f"advantages (B,)={tuple(advantages.shape)} does not match B={logps.shape[0]}")
-        advantages = advantages.unsqueeze(1)
-    elif advantages.shape != logps.shape:
-        raise ValueError(f"advantages must be (B,) or (B, T); got {tuple(advantages.shape)}")
-
+    advantages = _checked_advantages(logps, old_logps, advantages, mask, aggregation=aggregation, eps_low=eps_low,
+                                     eps_high=eps_high, kl_beta=kl_beta, ref_logps=ref_logps)
     mask = mask.to(logps.dtype)
     advantages = advantages.to(logps.dtype)
     ratio = torch.exp(logps - old_logps.detach())
@@ -163,30 +202,12 @@ def clipped_policy_loss(
         if kl_beta != 0.0:
             total = per_token + kl_beta * kl
 
-    def aggregate(x: torch.Tensor) -> torch.Tensor:
-        if aggregation == "token_mean":
-            denom = mask.sum() if num_tokens is None else torch.as_tensor(num_tokens, device=x.device)
-            return (x * mask).sum() / denom.to(x.dtype).clamp_min(1.0)
-        return mean_over_all_rows(x, mask)
+    loss = _aggregate(total, mask, aggregation, num_tokens)
 
-    loss = aggregate(total)
-
-    with torch.no_grad():
-        low = ((ratio < 1.0 - eps_low) & (advantages < 0)).to(logps.dtype)
-        high = ((ratio > 1.0 + eps_high) & (advantages > 0)).to(logps.dtype)
-        counted = mask.bool()
-        r = ratio.detach()[counted]
-        metrics = {
-            "policy_loss": aggregate(per_token.detach()),
-            "clip_frac_low": _masked_mean(low, mask),
-            "clip_frac_high": _masked_mean(high, mask),
-            "clip_frac": _masked_mean(torch.maximum(low, high), mask),
-            "ratio_mean": r.mean() if r.numel() else torch.ones((), dtype=logps.dtype),
-            "ratio_min": r.min() if r.numel() else torch.ones((), dtype=logps.dtype),
-            "ratio_max": r.max() if r.numel() else torch.ones((), dtype=logps.dtype),
-        }
-        if kl is not None:
-            metrics["kl"] = _masked_mean(kl.detach(), mask)
+    metrics = _clip_metrics(ratio, advantages, mask, per_token, eps_low=eps_low, eps_high=eps_high,
+                            aggregation=aggregation, num_tokens=num_tokens, dtype=logps.dtype)
+    if kl is not None:
+        metrics["kl"] = _masked_mean(kl.detach(), mask)
     return loss, metrics
 
 
@@ -216,7 +237,7 @@ def sft_term(
     completions, to be added to the GRPO loss (the target rows are not rollouts: no ratio, no advantage).
 
     Shapes: ``logps``, ``mask``: ``(S, T)``, the per-token log-probs of the target tokens (aligned with their ids,
-    as ``trainer.model.logprobs.sequence_logprobs`` returns them) and a 0/1 mask of the target positions.
+    as ``trainer.logprobs.logprobs.sequence_logprobs`` returns them) and a 0/1 mask of the target positions.
 
     ``loss = coef * sum_{s,t} mask * (-logps) / N`` with ``N = num_tokens`` if given (the SFT tokens of the whole
     step divided over its micro-batches and ranks, so the loop's mean over them is the step's token mean, as

@@ -8,7 +8,7 @@ Public API (names are stable):
   here (a row without a counted token is skipped; GRPO's ``sequence_mean`` counts such a row as 0:
   ``trainer.algos.grpo.mean_over_all_rows``)
 
-Alignment convention (shared with ``trainer.model.logprobs``): ``logits[:, t]`` is the distribution of
+Alignment convention (shared with ``trainer.logprobs.logprobs``): ``logits[:, t]`` is the distribution of
 ``labels[:, t]``. For a causal LM over ``input_ids`` pass ``logits[:, :-1]`` and ``input_ids[:, 1:]``,
 or the ``(B, T)`` token log-probs from ``sequence_logprobs`` (already aligned with ``input_ids``).
 """

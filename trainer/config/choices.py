@@ -20,6 +20,7 @@ from trainer.algos.choices import LEVELS as IS_LEVELS
 from trainer.algos.choices import SUPPORTS as TOPK_SUPPORTS
 from trainer.data.choices import ON_INVALID, TRUNCATIONS, WEIGHTINGS
 from trainer.dpo.losses import DPO_LOSSES
+from selectrust.model.settings import Dtype, InitAdapterMode  # noqa: F401  (the model group's, in the foundation)
 
 
 def _choices(name: str, values) -> type[Choice]:
@@ -28,8 +29,6 @@ def _choices(name: str, values) -> type[Choice]:
 
 
 # One per choice-valued field; where an algorithm or data module owns the tuple, it comes from there.
-Dtype = _choices("Dtype", ("float32", "bfloat16", "float16"))
-InitAdapterMode = _choices("InitAdapterMode", ("merge", "continue"))
 Scheduler = _choices("Scheduler", ("cosine", "linear", "constant"))
 Device = _choices("Device", ("auto", "cpu"))
 RunDirLayout = _choices("RunDirLayout", ("auto", "shared", "node_local"))

@@ -18,9 +18,9 @@ from pathlib import Path
 from dataclasses import fields, is_dataclass
 from typing import Any, Callable, Sequence
 
+from selectrust.core.conf_dir import CONF_DIR as CONF
 from trainer.config.choices import Choice
 
-CONF = Path(__file__).resolve().parents[2] / "conf"
 HELP_FLAGS = ("--help", "-h")
 
 
@@ -62,7 +62,7 @@ def _suggesting(main: Callable[[], None]) -> Callable[[], None]:
             return main()
         except HydraException as e:
             from trainer.config.suggest import broken_choice, misspelt_override
-            from trainer.config.validation import ConfigError
+            from selectrust.core.errors import ConfigError
 
             if (plugin := broken_choice(e)) is not None:
                 raise plugin from None
@@ -89,7 +89,7 @@ def config_errors() -> tuple[type, ...]:
     from omegaconf.errors import OmegaConfBaseException
 
     from selectrust.generation.backends import UnknownBackendError
-    from trainer.config.validation import ConfigError
+    from selectrust.core.errors import ConfigError
     from selectrust.model import AdapterError
 
     return ConfigError, AdapterError, UnknownBackendError, HydraException, OmegaConfBaseException

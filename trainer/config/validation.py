@@ -9,10 +9,8 @@ from dataclasses import fields, is_dataclass
 from pathlib import Path
 
 from selectrust.conditions import SCOPE_LAMBDAS
-
-
-class ConfigError(ValueError):
-    """A config that composes but makes no sense (raised before any model loads)."""
+from selectrust.core.errors import ConfigError
+from selectrust.generation.backends import backends_that
 
 
 # ---------------------------------------------------------------------------------------------
@@ -211,21 +209,6 @@ def _generation_capabilities(cfg):
     return capabilities(cfg.generation.backend, cfg.generation)
 
 
-def backends_that(*capabilities: str, generation=None) -> str:
-    """``generation=<a> or generation=<b>``: the registered backends with any of ``capabilities`` (for messages).
-    With ``generation`` (the chosen ``generation`` node) of a backend with flavours (vllm_server's ``server_kind``),
-    the flavours that give one of ``capabilities`` come first, as the fix ``generation.server_kind=vllm``."""
-    from selectrust.generation.backends import backends_with, get_backend
-
-    fixes = [f"generation={n}" for n in backends_with(*capabilities)]
-    if generation is not None:
-        spec = get_backend(generation.backend)
-        current = str(generation.get(spec.flavour_key)) if spec.flavours else None
-        fixes[:0] = [f"generation.{spec.flavour_key}={k}" for k, caps in spec.flavours.items()
-                     if k != current and any(getattr(caps, c) for c in capabilities)]
-    return " or ".join(fixes)
-
-
 def _validate_generation(cfg) -> None:
     """The ``generation`` group: its node is the chosen backend's schema, the backend's own checks of its settings,
     and what the run asks of the backend (asked of its capabilities), checked before anything runs."""
@@ -304,8 +287,8 @@ def validate_knowledge(kcfg, generation=None) -> None:
     if kcfg.k > 1 and kcfg.temperature <= 0:
         raise ConfigError(f"knowledge.temperature must be > 0 with knowledge.k={kcfg.k} (k=1 is greedy)")
     for key in ("known_threshold", "unknown_threshold", "stable_threshold"):
-        if not 0.0 <= kcfg[key] <= 1.0:
-            raise ConfigError(f"knowledge.{key}={kcfg[key]} must be in [0, 1]")
+        if not 0.0 <= getattr(kcfg, key) <= 1.0:
+            raise ConfigError(f"knowledge.{key}={getattr(kcfg, key)} must be in [0, 1]")
     if not kcfg.unknown_threshold < kcfg.known_threshold:
         raise ConfigError(f"knowledge.unknown_threshold ({kcfg.unknown_threshold}) must be below "
                           f"knowledge.known_threshold ({kcfg.known_threshold})")

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter, defaultdict
+from dataclasses import asdict
 
 from selectrust.conditions import (CLEAN, CORRECT, IRRELEVANT, MINED_CONDITIONS, MISLEADING, MIST_CONDITIONS,
                                    UNKNOWN_CORRECT, UNKNOWN_IRRELEVANT)
@@ -48,7 +49,6 @@ def mine(rows: list[dict], backend, *, max_new_tokens: int, use_fallback: bool, 
     whether the model knows the answer (``eval_hooks.knowledge``); SCOPE quartets come from *known*
     items only, *unknown* items feed the unknown pools (:func:`unknown_pairs`), *uncertain* ones neither."""
     from eval_hooks.evaluate import build_requests
-    from eval_hooks.parsers import parse_row_answer, row_answer_matches
     from selectrust.generation.prompts import PromptSettings
 
     by_item: dict[str, dict[str, dict]] = defaultdict(dict)
@@ -68,10 +68,35 @@ def mine(rows: list[dict], backend, *, max_new_tokens: int, use_fallback: bool, 
     text = {(r["item_id"], r["condition"]): o.samples[0].text for r, o in zip(asked, outs)}
     cut = {(r["item_id"], r["condition"]) for r, o in zip(asked, outs) if o.samples[0].finish_reason == "length"}
 
-    def judge(row, response):
-        parsed = parse_row_answer(response, row)
-        return parsed, row_answer_matches(parsed, row), row_answer_matches(parsed, row, "wrong_value")
+    kept, dropped, need_fallback = _first_pass(items, by_item, text, cut, use_fallback=use_fallback)
+    if need_fallback:
+        _fallback_pass(need_fallback, by_item, text, backend, kept, dropped, max_new_tokens=max_new_tokens,
+                       fallback_note=fallback_note, leak_patterns=leak_patterns, prompt_settings=settings)
+    pairs = _quartets(items, by_item, kept, model_name=model_name, est=est)
+    stats = {"items": len(by_item), "kept": len(kept), "dropped": len(dropped),
+             "kept_by_source": dict(Counter(k["chosen_source"] for k in kept.values())),
+             "dropped_by_reason": dict(Counter(dropped.values())), "dropped_items": dropped,
+             "max_new_tokens": max_new_tokens,
+             "cut_off": {**{c: sum((i, c) in cut for i in items) for c in MINED_CONDITIONS},
+                         "dropped_items": sum(r.endswith("_cut_off") for r in dropped.values())},
+             "prompt": (settings or PromptSettings()).describe()}
+    if est is not None:
+        stats.update(knowledge_stats(est, extra, unknown_dropped, knowledge))
+    return pairs + extra, stats
 
+
+def _judge(row: dict, response: str):
+    """(parsed answer, correct, equals the row's ``wrong_value``) of ``response`` to ``row``."""
+    from eval_hooks.parsers import parse_row_answer, row_answer_matches
+
+    parsed = parse_row_answer(response, row)
+    return parsed, row_answer_matches(parsed, row), row_answer_matches(parsed, row, "wrong_value")
+
+
+def _first_pass(items: list[str], by_item: dict, text: dict, cut: set, *,
+                use_fallback: bool) -> tuple[dict, dict, list[str]]:
+    """Each item's clean and misleading answers judged: (kept {item: pair}, dropped {item: reason}, the items
+    whose clean answer was wrong and that a fallback may still keep)."""
     kept, dropped, need_fallback = {}, {}, []
     for i in items:
         clean, mis = by_item[i][CLEAN], by_item[i][MISLEADING]
@@ -79,8 +104,8 @@ def mine(rows: list[dict], backend, *, max_new_tokens: int, use_fallback: bool, 
         if cut_conds:  # no EOS within the budget: the answer may be unfinished; never trained on
             dropped[i] = f"{cut_conds[0]}_cut_off"
             continue
-        _, clean_ok, _ = judge(clean, text[(i, CLEAN)])
-        parsed_m, mis_ok, follows = judge(mis, text[(i, MISLEADING)])
+        _, clean_ok, _ = _judge(clean, text[(i, CLEAN)])
+        parsed_m, mis_ok, follows = _judge(mis, text[(i, MISLEADING)])
         if mis_ok:
             dropped[i] = "resisted_misleading"
         elif not follows:
@@ -91,25 +116,36 @@ def mine(rows: list[dict], backend, *, max_new_tokens: int, use_fallback: bool, 
             need_fallback.append(i)
         else:
             dropped[i] = "clean_wrong"
-    if need_fallback:
-        fb_rows = []
-        for i in need_fallback:
-            clean = by_item[i][CLEAN]
-            note = fallback_note.format(gold=clean["gold"])
-            fb_rows.append({**clean, "prompt": f"{note}\n\n{clean['prompt']}"})
-        fb_out = backend.generate(build_requests(fb_rows, max_new_tokens=max_new_tokens,
-                                                 prompt_settings=settings), progress=True, desc="fallback")
-        for i, row, o in zip(need_fallback, fb_rows, fb_out):
-            response = o.samples[0].text
-            _, ok, _ = judge(by_item[i][CLEAN], response)
-            if o.samples[0].finish_reason == "length":
-                dropped[i] = "fallback_cut_off"
-            elif not ok:
-                dropped[i] = "fallback_wrong"
-            elif leaks_note(response, patterns=leak_patterns, note=fallback_note):
-                dropped[i] = "fallback_leaks_note"
-            else:
-                kept[i] = {"chosen": response, "rejected": text[(i, MISLEADING)], "chosen_source": "fallback"}
+    return kept, dropped, need_fallback
+
+
+def _fallback_pass(need_fallback: list[str], by_item: dict, text: dict, backend, kept: dict, dropped: dict, *,
+                   max_new_tokens: int, fallback_note: str, leak_patterns, prompt_settings) -> None:
+    """r+ elicited with the private note for ``need_fallback``; each item goes into ``kept`` or ``dropped``."""
+    from eval_hooks.evaluate import build_requests
+
+    fb_rows = []
+    for i in need_fallback:
+        clean = by_item[i][CLEAN]
+        note = fallback_note.format(gold=clean["gold"])
+        fb_rows.append({**clean, "prompt": f"{note}\n\n{clean['prompt']}"})
+    fb_out = backend.generate(build_requests(fb_rows, max_new_tokens=max_new_tokens,
+                                             prompt_settings=prompt_settings), progress=True, desc="fallback")
+    for i, row, o in zip(need_fallback, fb_rows, fb_out):
+        response = o.samples[0].text
+        _, ok, _ = _judge(by_item[i][CLEAN], response)
+        if o.samples[0].finish_reason == "length":
+            dropped[i] = "fallback_cut_off"
+        elif not ok:
+            dropped[i] = "fallback_wrong"
+        elif leaks_note(response, patterns=leak_patterns, note=fallback_note):
+            dropped[i] = "fallback_leaks_note"
+        else:
+            kept[i] = {"chosen": response, "rejected": text[(i, MISLEADING)], "chosen_source": "fallback"}
+
+
+def _quartets(items: list[str], by_item: dict, kept: dict, *, model_name: str, est: dict | None) -> list[dict]:
+    """The pair rows: each kept item's (r+, r-) under all four MIST contexts, in ``items`` order."""
     pairs = []
     for i in items:
         if i not in kept:
@@ -122,16 +158,7 @@ def mine(rows: list[dict], backend, *, max_new_tokens: int, use_fallback: bool, 
                           "rejected_finish": "stop", "gold": src["gold"],
                           "wrong_value": src["wrong_value"], "channel": src.get("channel"),
                           "mined_with": model_name, **_knowledge_fields(est, i)})
-    stats = {"items": len(by_item), "kept": len(kept), "dropped": len(dropped),
-             "kept_by_source": dict(Counter(k["chosen_source"] for k in kept.values())),
-             "dropped_by_reason": dict(Counter(dropped.values())), "dropped_items": dropped,
-             "max_new_tokens": max_new_tokens,
-             "cut_off": {**{c: sum((i, c) in cut for i in items) for c in MINED_CONDITIONS},
-                         "dropped_items": sum(r.endswith("_cut_off") for r in dropped.values())},
-             "prompt": (settings or PromptSettings()).describe()}
-    if est is not None:
-        stats.update(knowledge_stats(est, extra, unknown_dropped, knowledge))
-    return pairs + extra, stats
+    return pairs
 
 
 def knowledge_pools(by_item: dict, backend, *, knowledge, model_name: str, max_new_tokens: int, prompt_settings,
@@ -151,7 +178,7 @@ def knowledge_stats(est: dict, extra: list[dict], unknown_dropped: dict, knowled
     """``mining_stats.json``'s ``knowledge`` summary, plus ``knowledge_items`` (popped into knowledge.jsonl)."""
     from eval_hooks.knowledge import knowledge_record, summarize
 
-    return {"knowledge": {**summarize(est), "settings": {k: knowledge[k] for k in knowledge},
+    return {"knowledge": {**summarize(est), "settings": asdict(knowledge),
                           "scope_quartets_from": "known items only",
                           "per_pool": dict(Counter(p["pool"] for p in extra)),
                           "unknown_dropped_by_reason": dict(Counter(unknown_dropped.values())),

@@ -1,4 +1,4 @@
-"""A content hash for every kind of data source a run reads (``data_hashes.json``, ``trainer/core/run_dir.py``).
+"""A content hash for every kind of data source a run reads (``data_hashes.json``, ``trainer/runtime/run_dir.py``).
 
 ``pin(path)`` returns ``{"path", "sha256", "kind"}`` (and ``"source"``, the path as configured, when it
 differs from the pinned one):

@@ -1,5 +1,5 @@
-"""Privileged-teacher distillation on Taste forks: the views (``views``), teacher and student aligned by
-completion position (``aligned``), stage 1's gathered log-probs (``gathered``), reasoning generation
-(``generation``), calibration error (``calibration``), the logit-based evaluation (``evaluation``), advice rows
-(``advice``), the training step (``steps``), the two-stage pipeline (``pipeline``) and the OPSD baseline
-(``opsd_pipeline``)."""
+"""Privileged-teacher distillation on Taste forks, its one home (the entry point is ``recipes/distill.py``, its
+pipelines ``recipes/pipelines/``; the loss functions are pure torch in ``trainer/algos/distill.py``): the views,
+its data (``views``), teacher and student aligned by completion position (``aligned``), stage 1's gathered
+log-probs (``gathered``), reasoning generation (``generation``), calibration error (``calibration``), the
+logit-based evaluation (``evaluation``), advice rows (``advice``) and the training step (``steps``)."""

@@ -16,7 +16,7 @@ import torch
 
 from selectrust.generation.backends.base import derive_seed
 
-from trainer.model.chunked_logprobs import completion_hidden_states
+from trainer.logprobs.chunked_logprobs import completion_hidden_states
 
 __all__ = ["sample_positions", "build_batch", "aligned_logits", "aligned_hidden"]
 
@@ -101,7 +101,7 @@ def aligned_hidden(model, prompts: Sequence[list[int]], completions: Sequence[li
         hidden, head = completion_hidden_states(model, ids.to(device), att.to(device), comp.to(device))
     except ValueError as e:  # lm_head_of: a head the chunked projection cannot reproduce
         raise ValueError(f"distillation projects hidden states through the LM head itself "
-                         f"(trainer/model/chunked_logprobs.py) and needs a plain nn.Linear head without bias or "
+                         f"(trainer/logprobs/chunked_logprobs.py) and needs a plain nn.Linear head without bias or "
                          f"soft-capping (keep lm_head out of model.lora.target_modules): {e}") from e
     counts = torch.tensor([len(ps) + 1 for ps in positions])
     is_choice = torch.zeros(int(counts.sum()), dtype=torch.bool)

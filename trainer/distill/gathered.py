@@ -3,7 +3,7 @@ token KL and the choice KL need, without logits.
 
 Each model's final hidden states are captured at the needed columns (the sampled positions and the choice
 position, ``trainer/distill/aligned.py:aligned_hidden``) and projected through the LM head ``chunk`` positions
-at a time (``trainer/model/chunked_logprobs.py``), keeping only the log-probs of the top-K support and of the
+at a time (``trainer/logprobs/chunked_logprobs.py``), keeping only the log-probs of the top-K support and of the
 choice tokens, so neither model's ``(B, T, V)`` (or ``(B, P, V)``) logits exist; with a teacher top-K cache
 the teacher is not run at all.
 """
@@ -16,7 +16,7 @@ import torch
 
 from trainer.algos.distill import topk_support_index
 from trainer.distill.aligned import aligned_hidden
-from trainer.model.chunked_logprobs import chunked_gather_logprobs, chunked_topk_logprobs
+from trainer.logprobs.chunked_logprobs import chunked_gather_logprobs, chunked_topk_logprobs
 
 __all__ = ["DEFAULT_LOGPROB_CHUNK", "teacher_topk_logprobs", "distill_logprobs"]
 

@@ -130,7 +130,7 @@ def check_task_disjoint(train: Sequence[ForkView], test_path, test: Sequence[For
 
 def choice_token_ids(tokenizer, tokens: Sequence[str], key: str = "algo.choice_tokens") -> list[int]:
     """The single token id of each choice string; a ConfigError naming ``key`` when one is not one token."""
-    from trainer.config import ConfigError
+    from selectrust.core.errors import ConfigError
 
     out = []
     for t in tokens:

@@ -1,6 +1,6 @@
 """A micro-batch of preference pairs, as the DPO recipe (``recipes/dpo.py``) trains on it: its collation (the
-two-sequence batch of ``trainer.model.logprobs.build_preference_batch``, chosen rows then rejected, and, where it
-is exact, the packed shared-prompt rows of ``trainer.model.shared_prompt``), its summed completion log-probs, and
+two-sequence batch of ``trainer.logprobs.logprobs.build_preference_batch``, chosen rows then rejected, and, where it
+is exact, the packed shared-prompt rows of ``trainer.logprobs.shared_prompt``), its summed completion log-probs, and
 the reference table precomputed over every pair (``algo.reference=precomputed``).
 
 A micro-batch is a dict: ``batch`` (``PairBatch``, ``2n`` rows), ``weights`` ``(n,)``, ``conditions`` and
@@ -15,8 +15,9 @@ import torch
 
 def use_shared_prompt(cfg) -> bool:
     """``data.shared_prompt`` where it is exact: the DPO loss (not ``algo.sft_on_chosen``) under an attention
-    kernel that takes a 4D mask (SDPA or eager; flash-attention kernels ignore it)."""
-    from trainer.model.shared_prompt import attention_takes_4d_mask
+    kernel that takes a 4D mask (SDPA or eager; flash-attention kernels ignore it). ``cfg``: a DPO run's typed
+    settings (``DPORunConfig``)."""
+    from trainer.logprobs.shared_prompt import attention_takes_4d_mask
 
     return (bool(cfg.data.shared_prompt) and not cfg.algo.sft_on_chosen
             and attention_takes_4d_mask(cfg.model.attn_implementation))
@@ -26,9 +27,9 @@ def collate_pairs(rows: list[dict], tokenizer, batch_kwargs: dict, indices: list
                   shared_prompt: bool) -> dict:
     """The micro-batch of pairs ``rows[indices]``: the two-sequence ``batch`` (chosen rows, then rejected) and,
     with ``shared_prompt`` (``data.shared_prompt``), ``packed``: one prompt+chosen+rejected row per pair
-    (trainer/model/shared_prompt.py), which the DPO step runs instead."""
-    from trainer.model.logprobs import build_preference_batch
-    from trainer.model.shared_prompt import pack_preference_batch
+    (trainer/logprobs/shared_prompt.py), which the DPO step runs instead."""
+    from trainer.logprobs.logprobs import build_preference_batch
+    from trainer.logprobs.shared_prompt import pack_preference_batch
 
     picked = [rows[i] for i in indices]
     batch = build_preference_batch(tokenizer, [r["prompt"] for r in picked], [r["chosen"] for r in picked],
@@ -46,7 +47,7 @@ def pair_logps(model, mb: dict, device, logprobs) -> torch.Tensor:
     """Summed completion log-probs ``(2n,)`` (chosen, then rejected) of a micro-batch: from its packed rows
     when it has them, else from the two-sequence batch (``logprobs``: ``sequence_logprobs`` with the run's
     settings, whose ``logprob_chunk`` the packed path uses too)."""
-    from trainer.model.shared_prompt import shared_prompt_logprobs
+    from trainer.logprobs.shared_prompt import shared_prompt_logprobs
 
     if "packed" in mb:
         chunk = getattr(logprobs, "keywords", {}).get("logprob_chunk", 0)
@@ -57,7 +58,7 @@ def pair_logps(model, mb: dict, device, logprobs) -> torch.Tensor:
 
 def reference_table(reference, policy, collate, n: int, batch_size: int, device, *, logprobs) -> torch.Tensor:
     """``(n, 2)`` reference log-probs (chosen, rejected) of every pair, computed once with no grad
-    (``logprobs``: ``trainer.model.logprobs.sequence_logprobs`` with the run's settings)."""
+    (``logprobs``: ``trainer.logprobs.logprobs.sequence_logprobs`` with the run's settings)."""
     table = torch.zeros(n, 2)
     with torch.no_grad(), reference.context(policy) as ref_model:
         for start in range(0, n, batch_size):

@@ -1,21 +1,14 @@
 """The registries of GRPO's named callables (``algo.env``: :data:`trainer.rl.envs.ENVIRONMENTS`; ``algo.reward``:
 :data:`trainer.rl.rewards.REWARDS`): :class:`selectrust.core.plugins.Registry` instances that also take an import
-path ``pkg.module:attribute`` as a name, and whose errors are the config's (:class:`trainer.config.ConfigError`,
+path ``pkg.module:attribute`` as a name, and whose errors are the config's (:class:`selectrust.core.errors.ConfigError`,
 naming ``algo.<key>``)."""
 
 from __future__ import annotations
 
 from typing import Callable, Mapping
 
+from selectrust.core.errors import ConfigError
 from selectrust.core.plugins import Registry
-
-
-def config_error(message: str) -> Exception:
-    """A :class:`trainer.config.ConfigError` (imported on first use: the config package is not needed to import
-    the registries)."""
-    from trainer.config import ConfigError
-
-    return ConfigError(message)
 
 
 def callable_registry(kind: str, key: str, group: str, builtin: Mapping[str, Callable], *,
@@ -30,9 +23,9 @@ def callable_registry(kind: str, key: str, group: str, builtin: Mapping[str, Cal
         if not callable(obj):
             if ":" in name and name not in registry:  # an import path
                 raise bad_path(name, None)
-            raise config_error(f"algo.{key}={name!r}: {registry.source(name)!r} is not callable (got {obj!r})")
+            raise ConfigError(f"algo.{key}={name!r}: {registry.source(name)!r} is not callable (got {obj!r})")
         return obj
 
-    registry: Registry[Callable] = Registry(kind, group, builtin, accept=accept, error=config_error, unknown=unknown,
+    registry: Registry[Callable] = Registry(kind, group, builtin, accept=accept, error=ConfigError, unknown=unknown,
                                             paths=bad_path)
     return registry

@@ -27,7 +27,8 @@ from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 from selectrust.core.plugins import Registry
-from trainer.rl.callables import callable_registry, config_error
+from selectrust.core.errors import ConfigError
+from trainer.rl.callables import callable_registry
 
 
 @dataclass
@@ -129,12 +130,12 @@ def _accepted() -> str:
 
 
 def _unknown(name: str, known: list[str]) -> Exception:
-    return config_error(f"algo.env={name!r} is not a known environment ({_accepted()})")
+    return ConfigError(f"algo.env={name!r} is not a known environment ({_accepted()})")
 
 
 def _bad_path(name: str, e: Exception | None) -> Exception:
     why = e if e is not None else "not a zero-argument callable"
-    return config_error(f"algo.env={name!r} cannot be loaded ({why}); accepted: {_accepted()}")
+    return ConfigError(f"algo.env={name!r} cannot be loaded ({why}); accepted: {_accepted()}")
 
 
 #: ``algo.env`` names: :data:`BUILTIN`, ``ENVIRONMENTS.register(name, cls)`` in code, an installed package's entry

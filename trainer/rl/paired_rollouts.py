@@ -47,7 +47,7 @@ from typing import Sequence
 from selectrust.core.io import DataError
 from trainer.algos.choices import PAIRED_ROWS
 
-from .rollout import Group, Rollout
+from .groups import Group, Rollout
 from .rollout_modes import SingleTurnMode
 
 __all__ = ["NO_CONTEXT", "PairedContextMode", "check_paired_rows", "no_context_prompt"]
@@ -104,6 +104,10 @@ class PairedContextMode(SingleTurnMode):
         super().__init__(settings, tokenizer, reward)
         self.min_slope = min_slope
         self._metrics: dict[str, float] = {}
+
+    @classmethod
+    def check_rows(cls, rows) -> None:
+        check_paired_rows(rows)
 
     def generate(self, backend, items, seeds, adapter):
         from selectrust.generation.backends.base import derive_seed

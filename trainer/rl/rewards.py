@@ -28,8 +28,9 @@ from typing import Any, Callable
 
 from eval_hooks.parsers import answer_status, answers_match, parse_answer, parse_row_answer, row_answer_matches
 from selectrust.core.plugins import Registry
-from trainer.core.errors import RewardError  # noqa: F401  (raised here; the loop checkpoints on it)
-from trainer.rl.callables import callable_registry, config_error
+from trainer.runtime.errors import RewardError  # noqa: F401  (raised here; the loop checkpoints on it)
+from selectrust.core.errors import ConfigError
+from trainer.rl.callables import callable_registry
 
 RewardFn = Callable[[str, dict], float]
 
@@ -132,15 +133,15 @@ def _accepted() -> str:
 
 
 def _unknown(name: str, known: list[str]) -> Exception:
-    return config_error(f"algo.reward={name!r} is not a registered reward ({_accepted()})")
+    return ConfigError(f"algo.reward={name!r} is not a registered reward ({_accepted()})")
 
 
 def _bad_path(name: str, e: Exception | None) -> Exception:
     module_name, _, attr = name.partition(":")
     if isinstance(e, ImportError):
-        return config_error(f"algo.reward={name!r}: cannot import module {module_name!r} ({e}); accepted: "
+        return ConfigError(f"algo.reward={name!r}: cannot import module {module_name!r} ({e}); accepted: "
                             f"{_accepted()}")
-    return config_error(f"algo.reward={name!r}: module {module_name!r} has no callable {attr!r}; accepted: "
+    return ConfigError(f"algo.reward={name!r}: module {module_name!r} has no callable {attr!r}; accepted: "
                         f"{_accepted()}")
 
 
@@ -181,7 +182,7 @@ class GuardedReward:
         self.example: dict[str, Any] | None = None
 
     def __call__(self, completion: str, row: dict) -> tuple[float, bool]:
-        from trainer.core.interrupt import StopRequested, interruptible
+        from trainer.runtime.interrupt import StopRequested, interruptible
 
         try:
             with interruptible():  # a stop signal here abandons the step (the loop checkpoints the last one)

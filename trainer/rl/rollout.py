@@ -1,4 +1,4 @@
-"""GRPO rollouts as a resumable batch source for ``trainer.core.loop.train_loop``.
+"""GRPO rollouts as a resumable batch source for ``trainer.runtime.loop.train_loop``.
 
 One *rollout batch* per ``num_iterations`` optimizer steps:
 
@@ -25,7 +25,7 @@ the same global prompts of a round, generates its contiguous share, and the grou
 every rank holds all of them; the drop/refill decision (:func:`fill_batch`), the advantages and the token count of
 ``token_mean`` (the global step's, divided by ``grad_accum * world``) are then the same on every rank. Rank ``r``
 trains on its slice of every global micro-batch (:func:`rank_rows`, the order the loop's ``data_hash`` lists), so a
-W-rank run equals a 1-rank run with the same global batch (tests/trainer/core/test_distributed.py).
+W-rank run equals a 1-rank run with the same global batch (tests/trainer/runtime/test_distributed.py).
 
 Exact resume: the state is (sampler position, rollout index, cursor into the batch, reward error count, the
 zero-variance rate and each prompt's last outcome) plus, only when a checkpoint falls inside the ``num_iterations``
@@ -39,194 +39,23 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any, Callable
 
-from selectrust.core.io import DataError
-from selectrust.generation.prompts import PromptSettings, render_prompt
+from selectrust.generation.prompts import PromptSettings
 
-from trainer.core.interrupt import interruptible
+from trainer.runtime.interrupt import interruptible
+# The prompt rows, the groups and the ranks live in their own modules; this module exports their public names too
+# (``from trainer.rl.rollout import Group, load_rl_prompts, ...`` keeps working).
+from trainer.rl.groups import Group, Rollout, fill_batch
 from trainer.rl.oversample import ZeroVarianceRate, first_round_size
+from trainer.rl.prompt_rows import check_prompt_lengths, load_rl_prompts
+from trainer.rl.ranks import Ranks, prompt_seed, rank_rows, share
 from trainer.rl.rewards import status_counts
 from trainer.rl.sft_rows import sft_batch, sft_microbatch
 from trainer.rl.zero_variance_skip import ZeroVarianceMemory, draw_prompts
 
-
-# ---------------------------------------------------------------------------------------------------
-# Prompt rows
-# ---------------------------------------------------------------------------------------------------
-def load_rl_prompts(path: str, *, family: str | None = None, conditions: Sequence[str] = ()) -> list[dict]:
-    """RL prompt rows ``{item_id, prompt, gold, answer_type, [choices]}``.
-
-    ``family=None``: a JSONL/Parquet file of such rows (or a registered data source, ``selectrust/core/data_sources.py``).
-    ``family='box2'`` (or any eval family): an items file expanded by ``eval_hooks.load_rows``, keeping
-    only ``conditions`` (e.g. ``["bad"]``: train on bad-workflow inputs, docs/box2.md#outcome-rl).
-    """
-    from selectrust.core.io import read_records
-    from eval_hooks.parsers import normalize_gold
-
-    from trainer.data.train_data import resolve_data_path
-
-    real = resolve_data_path(path)
-    if family:
-        from eval_hooks import load_rows
-
-        rows = load_rows(family, real)
-        if conditions:
-            rows = [r for r in rows if r["condition"] in set(conditions)]
-        out = [{**r, "item_id": r["row_id"]} for r in rows]
-        if not out:
-            raise DataError(f"no rows with conditions {list(conditions)} in this {family} file", path=real,
-                            field="condition")
-        return out
-    out, seen = [], {}
-    for line, rec in read_records(real):
-        for f in ("prompt", "gold", "answer_type"):
-            if rec.get(f) is None:
-                raise DataError("missing field", path=real, line=line, field=f,
-                                accepted="{item_id, prompt, gold, answer_type[, choices]}")
-        if not isinstance(rec["prompt"], str) or not rec["prompt"].strip():
-            raise DataError("empty prompt", path=real, line=line, field="prompt", accepted="a non-empty string")
-        if normalize_gold(rec["gold"], rec["answer_type"], choices=rec.get("choices")) is None:
-            raise DataError(f"gold {rec['gold']!r} is not a valid {rec['answer_type']} answer", path=real,
-                            line=line, field="gold")
-        item_id = str(rec.get("item_id", f"line{line}"))
-        if item_id in seen:
-            raise DataError(f"duplicate item_id {item_id!r} (first on line {seen[item_id]})", path=real,
-                            line=line, field="item_id")
-        seen[item_id] = line
-        out.append({**rec, "item_id": item_id, "_line": line, "_path": real})
-    return out
-
-
-def check_prompt_lengths(rows: Sequence[dict], tokenizer, *, max_prompt_len: int,
-                         prompt_settings: PromptSettings) -> list[int]:
-    """Token length of every rendered prompt; a prompt over ``max_prompt_len`` raises (before any
-    generation) naming the row. Returns the lengths."""
-    lengths = []
-    for r in rows:
-        n = len(render_prompt(tokenizer, r["prompt"], prompt_settings))
-        if n > max_prompt_len:
-            raise DataError(f"prompt of {r['item_id']!r} has {n} tokens > data.max_prompt_len={max_prompt_len}",
-                            path=r.get("_path"), line=r.get("_line"), field="prompt",
-                            accepted="shorter prompts, or raise data.max_prompt_len (RL prompts are never truncated)")
-        lengths.append(n)
-    return lengths
-
-
-def prompt_seed(seed: int, rollout_index: int, round_index: int, prompt_index: int) -> int:
-    """Generation seed of one prompt: a stable hash of (seed, rollout batch, refill round, the prompt's
-    index in the round's global draw). Rank-independent by construction."""
-    from selectrust.generation.backends.base import derive_seed
-
-    return derive_seed("rollout", seed, rollout_index, round_index, prompt_index)
-
-
-def share(n: int, rank: int, world: int) -> tuple[int, int]:
-    """The contiguous share ``[lo, hi)`` of ``n`` items that ``rank`` of ``world`` handles (sizes differ
-    by at most one; a rank may get none)."""
-    return n * rank // world, n * (rank + 1) // world
-
-
-def rank_rows(n: int, rank: int, world: int, grad_accum: int) -> list[int]:
-    """Indices of the global batch's ``n`` samples that ``rank`` trains on: its slice of every global
-    micro-batch (micro-batch ``i`` = ``[i*W*b, (i+1)*W*b)``, rank ``r`` gets ``[(i*W+r)*b, (i*W+r+1)*b)``
-    with ``b = n / (grad_accum * world)``), in micro-batch order."""
-    if n % (grad_accum * world):
-        raise ValueError(f"{n} samples do not split into grad_accum={grad_accum} x world={world} equal micro-batches")
-    b = n // (grad_accum * world)
-    return [k for i in range(grad_accum) for k in range((i * world + rank) * b, (i * world + rank + 1) * b)]
-
-
-# ---------------------------------------------------------------------------------------------------
-# Groups and the drop/refill rule (pure python; tested with a fake generator)
-# ---------------------------------------------------------------------------------------------------
-@dataclass
-class Rollout:
-    """One sample: the tokens to train on and its outcome."""
-
-    item_id: str
-    input_ids: list[int]
-    completion_mask: list[int]
-    reward: float
-    reward_ok: bool = True
-    truncated: bool = False
-    completion_len: int = 0
-    rollout_logps: list[float] | None = None  # backend log-probs at the completion_mask positions
-    answer_status: str | None = None  # the judge's reading (trainer.rl.rewards.judge_status); None: not judged
-
-    def to_json(self) -> dict:
-        return dict(self.__dict__)
-
-
-@dataclass
-class Group:
-    item_id: str
-    samples: list[Rollout]
-
-    @property
-    def rewards(self) -> list[float]:
-        return [s.reward for s in self.samples]
-
-    @property
-    def zero_variance(self) -> bool:
-        r = self.rewards
-        return all(x == r[0] for x in r)
-
-
-def fill_batch(generate_round: Callable[[int, int], list[Group]], *, num_groups: int, max_refill_rounds: int,
-               drop_zero_variance: bool, first_round: int | None = None) -> tuple[list[Group], dict]:
-    """Collect ``num_groups`` groups. ``generate_round(n, r)`` returns ``n`` fresh groups for round ``r``.
-
-    Round 0 asks for ``first_round`` groups (``>= num_groups``, default ``num_groups``; over-sampled by
-    ``trainer.rl.oversample.first_round_size``); with ``drop_zero_variance`` the groups whose rewards all agree are
-    dropped, kept ones beyond ``num_groups`` are surplus (not trained on), and rounds 1..``max_refill_rounds`` each
-    ask for the number still missing; still short, dropped groups top the batch up (advantage 0). With several ranks
-    this runs on the *global* groups, so every rank takes the same decisions. Returns the groups (kept first, in
-    generation order) and counts: ``groups_generated``, ``groups_dropped``, ``groups_refilled``, ``refill_rounds``,
-    ``groups_padded_zero_variance``, ``zero_variance_frac`` (of round 0), ``zero_variance_groups`` (all rounds),
-    ``rounds``, ``groups_oversampled`` (round 0 beyond ``num_groups``), ``groups_surplus``.
-    """
-    if num_groups < 1:
-        raise ValueError(f"num_groups must be >= 1, got {num_groups}")
-    first_round = num_groups if first_round is None else first_round
-    if first_round < num_groups:
-        raise ValueError(f"first_round={first_round} must be >= num_groups={num_groups}")
-    kept: list[Group] = []
-    dropped: list[Group] = []
-    stats = {"groups_generated": 0, "groups_dropped": 0, "groups_refilled": 0, "refill_rounds": 0,
-             "groups_padded_zero_variance": 0, "zero_variance_frac": 0.0, "zero_variance_groups": 0, "rounds": 0,
-             "groups_oversampled": first_round - num_groups, "groups_surplus": 0}
-    for rnd in range(max_refill_rounds + 1):
-        need = (first_round if rnd == 0 else num_groups) - len(kept)
-        if need <= 0:
-            break
-        groups = generate_round(need, rnd)
-        if len(groups) != need:
-            raise RuntimeError(f"generation round {rnd} returned {len(groups)} groups, expected {need}")
-        stats["groups_generated"] += len(groups)
-        stats["rounds"] += 1
-        if rnd > 0:
-            stats["refill_rounds"] += 1
-        zv = [g.zero_variance for g in groups]
-        stats["zero_variance_groups"] += sum(zv)
-        if rnd == 0:
-            stats["zero_variance_frac"] = sum(zv) / len(groups)
-        for g, z in zip(groups, zv):
-            if drop_zero_variance and z:
-                dropped.append(g)
-                stats["groups_dropped"] += 1
-            elif len(kept) < num_groups:
-                kept.append(g)
-                stats["groups_refilled"] += rnd > 0
-            else:
-                stats["groups_surplus"] += 1
-        if not drop_zero_variance:
-            break
-    if len(kept) < num_groups:
-        pad = dropped[:num_groups - len(kept)]
-        stats["groups_padded_zero_variance"] = len(pad)
-        kept.extend(pad)
-    return kept, stats
+__all__ = ["Group", "Ranks", "Rollout", "RolloutSettings", "RolloutSource", "check_prompt_lengths", "fill_batch",
+           "load_rl_prompts", "prompt_seed", "rank_rows", "share"]
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -270,25 +99,6 @@ class RolloutSettings:
                    prompt_settings=prompt_settings, seed=seed,
                    shared_prompt=algo.shared_prompt, sft_coef=algo.sft_coef, sft_rows=algo.sft_rows,
                    sft_target=algo.sft_target)
-
-
-@dataclass
-class Ranks:
-    """This process's place among the ranks that build one global batch together: ``all_gather(obj) ->
-    [obj of rank 0, ..., obj of rank W-1]`` (``torch.distributed.all_gather_object``; may be None on one
-    process) exchanges the generated groups and the old log-probs (see the module docstring)."""
-
-    rank: int = 0
-    world: int = 1
-    all_gather: Callable[[Any], list] | None = None
-
-    @classmethod
-    def of(cls, accelerator) -> "Ranks":
-        from functools import partial
-
-        from trainer.core.distributed import all_gather_object
-
-        return cls(accelerator.process_index, accelerator.num_processes, partial(all_gather_object, accelerator))
 
 
 class RolloutSource:
@@ -503,7 +313,7 @@ class RolloutSource:
     def _token_metrics(self, samples: list[Rollout], masks: list[list[int]]) -> dict[str, float]:
         """``tokens_per_step`` (every row whole) and, with ``shared_prompt``, ``tokens_per_step_shared`` (each
         micro-batch's groups packed) and ``prompt_token_fraction_saved``; logs the groups that cannot share."""
-        from trainer.model.group_packing import packed_token_counts, report_unshared_groups
+        from trainer.logprobs.group_packing import packed_token_counts, report_unshared_groups
 
         unshared = sum(len(x.input_ids) for x in samples)
         if not self.s.shared_prompt:
@@ -582,7 +392,7 @@ def _portable(err: BaseException | None, rank: int) -> BaseException | None:
 
 
 def _pad(rows: list[list[int]], masks: list[list[int]], tokenizer):
-    from trainer.model.logprobs import right_pad
+    from trainer.logprobs.logprobs import right_pad
 
     return right_pad(rows, masks, tokenizer.pad_token_id if tokenizer.pad_token_id is not None
                      else tokenizer.eos_token_id)

@@ -11,6 +11,9 @@ advantages, old log-probs and micro-batching.
 - ``PairedContextMode`` (``algo.rollout_mode=paired_context``, :mod:`trainer.rl.paired_rollouts`): Knowledgeable-R1's
   paired rollouts, G completions with the row's context and G without, with advantages of their own.
 
+The single-turn modes are a registry by name, :data:`trainer.rl.modes.MODES` (``algo.rollout_mode``); a mode's
+:meth:`SingleTurnMode.check_rows` refuses rows it cannot sample.
+
 A new mode subclasses :class:`RolloutMode` and supplies ``generate`` (the backend calls) and ``to_groups``
 (tokens and rewards), and ``advantages`` where its groups are not GRPO's; the timing metrics
 (``time_generation_s``, and ``time_reward_s`` for a mode that scores after generating) come from
@@ -24,8 +27,9 @@ from typing import Any, Callable
 
 from selectrust.generation.prompts import prompt_messages, render_prompt
 
+from .groups import Group, Rollout
 from .rewards import judge_status
-from .rollout import Group, Rollout, RolloutSettings
+from .rollout import RolloutSettings
 
 
 class RolloutMode:
@@ -85,6 +89,10 @@ class SingleTurnMode(RolloutMode):
     def __init__(self, settings: RolloutSettings, tokenizer, reward):
         super().__init__(settings, tokenizer)
         self.reward = reward
+
+    @classmethod
+    def check_rows(cls, rows: list[dict]) -> None:
+        """Refuse prompt rows this mode cannot sample (``DataError``), before any model loads; any row will do here."""
 
     def generate(self, backend, items, seeds, adapter):
         return backend.generate([self.request(r["prompt"], seed, adapter) for r, seed in zip(items, seeds)])

@@ -1,10 +1,10 @@
 """GRPO's adapter sync before each rollout batch through a generation server that takes the adapter (capability
-``weight_sync``): the collective hook over :mod:`trainer.evaluation.weight_sync`, which the epoch-end evaluation
+``weight_sync``): the collective hook over :mod:`trainer.eval_bridge.weight_sync`, which the epoch-end evaluation
 of every trainer uses too."""
 
 from __future__ import annotations
 
-from trainer.evaluation.weight_sync import StaleWeightsError, adapter_root, lazy_adapter_sync
+from trainer.eval_bridge.weight_sync import StaleWeightsError, adapter_root, lazy_adapter_sync
 
 
 def rollout_sync_hook(ctx, get_backend, policy, tokenizer):
@@ -17,7 +17,7 @@ def rollout_sync_hook(ctx, get_backend, policy, tokenizer):
     collectively). ``get_backend()`` is the rollout backend (built on first use)."""
     from selectrust.generation.backends.transport import ServerError
 
-    from trainer.core.distributed import reduce_max
+    from trainer.runtime.distributed import reduce_max
 
     acc, gen = ctx.accelerator, ctx.cfg.generation
     get_sync = lazy_adapter_sync(get_backend, adapter_root(ctx), every_k_steps=gen.sync_every, tokenizer=tokenizer,

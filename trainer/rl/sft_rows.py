@@ -11,12 +11,12 @@ sample fails, and GRPO can never repair it. ``algo.sft_rows=zero_variance_failed
   exchange of ``trainer/rl/rollout.py``), so every rank picks the same rows and no collective is added.
 - Target completion: ``algo.sft_target`` (a format string over the row's fields, default ``"The answer is {gold}."``)
   tokenised on its own (no special tokens) with EOS appended, as DPO tokenises a chosen completion
-  (``trainer.model.logprobs.build_pair_batch``), after the prompt as the rollouts render it (``render_prompt``).
+  (``trainer.logprobs.logprobs.build_pair_batch``), after the prompt as the rollouts render it (``render_prompt``).
 - Split: global SFT row ``k`` goes to global micro-batch slot ``k mod (grad_accum * world)``, slot ``i * world + r``
   being micro-batch ``i`` of rank ``r`` (the order of ``rollout.rank_rows``); each slot's loss is normalised by the
   step's SFT tokens / ``(grad_accum * world)``, so the loop's mean over micro-batches and DDP's mean over ranks give the
   token mean over the step's SFT rows. A slot with no row adds nothing (no forward).
-- The SFT rows run unshared, in a forward of their own (``recipes/grpo.py``'s ``grpo_step``), whatever
+- The SFT rows run unshared, in a forward of their own (``trainer/rl/step.py``'s ``grpo_step``), whatever
   ``algo.shared_prompt`` says: they are one row per prompt, there is no group prompt to share.
 """
 
@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from selectrust.conditions import CORRECT
 from selectrust.core.io import DataError
 from selectrust.generation.prompts import PromptSettings, render_prompt
 
@@ -47,7 +48,7 @@ def check_sft_rows(rows: Sequence[dict], *, rule: str, template: str) -> None:
         if rule == "correct_context" and r.get("condition") is None:
             raise DataError("algo.sft_rows=correct_context needs every prompt row's condition", path=r.get("_path"),
                             line=r.get("_line"), field="condition")
-    if rule == "correct_context" and not any(r.get("condition") == "correct" for r in rows):
+    if rule == "correct_context" and not any(r.get("condition") == CORRECT for r in rows):
         raise DataError("algo.sft_rows=correct_context: no prompt row has condition 'correct'",
                         path=rows[0].get("_path") if rows else None, field="condition")
 
@@ -63,7 +64,7 @@ def picked_items(groups, rows_by_id: dict[str, dict], *, rule: str) -> list[str]
         if rule == "zero_variance_failed":
             hit = all(x <= 0 for x in g.rewards)
         elif rule == "correct_context":
-            hit = rows_by_id[g.item_id].get("condition") == "correct"
+            hit = rows_by_id[g.item_id].get("condition") == CORRECT
         else:
             raise ValueError(f"unknown sft_rows rule {rule!r}")
         if hit:
@@ -91,7 +92,7 @@ def sft_batch(groups, rows: Sequence[dict], *, rule: str, template: str, tokeniz
 def sft_microbatch(sft: dict | None, index: int, *, rank: int, world: int, grad_accum: int, tokenizer) -> dict | None:
     """Rank ``rank``'s share of ``sft`` (:func:`sft_batch`) for its micro-batch ``index`` (module docstring), padded:
     ``{"input_ids", "attention_mask", "completion_mask" (S, T), "num_tokens", "item_ids"}``; None when it has none."""
-    from trainer.model.logprobs import right_pad
+    from trainer.logprobs.logprobs import right_pad
 
     if not sft or not sft["item_ids"]:
         return None

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import random
 
-from selectrust.conditions import CLEAN, CORRECT, IRRELEVANT, MISLEADING, MIST_CONDITIONS
+from selectrust.conditions import CLEAN, CORRECT, IRRELEVANT, MISLEADING, MIST_CONDITIONS, check_contexts
 
 INSTRUCTION = "Answer in one short sentence."
 # channel -> {"train": wordings, "heldout": wordings}; {fact} is the relation's fact sentence, {Fact} capitalised.
@@ -72,6 +72,7 @@ def item_rows(item: dict, other: dict, question: str, fact: str, seed: int, spli
     contexts = {CLEAN: None, MISLEADING: context(item["subject"], item["wrong_value"]),
                 CORRECT: context(item["subject"], item["gold"]),
                 IRRELEVANT: context(other["subject"], other["gold"])}
+    check_contexts(contexts, "eval_hooks/builders/facts/wording.py")
     rows = []
     for cond in MIST_CONDITIONS:
         ctx = contexts[cond]

@@ -185,6 +185,29 @@ def check_record(rec: dict) -> tuple[str, str, str] | None:
     return None
 
 
+def _check_build_args(categories: Sequence[str], on_invalid: str) -> None:
+    """DataError on a category or an ``on_invalid`` that :func:`build_items` does not know."""
+    for c in categories:
+        if c not in CATEGORIES:
+            raise DataError(f"unknown category {c!r}", field="categories", accepted=", ".join(CATEGORIES))
+    if on_invalid not in ON_INVALID:
+        raise DataError(f"unknown on_invalid {on_invalid!r}", field="on_invalid", accepted=" | ".join(ON_INVALID))
+
+
+def _invalid_records(records: Sequence[tuple[int, dict]], *, on_invalid: str,
+                     path: str | Path | None) -> list[dict]:
+    """Every record validated before anything is built: the unusable ones as ``{line, field, problem}``
+    (``on_invalid="skip"``), or DataError naming the first (``"error"``)."""
+    invalid = []
+    for line, rec in records:
+        bad = check_record(rec)
+        if bad:
+            if on_invalid == "error":
+                raise DataError(bad[1], path=path, line=line, field=bad[0], accepted=bad[2])
+            invalid.append({"line": line, "field": bad[0], "problem": bad[1]})
+    return invalid
+
+
 def build_items(records: Sequence[tuple[int, dict]], *, seed: int = 0, categories: Sequence[str] = CATEGORIES,
                 path: str | Path | None = None, on_invalid: str = "skip", keep_unverified: bool = False,
                 rewriter=None, term_dir: Path | None = None) -> tuple[list[dict], dict]:
@@ -193,19 +216,9 @@ def build_items(records: Sequence[tuple[int, dict]], *, seed: int = 0, categorie
     question's T cannot be substituted; ``excluded_rewrite_needed``: T' absent from the evidence because
     the abstracts name T differently, what the rewrite path is for; ``excluded_verifier``: any other
     failed check), and ``excluded_items`` with their reasons."""
-    for c in categories:
-        if c not in CATEGORIES:
-            raise DataError(f"unknown category {c!r}", field="categories", accepted=", ".join(CATEGORIES))
-    if on_invalid not in ON_INVALID:
-        raise DataError(f"unknown on_invalid {on_invalid!r}", field="on_invalid", accepted=" | ".join(ON_INVALID))
+    _check_build_args(categories, on_invalid)
     terms, versions = load_all(*(() if term_dir is None else (term_dir,)))
-    invalid = []
-    for line, rec in records:  # validate everything before building anything
-        bad = check_record(rec)
-        if bad:
-            if on_invalid == "error":
-                raise DataError(bad[1], path=path, line=line, field=bad[0], accepted=bad[2])
-            invalid.append({"line": line, "field": bad[0], "problem": bad[1]})
+    invalid = _invalid_records(records, on_invalid=on_invalid, path=path)
     bad_lines = {b["line"] for b in invalid}
     items, stats, excluded = [], Counter(), []
     per_cat = {c: Counter() for c in categories if c != "original"}

@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from selectrust.core.errors import DataError
-from selectrust.conditions import CLEAN, CORRECT, IRRELEVANT, MISLEADING, MIST_CONDITIONS
+from selectrust.conditions import CLEAN, CORRECT, IRRELEVANT, MISLEADING, MIST_CONDITIONS, check_contexts
 from selectrust.core.io import read_records
 from ...parsers.open_answer import normalize_open_answer, open_tokens
 
@@ -241,6 +241,7 @@ def _rows(it: dict, other: dict) -> list[dict]:
     q = _question(it["question"])
     contexts = {CLEAN: None, MISLEADING: it["sub_context"], CORRECT: it["org_context"],
                 IRRELEVANT: other["org_context"]}
+    check_contexts(contexts, "eval_hooks/families/nq_swap/items.py")
     rows = []
     for cond in MIST_CONDITIONS:
         ctx = contexts[cond]

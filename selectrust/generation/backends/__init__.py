@@ -75,8 +75,21 @@ def backends_with(*capabilities: str) -> list[str]:
     return [n for n in loadable_backend_names() if any(getattr(get_backend(n).capabilities, c) for c in capabilities)]
 
 
+def backends_that(*capabilities: str, generation=None) -> str:
+    """``generation=<a> or generation=<b>``: the registered backends with any of ``capabilities`` (for messages).
+    With ``generation`` (the chosen ``generation`` node) of a backend with flavours (vllm_server's ``server_kind``),
+    the flavours that give one of ``capabilities`` come first, as the fix ``generation.server_kind=vllm``."""
+    fixes = [f"generation={n}" for n in backends_with(*capabilities)]
+    if generation is not None:
+        spec = get_backend(generation.backend)
+        current = str(getattr(generation, spec.flavour_key, None)) if spec.flavours else None
+        fixes[:0] = [f"generation.{spec.flavour_key}={k}" for k, caps in spec.flavours.items()
+                     if k != current and any(getattr(caps, c) for c in capabilities)]
+    return " or ".join(fixes)
+
+
 __all__ = ["BACKENDS", "BUILTIN", "ENTRY_POINT_GROUP", "BackendSpec", "BuildContext",
            "Capabilities", "GenerationBackend", "GenerationRequest", "GenerationResult", "HFBackend", "Sample",
-           "UnknownBackendError", "backend_names", "backends_with", "capabilities", "check_positive",
+           "UnknownBackendError", "backend_names", "backends_that", "backends_with", "capabilities", "check_positive",
            "check_settings", "get_backend", "loadable_backend_names", "register_backend", "setting",
            "truncate_at_stop", "unregister_backend"]

@@ -1,6 +1,6 @@
 """The adapter-checksum protocol between the trainer and a generation server's client.
 
-A LoRA adapter directory synced to a server (``trainer/evaluation/weight_sync.py`` writes it) carries
+A LoRA adapter directory synced to a server (``trainer/eval_bridge/weight_sync.py`` writes it) carries
 :data:`CHECKSUM_FILE`, one line: the sha256 of the directory's other files (:func:`adapter_checksum`). The
 trainer logs it on every metrics line; the client (``vllm_server.py``) puts its first 12 hex digits in the
 adapter's served name, so every rank names the same weights the same way and new weights always get a new

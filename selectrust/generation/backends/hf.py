@@ -27,6 +27,9 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Sequence
 
+from selectrust.model import load_model, load_tokenizer, resolve_mixed_precision
+from selectrust.model.precision import autocast_dtype
+
 from ..prompts import PromptSettings, request_prompt_ids
 from .base import (GenerationBackend, GenerationRequest, GenerationResult, Sample, derive_seed, label_probabilities,
                    label_sequences, truncate_at_stop)
@@ -238,7 +241,7 @@ class HFBackend(GenerationBackend):
 
     def __init__(self, model, tokenizer, *, batch_size: int = 32, prompt_settings: PromptSettings | None = None,
                  autocast_dtype=None, merge_lora: bool = True):
-        """``model``: a causal LM, or a peft model with its adapter (``trainer.evaluation.backend.build_inference_backend``
+        """``model``: a causal LM, or a peft model with its adapter (``trainer.eval_bridge.backend.build_inference_backend``
         loads one after checking it). ``autocast_dtype`` (e.g. ``torch.bfloat16``): generate under
         ``torch.autocast`` in that dtype (weights unchanged; recorded log-probs still computed in fp32). None: the
         model's own dtype. Each weight is cast once per batch, also a frozen one (:func:`_casts_cached`).
@@ -429,17 +432,13 @@ def build(settings: HFSettings, ctx: BuildContext) -> HFBackend:
     here (on CUDA when present)."""
     import torch
 
-    from selectrust.model import resolve_mixed_precision
-
     model, tokenizer = ctx.model, ctx.tokenizer
     if model is None:
-        from selectrust.model import load_model, load_tokenizer
-
         tokenizer = load_tokenizer(ctx.model_path)
         model = load_model(ctx.model_path, device="cuda" if torch.cuda.is_available() else "cpu")
     device = next(model.parameters()).device.type
     mp = resolve_mixed_precision(settings.mixed_precision, cpu=device == "cpu")
-    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(mp)
+    dtype = autocast_dtype(mp)
     return HFBackend(model, tokenizer, batch_size=settings.batch_size, prompt_settings=ctx.prompt_settings,
                      autocast_dtype=dtype, merge_lora=settings.merge_lora)
 

@@ -514,7 +514,7 @@ class VLLMServerSettings:
     probe_threshold: Optional[float] = setting(None, "Max mean |Δlogp| between server and trainer on the probe "
                                                      "sequence. None: by the server's precision, measured at the "
                                                      "first sync (0.05 for a float32 server, 0.3 for a 16-bit one; "
-                                                     "trainer/evaluation/weight_sync.py). A server that did not follow "
+                                                     "trainer/eval_bridge/weight_sync.py). A server that did not follow "
                                                      "the trainer's move since the last sync is stale at any threshold.")
     adapter_dir: Optional[str] = setting(None, "Shared directory for synced adapters (None = <run_dir>/adapters).")
     server_log: Optional[str] = setting(None, "Log file of an externally started server (launch/vllm_launcher.py "

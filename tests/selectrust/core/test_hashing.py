@@ -2,7 +2,7 @@
 
 The directory hashes decide whether a finished chain stage is reused (``stage_start.json``) and whether a resumed
 run's data changed (``data_hashes.json``): their values are pinned here on fixed bytes, as the code before
-selectrust/core/hashing.py computed them (trainer.data.pins.tree_sha256 and trainer.core.stage_start.weights_sha256),
+selectrust/core/hashing.py computed them (trainer.data.pins.tree_sha256 and recipes.stages.start.weights_sha256),
 so records written before the move still match."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import os
 
 from selectrust.core import hashing
 from selectrust.core.hashing import dir_sha256, file_sha256, file_sha256_once
-from trainer.core.stage_start import path_identity, weights_sha256
+from recipes.stages.start import path_identity, weights_sha256
 from trainer.data.pins import pin
 
 TREE = "7a0b1d1897713a2b54e5b2c263da0dfca26eb0d15a21ec83e86a77ca0d59b318"     # every file, recursively

@@ -7,7 +7,8 @@ import pytest
 
 from selectrust.core.hf_data import parse_hf_spec
 from selectrust.core.io import DataError, read_records
-from trainer.data.train_data import load_pairs, resolve_data_path
+from trainer.data.train_data import resolve_data_path
+from trainer.dpo.data import load_pairs
 from trainer.rl.rollout import load_rl_prompts
 
 import datasets  # noqa: E402  (a dependency: a missing install fails, it does not skip)

@@ -13,7 +13,7 @@ import selectrust.core.plugins as plugins
 from selectrust.core.errors import PluginError
 from selectrust.core.io import DataError
 from selectrust.core.plugins import Registry
-from trainer.config import ConfigError
+from selectrust.core.errors import ConfigError
 
 
 def toy_reward(completion: str, row: dict) -> float:

@@ -97,7 +97,7 @@ def test_renderer_rules_by_hand(tokenizers):
 
 @pytest.mark.parametrize("name,overrides,tok_name", CASES, ids=IDS)
 def test_dpo_ids_equal_eval_ids(tokenizers, name, overrides, tok_name):
-    from trainer.model.logprobs import build_preference_batch
+    from trainer.logprobs.logprobs import build_preference_batch
 
     tok, settings = tokenizers[tok_name], _settings("dpo", overrides)
     b = build_preference_batch(tok, [PROMPT], ["7"], ["3"], max_prompt_len=512, max_completion_len=8,
@@ -109,7 +109,7 @@ def test_dpo_ids_equal_eval_ids(tokenizers, name, overrides, tok_name):
 
 @pytest.mark.parametrize("name,overrides,tok_name", CASES, ids=IDS)
 def test_sft_ids_equal_eval_ids(tokenizers, name, overrides, tok_name):
-    from trainer.data.sft_data import collate_sft
+    from trainer.sft.data import collate_sft
 
     tok, settings = tokenizers[tok_name], _settings("sft", overrides)
     ex = {"item_id": "a", "messages": [{"role": "user", "content": PROMPT}, {"role": "assistant", "content": "7"}]}
@@ -170,7 +170,7 @@ class _RecordingHF(HFBackend):
 def test_mining_ids_equal_eval_ids(tokenizers, name, overrides, tok_name):
     """Mining generates from the evaluation ids, and DPO on the mined pairs trains on them too."""
     from trainer.data.mining import mine
-    from trainer.model.logprobs import build_preference_batch
+    from trainer.logprobs.logprobs import build_preference_batch
 
     tok = tokenizers[tok_name]
     settings = _settings("mine_pairs", overrides)

@@ -161,7 +161,7 @@ def test_vllm_server_evaluation_against_llama_cpp_runs_in_text_mode(tmp_path, se
      "label probabilities.*eval.med.label_probs=false"),
 ])
 def test_openai_chat_config_is_checked_before_anything_runs(tmp_path, extra, match):
-    from trainer.config import ConfigError
+    from selectrust.core.errors import ConfigError
 
     cfg = compose("evaluate", [f"eval.path={FIXTURES / 'mist_small.jsonl'}", f"out_dir={tmp_path}",
                                "generation=openai_chat", *extra])
@@ -170,7 +170,8 @@ def test_openai_chat_config_is_checked_before_anything_runs(tmp_path, extra, mat
 
 
 def test_grpo_refuses_openai_chat():
-    from trainer.config import ConfigError, validate_grpo
+    from selectrust.core.errors import ConfigError
+    from trainer.config import validate_grpo
 
     cfg = compose("grpo", ["generation=openai_chat", "generation.model=m"])
     with pytest.raises(ConfigError, match="openai_chat cannot run GRPO rollouts"):

@@ -8,7 +8,8 @@ import torch
 from omegaconf import OmegaConf
 
 from recipe_utils import compose, read_metrics, run_recipe
-from trainer.config import ConfigError, ModelConfig
+from selectrust.core.errors import ConfigError
+from trainer.config import ModelConfig
 
 SFT = ["recipe=box2_sft_tiny", "model.lora.enabled=true", "model.lora.r=16", "model.lora.alpha=32",
        "model.lora.target_modules=[q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj,lm_head]",
@@ -42,7 +43,7 @@ def _batch():
 
 
 def _logps(model, batch):
-    from trainer.model.logprobs import sequence_logprobs
+    from trainer.logprobs.logprobs import sequence_logprobs
 
     with torch.no_grad():
         return sequence_logprobs(model, *batch)[1]
@@ -78,7 +79,7 @@ def test_policy_and_reference_start_as_the_sft_model(sft_adapter, mode, lora):
 
 def test_continue_trains_the_loaded_adapter_and_keeps_a_frozen_reference_copy(sft_adapter, tmp_path):
     from selectrust.model import REFERENCE_ADAPTER, Reference, load_policy, save_policy
-    from trainer.core.optim import build_optimizer
+    from trainer.runtime.optim import build_optimizer
 
     batch = _batch()
     sft = _logps(_sft_model(sft_adapter), batch)
@@ -88,7 +89,7 @@ def test_continue_trains_the_loaded_adapter_and_keeps_a_frozen_reference_copy(sf
     assert trainable and all("lora_" in n and f".{REFERENCE_ADAPTER}." not in n for n in trainable)
     opt = build_optimizer(policy, OmegaConf.create({"lr": 0.05, "betas": [0.9, 0.999], "eps": 1e-8,
                                                     "weight_decay": 0.0}))
-    from trainer.model.logprobs import sequence_logprobs
+    from trainer.logprobs.logprobs import sequence_logprobs
 
     with ref.context(policy) as m:  # the context must leave the trained adapter trainable
         _logps(m, batch)
@@ -108,9 +109,9 @@ def test_continue_trains_the_loaded_adapter_and_keeps_a_frozen_reference_copy(sf
 
 def _spy_first_policy_forward(monkeypatch):
     """Records the inputs and token log-probs of the first gradient-enabled forward (step 1's policy), through
-    the unshared path or GRPO's shared-prompt one (``algo.shared_prompt``, trainer/model/group_packing.py)."""
-    import trainer.model.group_packing as gp
-    import trainer.model.logprobs as lp
+    the unshared path or GRPO's shared-prompt one (``algo.shared_prompt``, trainer/logprobs/group_packing.py)."""
+    import trainer.logprobs.group_packing as gp
+    import trainer.logprobs.logprobs as lp
 
     seen = {}
 
@@ -144,7 +145,7 @@ def test_grpo_from_sft_adapter_first_step_kl_is_zero(sft_adapter, tmp_path, monk
 def test_dpo_from_sft_adapter_first_step_margins_are_zero(sft_adapter, tmp_path, monkeypatch, mode):
     seen = _spy_first_policy_forward(monkeypatch)
     # the spy reads the two-sequence path (data.shared_prompt=false); the packed path equals it
-    # (tests/trainer/model/test_shared_prompt.py)
+    # (tests/trainer/logprobs/test_shared_prompt.py)
     run_recipe("dpo", "dpo", [*COMMON, "optim.batch_size=8", f"model.init_adapter={sft_adapter}",
                               f"model.init_adapter_mode={mode}", f"trainer.run_dir={tmp_path}",
                               "data.shared_prompt=false"])
@@ -170,7 +171,7 @@ def test_merge_export_writes_the_merged_model(sft_adapter, tmp_path):
 
 
 def test_standalone_evaluation_merges_the_init_adapter(sft_adapter):
-    from trainer.evaluation import build_inference_backend
+    from trainer.eval_bridge import build_inference_backend
 
     cfg = compose("evaluate", [f"model.init_adapter={sft_adapter}"])
     backend = build_inference_backend(cfg.model, cfg.generation)
@@ -187,7 +188,7 @@ def test_standalone_evaluation_of_an_adapter_merges_it_only_in_fp32(sft_adapter,
     ``test_hf_generation``). Either way the log-probs equal the peft model's."""
     from peft import PeftModel
 
-    from trainer.evaluation import build_inference_backend
+    from trainer.eval_bridge import build_inference_backend
 
     cfg = compose("evaluate", [f"generation.mixed_precision={precision}"])
     model = build_inference_backend(cfg.model, cfg.generation, adapter_path=str(sft_adapter)).model.cpu()
@@ -276,7 +277,7 @@ def test_a_nan_adapter_is_refused_everywhere_naming_file_and_tensor(sft_adapter,
 def test_a_nan_adapter_is_refused_where_it_loads(sft_adapter, tmp_path):
     """Code that loads an adapter without the config checks (a pipeline's own evaluation) refuses it too."""
     from selectrust.model import AdapterError, load_base_with_adapters, load_policy
-    from trainer.evaluation import build_inference_backend
+    from trainer.eval_bridge import build_inference_backend
 
     bad, name = _nan_adapter(sft_adapter, tmp_path)
     with pytest.raises(AdapterError, match=f"tensor '{name}'"):

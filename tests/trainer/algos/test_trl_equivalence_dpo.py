@@ -115,7 +115,7 @@ def test_model_level_loss_and_gradients_match_trl_dpo_trainer(tiny_model_dir, ti
     from datasets import Dataset
 
     from selectrust.model import load_model
-    from trainer.model.logprobs import build_preference_batch, sequence_logprobs
+    from trainer.logprobs.logprobs import build_preference_batch, sequence_logprobs
 
     beta = 0.1
     tok = tiny_tokenizer
@@ -147,7 +147,7 @@ def test_model_level_loss_and_gradients_match_trl_dpo_trainer(tiny_model_dir, ti
     assert torch.equal(ours_batch.attention_mask, batch["attention_mask"])
     assert torch.equal(ours_batch.completion_mask, batch["completion_mask"])
 
-    model = trainer.model
+    model = trainer.logprobs
     model.train()
     model.zero_grad(set_to_none=True)
     trl_loss = trainer.compute_loss(model, dict(batch))
@@ -215,7 +215,7 @@ def test_model_level_simpo_matches_trl_cpo_length_normalised_logps_loss_and_grad
 
     from selectrust.model import load_model
     from trainer.dpo.losses import dpo_loss
-    from trainer.model.logprobs import build_preference_batch, sequence_logprobs
+    from trainer.logprobs.logprobs import build_preference_batch, sequence_logprobs
 
     beta, gamma = 2.0, 1.0
     simpo = dpo_loss("simpo")

@@ -6,7 +6,8 @@ import pytest
 from omegaconf import OmegaConf
 
 from recipe_utils import CONF, compose
-from trainer.config import (ConfigError, validate_common, validate_distill, validate_dpo, validate_grpo, validate_sft)
+from selectrust.core.errors import ConfigError
+from trainer.config import (validate_common, validate_distill, validate_dpo, validate_grpo, validate_sft)
 
 PRIMARIES = {"dpo": validate_dpo, "sft": validate_sft, "grpo": validate_grpo,
              "evaluate": validate_common, "mine_pairs": validate_common, "distill": validate_distill}
@@ -179,7 +180,7 @@ def test_choice_fields_compare_format_and_save_as_plain_strings(tmp_path):
     import json
 
     from trainer.config import Aggregation, Choice
-    from trainer.core.run_dir import config_differences
+    from trainer.runtime.run_dir import config_differences
 
     cfg = compose("grpo", ["algo.aggregation=sequence_mean", "eval.med.formats=[free]"])
     a = cfg.algo.aggregation
@@ -219,7 +220,7 @@ def test_removed_dead_keys_are_unknown():
 def test_resume_tolerates_keys_added_since_the_run_at_their_defaults():
     """A run saved before a key existed resumes when the key is at its schema default; a non-default value of a
     new key, and a key that is gone now (removed or renamed), are still reported."""
-    from trainer.core.run_dir import config_differences, schema_defaults
+    from trainer.runtime.run_dir import config_differences, schema_defaults
 
     cfg = compose("dpo", [])
     defaults = schema_defaults(cfg)

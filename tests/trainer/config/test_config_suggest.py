@@ -9,7 +9,8 @@ import pytest
 
 import dist_helpers as dh
 from recipe_utils import compose
-from trainer.config import ConfigError, validate_grpo
+from selectrust.core.errors import ConfigError
+from trainer.config import validate_grpo
 
 
 @pytest.mark.parametrize("recipe,override,guess", [

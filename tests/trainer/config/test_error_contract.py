@@ -21,7 +21,7 @@ import pytest
 
 import dist_helpers as dh
 from recipe_utils import compose, run_recipe
-from trainer.config import ConfigError
+from selectrust.core.errors import ConfigError
 
 FIXTURES = dh.REPO / "tests" / "data" / "eval"
 

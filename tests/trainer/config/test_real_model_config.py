@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from recipe_utils import compose
-from trainer.config import ConfigError, check_real_model_settings
+from selectrust.core.errors import ConfigError
+from trainer.config import check_real_model_settings
 
 
 def test_model_group_brings_real_lora():

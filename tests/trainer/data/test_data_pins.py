@@ -10,7 +10,7 @@ import pytest
 
 import dist_helpers as dh
 from recipe_utils import run_recipe
-from trainer.config import ConfigError
+from selectrust.core.errors import ConfigError
 
 
 @pytest.fixture(autouse=True)

@@ -13,14 +13,15 @@ from eval_hooks import compute_metrics
 from selectrust.conditions import MIST_CONDITIONS as CONDS
 from mining_fakes import TableBackend, rows_for
 from recipe_utils import load_recipe
-from trainer.config import ConfigError, KnowledgeConfig, validate_knowledge
+from selectrust.core.errors import ConfigError
+from trainer.config import KnowledgeConfig, validate_knowledge
 from trainer.data.mining import mine
-from trainer.data.train_data import ConditionSampler, check_pool_mass, load_pairs, pool_mass
+from trainer.data.train_data import ConditionSampler, check_pool_mass, pool_mass
+from trainer.dpo.data import load_pairs
 
 
 def knowledge_cfg(**kw):
-    return OmegaConf.structured(KnowledgeConfig(enabled=True, k=4, temperature=1.0, known_threshold=0.75,
-                                                unknown_threshold=0.25, **kw))
+    return KnowledgeConfig(enabled=True, k=4, temperature=1.0, known_threshold=0.75, unknown_threshold=0.25, **kw)
 
 
 FIXTURE = {
@@ -87,7 +88,7 @@ def test_k1_is_one_greedy_answer():
     rows = rows_for(1, 4, 7)
     backend = TableBackend({"Q1 clean": "4", "Q1 hint": "7"})
     mine(rows, backend, max_new_tokens=2, use_fallback=False, fallback_note="n {gold}", leak_patterns=[],
-                  model_name="m", knowledge=OmegaConf.structured(KnowledgeConfig(enabled=True, k=1)))
+                  model_name="m", knowledge=KnowledgeConfig(enabled=True, k=1))
     assert backend.asked[0] == ("Q1 clean", 1, 0.0)
 
 

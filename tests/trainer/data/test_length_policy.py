@@ -4,8 +4,9 @@ import pytest
 
 from selectrust.core.io import DataError
 from selectrust.generation.prompts import PromptSettings
-from trainer.data.train_data import PairSet, apply_length_policy, truncation_policy
-from trainer.data.sft_data import apply_sft_length_policy
+from trainer.data.train_data import truncation_policy
+from trainer.dpo.data import PairSet, apply_length_policy
+from trainer.sft.data import apply_sft_length_policy
 
 
 def _measure(n):  # rows are lengths; over 4 is too long

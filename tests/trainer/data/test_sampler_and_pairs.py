@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from selectrust.core.io import DataError
-from trainer.data.train_data import (ConditionSampler, ShuffleSampler, condition_mass, load_pairs, unmatch_pairs)
+from trainer.data.train_data import ConditionSampler, ShuffleSampler, condition_mass
+from trainer.dpo.data import load_pairs, unmatch_pairs
 
 CONDS = ["clean", "misleading", "correct", "irrelevant"]
 

@@ -135,7 +135,7 @@ def test_advise_command_writes_one_note_per_fork(tmp_path):
 
 def test_advise_bad_input_before_model_load(tmp_path):
     from recipe_utils import run_recipe
-    from trainer.config import ConfigError
+    from selectrust.core.errors import ConfigError
 
     with pytest.raises(ConfigError, match="advice.forks_path"):
         run_recipe("advise", "distill", ["recipe=taste_tiny", "model.path=tiny"])

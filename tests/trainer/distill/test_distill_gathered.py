@@ -167,7 +167,7 @@ def test_kl_step_equals_the_dense_reference(tmp_path, support, cache, temperatur
 def test_kl_step_never_runs_the_lm_head_on_more_than_one_column(tmp_path, support):
     """Both models run with logits_to_keep=1: the LM head module only ever sees one position per row (the
     support's log-probs come from the captured hidden states, a chunk at a time)."""
-    from trainer.model.chunked_logprobs import lm_head_of
+    from trainer.logprobs.chunked_logprobs import lm_head_of
 
     steps, model, views = make_steps(tmp_path, [f"algo.topk_support={support}"])
     seen = []

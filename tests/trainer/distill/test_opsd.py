@@ -94,14 +94,16 @@ def test_opsd_tiny_composes_and_validates():
     ("data.eval_path=x.jsonl", "data.eval_path"),
 ])
 def test_opsd_config_errors_are_explicit(override, needle):
-    from trainer.config import ConfigError, validate_distill
+    from selectrust.core.errors import ConfigError
+    from trainer.config import validate_distill
 
     with pytest.raises(ConfigError, match=needle.replace(".", r"\.")):
         validate_distill(_opsd_cfg(override))
 
 
 def test_mist_style_outside_the_toy_is_validated_too():
-    from trainer.config import ConfigError, validate_distill
+    from selectrust.core.errors import ConfigError
+    from trainer.config import validate_distill
 
     cfg = compose("distill", ["algo=opsd", "data.prompt_style=mist", f"data.train_path={TOY_TRAIN}",
                               "model.lora.enabled=true"])
@@ -111,7 +113,7 @@ def test_mist_style_outside_the_toy_is_validated_too():
 
 def test_the_files_pipeline_refuses_mist_views_with_a_pointer(tmp_path):
     """recipes/distill.py's taste pipeline (pipeline.kind=taste) evaluates taste forks: MIST views get a clear error."""
-    from trainer.config import ConfigError
+    from selectrust.core.errors import ConfigError
 
     cfg = compose("distill", ["recipe=opsd_tiny", "pipeline.kind=taste", f"data.train_path={TOY_TRAIN}",
                               f"trainer.run_dir={tmp_path}"])
@@ -123,7 +125,7 @@ def test_the_files_pipeline_refuses_mist_views_with_a_pointer(tmp_path):
 def test_the_old_data_source_spelling_points_to_the_pipeline_kind(tmp_path, pipeline_kind):
     """OPSD was ``data.source=mist``; it is ``pipeline.kind=opsd`` now, and the old spelling says so before
     anything runs, whichever pipeline it lands in."""
-    from trainer.config import ConfigError
+    from selectrust.core.errors import ConfigError
 
     cfg = compose("distill", ["recipe=opsd_tiny", "data.source=mist", f"pipeline.kind={pipeline_kind}",
                               f"trainer.run_dir={tmp_path}"])
@@ -135,8 +137,8 @@ def test_the_old_data_source_spelling_points_to_the_pipeline_kind(tmp_path, pipe
 def test_the_pipeline_kind_picks_the_pipeline(monkeypatch, tmp_path):
     """recipes/distill.py runs the OPSD pipeline for pipeline.kind=opsd (recipe=opsd_tiny) and the taste
     pipeline otherwise (the pipelines' own runs are stubbed: only the choice is under test)."""
-    import trainer.distill.pipeline as taste
-    import trainer.distill.opsd_pipeline as opsd
+    import recipes.pipelines.taste_distill as taste
+    import recipes.pipelines.opsd as opsd
 
     monkeypatch.setattr(opsd.OpsdPipeline, "run", lambda self: {"ran": "opsd"})
     monkeypatch.setattr(taste.DistillPipeline, "run", lambda self: {"ran": "taste"})
@@ -146,7 +148,8 @@ def test_the_pipeline_kind_picks_the_pipeline(monkeypatch, tmp_path):
 
 
 def test_the_opsd_pipeline_kind_needs_what_it_evaluates():
-    from trainer.config import ConfigError, validate_distill
+    from selectrust.core.errors import ConfigError
+    from trainer.config import validate_distill
 
     with pytest.raises(ConfigError, match=r"pipeline\.kind=opsd: pipeline\.eval_sets"):
         validate_distill(_opsd_cfg("pipeline.eval_sets=[]"))

@@ -5,7 +5,8 @@ import torch
 
 from selectrust.generation.prompts import PromptSettings
 from tests.box2_fakes import ScriptedBackend
-from trainer.config import ConfigError, GRPOAlgoConfig
+from selectrust.core.errors import ConfigError
+from trainer.config import GRPOAlgoConfig
 from trainer.data.train_data import ShuffleSampler
 from trainer.rl.envs import ToyLookupEnv, WebShopEnv, episode_seed, resolve_env, run_episodes
 from trainer.rl.rollout import RolloutSettings, RolloutSource

@@ -15,7 +15,8 @@ import dist_helpers as dh
 from recipe_utils import compose
 from selectrust.generation.prompts import PromptSettings
 from tests.box2_fakes import ScriptedBackend
-from trainer.config import ConfigError, GRPOAlgoConfig, validate_grpo
+from selectrust.core.errors import ConfigError
+from trainer.config import GRPOAlgoConfig, validate_grpo
 from trainer.rl.oversample import MAX_OVERSAMPLE_CAP, MAX_ROUND_COMPLETIONS, first_round_size
 
 
@@ -98,7 +99,7 @@ def _source(tokenizer, sampler, backend):
 
 
 def _stopped(src):
-    from trainer.core import interrupt
+    from trainer.runtime import interrupt
 
     stops = interrupt.StopSignals().install()
     try:

@@ -186,8 +186,8 @@ def _step_inputs(tiny_model, tiny_tokenizer):
 
 def _loss(model, mb, **algo):
     from selectrust.model.policy import Reference
-    from recipes.grpo import grpo_step
-    from trainer.model.logprobs import sequence_logprobs
+    from trainer.rl.step import grpo_step
+    from trainer.logprobs.logprobs import sequence_logprobs
 
     model.zero_grad(set_to_none=True)
     loss, metrics = grpo_step(model, mb, algo=GRPOAlgoConfig(kl_beta=0.05, **algo), reference=Reference(model, lora=True),
@@ -198,7 +198,7 @@ def _loss(model, mb, **algo):
 
 
 def test_the_term_changes_the_loss_only_when_coef_is_positive(tiny_model, tiny_tokenizer):
-    from trainer.model.logprobs import sequence_logprobs
+    from trainer.logprobs.logprobs import sequence_logprobs
 
     model, mb, with_sft = _step_inputs(tiny_model, tiny_tokenizer)
     today, m_today, g_today = _loss(model, mb)  # the micro-batch as the rollouts built it before the SFT term
@@ -223,7 +223,7 @@ def test_the_term_changes_the_loss_only_when_coef_is_positive(tiny_model, tiny_t
 
 # ---- config and recipe -------------------------------------------------------------------------------------------
 def test_config_checks_fail_in_one_line():
-    from trainer.config import ConfigError
+    from selectrust.core.errors import ConfigError
     from trainer.config.validation import _validate_sft_term
 
     def cfg(max_steps=10, **algo):

@@ -1,4 +1,4 @@
-"""Shared-prompt GRPO (``algo.shared_prompt``, trainer/model/group_packing.py): one packed row per group
+"""Shared-prompt GRPO (``algo.shared_prompt``, trainer/logprobs/group_packing.py): one packed row per group
 against the unshared rollout micro-batch, in float32, on the tiny model with LoRA: the GRPO step's loss
 (clipped surrogate with stored old log-probs, the k3 KL to the adapter-disabled reference and the
 truncated IS weights of a ``generation=vllm_server`` rollout), its metrics, the per-token log-probs and
@@ -15,11 +15,11 @@ import torch
 from torch.testing import assert_close
 
 from selectrust.model.policy import Reference
-from recipes.grpo import grpo_step
+from trainer.rl.step import grpo_step
 from trainer.config import GRPOAlgoConfig
-from trainer.model.group_packing import (group_fallbacks, group_sequence_logprobs, pack_groups, packed_token_counts,
+from trainer.logprobs.group_packing import (group_fallbacks, group_sequence_logprobs, pack_groups, packed_token_counts,
                                          report_unshared_groups, shared_prefix_runs)
-from trainer.model.logprobs import right_pad, sequence_logprobs
+from trainer.logprobs.logprobs import right_pad, sequence_logprobs
 
 TOL = dict(rtol=1e-5, atol=1e-5)
 BUDGET = 6  # the rollouts' max_new_tokens
@@ -178,9 +178,9 @@ def test_algo_shared_prompt_is_on_by_default_and_falls_back_visibly(caplog):
 
     from hydra import compose, initialize_config_dir
 
-    from recipes.grpo import use_shared_prompt
+    from trainer.rl.step import use_shared_prompt
     from trainer.config import register_schemas, validate_grpo
-    from trainer.config.validation import ConfigError
+    from selectrust.core.errors import ConfigError
 
     register_schemas()
     with initialize_config_dir(str(Path(__file__).resolve().parents[3] / "conf"), version_base=None):

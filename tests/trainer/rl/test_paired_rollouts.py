@@ -12,12 +12,15 @@ from selectrust.core.io import DataError
 from selectrust.generation.backends.base import derive_seed
 from selectrust.generation.prompts import PromptSettings, render_prompt
 from tests.box2_fakes import ScriptedBackend, assert_same_microbatches
+from trainer.algos.choices import ROLLOUT_MODES
 from trainer.algos.paired_context import paired_context_advantages
 from trainer.config import GRPOAlgoConfig
 from trainer.data.train_data import ShuffleSampler
 from trainer.rl.paired_rollouts import NO_CONTEXT, PairedContextMode, check_paired_rows, no_context_prompt
 from trainer.rl.rewards import GuardedReward, resolve_reward
 from trainer.rl.rollout import RolloutSettings, RolloutSource, prompt_seed
+from trainer.rl.modes import MODES
+from trainer.rl.rollout_modes import SingleTurnMode
 
 G = 4
 
@@ -183,7 +186,8 @@ def test_shared_prompt_packs_the_two_prompts_without_a_fallback(tiny_tokenizer):
 # ---- config and the recipe ------------------------------------------------------------------------------------------
 def test_config_checks_fail_in_one_line():
     from tests.recipe_utils import compose
-    from trainer.config import ConfigError, validate_grpo
+    from selectrust.core.errors import ConfigError
+    from trainer.config import validate_grpo
 
     paired = ["recipe=grpo_tiny", "algo.rollout_mode=paired_context"]
     validate_grpo(compose("grpo", [*paired, "optim.batch_size=48"]), world=1)  # 4 prompts x 4 samples x 3 rows
@@ -222,3 +226,13 @@ def test_grpo_trains_with_paired_rollouts_end_to_end(tmp_path):
     p = _run(tmp_path / "bad", *small, "optim.batch_size=24")
     assert p.returncode == 2 and "line 1, field 'context': algo.rollout_mode=paired_context" in p.stderr
     assert not (tmp_path / "bad" / "metrics.jsonl").exists()
+
+
+def test_the_rollout_mode_registry_holds_the_configs_names():
+    """``algo.rollout_mode`` picks a class from ``trainer.rl.rollout_modes.MODES`` (no if/elif in the recipe); the
+    config's torch-free choice names the same modes, in the same order."""
+    assert tuple(MODES) == ROLLOUT_MODES
+    assert MODES.get("single_turn") is SingleTurnMode and MODES.get("paired_context") is PairedContextMode
+    SingleTurnMode.check_rows([{"prompt": "no context here"}])  # any row will do
+    with pytest.raises(DataError):
+        PairedContextMode.check_rows([{"item_id": "a", "prompt": "no context here"}])

@@ -2,7 +2,7 @@ import math
 
 import pytest
 
-from trainer.config import ConfigError
+from selectrust.core.errors import ConfigError
 from trainer.rl.rewards import REGISTRY, GuardedReward, RewardError, resolve_reward
 
 

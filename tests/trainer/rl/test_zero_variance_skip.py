@@ -119,7 +119,7 @@ def test_the_config_refuses_a_probability_outside_0_1():
     from hydra.core.global_hydra import GlobalHydra
 
     from trainer.config import register_schemas, validate_grpo
-    from trainer.config.validation import ConfigError
+    from selectrust.core.errors import ConfigError
 
     register_schemas()
     GlobalHydra.instance().clear()
