@@ -18,9 +18,15 @@ without GPUs the nodes get ``ACCELERATE_USE_CPU=true`` (without it each rank tra
 there, see launch/README.md#on-cpu-tests-and-debugging).
 
 ``local`` starts the nodes as separate process groups on a free port of 127.0.0.1, prefixes their output with
-``[node<R>]``, forwards SIGINT/SIGTERM/SIGUSR1 to every node (the trainers checkpoint and exit) and exits with the
-first non-zero exit code of a node (0 when all succeeded). When a node dies, the others stop by themselves with one
-line (``trainer.dist_timeout_s``; launch/README.md#several-nodes). This module does not import torch.
+``[node<R>]``, forwards SIGINT/SIGTERM/SIGUSR1 to every node (the trainers checkpoint and exit). A rank's one-line
+``error: ...`` is printed once, on stderr, without torch elastic's ``ChildFailedError`` report, and the launcher exits
+2 when a rank refused its input, else with the first non-zero exit code of a node (0 when all succeeded). When a
+node fails, the others get ``--stop-after`` seconds to end by themselves (a rank that lost its peer says so in one
+line), then SIGTERM, then SIGKILL.
+
+Bad arguments (node counts, ranks, ports out of range, a port in use, a recipe or config that does not exist) are
+one line ``error: ...``, exit 2, before anything starts, in every mode (launch/README.md#several-nodes). This module
+does not import torch.
 """
 
 from __future__ import annotations
