@@ -244,14 +244,15 @@ KILL_AFTER_S = 45.0  # then SIGTERM; after this much longer, SIGKILL (torch elas
 def run_local(spec: Spec, script_args: Sequence[str], *, stop_after: float = STOP_AFTER_S) -> int:
     """Run every node of ``spec`` on this machine until all have exited. When a node fails, the others get
     ``stop_after`` seconds to end by themselves (a rank notices a lost peer at its next collective), then SIGTERM,
-    and :data:`KILL_AFTER_S` later SIGKILL: no node waits for a dead one. Prints the ranks' one-line errors once
-    each, on stderr (those of ranks that refused their input when there are such), and returns 2 when a rank
-    refused its input, else the first non-zero exit code of a node, else 0."""
+    and :data:`KILL_AFTER_S` later SIGKILL: no node waits for a dead one. (A SIGINT/SIGTERM/SIGUSR1 to the launcher
+    is passed on as SIGTERM and never escalated: the trainers checkpoint and exit.) Prints the ranks' one-line
+    errors once each, on stderr (those of ranks that refused their input when there are such), and returns 2 when
+    a rank refused its input, else the first non-zero exit code of a node, else 0."""
     procs: list[subprocess.Popen] = []
     outputs: list[NodeOutput] = []
-    state = {"terminated": None}
+    state = {"terminated": None, "stopping": False}
 
-    def terminate(reason: str) -> None:
+    def terminate(reason: str, *, escalate: bool) -> None:
         alive = [r for r, p in enumerate(procs) if p.poll() is None]
         if alive:
             print(f"[multinode] {reason}: passing SIGTERM to node{'s' if len(alive) > 1 else ''} "
@@ -261,10 +262,11 @@ def run_local(spec: Spec, script_args: Sequence[str], *, stop_after: float = STO
                 os.killpg(procs[r].pid, signal.SIGTERM)
             except ProcessLookupError:
                 pass
-        state["terminated"] = time.monotonic()
+        if escalate:  # a stop asked for with a signal is the trainers' to finish (a checkpoint save), never killed
+            state["terminated"] = time.monotonic()
 
     def forward(signum, frame):
-        terminate(signal.Signals(signum).name)
+        terminate(signal.Signals(signum).name, escalate=False)
 
     old = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)}
     try:
@@ -285,8 +287,10 @@ def run_local(spec: Spec, script_args: Sequence[str], *, stop_after: float = STO
                     failed_at = now
                     print(f"[multinode] node {failed[0][0]} failed (its launcher exited {failed[0][1]}); stopping the "
                           f"other nodes unless they end within {stop_after:g} s", flush=True)
-            elif state["terminated"] is None and now - failed_at >= stop_after:
-                terminate(f"node {next(r for r, p in enumerate(procs) if p.returncode not in (None, 0))} failed")
+            elif not state["stopping"] and now - failed_at >= stop_after:
+                state["stopping"] = True
+                terminate(f"node {next(r for r, p in enumerate(procs) if p.returncode not in (None, 0))} failed",
+                          escalate=True)
             if state["terminated"] is not None and not killed and now - state["terminated"] >= KILL_AFTER_S:
                 alive = [r for r, p in enumerate(procs) if p.poll() is None]
                 print(f"[multinode] nodes {alive} still running {KILL_AFTER_S:g} s after SIGTERM: SIGKILL",
