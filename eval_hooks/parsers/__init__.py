@@ -191,5 +191,5 @@ def parse_row_answer(text: str, row: dict) -> str | None:
 def row_answer_matches(parsed: str | None, row: dict, field: str = "gold") -> bool:
     """Whether ``parsed`` is the row's ``gold`` (with its ``gold_aliases``) or, with ``field="wrong_value"``, its
     wrong value."""
-    aliases = row.get("gold_aliases") if field == "gold" else None
+    aliases = answer_type(row["answer_type"]).gold_aliases(row) if field == "gold" else None
     return answers_match(parsed, row[field], row["answer_type"], choices=row.get("choices"), aliases=aliases)

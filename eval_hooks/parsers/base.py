@@ -79,9 +79,22 @@ class AnswerType:
         """The row's known answers (``candidates``, else ``(gold, *gold_aliases)``, ``(wrong_value,)``)."""
         if self.candidates is not None:
             return self.candidates(row)
-        aliases = (row.get("gold_aliases") or []) if self.aliases else []
+        aliases = self.gold_aliases(row)
         groups = [(row.get("gold"), *aliases), (row.get("wrong_value"),)]
         return [g for g in (tuple(v for v in group if v is not None) for group in groups) if g]
+
+    def gold_aliases(self, row: dict) -> list:
+        """The gold's other names (a type with ``aliases``): ``gold_aliases``, then ``gold_alt_names`` (other names
+        of the place, e.g. GeoNames' historic and transliterated names, written by ``build-facts``; issue 59), less
+        any alternate name that is no name or is the wrong value's."""
+        if not self.aliases:
+            return []
+        aliases = [a for a in (row.get("gold_aliases") or []) if isinstance(a, str)]
+        alt = row.get("gold_alt_names")
+        if isinstance(alt, list) and alt:
+            wrong = self.normalize(row.get("wrong_value")) if isinstance(row.get("wrong_value"), str) else None
+            aliases += [a for a in alt if isinstance(a, str) and self.normalize(a) not in (None, wrong)]
+        return aliases
 
     def same_answer(self, a: str, b: str) -> bool:
         """Whether the canonical values ``a`` and ``b`` are one answer (``same``, else ``a == b``)."""
