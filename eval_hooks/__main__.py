@@ -10,6 +10,11 @@
     python -m eval_hooks mine-forks --config conf/mine_forks.yaml --trajectories runs.jsonl --out DIR [key=value ...]
     python -m eval_hooks split-folds --data items.jsonl --k 2 --seed 0 --out DIR
 
+Every command that writes checks ``--out`` first (eval_hooks/builders/out_guard.py): the same file as an input is
+refused; an existing file (or, for build-facts and split-folds, folder of its files) that it did not write is refused
+unless ``--overwrite``; a directory given for a file is named. A builder's warnings (fewer items than asked, passages
+skipped as overlong) are one ``warning: ...`` line each on stderr.
+
 F is one of mist, box2, taste, med, nq_swap. Bad input prints one ``error: <file>, line <n>, field '<f>': ...``
 message and exits with status 2, leaving no output behind; a server that is unreachable or refuses a
 request prints one ``error: ...`` line (the server's own message first) and exits with status 1; SIGTERM
