@@ -20,7 +20,6 @@ folder each (``docs/evidence/<name>/``), and the one command that regenerates th
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 from pathlib import Path
@@ -28,6 +27,7 @@ from pathlib import Path
 from eval_hooks.scoring.report_kit import md_table, pct
 from selectrust.conditions import BENIGN_CONDITIONS, CLEAN, CORRECT, IRRELEVANT
 from selectrust.core.errors import DataError
+from selectrust.core.hashing import file_sha256
 from selectrust.core.io import write_json_atomic
 
 from .arms import label as arm_label
@@ -64,14 +64,6 @@ def write_evidence(folder: Path, runs: list[dict], pooled: dict) -> list[Path]:
     return written
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def _folder_files(folder: Path) -> dict[str, Path]:
     return {p.relative_to(folder).as_posix(): p for p in sorted(folder.rglob("*"))
             if p.is_file() and p.name != MANIFEST}
@@ -79,7 +71,7 @@ def _folder_files(folder: Path) -> dict[str, Path]:
 
 def manifest_of(folder: Path) -> dict:
     """The manifest of ``folder`` as it is now (:data:`MANIFEST`)."""
-    files = {rel: _sha256(p) for rel, p in _folder_files(Path(folder)).items()}
+    files = {rel: file_sha256(p) for rel, p in _folder_files(Path(folder)).items()}
     summaries = {rel.split("/")[0]: h for rel, h in files.items() if rel.endswith("/summary.json")}
     if "summary.json" in files:  # a one-run folder (full_experiment_seed0)
         summaries["."] = files["summary.json"]
@@ -112,7 +104,7 @@ def check_manifest(folder: Path) -> None:
             why = "is missing"
         elif rel not in files:
             why = f"is not recorded in {MANIFEST} (added)"
-        elif _sha256(now[rel]) != files[rel]:
+        elif file_sha256(now[rel]) != files[rel]:
             why = f"differs from the sha256 recorded in {MANIFEST} (changed, truncated or damaged)"
         else:
             continue

@@ -66,7 +66,7 @@ from .short_text import (SHORT_TEXT, ShortTextReading, normalize_short_text_valu
 __all__ = [
     "ANSWER_LINE", "ANSWER_TYPES", "BUILTIN", "ENTRY_POINT_GROUP", "FORK_LETTERS", "MAX_DIGITS", "MED_LABELS",
     "REASONING_ANSWER_BUDGET", "STOP_WORDS", "AnswerType", "Candidates", "Number", "ShortTextReading",
-    "answer_budget", "answer_candidates", "answer_instruction", "answer_status", "answer_type", "answers_match",
+    "answer_budget", "answer_candidates", "answer_flags", "answer_instruction", "answer_status", "answer_type", "answers_match",
     "boolean_leak", "choice_leak", "choice_letters", "choice_texts", "final_answer_spans", "format_fraction",
     "iter_numbers",
     "normalize_boolean_gold", "normalize_choice_gold", "normalize_fork", "normalize_gold", "normalize_label",
@@ -181,6 +181,15 @@ def answer_status(parsed: str | None, row: dict, response: str | None = None) ->
     if any(t.matches(parsed, v, row.get("choices")) for g in t.known_answers(row) for v in g):
         return "candidate"
     return "outside"
+
+
+def answer_flags(text: str, parsed: str | None, row: dict) -> dict:
+    """What the answer type notes about how a candidate was read (:attr:`AnswerType.flags`; short_text:
+    ``{"fuzzy_match": True}`` for a misspelling read as a candidate), ``{}`` otherwise."""
+    t = answer_type(row["answer_type"])
+    if t.flags is None or parsed is None or answer_status(parsed, row, text) != "candidate":
+        return {}
+    return t.flags(text, parsed)
 
 
 def parse_row_answer(text: str, row: dict) -> str | None:

@@ -39,7 +39,10 @@ class AnswerType:
       ``candidates.space`` (:class:`Candidates`); None = unknown.
     - ``unanswered(text, choices, candidates) -> str``: the status of a response that has no answer (default
       ``no_answer``; short_text: ``hedged`` for two candidates offered as alternatives).
-    - ``aliases``: rows of this type may carry ``gold_aliases`` (other names of the gold).
+    - ``aliases``: rows of this type may carry ``gold_aliases`` (other names of the gold) and ``gold_alt_names``
+      (more names, e.g. GeoNames' alternate names; :meth:`gold_aliases`).
+    - ``flags(text, parsed) -> dict``: what a scored row notes about how a candidate was read (short_text:
+      ``{"fuzzy_match": True}`` for a misspelling read as a candidate; :func:`answer_flags`); None = nothing.
     - ``accepted``: what a valid gold looks like, for error messages.
     - ``budget``: the generation budget (new tokens) that fits a response (:func:`answer_budget`).
     - ``instruction``: the closing prompt line that makes a response parsable, for families that write the
@@ -67,6 +70,7 @@ class AnswerType:
     same: "Callable[[str, str], bool] | None" = None
     leak: "Callable[[str, Any, Any], str | None] | None" = None
     space: "Callable[[dict], Any] | None" = None
+    flags: "Callable[[str, str], dict] | None" = None
 
     def matches(self, parsed: str, value: Any, choices: Any = None) -> bool:
         """Whether the parsed answer ``parsed`` is ``value`` (``match``, else equal to ``normalize(value)``)."""

@@ -283,5 +283,6 @@ SHORT_TEXT = AnswerType(
     "short_text", parse=lambda text, choices, cands: parse_short_text(text, cands),
     normalize=lambda value, choices=None: normalize_short_text_value(value), aliases=True, budget=32,
     unanswered=short_text_unanswered, space=row_answer_space,
+    flags=lambda text, parsed: {"fuzzy_match": True} if fuzzy_match(text, parsed) else {},
     accepted="a non-empty name such as \"Sofia\", not an article or stop word such as \"The\" (matched after "
              "normalising case, Latin diacritics and a leading article)")

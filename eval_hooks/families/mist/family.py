@@ -11,8 +11,7 @@ from typing import Any
 
 from ...parsers import ANSWER_TYPES as _ANSWER_TYPES
 from ...parsers import answer_type as _answer_type
-from ...parsers import answer_budget, answer_status, parse_row_answer, row_answer_matches
-from ...parsers.short_text import fuzzy_match
+from ...parsers import answer_budget, answer_flags, answer_status, parse_row_answer, row_answer_matches
 from ..base import Ctx, Family, check_choices, check_gold, req_choice, req_item_id, req_str
 from selectrust.conditions import MIST_CONDITIONS as CONDITIONS
 from .metrics import mist_metrics, quality_warnings
@@ -110,9 +109,7 @@ class MistFamily(Family):
         out = {k: v for k, v in row.items() if k not in ("prompt", "messages")}
         out.update(response=response, parsed=parsed, parse_ok=parsed is not None,
                    correct=row_answer_matches(parsed, row), answer_status=answer_status(parsed, row, response))
-        if row.get("answer_type") == "short_text" and out["answer_status"] == "candidate" and \
-                fuzzy_match(response, parsed):
-            out["fuzzy_match"] = True  # a misspelling of a long candidate read as it (issue 59)
+        out.update(answer_flags(response, parsed, row))  # short_text: fuzzy_match (issue 59)
         return out
 
     def validate_rows(self, records, path):
