@@ -12,7 +12,8 @@
 
 Every command that writes checks ``--out`` first (eval_hooks/builders/out_guard.py): the same file as an input is
 refused; an existing file (or, for build-facts and split-folds, folder of its files) that it did not write is refused
-unless ``--overwrite``; a directory given for a file is named. A builder's warnings (fewer items than asked, passages
+unless ``--overwrite`` (mine-forks: a folder with its output files but no mining_stats.json); a directory given for a file
+is named. A builder's warnings (fewer items than asked, passages
 skipped as overlong) are one ``warning: ...`` line each on stderr.
 
 F is one of mist, box2, taste, med, nq_swap. Bad input prints one ``error: <file>, line <n>, field '<f>': ...``
@@ -157,6 +158,10 @@ def _cmd_mine_forks(args) -> int:
         cfg.trajectories = list(args.trajectories)
     if args.out:
         cfg.out_dir = args.out
+    if cfg.out_dir:
+        check_out_dir_files(cfg.out_dir, list(cfg.trajectories or []), marker="mining_stats.json",
+                            writes=("items.jsonl", "candidates.jsonl", "report.md", "mining_stats.json"),
+                            overwrite=args.overwrite)
     stats = run(cfg)
     print(json.dumps({"funnel": stats["funnel"], "per_cell": stats["per_cell"]}))
     print(f"wrote {Path(cfg.out_dir) / 'items.jsonl'} ({stats['funnel']['released']} items), candidates.jsonl, "
@@ -260,6 +265,8 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--config", default=None, help="YAML config (e.g. conf/mine_forks.yaml); see docs/taste.md#mining-forks")
     f.add_argument("--trajectories", nargs="+", default=None, help="trajectory files (override the config's list)")
     f.add_argument("--out", default=None, help="output directory (overrides out_dir)")
+    f.add_argument("--overwrite", action="store_true", help="write into an --out holding items.jsonl, candidates.jsonl "
+                   "or report.md that mining did not write (no mining_stats.json)")
     f.add_argument("overrides", nargs="*", help="config overrides key=value, e.g. mining.seed=1 judges.0.model=x")
     f.set_defaults(func=_cmd_mine_forks)
 

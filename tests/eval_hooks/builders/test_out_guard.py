@@ -138,3 +138,16 @@ def test_overlong_passage_is_skipped_and_named(nq, tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("warning:") and "20000 words" in err[0] and "line(s) 1" in err[0]
     assert out.stat().st_size < 2_000_000
+
+
+def test_mine_forks_into_a_folder_of_foreign_items_is_refused(tmp_path, capsys):
+    d = tmp_path / "mined"
+    d.mkdir()
+    (d / "items.jsonl").write_text("mine\n")
+    traj = tmp_path / "runs.jsonl"
+    traj.write_text("{}\n")
+    assert main(["mine-forks", "--trajectories", str(traj), "--out", str(d)]) == 2
+    assert "mining_stats.json" in _err_line(capsys)
+    assert (d / "items.jsonl").read_text() == "mine\n"
+    assert main(["mine-forks", "--trajectories", str(d / "items.jsonl"), "--out", str(d), "--overwrite"]) == 2
+    assert "input file" in _err_line(capsys)
