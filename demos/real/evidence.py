@@ -12,6 +12,10 @@ folder each (``docs/evidence/<name>/``), and the one command that regenerates th
   memorization ratio, over the runs that evaluated it: :mod:`demos.real.pooled_nq_swap`), "not run" when no run
   did; each set's per-seed spread (:func:`seed_lines`); the targets. No model, no item scores: every number is read
   from ``pooled.json``.
+- :data:`MANIFEST` (issue 59): every evidence folder records the sha256 of each of its files (``files``, by path
+  inside the folder) and, apart, of each run's ``summary.json`` (``summaries``, by ``seed<N>``), written by
+  :func:`write_evidence` (or :func:`write_manifest` for a folder written before); ``--from-evidence`` refuses a folder
+  without it, with a file missing, added or changed (:func:`check_manifest`: one line, exit 2).
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from pathlib import Path
 from eval_hooks.scoring.report_kit import md_table, pct
 from selectrust.conditions import BENIGN_CONDITIONS, CLEAN, CORRECT, IRRELEVANT
 from selectrust.core.errors import DataError
+from selectrust.core.hashing import file_sha256
 from selectrust.core.io import write_json_atomic
 
 from .arms import label as arm_label
@@ -32,6 +37,7 @@ from .pooled_nq_swap import DIFFS as NQ_DIFFS, KEY as NQ_KEY, NAMES as NQ_NAMES,
 from .report import SETS, verdict
 
 POOLED = "pooled.json"
+MANIFEST = "MANIFEST.json"
 #: The README table's columns: (header, the pooled entry's ``minus_base`` key; None: the paired SC2W ratio).
 COLUMNS = (("correct-context", CORRECT), ("unknown-correct", "unknown_correct_accuracy"), (CLEAN, CLEAN),
            (IRRELEVANT, IRRELEVANT), ("paired SC2W / base", None))
@@ -54,11 +60,61 @@ def write_evidence(folder: Path, runs: list[dict], pooled: dict) -> list[Path]:
             dest.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(src, dest)
             written.append(dest)
+    written.append(write_manifest(folder))
     return written
 
 
+def _folder_files(folder: Path) -> dict[str, Path]:
+    return {p.relative_to(folder).as_posix(): p for p in sorted(folder.rglob("*"))
+            if p.is_file() and p.name != MANIFEST}
+
+
+def manifest_of(folder: Path) -> dict:
+    """The manifest of ``folder`` as it is now (:data:`MANIFEST`)."""
+    files = {rel: file_sha256(p) for rel, p in _folder_files(Path(folder)).items()}
+    summaries = {rel.split("/")[0]: h for rel, h in files.items() if rel.endswith("/summary.json")}
+    if "summary.json" in files:  # a one-run folder (full_experiment_seed0)
+        summaries["."] = files["summary.json"]
+    return {"algorithm": "sha256", "summaries": summaries, "files": files}
+
+
+def write_manifest(folder: Path) -> Path:
+    """Record the sha256 of every file of ``folder`` (and of each run's summary.json) in its :data:`MANIFEST`."""
+    path = Path(folder) / MANIFEST
+    write_json_atomic(path, manifest_of(folder))
+    return path
+
+
+def check_manifest(folder: Path) -> None:
+    """A DataError naming the folder (and the first file that differs) when ``folder``'s files are not those its
+    :data:`MANIFEST` records: the manifest missing or unreadable, a file missing, added, or with another sha256."""
+    folder = Path(folder)
+    path = folder / MANIFEST
+    try:
+        recorded = json.loads(path.read_text())
+        files = recorded["files"]
+        if not isinstance(files, dict):
+            raise TypeError("files is not an object")
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise DataError(f"no readable {MANIFEST} recording its files' sha256 ({type(e).__name__}: {e}); an evidence "
+                        f"folder is written by `python -m demos.real.seeds ... --evidence DIR`", path=path) from None
+    now = _folder_files(folder)
+    for rel in sorted(set(files) | set(now)):
+        if rel not in now:
+            why = "is missing"
+        elif rel not in files:
+            why = f"is not recorded in {MANIFEST} (added)"
+        elif file_sha256(now[rel]) != files[rel]:
+            why = f"differs from the sha256 recorded in {MANIFEST} (changed, truncated or damaged)"
+        else:
+            continue
+        raise DataError(f"{why}: this evidence folder is not the one written; regenerate it with `python -m "
+                        f"demos.real.seeds ... --evidence DIR`", path=folder / rel)
+
+
 def load_evidence(folder: Path) -> dict:
-    """``pooled.json`` of an evidence folder; a DataError naming the file when it is missing or unreadable."""
+    """``pooled.json`` of an evidence folder; a DataError naming the file when it is missing or unreadable, or when a
+    file of the folder differs from its :data:`MANIFEST` (:func:`check_manifest`)."""
     path = Path(folder) / POOLED
     try:
         pooled = json.loads(path.read_text())
@@ -67,6 +123,7 @@ def load_evidence(folder: Path) -> dict:
     for key in ("sets", "seeds", "targets", "checked_arm"):
         if key not in pooled:
             raise DataError(f"no `{key}`: not a pooled.json of `python -m demos.real.seeds`", path=path, field=key)
+    check_manifest(folder)
     return pooled
 
 

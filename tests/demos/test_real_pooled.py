@@ -229,7 +229,8 @@ def test_the_evidence_folder_and_the_one_command_that_prints_the_readme_table(tm
     ev = tmp_path / "docs" / "evidence" / "test_s01"
     main([*map(str, dirs), "--out", str(tmp_path / "out"), "--n-boot", "200", "--evidence", str(ev)])
     assert sorted(str(p.relative_to(ev)) for p in ev.rglob("*.json")) == [
-        "pooled.json", "seed0/demo.json", "seed0/summary.json", "seed1/demo.json", "seed1/summary.json"]
+        "MANIFEST.json", "pooled.json", "seed0/demo.json", "seed0/summary.json", "seed1/demo.json",
+        "seed1/summary.json"]
     assert json.loads((ev / "pooled.json").read_text()) == json.loads((tmp_path / "out" / "pooled.json").read_text())
     for d in dirs:
         shutil.rmtree(d)  # the table needs only the evidence folder

