@@ -41,14 +41,19 @@ def cli_main(config_name: str, main: Callable[[], None]) -> None:
     contract, not Hydra's own report, decides what is printed; ``--debug`` is taken off the line before Hydra reads it."""
     import os
 
-    from eval_hooks.cli_contract import DEBUG_ENV, end_process, run_with_contract, split_debug
+    from eval_hooks.cli_contract import DEBUG_ENV, INPUT_EXIT, end_process, run_with_contract, split_debug
 
     exit_with_help_if_asked(config_name)
     debug, sys.argv[1:] = split_debug(sys.argv[1:])
     os.environ[DEBUG_ENV] = "1"
     if not debug:  # Hydra logs this line before re-raising; the contract's own line replaces it
         logging.getLogger("hydra.core.utils").addFilter(_NotJobErrorLine())
-    end_process(run_with_contract(_suggesting(main), input_errors=config_errors(), debug=debug))
+    status = run_with_contract(_suggesting(main), input_errors=config_errors(), debug=debug)
+    if status == INPUT_EXIT:  # a refused start leaves nothing behind (trainer/config/out_dir.py)
+        from trainer.config.out_dir import forget_refused_start
+
+        forget_refused_start()
+    end_process(status)
 
 
 def _suggesting(main: Callable[[], None]) -> Callable[[], None]:
