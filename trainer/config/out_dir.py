@@ -60,21 +60,34 @@ def check_out_dir(path: Path, key: str, *, main: bool = True) -> None:
         _refuse_if_held(path, key)
 
 
+def held_message(run_dir: Path, holder: dict, lock_path: Path, key: str) -> str:
+    """The refusal of a run dir another run holds (``holder``: its lock file's host, pid, start), the one line both
+    this check and :class:`trainer.core.run_dir.RunLock` give."""
+    return (f"{run_dir} is in use by another run (host {holder.get('host', '?')}, pid {holder.get('pid', '?')}, "
+            f"started {holder.get('started', '?')}; lock file {lock_path}). Wait for it to finish, stop it, "
+            f"or use another {key}.")
+
+
 def _refuse_if_held(path: Path, key: str) -> None:
     import fcntl
+    import json
 
-    from trainer.core.run_dir import RunLock
+    from trainer.config.validation import ConfigError
 
-    lock = RunLock(path, key)
+    lock_path = path / ".lock"  # trainer.core.run_dir.LOCK_NAME
     try:
-        fd = os.open(lock.path, os.O_RDWR)
+        fd = os.open(lock_path, os.O_RDWR)
     except OSError:
         return  # unreadable: the run's own lock reports it
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError as e:
         if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-            raise lock._refusal(lock._holder()) from None
+            try:
+                holder = json.loads(lock_path.read_text() or "{}")
+            except (OSError, ValueError):
+                holder = {}
+            raise ConfigError(held_message(path, holder if isinstance(holder, dict) else {}, lock_path, key)) from None
     finally:
         os.close(fd)  # drops the probe's lock, if it took it
 

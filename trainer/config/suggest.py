@@ -23,6 +23,8 @@ _OVERRIDE = re.compile(r"Could not override '(?P<key>[^']+)'")
 _NOT_IN = re.compile(r"Key '(?P<name>[^']+)' not in '(?P<schema>\w+)'")
 _FULL_KEY = re.compile(r"full_key: (?P<full>[\w.]+)")
 # a choice refused: a typed field's value, or a config group's option (generation=<backend>)
+_EXPECTED = re.compile(r"expected one of \[(?P<values>[^\]]*)\]")
+_OPTIONS = re.compile(r"Available options in '[^']+':(?P<values>(?:\n\t[\w.-]+)+)")
 _INVALID = re.compile(r"Invalid value '(?P<value>[^']+)'|Could not find '\w+/(?P<option>[^'/]+)'")
 
 
@@ -59,8 +61,14 @@ def broken_choice(error: BaseException):
     ``PluginError`` (one line naming the plugin and the fix); None otherwise."""
     from selectrust.core.plugins import broken_plugin
 
-    m = _INVALID.search(f"{error} {error.__cause__ or ''}")
-    return broken_plugin(m["value"] or m["option"]) if m else None
+    text = f"{error} {error.__cause__ or ''}"
+    m = _INVALID.search(text)
+    if not m:
+        return None
+    # the choices the refusal lists pick the key's own registry (one name may be broken in several)
+    listed = _EXPECTED.search(text) or _OPTIONS.search(text)
+    offered = [v.strip() for v in re.split(r"[,\s]+", listed["values"]) if v.strip()] if listed else []
+    return broken_plugin(m["value"] or m["option"], offered)
 
 
 def misspelt_override(error: BaseException) -> str | None:

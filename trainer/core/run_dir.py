@@ -102,10 +102,9 @@ class RunLock:
         return self
 
     def _refusal(self, holder: dict) -> RunDirLocked:
-        return RunDirLocked(
-            f"{self.run_dir} is in use by another run (host {holder.get('host', '?')}, pid {holder.get('pid', '?')}, "
-            f"started {holder.get('started', '?')}; lock file {self.path}). Wait for it to finish, stop it, "
-            f"or use another {self.key}.")
+        from trainer.config.out_dir import held_message
+
+        return RunDirLocked(held_message(self.run_dir, holder, self.path, self.key))
 
     def release(self) -> None:
         """Empty the lock file (so no stale holder is reported) and drop the lock; idempotent."""
