@@ -48,7 +48,7 @@ def cli_main(config_name: str, main: Callable[[], None]) -> None:
     os.environ[DEBUG_ENV] = "1"
     if not debug:  # Hydra logs this line before re-raising; the contract's own line replaces it
         logging.getLogger("hydra.core.utils").addFilter(_NotJobErrorLine())
-    status = run_with_contract(_suggesting(main), input_errors=config_errors(), debug=debug)
+    status = run_with_contract(_suggesting(main, config_name), input_errors=config_errors(), debug=debug)
     if status == INPUT_EXIT:  # a refused start leaves nothing behind (trainer/config/out_dir.py)
         from trainer.config.out_dir import forget_refused_start
 
@@ -56,7 +56,7 @@ def cli_main(config_name: str, main: Callable[[], None]) -> None:
     end_process(status)
 
 
-def _suggesting(main: Callable[[], None]) -> Callable[[], None]:
+def _suggesting(main: Callable[[], None], config_name: str | None = None) -> Callable[[], None]:
     """``main`` with Hydra's refusal of a misspelt key ("Could not override ...; use +key") replaced by one config
     error naming the closest known key, and its refusal of a choice that is a broken plugin (left out of the
     choices) by that plugin's error (:mod:`trainer.config.suggest`)."""
@@ -71,7 +71,7 @@ def _suggesting(main: Callable[[], None]) -> Callable[[], None]:
 
             if (plugin := broken_choice(e)) is not None:
                 raise plugin from None
-            if (line := misspelt_override(e)) is None:
+            if (line := misspelt_override(e, config_name)) is None:
                 raise
             raise ConfigError(line) from None
 

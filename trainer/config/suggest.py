@@ -71,9 +71,41 @@ def broken_choice(error: BaseException):
     return broken_plugin(m["value"] or m["option"], offered)
 
 
-def misspelt_override(error: BaseException) -> str | None:
+def keys_named(name: str, config_name: str | None) -> list[str]:
+    """The keys of entry point ``config_name``'s root schema (``conf/<config_name>.yaml``) whose last part is
+    ``name`` (``max_new_tokens`` -> ``algo.max_new_tokens``, ``eval.max_new_tokens``); [] without a root."""
+    if not config_name:
+        return []
+    try:
+        import typing
+        from pathlib import Path
+
+        from omegaconf import OmegaConf
+
+        from trainer.config.roots import SCHEMAS
+
+        conf = Path(__file__).resolve().parents[2] / "conf" / f"{config_name}.yaml"
+        defaults = OmegaConf.to_container(OmegaConf.load(conf)).get("defaults", [])
+        todo = [("", SCHEMAS[next(d for d in defaults if isinstance(d, str) and d.endswith("_schema"))])]
+    except Exception:  # noqa: BLE001 - a pointer only: without it Hydra's own message stands
+        return []
+    found = []
+    while todo:
+        prefix, schema = todo.pop(0)
+        hints = typing.get_type_hints(schema)
+        for f in fields(schema):
+            if is_dataclass(hints[f.name]):
+                todo.append((f"{prefix}{f.name}.", hints[f.name]))
+            elif f.name == name:
+                found.append(f"{prefix}{f.name}")
+    return found
+
+
+def misspelt_override(error: BaseException, config_name: str | None = None) -> str | None:
     """For Hydra's "Could not override 'a.b'" about a key its schema does not know: one line naming the key and the
-    closest known key (the caller raises it as a config error); None for any other error, or when no key is close."""
+    closest known key (the caller raises it as a config error), or, when the entry point ``config_name`` has keys of
+    that name in other groups (``generation.max_new_tokens``), those keys; None for any other error, or when no key
+    is close."""
     text = f"{error} {error.__cause__ or ''}"  # Hydra's message; the schema's refusal is its cause
     over, not_in = _OVERRIDE.search(text), _NOT_IN.search(text)
     if over is None or not_in is None:
@@ -84,6 +116,10 @@ def misspelt_override(error: BaseException) -> str | None:
     key, name = over["key"], not_in["name"]
     close = difflib.get_close_matches(name, sorted(f.name for f in fields(schema)), n=1, cutoff=0.75)
     if not close:
+        elsewhere = [k for k in keys_named(name, config_name) if k != key]
+        if elsewhere:
+            return (f"unknown config key '{key}' (not in {schema.__name__}; {name} is set by "
+                    f"{' or '.join(elsewhere)})")
         return None
     full = m["full"] if (m := _FULL_KEY.search(text)) and key.startswith(m["full"]) else key  # the unknown part
     guess = f"{full[:len(full) - len(name)]}{close[0]}{key[len(full):]}" if full.endswith(name) else close[0]

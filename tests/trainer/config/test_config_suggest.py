@@ -80,3 +80,21 @@ def test_a_broken_plugin_is_named_as_the_keys_own_kind_and_never_offered(script,
     assert errors[0].startswith(f"error: {kind} plugin {name!r} cannot be used"), errors[0]
     offered = errors[0].rsplit(f"or choose another {kind}: ", 1)[-1]
     assert "broken" not in offered, errors[0]
+
+
+@pytest.mark.parametrize("recipe,keys", [
+    ("evaluate", ["eval.max_new_tokens"]),
+    ("grpo", ["algo.max_new_tokens", "eval.max_new_tokens"]),
+])
+def test_a_key_of_another_group_is_pointed_to_not_told_to_append(tmp_path, recipe, keys):
+    """Issue 59 WEAK: ``generation.max_new_tokens=N`` got Hydra's "use +generation.max_new_tokens", a dead end."""
+    env = dh.env()
+    env.pop("HYDRA_FULL_ERROR", None)
+    p = subprocess.run(dh.command(recipe, ["recipe=grpo_tiny"] * (recipe == "grpo") + ["generation.max_new_tokens=8"]),
+                       env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    lines = [line for line in p.stderr.splitlines() if line.strip() and "Warning" not in line]
+    assert p.returncode == 2 and len(lines) == 1 and "Traceback" not in p.stderr, p.stderr[-3000:]
+    assert lines[0].startswith("error: unknown config key 'generation.max_new_tokens'"), lines[0]
+    assert all(k in lines[0] for k in keys) and "+" not in lines[0], lines[0]
+    if recipe == "evaluate":
+        assert "algo." not in lines[0]
