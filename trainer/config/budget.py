@@ -1,5 +1,6 @@
 """Bounded generation (issue 59, BAD 8): every key that sets a generation budget (:data:`BUDGET_KEYS`:
-``algo.max_new_tokens``, ``eval.max_new_tokens``) is at most the model's positions (``max_position_embeddings``)
+``algo.max_new_tokens``, ``eval.max_new_tokens`` where the matched evaluation runs, distillation's
+``algo.max_reasoning_tokens``) is at most the model's positions (``max_position_embeddings``)
 minus the longest prompt, and the memory a generation batch will need (KV cache and logits) must fit in what the
 machine has: both refused in one ``ConfigError`` line (exit 2) before any generation (the functions here return
 the refusal; :func:`trainer.config.validation.check_generation_budget` raises it).
@@ -22,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 #: the keys that set a generation budget (new tokens per completion), where a recipe has them
-BUDGET_KEYS = ("algo.max_new_tokens", "eval.max_new_tokens")
+BUDGET_KEYS = ("algo.max_new_tokens", "eval.max_new_tokens", "algo.max_reasoning_tokens")
 _POSITION_FIELDS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "n_ctx")
 _BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 
@@ -92,9 +93,22 @@ def _budgets(cfg) -> dict[str, int]:
     out = {}
     for key in BUDGET_KEYS:
         value = OmegaConf.select(cfg, key, default=None)
-        if isinstance(value, int) and not isinstance(value, bool):
+        if isinstance(value, int) and not isinstance(value, bool) and (key != "eval.max_new_tokens"
+                                                                       or _evaluates(cfg)):
             out[key] = value
     return out
+
+
+def _evaluates(cfg) -> bool:
+    """Whether the matched evaluation (``eval.max_new_tokens``) runs: ``eval.enabled``, and in a training recipe
+    ``trainer.eval_every_epoch`` or ``trainer.eval_at_end``."""
+    from omegaconf import OmegaConf
+
+    if not OmegaConf.select(cfg, "eval.enabled", default=True):
+        return False
+    if OmegaConf.select(cfg, "trainer", default=None) is None or "eval_at_end" not in cfg.trainer:
+        return True
+    return bool(cfg.trainer.eval_every_epoch or cfg.trainer.eval_at_end)
 
 
 def check_budget(cfg, shape: ModelShape | None, prompt_tokens: int = 0, *, prompt_what: str = "",
