@@ -23,7 +23,8 @@ def _run(recipe: str, args: list[str], tmp_path) -> subprocess.CompletedProcess:
 
 
 def _line(p: subprocess.CompletedProcess) -> str:
-    lines = [l for l in p.stderr.splitlines() if l.strip() and "Warning" not in l and not l.startswith("warning:")]
+    lines = [l for l in p.stderr.splitlines() if l.strip() and "Warning" not in l and not l.startswith("warning:")
+             and "%|" not in l]
     assert p.returncode == 2 and len(lines) == 1 and "Traceback" not in p.stderr, p.stderr[-3000:]
     return lines[0]
 
@@ -76,3 +77,14 @@ def test_the_shape_is_read_without_loading_weights(tmp_path):
     shape = model_shape(str(tmp_path))
     assert (shape.positions, shape.layers, shape.kv_heads, shape.head_dim, shape.vocab) == (64, 3, 4, 8, 100)
     assert model_shape(str(tmp_path / "nowhere")) is None and model_shape("no-org/no-such-model-59") is None
+
+
+def test_evaluate_counts_its_longest_rendered_prompt(tmp_path):
+    """eval.max_new_tokens=1024 fits the tiny model's positions alone, not after the toy prompts."""
+    out = tmp_path / "out"
+    line = _line(_run("evaluate", ["eval.max_new_tokens=1024", f"out_dir={out}"], tmp_path))
+    assert line.startswith("error: eval.max_new_tokens=1024 + the longest prompt's ") and "rendered" in line, line
+    import re
+
+    prompt = int(re.search(r"the longest prompt's (\d+) tokens", line)[1])
+    assert f"set eval.max_new_tokens to at most {1024 - prompt}" in line and not out.exists(), line
