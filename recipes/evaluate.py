@@ -76,9 +76,14 @@ def check_eval_budget(cfg: DictConfig, backend, rows: list[dict]) -> None:
     shape = shape_of_model(model) if model is not None else None
     if tokenizer is None or shape is None or cfg.eval.max_new_tokens is None:
         return
-    settings = PromptSettings.from_config(cfg.prompt)
-    longest = max((len(render_prompt(tokenizer, r["prompt"], settings)) for r in rows
-                   if isinstance(r.get("prompt"), (str, list))), default=0)
+    from eval_hooks.families import get_family
+
+    if hasattr(get_family(cfg.eval.family).own_settings(None), "prompt_token_budget"):
+        longest = 0  # the family fits its prompts to the positions left (Med: prompt_token_budget)
+    else:
+        settings = PromptSettings.from_config(cfg.prompt)
+        longest = max((len(render_prompt(tokenizer, r["prompt"], settings)) for r in rows
+                       if isinstance(r.get("prompt"), (str, list))), default=0)
     check_generation_budget(cfg, shape, longest, keys=("eval.max_new_tokens",),
                             prompt_what=" (an evaluation prompt, rendered)")
 
