@@ -59,12 +59,38 @@ def run(cfg: DictConfig | EvaluateRunConfig) -> dict:
     # fixed weights: with a k=1 knowledge estimate, its greedy clean answers are the clean rows' (generated once)
     backend = GreedyMemo(build_inference_backend(cfg.model, cfg.generation, adapter_path=cfg.adapter_path,
                                                  prompt_settings=PromptSettings.from_config(cfg.prompt)))
+    check_eval_budget(cfg, backend, rows)
     if cfg.knowledge.enabled:
         rows = estimate_and_attach(rows, backend, cfg)
     metrics = run_eval(backend, rows, cfg.eval, cfg.out_dir)  # the family's run (Med: formats, mitigations, ...)
     headline = {k: v for k, v in metrics.items() if isinstance(v, (int, float))}
     print(f"[selectrust] wrote {cfg.out_dir}/metrics.json: {headline}")
     return metrics
+
+
+def check_eval_budget(cfg: EvaluateRunConfig, backend, rows: list[dict]) -> None:
+    """``eval.max_new_tokens`` plus the longest rendered prompt within the loaded model's positions, and an evaluation
+    batch within memory (trainer/config/budget.py), before any generation; an in-process backend only (a server's
+    model and memory are its own)."""
+    from selectrust.generation.prompts import PromptSettings, render_prompt
+    from trainer.config.budget import shape_of_model
+    from trainer.config.validation import check_generation_budget
+
+    inner = getattr(backend, "inner", backend)
+    tokenizer, model = getattr(inner, "tokenizer", None), getattr(inner, "model", None)
+    shape = shape_of_model(model) if model is not None else None
+    if tokenizer is None or shape is None or cfg.eval.max_new_tokens is None:
+        return
+    from eval_hooks.families import get_family
+
+    if hasattr(get_family(cfg.eval.family).own_settings(None), "prompt_token_budget"):
+        longest = 0  # the family fits its prompts to the positions left (Med: prompt_token_budget)
+    else:
+        settings = PromptSettings.from_config(cfg.prompt)
+        longest = max((len(render_prompt(tokenizer, r["prompt"], settings)) for r in rows
+                       if isinstance(r.get("prompt"), (str, list))), default=0)
+    check_generation_budget(cfg, shape, longest, keys=("eval.max_new_tokens",),
+                            prompt_what=" (an evaluation prompt, rendered)")
 
 
 def estimate_and_attach(rows: list[dict], backend, cfg: EvaluateRunConfig) -> list[dict]:

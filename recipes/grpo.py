@@ -67,6 +67,8 @@ def run(cfg: DictConfig | GRPORunConfig):
     from trainer.rl.modes import MODES
     from trainer.rl.rollout_modes import EnvironmentMode
     from trainer.runtime.run import setup_run
+    from trainer.config.budget import shape_of_model
+    from trainer.config.validation import check_generation_budget
     from trainer.rl.rollout_sync import rollout_sync_hook
     from trainer.rl.sft_rows import check_sft_rows
     from trainer.rl.step import grpo_step, old_logprobs, use_shared_prompt
@@ -92,7 +94,10 @@ def run(cfg: DictConfig | GRPORunConfig):
     acc = ctx.accelerator
     model, tokenizer = load_policy(cfg.model, seed=cfg.seed)
     prompt = PromptSettings.from_config(cfg.prompt)
-    check_prompt_lengths(rows, tokenizer, max_prompt_len=dcfg.max_prompt_len, prompt_settings=prompt)
+    lengths = check_prompt_lengths(rows, tokenizer, max_prompt_len=dcfg.max_prompt_len, prompt_settings=prompt)
+    # the rollout budget fits the model's positions after the longest prompt, and a round fits in memory
+    check_generation_budget(cfg, shape_of_model(model), max(lengths, default=0), keys=("algo.max_new_tokens",),
+                            prompt_what=" (a GRPO prompt, rendered)")
     reference = Reference(model, lora=cfg.model.lora.enabled) if algo.kl_beta > 0 else None
     optimizer = build_optimizer(model, cfg.optim)
     scheduler = build_scheduler(optimizer, cfg.optim, max_steps=cfg.trainer.max_steps)

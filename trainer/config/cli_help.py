@@ -41,17 +41,22 @@ def cli_main(config_name: str, main: Callable[[], None]) -> None:
     contract, not Hydra's own report, decides what is printed; ``--debug`` is taken off the line before Hydra reads it."""
     import os
 
-    from eval_hooks.cli_contract import DEBUG_ENV, end_process, run_with_contract, split_debug
+    from eval_hooks.cli_contract import DEBUG_ENV, INPUT_EXIT, end_process, run_with_contract, split_debug
 
     exit_with_help_if_asked(config_name)
     debug, sys.argv[1:] = split_debug(sys.argv[1:])
     os.environ[DEBUG_ENV] = "1"
     if not debug:  # Hydra logs this line before re-raising; the contract's own line replaces it
         logging.getLogger("hydra.core.utils").addFilter(_NotJobErrorLine())
-    end_process(run_with_contract(_suggesting(main), input_errors=config_errors(), debug=debug))
+    status = run_with_contract(_suggesting(main, config_name), input_errors=config_errors(), debug=debug)
+    if status == INPUT_EXIT:  # a refused start leaves nothing behind (trainer/config/out_dir.py)
+        from trainer.config.out_dir import forget_refused_start
+
+        forget_refused_start()
+    end_process(status)
 
 
-def _suggesting(main: Callable[[], None]) -> Callable[[], None]:
+def _suggesting(main: Callable[[], None], config_name: str | None = None) -> Callable[[], None]:
     """``main`` with Hydra's refusal of a misspelt key ("Could not override ...; use +key") replaced by one config
     error naming the closest known key, and its refusal of a choice that is a broken plugin (left out of the
     choices) by that plugin's error (:mod:`trainer.config.suggest`)."""
@@ -66,7 +71,7 @@ def _suggesting(main: Callable[[], None]) -> Callable[[], None]:
 
             if (plugin := broken_choice(e)) is not None:
                 raise plugin from None
-            if (line := misspelt_override(e)) is None:
+            if (line := misspelt_override(e, config_name)) is None:
                 raise
             raise ConfigError(line) from None
 

@@ -301,7 +301,9 @@ class GRPOAlgoConfig:
                                                       "group advantages) | paired_context (Knowledgeable-R1, arXiv "
                                                       "2506.05154: G completions with the row's context and G without "
                                                       "it, trained as 3G rows with local and global advantages; rows "
-                                                      "need a `context` their prompt holds, optim.batch_size x "
+                                                      "need a `context` their prompt holds as a paragraph of its "
+                                                      "own, set off from the question by a blank line ('\\n\\n'); "
+                                                      "optim.batch_size x "
                                                       "grad_accum x world = 3 x prompts_per_step x group_size; "
                                                       "trainer/rl/paired_rollouts.py). Not with algo.env.")
     env: Optional[str] = _f(None, "Multi-turn environment: a name in trainer.rl.envs.ENVIRONMENTS (e.g. toy_lookup; webshop is a "

@@ -153,6 +153,21 @@ def validate_common(cfg) -> None:
         if cfg.eval.max_new_tokens is not None:  # None = the family's default budget for the rows
             _positive(cfg.eval, ("max_new_tokens",), "eval")
         check_family_settings(cfg.eval)
+    if hasattr(cfg, "model"):
+        check_generation_budget(cfg)  # the model's positions, read without loading it (a longest prompt: later)
+
+
+def check_generation_budget(cfg, shape=None, prompt_tokens: int = 0, *, keys: tuple[str, ...] | None = None,
+                            prompt_what: str = "") -> None:
+    """Every generation budget key (``algo.max_new_tokens``, ``eval.max_new_tokens``) at most the model's positions
+    minus ``prompt_tokens`` (the longest prompt), and a generation batch's memory within what the machine has
+    (:mod:`trainer.config.budget`). ``shape``: the model's (default: read from ``model.path`` without loading it)."""
+    from trainer.config.budget import BUDGET_KEYS, check_generation, model_shape
+
+    shape = model_shape(cfg.model.path) if shape is None else shape
+    problem = check_generation(cfg, shape, prompt_tokens, keys=keys or BUDGET_KEYS, prompt_what=prompt_what)
+    if problem is not None:
+        raise ConfigError(problem)
 
 
 def check_family_settings(eval_cfg) -> None:

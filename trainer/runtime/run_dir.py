@@ -39,8 +39,9 @@ DATA_HASHES = "data_hashes.json"
 PREVIOUS_RUN_MARKERS = ("config.yaml", "metrics.jsonl", CHECKPOINTS, "final", "run_complete.json")
 
 
-class RunDirLocked(RuntimeError):
-    """Another live process holds the run directory."""
+class RunDirLocked(ConfigError, RuntimeError):
+    """Another live process holds the run directory: the user's input (another ``trainer.run_dir``, or wait), so
+    a ``ConfigError`` (one line, exit 2 under the error contract); still a ``RuntimeError`` for older callers."""
 
 
 def _pid_alive(pid: int) -> bool:
@@ -102,10 +103,9 @@ class RunLock:
         return self
 
     def _refusal(self, holder: dict) -> RunDirLocked:
-        return RunDirLocked(
-            f"{self.run_dir} is in use by another run (host {holder.get('host', '?')}, pid {holder.get('pid', '?')}, "
-            f"started {holder.get('started', '?')}; lock file {self.path}). Wait for it to finish, stop it, "
-            f"or use another {self.key}.")
+        from trainer.config.out_dir import held_message
+
+        return RunDirLocked(held_message(self.run_dir, holder, self.path, self.key))
 
     def release(self) -> None:
         """Empty the lock file (so no stale holder is reported) and drop the lock; idempotent."""
@@ -369,12 +369,15 @@ def _local_steps(run_dir: Path, resume: str, accelerator) -> list[int]:
     return [step_of(CheckpointManager(run_dir, accelerator).resolve_resume(resume))]
 
 
+_REFUSALS = ("ConfigError", "RunDirLocked")  # an owner's refusal that every rank reports as a ConfigError
+
+
 def _raise_for_others(failures: list[tuple[str, str]], who: str) -> None:
     """Raise on a rank that did not fail what a rank that did reported: a ``ConfigError`` (a refusal: one line,
     exit 2) as such, anything else as a ``RuntimeError`` naming ``who``."""
     if failures:
         kind, message = failures[0]
-        if kind == "ConfigError":
+        if kind in _REFUSALS:
             raise ConfigError(message)
         raise RuntimeError(f"{who} could not start the run: {kind}: {message}")
 
@@ -443,6 +446,9 @@ def _agree_on_start(accelerator, error: BaseException | None, resume_from: Path 
     if error is not None:
         raise error
     if message[0] is not None:
+        kind, _, text = message[0].partition(": ")
+        if kind in _REFUSALS:  # the user's input (a run dir in use, a resume refused): the same one line here
+            raise ConfigError(text)
         raise RuntimeError(f"the main process could not start the run: {message[0]}")
     return (None if message[1] is None else Path(message[1])), Path(message[2])
 
