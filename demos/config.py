@@ -190,6 +190,12 @@ class RealDemoConfig:
     nq_swap_max_context_words: Optional[int] = _f(150, "Leave out NQ-Swap questions whose passages are longer than "
                                                         "this many words (the sample is then stratified by length) | "
                                                         "None = no cap.")
+    fixed_split: bool = _f(True, "One split for every seed (issue 60; docs/real_model.md#one-split-for-every-seed): "
+                                 "build-facts --fixed-split 1, so the training, dev and test countries and the held-out "
+                                 "relation's dev and test items are the same whatever the run's seed (the seed then "
+                                 "changes training's order and initialisation and any sampling) | false = the "
+                                 "earlier rule: the run's seed draws the split (dev items of one seed are test items "
+                                 "of another).")
     split: EvalSplit = _f("test", "Which items the evaluation stages use: test = the held-out items and the held-out "
                                   "relation (facts_heldout.jsonl, facts_transfer.jsonl), evaluated once per final run "
                                   "| dev = their dev parts (facts_dev.jsonl: other countries taken out of training; "

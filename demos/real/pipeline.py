@@ -76,12 +76,14 @@ def convert(model: str) -> Callable[[Path], str]:
     return step
 
 
-def build_facts(seed: int, size: str) -> Callable[[Path], Path]:
-    """Stage ``facts``: the facts set of ``seed`` and ``size`` (``build-facts --size``) in the stage's directory."""
+def build_facts(seed: int, size: str, fixed_split: bool = True) -> Callable[[Path], Path]:
+    """Stage ``facts``: the facts set of ``seed`` and ``size`` (``build-facts --size``) in the stage's directory; with
+    ``fixed_split`` (``real.fixed_split``, the default) the one split of every seed (``--fixed-split 1``: the files do
+    not depend on ``seed``)."""
     def step(out: Path) -> Path:
         from eval_hooks.builders.facts import build_dir
 
-        build_dir(out, seed=seed, size=size)
+        build_dir(out, seed=seed, size=size, fixed_split=int(bool(fixed_split)))
         return out
 
     return step
@@ -145,7 +147,7 @@ def stages(cfg: DictConfig) -> list[Stage]:
                                         *mine_knowledge_overrides(cfg)],
                  inputs={"model.path": "convert", "items_path": TRAIN}, check=mined_quartets)
     sets = eval_sets(cfg)
-    facts = Stage("facts", call=build_facts(cfg.seed, facts_size(cfg)))
+    facts = Stage("facts", call=build_facts(cfg.seed, facts_size(cfg), bool(cfg.real.fixed_split)))
     out = [Stage("convert", call=convert(cfg.real.model)), facts, *sample_stage(cfg), *nq_swap.rows_stage(cfg),
            *evaluations(BASE.name, st, sets), *nq_swap.evaluation(cfg, BASE.name), mine]
     for name in running:
