@@ -125,7 +125,8 @@ def nq_swap_lines(pooled: dict) -> list[str]:
         return [f"{head}: not run.", ""]
     base = arms.get("base")
     lead = f"{head}, {seeds_line(pooled[NQ_KEY])}" + (
-        f": {base['n_items']} questions, {base['n_known']} known to the base. Base: " + ", ".join(
+        f": {base.get('n_questions', base['n_items'])} questions ({base['n_items']} evaluations over the seeds), "
+        f"{base['n_known']} known to the base. Base: " + ", ".join(
             f"{NQ_NAMES[k]} {pct(base[k]['value'])}" for k in NQ_DIFFS) if base else "") + "."
     rows = []
     for a, e in ((a, e) for a, e in arms.items() if trained(a)):
