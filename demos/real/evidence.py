@@ -25,6 +25,7 @@ from selectrust.conditions import BENIGN_CONDITIONS, CLEAN, CORRECT, IRRELEVANT
 from selectrust.core.errors import DataError
 from selectrust.core.io import write_json_atomic
 
+from . import decision
 from .arms import label as arm_label
 from .arms import trained
 from .pooled import provenance_line
@@ -165,6 +166,7 @@ def evidence_table(pooled: dict, source: str = "") -> str:
         parts += [title, "", md_table(["arm", *(h for h, _ in COLUMNS)], rows), ""]
         parts += seed_lines(by_arm, seeds, title)
     parts += nq_swap_lines(pooled)
+    parts += decision.lines(pooled.get("decision"))  # issue 60: each target on its bound, the point beside it
     parts += [f"**Targets ({arm_label(arm)})**", ""] + [f"- {k}: {verdict(ok)}" for k, ok in pooled["targets"].items()]
     return "\n".join(parts) + "\n"
 
