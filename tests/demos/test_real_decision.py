@@ -116,3 +116,25 @@ def test_the_pooling_tool_writes_the_decision_and_the_table_prints_it(tmp_path):
     dirs = [_run(tmp_path / "eq", s, {"base": BASE, "scope": BASE, "scope_grpo": BASE}) for s in (0, 1)]
     eq = _by_name(_pooled(dirs)["decision"])
     assert eq[CLEAN_T]["holds"] == "bound" and eq[CLEAN_T]["bound"] == 0.0
+
+
+def test_situated_faithfulness_is_the_mean_of_correct_and_misleading_accuracy(tmp_path):
+    """Issue 60, Deliver 5: CR-DPO's SF beside SC2W, in the metrics, the report and the pooled table."""
+    from demos.real.pooled import pooled_table
+    from demos.real.report import situated_faithfulness
+    from eval_hooks.families.mist.metrics import bootstrap_ci, matrix_stats
+
+    a = np.array([[1, 0, 1, 1], [1, 1, 1, 0], [0, 0, 0, 1], [1, 1, 1, 1]], dtype=bool)  # misleading 2/4, correct 3/4
+    st = matrix_stats(a)
+    assert st["situated_faithfulness"] == pytest.approx((0.75 + 0.5) / 2)
+    lo, hi = bootstrap_ci(a, n_boot=200)["situated_faithfulness"]
+    assert lo <= 0.625 <= hi
+    assert situated_faithfulness({"accuracy": {"correct": 0.8, "misleading": 0.4}}) == pytest.approx(0.6)
+    assert situated_faithfulness({"situated_faithfulness": 0.7, "accuracy": {}}) == 0.7
+    res = _pooled(_two_seeds(tmp_path))
+    e = res["sets"]["real"]["scope_grpo"]
+    acc = {c: e[c]["value"] for c in ("correct", "misleading")}
+    assert e["situated_faithfulness"]["value"] == pytest.approx((acc["correct"] + acc["misleading"]) / 2)
+    assert "situated_faithfulness" in e["minus_base"]
+    text = pooled_table(res)
+    assert "| arm | items | clean | misleading | correct | irrelevant | SC2W | SF | unknown correct |" in text
