@@ -201,6 +201,11 @@ class RealDemoConfig:
                                  "changes training's order and initialisation and any sampling) | false = the "
                                  "earlier rule: the run's seed draws the split (dev items of one seed are test items "
                                  "of another).")
+    stage_cache: Optional[str] = _f(None, "A directory shared across runs for the stages that do not depend on the "
+                                          "run's seed once the split is fixed (the base's evaluations with its "
+                                          "knowledge estimate, mining: demos/real/stage_cache.py): copied in before "
+                                          "the run, checked by the stage runner like its own (config, input and "
+                                          "output hashes, provenance) before reuse, saved after | None = off.")
     split: EvalSplit = _f("test", "Which items the evaluation stages use: test = the held-out items and the held-out "
                                   "relation (facts_heldout.jsonl, facts_transfer.jsonl), evaluated once per final run "
                                   "| dev = their dev parts (facts_dev.jsonl: other countries taken out of training; "

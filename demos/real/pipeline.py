@@ -117,11 +117,24 @@ def sample_stage(cfg: DictConfig) -> list[Stage]:
     if cfg.real.heldout_items is None:
         return []
     prefix, items = EVAL_SETS[str(cfg.real.split)]["real"]
-    return [Stage(f"{prefix}_sample", call=sample_step(cfg.seed, int(cfg.real.heldout_items)),
+    return [Stage(f"{prefix}_sample", call=sample_step(base_seed(cfg, cfg.seed), int(cfg.real.heldout_items)),
                   inputs={"rows": items})]
 
 
-def evaluations(arm_name: str, st, sets: dict[str, tuple[str, str]], adapter: str | None = None) -> list[Stage]:
+#: The seed of the stages that do not depend on the run's seed once the split is fixed (issue 60, Deliver 2): the
+#: base's evaluations with its knowledge estimate, mining, the held-out sample. The same config in every seed's run,
+#: so their completion records match across runs and a shared stage cache (``real.stage_cache``) reuses them.
+SEEDLESS = 0
+
+
+def base_seed(cfg: DictConfig, run_seed: int | None = None) -> int | None:
+    """The seed of a seed-independent stage: :data:`SEEDLESS` with ``real.fixed_split`` (the default), else
+    ``run_seed`` (None: the runner's, the run's seed)."""
+    return SEEDLESS if cfg.real.get("fixed_split", True) else run_seed
+
+
+def evaluations(arm_name: str, st, sets: dict[str, tuple[str, str]], adapter: str | None = None,
+                seed: int | None = None) -> list[Stage]:
     """Matched evaluations of the base (``adapter`` None: with its own knowledge estimate) or of an arm's adapter
     (its metrics split by the base's estimate on the same items): one stage per set of ``sets``
     (``eval_<arm>`` on the held-out items, ``transfer_<arm>`` on the held-out relation)."""
@@ -133,7 +146,8 @@ def evaluations(arm_name: str, st, sets: dict[str, tuple[str, str]], adapter: st
             over += [*st.knowledge, "knowledge.enabled=true"]
         else:
             inputs.update({"adapter_path": adapter, "eval.knowledge_path": f"{prefix}_base/knowledge.jsonl"})
-        out.append(Stage(f"{prefix}_{arm_name}", "evaluate", over, inputs=inputs))
+        out.append(Stage(f"{prefix}_{arm_name}", "evaluate", over, inputs=inputs,
+                         seed=seed if adapter is None else None))
     return out
 
 
@@ -145,11 +159,11 @@ def stages(cfg: DictConfig) -> list[Stage]:
     st = cfg.real.stages
     mine = Stage("mine", "mine_pairs", ["model=smollm2_135m", *st.mine, *st.knowledge, "knowledge.enabled=true",
                                         *mine_knowledge_overrides(cfg)],
-                 inputs={"model.path": "convert", "items_path": TRAIN}, check=mined_quartets)
+                 inputs={"model.path": "convert", "items_path": TRAIN}, check=mined_quartets, seed=base_seed(cfg))
     sets = eval_sets(cfg)
     facts = Stage("facts", call=build_facts(cfg.seed, facts_size(cfg), bool(cfg.real.fixed_split)))
     out = [Stage("convert", call=convert(cfg.real.model)), facts, *sample_stage(cfg), *nq_swap.rows_stage(cfg),
-           *evaluations(BASE.name, st, sets), *nq_swap.evaluation(cfg, BASE.name), mine]
+           *evaluations(BASE.name, st, sets, seed=base_seed(cfg)), *nq_swap.evaluation(cfg, BASE.name), mine]
     for name in running:
         arm = ARMS.get(name)
         out += [*arm.train(arm, cfg), *evaluations(name, st, sets, adapter=name),
@@ -259,5 +273,13 @@ def run(cfg: DictConfig, *, compose, runners: dict, checks: dict) -> dict:
     from .report import check_targets, print_table, write_report
 
     demo = DemoRun(cfg, compose=compose, runners=runners, checks=checks, threads=cfg.real.torch_threads)
-    return demo.run(stages(cfg), lambda results: summary_of(cfg, results), write_report, print_table,
-                    targets=check_targets)
+    plan = stages(cfg)
+    cache = cfg.real.get("stage_cache")
+    hooks = {}
+    if cache:  # issue 60: the seed-independent stages from a cache shared across runs (demos/real/stage_cache.py)
+        from . import stage_cache
+
+        hooks = {"before_stages": lambda: stage_cache.restore(cfg, plan, cache, cfg.out, log=demo.runner.log),
+                 "after_stages": lambda: stage_cache.save(cfg, plan, cache, cfg.out)}
+    return demo.run(plan, lambda results: summary_of(cfg, results), write_report, print_table,
+                    targets=check_targets, **hooks)

@@ -99,6 +99,10 @@ class Stage:
     call: Callable[..., Any] | None = None  # instead of a recipe: a step of the stage's directory (and its inputs')
     check: Callable[[Any], None] | None = None  # raises when the result is unusable, before a later stage runs
     dir: str | None = None  # the stage's directory relative to the root (default stages/<name>)
+    # the stage's seed (None: the runner's). A stage whose work does not depend on the run's seed (the real demo's
+    # base evaluations and mining on the fixed split, issue 60) names a fixed one, so its config, and with it its
+    # completion record, is the same in every seed's run and can be reused across runs (demos/real/stage_cache.py)
+    seed: int | None = None
 
 
 def stage_sources(stages, recipes) -> dict[str, str | None]:
@@ -216,7 +220,8 @@ class StageRunner:
         from omegaconf import OmegaConf
 
         start = [] if planned else self.start_overrides(stage.start, stage.init_mode)
-        cfg = self.compose(stage.recipe, [*stage.overrides, f"seed={self.seed}", *start,
+        seed = self.seed if stage.seed is None else stage.seed
+        cfg = self.compose(stage.recipe, [*stage.overrides, f"seed={seed}", *start,
                                           *self.input_overrides(stage, planned), *extra])
         OmegaConf.update(cfg, "trainer.run_dir" if is_training(cfg) else "out_dir", str(self.stage_dir(stage.name)))
         return cfg
