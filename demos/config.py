@@ -181,8 +181,9 @@ class RealDemoConfig:
                                                 "(an outside benchmark, 4 rows a question: stages nqswap_rows, "
                                                 "nqswap_<arm>; summary key nq_swap.<arm>; "
                                                 "docs/nq_swap.md#in-the-demos) | 0 = off | None = the demo's own "
-                                                "(demo=real: 0, within its 10 minutes; demo=real_full: 300, the fixed set "
-                                                "of docs/nq_swap.md#the-fixed-set). Test split only: real.split=dev leaves it out "
+                                                "(demo=real: 0, within its 10 minutes; demo=real_full: 300, the fixed "
+                                                "set of docs/nq_swap.md#the-fixed-set). Test split only: "
+                                                "real.split=dev leaves it out "
                                                 "(no setting is chosen on it).")
     nq_swap_data: Optional[str] = _f(None, "The NQ-Swap data the questions are drawn from (with real.nq_swap_seed): "
                                            "a merged JSONL, nqswap.zip, a Parquet file or a Hub id "
@@ -195,10 +196,11 @@ class RealDemoConfig:
     nq_swap_max_context_words: Optional[int] = _f(150, "Leave out NQ-Swap questions whose passages are longer than "
                                                         "this many words (the sample is then stratified by length) | "
                                                         "None = no cap.")
-    fixed_split: bool = _f(True, "One split for every seed (issue 60; docs/real_model.md#one-split-for-every-seed): "
-                                 "build-facts --fixed-split 1, so the training, dev and test countries and the held-out "
-                                 "relation's dev and test items are the same whatever the run's seed (the seed then "
-                                 "changes training's order and initialisation and any sampling) | false = the "
+    fixed_split: bool = _f(True, "One split for every seed (issue 60; docs/real_model.md#one-split-for-every-seed"
+                                 "): build-facts --fixed-split 1, so the training, dev and test countries and the "
+                                 "held-out relation's dev and test items are the same whatever the run's seed (the "
+                                 "seed then changes training's order and initialisation and any sampling) | false = "
+                                 "the "
                                  "earlier rule: the run's seed draws the split (dev items of one seed are test items "
                                  "of another).")
     stage_cache: Optional[str] = _f(None, "A directory shared across runs for the stages that do not depend on the "

@@ -49,7 +49,7 @@ from eval_hooks.metrics.common import (CI_LEVEL, finite_or_none, nan_ratio, perc
 from eval_hooks.scoring.report_kit import md_table, pct, pp, with_ci
 from selectrust.conditions import BENIGN_CONDITIONS, CLEAN, CORRECT, MIST_CONDITIONS as CONDS, UNKNOWN_CORRECT
 
-from . import decision, pooled_nq_swap
+from . import pooled_nq_swap
 from .arms import ARMS, trained
 from .arms import label as arm_label
 from .prompts import EVAL_SETS
@@ -339,8 +339,9 @@ def _spread_rows(by_arm: dict, arms: list[str]) -> list[list]:
     return rows
 
 
-def pooled_table(result: dict) -> str:
-    """``pooled_table.md`` of :func:`pooled_result`'s ``result``."""
+def pooled_table(result: dict, decision_lines: list[str] | tuple = ()) -> str:
+    """``pooled_table.md`` of :func:`pooled_result`'s ``result``, with ``decision_lines`` (the decision rule's section,
+    :func:`demos.real.decision.lines`) before the targets."""
     arm = result["checked_arm"]
     parts = [f"Pooled over seeds {', '.join(map(str, result['seeds']))} ({result['split']} items); item-level "
              f"bootstrap stratified by seed, {result['n_boot']} replicates (seed {result['boot_seed']}), "
@@ -376,7 +377,7 @@ def pooled_table(result: dict) -> str:
                   md_table(["arm", "metric", "pooled [item bootstrap]", "seed mean [t interval]", "min", "max",
                             "worst seed"], _spread_rows(by_arm, trained_arms)), ""]
     parts += pooled_nq_swap.pooled_lines(result.get(pooled_nq_swap.KEY), result["level"])
-    parts += decision.lines(result.get("decision"))  # issue 60: each target on its one-sided 95% bound
+    parts += list(decision_lines)  # issue 60: each target on its one-sided 95% bound (demos.real.decision.lines)
     parts += [f"**Targets ({arm_label(arm)})**", ""]
     parts += [f"- {k}: {verdict(ok)}" for k, ok in result["targets"].items()]
     return "\n".join(parts) + "\n"
@@ -400,5 +401,4 @@ def pooled_result(runs: list[dict], arm: str, *, split: str, provenance_note: st
             "provenance": runs[0].get("provenance"), "provenance_note": provenance_note, "n_boot": n_boot,
             "boot_seed": boot_seed, "level": CI_LEVEL, "checked_arm": arm, "sets": sets,
             pooled_nq_swap.KEY: nq,
-            "targets": check_pooled_targets(sets, arm, runs, nq=nq),
-            "decision": decision.decide(runs, arm, n_boot=n_boot, boot_seed=boot_seed)}
+            "targets": check_pooled_targets(sets, arm, runs, nq=nq)}

@@ -38,7 +38,7 @@ from selectrust.core.errors import DataError
 
 from .arms import ARMS, BASE, trained
 from .arms import label as arm_label
-from .decision import shared_items, two_level_sums
+from .bootstrap import shared_items, two_level_sums
 from .nq_swap import EPS, KEY, NOT_RUN, PREFIX, target_name
 
 #: Per-item 0/1 counts of one model on one item (:func:`item_features`): the item, its correct-passage exact match,
@@ -53,7 +53,8 @@ RATES = ("em_org_context", "em_org_context_strict", "p_sub", "p_org", "memorizat
 #: reading: using the original passage less, and resisting the substituted one less, is worse).
 DIFFS = {"em_org_context": min, "p_sub": max, "p_org": min, "memorization_ratio": min}
 #: How the tables name them.
-NAMES = {"em_org_context": "EM contained (orig. passage)", "em_org_context_strict": "EM strict (orig. passage)", "p_sub": "p_sub = EM (subst. passage)", "p_org": "p_org",
+NAMES = {"em_org_context": "EM contained (orig. passage)", "em_org_context_strict": "EM strict (orig. passage)",
+         "p_sub": "p_sub = EM (subst. passage)", "p_org": "p_org",
          "memorization_ratio": "MR", "known_p_sub": "known: p_sub", "known_p_org": "known: p_org",
          "known_memorization_ratio": "known: MR"}
 NOT_RUN_TEXT = "not run"

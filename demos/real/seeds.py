@@ -58,6 +58,8 @@ from . import nq_swap, pooled_nq_swap
 from .arms import ARMS, sc2w_share, trained
 from .arms import color as arm_color
 from .arms import label as arm_label
+from .decision import decide
+from .decision import lines as decision_lines
 from .pooled import SPLITS, check_provenance, check_split, pooled_result, pooled_table
 from .report import SETS, checked_arm, check_targets, paired_sc2w, verdict
 
@@ -358,6 +360,8 @@ def main(argv: list[str] | None = None) -> int:
     pooled = None if args.no_pooled else pooled_result(  # every item file read before anything is written
         runs, args.arm or checked_arm(runs[0]), split=split, provenance_note=note, n_boot=args.n_boot,
         boot_seed=args.boot_seed)
+    if pooled is not None:  # issue 60: each target on its one-sided 95% bound (docs/real_model.md#the-decision-rule)
+        pooled["decision"] = decide(runs, pooled["checked_arm"], n_boot=args.n_boot, boot_seed=args.boot_seed)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "seed_table.md").write_text(seed_table(runs, split, note))
     frontier_plot(runs, extras, args.out, tuple(args.extra_arms))
@@ -367,7 +371,7 @@ def main(argv: list[str] | None = None) -> int:
         wrote.append(NQ_FRONTIER)
     if pooled is not None:
         write_json_atomic(args.out / "pooled.json", pooled)
-        (args.out / "pooled_table.md").write_text(pooled_table(pooled))
+        (args.out / "pooled_table.md").write_text(pooled_table(pooled, decision_lines(pooled["decision"])))
         wrote += ["pooled_table.md", "pooled.json"]
     if args.evidence is not None:
         from .evidence import write_evidence

@@ -97,8 +97,12 @@ def test_the_t_bound_and_the_judgement():
 def test_the_pooling_tool_writes_the_decision_and_the_table_prints_it(tmp_path):
     from demos.real.pooled import pooled_table
 
-    res = _pooled(_two_seeds(tmp_path))
-    d = res["decision"]
+    from demos.real.decision import decide
+    from demos.real.seeds import load_run
+
+    dirs = _two_seeds(tmp_path)
+    res = _pooled(dirs)
+    d = decide([load_run(x) for x in dirs], "scope_grpo", n_boot=300)
     assert d["arm"] == "scope_grpo" and d["seeds"] == [0, 1] and d["level"] == 0.95
     by = _by_name(d)
     t = by[RATIO_T]
@@ -106,15 +110,16 @@ def test_the_pooling_tool_writes_the_decision_and_the_table_prints_it(tmp_path):
     assert t["holds"] in ("bound", "point only", "fails") and t["bound"] is not None
     assert by["format compliance >= 0.9 in every run, arm and condition"]["holds"] in ("bound", "fails")
     assert by["misleading-only's correct-context accuracy below the arm's"]["holds"] == "not run"
-    text = pooled_table(res)
+    text = pooled_table(res, lines(d))
     assert "**The decision rule (SCOPE+GRPO; docs/real_model.md#the-decision-rule)**" in text
     assert "| target | point | one-sided 95% bound (decides) | seed t-bound | holds |" in text
     assert text.index("**The decision rule") < text.index("**Targets (SCOPE+GRPO)**")
     # the same run dirs, the same decision (seeded)
-    assert _pooled(_two_seeds(tmp_path / "again"))["decision"] == d
+    again = _two_seeds(tmp_path / "again")
+    assert decide([load_run(x) for x in again], "scope_grpo", n_boot=300) == d
     # an arm equal to the base everywhere holds the accuracy targets on the bound
     dirs = [_run(tmp_path / "eq", s, {"base": BASE, "scope": BASE, "scope_grpo": BASE}) for s in (0, 1)]
-    eq = _by_name(_pooled(dirs)["decision"])
+    eq = _by_name(decide([load_run(x) for x in dirs], "scope_grpo", n_boot=300))
     assert eq[CLEAN_T]["holds"] == "bound" and eq[CLEAN_T]["bound"] == 0.0
 
 

@@ -245,8 +245,11 @@ def test_the_evidence_folder_and_the_one_command_that_prints_the_readme_table(tm
     from demos.real.pooled import pooled_result
     from demos.real.seeds import load_run
 
-    again = pooled_result([load_run(d) for d in unpack_runs(ev, tmp_path / "unpacked")], "scope_grpo", split="test",
-                          n_boot=200, boot_seed=0)
+    from demos.real.decision import decide
+
+    unpacked = [load_run(d) for d in unpack_runs(ev, tmp_path / "unpacked")]
+    again = pooled_result(unpacked, "scope_grpo", split="test", n_boot=200, boot_seed=0)
+    again["decision"] = decide(unpacked, "scope_grpo", n_boot=200, boot_seed=0)
     committed = json.loads((ev / "pooled.json").read_text())
     for key in ("sets", "decision", "targets"):
         assert json.loads(json.dumps(again[key])) == committed[key], key

@@ -99,10 +99,7 @@ class Stage:
     call: Callable[..., Any] | None = None  # instead of a recipe: a step of the stage's directory (and its inputs')
     check: Callable[[Any], None] | None = None  # raises when the result is unusable, before a later stage runs
     dir: str | None = None  # the stage's directory relative to the root (default stages/<name>)
-    # the stage's seed (None: the runner's). A stage whose work does not depend on the run's seed (the real demo's
-    # base evaluations and mining on the fixed split, issue 60) names a fixed one, so its config, and with it its
-    # completion record, is the same in every seed's run and can be reused across runs (demos/real/stage_cache.py)
-    seed: int | None = None
+    seed: int | None = None  # its own seed (None: the runner's): a seed-independent stage's (demos/real/stage_cache.py)
 
 
 def stage_sources(stages, recipes) -> dict[str, str | None]:
