@@ -179,7 +179,16 @@ def _panels() -> list[tuple]:
 
     return [("real", _correct, "correct-context accuracy", T["sc2w_ratio_max"], -T["accuracy_drop_max"]),
             ("real", _unknown_correct, "unknown_correct_accuracy", T["sc2w_ratio_max"], -T["unknown_correct_drop_max"]),
-            ("transfer", _correct, "correct-context accuracy", T["transfer_sc2w_ratio_max"], -T["transfer_correct_drop_max"])]
+            ("transfer", _correct, "correct-context accuracy", T["transfer_sc2w_ratio_max"],
+             -T["transfer_correct_drop_max"]),
+            # beside SC2W, CR-DPO's situated faithfulness (issue 60): no target, so no corner shaded
+            ("real", _situated_faithfulness, "situated faithfulness (SF)", 0.0, 0.0)]
+
+
+def _situated_faithfulness(m: dict) -> float | None:
+    from .report import situated_faithfulness
+
+    return situated_faithfulness(m)
 
 
 def _draw(ax, runs: list[dict], extras: list[tuple[str, dict]], extra_arms: tuple[str, ...], point) -> None:
@@ -216,10 +225,10 @@ def _draw(ax, runs: list[dict], extras: list[tuple[str, dict]], extra_arms: tupl
 def frontier_plot(runs: list[dict], extras: list[tuple[str, dict]], out: Path,
                   extra_arms: tuple[str, ...] = ("scope_grpo",)) -> str:
     """The frontier against each seed's own base: SC2W as a share of the base's (x) and the change from the base's
-    (y) in correct-context accuracy (held-out items), ``unknown_correct_accuracy`` (held-out items) and
-    correct-context accuracy (held-out relation), every arm of every run, the targets' corner shaded; see the
-    module docstring."""
-    fig, axes = figure(15, 4.6, ncols=3)
+    (y) in correct-context accuracy (held-out items), ``unknown_correct_accuracy`` (held-out items),
+    correct-context accuracy (held-out relation) and situated faithfulness (held-out items; CR-DPO's SF, issue 60),
+    every arm of every run, the targets' corner shaded; see the module docstring."""
+    fig, axes = figure(20, 4.6, ncols=len(_panels()))
     for ax, (key, metric, what, x_max, y_min) in zip(axes, _panels()):
         ax.fill_between([0, x_max], y_min, 0.3, color="#55A868", alpha=0.12, label="targets")
         ax.axhline(0, color="#bbbbbb", lw=0.6)

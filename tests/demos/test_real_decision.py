@@ -143,3 +143,6 @@ def test_situated_faithfulness_is_the_mean_of_correct_and_misleading_accuracy(tm
     assert "situated_faithfulness" in e["minus_base"]
     text = pooled_table(res)
     assert "| arm | items | clean | misleading | correct | irrelevant | SC2W | SF | unknown correct |" in text
+    from demos.real.seeds import _panels
+
+    assert _panels()[-1][1:3][1] == "situated faithfulness (SF)"  # the seed tool's frontier plot has SF's panel
