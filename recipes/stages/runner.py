@@ -162,7 +162,8 @@ class StageRunner(TrainingStages, RecipeStages, StopSignals):
         from omegaconf import OmegaConf
 
         start = [] if planned else self.start_overrides(stage.start, stage.init_mode)
-        cfg = self.compose(stage.recipe, [*stage.overrides, f"seed={self.seed}", *start,
+        seed = self.seed if stage.seed is None else stage.seed
+        cfg = self.compose(stage.recipe, [*stage.overrides, f"seed={seed}", *start,
                                           *self.input_overrides(stage, planned), *extra])
         OmegaConf.update(cfg, "trainer.run_dir" if is_training(cfg) else "out_dir", str(self.stage_dir(stage.name)))
         return cfg

@@ -133,6 +133,7 @@ class MistFamily(Family):
         flat: dict[str, Any] = {f"accuracy.{c}": metrics["accuracy"][c] for c in CONDITIONS}
         flat["overall"] = metrics["overall"]
         flat["sc2w"] = metrics["sc2w"]
+        flat["situated_faithfulness"] = metrics.get("situated_faithfulness")
         return flat
 
     def report_section(self, metrics, item_scores, out_dir, title):

@@ -52,6 +52,8 @@ HUB_ID = "pminervini/NQ-Swap"
 HUB_REVISION = "3801dbf037c6f58b0e79246f2a8073ebe5656dad"  # the Hub's commit of 2024-03-01 ("Upload dataset")
 HUB_SPLIT = "dev"
 SAMPLE_PATH = Path(__file__).resolve().parents[2] / "data" / "nq_swap_sample.jsonl"
+#: The whole of NQ-Swap, shipped with the package (issue 60; eval_hooks/data/nq_swap/README.md: source, sha256, licence)
+FULL_PATH = Path(__file__).resolve().parents[2] / "data" / "nq_swap" / "nqswap.zip"
 FIELDS = ("question", "org_context", "org_answer", "sub_context", "sub_answer")
 LENGTH_STRATA = 4
 INSTRUCTION = "Answer in a few words."
