@@ -101,7 +101,8 @@ def dpo(algo: str, own: str | None = None, own_full: str | None = None) -> Calla
     the run builds that set: settings chosen at that data size, issue 54)."""
     def train(arm: DemoArm, cfg) -> list[Stage]:
         st = cfg.real.stages
-        mine = [*(st[own] if own else []), *(st[own_full] if own_full and facts_size(cfg) == "full" else [])]
+        mine = [*(getattr(st, own) if own else []),
+                *(getattr(st, own_full) if own_full and facts_size(cfg) == "full" else [])]
         over = merge_overrides(recipe=[TRAIN_RECIPE], stage=st.dpo, common=TRAIN_COMMON, arm=[f"algo={algo}"],
                                arm_stage=mine)
         return [Stage(arm.name, "dpo", over, inputs={"model.path": "convert", "data.train_path": "mine/pairs.jsonl"})]
@@ -121,7 +122,7 @@ def grpo_after(start: str, algo: Sequence[str] = (), own: str | None = None) -> 
         rows_mode = str(cfg.real.grpo_rows)
         over = merge_overrides(recipe=[GRPO_RECIPE], demo=DEMOS.get(cfg.demo).grpo, stage=cfg.real.stages.grpo,
                                common=TRAIN_COMMON, arm=[*GRPO_ROWS[rows_mode][1], *algo],
-                               arm_stage=cfg.real.stages[own] if own else [])
+                               arm_stage=getattr(cfg.real.stages, own) if own else [])
         return [Stage("grpo_prompts", call=grpo_prompts(cfg.seed, rows_mode), inputs=dict(INPUTS)),
                 Stage(arm.name, "grpo", over, inputs={"data.train_path": f"grpo_prompts/{GRPO_PROMPTS}"}, start=start,
                       init_mode="continue")]
@@ -244,7 +245,7 @@ def arm_on(cfg, name: str) -> bool:
     from ..config import DEMOS
 
     arm = ARMS.get(name)
-    chosen = cfg.real[arm.switch] if arm.switch else None
+    chosen = getattr(cfg.real, arm.switch) if arm.switch else None
     if chosen is None:
         return not arm.comparison or DEMOS.get(cfg.demo).comparison_arms
     return bool(chosen)
@@ -269,7 +270,7 @@ def preflight(cfg) -> list[str]:
         arm = ARMS.get(name)
         if not is_color_like(arm.color):
             raise ConfigError(f"demo arm {name!r}: colour {arm.color!r} is not a matplotlib colour")
-        if arm.switch is not None and arm.switch not in cfg.real:
+        if arm.switch is not None and not hasattr(cfg.real, arm.switch):
             raise ConfigError(f"demo arm {name!r}: its switch real.{arm.switch} is not a key of the demo's `real` "
                               "settings (demos/config.py)")
         if arm.train is None or not arm_on(cfg, name):
