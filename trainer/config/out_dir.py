@@ -39,7 +39,8 @@ def out_dir_key(config) -> str:
 def check_out_dir(path: Path, key: str, *, main: bool = True) -> None:
     """Refuse (``ConfigError``, one line) an out dir that is a file, sits under a file, cannot be written (or made),
     or (``main``) is held by another run."""
-    from trainer.config.validation import ConfigError
+    from selectrust.core.errors import ConfigError
+    from trainer.runtime.run_dir import LOCK_NAME, held_message
 
     path = Path(path).expanduser().absolute()
     existing = path
@@ -60,21 +61,14 @@ def check_out_dir(path: Path, key: str, *, main: bool = True) -> None:
         _refuse_if_held(path, key)
 
 
-def held_message(run_dir: Path, holder: dict, lock_path: Path, key: str) -> str:
-    """The refusal of a run dir another run holds (``holder``: its lock file's host, pid, start), the one line both
-    this check and :class:`trainer.runtime.run_dir.RunLock` give."""
-    return (f"{run_dir} is in use by another run (host {holder.get('host', '?')}, pid {holder.get('pid', '?')}, "
-            f"started {holder.get('started', '?')}; lock file {lock_path}). Wait for it to finish, stop it, "
-            f"or use another {key}.")
-
-
 def _refuse_if_held(path: Path, key: str) -> None:
     import fcntl
     import json
 
-    from trainer.config.validation import ConfigError
+    from selectrust.core.errors import ConfigError
+    from trainer.runtime.run_dir import LOCK_NAME, held_message
 
-    lock_path = path / ".lock"  # trainer.runtime.run_dir.LOCK_NAME
+    lock_path = path / LOCK_NAME
     try:
         fd = os.open(lock_path, os.O_RDWR)
     except OSError:

@@ -57,6 +57,14 @@ def _pid_alive(pid: int) -> bool:
 _HELD: dict[str, "RunLock"] = {}  # run dirs this process holds (an in-process rerun releases the old hold)
 
 
+def held_message(run_dir: Path, holder: dict, lock_path: Path, key: str) -> str:
+    """The refusal of a run dir another run holds (``holder``: its lock file's host, pid, start), the one line both
+    the config's pre-check (``trainer/config/out_dir.py``) and :class:`RunLock` give."""
+    return (f"{run_dir} is in use by another run (host {holder.get('host', '?')}, pid {holder.get('pid', '?')}, "
+            f"started {holder.get('started', '?')}; lock file {lock_path}). Wait for it to finish, stop it, "
+            f"or use another {key}.")
+
+
 class RunLock:
     """Exclusive lock on a run directory; :meth:`acquire` raises :class:`RunDirLocked` naming the holder."""
 
@@ -103,8 +111,6 @@ class RunLock:
         return self
 
     def _refusal(self, holder: dict) -> RunDirLocked:
-        from trainer.config.out_dir import held_message
-
         return RunDirLocked(held_message(self.run_dir, holder, self.path, self.key))
 
     def release(self) -> None:
