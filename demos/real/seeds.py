@@ -307,7 +307,7 @@ def check_same_settings(runs: list[dict]) -> None:
         raise DataError(f"two runs of the same seed: {seeds}")
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m demos.real.seeds", description=__doc__.split("\n\n")[0])
     ap.add_argument("runs", nargs="*", type=Path, help="real-demo out dirs of the same settings, one per seed")
     ap.add_argument("--out", type=Path, default=None, help="where seed_table.md and frontier.png go (required with "
@@ -339,6 +339,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--boot-seed", type=int, default=0, help="the pooled bootstrap's RNG seed")
     ap.add_argument("--no-pooled", action="store_true",
                     help="skip pooled_table.md and pooled.json (runs whose stages' item_scores.jsonl are gone)")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = _parser()
     args = ap.parse_args(argv)
     if args.from_evidence is not None:
         if args.runs or not args.markdown:
