@@ -34,6 +34,12 @@ from selectrust.conditions import CLEAN, CORRECT, IRRELEVANT
 from .arms import BASE
 from .arms import label as arm_label
 from .bootstrap import shared_items, two_level_sums
+from .pooled import item_matrix, seed_features
+from .prompts import EVAL_SETS
+from .nq_swap import PREFIX
+from .nq_swap import KEY as NQ
+from .report import SETS
+from eval_hooks.scoring.report_kit import md_table
 
 LEVEL = 0.95  # one-sided
 EPS = 1e-9
@@ -69,9 +75,6 @@ MISLEADING_ONLY = "misleading_only"
 def facts_features(run: dict, key: str) -> tuple[list[str], dict[str, np.ndarray]]:
     """``(item ids, {arm: features})`` of one run's facts set ``key`` (:func:`demos.real.pooled.seed_features`'s
     features, items in the base's order)."""
-    from .pooled import item_matrix, seed_features
-    from .prompts import EVAL_SETS
-
     prefix = EVAL_SETS[str(run.get("split", "test"))][key][0]
     ids, _, _ = item_matrix(Path(run["_dir"]) / "stages" / f"{prefix}_base" / "item_scores.jsonl")
     return [str(i) for i in ids], seed_features(run, key)
@@ -80,8 +83,7 @@ def facts_features(run: dict, key: str) -> tuple[list[str], dict[str, np.ndarray
 def nq_features(run: dict) -> tuple[list[str], dict[str, np.ndarray]]:
     """``(question ids, {arm: features})`` of one run's NQ-Swap evaluations
     (:func:`demos.real.pooled_nq_swap.seed_features`)."""
-    from .nq_swap import PREFIX
-    from .pooled_nq_swap import item_features, seed_features
+    from .pooled_nq_swap import item_features, seed_features  # deferred: the module's seed_features is pooled's
 
     ids, _ = item_features(Path(run["_dir"]) / "stages" / f"{PREFIX}_base" / "item_scores.jsonl")
     return [str(i) for i in ids], seed_features(run)
@@ -182,9 +184,6 @@ def decide_sets(sets: dict[str, tuple[dict[int, list[str]], dict[int, dict[str, 
 def decide(runs: list[dict], arm: str, *, n_boot: int = 2000, boot_seed: int = 0) -> dict[str, Any]:
     """:func:`decide_sets` on the runs' item files (the facts sets every run has; NQ-Swap over the runs that
     evaluated it, the set "not run" unless every run did)."""
-    from .nq_swap import KEY as NQ
-    from .report import SETS
-
     sets = {}
     for key in (k for k in SETS if all(k in r for r in runs)):
         read = {r["seed"]: facts_features(r, key) for r in runs}
@@ -211,7 +210,6 @@ def lines(decision: dict | None) -> list[str]:
     for t in decision["targets"]:
         rows.append([t["name"], _fmt(t["statistic"], t["point"]), _fmt(t["statistic"], t["bound"]),
                      _fmt(t["statistic"], t["t_bound"]), t["holds"]])
-    from eval_hooks.scoring.report_kit import md_table
 
     hold = [t["name"] for t in decision["targets"] if t["holds"] == "bound"]
     point = [t["name"] for t in decision["targets"] if t["holds"] == "point only"]

@@ -38,6 +38,7 @@ from .arms import trained
 from .pooled import provenance_line
 from .pooled_nq_swap import DIFFS as NQ_DIFFS, KEY as NQ_KEY, NAMES as NQ_NAMES, pooled_arms, seeds_line
 from .report import SETS, verdict
+import gzip
 
 POOLED = "pooled.json"
 MANIFEST = "MANIFEST.json"
@@ -78,8 +79,6 @@ def write_item_scores(run_dir: Path, dest: Path) -> list[Path]:
     """Copy every evaluation stage's ``item_scores.jsonl`` of ``run_dir`` (the held-out items, the held-out
     relation, NQ-Swap, for the base and every arm) to ``dest/stages/<stage>/item_scores.jsonl.gz``, byte-stable
     gzip; returns the files written."""
-    import gzip
-
     out = []
     for src in sorted(Path(run_dir).glob("stages/*/item_scores.jsonl")):
         target = dest / "stages" / src.parent.name / ITEM_SCORES
@@ -98,8 +97,6 @@ def unpack_runs(folder: Path, into: Path) -> list[Path]:
     ``stages/<stage>/item_scores.jsonl``, unzipped), so that the pooling tool recomputes every item interval from the
     committed files alone; returns the run dirs (seed order). A DataError naming a seed folder without item scores
     (an evidence folder written before they were committed)."""
-    import gzip
-
     dirs = []
     for seed_dir in sorted(Path(folder).glob("seed*"), key=lambda p: int(p.name[4:]) if p.name[4:].lstrip("-").isdigit()
                            else 0):

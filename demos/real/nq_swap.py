@@ -36,6 +36,9 @@ from trainer.runtime.stage import Stage
 
 from .arms import ARMS, BASE, trained
 from .arms import label as arm_label
+from eval_hooks.scoring.report_kit import ci_text, pct
+from eval_hooks.scoring.report_kit import md_table, pp
+from eval_hooks.scoring.report_kit import pct
 
 KEY = "nq_swap"  # summary.json's key, and pooled.json's
 PREFIX = "nqswap"  # the evaluation stages: nqswap_<arm>
@@ -50,7 +53,7 @@ NOT_RUN = None  # demos.real.report.NOT_RUN: a target whose evaluation did not r
 # -- settings and stages ---------------------------------------------------------------------------
 def questions(cfg) -> int:
     """The NQ-Swap questions a run evaluates: ``real.nq_swap_questions``, or its demo's own (0: none)."""
-    from ..config import DEMOS
+    from ..config import DEMOS  # deferred: imports omegaconf
 
     n = cfg.real.nq_swap_questions
     return int(n) if n is not None else DEMOS[cfg.demo].nq_swap_questions
@@ -65,7 +68,7 @@ def data_source(cfg) -> str:
     """``real.nq_swap_data`` (a file made absolute, or a Hub id), or the shipped whole set
     (``eval_hooks/data/nq_swap/nqswap.zip``, issue 60); a ConfigError in one line for a path that is neither an
     existing file nor a Hub id (``owner/name``)."""
-    from eval_hooks.families.nq_swap.items import FULL_PATH
+    from eval_hooks.families.nq_swap.items import FULL_PATH  # deferred: imports numpy
 
     data = cfg.real.nq_swap_data
     if data is None:
@@ -104,10 +107,10 @@ def rows_step(data: str, n: int, seed: int, max_words: int | None) -> Callable[[
     """Stage ``nqswap_rows``: the rows of ``n`` questions of ``data`` (drawn with ``seed``, :func:`draw_seed`;
     length-capped) in ``<stage>/rows.jsonl``; returns the build's counts (``source`` named as the setting names
     it)."""
-    from eval_hooks.families.nq_swap.items import FULL_PATH, SAMPLE_PATH
+    from eval_hooks.families.nq_swap.items import FULL_PATH, SAMPLE_PATH  # deferred: imports numpy
 
     def step(out: Path) -> dict:
-        from eval_hooks.builders.nq_swap import build_file
+        from eval_hooks.builders.nq_swap import build_file  # deferred: imports numpy
 
         stats = build_file(data, Path(out) / ROWS_FILE, items=n, seed=seed, max_context_words=max_words)
         named = {SAMPLE_PATH: f"{SAMPLE_NAME} (the shipped sample)", FULL_PATH: f"{FULL_NAME} (the shipped whole set)"}
@@ -180,8 +183,6 @@ def check_target(summary: dict, arm: str, name: str, limit: float) -> dict[str, 
 
 
 def _cell(per: dict, key: str) -> str:
-    from eval_hooks.scoring.report_kit import ci_text, pct
-
     ci = (per.get("ci") or {}).get(key)
     return pct(per.get(key)) + (f" {ci_text(ci)}" if ci else "")
 
@@ -205,8 +206,6 @@ def report_lines(summary: dict) -> list[str]:
     """The report's NQ-Swap section: per arm, correct-context exact match (and its change from the base), p_sub,
     p_org and the memorization ratio on every item, and p_sub and the memorization ratio on the items the base
     knows, with 95% item-bootstrap intervals; "not run" when NQ-Swap was not evaluated."""
-    from eval_hooks.scoring.report_kit import md_table, pp
-
     head = ["## NQ-Swap (an outside benchmark)", ""]
     if KEY not in summary:
         return head + ["**Not run** (`real.nq_swap_questions=0`, the quick demo's default, or `real.split=dev`): its "
@@ -237,8 +236,6 @@ def report_lines(summary: dict) -> list[str]:
 
 def print_lines(summary: dict) -> list[str]:
     """The printed table's NQ-Swap lines (none when it was not evaluated)."""
-    from eval_hooks.scoring.report_kit import pct
-
     if KEY not in summary:
         return []
     nq, names = summary[KEY], _arms(summary)
@@ -255,8 +252,6 @@ def print_lines(summary: dict) -> list[str]:
 def seed_rows(runs: list[dict]) -> list[list]:
     """The seed table's NQ-Swap rows (from the summaries), in seed order: seed, arm, EM, p_sub, p_org, MR, known
     items, known p_sub and MR; a run without NQ-Swap has "not run" rows (one per arm of its facts set)."""
-    from eval_hooks.scoring.report_kit import pct
-
     rows = []
     for s in sorted(runs, key=lambda r: r["seed"]):
         if KEY not in s:

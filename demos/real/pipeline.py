@@ -63,6 +63,11 @@ from . import nq_swap
 from .arms import ARMS, BASE, preflight, run_arms
 from .items import SAMPLE_FILE, facts_size, knowledge_labels, mine_knowledge_overrides, sample_step
 from .prompts import EVAL_SETS, TRAIN
+from selectrust.core.errors import ConfigError
+from eval_hooks.knowledge import knowledge_quality as quality
+import json
+from .report import check_targets, print_table, write_report
+from selectrust.model import ensure_gguf_converted, is_gguf_source
 
 SECTION = "real"  # the conf/demo.yaml section it reads; a demo of this section (demos.config.DEMOS) runs here
 RECIPES = ("dpo", "evaluate", "grpo", "mine_pairs")  # the recipes the stages name
@@ -72,8 +77,6 @@ def convert(model: str) -> Callable[[Path], str]:
     """Stage ``convert``: the model every stage loads. A GGUF is converted once (cached); anything else is used
     as given."""
     def step(_out: Path) -> str:
-        from selectrust.model import ensure_gguf_converted, is_gguf_source
-
         return str(ensure_gguf_converted(model)) if is_gguf_source(model) else model
 
     return step
@@ -84,7 +87,7 @@ def build_facts(seed: int, size: str, fixed_split: bool = True) -> Callable[[Pat
     ``fixed_split`` (``real.fixed_split``, the default) the one split of every seed (``--fixed-split 1``: the files do
     not depend on ``seed``)."""
     def step(out: Path) -> Path:
-        from eval_hooks.builders.facts import build_dir
+        from eval_hooks.builders.facts import build_dir  # deferred: tests patch it
 
         build_dir(out, seed=seed, size=size, fixed_split=int(bool(fixed_split)))
         return out
@@ -178,8 +181,6 @@ def once(plan: list[Stage]) -> list[Stage]:
     """``plan`` with each stage name's first stage only: the GRPO arms each declare the run's one ``grpo_prompts``
     step (the same rows: the run's seed and ``real.grpo_rows``), which runs before the first of them. Two stages of
     one name that differ in recipe, overrides, inputs or start raise ConfigError (one would overwrite the other)."""
-    from selectrust.core.errors import ConfigError
-
     first: dict[str, Stage] = {}
     out = []
     for s in plan:
@@ -200,8 +201,6 @@ def knowledge_quality(out: Path, sets: dict[str, tuple[str, str]]) -> dict:
     ``k`` samples alone (``clean_accuracy``; a greedy estimate, ``k=1``, or ``combined`` sees the graded clean answer
     itself, so its clean AUC is trivial or flattered), and, a test the estimate does not see, its correctness under the
     irrelevant context (``score@irrelevant``: does the base keep the fact beside a distracting text)."""
-    from eval_hooks.knowledge import knowledge_quality as quality
-
     stage = Path(out).expanduser().resolve() / "stages"
     graded = {"score": ("score", CLEAN), "clean_accuracy": ("clean_accuracy", CLEAN),
               f"score@{IRRELEVANT}": ("score", IRRELEVANT)}
@@ -216,8 +215,6 @@ def training(cfg: DemoRunConfig) -> dict[str, dict]:
     ``recipe`` (``dpo``, ``grpo``), ``algo`` (the stage's ``algo=`` override; None: the recipe preset's), ``continues``
     (the stage whose adapter it continues, or None), ``steps`` (the optimizer steps it ran: its
     ``run_complete.json``'s ``step``; None without one) and, for GRPO, ``rows`` (``real.grpo_rows``)."""
-    import json
-
     stage_dir = Path(cfg.out).expanduser().resolve() / "stages"
     out = {}
     for name in arms(cfg):
@@ -245,7 +242,7 @@ def summary_of(cfg: DemoRunConfig, results: dict[str, Any]) -> dict:
     metrics and the mining use (``knowledge_labels``: :func:`demos.real.items.knowledge_labels`). Each arm's metrics
     get ``paired`` (:func:`demos.real.pooled.run_paired`: its SC2W on the base's clean-correct items, the paired
     ratio the targets check, with item-bootstrap intervals)."""
-    from .pooled import run_paired
+    from .pooled import run_paired  # deferred: imports numpy
 
     stats = results["mine"]
     mining = {k: v for k, v in stats.items() if k not in ("dropped_items", "knowledge_items")}
@@ -273,8 +270,6 @@ def run(cfg: DemoRunConfig, *, compose, runners: dict, checks: dict, stage_runne
     handed down by ``recipes/demo.py`` with the stage runner) in ``cfg.out`` (:class:`demos.common.DemoRun`: one run per out dir, continued by
     the same command); write ``summary.json``, ``report.md`` and the plots there, print the table; return the
     summary."""
-    from .report import check_targets, print_table, write_report
-
     demo = DemoRun(cfg, compose=compose, runners=runners, checks=checks, threads=cfg.real.torch_threads,
                    stage_runner=stage_runner)
     plan = stages(cfg)

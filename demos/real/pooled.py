@@ -54,6 +54,7 @@ from .arms import ARMS, trained
 from .arms import label as arm_label
 from .prompts import EVAL_SETS
 from .report import NOT_RUN, SETS, TARGETS, not_run_targets, verdict
+from eval_hooks.families.mist.metrics import correctness_matrix, mist_items
 
 #: The per-item counts each statistic is a ratio of (columns of an arm's feature matrix, one row per item).
 FEATURES = ("n", *CONDS, "clean_correct", "switched", "unknown", UNKNOWN_CORRECT,
@@ -153,8 +154,6 @@ def _differences(a: Any, b: Any) -> str:
 def item_matrix(path: Path) -> tuple[list, np.ndarray, np.ndarray]:
     """``(item ids, correct (n_items, 4) bool in MIST order, unknown (n_items,) bool)`` of one ``item_scores.jsonl``
     (``unknown``: the item's clean row carries ``knowledge: unknown``); a DataError naming the file."""
-    from eval_hooks.families.mist.metrics import correctness_matrix, mist_items
-
     rows = [row for _, row in read_records(path)]
     try:
         items = mist_items(rows)

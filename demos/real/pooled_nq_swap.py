@@ -40,6 +40,9 @@ from .arms import ARMS, BASE, trained
 from .arms import label as arm_label
 from .bootstrap import shared_items, two_level_sums
 from .nq_swap import EPS, KEY, NOT_RUN, PREFIX, target_name
+from eval_hooks.families.mist.metrics import mist_items
+from eval_hooks.families.nq_swap.metrics import misleading_outcome, strict_match
+from selectrust.core.io import read_records
 
 #: Per-item 0/1 counts of one model on one item (:func:`item_features`): the item, its correct-passage exact match,
 #: which answer it names under the substituted passage (the original alone, the substitute alone), and the same on
@@ -65,10 +68,6 @@ def item_features(path: Path) -> tuple[list, np.ndarray]:
     """``(item ids, (n_items, len(FEATURES)) 0/1 counts)`` of one ``item_scores.jsonl`` of the nq_swap family (the
     known label: the clean row's ``knowledge``, else its own correctness, as the family's metrics do); a DataError
     naming the file."""
-    from eval_hooks.families.mist.metrics import mist_items
-    from eval_hooks.families.nq_swap.metrics import misleading_outcome, strict_match
-    from selectrust.core.io import read_records
-
     rows = [row for _, row in read_records(path)]
     try:
         items = mist_items(rows)

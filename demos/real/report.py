@@ -17,6 +17,7 @@ from ..common import draw_scope_training, wall_line
 from . import nq_swap
 from .arms import ARMS, CHECKED_ARMS, color, held_out_targets, label, sc2w_share
 from .prompts import EVAL_SETS
+from selectrust.core.io import write_text_atomic
 
 SETS = {"real": "held-out items", "transfer": "held-out relation"}  # summary key -> what it evaluates
 # The targets (docs/real_model.md#the-real-model-demo), scored by the project's own parser on held-out items.
@@ -137,7 +138,7 @@ def _share(m: dict, base: dict) -> str:
 
 
 def _demo_kind(summary: dict):
-    from ..config import DEMOS
+    from ..config import DEMOS  # deferred: imports omegaconf
 
     return DEMOS.get(summary.get("demo", "real"))
 
@@ -260,7 +261,7 @@ def _stage_time_lines(summary: dict) -> list[str]:
 
 
 def _plots(summary: dict, out: Path) -> list[str]:
-    import matplotlib
+    import matplotlib  # deferred: imports matplotlib
 
     matplotlib.use("Agg", force=True)
     r, names = summary["real"], _arms(summary)
@@ -354,8 +355,6 @@ def _sample_lines(summary: dict, out: Path) -> list[str]:
 
 
 def write_report(summary: dict, out: Path) -> Path:
-    from selectrust.core.io import write_text_atomic
-
     out = Path(out)
     plots = _plots(summary, out)
     m = summary.get("mining", {})

@@ -61,7 +61,7 @@ from .arms import label as arm_label
 from .decision import decide
 from .decision import lines as decision_lines
 from .pooled import SPLITS, check_provenance, check_split, pooled_result, pooled_table
-from .report import SETS, checked_arm, check_targets, paired_sc2w, verdict
+from .report import SETS, checked_arm, check_targets, paired_sc2w, verdict, TARGETS as T, situated_faithfulness, TARGETS
 
 
 def load_run(run_dir: Path) -> dict:
@@ -175,8 +175,6 @@ def _rel(m: dict, base: dict, metric=_correct) -> tuple[float, float] | None:
 
 def _panels() -> list[tuple]:
     """(evaluation set, y metric, y label, the targets' corner: SC2W share at most, y change at least)."""
-    from .report import TARGETS as T
-
     return [("real", _correct, "correct-context accuracy", T["sc2w_ratio_max"], -T["accuracy_drop_max"]),
             ("real", _unknown_correct, "unknown_correct_accuracy", T["sc2w_ratio_max"], -T["unknown_correct_drop_max"]),
             ("transfer", _correct, "correct-context accuracy", T["transfer_sc2w_ratio_max"],
@@ -186,8 +184,6 @@ def _panels() -> list[tuple]:
 
 
 def _situated_faithfulness(m: dict) -> float | None:
-    from .report import situated_faithfulness
-
     return situated_faithfulness(m)
 
 
@@ -261,8 +257,6 @@ def nq_swap_plot(runs: list[dict], extras: list[tuple[str, dict]], out: Path, po
     band (EM on the original passage >= the base's - 5 points) shaded, the pooled changes (``pooled``'s ``nq_swap``)
     with their item-bootstrap intervals; arrows and ``extras`` as in :func:`frontier_plot`. None, and no file, when
     no run has NQ-Swap's two numbers."""
-    from .report import TARGETS
-
     point = nq_swap.change_from_base
     if not any(point(s, a) is not None for s in [*runs, *(e for _, e in extras)] for a in ARMS if trained(a)):
         return None

@@ -60,7 +60,7 @@ _REGISTRIES: list[Registry] = []  # every registry made, for :func:`broken_plugi
 def entry_points(group: str):
     """The installed packages' entry points of ``group`` (``importlib.metadata``, imported on first use): the one
     place that reads them (tests monkeypatch this function to install a component)."""
-    from importlib.metadata import entry_points as installed
+    from importlib.metadata import entry_points as installed  # deferred: tests patch it
 
     return installed(group=group)
 
@@ -302,7 +302,7 @@ class Registry(Mapping, Generic[T]):
                 raise self.paths(name, e) from e
         if value is None:
             raise self._unknown(name)
-        from importlib.metadata import EntryPoint
+        from importlib.metadata import EntryPoint  # deferred: the module-level one is for type checking only
 
         return EntryPoint(name, value, self.group).load()
 

@@ -21,6 +21,7 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
+import sys
 
 #: the keys that set a generation budget (new tokens per completion), where a recipe has them
 BUDGET_KEYS = ("algo.max_new_tokens", "eval.max_new_tokens", "algo.max_reasoning_tokens")
@@ -147,8 +148,6 @@ def generation_bytes(shape: ModelShape, *, tokens: int, batch: int, dtype: str) 
 def available_bytes(device: str = "auto") -> int | None:
     """What the machine has for it: a visible GPU's free memory (when torch is imported and CUDA is used), else
     the available host memory (psutil)."""
-    import sys
-
     torch = sys.modules.get("torch")
     if device != "cpu" and torch is not None and os.environ.get("CUDA_VISIBLE_DEVICES") != "":
         try:

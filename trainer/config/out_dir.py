@@ -21,6 +21,11 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
+from omegaconf import OmegaConf
+from selectrust.core.errors import ConfigError
+import fcntl
+import json
+from eval_hooks.cli_contract import _JobError, _active
 
 # what a start writes before its first real output; nothing else is removed
 DISPOSABLE = (".lock", "meta.json", "data_hashes.json", "data_stats.json")
@@ -30,8 +35,6 @@ _created: dict[str, Path | None] = {"top": None, "dir": None}  # the first direc
 
 def out_dir_key(config) -> str:
     """The key that sets ``hydra.run.dir`` (``trainer.run_dir``), or ``hydra.run.dir`` itself."""
-    from omegaconf import OmegaConf
-
     raw = str(OmegaConf.to_container(config.hydra.run, resolve=False).get("dir", ""))
     return raw[2:-1] if raw.startswith("${") and raw.endswith("}") and "$" not in raw[2:] else "hydra.run.dir"
 
@@ -39,9 +42,6 @@ def out_dir_key(config) -> str:
 def check_out_dir(path: Path, key: str, *, main: bool = True) -> None:
     """Refuse (``ConfigError``, one line) an out dir that is a file, sits under a file, cannot be written (or made),
     or (``main``) is held by another run."""
-    from selectrust.core.errors import ConfigError
-    from trainer.runtime.run_dir import LOCK_NAME, held_message
-
     path = Path(path).expanduser().absolute()
     existing = path
     while not existing.exists() and existing != existing.parent:
@@ -62,11 +62,7 @@ def check_out_dir(path: Path, key: str, *, main: bool = True) -> None:
 
 
 def _refuse_if_held(path: Path, key: str) -> None:
-    import fcntl
-    import json
-
-    from selectrust.core.errors import ConfigError
-    from trainer.runtime.run_dir import LOCK_NAME, held_message
+    from trainer.runtime.run_dir import LOCK_NAME, held_message  # deferred: imports torch
 
     lock_path = path / LOCK_NAME
     try:
@@ -133,8 +129,6 @@ class OutDirCheck(_Callback):
     function called by a test) it does nothing."""
 
     def on_run_start(self, config, **kwargs) -> None:
-        from eval_hooks.cli_contract import _JobError, _active
-
         if not _active["depth"]:
             return
         path = Path(str(config.hydra.run.dir))

@@ -10,7 +10,7 @@ compose time, before any model or data loads. Field docs live in ``metadata["hel
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields, make_dataclass
+from dataclasses import dataclass, field, fields, make_dataclass, MISSING as NO_DEFAULT, fields, make_dataclass
 from typing import Any, Optional
 
 from omegaconf import MISSING
@@ -26,6 +26,7 @@ from trainer.config.choices import (Aggregation, Backend, Device, DistillMode, D
                                     Pairing, Reference, RolloutModeName, RunDirLayout, Scheduler, SftRows, SftSchedule, StdScaling, TopkSupport, Truncation, Weighting,
                                     _choices)
 from trainer.rl.oversample import MAX_OVERSAMPLE_CAP, MAX_ROUND_COMPLETIONS
+import typing
 
 _f = schema_field
 
@@ -165,9 +166,6 @@ def generation_schema(name: str) -> type[GenerationConfig]:
     """The typed ``generation`` node of backend ``name`` (a :class:`GenerationConfig` subclass, built once): ``backend``,
     then the fields of the backend's settings dataclass with their defaults and help texts; a settings field with
     ``choices`` becomes a :class:`~trainer.config.choices.Choice` field."""
-    import typing
-    from dataclasses import MISSING as NO_DEFAULT, fields, make_dataclass
-
     spec = get_backend(name)
     known = _GENERATION_SCHEMAS.get(spec.name)
     if known is not None and known.backend_spec is spec:

@@ -16,6 +16,11 @@ import difflib
 import re
 from dataclasses import fields, is_dataclass
 from typing import Iterable
+import typing
+from selectrust.generation.backends import loadable_backend_names
+from trainer.config.roots import SCHEMAS
+from trainer.config.schemas import generation_schema
+from selectrust.core.plugins import broken_plugin
 
 __all__ = ["broken_choice", "did_you_mean", "misspelt_override"]
 
@@ -37,12 +42,6 @@ def did_you_mean(name: str, known: Iterable[str]) -> str:
 def _schemas() -> dict[str, type]:
     """Every typed node by class name: the root schemas of :data:`trainer.config.roots.SCHEMAS`, the groups they
     hold, and each generation backend's schema."""
-    import typing
-
-    from selectrust.generation.backends import loadable_backend_names
-    from trainer.config.roots import SCHEMAS
-    from trainer.config.schemas import generation_schema
-
     found: dict[str, type] = {}
     todo = [*SCHEMAS.values(), *(generation_schema(n) for n in loadable_backend_names())]
     while todo:
@@ -59,8 +58,6 @@ def broken_choice(error: BaseException):
     """For Hydra's refusal of a value that is no choice ("Invalid value 'x'", or a config group's "Could not find
     'group/x'") where ``x`` is a plugin some registry found broken and left out of the choices: that plugin's
     ``PluginError`` (one line naming the plugin and the fix); None otherwise."""
-    from selectrust.core.plugins import broken_plugin
-
     text = f"{error} {error.__cause__ or ''}"
     m = _INVALID.search(text)
     if not m:

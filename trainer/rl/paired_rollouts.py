@@ -49,6 +49,7 @@ from trainer.algos.choices import PAIRED_ROWS
 
 from .groups import Group, Rollout
 from .rollout_modes import SingleTurnMode
+from selectrust.generation.backends.base import derive_seed
 
 __all__ = ["NO_CONTEXT", "PairedContextMode", "check_paired_rows", "no_context_prompt"]
 
@@ -131,8 +132,6 @@ class PairedContextMode(SingleTurnMode):
         check_paired_rows(rows)
 
     def generate(self, backend, items, seeds, adapter):
-        from selectrust.generation.backends.base import derive_seed
-
         reqs = []
         for r, seed in zip(items, seeds):
             reqs.append(self.request(r["prompt"], seed, adapter))
@@ -154,9 +153,9 @@ class PairedContextMode(SingleTurnMode):
 
     def advantages(self, groups: list[Group], rewards):
         """Knowledgeable-R1's advantages of the batch's groups (each [CK, RPK, PK] x G), in sample order."""
-        import torch
+        import torch  # deferred: imports torch
 
-        from trainer.algos.paired_context import paired_context_advantages
+        from trainer.algos.paired_context import paired_context_advantages  # deferred: imports torch
 
         G = self.s.group_size
         if rewards.numel() != len(groups) * PAIRED_ROWS * G:

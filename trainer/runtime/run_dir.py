@@ -32,6 +32,9 @@ from trainer.runtime.checkpoint import (CHECKPOINTS, CheckpointManager, checkpoi
                                      step_of, verify_checkpoint)
 from trainer.runtime.distributed import all_gather_object
 from trainer.runtime.nodes import Nodes, common_steps, detect, local_checkpoint, no_common_checkpoint
+from trainer.data.pins import pin
+from .relocation import portable_pair  # a run moved with its inputs (a demo's out dir) resumes
+import fcntl
 
 LOCK_NAME = ".lock"
 DATA_HASHES = "data_hashes.json"
@@ -81,8 +84,6 @@ class RunLock:
             return {}
 
     def acquire(self) -> "RunLock":
-        import fcntl
-
         previous = _HELD.pop(str(self.run_dir), None)
         if previous is not None:  # this process ran here before (recipes are synchronous): that run is over
             previous.release()
@@ -117,7 +118,6 @@ class RunLock:
         """Empty the lock file (so no stale holder is reported) and drop the lock; idempotent."""
         if self._fd is None:
             return
-        import fcntl
 
         try:
             os.ftruncate(self._fd, 0)
@@ -156,8 +156,6 @@ def data_paths(cfg) -> dict[str, str]:
 def data_hashes(cfg) -> dict[str, dict]:
     """``config key -> {"path", "sha256", "kind"}`` for every data source of the run, whatever its kind
     (``trainer/data/pins.py``)."""
-    from trainer.data.pins import pin
-
     pins = {k: pin(p) for k, p in data_paths(cfg).items()}
     return {k: v for k, v in pins.items() if v is not None}
 
@@ -288,7 +286,7 @@ def _same(value, default) -> bool:
 
 def schema_defaults(cfg) -> dict | None:
     """The defaults of ``cfg``'s structured schema as a plain dict (None for a config without one)."""
-    from omegaconf import OmegaConf
+    from omegaconf import OmegaConf  # deferred: imports omegaconf
 
     schema = type(cfg) if is_dataclass(cfg) else OmegaConf.get_type(cfg)  # typed settings, or a composed config
     if schema is None or schema is dict:
@@ -299,11 +297,10 @@ def schema_defaults(cfg) -> dict | None:
 def check_resume_config(cfg, saved_path: Path) -> None:
     """Refuse a config ``cfg`` that differs from the saved one at ``saved_path`` (this run's ``config.yaml``;
     for ``trainer.resume=<path>`` the config of the run owning that checkpoint). No saved config: nothing to check."""
-    from omegaconf import OmegaConf
+    from omegaconf import OmegaConf  # deferred: imports omegaconf
 
     if not saved_path.exists() or cfg.trainer.allow_config_change:
         return
-    from .relocation import portable_pair  # a run moved with its inputs (a demo's out dir) resumes
 
     saved = OmegaConf.to_container(OmegaConf.load(saved_path), resolve=True)
     current = asdict(cfg)  # the typed settings, as config.yaml holds them
