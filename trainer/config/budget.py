@@ -22,6 +22,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 import sys
+from selectrust.generation.backends import backends_with
 
 #: the keys that set a generation budget (new tokens per completion), where a recipe has them
 BUDGET_KEYS = ("algo.max_new_tokens", "eval.max_new_tokens", "algo.max_reasoning_tokens")
@@ -114,6 +115,8 @@ def _evaluates(cfg) -> bool:
     ``trainer.eval_every_epoch`` or ``trainer.eval_at_end``."""
     if not _select(cfg, "eval.enabled", default=True):
         return False
+    if _select(cfg, "pipeline") is not None and _select(cfg, "algo.max_reasoning_tokens") is not None:
+        return False  # distillation: its held-out evaluation is logit-based, budgeted by algo.max_reasoning_tokens
     if _select(cfg, "trainer") is None or not hasattr(cfg.trainer, "eval_at_end"):
         return True
     return bool(cfg.trainer.eval_every_epoch or cfg.trainer.eval_at_end)
@@ -184,9 +187,10 @@ def check_memory(cfg, shape: ModelShape | None, *, batch: int, batch_keys: str, 
 
 def _batches(cfg) -> dict[str, tuple[int, str, str]]:
     """``budget key -> (completions generated at once, the keys that set that number, what generates)``: an
-    in-process (hf) backend generates ``generation.batch_size`` completions at once at most; a server's memory is
+    in-process backend (capability ``in_process``: hf) generates ``generation.batch_size`` completions at once at most; a server's memory is
     its own (not counted here)."""
-    if _select(cfg, "generation.backend") != "hf":
+    backend = _select(cfg, "generation.backend")
+    if backend is None or str(backend) not in backends_with("in_process"):
         return {}
     per_call = int(_select(cfg, "generation.batch_size", default=0) or 0)
     out = {"eval.max_new_tokens": (per_call, "generation.batch_size", "an evaluation batch")}
