@@ -12,6 +12,10 @@ from pathlib import Path
 from typing import Any, Callable
 
 from selectrust.conditions import MIST_CONDITIONS as CONDS
+from trainer.runtime.provenance import run_provenance, stage_provenance
+from selectrust.core.io import write_json_atomic
+from selectrust.core.errors import ConfigError
+from trainer.runtime.provenance import differing_fields, ran_in, stage_precisions
 
 
 def set_threads(n: int | None) -> None:
@@ -35,7 +39,7 @@ def refuse(message: str) -> None:
 def demo_settings(cfg) -> dict:
     """What a demo run's results depend on (``demo.json``): the demo, the seed and the demo's own settings (demo=real
     or real_full: the ``real`` section of ``conf/demo.yaml``; demo=toy: the ``toy`` section)."""
-    from omegaconf import OmegaConf
+    from omegaconf import OmegaConf  # deferred: imports omegaconf
 
     keys = OmegaConf.to_container(OmegaConf.structured(cfg), resolve=True)  # the typed settings as plain values
     return {"demo": keys["demo"], "seed": keys["seed"], "settings": _own_settings(keys, str(cfg.demo))}
@@ -44,7 +48,7 @@ def demo_settings(cfg) -> dict:
 def _own_settings(keys: dict, demo: str) -> dict:
     """The settings a run of ``demo`` depends on, out of a whole demo config (``keys``): its section
     (``demos.config.DEMOS``: ``real`` for the real-model demos, ``toy`` for the toy)."""
-    from .config import DEMOS
+    from .config import DEMOS  # deferred: imports omegaconf
 
     section = DEMOS.get(demo).section
     return {section: keys[section]}
@@ -68,9 +72,9 @@ def with_new_keys(saved: dict, demo: str) -> dict:
     a key added to ``demos/config.py`` after the run was recorded, whose default is what runs did before it existed
     (the rule for adding a key), so an earlier run of the same settings still reads as the same run; a toy run's
     keys recorded before they moved under ``toy`` are read there."""
-    from omegaconf import OmegaConf
+    from omegaconf import OmegaConf  # deferred: imports omegaconf
 
-    from .config import DemoRunConfig
+    from .config import DemoRunConfig  # deferred: imports omegaconf
 
     own = _own_settings(OmegaConf.to_container(OmegaConf.structured(DemoRunConfig(demo=demo)), resolve=True), demo)
 
@@ -99,7 +103,6 @@ class DemoRun:
 
     def __init__(self, cfg, *, compose: Callable[[str, list[str]], Any], runners: dict[str, Callable],
                  checks: dict[str, Callable[[Any], None]], threads: int | None, stage_runner: Callable[..., Any]):
-        from trainer.runtime.provenance import run_provenance, stage_provenance
 
         self.cfg = cfg
         self.checks = checks  # {recipe: its config check}: the chain's (recipes/chain.py trainers), run before any stage
@@ -116,8 +119,7 @@ class DemoRun:
         """Under the out dir's lock: the out dir is new, or holds a run of this demo and seed (continued; other
         settings said in one line, the stage runner reruns the stages they change); else refused, or moved aside
         with ``overwrite=true``. Then ``demo.json`` records this run's."""
-        from selectrust.core.io import write_json_atomic
-        from trainer.runtime.run_dir import config_differences, move_aside
+        from trainer.runtime.run_dir import config_differences, move_aside  # deferred: imports torch, numpy
 
         now, record = demo_settings(self.cfg), self.out / RECORD
         held = [name for name in WRITES if (self.out / name).exists()]
@@ -141,13 +143,13 @@ class DemoRun:
         write_json_atomic(record, now)
 
     def run(self, stages: list, summarise: Callable[[dict[str, Any]], dict], write_report: Callable[[dict, Path], Any],
-            print_table: Callable[[dict], None], targets: Callable[[dict], dict] | None = None) -> dict:
+            print_table: Callable[[dict], None], targets: Callable[[dict], dict] | None = None,
+            before_stages: Callable[[], Any] | None = None, after_stages: Callable[[], Any] | None = None) -> dict:
         """Compose every stage's config (a bad override fails before anything runs), take the out dir (lock,
         ``demo.json``), run the stages and write ``summary.json`` (``summarise(results)`` with the stage and wall
         times, and ``targets(summary)``) and the report; print the table; return the summary."""
-        from trainer.runtime.run_dir import RunDirLocked
+        from trainer.runtime.run_dir import RunDirLocked  # deferred: imports torch, numpy
 
-        from selectrust.core.errors import ConfigError
 
         t_start = time.time()
         try:
@@ -159,7 +161,12 @@ class DemoRun:
                 held.enter_context(self.runner.hold("demo.log", claim=self.claim, key="out"))
             except RunDirLocked as e:
                 refuse(str(e))
-            summary = summarise(self.runner.run_all(stages))
+            if before_stages is not None:  # under the out dir's lock (the real demo's stage cache, issue 60)
+                before_stages()
+            results = self.runner.run_all(stages)
+            if after_stages is not None:
+                after_stages()
+            summary = summarise(results)
             summary["stage_seconds"] = self.runner.timings
             summary.update(self.provenance_summary())
             summary["wall_seconds"] = round(time.time() - t_start, 1)
@@ -177,8 +184,6 @@ class DemoRun:
         (the reuse rule: ``config`` says a stage may have been reused under another provenance) and, for each stage
         whose recorded threads, commit, versions or CPU differ from the run's, ``stage_provenance``
         (``{stage: {field: its value}}``)."""
-        from trainer.runtime.provenance import differing_fields, ran_in, stage_precisions
-
         precisions = stage_precisions(self.runner.made_under)
         out: dict = {"provenance": {**self.provenance, "precision": ran_in(precisions),
                                     "stage_precision": precisions},
@@ -192,8 +197,6 @@ class DemoRun:
     def finish(self, summary: dict, write_report: Callable[[dict, Path], Any],
                print_table: Callable[[dict], None]) -> dict:
         """Write ``<out>/summary.json`` and the report (``report.md`` and plots), print the table; return ``summary``."""
-        from selectrust.core.io import write_json_atomic
-
         write_json_atomic(self.out / "summary.json", summary)
         write_report(summary, self.out)
         print_table(summary)

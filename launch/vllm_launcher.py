@@ -468,6 +468,34 @@ class VLLMServer:
         return VLLMServerBackend(self.url, self.served_model_name, tokenizer, **kwargs)
 
 
+def like_adapter(path: str) -> tuple[int, list[str] | str]:
+    """``(rank, target modules)`` of the adapter at ``path`` (its ``adapter_config.json``: ``r`` a positive integer,
+    ``target_modules`` a list of names or one string); a :class:`DataError` naming the file and field (one line,
+    exit 2) when it is missing or does not say them."""
+    config = Path(path).expanduser() / "adapter_config.json"
+    where = dict(path=f"--like-adapter {config}")
+    try:
+        like = json.loads(config.read_text())
+    except FileNotFoundError:
+        raise DataError("no adapter_config.json there", **where, accepted="a PEFT LoRA adapter's directory "
+                        "(a run's final/ or checkpoints/step_<n>/)") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise DataError(f"cannot be read ({e.strerror if isinstance(e, OSError) else e})", **where) from None
+    except ValueError as e:
+        raise DataError(f"not JSON ({e})", **where) from None
+    if not isinstance(like, dict):
+        raise DataError("not a JSON object", **where)
+    rank = like.get("r")
+    if isinstance(rank, bool) or not isinstance(rank, int) or rank < 1:
+        raise DataError(f"LoRA rank {rank!r} is not a positive integer", **where, field="r")
+    targets = like.get("target_modules")
+    if not (isinstance(targets, str) and targets or isinstance(targets, list) and targets
+            and all(isinstance(t, str) and t for t in targets)):
+        raise DataError(f"target modules {targets!r} are neither a list of module names nor one name", **where,
+                        field="target_modules")
+    return rank, targets
+
+
 def main(argv: list[str] | None = None) -> int:
     """The command line under the error contract (``eval_hooks/cli_contract.py``; ``--debug`` before ``--`` keeps
     tracebacks): a bad ``--model`` or a server that refuses its input is one line, exit 2."""
@@ -514,8 +542,8 @@ def _serve(argv: list[str], extra: list[str]) -> int:
     check_model_path(args.model, "--model")  # a ModelSourceError: one line, exit 2, before any server starts
     rank, targets = args.lora_rank, args.lora_target_modules
     if args.like_adapter:
-        like = json.loads((Path(args.like_adapter) / "adapter_config.json").read_text())
-        rank, targets = rank or int(like["r"]), targets or like["target_modules"]
+        like_rank, like_targets = like_adapter(args.like_adapter)
+        rank, targets = rank or like_rank, targets or like_targets
     server = VLLMServer(args.model, args.port, args.venv_python, args.log_path, extra, kind=args.kind,
                         served_model_name=args.served_model_name, lora_rank=rank or 16, lora_target_modules=targets,
                         max_loras=args.max_loras, device=args.device, dtype=args.dtype,

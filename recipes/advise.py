@@ -22,6 +22,11 @@ from selectrust.core.errors import ConfigError
 from trainer.config import check_adapter_dir, register_schemas, validate_common
 from trainer.config.roots import DistillRunConfig
 from trainer.config.settings import to_settings
+from selectrust.core.io import read_records, write_jsonl_atomic
+from selectrust.model import load_base_with_adapters, load_tokenizer
+from selectrust.generation.prompts import PromptSettings
+from trainer.distill.advice import advice_from_log_odds
+from trainer.distill.views import load_fork_views
 
 register_schemas()
 
@@ -29,12 +34,7 @@ register_schemas()
 def run(cfg: DictConfig | DistillRunConfig) -> list[dict]:
     """Write advice notes for ``advice.forks_path``; returns them. ``cfg``: the composed config (checked and turned
     into typed settings here, before any model loads) or those settings already typed."""
-    from selectrust.core.io import read_records, write_jsonl_atomic
-    from selectrust.model import load_base_with_adapters, load_tokenizer
-    from selectrust.generation.prompts import PromptSettings
-    from trainer.distill.advice import advice_from_log_odds
-    from trainer.distill.evaluation import eval_settings, evaluate_views
-    from trainer.distill.views import load_fork_views
+    from trainer.distill.evaluation import eval_settings, evaluate_views  # deferred: imports torch
 
     cfg: DistillRunConfig = to_settings(cfg, validate_common)  # the typed settings, from here down
     adv, a = cfg.advice, cfg.algo

@@ -28,6 +28,8 @@ from trainer.config.cli_help import cli_main
 from trainer.config import compose, register_schemas
 from trainer.config.roots import ChainRunConfig
 from trainer.config.settings import to_settings
+from recipes.stage_recipes import runners, trainers
+from recipes.stages import StageRunner, chain_stages
 
 register_schemas()
 
@@ -35,9 +37,6 @@ register_schemas()
 def chain_runner(cfg: DictConfig | ChainRunConfig):
     """The chain's stage runner and its stages, every stage's config composed and checked (a bad chain or stage
     config fails here, before any model loads)."""
-    from recipes.stage_recipes import runners, trainers
-    from recipes.stages import StageRunner, chain_stages
-
     cfg: ChainRunConfig = to_settings(cfg)  # the typed settings, from here down (each stage's config: its recipe's)
     checks = trainers()  # the recipes a chain stage may name (``script``), each with its config check
     stages = chain_stages(cfg.stages, list(cfg.common), checks)

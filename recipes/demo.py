@@ -22,6 +22,11 @@ from eval_hooks.cli_contract import under_contract
 from selectrust.core.conf_dir import CONF_DIR
 from trainer.config.cli_help import cli_main
 from trainer.config.settings import to_settings
+from demos.real import pipeline as real
+from demos.toy import pipeline as toy
+from recipes.stage_recipes import runners, trainers
+from recipes.stages import StageRunner
+from trainer.config import compose
 
 register()
 
@@ -30,12 +35,6 @@ def run(cfg: DictConfig | DemoRunConfig) -> dict:
     """Every stage of the chosen demo (``demos.config.DEMOS``) by the pipeline of its section
     (``demos.real.pipeline.run`` for demo=real and real_full, ``demos.toy.pipeline.run`` for demo=toy); returns the
     summary."""
-    from demos.real import pipeline as real
-    from demos.toy import pipeline as toy
-    from recipes.stage_recipes import runners, trainers
-    from recipes.stages import StageRunner
-    from trainer.config import compose
-
     cfg: DemoRunConfig = to_settings(cfg)  # the typed settings, from here down (each stage's config: its recipe's)
     section = DEMOS.get(cfg.demo).section
     pipeline = next(p for p in (real, toy) if p.SECTION == section)

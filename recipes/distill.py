@@ -40,9 +40,15 @@ from omegaconf import DictConfig
 from selectrust.core.conf_dir import CONF_DIR
 from eval_hooks.cli_contract import under_contract
 from trainer.config.cli_help import cli_main
-from trainer.config import register_schemas, validate_distill
+from trainer.config import register_schemas, validate_distill, compose
 from trainer.config.roots import DistillRunConfig
 from trainer.config.settings import to_settings
+from selectrust.core.io import write_json_atomic
+from selectrust.generation.prompts import PromptSettings
+from trainer.distill.views import check_task_disjoint, choice_token_ids, has_choice_position, load_views
+from trainer.runtime.run import setup_run
+from recipes import evaluate, sft
+from recipes.pipelines import PIPELINES
 
 register_schemas()
 
@@ -50,16 +56,12 @@ register_schemas()
 def run(cfg: DictConfig | DistillRunConfig):
     """Train one stage (``algo.stage``); returns the loop's ``LoopResult``. ``cfg``: the composed config (checked
     and turned into typed settings here, before any model loads) or those settings already typed."""
-    from selectrust.core.io import write_json_atomic
-    from selectrust.generation.prompts import PromptSettings
-    from trainer.runtime.checkpoint import resumable
-    from trainer.data.train_data import SamplerSource, ShuffleSampler
-    from trainer.distill.views import check_task_disjoint, choice_token_ids, has_choice_position, load_views
-    from trainer.distill.steps import DistillSteps, sample_teacher
-    from trainer.train import train_evaluate_finish
-    from selectrust.model import Reference, load_policy
-    from trainer.runtime.optim import build_optimizer, build_scheduler
-    from trainer.runtime.run import setup_run
+    from trainer.runtime.checkpoint import resumable  # deferred: imports numpy
+    from trainer.data.train_data import SamplerSource, ShuffleSampler  # deferred: imports numpy
+    from trainer.distill.steps import DistillSteps, sample_teacher  # deferred: imports torch
+    from trainer.train import train_evaluate_finish  # deferred: imports torch, numpy
+    from selectrust.model import Reference, load_policy  # deferred: tests patch it
+    from trainer.runtime.optim import build_optimizer, build_scheduler  # deferred: imports torch
 
     # ---- validate everything before any model loads -------------------------------------------------
     cfg: DistillRunConfig = to_settings(cfg, validate_distill)  # the typed settings, from here down
@@ -113,10 +115,6 @@ def pipeline(cfg: DictConfig | DistillRunConfig, overrides: list[str] | None = N
     """``pipeline.kind=taste``: toy data + base (data.source=toy), stage 1, stage 2, held-out evaluation,
     ``summary.json``; ``pipeline.kind=opsd`` (e.g. recipe=opsd_tiny): an optional base SFT, OPSD and the MIST
     evaluation (``recipes/pipelines/opsd.py``). ``overrides``: the stages' overrides (default: the command line's)."""
-    from recipes import evaluate, sft
-    from trainer.config import compose
-    from recipes.pipelines import PIPELINES
-
     cfg: DistillRunConfig = to_settings(cfg, validate_distill)  # checked before any stage runs; typed from here down
     # the recipes its stages name; not recipes.stage_recipes.STAGE_RECIPES, which imports this module (a cycle)
     runners = {"sft": sft.run, "evaluate": evaluate.run, "distill": run}

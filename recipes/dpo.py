@@ -29,6 +29,12 @@ from trainer.config import register_schemas, validate_dpo
 from trainer.config.roots import DPORunConfig
 from trainer.config.schemas import DPOAlgoConfig
 from trainer.config.settings import to_settings
+from selectrust.core.io import write_json_atomic
+from selectrust.generation.prompts import PromptSettings
+from selectrust.conditions import SCOPE_MASS_DEFAULTS, pool_mass
+from trainer.eval_bridge import load_eval_rows, make_backend
+from trainer.runtime.run import setup_run
+from trainer.dpo.losses import dpo_loss
 
 register_schemas()
 
@@ -36,20 +42,14 @@ register_schemas()
 def run(cfg: DictConfig | DPORunConfig):
     """Train; returns the loop's ``LoopResult`` (step, preempted, final metrics). ``cfg``: the composed config
     (checked and turned into typed settings here, before any model loads) or those settings already typed."""
-    from selectrust.core.io import write_json_atomic
-    from selectrust.generation.prompts import PromptSettings
-    from selectrust.conditions import SCOPE_MASS_DEFAULTS, pool_mass
-    from trainer.data.train_data import ConditionSampler, SamplerSource, check_pool_mass
-    from trainer.dpo.data import apply_length_policy, load_pairs, unmatch_pairs
-    from trainer.eval_bridge import load_eval_rows, make_backend
-    from trainer.runtime.run import setup_run
-    from trainer.logprobs.logprobs import sequence_logprobs
-    from selectrust.model import Reference, load_policy
-    from trainer.runtime.optim import build_optimizer, build_scheduler
-    from trainer.train import train_evaluate_finish
-    from trainer.dpo.losses import dpo_loss
-    from trainer.dpo.pairs import collate_pairs, reference_table, use_shared_prompt
-    from trainer.dpo.step import dpo_step
+    from trainer.data.train_data import ConditionSampler, SamplerSource, check_pool_mass  # deferred: imports numpy
+    from trainer.dpo.data import apply_length_policy, load_pairs, unmatch_pairs  # deferred: imports numpy
+    from trainer.logprobs.logprobs import sequence_logprobs  # deferred: tests patch it
+    from selectrust.model import Reference, load_policy  # deferred: tests patch it
+    from trainer.runtime.optim import build_optimizer, build_scheduler  # deferred: imports torch
+    from trainer.train import train_evaluate_finish  # deferred: imports torch, numpy
+    from trainer.dpo.pairs import collate_pairs, reference_table, use_shared_prompt  # deferred: imports torch
+    from trainer.dpo.step import dpo_step  # deferred: imports torch
 
     # ---- validate everything before any model loads -------------------------------------------------
     cfg: DPORunConfig = to_settings(cfg, validate_dpo)  # the typed settings, from here down

@@ -46,6 +46,18 @@ from trainer.config import register_schemas, validate_grpo
 from trainer.config.roots import GRPORunConfig
 from trainer.config.schemas import GRPOAlgoConfig
 from trainer.config.settings import to_settings
+from selectrust.generation.prompts import PromptSettings
+from trainer.rl.envs import resolve_env
+from trainer.eval_bridge import generation_capabilities, load_eval_rows, make_backend
+from trainer.rl.rewards import GuardedReward, resolve_reward
+from trainer.rl.rollout import Ranks, RolloutSettings, RolloutSource, check_prompt_lengths, load_rl_prompts
+from trainer.rl.modes import MODES
+from trainer.rl.rollout_modes import EnvironmentMode
+from trainer.runtime.run import setup_run
+from trainer.config.budget import shape_of_model
+from trainer.config.validation import check_generation_budget
+from trainer.rl.rollout_sync import rollout_sync_hook
+from trainer.rl.sft_rows import check_sft_rows
 
 register_schemas()
 
@@ -53,23 +65,13 @@ register_schemas()
 def run(cfg: DictConfig | GRPORunConfig):
     """Train; returns the loop's ``LoopResult`` (step, preempted, final metrics). ``cfg``: the composed config
     (checked and turned into typed settings here, before any model loads) or those settings already typed."""
-    from selectrust.generation.prompts import PromptSettings
-    from trainer.data.train_data import ShuffleSampler
-    from trainer.rl.envs import resolve_env
-    from trainer.eval_bridge import generation_capabilities, load_eval_rows, make_backend
-    from trainer.logprobs.group_packing import group_sequence_logprobs
-    from trainer.logprobs.logprobs import sequence_logprobs
-    from trainer.train import train_evaluate_finish
-    from selectrust.model import Reference, load_policy
-    from trainer.runtime.optim import build_optimizer, build_scheduler
-    from trainer.rl.rewards import GuardedReward, resolve_reward
-    from trainer.rl.rollout import Ranks, RolloutSettings, RolloutSource, check_prompt_lengths, load_rl_prompts
-    from trainer.rl.modes import MODES
-    from trainer.rl.rollout_modes import EnvironmentMode
-    from trainer.runtime.run import setup_run
-    from trainer.rl.rollout_sync import rollout_sync_hook
-    from trainer.rl.sft_rows import check_sft_rows
-    from trainer.rl.step import grpo_step, old_logprobs, use_shared_prompt
+    from trainer.data.train_data import ShuffleSampler  # deferred: imports numpy
+    from trainer.logprobs.group_packing import group_sequence_logprobs  # deferred: tests patch it
+    from trainer.logprobs.logprobs import sequence_logprobs  # deferred: tests patch it
+    from trainer.train import train_evaluate_finish  # deferred: imports torch, numpy
+    from selectrust.model import Reference, load_policy  # deferred: tests patch it
+    from trainer.runtime.optim import build_optimizer, build_scheduler  # deferred: imports torch
+    from trainer.rl.step import grpo_step, old_logprobs, use_shared_prompt  # deferred: imports torch
 
     # ---- validate everything before any model loads (and long before any generation) -------------------
     cfg: GRPORunConfig = to_settings(cfg, validate_grpo, world=int(os.environ.get("WORLD_SIZE", "1")))
@@ -92,7 +94,10 @@ def run(cfg: DictConfig | GRPORunConfig):
     acc = ctx.accelerator
     model, tokenizer = load_policy(cfg.model, seed=cfg.seed)
     prompt = PromptSettings.from_config(cfg.prompt)
-    check_prompt_lengths(rows, tokenizer, max_prompt_len=dcfg.max_prompt_len, prompt_settings=prompt)
+    lengths = check_prompt_lengths(rows, tokenizer, max_prompt_len=dcfg.max_prompt_len, prompt_settings=prompt)
+    # the rollout budget fits the model's positions after the longest prompt, and a round fits in memory
+    check_generation_budget(cfg, shape_of_model(model), max(lengths, default=0), keys=("algo.max_new_tokens",),
+                            prompt_what=" (a GRPO prompt, rendered)")
     reference = Reference(model, lora=cfg.model.lora.enabled) if algo.kl_beta > 0 else None
     optimizer = build_optimizer(model, cfg.optim)
     scheduler = build_scheduler(optimizer, cfg.optim, max_steps=cfg.trainer.max_steps)

@@ -22,6 +22,7 @@ from trainer.config.cli_help import cli_main
 from trainer.config import register_schemas, validate_merge
 from trainer.config.roots import MergeRunConfig
 from trainer.config.settings import to_settings
+from selectrust.model import export_merged
 
 register_schemas()
 
@@ -29,8 +30,6 @@ register_schemas()
 def run(cfg: DictConfig | MergeRunConfig) -> Path:
     """Merge and write; returns the output directory. ``cfg``: the composed config (checked and turned into typed
     settings here, before any model loads) or those settings already typed."""
-    from selectrust.model import export_merged
-
     cfg: MergeRunConfig = to_settings(cfg, validate_merge)  # the typed settings, from here down
     out = export_merged(cfg.model, list(cfg.adapters), cfg.out_dir)
     print(f"[selectrust] merged {len(cfg.adapters)} adapter(s) into {cfg.model.path}: {out}", flush=True)

@@ -27,6 +27,14 @@ from trainer.config import register_schemas, validate_common, validate_knowledge
 from trainer.config.roots import MineRunConfig
 from trainer.config.settings import to_settings
 from trainer.data.mining import mine
+from eval_hooks import load_rows
+from selectrust.generation.backends.base import GreedyMemo
+from selectrust.core.io import write_json_atomic, write_jsonl_atomic
+from selectrust.model import is_toy_model
+from selectrust.model.load import TOY_ANSWER_BUDGET
+from eval_hooks.parsers import answer_budget
+from selectrust.generation.prompts import PromptSettings
+from trainer.runtime.run import seed_everything
 
 register_schemas()
 
@@ -34,16 +42,8 @@ register_schemas()
 def run(cfg: DictConfig | MineRunConfig) -> dict:
     """Mine; returns the statistics written to ``<out_dir>/mining_stats.json``. ``cfg``: the composed config
     (checked and turned into typed settings here, before any model loads) or those settings already typed."""
-    from eval_hooks import load_rows
-    from selectrust.generation.backends.base import GreedyMemo
-    from selectrust.core.io import write_json_atomic, write_jsonl_atomic
-    from selectrust.model import is_toy_model
-    from selectrust.model.load import TOY_ANSWER_BUDGET
-    from eval_hooks.parsers import answer_budget
-    from selectrust.generation.prompts import PromptSettings
-    from trainer.data.train_data import resolve_data_path
-    from trainer.eval_bridge import build_inference_backend
-    from trainer.runtime.run import seed_everything
+    from trainer.data.train_data import resolve_data_path  # deferred: imports numpy
+    from trainer.eval_bridge import build_inference_backend  # deferred: tests patch it
 
     cfg: MineRunConfig = to_settings(cfg, validate_common)  # the typed settings, from here down
     validate_knowledge(cfg.knowledge, cfg.generation)

@@ -31,6 +31,12 @@ from trainer.config.cli_help import cli_main
 from trainer.config import register_schemas, validate_sft
 from trainer.config.roots import SFTRunConfig
 from trainer.config.settings import to_settings
+from selectrust.core.io import write_json_atomic
+from selectrust.generation.prompts import PromptSettings
+from trainer.eval_bridge import load_eval_rows, make_backend
+from trainer.runtime.run import setup_run
+from trainer.sft.data import WindowSource, apply_sft_length_policy, collate_sft, load_sft_examples
+from trainer.sft.step import sft_step
 
 register_schemas()
 
@@ -38,18 +44,12 @@ register_schemas()
 def run(cfg: DictConfig | SFTRunConfig):
     """Train; returns the loop's ``LoopResult`` (step, preempted, final metrics). ``cfg``: the composed config
     (checked and turned into typed settings here, before any model loads) or those settings already typed."""
-    from selectrust.core.io import write_json_atomic
-    from selectrust.generation.prompts import PromptSettings
-    from trainer.runtime.distributed import reduce_sum
-    from trainer.data.train_data import SamplerSource, ShuffleSampler, resolve_data_path
-    from trainer.eval_bridge import load_eval_rows, make_backend
-    from trainer.logprobs.logprobs import sequence_logprobs
-    from trainer.train import train_evaluate_finish
-    from selectrust.model import load_policy
-    from trainer.runtime.optim import build_optimizer, build_scheduler
-    from trainer.runtime.run import setup_run
-    from trainer.sft.data import WindowSource, apply_sft_length_policy, collate_sft, load_sft_examples
-    from trainer.sft.step import sft_step
+    from trainer.runtime.distributed import reduce_sum  # deferred: imports torch
+    from trainer.data.train_data import SamplerSource, ShuffleSampler, resolve_data_path  # deferred: imports numpy
+    from trainer.logprobs.logprobs import sequence_logprobs  # deferred: tests patch it
+    from trainer.train import train_evaluate_finish  # deferred: imports torch, numpy
+    from selectrust.model import load_policy  # deferred: tests patch it
+    from trainer.runtime.optim import build_optimizer, build_scheduler  # deferred: imports torch
 
     # ---- validate everything before any model loads -------------------------------------------------
     cfg: SFTRunConfig = to_settings(cfg, validate_sft)  # the typed settings, from here down

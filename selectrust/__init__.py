@@ -9,3 +9,7 @@
 Nothing here imports ``trainer``, ``eval_hooks``, ``recipes``, ``demos`` or ``launch`` (``tests/repo/test_import_rules.py``).
 ``import selectrust`` stays light: torch and transformers load when a model is asked for.
 """
+
+from selectrust.moved import install as _install_moved
+
+_install_moved()  # old import paths (eval_hooks.core, trainer.dpo_losses, ...) name their new home: selectrust/moved.py

@@ -12,6 +12,10 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from trainer.runtime.loop import BatchSource, LoopResult, train_loop
+from trainer.runtime.errors import RewardError
+from trainer.runtime.run import finish_run
+from trainer.eval_bridge import make_epoch_eval, server_errors
+from selectrust.model import save_policy
 
 
 def train_evaluate_finish(ctx, *, model, optimizer, scheduler, source: BatchSource, step_fn, tokenizer,
@@ -21,11 +25,6 @@ def train_evaluate_finish(ctx, *, model, optimizer, scheduler, source: BatchSour
     evaluate (the epoch-end evaluation hook), finish — only for a run that reached ``max_steps`` — with the
     trained weights/adapter in ``<run_dir>/final`` and ``run_complete.json``. ``on_epoch_end`` (optional)
     replaces the generation-based matched evaluation of ``eval_rows``."""
-    from trainer.runtime.errors import RewardError
-    from trainer.runtime.run import finish_run
-    from trainer.eval_bridge import make_epoch_eval, server_errors
-    from selectrust.model import save_policy
-
     unwrapped = ctx.accelerator.unwrap_model(model)
     if on_epoch_end is None:
         on_epoch_end = make_epoch_eval(ctx, eval_rows, backend_factory, policy=unwrapped, tokenizer=tokenizer)

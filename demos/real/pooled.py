@@ -54,6 +54,7 @@ from .arms import ARMS, trained
 from .arms import label as arm_label
 from .prompts import EVAL_SETS
 from .report import NOT_RUN, SETS, TARGETS, not_run_targets, verdict
+from eval_hooks.families.mist.metrics import correctness_matrix, mist_items
 
 #: The per-item counts each statistic is a ratio of (columns of an arm's feature matrix, one row per item).
 FEATURES = ("n", *CONDS, "clean_correct", "switched", "unknown", UNKNOWN_CORRECT,
@@ -153,8 +154,6 @@ def _differences(a: Any, b: Any) -> str:
 def item_matrix(path: Path) -> tuple[list, np.ndarray, np.ndarray]:
     """``(item ids, correct (n_items, 4) bool in MIST order, unknown (n_items,) bool)`` of one ``item_scores.jsonl``
     (``unknown``: the item's clean row carries ``knowledge: unknown``); a DataError naming the file."""
-    from eval_hooks.families.mist.metrics import correctness_matrix, mist_items
-
     rows = [row for _, row in read_records(path)]
     try:
         items = mist_items(rows)
@@ -212,6 +211,7 @@ def stats(counts: np.ndarray) -> dict[str, np.ndarray]:
 
     out = {cond: nan_ratio(c[cond], c["n"]) for cond in CONDS}
     out["sc2w"] = nan_ratio(c["switched"], c["clean_correct"])
+    out["situated_faithfulness"] = (out[CORRECT] + out[CONDS[1]]) / 2.0  # CR-DPO's SF: correct and misleading
     out["unknown_correct_accuracy"] = nan_ratio(c[UNKNOWN_CORRECT], c["unknown"])
     out["paired_sc2w"] = nan_ratio(c["lost"] + c["still_switched"], c["paired_n"])
     out["base_paired_sc2w"] = nan_ratio(c["gained"] + c["still_switched"], c["paired_n"])
@@ -233,11 +233,12 @@ def pool(per_seed: dict[int, dict[str, np.ndarray]], *, n_boot: int = 2000, boot
     for a in arms:
         pt, bt = stats(point[a]), stats(boot[a])
         entry = {k: {"value": finite_or_none(pt[k]), "ci": percentile_ci(bt[k], level)}
-                 for k in (*CONDS, "sc2w", "unknown_correct_accuracy")}
+                 for k in (*CONDS, "sc2w", "situated_faithfulness", "unknown_correct_accuracy")}
         entry["n_items"] = int(point[a][_F["n"]])
         entry["n_unknown"] = int(point[a][_F["unknown"]])
         entry["minus_base"] = {k: {"value": finite_or_none(pt[k] - base_pt[k]),
-                                   "ci": percentile_ci(bt[k] - base_bt[k], level)} for k in DIFFS}
+                                   "ci": percentile_ci(bt[k] - base_bt[k], level)}
+                               for k in (*DIFFS, "situated_faithfulness")}
         counts = ("paired_n", "kept", "lost", "gained", "still_switched")
         entry["paired"] = {**{k: int(point[a][_F[k]]) for k in counts},
                            **{k: {"value": finite_or_none(pt[k]), "ci": percentile_ci(bt[k], level)}
@@ -337,8 +338,9 @@ def _spread_rows(by_arm: dict, arms: list[str]) -> list[list]:
     return rows
 
 
-def pooled_table(result: dict) -> str:
-    """``pooled_table.md`` of :func:`pooled_result`'s ``result``."""
+def pooled_table(result: dict, decision_lines: list[str] | tuple = ()) -> str:
+    """``pooled_table.md`` of :func:`pooled_result`'s ``result``, with ``decision_lines`` (the decision rule's section,
+    :func:`demos.real.decision.lines`) before the targets."""
     arm = result["checked_arm"]
     parts = [f"Pooled over seeds {', '.join(map(str, result['seeds']))} ({result['split']} items); item-level "
              f"bootstrap stratified by seed, {result['n_boot']} replicates (seed {result['boot_seed']}), "
@@ -348,12 +350,16 @@ def pooled_table(result: dict) -> str:
     for key, by_arm in result["sets"].items():
         what = SETS[key][0].upper() + SETS[key][1:]
         rows = [[arm_label(a), e["n_items"], *(with_ci(e[c]) for c in CONDS), with_ci(e["sc2w"]),
+                 with_ci(e["situated_faithfulness"]) if "situated_faithfulness" in e else "–",
                  f"{with_ci(e['unknown_correct_accuracy'])} (n={e['n_unknown']})"] for a, e in by_arm.items()]
-        parts += [f"**{what}, pooled**", "", md_table(["arm", "items", *CONDS, "SC2W", "unknown correct"], rows), ""]
+        parts += [f"**{what}, pooled** (SF: situated faithfulness, CR-DPO's mean of the correct and misleading "
+                  "accuracy)", "", md_table(["arm", "items", *CONDS, "SC2W", "SF", "unknown correct"], rows), ""]
         trained_arms = [a for a in by_arm if trained(a)]
-        rows = [[arm_label(a), *(with_ci(by_arm[a]["minus_base"][k], pp) for k in DIFFS)] for a in trained_arms]
+        rows = [[arm_label(a), *(with_ci(by_arm[a]["minus_base"][k], pp) for k in DIFFS),
+                 with_ci(by_arm[a]["minus_base"]["situated_faithfulness"], pp)
+                 if "situated_faithfulness" in by_arm[a]["minus_base"] else "–"] for a in trained_arms]
         parts += [f"**{what}: arm - base (pooled, paired by item)**", "",
-                  md_table(["arm", *CONDS, "unknown correct", "SC2W"], rows), ""]
+                  md_table(["arm", *CONDS, "unknown correct", "SC2W", "SF"], rows), ""]
         rows = []
         for a in trained_arms:
             p = by_arm[a]["paired"]
@@ -370,6 +376,7 @@ def pooled_table(result: dict) -> str:
                   md_table(["arm", "metric", "pooled [item bootstrap]", "seed mean [t interval]", "min", "max",
                             "worst seed"], _spread_rows(by_arm, trained_arms)), ""]
     parts += pooled_nq_swap.pooled_lines(result.get(pooled_nq_swap.KEY), result["level"])
+    parts += list(decision_lines)  # issue 60: each target on its one-sided 95% bound (demos.real.decision.lines)
     parts += [f"**Targets ({arm_label(arm)})**", ""]
     parts += [f"- {k}: {verdict(ok)}" for k, ok in result["targets"].items()]
     return "\n".join(parts) + "\n"

@@ -38,21 +38,26 @@ from selectrust.core.errors import DataError
 
 from .arms import ARMS, BASE, trained
 from .arms import label as arm_label
+from .bootstrap import shared_items, two_level_sums
 from .nq_swap import EPS, KEY, NOT_RUN, PREFIX, target_name
+from eval_hooks.families.mist.metrics import mist_items
+from eval_hooks.families.nq_swap.metrics import misleading_outcome, strict_match
+from selectrust.core.io import read_records
 
 #: Per-item 0/1 counts of one model on one item (:func:`item_features`): the item, its correct-passage exact match,
 #: which answer it names under the substituted passage (the original alone, the substitute alone), and the same on
 #: the items the base's estimate labels known.
-FEATURES = ("n", "em", "org", "sub", "known", "known_org", "known_sub")
+FEATURES = ("n", "em", "org", "sub", "known", "known_org", "known_sub", "em_strict")
 _F = {f: i for i, f in enumerate(FEATURES)}
 #: The rates pooled, in the order the tables show them (``known_*``: on the items the base knows).
-RATES = ("em_org_context", "p_sub", "p_org", "memorization_ratio", "known_p_sub", "known_p_org",
-         "known_memorization_ratio")
+RATES = ("em_org_context", "em_org_context_strict", "p_sub", "p_org", "memorization_ratio", "known_p_sub",
+         "known_p_org", "known_memorization_ratio")
 #: The arm's change from its seed's base, pooled and per seed, with the worst seed's direction (the facts sets'
 #: reading: using the original passage less, and resisting the substituted one less, is worse).
 DIFFS = {"em_org_context": min, "p_sub": max, "p_org": min, "memorization_ratio": min}
 #: How the tables name them.
-NAMES = {"em_org_context": "EM (orig. passage)", "p_sub": "p_sub = EM (subst. passage)", "p_org": "p_org",
+NAMES = {"em_org_context": "EM contained (orig. passage)", "em_org_context_strict": "EM strict (orig. passage)",
+         "p_sub": "p_sub = EM (subst. passage)", "p_org": "p_org",
          "memorization_ratio": "MR", "known_p_sub": "known: p_sub", "known_p_org": "known: p_org",
          "known_memorization_ratio": "known: MR"}
 NOT_RUN_TEXT = "not run"
@@ -63,10 +68,6 @@ def item_features(path: Path) -> tuple[list, np.ndarray]:
     """``(item ids, (n_items, len(FEATURES)) 0/1 counts)`` of one ``item_scores.jsonl`` of the nq_swap family (the
     known label: the clean row's ``knowledge``, else its own correctness, as the family's metrics do); a DataError
     naming the file."""
-    from eval_hooks.families.mist.metrics import mist_items
-    from eval_hooks.families.nq_swap.metrics import misleading_outcome
-    from selectrust.core.io import read_records
-
     rows = [row for _, row in read_records(path)]
     try:
         items = mist_items(rows)
@@ -77,7 +78,8 @@ def item_features(path: Path) -> tuple[list, np.ndarray]:
             known = label == "known" if label is not None else bool(r[CLEAN]["correct"])
             org, sub = outcome == "org", outcome == "sub"
             ids.append(item_id)
-            feats.append([1, bool(r[CORRECT]["correct"]), org, sub, known, known and org, known and sub])
+            feats.append([1, bool(r[CORRECT]["correct"]), org, sub, known, known and org, known and sub,
+                          strict_match(r[CORRECT])])
     except (KeyError, ValueError, TypeError) as e:
         raise DataError(f"not an NQ-Swap evaluation ({type(e).__name__}: {e})", path=path) from None
     return ids, np.array(feats, dtype=np.int64).reshape(len(ids), len(FEATURES))
@@ -106,14 +108,15 @@ def rates(counts: np.ndarray) -> dict[str, np.ndarray]:
     denominator is 0)."""
     c = {f: counts[..., i].astype(float) for f, i in _F.items()}
 
-    return {"em_org_context": nan_ratio(c["em"], c["n"]), "p_sub": nan_ratio(c["sub"], c["n"]),
+    return {"em_org_context": nan_ratio(c["em"], c["n"]), "em_org_context_strict": nan_ratio(c["em_strict"], c["n"]),
+            "p_sub": nan_ratio(c["sub"], c["n"]),
             "p_org": nan_ratio(c["org"], c["n"]), "memorization_ratio": nan_ratio(c["org"], c["org"] + c["sub"]),
             "known_p_sub": nan_ratio(c["known_sub"], c["known"]), "known_p_org": nan_ratio(c["known_org"], c["known"]),
             "known_memorization_ratio": nan_ratio(c["known_org"], c["known_org"] + c["known_sub"])}
 
 
 def pool(per_seed: dict[int, dict[str, np.ndarray]], *, n_boot: int = 2000, boot_seed: int = 0,
-         level: float | None = None) -> dict[str, dict]:
+         level: float | None = None, ids: dict[int, list[str]] | None = None) -> dict[str, dict]:
     """Pooled NQ-Swap rates per arm (``per_seed``: ``{seed: {arm: features}}``, :func:`seed_features`; arms of every
     seed only) with item-bootstrap intervals stratified by seed (every arm and the base share the replicate's items),
     the arm's change from the base in :data:`DIFFS` and its per-seed spread with the seed-level interval (module
@@ -121,6 +124,9 @@ def pool(per_seed: dict[int, dict[str, np.ndarray]], *, n_boot: int = 2000, boot
     level = CI_LEVEL if level is None else level
     arms = [a for a in ARMS if all(a in f for f in per_seed.values())]
     point, boot = seed_stratified_sums(per_seed, arms, BASE.name, n_boot=n_boot, boot_seed=boot_seed)
+    clustered = ids is not None and shared_items(ids)
+    if clustered:  # issue 60: the same questions in every seed: resample questions, one draw for every seed
+        boot = two_level_sums(ids, per_seed, arms, n_boot=n_boot, boot_seed=boot_seed, resample_seeds=False)
     base_pt, base_bt = rates(point[BASE.name]), rates(boot[BASE.name])
     by_seed = {s: {a: rates(f[a].sum(axis=0)) for a in arms} for s, f in per_seed.items()}
     out = {}
@@ -128,6 +134,11 @@ def pool(per_seed: dict[int, dict[str, np.ndarray]], *, n_boot: int = 2000, boot
         pt, bt = rates(point[a]), rates(boot[a])
         entry: dict[str, Any] = {k: {"value": finite_or_none(pt[k]), "ci": percentile_ci(bt[k], level)} for k in RATES}
         entry["n_items"], entry["n_known"] = int(point[a][_F["n"]]), int(point[a][_F["known"]])
+        # distinct questions (an evaluation of the same question on two seeds is one question), and how the
+        # interval resampled them
+        entry["n_questions"] = (len(set().union(*(set(v) for v in ids.values()))) if ids is not None
+                                else entry["n_items"])
+        entry["interval"] = "clustered by question" if clustered else "items within each seed"
         entry["minus_base"] = {k: {"value": finite_or_none(pt[k] - base_pt[k]),
                                    "ci": percentile_ci(bt[k] - base_bt[k], level)} for k in DIFFS}
         spread = {k: seed_spread({s: float(r[a][k] - r[BASE.name][k]) for s, r in by_seed.items()}, level, worst)
@@ -142,8 +153,10 @@ def pooled_runs(runs: list[dict], *, n_boot: int, boot_seed: int) -> dict[str, A
     the seeds of the others (``not_run``); ``arms`` empty when none did. Reads every item file first."""
     have = [r for r in runs if KEY in r]
     feats = {r["seed"]: seed_features(r) for r in have}
+    ids = {r["seed"]: [str(i) for i in item_features(Path(r["_dir"]) / "stages" / f"{PREFIX}_base" /
+                                                      "item_scores.jsonl")[0]] for r in have}
     return {"seeds": sorted(feats), "not_run": sorted(r["seed"] for r in runs if KEY not in r),
-            "arms": pool(feats, n_boot=n_boot, boot_seed=boot_seed) if feats else {}}
+            "arms": pool(feats, n_boot=n_boot, boot_seed=boot_seed, ids=ids) if feats else {}}
 
 
 def pooled_arms(nq: dict | None) -> dict[str, dict]:
@@ -201,9 +214,13 @@ def pooled_lines(nq: dict | None, level: float) -> list[str]:
     if not arms:
         return ["**NQ-Swap (an outside benchmark)**: not run (no run evaluated it: `real.nq_swap_questions=0`, the "
                 "quick demo's default, or `real.split=dev`).", ""]
-    rows = [[arm_label(a), e["n_items"], e["n_known"], *(with_ci(e[k]) for k in RATES)] for a, e in arms.items()]
-    parts = [f"**NQ-Swap (an outside benchmark), pooled** ({seeds_line(nq)})", "",
-             md_table(["arm", "items", "known", *(NAMES[k] for k in RATES)], rows), ""]
+    rows = [[arm_label(a), e.get("n_questions", e["n_items"]), e["n_items"], e["n_known"],
+             *(with_ci(e[k]) for k in RATES)] for a, e in arms.items()]
+    how = next(iter(arms.values())).get("interval", "items within each seed")
+    parts = [f"**NQ-Swap (an outside benchmark), pooled** ({seeds_line(nq)}; intervals: {how}; \"EM contained\": "
+             "the response names the original answer after normalisation, the one the target reads; \"EM "
+             "strict\": its first sentence is the answer, both targets checked by the decision rule)", "",
+             md_table(["arm", "questions", "evaluations", "known", *(NAMES[k] for k in RATES)], rows), ""]
     rows = []
     for a in (a for a in arms if trained(a)):
         for k in DIFFS:

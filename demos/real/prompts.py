@@ -7,6 +7,9 @@ from pathlib import Path
 from typing import Callable
 
 from selectrust.conditions import CORRECT, IRRELEVANT, MISLEADING
+import random
+from selectrust.core.io import read_records, write_jsonl_atomic
+from eval_hooks.knowledge import read_estimates
 
 TRAIN = "facts/facts_train.jsonl"  # the training facts (stage ``facts``)
 #: split (``real.split``) -> summary key -> (the evaluation stages' name prefix, the facts file they evaluate on). The
@@ -32,8 +35,6 @@ def balanced_by_knowledge(rows: list[dict], labels: dict[str, str], *, seed: int
     """The rows (every condition) of as many items the model knows as items it does not know (``labels``:
     item -> known | unknown | uncertain; the larger side drawn at random with ``seed``; uncertain items left out),
     and the counts ``{"known", "unknown", "uncertain", "per_label"}``. Raises SystemExit when either side is empty."""
-    import random
-
     by = _items_by_label(rows, labels)
     n = min(len(by["known"]), len(by["unknown"]))
     if n == 0:
@@ -62,8 +63,6 @@ def informative_by_knowledge(rows: list[dict], labels: dict[str, str], *, seed: 
     Why: on the other rows the base's greedy answer is right (a known fact clean or under its correct context) or
     wrong (an unknown fact clean, misleading or irrelevant) throughout, so their four sampled rewards are mostly
     equal, and GRPO drops those groups and draws again (``algo.max_refill_rounds``) or pads the step with them."""
-    import random
-
     by = _items_by_label(rows, labels)
     n_known = min(len(by["known"]), len(by["unknown"]) // 2)
     if n_known == 0:
@@ -93,9 +92,6 @@ def grpo_prompts(seed: int, rows_mode: str = "all") -> Callable[[Path, dict[str,
     draw = GRPO_ROWS[rows_mode][0]
 
     def step(out: Path, inputs: dict[str, Path]) -> dict:
-        from selectrust.core.io import read_records, write_jsonl_atomic
-        from eval_hooks.knowledge import read_estimates
-
         rows = [rec for _, rec in read_records(inputs["rows"])]
         labels = {i: e["knowledge"] for i, e in read_estimates(inputs["labels"]).items()}
         kept, counts = draw(rows, labels, seed=seed)

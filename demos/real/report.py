@@ -17,6 +17,7 @@ from ..common import draw_scope_training, wall_line
 from . import nq_swap
 from .arms import ARMS, CHECKED_ARMS, color, held_out_targets, label, sc2w_share
 from .prompts import EVAL_SETS
+from selectrust.core.io import write_text_atomic
 
 SETS = {"real": "held-out items", "transfer": "held-out relation"}  # summary key -> what it evaluates
 # The issue's targets (docs/real_model.md#the-real-model-demo), scored by the project's own parser on held-out items.
@@ -137,7 +138,7 @@ def _share(m: dict, base: dict) -> str:
 
 
 def _demo_kind(summary: dict):
-    from ..config import DEMOS
+    from ..config import DEMOS  # deferred: imports omegaconf
 
     return DEMOS.get(summary.get("demo", "real"))
 
@@ -159,6 +160,17 @@ def _split_line(summary: dict) -> str:
     return "Items: **test** (`facts_heldout.jsonl`, `facts_transfer.jsonl`)." + extra
 
 
+def situated_faithfulness(m: dict) -> float | None:
+    """CR-DPO's situated faithfulness of a run's metrics: the mean of its accuracy under the correct and the
+    misleading context (the metrics' own value; computed from the accuracies for a summary from before it)."""
+    if m.get("situated_faithfulness") is not None:
+        return m["situated_faithfulness"]
+    acc = m.get("accuracy") or {}
+    if acc.get(CORRECT) is None or acc.get(MISLEADING) is None:
+        return None
+    return (acc[CORRECT] + acc[MISLEADING]) / 2.0
+
+
 def _table(summary: dict, key: str = "real") -> str:
     r, names = summary[key], _arms(summary, key)
     rows = []
@@ -178,6 +190,9 @@ def _table(summary: dict, key: str = "real") -> str:
         rows.append(["SC2W on its own clean-correct items (unpaired)",
                      *(f"{pct(r[n].get('sc2w'))} {ci_text(r[n]['ci'].get('sc2w'))}" for n in names)])
     rows.append(["n_clean_correct (unpaired SC2W's denominator)", *(str(r[n]["n_clean_correct"]) for n in names)])
+    rows.append(["situated faithfulness (CR-DPO's SF: mean of correct and misleading accuracy; higher is better)",
+                 *(f"{pct(situated_faithfulness(r[n]))} {ci_text((r[n].get('ci') or {}).get('situated_faithfulness'))}"
+                   for n in names)])
     rows.append(["unknown_correct_accuracy", *(pct(r[n].get("unknown_correct_accuracy")) for n in names)])
     for c in CONDS:
         rows.append([f"format_compliance {c}", *(pct(r[n]["format_compliance"][c]) for n in names)])
@@ -246,7 +261,7 @@ def _stage_time_lines(summary: dict) -> list[str]:
 
 
 def _plots(summary: dict, out: Path) -> list[str]:
-    import matplotlib
+    import matplotlib  # deferred: imports matplotlib
 
     matplotlib.use("Agg", force=True)
     r, names = summary["real"], _arms(summary)
@@ -294,8 +309,9 @@ def _tradeoff_plot(summary: dict, out: Path) -> str:
                 continue
             ax.scatter(x, m["accuracy"][CORRECT], marker=marker, color=color(n), s=45,
                        label=f"{label(n)} ({SETS[key]})")
-            ax.annotate(label(n), (x, m["accuracy"][CORRECT]), fontsize=7, xytext=(4, 3),
-                        textcoords="offset points")
+            sf = situated_faithfulness(m)  # CR-DPO's SF beside SC2W (issue 60)
+            ax.annotate(label(n) + (f" (SF {pct(sf)})" if sf is not None else ""), (x, m["accuracy"][CORRECT]),
+                        fontsize=7, xytext=(4, 3), textcoords="offset points")
     ax.set_xlabel(f"{what} (lower is better)")
     ax.set_ylabel("correct-context accuracy (higher is better)")
     ax.set_xlim(0, 1.05)
@@ -339,8 +355,6 @@ def _sample_lines(summary: dict, out: Path) -> list[str]:
 
 
 def write_report(summary: dict, out: Path) -> Path:
-    from selectrust.core.io import write_text_atomic
-
     out = Path(out)
     plots = _plots(summary, out)
     m = summary.get("mining", {})

@@ -58,8 +58,10 @@ from . import nq_swap, pooled_nq_swap
 from .arms import ARMS, sc2w_share, trained
 from .arms import color as arm_color
 from .arms import label as arm_label
+from .decision import decide
+from .decision import lines as decision_lines
 from .pooled import SPLITS, check_provenance, check_split, pooled_result, pooled_table
-from .report import SETS, checked_arm, check_targets, paired_sc2w, verdict
+from .report import SETS, checked_arm, check_targets, paired_sc2w, verdict, TARGETS as T, situated_faithfulness, TARGETS
 
 
 def load_run(run_dir: Path) -> dict:
@@ -173,11 +175,16 @@ def _rel(m: dict, base: dict, metric=_correct) -> tuple[float, float] | None:
 
 def _panels() -> list[tuple]:
     """(evaluation set, y metric, y label, the targets' corner: SC2W share at most, y change at least)."""
-    from .report import TARGETS as T
-
     return [("real", _correct, "correct-context accuracy", T["sc2w_ratio_max"], -T["accuracy_drop_max"]),
             ("real", _unknown_correct, "unknown_correct_accuracy", T["sc2w_ratio_max"], -T["unknown_correct_drop_max"]),
-            ("transfer", _correct, "correct-context accuracy", T["transfer_sc2w_ratio_max"], -T["transfer_correct_drop_max"])]
+            ("transfer", _correct, "correct-context accuracy", T["transfer_sc2w_ratio_max"],
+             -T["transfer_correct_drop_max"]),
+            # beside SC2W, CR-DPO's situated faithfulness (issue 60): no target, so no corner shaded
+            ("real", _situated_faithfulness, "situated faithfulness (SF)", 0.0, 0.0)]
+
+
+def _situated_faithfulness(m: dict) -> float | None:
+    return situated_faithfulness(m)
 
 
 def _draw(ax, runs: list[dict], extras: list[tuple[str, dict]], extra_arms: tuple[str, ...], point) -> None:
@@ -214,10 +221,10 @@ def _draw(ax, runs: list[dict], extras: list[tuple[str, dict]], extra_arms: tupl
 def frontier_plot(runs: list[dict], extras: list[tuple[str, dict]], out: Path,
                   extra_arms: tuple[str, ...] = ("scope_grpo",)) -> str:
     """The frontier against each seed's own base: SC2W as a share of the base's (x) and the change from the base's
-    (y) in correct-context accuracy (held-out items), ``unknown_correct_accuracy`` (held-out items) and
-    correct-context accuracy (held-out relation), every arm of every run, the targets' corner shaded; see the
-    module docstring."""
-    fig, axes = figure(15, 4.6, ncols=3)
+    (y) in correct-context accuracy (held-out items), ``unknown_correct_accuracy`` (held-out items),
+    correct-context accuracy (held-out relation) and situated faithfulness (held-out items; CR-DPO's SF, issue 60),
+    every arm of every run, the targets' corner shaded; see the module docstring."""
+    fig, axes = figure(20, 4.6, ncols=len(_panels()))
     for ax, (key, metric, what, x_max, y_min) in zip(axes, _panels()):
         ax.fill_between([0, x_max], y_min, 0.3, color="#55A868", alpha=0.12, label="targets")
         ax.axhline(0, color="#bbbbbb", lw=0.6)
@@ -250,8 +257,6 @@ def nq_swap_plot(runs: list[dict], extras: list[tuple[str, dict]], out: Path, po
     band (EM on the original passage >= the base's - 5 points) shaded, the pooled changes (``pooled``'s ``nq_swap``)
     with their item-bootstrap intervals; arrows and ``extras`` as in :func:`frontier_plot`. None, and no file, when
     no run has NQ-Swap's two numbers."""
-    from .report import TARGETS
-
     point = nq_swap.change_from_base
     if not any(point(s, a) is not None for s in [*runs, *(e for _, e in extras)] for a in ARMS if trained(a)):
         return None
@@ -296,7 +301,7 @@ def check_same_settings(runs: list[dict]) -> None:
         raise DataError(f"two runs of the same seed: {seeds}")
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m demos.real.seeds", description=__doc__.split("\n\n")[0])
     ap.add_argument("runs", nargs="*", type=Path, help="real-demo out dirs of the same settings, one per seed")
     ap.add_argument("--out", type=Path, default=None, help="where seed_table.md and frontier.png go (required with "
@@ -328,6 +333,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--boot-seed", type=int, default=0, help="the pooled bootstrap's RNG seed")
     ap.add_argument("--no-pooled", action="store_true",
                     help="skip pooled_table.md and pooled.json (runs whose stages' item_scores.jsonl are gone)")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = _parser()
     args = ap.parse_args(argv)
     if args.from_evidence is not None:
         if args.runs or not args.markdown:
@@ -358,6 +368,8 @@ def main(argv: list[str] | None = None) -> int:
     pooled = None if args.no_pooled else pooled_result(  # every item file read before anything is written
         runs, args.arm or checked_arm(runs[0]), split=split, provenance_note=note, n_boot=args.n_boot,
         boot_seed=args.boot_seed)
+    if pooled is not None:  # issue 60: each target on its one-sided 95% bound (docs/real_model.md#the-decision-rule)
+        pooled["decision"] = decide(runs, pooled["checked_arm"], n_boot=args.n_boot, boot_seed=args.boot_seed)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "seed_table.md").write_text(seed_table(runs, split, note))
     frontier_plot(runs, extras, args.out, tuple(args.extra_arms))
@@ -367,7 +379,7 @@ def main(argv: list[str] | None = None) -> int:
         wrote.append(NQ_FRONTIER)
     if pooled is not None:
         write_json_atomic(args.out / "pooled.json", pooled)
-        (args.out / "pooled_table.md").write_text(pooled_table(pooled))
+        (args.out / "pooled_table.md").write_text(pooled_table(pooled, decision_lines(pooled["decision"])))
         wrote += ["pooled_table.md", "pooled.json"]
     if args.evidence is not None:
         from .evidence import write_evidence

@@ -24,6 +24,9 @@ from trainer.runtime.stage import Stage
 from ..common import DemoRun
 from ..config import DemoRunConfig
 from . import task
+from selectrust.model import ensure_tiny_model
+from selectrust.core.data_sources import register_data_source
+from .report import print_table, write_demo_report
 
 TRAIN_COMMON = ["eval=none", "logger=jsonl"]  # every training stage
 SECTION = "toy"  # the conf/demo.yaml section it reads; a demo of this section (demos.config.DEMOS) runs here
@@ -127,11 +130,6 @@ def run(cfg: DemoRunConfig, *, compose, runners: dict, checks: dict, stage_runne
     """Run every stage of ``cfg`` (a composed ``conf/demo.yaml``) with the recipes ``runners`` (by name) and the stage
     runner (both handed down by ``recipes/demo.py``) in ``cfg.out`` (:class:`demos.common.DemoRun`: one run per out dir, continued by the
     same command); write ``summary.json``, ``report.md`` and the plots there, print the table; return the summary."""
-    from selectrust.model import ensure_tiny_model
-    from selectrust.core.data_sources import register_data_source
-
-    from .report import print_table, write_demo_report
-
     # the demo's own source, also when the package metadata (its entry point) is not installed
     register_data_source(task.SCHEME, task.resolve_source)
     demo = DemoRun(cfg, compose=compose, runners=runners, checks=checks, threads=cfg.toy.torch_threads,

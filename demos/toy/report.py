@@ -11,6 +11,8 @@ from pathlib import Path
 from selectrust.conditions import CLEAN, CORRECT, IRRELEVANT, MISLEADING, MIST_CONDITIONS as CONDS
 
 from ..common import draw_scope_training, wall_line
+from selectrust.core.io import write_text_atomic
+from eval_hooks.report import compare_table
 
 TARGETS = {"base_sc2w_min": 0.80, "scope_sc2w_max": 0.15, "scope_clean_correct_min": 0.90,
            "knowledge_aware_unseen_correct_min": 0.90}
@@ -81,10 +83,10 @@ def print_table(summary: dict) -> None:
 
 
 def _plots(summary: dict, out: Path) -> list[str]:
-    import matplotlib
+    import matplotlib  # deferred: imports matplotlib
 
     matplotlib.use("Agg", force=True)
-    from matplotlib.figure import Figure
+    from matplotlib.figure import Figure  # deferred: imports matplotlib
 
     files = []
     s = summary["scope"]
@@ -138,9 +140,6 @@ def _plots(summary: dict, out: Path) -> list[str]:
 
 
 def write_demo_report(summary: dict, out: Path) -> Path:
-    from selectrust.core.io import write_text_atomic
-    from eval_hooks.report import compare_table
-
     out = Path(out)
     plots = _plots(summary, out)
     s, u, b = summary["scope"], summary.get("scope_unseen", {}), summary.get("box2") or {}

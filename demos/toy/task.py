@@ -112,6 +112,7 @@ from typing import Sequence
 
 from selectrust.core.io import DataError, write_jsonl_atomic, write_text_atomic
 from selectrust.conditions import CLEAN, CORRECT, IRRELEVANT, MISLEADING, MIST_CONDITIONS as CONDITIONS
+from selectrust.model import cache_root
 
 #: The data-source scheme: ``toy:<seed>/<file>`` (:func:`resolve_source`).
 SCHEME = "toy"
@@ -318,7 +319,7 @@ def render_box2_prompt(task: str, steps: Sequence[str]) -> str:
     This is the Box2 family loader's own renderer (``eval_hooks.families.box2``) in the ``plain`` style
     that every toy item asks for, so the SFT mix, the counterfactual SFT data, the GRPO prompts and the
     evaluation rows are rendered identically."""
-    from eval_hooks.families.box2 import render_box2_prompt as loader_render
+    from eval_hooks.families.box2 import render_box2_prompt as loader_render  # deferred: imports numpy
 
     return loader_render(task, list(steps) or None, "numeric", style=BOX2_PROMPT_STYLE)
 
@@ -534,8 +535,6 @@ def write_all(out_dir: str | os.PathLike, *, seed: int, n_sft: int = DEFAULT_N_S
 
 def cache_dir(seed: int) -> Path:
     """Where :func:`resolve_source` keeps the files of ``seed`` (a format change regenerates them)."""
-    from selectrust.model import cache_root
-
     return cache_root() / "toy" / f"v{FORMAT_VERSION}" / f"seed_{int(seed)}"
 
 

@@ -66,7 +66,7 @@ from .short_text import (SHORT_TEXT, ShortTextReading, normalize_short_text_valu
 __all__ = [
     "ANSWER_LINE", "ANSWER_TYPES", "BUILTIN", "ENTRY_POINT_GROUP", "FORK_LETTERS", "MAX_DIGITS", "MED_LABELS",
     "REASONING_ANSWER_BUDGET", "STOP_WORDS", "AnswerType", "Candidates", "Number", "ShortTextReading",
-    "answer_budget", "answer_candidates", "answer_instruction", "answer_status", "answer_type", "answers_match",
+    "answer_budget", "answer_candidates", "answer_flags", "answer_instruction", "answer_status", "answer_type", "answers_match",
     "boolean_leak", "choice_leak", "choice_letters", "choice_texts", "final_answer_spans", "format_fraction",
     "iter_numbers",
     "normalize_boolean_gold", "normalize_choice_gold", "normalize_fork", "normalize_gold", "normalize_label",
@@ -183,6 +183,15 @@ def answer_status(parsed: str | None, row: dict, response: str | None = None) ->
     return "outside"
 
 
+def answer_flags(text: str, parsed: str | None, row: dict) -> dict:
+    """What the answer type notes about how a candidate was read (:attr:`AnswerType.flags`; short_text:
+    ``{"fuzzy_match": True}`` for a misspelling read as a candidate), ``{}`` otherwise."""
+    t = answer_type(row["answer_type"])
+    if t.flags is None or parsed is None or answer_status(parsed, row, text) != "candidate":
+        return {}
+    return t.flags(text, parsed)
+
+
 def parse_row_answer(text: str, row: dict) -> str | None:
     """:func:`parse_answer` with the row's own choices and candidates."""
     return parse_answer(text, row["answer_type"], choices=row.get("choices"), candidates=answer_candidates(row))
@@ -191,5 +200,5 @@ def parse_row_answer(text: str, row: dict) -> str | None:
 def row_answer_matches(parsed: str | None, row: dict, field: str = "gold") -> bool:
     """Whether ``parsed`` is the row's ``gold`` (with its ``gold_aliases``) or, with ``field="wrong_value"``, its
     wrong value."""
-    aliases = row.get("gold_aliases") if field == "gold" else None
+    aliases = answer_type(row["answer_type"]).gold_aliases(row) if field == "gold" else None
     return answers_match(parsed, row[field], row["answer_type"], choices=row.get("choices"), aliases=aliases)

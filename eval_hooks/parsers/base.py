@@ -39,7 +39,10 @@ class AnswerType:
       ``candidates.space`` (:class:`Candidates`); None = unknown.
     - ``unanswered(text, choices, candidates) -> str``: the status of a response that has no answer (default
       ``no_answer``; short_text: ``hedged`` for two candidates offered as alternatives).
-    - ``aliases``: rows of this type may carry ``gold_aliases`` (other names of the gold).
+    - ``aliases``: rows of this type may carry ``gold_aliases`` (other names of the gold) and ``gold_alt_names``
+      (more names, e.g. GeoNames' alternate names; :meth:`gold_aliases`).
+    - ``flags(text, parsed) -> dict``: what a scored row notes about how a candidate was read (short_text:
+      ``{"fuzzy_match": True}`` for a misspelling read as a candidate; :func:`answer_flags`); None = nothing.
     - ``accepted``: what a valid gold looks like, for error messages.
     - ``budget``: the generation budget (new tokens) that fits a response (:func:`answer_budget`).
     - ``instruction``: the closing prompt line that makes a response parsable, for families that write the
@@ -67,6 +70,7 @@ class AnswerType:
     same: "Callable[[str, str], bool] | None" = None
     leak: "Callable[[str, Any, Any], str | None] | None" = None
     space: "Callable[[dict], Any] | None" = None
+    flags: "Callable[[str, str], dict] | None" = None
 
     def matches(self, parsed: str, value: Any, choices: Any = None) -> bool:
         """Whether the parsed answer ``parsed`` is ``value`` (``match``, else equal to ``normalize(value)``)."""
@@ -79,9 +83,22 @@ class AnswerType:
         """The row's known answers (``candidates``, else ``(gold, *gold_aliases)``, ``(wrong_value,)``)."""
         if self.candidates is not None:
             return self.candidates(row)
-        aliases = (row.get("gold_aliases") or []) if self.aliases else []
+        aliases = self.gold_aliases(row)
         groups = [(row.get("gold"), *aliases), (row.get("wrong_value"),)]
         return [g for g in (tuple(v for v in group if v is not None) for group in groups) if g]
+
+    def gold_aliases(self, row: dict) -> list:
+        """The gold's other names (a type with ``aliases``): ``gold_aliases``, then ``gold_alt_names`` (other names
+        of the place, e.g. GeoNames' historic and transliterated names, written by ``build-facts``; issue 59), less
+        any alternate name that is no name or is the wrong value's."""
+        if not self.aliases:
+            return []
+        aliases = [a for a in (row.get("gold_aliases") or []) if isinstance(a, str)]
+        alt = row.get("gold_alt_names")
+        if isinstance(alt, list) and alt:
+            wrong = self.normalize(row.get("wrong_value")) if isinstance(row.get("wrong_value"), str) else None
+            aliases += [a for a in alt if isinstance(a, str) and self.normalize(a) not in (None, wrong)]
+        return aliases
 
     def same_answer(self, a: str, b: str) -> bool:
         """Whether the canonical values ``a`` and ``b`` are one answer (``same``, else ``a == b``)."""

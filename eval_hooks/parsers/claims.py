@@ -32,7 +32,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from .sentences import Sentence, normalize_short_text
+from .place_names import PARTICLES, far, misspelling, own_name_forms
+from .sentences import STOP_WORDS, Sentence, normalize_short_text
 
 #: Words that open a clause's predicate (the first one splits subject from complement). "s" counts after a pronoun
 #: ("it's"); "isn", "wasn", ... are "isn't", "wasn't".
@@ -70,6 +71,10 @@ OTHER = frozenset((
     "fifth", "financial", "commercial", "economic", "cultural", "business", "industrial", "tourist", "oldest",
     "famous", "larger", "bigger", "more", "major", "busiest", "richest", "wealthiest", "important", "main", "chief",
     "smaller", "smallest"))
+#: Words that offer a name as one possible answer ("Lyon is also plausible", "Lyon is a possible answer"): such a
+#: claim is about the relation and hedged, and is not outweighed by a certain claim naming another answer (issue 59).
+OFFERED = frozenset(("plausible", "possible", "possibility", "option", "conceivable", "viable", "contender",
+                     "alternative", "likely", "probable"))
 #: Words of a mistaken belief: the clause's names are denied ("Dubai is often mistaken for the capital").
 MISTAKEN = frozenset(("mistaken", "mistakenly", "confused", "wrongly", "erroneously", "incorrectly", "misidentified"))
 MOVES = frozenset(("moved", "changed", "relocated", "transferred", "shifted", "switched"))
@@ -105,6 +110,7 @@ class Claim:
     certain: bool = True
     relation: bool = True
     alternative: bool = False
+    offered: bool = False
 
     @property
     def multi(self) -> bool:
@@ -128,16 +134,46 @@ def candidate_names(candidates: Sequence[Any]) -> list[tuple[int, tuple[str, ...
     return out
 
 
-def mentions(words: Sequence[str], names: list[tuple[int, tuple[str, ...]]]) -> list[tuple[int, int, int, str]]:
+def mentions(words: Sequence[str], names: list[tuple[int, tuple[str, ...]]],
+             s: Sentence | None = None) -> list[tuple[int, int, int, str]]:
     """Whole-word occurrences ``(start, end, answer number, normalised name)`` of the names in ``words``; one inside
-    a longer occurrence ("Guinea" inside "Equatorial Guinea") is dropped."""
+    a longer occurrence ("Guinea" inside "Equatorial Guinea") is dropped, and so is one that opens a longer place name
+    that is not its own name form ("Santiago" in "Santiago de Compostela": :func:`~eval_hooks.parsers.place_names.
+    longer_name`). A misspelling of a long candidate ("Ottwa" for Ottawa) is an occurrence of it
+    (:func:`~eval_hooks.parsers.place_names.misspelling`)."""
     hits = []
     for k, name in names:
         for i in range(len(words) - len(name) + 1):
             if tuple(words[i:i + len(name)]) == name:
                 hits.append((i, i + len(name), k, " ".join(name)))
-    return sorted(h for h in hits if not any(o[0] <= h[0] and h[1] <= o[1] and o[1] - o[0] > h[1] - h[0]
-                                             for o in hits))
+    hits = [h for h in hits if not any(o[0] <= h[0] and h[1] <= o[1] and o[1] - o[0] > h[1] - h[0] for o in hits)]
+    hits = [h for h in hits if not _longer_name(words, h, names, s)]
+    taken = {x for h in hits for x in range(h[0], h[1])}
+    exact = {" ".join(name) for _, name in names}
+    for k, name in names:
+        target = " ".join(name)
+        for i in range(len(words) - len(name) + 1):
+            if taken & set(range(i, i + len(name))):
+                continue
+            window = " ".join(words[i:i + len(name)])
+            if window in exact or not misspelling(window, target):
+                continue
+            if all(o == k or far(window, " ".join(other)) for o, other in names):
+                hits.append((i, i + len(name), k, target))
+    return sorted(hits)
+
+
+def _longer_name(words: Sequence[str], hit: tuple, names, s: Sentence | None) -> bool:
+    """The mention ``hit`` opens a longer place name: a name particle and a word follow it in the same clause
+    ("Santiago de Compostela"), and no reading of that longer name (up to three words past the particle) is a name
+    of the same answer or one of its own GeoNames name forms ("Santiago de Chile")."""
+    j = hit[1]
+    if j + 1 >= len(words) or words[j] not in PARTICLES or words[j + 1] in STOP_WORDS:
+        return False
+    if s is not None and (s.after_mark[j] or s.after_mark[j + 1]):
+        return False
+    own = {" ".join(n) for k, n in names if k == hit[2]} | own_name_forms(hit[3])
+    return not any(" ".join(words[hit[0]:end]) in own for end in range(j + 2, min(j + 5, len(words)) + 1))
 
 
 def _is_verb(s: Sentence, i: int) -> bool:
@@ -277,16 +313,21 @@ def _clause_claim(s: Sentence, lo: int, hi: int, ms: list, index: int, named: se
 
     words = unnamed(lo, hi)
     about = unnamed(lo, verb) if role == "complement" else unnamed(verb + 1, hi) if role == "subject" else words
+    offered = bool(OFFERED & set(about))
+    # "more likely", "most plausible": the degree of the offer, not another property
+    plain = [w for x, w in enumerate(about) if not (w in ("more", "most") and about[x + 1:x + 2] and
+                                                    about[x + 1] in OFFERED)]
+    offered = offered and not (OTHER | _PLACE_HEADS) & set(plain)
     return Claim(tuple(answers.items()), index, chosen[0][0], asserted=bool(kept),
                  own=not _attributed(s, lo, hi, named), present=not (PAST & set(words)) or bool(PRESENT & set(words)),
-                 certain=not (_hedged(words) or alternative), relation=_about_relation(about, role),
-                 alternative=alternative)
+                 certain=not (_hedged(words) or alternative or bool(offered)),
+                 relation=bool(offered) or _about_relation(about, role), alternative=alternative, offered=bool(offered))
 
 
 def sentence_claims(s: Sentence, names, index: int, quoted: bool = False) -> list[Claim]:
     """The claims of sentence number ``index`` (one per clause naming a candidate, in order); ``quoted``: the sentence
     is a quotation (every claim is the context's)."""
-    ms = mentions(s.words, names)
+    ms = mentions(s.words, names, s)
     if not ms:
         return []
     starts = {m[0] for m in ms}

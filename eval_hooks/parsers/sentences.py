@@ -91,6 +91,11 @@ _CLAUSE_WORDS = frozenset(("but", "while", "whereas", "although", "though", "how
 #: clause that is read for what it claims (another property, the context's word), not set aside as a whole.
 _ASIDE_OPENERS = frozenset(("unlike", "besides", "except", "between", "among", "amongst"))
 _NEGATIONS = frozenset(("not", "never", "nor", "neither"))
+#: "not" in other languages ("Roma, non Milano", "Paris, pas Lyon", "Madrid, no Barcelona", "Berlin, nicht München",
+#: "Lisboa, não Porto", "Москва, не ..."): a negation only where it opens its clause right before the name (an English
+#: "no" inside a clause, "There is no doubt the capital is Paris", negates nothing).
+_NEGATIONS_ELSEWHERE = frozenset(("non", "pas", "no", "nicht", "nao", "nie", "niet", "inte", "ikke", "ei", "ne", "не",
+                                  "ні", "nu", "nem", "ni"))
 _NEGATION_PHRASES = (("rather", "than"), ("instead", "of"), ("as", "opposed", "to"), ("other", "than"))
 _NT_VERBS = frozenset(("isn", "wasn", "aren", "weren", "doesn", "don", "didn", "can", "couldn", "won", "wouldn", "ain"))
 _COPULA_WORDS = frozenset(("is", "was", "are", "were", "be"))
@@ -137,6 +142,9 @@ class Sentence:
     def negated(self, i: int) -> bool:
         """A negation in the clause of word ``i``, before it ("not Lyon", "isn't Lyon", "rather than Lyon")."""
         c, j = self.clause[i], i - 1
+        if j >= 0 and self.words[j] in _NEGATIONS_ELSEWHERE and self.after_mark[j] and not self.after_mark[i] \
+                and (j == 0 or self.mark[j] in (",", ";", "(", "—", "–")):
+            return True
         while j >= 0 and self.clause[j] == c:
             w = self.words[j]
             if w in _NEGATIONS or (w == "t" and j > 0 and self.words[j - 1] in _NT_VERBS):

@@ -178,7 +178,7 @@ def _outside_answer(text: str) -> ShortTextReading:
 def _unnamed_text(s: Sentence, names) -> str:
     """The sentence without its clauses that name a candidate ("Fort Worth is in Canada, not in the United States."
     -> "fort worth is in canada")."""
-    named = {s.clause[m[0]] for m in mentions(s.words, names)}
+    named = {s.clause[m[0]] for m in mentions(s.words, names, s)}
     parts: dict[int, list[int]] = {}
     for i, c in enumerate(s.clause):
         if c not in named:
@@ -208,15 +208,19 @@ def _outside(statements: list[_Statement], claims: list[Claim], names, start: in
 
 
 def _agreed(claims: list[Claim]) -> ShortTextReading:
-    """What ``claims`` commit to: the present ones (else all), of those the certain ones (else all); one answer, or
-    ``multiple`` (``hedged`` when only an "or" alternative differs)."""
+    """What ``claims`` commit to: the present ones (else all), of those the certain ones (else all; with a name offered as
+    possible, all); one answer, or ``multiple`` (``hedged`` when only an "or" alternative differs, or when a
+    name is offered as possible beside another: "Paris, but Lyon is also plausible")."""
     claims = [c for c in claims if c.present] or claims
-    claims = [c for c in claims if c.certain] or claims
+    if not any(c.offered for c in claims):  # a name offered as possible keeps every other claim beside it
+        claims = [c for c in claims if c.certain] or claims
     if len({k for c in claims for k, _ in c.answers}) == 1:
         return ShortTextReading(claims[0].answers[0][1], "answer")
-    if any(c.multi for c in claims) or not any(c.alternative for c in claims):
+    if any(c.multi for c in claims):
         return ShortTextReading(None, "multiple")
-    return ShortTextReading(None, "hedged")
+    if any(c.offered for c in claims) or any(c.alternative for c in claims):
+        return ShortTextReading(None, "hedged")
+    return ShortTextReading(None, "multiple")
 
 
 def read_short_text(text: str, candidates: Sequence[Any] = ()) -> ShortTextReading:
@@ -255,6 +259,13 @@ def read_short_text(text: str, candidates: Sequence[Any] = ()) -> ShortTextReadi
     return _agreed(live) if live else _NONE
 
 
+def fuzzy_match(text: Any, parsed: str | None) -> bool:
+    """Whether the candidate ``parsed`` was read from a misspelling of it (it does not occur as whole words in the
+    normalised response: "Ottwa" read as ``ottawa``; issue 59)."""
+    norm = normalize_short_text(as_text(text)) or ""
+    return parsed is not None and f" {parsed} " not in f" {norm} "
+
+
 def parse_short_text(text: str, candidates: Sequence[Any] = ()) -> str | None:
     """The name a response commits to, normalised (:func:`normalize_short_text`), or ``None`` (no answer, a hedge,
     several answers): :func:`read_short_text`'s answer."""
@@ -272,5 +283,6 @@ SHORT_TEXT = AnswerType(
     "short_text", parse=lambda text, choices, cands: parse_short_text(text, cands),
     normalize=lambda value, choices=None: normalize_short_text_value(value), aliases=True, budget=32,
     unanswered=short_text_unanswered, space=row_answer_space,
+    flags=lambda text, parsed: {"fuzzy_match": True} if fuzzy_match(text, parsed) else {},
     accepted="a non-empty name such as \"Sofia\", not an article or stop word such as \"The\" (matched after "
              "normalising case, Latin diacritics and a leading article)")

@@ -21,6 +21,8 @@ from selectrust.conditions import MIST_CONDITIONS as CONDITIONS
 
 from trainer.runtime.stage import Stage
 from recipes.pipelines.taste_distill import DistillPipeline
+from selectrust.core.io import write_json_atomic
+from selectrust.model import ensure_tiny_model
 
 # The overrides the toy demo adds to every training stage (``TRAIN_COMMON`` of its stages).
 DEMO_COMMON = ["eval=none", "logger=jsonl"]
@@ -28,9 +30,6 @@ DEMO_COMMON = ["eval=none", "logger=jsonl"]
 
 class OpsdPipeline(DistillPipeline):
     def run(self) -> dict:
-        from selectrust.core.io import write_json_atomic
-        from selectrust.model import ensure_tiny_model
-
         t_start = time.time()
         cfg = self.cfg  # typed settings, validated by the entry point (recipes/distill.py: to_settings)
         stages, base = [], {"model.path": "base"}  # the student starts from stage base (or from model.path)

@@ -21,6 +21,15 @@ from typing import Any, Callable
 from selectrust.core.errors import ConfigError
 from recipes.stages import StageRunner
 from trainer.runtime.stage import Stage
+from eval_hooks.builders.taste_toy import base_sft_mix, make_taste_toy
+from eval_hooks.folds import split_task_folds
+from selectrust.core.io import write_json_atomic, write_jsonl_atomic
+from selectrust.model import ensure_tiny_model
+from selectrust.core.io import write_json_atomic
+from selectrust.model import load_tokenizer
+from selectrust.generation.prompts import PromptSettings
+from trainer.distill.views import load_fork_views
+from selectrust.model import load_base_with_adapters
 
 SUMMARY_KEYS = ("teacher.strict", "student.before.strict", "student.stage1.strict", "student.stage2.strict",
                 "student.stage1.ece", "student.stage2.ece")
@@ -49,11 +58,6 @@ class DistillPipeline:
 
     def prepare_toy(self) -> tuple[str, str, list[Stage]]:
         """Toy items, folds and the base SFT mix. Returns (train, heldout, [stage ``base``: SFT on the mix])."""
-        from eval_hooks.builders.taste_toy import base_sft_mix, make_taste_toy
-        from eval_hooks.folds import split_task_folds
-        from selectrust.core.io import write_json_atomic, write_jsonl_atomic
-        from selectrust.model import ensure_tiny_model
-
         data = self.root / "data"
         toy = make_taste_toy(self.cfg.seed, n_tasks=self.cfg.data.toy_tasks)
         write_jsonl_atomic(data / "items.jsonl", toy.items)
@@ -69,8 +73,6 @@ class DistillPipeline:
         return str(data / "fold_0.jsonl"), str(data / "fold_1.jsonl"), [base]
 
     def run(self) -> dict:
-        from selectrust.core.io import write_json_atomic
-
         t_start = time.time()
         cfg = self.cfg  # typed settings, validated by the entry point (recipes/distill.py: to_settings)
         if cfg.data.prompt_style == "mist":
@@ -101,15 +103,10 @@ class DistillPipeline:
     def evaluate(self, heldout: str, out: Path) -> dict:
         """Teacher (starting weights + demonstration) and student before / after each stage, on ``heldout``
         (``out/<model>/metrics.json``)."""
-        from omegaconf import OmegaConf
+        from omegaconf import OmegaConf  # deferred: imports omegaconf
 
-        from selectrust.core.io import write_json_atomic
-        from selectrust.model import load_tokenizer
-        from selectrust.generation.prompts import PromptSettings
 
-        from trainer.distill.evaluation import eval_settings, evaluate_views
-        from trainer.distill.views import load_fork_views
-        from selectrust.model import load_base_with_adapters
+        from trainer.distill.evaluation import eval_settings, evaluate_views  # deferred: imports torch
 
         s1 = OmegaConf.load(self.root / "stages" / "stage1" / "config.yaml")
         a = s1.algo

@@ -29,6 +29,7 @@ import hashlib
 import json
 from pathlib import Path
 from typing import Any
+from selectrust.core.io import write_json_atomic
 
 COMPLETE_RECORD = "stage_complete.json"
 _NOT_OUTPUTS = (COMPLETE_RECORD, ".lock")  # the record itself; a lock file is no output
@@ -54,7 +55,7 @@ def read_record(path: Path) -> tuple[dict | None, str | None]:
 
 def output_hashes(out_dir: Path) -> dict[str, str]:
     """``{relative path: SHA-256}`` of every file under ``out_dir`` but the record (and a lock file)."""
-    from selectrust.core.hashing import file_sha256
+    from selectrust.core.hashing import file_sha256  # deferred: tests patch it
 
     return {p.relative_to(out_dir).as_posix(): file_sha256(p) for p in sorted(Path(out_dir).rglob("*"))
             if p.is_file() and p.name not in _NOT_OUTPUTS}
@@ -77,8 +78,6 @@ def _result_file(out_dir: Path, result: Any) -> str | None:
 def seal(path: Path) -> dict:
     """Add ``outputs``, ``result_file`` and ``result_sha256`` to the record at ``path`` (just written by the runner
     with its provenance and result, so its ``result`` is in the form JSON gives it back); rewrite it; return it."""
-    from selectrust.core.io import write_json_atomic
-
     record = json.loads(path.read_text(encoding="utf-8"))
     out_dir = path.parent
     record.update(outputs=output_hashes(out_dir), result_file=_result_file(out_dir, record["result"]),
@@ -116,8 +115,6 @@ def verified_result(record: dict, out_dir: Path) -> tuple[Any, str | None, str |
 def write_training_record(stage_dir: Path, recipe: str, provenance: dict) -> None:
     """A finished training stage's ``stage_complete.json``: its recipe and provenance (no result: its output is its
     ``final/``, whose weights the stages starting from it pin by hash)."""
-    from selectrust.core.io import write_json_atomic
-
     write_json_atomic(Path(stage_dir) / COMPLETE_RECORD, {"recipe": recipe, "training": True, "provenance": provenance})
 
 

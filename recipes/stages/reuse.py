@@ -10,6 +10,8 @@ from recipes.stages.process import main_process
 from recipes.stages.record import COMPLETE_RECORD
 from trainer.runtime.relocation import portable_pair
 from trainer.runtime.stage import Stage
+from selectrust.core.io import write_json_atomic
+from trainer.runtime.provenance import provenance_differences
 
 
 class RecipeStages:
@@ -22,11 +24,10 @@ class RecipeStages:
         and its outputs match their hashes (the result then read from the stage's own result file:
         ``recipes/stages/record.py``); else run (an earlier run is moved aside to ``<name>.old-<n>`` first) and
         recorded. A record that cannot be read (cut short) is no completion: the stage runs again, said in one line."""
-        from selectrust.core.io import write_json_atomic
-
-        from trainer.runtime.run_dir import config_differences, move_aside
-        from recipes.stages.record import read_record, seal, verified_result
-        from recipes.stages.start import start_differences
+        from trainer.runtime.run_dir import config_differences, move_aside  # deferred: imports torch, numpy
+        from recipes.stages.record import (  # deferred: import cycle with recipes.stages.record
+            read_record, seal, verified_result)
+        from recipes.stages.start import start_differences  # deferred: import cycle with recipes.stages.start
 
         out = self.stage_dir(stage.name)
         now = {**provenance, "inputs": self.input_identity(stage)}
@@ -68,7 +69,6 @@ class RecipeStages:
         difference then said in one line)."""
         if now is None:
             return []
-        from trainer.runtime.provenance import provenance_differences
 
         diffs = provenance_differences(recorded, now)
         if diffs and self.reuse == "config":

@@ -74,6 +74,7 @@ from recipes.stages.training import TrainingStages
 from selectrust.core.errors import ConfigError
 from trainer.runtime.relocation import started_from  # saved stage configs read wherever the out dir and cache are
 from trainer.runtime.stage import STAGE_NAME, Stage
+import logging
 
 
 def _quote(value: Any) -> str:
@@ -159,10 +160,11 @@ class StageRunner(TrainingStages, RecipeStages, StopSignals):
     def compose_stage(self, stage: Stage, extra: tuple[str, ...] = (), *, planned: bool = False):
         """The stage's recipe config: its overrides, the seed, its start weights and inputs, ``extra``; then its
         directory. ``planned``: before anything ran (no start weights; inputs where they will be)."""
-        from omegaconf import OmegaConf
+        from omegaconf import OmegaConf  # deferred: imports omegaconf
 
         start = [] if planned else self.start_overrides(stage.start, stage.init_mode)
-        cfg = self.compose(stage.recipe, [*stage.overrides, f"seed={self.seed}", *start,
+        seed = self.seed if stage.seed is None else stage.seed
+        cfg = self.compose(stage.recipe, [*stage.overrides, f"seed={seed}", *start,
                                           *self.input_overrides(stage, planned), *extra])
         OmegaConf.update(cfg, "trainer.run_dir" if is_training(cfg) else "out_dir", str(self.stage_dir(stage.name)))
         return cfg
@@ -171,7 +173,7 @@ class StageRunner(TrainingStages, RecipeStages, StopSignals):
         """Compose every recipe stage's config (and validate it, where ``validators`` names its recipe) before any
         stage runs, without start weights and with inputs where they will be, so a misspelt override in the last
         stage fails before the first one runs."""
-        from omegaconf import OmegaConf
+        from omegaconf import OmegaConf  # deferred: imports omegaconf
 
         for stage in stages:
             self._declare(stage)
@@ -227,9 +229,9 @@ class StageRunner(TrainingStages, RecipeStages, StopSignals):
             if final is None:
                 self._stopped(stage)
             return final, final
-        from omegaconf import OmegaConf
+        from omegaconf import OmegaConf  # deferred: imports omegaconf
 
-        from trainer.runtime.run_dir import schema_defaults
+        from trainer.runtime.run_dir import schema_defaults  # deferred: imports torch, numpy
 
         provenance = {"recipe": stage.recipe, "config": OmegaConf.to_container(cfg, resolve=True)}
         if self.provenance is not None:
@@ -248,7 +250,7 @@ class StageRunner(TrainingStages, RecipeStages, StopSignals):
 
     def input_identity(self, stage: Stage) -> dict:
         """``{key: {"path", "sha256"}}`` of the stage's inputs as they are now (``stage_start.path_identity``)."""
-        from recipes.stages.start import path_identity
+        from recipes.stages.start import path_identity  # deferred: import cycle with recipes.stages.start
 
         return {key: path_identity(path) for key, path in self.input_paths(stage).items()}
 
@@ -265,9 +267,7 @@ class StageRunner(TrainingStages, RecipeStages, StopSignals):
         runner's log to ``<root>/<log_name>``: a second orchestrator into the same root is refused (naming the
         holder) before it writes anything. The log file also receives the process's logging records. (The entry
         point turns off Hydra's own job log file: conf/chain.yaml.) Other ranks of a launch only print."""
-        import logging
-
-        from trainer.runtime.run_dir import RunLock
+        from trainer.runtime.run_dir import RunLock  # deferred: imports torch, numpy
 
         if not main_process():
             yield

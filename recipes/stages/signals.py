@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 
 from trainer.runtime.stage import Stage
+import signal
 
 
 class _StopSignal(Exception):
@@ -28,8 +29,6 @@ class StopSignals:
         Ctrl-C is Python's own handler here also when the process inherited SIGINT ignored (a job started with
         ``&`` or ``nohup`` by a non-interactive shell): the training loop takes SIGINT whatever it inherited, so
         every other stage does too. The handlers found are put back when the stage ends."""
-        import signal
-
         def stop(signum, frame):
             raise _StopSignal(signum)
 
@@ -67,8 +66,6 @@ class StopSignals:
     def _stopped_after(self, stage: Stage, signum: int) -> None:
         """A stop signal arrived while a training stage finished (its last save, its final evaluation): the stage
         is complete; say so in one line and exit (0 for SIGTERM or SIGUSR1, 130 for Ctrl-C) before the next stage."""
-        import signal
-
         self.write_record()
         ctrl_c = signum == signal.SIGINT
         self.log(f"stage {stage.name} finished; stopped by {'Ctrl-C' if ctrl_c else signal.Signals(signum).name} "

@@ -24,6 +24,7 @@ import os
 from pathlib import Path
 
 from selectrust.core.hashing import canonical_json_sha256, dir_sha256, file_sha256_once
+from selectrust.model import resolve_model_path
 
 START_RECORD = "stage_start.json"
 _WEIGHT_FILES = ("*.safetensors", "config.json", "adapter_config.json")
@@ -59,8 +60,6 @@ def final_is_complete(final: Path) -> bool:
 
 
 def _local_dir(path: str) -> Path | None:
-    from selectrust.model import resolve_model_path
-
     p = Path(resolve_model_path(str(path))).expanduser()
     return p.resolve() if p.is_dir() else None
 

@@ -20,9 +20,10 @@ class TrainingStages:
     def train(self, stage: Stage, cfg) -> Path | None:
         """Train (or skip, or resume) one training stage; returns its ``final/`` directory, or None when it
         stopped early."""
-        from trainer.runtime.checkpoint import resumable
-        from recipes.stages.record import recorded_provenance, write_training_record
-        from recipes.stages.start import read_start, write_start
+        from trainer.runtime.checkpoint import resumable  # deferred: imports numpy
+        from recipes.stages.record import (  # deferred: import cycle with recipes.stages.record
+            recorded_provenance, write_training_record)
+        from recipes.stages.start import read_start, write_start  # deferred: import cycle with recipes.stages.start
 
         name, run_dir = stage.name, self.stage_dir(stage.name)
         done = run_dir / "run_complete.json"
@@ -64,11 +65,11 @@ class TrainingStages:
         finished under another provenance (``now``; :meth:`_provenance_changed`), with ``rerun_changed`` (said in
         one line); without it a finished one is refused naming the keys (an interrupted one is left to the
         trainer's resume check). None when the stage may be skipped, resumed or trained as it is."""
-        from omegaconf import OmegaConf
+        from omegaconf import OmegaConf  # deferred: imports omegaconf
 
-        from trainer.runtime.checkpoint import resumable
-        from trainer.runtime.run_dir import config_differences
-        from recipes.stages.record import recorded_provenance
+        from trainer.runtime.checkpoint import resumable  # deferred: imports numpy
+        from trainer.runtime.run_dir import config_differences  # deferred: imports torch, numpy
+        from recipes.stages.record import recorded_provenance  # deferred: import cycle with recipes.stages.record
 
         name, run_dir = stage.name, self.stage_dir(stage.name)
         finished, saved = done.exists(), run_dir / "config.yaml"
@@ -94,7 +95,8 @@ class TrainingStages:
         """(the stage's start now (``stage_start.start_identity`` and its inputs' identity), ``"retrain"`` or None).
         A recorded start that differs makes the stage stale: refused naming both hashes, or (``rerun_stale``)
         retrained."""
-        from recipes.stages.start import read_start, start_differences, start_identity
+        from recipes.stages.start import (  # deferred: import cycle with recipes.stages.start
+            read_start, start_differences, start_identity)
 
         name, run_dir = stage.name, self.stage_dir(stage.name)
         now = {**self.input_identity(stage), **start_identity(cfg)}
@@ -116,8 +118,8 @@ class TrainingStages:
         """``run_complete.json`` exists but ``final/`` lost its weights: the stage is not finished. ``"resume"``
         from its newest complete checkpoint (the loop writes ``final/`` and ``run_complete.json`` again), or
         ``"retrain"`` when it has none; None when ``final/`` is complete."""
-        from trainer.runtime.checkpoint import checkpoints_dir, complete_checkpoints
-        from recipes.stages.start import final_is_complete
+        from trainer.runtime.checkpoint import checkpoints_dir, complete_checkpoints  # deferred: imports numpy
+        from recipes.stages.start import final_is_complete  # deferred: import cycle with recipes.stages.start
 
         final = run_dir / "final"
         if final_is_complete(final):

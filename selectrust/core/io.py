@@ -18,6 +18,7 @@ from typing import Any, Iterable, Iterator
 from selectrust.core.data_sources import resolve_data_path
 from selectrust.core.dataset_ids import dataset_source
 from selectrust.core.errors import DataError  # noqa: F401  (the readers' error; imported from here too)
+import re
 
 PARQUET_SUFFIXES = (".parquet", ".pq")
 
@@ -32,7 +33,7 @@ def read_records(path: str | os.PathLike) -> list[tuple[int, dict]]:
     about them name the dataset and the row. A ``<scheme>:<rest>`` path of a data source is read from the file
     it resolves to (:func:`selectrust.core.data_sources.resolve_data_path`: a broken source plugin is named).
     """
-    from .hf_data import load_dataset_records
+    from .hf_data import load_dataset_records  # deferred: tests patch it
 
     path = resolve_data_path(path) if isinstance(path, str) else path
     source = dataset_source(path)
@@ -205,8 +206,6 @@ def root_error_line(text: str) -> str | None:
     """The first ``SomeError: message`` line of a server log that names a root cause (vLLM's ``RuntimeError:
     einsum(): ...`` rather than the ``EngineDeadError`` it causes, or a message that only says "see above"), without
     the log's line prefix; else the last error line; None when there is none."""
-    import re
-
     pat = re.compile(r"(?:^|[\s\]])((?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Exit|Interrupt)): (\S.*)$")
     found = []
     for line in text.splitlines():

@@ -40,7 +40,7 @@ The lookups every kind shares are methods here (:meth:`Registry.add`, :meth:`Reg
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Callable, Generic, TypeVar
 
 from selectrust.core.errors import PluginError
@@ -60,7 +60,7 @@ _REGISTRIES: list[Registry] = []  # every registry made, for :func:`broken_plugi
 def entry_points(group: str):
     """The installed packages' entry points of ``group`` (``importlib.metadata``, imported on first use): the one
     place that reads them (tests monkeypatch this function to install a component)."""
-    from importlib.metadata import entry_points as installed
+    from importlib.metadata import entry_points as installed  # deferred: tests patch it
 
     return installed(group=group)
 
@@ -97,13 +97,15 @@ def where(component: object) -> str | None:
     return f"{module}:{qualname}" if isinstance(module, str) and isinstance(qualname, str) else None
 
 
-def broken_plugin(name: object) -> PluginError | None:
+def broken_plugin(name: object, offered: Iterable[str] = ()) -> PluginError | None:
     """The error of a plugin called ``name`` that some registry found broken (a listing left it out: a config
-    choice that refuses it then names it through this); None when none did."""
-    for registry in _REGISTRIES:
-        if isinstance(name, str) and name in registry.failed:
-            return registry.failed[name]
-    return None
+    choice that refuses it then names it through this); None when none did. ``offered``: the choices the refusal
+    listed (Hydra's "expected one of [...]"): of several registries with a broken ``name``, the one they come from,
+    so that the error names the key's own kind."""
+    found = [r for r in _REGISTRIES if isinstance(name, str) and name in r.failed]
+    offered = set(offered)
+    own = [r for r in found if offered and offered <= set(r.names())]
+    return (own or found)[0].failed[name] if found else None
 
 
 class Registry(Mapping, Generic[T]):
@@ -258,16 +260,21 @@ class Registry(Mapping, Generic[T]):
             raise self._broken(name, ep, f"{ep.value} is not a valid {self.kind}: {why}") from e
 
     def _broken(self, name: str, ep: EntryPoint, problem: str) -> PluginError:
+        """The plugin's error, kept in ``failed``; the other choices it offers are :meth:`loadable` (never another
+        broken plugin: one not loaded yet is loaded to know, and is recorded first, so this ends)."""
         dist = distribution(ep)
-        others = [n for n in self.names() if n != name]
         fix = f"pip uninstall {dist}" if dist else "uninstall the package that declares it"
         details = f"{problem} ({describe(ep)}); fix that package or remove it ({fix})"
-        error = PluginError(f"{self.kind} plugin {name!r} cannot be used: {details}" + (
-            f", or choose another {self.kind}: {' | '.join(others)}" if others else ""),
-                            kind=self.kind, name=name, group=self.group, value=ep.value, distribution=dist,
-                            details=details)
-        self.failed[name] = error
-        return error
+
+        def error(others: list[str]) -> PluginError:
+            return PluginError(f"{self.kind} plugin {name!r} cannot be used: {details}" + (
+                f", or choose another {self.kind}: {' | '.join(others)}" if others else ""),
+                               kind=self.kind, name=name, group=self.group, value=ep.value, distribution=dist,
+                               details=details)
+
+        self.failed[name] = error([])
+        self.failed[name] = error([n for n in self.loadable() if n != name])
+        return self.failed[name]
 
     def _warn(self, key: str, line: str) -> None:
         if key not in self.warned:
@@ -295,7 +302,7 @@ class Registry(Mapping, Generic[T]):
                 raise self.paths(name, e) from e
         if value is None:
             raise self._unknown(name)
-        from importlib.metadata import EntryPoint
+        from importlib.metadata import EntryPoint  # deferred: the module-level one is for type checking only
 
         return EntryPoint(name, value, self.group).load()
 

@@ -105,7 +105,7 @@ class ResponseLog(GenerationBackend):
                  row_ids: Sequence[str] | None = None) -> list[GenerationResult]:
         """As ``inner.generate``, with saved answers reused and fresh ones appended chunk by chunk; ``row_ids``
         (one per request) are written beside them for the reader."""
-        from tqdm.auto import tqdm
+        from tqdm.auto import tqdm  # deferred: imports tqdm
 
         keys = [request_key(r, self.context) for r in requests]
         out: list[GenerationResult | None] = [None] * len(requests)

@@ -65,7 +65,7 @@ def check_adapter_path(path: str, field: str = "adapter_path") -> None:
 
 def check_adapter_finite(adapter_dir, field: str = "adapter") -> None:
     """Raise :class:`AdapterError` naming the file and the first tensor holding a NaN or Inf."""
-    import torch
+    import torch  # deferred: imports torch
 
     path = Path(adapter_dir).expanduser() / WEIGHTS
     for name, t in _tensors(path, field):
@@ -78,7 +78,7 @@ def check_adapter_finite(adapter_dir, field: str = "adapter") -> None:
 
 def _tensors(path: Path, field: str):
     """``(name, tensor)`` of a safetensors file; an unreadable file is an :class:`AdapterError` naming it."""
-    from safetensors import safe_open
+    from safetensors import safe_open  # deferred: imports safetensors
 
     try:
         with safe_open(str(path), framework="pt") as f:
@@ -95,10 +95,10 @@ def _tensors(path: Path, field: str):
 def _meta_model(model_path: str, trust_remote_code: bool):
     """The model of ``model_path`` built from its config on the meta device (no weights); None when its config
     cannot be read here (a hub id not in the cache): the shapes are then checked when the model loads."""
-    import torch
-    from transformers import AutoConfig, AutoModelForCausalLM
+    import torch  # deferred: imports torch
+    from transformers import AutoConfig, AutoModelForCausalLM  # deferred: imports torch, transformers
 
-    from .load import resolve_model_path
+    from .load import resolve_model_path  # deferred: import cycle with selectrust.model.load
 
     try:
         config = AutoConfig.from_pretrained(resolve_model_path(model_path), trust_remote_code=trust_remote_code)
@@ -121,7 +121,7 @@ def _expected_shape(module, kind: str, shape: tuple) -> tuple | None:
 def check_adapter_fits(adapter_dir, model_path: str, *, field: str = "adapter",
                        trust_remote_code: bool = False) -> None:
     """Raise :class:`AdapterError` when a tensor of the adapter does not fit ``model_path``'s modules."""
-    from safetensors import safe_open
+    from safetensors import safe_open  # deferred: imports safetensors
 
     model = _meta_model(model_path, trust_remote_code)
     if model is None:

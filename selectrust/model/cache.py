@@ -39,6 +39,7 @@ from pathlib import Path
 
 from ..core import hashing
 from .errors import ModelSourceError
+import fcntl
 
 MARKER = "COMPLETE"
 FORMAT = "selectrust-model-cache/1"
@@ -152,8 +153,6 @@ def _unwritable(root: Path, e: OSError, target: Path, problem: str) -> ModelCach
 def _entry_lock(root: Path, name: str, target: Path, problem: str):
     """Hold ``<root>/.<name>.lock`` exclusively (waiting, with one line, while another process builds); the file
     is removed on release (a waiter that then holds a removed file's lock opens the new one and waits again)."""
-    import fcntl
-
     path = root / f".{name}.lock"
     while True:
         try:
@@ -188,8 +187,6 @@ def _entry_lock(root: Path, name: str, target: Path, problem: str):
 def _lock_free(root: Path, name: str) -> bool:
     """True when no process holds ``<root>/.<name>.lock``; a lock file left by a process that is gone is removed
     (taken, checked to be the file at that path, removed, released: as :func:`_entry_lock` does)."""
-    import fcntl
-
     path = root / f".{name}.lock"
     try:
         fd = os.open(path, os.O_RDWR)

@@ -86,8 +86,8 @@ TOY_ANSWER_BUDGET = 4
 
 def build_byte_tokenizer():
     """A byte-level ``PreTrainedTokenizerFast`` with a chat template; no BOS/EOS added on encode."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers  # deferred: imports tokenizers
+    from transformers import PreTrainedTokenizerFast  # deferred: imports torch, transformers
 
     alphabet = pre_tokenizers.ByteLevel.alphabet()  # the 256 byte symbols, GPT-2 style
     vocab = {tok: i for i, tok in enumerate(SPECIAL_TOKENS)}
@@ -110,8 +110,8 @@ def build_byte_tokenizer():
 
 
 def build_tiny_model(spec: TinyModelSpec, vocab_size: int, pad_id: int, eos_id: int, bos_id: int):
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
+    import torch  # deferred: imports torch
+    from transformers import LlamaConfig, LlamaForCausalLM  # deferred: imports torch, transformers
 
     config = LlamaConfig(
         vocab_size=vocab_size,
@@ -190,7 +190,7 @@ def _source_errors(path: str):
     """Loading ``path``: a hub id not cached while offline is refused first (:func:`check_hub_id`); transformers' "no
     such model / file" errors (an ``OSError`` without an errno: a hub id that does not exist, a file missing) and
     damaged safetensors become one :class:`ModelSourceError` line naming it."""
-    from safetensors import SafetensorError
+    from safetensors import SafetensorError  # deferred: imports safetensors
 
     tiny = path == "tiny" or path.startswith("tiny:") or path in TINY_PRESETS
     if not (tiny or is_gguf_source(path) or Path(path).expanduser().exists()):
@@ -205,7 +205,7 @@ def _source_errors(path: str):
 
 
 def load_tokenizer(path: str, *, trust_remote_code: bool = False):
-    from transformers import AutoTokenizer
+    from transformers import AutoTokenizer  # deferred: imports torch, transformers
 
     with _source_errors(path):
         tok = AutoTokenizer.from_pretrained(resolve_model_path(path), trust_remote_code=trust_remote_code)
@@ -217,7 +217,7 @@ def load_tokenizer(path: str, *, trust_remote_code: bool = False):
 def load_model(path: str, *, dtype: str = "float32", device: str | None = None,
                trust_remote_code: bool = False, attn_implementation: str | None = None):
     """Load a causal LM from safetensors weights only (``use_safetensors=True``: never unpickles)."""
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM  # deferred: imports torch, transformers
 
     dtype = torch_dtype(dtype)
     kwargs = {}

@@ -47,7 +47,7 @@ def lora_merged(model):
     temporary merged weight and its adapter switched off; on exit (also on an error) each layer gets back its own
     weight ``Parameter`` and adapter state. Meant for inference under ``torch.no_grad`` (the merged weight needs no
     grad; lora dropout is not applied, as in ``eval()`` mode). Yields how many layers were merged."""
-    import torch
+    import torch  # deferred: imports torch
 
     try:
         from peft.tuners.lora.layer import Linear as LoraLinear

@@ -121,7 +121,7 @@ def check_hub_id(path: str, field: str = "model.path") -> None:
     id whose ``config.json`` is not in the Hugging Face cache is refused (online it is left to the download)."""
     if not hub_offline():
         return
-    from huggingface_hub import try_to_load_from_cache
+    from huggingface_hub import try_to_load_from_cache  # deferred: imports huggingface_hub
 
     try:
         cached = try_to_load_from_cache(path, "config.json")

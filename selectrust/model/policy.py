@@ -27,6 +27,10 @@ from pathlib import Path
 
 from .adapter import check_adapter_dir, check_adapter_finite
 from .settings import ModelConfig
+import json
+import os
+import shutil
+import tempfile
 
 TRAINED_ADAPTER = "default"      # peft's name for the adapter a run trains
 REFERENCE_ADAPTER = "reference"  # the frozen copy of model.init_adapter (init_adapter_mode=continue)
@@ -36,7 +40,8 @@ def load_base_with_adapters(model_cfg: ModelConfig, adapters: list[str], *, devi
     """The base model of ``model_cfg`` (a ``ModelConfig``: path, dtype, trust_remote_code, attn_implementation) with
     each adapter directory in ``adapters`` merged into its weights, in order (each checked for safetensors weights
     and finite values first)."""
-    from .load import load_model  # looked up at call time: a test can refuse every load at selectrust.model.load
+    # looked up at call time: a test can refuse every load at selectrust.model.load
+    from .load import load_model  # deferred: tests patch it
 
     model = load_model(model_cfg.path, dtype=model_cfg.dtype, trust_remote_code=model_cfg.trust_remote_code,
                        attn_implementation=model_cfg.attn_implementation, device=device)
@@ -51,8 +56,8 @@ def load_base_with_adapters(model_cfg: ModelConfig, adapters: list[str], *, devi
 
 def _add_lora(model, model_cfg: ModelConfig, *, seed: int):
     """``model`` wrapped in a fresh LoRA adapter of ``model_cfg.lora`` (initialised under ``seed``)."""
-    import torch
-    from peft import LoraConfig, get_peft_model
+    import torch  # deferred: imports torch
+    from peft import LoraConfig, get_peft_model  # deferred: imports torch, peft
 
     targets = list(model_cfg.lora.target_modules)
     torch.manual_seed(seed)  # adapter init is part of the run's determinism
@@ -66,7 +71,7 @@ def load_policy(model_cfg: ModelConfig, *, seed: int):
     """``(model, tokenizer)`` of a training run: load the base model and tokenizer; start from
     ``model.init_adapter`` (merged, or continued with a frozen ``reference`` copy); wrap in a fresh LoRA adapter
     when ``model.lora.enabled`` (not when continuing)."""
-    from .load import load_tokenizer
+    from .load import load_tokenizer  # deferred: import cycle with selectrust.model.load
 
     tokenizer = load_tokenizer(model_cfg.path, trust_remote_code=model_cfg.trust_remote_code)
     init, mode = model_cfg.init_adapter, model_cfg.init_adapter_mode
@@ -92,12 +97,7 @@ def load_policy(model_cfg: ModelConfig, *, seed: int):
 def export_merged(model_cfg: ModelConfig, adapters: list[str], out_dir) -> Path:
     """Write ``model_cfg.path`` with ``adapters`` merged (in order) as a model directory: safetensors weights,
     config, tokenizer and ``merge_info.json``; built in a temporary sibling, then renamed into place."""
-    import json
-    import os
-    import shutil
-    import tempfile
-
-    from .load import load_tokenizer
+    from .load import load_tokenizer  # deferred: import cycle with selectrust.model.load
 
     out = Path(out_dir).expanduser().resolve()
     if out.exists():
@@ -128,7 +128,7 @@ def load_policy_for_inference(model_cfg: ModelConfig, adapter_path: str | None, 
     (``selectrust.generation.backends.hf._casts_cached``). In fp32 the merge rounds at 1e-7 and saves peft's LoRA layers: 192
     held-out rows of the real demo took 20.5 s against 22.3 s on SmolLM2-135M with its attention-only SCOPE adapter,
     and gave the same 348 of 348 responses over the whole held-out set."""
-    import torch
+    import torch  # deferred: imports torch
 
     merged = [model_cfg.init_adapter] if model_cfg.init_adapter and model_cfg.init_adapter_mode == "merge" else []
     model = load_base_with_adapters(model_cfg, merged, device="cuda" if torch.cuda.is_available() else "cpu")

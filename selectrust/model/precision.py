@@ -20,7 +20,7 @@ DTYPES = {"float32": "float32", "fp32": "float32", "bfloat16": "bfloat16", "bf16
 
 def torch_dtype(name: str):
     """The torch dtype called ``name`` in :data:`DTYPES` (``KeyError`` for another name)."""
-    import torch  # selectrust.model is torch-free to import
+    import torch  # deferred: imports torch; selectrust.model is torch-free to import
 
     return getattr(torch, DTYPES[name])
 
@@ -64,7 +64,7 @@ def resolve_mixed_precision(value: str, *, cpu: bool = False, cpuinfo: str | Non
     through."""
     if value != "auto":
         return value
-    import torch
+    import torch  # deferred: imports torch
 
     if not cpu and torch.cuda.is_available():
         return "bf16" if torch.cuda.is_bf16_supported() else "no"

@@ -144,7 +144,7 @@ def gguf_sizes(path: Path) -> tuple[int | None, int, int]:
     its header lists them (None when the file ends inside the header; the size found when a tensor's type is one
     the installed ``gguf`` package does not know) against the file's size. Reads the header only; needs the
     ``gguf`` package (for the byte size of each quantization type)."""
-    from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
+    from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType  # deferred: imports gguf
 
     known = {int(t) for t in GGML_QUANT_SIZES}
     found = path.stat().st_size
@@ -213,8 +213,8 @@ def dequantize_gguf(src: Path, out_dir: Path) -> None:
     """Dequantize ``src`` through transformers and write a plain safetensors model + tokenizer to ``out_dir``."""
     check_gguf_dependency()
     check_gguf_file(src)  # a file cut short fails here, not as a reshape error deep inside transformers
-    import torch
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+    import torch  # deferred: imports torch
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer  # deferred: imports torch, transformers
 
     loaded = AutoModelForCausalLM.from_pretrained(str(src.parent), gguf_file=src.name, dtype=torch.float32)
     tokenizer = AutoTokenizer.from_pretrained(str(src.parent), gguf_file=src.name)

@@ -35,7 +35,7 @@ def test_the_quick_demo_is_unchanged_and_the_full_experiment_adds_nq_swap_for_ev
     assert _names([out]) == QUICK  # real.nq_swap_questions=null: the quick demo's own, 0
     assert _names([out, "real.nq_swap_questions=0"]) == QUICK
     assert _names([out, "demo=real_full", "real.nq_swap_questions=0"]) == FULL
-    assert (DEMOS["real"].nq_swap_questions, DEMOS["real_full"].nq_swap_questions) == (0, 40)
+    assert (DEMOS["real"].nq_swap_questions, DEMOS["real_full"].nq_swap_questions) == (0, 300)
     full = _names([out, "demo=real_full"])
     models = ["base", "scope", "misleading_only", "knowledge_aware", "scope_grpo"]
     assert [n for n in full if n.startswith("nqswap_")] == ["nqswap_rows", *(f"nqswap_{m}" for m in models)]
@@ -73,22 +73,42 @@ def test_the_rows_step_builds_the_seeded_sample_of_the_setting_s_size(tmp_path):
     from eval_hooks.families.nq_swap.items import SAMPLE_PATH
     from selectrust.core.io import read_records
 
+    sample = [f"real.nq_swap_data={SAMPLE_PATH}", "real.nq_swap_questions=40"]
+
     def rows(seed: int, *extra: str) -> tuple[dict, list[dict]]:
         step = {s.name: s for s in stages(_compose([f"out={tmp_path}", "demo=real_full", f"seed={seed}", *extra]))}
-        out = tmp_path / f"rows{seed}{len(extra)}"
+        out = tmp_path / f"rows{seed}{len(extra)}{abs(hash(extra))}"
         info = step["nqswap_rows"].call(out)
         return info, [r for _, r in read_records(out / "rows.jsonl")]
 
-    info, got = rows(0)
+    info, got = rows(0, *sample)
     assert (info["items"], info["rows"], info["seed"], info["max_context_words"]) == (40, 160, 0, 150)
     assert info["source"] == "eval_hooks/data/nq_swap_sample.jsonl (the shipped sample)" and "out" not in info
     assert len(got) == 160 and len({r["item_id"] for r in got}) == 40
-    assert rows(0)[1] == got and rows(1)[1] != got  # the run's seed draws the questions
-    small, few = rows(0, "real.nq_swap_questions=6", "real.nq_swap_max_context_words=80")
+    # issue 60: one fixed set for every run seed (real.nq_swap_seed=0, the default); null: the run's seed draws them
+    assert rows(0, *sample)[1] == got and rows(1, *sample)[1] == got
+    assert rows(1, *sample, "real.nq_swap_seed=null")[1] != got
+    small, few = rows(0, *sample, "real.nq_swap_questions=6", "real.nq_swap_max_context_words=80")
     assert (small["items"], small["max_context_words"]) == (6, 80) and len(few) == 24
     assert all(r["context_words"] <= 80 for r in few if r.get("context_words") is not None)
-    given, _ = rows(0, f"real.nq_swap_data={SAMPLE_PATH}", "real.nq_swap_questions=4")  # a user's file
-    assert given["items"] == 4 and given["source"].endswith("(the shipped sample)")
+
+
+def test_the_full_experiment_evaluates_300_fixed_questions_of_the_shipped_whole_set(tmp_path):
+    """Issue 60, Deliver 4: the whole NQ-Swap ships with the package; the full experiment draws 300 distinct
+    questions (passages of at most 150 words) once, with seed 0, whatever the run's seed."""
+    from demos.real.nq_swap import FULL_NAME
+    from demos.real.pipeline import stages
+    from eval_hooks.families.nq_swap.items import FULL_PATH
+    from selectrust.core.io import read_records
+
+    assert FULL_PATH.is_file() and (FULL_PATH.parent / "LICENSE.nq_swap").is_file()
+    assert (FULL_PATH.parent / "README.md").is_file()
+    step = {s.name: s for s in stages(_compose([f"out={tmp_path}", "demo=real_full", "seed=7"]))}["nqswap_rows"]
+    info = step.call(tmp_path / "rows")
+    got = [r for _, r in read_records(tmp_path / "rows" / "rows.jsonl")]
+    assert (info["items"], info["seed"], info["max_context_words"], info["kept_questions"]) == (300, 0, 150, 1348)
+    assert info["source"] == f"{FULL_NAME} (the shipped whole set)" and info["questions"] == 1667
+    assert len({r["question"] for r in got}) == 300 == len({r["item_id"] for r in got})
 
 
 @pytest.mark.parametrize("bad,message", [
@@ -236,9 +256,10 @@ def test_the_report_has_the_nq_swap_table_with_intervals_or_says_not_run(tmp_pat
     assert "## NQ-Swap (an outside benchmark)" in text
     assert "40 questions (160 rows) of eval_hooks/data/nq_swap_sample.jsonl (the shipped sample), drawn with seed 0" \
         in text
-    assert ("| base | 40 | 45.0% [35.0, 55.0] | – | 35.0% [25.0, 45.0] | 2.5% [0.0, 12.5] | 6.7% [0.0, 50.0] | 2 | "
+    # EM strict: "–" in a summary from before it was recorded
+    assert ("| base | 40 | 45.0% [35.0, 55.0] | – | – | 35.0% [25.0, 45.0] | 2.5% [0.0, 12.5] | 6.7% [0.0, 50.0] | 2 | "
             "100.0% [0.0, 100.0] | 50.0% [0.0, 100.0] |") in text
-    assert "| SCOPE+GRPO | 40 | 40.0% [30.0, 50.0] | -5.0 pp | 20.0% [10.0, 30.0] | 10.0% [0.0, 20.0] |" in text
+    assert "| SCOPE+GRPO | 40 | 40.0% [30.0, 50.0] | -5.0 pp | – | 20.0% [10.0, 30.0] | 10.0% [0.0, 20.0] |" in text
     assert f"- {TARGET}: met" in text
     print_table(s)
     printed = capsys.readouterr().out

@@ -229,10 +229,31 @@ def test_the_evidence_folder_and_the_one_command_that_prints_the_readme_table(tm
     ev = tmp_path / "docs" / "evidence" / "test_s01"
     main([*map(str, dirs), "--out", str(tmp_path / "out"), "--n-boot", "200", "--evidence", str(ev)])
     assert sorted(str(p.relative_to(ev)) for p in ev.rglob("*.json")) == [
-        "pooled.json", "seed0/demo.json", "seed0/summary.json", "seed1/demo.json", "seed1/summary.json"]
+        "MANIFEST.json", "pooled.json", "seed0/demo.json", "seed0/summary.json", "seed1/demo.json",
+        "seed1/summary.json"]
     assert json.loads((ev / "pooled.json").read_text()) == json.loads((tmp_path / "out" / "pooled.json").read_text())
+    # issue 60: each run's per-item scores, gzipped, byte-stable (the same scores give the same bytes)
+    gz = sorted(str(p.relative_to(ev)) for p in ev.rglob("*.gz"))
+    assert gz == [f"seed{s}/stages/eval_{a}/item_scores.jsonl.gz" for s in (0, 1) for a in ("base", "scope",
+                                                                                             "scope_grpo")]
+    first = (ev / gz[0]).read_bytes()
+    main([*map(str, dirs), "--out", str(tmp_path / "out_again"), "--n-boot", "200", "--evidence", str(ev)])
+    assert (ev / gz[0]).read_bytes() == first
     for d in dirs:
         shutil.rmtree(d)  # the table needs only the evidence folder
+    # ... and the item intervals regenerate from the committed files alone
+    from demos.real.evidence import unpack_runs
+    from demos.real.pooled import pooled_result
+    from demos.real.seeds import load_run
+
+    from demos.real.decision import decide
+
+    unpacked = [load_run(d) for d in unpack_runs(ev, tmp_path / "unpacked")]
+    again = pooled_result(unpacked, "scope_grpo", split="test", n_boot=200, boot_seed=0)
+    again["decision"] = decide(unpacked, "scope_grpo", n_boot=200, boot_seed=0)
+    committed = json.loads((ev / "pooled.json").read_text())
+    for key in ("sets", "decision", "targets"):
+        assert json.loads(json.dumps(again[key])) == committed[key], key
     capsys.readouterr()
     assert main(["--from-evidence", str(ev), "--markdown"]) == 0
     table = capsys.readouterr().out
@@ -256,6 +277,7 @@ def test_the_evidence_folder_and_the_one_command_that_prints_the_readme_table(tm
     assert "**Held-out relation**: not run." in table
     assert "- SCOPE+GRPO paired SC2W <= 0.5 x base (pooled): **missed**" in table
     assert "- misleading-only correct-context accuracy < SCOPE+GRPO's (pooled): not run" in table
+    assert "| target | point | one-sided 95% bound (decides) | seed t-bound | holds |" in table  # the decision rule
     with pytest.raises(DataError, match=r"nowhere/pooled.json: not an evidence folder"):
         main(["--from-evidence", str(tmp_path / "nowhere"), "--markdown"])
     with pytest.raises(SystemExit):

@@ -84,7 +84,10 @@ def test_nq_swap_is_pooled_over_seeds_from_the_items_like_the_held_out_relation(
                                                       "(pooled)": True}
     assert pooled_target(None, "scope_grpo", "SCOPE+GRPO", 0.05) == {POOLED_TARGET: None}
     text = "\n".join(pooled_lines(p, 0.95))
-    assert "**NQ-Swap (an outside benchmark), pooled** (seeds 0, 1)" in text
+    assert "**NQ-Swap (an outside benchmark), pooled** (seeds 0, 1; intervals: clustered by question;" in text
+    # issue 60: both seeds evaluated the same 4 questions: 4 questions (8 evaluations), resampled as 4 clusters
+    assert (a["n_questions"], a["n_items"], a["interval"]) == (4, 8, "clustered by question")
+    assert "EM strict (orig. passage)" in text and a["em_org_context_strict"]["value"] is not None
     assert "| SCOPE+GRPO | em_org_context | -12.5 pp [" in text and "| SCOPE+GRPO | p_org | +25.0 pp [" in text
     assert "| 0 | SCOPE+GRPO | -25.0 pp | -25.0 pp | +50.0 pp | +50.0 pp |" in text  # each seed's change
     assert "| 1 | SCOPE+GRPO | +0.0 pp | +0.0 pp | +0.0 pp | +0.0 pp |" in text and "not run" not in text
@@ -204,8 +207,9 @@ def test_the_evidence_table_has_the_nq_swap_rows_or_says_not_run(tmp_path, capsy
         text = f"{value} [{100 * lo:+.1f}, {100 * hi:+.1f}]; seeds [{100 * slo:+.1f}, {100 * shi:+.1f}]"
         return text.replace("-", "−")
 
-    part = table.split("**NQ-Swap (an outside benchmark)**, seeds 0, 1: 8 questions, 4 known to the base. Base: "
-                       "EM (orig. passage) 75.0%, p_sub = EM (subst. passage) 75.0%, p_org 0.0%, MR 0.0%.")[1]
+    part = table.split("**NQ-Swap (an outside benchmark)**, seeds 0, 1: 4 questions (8 evaluations over the seeds), "
+                       "4 known to the base. Base: EM contained (orig. passage) 75.0%, p_sub = EM (subst. passage) "
+                       "75.0%, p_org 0.0%, MR 0.0%.")[1]
     row = next(line for line in part.splitlines() if line.startswith("| **SCOPE+GRPO** (targets checked) |"))
     assert row.split(" | ")[1:] == [cell("em_org_context", "−12.5"), cell("p_sub", "−12.5"), cell("p_org", "+25.0"),
                                     cell("memorization_ratio", "+28.6") + " |"]

@@ -208,3 +208,45 @@ def test_nodes_reading_different_data_are_refused_on_every_rank(monkeypatch):
     monkeypatch.setattr(rd, "all_gather_object", lambda a, obj: failed)
     with pytest.raises(ConfigError, match="trainer.resume=none but"):      # the same line on the rank that did not fail
         rd._agree_errors(acc, None, node_data=(1, {}))
+
+
+# -- a node's output under the error contract (issue 59; the launches are in test_multinode_contract.py) ----------
+AGENT_REPORT = """\
+E1206 04:53:55.860000 8398 site-packages/torch/distributed/elastic/multiprocessing/api.py:1002] failed (exitcode: 2) local_rank: 0 (pid: 8736) of binary: /usr/bin/python
+Traceback (most recent call last):
+  File "<frozen runpy>", line 198, in _run_module_as_main
+  File "/x/accelerate/commands/launch.py", line 1423, in <module>
+    main()
+  File "/x/torch/distributed/launcher/api.py", line 194, in __call__
+    return launch_agent(
+           ^^^^^^^^^^^^^
+torch.distributed.elastic.multiprocessing.errors.ChildFailedError: 
+============================================================
+recipes/dpo.py FAILED
+------------------------------------------------------------
+Failures:
+[1]:
+  exitcode  : 1 (pid: 8737)
+------------------------------------------------------------
+Root Cause (first observed failure):
+[0]:
+  rank      : 0 (local_rank: 0)
+  exitcode  : 2 (pid: 8736) 
+  traceback : To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html
+============================================================
+"""
+
+
+def test_a_nodes_output_keeps_the_ranks_lines_and_drops_the_agents_report():
+    assert mn.INPUT_EXIT == __import__("selectrust.core.errors", fromlist=["INPUT_EXIT"]).INPUT_EXIT
+    node = mn.NodeOutput()
+    rank = ["[selectrust] step 1 loss 0.69", "error: optim.lr must be a finite number, got nan",
+            "Traceback (most recent call last):", '  File "recipes/dpo.py", line 3, in <module>',
+            "ValueError: a bug", "[rank1]: error: optim.lr must be a finite number, got nan"]
+    shown = [out for line in [*rank, *AGENT_REPORT.splitlines(), "after"] for out in node.feed(line + "\n")]
+    assert shown == [rank[0], *rank[2:5], "after"]
+    assert node.errors == ["error: optim.lr must be a finite number, got nan"]      # once
+    assert node.rank_codes == [1, 2] and node.code(1) == 2 and node.code(0) == 0
+    held = mn.NodeOutput()
+    assert held.feed("Traceback (most recent call last):\n") == [] and held.close() == ["Traceback (most recent "
+                                                                                          "call last):"]

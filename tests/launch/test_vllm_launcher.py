@@ -225,3 +225,28 @@ def test_tail_file(tmp_path):
     p.write_text("".join(f"line {i}\n" for i in range(100)))
     assert tail_file(p, 3) == "line 97\nline 98\nline 99"
     assert tail_file(tmp_path / "missing") == ""
+
+
+@pytest.mark.parametrize("case, words", [
+    ("missing", "no adapter_config.json"),
+    ("not_json", "not JSON"),
+    ("r_text", "field 'r'"),
+    ("r_zero", "field 'r'"),
+    ("targets_number", "field 'target_modules'"),
+])
+def test_like_adapter_that_does_not_fit_is_one_line_exit_2(tmp_path, case, words):
+    """Issue 59 BAD 9: ``--like-adapter /nosuch`` (or an adapter config with ``"r": "x"``) was a traceback, exit 1."""
+    adapter = tmp_path / "adapter"
+    if case != "missing":
+        adapter.mkdir()
+        config = {"not_json": "{r: 8", "r_text": json.dumps({"r": "x", "target_modules": ["q_proj"]}),
+                  "r_zero": json.dumps({"r": 0, "target_modules": ["q_proj"]}),
+                  "targets_number": json.dumps({"r": 8, "target_modules": 3})}[case]
+        (adapter / "adapter_config.json").write_text(config)
+    log = tmp_path / "server.log"
+    done = _launcher("--kind", "reference", "--model", "tiny", "--like-adapter", str(adapter), "--log-path", str(log))
+    assert done.returncode == INPUT_EXIT and "Traceback" not in done.stderr + done.stdout, done.stderr[-2000:]
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "--like-adapter" in lines[0], lines
+    assert words in lines[0] and str(adapter) in lines[0], lines[0]
+    assert not log.exists()  # no server was started

@@ -954,3 +954,31 @@ def test_the_room_finder():
     assert _foundation_room("selectrust.core.io.DataError") == "core"
     assert _foundation_room("selectrust.model.load") == "model" and _foundation_room("selectrust") == "root"
     assert _foundation_room("trainer.runtime.run") is None
+
+
+# ---- imports at module level (rule 19) -----------------------------------------------------------------------
+
+DEFERRED_REASON = re.compile(r"#\s*deferred: \S")
+
+
+def _unexplained_function_imports(source: str) -> list[int]:
+    """Lines of the imports directly in a function body (not under ``try`` / ``if``) that carry no
+    ``# deferred: <why>`` comment on their own lines."""
+    lines = source.splitlines()
+    return [st.lineno for fn in ast.walk(ast.parse(source)) if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef))
+            for st in fn.body if isinstance(st, (ast.Import, ast.ImportFrom))
+            and not any(DEFERRED_REASON.search(lines[n - 1]) for n in range(st.lineno, st.end_lineno + 1))]
+
+
+def test_the_unexplained_function_import_finder():
+    code = ("import os\ndef f():\n    import torch  # deferred: imports torch\n    import numpy\n    x = 1\n"
+            "    from a import (  # deferred: tests patch it\n        b)\ndef g():\n    try:\n        import c\n"
+            "    except ImportError:\n        c = None\n")
+    assert _unexplained_function_imports(code) == [4]
+
+
+def test_every_import_left_in_a_trainer_or_recipe_function_says_why():
+    bad = [f"{p.relative_to(ROOT)}:{n}" for p in _files("trainer", "recipes")
+           for n in _unexplained_function_imports(p.read_text())]
+    assert not bad, ("import inside a function without '# deferred: <why>' (docs/architecture.md rule 19): "
+                     + ", ".join(bad))

@@ -20,6 +20,15 @@ from typing import Any, Callable, Sequence
 
 from selectrust.core.conf_dir import CONF_DIR as CONF
 from trainer.config.choices import Choice
+import os
+from eval_hooks.cli_contract import DEBUG_ENV, INPUT_EXIT, end_process, run_with_contract, split_debug
+from omegaconf.errors import OmegaConfBaseException
+from selectrust.generation.backends import UnknownBackendError
+from selectrust.core.errors import ConfigError
+from selectrust.model import AdapterError
+import dataclasses
+import typing
+from omegaconf import OmegaConf
 
 HELP_FLAGS = ("--help", "-h")
 
@@ -39,24 +48,25 @@ def cli_main(config_name: str, main: Callable[[], None]) -> None:
     line, exit 2; SIGTERM one line, exit 0; Ctrl-C one line, exit 130; a traceback only with ``--debug`` or
     ``HYDRA_FULL_ERROR=1``). Hydra is told to re-raise (``HYDRA_FULL_ERROR=1`` in this process) so that the
     contract, not Hydra's own report, decides what is printed; ``--debug`` is taken off the line before Hydra reads it."""
-    import os
-
-    from eval_hooks.cli_contract import DEBUG_ENV, end_process, run_with_contract, split_debug
-
     exit_with_help_if_asked(config_name)
     debug, sys.argv[1:] = split_debug(sys.argv[1:])
     os.environ[DEBUG_ENV] = "1"
     if not debug:  # Hydra logs this line before re-raising; the contract's own line replaces it
         logging.getLogger("hydra.core.utils").addFilter(_NotJobErrorLine())
-    end_process(run_with_contract(_suggesting(main), input_errors=config_errors(), debug=debug))
+    status = run_with_contract(_suggesting(main, config_name), input_errors=config_errors(), debug=debug)
+    if status == INPUT_EXIT:  # a refused start leaves nothing behind (trainer/config/out_dir.py)
+        from trainer.config.out_dir import forget_refused_start
+
+        forget_refused_start()
+    end_process(status)
 
 
-def _suggesting(main: Callable[[], None]) -> Callable[[], None]:
+def _suggesting(main: Callable[[], None], config_name: str | None = None) -> Callable[[], None]:
     """``main`` with Hydra's refusal of a misspelt key ("Could not override ...; use +key") replaced by one config
     error naming the closest known key, and its refusal of a choice that is a broken plugin (left out of the
     choices) by that plugin's error (:mod:`trainer.config.suggest`)."""
     def wrapped():
-        from hydra.errors import HydraException
+        from hydra.errors import HydraException  # deferred: imports hydra
 
         try:
             return main()
@@ -66,7 +76,7 @@ def _suggesting(main: Callable[[], None]) -> Callable[[], None]:
 
             if (plugin := broken_choice(e)) is not None:
                 raise plugin from None
-            if (line := misspelt_override(e)) is None:
+            if (line := misspelt_override(e, config_name)) is None:
                 raise
             raise ConfigError(line) from None
 
@@ -85,12 +95,8 @@ def config_errors() -> tuple[type, ...]:
     the semantic checks' ``ConfigError`` (also the stage runner's refusals), an adapter that does not fit, an
     unknown backend, and Hydra's and OmegaConf's own composition errors (an unknown
     key, a value of the wrong type, an override that does not parse)."""
-    from hydra.errors import HydraException
-    from omegaconf.errors import OmegaConfBaseException
+    from hydra.errors import HydraException  # deferred: imports hydra
 
-    from selectrust.generation.backends import UnknownBackendError
-    from selectrust.core.errors import ConfigError
-    from selectrust.model import AdapterError
 
     return ConfigError, AdapterError, UnknownBackendError, HydraException, OmegaConfBaseException
 
@@ -113,9 +119,6 @@ def help_text(schema: type, prefix: str = "", cfg=None) -> list[tuple[str, str, 
     list of them); a ``dict[str, <schema>]`` field is listed, then its entries' keys as ``<key>.<name>.*``.
     ``cfg`` (the composed config): a group whose node has a schema of its own that extends the field's (the
     chosen generation backend's) is listed with that schema's keys."""
-    import dataclasses
-    import typing
-
     hints = typing.get_type_hints(schema)
     out = []
     for f in fields(schema):
@@ -136,7 +139,6 @@ def _node_schema(cfg, key: str, hint: type) -> type:
     """The schema of ``cfg``'s node at ``key`` when it is a subclass of ``hint`` (a generation backend's), else ``hint``."""
     if cfg is None:
         return hint
-    from omegaconf import OmegaConf
 
     node = OmegaConf.select(cfg, key, default=None)
     node_type = OmegaConf.get_type(node) if OmegaConf.is_config(node) else None
@@ -145,11 +147,10 @@ def _node_schema(cfg, key: str, hint: type) -> type:
 
 def _compose(config_name: str, overrides: list[str]):
     """(config, group choices, error): the composed config of this command line, or the error that stops it."""
-    from hydra import compose, initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
-    from omegaconf import OmegaConf
+    from hydra import compose, initialize_config_dir  # deferred: imports hydra
+    from hydra.core.global_hydra import GlobalHydra  # deferred: imports hydra
 
-    from trainer.config.composition import register_schemas
+    from trainer.config.composition import register_schemas  # deferred: import cycle with trainer.config.composition
 
     register_schemas()
     GlobalHydra.instance().clear()
@@ -169,9 +170,7 @@ def _compose(config_name: str, overrides: list[str]):
 def render_help(config_name: str, overrides: Sequence[str] = (), *, script: str | None = None) -> str:
     """The help text of the entry point ``script`` (default ``recipes/<config_name>.py``) composed from
     ``conf/<config_name>.yaml`` (see the module docstring)."""
-    from omegaconf import OmegaConf
-
-    from trainer.config.roots import SCHEMAS
+    from trainer.config.roots import SCHEMAS  # deferred: import cycle with trainer.config.roots
 
     defaults = OmegaConf.to_container(OmegaConf.load(CONF / f"{config_name}.yaml")).get("defaults", [])
     schema = SCHEMAS[next(d for d in defaults if isinstance(d, str) and d.endswith("_schema"))]
@@ -199,8 +198,6 @@ def render_help(config_name: str, overrides: Sequence[str] = (), *, script: str 
 
 
 def _key_lines(entries, cfg) -> list[str]:
-    from omegaconf import OmegaConf
-
     lines = []
     for key, text, default, allowed in entries:
         value = OmegaConf.select(cfg, key, default=default) if cfg is not None and "<name>" not in key else default

@@ -7,6 +7,7 @@ would compose it."""
 from __future__ import annotations
 
 from trainer.config.roots import SCHEMAS
+from selectrust.generation.backends import loadable_backend_names
 
 
 def register_schema(name: str, node: type) -> None:
@@ -21,10 +22,9 @@ def register_schemas() -> None:
     """Store the root schemas of :data:`SCHEMAS` (those an installed plugin declares but cannot import left out)
     and each generation backend's schema (:func:`~trainer.config.schemas.generation_schema`) in Hydra's
     ConfigStore (idempotent)."""
-    from hydra.core.config_store import ConfigStore
+    from hydra.core.config_store import ConfigStore  # deferred: imports hydra
 
-    from selectrust.generation.backends import loadable_backend_names
-    from trainer.config.schemas import generation_schema
+    from trainer.config.schemas import generation_schema  # deferred: import cycle with trainer.config.schemas
 
     cs = ConfigStore.instance()
     for name in SCHEMAS.loadable():
@@ -37,6 +37,6 @@ def compose(config_name: str, overrides: list[str]):
     """A recipe's config composed like ``python recipes/<config_name>.py <overrides>`` would compose it, inside the
     Hydra context the running entry point opened (``@hydra.main``): what the entry points that run stages
     (``recipes/chain.py``, ``recipes/demo.py``, ``recipes/distill.py``'s pipelines) hand the stage runner."""
-    from hydra import compose as hydra_compose
+    from hydra import compose as hydra_compose  # deferred: imports hydra
 
     return hydra_compose(config_name=config_name, overrides=list(overrides))

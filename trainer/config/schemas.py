@@ -10,7 +10,7 @@ compose time, before any model or data loads. Field docs live in ``metadata["hel
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields, make_dataclass
+from dataclasses import dataclass, field, fields, make_dataclass, MISSING as NO_DEFAULT, fields, make_dataclass
 from typing import Any, Optional
 
 from omegaconf import MISSING
@@ -26,6 +26,7 @@ from trainer.config.choices import (Aggregation, Backend, Device, DistillMode, D
                                     Pairing, Reference, RolloutModeName, RunDirLayout, Scheduler, SftRows, SftSchedule, StdScaling, TopkSupport, Truncation, Weighting,
                                     _choices)
 from trainer.rl.oversample import MAX_OVERSAMPLE_CAP, MAX_ROUND_COMPLETIONS
+import typing
 
 _f = schema_field
 
@@ -165,9 +166,6 @@ def generation_schema(name: str) -> type[GenerationConfig]:
     """The typed ``generation`` node of backend ``name`` (a :class:`GenerationConfig` subclass, built once): ``backend``,
     then the fields of the backend's settings dataclass with their defaults and help texts; a settings field with
     ``choices`` becomes a :class:`~trainer.config.choices.Choice` field."""
-    import typing
-    from dataclasses import MISSING as NO_DEFAULT, fields, make_dataclass
-
     spec = get_backend(name)
     known = _GENERATION_SCHEMAS.get(spec.name)
     if known is not None and known.backend_spec is spec:
@@ -301,7 +299,9 @@ class GRPOAlgoConfig:
                                                       "group advantages) | paired_context (Knowledgeable-R1, arXiv "
                                                       "2506.05154: G completions with the row's context and G without "
                                                       "it, trained as 3G rows with local and global advantages; rows "
-                                                      "need a `context` their prompt holds, optim.batch_size x "
+                                                      "need a `context` their prompt holds as a paragraph of its "
+                                                      "own, set off from the question by a blank line ('\\n\\n'); "
+                                                      "optim.batch_size x "
                                                       "grad_accum x world = 3 x prompts_per_step x group_size; "
                                                       "trainer/rl/paired_rollouts.py). Not with algo.env.")
     env: Optional[str] = _f(None, "Multi-turn environment: a name in trainer.rl.envs.ENVIRONMENTS (e.g. toy_lookup; webshop is a "

@@ -14,6 +14,7 @@ back to a structured config, checked against the schema again."""
 from __future__ import annotations
 
 from typing import Any, Callable
+from omegaconf import OmegaConf
 
 
 def to_settings(cfg: Any, validate: Callable[..., None] | None = None, **checks: Any) -> Any:
@@ -22,8 +23,6 @@ def to_settings(cfg: Any, validate: Callable[..., None] | None = None, **checks:
     the key) and converted into its root schema's dataclass instance. A mandatory value left unset
     (``data.train_path=???``) raises omegaconf's ``MissingMandatoryValue`` naming its key, here, before any model
     or data loads."""
-    from omegaconf import OmegaConf
-
     node = cfg if OmegaConf.is_config(cfg) else to_config(cfg)
     if validate is not None:
         validate(node, **checks)
@@ -33,6 +32,4 @@ def to_settings(cfg: Any, validate: Callable[..., None] | None = None, **checks:
 def to_config(settings: Any):
     """``settings`` (a root schema's dataclass instance) as a structured ``DictConfig`` again (every value checked
     against the schema): what :func:`to_settings` validates when handed settings already typed."""
-    from omegaconf import OmegaConf
-
     return OmegaConf.structured(settings)

@@ -10,7 +10,18 @@ from pathlib import Path
 
 from selectrust.conditions import SCOPE_LAMBDAS
 from selectrust.core.errors import ConfigError
-from selectrust.generation.backends import backends_that
+from selectrust.generation.backends import backends_that, capabilities, check_settings, get_backend
+from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig
+from selectrust.model import is_toy_model
+from omegaconf import OmegaConf
+from selectrust.model import check_model_path
+from eval_hooks.families import family_settings, get_family
+from eval_hooks.families import get_family
+from selectrust.model import AdapterError, check_adapter
+from trainer.rl.oversample import MAX_OVERSAMPLE_CAP, MAX_ROUND_COMPLETIONS, round_completions
+from trainer.algos.choices import PAIRED_COMPLETIONS, PAIRED_ROWS
+from selectrust.model import AdapterError, check_adapter_dir as check
 
 
 # ---------------------------------------------------------------------------------------------
@@ -19,12 +30,10 @@ from selectrust.generation.backends import backends_that
 def check_known_keys(cfg, prefix: str = "") -> None:
     """Refuse keys the typed schema does not know, also ones added with Hydra's ``+key=value`` (which
     bypasses the schema's struct check): they would be accepted and silently ignored."""
-    from omegaconf import DictConfig, OmegaConf
-
     schema = OmegaConf.get_type(cfg)
     if not is_dataclass(schema):
         return
-    from trainer.config.suggest import did_you_mean
+    from trainer.config.suggest import did_you_mean  # deferred: import cycle with trainer.config.suggest
 
     known = {f.name for f in fields(schema)}
     for key in cfg.keys():
@@ -41,8 +50,6 @@ def check_finite_numbers(cfg, prefix: str = "") -> None:
     """Refuse a float that is nan or ±inf anywhere in ``cfg`` (every group, lists such as ``optim.betas`` too),
     naming its key: no setting of this project means anything at nan or inf (0 is how a limit is turned off), and
     ``optim.lr=nan`` would otherwise fail inside the optimizer, ``inf`` only after steps were skipped."""
-    from omegaconf import DictConfig, ListConfig
-
     keys = cfg.keys() if isinstance(cfg, DictConfig) else range(len(cfg))
     for key in keys:
         name = f"{prefix}{key}" if isinstance(cfg, DictConfig) else f"{prefix.rstrip('.')}[{key}]"
@@ -67,7 +74,7 @@ TOY_GROUPS = {"optim": ("tiny",), "data": ("toy_",), "eval": ("toy_",)}
 
 def _hydra_choices() -> dict:
     """The config groups Hydra chose for this run (``{}`` when composed without a Hydra run: tests, compose API)."""
-    from hydra.core.hydra_config import HydraConfig
+    from hydra.core.hydra_config import HydraConfig  # deferred: imports hydra
 
     return dict(HydraConfig.get().runtime.choices) if HydraConfig.initialized() else {}
 
@@ -76,11 +83,8 @@ def check_real_model_settings(cfg, choices: dict | None = None) -> None:
     """A real model (anything but the built-in tiny one) never runs with the toy's settings: a toy evaluation set or
     toy data (``toy:`` paths), or a toy config group (optim=tiny, data=toy_*, eval=toy_*) chosen by
     default. Refused here, before the model loads, naming what to use instead."""
-    from selectrust.model import is_toy_model
-
     if is_toy_model(cfg.model.path):
         return
-    from omegaconf import OmegaConf
 
     found = []
     ev_path = OmegaConf.select(cfg, "eval.path", default=None, throw_on_missing=False)
@@ -104,8 +108,6 @@ def check_real_model_settings(cfg, choices: dict | None = None) -> None:
 
 
 def validate_common(cfg) -> None:
-    from selectrust.model import check_model_path
-
     check_known_keys(cfg)
     check_finite_numbers(cfg)
     check_model_path(cfg.model.path, "model.path")
@@ -153,13 +155,27 @@ def validate_common(cfg) -> None:
         if cfg.eval.max_new_tokens is not None:  # None = the family's default budget for the rows
             _positive(cfg.eval, ("max_new_tokens",), "eval")
         check_family_settings(cfg.eval)
+    if hasattr(cfg, "model"):
+        check_generation_budget(cfg)  # the model's positions, read without loading it (a longest prompt: later)
+
+
+def check_generation_budget(cfg, shape=None, prompt_tokens: int = 0, *, keys: tuple[str, ...] | None = None,
+                            prompt_what: str = "") -> None:
+    """Every generation budget key (``algo.max_new_tokens``, ``eval.max_new_tokens``) at most the model's positions
+    minus ``prompt_tokens`` (the longest prompt), and a generation batch's memory within what the machine has
+    (:mod:`trainer.config.budget`). ``shape``: the model's (default: read from ``model.path`` without loading it)."""
+    from trainer.config.budget import (  # deferred: import cycle with trainer.config.budget
+        BUDGET_KEYS, check_generation, model_shape)
+
+    shape = model_shape(cfg.model.path) if shape is None else shape
+    problem = check_generation(cfg, shape, prompt_tokens, keys=keys or BUDGET_KEYS, prompt_what=prompt_what)
+    if problem is not None:
+        raise ConfigError(problem)
 
 
 def check_family_settings(eval_cfg) -> None:
     """Every family's own checks of its settings (``Family.check_settings``; their keys are in every config,
     whichever family is evaluated), as a ConfigError."""
-    from eval_hooks.families import family_settings, get_family
-
     for name, settings in family_settings(eval_cfg).items():
         try:
             get_family(name).check_settings(settings)
@@ -170,8 +186,6 @@ def check_family_settings(eval_cfg) -> None:
 def backend_needs(cfg) -> dict[str, tuple[str, str]]:
     """What the evaluated family's run needs from the generation backend (``Family.backend_needs``: capability
     -> (what needs it, the setting that turns it off)); nothing for an entry point without an ``eval`` group."""
-    from eval_hooks.families import get_family
-
     if not hasattr(cfg, "eval"):
         return {}
     family = get_family(cfg.eval.family)
@@ -195,8 +209,6 @@ def _validate_init_adapter(cfg) -> None:
 
 def check_adapter_weights(path: str, model_cfg, field: str) -> None:
     """Finite values and shapes that fit ``model_cfg.path`` (``selectrust/model/adapter.py``), as a ConfigError."""
-    from selectrust.model import AdapterError, check_adapter
-
     try:
         check_adapter(path, model_cfg, field)
     except AdapterError as e:
@@ -204,18 +216,14 @@ def check_adapter_weights(path: str, model_cfg, field: str) -> None:
 
 
 def _generation_capabilities(cfg):
-    from selectrust.generation.backends import capabilities
-
     return capabilities(cfg.generation.backend, cfg.generation)
 
 
 def _validate_generation(cfg) -> None:
     """The ``generation`` group: its node is the chosen backend's schema, the backend's own checks of its settings,
     and what the run asks of the backend (asked of its capabilities), checked before anything runs."""
-    from omegaconf import OmegaConf
-
-    from selectrust.generation.backends import check_settings, get_backend
-    from trainer.config.schemas import GenerationConfig, generation_schema
+    from trainer.config.schemas import (  # deferred: import cycle with trainer.config.schemas
+        GenerationConfig, generation_schema)
 
     g = cfg.generation
     node = OmegaConf.get_type(g)
@@ -352,8 +360,6 @@ def validate_grpo(cfg, world: int | None = None) -> None:
 def _validate_round_size(a) -> None:
     """``algo.oversample_cap`` in [1, MAX_OVERSAMPLE_CAP] and a round of at most MAX_ROUND_COMPLETIONS completions
     (trainer/rl/oversample.py): an unbounded cap lets one round ask for more prompts than memory holds."""
-    from trainer.rl.oversample import MAX_OVERSAMPLE_CAP, MAX_ROUND_COMPLETIONS, round_completions
-
     if a.oversample_cap < 1:
         raise ConfigError(f"algo.oversample_cap must be >= 1 (the first round draws at most oversample_cap x "
                           f"prompts_per_step prompts; 1 = no over-sampling), got {a.oversample_cap}")
@@ -373,8 +379,6 @@ def _validate_round_size(a) -> None:
 def _per_sample(a) -> tuple[int, int]:
     """(completions generated, rows trained) per sample of ``algo.group_size`` under ``algo.rollout_mode``:
     paired_context generates one with the context and one without, and trains 3 rows (trainer/rl/paired_rollouts.py)."""
-    from trainer.algos.choices import PAIRED_COMPLETIONS, PAIRED_ROWS
-
     return (PAIRED_COMPLETIONS, PAIRED_ROWS) if a.rollout_mode == "paired_context" else (1, 1)
 
 
@@ -425,8 +429,6 @@ def check_grpo_geometry(cfg, world: int) -> None:
 def check_adapter_dir(path: str, field: str = "model.init_adapter") -> Path:
     """A PEFT adapter directory with safetensors weights (``selectrust.model.adapter.check_adapter_dir``), as
     a ConfigError; returns the resolved directory."""
-    from selectrust.model import AdapterError, check_adapter_dir as check
-
     try:
         return check(path, field)
     except AdapterError as e:

@@ -25,6 +25,11 @@ from dataclasses import asdict
 
 from selectrust.conditions import (CLEAN, CORRECT, IRRELEVANT, MINED_CONDITIONS, MISLEADING, MIST_CONDITIONS,
                                    UNKNOWN_CORRECT, UNKNOWN_IRRELEVANT)
+from eval_hooks.evaluate import build_requests
+from selectrust.generation.prompts import PromptSettings
+from eval_hooks.parsers import parse_row_answer, row_answer_matches
+from eval_hooks.knowledge import estimate_from_config
+from eval_hooks.knowledge import knowledge_record, summarize
 
 
 def leaks_note(text: str, *, patterns, note: str) -> bool:
@@ -48,9 +53,6 @@ def mine(rows: list[dict], backend, *, max_new_tokens: int, use_fallback: bool, 
     ``knowledge`` (the ``knowledge`` config group, or None = plain SCOPE mining): estimate per item
     whether the model knows the answer (``eval_hooks.knowledge``); SCOPE quartets come from *known*
     items only, *unknown* items feed the unknown pools (:func:`unknown_pairs`), *uncertain* ones neither."""
-    from eval_hooks.evaluate import build_requests
-    from selectrust.generation.prompts import PromptSettings
-
     by_item: dict[str, dict[str, dict]] = defaultdict(dict)
     for r in rows:
         by_item[r["item_id"]][r["condition"]] = r
@@ -87,8 +89,6 @@ def mine(rows: list[dict], backend, *, max_new_tokens: int, use_fallback: bool, 
 
 def _judge(row: dict, response: str):
     """(parsed answer, correct, equals the row's ``wrong_value``) of ``response`` to ``row``."""
-    from eval_hooks.parsers import parse_row_answer, row_answer_matches
-
     parsed = parse_row_answer(response, row)
     return parsed, row_answer_matches(parsed, row), row_answer_matches(parsed, row, "wrong_value")
 
@@ -122,8 +122,6 @@ def _first_pass(items: list[str], by_item: dict, text: dict, cut: set, *,
 def _fallback_pass(need_fallback: list[str], by_item: dict, text: dict, backend, kept: dict, dropped: dict, *,
                    max_new_tokens: int, fallback_note: str, leak_patterns, prompt_settings) -> None:
     """r+ elicited with the private note for ``need_fallback``; each item goes into ``kept`` or ``dropped``."""
-    from eval_hooks.evaluate import build_requests
-
     fb_rows = []
     for i in need_fallback:
         clean = by_item[i][CLEAN]
@@ -165,8 +163,6 @@ def knowledge_pools(by_item: dict, backend, *, knowledge, model_name: str, max_n
                     seed: int) -> tuple[dict, list[dict], dict]:
     """The knowledge estimate of every item's clean row, then the unknown pools: (estimates, pair rows,
     {item_id: drop reason})."""
-    from eval_hooks.knowledge import estimate_from_config
-
     est = estimate_from_config([by_item[i][CLEAN] for i in sorted(by_item)], backend, knowledge,
                                max_new_tokens=max_new_tokens, prompt_settings=prompt_settings, seed=seed)
     extra, dropped = unknown_pairs(by_item, est, backend, knowledge=knowledge, model_name=model_name,
@@ -176,8 +172,6 @@ def knowledge_pools(by_item: dict, backend, *, knowledge, model_name: str, max_n
 
 def knowledge_stats(est: dict, extra: list[dict], unknown_dropped: dict, knowledge) -> dict:
     """``mining_stats.json``'s ``knowledge`` summary, plus ``knowledge_items`` (popped into knowledge.jsonl)."""
-    from eval_hooks.knowledge import knowledge_record, summarize
-
     return {"knowledge": {**summarize(est), "settings": asdict(knowledge),
                           "scope_quartets_from": "known items only",
                           "per_pool": dict(Counter(p["pool"] for p in extra)),
@@ -208,9 +202,6 @@ def unknown_pairs(by_item: dict, est: dict, backend, *, knowledge, model_name: s
       = the unknown-correct chosen. It says: without a hint, keep your own answer; the gold is reachable
       only through the hint (so the correct pool teaches hint use, not the training item's fact).
     Returns (pair rows with ``pool``, {item_id: drop reason})."""
-    from eval_hooks.evaluate import build_requests
-    from eval_hooks.parsers import parse_row_answer, row_answer_matches
-
     unknown = [i for i in sorted(est) if est[i]["knowledge"] == "unknown"]
     rows = [by_item[i][CORRECT] for i in unknown]
     outs = backend.generate(build_requests(rows, max_new_tokens=max_new_tokens, prompt_settings=prompt_settings),

@@ -20,11 +20,13 @@ import json
 from pathlib import Path
 
 from selectrust.core.hashing import dir_sha256, file_sha256
+from selectrust.core.hf_data import HF_PREFIX, is_saved_dataset, parse_hf_spec, split_disk_spec
+from selectrust.core.data_sources import resolve_data_path
 
 
 def rows_sha256(source: str) -> str:
     """SHA-256 of the rows of a dataset source as read, in order (canonical JSON, one row a line)."""
-    from selectrust.core.hf_data import DatasetSource, load_dataset_records
+    from selectrust.core.hf_data import DatasetSource, load_dataset_records  # deferred: tests patch it
 
     h = hashlib.sha256()
     for row, rec in load_dataset_records(DatasetSource(source))[0]:
@@ -35,10 +37,6 @@ def rows_sha256(source: str) -> str:
 def pin(path: str) -> dict | None:
     """The pin of one configured data path (None for a path that names nothing readable: the loader
     reports that)."""
-    from selectrust.core.hf_data import HF_PREFIX, is_saved_dataset, parse_hf_spec, split_disk_spec
-
-    from selectrust.core.data_sources import resolve_data_path
-
     real = str(resolve_data_path(str(path)))
     extra = {} if real == str(path) else {"source": str(path)}
     if real.startswith(HF_PREFIX):

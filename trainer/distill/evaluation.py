@@ -12,6 +12,9 @@ from trainer.distill.aligned import aligned_logits
 from trainer.distill.calibration import expected_calibration_error
 from trainer.distill.generation import generate_reasoning
 from trainer.distill.views import ForkView, choice_token_ids
+from eval_hooks.families import get_family
+from eval_hooks import compute_metrics
+from selectrust.generation.prompts import render_prompt
 
 __all__ = ["choice_logits_after", "evaluate_views", "eval_settings"]
 
@@ -35,10 +38,6 @@ def evaluate_views(model, tokenizer, views: Sequence[ForkView], *, teacher: bool
     probability ``softmax(z / temperature)`` (confidence = probability of the chosen letter, 10 bins),
     ``well_formed`` (fraction of reasoning blocks that ended properly) and per-view ``log_odds``
     (log p(A) - log p(B), for advice)."""
-    from eval_hooks.families import get_family
-    from eval_hooks import compute_metrics
-    from selectrust.generation.prompts import render_prompt
-
     family = get_family("taste")
     scores, conf, correct, log_odds, formed = [], [], [], {}, 0
     for start in range(0, len(views), batch_size):

@@ -18,6 +18,8 @@ from trainer.distill.evaluation import evaluate_views
 from trainer.distill.gathered import DEFAULT_LOGPROB_CHUNK, distill_logprobs, teacher_topk_logprobs
 from trainer.distill.generation import generate_reasoning
 from trainer.distill.views import ForkView, has_choice_position
+from selectrust.generation.prompts import render_prompt
+from selectrust.core.io import write_json_atomic
 
 
 class DistillSteps:
@@ -39,8 +41,6 @@ class DistillSteps:
 
     # ---- prompts and models -----------------------------------------------------------------------------
     def prompt_ids(self, view: ForkView, teacher: bool) -> list[int]:
-        from selectrust.generation.prompts import render_prompt
-
         key = (view.view_id, teacher)
         if key not in self._ids:
             self._ids[key] = render_prompt(self.tokenizer, view.teacher_prompt if teacher else view.student_prompt,
@@ -193,8 +193,6 @@ class DistillSteps:
 
     def epoch_eval(self, ctx, views):
         """Held-out evaluation of the student at epoch ends: writes ``eval/epoch_<e>/metrics.json``."""
-        from selectrust.core.io import write_json_atomic
-
         def on_epoch_end(epoch, step: int) -> dict:
             result = self.evaluate(self.policy, views, teacher=False)
             out = Path(ctx.run_dir) / "eval" / f"epoch_{epoch}"

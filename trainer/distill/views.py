@@ -14,7 +14,11 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 from selectrust.conditions import CLEAN, MISLEADING, SEEDED
-from selectrust.core.io import DataError
+from selectrust.core.io import DataError, read_records
+from eval_hooks.builders.taste_toy import compact_demonstration, compact_prompt
+from eval_hooks.families import get_family
+from eval_hooks import load_rows
+from selectrust.core.errors import ConfigError
 
 __all__ = ["ForkView", "load_fork_views", "load_mist_views", "load_views", "has_choice_position", "check_task_disjoint",
            "choice_token_ids"]
@@ -45,10 +49,6 @@ def load_fork_views(path, *, style: str, demonstration: str, require_task_id: bo
     ``style``: ``taste`` (the evaluation prompt of ``eval_hooks/families/taste/family.py``; the teacher's prompt
     adds a blank line and ``demonstration.format(right=..., wrong=...)``) or ``compact`` (the toy's
     one-line prompt, ``eval_hooks/builders/taste_toy.py``)."""
-    from eval_hooks.builders.taste_toy import compact_demonstration, compact_prompt
-    from eval_hooks.families import get_family
-    from selectrust.core.io import read_records
-
     records = read_records(path)
     rows = get_family("taste").expand_records(records, path)
     by_id = {str(rec["item_id"]): (line, rec) for line, rec in records}
@@ -82,9 +82,7 @@ def load_mist_views(path) -> list[ForkView]:
     checks (errors name file, line and field); the prompts are the rows' ``prompt`` strings, which the
     trainer renders with the same :func:`selectrust.generation.prompts.render_prompt` settings as evaluation. A MIST
     view has no choice position: ``gold`` is the item's answer (not a letter)."""
-    from eval_hooks import load_rows
-
-    from trainer.data.train_data import resolve_data_path
+    from trainer.data.train_data import resolve_data_path  # deferred: imports numpy
 
     rows = load_rows("mist", resolve_data_path(str(path)))
     by_item: dict[str, dict[str, dict]] = {}
@@ -116,8 +114,6 @@ def load_views(path, *, style: str, demonstration: str) -> list[ForkView]:
 
 def check_task_disjoint(train: Sequence[ForkView], test_path, test: Sequence[ForkView]) -> None:
     """Raise a DataError naming the test file, line and field when a test item shares a task with training."""
-    from selectrust.core.io import read_records
-
     train_tasks = {v.task_id for v in train}
     shared = {v.item_id for v in test if v.task_id in train_tasks}
     if shared:
@@ -130,8 +126,6 @@ def check_task_disjoint(train: Sequence[ForkView], test_path, test: Sequence[For
 
 def choice_token_ids(tokenizer, tokens: Sequence[str], key: str = "algo.choice_tokens") -> list[int]:
     """The single token id of each choice string; a ConfigError naming ``key`` when one is not one token."""
-    from selectrust.core.errors import ConfigError
-
     out = []
     for t in tokens:
         ids = tokenizer(t, add_special_tokens=False)["input_ids"]

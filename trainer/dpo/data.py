@@ -20,6 +20,7 @@ from selectrust.conditions import MIST_CONDITIONS as CONDITIONS, SCOPE_POOLS as 
 from selectrust.core.data_sources import resolve_data_path
 from selectrust.core.io import DataError, read_records
 from trainer.data.train_data import truncation_policy
+from trainer.logprobs.logprobs import build_pair_batch
 
 
 # -- pairs ----------------------------------------------------------------------------------------
@@ -143,8 +144,6 @@ def apply_length_policy(pairs: PairSet, tokenizer, *, max_prompt_len: int, max_c
     nothing and its DPO margin is 0 by construction: it is dropped and counted in
     ``pairs.stats['dropped']['identical_after_truncation']``, or a DataError naming it when ``on_invalid ==
     'error'`` (``data.on_invalid``)."""
-    from trainer.logprobs.logprobs import build_pair_batch
-
     long = Counter()
     identical: set[tuple[str, str]] = set()
 

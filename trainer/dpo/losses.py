@@ -36,7 +36,7 @@ BUILTIN: dict[str, str] = {
 
 def _accept(name: str, loss: object) -> DPOLoss:
     """What a built-in line or an entry point names must be a ``DPOLoss``; ValueError otherwise."""
-    from trainer.algos.dpo import DPOLoss
+    from trainer.algos.dpo import DPOLoss  # deferred: imports torch
 
     if not isinstance(loss, DPOLoss):
         raise ValueError(f"DPO loss {name!r}: {DPO_LOSSES.source(name)!r} is not a DPOLoss (got {loss!r})")

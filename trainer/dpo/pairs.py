@@ -11,14 +11,16 @@ A micro-batch is a dict: ``batch`` (``PairBatch``, ``2n`` rows), ``weights`` ``(
 from __future__ import annotations
 
 import torch
+from trainer.logprobs.shared_prompt import attention_takes_4d_mask
+from trainer.logprobs.logprobs import build_preference_batch
+from trainer.logprobs.shared_prompt import pack_preference_batch
+from trainer.logprobs.shared_prompt import shared_prompt_logprobs
 
 
 def use_shared_prompt(cfg) -> bool:
     """``data.shared_prompt`` where it is exact: the DPO loss (not ``algo.sft_on_chosen``) under an attention
     kernel that takes a 4D mask (SDPA or eager; flash-attention kernels ignore it). ``cfg``: a DPO run's typed
     settings (``DPORunConfig``)."""
-    from trainer.logprobs.shared_prompt import attention_takes_4d_mask
-
     return (bool(cfg.data.shared_prompt) and not cfg.algo.sft_on_chosen
             and attention_takes_4d_mask(cfg.model.attn_implementation))
 
@@ -28,9 +30,6 @@ def collate_pairs(rows: list[dict], tokenizer, batch_kwargs: dict, indices: list
     """The micro-batch of pairs ``rows[indices]``: the two-sequence ``batch`` (chosen rows, then rejected) and,
     with ``shared_prompt`` (``data.shared_prompt``), ``packed``: one prompt+chosen+rejected row per pair
     (trainer/logprobs/shared_prompt.py), which the DPO step runs instead."""
-    from trainer.logprobs.logprobs import build_preference_batch
-    from trainer.logprobs.shared_prompt import pack_preference_batch
-
     picked = [rows[i] for i in indices]
     batch = build_preference_batch(tokenizer, [r["prompt"] for r in picked], [r["chosen"] for r in picked],
                                    [r["rejected"] for r in picked], **batch_kwargs,
@@ -47,8 +46,6 @@ def pair_logps(model, mb: dict, device, logprobs) -> torch.Tensor:
     """Summed completion log-probs ``(2n,)`` (chosen, then rejected) of a micro-batch: from its packed rows
     when it has them, else from the two-sequence batch (``logprobs``: ``sequence_logprobs`` with the run's
     settings, whose ``logprob_chunk`` the packed path uses too)."""
-    from trainer.logprobs.shared_prompt import shared_prompt_logprobs
-
     if "packed" in mb:
         chunk = getattr(logprobs, "keywords", {}).get("logprob_chunk", 0)
         return shared_prompt_logprobs(model, mb["packed"].to(device), logprob_chunk=chunk)

@@ -5,6 +5,9 @@ by ``trainer/dpo/pairs.py``."""
 from __future__ import annotations
 
 import torch
+from trainer.algos.dpo import chosen_nll_loss, dpo_row_metrics, per_group_metrics
+from trainer.algos.sft import masked_nll_loss
+from trainer.dpo.pairs import pair_logps
 
 
 def dpo_step(model, mb: dict, *, algo, loss, reference, policy, ref_table, device, logprobs):
@@ -13,10 +16,6 @@ def dpo_step(model, mb: dict, *, algo, loss, reference, policy, ref_table, devic
     declares (summed or per token), against the reference (precomputed or the adapter-disabled policy) when it has
     one, plus ``algo.rpo_alpha`` times the chosen rows' NLL, or NLL on the chosen rows alone for
     ``algo.sft_on_chosen``; every DPO metric also per condition."""
-    from trainer.algos.dpo import chosen_nll_loss, dpo_row_metrics, per_group_metrics
-    from trainer.algos.sft import masked_nll_loss
-    from trainer.dpo.pairs import pair_logps
-
     batch = mb["batch"].to(device)
     inputs = (batch.input_ids, batch.attention_mask, batch.completion_mask)
     if algo.sft_on_chosen:

@@ -27,6 +27,10 @@ from typing import Any, Callable
 from selectrust.generation.prompts import PromptSettings
 from trainer.eval_bridge.backend import (build_inference_backend, generation_capabilities, make_backend,  # noqa: F401
                                         server_errors)
+from eval_hooks.families import FAMILIES, get_family
+from selectrust.core.errors import ConfigError
+from eval_hooks import run_matched_eval
+from eval_hooks.families import get_family
 
 
 def load_eval_rows(eval_cfg) -> list[dict] | None:
@@ -35,10 +39,8 @@ def load_eval_rows(eval_cfg) -> list[dict] | None:
     them, and their knowledge labels (``eval.knowledge_path``, for a family with ``knowledge_labels``)."""
     if not eval_cfg.enabled or not eval_cfg.path:
         return None
-    from eval_hooks.families import FAMILIES, get_family
 
-    from selectrust.core.errors import ConfigError
-    from trainer.data.train_data import keep_whole_items, resolve_data_path
+    from trainer.data.train_data import keep_whole_items, resolve_data_path  # deferred: imports numpy
 
     family = get_family(eval_cfg.family)
     if eval_cfg.knowledge_path and not family.knowledge_labels:
@@ -58,9 +60,6 @@ def run_eval(backend, rows: list[dict], eval_cfg, out_dir, *, step: int | None =
     """The evaluated family's run on ``rows`` (generation, scoring, metrics, report; written to ``out_dir``):
     the same for ``recipes/evaluate.py`` and the epoch ends, under the family's own settings (``Family.settings_from``:
     e.g. ``eval.med``). ``eval.max_new_tokens`` None = the family's default budget for ``rows`` (:func:`eval_budget`)."""
-    from eval_hooks import run_matched_eval
-    from eval_hooks.families import get_family
-
     return run_matched_eval(backend, rows, eval_cfg.family, out_dir, step=step,
                             max_new_tokens=eval_budget(eval_cfg, rows), progress=progress,
                             settings=get_family(eval_cfg.family).settings_from(eval_cfg))
@@ -69,8 +68,6 @@ def run_eval(backend, rows: list[dict], eval_cfg, out_dir, *, step: int | None =
 def eval_budget(eval_cfg, rows: list[dict]) -> int:
     """The generation budget per row of an evaluation: ``eval.max_new_tokens`` when set, else the family's
     default for ``rows`` (``Family.budget``; e.g. MIST short_text rows: 32)."""
-    from eval_hooks.families import get_family
-
     return get_family(eval_cfg.family).budget(rows, eval_cfg.max_new_tokens)
 
 
@@ -123,8 +120,8 @@ def _server_sync(ctx, policy, tokenizer):
     """The lazy :class:`~trainer.eval_bridge.weight_sync.AdapterSync` of the epoch-end evaluation through a server
     (own client with adapter prefix ``eval``, own directory ``<adapter root>/eval``); refuses, before training,
     a run whose adapter could not be pushed."""
-    from selectrust.core.errors import ConfigError
-    from trainer.eval_bridge.weight_sync import adapter_root, lazy_adapter_sync
+    from trainer.eval_bridge.weight_sync import (  # deferred: import cycle with trainer.eval_bridge.weight_sync
+        adapter_root, lazy_adapter_sync)
 
     gen = ctx.cfg.generation
     if policy is None or tokenizer is None:

@@ -14,6 +14,8 @@ from pathlib import Path
 
 from selectrust.generation.backends import BuildContext, Capabilities, capabilities, get_backend
 from selectrust.generation.prompts import PromptSettings
+from selectrust.model import load_policy_for_inference, load_tokenizer
+from selectrust.model import resolve_mixed_precision
 
 
 def generation_capabilities(gen_cfg) -> Capabilities:
@@ -53,7 +55,6 @@ def build_inference_backend(model_cfg, gen_cfg, *, prompt_settings: PromptSettin
     caps = generation_capabilities(gen_cfg)
     if not caps.policy_model:  # nothing loads here: the server holds the model
         return make_backend(gen_cfg, None, None, model_path=model_cfg.path, prompt_settings=prompt_settings)
-    from selectrust.model import load_policy_for_inference, load_tokenizer
 
     tokenizer = load_tokenizer(model_cfg.path, trust_remote_code=model_cfg.trust_remote_code)
     model = load_policy_for_inference(model_cfg, adapter_path, merge_adapter=generates_in_fp32(model_cfg, gen_cfg)
@@ -67,9 +68,8 @@ def build_inference_backend(model_cfg, gen_cfg, *, prompt_settings: PromptSettin
 def generates_in_fp32(model_cfg, gen_cfg) -> bool:
     """Whether an in-process backend of ``gen_cfg`` computes in fp32: fp32 weights (``model.dtype``) and no autocast
     (``generation.mixed_precision`` resolved on this machine: ``auto`` is fp32 on a CPU without AMX-BF16)."""
-    import torch
+    import torch  # deferred: imports torch
 
-    from selectrust.model import resolve_mixed_precision
 
     mp = resolve_mixed_precision(getattr(gen_cfg, "mixed_precision", "no"), cpu=not torch.cuda.is_available(),
                                  quiet=True)

@@ -139,7 +139,7 @@ def save_adapter_atomically(peft_model, root: str | Path, version: str | int) ->
 
 def trainer_prompt_logprobs(model, token_ids: list[int]) -> list[float]:
     """``[log p(x_t | x_<t) for t in 1..L-1]`` under ``model`` in eval mode (no dropout), no grad."""
-    import torch
+    import torch  # deferred: imports torch
 
     was_training = model.training
     model.eval()

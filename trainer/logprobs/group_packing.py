@@ -49,6 +49,8 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from trainer.logprobs.shared_prompt import PROMPT, block_attention_mask, packed_forward
+from trainer.logprobs.logprobs import right_pad
+from trainer.logprobs.logprobs import token_entropy, token_logprobs
 
 __all__ = ["PackedGroups", "group_fallbacks", "group_sequence_logprobs", "pack_groups", "packed_token_counts",
            "report_unshared_groups", "shared_prefix_runs"]
@@ -154,9 +156,8 @@ class PackedGroups:
 def pack_groups(input_ids, attention_mask, completion_mask) -> PackedGroups:
     """Pack a right-padded rollout micro-batch (``(B, T)`` long each, as ``sequence_logprobs`` takes it)
     into one row per run of :func:`shared_prefix_runs`."""
-    import torch
+    import torch  # deferred: imports torch
 
-    from trainer.logprobs.logprobs import right_pad
 
     if input_ids.shape != attention_mask.shape or input_ids.shape != completion_mask.shape:
         raise ValueError(f"input_ids {tuple(input_ids.shape)}, attention_mask {tuple(attention_mask.shape)} and "
@@ -205,9 +206,8 @@ def group_sequence_logprobs(model, input_ids, attention_mask, completion_mask, *
     ``token_logps (B, T)`` aligned with ``input_ids`` (zero outside the completion) and ``entropy (B, T)``
     (detached) or None. ``logprob_chunk > 0``: the LM head ``chunk`` positions at a time
     (``trainer.logprobs.chunked_logprobs``). A drop-in for ``sequence_logprobs`` on right-padded rows."""
-    import torch
+    import torch  # deferred: imports torch
 
-    from trainer.logprobs.logprobs import token_entropy, token_logprobs
 
     if bool(completion_mask[:, :1].bool().any()):
         raise ValueError("completion_mask marks column 0: the first token has no context to be predicted from")

@@ -58,7 +58,7 @@ def token_logprobs(logits, labels, mask=None, *, temperature: float = 1.0, chunk
     ``chunk_rows`` processes that many rows at a time, bounding the float32 upcast of half-precision
     logits to ``chunk_rows * T * V``. Gradients flow into ``logits``.
     """
-    import torch
+    import torch  # deferred: imports torch
 
     if logits.dim() != 3 or logits.shape[:2] != labels.shape:
         raise ValueError(f"logits {tuple(logits.shape)} must be (B, T, V) aligned with labels {tuple(labels.shape)}")
@@ -84,7 +84,7 @@ def token_logprobs(logits, labels, mask=None, *, temperature: float = 1.0, chunk
 def token_entropy(logits, mask=None, *, temperature: float = 1.0):
     """Entropy ``-sum_v p log p`` of each next-token distribution; ``(B, T, V) -> (B, T)``, float32, detached,
     zero where ``mask`` is 0."""
-    import torch
+    import torch  # deferred: imports torch
 
     with torch.no_grad():
         x = logits.detach().float()
@@ -126,7 +126,7 @@ def sequence_logprobs(
     ``trim_prompt_logits=False``. ``logprob_chunk > 0`` (``model.logprob_chunk``) never builds the
     ``(B, T, V)`` logits: see ``trainer.logprobs.chunked_logprobs`` (same outputs within float32 round-off).
     """
-    import torch
+    import torch  # deferred: imports torch
 
     if input_ids.shape != attention_mask.shape or input_ids.shape != completion_mask.shape:
         raise ValueError(f"input_ids {tuple(input_ids.shape)}, attention_mask {tuple(attention_mask.shape)} and "
@@ -206,8 +206,8 @@ def right_pad(rows: Sequence[Sequence[int]], masks: Sequence[Sequence[int]], pad
     """Right-pad token rows and their target masks (each as long as its row): ``(input_ids,
     attention_mask, target_mask)``, each ``(N, max_len)`` long (``torch.nn.utils.rnn.pad_sequence``).
     The one padding routine of SFT, DPO and rollout batches."""
-    import torch
-    from torch.nn.utils.rnn import pad_sequence
+    import torch  # deferred: imports torch
+    from torch.nn.utils.rnn import pad_sequence  # deferred: imports torch
 
     def pad(seqs, value: int):
         return pad_sequence([torch.as_tensor(s, dtype=torch.long) for s in seqs], batch_first=True, padding_value=value)
@@ -288,7 +288,7 @@ def build_pair_batch(
     Rows are right-padded with ``pad_token_id`` (falling back to ``eos_token_id``), the layout
     ``sequence_logprobs`` and TRL's ``DataCollatorForPreference`` use.
     """
-    import torch
+    import torch  # deferred: imports torch
 
     _check_pair_args(prompts, completions, truncation=truncation, max_prompt_len=max_prompt_len,
                      max_completion_len=max_completion_len)

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
+from trainer.logprobs.logprobs import right_pad
 
 __all__ = ["SharedPromptBatch", "attention_takes_4d_mask", "block_attention_mask", "pack_preference_batch",
            "packed_forward", "shared_prompt_logprobs"]
@@ -71,7 +72,7 @@ def block_attention_mask(segments, dtype):
     k >= 1 for the k-th sequence packed after it and -1 for padding: query ``i`` may attend key ``j <= i``
     when ``j`` is in the prefix or in ``i``'s own segment (0 there, ``finfo(dtype).min`` elsewhere);
     padding positions attend to themselves only (no NaN rows)."""
-    import torch
+    import torch  # deferred: imports torch
 
     seg = segments
     L = seg.shape[1]
@@ -92,7 +93,6 @@ def attention_takes_4d_mask(attn_implementation) -> bool:
 def pack_preference_batch(batch) -> SharedPromptBatch:
     """Pack a ``build_preference_batch`` result (rows ``[chosen; rejected]``) into one row per pair."""
 
-    from trainer.logprobs.logprobs import right_pad
 
     n2 = batch.input_ids.shape[0]
     if n2 % 2:
@@ -129,7 +129,7 @@ def packed_forward(model, batch, *, start: int, hidden: bool):
                   position_ids=batch.position_ids, use_cache=False)
     if not hidden:
         return model(**kwargs, logits_to_keep=batch.input_ids.shape[1] - start).logits, None
-    from trainer.logprobs.chunked_logprobs import lm_head_of
+    from trainer.logprobs.chunked_logprobs import lm_head_of  # deferred: imports torch
 
     decoder, head = lm_head_of(model)
     captured = []
@@ -146,7 +146,7 @@ def shared_prompt_logprobs(model, batch: SharedPromptBatch, *, temperature: floa
     """Summed completion log-probs ``(2n,)``: chosen rows first, then rejected (``build_preference_batch``'s
     layout). ``logprob_chunk > 0``: the head is applied that many positions at a time
     (``trainer.logprobs.chunked_logprobs``), never building ``(n, L, V)`` logits."""
-    import torch
+    import torch  # deferred: imports torch
 
     seg = batch.segments
     target = seg > 0

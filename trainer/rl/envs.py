@@ -29,6 +29,8 @@ from typing import Callable, Sequence
 from selectrust.core.plugins import Registry
 from selectrust.core.errors import ConfigError
 from trainer.rl.callables import callable_registry
+from selectrust.generation.backends.base import derive_seed
+from selectrust.generation.backends.base import GenerationRequest
 
 
 @dataclass
@@ -174,8 +176,6 @@ class Episode:
 
 def episode_seed(item_seed: int, episode: int, turn: int) -> int:
     """Request seed of one episode's turn: a stable hash of (the item's seed, episode index, turn)."""
-    from selectrust.generation.backends.base import derive_seed
-
     return derive_seed("episode", item_seed, episode, turn)
 
 
@@ -190,8 +190,6 @@ def run_episodes(backend, factory: Callable[[], Environment], items: Sequence[di
     ``seeds[i]``. So an item's episodes are a function of (weights, item, its seed) alone, whatever
     other items share the call.
     """
-    from selectrust.generation.backends.base import GenerationRequest
-
     if len(seeds) != len(items):
         raise ValueError(f"run_episodes: {len(seeds)} seeds for {len(items)} items (one per item)")
     episodes, envs, keys = [], [], []

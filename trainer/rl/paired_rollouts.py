@@ -49,6 +49,7 @@ from trainer.algos.choices import PAIRED_ROWS
 
 from .groups import Group, Rollout
 from .rollout_modes import SingleTurnMode
+from selectrust.generation.backends.base import derive_seed
 
 __all__ = ["NO_CONTEXT", "PairedContextMode", "check_paired_rows", "no_context_prompt"]
 
@@ -74,18 +75,38 @@ def no_context_prompt(prompt: str, context: str) -> str:
     return bare
 
 
+#: the rule a context must follow (said by the refusals and by ``algo.rollout_mode``'s ``--help``)
+PARAGRAPH_RULE = ("the context must be a paragraph of its own in the prompt, set off from the question by a blank "
+                  "line ('\\n\\n'), so that dropping its paragraph leaves the question")
+
+
+def _has_context(r: dict) -> bool:
+    return isinstance(r.get("context"), str) and bool(r["context"].strip())
+
+
+def _no_context_advice(rows: Sequence[dict]) -> str:
+    """What to do about rows without a context: keep the conditions whose rows have one (family rows), or, when
+    no row has one, use rows that carry one or the single-turn mode."""
+    with_context = sorted({r["condition"] for r in rows if _has_context(r) and r.get("condition")})
+    if with_context:
+        return f"keep only the conditions whose rows have one: data.train_conditions=[{','.join(with_context)}]"
+    return (f"none of the {len(rows)} rows has a context: train on rows that carry one (a family's items with "
+            f"passages, e.g. data.train_family=mist with data.train_path=<MIST items>, or rows with a 'context' "
+            f"their prompt holds), or use algo.rollout_mode=single_turn")
+
+
 def check_paired_rows(rows: Sequence[dict]) -> None:
     """Raises DataError (one line: the row's file, line and field) before any model loads unless every row has a
-    ``prompt`` string holding its ``context`` (a non-empty string) with a question left without it."""
+    ``prompt`` string holding its ``context`` (a non-empty string) as a paragraph of its own (:data:`PARAGRAPH_RULE`),
+    with a question left without it."""
     need = "algo.rollout_mode=paired_context samples every prompt row with and without its context"
     for r in rows:
         where = dict(path=r.get("_path"), line=r.get("_line"))
         name = f"row {r.get('item_id')!r}" + (f" (condition {r['condition']!r})" if r.get("condition") else "")
         context = r.get("context")
-        if not isinstance(context, str) or not context.strip():
+        if not _has_context(r):
             raise DataError(f"{need}; {name} has no context", **where, field="context",
-                            accepted="a non-empty string in the row's prompt: keep only rows with a context, e.g. "
-                                     "data.train_conditions=[misleading,correct,irrelevant]")
+                            accepted=f"a non-empty string in the row's prompt: {_no_context_advice(rows)}")
         if not isinstance(r.get("prompt"), str):
             raise DataError(f"{need}; {name} has a prompt of chat messages", **where, field="prompt",
                             accepted="a prompt string holding the context")
@@ -93,7 +114,8 @@ def check_paired_rows(rows: Sequence[dict]) -> None:
             no_context_prompt(r["prompt"], context)
         except ValueError as e:
             raise DataError(f"{need}; {name}: {e}", **where, field="context",
-                            accepted="a context that is part of the prompt, with the question outside it") from None
+                            accepted=f"a context that is part of the prompt, with the question outside it: "
+                                     f"{PARAGRAPH_RULE}") from None
 
 
 class PairedContextMode(SingleTurnMode):
@@ -110,8 +132,6 @@ class PairedContextMode(SingleTurnMode):
         check_paired_rows(rows)
 
     def generate(self, backend, items, seeds, adapter):
-        from selectrust.generation.backends.base import derive_seed
-
         reqs = []
         for r, seed in zip(items, seeds):
             reqs.append(self.request(r["prompt"], seed, adapter))
@@ -133,9 +153,9 @@ class PairedContextMode(SingleTurnMode):
 
     def advantages(self, groups: list[Group], rewards):
         """Knowledgeable-R1's advantages of the batch's groups (each [CK, RPK, PK] x G), in sample order."""
-        import torch
+        import torch  # deferred: imports torch
 
-        from trainer.algos.paired_context import paired_context_advantages
+        from trainer.algos.paired_context import paired_context_advantages  # deferred: imports torch
 
         G = self.s.group_size
         if rewards.numel() != len(groups) * PAIRED_ROWS * G:

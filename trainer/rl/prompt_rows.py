@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from selectrust.core.io import DataError
+from selectrust.core.io import DataError, read_records
 from selectrust.generation.prompts import PromptSettings, render_prompt
+from eval_hooks.parsers import normalize_gold
 
 
 def load_rl_prompts(path: str, *, family: str | None = None, conditions: Sequence[str] = ()) -> list[dict]:
@@ -17,10 +18,7 @@ def load_rl_prompts(path: str, *, family: str | None = None, conditions: Sequenc
     ``family='box2'`` (or any eval family): an items file expanded by ``eval_hooks.load_rows``, keeping
     only ``conditions`` (e.g. ``["bad"]``: train on bad-workflow inputs, docs/box2.md#outcome-rl).
     """
-    from selectrust.core.io import read_records
-    from eval_hooks.parsers import normalize_gold
-
-    from trainer.data.train_data import resolve_data_path
+    from trainer.data.train_data import resolve_data_path  # deferred: imports numpy
 
     real = resolve_data_path(path)
     if family:

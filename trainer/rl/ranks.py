@@ -7,13 +7,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any, Callable
+from selectrust.generation.backends.base import derive_seed
+from functools import partial
 
 
 def prompt_seed(seed: int, rollout_index: int, round_index: int, prompt_index: int) -> int:
     """Generation seed of one prompt: a stable hash of (seed, rollout batch, refill round, the prompt's
     index in the round's global draw). Rank-independent by construction."""
-    from selectrust.generation.backends.base import derive_seed
-
     return derive_seed("rollout", seed, rollout_index, round_index, prompt_index)
 
 
@@ -45,8 +45,6 @@ class Ranks:
 
     @classmethod
     def of(cls, accelerator) -> "Ranks":
-        from functools import partial
-
-        from trainer.runtime.distributed import all_gather_object
+        from trainer.runtime.distributed import all_gather_object  # deferred: imports torch
 
         return cls(accelerator.process_index, accelerator.num_processes, partial(all_gather_object, accelerator))

@@ -31,6 +31,7 @@ from selectrust.core.plugins import Registry
 from trainer.runtime.errors import RewardError  # noqa: F401  (raised here; the loop checkpoints on it)
 from selectrust.core.errors import ConfigError
 from trainer.rl.callables import callable_registry
+from trainer.runtime.interrupt import StopRequested, interruptible
 
 RewardFn = Callable[[str, dict], float]
 
@@ -182,8 +183,6 @@ class GuardedReward:
         self.example: dict[str, Any] | None = None
 
     def __call__(self, completion: str, row: dict) -> tuple[float, bool]:
-        from trainer.runtime.interrupt import StopRequested, interruptible
-
         try:
             with interruptible():  # a stop signal here abandons the step (the loop checkpoints the last one)
                 value = call_with_timeout(self.fn, (completion, row), self.timeout_s)

@@ -53,6 +53,9 @@ from trainer.rl.ranks import Ranks, prompt_seed, rank_rows, share
 from trainer.rl.rewards import status_counts
 from trainer.rl.sft_rows import sft_batch, sft_microbatch
 from trainer.rl.zero_variance_skip import ZeroVarianceMemory, draw_prompts
+import pickle
+from trainer.logprobs.logprobs import right_pad
+from trainer.logprobs.group_packing import packed_token_counts, report_unshared_groups
 
 __all__ = ["Group", "Ranks", "Rollout", "RolloutSettings", "RolloutSource", "check_prompt_lengths", "fill_batch",
            "load_rl_prompts", "prompt_seed", "rank_rows", "share"]
@@ -252,7 +255,7 @@ class RolloutSource:
         return groups
 
     def _collect(self) -> dict:
-        import torch
+        import torch  # deferred: imports torch
 
         s = self.s
         if self.pre_generate is not None:
@@ -313,8 +316,6 @@ class RolloutSource:
     def _token_metrics(self, samples: list[Rollout], masks: list[list[int]]) -> dict[str, float]:
         """``tokens_per_step`` (every row whole) and, with ``shared_prompt``, ``tokens_per_step_shared`` (each
         micro-batch's groups packed) and ``prompt_token_fraction_saved``; logs the groups that cannot share."""
-        from trainer.logprobs.group_packing import packed_token_counts, report_unshared_groups
-
         unshared = sum(len(x.input_ids) for x in samples)
         if not self.s.shared_prompt:
             return {"tokens_per_step": float(unshared)}
@@ -351,7 +352,7 @@ class RolloutSource:
         return out  # type: ignore[return-value]
 
     def _microbatch(self, index: int) -> dict:
-        import torch
+        import torch  # deferred: imports torch
 
         b = self._batch
         picked = self._micro_rows(len(b["samples"]))[index]
@@ -382,7 +383,6 @@ def _portable(err: BaseException | None, rank: int) -> BaseException | None:
     """``err`` if it survives pickling (to be sent to the other ranks), else a RuntimeError naming it."""
     if err is None:
         return None
-    import pickle
 
     try:
         pickle.loads(pickle.dumps(err))
@@ -392,8 +392,6 @@ def _portable(err: BaseException | None, rank: int) -> BaseException | None:
 
 
 def _pad(rows: list[list[int]], masks: list[list[int]], tokenizer):
-    from trainer.logprobs.logprobs import right_pad
-
     return right_pad(rows, masks, tokenizer.pad_token_id if tokenizer.pad_token_id is not None
                      else tokenizer.eos_token_id)
 

@@ -30,6 +30,8 @@ from selectrust.generation.prompts import prompt_messages, render_prompt
 from .groups import Group, Rollout
 from .rewards import judge_status
 from .rollout import RolloutSettings
+from selectrust.generation.backends.base import GenerationRequest
+from .envs import run_episodes
 
 
 class RolloutMode:
@@ -57,7 +59,7 @@ class RolloutMode:
     def advantages(self, groups: list[Group], rewards):
         """The advantages ``(B,)`` of a rollout batch's samples (``rewards (B,)``: theirs, the groups' samples in
         order): GRPO's group-relative ones over consecutive ``group_size`` samples (``trainer.algos.grpo``)."""
-        from trainer.algos.grpo import group_advantages
+        from trainer.algos.grpo import group_advantages  # deferred: imports torch
 
         return group_advantages(rewards, self.s.group_size, std_scaling=self.s.std_scaling)[0]
 
@@ -99,8 +101,6 @@ class SingleTurnMode(RolloutMode):
 
     def request(self, prompt, seed: int, adapter: str | None):
         """The backend request of ``group_size`` completions of ``prompt`` (a row's prompt) drawn with ``seed``."""
-        from selectrust.generation.backends.base import GenerationRequest
-
         s = self.s
         return GenerationRequest(messages=prompt_messages(prompt, s.prompt_settings), n=s.group_size,
                                  max_new_tokens=s.max_new_tokens, temperature=s.temperature, top_p=s.top_p,
@@ -149,8 +149,6 @@ class EnvironmentMode(RolloutMode):
         self.env_factory = env_factory
 
     def generate(self, backend, items, seeds, adapter):
-        from .envs import run_episodes
-
         s = self.s
         return run_episodes(backend, self.env_factory, items, group_size=s.group_size,
                             max_new_tokens=s.max_new_tokens, temperature=s.temperature, top_p=s.top_p,

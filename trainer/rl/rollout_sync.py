@@ -5,6 +5,7 @@ of every trainer uses too."""
 from __future__ import annotations
 
 from trainer.eval_bridge.weight_sync import StaleWeightsError, adapter_root, lazy_adapter_sync
+from selectrust.generation.backends.transport import ServerError
 
 
 def rollout_sync_hook(ctx, get_backend, policy, tokenizer):
@@ -15,9 +16,7 @@ def rollout_sync_hook(ctx, get_backend, policy, tokenizer):
     wait at the barrier, then route their requests to it. Every rank then agrees on success, so a failure
     on the main process (stale weights, refused load) stops all ranks together (and the loop checkpoints
     collectively). ``get_backend()`` is the rollout backend (built on first use)."""
-    from selectrust.generation.backends.transport import ServerError
-
-    from trainer.runtime.distributed import reduce_max
+    from trainer.runtime.distributed import reduce_max  # deferred: imports torch
 
     acc, gen = ctx.accelerator, ctx.cfg.generation
     get_sync = lazy_adapter_sync(get_backend, adapter_root(ctx), every_k_steps=gen.sync_every, tokenizer=tokenizer,

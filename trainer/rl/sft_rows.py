@@ -27,6 +27,7 @@ from typing import Sequence
 from selectrust.conditions import CORRECT
 from selectrust.core.io import DataError
 from selectrust.generation.prompts import PromptSettings, render_prompt
+from trainer.logprobs.logprobs import right_pad
 
 __all__ = ["check_sft_rows", "target_text", "picked_items", "sft_batch", "sft_microbatch"]
 
@@ -92,8 +93,6 @@ def sft_batch(groups, rows: Sequence[dict], *, rule: str, template: str, tokeniz
 def sft_microbatch(sft: dict | None, index: int, *, rank: int, world: int, grad_accum: int, tokenizer) -> dict | None:
     """Rank ``rank``'s share of ``sft`` (:func:`sft_batch`) for its micro-batch ``index`` (module docstring), padded:
     ``{"input_ids", "attention_mask", "completion_mask" (S, T), "num_tokens", "item_ids"}``; None when it has none."""
-    from trainer.logprobs.logprobs import right_pad
-
     if not sft or not sft["item_ids"]:
         return None
     slots = grad_accum * world

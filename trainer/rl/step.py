@@ -8,6 +8,10 @@ from __future__ import annotations
 import logging
 
 import torch
+from trainer.logprobs.shared_prompt import attention_takes_4d_mask
+from trainer.algos.grpo import clipped_policy_loss
+from trainer.algos.is_correction import truncated_is_weights
+from trainer.algos.grpo import sft_coef_at, sft_term
 
 logger = logging.getLogger(__name__)
 
@@ -15,8 +19,6 @@ logger = logging.getLogger(__name__)
 def use_shared_prompt(cfg) -> bool:
     """``algo.shared_prompt`` where it is exact: under an attention kernel that takes the 4D block mask (SDPA
     or eager); otherwise a log line says the run falls back to unshared rows."""
-    from trainer.logprobs.shared_prompt import attention_takes_4d_mask
-
     if not cfg.algo.shared_prompt:
         return False
     if not attention_takes_4d_mask(cfg.model.attn_implementation):
@@ -38,9 +40,6 @@ def grpo_step(model, mb: dict, *, algo, reference, policy, device, logprobs, max
     """Loss and metrics of one rollout micro-batch: the clipped token loss, with the KL term to the
     adapter-disabled reference and the truncated importance weights when configured, plus the SFT term when
     ``algo.sft_coef > 0`` (:func:`add_sft_term`)."""
-    from trainer.algos.grpo import clipped_policy_loss
-    from trainer.algos.is_correction import truncated_is_weights
-
     ids, att, cm = mb["input_ids"].to(device), mb["attention_mask"].to(device), mb["completion_mask"].to(device)
     _, logps, entropy = logprobs(model, ids, att, cm, return_entropy=True)
     old = mb["old_logps"].to(device) if mb["old_logps"] is not None else logps.detach()
@@ -78,8 +77,7 @@ def add_sft_term(loss, metrics: dict, mb: dict, *, algo, policy, device, max_ste
     runs no extra wrapped forward: the gradients still reach the same parameters, no collective is added). Adds
     ``sft/loss`` (the SFT token NLL over the step's SFT tokens, 0 here when the micro-batch has no SFT row) and
     ``sft/coef`` (the scheduled weight) to ``metrics``."""
-    from trainer.algos.grpo import sft_coef_at, sft_term
-    from trainer.logprobs.logprobs import sequence_logprobs
+    from trainer.logprobs.logprobs import sequence_logprobs  # deferred: tests patch it
 
     logprobs = logprobs or sequence_logprobs  # unshared rows (``model.logprob_chunk`` through the recipe's partial)
     coef = sft_coef_at(int(mb.get("step", 0)), coef=algo.sft_coef, schedule=algo.sft_schedule, max_steps=max_steps)

@@ -21,6 +21,7 @@ Public API:
 """
 
 from __future__ import annotations
+from selectrust.generation.backends.base import derive_seed
 
 __all__ = ["ZeroVarianceMemory", "draw_prompts"]
 
@@ -38,7 +39,6 @@ class ZeroVarianceMemory:
         """Pass over row ``index`` now: its last group had zero variance and the coin (probability ``prob``) says so."""
         if self.prob <= 0.0 or not self.last.get(int(index), False):
             return False
-        from selectrust.generation.backends.base import derive_seed
 
         coin = derive_seed("zero_variance_skip", self.seed, rollout_index, round_index, int(index)) / 2.0 ** 31
         return coin < self.prob

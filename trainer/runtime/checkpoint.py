@@ -116,7 +116,7 @@ def fsync_tree(root: Path) -> None:
 
 def file_manifest(root: Path) -> dict[str, dict]:
     """``relative path -> {"size", "sha256"}`` of every file under ``root`` except the marker."""
-    from selectrust.core.hashing import file_sha256
+    from selectrust.core.hashing import file_sha256  # deferred: tests patch it
 
     return {str(p.relative_to(root)): {"size": p.stat().st_size, "sha256": file_sha256(p)}
             for p in sorted(root.rglob("*")) if p.is_file() and p.name != MARKER}
@@ -157,7 +157,7 @@ def complete_checkpoints(ckpt_root: Path) -> list[Path]:
 
 # -- RNG ---------------------------------------------------------------------------------------
 def rng_state() -> tuple[dict, dict]:
-    import torch
+    import torch  # deferred: imports torch
 
     py = random.getstate()
     npst = np.random.get_state()
@@ -171,7 +171,7 @@ def rng_state() -> tuple[dict, dict]:
 
 
 def set_rng_state(meta: dict, tensors: dict) -> None:
-    import torch
+    import torch  # deferred: imports torch
 
     py = meta["python"]
     random.setstate((py[0], tuple(py[1]), py[2]))
@@ -195,7 +195,7 @@ class CheckpointManager:
 
     @property
     def _deepspeed(self) -> bool:
-        from .distributed import uses_deepspeed
+        from .distributed import uses_deepspeed  # deferred: imports torch
 
         return uses_deepspeed(self.acc)
 
@@ -236,8 +236,8 @@ class CheckpointManager:
 
     # -- save ----------------------------------------------------------------------------------
     def save(self, step: int, *, model, optimizer, scheduler, train_state: dict[str, Any]) -> Path:
-        import torch
-        from safetensors.torch import save_file
+        import torch  # deferred: imports torch
+        from safetensors.torch import save_file  # deferred: imports safetensors
 
         acc = self.acc
         tmp = self.root / f".tmp-step_{step}"
@@ -287,7 +287,7 @@ class CheckpointManager:
 
     @staticmethod
     def _save_weights(model, out: Path) -> None:
-        from safetensors.torch import save_file
+        from safetensors.torch import save_file  # deferred: imports safetensors
 
         if hasattr(model, "peft_config"):
             from selectrust.model import save_policy
@@ -306,8 +306,8 @@ class CheckpointManager:
 
     # -- load ----------------------------------------------------------------------------------
     def load(self, path: Path, *, model, optimizer, scheduler) -> dict[str, Any]:
-        import torch
-        from safetensors.torch import load_file
+        import torch  # deferred: imports torch
+        from safetensors.torch import load_file  # deferred: imports safetensors
 
         acc = self.acc
         if self._deepspeed:
@@ -324,7 +324,7 @@ class CheckpointManager:
 
     @staticmethod
     def _load_weights(model, path: Path) -> None:
-        from safetensors.torch import load_file
+        from safetensors.torch import load_file  # deferred: imports safetensors
 
         if hasattr(model, "peft_config"):
             from peft import set_peft_model_state_dict

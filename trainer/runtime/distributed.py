@@ -10,6 +10,7 @@ import os
 from typing import Any
 
 import torch
+import torch.distributed as dist
 
 
 def uses_deepspeed(acc=None) -> bool:
@@ -25,7 +26,6 @@ def all_gather_object(acc, obj: Any) -> list[Any]:
     """``[obj of rank 0, obj of rank 1, ...]`` on every rank (any picklable object)."""
     if acc.num_processes == 1:
         return [obj]
-    import torch.distributed as dist
 
     out: list[Any] = [None] * acc.num_processes
     dist.all_gather_object(out, obj)

@@ -30,6 +30,7 @@ import torch
 from trainer.runtime.checkpoint import CheckpointManager, step_of
 from trainer.runtime.distributed import all_gather_object, any_rank, uses_deepspeed
 from trainer.runtime.interrupt import StopRequested, StopSignals
+from trainer.runtime.run import write_config
 
 
 class BatchSource(Protocol):
@@ -162,8 +163,6 @@ def _start(ctx, ckpt, state: LoopState, *, model, optimizer, scheduler, source) 
     """Load the checkpoint to resume from (``ctx.resume_from``, chosen and verified by ``setup_run``
     before any model loaded) into model, optimizer, scheduler, data source and ``state``; write the run's
     ``config.yaml``; drop metrics lines past the starting step. Returns the starting step."""
-    from trainer.runtime.run import write_config
-
     step = 0
     if ctx.resume_from is not None:
         loaded = ckpt.load(ctx.resume_from, model=model, optimizer=optimizer, scheduler=scheduler)
@@ -236,7 +235,7 @@ def train_loop(ctx, *, model, optimizer, scheduler, source: BatchSource,
     step is checkpointed (data position rewound to that step) before the exception propagates, so the
     run resumes from there. Every rank must raise it (the save is collective); recipes make sure of that.
     """
-    from tqdm.auto import tqdm
+    from tqdm.auto import tqdm  # deferred: imports tqdm
 
     acc, tcfg = ctx.accelerator, ctx.cfg.trainer
     nodes = getattr(ctx, "nodes", None)

@@ -135,7 +135,7 @@ def no_common_checkpoint(steps_by_node: dict[int, list[int]], run_dir: Path) -> 
 def local_checkpoint(run_dir: Path, resume: str, step: int) -> Path:
     """This node's copy of checkpoint ``step``: in its own ``run_dir`` (``trainer.resume=auto``), or where the
     given path points on this node."""
-    from trainer.runtime.checkpoint import CHECKPOINTS, checkpoints_dir
+    from trainer.runtime.checkpoint import CHECKPOINTS, checkpoints_dir  # deferred: imports numpy
 
     if resume == "auto":
         return checkpoints_dir(run_dir) / f"step_{step}"

@@ -25,6 +25,8 @@ from __future__ import annotations
 import platform
 import subprocess
 from pathlib import Path
+from importlib.metadata import PackageNotFoundError, version
+from selectrust.model.precision import resolve_mixed_precision
 
 PACKAGES = ("torch", "transformers", "trl", "peft", "accelerate", "selectrust")  # and python
 FIELDS = ("precision", "threads", "git_commit", "versions")  # what must match for a stage to be reused
@@ -63,8 +65,6 @@ def git_commit(root: Path | str = _CHECKOUT) -> str | None:
 
 def package_versions() -> dict[str, str | None]:
     """``{package: version}`` of :data:`PACKAGES` (None: not installed) and ``python``."""
-    from importlib.metadata import PackageNotFoundError, version
-
     out: dict[str, str | None] = {}
     for name in PACKAGES:
         try:
@@ -78,8 +78,6 @@ def package_versions() -> dict[str, str | None]:
 def precision_name(value: str) -> str:
     """A mixed-precision setting resolved on this machine (``auto`` -> bf16 or fp32), named by what computes:
     ``no`` is fp32."""
-    from selectrust.model.precision import resolve_mixed_precision
-
     resolved = resolve_mixed_precision(str(value), quiet=True)
     return "fp32" if resolved == "no" else resolved
 
@@ -123,7 +121,7 @@ def cpu_info(cpuinfo: str | None = None) -> dict:
 
 
 def _threads() -> int:
-    import torch
+    import torch  # deferred: imports torch
 
     return torch.get_num_threads()
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 from typing import Any
+from selectrust.model import TINY_PRESETS
 
 __all__ = ["OUT", "CACHE", "moved_roots", "portable", "portable_pair", "relocated", "started_from"]
 
@@ -27,8 +28,6 @@ OUT, CACHE = "<out>", "<cache>"
 
 def _entry_name() -> re.Pattern:
     """The directory name of a model cache entry: ``gguf-<16 hex>`` or ``<tiny preset>-<12 hex>``."""
-    from selectrust.model import TINY_PRESETS
-
     presets = "|".join(re.escape(p) for p in sorted(TINY_PRESETS, key=len, reverse=True))
     return re.compile(rf"gguf-[0-9a-f]{{16}}|(?:{presets})-[0-9a-f]{{12}}")
 
@@ -102,7 +101,7 @@ def started_from(stage_dir: Path):
     """The ``model`` node of the finished training stage in ``stage_dir`` (its saved ``config.yaml``), its
     ``path`` and ``init_adapter`` :func:`relocated` to where the stage's out dir and the model cache are now: what a
     stage continuing its adapter starts from."""
-    from omegaconf import OmegaConf
+    from omegaconf import OmegaConf  # deferred: imports omegaconf
 
     cfg = OmegaConf.load(Path(stage_dir) / "config.yaml")
     was, where = moved_roots(OmegaConf.select(cfg, "trainer.run_dir", default=None), str(stage_dir))

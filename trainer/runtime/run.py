@@ -19,6 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from selectrust.model import cpu_supports_bf16, resolve_mixed_precision  # noqa: F401  (also the trainer's)
+from importlib.metadata import PackageNotFoundError, version
+from datetime import timedelta
 
 
 PACKAGES = ("torch", "transformers", "trl", "peft", "accelerate", "datasets", "hydra-core", "deepspeed", "wandb")
@@ -26,7 +28,7 @@ PACKAGES = ("torch", "transformers", "trl", "peft", "accelerate", "datasets", "h
 
 def seed_everything(seed: int) -> None:
     """Python, numpy and torch (CPU and every GPU) RNGs: ``transformers.set_seed``."""
-    from transformers import set_seed
+    from transformers import set_seed  # deferred: imports torch, transformers
 
     set_seed(seed)
 
@@ -42,8 +44,6 @@ def git_commit(root: Path | None = None) -> str | None:
 
 
 def package_versions() -> dict[str, str | None]:
-    from importlib.metadata import PackageNotFoundError, version
-
     out = {"python": platform.python_version()}
     for p in PACKAGES:
         try:
@@ -161,12 +161,10 @@ def make_accelerator(trainer_cfg, grad_accum: int = 1, *, micro_batch: int | Non
     prepare no dataloader for accelerate to read it from) and clipping (``max_grad_norm``; 0 = off).
     Without CUDA (DeepSpeed on CPU) the process group must be gloo, or accelerate counts one process
     while DeepSpeed counts all of them. The process group's timeout is ``trainer.dist_timeout_s``."""
-    from datetime import timedelta
+    from accelerate import Accelerator  # deferred: imports torch, accelerate
+    from accelerate.utils import InitProcessGroupKwargs  # deferred: imports torch, accelerate
 
-    from accelerate import Accelerator
-    from accelerate.utils import InitProcessGroupKwargs
-
-    from .distributed import uses_deepspeed
+    from .distributed import uses_deepspeed  # deferred: imports torch
 
     kwargs: dict[str, Any] = {"mixed_precision": resolve_mixed_precision(trainer_cfg.mixed_precision,
                                                                          cpu=trainer_cfg.device == "cpu")}
@@ -197,7 +195,7 @@ def setup_run(cfg, recipe: str) -> RunContext:
     run (``trainer.overwrite`` moves it aside) and a resume with a changed config or changed data, record
     meta and data hashes, seed, open the logger. ``config.yaml`` is written later, by the training loop,
     so a start that fails before training leaves no config that a corrected command would clash with."""
-    from trainer.runtime.run_dir import open_run_dir
+    from trainer.runtime.run_dir import open_run_dir  # deferred: imports torch, numpy
 
     accelerator = make_accelerator(cfg.trainer, grad_accum=cfg.optim.grad_accum, micro_batch=cfg.optim.batch_size,
                                    max_grad_norm=cfg.optim.max_grad_norm)
@@ -233,7 +231,7 @@ def _open_logger(cfg, run_dir: Path, is_main: bool) -> MetricsLogger:
 def write_config(ctx: RunContext) -> None:
     """Write the resolved config when training is about to start (after the resume checks, so a refused
     resume leaves the old one, and after every model/optimizer build, so a failed start writes none)."""
-    from omegaconf import OmegaConf
+    from omegaconf import OmegaConf  # deferred: imports omegaconf
 
     if ctx.is_main:
         tmp = ctx.run_dir / "config.yaml.tmp"

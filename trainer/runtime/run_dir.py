@@ -32,6 +32,9 @@ from trainer.runtime.checkpoint import (CHECKPOINTS, CheckpointManager, checkpoi
                                      step_of, verify_checkpoint)
 from trainer.runtime.distributed import all_gather_object
 from trainer.runtime.nodes import Nodes, common_steps, detect, local_checkpoint, no_common_checkpoint
+from trainer.data.pins import pin
+from .relocation import portable_pair  # a run moved with its inputs (a demo's out dir) resumes
+import fcntl
 
 LOCK_NAME = ".lock"
 DATA_HASHES = "data_hashes.json"
@@ -39,8 +42,9 @@ DATA_HASHES = "data_hashes.json"
 PREVIOUS_RUN_MARKERS = ("config.yaml", "metrics.jsonl", CHECKPOINTS, "final", "run_complete.json")
 
 
-class RunDirLocked(RuntimeError):
-    """Another live process holds the run directory."""
+class RunDirLocked(ConfigError, RuntimeError):
+    """Another live process holds the run directory: the user's input (another ``trainer.run_dir``, or wait), so
+    a ``ConfigError`` (one line, exit 2 under the error contract); still a ``RuntimeError`` for older callers."""
 
 
 def _pid_alive(pid: int) -> bool:
@@ -54,6 +58,14 @@ def _pid_alive(pid: int) -> bool:
 
 
 _HELD: dict[str, "RunLock"] = {}  # run dirs this process holds (an in-process rerun releases the old hold)
+
+
+def held_message(run_dir: Path, holder: dict, lock_path: Path, key: str) -> str:
+    """The refusal of a run dir another run holds (``holder``: its lock file's host, pid, start), the one line both
+    the config's pre-check (``trainer/config/out_dir.py``) and :class:`RunLock` give."""
+    return (f"{run_dir} is in use by another run (host {holder.get('host', '?')}, pid {holder.get('pid', '?')}, "
+            f"started {holder.get('started', '?')}; lock file {lock_path}). Wait for it to finish, stop it, "
+            f"or use another {key}.")
 
 
 class RunLock:
@@ -72,8 +84,6 @@ class RunLock:
             return {}
 
     def acquire(self) -> "RunLock":
-        import fcntl
-
         previous = _HELD.pop(str(self.run_dir), None)
         if previous is not None:  # this process ran here before (recipes are synchronous): that run is over
             previous.release()
@@ -102,16 +112,12 @@ class RunLock:
         return self
 
     def _refusal(self, holder: dict) -> RunDirLocked:
-        return RunDirLocked(
-            f"{self.run_dir} is in use by another run (host {holder.get('host', '?')}, pid {holder.get('pid', '?')}, "
-            f"started {holder.get('started', '?')}; lock file {self.path}). Wait for it to finish, stop it, "
-            f"or use another {self.key}.")
+        return RunDirLocked(held_message(self.run_dir, holder, self.path, self.key))
 
     def release(self) -> None:
         """Empty the lock file (so no stale holder is reported) and drop the lock; idempotent."""
         if self._fd is None:
             return
-        import fcntl
 
         try:
             os.ftruncate(self._fd, 0)
@@ -150,8 +156,6 @@ def data_paths(cfg) -> dict[str, str]:
 def data_hashes(cfg) -> dict[str, dict]:
     """``config key -> {"path", "sha256", "kind"}`` for every data source of the run, whatever its kind
     (``trainer/data/pins.py``)."""
-    from trainer.data.pins import pin
-
     pins = {k: pin(p) for k, p in data_paths(cfg).items()}
     return {k: v for k, v in pins.items() if v is not None}
 
@@ -282,7 +286,7 @@ def _same(value, default) -> bool:
 
 def schema_defaults(cfg) -> dict | None:
     """The defaults of ``cfg``'s structured schema as a plain dict (None for a config without one)."""
-    from omegaconf import OmegaConf
+    from omegaconf import OmegaConf  # deferred: imports omegaconf
 
     schema = type(cfg) if is_dataclass(cfg) else OmegaConf.get_type(cfg)  # typed settings, or a composed config
     if schema is None or schema is dict:
@@ -293,11 +297,10 @@ def schema_defaults(cfg) -> dict | None:
 def check_resume_config(cfg, saved_path: Path) -> None:
     """Refuse a config ``cfg`` that differs from the saved one at ``saved_path`` (this run's ``config.yaml``;
     for ``trainer.resume=<path>`` the config of the run owning that checkpoint). No saved config: nothing to check."""
-    from omegaconf import OmegaConf
+    from omegaconf import OmegaConf  # deferred: imports omegaconf
 
     if not saved_path.exists() or cfg.trainer.allow_config_change:
         return
-    from .relocation import portable_pair  # a run moved with its inputs (a demo's out dir) resumes
 
     saved = OmegaConf.to_container(OmegaConf.load(saved_path), resolve=True)
     current = asdict(cfg)  # the typed settings, as config.yaml holds them
@@ -369,12 +372,15 @@ def _local_steps(run_dir: Path, resume: str, accelerator) -> list[int]:
     return [step_of(CheckpointManager(run_dir, accelerator).resolve_resume(resume))]
 
 
+_REFUSALS = ("ConfigError", "RunDirLocked")  # an owner's refusal that every rank reports as a ConfigError
+
+
 def _raise_for_others(failures: list[tuple[str, str]], who: str) -> None:
     """Raise on a rank that did not fail what a rank that did reported: a ``ConfigError`` (a refusal: one line,
     exit 2) as such, anything else as a ``RuntimeError`` naming ``who``."""
     if failures:
         kind, message = failures[0]
-        if kind == "ConfigError":
+        if kind in _REFUSALS:
             raise ConfigError(message)
         raise RuntimeError(f"{who} could not start the run: {kind}: {message}")
 
@@ -443,6 +449,9 @@ def _agree_on_start(accelerator, error: BaseException | None, resume_from: Path 
     if error is not None:
         raise error
     if message[0] is not None:
+        kind, _, text = message[0].partition(": ")
+        if kind in _REFUSALS:  # the user's input (a run dir in use, a resume refused): the same one line here
+            raise ConfigError(text)
         raise RuntimeError(f"the main process could not start the run: {message[0]}")
     return (None if message[1] is None else Path(message[1])), Path(message[2])
 

@@ -27,3 +27,4 @@ class Stage:
     call: Callable[..., Any] | None = None  # instead of a recipe: a step of the stage's directory (and its inputs')
     check: Callable[[Any], None] | None = None  # raises when the result is unusable, before a later stage runs
     dir: str | None = None  # the stage's directory relative to the root (default stages/<name>)
+    seed: int | None = None  # its own seed (None: the runner's): a seed-independent stage's (demos/real/stage_cache.py)

@@ -27,6 +27,8 @@ from typing import Sequence
 from selectrust.core.data_sources import resolve_data_path
 from selectrust.core.io import DataError, read_records
 from selectrust.generation.prompts import PromptSettings, prompt_messages
+from trainer.logprobs.logprobs import build_pair_batch
+from trainer.logprobs.logprobs import build_pair_batch, right_pad
 
 
 def split_last_turn(messages: list[dict]) -> tuple[list[dict], str]:
@@ -72,8 +74,6 @@ def _ids(tokenizer, text: str) -> list[int]:
 def example_lengths(tokenizer, ex: dict, *, multi_turn: bool,
                     prompt_settings: PromptSettings | None = None) -> tuple[int, int]:
     """(prompt tokens, target tokens) of one example; for multi-turn (total - target, target)."""
-    from trainer.logprobs.logprobs import build_pair_batch
-
     if multi_turn:
         ids, mask = tokenize_multiturn(tokenizer, ex["messages"], prompt_settings)
         return len(ids) - sum(mask), sum(mask)
@@ -88,7 +88,7 @@ def apply_sft_length_policy(examples: list[dict], tokenizer, *, multi_turn: bool
                             path: str | None = None) -> tuple[list[dict], dict]:
     """:func:`trainer.data.train_data.truncation_policy` for SFT examples (each kept one gains ``num_tokens``).
     Multi-turn conversations are limited to ``max_prompt_len + max_completion_len`` tokens in total."""
-    from trainer.data.train_data import truncation_policy
+    from trainer.data.train_data import truncation_policy  # deferred: imports numpy
 
     over = 0
 
@@ -108,8 +108,6 @@ def apply_sft_length_policy(examples: list[dict], tokenizer, *, multi_turn: bool
 def collate_sft(tokenizer, examples: Sequence[dict], *, multi_turn: bool, max_prompt_len: int, max_completion_len: int,
                 truncation: str, prompt_settings: PromptSettings | None = None) -> dict:
     """Right-padded ``input_ids, attention_mask, completion_mask`` (long tensors) and ``item_ids``."""
-    from trainer.logprobs.logprobs import build_pair_batch, right_pad
-
     if not multi_turn:
         prompts, completions = zip(*(split_last_turn(ex["messages"]) for ex in examples))
         b = build_pair_batch(tokenizer, list(prompts), list(completions), max_prompt_len=max_prompt_len,

@@ -7,7 +7,7 @@ from __future__ import annotations
 def sft_step(model, mb: dict, *, aggregation: str, device, logprobs):
     """The masked NLL of one micro-batch's completion tokens (``algo.aggregation``; ``mb["num_items"]``: the step's
     examples, for the per-sequence means), with ``logprobs`` (``sequence_logprobs`` with the run's settings)."""
-    from trainer.algos.sft import masked_nll_loss
+    from trainer.algos.sft import masked_nll_loss  # deferred: imports torch
 
     ids, att, cm = (mb[k].to(device) for k in ("input_ids", "attention_mask", "completion_mask"))
     _, token_logps, _ = logprobs(model, ids, att, cm)

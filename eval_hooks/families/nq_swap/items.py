@@ -52,6 +52,8 @@ HUB_ID = "pminervini/NQ-Swap"
 HUB_REVISION = "3801dbf037c6f58b0e79246f2a8073ebe5656dad"  # the Hub's commit of 2024-03-01 ("Upload dataset")
 HUB_SPLIT = "dev"
 SAMPLE_PATH = Path(__file__).resolve().parents[2] / "data" / "nq_swap_sample.jsonl"
+#: The whole of NQ-Swap, shipped with the package (issue 60; eval_hooks/data/nq_swap/README.md: source, sha256, licence)
+FULL_PATH = Path(__file__).resolve().parents[2] / "data" / "nq_swap" / "nqswap.zip"
 FIELDS = ("question", "org_context", "org_answer", "sub_context", "sub_answer")
 LENGTH_STRATA = 4
 INSTRUCTION = "Answer in a few words."
@@ -256,10 +258,16 @@ def _rows(it: dict, other: dict) -> list[dict]:
     return rows
 
 
+#: A passage longer than this (in words) is never built into an item, whatever ``--max-context-words`` says: no
+#: model reads it whole, and one such passage makes a file of tens of MB (issue 59). Such substitutions are skipped,
+#: counted in ``drops["passage_over_hard_cap"]`` and named (their source lines) in one warning line.
+MAX_PASSAGE_WORDS = 20_000
+
+
 def _by_question(records: list[tuple[int, dict]], label: str, cap: int | None,
-                 drops: Counter) -> tuple[dict[str, list], int]:
+                 drops: Counter, overlong: list[int] | None = None) -> tuple[dict[str, list], int]:
     """``({question: [candidate, ...]}, questions read)``: the substitutions that make fair items within the length
-    cap."""
+    cap (and :data:`MAX_PASSAGE_WORDS`; the lines of those over it are added to ``overlong``)."""
     by_q: dict[str, list[dict]] = defaultdict(list)
     seen: set[str] = set()
     for line, raw in records:
@@ -268,6 +276,10 @@ def _by_question(records: list[tuple[int, dict]], label: str, cap: int | None,
         cand, reason = _candidate(rec)
         if cand is None:
             drops[reason] += 1
+        elif cand["words"] > MAX_PASSAGE_WORDS:
+            drops["passage_over_hard_cap"] += 1
+            if overlong is not None:
+                overlong.append(line)
         elif cap is not None and cand["words"] > cap:
             drops["passage_over_max_context_words"] += 1
         else:
@@ -286,7 +298,8 @@ def build_rows(records: list[tuple[int, dict]], *, label: str = "data", items: i
         raise DataError(f"expected a whole number >= 1, got {max_context_words!r}",
                         field="max_context_words (--max-context-words)")
     drops: Counter = Counter()
-    by_q, uncapped_questions = _by_question(records, label, max_context_words, drops)
+    overlong: list[int] = []
+    by_q, uncapped_questions = _by_question(records, label, max_context_words, drops, overlong)
     if len(by_q) < 2:
         raise DataError(f"{len(by_q)} question(s) left of {uncapped_questions} after the checks and the length cap "
                         f"({dict(drops)}); an item needs another question's passage", path=label)
@@ -307,6 +320,16 @@ def build_rows(records: list[tuple[int, dict]], *, label: str = "data", items: i
              "max_context_words": max_context_words, "stratified_by_length": capped, "drops": dict(drops),
              "context_words": {"min": words[0], "median": words[len(words) // 2], "max": words[-1]},
              "by_channel": dict(Counter(c["kind"] for c in chosen))}
+    warnings = []
+    if items is not None and n < items:
+        warnings.append(f"--items {items} asked, but only {n} usable question(s) in {label} (of {uncapped_questions} "
+                        f"read; drops: {dict(drops)}): wrote {n} items")
+    if overlong:
+        shown = ", ".join(str(x) for x in overlong[:10]) + (" ..." if len(overlong) > 10 else "")
+        warnings.append(f"{len(overlong)} substitution(s) skipped whose passage is over {MAX_PASSAGE_WORDS} words "
+                        f"({label}, line(s) {shown})")
+    if warnings:
+        stats["warnings"] = warnings
     return rows, stats
 
 

@@ -34,6 +34,8 @@ from ..prompts import PromptSettings, request_prompt_ids
 from .base import (GenerationBackend, GenerationRequest, GenerationResult, Sample, derive_seed, label_probabilities,
                    label_sequences, truncate_at_stop)
 from .spec import BackendSpec, BuildContext, Capabilities, check_positive, setting
+import inspect
+from selectrust.model.merged_lora import lora_merged
 
 PER_ROW = "per-row"  # group key of seeded sampling: every row carries its own seed, batch freely
 
@@ -51,11 +53,11 @@ def _token_picker(temperature: float, top_p: float, row_seeds: Sequence[int] | N
       ``row_seeds[r]``, drawn once, so a row's tokens do not depend on the other rows of its batch.
     - otherwise: ``torch.multinomial`` on torch's global RNG, as ``generate(do_sample=True)`` samples.
     """
-    import torch
+    import torch  # deferred: imports torch
 
     if temperature <= 0:
         return lambda logits, rows, step: logits.argmax(dim=-1)
-    from transformers import TemperatureLogitsWarper, TopPLogitsWarper
+    from transformers import TemperatureLogitsWarper, TopPLogitsWarper  # deferred: imports torch, transformers
 
     warpers = [TemperatureLogitsWarper(temperature)] + ([TopPLogitsWarper(top_p)] if top_p < 1.0 else [])
 
@@ -88,8 +90,6 @@ def _forward_names(model) -> tuple[str, bool]:
 
 @functools.lru_cache(maxsize=None)
 def _forward_names_of(cls) -> tuple[str, bool]:
-    import inspect
-
     params = inspect.signature(cls.forward).parameters
     return ("cache" if "cache" in params else "past_key_values"), "logits_to_keep" in params
 
@@ -139,7 +139,7 @@ def _prompt_pass(model, prompt_ids: list[list[int]], *, pad: int, cache_arg: str
     The batch's common prefix (:func:`_shared_prefix`) runs once and its KV cache is repeated; each row's own tokens
     follow it, left-padded (the padding sits between prefix and row, masked out); positions follow ``generate``'s
     rule for left padding (``cumsum(attention_mask) - 1``)."""
-    import torch
+    import torch  # deferred: imports torch
 
     device = next(model.parameters()).device
     n = len(prompt_ids)
@@ -184,7 +184,7 @@ def _decode(model, prompt_ids: list[list[int]], max_new_tokens: int, pick, *, eo
     (:func:`_distinct_rows`; the prompt pass was about 40% of a GRPO round's generation time, 4 samples of
     30-46-token prompts and 32 new tokens, before this).
     """
-    import torch
+    import torch  # deferred: imports torch
 
     device = next(model.parameters()).device
     cache_arg, keep_arg = _forward_names(model)
@@ -271,7 +271,7 @@ class HFBackend(GenerationBackend):
         shape, dtype and its sum, absolute sum and norm, in float64, rounded to 10 significant digits), so answers
         of weights that changed since (a trained policy) are never taken for these
         (:meth:`GenerationBackend.identity`). Costs one reduction pass over the weights."""
-        import torch
+        import torch  # deferred: imports torch
 
         h = hashlib.sha256()
         with torch.no_grad():
@@ -294,7 +294,7 @@ class HFBackend(GenerationBackend):
     # -- generation ---------------------------------------------------------------------------
     def generate(self, requests: Sequence[GenerationRequest], *, progress: bool = False,
                  desc: str = "generate") -> list[GenerationResult]:
-        from tqdm.auto import tqdm
+        from tqdm.auto import tqdm  # deferred: imports tqdm
 
         # Expand to one job per sample; group by sampling settings; sort by length within a group.
         prompts = [self.prompt_ids(r.prompt, r.messages) for r in requests]
@@ -308,7 +308,6 @@ class HFBackend(GenerationBackend):
         bar = tqdm(total=total, desc=desc, disable=not progress, unit="sample")
         was_training = self.model.training
         self.model.eval()
-        from selectrust.model.merged_lora import lora_merged
 
         merged = lora_merged(self.model) if self.merge_lora else contextlib.nullcontext()
         try:
@@ -345,7 +344,7 @@ class HFBackend(GenerationBackend):
         Greedy rows give the tokens ``generate`` gives, up to the last float bits of other GEMM shapes; unseeded
         sampling keeps every row in the batch, so it draws from torch's global RNG exactly as
         ``generate(do_sample=True)`` does."""
-        import torch
+        import torch  # deferred: imports torch
 
         if temperature > 0 and row_seeds is not None and len(row_seeds) != len(prompt_ids):
             raise ValueError(f"{len(row_seeds)} row seeds for {len(prompt_ids)} prompts")
@@ -380,7 +379,7 @@ class HFBackend(GenerationBackend):
 
     # -- label scoring -------------------------------------------------------------------------
     def score_labels(self, prompts: Sequence[str | list[dict]], labels: Sequence[str]) -> list[dict[str, float]]:
-        import torch
+        import torch  # deferred: imports torch
 
         seqs, prompt_lens, label_lens = label_sequences(self, prompts, labels)
         spans = list(zip(prompt_lens, label_lens))
@@ -430,7 +429,7 @@ class HFSettings:
 def build(settings: HFSettings, ctx: BuildContext) -> HFBackend:
     """Over ``ctx.model`` (the live policy, with ``ctx.tokenizer``), or standalone over ``ctx.model_path`` loaded
     here (on CUDA when present)."""
-    import torch
+    import torch  # deferred: imports torch
 
     model, tokenizer = ctx.model, ctx.tokenizer
     if model is None:

@@ -205,7 +205,7 @@ class OpenAIChatBackend(GenerationBackend):
 
     def generate(self, requests: Sequence[GenerationRequest], *, progress: bool = False,
                  desc: str = "generate") -> list[GenerationResult]:
-        from tqdm.auto import tqdm
+        from tqdm.auto import tqdm  # deferred: imports tqdm
 
         jobs = [(i, n, seed) for i, r in enumerate(requests) for n, seed in self._calls(r)]
         got: dict[int, list[list[Sample]]] = {i: [] for i in range(len(requests))}

@@ -53,6 +53,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from selectrust.core.errors import INPUT_EXIT, DataError, describe_error
+from .base import derive_seed
+from .hf import HFBackend
 
 LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 MAX_CHARS_PER_TOKEN = 16  # a bound on characters before tokenising (real tokens average ~4)
@@ -394,9 +396,6 @@ class ReferenceServer:
         return out
 
     def _completions(self, body: dict):
-        from .base import derive_seed
-        from .hf import HFBackend
-
         if body.get("echo"):
             raise _HTTPError(400, "echo is not supported by the reference server; use prompt_logprobs")
         if body.get("stream"):
@@ -470,7 +469,7 @@ class ReferenceServer:
     def _prompt_logprobs(self, model, ids: list[int], k: int) -> list:
         """vLLM format: ``[None] + [{str(id): {logprob, rank, decoded_token}} per position 1..L-1]``,
         holding the actual token and the top-``k`` tokens."""
-        import torch
+        import torch  # deferred: imports torch
 
         with torch.no_grad():
             logits = model(input_ids=torch.tensor([ids], device=next(model.parameters()).device)).logits
@@ -510,7 +509,7 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:  # vLLM flags the launcher may pass (--enable-lora, ...) are meaningless here
         print(f"reference_server: ignoring vLLM arguments {unknown}", flush=True)
 
-    from selectrust.model import check_model_path, load_model, load_tokenizer
+    from selectrust.model import check_model_path, load_model, load_tokenizer  # deferred: tests patch it
 
     check_model_path(args.model, "--model")  # fail before the slow torch import
     model = load_model(args.model, dtype=args.dtype)

@@ -138,6 +138,6 @@ def check_settings(spec: BackendSpec, settings, group: str) -> None:
 
 def _plain(value):
     """A config node's value as plain Python (a list or dict node becomes a list or dict)."""
-    from omegaconf import OmegaConf
+    from omegaconf import OmegaConf  # deferred: imports omegaconf
 
     return OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value

@@ -36,6 +36,7 @@ import time
 import urllib.parse
 from dataclasses import dataclass, field
 from typing import Callable
+from concurrent.futures import ThreadPoolExecutor
 
 log = logging.getLogger(__name__)
 
@@ -291,8 +292,6 @@ def request_pool(workers: int):
     (SIGTERM, Ctrl-C), is shut down without waiting: requests not started are cancelled, and one in flight is
     left to its timeout instead of holding the stop up (the entry point exits without joining it:
     ``eval_hooks.cli_contract.end_process``)."""
-    from concurrent.futures import ThreadPoolExecutor
-
     pool = ThreadPoolExecutor(max_workers=workers)
     try:
         yield pool

@@ -83,6 +83,7 @@ from .completions_wire import (parse_prompt_logprobs, parse_text_choice, parse_t
                                text_completion_body, token_completion_body)
 from .spec import BackendSpec, BuildContext, Capabilities, check_positive, setting
 from .vllm_adapters import AdapterLoadError, check_adapter_fits, read_server_settings
+from selectrust.core.io import root_error_line, tail_file
 
 log = logging.getLogger(__name__)
 
@@ -283,7 +284,7 @@ class VLLMServerBackend(GenerationBackend):
     # -- generation -----------------------------------------------------------------------------
     def generate(self, requests: Sequence[GenerationRequest], *, progress: bool = False,
                  desc: str = "generate") -> list[GenerationResult]:
-        from tqdm.auto import tqdm
+        from tqdm.auto import tqdm  # deferred: imports tqdm
 
         if not self.capabilities.sampled_token_ids:
             return self._generate_text(requests, progress=progress, desc=desc)
@@ -332,7 +333,7 @@ class VLLMServerBackend(GenerationBackend):
         """A server that is not vLLM (:attr:`kind`): text prompts, one prompt and one sample per call (such
         servers may refuse token ids and prompt lists and drop ``n``); sample ``j`` of a seeded request
         gets seed ``derive_seed(seed, j)``. Samples carry text only (no token ids or log-probs)."""
-        from tqdm.auto import tqdm
+        from tqdm.auto import tqdm  # deferred: imports tqdm
 
         if any(r.adapter is not None for r in requests) or self._adapters:
             self.require("loads_adapters", "generation with a LoRA adapter")
@@ -539,8 +540,6 @@ def server_log_context(path: str | None) -> Callable[[], str] | None:
         return None
 
     def context() -> str:
-        from selectrust.core.io import root_error_line, tail_file
-
         tail = tail_file(path, 40)
         if not tail:
             return f"[{path}: missing or empty]"

@@ -147,7 +147,7 @@ def test_model_level_loss_and_gradients_match_trl_dpo_trainer(tiny_model_dir, ti
     assert torch.equal(ours_batch.attention_mask, batch["attention_mask"])
     assert torch.equal(ours_batch.completion_mask, batch["completion_mask"])
 
-    model = trainer.logprobs
+    model = trainer.model
     model.train()
     model.zero_grad(set_to_none=True)
     trl_loss = trainer.compute_loss(model, dict(batch))

@@ -38,7 +38,7 @@ def test_masked_nll_matches_sft_trainer_completion_only_loss(tiny_model_dir, tin
     labels = batch["labels"]
     assert (labels == -100).any() and (labels != -100).any()
 
-    model = trainer.logprobs
+    model = trainer.model
     model.train()
     model.zero_grad(set_to_none=True)
     trl_loss = trainer.compute_loss(model, dict(batch))

@@ -236,3 +236,38 @@ def test_the_rollout_mode_registry_holds_the_configs_names():
     SingleTurnMode.check_rows([{"prompt": "no context here"}])  # any row will do
     with pytest.raises(DataError):
         PairedContextMode.check_rows([{"item_id": "a", "prompt": "no context here"}])
+
+
+# ---- issue 59 WEAK: the suggestion fits the rows, and the paragraph rule is said -----------------------------------
+def test_rows_none_of_which_has_a_context_are_not_told_to_pick_conditions():
+    """The toy GRPO prompts carry no context at all: ``data.train_conditions=[...]`` cannot help them."""
+    rows = [{"item_id": f"toy{k}", "prompt": f"Fix step {k}.", "_path": "p.jsonl", "_line": k} for k in (1, 2)]
+    with pytest.raises(DataError) as e:
+        check_paired_rows(rows)
+    msg = str(e.value)
+    assert "train_conditions" not in msg and "none of the 2 rows has a context" in msg, msg
+    assert "algo.rollout_mode=single_turn" in msg and "data.train_family" in msg, msg
+
+
+def test_family_rows_some_with_a_context_are_told_the_conditions_that_have_one():
+    good = {"item_id": "a", "prompt": "Key: 1.\n\nQuestion: key?", "context": "Key: 1."}
+    rows = [{**good, "condition": "misleading"}, {**good, "item_id": "b", "condition": "correct"},
+            {**good, "item_id": "c", "condition": "clean", "context": None}]
+    with pytest.raises(DataError, match=r"data\.train_conditions=\[correct,misleading\]") as e:
+        check_paired_rows(rows)
+    assert "clean" not in str(e.value).split("train_conditions=")[1], str(e.value)
+
+
+def test_a_context_that_is_no_paragraph_of_its_own_is_told_the_rule():
+    row = {"item_id": "a", "prompt": "Passage: Key 1. Question: key?", "context": "Key 1.", "_path": "p.jsonl",
+           "_line": 1}
+    with pytest.raises(DataError, match=r"nothing is left of the prompt without its context.*a paragraph of its own"
+                                        r".*blank line"):
+        check_paired_rows([row])
+
+
+def test_the_help_of_rollout_mode_says_the_paragraph_rule():
+    from trainer.config.cli_help import render_help
+
+    text = " ".join(render_help("grpo").split())
+    assert "a paragraph of its own" in text and "blank line" in text

@@ -542,6 +542,8 @@ def main_files(out, *args) -> set[str]:
 
     (out / "facts_dev.jsonl").parent.mkdir(parents=True, exist_ok=True)
     (out / "facts_dev.jsonl").write_text("{}\n")  # a stale file of an earlier build goes
+    (out / "build_stats.json").write_text("{}\n")  # that build's marker (issue 59: a folder of facts files without
+    # it is not the builder's, and is refused without --overwrite)
     assert main(["build-facts", "--out", str(out), "--source", str(SAMPLE_PATH), "--min-city-population", "500000",
                  *args]) == 0
     return {p.name for p in out.iterdir()}

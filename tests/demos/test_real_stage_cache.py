@@ -1,0 +1,84 @@
+"""Issue 60, Deliver 2: the seed-independent stages computed once. On the fixed split the base's evaluations (with
+its knowledge estimate) and mining take a fixed seed (Stage.seed), so their records are the same in every seed's
+run; ``real.stage_cache`` copies them across runs, and the stage runner checks a copy like its own before reuse."""
+
+from __future__ import annotations
+
+import json
+
+from test_demo_out_dir import Fakes, _clean_checkout, _runner  # noqa: F401 (the autouse fixture: a clean commit)
+from test_real_demo import _compose
+
+
+def _plan():
+    from trainer.runtime.stage import Stage
+
+    fakes = Fakes()
+    plan = [Stage("data", call=fakes.data),
+            Stage("eval_base", "evaluate", ["model.path=m1"], inputs={"eval.path": "data/items.txt"}, seed=0),
+            Stage("eval_scope", "evaluate", ["model.path=m2"], inputs={"eval.path": "data/items.txt"})]
+    return fakes, plan
+
+
+def test_a_stage_s_own_seed_replaces_the_run_s(tmp_path):
+    fakes, plan = _plan()
+    runner = _runner(tmp_path, fakes)
+    runner.seed = 7
+    assert runner.compose_stage(plan[1], planned=True).seed == 0  # fixed: the same in every seed's run
+    assert runner.compose_stage(plan[2], planned=True).seed == 7  # the run's
+
+
+def test_the_base_stages_are_seedless_on_the_fixed_split_and_the_arms_are_not(tmp_path):
+    from demos.real.pipeline import stages
+
+    by = {s.name: s for s in stages(_compose([f"out={tmp_path}", "demo=real_full", "seed=5"]))}
+    seedless = {n for n, s in by.items() if s.seed is not None}
+    assert seedless == {"eval_base", "transfer_base", "nqswap_base", "mine"}
+    assert all(by[n].seed == 0 for n in seedless)
+    old = {s.name: s for s in stages(_compose([f"out={tmp_path}", "demo=real_full", "seed=5", "real.fixed_split=false",
+                                               "real.nq_swap_seed=null"]))}
+    assert all(s.seed is None for s in old.values())  # the earlier rule: every stage follows the run's seed
+
+
+def test_a_second_seed_reuses_the_base_s_stages_from_the_cache_and_reruns_what_changed(tmp_path):
+    from demos.real import stage_cache
+
+    cache = tmp_path / "cache"
+    cfg = _compose([f"out={tmp_path}/a", "demo=real_full"])
+    fakes, plan = _plan()
+    first = _runner(tmp_path / "a", fakes)
+    first.seed = 1
+    res_a = first.run_all(plan)
+    assert stage_cache.save(cfg, plan, cache, tmp_path / "a") == ["eval_base"]
+    assert stage_cache.save(cfg, plan, cache, tmp_path / "a") == []  # the same record: nothing rewritten
+
+    fakes_b, plan_b = _plan()
+    logged = []
+    assert stage_cache.restore(cfg, plan_b, cache, tmp_path / "b", log=logged.append) == ["eval_base"]
+    second = _runner(tmp_path / "b", fakes_b)
+    second.seed = 2
+    res_b = second.run_all(plan_b)
+    # the base's evaluation reused (checked by the runner: config relocated, inputs and outputs by hash), the arm run
+    assert second.records["eval_base"]["status"] == "skipped" and fakes_b.calls == ["eval_scope"]
+    assert res_b["eval_base"] == res_a["eval_base"]
+    record = json.loads((tmp_path / "b" / "stages" / "eval_base" / "stage_complete.json").read_text())
+    assert record["config"]["seed"] == 0 and "copied from the stage cache" in logged[0]
+
+    # another input (the split's items changed): the copy is not believed, the stage runs again
+    fakes_c, plan_c = _plan()
+    fakes_c.items = "a b c d"
+    stage_cache.restore(cfg, plan_c, cache, tmp_path / "c", log=lambda m: None)
+    third = _runner(tmp_path / "c", fakes_c)
+    assert third.run_all(plan_c)["eval_base"]["n"] == 4 and fakes_c.calls == ["eval_base", "eval_scope"]
+    assert (tmp_path / "c" / "stages" / "eval_base.old-1").is_dir()
+    # a stage the run already has is never overwritten from the cache
+    assert stage_cache.restore(cfg, plan_c, cache, tmp_path / "c", log=lambda m: None) == []
+
+
+def test_the_key_follows_the_settings_not_the_seed(tmp_path):
+    from demos.real import stage_cache
+
+    _, plan = _plan()
+    a = stage_cache.key(_compose([f"out={tmp_path}", "demo=real_full", "seed=0"]), plan[1])
+    assert a == stage_cache.key(_compose([f"out={tmp_path}/x", "demo=real_full", "seed=9"]), plan[1])
+    assert a != stage_cache.key(_compose([f"out={tmp_path}", "demo=real_full", "real.facts_size=small"]), plan[1])
