@@ -33,7 +33,7 @@ MOVED = {
     "trainer.core.stages": "recipes.stages (Stage: trainer.runtime.stage)",
     "trainer.core.stage_record": "recipes.stages.record",
     "trainer.core.stage_start": "recipes.stages.start",
-    "trainer.model": "trainer.logprobs",
+    "trainer.model": "trainer.logprobs (its pairs: trainer.dpo.pairs)",
     "trainer.evaluation": "trainer.eval_bridge",
     "trainer.data.sft_data": "trainer.sft.data",
     "trainer.distill.pipeline": "recipes.pipelines.taste_distill",

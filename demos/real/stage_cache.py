@@ -39,6 +39,15 @@ def cached_stages(plan: list[Stage]) -> list[Stage]:
     return [s for s in plan if s.recipe is not None and s.seed is not None]
 
 
+def _plain(node) -> Any:
+    """``node`` as plain values: the typed settings' dataclass or a composed config's node."""
+    if dataclasses.is_dataclass(node):
+        return dataclasses.asdict(node)
+    from omegaconf import OmegaConf  # deferred: a composed config only (tests hand one)
+
+    return OmegaConf.to_container(node, resolve=True)
+
+
 def key(cfg, stage: Stage) -> str:
     """The cache key of ``stage`` in the run of ``cfg`` (module docstring)."""
     real = cfg.real
@@ -50,7 +59,7 @@ def key(cfg, stage: Stage) -> str:
         "heldout_items": real.heldout_items,
         "nq_swap": [real.nq_swap_questions, real.nq_swap_seed, real.nq_swap_max_context_words,
                     real.nq_swap_data],
-        "stages": dataclasses.asdict(real.stages),
+        "stages": _plain(real.stages),
     }
     return hashlib.sha256(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()[:20]
 

@@ -32,8 +32,9 @@ def _cli(*args):
 
 def test_the_manifest_records_each_summary_and_every_file(folder):
     m = json.loads((folder / "MANIFEST.json").read_text())
-    assert sorted(m["files"]) == ["pooled.json", "seed0/demo.json", "seed0/summary.json", "seed1/demo.json",
-                                  "seed1/summary.json"]
+    runs = [f for f in sorted(m["files"]) if not f.endswith("/item_scores.jsonl.gz")]  # issue 60's per-item scores
+    assert runs == ["pooled.json", "seed0/demo.json", "seed0/summary.json", "seed1/demo.json", "seed1/summary.json"]
+    assert {f.split("/")[0] for f in m["files"] if f.endswith("/item_scores.jsonl.gz")} == {"seed0", "seed1"}
     assert sorted(m["summaries"]) == ["seed0", "seed1"]
     assert m["summaries"]["seed0"] == m["files"]["seed0/summary.json"]
 

@@ -483,8 +483,8 @@ def _stats(data: dict, st: FactsSettings, out: dict, drops: dict, made: Counter,
     dev_groups = {r["group"] for r in out["dev"]}
     chosen = [*st.relations, *([st.transfer_relation] if st.transfer_relation else [])]
     return {
-        "settings": asdict(st), "split_rule": (f"fixed: sha256('{SPLIT_SALT}|<group>') buckets, draws seeded "
-                                               f"{FIXED_DRAW_SEED}") if st.fixed_split else "seeded",
+        "settings": asdict(st), "split_rule": (f"fixed: sha256('{SPLIT_SALT}|<group>') buckets, draws with seed "
+                                               f"{FIXED_DRAW_SEED}") if st.fixed_split else "per seed",
         "origin": data.get("origin"), "attribution": data.get("attribution"),
         "data_digest": _digest([data["countries"], data["cities"], data.get("us_states", [])]),
         **{f"{s}_items": sum(c.values()) for s, c in clean.items()},

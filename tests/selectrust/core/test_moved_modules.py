@@ -19,7 +19,7 @@ from recipe_utils import ROOT
     ("eval_hooks.generation", "selectrust.generation"),
     ("eval_hooks.generation.backends", "selectrust.generation"),
     ("trainer.dpo_losses", "trainer.dpo.losses"),
-    ("trainer.model.pairs", "trainer.dpo.pairs"),
+    ("trainer.model.pairs", "trainer.logprobs (its pairs: trainer.dpo.pairs)"),  # the parent is imported first
     ("trainer.core.run", "trainer.runtime"),
     ("trainer.evaluation", "trainer.eval_bridge"),
     ("trainer.data.sft_data", "trainer.sft.data"),
