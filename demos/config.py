@@ -204,6 +204,10 @@ class RealDemoConfig:
                                  "the "
                                  "earlier rule: the run's seed draws the split (dev items of one seed are test items "
                                  "of another).")
+    base_only: bool = _f(False, "Run the base's stages alone (the steps, the base's evaluations with its knowledge "
+                                "estimate, NQ-Swap's, mining) and no arm: summary.json holds the base's metrics "
+                                "(`base_only`: true). With real.stage_cache, what a seed's run then reuses: the "
+                                "seed-independent stages computed once before the seeds (issue 60).")
     stage_cache: Optional[str] = _f(None, "A directory shared across runs for the stages that do not depend on the "
                                           "run's seed once the split is fixed (the base's evaluations with its "
                                           "knowledge estimate, mining: demos/real/stage_cache.py): copied in before "

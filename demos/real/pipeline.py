@@ -59,7 +59,7 @@ from trainer.runtime.stage import Stage
 
 from ..common import DemoRun
 from ..config import DemoRunConfig
-from . import nq_swap
+from . import base_only, nq_swap
 from .arms import ARMS, BASE, preflight, run_arms
 from .items import SAMPLE_FILE, facts_size, knowledge_labels, mine_knowledge_overrides, sample_step
 from .prompts import EVAL_SETS, TRAIN
@@ -170,6 +170,8 @@ def stages(cfg: DemoRunConfig) -> list[Stage]:
     facts = Stage("facts", call=build_facts(cfg.seed, facts_size(cfg), bool(cfg.real.fixed_split)))
     out = [Stage("convert", call=convert(cfg.real.model)), facts, *sample_stage(cfg), *nq_swap.rows_stage(cfg),
            *evaluations(BASE.name, st, sets, seed=base_seed(cfg)), *nq_swap.evaluation(cfg, BASE.name), mine]
+    if cfg.real.base_only:  # the base's stages alone (demos.real.base_only)
+        return out
     for name in running:
         arm = ARMS.get(name)
         out += [*arm.train(arm, cfg), *evaluations(name, st, sets, adapter=name),
@@ -280,5 +282,8 @@ def run(cfg: DemoRunConfig, *, compose, runners: dict, checks: dict, stage_runne
 
         hooks = {"before_stages": lambda: stage_cache.restore(cfg, plan, cache, cfg.out, log=demo.runner.log),
                  "after_stages": lambda: stage_cache.save(cfg, plan, cache, cfg.out)}
+    if cfg.real.base_only:
+        return demo.run(plan, lambda results: base_only.summary(cfg, results, eval_sets(cfg)), base_only.write_report,
+                        base_only.print_table, **hooks)
     return demo.run(plan, lambda results: summary_of(cfg, results), write_report, print_table,
                     targets=check_targets, **hooks)

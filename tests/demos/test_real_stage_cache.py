@@ -82,3 +82,35 @@ def test_the_key_follows_the_settings_not_the_seed(tmp_path):
     a = stage_cache.key(_compose([f"out={tmp_path}", "demo=real_full", "seed=0"]), plan[1])
     assert a == stage_cache.key(_compose([f"out={tmp_path}/x", "demo=real_full", "seed=9"]), plan[1])
     assert a != stage_cache.key(_compose([f"out={tmp_path}", "demo=real_full", "real.facts_size=small"]), plan[1])
+
+
+def test_base_only_plans_the_base_s_stages_and_no_arm(tmp_path):
+    from demos.real.pipeline import stages
+
+    full = [s.name for s in stages(_compose([f"out={tmp_path}", "demo=real_full", "real.split=test"]))]
+    base = [s.name for s in stages(_compose([f"out={tmp_path}", "demo=real_full", "real.base_only=true"]))]
+    assert base == [n for n in full if n in base] and base[-1] == "mine"  # a prefix of the full plan, in its order
+    assert {"eval_base", "transfer_base", "nqswap_base", "mine"} <= set(base)
+    assert not [n for n in base if n.endswith(("_scope", "_knowledge_aware")) or n in ("scope", "grpo_prompts")]
+    assert len(full) > len(base)
+
+
+def test_base_only_summary_and_report_hold_the_base_s_metrics(tmp_path):
+    from demos.real import base_only
+
+    cfg = _compose([f"out={tmp_path}", "demo=real_full", "real.base_only=true"])
+    m = {"accuracy": {"clean": 0.5, "misleading": 0.25, "correct": 1.0, "irrelevant": 0.5}, "sc2w": 0.5,
+         "n_items": 4, "unknown_correct_accuracy": 0.75}
+    nq = {"nq_swap": {"em_org_context": 0.6, "em_org_context_strict": 0.1, "p_sub": 0.3, "p_org": 0.4, "n_items": 300,
+                      "ci": {"em_org_context": [0.55, 0.65]}}}
+    results = {"eval_base": m, "transfer_base": m, "nqswap_base": nq, "nqswap_rows": {"items": 300},
+               "mine": {"quartets": 3, "dropped_items": {"x": "y"}}}
+    sets = {"real": ("eval", "facts/facts_heldout.jsonl"), "transfer": ("transfer", "facts/facts_transfer.jsonl")}
+    s = base_only.summary(cfg, results, sets)
+    assert s["base_only"] is True and s["real"]["base"] is m and s["nq_swap"]["base"] is nq
+    assert s["mining"] == {"quartets": 3}
+    s["wall_seconds"] = 1.0
+    base_only.write_report(s, tmp_path)
+    text = (tmp_path / "report.md").read_text()
+    assert "| real | 4 | 50.0% | 25.0% | 100.0% | 50.0% | 50.0% | 75.0% |" in text
+    assert "NQ-Swap em_org_context | 300 | 60.0% [55.0, 65.0]" in text and "em_org_context_strict | 300 | 10.0%" in text
