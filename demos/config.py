@@ -204,6 +204,13 @@ class RealDemoConfig:
                                  "the "
                                  "earlier rule: the run's seed draws the split (dev items of one seed are test items "
                                  "of another).")
+    invented_items: int = _f(0, "Invented entities (issue 61's first lever; docs/real_model.md#invented-entities-"
+                                "issue-61-lever): add this many items about places and things that do not exist to "
+                                "the training file only (build-facts --invented-items: the four trained place "
+                                "relations' templates and four relations of their own, never continent's or "
+                                "currency's, with invented answers), so the base labels them unknown and they feed "
+                                "the unknown_correct pool across relations; the held-out, dev and transfer files stay "
+                                "the same | 0 = none (else at least 3).")
     stage_cache: Optional[str] = _f(None, "A directory shared across runs for the stages that do not depend on the "
                                           "run's seed once the split is fixed (the base's evaluations with its "
                                           "knowledge estimate, mining: demos/real/stage_cache.py): copied in before "
