@@ -17,8 +17,8 @@ the same in every run. With ``real.stage_cache=DIR``:
 ``<key>`` is a sha256 of what selects the candidate (the stage's name, recipe, overrides, inputs and seed; the facts
 size and split rule; the model; the NQ-Swap settings; ``real.invented_items`` for a stage that reads the training
 file, mining, so that a run with invented items and one without each keep their entry while sharing the base's
-evaluations, whose files are the same); what decides is the runner's check (it hashes each input's content). A seed then pays for
-its trained arms alone (and the cheap steps: conversion, facts build, NQ-Swap rows).
+evaluations, whose files are the same); what decides is the runner's check (it hashes each input's content). A seed
+then pays for its trained arms alone (and the cheap steps: conversion, facts build, NQ-Swap rows).
 """
 
 from __future__ import annotations

@@ -73,10 +73,11 @@ class FactsSettings:
                 "(test) countries, which stay as they are; 0: no dev split"})
     invented_items: int = field(default=0, metadata={
         "help": "add this many invented items (places and things that do not exist, so no model knows them: "
-                "issue 61's lever; eval_hooks/builders/facts/invented.py, docs/real_model.md#invented-entities-issue-"
-                "61-lever) to the training file only, across the four trained place relations' templates and four "
-                "relations of their own (never continent's or currency's), with invented answers; the held-out, dev "
-                "and transfer files stay as they are; 0: none, else at least 3"})
+                "issue 61's lever; eval_hooks/builders/facts/invented.py, "
+                "docs/real_model.md#invented-entities-issue-61-lever) to the training file only, across the four "
+                "trained place relations' templates and four relations of their own (never continent's or "
+                "currency's), with invented answers; the held-out, dev and transfer files stay as they are; 0: none, "
+                "else at least 3"})
     transfer_dev_items: int = field(default=40, metadata={
         "help": "at most this many items in the held-out relation's dev part (facts_transfer_dev.jsonl), subjects "
                 "disjoint from facts_transfer.jsonl's: taken from the items max_transfer_items leaves over (with no "

@@ -183,7 +183,8 @@ def invented_rows(items: list[dict]) -> list[dict]:
     irrelevant context another item's fact of the same relation, ``source: invented``."""
     rows = []
     for it in items:
-        same = [o for o in items if o["relation"] == it["relation"] and o["gold"] not in (it["gold"], it["wrong_value"])]
+        same = [o for o in items
+                if o["relation"] == it["relation"] and o["gold"] not in (it["gold"], it["wrong_value"])]
         other = random.Random(f"{INVENTED_SEED}|irrelevant|{it['id']}").choice(same)
         spec = INVENTED_RELATIONS[it["relation"]]
         item = {k: v for k, v in it.items() if k not in ("wrong_options", "draw_from")}

@@ -160,7 +160,8 @@ def test_no_invented_name_in_a_held_out_row_and_no_held_out_name_in_an_invented_
 
 def test_the_judge_reads_an_invented_answer(with_and_without):
     (_, _), (splits, _) = with_and_without
-    correct = {r["relation"]: r for r in splits["train"] if r.get("source") == "invented" and r["condition"] == "correct"}
+    correct = {r["relation"]: r for r in splits["train"]
+               if r.get("source") == "invented" and r["condition"] == "correct"}
     assert set(correct) == set(INVENTED_RELATIONS)
     for rel, r in correct.items():
         fact = INVENTED_RELATIONS[rel].fact.format(s=r["subject"], o=r["gold"])
