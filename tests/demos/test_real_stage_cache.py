@@ -97,4 +97,3 @@ def test_the_key_follows_the_settings_not_the_seed(tmp_path):
     a = stage_cache.key(_compose([f"out={tmp_path}", "demo=real_full", "seed=0"]), plan[1])
     assert a == stage_cache.key(_compose([f"out={tmp_path}/x", "demo=real_full", "seed=9"]), plan[1])
     assert a != stage_cache.key(_compose([f"out={tmp_path}", "demo=real_full", "real.facts_size=small"]), plan[1])
-
