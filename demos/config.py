@@ -197,6 +197,13 @@ class RealDemoConfig:
     nq_swap_max_context_words: Optional[int] = _f(150, "Leave out NQ-Swap questions whose passages are longer than "
                                                         "this many words (the sample is then stratified by length) | "
                                                         "None = no cap.")
+    invented_items: int = _f(0, "Invented entities (issue 61's first lever; "
+                                "docs/real_model.md#invented-entities-issue-61-lever): add this many items about "
+                                "places and things that do not exist to the training file only (build-facts "
+                                "--invented-items: the four trained place relations' templates and four relations of "
+                                "their own, never continent's or currency's, with invented answers), so the base "
+                                "labels them unknown and they feed the unknown_correct pool across relations; the "
+                                "held-out, dev and transfer files stay the same | 0 = none (else at least 3).")
     fixed_split: bool = _f(True, "One split for every seed (issue 60; docs/real_model.md#one-split-for-every-seed"
                                  "): build-facts --fixed-split 1, so the training, dev and test countries and the "
                                  "held-out relation's dev and test items are the same whatever the run's seed (the "

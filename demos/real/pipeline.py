@@ -82,14 +82,16 @@ def convert(model: str) -> Callable[[Path], str]:
     return step
 
 
-def build_facts(seed: int, size: str, fixed_split: bool = True) -> Callable[[Path], Path]:
+def build_facts(seed: int, size: str, fixed_split: bool = True, invented_items: int = 0) -> Callable[[Path], Path]:
     """Stage ``facts``: the facts set of ``seed`` and ``size`` (``build-facts --size``) in the stage's directory; with
     ``fixed_split`` (``real.fixed_split``, the default) the one split of every seed (``--fixed-split 1``: the files do
-    not depend on ``seed``)."""
+    not depend on ``seed``); with ``invented_items`` (``real.invented_items``, issue 61) that many invented items
+    appended to the training file only (``--invented-items``: the ``mine`` stage, which hashes the training file as
+    its input, then runs again; the base's evaluations, on files that stay the same, do not)."""
     def step(out: Path) -> Path:
         from eval_hooks.builders.facts import build_dir  # deferred: tests patch it
 
-        build_dir(out, seed=seed, size=size, fixed_split=int(bool(fixed_split)))
+        build_dir(out, seed=seed, size=size, fixed_split=int(bool(fixed_split)), invented_items=int(invented_items))
         return out
 
     return step
@@ -167,7 +169,8 @@ def stages(cfg: DemoRunConfig) -> list[Stage]:
                                         *mine_knowledge_overrides(cfg)],
                  inputs={"model.path": "convert", "items_path": TRAIN}, check=mined_quartets, seed=base_seed(cfg))
     sets = eval_sets(cfg)
-    facts = Stage("facts", call=build_facts(cfg.seed, facts_size(cfg), bool(cfg.real.fixed_split)))
+    facts = Stage("facts", call=build_facts(cfg.seed, facts_size(cfg), bool(cfg.real.fixed_split),
+                                            int(cfg.real.invented_items)))
     out = [Stage("convert", call=convert(cfg.real.model)), facts, *sample_stage(cfg), *nq_swap.rows_stage(cfg),
            *evaluations(BASE.name, st, sets, seed=base_seed(cfg)), *nq_swap.evaluation(cfg, BASE.name), mine]
     if cfg.real.base_only:  # the base's stages alone (demos.real.base_only)

@@ -15,8 +15,10 @@ the same in every run. With ``real.stage_cache=DIR``:
   record differs), written in a temporary sibling and renamed into place.
 
 ``<key>`` is a sha256 of what selects the candidate (the stage's name, recipe, overrides, inputs and seed; the facts
-size and split rule; the model; the NQ-Swap settings); what decides is the runner's check. A seed then pays for
-its trained arms alone (and the cheap steps: conversion, facts build, NQ-Swap rows).
+size and split rule; the model; the NQ-Swap settings; ``real.invented_items`` for a stage that reads the training
+file, mining, so that a run with invented items and one without each keep their entry while sharing the base's
+evaluations, whose files are the same); what decides is the runner's check (it hashes each input's content). A seed
+then pays for its trained arms alone (and the cheap steps: conversion, facts build, NQ-Swap rows).
 """
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ from pathlib import Path
 from typing import Any
 
 from trainer.runtime.stage import Stage
+
+from .prompts import TRAIN
 
 COMPLETE = "stage_complete.json"
 
@@ -61,6 +65,8 @@ def key(cfg, stage: Stage) -> str:
                     real.nq_swap_data],
         "stages": _plain(real.stages),
     }
+    if real.invented_items and TRAIN in stage.inputs.values():  # issue 61: another training file (mining's input);
+        what["invented_items"] = int(real.invented_items)  # the base's evaluations keep their key, their files the same
     return hashlib.sha256(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()[:20]
 
 

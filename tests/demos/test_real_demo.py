@@ -479,16 +479,22 @@ def test_stages_add_transfer_evaluations_and_the_scope_grpo_arm(tmp_path, monkey
     import eval_hooks.builders.facts as facts
 
     monkeypatch.setattr(facts, "build_dir",
-                        lambda out, *, seed, size, fixed_split: sizes.append((seed, size, fixed_split)))
+                        lambda out, *, seed, size, fixed_split, invented_items:
+                        sizes.append((seed, size, fixed_split, invented_items)))
     for extra in (["demo=real"], ["demo=real_full"], ["demo=real_full", "real.facts_size=full"]):
         facts_stage = next(s for s in stages(_compose([f"out={tmp_path}", *extra, "seed=3"])) if s.name == "facts")
         facts_stage.call(tmp_path)
-    # issue 54: the full experiment trains on the full set; issue 60: one split for every seed, by default
-    assert sizes == [(3, "small", 1), (3, "full", 1), (3, "full", 1)]
+    # issue 54: the full experiment trains on the full set; issue 60: one split for every seed, by default; issue 61:
+    # no invented items unless asked for
+    assert sizes == [(3, "small", 1, 0), (3, "full", 1, 0), (3, "full", 1, 0)]
     facts_stage = next(s for s in stages(_compose([f"out={tmp_path}", "demo=real_full", "real.facts_size=small",
                                                    "seed=3", "real.fixed_split=false"])) if s.name == "facts")
     facts_stage.call(tmp_path)
-    assert sizes[-1] == (3, "small", 0)
+    assert sizes[-1] == (3, "small", 0, 0)
+    facts_stage = next(s for s in stages(_compose([f"out={tmp_path}", "demo=real_full", "seed=3",
+                                                   "real.invented_items=300"])) if s.name == "facts")
+    facts_stage.call(tmp_path)
+    assert sizes[-1] == (3, "full", 1, 300)
 
 
 def _facts_rows(items: dict[str, str]) -> list[dict]:

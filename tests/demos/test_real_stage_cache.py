@@ -75,6 +75,21 @@ def test_a_second_seed_reuses_the_base_s_stages_from_the_cache_and_reruns_what_c
     assert stage_cache.restore(cfg, plan_c, cache, tmp_path / "c", log=lambda m: None) == []
 
 
+def test_invented_items_change_the_key_of_mining_only(tmp_path):
+    """Issue 61: ``real.invented_items`` changes the training file only, so the stage that reads it (``mine``) gets
+    another cache entry, and the base's evaluations (the same files) keep theirs; N=0 keeps today's keys."""
+    from demos.real import stage_cache
+    from demos.real.pipeline import stages
+
+    def keys(*extra):
+        cfg = _compose([f"out={tmp_path}", "demo=real_full", *extra])
+        return {s.name: stage_cache.key(cfg, s) for s in stage_cache.cached_stages(stages(cfg))}
+
+    none, zero, some = keys(), keys("real.invented_items=0"), keys("real.invented_items=300")
+    assert none == zero and set(some) == set(none) >= {"mine", "eval_base", "transfer_base"}
+    assert {n for n in none if none[n] != some[n]} == {"mine"}
+
+
 def test_the_key_follows_the_settings_not_the_seed(tmp_path):
     from demos.real import stage_cache
 

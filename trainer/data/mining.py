@@ -12,6 +12,9 @@ same (r+, r-) is then written under all four contexts (a quartet).
 Knowledge-aware mining (``knowledge`` enabled, docs/scope.md#knowledge-aware-scope): each item's clean answer
 is first sampled ``knowledge.k`` times; quartets come from *known* items only and *unknown* items give the
 unknown pools (pair rows with ``pool: unknown_correct`` / ``unknown_irrelevant``, :func:`unknown_pairs`).
+Items about invented entities (rows of ``source: invented``, issue 61: ``build-facts --invented-items``) are never
+a quartet, in either mining, even when the base gives their answer by chance or a fallback elicits it; they feed the
+unknown pools like any item the estimate labels unknown (``mining_stats.json``'s ``invented`` counts them).
 
 The rows are the pair-file format of :mod:`trainer.data.train_data`; the backend is any generation backend
 (tests use scripted ones). Evaluation's prompts, parsers and knowledge estimate are imported when mining runs.
@@ -30,6 +33,7 @@ from selectrust.generation.prompts import PromptSettings
 from eval_hooks.parsers import parse_row_answer, row_answer_matches
 from eval_hooks.knowledge import estimate_from_config
 from eval_hooks.knowledge import knowledge_record, summarize
+from eval_hooks.builders.facts.invented import SOURCE as INVENTED
 
 
 def leaks_note(text: str, *, patterns, note: str) -> bool:
@@ -64,6 +68,8 @@ def mine(rows: list[dict], backend, *, max_new_tokens: int, use_fallback: bool, 
                                                       max_new_tokens=max_new_tokens, prompt_settings=settings,
                                                       seed=seed)
         items = [i for i in items if est[i]["knowledge"] == "known"]
+    invented = _invented_items(by_item, items)
+    items = [i for i in items if i not in invented]
     asked = [by_item[i][c] for i in items for c in MINED_CONDITIONS]
     results = build_requests(asked, max_new_tokens=max_new_tokens, prompt_settings=settings)
     outs = backend.generate(results, progress=True, desc="mine")
@@ -84,7 +90,26 @@ def mine(rows: list[dict], backend, *, max_new_tokens: int, use_fallback: bool, 
              "prompt": (settings or PromptSettings()).describe()}
     if est is not None:
         stats.update(knowledge_stats(est, extra, unknown_dropped, knowledge))
+    if any(by_item[i][CLEAN].get("source") == INVENTED for i in by_item):
+        stats["invented"] = _invented_stats(by_item, est, extra, invented)
     return pairs + extra, stats
+
+
+def _invented_items(by_item: dict, items: list[str]) -> set[str]:
+    """The items of ``items`` about invented entities (``source: invented``, issue 61; the facts builder's
+    ``--invented-items``): never a SCOPE quartet, even when the base gave the invented answer (by chance) or a
+    fallback would have elicited it. No model knows them, so they belong in the unknown pools only."""
+    return {i for i in items if by_item[i][CLEAN].get("source") == INVENTED}
+
+
+def _invented_stats(by_item: dict, est: dict | None, extra: list[dict], kept_out: set[str]) -> dict:
+    """``mining_stats.json``'s ``invented``: how many invented items there were, how many were kept out of the
+    quartets (known by the estimate, or every one without an estimate), their knowledge labels and their pairs per
+    pool."""
+    ids = {i for i in by_item if by_item[i][CLEAN].get("source") == INVENTED}
+    return {"items": len(ids), "kept_out_of_quartets": len(kept_out),
+            "by_knowledge": dict(Counter(est[i]["knowledge"] for i in ids)) if est is not None else None,
+            "per_pool": dict(Counter(p["pool"] for p in extra if p["item_id"] in ids))}
 
 
 def _judge(row: dict, response: str):

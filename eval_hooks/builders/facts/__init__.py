@@ -49,6 +49,10 @@ as is a held-out item whose subject or gold is a word of the fixed wording. No t
 (``transfer_fact_in_training``). The builder checks every training prompt at the end (``leak_check`` in
 ``build_stats.json``).
 
+Invented entities (``--invented-items N``, :mod:`.invented`; issue 61): N items about places and things that do not
+exist, appended to ``facts_train.jsonl`` only (rows ``source: invented``), across the four trained place relations'
+templates and four of their own, never the held-out relations'; the other files stay byte for byte the same.
+
 Sizes (:data:`SIZES`): ``small`` (the defaults of :class:`FactsSettings`, both real demos') and ``full`` (the
 demos' ``real.facts_size=full``); every setting can be given on top.
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from selectrust.core.io import DataError, write_json_atomic, write_jsonl_atomic
 from ...parsers import normalize_short_text
 from selectrust.conditions import CLEAN, MIST_CONDITIONS
+from .invented import INVENTED_SEED, MIN_PER_RELATION, SOURCE, invented_items, invented_rows, reserved_words, templates
 from .relations import RELATIONS, Geo, related
 from .source import load_geonames
 from .wording import fixed_text, item_rows
@@ -70,6 +71,13 @@ class FactsSettings:
         "help": "about this many dev items (facts_dev.jsonl, for choosing settings): whole training countries (US "
                 "states) taken out of training until this many, so disjoint from training and from the held-out "
                 "(test) countries, which stay as they are; 0: no dev split"})
+    invented_items: int = field(default=0, metadata={
+        "help": "add this many invented items (places and things that do not exist, so no model knows them: "
+                "issue 61's lever; eval_hooks/builders/facts/invented.py, "
+                "docs/real_model.md#invented-entities-issue-61-lever) to the training file only, across the four "
+                "trained place relations' templates and four relations of their own (never continent's or "
+                "currency's), with invented answers; the held-out, dev and transfer files stay as they are; 0: none, "
+                "else at least 3"})
     transfer_dev_items: int = field(default=40, metadata={
         "help": "at most this many items in the held-out relation's dev part (facts_transfer_dev.jsonl), subjects "
                 "disjoint from facts_transfer.jsonl's: taken from the items max_transfer_items leaves over (with no "
@@ -91,9 +99,13 @@ class FactsSettings:
                             f"{self.transfer_relation!r}", field="transfer_relation (--transfer-relation)")
         for f in fields(self):
             v = getattr(self, f.name)
-            counted = f.name.startswith(("min_", "max_")) or f.name.endswith("dev_items")
+            counted = f.name.startswith(("min_", "max_")) or f.name.endswith(("dev_items", "invented_items"))
             if counted and (v is not None or not f.name.startswith("max_")) and (not isinstance(v, int) or v < 0):
                 raise DataError(f"expected a whole number >= 0, got {v!r}", field=f.name)
+        if 0 < self.invented_items < MIN_PER_RELATION:
+            raise DataError(f"expected 0 or a whole number >= {MIN_PER_RELATION}, got {self.invented_items}: an "
+                            f"invented item's wrong value and irrelevant fact are two other invented items' of its "
+                            f"relation", field="invented_items (--invented-items)")
         if self.fixed_split not in (0, 1):
             raise DataError(f"expected 0 or 1, got {self.fixed_split!r}", field="fixed_split (--fixed-split)")
         self._check_least()
@@ -470,16 +482,46 @@ def build_facts(data: dict, settings: FactsSettings = FactsSettings()) -> tuple[
     out["transfer_dev"] = _rows(transfer_dev, "transfer_dev", st, drops)
     out = {s: out[s] for s in SIDES}
     n = {s: len(r) // len(MIST_CONDITIONS) for s, r in out.items()}
+    invented = _invented(data, st, out)  # last: nothing above sees them, so the other files are as without them
+    out["train"] = out["train"] + invented.pop("rows")
     if not n["train"] or not n["heldout"] or (st.transfer_relation and not n["transfer"]):  # a dev part may be empty
         raise DataError(f"the build keeps {n['train']} training, {n['heldout']} held-out, {n['transfer']} transfer, "
                         f"{n['dev']} dev and {n['transfer_dev']} transfer dev items (of {len(groups)} countries and "
                         f"states, heldout_fraction {st.heldout_fraction}; dropped: "
                         f"{ {r: dict(c) for r, c in drops.items() if c} }); nothing written", path=data.get("origin"))
-    return out, _stats(data, st, out, drops, made, held, len(groups))
+    return out, {**_stats(data, st, out, drops, made, held, len(groups)), "invented": invented}
+
+
+def _invented(data: dict, st: FactsSettings, out: dict[str, list[dict]]) -> dict:
+    """The rows of ``st.invented_items`` invented items (:mod:`.invented`) for the training file, and their counts
+    (``build_stats.json``'s ``invented``). Their names avoid every word of the data's real names, of the fixed prompt
+    text (the invented templates included) and of the other sides' subjects, golds and aliases; an item with a row
+    that still names a held-out or dev subject, gold or alias (the leak rule, through a template's words) goes,
+    counted as ``names_heldout``."""
+    info = {"items": 0, "seed": INVENTED_SEED, "by_relation": {}, "dropped": {}, "rows": []}
+    if not st.invented_items:
+        return info
+    others = [r for side in SIDES if side != "train" for r in out[side]]
+    names = [v for r in others for v in (r["subject"], r["gold"], r["wrong_value"], *r.get("gold_aliases", []))]
+    q, f = templates()
+    fixed = fixed_text([r.question for r in RELATIONS.values()] + q, [r.fact for r in RELATIONS.values()] + f)
+    items = invented_items(st.invented_items, reserved_words(data, names, fixed))
+    banned = {normalize_short_text(v) for r in out["heldout"] + out["dev"] if r["condition"] == CLEAN
+              for v in (r["subject"], r["gold"], *r.get("gold_aliases", []))}
+    rows = invented_rows(items)
+    leaking = {r["item_id"] for r in rows if _mentions_any(r["prompt"], banned)}
+    kept = [r for r in rows if r["item_id"] not in leaking]
+    dropped = Counter(it["relation"] for it in items if it["id"] in leaking)
+    by_rel = Counter(r["relation"] for r in kept if r["condition"] == CLEAN)
+    return info | {"items": sum(by_rel.values()), "by_relation": dict(by_rel),
+                   "dropped": {rel: {"names_heldout": k} for rel, k in sorted(dropped.items())}, "rows": kept}
 
 
 def _stats(data: dict, st: FactsSettings, out: dict, drops: dict, made: Counter, held: set, n_groups: int) -> dict:
-    clean = {s: Counter(r["relation"] for r in rows if r["condition"] == CLEAN) for s, rows in out.items()}
+    """``build_stats.json`` less ``invented``: the counts are of the GeoNames items (the invented rows, ``source``
+    ``invented``, are counted in ``invented``); the leak check reads every training row, the invented ones too."""
+    real = {s: [r for r in rows if r.get("source") != SOURCE] for s, rows in out.items()}
+    clean = {s: Counter(r["relation"] for r in rows if r["condition"] == CLEAN) for s, rows in real.items()}
     dev_groups = {r["group"] for r in out["dev"]}
     chosen = [*st.relations, *([st.transfer_relation] if st.transfer_relation else [])]
     return {
@@ -493,7 +535,7 @@ def _stats(data: dict, st: FactsSettings, out: dict, drops: dict, made: Counter,
                             "dropped": dict(sorted(drops[rel].items()))} for rel in chosen},
         "by_relation": {s: dict(c) for s, c in clean.items()},
         "by_wording": {s: dict(sorted(Counter(r["wording"] for r in rows if r["condition"] == CLEAN).items()))
-                       for s, rows in out.items()},
+                       for s, rows in real.items()},
         "heldout_groups": len(held), "dev_groups": len(dev_groups),
         "train_groups": n_groups - len(held) - len(dev_groups),
         "leak_check": _check_no_leak(out["train"], out["heldout"], out["transfer"] + out["transfer_dev"], out["dev"]),
@@ -521,7 +563,7 @@ def add_alt_names(splits: dict[str, list[dict]], data: dict) -> int:
     n = 0
     for rows in splits.values():
         for r in rows:
-            if r.get("relation") != "capital":
+            if r.get("relation") != "capital" or r.get("source") == SOURCE:  # an invented city has no other name
                 continue
             alt = city_alt_names(r["gold"], r["group"], avoid=[r["subject"], r["wrong_value"], *countries])
             if alt:
