@@ -155,6 +155,9 @@ class RealDemoConfig:
                                             "seeded by the run's seed (stage <eval|dev_eval>_sample; summary.json's "
                                             "`items` says which) | None = every held-out item.")
     mine_knowledge: MineKnowledgeConfig = field(default_factory=MineKnowledgeConfig)
+    scope: Optional[bool] = _f(None, "Train and evaluate SCOPE (the four balanced pools) | None: yes, in every real "
+                                     "demo | false: leave it out (a seed that runs the chosen arm alone, issue 61: SCOPE "
+                                     "and misleading-only on five of the ten test seeds; its GRPO arms need it).")
     misleading_only: Optional[bool] = _f(None, "Train and evaluate the misleading-only (Standard-DPO) ablation; "
                                                "None: the demo's own (demo=real_full: yes; demo=real: no).")
     knowledge_aware: Optional[bool] = _f(None, "Train and evaluate knowledge-aware SCOPE (its unknown_correct pool: "

@@ -264,6 +264,20 @@ def test_the_sft_term_and_knowledge_aware_grpo_arms_are_stages_of_the_existing_r
         stages(_compose([f"out={tmp_path}", "real.ka_grpo=true", "real.knowledge_aware=false"]))
 
 
+def test_scope_can_be_left_out_of_a_seed_that_runs_the_chosen_arm_alone(tmp_path):
+    """real.scope=false (issue 61: SCOPE on five of the ten test seeds): no SCOPE stage, the chosen arm and the base's
+    stages as before; an arm that continues SCOPE then fails before any stage."""
+    from demos.real.pipeline import stages
+    from selectrust.core.errors import ConfigError
+
+    full = [s.name for s in stages(_compose([f"out={tmp_path}"]))]
+    alone = [s.name for s in stages(_compose([f"out={tmp_path}", "real.scope=false"]))]
+    assert alone == [n for n in full if n not in ("scope", "eval_scope", "transfer_scope")] and "scope" in full
+    assert "knowledge_aware" in alone and "mine" in alone
+    with pytest.raises(ConfigError, match=r"^demo arm 'scope_grpo' continues 'scope', which this run does not"):
+        stages(_compose([f"out={tmp_path}", "real.scope=false", "real.scope_grpo=true"]))
+
+
 def test_the_new_arms_stage_configs_compose_and_validate(tmp_path):
     """The GRPO stage of scope_grpo_sft composes with the SFT term set (and passes validate_grpo)."""
     from demos.real.pipeline import stages
