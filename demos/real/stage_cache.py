@@ -15,15 +15,16 @@ the same in every run. With ``real.stage_cache=DIR``:
   record differs), written in a temporary sibling and renamed into place.
 
 ``<key>`` is a sha256 of what selects the candidate (the stage's name, recipe, overrides, inputs and seed; the facts
-size and split rule; the model; the NQ-Swap settings; ``real.invented_items`` for a stage that reads the training
-file, mining, so that a run with invented items and one without each keep their entry while sharing the base's
-evaluations, whose files are the same); what decides is the runner's check (it hashes each input's content). A seed
+size and split rule; the model; the NQ-Swap settings; the commit; ``real.invented_items`` for a stage that reads the
+training file, mining, so that a run with invented items and one without each keep their entry while sharing the
+base's evaluations, whose files are the same); what decides is the runner's check (it hashes each input's content).
+The other stages' settings (``real.stages``: an arm's overrides) are not in it: a stage's own overrides are, so a run
+that changes an arm's settings reuses the base's stages. A seed
 then pays for its trained arms alone (and the cheap steps: conversion, facts build, NQ-Swap rows).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import os
@@ -31,6 +32,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from trainer.runtime.provenance import git_commit
 from trainer.runtime.stage import Stage
 
 from .prompts import TRAIN
@@ -41,15 +43,6 @@ COMPLETE = "stage_complete.json"
 def cached_stages(plan: list[Stage]) -> list[Stage]:
     """The plan's seed-independent recipe stages (a fixed :attr:`Stage.seed`)."""
     return [s for s in plan if s.recipe is not None and s.seed is not None]
-
-
-def _plain(node) -> Any:
-    """``node`` as plain values: the typed settings' dataclass or a composed config's node."""
-    if dataclasses.is_dataclass(node):
-        return dataclasses.asdict(node)
-    from omegaconf import OmegaConf  # deferred: a composed config only (tests hand one)
-
-    return OmegaConf.to_container(node, resolve=True)
 
 
 def key(cfg, stage: Stage) -> str:
@@ -63,7 +56,9 @@ def key(cfg, stage: Stage) -> str:
         "heldout_items": real.heldout_items,
         "nq_swap": [real.nq_swap_questions, real.nq_swap_seed, real.nq_swap_max_context_words,
                     real.nq_swap_data],
-        "stages": _plain(real.stages),
+        # the commit the run's code is at: one entry per commit, so runs on two commits do not replace each other's
+        # (the runner would refuse the other commit's copy anyway: its provenance differs)
+        "commit": git_commit(),
     }
     if real.invented_items and TRAIN in stage.inputs.values():  # issue 61: another training file (mining's input);
         what["invented_items"] = int(real.invented_items)  # the base's evaluations keep their key, their files the same

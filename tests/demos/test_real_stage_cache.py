@@ -97,6 +97,16 @@ def test_the_key_follows_the_settings_not_the_seed(tmp_path):
     a = stage_cache.key(_compose([f"out={tmp_path}", "demo=real_full", "seed=0"]), plan[1])
     assert a == stage_cache.key(_compose([f"out={tmp_path}/x", "demo=real_full", "seed=9"]), plan[1])
     assert a != stage_cache.key(_compose([f"out={tmp_path}", "demo=real_full", "real.facts_size=small"]), plan[1])
+    # an arm's settings do not move the base's key (its own overrides do: they are the stage's)
+    arm = "real.stages.knowledge_aware_full=['algo.lambda_u=0.2']"
+    assert a == stage_cache.key(_compose([f"out={tmp_path}", "demo=real_full", arm]), plan[1])
+    evaluate = "real.stages.evaluate=['generation.batch_size=8']"
+    from demos.real.pipeline import stages
+
+    def base_key(over):
+        cfg = _compose([f"out={tmp_path}", "demo=real_full", *over])
+        return stage_cache.key(cfg, next(s for s in stages(cfg) if s.name == "eval_base"))
+    assert base_key([]) == base_key([arm]) != base_key([evaluate])
 
 
 def test_base_only_plans_the_base_s_stages_and_no_arm(tmp_path):
