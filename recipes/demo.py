@@ -57,7 +57,8 @@ def main(cfg: DictConfig) -> None:
 
 def second_relation(argv: list[str]) -> int:
     """``python -m demos.real.second_relation ARGS`` (run here as ``second-relation ARGS``): its evaluation stages run
-    by the stage runner with the evaluate recipe, their configs composed from ``conf/`` (:mod:`demos.real.second_relation`)."""
+    by the stage runner with the evaluate recipe, their configs composed from ``conf/``
+    (:mod:`demos.real.second_relation`)."""
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
         return second.main(argv, tools=second.Tools(compose, runners(second.RECIPES), StageRunner))

@@ -294,7 +294,8 @@ def table(result: dict) -> str:
     b = st[BASE.name]
     head = [f"**Second held-out relation: `{rel}`** ({result['split']} items, never trained on; seeds "
             f"{', '.join(map(str, result['seeds']))}; {b['n_items']} items ({b['n_items'] // len(result['seeds'])} "
-            f"per seed), {b['n_unknown']} labelled unknown by the base, pooled over the seeds). Item bootstrap paired by item and stratified by seed, "
+            f"per seed), {b['n_unknown']} labelled unknown by the base, pooled over the seeds). Item bootstrap "
+            f"paired by item and stratified by seed, "
             f"{result['n_boot']} replicates (seed {result['boot_seed']}), 95% intervals; targets by the decision "
             f"rule: {result['rule']}.", "",
             md_table(["base", *ORDER, "SC2W", "unknown-correct"],

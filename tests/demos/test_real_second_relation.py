@@ -87,7 +87,8 @@ class FakeEvaluate:
         rows = [r for _, r in read_records(cfg.eval.path)]
         known = {"c0", "c1"}
         label = {r["item_id"]: "known" if r["item_id"] in known else "unknown" for r in rows}
-        right = {"base": lambda r: r["condition"] == "correct" or (r["item_id"] in known and r["condition"] != "misleading"),
+        right = {"base": lambda r: r["condition"] == "correct" or (r["item_id"] in known
+                                                                     and r["condition"] != "misleading"),
                  "scope": lambda r: r["condition"] == "correct"}[arm]
         scores = [{**r, "knowledge": label[r["item_id"]], "correct": right(r)} for r in rows]
         out.mkdir(parents=True, exist_ok=True)
@@ -154,7 +155,8 @@ def test_the_command_runs_the_stages_once_reuses_them_and_pools_the_runs(tmp_pat
         assert main(argv, tools=tools) == 0
         first = list(fake.calls)
         assert main(argv, tools=tools) == 0  # the same command again: every evaluation reused
-    assert fake.calls == first and [c[0] for c in first] == ["dev_second_currency_base", "dev_second_currency_scope"] * 2
+    assert fake.calls == first
+    assert [c[0] for c in first] == ["dev_second_currency_base", "dev_second_currency_scope"] * 2
     assert built[0] == (100, "full", 1, 0, "currency", 100) and len(built) == 4  # a step: built every time
     calls = {(Path(c[1]["eval.path"]).parents[2].name, c[0]): c[1] for c in first}
     base, scope = calls[("seed101", "dev_second_currency_base")], calls[("seed101", "dev_second_currency_scope")]
