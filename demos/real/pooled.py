@@ -175,10 +175,12 @@ def features(base: np.ndarray, arm: np.ndarray, unknown: np.ndarray) -> np.ndarr
     return np.stack([cols[f] for f in FEATURES], axis=1).astype(np.int64)
 
 
-def seed_features(run: dict, key: str) -> dict[str, np.ndarray]:
+def seed_features(run: dict, key: str, prefix: str | None = None) -> dict[str, np.ndarray]:
     """``{arm: features}`` of one run's evaluation set ``key`` (every arm its summary has), items in the base's
-    order; a DataError naming the file of an arm whose items are not the base's."""
-    prefix = EVAL_SETS[str(run.get("split", "test"))][key][0]  # a summary from before `split`: test
+    order; a DataError naming the file of an arm whose items are not the base's. ``prefix``: the evaluation stages'
+    name prefix (None: the split's, :data:`EVAL_SETS`; :mod:`demos.real.second_relation` names its own)."""
+    if prefix is None:
+        prefix = EVAL_SETS[str(run.get("split", "test"))][key][0]  # a summary from before `split`: test
     stages = Path(run["_dir"]) / "stages"
     ids, base, unknown = item_matrix(stages / f"{prefix}_base" / "item_scores.jsonl")
     out = {}
