@@ -35,6 +35,7 @@ class Demo:
     wall_seconds_max: int | None = None  # the issue's wall-time target on 2 idle cores
     facts_size: str = "small"  # the facts set it builds unless real.facts_size says otherwise
     nq_swap_questions: int = 0  # NQ-Swap questions every model is evaluated on unless real.nq_swap_questions says
+    heldout_items: int | None = None  # the held-out sample's size unless real.heldout_items says (None: every item)
 
 
 def _accept(name: str, obj: object) -> Demo:
@@ -51,12 +52,17 @@ def _accept(name: str, obj: object) -> Demo:
 #: instead of the small set's 63-75; the quick demo keeps the small one, ``real.facts_size=full`` gives it the full
 #: one). ``toy``: the random-init toy model (demos/toy/).
 DEMOS: Registry[Demo] = Registry("demo", "selectrust.demos", {
-    # 5 GRPO steps of 4 prompts x 4 samples: a fifth of the full experiment's 20 x 8 x 4 rollouts; at 8 prompts the
-    # run took 584-593 s on 2 cores without AMX, too close to its 600
+    # The main job (issue 61, Deliver 4): the arm chosen on dev (knowledge-aware SCOPE with the full set's settings,
+    # conf/demo.yaml's real.stages.knowledge_aware_full) and the base on the full facts set, the fixed 200-item
+    # sample of the held-out items and the whole held-out relation, within 15 minutes on 2 cores of the slowest kind;
+    # SCOPE and the other comparison arms are the full experiment's (real.scope=true adds SCOPE). The small set stays
+    # a setting (real.facts_size=small). GRPO arms, when switched on: 5 steps of 4 prompts x 4 samples (a fifth of
+    # the full experiment's 20 x 8 x 4 rollouts)
     "real": Demo("real", "real", comparison_arms=False, grpo=("trainer.max_steps=5", "algo.prompts_per_step=4",
-                                                             "optim.batch_size=16"), wall_seconds_max=600,
-                 what="the quick demo: `python recipes/demo.py` (the full experiment, with the comparison "
-                      "arms and 20 GRPO steps of 8, is `demo=real_full`)"),
+                                                             "optim.batch_size=16"), wall_seconds_max=900,
+                 facts_size="full", heldout_items=200,
+                 what="the main job: `python recipes/demo.py` (the arm chosen on dev on the full facts set; the full "
+                      "experiment, with the comparison arms and 20 GRPO steps of 8, is `demo=real_full`)"),
     # NQ-Swap (docs/nq_swap.md#the-fixed-set; issue 60): one fixed set of 300 questions (passages <= 150 words, drawn
     # once with real.nq_swap_seed=0 from the shipped whole set), the same for every seed: 1,200 rows per model. At the
     # ~2 rows/s measured for 40 questions on 2 cores that is about 10 minutes per model (not yet measured at 300)
@@ -152,12 +158,15 @@ class RealDemoConfig:
     heldout_items: Optional[int] = _f(None, "Evaluate on a fixed sample of this many held-out items (of the split's "
                                             "facts_heldout.jsonl or facts_dev.jsonl; the held-out relation is "
                                             "evaluated whole): drawn per relation in proportion to its items, "
-                                            "seeded by the run's seed (stage <eval|dev_eval>_sample; summary.json's "
-                                            "`items` says which) | None = every held-out item.")
+                                            "the same in every seed's run on the fixed split (stage "
+                                            "<eval|dev_eval>_sample; summary.json's `items` says which) | 0 = every "
+                                            "held-out item | None = the demo's own (demo=real, the main job: 200; "
+                                            "demo=real_full: every item).")
     mine_knowledge: MineKnowledgeConfig = field(default_factory=MineKnowledgeConfig)
-    scope: Optional[bool] = _f(None, "Train and evaluate SCOPE (the four balanced pools) | None: yes, in every real "
-                                     "demo | false: leave it out (a seed that runs the chosen arm alone, issue 61: SCOPE "
-                                     "and misleading-only on five of the ten test seeds; its GRPO arms need it).")
+    scope: Optional[bool] = _f(None, "Train and evaluate SCOPE (the four balanced pools), a comparison arm | None: "
+                                     "the demo's own (demo=real_full: yes; demo=real, the main job: no) | false: leave "
+                                     "it out (issue 61: SCOPE and misleading-only on five of the ten test seeds; the "
+                                     "GRPO arms that continue it need it).")
     misleading_only: Optional[bool] = _f(None, "Train and evaluate the misleading-only (Standard-DPO) ablation; "
                                                "None: the demo's own (demo=real_full: yes; demo=real: no).")
     knowledge_aware: Optional[bool] = _f(None, "Train and evaluate knowledge-aware SCOPE (its unknown_correct pool: "

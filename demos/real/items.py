@@ -28,6 +28,16 @@ def facts_size(cfg) -> str:
     return str(chosen) if chosen is not None else DEMOS[cfg.demo].facts_size
 
 
+def heldout_items(cfg) -> int | None:
+    """The held-out sample's size a run evaluates: ``real.heldout_items`` (0: every item, None), or its demo's own
+    (``demos.config.DEMOS``: the main job's 200, the full experiment's every item)."""
+    from ..config import DEMOS  # deferred: imports omegaconf
+
+    chosen = cfg.real.heldout_items
+    n = DEMOS[cfg.demo].heldout_items if chosen is None else int(chosen)
+    return n or None
+
+
 def allocate(counts: dict[str, int], n: int) -> dict[str, int]:
     """``n`` items shared over the relations in proportion to ``counts`` (largest remainders, ties by relation
     name); all of them when ``n`` is at least their total."""

@@ -61,7 +61,8 @@ from ..common import DemoRun
 from ..config import DemoRunConfig
 from . import base_only, nq_swap
 from .arms import ARMS, BASE, preflight, run_arms
-from .items import SAMPLE_FILE, facts_size, knowledge_labels, mine_knowledge_overrides, sample_step
+from .items import (SAMPLE_FILE, facts_size, heldout_items, knowledge_labels, mine_knowledge_overrides,
+                    sample_step)
 from .prompts import EVAL_SETS, TRAIN
 from selectrust.core.errors import ConfigError
 from eval_hooks.knowledge import knowledge_quality as quality
@@ -113,7 +114,7 @@ def eval_sets(cfg: DemoRunConfig) -> dict[str, tuple[str, str]]:
     evaluates: the held-out items always (with ``real.heldout_items``, the sample stage's file instead:
     :func:`sample_stage`), the held-out relation unless ``real.transfer=false``."""
     out = {k: v for k, v in EVAL_SETS[str(cfg.real.split)].items() if k == "real" or cfg.real.transfer}
-    if cfg.real.heldout_items is not None:
+    if heldout_items(cfg) is not None:
         prefix = out["real"][0]
         out["real"] = (prefix, f"{prefix}_sample/{SAMPLE_FILE}")
     return out
@@ -122,10 +123,10 @@ def eval_sets(cfg: DemoRunConfig) -> dict[str, tuple[str, str]]:
 def sample_stage(cfg: DemoRunConfig) -> list[Stage]:
     """With ``real.heldout_items``: the stage ``<prefix>_sample`` that draws the fixed, seeded, relation-stratified
     sample of the split's held-out items (:func:`demos.real.items.sample_step`); else none."""
-    if cfg.real.heldout_items is None:
+    if heldout_items(cfg) is None:
         return []
     prefix, items = EVAL_SETS[str(cfg.real.split)]["real"]
-    return [Stage(f"{prefix}_sample", call=sample_step(base_seed(cfg, cfg.seed), int(cfg.real.heldout_items)),
+    return [Stage(f"{prefix}_sample", call=sample_step(base_seed(cfg, cfg.seed), heldout_items(cfg)),
                   inputs={"rows": items})]
 
 
@@ -255,7 +256,7 @@ def summary_of(cfg: DemoRunConfig, results: dict[str, Any]) -> dict:
     out = {"demo": cfg.demo, "size": facts_size(cfg), "split": str(cfg.real.split), "seed": cfg.seed,
            "model": cfg.real.model}
     sets = eval_sets(cfg)
-    out["items"] = {key: {"file": items, "sample": results.get(items.split("/")[0]) if cfg.real.heldout_items is not None
+    out["items"] = {key: {"file": items, "sample": results.get(items.split("/")[0]) if heldout_items(cfg) is not None
                           and key == "real" else None} for key, (_, items) in sets.items()}
     out["items"].update(nq_swap.items_entry(cfg, results))
     out["knowledge_labels"] = knowledge_labels(cfg)

@@ -35,6 +35,7 @@ from typing import Any
 from trainer.runtime.provenance import git_commit
 from trainer.runtime.stage import Stage
 
+from .items import heldout_items
 from .prompts import TRAIN
 
 COMPLETE = "stage_complete.json"
@@ -53,7 +54,7 @@ def key(cfg, stage: Stage) -> str:
         "inputs": dict(stage.inputs), "seed": stage.seed, "demo": str(cfg.demo),
         "facts_size": str(real.facts_size) if real.facts_size is not None else None,
         "fixed_split": bool(real.fixed_split), "split": str(real.split), "model": str(real.model),
-        "heldout_items": real.heldout_items,
+        "heldout_items": heldout_items(cfg),
         "nq_swap": [real.nq_swap_questions, real.nq_swap_seed, real.nq_swap_max_context_words,
                     real.nq_swap_data],
         # the commit the run's code is at: one entry per commit, so runs on two commits do not replace each other's
