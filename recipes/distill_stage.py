@@ -84,7 +84,7 @@ def run(cfg: DictConfig | DistillRunConfig):
     source = SamplerSource(sampler, lambda idx, w: {"views": [views[i] for i in idx], "epoch": sampler.epoch,
                                                     "item_ids": [views[i].view_id for i in idx]},
                            batch_size=cfg.optim.batch_size, rank=acc.process_index, world=acc.num_processes)
-    step_fn = steps.kl_step if a.stage == "kl" else steps.calibration_step
+    step_fn = steps.step(a.stage)  # trainer/distill/stages.py STAGE_STEPS
     on_epoch_end = steps.epoch_eval(ctx, eval_views) if eval_views is not None and cfg.eval.enabled else None
     if on_epoch_end is not None and ctx.is_main and not resumable(ctx.run_dir):
         ctx.logger.log(0, {"eval_epoch": "0", **{f"eval/{k}": v for k, v in on_epoch_end(0, 0).items()}})
