@@ -20,6 +20,7 @@ from selectrust.core.conf_dir import CONF_DIR
 from trainer.config.cli_help import cli_main
 from selectrust.core.errors import ConfigError
 from trainer.config import check_adapter_dir, register_schemas, validate_common
+from trainer.config.validation import DISTILL_BUDGET_KEYS
 from trainer.config.roots import DistillRunConfig
 from trainer.config.settings import to_settings
 from selectrust.core.io import read_records, write_jsonl_atomic
@@ -36,7 +37,8 @@ def run(cfg: DictConfig | DistillRunConfig) -> list[dict]:
     into typed settings here, before any model loads) or those settings already typed."""
     from trainer.distill.evaluation import eval_settings, evaluate_views  # deferred: imports torch
 
-    cfg: DistillRunConfig = to_settings(cfg, validate_common)  # the typed settings, from here down
+    # the typed settings, from here down; the budgets checked: distillation's (its reasoning)
+    cfg: DistillRunConfig = to_settings(cfg, validate_common, budget_keys=DISTILL_BUDGET_KEYS)
     adv, a = cfg.advice, cfg.algo
     if not adv.forks_path or not adv.out:
         raise ConfigError("advice.forks_path and advice.out: give the fork items and the advice file to write")

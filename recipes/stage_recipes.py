@@ -3,7 +3,9 @@ recipe name. The stage runner (``recipes/stages/``) knows no recipe; the entry p
 (``recipes/chain.py``, ``recipes/demo.py``) hand it the ``run`` functions (:func:`runners`) and the config checks
 (:func:`trainers`) from here, so nothing below ``recipes/`` imports a recipe.
 
-Each recipe is imported plainly here (``dpo`` and ``grpo`` import torch), so the entry points import this module
+The one table: ``recipes/distill.py``'s pipelines take their stages' recipes from here too (the stage ``distill``
+is ``recipes/distill_stage.py``, which imports neither this module nor the pipeline's entry point). Each recipe is
+imported plainly here (``dpo`` and ``grpo`` import torch), so the entry points import this module
 where they run stages, not when ``--help`` is asked. A recipe from another package is an entry point in group
 ``selectrust.stage_recipes`` naming a :class:`StageRecipe` (its ``conf/<name>.yaml`` must be on Hydra's search
 path).
@@ -14,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from recipes import distill, dpo, evaluate, grpo, mine_pairs, sft
+from recipes import distill_stage, dpo, evaluate, grpo, mine_pairs, sft
 from selectrust.core.plugins import Registry
 from selectrust.core.errors import ConfigError
 from trainer.config import validate_distill, validate_dpo, validate_grpo, validate_sft
@@ -42,7 +44,7 @@ STAGE_RECIPES: Registry[StageRecipe] = Registry("stage recipe", "selectrust.stag
     "sft": StageRecipe("sft", sft.run, validate_sft),
     "dpo": StageRecipe("dpo", dpo.run, validate_dpo),
     "grpo": StageRecipe("grpo", grpo.run, validate_grpo),
-    "distill": StageRecipe("distill", distill.run, validate_distill),
+    "distill": StageRecipe("distill", distill_stage.run, validate_distill),
     "evaluate": StageRecipe("evaluate", evaluate.run),
     "mine_pairs": StageRecipe("mine_pairs", mine_pairs.run),
 }, accept=_accept, error=ConfigError, component=StageRecipe)

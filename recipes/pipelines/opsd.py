@@ -4,7 +4,7 @@ Stage ``base`` (only with ``pipeline.base_sft_path``): ``recipes/sft.py`` from t
 ``pipeline.base_model`` with ``pipeline.base_sft`` (recipe=opsd_tiny: the demo's base SFT, conf/demo.yaml
 ``toy.stages.model`` / ``toy.stages.base_sft``, with the demo's ``eval=none logger=jsonl``, so the base is the one
 ``recipes/demo.py`` trains at the same seed); without it the student starts from ``model.path``. Stage
-``opsd``: a ``recipes/distill.py`` run on ``data.train_path`` with ``data.prompt_style=mist`` (student: an
+``opsd``: a ``recipes/distill_stage.py`` run on ``data.train_path`` with ``data.prompt_style=mist`` (student: an
 item's misleading prompt; teacher: the adapter-disabled base on its clean prompt; on-policy tokens). Then
 the matched 4-condition MIST evaluation (``recipes/evaluate.py``, composed with ``pipeline.evaluate``) of
 the base and of the student on each file of ``pipeline.eval_sets``, and ``summary.json`` / ``report.md``.

@@ -5,7 +5,7 @@ docs/taste.md#distillation-trainer).
 split it into two task-disjoint folds (fold 0 trains, fold 1 is held out), and SFT a demonstration
 following base from the tiny preset (stage ``base``). Then stage ``stage1`` (``algo.stage=kl``) and,
 unless ``pipeline.stage2`` is empty, stage ``stage2`` (calibration, from stage 1's adapter), each a
-``recipes/distill.py`` run in ``<run_dir>/stages/<name>/`` through :class:`recipes.stages.StageRunner`
+``recipes/distill_stage.py`` run in ``<run_dir>/stages/<name>/`` through :class:`recipes.stages.StageRunner`
 (re-running the command skips finished stages and resumes an interrupted one). Finally (stage ``evaluate``,
 in ``<run_dir>/eval/``) teacher and student are evaluated on the held-out fold and ``summary.json`` /
 ``report.md`` are written. The recipes are run by name (``sft``, ``distill``; ``evaluate`` for OPSD) from the

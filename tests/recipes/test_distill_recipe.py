@@ -33,9 +33,9 @@ def test_resume_mid_epoch_equals_uninterrupted(folds, tmp_path):
     the per-step losses of an uninterrupted run (sampled reasoning and positions depend on seed, epoch
     and views only)."""
     full, part = tmp_path / "full", tmp_path / "part"
-    run_recipe("distill", "distill", _over(folds, full))
-    run_recipe("distill", "distill", _over(folds, part, "trainer.stop_at_step=2"))
-    run_recipe("distill", "distill", _over(folds, part))
+    run_recipe("distill_stage", "distill", _over(folds, full))
+    run_recipe("distill_stage", "distill", _over(folds, part, "trainer.stop_at_step=2"))
+    run_recipe("distill_stage", "distill", _over(folds, part))
     a = {m["step"]: m for m in read_metrics(full) if "loss" in m}
     b = {m["step"]: m for m in read_metrics(part) if "loss" in m}
     assert sorted(a) == sorted(b) == [1, 2, 3, 4, 5, 6]
@@ -54,7 +54,7 @@ def test_resume_mid_epoch_equals_uninterrupted(folds, tmp_path):
 
 
 def test_calibration_stage_logs_ce_per_cell(folds, tmp_path):
-    run_recipe("distill", "distill", _over(folds, tmp_path / "cal", "algo.stage=calibration", "trainer.max_steps=2"))
+    run_recipe("distill_stage", "distill", _over(folds, tmp_path / "cal", "algo.stage=calibration", "trainer.max_steps=2"))
     m = [x for x in read_metrics(tmp_path / "cal") if "loss" in x]
     assert len(m) == 2 and m[0]["loss"] == pytest.approx(m[0]["calibration_ce"])
     assert any(k.startswith("calibration_ce/") for k in m[0])
@@ -63,7 +63,7 @@ def test_calibration_stage_logs_ce_per_cell(folds, tmp_path):
 
 def test_heldout_evaluation_at_step_0_and_each_epoch(folds, tmp_path):
     run_dir = tmp_path / "ev"
-    run_recipe("distill", "distill", _over(folds, run_dir, "eval.enabled=true", "trainer.eval_every_epoch=true",
+    run_recipe("distill_stage", "distill", _over(folds, run_dir, "eval.enabled=true", "trainer.eval_every_epoch=true",
                                            "trainer.max_steps=3"))
     evals = [m for m in read_metrics(run_dir) if "eval_epoch" in m]
     assert [(m["step"], m["eval_epoch"]) for m in evals] == [(0, "0"), (3, "1")]

@@ -425,11 +425,14 @@ def test_only_the_config_layer_imports_the_config():
     assert not bad, "\n".join(bad)
 
 
-#: What each training recipe may define at its top level: its entry point's run and main (distill also its
-#: pipeline, the stages of ``pipeline.kind`` run around its run). Its step, data and settings are in its package.
+#: What each training recipe may define at its top level: its entry point's run and main. Distillation's entry point
+#: (``distill``) runs the stages of ``pipeline.kind`` (``pipeline``, ``main``); each stage is ``distill_stage``'s run, a
+#: module of its own so that the stage table (``recipes/stage_recipes.py``) and the entry point do not import each
+#: other. Its step, data and settings are in its package.
 RECIPE_DEFINITIONS = {"dpo": {"run", "main"}, "sft": {"run", "main"}, "grpo": {"run", "main"},
-                      "distill": {"run", "pipeline", "main"}}
-ALGORITHM_HOMES = {"dpo": "trainer/dpo", "sft": "trainer/sft", "grpo": "trainer/rl", "distill": "trainer/distill"}
+                      "distill": {"pipeline", "main"}, "distill_stage": {"run"}}
+ALGORITHM_HOMES = {"dpo": "trainer/dpo", "sft": "trainer/sft", "grpo": "trainer/rl", "distill": "trainer/distill",
+                   "distill_stage": "trainer/distill"}
 
 
 def test_each_algorithm_has_one_home():

@@ -14,8 +14,6 @@ SUPPORTS = ("teacher", "student", "union")
 LEVELS = ("token", "sequence")
 #: grpo.sft_coef_at: how the weight of GRPO's SFT term (CHORD) moves over training.
 SFT_SCHEDULES = ("constant", "linear_decay")
-#: GRPO's SFT term: which prompt rows of a rollout batch get the SFT target (trainer/rl/sft_rows.py).
-SFT_ROWS = ("zero_variance_failed", "correct_context")
 #: GRPO's rollout modes (``algo.rollout_mode``; ``algo.env`` selects the environment mode instead): single_turn (G
 #: completions per prompt, group advantages) | paired_context (Knowledgeable-R1: G with the row's context, G without,
 #: trainer/rl/paired_rollouts.py, advantages of paired_context.paired_context_advantages).

@@ -115,8 +115,6 @@ def _evaluates(cfg) -> bool:
     ``trainer.eval_every_epoch`` or ``trainer.eval_at_end``."""
     if not _select(cfg, "eval.enabled", default=True):
         return False
-    if _select(cfg, "pipeline") is not None and _select(cfg, "algo.max_reasoning_tokens") is not None:
-        return False  # distillation: its held-out evaluation is logit-based, budgeted by algo.max_reasoning_tokens
     if _select(cfg, "trainer") is None or not hasattr(cfg.trainer, "eval_at_end"):
         return True
     return bool(cfg.trainer.eval_every_epoch or cfg.trainer.eval_at_end)

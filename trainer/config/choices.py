@@ -4,7 +4,9 @@ declared in :mod:`selectrust.core.settings`, where the evaluation families type 
 A field typed with one refuses any other value at composition. Where an algorithm, data or evaluation
 module owns the value set, the tuple comes from its torch-free home (:mod:`trainer.algos.choices`,
 :mod:`trainer.data.choices`, :mod:`trainer.dpo.losses`, :mod:`eval_hooks.families`,
-:mod:`selectrust.generation.backends`), so importing this module does not import torch. A generation backend's
+:mod:`selectrust.generation.backends`), so importing this module does not import torch; where the value selects
+code, from the registry or table the code looks it up in (docs/architecture.md, "Choice kinds and their
+dispatch", lists every kind, where its value is dispatched, and why a plain value is one). A generation backend's
 own choice-valued settings (e.g. ``server_kind``) become fields of this kind in
 :func:`trainer.config.schemas.generation_schema`.
 """
@@ -15,11 +17,14 @@ from selectrust.generation.backends import BACKENDS
 from eval_hooks.families import FAMILIES
 from eval_hooks.knowledge import SCORES as KNOWLEDGE_SCORES
 from selectrust.core.settings import Choice, choice_type
-from trainer.algos.choices import AGGREGATIONS, ROLLOUT_MODES, SFT_ROWS, SFT_SCHEDULES, STD_SCALINGS
+from trainer.algos.choices import AGGREGATIONS, ROLLOUT_MODES, SFT_SCHEDULES, STD_SCALINGS
 from trainer.algos.choices import LEVELS as IS_LEVELS
 from trainer.algos.choices import SUPPORTS as TOPK_SUPPORTS
 from trainer.data.choices import ON_INVALID, TRUNCATIONS, WEIGHTINGS
+from trainer.distill.stages import STAGE_STEPS
 from trainer.dpo.losses import DPO_LOSSES
+from trainer.rl.sft_rules import SFT_ROW_RULES
+from trainer.runtime.lr_decay import DECAYS
 from selectrust.model.settings import Dtype, InitAdapterMode  # noqa: F401  (the model group's, in the foundation)
 
 
@@ -29,7 +34,7 @@ def _choices(name: str, values) -> type[Choice]:
 
 
 # One per choice-valued field; where an algorithm or data module owns the tuple, it comes from there.
-Scheduler = _choices("Scheduler", ("cosine", "linear", "constant"))
+Scheduler = _choices("Scheduler", tuple(DECAYS))  # the LR decay table
 Device = _choices("Device", ("auto", "cpu"))
 RunDirLayout = _choices("RunDirLayout", ("auto", "shared", "node_local"))
 MixedPrecision = _choices("MixedPrecision", ("no", "bf16", "fp16", "auto"))
@@ -46,9 +51,9 @@ Aggregation = _choices("Aggregation", AGGREGATIONS)
 StdScaling = _choices("StdScaling", STD_SCALINGS)
 ISCorrection = _choices("ISCorrection", ("none", *IS_LEVELS))
 SftSchedule = _choices("SftSchedule", SFT_SCHEDULES)
-SftRows = _choices("SftRows", SFT_ROWS)
+SftRows = _choices("SftRows", tuple(SFT_ROW_RULES))  # the SFT row rule table
 RolloutModeName = _choices("RolloutModeName", ROLLOUT_MODES)
-DistillStage = _choices("DistillStage", ("kl", "calibration"))
+DistillStage = _choices("DistillStage", tuple(STAGE_STEPS))  # the stage step table
 DistillMode = _choices("DistillMode", ("teacher_tokens", "on_policy"))
 DistillTeacher = _choices("DistillTeacher", ("initial", "current"))
 TopkSupport = _choices("TopkSupport", TOPK_SUPPORTS)

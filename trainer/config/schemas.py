@@ -25,10 +25,19 @@ from trainer.config.choices import (Aggregation, Backend, Device, DistillMode, D
                                     InitAdapterMode, ISCorrection, KnowledgeScore, LoggerKind, MixedPrecision, OnInvalid,
                                     Pairing, Reference, RolloutModeName, RunDirLayout, Scheduler, SftRows, SftSchedule, StdScaling, TopkSupport, Truncation, Weighting,
                                     _choices)
+from trainer.dpo.losses import DPO_LOSSES
+from trainer.dpo.losses import SUMMARIES as LOSS_SUMMARIES
 from trainer.rl.oversample import MAX_OVERSAMPLE_CAP, MAX_ROUND_COMPLETIONS
+from trainer.runtime.lr_decay import DECAYS
 import typing
 
 _f = schema_field
+
+
+def named(names, summaries: dict[str, str]) -> str:
+    """``a (its summary) | b | ...``: a help text's list of every name of a registry or dispatch table (in its
+    order), each with its summary where it has one, so the help cannot drift from the names the code accepts."""
+    return " | ".join(f"{n} ({summaries[n]})" if summaries.get(n) else n for n in names)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -40,7 +49,7 @@ class OptimConfig:
     weight_decay: float = _f(0.0, "AdamW weight decay.")
     betas: list[float] = _f([0.9, 0.999], "AdamW betas.")
     eps: float = _f(1e-8, "AdamW epsilon.")
-    scheduler: Scheduler = _f("cosine", "cosine | linear | constant (all after linear warmup).")
+    scheduler: Scheduler = _f("cosine", named(DECAYS, {}) + " (all after linear warmup).")
     warmup_ratio: float = _f(0.1, "Fraction of max_steps spent in linear warmup.")
     max_grad_norm: float = _f(1.0, "Clip the global gradient norm to this; <= 0 disables clipping.")
     batch_size: int = _f(4, "Micro-batch size per device (examples per forward).")
@@ -222,10 +231,8 @@ class DPOAlgoConfig:
     name: str = _f("scope", "Label for this variant (scope, standard_dpo, unmatched, no_clean, ...).")
     beta: float = _f(0.1, "DPO temperature β in s(z,r) = β log π/π_ref.")
     label_smoothing: float = _f(0.0, "Conservative-DPO label smoothing ε (0 = plain sigmoid DPO).")
-    loss_type: DPOLossType = _f("sigmoid", "The DPO-style loss (trainer.dpo.losses.DPO_LOSSES): sigmoid (Rafailov et al. "
-                                           "2023, with label_smoothing as cDPO) | simpo (Meng et al. 2024: "
-                                           "reference-free, on per-token mean log-probs, margin simpo_gamma; no "
-                                           "reference is built).")
+    loss_type: DPOLossType = _f("sigmoid", "The DPO-style loss (trainer.dpo.losses.DPO_LOSSES): "
+                                + named(DPO_LOSSES, LOSS_SUMMARIES) + ".")
     simpo_gamma: float = _f(0.5, "SimPO's target reward margin γ (loss_type=simpo only): -log σ(β(logp_c - logp_r) - γ) "
                                  "on per-token mean log-probs; TRL's CPOConfig.simpo_gamma. >= 0.")
     lambda_m: float = _f(MASS["lambda_m"], "λ_m: mass of the misleading pool.")

@@ -107,7 +107,15 @@ def check_real_model_settings(cfg, choices: dict | None = None) -> None:
                           f"eval=facts eval.path=<facts_heldout.jsonl>, data=facts_pairs, optim=small_real")
 
 
-def validate_common(cfg) -> None:
+#: The generation budgets distillation checks (``validate_distill``, ``recipes/advise.py``): its reasoning alone; its
+#: held-out evaluation is logit-based, so ``eval.max_new_tokens`` budgets nothing it generates.
+DISTILL_BUDGET_KEYS = ("algo.max_reasoning_tokens",)
+
+
+def validate_common(cfg, *, budget_keys: tuple[str, ...] | None = None) -> None:
+    """The checks every recipe's config gets. ``budget_keys``: the generation budgets the recipe generates with,
+    checked against the model (:func:`check_generation_budget`; default: every key of
+    ``trainer.config.budget.BUDGET_KEYS`` the config has)."""
     check_known_keys(cfg)
     check_finite_numbers(cfg)
     check_model_path(cfg.model.path, "model.path")
@@ -156,7 +164,8 @@ def validate_common(cfg) -> None:
             _positive(cfg.eval, ("max_new_tokens",), "eval")
         check_family_settings(cfg.eval)
     if hasattr(cfg, "model"):
-        check_generation_budget(cfg)  # the model's positions, read without loading it (a longest prompt: later)
+        # the model's positions, read without loading it (a longest prompt: later)
+        check_generation_budget(cfg, keys=budget_keys)
 
 
 def check_generation_budget(cfg, shape=None, prompt_tokens: int = 0, *, keys: tuple[str, ...] | None = None,
@@ -436,7 +445,7 @@ def check_adapter_dir(path: str, field: str = "model.init_adapter") -> Path:
 
 
 def validate_distill(cfg) -> None:
-    validate_common(cfg)
+    validate_common(cfg, budget_keys=DISTILL_BUDGET_KEYS)
     a, d = cfg.algo, cfg.data
     if a.topk < 1 or a.max_reasoning_tokens < 1 or a.min_reasoning_tokens < 0:
         raise ConfigError(f"algo.topk and algo.max_reasoning_tokens must be >= 1 and algo.min_reasoning_tokens >= 0; "

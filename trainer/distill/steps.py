@@ -17,6 +17,7 @@ from trainer.distill.aligned import aligned_logits, sample_positions
 from trainer.distill.evaluation import evaluate_views
 from trainer.distill.gathered import DEFAULT_LOGPROB_CHUNK, distill_logprobs, teacher_topk_logprobs
 from trainer.distill.generation import generate_reasoning
+from trainer.distill.stages import STAGE_STEPS
 from trainer.distill.views import ForkView, has_choice_position
 from selectrust.generation.prompts import render_prompt
 from selectrust.core.io import write_json_atomic
@@ -64,6 +65,12 @@ class DistillSteps:
         out = generate_reasoning(self.policy, self.tokenizer, prompts, temperature=self.a.student_temperature,
                                  seed=seed, device=self.device, **self.gen)
         return [r for r, _ in out]
+
+    def step(self, stage: str):
+        """The step of ``algo.stage`` (:data:`trainer.distill.stages.STAGE_STEPS`); ValueError for another name."""
+        if stage not in STAGE_STEPS:
+            raise ValueError(f"unknown distillation stage {stage!r}; known: {' | '.join(STAGE_STEPS)}")
+        return getattr(self, STAGE_STEPS[stage])
 
     # ---- stage 1 -----------------------------------------------------------------------------------------
     def kl_step(self, model, mb: dict):

@@ -33,6 +33,13 @@ BUILTIN: dict[str, str] = {
     "simpo": "trainer.algos.dpo:SIMPO",  # Meng et al. 2024: reference-free, per-token means, its own gamma
 }
 
+#: What ``--help`` says of a built-in loss after its name (``algo.loss_type``'s help text lists every registered loss,
+#: generated from :data:`DPO_LOSSES`: a plugin's name is listed alone). Torch-free, like the names.
+SUMMARIES: dict[str, str] = {
+    "sigmoid": "Rafailov et al. 2023, with label_smoothing as cDPO",
+    "simpo": "Meng et al. 2024: reference-free, on per-token mean log-probs, margin simpo_gamma; no reference is built",
+}
+
 
 def _accept(name: str, loss: object) -> DPOLoss:
     """What a built-in line or an entry point names must be a ``DPOLoss``; ValueError otherwise."""

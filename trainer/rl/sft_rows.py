@@ -28,6 +28,7 @@ from selectrust.conditions import CORRECT
 from selectrust.core.io import DataError
 from selectrust.generation.prompts import PromptSettings, render_prompt
 from trainer.logprobs.logprobs import right_pad
+from trainer.rl.sft_rules import SFT_ROW_RULES
 
 __all__ = ["check_sft_rows", "target_text", "picked_items", "sft_batch", "sft_microbatch"]
 
@@ -56,19 +57,16 @@ def check_sft_rows(rows: Sequence[dict], *, rule: str, template: str) -> None:
 
 def picked_items(groups, rows_by_id: dict[str, dict], *, rule: str) -> list[str]:
     """The item ids of ``groups`` (``trainer.rl.rollout.Group``) that get an SFT target under ``rule``, each once,
-    in order: ``zero_variance_failed``, every reward of the group is <= 0; ``correct_context``, the row's
-    ``condition`` is ``"correct"``."""
+    in order (``rule``: a name of :data:`trainer.rl.sft_rules.SFT_ROW_RULES`: ``zero_variance_failed``, every reward
+    of the group is <= 0; ``correct_context``, the row's ``condition`` is ``"correct"``)."""
+    if rule not in SFT_ROW_RULES:
+        raise ValueError(f"unknown sft_rows rule {rule!r}")
+    picks = SFT_ROW_RULES[rule]
     out: list[str] = []
     for g in groups:
         if g.item_id in out:
             continue
-        if rule == "zero_variance_failed":
-            hit = all(x <= 0 for x in g.rewards)
-        elif rule == "correct_context":
-            hit = rows_by_id[g.item_id].get("condition") == CORRECT
-        else:
-            raise ValueError(f"unknown sft_rows rule {rule!r}")
-        if hit:
+        if picks(g, rows_by_id):
             out.append(g.item_id)
     return out
 

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import math
 from typing import Callable
 
 import torch
+
+from trainer.runtime.lr_decay import decay
 
 
 def build_optimizer(model, optim_cfg) -> torch.optim.Optimizer:
@@ -18,7 +19,8 @@ def build_optimizer(model, optim_cfg) -> torch.optim.Optimizer:
 
 
 def lr_lambda(kind: str, *, max_steps: int, warmup_steps: int) -> Callable[[int], float]:
-    """Multiplier of the peak LR at optimizer step ``s`` (0-based): linear warmup, then the decay.
+    """Multiplier of the peak LR at optimizer step ``s`` (0-based): linear warmup, then the decay ``kind``
+    (:data:`trainer.runtime.lr_decay.DECAYS`; ValueError for another name).
 
     Departs from ``transformers.get_scheduler`` in one place only: warm-up step ``s`` runs at ``(s + 1) / warmup``
     (the first step already moves the weights) where transformers starts at LR 0. The decay after warm-up is the
@@ -26,16 +28,13 @@ def lr_lambda(kind: str, *, max_steps: int, warmup_steps: int) -> Callable[[int]
     measured number in ``docs/`` (the demo tables, the knowledge-aware and Taste seed tables); adopting the
     library schedule means re-measuring those first (``tests/trainer/runtime/test_lr_schedule.py`` pins both facts)."""
 
+    after = decay(kind)  # optim.scheduler, looked up in trainer/runtime/lr_decay.py's DECAYS
+
     def f(s: int) -> float:
         if warmup_steps > 0 and s < warmup_steps:
             return (s + 1) / warmup_steps
-        if kind == "constant":
-            return 1.0
         progress = (s - warmup_steps) / max(1, max_steps - warmup_steps)
-        progress = min(max(progress, 0.0), 1.0)
-        if kind == "linear":
-            return 1.0 - progress
-        return 0.5 * (1.0 + math.cos(math.pi * progress))
+        return after(min(max(progress, 0.0), 1.0))
 
     return f
 

@@ -88,3 +88,22 @@ def test_evaluate_counts_its_longest_rendered_prompt(tmp_path):
 
     prompt = int(re.search(r"the longest prompt's (\d+) tokens", line)[1])
     assert f"set eval.max_new_tokens to at most {1024 - prompt}" in line and not out.exists(), line
+
+
+def test_distillation_checks_the_budgets_it_generates_with():
+    """validate_distill passes the budget keys distillation generates with (its reasoning, algo.max_reasoning_tokens):
+    its held-out evaluation is logit-based, so eval.max_new_tokens is not held to the model's positions there, while
+    the same key is checked where a recipe evaluates by generation (the default keys)."""
+    from trainer.config import validate_distill
+    from trainer.config.validation import DISTILL_BUDGET_KEYS
+
+    assert DISTILL_BUDGET_KEYS == ("algo.max_reasoning_tokens",)
+    shape = ModelShape(positions=1024)
+    over_eval = compose("distill", ["recipe=taste_tiny", "eval.max_new_tokens=5000", "eval.enabled=true",
+                                    "trainer.eval_at_end=true"])
+    validate_distill(over_eval)  # not a budget distillation generates with
+    check_generation_budget(over_eval, shape, keys=DISTILL_BUDGET_KEYS)
+    with pytest.raises(ConfigError, match=r"^eval.max_new_tokens=5000 is more than the 1024 positions"):
+        check_generation_budget(over_eval, shape)  # the default keys: budget.py knows no recipe
+    with pytest.raises(ConfigError, match=r"^algo.max_reasoning_tokens=5000 is more than the 1024 positions"):
+        validate_distill(compose("distill", ["recipe=taste_tiny", "algo.max_reasoning_tokens=5000"]))

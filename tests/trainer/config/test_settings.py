@@ -122,14 +122,18 @@ def test_no_dictconfig_below_the_entry_points():
                        "of them or plain values, never a DictConfig:\n  " + "\n  ".join(found))
 
 
-CONVERTED = ("dpo", "grpo", "sft", "distill", "evaluate", "mine_pairs", "merge", "advise", "demo")
+#: ``recipe`` (its ``run``) or ``recipe:function``: distillation's entry point converts in ``pipeline``, its stage
+#: (recipes/distill_stage.py) in ``run``.
+CONVERTED = ("dpo", "grpo", "sft", "distill_stage", "distill:pipeline", "evaluate", "mine_pairs", "merge", "advise",
+             "demo")
 
 
-@pytest.mark.parametrize("recipe", CONVERTED)
-def test_entry_point_converts_once_at_the_top(recipe):
+@pytest.mark.parametrize("entry", CONVERTED)
+def test_entry_point_converts_once_at_the_top(entry):
     """``run(cfg)`` calls the converter before anything else it calls (its imports aside)."""
+    recipe, _, function = entry.partition(":")
     tree = ast.parse((ROOT / "recipes" / f"{recipe}.py").read_text())
-    run = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "run")
+    run = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == (function or "run"))
     body = [s for s in run.body if not isinstance(s, (ast.Import, ast.ImportFrom, ast.Expr))
             or (isinstance(s, ast.Expr) and isinstance(s.value, ast.Call))]
     first = ast.unparse(body[0])
