@@ -52,17 +52,12 @@ def _accept(name: str, obj: object) -> Demo:
 #: instead of the small set's 63-75; the quick demo keeps the small one, ``real.facts_size=full`` gives it the full
 #: one). ``toy``: the random-init toy model (demos/toy/).
 DEMOS: Registry[Demo] = Registry("demo", "selectrust.demos", {
-    # The main job (issue 61, Deliver 4): the arm chosen on dev (knowledge-aware SCOPE with the full set's settings,
-    # conf/demo.yaml's real.stages.knowledge_aware_full) and the base on the full facts set, the fixed 200-item
-    # sample of the held-out items and the whole held-out relation, within 15 minutes on 2 cores of the slowest kind;
-    # SCOPE and the other comparison arms are the full experiment's (real.scope=true adds SCOPE). The small set stays
-    # a setting (real.facts_size=small). GRPO arms, when switched on: 5 steps of 4 prompts x 4 samples (a fifth of
-    # the full experiment's 20 x 8 x 4 rollouts)
+    # 5 GRPO steps of 4 prompts x 4 samples: a fifth of the full experiment's 20 x 8 x 4 rollouts; at 8 prompts the
+    # run took 584-593 s on 2 cores without AMX, too close to its 600
     "real": Demo("real", "real", comparison_arms=False, grpo=("trainer.max_steps=5", "algo.prompts_per_step=4",
-                                                             "optim.batch_size=16"), wall_seconds_max=900,
-                 facts_size="full", heldout_items=200,
-                 what="the main job: `python recipes/demo.py` (the arm chosen on dev on the full facts set; the full "
-                      "experiment, with the comparison arms and 20 GRPO steps of 8, is `demo=real_full`)"),
+                                                             "optim.batch_size=16"), wall_seconds_max=600,
+                 what="the quick demo: `python recipes/demo.py` (the full experiment, with the comparison "
+                      "arms and 20 GRPO steps of 8, is `demo=real_full`)"),
     # NQ-Swap (docs/nq_swap.md#the-fixed-set; issue 60): one fixed set of 300 questions (passages <= 150 words, drawn
     # once with real.nq_swap_seed=0 from the shipped whole set), the same for every seed: 1,200 rows per model. At the
     # ~2 rows/s measured for 40 questions on 2 cores that is about 10 minutes per model (not yet measured at 300)
@@ -160,13 +155,11 @@ class RealDemoConfig:
                                             "evaluated whole): drawn per relation in proportion to its items, "
                                             "the same in every seed's run on the fixed split (stage "
                                             "<eval|dev_eval>_sample; summary.json's `items` says which) | 0 = every "
-                                            "held-out item | None = the demo's own (demo=real, the main job: 200; "
-                                            "demo=real_full: every item).")
+                                            "held-out item | None = the demo's own (every item in both real demos).")
     mine_knowledge: MineKnowledgeConfig = field(default_factory=MineKnowledgeConfig)
-    scope: Optional[bool] = _f(None, "Train and evaluate SCOPE (the four balanced pools), a comparison arm | None: "
-                                     "the demo's own (demo=real_full: yes; demo=real, the main job: no) | false: leave "
-                                     "it out (issue 61: SCOPE and misleading-only on five of the ten test seeds; the "
-                                     "GRPO arms that continue it need it).")
+    scope: Optional[bool] = _f(None, "Train and evaluate SCOPE (the four balanced pools) | None: yes, in every real "
+                                     "demo | false: leave it out (a seed that runs the chosen arm alone, issue 61: SCOPE "
+                                     "and misleading-only on five of the ten test seeds; its GRPO arms need it).")
     misleading_only: Optional[bool] = _f(None, "Train and evaluate the misleading-only (Standard-DPO) ablation; "
                                                "None: the demo's own (demo=real_full: yes; demo=real: no).")
     knowledge_aware: Optional[bool] = _f(None, "Train and evaluate knowledge-aware SCOPE (its unknown_correct pool: "

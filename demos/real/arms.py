@@ -177,8 +177,8 @@ def _as_checked(name: str) -> Callable[[dict, dict, dict, str, dict], dict[str, 
 SFT_TERM = ("algo.sft_coef=0.1", "algo.sft_rows=zero_variance_failed")
 
 BASE = DemoArm("base", "base", "#4C72B0")
-SCOPE = DemoArm("scope", "SCOPE", "#DD8452", train=dpo("scope"), switch="scope", comparison=True,
-                pools="the four balanced pools", curves=True)
+SCOPE = DemoArm("scope", "SCOPE", "#DD8452", train=dpo("scope"), switch="scope", pools="the four balanced pools",
+                curves=True)
 MISLEADING_ONLY = DemoArm(
     "misleading_only", "misleading-only", "#55A868", train=dpo("standard_dpo"), switch="misleading_only",
     comparison=True, targets=_misleading_only_targets, pools="the misleading pairs alone",

@@ -30,7 +30,7 @@ def facts_size(cfg) -> str:
 
 def heldout_items(cfg) -> int | None:
     """The held-out sample's size a run evaluates: ``real.heldout_items`` (0: every item, None), or its demo's own
-    (``demos.config.DEMOS``: the main job's 200, the full experiment's every item)."""
+    (``demos.config.DEMOS``' ``heldout_items``: None, every item, in both real demos)."""
     from ..config import DEMOS  # deferred: imports omegaconf
 
     chosen = cfg.real.heldout_items

@@ -54,6 +54,8 @@ def test_heldout_items_adds_the_sample_stage_and_every_held_out_evaluation_reads
     dev = {s.name: s for s in stages(_compose([f"out={tmp_path}", "real.split=dev", "real.heldout_items=6"]))}
     assert dev["dev_eval_sample"].inputs == {"rows": "facts/facts_dev.jsonl"}
     assert dev["dev_eval_base"].inputs["eval.path"] == "dev_eval_sample/items.jsonl"
+    every = [s.name for s in stages(_compose([f"out={tmp_path}", "demo=real_full", "real.heldout_items=0"]))]
+    assert every == list(plain)  # 0: every held-out item, no sample stage
 
     src = tmp_path / "facts" / "facts_heldout.jsonl"
     write_jsonl_atomic(src, _rows({"capital": 8, "country": 4}))
