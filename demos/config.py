@@ -114,6 +114,9 @@ class RealDemoStages:
     grpo: list[str] = _f([], "Overrides for every GRPO arm's recipes/grpo.py stage (after "
                              "recipe=scope_grpo_smollm2_135m; scope_grpo and scope_grpo_sft continue the SCOPE arm's "
                              "adapter, ka_grpo the knowledge-aware one).")
+    ka_grpo: list[str] = _f([], "Extra overrides of the ka_grpo arm's GRPO stage (after grpo and its rows' format): "
+                                "conf/demo.yaml holds the setting chosen on dev in issue 61 (Knowledgeable-R1's paired "
+                                "rollouts, 20 steps of 8 prompts).")
     scope_grpo_sft: list[str] = _f([], "Extra overrides of the scope_grpo_sft arm's GRPO stage (after grpo and its "
                                        "algo.sft_coef=0.1, algo.sft_rows=zero_variance_failed), e.g. "
                                        "algo.sft_coef=0.3 or algo.sft_schedule=linear_decay.")

@@ -198,13 +198,14 @@ SCOPE_GRPO = DemoArm("scope_grpo", "SCOPE+GRPO", "#C44E52", train=grpo_after("sc
 SCOPE_GRPO_SFT = DemoArm("scope_grpo_sft", "SCOPE+GRPO+SFT", "#DA8BC3",
                          train=grpo_after("scope", SFT_TERM, own="scope_grpo_sft"), switch="scope_grpo_sft",
                          comparison=True, continues="scope", targets=_as_checked("SCOPE+GRPO+SFT"))
-KA_GRPO = DemoArm("ka_grpo", "knowledge-aware+GRPO", "#8C8C8C", train=grpo_after("knowledge_aware"),
+KA_GRPO = DemoArm("ka_grpo", "knowledge-aware+GRPO", "#8C8C8C", train=grpo_after("knowledge_aware", own="ka_grpo"),
                   switch="ka_grpo", comparison=True, continues="knowledge_aware",
                   targets=_as_checked("knowledge-aware+GRPO"))
 
-#: The arm the targets are checked on: the first of these the run trained (the full experiment: SCOPE+GRPO; the quick
-#: demo: knowledge-aware SCOPE, the arm chosen on dev).
-CHECKED_ARMS = ("scope_grpo", "knowledge_aware", "scope")
+#: The arm the targets are checked on: the first of these the run trained: ka_grpo when switched on (the arm chosen on
+#: dev in issue 61: knowledge-aware SCOPE continued by GRPO with paired rollouts, real.stages.ka_grpo), else the full
+#: experiment's SCOPE+GRPO, else the quick demo's knowledge-aware SCOPE.
+CHECKED_ARMS = ("ka_grpo", "scope_grpo", "knowledge_aware", "scope")
 
 
 def _accept(name: str, obj: object) -> DemoArm:

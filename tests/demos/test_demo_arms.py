@@ -253,7 +253,11 @@ def test_the_sft_term_and_knowledge_aware_grpo_arms_are_stages_of_the_existing_r
         ("grpo", "scope", "continue"), ("grpo", "scope", "continue"), ("grpo", "knowledge_aware", "continue")]
     assert sft.overrides == [*grpo.overrides, *SFT_TERM, "algo.sft_coef=0.3"]  # the user's own last
     assert SFT_TERM == ("algo.sft_coef=0.1", "algo.sft_rows=zero_variance_failed")
-    assert ka.overrides == grpo.overrides and "trainer.max_steps=5" in ka.overrides  # the quick demo's GRPO steps
+    # ka_grpo: the GRPO stage's overrides, then its own (conf/demo.yaml's real.stages.ka_grpo, the setting chosen on
+    # dev in issue 61: paired rollouts, 20 steps of 8 prompts, after the quick demo's 5 of 4, so they win)
+    assert ka.overrides[:len(grpo.overrides)] == grpo.overrides and "trainer.max_steps=5" in grpo.overrides
+    assert ka.overrides[len(grpo.overrides):] == ["algo.rollout_mode=paired_context", "algo.prompts_per_step=8",
+                                                  "trainer.max_steps=20", "optim.batch_size=96", "optim.grad_accum=1"]
     assert grpo.overrides[-1] == "data.train_family=null"  # real.grpo_rows=informative's rows format
     assert sft.inputs == ka.inputs == grpo.inputs == {"data.train_path": "grpo_prompts/prompts.jsonl"}
     assert by["eval_ka_grpo"].inputs["adapter_path"] == "ka_grpo"
@@ -320,3 +324,14 @@ def test_the_new_arms_are_held_to_the_checked_arms_targets():
     missed = [k for k, v in ARMS.get("ka_grpo").targets(bad, base, s["real"]["scope_grpo"], "SCOPE+GRPO",
                                                          TARGETS).items() if not v]
     assert missed == ["knowledge-aware+GRPO paired SC2W <= 0.5 x base", "knowledge-aware+GRPO correct accuracy >= base - 0.03"]
+
+
+def test_the_arm_chosen_on_dev_is_the_checked_arm_when_it_runs():
+    """Issue 61's choice (knowledge-aware SCOPE continued by GRPO with paired rollouts, real.ka_grpo=true): when a run
+    trains it, the targets are checked on it, else on the arm checked before."""
+    from demos.real.report import checked_arm
+
+    s = copy.deepcopy(_summary())
+    assert checked_arm(s) == "scope_grpo"
+    s["real"]["ka_grpo"] = copy.deepcopy(s["real"]["base"])
+    assert checked_arm(s) == "ka_grpo"
