@@ -60,7 +60,7 @@ DEMOS: Registry[Demo] = Registry("demo", "selectrust.demos", {
                       "arms and 20 GRPO steps of 8, is `demo=real_full`)"),
     # NQ-Swap (docs/nq_swap.md#the-fixed-set; issue 60): one fixed set of 300 questions (passages <= 150 words, drawn
     # once with real.nq_swap_seed=0 from the shipped whole set), the same for every seed: 1,200 rows per model. At the
-    # ~2 rows/s measured for 40 questions on 2 cores that is about 10 minutes per model (not yet measured at 300)
+    # 1.56 rows/s measured at 300 on 2 cores (the base: 768 s, docs/nq_swap.md#the-fixed-set), about 13 minutes a model
     "real_full": Demo("real_full", "real", comparison_arms=True, grpo=(), wall_seconds_max=2400, facts_size="full",
                       nq_swap_questions=300,
                       what="the full experiment: `python recipes/demo.py demo=real_full` (every arm, 20 GRPO "
