@@ -64,8 +64,9 @@ def second_relation(argv: list[str]) -> int:
         return second.main(argv, tools=second.Tools(compose, runners(second.RECIPES), StageRunner))
 
 
+if __name__ == "__main__" and sys.argv[1:2] == [second.SUBCOMMAND]:  # demos.real.second_relation's runs; it exits
+    _debug, _argv = split_debug(sys.argv[2:])  # the contract of every entry point: a bad run one line, exit 2
+    end_process(run_with_contract(lambda: second_relation(_argv), input_errors=config_errors(), debug=_debug))
+
 if __name__ == "__main__":
-    if sys.argv[1:2] == [second.SUBCOMMAND]:  # the contract of every entry point: a bad run one line, exit 2
-        _debug, _argv = split_debug(sys.argv[2:])
-        end_process(run_with_contract(lambda: second_relation(_argv), input_errors=config_errors(), debug=_debug))
     cli_main("demo", main)
