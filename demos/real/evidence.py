@@ -26,7 +26,7 @@ import json
 import shutil
 from pathlib import Path
 
-from eval_hooks.scoring.report_kit import md_table, pct
+from eval_hooks.scoring.report_kit import md_table, pct, times
 from selectrust.conditions import BENIGN_CONDITIONS, CLEAN, CORRECT, IRRELEVANT
 from selectrust.core.errors import DataError
 from selectrust.core.hashing import file_sha256
@@ -186,10 +186,6 @@ def _pp(x: float | None) -> str:
     return "–" if x is None else f"{100 * x:+.1f}".replace("-", "−")
 
 
-def _times(x: float | None) -> str:
-    return "–" if x is None else f"{x:.2f}×"
-
-
 def _cell(value: float | None, ci: list | None, seed_ci: list | None, fmt) -> str:
     """``value [item bootstrap]; seeds [t interval]`` (each part only when known)."""
     out = fmt(value)
@@ -205,14 +201,14 @@ def _row(name: str, entry: dict, bold: bool) -> list[str]:
     for _, key in COLUMNS:
         seed = entry["per_seed"].get(key or "paired_ratio") or {}
         x = entry["paired"]["paired_ratio"] if key is None else entry["minus_base"][key]
-        cells.append(_cell(x["value"], x.get("ci"), seed.get("seed_ci"), _times if key is None else _pp))
+        cells.append(_cell(x["value"], x.get("ci"), seed.get("seed_ci"), times if key is None else _pp))
     label = f"**{arm_label(name)}** (targets checked)" if bold else arm_label(name)
     return [label, *cells]
 
 
 #: The per-seed table's rows: (name, the ``per_seed`` key, its format).
 SEED_METRICS = (("correct-context", CORRECT, _pp), ("unknown-correct", "unknown_correct_accuracy", _pp),
-                ("paired SC2W / base", "paired_ratio", _times))
+                ("paired SC2W / base", "paired_ratio", times))
 
 
 def seed_lines(by_arm: dict, seeds: list, title: str) -> list[str]:

@@ -46,7 +46,7 @@ from selectrust.core.errors import DataError
 from selectrust.core.io import read_records
 from eval_hooks.metrics.common import (CI_LEVEL, finite_or_none, nan_ratio, percentile_ci, seed_spread,
                                        seed_stratified_sums)
-from eval_hooks.scoring.report_kit import md_table, pct, pp, with_ci
+from eval_hooks.scoring.report_kit import md_table, pct, pp, times, with_ci
 from selectrust.conditions import BENIGN_CONDITIONS, CLEAN, CORRECT, MIST_CONDITIONS as CONDS, UNKNOWN_CORRECT
 
 from . import pooled_nq_swap
@@ -324,15 +324,11 @@ def check_pooled_targets(pooled: dict[str, dict], arm: str, runs: list[dict], t:
 
 
 # -- the table -------------------------------------------------------------------------------------
-def _times(x: float | None) -> str:
-    return "–" if x is None else f"{x:.2f}×"
-
-
 def _spread_rows(by_arm: dict, arms: list[str]) -> list[list]:
     rows = []
     for a in arms:
         for k, s in by_arm[a]["per_seed"].items():
-            fmt = _times if k == "paired_ratio" else pp
+            fmt = times if k == "paired_ratio" else pp
             pooled = by_arm[a]["paired"]["paired_ratio"] if k == "paired_ratio" else by_arm[a]["minus_base"][k]
             seed = {"value": s.get("mean"), "ci": s.get("seed_ci")}
             rows.append([arm_label(a), k, with_ci(pooled, fmt), with_ci(seed, fmt) if s.get("mean") is not None
@@ -367,7 +363,7 @@ def pooled_table(result: dict, decision_lines: list[str] | tuple = ()) -> str:
             p = by_arm[a]["paired"]
             rows.append([arm_label(a), p["paired_n"], p["kept"], p["lost"], p["gained"], p["still_switched"],
                          with_ci(p["paired_sc2w"]), pct(p["base_paired_sc2w"]["value"]),
-                         with_ci(p["paired_ratio"], _times)])
+                         with_ci(p["paired_ratio"], times)])
         parts += [f"**{what}: paired SC2W on the base's clean-correct items** (kept: both resist; lost: the base "
                   "resists, the arm switches; gained: the base switches, the arm resists)", "",
                   md_table(["arm", "base clean-correct", "kept", "lost", "gained", "still switched", "paired SC2W",

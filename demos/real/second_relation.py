@@ -59,7 +59,7 @@ from omegaconf import OmegaConf
 
 from eval_hooks.builders.facts import RELATIONS
 from eval_hooks.parsers import normalize_short_text
-from eval_hooks.scoring.report_kit import md_table, pp, with_ci
+from eval_hooks.scoring.report_kit import md_table, pp, times, with_ci
 from selectrust.conditions import CLEAN, CORRECT, IRRELEVANT, MISLEADING
 from selectrust.core.errors import DataError
 from selectrust.core.io import read_records, write_json_atomic, write_text_atomic
@@ -278,12 +278,8 @@ def pooled(entries: list[dict], relation: str, split: str, dev_items: int, *, n_
                                          for a in arms}}
 
 
-def _times(x: float | None) -> str:
-    return "–" if x is None else f"{x:.2f}×"
-
-
 def _target_cell(t: dict) -> str:
-    fmt = _times if t["statistic"] == "paired_ratio" else pp
+    fmt = times if t["statistic"] == "paired_ratio" else pp
     return f"{fmt(t['point'])} (bound {fmt(t['bound'])}): **{t['holds']}**"
 
 
@@ -306,7 +302,7 @@ def table(result: dict) -> str:
         e = st[arm]
         rows.append([arm_label(arm), *(with_ci(e["minus_base"][c], pp) for c in ORDER),
                      with_ci(e["minus_base"]["unknown_correct_accuracy"], pp),
-                     with_ci(e["paired"]["paired_ratio"], _times)])
+                     with_ci(e["paired"]["paired_ratio"], times)])
         goals.append([arm_label(arm), *(_target_cell(x) for x in t)])
     names = [x["name"].split(": ", 1)[1] for x in next(iter(result["targets"].values()), [])]
     return "\n".join([*head, "**Arm - base** (points; paired SC2W as a share of the base's)", "",

@@ -20,6 +20,11 @@ def pp(x: float | None, digits: int = 1) -> str:
     return "–" if x is None else f"{100 * x:+.{digits}f} pp"
 
 
+def times(x: float | None) -> str:
+    """A ratio of two rates (a paired SC2W share of the base's), as ``0.45×``."""
+    return "–" if x is None else f"{x:.2f}×"
+
+
 def ci_text(ci: Sequence[float] | None) -> str:
     return "–" if not ci else f"[{100 * ci[0]:.1f}, {100 * ci[1]:.1f}]"
 

@@ -68,7 +68,8 @@ def mine(rows: list[dict], backend, *, max_new_tokens: int, use_fallback: bool, 
                                                       max_new_tokens=max_new_tokens, prompt_settings=settings,
                                                       seed=seed)
         items = [i for i in items if est[i]["knowledge"] == "known"]
-    invented = _invented_items(by_item, items)
+    every_invented = _invented_items(by_item)
+    invented = every_invented.intersection(items)  # those the quartets would otherwise take
     items = [i for i in items if i not in invented]
     asked = [by_item[i][c] for i in items for c in MINED_CONDITIONS]
     results = build_requests(asked, max_new_tokens=max_new_tokens, prompt_settings=settings)
@@ -90,23 +91,22 @@ def mine(rows: list[dict], backend, *, max_new_tokens: int, use_fallback: bool, 
              "prompt": (settings or PromptSettings()).describe()}
     if est is not None:
         stats.update(knowledge_stats(est, extra, unknown_dropped, knowledge))
-    if any(by_item[i][CLEAN].get("source") == INVENTED for i in by_item):
-        stats["invented"] = _invented_stats(by_item, est, extra, invented)
+    if every_invented:
+        stats["invented"] = _invented_stats(every_invented, est, extra, invented)
     return pairs + extra, stats
 
 
-def _invented_items(by_item: dict, items: list[str]) -> set[str]:
-    """The items of ``items`` about invented entities (``source: invented``, issue 61; the facts builder's
-    ``--invented-items``): never a SCOPE quartet, even when the base gave the invented answer (by chance) or a
-    fallback would have elicited it. No model knows them, so they belong in the unknown pools only."""
-    return {i for i in items if by_item[i][CLEAN].get("source") == INVENTED}
+def _invented_items(by_item: dict) -> set[str]:
+    """The items about invented entities (``source: invented``, issue 61; the facts builder's ``--invented-items``):
+    never a SCOPE quartet, even when the base gave the invented answer (by chance) or a fallback would have elicited
+    it. No model knows them, so they belong in the unknown pools only."""
+    return {i for i, conds in by_item.items() if conds[CLEAN].get("source") == INVENTED}
 
 
-def _invented_stats(by_item: dict, est: dict | None, extra: list[dict], kept_out: set[str]) -> dict:
-    """``mining_stats.json``'s ``invented``: how many invented items there were, how many were kept out of the
-    quartets (known by the estimate, or every one without an estimate), their knowledge labels and their pairs per
+def _invented_stats(ids: set[str], est: dict | None, extra: list[dict], kept_out: set[str]) -> dict:
+    """``mining_stats.json``'s ``invented``: how many invented items there were (``ids``), how many were kept out of
+    the quartets (known by the estimate, or every one without an estimate), their knowledge labels and their pairs per
     pool."""
-    ids = {i for i in by_item if by_item[i][CLEAN].get("source") == INVENTED}
     return {"items": len(ids), "kept_out_of_quartets": len(kept_out),
             "by_knowledge": dict(Counter(est[i]["knowledge"] for i in ids)) if est is not None else None,
             "per_pool": dict(Counter(p["pool"] for p in extra if p["item_id"] in ids))}
