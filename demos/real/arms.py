@@ -33,8 +33,8 @@ TRAIN_COMMON = ["eval=none", "logger=jsonl"]  # every arm
 GROUP = "selectrust.demo_arms"  # the entry-point group of arms from other packages
 
 #: The sources of a training stage's overrides, earliest first: a later source wins a key an earlier one set.
-#: ``recipe``: the recipe preset; ``demo``: the demo's own (``demos.config.DEMOS``, e.g. the quick demo's
-#: GRPO steps); ``stage``: ``real.stages.<recipe stage>`` (the user's); ``common``: what every arm sets
+#: ``recipe``: the recipe preset; ``demo``: the demo's own (``demos.config.DEMOS``, e.g. the main job's
+#: SCOPE+GRPO steps); ``stage``: ``real.stages.<recipe stage>`` (the user's); ``common``: what every arm sets
 #: (:data:`TRAIN_COMMON`); ``arm``: what makes the arm this arm (its algorithm, its prompt rows' format);
 #: ``arm_stage``: ``real.stages.<arm>`` (the user's, for this arm only).
 OVERRIDE_ORDER = ("recipe", "demo", "stage", "common", "arm", "arm_stage")
@@ -184,27 +184,28 @@ MISLEADING_ONLY = DemoArm(
     comparison=True, targets=_misleading_only_targets, pools="the misleading pairs alone",
     note="{label} is the paper's Standard-DPO comparison: trained on misleading contexts alone, resisting them can turn "
          "into ignoring context; its correct-context column is where that shows.")
-# Not a comparison arm: the arm chosen on the dev items (issue 44), so the quick demo runs it too.
+# Not a comparison arm: the arm chosen on the dev items in issue 44, and the one issue 61's chosen arm continues.
 KNOWLEDGE_AWARE = DemoArm(
     "knowledge_aware", "knowledge-aware", "#8172B3", train=dpo("scope_knowledge_aware", own="knowledge_aware",
                                                                  own_full="knowledge_aware_full"),
     switch="knowledge_aware", targets=_knowledge_aware_targets,
     pools="the four balanced pools and the unknown_correct pool",
     note="{label} adds pairs on facts the model does not know that prefer the answer the correct context gives.")
-# A comparison arm: the full experiment runs it; the quick demo fits its 10 minutes with the arm chosen on dev instead
-# (SCOPE, knowledge-aware SCOPE and SCOPE+GRPO took 760 s on 2 idle cores, seed 0; docs/real_model.md).
+# A comparison arm: the full experiment runs it; the main job runs the arm chosen on dev (ka_grpo) instead.
 SCOPE_GRPO = DemoArm("scope_grpo", "SCOPE+GRPO", "#C44E52", train=grpo_after("scope"), switch="scope_grpo",
                      comparison=True, continues="scope")
 SCOPE_GRPO_SFT = DemoArm("scope_grpo_sft", "SCOPE+GRPO+SFT", "#DA8BC3",
                          train=grpo_after("scope", SFT_TERM, own="scope_grpo_sft"), switch="scope_grpo_sft",
                          comparison=True, continues="scope", targets=_as_checked("SCOPE+GRPO+SFT"))
+# The arm chosen on dev in issue 61: the main job runs it (its demo's own switch, DEMOS["real"].switches), and so
+# does the full experiment (a comparison arm there).
 KA_GRPO = DemoArm("ka_grpo", "knowledge-aware+GRPO", "#8C8C8C", train=grpo_after("knowledge_aware", own="ka_grpo"),
                   switch="ka_grpo", comparison=True, continues="knowledge_aware",
                   targets=_as_checked("knowledge-aware+GRPO"))
 
 #: The arm the targets are checked on: the first of these the run trained: ka_grpo when switched on (the arm chosen on
 #: dev in issue 61: knowledge-aware SCOPE continued by GRPO with paired rollouts, real.stages.ka_grpo), else the full
-#: experiment's SCOPE+GRPO, else the quick demo's knowledge-aware SCOPE.
+#: experiment's SCOPE+GRPO, else knowledge-aware SCOPE.
 CHECKED_ARMS = ("ka_grpo", "scope_grpo", "knowledge_aware", "scope")
 
 
@@ -241,21 +242,35 @@ def trained(name: str) -> bool:
 
 
 def arm_on(cfg, name: str) -> bool:
-    """Whether the real demo of ``cfg`` runs arm ``name``: ``real.<switch>``, or, where that is None or the arm has
-    no switch, every arm but a comparison arm, which runs where the demo runs comparison arms
-    (``demos.config.DEMOS``)."""
+    """Whether the real demo of ``cfg`` runs arm ``name``: ``real.<switch>``; where that is None, the demo's own
+    value of it (``demos.config.DEMOS``' ``switches``: the main job's ``scope=False, ka_grpo=True``); where neither
+    says or the arm has no switch, every arm but a comparison arm, which runs where the demo runs comparison arms."""
     from ..config import DEMOS  # deferred: imports omegaconf
 
     arm = ARMS.get(name)
+    demo = DEMOS.get(cfg.demo)
     chosen = getattr(cfg.real, arm.switch) if arm.switch else None
+    if chosen is None and arm.switch:
+        chosen = demo.switch(arm.switch)
     if chosen is None:
-        return not arm.comparison or DEMOS.get(cfg.demo).comparison_arms
+        return not arm.comparison or demo.comparison_arms
     return bool(chosen)
 
 
 def run_arms(cfg) -> list[str]:
     """The trained arms this run runs, in :data:`ARMS` order."""
     return [n for n in ARMS if trained(n) and arm_on(cfg, n)]
+
+
+def evaluated_arms(cfg) -> list[str]:
+    """The trained arms this run evaluates (:func:`run_arms`), in :data:`ARMS` order: every one, or with
+    ``real.evaluate_continued=false`` those no other arm of the run continues (the test seeds' protocol of issue 61:
+    knowledge-aware SCOPE is trained as ka_grpo's start and not evaluated, about 140 s a seed)."""
+    running = run_arms(cfg)
+    if cfg.real.evaluate_continued:
+        return running
+    continued = {ARMS.get(n).continues for n in running}
+    return [n for n in running if n not in continued]
 
 
 def preflight(cfg) -> list[str]:

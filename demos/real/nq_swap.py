@@ -1,7 +1,7 @@
 """NQ-Swap in the real demos (issue 52, item 4; docs/nq_swap.md#in-the-demos): an outside benchmark for the base and
 every arm, beside the held-out items and the held-out relation of the facts set.
 
-With ``real.nq_swap_questions`` N > 0 (None: the demo's own, ``demos.config.DEMOS``: 0 for the quick demo, 40 for
+With ``real.nq_swap_questions`` N > 0 (None: the demo's own, ``demos.config.DEMOS``: 0 for the main job, 300 for
 the full experiment) and ``real.split=test``, the demo adds these stages (:func:`rows_stage`, :func:`evaluation`):
 
 - ``nqswap_rows``: a step that builds the MIST rows of N questions of ``real.nq_swap_data`` (None: the shipped sample
@@ -208,7 +208,7 @@ def report_lines(summary: dict) -> list[str]:
     knows, with 95% item-bootstrap intervals; "not run" when NQ-Swap was not evaluated."""
     head = ["## NQ-Swap (an outside benchmark)", ""]
     if KEY not in summary:
-        return head + ["**Not run** (`real.nq_swap_questions=0`, the quick demo's default, or `real.split=dev`): its "
+        return head + ["**Not run** (`real.nq_swap_questions=0`, the main job's default, or `real.split=dev`): its "
                        "target below says \"not run\" (docs/nq_swap.md#in-the-demos).", ""]
     nq, names = summary[KEY], _arms(summary)
     base_em = _nq(nq[BASE.name]).get("em_org_context")

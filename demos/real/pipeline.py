@@ -1,5 +1,5 @@
 """The real-model demos: SmolLM2-135M-Instruct learns selective trust on real facts (``python recipes/demo.py``, the
-quick demo; ``demo=real_full``, the full experiment: every arm, 20 GRPO steps; ``demos.config.DEMOS``).
+main job: the arm chosen on dev; ``demo=real_full``, the full experiment: every arm; ``demos.config.DEMOS``).
 
 A declared list of stages (:func:`stages`) run by the stage runner (``recipes/stages/``), like a chain:
 every stage but three is a real recipe, named (``evaluate``, ``mine_pairs``, ``dpo``, ``grpo``) and run in-process
@@ -12,7 +12,7 @@ Stages, each in ``<out>/stages/<name>/``:
    (:func:`selectrust.model.source.ensure_gguf_converted`; seconds when already cached);
 2. ``facts``: the GeoNames facts set of this size, on the one split of every seed (``real.fixed_split``, the
    default; issue 60: ``build-facts --fixed-split 1``; ``false``: the run's seed draws it) (``build-facts --size``,
-   ``real.facts_size``; the demo's own by default: ``small`` for the quick demo, ``full`` for the full experiment):
+   ``real.facts_size``; the demo's own by default: ``full`` in both real demos, ``small`` a setting):
    training items, held-out items (split by country) and the held-out relation (``facts_transfer.jsonl``: a relation
    no training item uses); with ``real.heldout_items``, ``<prefix>_sample`` draws a fixed, seeded,
    relation-stratified sample of the held-out items that every evaluation of them uses (:mod:`demos.real.items`);
@@ -25,17 +25,19 @@ Stages, each in ``<out>/stages/<name>/``:
    (answered right when clean) on which it follows the misleading context, and the ``unknown_correct`` pool from
    the items it does not know; its ``knowledge.jsonl`` labels every training item (``real.mine_knowledge``: the
    evaluation's estimate, or a sampled one: known when at least m of k sampled answers are right);
-5. the DPO arms on that one pairs file, each a fresh LoRA adapter on the base: ``scope`` (the four balanced
-   pools), and in the full experiment ``misleading_only`` (the Standard-DPO ablation: misleading pairs only) and
-   ``knowledge_aware`` (SCOPE plus the unknown_correct pool, mass λ_u);
+5. the DPO arms on that one pairs file, each a fresh LoRA adapter on the base: ``knowledge_aware`` (SCOPE plus the
+   unknown_correct pool, mass λ_u), and in the full experiment ``scope`` (the four balanced pools) and
+   ``misleading_only`` (the Standard-DPO ablation: misleading pairs only);
 6. ``scope_grpo`` (Box2's second stage on these facts): ``grpo_prompts`` writes training rows balanced over the
    items the base knows and does not (by ``mine``'s labels; ``real.grpo_rows``: ``informative``, the demo's choice,
    only the rows whose reward can vary under the base, or ``all`` four conditions' rows), and GRPO with an outcome
    reward (``answer_match``) continues the ``scope`` adapter on them (``init_adapter_mode=continue``) for the demo's
-   GRPO steps (5 of 4 prompts in the quick demo, 20 of 8 in the full experiment);
+   GRPO steps (20 of 8 in the full experiment); ``ka_grpo``, the arm chosen on dev in issue 61 (the main job's),
+   continues the ``knowledge_aware`` adapter the same way with Knowledgeable-R1's paired rollouts
+   (``real.stages.ka_grpo``: 20 steps of 8 prompts);
 7. every arm evaluated like the base: ``eval_<arm>`` (held-out items, ``summary.json``'s ``real.<arm>``) and
    ``transfer_<arm>`` (held-out relation, ``transfer.<arm>``);
-8. with ``real.nq_swap_questions`` (the full experiment's default: 40; the quick demo's: 0, off), NQ-Swap, an outside
+8. with ``real.nq_swap_questions`` (the full experiment's default: 300; the main job's: 0, off), NQ-Swap, an outside
    benchmark (:mod:`demos.real.nq_swap`): ``nqswap_rows`` builds the rows once, after ``facts``; ``nqswap_base`` (with
    the base's knowledge estimate) and ``nqswap_<arm>`` evaluate every model on them (``nq_swap.<arm>``).
 
@@ -60,7 +62,7 @@ from trainer.runtime.stage import Stage
 from ..common import DemoRun
 from ..config import DemoRunConfig
 from . import base_only, nq_swap
-from .arms import ARMS, BASE, preflight, run_arms
+from .arms import ARMS, BASE, evaluated_arms, preflight, run_arms
 from .items import (SAMPLE_FILE, facts_size, heldout_items, knowledge_labels, mine_knowledge_overrides,
                     sample_step)
 from .prompts import EVAL_SETS, TRAIN
@@ -104,8 +106,8 @@ def mined_quartets(stats: dict) -> None:
 
 
 def arms(cfg: DemoRunConfig) -> list[str]:
-    """The arms this run trains, in run order (:func:`demos.real.arms.run_arms`: ``scope`` always; the others by
-    ``real.<arm>`` or the demo's own choice)."""
+    """The arms this run trains, in run order (:func:`demos.real.arms.run_arms`: each by ``real.<arm>`` or the demo's
+    own choice)."""
     return run_arms(cfg)
 
 
@@ -176,10 +178,12 @@ def stages(cfg: DemoRunConfig) -> list[Stage]:
            *evaluations(BASE.name, st, sets, seed=base_seed(cfg)), *nq_swap.evaluation(cfg, BASE.name), mine]
     if cfg.real.base_only:  # the base's stages alone (demos.real.base_only)
         return out
+    evaluated = evaluated_arms(cfg)
     for name in running:
         arm = ARMS.get(name)
-        out += [*arm.train(arm, cfg), *evaluations(name, st, sets, adapter=name),
-                *nq_swap.evaluation(cfg, name, adapter=name)]
+        out += arm.train(arm, cfg)
+        if name in evaluated:
+            out += [*evaluations(name, st, sets, adapter=name), *nq_swap.evaluation(cfg, name, adapter=name)]
     return once(out)
 
 
@@ -261,10 +265,11 @@ def summary_of(cfg: DemoRunConfig, results: dict[str, Any]) -> dict:
     out["items"].update(nq_swap.items_entry(cfg, results))
     out["knowledge_labels"] = knowledge_labels(cfg)
     for key, (prefix, _) in sets.items():
-        out[key] = {a: results[f"{prefix}_{a}"] for a in (BASE.name, *arms(cfg))}
+        out[key] = {a: results[f"{prefix}_{a}"] for a in (BASE.name, *evaluated_arms(cfg))}
         paired = run_paired(cfg.out, str(cfg.real.split), key, list(out[key]))  # from the stages' item scores
         out[key] = {a: {**m, "paired": paired[a]} for a, m in out[key].items()}
-    out.update(nq_swap.summary_part(cfg, results, [BASE.name, *arms(cfg)]))  # NQ-Swap's metrics, when evaluated
+    # NQ-Swap's metrics, when evaluated
+    out.update(nq_swap.summary_part(cfg, results, [BASE.name, *evaluated_arms(cfg)]))
     out.update({"mining": mining, "knowledge_quality": knowledge_quality(cfg.out, sets), "training": training(cfg)})
     if "grpo_prompts" in results:
         out["grpo_prompts"] = results["grpo_prompts"]

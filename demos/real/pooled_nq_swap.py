@@ -4,7 +4,7 @@ NQ-Swap part of ``pooled_table.md`` that ``python -m demos.real.seeds`` writes b
 
 Read from each run's ``stages/nqswap_<arm>/item_scores.jsonl`` (every number recomputed from the items, as the facts
 sets' are), **pooled over the runs that evaluated NQ-Swap** (``summary.json``'s ``nq_swap``). A run without it (the
-quick demo's default, a dev run) is "not run": listed in ``not_run`` and shown as "not run" rows, never dropped
+main job's default, a dev run) is "not run": listed in ``not_run`` and shown as "not run" rows, never dropped
 silently; with no run evaluating it, the pooled table says "not run" and the target is not run.
 
 - **Rates** (:data:`RATES`): ``em_org_context``, exact match on the original passage (the response names the original
@@ -213,7 +213,7 @@ def pooled_lines(nq: dict | None, level: float) -> list[str]:
     arms = pooled_arms(nq)
     if not arms:
         return ["**NQ-Swap (an outside benchmark)**: not run (no run evaluated it: `real.nq_swap_questions=0`, the "
-                "quick demo's default, or `real.split=dev`).", ""]
+                "main job's default, or `real.split=dev`).", ""]
     rows = [[arm_label(a), e.get("n_questions", e["n_items"]), e["n_items"], e["n_known"],
              *(with_ci(e[k]) for k in RATES)] for a, e in arms.items()]
     how = next(iter(arms.values())).get("interval", "items within each seed")

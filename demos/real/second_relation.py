@@ -325,6 +325,9 @@ def _parser() -> argparse.ArgumentParser:
                          "(the full set) or its cap (the small set). Keep it fixed: it is the relation's split")
     ap.add_argument("--n-boot", type=int, default=2000, help="bootstrap replicates")
     ap.add_argument("--boot-seed", type=int, default=0, help="the bootstrap's RNG seed")
+    ap.add_argument("--vary", action="append", default=[], metavar="KEY",
+                    help="a settings key the runs may differ in (python -m demos.real.seeds --vary); an arm is pooled "
+                         "only where every run evaluated it")
     return ap
 
 
@@ -335,7 +338,7 @@ def main(argv: list[str], *, tools: Tools) -> int:
     if args.n_boot < 1 or args.transfer_dev_items < 1:
         _parser().error("--n-boot and --transfer-dev-items must be >= 1")
     runs = [load_run(d) for d in args.runs]
-    check_same_settings(runs)
+    check_same_settings(runs, tuple(args.vary))
     entries = [evaluate_run(r, args.relation, args.split, args.transfer_dev_items, tools) for r in runs]
     result = pooled(entries, args.relation, args.split, args.transfer_dev_items, n_boot=args.n_boot,
                     boot_seed=args.boot_seed)

