@@ -30,15 +30,16 @@ def test_every_arm_is_one_entry_in_run_and_report_order():
                                         "SCOPE+GRPO+SFT", "knowledge-aware+GRPO"]
     assert len({color(n) for n in ARMS}) == len(ARMS)
     assert [n for n in ARMS if not trained(n)] == ["base"]
-    quick, full = _compose([]), _compose(["demo=real_full"])
-    assert [n for n in ARMS if trained(n) and arm_on(quick, n)] == ["scope", "knowledge_aware"]
-    assert arm_on(_compose(["real.scope_grpo=false"]), "scope") and not arm_on(
-        _compose(["real.scope_grpo=false"]), "scope_grpo")
-    # the SFT-term and knowledge-aware GRPO arms run only when switched on (null: the demo's comparison arms)
-    assert [n for n in ARMS if arm_on(full, n)] == ["base", "scope", "misleading_only", "knowledge_aware", "scope_grpo"]
+    main, full = _compose([]), _compose(["demo=real_full"])
+    # the main job: the arm chosen on dev (ka_grpo) and the arm it continues; SCOPE by its demo's own switch, off
+    assert [n for n in ARMS if trained(n) and arm_on(main, n)] == ["knowledge_aware", "ka_grpo"]
+    assert arm_on(_compose(["real.scope=true"]), "scope") and not arm_on(_compose(["real.scope=true"]), "scope_grpo")
+    assert not arm_on(_compose(["real.ka_grpo=false"]), "ka_grpo")  # the user's switch wins over the demo's own
+    # the full experiment: every comparison arm; the SFT-term arm only when switched on
+    assert [n for n in ARMS if arm_on(full, n)] == ["base", "scope", "misleading_only", "knowledge_aware", "scope_grpo",
+                                                    "ka_grpo"]
     assert arm_on(_compose(["real.scope_grpo_sft=true"]), "scope_grpo_sft")
-    assert arm_on(_compose(["demo=real_full", "real.ka_grpo=null"]), "ka_grpo")
-    assert not arm_on(_compose(["real.ka_grpo=null"]), "ka_grpo")
+    assert arm_on(_compose(["demo=real_full", "real.scope_grpo_sft=null"]), "scope_grpo_sft")  # null: comparison arms
 
 
 def test_an_unknown_arm_name_fails_in_one_line():
@@ -141,8 +142,8 @@ def test_override_sources_merge_in_one_documented_order():
 
 
 def test_the_users_grpo_overrides_win_over_the_demos_own(tmp_path):
-    """Composed: ``real.stages.grpo`` (stage) comes after the quick demo's GRPO steps (demo), so it wins; the arm's
-    own overrides (its prompt rows' format) come after both."""
+    """Composed: ``real.stages.grpo`` (stage) comes after the main job's SCOPE+GRPO steps (demo), so it wins; the
+    arm's own overrides (its prompt rows' format) come after both."""
     from demos.real.pipeline import stages
     from recipes.chain import compose as compose_recipe
     from recipes.stages import StageRunner
@@ -153,7 +154,7 @@ def test_the_users_grpo_overrides_win_over_the_demos_own(tmp_path):
 
         from recipe_utils import CONF
 
-        stage = next(s for s in stages(_compose([f"out={tmp_path}", "real.scope_grpo=true", *extra]))
+        stage = next(s for s in stages(_compose([f"out={tmp_path}", "real.scope=true", "real.scope_grpo=true", *extra]))
                      if s.name == "scope_grpo")
         GlobalHydra.instance().clear()
         with initialize_config_dir(config_dir=str(CONF), version_base=None):
@@ -204,7 +205,7 @@ def test_grpo_prompts_declares_its_inputs_and_reads_only_them(tmp_path):
     from demos.real.prompts import grpo_prompts
     from selectrust.core.io import write_jsonl_atomic
 
-    stage = next(s for s in stages(_compose([f"out={tmp_path}", "real.scope_grpo=true"])) if s.name == "grpo_prompts")
+    stage = next(s for s in stages(_compose([f"out={tmp_path}"])) if s.name == "grpo_prompts")
     assert stage.inputs == {"rows": "facts/facts_train.jsonl", "labels": "mine/knowledge.jsonl"}
     items = {f"i{n}": f"Land{n}" for n in range(4)}
     write_jsonl_atomic(tmp_path / "elsewhere" / "rows.jsonl", _facts_rows(items))
@@ -238,8 +239,8 @@ def test_the_sft_term_and_knowledge_aware_grpo_arms_are_stages_of_the_existing_r
     from demos.real.pipeline import stages
     from selectrust.core.errors import ConfigError
 
-    over = [f"out={tmp_path}", "real.scope_grpo=true", "real.scope_grpo_sft=true", "real.ka_grpo=true",
-            "real.knowledge_aware=true",
+    over = [f"out={tmp_path}", "real.scope=true", "real.scope_grpo=true", "real.scope_grpo_sft=true",
+            "real.ka_grpo=true", "real.knowledge_aware=true",
             "real.stages.scope_grpo_sft=['algo.sft_coef=0.3']"]
     plan = stages(_compose(over))
     names = [s.name for s in plan]
@@ -254,7 +255,7 @@ def test_the_sft_term_and_knowledge_aware_grpo_arms_are_stages_of_the_existing_r
     assert sft.overrides == [*grpo.overrides, *SFT_TERM, "algo.sft_coef=0.3"]  # the user's own last
     assert SFT_TERM == ("algo.sft_coef=0.1", "algo.sft_rows=zero_variance_failed")
     # ka_grpo: the GRPO stage's overrides, then its own (conf/demo.yaml's real.stages.ka_grpo, the setting chosen on
-    # dev in issue 61: paired rollouts, 20 steps of 8 prompts, after the quick demo's 5 of 4, so they win)
+    # dev in issue 61: paired rollouts, 20 steps of 8 prompts, after the main job's SCOPE+GRPO 5 of 4, so they win)
     assert ka.overrides[:len(grpo.overrides)] == grpo.overrides and "trainer.max_steps=5" in grpo.overrides
     assert ka.overrides[len(grpo.overrides):] == ["algo.rollout_mode=paired_context", "algo.prompts_per_step=8",
                                                   "trainer.max_steps=20", "optim.batch_size=96", "optim.grad_accum=1"]
@@ -262,7 +263,8 @@ def test_the_sft_term_and_knowledge_aware_grpo_arms_are_stages_of_the_existing_r
     assert sft.inputs == ka.inputs == grpo.inputs == {"data.train_path": "grpo_prompts/prompts.jsonl"}
     assert by["eval_ka_grpo"].inputs["adapter_path"] == "ka_grpo"
     assert by["transfer_scope_grpo_sft"].inputs["eval.knowledge_path"] == "transfer_base/knowledge.jsonl"
-    alone = [s.name for s in stages(_compose([f"out={tmp_path}", "real.scope_grpo=false", "real.scope_grpo_sft=true"]))]
+    alone = [s.name for s in stages(_compose([f"out={tmp_path}", "real.scope=true", "real.ka_grpo=false",
+                                              "real.scope_grpo=false", "real.scope_grpo_sft=true"]))]
     assert alone.count("grpo_prompts") == 1 and alone.index("grpo_prompts") == alone.index("scope_grpo_sft") - 1
     with pytest.raises(ConfigError, match=r"^demo arm 'ka_grpo' continues 'knowledge_aware', which this run does not"):
         stages(_compose([f"out={tmp_path}", "real.ka_grpo=true", "real.knowledge_aware=false"]))
@@ -274,12 +276,28 @@ def test_scope_can_be_left_out_of_a_seed_that_runs_the_chosen_arm_alone(tmp_path
     from demos.real.pipeline import stages
     from selectrust.core.errors import ConfigError
 
-    full = [s.name for s in stages(_compose([f"out={tmp_path}"]))]
+    full = [s.name for s in stages(_compose([f"out={tmp_path}", "real.scope=true"]))]
     alone = [s.name for s in stages(_compose([f"out={tmp_path}", "real.scope=false"]))]
     assert alone == [n for n in full if n not in ("scope", "eval_scope", "transfer_scope")] and "scope" in full
     assert "knowledge_aware" in alone and "mine" in alone
     with pytest.raises(ConfigError, match=r"^demo arm 'scope_grpo' continues 'scope', which this run does not"):
         stages(_compose([f"out={tmp_path}", "real.scope=false", "real.scope_grpo=true"]))
+
+
+def test_an_arm_another_continues_can_be_trained_without_being_evaluated(tmp_path):
+    """real.evaluate_continued=false (issue 61's test seeds): knowledge-aware SCOPE is trained as ka_grpo's start, with
+    no evaluation stage and no summary entry; an arm nothing continues (SCOPE here) is evaluated as before."""
+    from demos.real.arms import evaluated_arms, run_arms
+    from demos.real.pipeline import stages
+
+    over = [f"out={tmp_path}", "real.scope=true"]
+    every = [s.name for s in stages(_compose(over))]
+    cfg = _compose([*over, "real.evaluate_continued=false"])
+    lean = [s.name for s in stages(cfg)]
+    assert lean == [n for n in every if n not in ("eval_knowledge_aware", "transfer_knowledge_aware")]
+    assert "knowledge_aware" in lean and lean.index("knowledge_aware") < lean.index("ka_grpo")
+    assert run_arms(cfg) == ["scope", "knowledge_aware", "ka_grpo"] and evaluated_arms(cfg) == ["scope", "ka_grpo"]
+    assert evaluated_arms(_compose(over)) == run_arms(cfg)
 
 
 def test_the_new_arms_stage_configs_compose_and_validate(tmp_path):
@@ -294,7 +312,7 @@ def test_the_new_arms_stage_configs_compose_and_validate(tmp_path):
 
     from recipe_utils import CONF
 
-    stage = next(s for s in stages(_compose([f"out={tmp_path}", "real.scope_grpo_sft=true"]))
+    stage = next(s for s in stages(_compose([f"out={tmp_path}", "real.scope=true", "real.scope_grpo_sft=true"]))
                  if s.name == "scope_grpo_sft")
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(CONF), version_base=None):

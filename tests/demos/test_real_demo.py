@@ -111,7 +111,7 @@ def test_targets_are_the_issue_thresholds_on_the_checked_arm():
     assert not any("knowledge-aware" in k for k in t) and not all(t.values())
 
 
-@pytest.mark.parametrize("demo,kind", [("real", "the quick demo: `python recipes/demo.py`"),
+@pytest.mark.parametrize("demo,kind", [("real", "the main job: `python recipes/demo.py`"),
                                        ("real_full", "the full experiment: `python recipes/demo.py demo=real_full`")])
 def test_report_has_the_tables_tradeoff_slices_knowledge_and_says_which_run(tmp_path, demo, kind):
     from demos.real.report import check_targets, write_report
@@ -137,12 +137,12 @@ def test_report_has_the_tables_tradeoff_slices_knowledge_and_says_which_run(tmp_
 
 def test_the_report_says_what_ran_and_names_only_the_arms_it_trained(tmp_path):
     """The report's notes come from summary.json's ``training`` (the DPO steps run, GRPO's steps and prompt rows),
-    and a quick-demo summary's report names no arm the quick demo does not train."""
+    and a report names no arm the run did not train (but where its first line says what the demo is)."""
     from demos.real.arms import label
     from demos.real.report import write_report
 
     s = _summary()
-    del s["real"]["misleading_only"], s["real"]["knowledge_aware"], s["nq_swap"]  # the quick demo's summary
+    del s["real"]["misleading_only"], s["real"]["knowledge_aware"], s["nq_swap"]  # SCOPE and SCOPE+GRPO only
     s["training"] = {"scope": {"recipe": "dpo", "algo": "scope", "continues": None, "steps": 30},
                      "scope_grpo": {"recipe": "grpo", "algo": None, "continues": "scope", "steps": 5,
                                     "rows": "informative"}}
@@ -154,7 +154,8 @@ def test_the_report_says_what_ran_and_names_only_the_arms_it_trained(tmp_path):
            "the rows whose reward can vary under the base" in text
     assert "all four contexts" not in text and "Every DPO arm trains on this one pairs file: SCOPE on the four " \
            "balanced pools." in text
-    assert label("knowledge_aware") not in text
+    said = "\n".join(line for line in text.splitlines() if not line.startswith("This is **"))  # the demo's own words
+    assert label("knowledge_aware") not in said
     # misleading-only's own target is one of the issue's: the report says it was not run, and names it nowhere else
     assert [line for line in text.splitlines() if label("misleading_only") in line] == [
         "- misleading-only correct-context accuracy < SCOPE+GRPO's: not run"]
@@ -208,18 +209,21 @@ def test_the_default_demo_is_the_real_one_and_toy_is_one_override_away():
     assert cfg.real.stages.knowledge == ["knowledge.k=1"]  # the estimate the claims were measured with
     assert _compose(["demo=real_full"]).demo == "real_full"
     assert _compose(["demo=toy"]).demo == "toy"
-    # the quick demo trains SCOPE and knowledge-aware SCOPE (SCOPE+GRPO at 5 GRPO steps when switched on); the full
-    # experiment every arm, GRPO at the recipe's 20;
-    # either is one override away from the other's arms
+    # the main job trains knowledge-aware SCOPE and the arm chosen on dev (ka_grpo; SCOPE+GRPO at 5 GRPO steps when
+    # switched on); the full experiment every arm, GRPO at the recipe's 20; either is one override away from the
+    # other's arms
     from demos.config import DEMOS
     from demos.real.arms import arm_on as real_arm_on
     from demos.real.pipeline import arms
 
-    quick, full = _compose([]), _compose(["demo=real_full"])
-    assert arms(quick) == ["scope", "knowledge_aware"] and "trainer.max_steps=5" in DEMOS["real"].grpo
-    assert arms(_compose(["real.scope_grpo=true"])) == ["scope", "knowledge_aware", "scope_grpo"]
-    assert arms(full) == ["scope", "misleading_only", "knowledge_aware", "scope_grpo"] and DEMOS["real_full"].grpo == ()
-    assert arms(_compose(["real.knowledge_aware=false", "real.scope_grpo=true"])) == ["scope", "scope_grpo"]
+    main, full = _compose([]), _compose(["demo=real_full"])
+    assert arms(main) == ["knowledge_aware", "ka_grpo"] and "trainer.max_steps=5" in DEMOS["real"].grpo
+    assert arms(_compose(["real.scope=true", "real.scope_grpo=true"])) == ["scope", "knowledge_aware", "scope_grpo",
+                                                                          "ka_grpo"]
+    assert arms(full) == ["scope", "misleading_only", "knowledge_aware", "scope_grpo", "ka_grpo"]
+    assert DEMOS["real_full"].grpo == ()
+    assert arms(_compose(["real.knowledge_aware=false", "real.ka_grpo=false", "real.scope=true",
+                          "real.scope_grpo=true"])) == ["scope", "scope_grpo"]
     assert not real_arm_on(_compose(["demo=real_full", "real.misleading_only=false"]), "misleading_only")
     from hydra.errors import ConfigCompositionException
 
@@ -440,25 +444,26 @@ def test_a_bad_stage_override_fails_in_preflight_before_any_stage_runs(tmp_path,
 
 def test_stages_add_transfer_evaluations_and_the_scope_grpo_arm(tmp_path, monkeypatch):
     """Every arm (and the base) is evaluated on the held-out items and on the held-out relation; scope_grpo writes its
-    prompts, then continues the SCOPE adapter by GRPO (5 steps in the quick demo, the recipe's in the full
-    experiment); the quick demo builds the small facts set, the full experiment the full one, unless
-    real.facts_size says otherwise."""
+    prompts, then continues the SCOPE adapter by GRPO (5 steps in the main job, the recipe's in the full
+    experiment); both build the full facts set unless real.facts_size says otherwise; the main job evaluates the
+    fixed 200-item sample of the held-out items."""
     from demos.real.pipeline import stages
 
     full = [f"out={tmp_path}", "demo=real_full", "real.nq_swap_questions=0"]  # NQ-Swap: test_real_nq_swap.py
     names = [s.name for s in stages(_compose(full))]
-    arms = ("scope", "misleading_only", "knowledge_aware", "scope_grpo")
+    arms = ("scope", "misleading_only", "knowledge_aware", "scope_grpo", "ka_grpo")
     assert names == ["convert", "facts", "eval_base", "transfer_base", "mine", "scope", "eval_scope", "transfer_scope",
                      "misleading_only", "eval_misleading_only", "transfer_misleading_only", "knowledge_aware",
                      "eval_knowledge_aware", "transfer_knowledge_aware", "grpo_prompts", "scope_grpo",
-                     "eval_scope_grpo", "transfer_scope_grpo"]
+                     "eval_scope_grpo", "transfer_scope_grpo", "ka_grpo", "eval_ka_grpo", "transfer_ka_grpo"]
     by = {s.name: s for s in stages(_compose(full))}
     grpo = by["scope_grpo"]
     assert not any(o.startswith("trainer.max_steps=") for o in grpo.overrides)  # the recipe's 20
+    sample = ["eval_sample"]  # the main job's 200-item sample, after the facts
     assert [s.name for s in stages(_compose([f"out={tmp_path}"]))] == [
-        n for n in names if "misleading_only" not in n and "grpo" not in n]  # the quick demo: no GRPO arm by default
-    quick = {s.name: s for s in stages(_compose([f"out={tmp_path}", "real.scope_grpo=true"]))}
-    assert list(quick) == [n for n in names if "misleading_only" not in n]
+        *names[:2], *sample, *(n for n in names[2:] if "scope" not in n and "misleading_only" not in n)]
+    quick = {s.name: s for s in stages(_compose([f"out={tmp_path}", "real.scope=true", "real.scope_grpo=true"]))}
+    assert list(quick) == [*names[:2], *sample, *(n for n in names[2:] if "misleading_only" not in n)]
     assert quick["scope_grpo"].overrides == [grpo.overrides[0], "trainer.max_steps=5", "algo.prompts_per_step=4",
                                              "optim.batch_size=16", *grpo.overrides[1:]]
     assert (grpo.recipe, grpo.start, grpo.init_mode) == ("grpo", "scope", "continue")
@@ -470,7 +475,7 @@ def test_stages_add_transfer_evaluations_and_the_scope_grpo_arm(tmp_path, monkey
     assert by["transfer_scope_grpo"].inputs["adapter_path"] == "scope_grpo"
     assert by["transfer_scope"].inputs["eval.knowledge_path"] == "transfer_base/knowledge.jsonl"
     assert "knowledge.enabled=true" in by["transfer_base"].overrides
-    off = [s.name for s in stages(_compose([*full, "real.scope_grpo=false"]))]
+    off = [s.name for s in stages(_compose([*full, "real.scope_grpo=false", "real.ka_grpo=false"]))]
     assert not any("grpo" in n for n in off) and "transfer_knowledge_aware" in off
     held_only = [s.name for s in stages(_compose([*full, "real.transfer=false"]))]
     assert held_only == [n for n in names if not n.startswith("transfer_")]
@@ -484,12 +489,12 @@ def test_stages_add_transfer_evaluations_and_the_scope_grpo_arm(tmp_path, monkey
     monkeypatch.setattr(facts, "build_dir",
                         lambda out, *, seed, size, fixed_split, invented_items:
                         sizes.append((seed, size, fixed_split, invented_items)))
-    for extra in (["demo=real"], ["demo=real_full"], ["demo=real_full", "real.facts_size=full"]):
+    for extra in (["demo=real"], ["demo=real_full"], ["demo=real", "real.facts_size=small"]):
         facts_stage = next(s for s in stages(_compose([f"out={tmp_path}", *extra, "seed=3"])) if s.name == "facts")
         facts_stage.call(tmp_path)
-    # issue 54: the full experiment trains on the full set; issue 60: one split for every seed, by default; issue 61:
-    # no invented items unless asked for
-    assert sizes == [(3, "small", 1, 0), (3, "full", 1, 0), (3, "full", 1, 0)]
+    # issue 61: both real demos train on the full set (the small one a setting); issue 60: one split for every seed,
+    # by default; issue 61: no invented items unless asked for
+    assert sizes == [(3, "full", 1, 0), (3, "full", 1, 0), (3, "small", 1, 0)]
     facts_stage = next(s for s in stages(_compose([f"out={tmp_path}", "demo=real_full", "real.facts_size=small",
                                                    "seed=3", "real.fixed_split=false"])) if s.name == "facts")
     facts_stage.call(tmp_path)
@@ -600,7 +605,7 @@ def test_summary_has_real_and_transfer_for_every_arm_and_the_knowledge_quality(t
     assert s["knowledge_labels"]["metrics"]["overrides"] == ["knowledge.enabled=true", "knowledge.k=1"]
     assert s["knowledge_labels"]["mining"]["estimate"] == "greedy"
     assert set(s["real"]) == set(s["transfer"]) == {"base", "scope", "misleading_only", "knowledge_aware",
-                                                    "scope_grpo"}
+                                                    "scope_grpo", "ka_grpo"}
     assert {k: v for k, v in s["transfer"]["scope_grpo"].items() if k != "paired"} == {"stage": "transfer_scope_grpo"}
     assert {k: v for k, v in s["real"]["knowledge_aware"].items() if k != "paired"} == {"stage": "eval_knowledge_aware"}
     # the paired SC2W from the stages' item scores: the base is clean-correct on i0 and i1 and resists on i0 only
@@ -624,9 +629,12 @@ def test_summary_has_real_and_transfer_for_every_arm_and_the_knowledge_quality(t
     held_only = summary_of(_compose([f"out={tmp_path}", "demo=real_full", "real.transfer=false",
                                      "real.nq_swap_questions=0"]), results)
     assert "transfer" not in held_only and set(held_only["knowledge_quality"]) == {"real"}
-    quick = summary_of(_compose([f"out={tmp_path}"]), results)  # the quick demo: its own arms only
-    assert quick["demo"] == "real"
-    assert set(quick["real"]) == set(quick["transfer"]) == {"base", "scope", "knowledge_aware"}
+    main = summary_of(_compose([f"out={tmp_path}", "real.heldout_items=0"]), results)  # the main job: its own arms
+    assert main["demo"] == "real"
+    assert set(main["real"]) == set(main["transfer"]) == {"base", "knowledge_aware", "ka_grpo"}
+    lean = summary_of(_compose([f"out={tmp_path}", "real.heldout_items=0", "real.evaluate_continued=false"]), results)
+    assert set(lean["real"]) == set(lean["transfer"]) == {"base", "ka_grpo"}  # knowledge-aware SCOPE: trained only
+    assert set(lean["training"]) == {"knowledge_aware", "ka_grpo"}
     dev = summary_of(_compose([f"out={tmp_path}", "demo=real_full", "real.split=dev"]), results)
     assert s["split"] == "test" and dev["split"] == "dev"
     assert dev["real"]["scope"]["stage"] == "dev_eval_scope" and dev["transfer"]["base"]["stage"] == "dev_transfer_base"
@@ -687,16 +695,16 @@ def test_seed_table_and_frontier_read_the_runs_and_refuse_mixed_settings(tmp_pat
     from demos.real.seeds import main
     from selectrust.core.errors import DataError
 
-    runs = [_seed_run(tmp_path, 1, wall_seconds=700.0), _seed_run(tmp_path, 0)]
+    runs = [_seed_run(tmp_path, 1, wall_seconds=950.0), _seed_run(tmp_path, 0)]
     main([*map(str, runs), "--out", str(tmp_path / "out"), "--no-pooled"])  # no item scores: tests/demos/test_real_pooled.py
     table = (tmp_path / "out" / "seed_table.md").read_text()
     assert (tmp_path / "out" / "frontier.png").stat().st_size > 10_000
     # rows in seed order, read from the summaries: SCOPE+GRPO's SC2W 40% is 0.50x the base's 80%
     assert table.index("| 0 | base |") < table.index("| 1 | base |") < table.index("**Held-out relation**")
     assert "| 0 | SCOPE+GRPO | 56.0% | 50.0% | 92.0% | 32.0% | 40.0% | 0.50× | 46 | 84.0% | 100.0% |" in table
-    assert "| 1 | 700 |" in table and "**missed** |" in table.split("| 1 | 700 |")[1].splitlines()[0]
+    assert "| 1 | 950 |" in table and "**missed** |" in table.split("| 1 | 950 |")[1].splitlines()[0]
     assert "| 0 | 590 |" in table and "missed" not in table.split("| 0 | 590 |")[1].splitlines()[0]
-    assert "| scope_grpo | 200–200 (2 runs) |" in table and "| **whole run** (runs that reused no stage) | 590–700 (2 runs) |" in table
+    assert "| scope_grpo | 200–200 (2 runs) |" in table and "| **whole run** (runs that reused no stage) | 590–950 (2 runs) |" in table
     continued = _seed_run(tmp_path, 5, reused_stages=["eval_base"], wall_seconds=100.0)
     main([str(runs[1]), str(continued), "--out", str(tmp_path / "out5"), "--no-pooled"])
     table = (tmp_path / "out5" / "seed_table.md").read_text()
@@ -705,6 +713,11 @@ def test_seed_table_and_frontier_read_the_runs_and_refuse_mixed_settings(tmp_pat
     other = _seed_run(tmp_path, 2, settings={"real": {"k": 4}})
     with pytest.raises(DataError, match="settings differ"):
         main([str(runs[0]), str(other), "--out", str(tmp_path / "out2"), "--no-pooled"])
+    # a key the runs may differ in (an arm on in some seeds only): --vary names it, every other key still must match
+    main([str(runs[0]), str(other), "--vary", "real.k", "--out", str(tmp_path / "out6"), "--no-pooled"])
+    assert "| 2 |" in (tmp_path / "out6" / "seed_table.md").read_text()
+    with pytest.raises(DataError, match="settings differ"):
+        main([str(runs[0]), str(other), "--vary", "real.j", "--out", str(tmp_path / "out7"), "--no-pooled"])
     main([str(runs[0]), "--extra", f"k=4 est.={other}", "--out", str(tmp_path / "out3"), "--no-pooled"])  # drawn, not tabled
     assert "| 2 |" not in (tmp_path / "out3" / "seed_table.md").read_text()
     with pytest.raises(DataError, match="not a finished real-demo run"):

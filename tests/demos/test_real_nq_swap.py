@@ -12,13 +12,14 @@ import pytest
 
 from test_real_demo import _compose, _summary
 
-# Today's stage lists (before NQ-Swap): the quick demo's default, and the full experiment's.
-QUICK = ["convert", "facts", "eval_base", "transfer_base", "mine", "scope", "eval_scope", "transfer_scope",
-         "knowledge_aware", "eval_knowledge_aware", "transfer_knowledge_aware"]
+# Today's stage lists (before NQ-Swap): the main job's default, and the full experiment's.
+MAIN = ["convert", "facts", "eval_sample", "eval_base", "transfer_base", "mine", "knowledge_aware",
+         "eval_knowledge_aware", "transfer_knowledge_aware", "grpo_prompts", "ka_grpo", "eval_ka_grpo",
+         "transfer_ka_grpo"]
 FULL = ["convert", "facts", "eval_base", "transfer_base", "mine", "scope", "eval_scope", "transfer_scope",
         "misleading_only", "eval_misleading_only", "transfer_misleading_only", "knowledge_aware",
         "eval_knowledge_aware", "transfer_knowledge_aware", "grpo_prompts", "scope_grpo", "eval_scope_grpo",
-        "transfer_scope_grpo"]
+        "transfer_scope_grpo", "ka_grpo", "eval_ka_grpo", "transfer_ka_grpo"]
 TARGET = "SCOPE+GRPO NQ-Swap correct-context exact match >= base - 0.05"
 
 
@@ -28,25 +29,25 @@ def _names(overrides: list[str]) -> list[str]:
     return [s.name for s in stages(_compose(overrides))]
 
 
-def test_the_quick_demo_is_unchanged_and_the_full_experiment_adds_nq_swap_for_every_model(tmp_path):
+def test_the_main_job_is_unchanged_and_the_full_experiment_adds_nq_swap_for_every_model(tmp_path):
     from demos.config import DEMOS
 
     out = f"out={tmp_path}"
-    assert _names([out]) == QUICK  # real.nq_swap_questions=null: the quick demo's own, 0
-    assert _names([out, "real.nq_swap_questions=0"]) == QUICK
+    assert _names([out]) == MAIN  # real.nq_swap_questions=null: the main job's own, 0
+    assert _names([out, "real.nq_swap_questions=0"]) == MAIN
     assert _names([out, "demo=real_full", "real.nq_swap_questions=0"]) == FULL
     assert (DEMOS["real"].nq_swap_questions, DEMOS["real_full"].nq_swap_questions) == (0, 300)
     full = _names([out, "demo=real_full"])
-    models = ["base", "scope", "misleading_only", "knowledge_aware", "scope_grpo"]
+    models = ["base", "scope", "misleading_only", "knowledge_aware", "scope_grpo", "ka_grpo"]
     assert [n for n in full if n.startswith("nqswap_")] == ["nqswap_rows", *(f"nqswap_{m}" for m in models)]
     assert [n for n in full if not n.startswith("nqswap_")] == FULL
     # the rows once, after the facts; each model's NQ-Swap evaluation after its held-out relation's
     assert full.index("nqswap_rows") == full.index("facts") + 1
     for m in models:
         assert full.index(f"nqswap_{m}") == full.index(f"transfer_{m}") + 1
-    # the quick demo with NQ-Swap switched on: its own models only
+    # the main job with NQ-Swap switched on: its own models only
     assert [n for n in _names([out, "real.nq_swap_questions=5"]) if n.startswith("nqswap_")] == [
-        "nqswap_rows", "nqswap_base", "nqswap_scope", "nqswap_knowledge_aware"]
+        "nqswap_rows", "nqswap_base", "nqswap_knowledge_aware", "nqswap_ka_grpo"]
     # no dev part: a dev run leaves it out, as it leaves out nothing else
     dev = _names([out, "demo=real_full", "real.split=dev"])
     assert not any(n.startswith("nqswap") for n in dev) and len(dev) == len(FULL)
@@ -264,13 +265,13 @@ def test_the_report_has_the_nq_swap_table_with_intervals_or_says_not_run(tmp_pat
     print_table(s)
     printed = capsys.readouterr().out
     assert "[demo] NQ-Swap (outside benchmark)" in printed and "EM (orig. passage)" in printed
-    quick = _summary()
-    del quick["nq_swap"]  # the quick demo's summary
-    text = write_report(quick, tmp_path).read_text()
-    assert "**Not run** (`real.nq_swap_questions=0`, the quick demo's default, or `real.split=dev`)" in text
+    main = _summary()
+    del main["nq_swap"]  # the main job's summary
+    text = write_report(main, tmp_path).read_text()
+    assert "**Not run** (`real.nq_swap_questions=0`, the main job's default, or `real.split=dev`)" in text
     assert f"- {TARGET}: not run" in text
-    print_table(quick)
-    assert "NQ-Swap" not in capsys.readouterr().out.split("[demo] targets")[0]
+    print_table(main)
+    assert "[demo] NQ-Swap" not in capsys.readouterr().out.split("[demo] targets")[0]
 
 
 def test_the_nq_swap_stages_run_on_the_tiny_model_and_an_arm_reads_the_base_s_labels(tmp_path):

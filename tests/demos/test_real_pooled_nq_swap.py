@@ -109,7 +109,7 @@ def test_an_arm_scored_on_other_items_is_refused_naming_its_file(tmp_path):
 
 
 def test_a_run_without_nq_swap_is_not_run_and_the_others_are_pooled(tmp_path):
-    """Seeds 0 and 1 evaluated NQ-Swap, seed 2 did not (the quick demo's default): the NQ-Swap numbers are those of
+    """Seeds 0 and 1 evaluated NQ-Swap, seed 2 did not (the main job's default): the NQ-Swap numbers are those of
     seeds 0 and 1 alone, seed 2 shows "not run" in both tables, and the facts sets pool all three."""
     from demos.real.pooled_nq_swap import pooled_runs
     from demos.real.seeds import load_run, main

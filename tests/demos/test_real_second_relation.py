@@ -259,7 +259,7 @@ def test_the_real_build_holding_currency_out_trains_on_the_run_s_file_byte_for_b
     from demos.real.second_relation import build_step, run_config
     from selectrust.core.io import read_records
 
-    run = _write_run(tmp_path, 0, ("real.split=dev",), demo="real")
+    run = _write_run(tmp_path, 0, ("real.split=dev", "real.facts_size=small"), demo="real")
     build_facts(0, "small", True, 0)(run / "stages" / "facts")
     out = build_step(run_config(run), "currency", 100)(run / "stages" / "second_currency_facts")
     assert json.loads((out / "never_trained.json").read_text())["rule"] == "byte-identical"
