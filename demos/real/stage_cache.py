@@ -15,7 +15,8 @@ the same in every run. With ``real.stage_cache=DIR``:
   record differs), written in a temporary sibling and renamed into place.
 
 ``<key>`` is a sha256 of what selects the candidate (the stage's name, recipe, overrides, inputs and seed; the facts
-size and split rule; the model; the NQ-Swap settings; the commit; ``real.invented_items`` for a stage that reads the
+size and split rule; the model; the NQ-Swap settings, for NQ-Swap's stages only (a run with NQ-Swap and one without
+share the base's other stages: the test seeds' first run lost six minutes to that); the commit; ``real.invented_items`` for a stage that reads the
 training file, mining, so that a run with invented items and one without each keep their entry while sharing the
 base's evaluations, whose files are the same); what decides is the runner's check (it hashes each input's content).
 The other stages' settings (``real.stages``: an arm's overrides) are not in it: a stage's own overrides are, so a run
@@ -36,6 +37,7 @@ from trainer.runtime.provenance import git_commit
 from trainer.runtime.stage import Stage
 
 from .items import heldout_items
+from .nq_swap import PREFIX as NQ_PREFIX
 from .prompts import TRAIN
 
 COMPLETE = "stage_complete.json"
@@ -55,12 +57,13 @@ def key(cfg, stage: Stage) -> str:
         "facts_size": str(real.facts_size) if real.facts_size is not None else None,
         "fixed_split": bool(real.fixed_split), "split": str(real.split), "model": str(real.model),
         "heldout_items": heldout_items(cfg),
-        "nq_swap": [real.nq_swap_questions, real.nq_swap_seed, real.nq_swap_max_context_words,
-                    real.nq_swap_data],
         # the commit the run's code is at: one entry per commit, so runs on two commits do not replace each other's
         # (the runner would refuse the other commit's copy anyway: its provenance differs)
         "commit": git_commit(),
     }
+    if stage.name.startswith(NQ_PREFIX):  # NQ-Swap's own stages only: the base's other stages are the same without it
+        what["nq_swap"] = [real.nq_swap_questions, real.nq_swap_seed, real.nq_swap_max_context_words,
+                           real.nq_swap_data]
     if real.invented_items and TRAIN in stage.inputs.values():  # issue 61: another training file (mining's input);
         what["invented_items"] = int(real.invented_items)  # the base's evaluations keep their key, their files the same
     return hashlib.sha256(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()[:20]

@@ -90,6 +90,23 @@ def test_invented_items_change_the_key_of_mining_only(tmp_path):
     assert {n for n in none if none[n] != some[n]} == {"mine"}
 
 
+def test_nq_swap_s_settings_change_the_keys_of_its_own_stages_only(tmp_path):
+    """A run with NQ-Swap and one without share the base's other stages (issue 61's test seeds: the seed without it
+    recomputed the base's evaluations and mining, six minutes, when every key held the NQ-Swap settings)."""
+    from demos.real import stage_cache
+    from demos.real.pipeline import stages
+
+    def keys(*extra):
+        cfg = _compose([f"out={tmp_path}", "demo=real_full", *extra])
+        return {s.name: stage_cache.key(cfg, s) for s in stage_cache.cached_stages(stages(cfg))}
+
+    off, on, other = keys("real.nq_swap_questions=0"), keys("real.nq_swap_questions=300"), keys(
+        "real.nq_swap_questions=200")
+    assert set(on) == set(off) | {"nqswap_base"} and {"eval_base", "transfer_base", "mine"} <= set(off)
+    assert all(on[n] == off[n] for n in off)
+    assert on["nqswap_base"] != other["nqswap_base"]
+
+
 def test_the_key_follows_the_settings_not_the_seed(tmp_path):
     from demos.real import stage_cache
 
