@@ -75,7 +75,7 @@ from .items import facts_size
 from .pipeline import base_seed, convert, evaluations
 from .pooled import item_matrix, pool, seed_features
 from .prompts import TRAIN
-from .seeds import check_same_settings, load_run
+from .seeds import add_vary_argument, check_same_settings, load_run
 
 RECIPES = ("evaluate",)  # the recipes its stages name
 SUBCOMMAND = "second-relation"  # python -m recipes.demo second-relation ...: the entry point that hands the runner down
@@ -325,9 +325,7 @@ def _parser() -> argparse.ArgumentParser:
                          "(the full set) or its cap (the small set). Keep it fixed: it is the relation's split")
     ap.add_argument("--n-boot", type=int, default=2000, help="bootstrap replicates")
     ap.add_argument("--boot-seed", type=int, default=0, help="the bootstrap's RNG seed")
-    ap.add_argument("--vary", action="append", default=[], metavar="KEY",
-                    help="a settings key the runs may differ in (python -m demos.real.seeds --vary); an arm is pooled "
-                         "only where every run evaluated it")
+    add_vary_argument(ap)
     return ap
 
 

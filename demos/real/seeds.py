@@ -320,6 +320,14 @@ def check_same_settings(runs: list[dict], vary: tuple[str, ...] = ()) -> None:
         raise DataError(f"two runs of the same seed: {seeds}")
 
 
+def add_vary_argument(ap: argparse.ArgumentParser) -> None:
+    """``--vary KEY`` (repeatable) for the commands that pool runs (:func:`check_same_settings`'s ``vary``)."""
+    ap.add_argument("--vary", action="append", default=[], metavar="KEY",
+                    help="a settings key the runs may differ in (e.g. real.scope: an arm on in some seeds only; "
+                         "real.nq_swap_questions: NQ-Swap on some): every other setting must match. An arm is pooled "
+                         "over the runs only where every run evaluated it (so pool the seeds that ran it apart)")
+
+
 def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m demos.real.seeds", description=__doc__.split("\n\n")[0])
     ap.add_argument("runs", nargs="*", type=Path, help="real-demo out dirs of the same settings, one per seed")
@@ -335,10 +343,7 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--extra", action="append", default=[], metavar="LABEL=RUN_DIR",
                     help="a run of other settings, drawn as hollow points labelled LABEL, with a dotted arrow to "
                          "the same seed's tabled run")
-    ap.add_argument("--vary", action="append", default=[], metavar="KEY",
-                    help="a settings key the runs may differ in (e.g. real.scope: an arm on in some seeds only; "
-                         "real.nq_swap_questions: NQ-Swap on some): every other setting must match. An arm is pooled "
-                         "over the runs only where every run evaluated it (so pool the seeds that ran it apart)")
+    add_vary_argument(ap)
     ap.add_argument("--extra-arms", nargs="+", default=["scope_grpo"], metavar="ARM",
                     help="the arms drawn for --extra runs (default: scope_grpo, the arm the settings tried change)")
     ap.add_argument("--split", choices=SPLITS, default=None,
