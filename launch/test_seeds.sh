@@ -4,7 +4,8 @@
 # pooled) on one machine kind (the pooling tool refuses runs whose provenance, CPU included, differs).
 #   bash launch/test_seeds.sh a ROOT CACHE   # the base's test stages, seeds 5-9 (the main job's arms), NQ-Swap on 5
 #   bash launch/test_seeds.sh b ROOT CACHE   # seeds 0-4 with SCOPE and misleading-only too; currency on all ten
-#   bash launch/test_seeds.sh pool ROOT CACHE EVIDENCE   # the ten pooled, the evidence folder written
+#   bash launch/test_seeds.sh pool ROOT CACHE EVIDENCE   # the ten pooled, the evidence folder written (the currency
+#                                                        # relation's pooled result committed in it too)
 # ROOT: where the runs go (ROOT/seedN, ROOT/base, ROOT/currency); CACHE: the stage cache (real.stage_cache).
 # Each run is a plain `python recipes/demo.py` (the main job) with the protocol's settings; a crashed seed is
 # continued with the same command (finished stages reused), never rerun with other settings.
@@ -45,10 +46,11 @@ case $part in
     evidence=${4:?EVIDENCE: the evidence folder to write (docs/evidence/<name>)}
     # the chosen arm and the base over the ten seeds (SCOPE and misleading-only, in five, are not pooled here) ...
     python -m demos.real.seeds "$root"/seed{0,1,2,3,4,5,6,7,8,9} --split test --arm ka_grpo "${vary[@]}" \
-      --evidence "$evidence" --out "$root/pooled"
+      --evidence "$evidence" --out "$root/pooled" --second-relation "$root/currency/second_relation.json"
     # ... and every arm over the five seeds that ran SCOPE and misleading-only (misleading-only's target)
     python -m demos.real.seeds "$root"/seed{0,1,2,3,4} --split test --arm ka_grpo --vary real.nq_swap_questions \
-      --evidence "${evidence}_comparison" --out "$root/pooled_comparison"
+      --evidence "${evidence}_comparison" --out "$root/pooled_comparison" \
+      --second-relation "$root/currency_comparison/second_relation.json"
     ;;
   *) echo "part: a, b or pool (got $part)" >&2; exit 2 ;;
 esac

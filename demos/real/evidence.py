@@ -12,8 +12,10 @@ folder each (``docs/evidence/<name>/``), and the one command that regenerates th
   changes), SC2W as the paired ratio; the held-out relation's table when it ran, "not run" when it did not;
   NQ-Swap's (each arm's change in exact match on the original and the substituted passage, p_org and the
   memorization ratio, over the runs that evaluated it: :mod:`demos.real.pooled_nq_swap`), "not run" when no run
-  did; each set's per-seed spread (:func:`seed_lines`); the targets. No model, no item scores: every number is read
-  from ``pooled.json``.
+  did; each set's per-seed spread (:func:`seed_lines`); the targets; then each second held-out relation committed
+  beside them (:func:`add_second_relation`: ``python -m demos.real.seeds ... --evidence DIR --second-relation
+  FILE``), its table regenerated from its json. No model, no item scores: every number is read from ``pooled.json``
+  and those files.
 - :data:`MANIFEST` (issue 59): every evidence folder records the sha256 of each of its files (``files``, by path
   inside the folder) and, apart, of each run's ``summary.json`` (``summaries``, by ``seed<N>``), written by
   :func:`write_evidence` (or :func:`write_manifest` for a folder written before); ``--from-evidence`` refuses a folder
@@ -37,11 +39,14 @@ from .arms import label as arm_label
 from .arms import trained
 from .pooled import provenance_line
 from .pooled_nq_swap import DIFFS as NQ_DIFFS, KEY as NQ_KEY, NAMES as NQ_NAMES, pooled_arms, seeds_line
+from .relation_table import table as relation_table
 from .report import SETS, verdict
 import gzip
 
 POOLED = "pooled.json"
 MANIFEST = "MANIFEST.json"
+#: A second held-out relation's pooled result in an evidence folder (:func:`add_second_relation`), by relation.
+SECOND_RELATION = "second_relation_{}.json"
 #: The README table's columns: (header, the pooled entry's ``minus_base`` key; None: the paired SC2W ratio).
 COLUMNS = (("correct-context", CORRECT), ("unknown-correct", "unknown_correct_accuracy"), (CLEAN, CLEAN),
            (IRRELEVANT, IRRELEVANT), ("paired SC2W / base", None))
@@ -55,6 +60,9 @@ def write_evidence(folder: Path, runs: list[dict], pooled: dict) -> list[Path]:
     for old in folder.glob("seed*"):  # only what an earlier write_evidence made there
         if old.is_dir() and old.name[4:].lstrip("-").isdigit() and (old / "summary.json").is_file():
             shutil.rmtree(old)
+    for old in folder.glob(SECOND_RELATION.format("*")):  # of the runs pooled before: --second-relation adds them
+        old.unlink()
+        old.with_suffix(".md").unlink(missing_ok=True)
     written = [folder / POOLED]
     write_json_atomic(folder / POOLED, pooled)
     for r in runs:
@@ -278,7 +286,57 @@ def evidence_table(pooled: dict, source: str = "") -> str:
     return "\n".join(parts) + "\n"
 
 
+def _check_same_runs(result: dict, pooled: dict, path: Path) -> None:
+    """A DataError naming ``path`` when a second relation's result is not of the pooled runs' seeds and split."""
+    for key in ("seeds", "split"):
+        if result.get(key) != pooled.get(key):
+            raise DataError(f"its {key} {result.get(key)!r} are not the pooled runs' ({pooled.get(key)!r}): a second "
+                            "relation is committed beside the runs it evaluated", path=path, field=key)
+
+
+def read_second_relation(result_path: Path, pooled: dict) -> dict:
+    """A second held-out relation's pooled result (``python -m demos.real.second_relation``'s
+    ``second_relation.json``), checked to be of the pooled runs' seeds and split; a DataError (one line) naming the
+    file otherwise."""
+    result_path = Path(result_path)
+    try:
+        result = json.loads(result_path.read_text())
+        if not isinstance(result.get("relation"), str):
+            raise KeyError("relation")
+    except (OSError, ValueError, KeyError, AttributeError) as e:
+        raise DataError(f"not a second_relation.json of `python -m demos.real.second_relation` ({type(e).__name__}: "
+                        f"{e})", path=result_path) from None
+    _check_same_runs(result, pooled, result_path)
+    return result
+
+
+def add_second_relation(folder: Path, result: dict) -> list[Path]:
+    """Commit a second held-out relation's result (:func:`read_second_relation`) into the evidence folder as
+    :data:`SECOND_RELATION` with its table as ``.md`` beside it, and record the folder again
+    (:func:`write_manifest`); returns the files written."""
+    dest = Path(folder) / SECOND_RELATION.format(result["relation"])
+    write_json_atomic(dest, result)
+    md = dest.with_suffix(".md")
+    md.write_text(relation_table(result))
+    return [dest, md, write_manifest(folder)]
+
+
+def second_relation_tables(folder: Path, pooled: dict) -> list[str]:
+    """The table of each second held-out relation committed in ``folder`` (:data:`SECOND_RELATION`), regenerated
+    from its json (:func:`demos.real.relation_table.table`); a DataError for one of other runs."""
+    out = []
+    for path in sorted(Path(folder).glob(SECOND_RELATION.format("*"))):
+        result = json.loads(path.read_text())
+        _check_same_runs(result, pooled, path)
+        out.append(relation_table(result))
+    return out
+
+
 def evidence_tables(folders: list[Path]) -> str:
-    """:func:`evidence_table` of each folder, in order (every pooled.json read before anything is printed)."""
-    pooled = [(f, load_evidence(f)) for f in folders]
-    return "\n".join(evidence_table(p, str(f)) for f, p in pooled)
+    """:func:`evidence_table` of each folder, in order, each followed by its second held-out relations' tables
+    (:func:`second_relation_tables`); every file read and checked before anything is printed."""
+    parts = []
+    for f in folders:
+        pooled = load_evidence(f)
+        parts.append("\n".join([evidence_table(pooled, str(f)), *second_relation_tables(f, pooled)]))
+    return "\n".join(parts)

@@ -59,8 +59,7 @@ from omegaconf import OmegaConf
 
 from eval_hooks.builders.facts import RELATIONS
 from eval_hooks.parsers import normalize_short_text
-from eval_hooks.scoring.report_kit import md_table, pp, times, with_ci
-from selectrust.conditions import CLEAN, CORRECT, IRRELEVANT, MISLEADING
+from selectrust.conditions import CLEAN
 from selectrust.core.errors import DataError
 from selectrust.core.io import read_records, write_json_atomic, write_text_atomic
 from trainer.runtime.provenance import run_provenance, stage_provenance
@@ -69,12 +68,12 @@ from trainer.runtime.stage import Stage
 from ..common import RECORD, set_threads, with_new_keys
 from ..config import DemoRunConfig
 from .arms import ARMS, BASE
-from .arms import label as arm_label
 from .decision import RULE, decide_sets
 from .items import facts_size
 from .pipeline import base_seed, convert, evaluations
 from .pooled import item_matrix, pool, seed_features
 from .prompts import TRAIN
+from .relation_table import table
 from .seeds import add_vary_argument, check_same_settings, load_run
 
 RECIPES = ("evaluate",)  # the recipes its stages name
@@ -84,7 +83,6 @@ DEV_ITEMS = 100  # --transfer-dev-items: the relation's dev part (the builder's 
 FILES = {"dev": "facts_transfer_dev.jsonl", "test": "facts_transfer.jsonl"}
 LOG = "second_relation.log"
 NEVER_TRAINED = "never_trained.json"
-ORDER = (CLEAN, CORRECT, MISLEADING, IRRELEVANT)  # the table's columns
 
 
 @dataclass(frozen=True)
@@ -276,40 +274,6 @@ def pooled(entries: list[dict], relation: str, split: str, dev_items: int, *, n_
             "seeds": sorted(feats), "runs": entries, "n_boot": n_boot, "boot_seed": boot_seed, "rule": RULE,
             "pooled": stats, "targets": {a: targets(ids, feats, a, relation, n_boot=n_boot, boot_seed=boot_seed)
                                          for a in arms}}
-
-
-def _target_cell(t: dict) -> str:
-    fmt = times if t["statistic"] == "paired_ratio" else pp
-    return f"{fmt(t['point'])} (bound {fmt(t['bound'])}): **{t['holds']}**"
-
-
-def table(result: dict) -> str:
-    """``second_relation.md``: the base's rates, each arm's change from the base with its interval, its paired SC2W
-    ratio and the three targets."""
-    rel, st = result["relation"], result["pooled"]
-    b = st[BASE.name]
-    head = [f"**Second held-out relation: `{rel}`** ({result['split']} items, never trained on; seeds "
-            f"{', '.join(map(str, result['seeds']))}; {b['n_items']} items ({b['n_items'] // len(result['seeds'])} "
-            f"per seed), {b['n_unknown']} labelled unknown by the base, pooled over the seeds). Item bootstrap "
-            f"paired by item and stratified by seed, "
-            f"{result['n_boot']} replicates (seed {result['boot_seed']}), 95% intervals; targets by the decision "
-            f"rule: {result['rule']}.", "",
-            md_table(["base", *ORDER, "SC2W", "unknown-correct"],
-                     [["rate", *(with_ci(b[c]) for c in ORDER), with_ci(b["sc2w"]),
-                       with_ci(b["unknown_correct_accuracy"])]]), ""]
-    rows, goals = [], []
-    for arm, t in result["targets"].items():
-        e = st[arm]
-        rows.append([arm_label(arm), *(with_ci(e["minus_base"][c], pp) for c in ORDER),
-                     with_ci(e["minus_base"]["unknown_correct_accuracy"], pp),
-                     with_ci(e["paired"]["paired_ratio"], times)])
-        goals.append([arm_label(arm), *(_target_cell(x) for x in t)])
-    names = [x["name"].split(": ", 1)[1] for x in next(iter(result["targets"].values()), [])]
-    return "\n".join([*head, "**Arm - base** (points; paired SC2W as a share of the base's)", "",
-                      md_table(["arm", *ORDER, "unknown-correct", "paired SC2W ratio"], rows), "",
-                      "**Targets** (issue 61, as on the held-out relation; the point, its one-sided 95% bound, and "
-                      "whether it holds on the bound, on the point only, or fails)", "",
-                      md_table(["arm", *names], goals), ""])
 
 
 # -- the command ------------------------------------------------------------------------------------

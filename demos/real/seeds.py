@@ -336,6 +336,10 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--evidence", type=Path, default=None, metavar="DIR",
                     help="also write the evidence folder DIR (e.g. docs/evidence/<name>): pooled.json and each run's "
                          "summary.json and demo.json (demos.real.evidence)")
+    ap.add_argument("--second-relation", type=Path, action="append", default=[], metavar="FILE",
+                    help="with --evidence: also commit this second_relation.json (python -m "
+                         "demos.real.second_relation's, of the same runs) into the folder; --from-evidence prints "
+                         "its table after the others")
     ap.add_argument("--from-evidence", type=Path, nargs="+", default=None, metavar="DIR",
                     help="read no runs: print the README's evidence table of each evidence folder (its pooled.json) "
                          "with --markdown")
@@ -378,6 +382,8 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("give the run dirs and --out DIR (or --from-evidence DIR... --markdown)")
     if args.evidence is not None and args.no_pooled:
         ap.error("--evidence needs the pooled result (drop --no-pooled)")
+    if args.second_relation and args.evidence is None:
+        ap.error("--second-relation FILE goes into an evidence folder: give --evidence DIR")
     extras = []
     for spec in args.extra:
         label, sep, path = spec.rpartition("=")
@@ -398,6 +404,10 @@ def main(argv: list[str] | None = None) -> int:
         boot_seed=args.boot_seed)
     if pooled is not None:  # issue 60: each target on its one-sided 95% bound (docs/real_model.md#the-decision-rule)
         pooled["decision"] = decide(runs, pooled["checked_arm"], n_boot=args.n_boot, boot_seed=args.boot_seed)
+    from .evidence import read_second_relation
+
+    # checked against the pooled runs before anything is written
+    relations = [read_second_relation(f, pooled) for f in args.second_relation]
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "seed_table.md").write_text(seed_table(runs, split, note))
     frontier_plot(runs, extras, args.out, tuple(args.extra_arms))
@@ -410,9 +420,11 @@ def main(argv: list[str] | None = None) -> int:
         (args.out / "pooled_table.md").write_text(pooled_table(pooled, decision_lines(pooled["decision"])))
         wrote += ["pooled_table.md", "pooled.json"]
     if args.evidence is not None:
-        from .evidence import write_evidence
+        from .evidence import add_second_relation, write_evidence
 
         files = write_evidence(args.evidence, runs, pooled)
+        for result in relations:
+            files += add_second_relation(args.evidence, result)
         print(f"wrote the evidence folder {args.evidence} ({len(files)} files)")
     print(f"wrote {', '.join(str(args.out / w) for w in wrote)} ({len(runs)} runs, {split} items)")
     return 0

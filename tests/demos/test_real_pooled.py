@@ -284,6 +284,51 @@ def test_the_evidence_folder_and_the_one_command_that_prints_the_readme_table(tm
         main(["--from-evidence", str(ev)])  # the table is markdown: asked for by name
 
 
+def test_a_second_relation_is_committed_beside_the_runs_it_evaluated_and_printed_again(tmp_path, capsys):
+    """``--evidence DIR --second-relation FILE`` commits a second held-out relation's pooled result (of the same
+    seeds and split) into the folder, recorded in its manifest; ``--from-evidence`` prints its table, regenerated from
+    the json, after the folder's own; a result of other seeds is refused before anything is written."""
+    from demos.real.evidence import SECOND_RELATION
+    from demos.real.second_relation import pooled, table
+    from demos.real.seeds import main
+    from selectrust.core.errors import DataError
+
+    dirs = _two_seeds(tmp_path)
+    entries = []
+    for seed, d in zip((0, 1), dirs):  # the relation's item scores: the base's rows again, SCOPE unchanged
+        for arm in ("base", "scope"):
+            stage = d / "stages" / f"second_currency_{arm}"
+            stage.mkdir(parents=True)
+            (stage / "item_scores.jsonl").write_text("".join(json.dumps(r) + "\n" for r in _rows(BASE, UNKNOWN)))
+        entries.append({"dir": str(d), "seed": seed, "arms": ["scope"]})
+    result = pooled(entries, "currency", "test", 100, n_boot=50)
+    good = tmp_path / "second_relation.json"
+    good.write_text(json.dumps(result))
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps({**result, "seeds": [0, 7]}))
+    ev = tmp_path / "ev"
+    with pytest.raises(DataError, match=r"other.json, field .seeds.: its seeds \[0, 7\] are not the pooled runs' \(\[0, 1\]\)"):
+        main([*map(str, dirs), "--out", str(tmp_path / "o"), "--n-boot", "50", "--evidence", str(ev),
+              "--second-relation", str(other)])
+    assert not ev.exists() and not (tmp_path / "o").exists()  # refused before anything was written
+    with pytest.raises(SystemExit):  # it goes into an evidence folder
+        main([*map(str, dirs), "--out", str(tmp_path / "o"), "--second-relation", str(good)])
+    main([*map(str, dirs), "--out", str(tmp_path / "o"), "--n-boot", "50", "--evidence", str(ev),
+          "--second-relation", str(good)])
+    committed = ev / SECOND_RELATION.format("currency")
+    assert json.loads(committed.read_text()) == json.loads(good.read_text())
+    manifest = json.loads((ev / "MANIFEST.json").read_text())["files"]
+    assert {"second_relation_currency.json", "second_relation_currency.md"} <= set(manifest)
+    capsys.readouterr()
+    assert main(["--from-evidence", str(ev), "--markdown"]) == 0
+    printed = capsys.readouterr().out
+    assert printed.index("**Targets (") < printed.index("**Second held-out relation: `currency`**")
+    assert printed.rstrip("\n").endswith(table(result).rstrip("\n"))
+    committed.write_text(json.dumps({**result, "seeds": [0, 7]}))  # edited after the fact: the manifest refuses it
+    with pytest.raises(DataError, match=r"second_relation_currency.json: differs from the sha256"):
+        main(["--from-evidence", str(ev), "--markdown"])
+
+
 def test_the_student_t_quantiles_and_interval_behind_the_seed_level_interval():
     from eval_hooks.metrics.common import student_t_ppf, t_interval
 
