@@ -20,7 +20,8 @@ share the base's other stages: the test seeds' first run lost six minutes to tha
 training file, mining, so that a run with invented items and one without each keep their entry while sharing the
 base's evaluations, whose files are the same); what decides is the runner's check (it hashes each input's content).
 The other stages' settings (``real.stages``: an arm's overrides) are not in it: a stage's own overrides are, so a run
-that changes an arm's settings reuses the base's stages. A seed
+that changes an arm's settings reuses the base's stages. Nor is the demo's name: the main job (``demo=real``) and the
+full experiment (``demo=real_full``) with the same facts, split and sample share the base's stages. A seed
 then pays for its trained arms alone (and the cheap steps: conversion, facts build, NQ-Swap rows).
 """
 
@@ -53,7 +54,7 @@ def key(cfg, stage: Stage) -> str:
     real = cfg.real
     what: dict[str, Any] = {
         "stage": stage.name, "recipe": stage.recipe, "overrides": list(stage.overrides),
-        "inputs": dict(stage.inputs), "seed": stage.seed, "demo": str(cfg.demo),
+        "inputs": dict(stage.inputs), "seed": stage.seed,
         "facts_size": str(real.facts_size) if real.facts_size is not None else None,
         "fixed_split": bool(real.fixed_split), "split": str(real.split), "model": str(real.model),
         "heldout_items": heldout_items(cfg),

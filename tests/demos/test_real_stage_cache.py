@@ -124,6 +124,10 @@ def test_the_key_follows_the_settings_not_the_seed(tmp_path):
         cfg = _compose([f"out={tmp_path}", "demo=real_full", *over])
         return stage_cache.key(cfg, next(s for s in stages(cfg) if s.name == "eval_base"))
     assert base_key([]) == base_key([arm]) != base_key([evaluate])
+    # the demo's name is not in it: the main job and the full experiment on the same items share the base's stages
+    main_job = _compose([f"out={tmp_path}", "demo=real"])  # its sample: 200 held-out items
+    assert base_key(["real.heldout_items=200"]) == stage_cache.key(
+        main_job, next(s for s in stages(main_job) if s.name == "eval_base")) != base_key([])
 
 
 def test_base_only_plans_the_base_s_stages_and_no_arm(tmp_path):
