@@ -85,6 +85,20 @@ def check_split(runs: list[dict], wanted: str | None = None) -> str:
     return split
 
 
+def same_provenance(a: dict | None, b: dict | None) -> bool:
+    """Whether two runs' ``provenance`` agree: every key equal, except ``stage_precision``, whose stages both runs made
+    must agree (runs pooled with ``--vary real.<arm>`` have different stages: an arm or NQ-Swap in one run only)."""
+    if a is None or b is None or set(a) != set(b):
+        return False
+    pa, pb = a.get("stage_precision"), b.get("stage_precision")
+    if isinstance(pa, dict) and isinstance(pb, dict):
+        if any(pa[k] != pb[k] for k in set(pa) & set(pb)):
+            return False
+    elif pa != pb:
+        return False
+    return all(a[k] == b[k] for k in a if k != "stage_precision")
+
+
 def check_provenance(runs: list[dict], allow_mixed: bool = False, allow_config_reuse: bool = False) -> str | None:
     """None when every run has the same ``provenance`` (each stage's precision, torch threads, package versions, git
     commit, CPU), no run has a stage made under another provenance than its own (``stage_provenance``) and no run
@@ -101,7 +115,7 @@ def check_provenance(runs: list[dict], allow_mixed: bool = False, allow_config_r
         notes.append("**Reused by config only, pooled with --allow-config-reuse**: "
                      f"{', '.join(r['_dir'] for r in reused)}.")
     first = runs[0].get("provenance")
-    odd = [r for r in runs if r.get("provenance") is None or r.get("provenance") != first] if len(runs) > 1 else []
+    odd = [r for r in runs if not same_provenance(first, r.get("provenance"))] if len(runs) > 1 else []
     inner = [r for r in runs if r.get("stage_provenance")]
     if (odd or inner) and not allow_mixed:
         if odd:

@@ -215,6 +215,29 @@ def test_the_pool_refuses_config_reuse_and_stages_of_another_provenance_unless_t
         main([str(clean), str(cpu), "--out", str(tmp_path / "o3")])
 
 
+def test_runs_with_other_arms_pool_when_the_stages_they_share_agree_on_precision(tmp_path):
+    """Runs pooled with ``--vary real.<arm>`` made different stages (an arm, NQ-Swap, in one run only): their
+    ``stage_precision`` maps differ in keys, which is no difference of provenance; a stage both made in another
+    precision is (issue 61's ten test seeds: seeds 0-4 with SCOPE, seed 5 with NQ-Swap)."""
+    from demos.real.pooled import check_provenance, same_provenance
+    from demos.real.seeds import load_run
+    from selectrust.core.errors import DataError
+
+    common = {"precision": "fp32", "torch_threads": 2, "commit": "abc"}
+    with_scope = {**common, "stage_precision": {"eval_base": "fp32", "scope": "fp32"}}
+    with_nq = {**common, "stage_precision": {"eval_base": "fp32", "nqswap_base": "fp32"}}
+    bf16 = {**common, "stage_precision": {"eval_base": "bf16", "nqswap_base": "fp32"}}
+    assert same_provenance(with_scope, with_nq) and not same_provenance(with_scope, bf16)
+    assert not same_provenance(with_scope, {**with_nq, "torch_threads": 1}) and not same_provenance(with_scope, None)
+    arms = {"base": BASE, "scope_grpo": ARM_SEED0}
+    runs = [load_run(_run(tmp_path / "a", 0, arms, provenance=with_scope)),
+            load_run(_run(tmp_path / "b", 1, arms, provenance=with_nq))]
+    assert check_provenance(runs) is None
+    runs.append(load_run(_run(tmp_path / "c", 2, arms, provenance=bf16)))
+    with pytest.raises(DataError, match=r"s2/summary.json, field 'provenance': provenance stage_precision differs"):
+        check_provenance(runs)
+
+
 def test_the_evidence_folder_and_the_one_command_that_prints_the_readme_table(tmp_path, capsys):
     """``--evidence DIR`` writes pooled.json and each run's summary.json and demo.json; ``--from-evidence DIR
     --markdown`` prints the README's table from those files alone (the runs' item scores deleted), with the item
