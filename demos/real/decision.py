@@ -183,13 +183,14 @@ def decide_sets(sets: dict[str, tuple[dict[int, list[str]], dict[int, dict[str, 
 
 def decide(runs: list[dict], arm: str, *, n_boot: int = 2000, boot_seed: int = 0) -> dict[str, Any]:
     """:func:`decide_sets` on the runs' item files (the facts sets every run has; NQ-Swap over the runs that
-    evaluated it, the set "not run" unless every run did)."""
+    evaluated it, as the pooled NQ-Swap table (:mod:`demos.real.pooled_nq_swap`): issue 61's ten test seeds evaluate
+    it on one seed; "not run" when none did)."""
     sets = {}
     for key in (k for k in SETS if all(k in r for r in runs)):
         read = {r["seed"]: facts_features(r, key) for r in runs}
         sets[key] = ({s: v[0] for s, v in read.items()}, {s: v[1] for s, v in read.items()})
-    if runs and all(NQ in r for r in runs):
-        read = {r["seed"]: nq_features(r) for r in runs}
+    if nq_runs := [r for r in runs if NQ in r]:
+        read = {r["seed"]: nq_features(r) for r in nq_runs}
         sets["nq_swap"] = ({s: v[0] for s, v in read.items()}, {s: v[1] for s, v in read.items()})
     return decide_sets(sets, arm, runs, n_boot=n_boot, boot_seed=boot_seed)
 

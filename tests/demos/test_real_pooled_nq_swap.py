@@ -129,6 +129,10 @@ def test_a_run_without_nq_swap_is_not_run_and_the_others_are_pooled(tmp_path):
     assert ROW.format(seed=2, arm="SCOPE") in table and ROW.format(seed=2, arm="SCOPE+GRPO") in table
     assert "| 1 | SCOPE | -25.0 pp | -25.0 pp | +50.0 pp | +50.0 pp |" in table
     assert f"- {POOLED_TARGET}: **missed**" in table
+    # the decision rule judges NQ-Swap's targets over the same runs (seeds 0 and 1), not "not run" for seed 2's lack
+    nq_rules = [t for t in pooled["decision"]["targets"] if t["set"] == "nq_swap"]
+    assert len(nq_rules) == 3 and all(t["holds"] != "not run" for t in nq_rules)
+    assert all(set(t["by_seed"]) == {"0", "1"} for t in nq_rules)
     seeds = (tmp_path / "out" / "seed_table.md").read_text().split("**NQ-Swap (an outside benchmark)**")[1]
     assert "| 2 | base | " + " | ".join(["not run"] * 8) + " |" in seeds
     assert "| 1 | SCOPE | 4 | 50.0% | 50.0% | 50.0% | 50.0% | 2 | 50.0% | 50.0% |" in seeds
