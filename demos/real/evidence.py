@@ -32,7 +32,7 @@ from eval_hooks.scoring.report_kit import md_table, pct, times
 from selectrust.conditions import BENIGN_CONDITIONS, CLEAN, CORRECT, IRRELEVANT
 from selectrust.core.errors import DataError
 from selectrust.core.hashing import file_sha256
-from selectrust.core.io import write_json_atomic
+from selectrust.core.io import write_json_atomic, write_text_atomic
 
 from . import decision
 from .arms import label as arm_label
@@ -317,19 +317,15 @@ def add_second_relation(folder: Path, result: dict) -> list[Path]:
     dest = Path(folder) / SECOND_RELATION.format(result["relation"])
     write_json_atomic(dest, result)
     md = dest.with_suffix(".md")
-    md.write_text(relation_table(result))
+    write_text_atomic(md, relation_table(result))
     return [dest, md, write_manifest(folder)]
 
 
 def second_relation_tables(folder: Path, pooled: dict) -> list[str]:
     """The table of each second held-out relation committed in ``folder`` (:data:`SECOND_RELATION`), regenerated
     from its json (:func:`demos.real.relation_table.table`); a DataError for one of other runs."""
-    out = []
-    for path in sorted(Path(folder).glob(SECOND_RELATION.format("*"))):
-        result = json.loads(path.read_text())
-        _check_same_runs(result, pooled, path)
-        out.append(relation_table(result))
-    return out
+    return [relation_table(read_second_relation(path, pooled))
+            for path in sorted(Path(folder).glob(SECOND_RELATION.format("*")))]
 
 
 def evidence_tables(folders: list[Path]) -> str:

@@ -86,17 +86,10 @@ def check_split(runs: list[dict], wanted: str | None = None) -> str:
 
 
 def same_provenance(a: dict | None, b: dict | None) -> bool:
-    """Whether two runs' ``provenance`` agree: every key equal, except ``stage_precision``, whose stages both runs made
-    must agree (runs pooled with ``--vary real.<arm>`` have different stages: an arm or NQ-Swap in one run only)."""
-    if a is None or b is None or set(a) != set(b):
-        return False
-    pa, pb = a.get("stage_precision"), b.get("stage_precision")
-    if isinstance(pa, dict) and isinstance(pb, dict):
-        if any(pa[k] != pb[k] for k in set(pa) & set(pb)):
-            return False
-    elif pa != pb:
-        return False
-    return all(a[k] == b[k] for k in a if k != "stage_precision")
+    """Whether two runs' ``provenance`` agree (:func:`_differences` finds nothing): every key equal, except
+    ``stage_precision``, whose stages both runs made must agree (runs pooled with ``--vary real.<arm>`` have different
+    stages: an arm or NQ-Swap in one run only)."""
+    return isinstance(a, dict) and isinstance(b, dict) and not _differences(a, b)
 
 
 def check_provenance(runs: list[dict], allow_mixed: bool = False, allow_config_reuse: bool = False) -> str | None:
@@ -159,10 +152,18 @@ def provenance_line(prov: Any) -> str:
     return "Provenance: " + "; ".join(parts) + "."
 
 
+def _key_differs(key: str, x: Any, y: Any) -> bool:
+    if key == "stage_precision" and isinstance(x, dict) and isinstance(y, dict):  # the stages both runs made
+        return any(x[s] != y[s] for s in x.keys() & y.keys())
+    return x != y
+
+
 def _differences(a: Any, b: Any) -> str:
+    """The provenance keys in which ``a`` and ``b`` differ, comma-separated ("" when they agree:
+    :func:`same_provenance`)."""
     if not isinstance(a, dict) or not isinstance(b, dict):
         return "(missing)" if a is None else "(all)"
-    return ", ".join(sorted(k for k in a.keys() | b.keys() if a.get(k) != b.get(k)))
+    return ", ".join(sorted(k for k in a.keys() | b.keys() if _key_differs(k, a.get(k), b.get(k))))
 
 
 def item_matrix(path: Path) -> tuple[list, np.ndarray, np.ndarray]:

@@ -404,7 +404,7 @@ def main(argv: list[str] | None = None) -> int:
         boot_seed=args.boot_seed)
     if pooled is not None:  # issue 60: each target on its one-sided 95% bound (docs/real_model.md#the-decision-rule)
         pooled["decision"] = decide(runs, pooled["checked_arm"], n_boot=args.n_boot, boot_seed=args.boot_seed)
-    from .evidence import read_second_relation
+    from .evidence import add_second_relation, read_second_relation, write_evidence
 
     # checked against the pooled runs before anything is written
     relations = [read_second_relation(f, pooled) for f in args.second_relation]
@@ -420,8 +420,6 @@ def main(argv: list[str] | None = None) -> int:
         (args.out / "pooled_table.md").write_text(pooled_table(pooled, decision_lines(pooled["decision"])))
         wrote += ["pooled_table.md", "pooled.json"]
     if args.evidence is not None:
-        from .evidence import add_second_relation, write_evidence
-
         files = write_evidence(args.evidence, runs, pooled)
         for result in relations:
             files += add_second_relation(args.evidence, result)
